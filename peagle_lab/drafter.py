@@ -1,0 +1,513 @@
+"""The P-EAGLE drafter: an EAGLE-3 head that can also draft K tokens in ONE forward pass.
+
+It computes exactly what vLLM's ``Eagle3LlamaForCausalLM`` computes (see REFERENCE.md), so a head trained
+here serves unchanged in vLLM:
+
+* target features: three tapped residual streams, concatenated (3H), ``fc`` -> H;
+* layer 0 (``midlayer``): ``attn(cat[input_layernorm(emb), hidden_norm(h)])`` with residual ``h``, then MLP;
+* later layers (``layers.1``...): ordinary Llama layers on (hidden, residual);
+* ``prenorm = hidden + residual``; logits = ``lm_head(norm(prenorm))`` over the draft vocabulary; ``d2t`` maps
+  draft ids to target ids.
+
+Parallel drafting (P-EAGLE): after the last real slot come K-1 slots with the mask token embedding and the
+hidden state ``fc(mask_hidden)`` at positions ``start + j``; ordinary causal attention. Sequential drafting
+(EAGLE-3): each further step feeds the drafted token and the previous step's ``prenorm``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+import warnings
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .errors import PeagleError
+
+WEIGHTS = "model.safetensors"
+CONFIG = "config.json"
+
+
+@dataclass
+class PEagleConfig:
+    hidden_size: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    intermediate_size: int
+    vocab_size: int
+    num_hidden_layers: int = 1
+    head_dim: int | None = None
+    draft_vocab_size: int | None = None  # None: full target vocabulary
+    target_hidden_size: int | None = None
+    aux_hidden_state_layer_ids: tuple[int, ...] = (2, 15, 27)
+    mask_token_id: int = 0
+    rms_norm_eps: float = 1e-5
+    rope_theta: float = 10000.0
+    max_position_embeddings: int = 8192
+    # peagle-lab training facts
+    mode: str = "parallel"  # what it was trained for: "parallel" (P-EAGLE) or "sequential" (EAGLE-3)
+    num_speculative_tokens: int = 8  # K it was trained for
+    embed_shared_with_target: bool = True  # all rows but the mask row equal the target's
+    target: str = ""
+    extra: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        self.head_dim = self.head_dim or self.hidden_size // self.num_attention_heads
+        self.draft_vocab_size = self.draft_vocab_size or self.vocab_size
+        self.target_hidden_size = self.target_hidden_size or self.hidden_size
+        self.aux_hidden_state_layer_ids = tuple(int(i) for i in self.aux_hidden_state_layer_ids)
+        if self.mode not in ("parallel", "sequential"):
+            raise PeagleError(f"mode must be 'parallel' or 'sequential', got {self.mode!r}")
+        if not 0 <= self.mask_token_id < self.vocab_size:
+            raise PeagleError(f"mask_token_id {self.mask_token_id} is outside the vocabulary (size {self.vocab_size})")
+        if self.hidden_size != self.target_hidden_size:
+            # vLLM sizes mask_hidden and the first layer from hidden_size; keep them equal (REFERENCE.md).
+            raise PeagleError(
+                f"drafter hidden_size {self.hidden_size} != target hidden size {self.target_hidden_size}: "
+                "vLLM needs them equal. Fix: build the drafter with the target's hidden size."
+            )
+
+    @property
+    def num_taps(self) -> int:
+        return len(self.aux_hidden_state_layer_ids)
+
+    @classmethod
+    def from_target(cls, target_config, *, num_hidden_layers=1, draft_vocab_size=None, aux_layer_ids=None,
+                    mask_token_id=0, **kw) -> "PEagleConfig":
+        """A drafter shaped like the target (same hidden size, heads and rope)."""
+        from .taps import check_tap_layers, default_tap_layers
+
+        L = target_config.num_hidden_layers
+        taps = check_tap_layers(aux_layer_ids or default_tap_layers(L), L)
+        rope = getattr(target_config, "rope_parameters", None) or {}
+        theta = rope.get("rope_theta", getattr(target_config, "rope_theta", 10000.0))
+        return cls(
+            hidden_size=target_config.hidden_size,
+            num_attention_heads=target_config.num_attention_heads,
+            num_key_value_heads=getattr(target_config, "num_key_value_heads", target_config.num_attention_heads),
+            head_dim=getattr(target_config, "head_dim", None),
+            intermediate_size=target_config.intermediate_size,
+            vocab_size=target_config.vocab_size,
+            num_hidden_layers=num_hidden_layers,
+            draft_vocab_size=draft_vocab_size,
+            aux_hidden_state_layer_ids=taps,
+            mask_token_id=mask_token_id,
+            rms_norm_eps=target_config.rms_norm_eps,
+            rope_theta=theta,
+            max_position_embeddings=getattr(target_config, "max_position_embeddings", 8192),
+            **kw,
+        )
+
+    # ----- config.json (vLLM eagle3 layout + our fields under "peagle") -----
+    def to_json_dict(self) -> dict:
+        return {
+            "architectures": ["LlamaForCausalLMEagle3"],
+            "model_type": "llama",
+            "hidden_size": self.hidden_size,
+            "num_hidden_layers": self.num_hidden_layers,
+            "num_attention_heads": self.num_attention_heads,
+            "num_key_value_heads": self.num_key_value_heads,
+            "head_dim": self.head_dim,
+            "intermediate_size": self.intermediate_size,
+            "hidden_act": "silu",
+            "rms_norm_eps": self.rms_norm_eps,
+            "rope_theta": self.rope_theta,
+            "max_position_embeddings": self.max_position_embeddings,
+            "vocab_size": self.vocab_size,
+            "draft_vocab_size": self.draft_vocab_size,
+            "target_hidden_size": self.target_hidden_size,
+            "eagle_aux_hidden_state_layer_ids": list(self.aux_hidden_state_layer_ids),
+            "mask_token_id": self.mask_token_id,
+            "ptd_token_id": self.mask_token_id,
+            "tie_word_embeddings": False,
+            "peagle": {
+                "mode": self.mode,
+                "num_speculative_tokens": self.num_speculative_tokens,
+                "embed_shared_with_target": self.embed_shared_with_target,
+                "target": self.target,
+                **self.extra,
+            },
+        }
+
+    @classmethod
+    def from_json_dict(cls, d: dict) -> "PEagleConfig":
+        try:
+            p = dict(d.get("peagle", {}))
+            taps = d.get("eagle_aux_hidden_state_layer_ids") or (d.get("eagle_config") or {}).get(
+                "eagle_aux_hidden_state_layer_ids")
+            mask_id = d.get("mask_token_id", d.get("ptd_token_id", d.get("pard_token")))
+            if mask_id is None:
+                raise PeagleError("config.json has no mask token id (mask_token_id / ptd_token_id / pard_token). "
+                                  "Fix: add \"mask_token_id\": <id> to config.json.")
+            rope = d.get("rope_parameters") or {}
+            return cls(
+                hidden_size=d["hidden_size"],
+                num_attention_heads=d["num_attention_heads"],
+                num_key_value_heads=d.get("num_key_value_heads", d["num_attention_heads"]),
+                head_dim=d.get("head_dim"),
+                intermediate_size=d["intermediate_size"],
+                vocab_size=d["vocab_size"],
+                num_hidden_layers=d.get("num_hidden_layers", 1),
+                draft_vocab_size=d.get("draft_vocab_size"),
+                target_hidden_size=d.get("target_hidden_size"),
+                aux_hidden_state_layer_ids=tuple(taps) if taps else (2, 15, 27),
+                mask_token_id=mask_id,
+                rms_norm_eps=d.get("rms_norm_eps", 1e-5),
+                rope_theta=d.get("rope_theta", rope.get("rope_theta", 10000.0)),
+                max_position_embeddings=d.get("max_position_embeddings", 8192),
+                mode=p.pop("mode", "parallel"),
+                num_speculative_tokens=p.pop("num_speculative_tokens", 8),
+                embed_shared_with_target=p.pop("embed_shared_with_target", False),
+                target=p.pop("target", ""),
+                extra=p,
+            )
+        except KeyError as exc:
+            raise PeagleError(f"Drafter config.json lacks the field {exc}: not a P-EAGLE/EAGLE-3 head config.") from exc
+
+
+# --------------------------------------------------------------------------------------------- layers
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x):
+        dtype = x.dtype
+        x = x.float()
+        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x.to(dtype)
+
+
+def rope_cos_sin(positions: torch.Tensor, head_dim: int, theta: float, dtype):
+    """Llama (neox-style, rotate-half) rotary tables for integer positions of shape (B, T)."""
+    inv = 1.0 / (theta ** (torch.arange(0, head_dim, 2, device=positions.device, dtype=torch.float32) / head_dim))
+    freqs = positions.float()[..., None] * inv  # (B, T, hd/2)
+    emb = torch.cat([freqs, freqs], dim=-1)
+    return emb.cos().to(dtype)[:, None], emb.sin().to(dtype)[:, None]  # (B, 1, T, hd)
+
+
+def _rotate_half(x):
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat([-x2, x1], dim=-1)
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: PEagleConfig, in_dim: int):
+        super().__init__()
+        self.nh, self.nkv, self.hd = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
+        self.q_proj = nn.Linear(in_dim, self.nh * self.hd, bias=False)
+        self.k_proj = nn.Linear(in_dim, self.nkv * self.hd, bias=False)
+        self.v_proj = nn.Linear(in_dim, self.nkv * self.hd, bias=False)
+        self.o_proj = nn.Linear(self.nh * self.hd, cfg.hidden_size, bias=False)
+
+    def forward(self, x, cos, sin, mask, cache=None, layer=0):
+        B, T, _ = x.shape
+        q = self.q_proj(x).view(B, T, self.nh, self.hd).transpose(1, 2)
+        k = self.k_proj(x).view(B, T, self.nkv, self.hd).transpose(1, 2)
+        v = self.v_proj(x).view(B, T, self.nkv, self.hd).transpose(1, 2)
+        q = q * cos + _rotate_half(q) * sin
+        k = k * cos + _rotate_half(k) * sin
+        if cache is not None:
+            k, v = cache.update(layer, k, v)
+        if self.nkv != self.nh:
+            rep = self.nh // self.nkv
+            k = k.repeat_interleave(rep, dim=1)
+            v = v.repeat_interleave(rep, dim=1)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        return self.o_proj(out.transpose(1, 2).reshape(B, T, self.nh * self.hd))
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: PEagleConfig):
+        super().__init__()
+        self.gate_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+        self.up_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
+
+    def forward(self, x):
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class DecoderLayer(nn.Module):
+    """``first=True``: EAGLE-3's midlayer (2H attention input, hidden_norm); else a plain Llama layer."""
+
+    def __init__(self, cfg: PEagleConfig, first: bool):
+        super().__init__()
+        H = cfg.hidden_size
+        self.first = first
+        self.input_layernorm = RMSNorm(H, cfg.rms_norm_eps)
+        if first:
+            self.hidden_norm = RMSNorm(H, cfg.rms_norm_eps)
+        self.self_attn = Attention(cfg, 2 * H if first else H)
+        self.post_attention_layernorm = RMSNorm(H, cfg.rms_norm_eps)
+        self.mlp = MLP(cfg)
+
+    def forward(self, embeds, hidden, residual, cos, sin, mask, cache, layer):
+        if self.first:
+            residual = hidden
+            x = torch.cat([self.input_layernorm(embeds), self.hidden_norm(hidden)], dim=-1)
+        else:
+            residual = hidden + residual
+            x = self.input_layernorm(residual)
+        residual = self.self_attn(x, cos, sin, mask, cache, layer) + residual
+        hidden = self.mlp(self.post_attention_layernorm(residual))
+        return hidden, residual
+
+
+class DrafterCache:
+    """The drafter's own KV cache: per layer (B, n_kv, T, hd). Rollback = keep the first ``n`` positions."""
+
+    def __init__(self, num_layers: int):
+        self.k = [None] * num_layers
+        self.v = [None] * num_layers
+
+    def __len__(self):
+        return 0 if self.k[0] is None else self.k[0].shape[2]
+
+    def update(self, layer, k, v):
+        if self.k[layer] is not None:
+            k = torch.cat([self.k[layer], k], dim=2)
+            v = torch.cat([self.v[layer], v], dim=2)
+        self.k[layer], self.v[layer] = k, v
+        return k, v
+
+    def crop(self, n: int):
+        for i in range(len(self.k)):
+            if self.k[i] is not None:
+                self.k[i] = self.k[i][:, :, :n]
+                self.v[i] = self.v[i][:, :, :n]
+
+
+# --------------------------------------------------------------------------------------------- model
+class PEagleDrafter(nn.Module):
+    def __init__(self, cfg: PEagleConfig):
+        super().__init__()
+        self.config = cfg
+        H = cfg.hidden_size
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, H)
+        self.fc = nn.Linear(cfg.num_taps * cfg.target_hidden_size, H, bias=False)
+        self.mask_hidden = nn.Parameter(torch.zeros(1, 1, cfg.num_taps * cfg.target_hidden_size))
+        self.midlayer = DecoderLayer(cfg, first=True)
+        self.layers = nn.ModuleDict({str(i): DecoderLayer(cfg, first=False) for i in range(1, cfg.num_hidden_layers)})
+        self.norm = RMSNorm(H, cfg.rms_norm_eps)
+        self.lm_head = nn.Linear(H, cfg.draft_vocab_size, bias=False)
+        self.register_buffer("d2t", torch.zeros(cfg.draft_vocab_size, dtype=torch.long))
+        self.register_buffer("t2d", torch.ones(cfg.vocab_size, dtype=torch.bool)
+                             if cfg.draft_vocab_size == cfg.vocab_size else torch.zeros(cfg.vocab_size, dtype=torch.bool))
+        self._init_weights()
+
+    def _init_weights(self):
+        std = 0.02
+        for m in self.modules():
+            if isinstance(m, nn.Linear):
+                nn.init.normal_(m.weight, std=std)
+            elif isinstance(m, nn.Embedding):
+                nn.init.normal_(m.weight, std=std)
+        nn.init.normal_(self.mask_hidden, std=std)
+
+    # ---- construction helpers ----
+    @property
+    def decoder_layers(self):
+        return [self.midlayer] + [self.layers[str(i)] for i in range(1, self.config.num_hidden_layers)]
+
+    @torch.no_grad()
+    def init_from_target(self, target, draft_ids: torch.Tensor | None = None):
+        """Start from the target's embeddings, final norm and lm_head (rows of the draft vocabulary)."""
+        emb = target.get_input_embeddings().weight
+        self._check_target_dims(target.config)
+        self.embed_tokens.weight.copy_(emb)
+        self.norm.weight.copy_(target.model.norm.weight)
+        head = target.get_output_embeddings().weight
+        ids = draft_ids if draft_ids is not None else self.draft_to_target_ids()
+        self.lm_head.weight.copy_(head[ids.to(head.device)])
+        return self
+
+    def set_draft_vocab(self, draft_ids: torch.Tensor):
+        """``draft_ids``: sorted target ids kept in the draft vocabulary (length draft_vocab_size)."""
+        draft_ids = torch.as_tensor(draft_ids, dtype=torch.long)
+        if draft_ids.numel() != self.config.draft_vocab_size:
+            raise PeagleError(f"draft vocabulary has {draft_ids.numel()} ids, config says {self.config.draft_vocab_size}")
+        self.d2t.copy_(draft_ids - torch.arange(draft_ids.numel()))
+        self.t2d.zero_()
+        self.t2d[draft_ids] = True
+
+    def draft_to_target_ids(self) -> torch.Tensor:
+        return torch.arange(self.config.draft_vocab_size, device=self.d2t.device) + self.d2t
+
+    def _check_target_dims(self, tcfg):
+        c = self.config
+        problems = []
+        if tcfg.vocab_size != c.vocab_size:
+            problems.append(f"vocabulary {c.vocab_size} (head) vs {tcfg.vocab_size} (target)")
+        if tcfg.hidden_size != c.target_hidden_size:
+            problems.append(f"hidden size {c.target_hidden_size} (head) vs {tcfg.hidden_size} (target)")
+        bad_taps = [t for t in c.aux_hidden_state_layer_ids if not 0 <= t < tcfg.num_hidden_layers]
+        if bad_taps:
+            problems.append(f"tap layers {bad_taps} do not exist in a {tcfg.num_hidden_layers}-layer target")
+        if problems:
+            raise PeagleError(
+                "This drafter head does not fit the target: " + "; ".join(problems) +
+                ". Fix: use a head trained for this target (see notebook 03 / `peagle-lab train`).")
+
+    def check_compatible(self, target):
+        self._check_target_dims(target.config)
+
+    # ---- forward ----
+    def fuse(self, taps: torch.Tensor) -> torch.Tensor:
+        """(..., 3H) concatenated target taps -> (..., H)."""
+        return self.fc(taps)
+
+    def mask_slot_hidden(self) -> torch.Tensor:
+        """The shared hidden state of mask slots 2..K: fc(mask_hidden), shape (1, 1, H)."""
+        return self.fc(self.mask_hidden)
+
+    def forward(self, input_ids, hidden, positions, cache: DrafterCache | None = None, attn_mask=None,
+                input_embeds=None):
+        """input_ids (B,T); hidden (B,T,H) already fused; positions (B,T).
+
+        ``attn_mask``: bool (B or 1, 1, T, S) where True = may attend; default causal over cache + new slots.
+        Returns (draft-vocab logits (B,T,Vd), prenorm hidden (B,T,H)).
+        """
+        B, T = input_ids.shape
+        embeds = self.embed_tokens(input_ids) if input_embeds is None else input_embeds
+        cos, sin = rope_cos_sin(positions, self.config.head_dim, self.config.rope_theta, hidden.dtype)
+        if attn_mask is None:
+            past = len(cache) if cache is not None else 0
+            attn_mask = torch.ones(T, past + T, dtype=torch.bool, device=hidden.device).tril(diagonal=past)[None, None]
+        residual = None
+        h = hidden
+        for i, layer in enumerate(self.decoder_layers):
+            h, residual = layer(embeds, h, residual, cos, sin, attn_mask, cache, i)
+        prenorm = h + residual
+        return self.lm_head(self.norm(prenorm)), prenorm
+
+    def to_target_logits(self, draft_logits: torch.Tensor) -> torch.Tensor:
+        """Scatter draft-vocab logits into the target vocabulary (unmapped ids: -inf), like vLLM."""
+        if self.config.draft_vocab_size == self.config.vocab_size:
+            return draft_logits
+        out = draft_logits.new_full((*draft_logits.shape[:-1], self.config.vocab_size), float("-inf"))
+        out[..., self.draft_to_target_ids()] = draft_logits
+        return out
+
+    def new_cache(self) -> DrafterCache:
+        return DrafterCache(self.config.num_hidden_layers)
+
+    # ---- checkpoint ----
+    def export_state_dict(self) -> dict[str, torch.Tensor]:
+        """Weights under vLLM's eagle3 names (see CONVENTIONS.md)."""
+        sd = {k: v for k, v in self.state_dict().items()}
+        out = {}
+        for k, v in sd.items():
+            if k == "embed_tokens.weight" and self.config.embed_shared_with_target:
+                out["mask_embedding"] = v[self.config.mask_token_id].clone()
+                continue
+            if k == "t2d" or k == "d2t":
+                if self.config.draft_vocab_size == self.config.vocab_size:
+                    continue
+            out[k] = v
+        return out
+
+    def save_pretrained(self, path, dtype: torch.dtype | None = torch.bfloat16):
+        from safetensors.torch import save_file
+
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        tensors = {}
+        for k, v in self.export_state_dict().items():
+            v = v.detach().cpu()
+            if dtype is not None and v.is_floating_point():
+                v = v.to(dtype)
+            tensors[k] = v.contiguous()
+        cfg = self.config.to_json_dict()
+        cfg["torch_dtype"] = str(dtype or torch.float32).replace("torch.", "")
+        _atomic_write(path / WEIGHTS, lambda f: save_file(tensors, f, metadata={"format": "pt"}))
+        _atomic_write(path / CONFIG, lambda f: Path(f).write_text(json.dumps(cfg, indent=2)))
+        return path
+
+    @classmethod
+    def from_pretrained(cls, path, target=None, device=None, dtype=torch.float32) -> "PEagleDrafter":
+        """Load a head directory. ``target`` (the HF model) is needed when embeddings are shared with it."""
+        from safetensors import SafetensorError
+        from safetensors.torch import load_file
+
+        path = Path(path)
+        if not (path / CONFIG).exists() or not (path / WEIGHTS).exists():
+            raise PeagleError(f"{path} is not a drafter checkpoint: it needs {CONFIG} and {WEIGHTS}. "
+                              "Fix: point at a directory written by PEagleDrafter.save_pretrained / `peagle-lab train`.")
+        try:
+            cfg = PEagleConfig.from_json_dict(json.loads((path / CONFIG).read_text()))
+        except json.JSONDecodeError as exc:
+            raise PeagleError(f"{path / CONFIG} is not valid JSON ({exc}): the checkpoint is corrupt.") from exc
+        try:
+            sd = load_file(str(path / WEIGHTS))
+        except (SafetensorError, OSError, ValueError) as exc:
+            raise PeagleError(f"{path / WEIGHTS} cannot be read ({exc}): the checkpoint is corrupt or truncated. "
+                              "Fix: re-export or retrain the head.") from exc
+        model = cls(cfg)
+        if target is not None:
+            model.check_compatible(target)
+        expected = model.state_dict()
+        if "mask_embedding" in sd:
+            if target is None:
+                raise PeagleError(f"{path} shares token embeddings with its target: pass target=... to load it.")
+            emb = target.get_input_embeddings().weight.detach().cpu().float().clone()
+            emb[cfg.mask_token_id] = sd.pop("mask_embedding").float()
+            sd["embed_tokens.weight"] = emb
+        if "d2t" not in sd and cfg.draft_vocab_size == cfg.vocab_size:
+            sd["d2t"] = expected["d2t"]
+            sd["t2d"] = expected["t2d"]
+        sd.setdefault("t2d", _t2d_from_d2t(sd.get("d2t"), cfg) if "d2t" in sd else expected["t2d"])
+        missing = sorted(set(expected) - set(sd))
+        unexpected = sorted(set(sd) - set(expected))
+        wrong = sorted(k for k in set(expected) & set(sd) if tuple(sd[k].shape) != tuple(expected[k].shape))
+        if missing or unexpected or wrong:
+            detail = []
+            if missing:
+                detail.append(f"missing tensors {missing}")
+            if unexpected:
+                detail.append(f"unexpected tensors {unexpected}")
+            if wrong:
+                detail.append("misshaped tensors " + ", ".join(
+                    f"{k}: {tuple(sd[k].shape)} (expected {tuple(expected[k].shape)})" for k in wrong))
+            raise PeagleError(f"Checkpoint {path} does not match its config: " + "; ".join(detail) +
+                              ". Fix: the config.json and model.safetensors come from different heads, or the file"
+                              " is damaged; re-save the head.")
+        model.load_state_dict({k: v.to(expected[k].dtype) for k, v in sd.items()})
+        return model.to(device=device, dtype=dtype).eval() if device else model.to(dtype=dtype).eval()
+
+
+def _t2d_from_d2t(d2t, cfg):
+    t2d = torch.zeros(cfg.vocab_size, dtype=torch.bool)
+    t2d[torch.arange(cfg.draft_vocab_size) + d2t] = True
+    return t2d
+
+
+def _atomic_write(final: Path, write):
+    """Write via a temp file in the same directory, then rename: readers never see a partial file."""
+    fd, tmp = tempfile.mkstemp(dir=final.parent, prefix=f".{final.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        write(tmp)
+        os.replace(tmp, final)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def check_k(k: int, cfg: PEagleConfig, limit: int = 64) -> int:
+    """Validate K: an int in [1, limit]; warn when above what the head was trained for."""
+    if not isinstance(k, int) or isinstance(k, bool) or k < 1:
+        raise PeagleError(f"num_speculative_tokens K must be an integer >= 1, got {k!r}. Fix: use K in 1..{limit}.")
+    if k > limit:
+        raise PeagleError(f"K={k} is out of range (max {limit}).")
+    if k > cfg.num_speculative_tokens:
+        warnings.warn(f"K={k} exceeds the K={cfg.num_speculative_tokens} this head was trained for: deeper slots "
+                      "were never trained and will rarely be accepted (output stays lossless).", stacklevel=3)
+    return k

@@ -1,0 +1,64 @@
+"""``peagle-lab generate``: one chat prompt through the speculative loop, with statistics and ``--check``."""
+
+from __future__ import annotations
+
+import json
+import warnings
+
+
+def register_cli(sub):
+    p = sub.add_parser("generate", help="generate with a P-EAGLE / EAGLE-3 head and print statistics")
+    p.add_argument("prompt", help="user message (the target's chat template is applied)")
+    p.add_argument("--head", default="parallel",
+                   help="head directory, or 'parallel' / 'sequential' for the shipped heads (default: parallel)")
+    p.add_argument("--target", default=None, help="HF id or local path (default: $PEAGLE_TARGET or embedded)")
+    p.add_argument("-k", "--num-speculative-tokens", type=int, default=None, dest="k",
+                   help="K drafts per round (default: what the head was trained for)")
+    p.add_argument("--mode", choices=["parallel", "sequential"], default=None,
+                   help="drafting mode (default: the head's own)")
+    p.add_argument("--temperature", type=float, default=0.0)
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--max-new-tokens", type=int, default=128)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", default=None)
+    p.add_argument("--check", action="store_true", help="also run plain greedy and compare token for token")
+    p.add_argument("--json", action="store_true", help="print statistics as JSON only")
+    p.set_defaults(func=run)
+
+
+def run(args):
+    import torch
+
+    from .heads import load_head
+    from .models import load_target
+    from .prompts import chat_ids
+    from .speculative import HeadDrafter, Sampling, TargetRunner, plain_generate, speculative_generate
+
+    model, tok = load_target(args.target, device=args.device)
+    head = load_head(args.head, model)
+    k = args.k or head.config.num_speculative_tokens
+    runner = TargetRunner(model, head.config.aux_hidden_state_layer_ids)
+    prompt = chat_ids(tok, args.prompt)
+    sampling = Sampling(args.temperature, args.top_p)
+    gen = torch.Generator().manual_seed(args.seed)
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        res = speculative_generate(runner, HeadDrafter(head, args.mode), prompt, k, args.max_new_tokens,
+                                   eos_ids=tok.eos_token_id, sampling=sampling, gen=gen)
+    report = {"mode": args.mode or head.config.mode, "tokens_per_s": round(res.tokens_per_s, 2),
+              "seconds": round(res.seconds, 3), **res.stats.as_dict()}
+    if args.check:
+        if not sampling.greedy:
+            print("--check compares greedy outputs: ignored with temperature > 0")
+        else:
+            base = plain_generate(runner, prompt, args.max_new_tokens, eos_ids=tok.eos_token_id)
+            report["identical_to_plain_greedy"] = base.tokens == res.tokens
+            report["plain_tokens_per_s"] = round(base.tokens_per_s, 2)
+            report["speedup_vs_plain"] = round(base.seconds / res.seconds, 3)
+    if not args.json:
+        print(tok.decode(res.tokens, skip_special_tokens=True))
+        print("-" * 60)
+    print(json.dumps(report, indent=None if args.json else 2))
+    if args.check and sampling.greedy and not report["identical_to_plain_greedy"]:
+        return 1
+    return 0

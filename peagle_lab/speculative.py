@@ -1,0 +1,429 @@
+"""The speculative decoding loop: draft K -> verify in one target pass -> accept -> roll back caches.
+
+Read it top to bottom:
+
+* ``TargetRunner`` owns the target model and its KV cache (``forward`` appends, ``crop`` rolls back);
+* a *draft source* proposes K tokens given the newly committed context (``HeadDrafter`` in parallel or
+  sequential mode, ``OracleDrafter`` and ``RandomDrafter`` as test doubles);
+* ``accept_greedy`` / ``accept_sampling`` decide how many drafts survive (+1 token from the target);
+* ``speculative_generate`` strings them together; ``plain_generate`` is the baseline on the same call path.
+
+Cache contract (EAGLE shift): drafter slot ``t`` holds token ``x[t+1]`` and the target's taps at ``t``, at
+RoPE position ``t``. Each round the drafter first receives the newly committed slots, then drafts.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from .drafter import PEagleDrafter, check_k
+from .errors import PeagleError
+from .taps import check_tap_layers, default_tap_layers, target_forward
+
+
+# ------------------------------------------------------------------------------------------ timing
+class Timer:
+    """Accumulates wall time per phase; synchronises CUDA so GPU work is counted where it happens."""
+
+    def __init__(self, device):
+        self.cuda = torch.device(device).type == "cuda"
+        self.totals: dict[str, float] = {}
+
+    def __call__(self, name):
+        return _Phase(self, name)
+
+
+class _Phase:
+    def __init__(self, timer, name):
+        self.timer, self.name = timer, name
+
+    def __enter__(self):
+        if self.timer.cuda:
+            torch.cuda.synchronize()
+        self.t0 = time.perf_counter()
+
+    def __exit__(self, *exc):
+        if self.timer.cuda:
+            torch.cuda.synchronize()
+        self.timer.totals[self.name] = self.timer.totals.get(self.name, 0.0) + time.perf_counter() - self.t0
+
+
+# ------------------------------------------------------------------------------------------ sampling
+@dataclass
+class Sampling:
+    temperature: float = 0.0  # 0 = greedy
+    top_p: float = 1.0
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature <= 0.0
+
+    def probs(self, logits: torch.Tensor) -> torch.Tensor:
+        """Temperature + nucleus (top-p) filtering, in float32."""
+        probs = torch.softmax(logits.float() / self.temperature, dim=-1)
+        if self.top_p < 1.0:
+            sorted_p, idx = probs.sort(dim=-1, descending=True)
+            cum = sorted_p.cumsum(-1)
+            drop = cum - sorted_p > self.top_p  # keep the smallest set whose mass reaches top_p
+            sorted_p = sorted_p.masked_fill(drop, 0.0)
+            probs = torch.zeros_like(probs).scatter(-1, idx, sorted_p)
+            probs = probs / probs.sum(-1, keepdim=True)
+        return probs
+
+
+def _sample(probs: torch.Tensor, gen: torch.Generator | None) -> torch.Tensor:
+    return torch.multinomial(probs, 1, generator=gen).squeeze(-1)
+
+
+# ------------------------------------------------------------------------------------------ target
+class TargetRunner:
+    """The target model with its own KV cache. ``forward`` appends tokens; ``crop(n)`` keeps n positions."""
+
+    def __init__(self, model, tap_layers=None):
+        self.model = model
+        L = model.config.num_hidden_layers
+        self.tap_layers = check_tap_layers(tap_layers or default_tap_layers(L), L)
+        self.device = next(model.parameters()).device
+        self.reset()
+
+    def reset(self):
+        from transformers import DynamicCache
+
+        self.cache = DynamicCache(config=self.model.config)
+        self.length = 0
+
+    @torch.no_grad()
+    def forward(self, ids, need_taps: bool = True):
+        """ids: 1-D list/tensor of new tokens. Returns (logits (T,V), taps (T,3H) or None)."""
+        ids = torch.as_tensor(ids, dtype=torch.long, device=self.device).view(1, -1)
+        T = ids.shape[1]
+        pos = torch.arange(self.length, self.length + T, device=self.device)[None]
+        if need_taps:
+            out = target_forward(self.model, ids, self.tap_layers, past_key_values=self.cache, position_ids=pos)
+            logits, taps, cache = out.logits, out.taps, out.past_key_values
+        else:
+            out = self.model(input_ids=ids, past_key_values=self.cache, position_ids=pos, use_cache=True)
+            logits, taps, cache = out.logits, None, out.past_key_values
+        self.cache = cache
+        self.length += T
+        return logits[0], (taps[0] if taps is not None else None)
+
+    def crop(self, n: int):
+        """Roll back to the first ``n`` positions (transformers >= 5: a negative count removes tokens)."""
+        remove = self.length - n
+        if remove > 0:
+            self.cache.crop(-remove)
+            self.length = n
+
+
+# ------------------------------------------------------------------------------------------ draft sources
+class DraftSource:
+    """Interface: ``reset()``, then per round ``propose(ctx_tokens, ctx_taps, start_pos, k, sampling, gen)``.
+
+    ``ctx_tokens[i]``/``ctx_taps[i]`` are the newly committed slots at positions ``start_pos + i`` (token
+    ``x[t+1]`` with target taps at ``t``). Returns ``(draft_ids (k,), draft_probs (k, V) or None)`` with
+    probabilities over the TARGET vocabulary when sampling.
+    """
+
+    name = "draft"
+    passes_per_round = 1
+
+    def reset(self):
+        pass
+
+    def propose(self, ctx_tokens, ctx_taps, start_pos, k, sampling, gen):  # pragma: no cover - interface
+        raise NotImplementedError
+
+
+class HeadDrafter(DraftSource):
+    """A trained (or untrained) P-EAGLE / EAGLE-3 head, used in ``parallel`` or ``sequential`` mode."""
+
+    def __init__(self, head: PEagleDrafter, mode: str | None = None):
+        self.head = head
+        self.mode = mode or head.config.mode
+        if self.mode not in ("parallel", "sequential"):
+            raise PeagleError(f"mode must be 'parallel' or 'sequential', got {self.mode!r}")
+        self.name = f"{self.mode}"
+        self.device = next(head.parameters()).device
+        self.dtype = next(head.parameters()).dtype
+        self.reset()
+
+    def reset(self):
+        self.cache = self.head.new_cache()
+
+    def _pick(self, logits, sampling, gen):
+        """Draft-vocab logits (n, Vd) -> target ids (n,), target-vocab probs (n, V) or None."""
+        full = self.head.to_target_logits(logits.float())
+        if sampling.greedy:
+            return full.argmax(-1), None
+        probs = sampling.probs(full)
+        return _sample(probs, gen), probs
+
+    @torch.no_grad()
+    def propose(self, ctx_tokens, ctx_taps, start_pos, k, sampling, gen):
+        head = self.head
+        check_k(k, head.config)
+        self.cache.crop(start_pos)  # drop last round's speculative slots
+        n = len(ctx_tokens)
+        tokens = torch.as_tensor(ctx_tokens, dtype=torch.long, device=self.device).view(1, n)
+        hidden = head.fuse(ctx_taps.to(self.device, self.dtype).view(1, n, -1))
+        if self.mode == "parallel":
+            mask_id = head.config.mask_token_id
+            tokens = torch.cat([tokens, tokens.new_full((1, k - 1), mask_id)], dim=1)
+            hidden = torch.cat([hidden, head.mask_slot_hidden().to(hidden.dtype).expand(1, k - 1, -1)], dim=1)
+            pos = torch.arange(start_pos, start_pos + n + k - 1, device=self.device)[None]
+            logits, _ = head(tokens, hidden, pos, cache=self.cache)
+            return self._pick(logits[0, n - 1:], sampling, gen)
+        # sequential (EAGLE-3): K passes, each feeding back the drafted token and its prenorm state
+        pos = torch.arange(start_pos, start_pos + n, device=self.device)[None]
+        logits, prenorm = head(tokens, hidden, pos, cache=self.cache)
+        ids, probs = [], []
+        tok, p = self._pick(logits[0, -1:], sampling, gen)
+        for j in range(1, k + 1):
+            ids.append(tok)
+            probs.append(p)
+            if j == k:
+                break
+            step_pos = torch.tensor([[start_pos + n - 1 + j]], device=self.device)
+            logits, prenorm = head(tok.view(1, 1), prenorm[:, -1:], step_pos, cache=self.cache)
+            tok, p = self._pick(logits[0], sampling, gen)
+        return torch.cat(ids), (None if sampling.greedy else torch.cat(probs))
+
+    @property
+    def passes_per_round(self):
+        return 1 if self.mode == "parallel" else None  # sequential: K passes
+
+
+class OracleDrafter(DraftSource):
+    """Proposes the reference continuation (e.g. plain greedy output): every draft is accepted."""
+
+    name = "oracle"
+
+    def __init__(self, reference_ids, vocab_size: int):
+        self.ref = list(reference_ids)
+        self.vocab_size = vocab_size
+
+    def propose(self, ctx_tokens, ctx_taps, start_pos, k, sampling, gen):
+        first = start_pos + len(ctx_tokens) + 1  # sequence index of draft token 1
+        ids = self.ref[first:first + k]
+        ids = ids + [0] * (k - len(ids))
+        ids = torch.tensor(ids, dtype=torch.long)
+        probs = None if sampling.greedy else torch.nn.functional.one_hot(ids, self.vocab_size).float()
+        return ids, probs
+
+
+class RandomDrafter(DraftSource):
+    """Uniformly random drafts: almost never accepted, so the loop's rejection path runs every round."""
+
+    name = "random"
+
+    def __init__(self, vocab_size: int, seed: int = 0):
+        self.vocab_size = vocab_size
+        self.gen = torch.Generator().manual_seed(seed)
+
+    def propose(self, ctx_tokens, ctx_taps, start_pos, k, sampling, gen):
+        ids = torch.randint(0, self.vocab_size, (k,), generator=self.gen)
+        probs = None if sampling.greedy else torch.full((k, self.vocab_size), 1.0 / self.vocab_size)
+        return ids, probs
+
+
+# ------------------------------------------------------------------------------------------ acceptance
+def accept_greedy(drafts: torch.Tensor, target_logits: torch.Tensor):
+    """Longest prefix of drafts equal to the target's argmax, plus the target's own next token."""
+    pred = target_logits.argmax(-1).cpu()  # (k+1,)
+    drafts = drafts.cpu()
+    match = (drafts == pred[:-1]).int()
+    a = int(match.cumprod(0).sum())
+    return a, int(pred[a])
+
+
+def accept_sampling(drafts, draft_probs, target_logits, sampling: Sampling, gen):
+    """Speculative sampling (Leviathan et al.; Chen et al.): output is distributed exactly as the target's.
+
+    Accept draft j with probability min(1, p_j(d)/q_j(d)); at the first rejection sample from
+    normalise(max(p_j - q_j, 0)); if all K are accepted, sample the bonus token from p_{K+1}.
+    """
+    p = sampling.probs(target_logits).cpu()
+    q = draft_probs.cpu().float()
+    drafts = drafts.cpu()
+    k = drafts.shape[0]
+    for j in range(k):
+        d = int(drafts[j])
+        pd, qd = float(p[j, d]), float(q[j, d])
+        u = float(torch.rand((), generator=gen))
+        if qd > 0 and u < min(1.0, pd / qd):
+            continue
+        residual = (p[j] - q[j]).clamp_min(0)
+        if float(residual.sum()) <= 0:  # p == q: any sample from p is right
+            residual = p[j]
+        return j, int(_sample(residual / residual.sum(), gen))
+    return k, int(_sample(p[k], gen))
+
+
+# ------------------------------------------------------------------------------------------ statistics
+@dataclass
+class SpecStats:
+    k: int
+    rounds: int = 0
+    accepted: list = field(default_factory=list)  # accepted drafts per round
+    attempted_at: list = field(default_factory=list)  # per position j: rounds that reached slot j
+    accepted_at: list = field(default_factory=list)  # per position j: rounds that accepted slot j
+    target_forwards: int = 0
+    drafter_passes: int = 0
+    new_tokens: int = 0
+    times: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        self.attempted_at = [0] * self.k
+        self.accepted_at = [0] * self.k
+
+    def add_round(self, a: int, k: int):
+        self.rounds += 1
+        self.accepted.append(a)
+        for j in range(min(a + 1, k)):
+            self.attempted_at[j] += 1
+        for j in range(a):
+            self.accepted_at[j] += 1
+
+    @property
+    def acceptance_length(self) -> float:
+        """Mean accepted drafts per round + 1 (the bonus token), as vLLM and EAGLE report it."""
+        return 1.0 + sum(self.accepted) / max(self.rounds, 1)
+
+    @property
+    def per_position_acceptance(self) -> list[float]:
+        """P(slot j accepted | slots < j accepted), j = 1..K."""
+        return [acc / att if att else float("nan") for acc, att in zip(self.accepted_at, self.attempted_at)]
+
+    def as_dict(self) -> dict:
+        total = sum(self.times.values())
+        return {
+            "k": self.k,
+            "rounds": self.rounds,
+            "new_tokens": self.new_tokens,
+            "acceptance_length": round(self.acceptance_length, 4),
+            "per_position_acceptance": [round(x, 4) for x in self.per_position_acceptance],
+            "target_forwards": self.target_forwards,
+            "drafter_passes": self.drafter_passes,
+            "time_s": {k: round(v, 5) for k, v in self.times.items()} | {"total": round(total, 5)},
+        }
+
+
+@dataclass
+class GenerationResult:
+    tokens: list  # generated ids (prompt excluded)
+    stats: SpecStats | None
+    seconds: float
+
+    @property
+    def tokens_per_s(self) -> float:
+        return len(self.tokens) / self.seconds if self.seconds > 0 else float("nan")
+
+
+# ------------------------------------------------------------------------------------------ the loops
+def _eos_set(eos_ids):
+    if eos_ids is None:
+        return set()
+    return {int(eos_ids)} if isinstance(eos_ids, int) else {int(e) for e in eos_ids}
+
+
+def _finish(tokens, eos, max_new):
+    tokens = tokens[:max_new]
+    for i, t in enumerate(tokens):
+        if t in eos:
+            return tokens[: i + 1], True
+    return tokens, len(tokens) >= max_new
+
+
+@torch.no_grad()
+def plain_generate(runner: TargetRunner, prompt_ids, max_new_tokens: int, eos_ids=None,
+                   sampling: Sampling | None = None, gen=None) -> GenerationResult:
+    """Baseline: KV-cached decoding one token per target forward, through the same call path."""
+    sampling = sampling or Sampling()
+    eos = _eos_set(eos_ids)
+    timer = Timer(runner.device)
+    runner.reset()
+    t0 = time.perf_counter()
+    with timer("prefill"):
+        logits, _ = runner.forward(prompt_ids, need_taps=False)
+    out = []
+    while True:
+        last = logits[-1]
+        tok = int(last.argmax()) if sampling.greedy else int(_sample(sampling.probs(last), gen))
+        out.append(tok)
+        out, done = _finish(out, eos, max_new_tokens)
+        if done:
+            break
+        with timer("decode"):
+            logits, _ = runner.forward([tok], need_taps=False)
+    if timer.cuda:
+        torch.cuda.synchronize()
+    stats = SpecStats(k=0)
+    stats.times = timer.totals
+    stats.new_tokens = len(out)
+    stats.target_forwards = len(out)
+    return GenerationResult(out, stats, time.perf_counter() - t0)
+
+
+@torch.no_grad()
+def speculative_generate(runner: TargetRunner, drafter: DraftSource, prompt_ids, k: int, max_new_tokens: int,
+                         eos_ids=None, sampling: Sampling | None = None, gen=None, on_round=None) -> GenerationResult:
+    """Speculative decoding with ``drafter``; greedy output equals ``plain_generate``'s, token for token.
+
+    ``on_round(new_tokens, num_accepted)`` is called after every verification (for live displays).
+    """
+    if not isinstance(k, int) or isinstance(k, bool) or k < 1:
+        raise PeagleError(f"K must be an integer >= 1, got {k!r}. Fix: pass k in 1..{64}.")
+    if isinstance(drafter, HeadDrafter):
+        drafter.head.check_compatible(runner.model)
+        if tuple(drafter.head.config.aux_hidden_state_layer_ids) != tuple(runner.tap_layers):
+            raise PeagleError(
+                f"The head was trained on taps {drafter.head.config.aux_hidden_state_layer_ids} but the runner taps "
+                f"{runner.tap_layers}. Fix: TargetRunner(model, tap_layers=head.config.aux_hidden_state_layer_ids).")
+    sampling = sampling or Sampling()
+    eos = _eos_set(eos_ids)
+    prompt = [int(t) for t in (prompt_ids.tolist() if torch.is_tensor(prompt_ids) else prompt_ids)]
+    if not prompt:
+        raise PeagleError("The prompt is empty: speculative decoding needs at least one token.")
+    timer = Timer(runner.device)
+    stats = SpecStats(k=k)
+    runner.reset()
+    drafter.reset()
+    t0 = time.perf_counter()
+
+    with timer("prefill"):
+        logits, taps = runner.forward(prompt)
+    first = int(logits[-1].argmax()) if sampling.greedy else int(_sample(sampling.probs(logits[-1]), gen))
+    stats.target_forwards += 1
+    out, done = _finish([first], eos, max_new_tokens)
+    # the drafter's first slots: (x[t+1], taps[t]) for every prompt position t
+    ctx_tokens, ctx_taps, ctx_start = prompt[1:] + [first], taps, 0
+    while not done:
+        k_round = min(k, max_new_tokens - len(out))
+        with timer("draft"):
+            drafts, q = drafter.propose(ctx_tokens, ctx_taps, ctx_start, k_round, sampling, gen)
+        stats.drafter_passes += 1 if getattr(drafter, "mode", "parallel") == "parallel" else k_round
+        last_pos = runner.length  # position of out[-1], not yet seen by the target
+        with timer("verify"):
+            logits, taps = runner.forward([out[-1]] + drafts.tolist())
+        stats.target_forwards += 1
+        with timer("accept"):
+            if sampling.greedy:
+                a, bonus = accept_greedy(drafts, logits)
+            else:
+                a, bonus = accept_sampling(drafts, q, logits, sampling, gen)
+            new = drafts[:a].tolist() + [bonus]
+            runner.crop(last_pos + a + 1)  # keep out[-1] and the accepted drafts; the bonus is not seen yet
+        stats.add_round(a, k_round)
+        if on_round is not None:
+            on_round(new, a)
+        out, done = _finish(out + new, eos, max_new_tokens)
+        ctx_tokens, ctx_taps, ctx_start = new, taps[: a + 1], last_pos
+    if timer.cuda:
+        torch.cuda.synchronize()
+    stats.times = timer.totals
+    stats.new_tokens = len(out)
+    return GenerationResult(out, stats, time.perf_counter() - t0)

@@ -1,0 +1,60 @@
+"""EAGLE-3 hidden-state taps on a Hugging Face decoder.
+
+Convention (vLLM's): tap id ``i`` is the residual stream ENTERING decoder layer ``i``. In transformers'
+``output_hidden_states`` tuple, ``hidden_states[0]`` is the embedding output and ``hidden_states[i]`` is the
+output of layer ``i-1`` = the input of layer ``i``; so tap ``i`` is simply ``hidden_states[i]`` for
+``0 <= i < num_layers``. (``hidden_states[num_layers]`` is post-final-norm in transformers, so it is not a
+valid tap.) vLLM's default taps for an L-layer target are ``(2, L // 2, L - 3)``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .errors import PeagleError
+
+
+def default_tap_layers(num_layers: int) -> tuple[int, int, int]:
+    """vLLM's EAGLE-3 default: residual stream entering layers 2, L//2 and L-3."""
+    if num_layers < 4:
+        # Tiny test models: keep three distinct, valid taps.
+        return (0, max(num_layers // 2, 0), num_layers - 1)
+    return (2, num_layers // 2, num_layers - 3)
+
+
+def check_tap_layers(tap_layers, num_layers: int) -> tuple[int, ...]:
+    taps = tuple(int(t) for t in tap_layers)
+    bad = [t for t in taps if not 0 <= t < num_layers]
+    if bad:
+        raise PeagleError(
+            f"Tap layer ids {bad} are out of range for a target with {num_layers} layers: a tap id i means the "
+            f"residual stream entering layer i, so it must be in [0, {num_layers - 1}]. Fix: choose ids in range, "
+            f"e.g. the default {default_tap_layers(num_layers)}."
+        )
+    return taps
+
+
+@dataclass
+class TargetOutput:
+    logits: torch.Tensor  # (B, T, V) next-token logits
+    taps: torch.Tensor  # (B, T, n_taps * H): the tapped states, concatenated in tap order
+    last_hidden: torch.Tensor  # (B, T, H): post-norm last hidden state (what lm_head reads)
+    past_key_values: object = None
+
+
+def target_forward(model, input_ids, tap_layers, past_key_values=None, position_ids=None,
+                   attention_mask=None, use_cache: bool = True) -> TargetOutput:
+    """One target forward returning logits, the concatenated taps and the cache."""
+    out = model(
+        input_ids=input_ids,
+        past_key_values=past_key_values,
+        position_ids=position_ids,
+        attention_mask=attention_mask,
+        use_cache=use_cache,
+        output_hidden_states=True,
+    )
+    hs = out.hidden_states
+    taps = torch.cat([hs[i] for i in tap_layers], dim=-1)
+    return TargetOutput(out.logits, taps, hs[-1], out.past_key_values)

@@ -1,0 +1,175 @@
+"""The drafter module: vLLM-layout checkpoints, cache consistency, one-pass parallel drafting, bad input."""
+
+import json
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from peagle_lab.drafter import PEagleConfig, PEagleDrafter, check_k
+from peagle_lab.errors import PeagleError
+from peagle_lab.speculative import HeadDrafter, Sampling
+
+
+def make_head(target, layers=2, draft_vocab=None, mode="parallel", seed=0, shared=False):
+    torch.manual_seed(seed)
+    cfg = PEagleConfig.from_target(target.config, num_hidden_layers=layers, draft_vocab_size=draft_vocab,
+                                   mask_token_id=3, mode=mode, embed_shared_with_target=shared)
+    head = PEagleDrafter(cfg).eval()
+    if draft_vocab:
+        head.set_draft_vocab(torch.arange(target.config.vocab_size)[-draft_vocab:])
+    return head
+
+
+def test_incremental_cache_equals_one_full_forward(tiny_llama):
+    target = tiny_llama()
+    head = make_head(target)
+    T, H = 11, target.config.hidden_size
+    ids = torch.randint(0, 96, (1, T))
+    hidden = torch.randn(1, T, H)
+    pos = torch.arange(T)[None]
+    full, full_pre = head(ids, hidden, pos)
+    cache = head.new_cache()
+    parts = []
+    for a, b in [(0, 4), (4, 5), (5, 11)]:
+        logits, _ = head(ids[:, a:b], hidden[:, a:b], pos[:, a:b], cache=cache)
+        parts.append(logits)
+    torch.testing.assert_close(torch.cat(parts, 1), full, rtol=1e-5, atol=1e-5)
+    cache.crop(5)
+    again, _ = head(ids[:, 5:], hidden[:, 5:], pos[:, 5:], cache=cache)
+    torch.testing.assert_close(again, full[:, 5:], rtol=1e-5, atol=1e-5)
+
+
+def test_parallel_draft_is_one_pass_over_context_and_mask_slots(tiny_llama):
+    """Slot 1 = [emb(last token), h_context]; slots 2..K = mask embedding + fc(mask_hidden), positions start+j."""
+    target = tiny_llama()
+    head = make_head(target)
+    n, k = 6, 5
+    toks = torch.randint(3, 96, (n,))
+    taps = torch.randn(n, 3 * target.config.hidden_size)
+    drafts, _ = HeadDrafter(head, "parallel").propose(toks.tolist(), taps, 0, k, Sampling(), None)
+    mask = head.config.mask_token_id
+    ids = torch.cat([toks, torch.full((k - 1,), mask)])[None]
+    hidden = torch.cat([head.fuse(taps), head.fc(head.mask_hidden)[0].expand(k - 1, -1)])[None]
+    logits, _ = head(ids, hidden, torch.arange(n + k - 1)[None])
+    assert drafts.tolist() == logits[0, n - 1:].argmax(-1).tolist()
+
+
+def test_sequential_draft_feeds_back_token_and_prenorm(tiny_llama):
+    target = tiny_llama()
+    head = make_head(target, mode="sequential")
+    n, k = 4, 3
+    toks = torch.randint(3, 96, (n,))
+    taps = torch.randn(n, 3 * target.config.hidden_size)
+    drafts, _ = HeadDrafter(head).propose(toks.tolist(), taps, 0, k, Sampling(), None)
+    ids, hidden = toks[None], head.fuse(taps)[None]
+    expect = []
+    for j in range(k):  # no cache: recompute the whole chain every step
+        logits, pre = head(ids, hidden, torch.arange(ids.shape[1])[None])
+        tok = logits[0, -1].argmax()
+        expect.append(int(tok))
+        ids = torch.cat([ids, tok.view(1, 1)], 1)
+        hidden = torch.cat([hidden, pre[:, -1:]], 1)
+    assert drafts.tolist() == expect
+
+
+def test_checkpoint_uses_vllm_eagle3_names_and_round_trips(tiny_llama, tmp_path):
+    target = tiny_llama()
+    head = make_head(target, layers=3, draft_vocab=32)
+    head.save_pretrained(tmp_path, dtype=None)
+    sd = load_file(str(tmp_path / "model.safetensors"))
+    H = target.config.hidden_size
+    assert sd["mask_hidden"].shape == (1, 1, 3 * H)  # mask_hidden is stored BEFORE fc
+    assert sd["fc.weight"].shape == (H, 3 * H)
+    assert sd["midlayer.self_attn.q_proj.weight"].shape[1] == 2 * H
+    assert sd["layers.2.self_attn.q_proj.weight"].shape[1] == H
+    assert "midlayer.hidden_norm.weight" in sd and "layers.1.mlp.gate_proj.weight" in sd
+    assert sd["lm_head.weight"].shape == (32, H) and sd["d2t"].dtype == torch.int64
+    assert "embed_tokens.weight" in sd
+    cfg = json.loads((tmp_path / "config.json").read_text())
+    assert cfg["architectures"] == ["LlamaForCausalLMEagle3"]
+    assert cfg["mask_token_id"] == cfg["ptd_token_id"] == 3
+    assert cfg["draft_vocab_size"] == 32 and cfg["target_hidden_size"] == H
+    loaded = PEagleDrafter.from_pretrained(tmp_path, target=target)
+    for k, v in head.state_dict().items():
+        torch.testing.assert_close(loaded.state_dict()[k], v)
+
+
+def test_shared_embedding_checkpoint_stores_only_the_mask_row(tiny_llama, tmp_path):
+    target = tiny_llama()
+    head = make_head(target, shared=True)
+    head.embed_tokens.weight.data.copy_(target.get_input_embeddings().weight)
+    head.embed_tokens.weight.data[3] = 7.0
+    head.save_pretrained(tmp_path, dtype=None)
+    sd = load_file(str(tmp_path / "model.safetensors"))
+    assert "embed_tokens.weight" not in sd and sd["mask_embedding"].shape == (target.config.hidden_size,)
+    with pytest.raises(PeagleError, match="target="):
+        PEagleDrafter.from_pretrained(tmp_path)
+    loaded = PEagleDrafter.from_pretrained(tmp_path, target=target)
+    torch.testing.assert_close(loaded.embed_tokens.weight, head.embed_tokens.weight)
+
+
+def test_full_vocabulary_head_works_without_d2t(tiny_llama, tmp_path):
+    target = tiny_llama()
+    head = make_head(target, draft_vocab=None)
+    head.save_pretrained(tmp_path)
+    assert "d2t" not in load_file(str(tmp_path / "model.safetensors"))
+    loaded = PEagleDrafter.from_pretrained(tmp_path, target=target)
+    assert loaded.config.draft_vocab_size == target.config.vocab_size
+
+
+def test_head_for_another_vocabulary_or_hidden_size_is_refused(tiny_llama, tmp_path):
+    target = tiny_llama()
+    other_vocab = tiny_llama(vocab=128)
+    other_hidden = tiny_llama(hidden=48)
+    make_head(other_vocab).save_pretrained(tmp_path / "v")
+    make_head(other_hidden).save_pretrained(tmp_path / "h")
+    with pytest.raises(PeagleError, match="vocabulary 128 .head. vs 96 .target."):
+        PEagleDrafter.from_pretrained(tmp_path / "v", target=target)
+    with pytest.raises(PeagleError, match="hidden size 48"):
+        PEagleDrafter.from_pretrained(tmp_path / "h", target=target)
+
+
+def test_missing_misshaped_and_corrupt_checkpoints_name_the_problem(tiny_llama, tmp_path):
+    target = tiny_llama()
+    head = make_head(target)
+    head.save_pretrained(tmp_path / "ok", dtype=None)
+    sd = load_file(str(tmp_path / "ok" / "model.safetensors"))
+    for name, mutate, pattern in [
+        ("missing", lambda d: d.pop("mask_hidden"), r"missing tensors \['mask_hidden'\]"),
+        ("misshaped", lambda d: d.__setitem__("fc.weight", torch.zeros(3, 3)), r"misshaped tensors fc.weight"),
+    ]:
+        bad = dict(sd)
+        mutate(bad)
+        (tmp_path / name).mkdir()
+        save_file(bad, str(tmp_path / name / "model.safetensors"))
+        (tmp_path / name / "config.json").write_text((tmp_path / "ok" / "config.json").read_text())
+        with pytest.raises(PeagleError, match=pattern):
+            PEagleDrafter.from_pretrained(tmp_path / name, target=target)
+    (tmp_path / "corrupt").mkdir()
+    (tmp_path / "corrupt" / "config.json").write_text((tmp_path / "ok" / "config.json").read_text())
+    (tmp_path / "corrupt" / "model.safetensors").write_bytes(b"\x00\x01 not a safetensors file")
+    with pytest.raises(PeagleError, match="corrupt"):
+        PEagleDrafter.from_pretrained(tmp_path / "corrupt", target=target)
+    with pytest.raises(PeagleError, match="not a drafter checkpoint"):
+        PEagleDrafter.from_pretrained(tmp_path / "nowhere", target=target)
+    cfg = json.loads((tmp_path / "ok" / "config.json").read_text())
+    del cfg["mask_token_id"], cfg["ptd_token_id"]
+    (tmp_path / "ok" / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(PeagleError, match="no mask token id"):
+        PEagleDrafter.from_pretrained(tmp_path / "ok", target=target)
+
+
+def test_k_below_one_is_an_error_and_k_above_training_warns(tiny_llama):
+    cfg = make_head(tiny_llama()).config
+    for bad in (0, -3, 2.5, True):
+        with pytest.raises(PeagleError, match="K"):
+            check_k(bad, cfg)
+    with pytest.warns(UserWarning, match="trained for"):
+        check_k(cfg.num_speculative_tokens + 1, cfg)
+
+
+def test_tap_ids_out_of_range_are_refused(tiny_llama):
+    target = tiny_llama(layers=4)
+    with pytest.raises(PeagleError, match=r"out of range for a target with 4 layers"):
+        PEagleConfig.from_target(target.config, aux_layer_ids=(1, 2, 9))

@@ -1,0 +1,225 @@
+"""The speculative loop: greedy output equals plain greedy (every K, both modes, both edges of acceptance),
+sampling preserves the target's distribution (chi-square), and bad input fails clearly."""
+
+import itertools
+import math
+import warnings
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from scipy.stats import chisquare
+
+from peagle_lab import speculative as spec
+from peagle_lab.drafter import PEagleConfig, PEagleDrafter
+from peagle_lab.errors import PeagleError
+from peagle_lab.speculative import (HeadDrafter, OracleDrafter, RandomDrafter, Sampling, TargetRunner,
+                                    plain_generate, speculative_generate)
+
+from conftest import make_random_ids, make_tiny_llama
+
+
+def random_head(target, mode, seed=0, layers=1, draft_vocab=None):
+    torch.manual_seed(seed)
+    cfg = PEagleConfig.from_target(target.config, num_hidden_layers=layers, mask_token_id=3, mode=mode,
+                                   draft_vocab_size=draft_vocab, num_speculative_tokens=8)
+    head = PEagleDrafter(cfg).init_from_target(target).eval()
+    if draft_vocab:
+        head.set_draft_vocab(torch.randperm(target.config.vocab_size)[:draft_vocab].sort().values)
+    return head
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 10_000), prompt_len=st.integers(1, 12), k=st.integers(1, 8),
+       mode=st.sampled_from(["parallel", "sequential"]), kind=st.sampled_from(["head", "oracle", "random"]),
+       layers=st.integers(1, 2), draft_vocab=st.sampled_from([None, 40]))
+def test_greedy_speculative_output_equals_plain_greedy(seed, prompt_len, k, mode, kind, layers, draft_vocab):
+    target = make_tiny_llama(seed=seed % 7, layers=2 + seed % 3)
+    runner = TargetRunner(target)
+    prompt = make_random_ids(length=prompt_len, seed=seed)[0].tolist()
+    base = plain_generate(runner, prompt, 24)
+    if kind == "head":
+        drafter = HeadDrafter(random_head(target, mode, seed, layers, draft_vocab))
+    elif kind == "oracle":
+        drafter = OracleDrafter(prompt + base.tokens, target.config.vocab_size)
+    else:
+        drafter = RandomDrafter(target.config.vocab_size, seed)
+    res = speculative_generate(runner, drafter, prompt, k, 24)
+    assert res.tokens == base.tokens
+    stats = res.stats
+    assert stats.new_tokens == 24 and 1.0 <= stats.acceptance_length <= k + 1
+    assert stats.target_forwards == stats.rounds + 1  # one prefill + one verification per round
+
+
+@pytest.mark.parametrize("k", range(1, 9))
+def test_oracle_head_is_accepted_in_full_every_round(k):
+    target = make_tiny_llama(seed=1)
+    runner = TargetRunner(target)
+    prompt = make_random_ids(length=6, seed=k)[0].tolist()
+    n = 1 + 4 * (k + 1)  # the first token from the prefill, then 4 full rounds
+    base = plain_generate(runner, prompt, n)
+    res = speculative_generate(runner, OracleDrafter(prompt + base.tokens, 96), prompt, k, n)
+    assert res.tokens == base.tokens
+    assert res.stats.rounds == 4 and res.stats.acceptance_length == k + 1
+    assert res.stats.per_position_acceptance == [1.0] * k
+
+
+def test_random_drafts_are_almost_never_accepted_but_output_is_unchanged():
+    target = make_tiny_llama(seed=2)
+    runner = TargetRunner(target)
+    prompt = make_random_ids(length=5, seed=3)[0].tolist()
+    base = plain_generate(runner, prompt, 40)
+    res = speculative_generate(runner, RandomDrafter(96, seed=0), prompt, 4, 40)
+    assert res.tokens == base.tokens
+    assert res.stats.acceptance_length < 1.2
+
+
+def test_eos_stops_generation_in_the_middle_of_an_accepted_run():
+    target = make_tiny_llama(seed=4)
+    runner = TargetRunner(target)
+    prompt = make_random_ids(length=5, seed=5)[0].tolist()
+    base = plain_generate(runner, prompt, 30)
+    eos = base.tokens[7]
+    cut = base.tokens[: base.tokens.index(eos) + 1]
+    assert plain_generate(runner, prompt, 30, eos_ids=eos).tokens == cut
+    res = speculative_generate(runner, OracleDrafter(prompt + base.tokens, 96), prompt, 6, 30, eos_ids=eos)
+    assert res.tokens == cut
+
+
+# ------------------------------------------------------------------------------------ sampling
+class SkewedDrafter(spec.DraftSource):
+    """Samples drafts from a fixed distribution far from the target's, so rejections are frequent."""
+
+    def __init__(self, vocab, seed=0):
+        g = torch.Generator().manual_seed(seed)
+        self.q = torch.softmax(3.0 * torch.randn(16, vocab, generator=g), -1)
+
+    def propose(self, ctx_tokens, ctx_taps, start_pos, k, sampling, gen):
+        q = self.q[:k]
+        return torch.multinomial(q, 1, generator=gen).squeeze(-1), q
+
+
+def exact_two_token_distribution(target, prompt, sampling):
+    """P(t1, t2) under the target, enumerated exactly."""
+    with torch.no_grad():
+        logits = target(torch.tensor([prompt])).logits[0, -1]
+        p1 = sampling.probs(logits)
+        V = p1.shape[0]
+        seqs = torch.tensor([prompt + [t] for t in range(V)])
+        p2 = sampling.probs(target(seqs).logits[:, -1])  # (V, V): row t1
+    return (p1[:, None] * p2).flatten()
+
+
+def sample_two_tokens(target, drafter_factory, prompt, sampling, n, k, seed=0):
+    runner = TargetRunner(target)
+    gen = torch.Generator().manual_seed(seed)
+    counts = torch.zeros(target.config.vocab_size ** 2)
+    for _ in range(n):
+        toks = speculative_generate(runner, drafter_factory(), prompt, k, 2, sampling=sampling, gen=gen).tokens
+        counts[toks[0] * target.config.vocab_size + toks[1]] += 1
+    return counts
+
+
+def chi_square_pvalue(counts, probs, min_expected=5.0):
+    """Pearson chi-square, pooling cells with small expected counts into one."""
+    n = counts.sum()
+    expected = probs * n
+    big = expected >= min_expected
+    obs = torch.cat([counts[big], counts[~big].sum().view(1)])
+    exp = torch.cat([expected[big], expected[~big].sum().view(1)])
+    keep = exp > 0
+    return chisquare(obs[keep].numpy(), exp[keep].numpy() * obs[keep].sum().item() / exp[keep].sum().item()).pvalue
+
+
+SAMPLING_CASES = [
+    ("skewed-k1", lambda V: SkewedDrafter(V), 1, Sampling(1.0)),
+    ("skewed-k3-topp", lambda V: SkewedDrafter(V, 1), 3, Sampling(0.8, top_p=0.9)),
+    ("random-head-parallel", None, 2, Sampling(1.0)),
+]
+
+
+@pytest.mark.parametrize("name,factory,k,sampling", SAMPLING_CASES, ids=[c[0] for c in SAMPLING_CASES])
+def test_speculative_sampling_preserves_the_target_distribution(name, factory, k, sampling):
+    target = make_tiny_llama(vocab=12, hidden=16, heads=2, kv_heads=1, layers=2, seed=5)
+    with torch.no_grad():  # sharpen the tiny target a little so its distribution is far from uniform
+        target.lm_head.weight.mul_(8.0)
+    prompt = [4, 7, 9]
+    if factory is None:
+        head = random_head(target, "parallel", seed=3)
+        with torch.no_grad():
+            head.lm_head.weight.mul_(40.0)  # a confident but wrong head
+        drafter_factory = lambda: HeadDrafter(head)  # noqa: E731
+    else:
+        drafter_factory = lambda: factory(12)  # noqa: E731
+    probs = exact_two_token_distribution(target, prompt, sampling)
+    counts = sample_two_tokens(target, drafter_factory, prompt, sampling, n=3000, k=k)
+    assert chi_square_pvalue(counts, probs) > 1e-3
+
+
+def test_the_chi_square_check_catches_a_wrong_acceptance_rule(monkeypatch):
+    """Power check: accepting every draft (no min(1, p/q) test) must be detected."""
+    target = make_tiny_llama(vocab=12, hidden=16, heads=2, kv_heads=1, layers=2, seed=5)
+    with torch.no_grad():
+        target.lm_head.weight.mul_(8.0)
+    prompt, sampling = [4, 7, 9], Sampling(1.0)
+
+    def accept_all(drafts, q, logits, sampling, gen):  # wrong: keeps every draft, bonus from p_{K+1}
+        return drafts.shape[0], int(torch.multinomial(sampling.probs(logits[-1]), 1, generator=gen))
+
+    monkeypatch.setattr(spec, "accept_sampling", accept_all)
+    counts = sample_two_tokens(target, lambda: SkewedDrafter(12), prompt, sampling, n=3000, k=1)
+    assert chi_square_pvalue(counts, exact_two_token_distribution(target, prompt, sampling)) < 1e-6
+
+
+# ------------------------------------------------------------------------------------ bad input
+def test_bad_inputs_fail_with_a_clear_message():
+    target = make_tiny_llama()
+    runner = TargetRunner(target)
+    head = random_head(target, "parallel")
+    with pytest.raises(PeagleError, match="K must be an integer >= 1"):
+        speculative_generate(runner, HeadDrafter(head), [5, 6], 0, 4)
+    with pytest.raises(PeagleError, match="prompt is empty"):
+        speculative_generate(runner, HeadDrafter(head), [], 2, 4)
+    with pytest.raises(PeagleError, match="taps"):
+        speculative_generate(TargetRunner(target, tap_layers=(0, 1, 2)), HeadDrafter(head), [5, 6], 2, 4)
+    other = random_head(make_tiny_llama(vocab=128), "parallel")
+    with pytest.raises(PeagleError, match="vocabulary"):
+        speculative_generate(runner, HeadDrafter(other), [5, 6], 2, 4)
+    with pytest.raises(PeagleError, match="mode"):
+        HeadDrafter(head, "diagonal")
+
+
+def test_k_above_the_trained_depth_warns_and_still_runs_losslessly():
+    target = make_tiny_llama()
+    runner = TargetRunner(target)
+    head = random_head(target, "parallel")
+    prompt = [5, 6, 7]
+    base = plain_generate(runner, prompt, 12)
+    with pytest.warns(UserWarning, match="trained for"):
+        res = speculative_generate(runner, HeadDrafter(head), prompt, 10, 12)
+    assert res.tokens == base.tokens
+
+
+# ------------------------------------------------------------------------------------ real target
+def test_real_target_every_k_both_modes_on_humaneval_prompts(smollm2):
+    """SmolLM2-135M, greedy, fp32: speculative == plain, token for token, K = 1..8, parallel and sequential."""
+    from peagle_lab.heads import SHIPPED, load_head
+    from peagle_lab.prompts import chat_ids, humaneval_prompts
+
+    model, tok = smollm2
+    heads = {}
+    for mode in ("parallel", "sequential"):
+        if SHIPPED[mode].exists():
+            heads[mode] = load_head(mode, model)
+        else:
+            cfg = PEagleConfig.from_target(model.config, mask_token_id=16, mode=mode)
+            heads[mode] = PEagleDrafter(cfg).init_from_target(model).eval()
+    runner = TargetRunner(model, heads["parallel"].config.aux_hidden_state_layer_ids)
+    for text in humaneval_prompts(2):
+        prompt = chat_ids(tok, text)
+        base = plain_generate(runner, prompt, 20, eos_ids=tok.eos_token_id)
+        for mode, k in itertools.product(("parallel", "sequential"), range(1, 9)):
+            res = speculative_generate(runner, HeadDrafter(heads[mode], mode), prompt, k, 20,
+                                       eos_ids=tok.eos_token_id)
+            assert res.tokens == base.tokens, (mode, k, text[:40])
