@@ -116,10 +116,14 @@ def load_target(name_or_path: str | None = None, device: str | None = None, dtyp
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     path = resolve_target(name_or_path)
+    if Path(path).is_dir() and not (Path(path) / "config.json").exists():
+        raise PeagleError(
+            f"'{path}' is a directory but holds no model (no config.json). Fix: point at a directory written by "
+            f"save_pretrained (config.json, weights, tokenizer), or use the embedded default (load_target()).")
     try:
         tok = AutoTokenizer.from_pretrained(path)
         model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
-    except OSError as exc:
+    except (OSError, ValueError) as exc:
         raise PeagleError(
             f"Could not load target '{path}': {exc}\nFix: pass a local model directory, set HF_HOME to a "
             f"cache that holds it, or use the embedded default (load_target() with no argument)."

@@ -30,7 +30,7 @@ def seed_everything(seed: int = 0) -> None:
 
 
 def results_dir() -> Path:
-    """Where runs write results (``$PEAGLE_RESULTS``, default ``./results``)."""
-    path = Path(os.environ.get("PEAGLE_RESULTS", "results"))
+    """Where runs write results (``$PEAGLE_RESULTS``, default ``<repo>/results``, wherever Jupyter started)."""
+    path = Path(os.environ.get("PEAGLE_RESULTS", REPO_ROOT / "results"))
     path.mkdir(parents=True, exist_ok=True)
     return path

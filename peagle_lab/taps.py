@@ -18,10 +18,11 @@ from .errors import PeagleError
 
 def default_tap_layers(num_layers: int) -> tuple[int, int, int]:
     """vLLM's EAGLE-3 default: residual stream entering layers 2, L//2 and L-3."""
-    if num_layers < 4:
-        # Tiny test models: keep three distinct, valid taps.
-        return (0, max(num_layers // 2, 0), num_layers - 1)
-    return (2, num_layers // 2, num_layers - 3)
+    taps = (2, num_layers // 2, num_layers - 3)
+    if not taps[0] < taps[1] < taps[2]:
+        # Shallow (test) models, L < 7: first, middle and last layer inputs instead, distinct where L >= 3.
+        taps = (0, num_layers // 2, max(num_layers - 1, 0))
+    return taps
 
 
 def check_tap_layers(tap_layers, num_layers: int) -> tuple[int, ...]:

