@@ -1,0 +1,348 @@
+"""An ipywidgets explorer for speculative decoding on the embedded target (CPU, offline).
+
+Type a prompt, pick K, the head, the drafting mode (parallel = P-EAGLE, one drafter pass for K tokens;
+sequential = EAGLE-3, K passes) and the temperature, press Generate: the text appears token by token, each token
+coloured by where it came from (see ``viz.token_sources``), with the acceptance length and per-position acceptance
+updated after every verification round, and the time beside plain decoding measured in the same run.
+
+``run_generation`` is the same thing without widgets (for notebooks, tests and scripts).
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+from . import viz
+from .errors import PeagleError, require
+from .heads import SHIPPED, load_head
+from .settings import pick
+from .speculative import HeadDrafter
+
+FRESH = "fresh"
+HEAD_LABELS = {
+    "parallel": "P-EAGLE head (shipped, trained for parallel drafting)",
+    "sequential": "EAGLE-3 head (shipped, trained for sequential drafting)",
+    FRESH: "untrained head (fresh init from the target)",
+}
+DEFAULT_PROMPT = "Write a Python function that checks whether a number is prime."
+FRESH_MASK_TOKEN_ID = 16  # a special token of SmolLM2 that never appears in text (<empty_output>)
+
+_TARGET: tuple | None = None
+_HEADS: dict = {}
+
+
+# ------------------------------------------------------------------------------------------ models
+def default_target():
+    """The embedded target ``(model, tokenizer)`` on CPU, loaded once per process."""
+    global _TARGET
+    if _TARGET is None:
+        from .models import load_target
+
+        _TARGET = load_target(device="cpu")
+    return _TARGET
+
+
+def _fits(path, model) -> bool:
+    """Does the head in ``path`` read this target (same vocabulary, hidden size, tap layers in range)?"""
+    import json
+
+    try:
+        cfg = json.loads((path / "config.json").read_text())
+    except (OSError, ValueError):
+        return False
+    taps = cfg.get("eagle_aux_hidden_state_layer_ids") or []
+    return (cfg.get("vocab_size") == model.config.vocab_size
+            and cfg.get("target_hidden_size", cfg.get("hidden_size")) == model.config.hidden_size
+            and all(0 <= int(t) < model.config.num_hidden_layers for t in taps))
+
+
+def available_heads(model=None) -> list[str]:
+    """Head names to offer: the shipped heads in ``data/heads/`` (that fit ``model``), then the untrained one."""
+    shipped = [name for name, path in SHIPPED.items()
+               if (path / "config.json").exists() and (model is None or _fits(path, model))]
+    return shipped + [FRESH]
+
+
+def fresh_head(model, seed: int = 0):
+    """An untrained P-EAGLE head shaped for ``model`` (embeddings, norm and lm_head copied from it)."""
+    from .drafter import PEagleConfig, PEagleDrafter
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        cfg = PEagleConfig.from_target(model.config, mask_token_id=FRESH_MASK_TOKEN_ID, num_speculative_tokens=10)
+        head = PEagleDrafter(cfg).init_from_target(model)
+    return head.to(next(model.parameters()).device).eval()
+
+
+def get_head(name, model):
+    """``'parallel'`` / ``'sequential'`` (shipped), ``'fresh'`` (untrained) or a head directory; cached."""
+    key = (id(model), str(name))
+    if key not in _HEADS:
+        _HEADS[key] = fresh_head(model) if name == FRESH else load_head(name, model)
+    return _HEADS[key]
+
+
+# ------------------------------------------------------------------------------------------ one run
+@dataclass
+class ExploreRun:
+    """One generation: the tokens, where each came from, the loop's statistics and the times."""
+
+    prompt: str
+    head: str
+    mode: str
+    k: int
+    temperature: float
+    tokens: list = field(default_factory=list)
+    sources: list = field(default_factory=list)
+    stats: object = None  # SpecStats
+    seconds: float = float("nan")
+    plain_tokens: list | None = None
+    plain_seconds: float | None = None
+    hardware: str = ""
+    notes: list = field(default_factory=list)
+    done: bool = False
+
+    @property
+    def lossless(self) -> bool | None:
+        """Greedy only: is the output identical to plain greedy decoding's? (None when not comparable.)"""
+        if self.temperature > 0 or self.plain_tokens is None:
+            return None
+        return self.tokens == self.plain_tokens
+
+    @property
+    def speedup(self) -> float | None:
+        if not self.plain_seconds or not self.seconds or self.seconds != self.seconds:
+            return None
+        return self.plain_seconds / self.seconds
+
+    def html(self, tokenizer) -> str:
+        return viz.render_tokens(tokenizer, self.tokens, self.sources, self.k)
+
+    def summary(self) -> str:
+        """Plain-text readout (the widget shows the same facts as HTML)."""
+        return _summary_lines(self, html=False)
+
+
+def _summary_lines(run: ExploreRun, html: bool = True) -> str:
+    s = run.stats
+    b = (lambda x: f"<b>{x}</b>") if html else (lambda x: x)
+    lines = [
+        f"acceptance length {b(f'{s.acceptance_length:.2f}')} (K={run.k}, {run.mode} drafting, "
+        f"ceiling {run.k + 1})",
+        f"{len(run.tokens)} tokens in {s.rounds + 1} target forwards "
+        f"({len(run.tokens) / max(s.rounds + 1, 1):.2f} tokens per forward)",
+    ]
+    if run.done:
+        lines.append(f"speculative: {run.seconds:.2f} s ({len(run.tokens) / run.seconds:.1f} tok/s, drawing excluded)")
+        if run.plain_seconds is not None:
+            lines.append(f"plain decoding, same run: {run.plain_seconds:.2f} s "
+                         f"({len(run.plain_tokens) / run.plain_seconds:.1f} tok/s) -> speed-up "
+                         f"{b(f'{run.speedup:.2f}x')}")
+        if run.lossless is not None:
+            lines.append("identical to plain greedy output: " + ("yes" if run.lossless else "NO (a bug!)"))
+        elif run.temperature > 0:
+            lines.append("sampling: the text differs from plain decoding's run to run, its distribution does not")
+        if run.hardware:
+            lines.append(run.hardware)
+    return ("<br>" if html else "\n").join(lines)
+
+
+class _RecordingDrafter(HeadDrafter):
+    """A HeadDrafter that remembers the first generated token, which ``on_round`` does not report."""
+
+    first_token = None
+
+    def propose(self, ctx_tokens, ctx_taps, start_pos, k, sampling, gen):
+        if start_pos == 0:  # first round: ctx = prompt[1:] + [first token] (the loop's cache contract)
+            self.first_token = int(ctx_tokens[-1])
+        return super().propose(ctx_tokens, ctx_taps, start_pos, k, sampling, gen)
+
+
+def run_generation(model, tokenizer, head, prompt: str = DEFAULT_PROMPT, k: int = 4, mode: str | None = None,
+                   temperature: float = 0.0, max_new_tokens: int = 64, seed: int = 0, baseline: bool = True,
+                   head_name: str = "", on_update: Callable[[ExploreRun], None] | None = None) -> ExploreRun:
+    """Speculative generation with ``head`` (a PEagleDrafter) on ``model``; ``on_update(run)`` after each round.
+
+    With ``baseline``, plain decoding of the same prompt is timed right after, in the same process.
+    """
+    from .hardware import describe
+    from .prompts import chat_ids
+    from .speculative import Sampling, SpecStats, TargetRunner, plain_generate, speculative_generate
+
+    if not prompt or not prompt.strip():
+        raise PeagleError("The prompt is empty. Fix: type a question or an instruction.")
+    mode = mode or head.config.mode
+    ids = chat_ids(tokenizer, prompt)
+    sampling = Sampling(temperature=float(temperature))
+    runner = TargetRunner(model, tap_layers=head.config.aux_hidden_state_layer_ids)
+    drafter = _RecordingDrafter(head, mode)
+    run = ExploreRun(prompt=prompt, head=head_name or head.config.mode, mode=mode, k=int(k),
+                     temperature=float(temperature), stats=SpecStats(k=int(k)))
+    accepted: list[int] = []
+    tokens: list[int] = []
+    t0 = time.perf_counter()
+    display_s = [0.0]  # time spent drawing inside the loop: taken out of the speculative time
+
+    def on_round(new, a):
+        if not tokens:
+            tokens.append(drafter.first_token)
+        k_round = min(int(k), max_new_tokens - len(tokens))  # the loop drafts fewer near the end
+        tokens.extend(int(t) for t in new)
+        accepted.append(int(a))
+        run.stats.add_round(int(a), k_round)
+        run.tokens = tokens[:max_new_tokens]
+        run.sources = viz.token_sources(accepted, len(run.tokens))
+        run.seconds = time.perf_counter() - t0
+        if on_update is not None:
+            t = time.perf_counter()
+            on_update(run)
+            display_s[0] += time.perf_counter() - t
+
+    gen = None if sampling.greedy else torch.Generator().manual_seed(seed)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = speculative_generate(runner, drafter, ids, k=int(k), max_new_tokens=int(max_new_tokens),
+                                      eos_ids=tokenizer.eos_token_id, sampling=sampling, gen=gen, on_round=on_round)
+    run.notes += [str(w.message) for w in caught if "trained for" in str(w.message)]  # K above the head's K
+    run.tokens = list(result.tokens)
+    run.sources = viz.token_sources(accepted, len(run.tokens))
+    run.stats, run.seconds = result.stats, result.seconds - display_s[0]
+    if baseline:
+        gen = None if sampling.greedy else torch.Generator().manual_seed(seed)
+        plain = plain_generate(runner, ids, int(max_new_tokens), eos_ids=tokenizer.eos_token_id, sampling=sampling,
+                               gen=gen)
+        run.plain_tokens, run.plain_seconds = list(plain.tokens), plain.seconds
+    run.hardware = describe(next(model.parameters()).device)
+    run.done = True
+    if on_update is not None:
+        on_update(run)
+    return run
+
+
+# ------------------------------------------------------------------------------------------ the widget
+class Explorer:
+    """The widget. Display it (it is the last expression of a cell), or call ``generate()`` from code."""
+
+    def __init__(self, model=None, tokenizer=None, heads=None, prompt: str = DEFAULT_PROMPT, k: int = 4,
+                 max_new_tokens: int | None = None, figure: str | None = "explorer_per_position"):
+        w = require("ipywidgets", "pip install ipywidgets")
+        if model is None or tokenizer is None:
+            model, tokenizer = default_target()
+        self.model, self.tokenizer, self.figure = model, tokenizer, figure
+        self.heads = list(heads) if heads is not None else available_heads(model)
+        self.last_run: ExploreRun | None = None
+        self._last_draw = 0.0
+        max_new_tokens = max_new_tokens or pick(64, 12)
+
+        wide = w.Layout(width="100%")
+        half = w.Layout(width="48%")
+        style = {"description_width": "110px"}
+        self.prompt = w.Textarea(value=prompt, description="Prompt", rows=3, layout=wide, style=style)
+        self.k = w.IntSlider(value=k, min=1, max=10, description="K (drafts)", layout=half, style=style)
+        self.max_new = w.IntSlider(value=max_new_tokens, min=4, max=256, step=4, description="max tokens",
+                                   layout=half, style=style)
+        self.head = w.Dropdown(options=[(HEAD_LABELS.get(h, str(h)), h) for h in self.heads], value=self.heads[0],
+                               description="head", layout=half, style=style)
+        self.mode = w.ToggleButtons(options=[("parallel (P-EAGLE)", "parallel"),
+                                             ("sequential (EAGLE-3)", "sequential")],
+                                    value="parallel", description="drafting",
+                                    tooltips=["all K drafts in one drafter pass", "K drafter passes, one per draft"],
+                                    style={**style, "button_width": "160px"})
+        self.temperature = w.FloatSlider(value=0.0, min=0.0, max=1.5, step=0.1, description="temperature",
+                                         readout_format=".1f", layout=half, style=style)
+        self.baseline = w.Checkbox(value=True, description="also time plain decoding (same run)", indent=False,
+                                   layout=half)
+        self.button = w.Button(description="Generate", button_style="primary", icon="play",
+                               tooltip="Run speculative decoding with these settings")
+        self.status = w.HTML(value="")
+        self.text = w.HTML(value="")
+        self.bars = w.HTML(value="", layout=w.Layout(width="48%"))
+        self.readout = w.HTML(value="", layout=w.Layout(width="50%"))
+        self.readout.add_class("peagle-readout")
+        self.head.observe(self._on_head, names="value")
+        self.button.on_click(lambda _: self.generate())
+
+        fresh_only = self.heads == [FRESH]
+        note = ("<div style='background:#fff4d6; border:1px solid #e8c66a; padding:4px 8px; border-radius:4px;'>"
+                "No shipped head in <code>data/heads/</code> yet: this uses a <b>freshly initialised (untrained) "
+                "head</b>, so almost no draft is accepted (acceptance length close to 1). Train one in notebook 03 "
+                "or pass <code>heads=[path]</code>.</div>") if fresh_only else ""
+        title = w.HTML("<h3 style='margin:4px 0;'>P-EAGLE explorer: speculative decoding, token by token</h3>"
+                       "<div style='font-size:12px; color:#555;'>Each token is coloured by where it came from: a "
+                       "draft accepted at slot j, or the token the target adds after each verification (bonus). "
+                       f"Runs on {next(model.parameters()).device} with the embedded target.</div>" + note)
+        self.widget = w.VBox([
+            title, self.prompt,
+            w.HBox([self.k, self.max_new]), w.HBox([self.head, self.temperature]),
+            self.mode, self.baseline,
+            w.HBox([self.button, self.status], layout=w.Layout(align_items="center")),
+            self.text, w.HBox([self.bars, self.readout]),
+        ])
+        self.widget.add_class("peagle-explorer")
+        self._on_head({"new": self.head.value})
+
+    def _repr_mimebundle_(self, **kwargs):
+        return self.widget._repr_mimebundle_(**kwargs)
+
+    def _on_head(self, change):
+        name = change["new"]
+        if name in ("parallel", "sequential"):
+            self.mode.value = name  # default to the mode the head was trained for (any mode runs any head)
+
+    def _draw(self, run: ExploreRun, force: bool = False):
+        now = time.perf_counter()
+        if not (force or run.done) and now - self._last_draw < 0.2:
+            return  # keep the browser traffic down on fast rounds
+        self._last_draw = now
+        self.text.value = run.html(self.tokenizer)
+        self.bars.value = viz.acceptance_bars_html(run.stats.per_position_acceptance, run.stats.attempted_at)
+        self.readout.value = ("<div style='font-size:12px;'>" + _summary_lines(run) +
+                              "".join(f"<div style='color:#a15c00;'>{n}</div>" for n in run.notes) + "</div>")
+        state = "done" if run.done else f"round {run.stats.rounds}"
+        self.status.value = f"<span class='peagle-status'>{state} &middot; {run.seconds:.1f} s</span>"
+
+    def generate(self, **overrides) -> ExploreRun:
+        """Run with the widget's settings (``overrides``: prompt, k, mode, temperature, max_new_tokens, head)."""
+        opts = dict(prompt=self.prompt.value, k=self.k.value, mode=self.mode.value,
+                    temperature=self.temperature.value, max_new_tokens=self.max_new.value, head=self.head.value,
+                    baseline=self.baseline.value)
+        opts.update(overrides)
+        self.button.disabled = True
+        self.status.value = "<span class='peagle-status'>loading the head&hellip;</span>"
+        try:
+            head = get_head(opts.pop("head"), self.model)
+            self.status.value = "<span class='peagle-status'>generating&hellip;</span>"
+            run = run_generation(self.model, self.tokenizer, head, head_name=self.head.value,
+                                 on_update=self._draw, **opts)
+            self.last_run = run
+            if self.figure:
+                self._save_figure(run)
+            return run
+        except Exception as exc:
+            self.status.value = f"<span class='peagle-status' style='color:#b00020;'>error: {exc}</span>"
+            raise
+        finally:
+            self.button.disabled = False
+
+    def _save_figure(self, run: ExploreRun):
+        """Per-position acceptance of the last run, beside the results (``viz.save_figure``)."""
+        from matplotlib.figure import Figure
+
+        fig = Figure(figsize=(6, 3.2))
+        viz.plot_per_position_acceptance(run.stats.per_position_acceptance, ax=fig.subplots(),
+                                         title=f"{run.mode} drafting, K={run.k}: acceptance length "
+                                               f"{run.stats.acceptance_length:.2f}")
+        path = viz.save_figure(fig, self.figure)
+        self.readout.value += f"<div style='font-size:11px; color:#777;'>figure: {path}</div>"
+
+
+def explorer(model=None, tokenizer=None, **kwargs) -> Explorer:
+    """The interactive explorer (needs ipywidgets: ``pip install ipywidgets``). Loads the embedded target when
+    ``model``/``tokenizer`` are not given; see ``Explorer`` for the options."""
+    require("ipywidgets", "pip install ipywidgets")
+    return Explorer(model, tokenizer, **kwargs)

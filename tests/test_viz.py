@@ -1,0 +1,158 @@
+"""Token provenance, the HTML renderers, the figures and the explorer's loop (tiny random target, no widgets)."""
+
+from __future__ import annotations
+
+import math
+import sys
+
+import pytest
+
+from peagle_lab import viz
+from peagle_lab.errors import PeagleError
+
+
+# ------------------------------------------------------------------------------------------ provenance
+def test_each_round_commits_its_accepted_slots_then_the_target_bonus():
+    assert viz.token_sources([2, 0, 3]) == [0, 1, 2, 0, 0, 1, 2, 3, 0]
+
+
+def test_first_token_comes_from_the_target_even_with_no_round():
+    assert viz.token_sources([]) == [0]
+
+
+def test_sources_are_cut_to_the_returned_output_length():
+    assert viz.token_sources([3, 3], n_tokens=6) == [0, 1, 2, 3, 0, 1]
+
+
+def test_more_tokens_than_the_rounds_account_for_is_an_error():
+    with pytest.raises(PeagleError, match="every round"):
+        viz.token_sources([1], n_tokens=4)
+
+
+def test_negative_accepted_count_is_rejected():
+    with pytest.raises(PeagleError):
+        viz.round_sources(-1)
+
+
+def test_sources_match_what_the_loop_commits_with_an_oracle_drafter(tiny_llama, random_ids):
+    """Every oracle draft is accepted: rounds look like slot 1..K then the bonus token."""
+    from peagle_lab.speculative import OracleDrafter, TargetRunner, plain_generate, speculative_generate
+
+    model = tiny_llama(vocab=96)
+    prompt = random_ids(length=6, vocab=96)[0].tolist()
+    runner = TargetRunner(model)
+    ref = plain_generate(runner, prompt, 11).tokens
+    accepted = []
+    out = speculative_generate(runner, OracleDrafter(prompt + ref, 96), prompt, k=3, max_new_tokens=11,
+                               on_round=lambda new, a: accepted.append(a))
+    assert out.tokens == ref
+    assert viz.token_sources(accepted, len(out.tokens)) == [0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2]
+
+
+# ------------------------------------------------------------------------------------------ text pieces
+def test_pieces_join_to_the_decoded_text(byte_tokenizer):
+    text = "déf f(x):\n    return 'π ≈ 3.14' # 🙂"
+    ids = byte_tokenizer(text, add_special_tokens=False)["input_ids"]
+    pieces = viz.token_pieces(byte_tokenizer.decode, ids)
+    assert len(pieces) == len(ids)
+    assert "".join(pieces) == byte_tokenizer.decode(ids) == text
+
+
+def test_a_character_split_over_tokens_goes_to_the_token_that_completes_it(byte_tokenizer):
+    ids = byte_tokenizer("aé", add_special_tokens=False)["input_ids"]  # 'é' is two bytes = two tokens
+    assert viz.token_pieces(byte_tokenizer.decode, ids) == ["a", "", "é"]
+
+
+def test_an_unfinished_character_at_the_end_is_kept(byte_tokenizer):
+    ids = byte_tokenizer("aé", add_special_tokens=False)["input_ids"][:-1]
+    pieces = viz.token_pieces(byte_tokenizer.decode, ids)
+    assert "".join(pieces) == byte_tokenizer.decode(ids)
+
+
+# ------------------------------------------------------------------------------------------ HTML
+def test_tokens_html_colours_each_token_by_source_and_escapes_text():
+    out = viz.tokens_html(["<a>", " b", "\n"], [0, 1, 2], k=3)
+    assert out.count('class="peagle-tok') == 3
+    assert "&lt;a&gt;" in out and "<a>" not in out
+    assert f"background:{viz.TARGET_COLOUR}" in out and f"background:{viz.SLOT_COLOURS[1]}" in out
+    assert "slot 3" in out and "target (bonus)" in out  # legend
+
+
+def test_tokens_html_needs_one_source_per_piece():
+    with pytest.raises(PeagleError, match="align"):
+        viz.tokens_html(["a", "b"], [0])
+
+
+def test_slot_colours_differ_and_cycle_after_ten():
+    assert len({viz.slot_colour(j) for j in range(0, 11)}) == 11
+    assert viz.slot_colour(11) == viz.slot_colour(1)
+
+
+def test_bars_say_when_a_slot_was_never_reached():
+    out = viz.acceptance_bars_html([0.5, float("nan")], [4, 0])
+    assert "50% (2/4 rounds)" in out and "not reached" in out
+
+
+# ------------------------------------------------------------------------------------------ figures
+@pytest.fixture
+def agg():
+    matplotlib = pytest.importorskip("matplotlib")
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    yield plt
+    plt.close("all")
+
+
+def test_save_figure_writes_png_under_results(agg, tmp_path, monkeypatch):
+    monkeypatch.setenv("PEAGLE_RESULTS", str(tmp_path / "res"))
+    fig = viz.plot_per_position_acceptance([0.8, 0.5, float("nan")], title="t")
+    path = viz.save_figure(fig, "demo")
+    assert path == tmp_path / "res" / "figures" / "demo.png"
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_save_figure_keeps_an_absolute_path_and_suffix(agg, tmp_path):
+    fig = viz.plot_acceptance_vs_k({"parallel": {1: 1.5, 2: 1.9}, "sequential": {1: 1.6, 2: 2.1}})
+    assert viz.save_figure(fig, tmp_path / "a.svg") == tmp_path / "a.svg"
+    assert (tmp_path / "a.svg").read_text().lstrip().startswith("<?xml")
+
+
+def test_grouped_bars_draw_one_series_per_label(agg):
+    fig = viz.plot_per_position_acceptance({"parallel": [0.6, 0.4], "sequential": [0.7, 0.5]})
+    assert len(fig.axes[0].patches) == 4
+
+
+# ------------------------------------------------------------------------------------------ explorer
+def test_explorer_without_ipywidgets_names_the_install_command(monkeypatch):
+    from peagle_lab import explorer
+
+    monkeypatch.setitem(sys.modules, "ipywidgets", None)  # import fails
+    with pytest.raises(ImportError, match="pip install ipywidgets"):
+        explorer.explorer()
+
+
+def test_run_generation_accounts_for_every_token_and_is_lossless(tiny_llama, byte_tokenizer):
+    from peagle_lab.explorer import fresh_head, run_generation
+
+    model = tiny_llama(vocab=len(byte_tokenizer), hidden=32, layers=4)
+    head = fresh_head(model)
+    updates = []
+    run = run_generation(model, byte_tokenizer, head, "hi", k=3, mode="parallel", max_new_tokens=10,
+                         on_update=lambda r: updates.append((len(r.tokens), r.done)))
+    assert len(run.sources) == len(run.tokens) == len(run.plain_tokens)
+    assert run.lossless is True
+    assert run.sources[0] == viz.TARGET
+    assert run.sources.count(viz.TARGET) == min(run.stats.rounds + 1, len(run.tokens))
+    assert updates[-1] == (len(run.tokens), True) and len(updates) == run.stats.rounds + 1
+    assert math.isfinite(run.stats.acceptance_length) and run.seconds > 0
+    assert "acceptance length" in run.summary()
+
+
+def test_sequential_mode_with_sampling_runs(tiny_llama, byte_tokenizer):
+    from peagle_lab.explorer import fresh_head, run_generation
+
+    model = tiny_llama(vocab=len(byte_tokenizer))
+    run = run_generation(model, byte_tokenizer, fresh_head(model), "hi", k=2, mode="sequential",
+                         temperature=0.8, max_new_tokens=6, baseline=False)
+    assert len(run.tokens) == len(run.sources) and run.lossless is None
