@@ -1,0 +1,1199 @@
+"""Measure it: drafting cost (parallel vs sequential) and end-to-end speed of speculative decoding.
+
+Conventions (REFERENCE.md "Benchmarking conventions", DESIGN.md "Timing"):
+
+* greedy, batch 1, the same prompts and output length for every method; warm-up first; medians and the
+  interquartile range (IQR) over repeats, never a single run;
+* methods are **interleaved** (per prompt, per repeat, in a rotating order), so drift in the machine's speed
+  (other jobs, thermal) hits all of them alike, and every speed-up is a ratio to plain decoding measured
+  **in the same run**;
+* every speculative output is compared with plain greedy decoding token for token, and the result says so;
+* every result carries an environment record (hardware, threads, dtype, versions, git commit, load average
+  at the start and the end): a timing without its machine means little.
+
+Timers: CUDA events (after a synchronize) on a GPU, ``time.perf_counter`` on a CPU.
+
+Entry points: :func:`drafting_cost`, :func:`end_to_end`, :func:`run_benchmark` (both, files and plots),
+:func:`write_results` / :func:`load_results`, the ``plot_*`` functions and the ``peagle-lab bench`` command.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import platform
+import statistics
+import subprocess
+import time
+import warnings
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable, Sequence
+
+import torch
+
+from .errors import PeagleError
+from .settings import REPO_ROOT
+
+SCHEMA = "peagle-lab-bench/1"
+ASSISTED_NOT_RUN = ("not run: transformers' assisted generation needs a small draft LM that shares the target's "
+                    "tokenizer, and none is available offline here (SmolLM2-135M is the smallest SmolLM2). "
+                    "Pass one with `peagle-lab bench --assistant PATH`.")
+
+
+# ============================================================================================ timing
+def synchronize(device) -> None:
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def time_once(fn: Callable[[], object], device="cpu") -> float:
+    """Seconds one call of ``fn`` takes: CUDA events on a GPU (after a synchronize), perf_counter on a CPU."""
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) / 1000.0
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def time_repeated(fn: Callable[[], object], device="cpu", repeats: int = 10, warmup: int = 2) -> list[float]:
+    """``warmup`` untimed calls, then ``repeats`` timed ones (seconds)."""
+    for _ in range(warmup):
+        fn()
+    return [time_once(fn, device) for _ in range(repeats)]
+
+
+def summarize(samples: Sequence[float]) -> dict:
+    """Median, quartiles, IQR, mean, min, max and n of a list of timings (seconds or any unit)."""
+    xs = sorted(float(x) for x in samples if x is not None and not math.isnan(float(x)))
+    if not xs:
+        return {"median": None, "q1": None, "q3": None, "iqr": None, "mean": None, "min": None, "max": None, "n": 0}
+    if len(xs) == 1:
+        q1 = q3 = xs[0]
+    else:
+        q1, _, q3 = statistics.quantiles(xs, n=4, method="inclusive")
+    return {"median": statistics.median(xs), "q1": q1, "q3": q3, "iqr": q3 - q1, "mean": statistics.fmean(xs),
+            "min": xs[0], "max": xs[-1], "n": len(xs)}
+
+
+# ============================================================================================ environment
+def _cpu_model() -> str:
+    from .hardware import cpu_name
+
+    return cpu_name()
+
+
+def _git(*args) -> str | None:
+    try:
+        out = subprocess.run(["git", *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def _loadavg():
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return None
+
+
+def environment(device="cpu", dtype=None) -> dict:
+    """What a timing depends on. Call at the start of a run; :func:`finish_environment` adds the end state."""
+    import transformers
+
+    device = torch.device(device)
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:
+        cores = os.cpu_count()
+    env = {
+        "timestamp_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "device": str(device),
+        "cpu": _cpu_model(),
+        "cpu_cores_usable": cores,
+        "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
+        "hardware": None,
+        "timer": "cuda-events" if device.type == "cuda" else "perf_counter",
+        "torch_threads": torch.get_num_threads(),
+        "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
+        "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
+        "dtype": str(dtype).replace("torch.", "") if dtype is not None else None,
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "git_commit": _git("rev-parse", "HEAD") or "none (no commit yet)",
+        "git_dirty": bool(_git("status", "--porcelain", "--untracked-files=no")) if _git("rev-parse", "HEAD") else None,
+        "loadavg_start": _loadavg(),
+        "loadavg_end": None,
+    }
+    env["hardware"] = env["gpu"] or f"{env['cpu']} ({cores} cores, {env['torch_threads']} torch threads)"
+    return env
+
+
+def finish_environment(env: dict) -> dict:
+    """Add the load average at the end and a ``quiet`` verdict (1-min load below 1 at start and end)."""
+    env["loadavg_end"] = _loadavg()
+    starts, ends = env.get("loadavg_start"), env["loadavg_end"]
+    env["quiet"] = bool(starts and ends and starts[0] < 1.0 and ends[0] < 1.0) if env["device"] == "cpu" else None
+    return env
+
+
+# ============================================================================================ helpers
+def _model_of(runner_or_model):
+    from .speculative import TargetRunner
+
+    return runner_or_model.model if isinstance(runner_or_model, TargetRunner) else runner_or_model
+
+
+def _runner_for(model, head):
+    from .speculative import TargetRunner
+
+    return TargetRunner(model, head.config.aux_hidden_state_layer_ids)
+
+
+def _default_prompt_ids(tokenizer, n: int = 1) -> list[list[int]]:
+    from .prompts import chat_ids, humaneval_prompts
+
+    if tokenizer is None:
+        raise PeagleError("No prompts given and no tokenizer to build HumanEval prompts with. "
+                          "Fix: pass tokenizer=... or prompts=[[token ids], ...].")
+    return [chat_ids(tokenizer, text) for text in humaneval_prompts(n)]
+
+
+def _as_prompt_ids(prompts, tokenizer) -> list[list[int]]:
+    from .prompts import chat_ids
+
+    out = []
+    for p in prompts:
+        if isinstance(p, str):
+            if tokenizer is None:
+                raise PeagleError("Text prompts need a tokenizer. Fix: pass tokenizer=... or token id lists.")
+            out.append(chat_ids(tokenizer, p))
+        else:
+            out.append([int(t) for t in (p.tolist() if torch.is_tensor(p) else p)])
+    if not out or any(len(p) < 3 for p in out):
+        raise PeagleError("Every prompt needs at least 3 tokens (the drafter is fed the prompt's last slots).")
+    return out
+
+
+def _r(x, nd=5):
+    if x is None:
+        return None
+    if isinstance(x, float) and (math.isnan(x) or math.isinf(x)):
+        return None
+    return round(float(x), nd)
+
+
+def head_description(head, source: str) -> dict:
+    c = head.config
+    return {"source": source, "mode": c.mode, "num_hidden_layers": c.num_hidden_layers,
+            "trained_k": c.num_speculative_tokens, "draft_vocab_size": c.draft_vocab_size,
+            "taps": list(c.aux_hidden_state_layer_ids), "mask_token_id": c.mask_token_id,
+            "params": sum(p.numel() for p in head.parameters())}
+
+
+def _describe(head):
+    return None if head is None else head_description(head, getattr(head, "_bench_source", "given"))
+
+
+def fresh_head(model, mode: str = "parallel", mask_token_id: int = 16, num_hidden_layers: int = 1):
+    """An UNTRAINED head shaped for ``model`` (target embeddings, norm and lm_head; random layers). Its drafting
+    cost is that of a trained head of the same shape; its acceptance is not."""
+    from .drafter import PEagleConfig, PEagleDrafter
+
+    cfg = PEagleConfig.from_target(model.config, mask_token_id=mask_token_id, mode=mode,
+                                   num_hidden_layers=num_hidden_layers)
+    device = next(model.parameters()).device
+    return PEagleDrafter(cfg).init_from_target(model).to(device).eval()
+
+
+def load_head_or_fresh(kind_or_path, model, mode: str | None = None):
+    """``(head, description)``: the shipped/given head when it exists, else a freshly initialised (untrained) one.
+
+    ``kind_or_path``: ``'parallel'`` / ``'sequential'`` (shipped heads), a directory, or ``'fresh'``.
+    """
+    from .heads import SHIPPED, load_head
+
+    mode = mode or (kind_or_path if kind_or_path in ("parallel", "sequential") else "parallel")
+    path = SHIPPED.get(str(kind_or_path), Path(str(kind_or_path)))
+    if str(kind_or_path) != "fresh" and path.exists():
+        head = load_head(kind_or_path, model)
+        return head, head_description(head, str(path))
+    head = fresh_head(model, mode=mode)
+    why = "requested" if str(kind_or_path) == "fresh" else f"no head at {path}"
+    return head, head_description(head, f"fresh-init (untrained; {why})")
+
+
+# ============================================================================================ drafting cost
+@torch.no_grad()
+def drafting_cost(head, runner_or_model, prompt_ids=None, tokenizer=None, ks: Sequence[int] = range(1, 11),
+                  repeats: int = 20, warmup: int = 3, new_slots: int = 2, verify: bool = True,
+                  progress: Callable[[str], None] | None = None) -> dict:
+    """Per-round drafter latency: parallel (ONE pass over ``new_slots`` + K-1 mask slots) vs sequential (K passes).
+
+    Realistic context: the target prefills a real prompt (HumanEval 0 by default), the drafter's cache holds
+    that prompt, and one timed round is ``propose()`` with the last ``new_slots`` context slots as "newly
+    committed" (what a round sees after ~1 accepted draft), exactly as the speculative loop calls it. Parallel
+    and sequential calls (and, with ``verify``, the target's verification of K+1 tokens) are interleaved within
+    every repeat, in alternating order. Returns a dict with per-K summaries and ``ratio_seq_over_par``.
+    """
+    from .speculative import HeadDrafter, Sampling, TargetRunner
+
+    model = _model_of(runner_or_model)
+    runner = runner_or_model if isinstance(runner_or_model, TargetRunner) else _runner_for(model, head)
+    device = runner.device
+    dtype = next(head.parameters()).dtype
+    env = environment(device, dtype)
+    if prompt_ids is None:
+        prompt_ids = _default_prompt_ids(tokenizer, 1)[0]
+    prompt = _as_prompt_ids([prompt_ids], tokenizer)[0]
+    ks = [int(k) for k in ks]
+    if not ks or min(ks) < 1:
+        raise PeagleError(f"ks must be a non-empty list of K >= 1, got {ks}.")
+    if not 1 <= new_slots < len(prompt):
+        raise PeagleError(f"new_slots={new_slots} must be in [1, prompt length {len(prompt)}).")
+    greedy = Sampling()
+
+    runner.reset()
+    logits, taps = runner.forward(prompt)
+    first = int(logits[-1].argmax())
+    ctx_tokens = prompt[1:] + [first]  # slot t: token t+1 and taps at t (EAGLE shift)
+    n = len(ctx_tokens)
+    drafters = {m: HeadDrafter(head, m) for m in ("parallel", "sequential")}
+    round_tokens, round_taps, start = ctx_tokens[-new_slots:], taps[-new_slots:], n - new_slots
+    target_len = runner.length
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # K above the head's trained K: timing is what we want here
+        for d in drafters.values():
+            d.reset()
+            d.propose(ctx_tokens, taps, 0, 1, greedy, None)  # the drafter's prefill over the prompt
+
+        def draft_fn(mode, k):
+            return lambda: drafters[mode].propose(round_tokens, round_taps, start, k, greedy, None)
+
+        def verify_fn(k):
+            ids = [first] + [first] * k
+
+            def fn():
+                runner.forward(ids)
+                runner.crop(target_len)
+            return fn
+
+        samples = {(m, k): [] for m in ("parallel", "sequential") for k in ks}
+        vsamples = {k: [] for k in ks}
+        for k in ks:  # warm-up
+            for _ in range(warmup):
+                draft_fn("parallel", k)()
+                draft_fn("sequential", k)()
+            if verify and warmup:
+                verify_fn(k)()
+        step_samples = []
+        for r in range(repeats):
+            for i, k in enumerate(ks):
+                order = ("parallel", "sequential") if (r + i) % 2 == 0 else ("sequential", "parallel")
+                for m in order:
+                    samples[(m, k)].append(time_once(draft_fn(m, k), device))
+                if verify:
+                    vsamples[k].append(time_once(verify_fn(k), device))
+            if verify:
+                step_samples.append(time_once(verify_fn(0), device))
+            if progress:
+                progress(f"drafting cost: repeat {r + 1}/{repeats}")
+    runner.reset()
+
+    rows = []
+    for k in ks:
+        par, seq = summarize(samples[("parallel", k)]), summarize(samples[("sequential", k)])
+        ratios = [s / p for s, p in zip(samples[("sequential", k)], samples[("parallel", k)])]
+        row = {"k": k,
+               "parallel_ms": _r(par["median"] * 1e3, 3), "parallel_iqr_ms": _r(par["iqr"] * 1e3, 3),
+               "sequential_ms": _r(seq["median"] * 1e3, 3), "sequential_iqr_ms": _r(seq["iqr"] * 1e3, 3),
+               "ratio_seq_over_par": _r(seq["median"] / par["median"], 3),
+               "ratio_paired_median": _r(statistics.median(ratios), 3),
+               "ratio_paired_iqr": _r(summarize(ratios)["iqr"], 3),
+               "parallel_passes": 1, "sequential_passes": k}
+        if verify:
+            v = summarize(vsamples[k])
+            row |= {"verify_ms": _r(v["median"] * 1e3, 3), "verify_iqr_ms": _r(v["iqr"] * 1e3, 3)}
+        rows.append(row)
+    out = {
+        "schema": SCHEMA, "kind": "drafting_cost", "env": finish_environment(env),
+        "config": {"ks": ks, "repeats": repeats, "warmup": warmup, "new_slots": new_slots,
+                   "prompt_tokens": len(prompt), "drafter_cache_slots": start,
+                   "head": _describe(head),
+                   "target_layers": model.config.num_hidden_layers},
+        "rows": rows,
+        "raw_s": {f"{m}_k{k}": [_r(x, 6) for x in v] for (m, k), v in samples.items()},
+    }
+    if verify:
+        step = summarize(step_samples)
+        out["target_step_ms"] = _r(step["median"] * 1e3, 3)
+        out["target_step_iqr_ms"] = _r(step["iqr"] * 1e3, 3)
+    return out
+
+
+# ============================================================================================ end to end
+@dataclass
+class MethodRun:
+    tokens: list
+    seconds: float
+    stats: dict | None = None  # SpecStats.as_dict() for our loop
+    target_forwards: int | None = None
+
+
+@dataclass
+class Method:
+    """One decoding method in the sweep. ``run(prompt_ids, max_new_tokens) -> MethodRun``.
+
+    ``family``: ``plain`` | ``p-eagle`` | ``eagle3`` | ``hf-greedy`` | ``prompt-lookup`` | ``assisted`` | other.
+    ``reference``: whose greedy output it must reproduce (``plain``: our KV-cached greedy loop).
+    """
+
+    name: str
+    family: str
+    k: int | None
+    run: Callable[[list, int], MethodRun]
+    reference: str = "plain"
+    info: dict = field(default_factory=dict)
+
+
+def plain_method(runner, eos_id=None) -> Method:
+    from .speculative import plain_generate
+
+    def run(prompt, max_new):
+        res = plain_generate(runner, prompt, max_new, eos_ids=eos_id)
+        return MethodRun(res.tokens, res.seconds, res.stats.as_dict(), res.stats.target_forwards)
+
+    return Method("plain", "plain", None, run, reference="plain")
+
+
+def spec_stats_dict(stats) -> dict:
+    """``SpecStats.as_dict()`` plus the raw counts the aggregation sums over prompts."""
+    return stats.as_dict() | {"accepted_total": int(sum(stats.accepted)), "accepted_at": list(stats.accepted_at),
+                              "attempted_at": list(stats.attempted_at)}
+
+
+def head_method(runner, head, mode: str, k: int, family: str, eos_id=None) -> Method:
+    from .speculative import HeadDrafter, speculative_generate
+
+    drafter = HeadDrafter(head, mode)
+
+    def run(prompt, max_new):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # K above the trained K: measured, and noted in the results
+            res = speculative_generate(runner, drafter, prompt, k, max_new, eos_ids=eos_id)
+        return MethodRun(res.tokens, res.seconds, spec_stats_dict(res.stats), res.stats.target_forwards)
+
+    return Method(f"{family} K={k}", family, k, run, info={"mode": mode})
+
+
+class _ForwardCounter:
+    """Counts the target's forward calls (one per verification round inside ``generate``)."""
+
+    def __init__(self, model):
+        self.n = 0
+        self.handle = model.register_forward_hook(self._hook)
+
+    def _hook(self, *args):
+        self.n += 1
+
+    def close(self):
+        self.handle.remove()
+
+
+def hf_method(model, family: str, k: int | None = None, eos_id=None, pad_id=None, assistant=None) -> Method:
+    """transformers ``generate``: greedy, prompt-lookup (``k`` = ``prompt_lookup_num_tokens``) or assisted."""
+    device = next(model.parameters()).device
+    kwargs = {"do_sample": False, "temperature": None, "top_p": None, "top_k": None}
+    if eos_id is not None:
+        kwargs["eos_token_id"] = eos_id
+    kwargs["pad_token_id"] = pad_id if pad_id is not None else eos_id
+    if family == "prompt-lookup":
+        kwargs["prompt_lookup_num_tokens"] = int(k)
+        name = f"prompt-lookup K={k}"
+    elif family == "assisted":
+        kwargs["assistant_model"] = assistant
+        name = "assisted"
+    else:
+        name = "hf-greedy"
+
+    @torch.no_grad()
+    def run(prompt, max_new):
+        ids = torch.tensor([prompt], dtype=torch.long, device=device)
+        counter = _ForwardCounter(model)
+        try:
+            synchronize(device)
+            t0 = time.perf_counter()
+            out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new, **kwargs)
+            synchronize(device)
+            seconds = time.perf_counter() - t0
+        finally:
+            counter.close()
+        return MethodRun(out[0, len(prompt):].tolist(), seconds, None, counter.n)
+
+    return Method(name, family, k, run, reference="plain" if family == "hf-greedy" else "hf-greedy")
+
+
+def _rounds_from(run: MethodRun) -> int | None:
+    if run.stats and run.stats.get("rounds") is not None and run.stats.get("k"):
+        return run.stats["rounds"]
+    if run.target_forwards:
+        return max(run.target_forwards - 1, 0)  # one prefill, then one forward per round/step
+    return None
+
+
+@torch.no_grad()
+def end_to_end(model, tokenizer=None, *, parallel_head=None, sequential_head=None,
+               parallel_ks: Sequence[int] = (1, 2, 4, 8), sequential_ks: Sequence[int] = (1, 2, 3, 4, 5),
+               prompts=None, n_prompts: int = 8, max_new_tokens: int = 96, pld_ks: Sequence[int] = (10,),
+               hf_greedy: bool = True, assistant=None, repeats: int = 1, warmup: bool = True,
+               extra_methods: Sequence[Method] = (), eos_id=None,
+               progress: Callable[[str], None] | None = None) -> dict:
+    """End-to-end greedy decoding at batch 1 on HumanEval prompts, all methods interleaved per prompt.
+
+    Methods: plain KV-cached greedy (``speculative.plain_generate``, the baseline), P-EAGLE (``parallel_head``
+    in parallel mode) for each K in ``parallel_ks``, EAGLE-3 (``sequential_head`` in sequential mode) for each K
+    in ``sequential_ks``, transformers' ``generate`` greedy and prompt-lookup decoding (``pld_ks``), and
+    assisted generation when an ``assistant`` model is given. Per method: tokens/s, speed-up vs plain (same
+    run), acceptance length, per-position acceptance, ideal speed-up from measured costs, efficiency, and
+    whether every output equals plain greedy.
+
+    ``speedup``: end-to-end tokens/s ratio to plain decoding (prefill included: what a user sees).
+    ``decode_speedup``: the same after the prefill (our loop's timer splits it off); ``ideal_speedup`` =
+    AL * t_step / (t_draft_round + t_verify_round) from the medians of this run models that phase, so
+    ``efficiency`` = decode_speedup / ideal_speedup: what acceptance bookkeeping, cache rollback and Python take.
+    """
+    device = next(model.parameters()).device
+    dtype = next(model.parameters()).dtype
+    env = environment(device, dtype)
+    if eos_id is None and tokenizer is not None:
+        eos_id = tokenizer.eos_token_id
+    pad_id = getattr(tokenizer, "pad_token_id", None) if tokenizer is not None else None
+    if prompts is not None:
+        prompt_ids = _as_prompt_ids(prompts, tokenizer)
+    else:
+        prompt_ids = _default_prompt_ids(tokenizer, n_prompts)
+    if max_new_tokens < 1 or repeats < 1:
+        raise PeagleError("max_new_tokens and repeats must be >= 1.")
+
+    from .speculative import TargetRunner
+
+    runners = {}  # one TargetRunner per tap set (heads trained on different taps each get theirs)
+
+    def runner_for(head):
+        taps = tuple(head.config.aux_hidden_state_layer_ids) if head is not None else None
+        if taps not in runners:
+            runners[taps] = TargetRunner(model, taps)
+        return runners[taps]
+
+    runner = runner_for(parallel_head or sequential_head)
+    methods = [plain_method(runner, eos_id)]
+    if parallel_head is not None:
+        methods += [head_method(runner_for(parallel_head), parallel_head, "parallel", int(k), "p-eagle", eos_id)
+                    for k in parallel_ks]
+    if sequential_head is not None:
+        methods += [head_method(runner_for(sequential_head), sequential_head, "sequential", int(k), "eagle3", eos_id)
+                    for k in sequential_ks]
+    if hf_greedy:
+        methods.append(hf_method(model, "hf-greedy", None, eos_id, pad_id))
+    methods += [hf_method(model, "prompt-lookup", int(k), eos_id, pad_id) for k in pld_ks]
+    if assistant is not None:
+        methods.append(hf_method(model, "assisted", None, eos_id, pad_id, assistant=assistant))
+    methods += list(extra_methods)
+    names = [m.name for m in methods]
+    if len(set(names)) != len(names):
+        raise PeagleError(f"Method names must be unique, got {names}.")
+
+    if warmup:  # one short untimed run per method (allocations, lazy init, caches)
+        for m in methods:
+            m.run(prompt_ids[0], min(8, max_new_tokens))
+    runs = []  # one row per (repeat, prompt, method)
+    for r in range(repeats):
+        for i, prompt in enumerate(prompt_ids):
+            rot = (r * len(prompt_ids) + i) % len(methods)
+            order = methods[rot:] + methods[:rot]
+            got = {}
+            for m in order:
+                got[m.name] = m.run(prompt, max_new_tokens)
+            base = got["plain"]
+            for m in methods:  # rows in a fixed order; execution order was rotated
+                ref = got.get(m.reference, base)
+                run = got[m.name]
+                rounds = _rounds_from(run)
+                tokens = len(run.tokens)
+                runs.append({
+                    "repeat": r, "prompt": i, "method": m.name, "family": m.family, "k": m.k,
+                    "order": order.index(m), "prompt_tokens": len(prompt), "new_tokens": tokens,
+                    "seconds": run.seconds, "tokens_per_s": tokens / run.seconds if run.seconds > 0 else None,
+                    "speedup_vs_plain": base.seconds / run.seconds if tokens == len(base.tokens) else
+                    (tokens / run.seconds) / (len(base.tokens) / base.seconds),
+                    "identical_to_plain": run.tokens == base.tokens,
+                    "reference": m.reference if m.reference in got else "plain",
+                    "identical_to_reference": run.tokens == ref.tokens,
+                    "rounds": rounds,
+                    "target_forwards": run.target_forwards,
+                    "stats": run.stats,
+                    "tokens": run.tokens if m.name == "plain" else None,
+                })
+            if progress:
+                progress(f"end to end: repeat {r + 1}/{repeats}, prompt {i + 1}/{len(prompt_ids)}")
+
+    summary, profile = _aggregate(methods, runs)
+    lossless = {m.name: all(x["identical_to_reference"] for x in runs if x["method"] == m.name) for m in methods}
+    hf_vs_plain = lossless.get("hf-greedy")
+    notes = []
+    bad = [n for n, ok in lossless.items() if not ok and n != "hf-greedy"]
+    if bad:
+        msg = (f"LOSSLESSNESS BROKEN: {bad} produced output different from greedy decoding (ours, or transformers' "
+               "for its own speculative methods). Their speed-ups are not valid comparisons.")
+        notes.append(msg)
+        warnings.warn(msg, stacklevel=2)
+    if hf_vs_plain is False:
+        notes.append("transformers' greedy generate differs from our plain greedy loop on some prompt "
+                     "(numerics of a different attention/cache path); prompt-lookup / assisted are checked against "
+                     "transformers' greedy output, their own baseline.")
+    for m in methods:
+        k, trained = m.k, None
+        if m.family == "p-eagle" and parallel_head is not None:
+            trained = parallel_head.config.num_speculative_tokens
+        if m.family == "eagle3" and sequential_head is not None:
+            trained = sequential_head.config.num_speculative_tokens
+        if trained and k and k > trained:
+            notes.append(f"{m.name}: K above the K={trained} the head was trained for.")
+    out = {
+        "schema": SCHEMA, "kind": "end_to_end", "env": finish_environment(env),
+        "config": {"n_prompts": len(prompt_ids), "max_new_tokens": max_new_tokens, "repeats": repeats,
+                   "warmup": warmup, "greedy": True, "batch_size": 1, "prompts": "HumanEval" if prompts is None
+                   else "given", "prompt_tokens": [len(p) for p in prompt_ids],
+                   "parallel_ks": list(parallel_ks) if parallel_head is not None else [],
+                   "sequential_ks": list(sequential_ks) if sequential_head is not None else [],
+                   "pld_ks": list(pld_ks), "methods": names,
+                   "parallel_head": _describe(parallel_head), "sequential_head": _describe(sequential_head),
+                   "target_layers": model.config.num_hidden_layers,
+                   "target_params": sum(p.numel() for p in model.parameters())},
+        "all_lossless": all(v for n, v in lossless.items() if n != "hf-greedy"),
+        "lossless": lossless,
+        "hf_greedy_identical_to_plain": hf_vs_plain,
+        "assisted_generation": "run" if assistant is not None else ASSISTED_NOT_RUN,
+        "methods": summary,
+        "round_profile": profile,
+        "runs": runs,  # per (repeat, prompt, method); "tokens" kept for the plain baseline only
+        "notes": notes,
+    }
+    return out
+
+
+def _aggregate(methods: list[Method], runs: list[dict]):
+    """Per-method summary rows and per-round time profiles, from the per-run rows of ONE run."""
+    by = {m.name: [x for x in runs if x["method"] == m.name] for m in methods}
+    plain = by["plain"]
+    plain_tps = sum(x["new_tokens"] for x in plain) / sum(x["seconds"] for x in plain)
+
+    def per_run(rows, phase):
+        out = []
+        for x in rows:
+            st = x["stats"] or {}
+            t = (st.get("time_s") or {}).get(phase)
+            n = x["rounds"] if phase != "decode" else max(x["target_forwards"] - 1, 0)
+            if t is not None and n:
+                out.append(t / n)
+        return out
+
+    t_step = summarize(per_run(plain, "decode"))["median"]  # one plain decode step, same run
+
+    def decode_tps(rows):
+        """Tokens/s after the prefill (the first token comes from the prefill): the phase the ideal models."""
+        pre = [(x["stats"] or {}).get("time_s", {}).get("prefill") for x in rows]
+        if any(p is None for p in pre):
+            return None
+        secs = sum(x["seconds"] for x in rows) - sum(pre)
+        return (sum(x["new_tokens"] for x in rows) - len(rows)) / secs if secs > 0 else None
+
+    plain_decode_tps = decode_tps(plain)
+    summary, profile = [], []
+    for m in methods:
+        rows = by[m.name]
+        toks = sum(x["new_tokens"] for x in rows)
+        secs = sum(x["seconds"] for x in rows)
+        tps = toks / secs
+        sp = summarize([x["speedup_vs_plain"] for x in rows])
+        row = {"method": m.name, "family": m.family, "k": m.k, "runs": len(rows), "new_tokens": toks,
+               "seconds": _r(secs, 4), "tokens_per_s": _r(tps, 3), "speedup": _r(tps / plain_tps, 4),
+               "speedup_median_per_prompt": _r(sp["median"], 4), "speedup_iqr": _r(sp["iqr"], 4),
+               "decode_speedup": None,
+               "lossless": all(x["identical_to_reference"] for x in rows),
+               "identical_to_plain": all(x["identical_to_plain"] for x in rows)}
+        stats = [x["stats"] for x in rows if x["stats"] and x["stats"].get("k")]
+        if stats:  # our speculative loop: exact accounting from SpecStats' counts
+            rounds = sum(s["rounds"] for s in stats)
+            k = stats[0]["k"]
+            accepted = sum(s["accepted_total"] for s in stats)
+            acc_at = [sum(s["accepted_at"][j] for s in stats) for j in range(k)]
+            att_at = [sum(s["attempted_at"][j] for s in stats) for j in range(k)]
+            al = 1.0 + accepted / max(rounds, 1)
+            ppa = [_r(a / t, 4) if t else None for a, t in zip(acc_at, att_at)]
+            t_draft = summarize(per_run(rows, "draft"))["median"]
+            t_verify = summarize(per_run(rows, "verify"))["median"]
+            t_accept = summarize(per_run(rows, "accept"))["median"]
+            ideal = al * t_step / (t_draft + t_verify) if t_step and t_draft is not None and t_verify else None
+            dtps = decode_tps(rows)
+            dsp = dtps / plain_decode_tps if dtps and plain_decode_tps else None
+            row |= {"acceptance_length": _r(al, 4), "per_position_acceptance": ppa, "rounds": rounds,
+                    "t_step_ms": _r(t_step * 1e3, 3) if t_step else None,
+                    "t_draft_round_ms": _r(t_draft * 1e3, 3), "t_verify_round_ms": _r(t_verify * 1e3, 3),
+                    "decode_speedup": _r(dsp, 4), "ideal_speedup": _r(ideal, 4),
+                    "efficiency": _r(dsp / ideal, 4) if ideal and dsp else None}
+            # where a round's time goes (medians over prompts of per-run means per round)
+            over = []
+            for x in rows:
+                st = x["stats"]["time_s"]
+                timed = sum(v for kk, v in st.items() if kk not in ("total", "prefill"))
+                if x["rounds"]:
+                    over.append((x["seconds"] - st.get("prefill", 0.0) - timed) / x["rounds"])
+            prof = {"method": m.name, "family": m.family, "k": m.k,
+                    "draft_ms": _r(t_draft * 1e3, 3), "verify_ms": _r(t_verify * 1e3, 3),
+                    "accept_rollback_ms": _r(t_accept * 1e3, 3),
+                    "python_overhead_ms": _r(summarize(over)["median"] * 1e3, 3)}
+            total = sum(v for kk, v in prof.items() if kk.endswith("_ms") and v is not None)
+            prof["round_ms"] = _r(total, 3)
+            prof |= {f"{kk[:-3]}_share": _r(prof[kk] / total, 4) for kk in
+                     ("draft_ms", "verify_ms", "accept_rollback_ms", "python_overhead_ms") if total}
+            prof["prefill_ms_median"] = _r(summarize([x["stats"]["time_s"].get("prefill") for x in rows])["median"]
+                                           * 1e3, 3)
+            profile.append(prof)
+        else:
+            rounds = [x["rounds"] for x in rows if x["rounds"]]
+            if rounds and m.family != "plain":  # tokens per target forward after the prefill
+                al = (toks - len(rows)) / sum(rounds)
+                row |= {"acceptance_length": _r(al, 4), "per_position_acceptance": None, "rounds": sum(rounds)}
+            else:
+                row |= {"acceptance_length": 1.0, "per_position_acceptance": None,
+                        "rounds": sum(rounds) if rounds else None}
+            if m.family == "plain":
+                row["t_step_ms"] = _r(t_step * 1e3, 3) if t_step else None
+                row["decode_speedup"] = 1.0 if plain_decode_tps else None
+        summary.append(row)
+    hf = next((r for r in summary if r["family"] == "hf-greedy"), None)
+    for row in summary:
+        row["speedup_vs_hf_greedy"] = _r(row["tokens_per_s"] / hf["tokens_per_s"], 4) if hf else None
+    return summary, profile
+
+
+# ============================================================================================ files
+DRAFT_CSV_COLUMNS = ["k", "parallel_ms", "parallel_iqr_ms", "sequential_ms", "sequential_iqr_ms",
+                     "ratio_seq_over_par", "ratio_paired_median", "ratio_paired_iqr", "verify_ms", "verify_iqr_ms",
+                     "parallel_passes", "sequential_passes"]
+E2E_CSV_COLUMNS = ["method", "family", "k", "runs", "new_tokens", "seconds", "tokens_per_s", "speedup",
+                   "speedup_median_per_prompt", "speedup_iqr", "speedup_vs_hf_greedy", "decode_speedup",
+                   "acceptance_length",
+                   "per_position_acceptance", "rounds", "t_step_ms", "t_draft_round_ms", "t_verify_round_ms",
+                   "ideal_speedup", "efficiency", "lossless", "identical_to_plain"]
+RUNS_CSV_COLUMNS = ["repeat", "prompt", "method", "family", "k", "order", "prompt_tokens", "new_tokens", "seconds",
+                    "tokens_per_s", "speedup_vs_plain", "identical_to_plain", "reference", "identical_to_reference",
+                    "rounds", "target_forwards",
+                    "acceptance_length"]
+PROFILE_CSV_COLUMNS = ["method", "family", "k", "draft_ms", "verify_ms", "accept_rollback_ms", "python_overhead_ms",
+                       "round_ms", "draft_share", "verify_share", "accept_rollback_share", "python_overhead_share",
+                       "prefill_ms_median"]
+ENV_CSV_KEYS = ["hardware", "device", "torch_threads", "dtype", "torch", "transformers", "git_commit",
+                "loadavg_start", "loadavg_end"]
+
+
+def _clean(obj):
+    """JSON-safe: NaN/inf -> None, tuples -> lists, tensors -> lists."""
+    if isinstance(obj, float):
+        return None if (math.isnan(obj) or math.isinf(obj)) else obj
+    if isinstance(obj, dict):
+        return {str(k): _clean(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_clean(v) for v in obj]
+    if hasattr(obj, "tolist"):
+        return _clean(obj.tolist())
+    return obj
+
+
+def _write_json(path: Path, obj) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(_clean(obj), indent=1, allow_nan=False) + "\n")
+    os.replace(tmp, path)
+
+
+def _cell(v):
+    if isinstance(v, float):
+        return "" if math.isnan(v) else f"{v:.6g}"
+    if isinstance(v, (list, tuple)):
+        return " ".join("" if x is None else (f"{x:.4g}" if isinstance(x, float) else str(x)) for x in v)
+    return "" if v is None else str(v)
+
+
+def _write_csv(path: Path, rows: list[dict], columns: list[str], env: dict | None = None) -> None:
+    """CSV with the given columns; the environment is appended as constant columns on every row."""
+    env_cols = [f"env_{k}" for k in ENV_CSV_KEYS] if env else []
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(columns + env_cols)
+        for row in rows:
+            w.writerow([_cell(row.get(c)) for c in columns] + [_cell(env.get(k)) for k in ENV_CSV_KEYS] if env
+                       else [_cell(row.get(c)) for c in columns])
+    os.replace(tmp, path)
+
+
+def write_results(results: dict, out_dir, plots: bool = True, command: str | None = None) -> dict[str, Path]:
+    """Write ``{"drafting_cost": ..., "end_to_end": ...}`` (either may be missing) as JSON + CSV (+ PNG plots)
+    and a README.md (command, hardware, tables) into ``out_dir``; returns ``{name: path}`` of what was written."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    files: dict[str, Path] = {}
+    dc, e2e = results.get("drafting_cost"), results.get("end_to_end")
+    if dc:
+        files["drafting_cost.json"] = out / "drafting_cost.json"
+        _write_json(files["drafting_cost.json"], dc)
+        files["drafting_cost.csv"] = out / "drafting_cost.csv"
+        _write_csv(files["drafting_cost.csv"], dc["rows"], DRAFT_CSV_COLUMNS, dc["env"])
+    if e2e:
+        files["end_to_end.json"] = out / "end_to_end.json"
+        _write_json(files["end_to_end.json"], e2e)
+        files["end_to_end.csv"] = out / "end_to_end.csv"
+        _write_csv(files["end_to_end.csv"], e2e["methods"], E2E_CSV_COLUMNS, e2e["env"])
+        files["end_to_end_runs.csv"] = out / "end_to_end_runs.csv"
+        runs = [x | {"acceptance_length": (x["stats"] or {}).get("acceptance_length")} for x in e2e["runs"]]
+        _write_csv(files["end_to_end_runs.csv"], runs, RUNS_CSV_COLUMNS, e2e["env"])
+        files["round_profile.csv"] = out / "round_profile.csv"
+        _write_csv(files["round_profile.csv"], e2e["round_profile"], PROFILE_CSV_COLUMNS, e2e["env"])
+    if plots:
+        files |= draw_plots(results, out)
+    index = {"schema": SCHEMA, "files": sorted(p.name for p in files.values()),
+             "env": (e2e or dc or {}).get("env"), "headline": headline(results)}
+    files["bench.json"] = out / "bench.json"
+    _write_json(files["bench.json"], index)
+    files["README.md"] = out / "README.md"
+    files["README.md"].write_text(results_readme(results, command))
+    return files
+
+
+def results_readme(results: dict, command: str | None = None) -> str:
+    """A short Markdown page for a results folder: command, hardware, the tables, the file list."""
+    dc, e2e = results.get("drafting_cost"), results.get("end_to_end")
+    env = (e2e or dc)["env"]
+    lines = ["# Benchmark results", ""]
+    if command:
+        lines += ["Made with:", "", "```bash", command, "```", ""]
+    lines += [f"- hardware: {env['hardware']}; device {env['device']}; timer {env['timer']}",
+              f"- dtype {env['dtype']}; torch {env['torch']}; transformers {env['transformers']}; "
+              f"python {env['python']}; git commit {env['git_commit']}",
+              f"- load average at start {env['loadavg_start']}, at end {env['loadavg_end']}; "
+              f"OMP_WAIT_POLICY={env.get('omp_wait_policy')}; run started {env['timestamp_utc']}", ""]
+    if dc:
+        c = dc["config"]
+        lines += ["## Drafting cost per round (median ms; ratio = sequential / parallel)", "",
+                  f"Head: {c['head']['source']} ({c['head']['num_hidden_layers']} layer(s), draft vocabulary "
+                  f"{c['head']['draft_vocab_size']}); prompt {c['prompt_tokens']} tokens, {c['new_slots']} new context "
+                  f"slots per round, {c['repeats']} interleaved repeats. One target decode step: "
+                  f"{dc.get('target_step_ms')} ms.", "",
+                  format_table(dc["rows"], ["k", "parallel_ms", "parallel_iqr_ms", "sequential_ms", "sequential_iqr_ms",
+                                            "ratio_seq_over_par", "verify_ms"]), ""]
+    if e2e:
+        c = e2e["config"]
+        ph, sh = c.get("parallel_head") or {}, c.get("sequential_head") or {}
+        lines += ["## End to end (greedy, batch 1)", "",
+                  f"{c['n_prompts']} HumanEval prompts ({min(c['prompt_tokens'])}-{max(c['prompt_tokens'])} tokens), "
+                  f"{c['max_new_tokens']} new tokens, {c['repeats']} repeat(s), methods interleaved per prompt. "
+                  f"P-EAGLE head: {ph.get('source')}; EAGLE-3 head: {sh.get('source')}. "
+                  "speedup = tokens/s ratio to plain greedy in the same run (prefill included); decode_speedup = "
+                  "the same after the prefill; ideal = AL x t_step / (t_draft + t_verify); efficiency = "
+                  "decode_speedup / ideal.", "",
+                  format_table(e2e["methods"], ["method", "tokens_per_s", "speedup", "speedup_iqr", "acceptance_length",
+                                                "decode_speedup", "ideal_speedup", "efficiency", "lossless"]), "",
+                  f"All speculative outputs identical to greedy: **{e2e['all_lossless']}**. "
+                  f"Assisted generation: {e2e['assisted_generation']}", ""]
+        if e2e.get("round_profile"):
+            lines += ["### One round, split (median ms)", "",
+                      format_table(e2e["round_profile"], ["method", "draft_ms", "verify_ms", "accept_rollback_ms",
+                                                          "python_overhead_ms", "round_ms", "draft_share"]), ""]
+        for note in e2e.get("notes", []):
+            lines.append(f"- note: {note}")
+    lines += ["", "Files: `drafting_cost.{json,csv}`, `end_to_end.{json,csv}`, `end_to_end_runs.csv` (per prompt), "
+              "`round_profile.csv`, `bench.json` (headline), PNG plots. Every JSON carries the full environment "
+              "record; every CSV row carries its key fields.", ""]
+    return "\n".join(lines)
+
+
+def load_results(out_dir) -> dict:
+    """Read back what :func:`write_results` wrote (``{}`` when the folder has no results)."""
+    out = Path(out_dir)
+    got = {}
+    for kind in ("drafting_cost", "end_to_end"):
+        p = out / f"{kind}.json"
+        if p.exists():
+            try:
+                got[kind] = json.loads(p.read_text())
+            except json.JSONDecodeError as exc:
+                raise PeagleError(f"{p} is not valid JSON ({exc}). Fix: rerun `peagle-lab bench`.") from exc
+    return got
+
+
+def headline(results: dict) -> dict:
+    """The key numbers: drafting ratio per K, best speed-up per family, losslessness."""
+    h = {}
+    dc, e2e = results.get("drafting_cost"), results.get("end_to_end")
+    if dc:
+        h["drafting_ratio_seq_over_par"] = {str(r["k"]): r["ratio_seq_over_par"] for r in dc["rows"]}
+    if e2e:
+        best = {}
+        for row in e2e["methods"]:
+            f = row["family"]
+            if f != "plain" and (f not in best or (row["speedup"] or 0) > (best[f]["speedup"] or 0)):
+                best[f] = row
+        h["best"] = {f: {"method": r["method"], "speedup": r["speedup"], "acceptance_length": r["acceptance_length"],
+                         "efficiency": r.get("efficiency")} for f, r in best.items()}
+        h["plain_tokens_per_s"] = next(r["tokens_per_s"] for r in e2e["methods"] if r["family"] == "plain")
+        h["all_lossless"] = e2e["all_lossless"]
+    return h
+
+
+def format_table(rows: list[dict], columns: list[str], floatfmt: str = ".3g") -> str:
+    """A Markdown table (no pandas needed)."""
+    def fmt(v):
+        if isinstance(v, bool):
+            return str(v)
+        if isinstance(v, float):
+            return format(v, floatfmt)
+        if isinstance(v, (list, tuple)):
+            return " / ".join("-" if x is None else format(x, ".2f") for x in v)
+        return "-" if v is None else str(v)
+
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(fmt(r.get(c)) for c in columns) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+# ============================================================================================ plots
+FAMILY_STYLE = {"p-eagle": ("tab:blue", "o"), "eagle3": ("tab:orange", "s"), "prompt-lookup": ("tab:green", "^"),
+                "assisted": ("tab:purple", "D"), "hf-greedy": ("tab:gray", None), "plain": ("black", None)}
+
+
+def _subtitle(env: dict) -> str:
+    load = env.get("loadavg_start")
+    return (f"{env.get('hardware')} · {env.get('dtype')} · torch {env.get('torch')} · "
+            f"load {load[0] if load else '?'}→{(env.get('loadavg_end') or ['?'])[0]}")
+
+
+def plot_drafting_cost(dc: dict, path=None):
+    """Per-round drafting latency vs K (parallel, sequential; target verification for scale) and the ratio."""
+    import matplotlib.pyplot as plt
+
+    rows = dc["rows"]
+    ks = [r["k"] for r in rows]
+    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for mode, color, marker in (("parallel", "tab:blue", "o"), ("sequential", "tab:orange", "s")):
+        med = [r[f"{mode}_ms"] for r in rows]
+        iqr = [r[f"{mode}_iqr_ms"] / 2 for r in rows]
+        label = "parallel (P-EAGLE): 1 pass" if mode == "parallel" else "sequential (EAGLE-3): K passes"
+        ax.errorbar(ks, med, yerr=iqr, color=color, marker=marker, capsize=3, label=label)
+    if rows and rows[0].get("verify_ms") is not None:
+        ax.plot(ks, [r["verify_ms"] for r in rows], color="gray", ls="--", label="target: verify K+1 tokens")
+    if dc.get("target_step_ms"):
+        ax.axhline(dc["target_step_ms"], color="black", ls=":", lw=1, label="target: one decode step")
+    ax.set_xlabel("K (draft tokens per round)")
+    ax.set_ylabel("latency per round (ms, median; bars = IQR/2)")
+    ax.set_title("Drafting cost per round")
+    ax.legend(fontsize=8)
+    ax.set_ylim(bottom=0)
+    ratio = [r["ratio_seq_over_par"] for r in rows]
+    ax2.plot(ks, ratio, marker="o", color="tab:red", label="sequential / parallel")
+    ax2.plot(ks, ks, ls=":", color="gray", label="limit: K (a pass costs the same at any width)")
+    ax2.set_xlabel("K")
+    ax2.set_ylabel("latency ratio")
+    ax2.set_title("How much cheaper parallel drafting is")
+    ax2.legend(fontsize=8)
+    ax2.set_ylim(bottom=0)
+    fig.suptitle(_subtitle(dc["env"]), fontsize=8)
+    fig.tight_layout()
+    if path:
+        fig.savefig(path, dpi=110)
+    return fig
+
+
+def _family_rows(e2e, family):
+    return sorted([r for r in e2e["methods"] if r["family"] == family and r["k"] is not None], key=lambda r: r["k"])
+
+
+def plot_speedup(e2e: dict, path=None):
+    """Measured speed-up vs K per method (solid) and the ideal speed-up from AL and measured costs (dashed)."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for fam in ("p-eagle", "eagle3", "prompt-lookup", "assisted"):
+        rows = _family_rows(e2e, fam)
+        if not rows:
+            continue
+        color, marker = FAMILY_STYLE[fam]
+        ks = [r["k"] for r in rows]
+        yerr = [(r["speedup_iqr"] or 0) / 2 for r in rows]
+        ax.errorbar(ks, [r["speedup"] for r in rows], yerr=yerr, color=color, marker=marker, capsize=3,
+                    label=f"{fam} (measured)")
+        if rows[0].get("ideal_speedup") is not None:
+            ax.plot(ks, [r["ideal_speedup"] for r in rows], color=color, ls="--", lw=1, label=f"{fam} (ideal)")
+    ax.axhline(1.0, color="black", lw=1, label="plain greedy (ours) = 1")
+    hf = next((r for r in e2e["methods"] if r["family"] == "hf-greedy"), None)
+    if hf:
+        ax.axhline(hf["speedup"], color="gray", ls=":", label=f"transformers generate greedy ({hf['speedup']:.2f})")
+    ax.set_xlabel("K (draft tokens per round)")
+    ax.set_ylabel("speed-up vs plain greedy (tokens/s ratio, same run)")
+    ax.set_title(f"End to end: {e2e['config']['n_prompts']} HumanEval prompts, "
+                 f"{e2e['config']['max_new_tokens']} new tokens, batch 1")
+    ax.legend(fontsize=7)
+    ax.set_ylim(bottom=0)
+    fig.suptitle(_subtitle(e2e["env"]), fontsize=8)
+    fig.tight_layout()
+    if path:
+        fig.savefig(path, dpi=110)
+    return fig
+
+
+def plot_acceptance(e2e: dict, path=None):
+    """Acceptance length (accepted drafts per round + 1) vs K."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for fam in ("p-eagle", "eagle3", "prompt-lookup", "assisted"):
+        rows = _family_rows(e2e, fam)
+        if rows:
+            color, marker = FAMILY_STYLE[fam]
+            ax.plot([r["k"] for r in rows], [r["acceptance_length"] for r in rows], color=color, marker=marker,
+                    label=fam + (" (tokens per target forward)" if fam in ("prompt-lookup", "assisted") else ""))
+    ks = sorted({r["k"] for r in e2e["methods"] if r["k"]})
+    if ks:
+        ax.plot(ks, [k + 1 for k in ks], ls=":", color="gray", label="upper bound K+1")
+    ax.axhline(1.0, color="black", lw=1)
+    ax.set_xlabel("K")
+    ax.set_ylabel("acceptance length")
+    ax.set_title("Acceptance length vs K")
+    ax.legend(fontsize=8)
+    fig.suptitle(_subtitle(e2e["env"]), fontsize=8)
+    fig.tight_layout()
+    if path:
+        fig.savefig(path, dpi=110)
+    return fig
+
+
+def plot_round_profile(e2e: dict, path=None):
+    """Where a round's time goes: drafting, verification, acceptance + cache rollback, Python overhead."""
+    import matplotlib.pyplot as plt
+
+    prof = e2e["round_profile"]
+    fig, ax = plt.subplots(figsize=(8, 0.45 * max(len(prof), 2) + 2.0))
+    parts = [("draft_ms", "drafting", "tab:blue"), ("verify_ms", "verification (target)", "tab:gray"),
+             ("accept_rollback_ms", "acceptance + cache rollback", "tab:green"),
+             ("python_overhead_ms", "Python overhead", "tab:red")]
+    names = [p["method"] for p in prof]
+    left = [0.0] * len(prof)
+    for key, label, color in parts:
+        vals = [max(p.get(key) or 0.0, 0.0) for p in prof]
+        ax.barh(names, vals, left=left, color=color, label=label)
+        left = [a + b for a, b in zip(left, vals)]
+    ax.invert_yaxis()
+    ax.set_xlabel("ms per round (medians over prompts)")
+    ax.set_title("One speculative round, split")
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.25), ncol=4, frameon=False)
+    fig.suptitle(_subtitle(e2e["env"]), fontsize=8)
+    fig.tight_layout()
+    if path:
+        fig.savefig(path, dpi=110)
+    return fig
+
+
+def draw_plots(results: dict, out_dir) -> dict[str, Path]:
+    """Draw every plot the results allow into ``out_dir`` as PNG; returns ``{name: path}``."""
+    import matplotlib
+
+    if "inline" not in matplotlib.get_backend().lower() and "ipykernel" not in matplotlib.get_backend():
+        matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out = Path(out_dir)
+    files = {}
+    jobs = []
+    if results.get("drafting_cost"):
+        jobs.append(("drafting_latency.png", plot_drafting_cost, results["drafting_cost"]))
+    if results.get("end_to_end"):
+        e2e = results["end_to_end"]
+        jobs += [("speedup_vs_k.png", plot_speedup, e2e), ("acceptance_length_vs_k.png", plot_acceptance, e2e)]
+        if e2e.get("round_profile"):
+            jobs.append(("round_profile.png", plot_round_profile, e2e))
+    for name, fn, data in jobs:
+        fig = fn(data, out / name)
+        plt.close(fig)
+        files[name] = out / name
+    return files
+
+
+# ============================================================================================ run it all
+QUICK = {"ks_parallel": [1, 2, 4], "ks_sequential": [1, 2], "draft_ks": [1, 2, 4, 8], "n_prompts": 2,
+         "max_new_tokens": 24, "repeats": 1, "draft_repeats": 5, "pld_ks": [10]}
+FULL = {"ks_parallel": list(range(1, 9)), "ks_sequential": list(range(1, 6)), "draft_ks": list(range(1, 11)),
+        "n_prompts": 8, "max_new_tokens": 96, "repeats": 1, "draft_repeats": 15, "pld_ks": [10]}
+
+
+def run_benchmark(model, tokenizer, parallel_head, sequential_head=None, *, out_dir=None, ks_parallel=None,
+                  ks_sequential=None, draft_ks=None, n_prompts=None, max_new_tokens=None, repeats=None,
+                  draft_repeats=None, pld_ks=None, quick: bool = False, drafting: bool = True,
+                  e2e: bool = True, assistant=None, plots: bool = True, progress=None,
+                  command: str | None = None) -> dict:
+    """Drafting cost + end to end with one set of knobs (``quick``: CI sizes), written to ``out_dir``.
+
+    Drafting cost uses ``parallel_head`` in both modes: the comparison is about one pass vs K passes of the
+    same network. Returns ``{"drafting_cost", "end_to_end", "files", "out_dir"}``.
+    """
+    base = QUICK if quick else FULL
+
+    def knob(v, key):
+        return list(v) if isinstance(v, (list, tuple, range)) else (v if v is not None else base[key])
+
+    res = {}
+    if drafting:
+        res["drafting_cost"] = drafting_cost(parallel_head, model, tokenizer=tokenizer, ks=knob(draft_ks, "draft_ks"),
+                                             repeats=knob(draft_repeats, "draft_repeats"), progress=progress)
+    if e2e:
+        res["end_to_end"] = end_to_end(
+            model, tokenizer, parallel_head=parallel_head, sequential_head=sequential_head,
+            parallel_ks=knob(ks_parallel, "ks_parallel"), sequential_ks=knob(ks_sequential, "ks_sequential"),
+            n_prompts=knob(n_prompts, "n_prompts"), max_new_tokens=knob(max_new_tokens, "max_new_tokens"),
+            repeats=knob(repeats, "repeats"), pld_ks=knob(pld_ks, "pld_ks"), assistant=assistant, progress=progress)
+    if out_dir is not None:
+        res["files"] = write_results(res, out_dir, plots=plots, command=command)
+        res["out_dir"] = Path(out_dir)
+    return res
+
+
+# ============================================================================================ CLI
+def _parse_ks(text: str) -> list[int]:
+    """``"1-8"``, ``"1,2,4"`` or ``"1-3,6"`` -> sorted unique ints."""
+    out = set()
+    try:
+        for part in str(text).split(","):
+            part = part.strip()
+            if not part:
+                continue
+            if "-" in part:
+                a, b = part.split("-", 1)
+                out.update(range(int(a), int(b) + 1))
+            else:
+                out.add(int(part))
+    except ValueError as exc:
+        raise PeagleError(f"Cannot read K list {text!r}: use e.g. '1-8' or '1,2,4'.") from exc
+    if not out or min(out) < 1:
+        raise PeagleError(f"K list {text!r} must hold integers >= 1.")
+    return sorted(out)
+
+
+def register_cli(sub):
+    p = sub.add_parser("bench", help="benchmark drafting cost and end-to-end speed-ups (JSON, CSV, PNG)",
+                       description="Drafting cost (parallel vs sequential per K) and end-to-end greedy decoding on "
+                                   "HumanEval prompts: plain, P-EAGLE, EAGLE-3, transformers greedy and prompt-lookup.")
+    p.add_argument("--target", default=None, help="HF id or local path (default: $PEAGLE_TARGET or the embedded model)")
+    p.add_argument("--parallel-head", default="parallel",
+                   help="P-EAGLE head: 'parallel' (shipped), a directory, or 'fresh' (untrained, for timing only)")
+    p.add_argument("--sequential-head", default="sequential",
+                   help="EAGLE-3 head: 'sequential' (shipped), a directory, 'fresh', or 'none'")
+    p.add_argument("--allow-fresh", action="store_true",
+                   help="use an untrained head when a shipped one is missing (otherwise that is an error)")
+    p.add_argument("--ks-parallel", type=_parse_ks, default=None, help="K sweep for P-EAGLE (full: 1-8)")
+    p.add_argument("--ks-sequential", type=_parse_ks, default=None, help="K sweep for EAGLE-3 (full: 1-5)")
+    p.add_argument("--draft-ks", type=_parse_ks, default=None, help="K values for the drafting cost (full: 1-10)")
+    p.add_argument("--pld-ks", type=_parse_ks, default=None, help="prompt_lookup_num_tokens values (default: 10)")
+    p.add_argument("-n", "--n-prompts", type=int, default=None, help="HumanEval prompts (full: 8)")
+    p.add_argument("--max-new-tokens", type=int, default=None, help="new tokens per prompt (full: 96)")
+    p.add_argument("--repeats", type=int, default=None, help="passes over the prompts end to end (default 1)")
+    p.add_argument("--draft-repeats", type=int, default=None, help="timed repeats per K for drafting cost (full: 15)")
+    p.add_argument("--quick", "--ci", action="store_true", dest="quick", help="CI sizes (2 prompts, 24 tokens, few K)")
+    p.add_argument("--skip-drafting", action="store_true", help="no drafting-cost sweep")
+    p.add_argument("--skip-e2e", action="store_true", help="no end-to-end sweep")
+    p.add_argument("--assistant", default=None,
+                   help="small draft LM (HF id/path) for transformers' assisted generation")
+    p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's choice)")
+    p.add_argument("--device", default=None)
+    p.add_argument("--out", default=None, help="results folder (default results/bench/<name>)")
+    p.add_argument("--name", default=None, help="run name under results/bench/ (default: target-date-time)")
+    p.add_argument("--no-plots", action="store_true")
+    p.set_defaults(func=run_cli)
+
+
+def run_cli(args):
+    import shlex
+    import sys
+
+    from .models import load_target, target_name
+    from .settings import results_dir, seed_everything
+
+    seed_everything(0)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    t0 = time.perf_counter()
+
+    def progress(msg):
+        print(f"[bench {time.perf_counter() - t0:6.1f}s] {msg}", file=sys.stderr, flush=True)
+
+    from .settings import is_ci
+
+    args.quick = args.quick or is_ci()
+    model, tok = load_target(args.target, device=args.device)
+    heads = {}
+    for role, spec in (("parallel", args.parallel_head), ("sequential", args.sequential_head)):
+        if spec == "none":
+            heads[role] = None
+            continue
+        head, desc = load_head_or_fresh(spec, model, mode=role)
+        if desc["source"].startswith("fresh") and spec != "fresh" and not args.allow_fresh:
+            raise PeagleError(f"No {role} head: {desc['source']}. Fix: pass --{role}-head DIR, train one "
+                              "(`peagle-lab train`), or add --allow-fresh to time an untrained head.")
+        head._bench_source = desc["source"]
+        heads[role] = head
+        progress(f"{role} head: {desc['source']} ({desc['num_hidden_layers']} layer(s), trained K={desc['trained_k']})")
+    if heads["parallel"] is None:
+        raise PeagleError("The benchmark needs a parallel head (--parallel-head); 'none' is only for the "
+                          "sequential one.")
+    assistant = None
+    if args.assistant:
+        from transformers import AutoModelForCausalLM
+
+        assistant = AutoModelForCausalLM.from_pretrained(args.assistant, dtype=next(model.parameters()).dtype)
+        assistant.to(next(model.parameters()).device).eval()
+    name = args.name or f"{Path(str(args.target or target_name())).name}-{datetime.now():%Y%m%d-%H%M%S}"
+    out_dir = Path(args.out) if args.out else results_dir() / "bench" / name
+    res = run_benchmark(model, tok, heads["parallel"], heads["sequential"], out_dir=out_dir,
+                        ks_parallel=args.ks_parallel, ks_sequential=args.ks_sequential, draft_ks=args.draft_ks,
+                        n_prompts=args.n_prompts, max_new_tokens=args.max_new_tokens, repeats=args.repeats,
+                        draft_repeats=args.draft_repeats, pld_ks=args.pld_ks, quick=args.quick,
+                        drafting=not args.skip_drafting, e2e=not args.skip_e2e, assistant=assistant,
+                        plots=not args.no_plots, progress=progress,
+                        command="peagle-lab bench " + " ".join(shlex.quote(a) for a in sys.argv[2:])
+                        if len(sys.argv) > 1 and sys.argv[1] == "bench" else None)
+    env = (res.get("end_to_end") or res.get("drafting_cost"))["env"]
+    print(f"hardware: {env['hardware']}; load {env['loadavg_start']} -> {env['loadavg_end']}")
+    if res.get("drafting_cost"):
+        print(format_table(res["drafting_cost"]["rows"], ["k", "parallel_ms", "sequential_ms", "ratio_seq_over_par",
+                                                          "verify_ms"]))
+    if res.get("end_to_end"):
+        e = res["end_to_end"]
+        print(format_table(e["methods"], ["method", "tokens_per_s", "speedup", "acceptance_length", "decode_speedup",
+                                          "ideal_speedup", "efficiency", "lossless"]))
+        for note in e["notes"]:
+            print("NOTE:", note)
+    print(f"results: {out_dir} ({time.perf_counter() - t0:.0f} s)")
+    if res.get("end_to_end") and not res["end_to_end"]["all_lossless"]:
+        return 2
+    return 0

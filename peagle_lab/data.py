@@ -1,0 +1,244 @@
+"""Training data for drafter heads: self-distillation and COD sampling.
+
+* :func:`distill` -- the target regenerates the responses to the training prompts (greedy, chat template via
+  :func:`peagle_lab.prompts.chat_ids`, batched left-padded generation with a KV cache). A drafter must predict
+  what THE TARGET would say next, so its training text should be the target's own text: with responses written
+  by someone else, depth >= 1 slots are almost never accepted (DESIGN.md). Results go to a JSONL file that is
+  rewritten atomically after every batch; a restarted run skips the prompts already done.
+* :func:`cod_sample` -- Conditional-On-Distribution depth subsampling (PARD, P-EAGLE): depth 0 trains every
+  anchor, depth ``d`` only ``max(ratio**d, min_ratio)`` of them, nested in the anchors kept at depth ``d-1``, so
+  training ``K`` depths costs far less than ``K`` times one depth.
+
+File format (``*.jsonl``): line 1 ``{"meta": {...}}`` (target, fingerprint, max_new_tokens, ...), then one record
+per prompt ``{"index", "prompt_sha", "prompt_len", "input_ids", "finished"}``; ``input_ids`` = prompt + response,
+``prompt_len`` = number of prompt tokens, ``finished`` = the response ended with EOS (else it hit the limit).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from .errors import PeagleError
+
+FORMAT = "peagle-lab-distill"
+VERSION = 1
+_RESUME_KEYS = ("target_fingerprint", "max_new_tokens", "system")
+
+
+def prompt_sha(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+# ------------------------------------------------------------------------------------------ file I/O
+def _write_atomic(path: Path, meta: dict, records: list[dict]) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(json.dumps({"meta": meta}) + "\n")
+            for rec in sorted(records, key=lambda r: r["index"]):
+                fh.write(json.dumps(rec, separators=(",", ":")) + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def read_distilled(path) -> tuple[dict, list[dict]]:
+    """``(meta, records)`` of a distilled-sequences file (records sorted by prompt index)."""
+    path = Path(path)
+    if not path.is_file():
+        raise PeagleError(f"No distilled sequences at {path}. Fix: run `peagle-lab distill --out {path}` first "
+                          "(or data.distill(model, tokenizer, prompts, path)).")
+    meta, records = None, []
+    with open(path) as fh:
+        for lineno, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise PeagleError(f"{path}:{lineno} is not JSON ({exc}): the file is damaged. Fix: delete it and "
+                                  "distill again.") from exc
+            if "meta" in obj:
+                meta = obj["meta"]
+            else:
+                records.append(obj)
+    if meta is None or meta.get("format") != FORMAT:
+        raise PeagleError(f"{path} is not a {FORMAT} file (no meta line). Fix: write it with `peagle-lab distill`.")
+    return meta, sorted(records, key=lambda r: r["index"])
+
+
+def load_distilled(path, n: int | None = None) -> list[dict]:
+    """The first ``n`` distilled records (all when ``None``): dicts with ``input_ids`` (list) and ``prompt_len``."""
+    return read_distilled(path)[1][:n]
+
+
+# ------------------------------------------------------------------------------------------ distillation
+@torch.no_grad()
+def generate_batch(model, prompts_ids: list[list[int]], max_new_tokens: int, pad_id: int, eos_ids) -> list[list[int]]:
+    """Greedy responses of a batch of prompts (left padding, KV cache). Each response ends at the first EOS
+    (kept) or after ``max_new_tokens`` tokens."""
+    device = next(model.parameters()).device
+    L = max(len(p) for p in prompts_ids)
+    ids = torch.full((len(prompts_ids), L), pad_id, dtype=torch.long)
+    att = torch.zeros((len(prompts_ids), L), dtype=torch.long)
+    for i, p in enumerate(prompts_ids):
+        ids[i, L - len(p):] = torch.tensor(p)
+        att[i, L - len(p):] = 1
+    out = model.generate(input_ids=ids.to(device), attention_mask=att.to(device), max_new_tokens=max_new_tokens,
+                         do_sample=False, pad_token_id=pad_id, eos_token_id=sorted(eos_ids), use_cache=True,
+                         temperature=None, top_p=None, top_k=None)
+    responses = []
+    for row in out[:, L:].tolist():
+        cut = next((j + 1 for j, t in enumerate(row) if t in eos_ids), len(row))
+        responses.append(row[:cut])
+    return responses
+
+
+def distill(model, tokenizer, prompts: list[str], out_path, max_new_tokens: int = 160, batch_size: int = 16,
+            system: str | None = None, progress: bool = True, target: str = "") -> list[dict]:
+    """Let the target answer every prompt (greedy) and save prompt + response token ids to ``out_path``.
+
+    Resumable: records already in ``out_path`` (same prompt text, same target and settings) are kept and skipped;
+    the file is rewritten atomically after each batch, so an interrupted run loses at most one batch.
+    Returns all records in prompt order.
+    """
+    from tqdm.auto import tqdm
+
+    from .features import target_fingerprint
+    from .prompts import chat_ids
+
+    out_path = Path(out_path)
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    eos = tokenizer.eos_token_id
+    eos_ids = {int(eos)} if isinstance(eos, int) else {int(e) for e in eos}
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(eos_ids)
+    meta = dict(format=FORMAT, version=VERSION, target=target or str(getattr(model.config, "_name_or_path", "")),
+                target_fingerprint=target_fingerprint(model), max_new_tokens=max_new_tokens, system=system,
+                decoding="greedy", chat_template=True)
+    done: dict[int, dict] = {}
+    if out_path.exists():
+        old_meta, old = read_distilled(out_path)
+        diff = {k: (old_meta.get(k), meta[k]) for k in _RESUME_KEYS if old_meta.get(k) != meta[k]}
+        if diff:
+            raise PeagleError(f"{out_path} holds sequences made with other settings {diff}. Fix: write to another "
+                              "file, or delete it to start over.")
+        shas = {i: prompt_sha(p) for i, p in enumerate(prompts)}
+        done = {r["index"]: r for r in old if shas.get(r["index"]) == r["prompt_sha"]}
+    todo = [i for i in range(len(prompts)) if i not in done]
+    encoded = {i: chat_ids(tokenizer, prompts[i], system) for i in todo}
+    todo.sort(key=lambda i: len(encoded[i]))  # similar lengths together: little padding
+    bar = tqdm(total=len(prompts), initial=len(done), desc="distill", unit="prompt", disable=not progress)
+    t0, new_tokens = time.perf_counter(), 0
+    try:
+        for start in range(0, len(todo), batch_size):
+            batch = todo[start:start + batch_size]
+            responses = generate_batch(model, [encoded[i] for i in batch], max_new_tokens, pad_id, eos_ids)
+            for i, resp in zip(batch, responses):
+                done[i] = dict(index=i, prompt_sha=prompt_sha(prompts[i]), prompt_len=len(encoded[i]),
+                               input_ids=encoded[i] + resp, finished=bool(resp and resp[-1] in eos_ids))
+                new_tokens += len(resp)
+            _write_atomic(out_path, meta, list(done.values()))
+            bar.update(len(batch))
+            bar.set_postfix(tok_s=f"{new_tokens / (time.perf_counter() - t0):.0f}")
+    finally:
+        bar.close()
+    if not todo:  # nothing new: make sure the file exists with its meta line
+        _write_atomic(out_path, meta, list(done.values()))
+    return [done[i] for i in sorted(done)]
+
+
+def shipped_distilled_path(target: str) -> Path:
+    """Where the shipped self-distilled sequences of a target live (``data/distill/<target>.jsonl``)."""
+    from .settings import DATA_DIR
+
+    return DATA_DIR / "distill" / f"{Path(target).name}.jsonl"
+
+
+def distilled_records(model, tokenizer, n: int | None, target: str, max_new_tokens: int = 160,
+                      progress: bool = True) -> list[dict]:
+    """The first ``n`` self-distilled sequences for ``target``: from the shipped file when it was made by this
+    very model (the embedded default), else distilled now into ``$PEAGLE_RESULTS/distill/`` (resumable)."""
+    from .features import target_fingerprint
+    from .prompts import load_train_prompts
+    from .settings import results_dir
+
+    shipped = shipped_distilled_path(target)
+    if shipped.is_file():
+        meta, records = read_distilled(shipped)
+        if meta.get("target_fingerprint") == target_fingerprint(model) and (n is None or len(records) >= n):
+            return records[:n]
+    out = results_dir() / "distill" / f"{Path(target).name}.jsonl"
+    prompts = load_train_prompts(n)
+    return distill(model, tokenizer, prompts, out, max_new_tokens=max_new_tokens, progress=progress, target=target)
+
+
+# ------------------------------------------------------------------------------------------ COD sampling
+def cod_sizes(num_anchors: int, num_depths: int, ratio: float = 0.7, min_ratio: float = 0.2) -> list[int]:
+    """Anchors kept per depth: ``num_anchors`` at depth 0, ``round(num_anchors * max(ratio**d, min_ratio))``
+    (at least 1, never more than the depth before) at depth ``d``."""
+    sizes = []
+    for d in range(num_depths):
+        n = num_anchors if d == 0 else max(1, int(round(num_anchors * max(ratio ** d, min_ratio))))
+        sizes.append(min(n, sizes[-1]) if sizes else n)
+    return sizes if num_anchors > 0 else [0] * num_depths
+
+
+def cod_sample(num_anchors: int, num_depths: int, ratio: float = 0.7, min_ratio: float = 0.2,
+               generator: torch.Generator | None = None) -> list[torch.Tensor]:
+    """Anchor indices per depth (sorted LongTensors): depth 0 all of ``range(num_anchors)``, depth ``d`` a random
+    subset of depth ``d-1``'s of size :func:`cod_sizes` (nested: every rollout kept at depth ``d`` also exists
+    at every depth before it)."""
+    if num_depths < 1:
+        raise PeagleError(f"num_depths must be >= 1, got {num_depths}.")
+    if not (0 < ratio <= 1 and 0 <= min_ratio <= 1):
+        raise PeagleError(f"COD ratios must lie in (0, 1]: ratio={ratio}, min_ratio={min_ratio}.")
+    sizes = cod_sizes(num_anchors, num_depths, ratio, min_ratio)
+    out = [torch.arange(num_anchors)]
+    for n in sizes[1:]:
+        prev = out[-1]
+        keep = torch.randperm(prev.numel(), generator=generator)[:n]
+        out.append(prev[keep].sort().values)
+    return out
+
+
+# ------------------------------------------------------------------------------------------ CLI
+def register_cli(sub):
+    p = sub.add_parser("distill", help="self-distillation: the target regenerates responses to training prompts")
+    p.add_argument("--target", default=None, help="HF id or local path (default: $PEAGLE_TARGET or embedded)")
+    p.add_argument("--prompts", type=int, default=None, help="use the first N training prompts (default: all)")
+    p.add_argument("--prompts-file", default=None,
+                   help="JSONL with a 'prompt' field per line (default: data/prompts/train.jsonl)")
+    p.add_argument("--out", required=True, help="output JSONL (resumed when it exists)")
+    p.add_argument("--max-new-tokens", type=int, default=160)
+    p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--system", default=None, help="system message (default: the chat template's own)")
+    p.add_argument("--device", default=None)
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    p.set_defaults(func=_run_cli)
+
+
+def _run_cli(args):
+    from .models import load_target, target_name
+    from .prompts import load_train_records
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    recs = load_train_records(args.prompts_file)
+    prompts = [r["prompt"] for r in recs][: args.prompts]
+    model, tok = load_target(args.target, device=args.device)
+    t0 = time.perf_counter()
+    out = distill(model, tok, prompts, args.out, args.max_new_tokens, args.batch_size, args.system,
+                  target=args.target or target_name())
+    resp = sum(len(r["input_ids"]) - r["prompt_len"] for r in out)
+    print(f"{len(out)} sequences, {sum(len(r['input_ids']) for r in out):,} tokens ({resp:,} response tokens, "
+          f"{sum(r['finished'] for r in out)} ended with EOS) in {args.out}; {time.perf_counter() - t0:.0f} s")

@@ -1,0 +1,111 @@
+"""Draft vocabulary: the ``Vd`` target ids the drafter's ``lm_head`` can emit, chosen by token frequency.
+
+A drafter only has to propose tokens the target is likely to produce, so its output layer can be much smaller
+than the target's (EAGLE-3, vLLM: ``draft_vocab_size`` rows in ``lm_head``). The checkpoint maps draft ids back
+with ``d2t`` (``target_id = draft_id + d2t[draft_id]``) and marks kept target ids in ``t2d`` (bool, vocab).
+
+Count the tokens the drafter will be trained to predict (the target's own responses), keep the ``size`` most
+frequent ids plus a few that must always be there (the mask token, EOS), sort them: that is the draft vocabulary.
+:func:`coverage` says which fraction of token occurrences it can still produce; a draft that needs a token
+outside it is simply wrong (lossless anyway: the target verifies every draft).
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+import torch
+
+from .errors import PeagleError
+
+
+def count_tokens(sequences: Iterable, vocab_size: int) -> torch.Tensor:
+    """Occurrences of every id in ``sequences`` (iterables of ids, or one flat tensor): LongTensor (vocab_size,)."""
+    counts = torch.zeros(vocab_size, dtype=torch.long)
+    if torch.is_tensor(sequences):
+        sequences = [sequences]
+    for seq in sequences:
+        ids = torch.as_tensor(seq, dtype=torch.long).reshape(-1)
+        if ids.numel() == 0:
+            continue
+        if int(ids.min()) < 0 or int(ids.max()) >= vocab_size:
+            raise PeagleError(f"token ids outside [0, {vocab_size}) in the counted data: it was tokenized for another "
+                              "model. Fix: count tokens produced by the target's own tokenizer.")
+        counts += torch.bincount(ids, minlength=vocab_size)
+    return counts
+
+
+def _as_counts(token_counts_or_ids, vocab_size: int) -> torch.Tensor:
+    """A 1-D tensor of length ``vocab_size`` is taken as counts; anything else as token ids (flat or nested).
+
+    (A flat id tensor that happens to have ``vocab_size`` entries would be ambiguous: pass ids as a list of
+    sequences.)"""
+    x = token_counts_or_ids
+    if torch.is_tensor(x) and x.dim() == 1 and x.numel() == vocab_size:
+        if (x < 0).any():
+            raise PeagleError("token counts must be non-negative.")
+        return x.double()
+    if torch.is_tensor(x) and x.dim() == 2:
+        x = list(x)
+    elif not torch.is_tensor(x):
+        x = list(x)
+        if x and not hasattr(x[0], "__len__"):  # a flat list of ids
+            x = [x]
+    return count_tokens(x, vocab_size).double()
+
+
+def build_draft_vocab(token_counts_or_ids, size: int, vocab_size: int, always: Iterable[int] = ()) -> torch.Tensor:
+    """The ``size`` most frequent target ids (ties: lower id first) plus ``always``, sorted: LongTensor (size,).
+
+    ``token_counts_or_ids``: counts per id (a 1-D tensor of length ``vocab_size``) or token ids (a list of
+    sequences, a 2-D tensor, or a flat list). ``always``: ids kept whatever their count (the mask token, EOS);
+    they take places from the least frequent ids. ``size == vocab_size`` gives the full vocabulary.
+    """
+    if not isinstance(size, int) or not 1 <= size <= vocab_size:
+        raise PeagleError(f"draft vocabulary size must be an int in [1, vocab_size={vocab_size}], got {size!r}.")
+    always = sorted({int(i) for i in always})
+    bad = [i for i in always if not 0 <= i < vocab_size]
+    if bad:
+        raise PeagleError(f"ids {bad} in `always` are outside the vocabulary [0, {vocab_size}).")
+    if len(always) > size:
+        raise PeagleError(f"{len(always)} ids must always be kept but the draft vocabulary has only {size} places.")
+    if size == vocab_size:
+        return torch.arange(vocab_size, dtype=torch.long)
+    counts = _as_counts(token_counts_or_ids, vocab_size).clone()
+    counts[always] = float("inf")
+    # stable sort on -count keeps lower ids first among equal counts
+    order = torch.sort(-counts, stable=True).indices
+    return order[:size].sort().values.long()
+
+
+def coverage(token_counts_or_ids, draft_ids: torch.Tensor, vocab_size: int) -> float:
+    """Fraction of token occurrences whose id is in ``draft_ids`` (1.0 for the full vocabulary)."""
+    counts = _as_counts(token_counts_or_ids, vocab_size)
+    total = float(counts.sum())
+    if total == 0:
+        raise PeagleError("no tokens were counted: coverage is undefined. Fix: count a non-empty data set.")
+    return float(counts[torch.as_tensor(draft_ids, dtype=torch.long)].sum()) / total
+
+
+def d2t_t2d(draft_ids: torch.Tensor, vocab_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The checkpoint's maps: ``d2t`` (int64 offsets, target = draft + d2t) and ``t2d`` (bool, vocab_size)."""
+    draft_ids = torch.as_tensor(draft_ids, dtype=torch.long)
+    if draft_ids.numel() > 1 and not bool((draft_ids[1:] > draft_ids[:-1]).all()):
+        raise PeagleError("draft ids must be sorted and unique (build_draft_vocab returns them so).")
+    d2t = draft_ids - torch.arange(draft_ids.numel())
+    t2d = torch.zeros(vocab_size, dtype=torch.bool)
+    t2d[draft_ids] = True
+    return d2t, t2d
+
+
+def draft_ids_from_d2t(d2t: torch.Tensor) -> torch.Tensor:
+    """Inverse of :func:`d2t_t2d`: the sorted target ids of the draft vocabulary."""
+    return torch.arange(d2t.numel(), device=d2t.device) + d2t
+
+
+def target_to_draft_index(draft_ids: torch.Tensor, vocab_size: int, missing: int = -100) -> torch.Tensor:
+    """LongTensor (vocab_size,): draft id of every target id, ``missing`` for ids outside the draft vocabulary."""
+    draft_ids = torch.as_tensor(draft_ids, dtype=torch.long)
+    index = torch.full((vocab_size,), missing, dtype=torch.long, device=draft_ids.device)
+    index[draft_ids] = torch.arange(draft_ids.numel(), device=draft_ids.device)
+    return index

@@ -1,0 +1,160 @@
+"""peagle_lab.bench: timings come with their machine, ratios come from one run, broken losslessness is loud."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import pytest
+import torch
+
+from conftest import make_tiny_llama
+from peagle_lab import bench
+from peagle_lab.errors import PeagleError
+
+PROMPTS = [[5, 17, 33, 17, 33, 40, 41, 17, 33, 40], [9, 10, 11, 12, 9, 10, 11]]
+
+
+@pytest.fixture(scope="module")
+def target():
+    return make_tiny_llama(hidden=32, layers=4, heads=4, kv_heads=2, vocab=96, max_positions=4096)
+
+
+@pytest.fixture(scope="module")
+def heads(target):
+    torch.manual_seed(0)
+    return (bench.fresh_head(target, "parallel", mask_token_id=16),
+            bench.fresh_head(target, "sequential", mask_token_id=16))
+
+
+@pytest.fixture(scope="module")
+def e2e(target, heads):
+    return bench.end_to_end(target, None, parallel_head=heads[0], sequential_head=heads[1], parallel_ks=[1, 3],
+                            sequential_ks=[2], prompts=PROMPTS, max_new_tokens=10, pld_ks=[3], eos_id=2)
+
+
+def test_summarize_gives_median_and_interquartile_range():
+    s = bench.summarize([4.0, 1.0, 3.0, 2.0, 5.0])
+    assert (s["median"], s["q1"], s["q3"], s["iqr"], s["n"]) == (3.0, 2.0, 4.0, 2.0, 5)
+    assert bench.summarize([])["median"] is None
+    assert bench.summarize([0.5])["iqr"] == 0.0
+
+
+def test_time_repeated_runs_warmup_untimed_then_the_repeats():
+    calls = []
+    samples = bench.time_repeated(lambda: calls.append(1), "cpu", repeats=4, warmup=2)
+    assert len(samples) == 4 and len(calls) == 6 and all(s >= 0 for s in samples)
+
+
+def test_environment_names_hardware_threads_versions_and_load():
+    env = bench.finish_environment(bench.environment("cpu", torch.float32))
+    for key in ("cpu", "hardware", "torch_threads", "dtype", "torch", "transformers", "git_commit",
+                "loadavg_start", "loadavg_end", "timer", "quiet"):
+        assert key in env, key
+    assert env["dtype"] == "float32" and env["timer"] == "perf_counter" and env["torch_threads"] >= 1
+
+
+def test_drafting_cost_times_both_modes_per_k_and_records_the_environment(target, heads):
+    dc = bench.drafting_cost(heads[0], target, prompt_ids=PROMPTS[0], ks=[1, 3], repeats=3, warmup=1)
+    assert [r["k"] for r in dc["rows"]] == [1, 3]
+    for r in dc["rows"]:
+        assert r["parallel_ms"] > 0 and r["sequential_ms"] > 0 and r["verify_ms"] > 0
+        assert r["ratio_seq_over_par"] == pytest.approx(r["sequential_ms"] / r["parallel_ms"], rel=1e-2)
+        assert r["sequential_passes"] == r["k"] and r["parallel_passes"] == 1
+    assert len(dc["raw_s"]["parallel_k3"]) == 3
+    assert dc["env"]["loadavg_end"] is not None and dc["env"]["hardware"]
+    assert dc["target_step_ms"] > 0
+
+
+def test_end_to_end_speedup_is_measured_against_plain_in_the_same_run(e2e):
+    methods = {m["method"]: m for m in e2e["methods"]}
+    assert set(methods) == {"plain", "p-eagle K=1", "p-eagle K=3", "eagle3 K=2", "hf-greedy", "prompt-lookup K=3"}
+    plain = methods["plain"]
+    assert plain["speedup"] == 1.0 and plain["acceptance_length"] == 1.0
+    for m in methods.values():
+        assert m["speedup"] == pytest.approx(m["tokens_per_s"] / plain["tokens_per_s"], rel=1e-3)
+    runs = e2e["runs"]
+    for row in runs:  # per-prompt speed-up: ratio to plain on the same prompt and repeat
+        base = next(x for x in runs if x["method"] == "plain" and x["prompt"] == row["prompt"]
+                    and x["repeat"] == row["repeat"])
+        assert row["speedup_vs_plain"] == pytest.approx(base["seconds"] / row["seconds"])
+    # methods ran interleaved in a rotating order: the plain run is not always first
+    assert {x["order"] for x in runs if x["method"] == "plain"} != {0}
+
+
+def test_end_to_end_reports_acceptance_ideal_speedup_efficiency_and_losslessness(e2e):
+    assert e2e["all_lossless"] is True and all(e2e["lossless"].values())
+    row = next(m for m in e2e["methods"] if m["method"] == "p-eagle K=3")
+    assert 1.0 <= row["acceptance_length"] <= 4.0
+    assert len(row["per_position_acceptance"]) == 3
+    ideal = row["acceptance_length"] * row["t_step_ms"] / (row["t_draft_round_ms"] + row["t_verify_round_ms"])
+    assert row["ideal_speedup"] == pytest.approx(ideal, rel=1e-2)
+    assert row["efficiency"] == pytest.approx(row["decode_speedup"] / row["ideal_speedup"], rel=1e-2)
+    prof = {p["method"]: p for p in e2e["round_profile"]}
+    assert set(prof) == {"p-eagle K=1", "p-eagle K=3", "eagle3 K=2"}
+    p = prof["eagle3 K=2"]
+    assert p["draft_ms"] > 0 and p["verify_ms"] > 0 and p["accept_rollback_ms"] >= 0
+    assert "not run" in e2e["assisted_generation"]
+    assert e2e["env"]["hardware"] and e2e["config"]["n_prompts"] == 2
+
+
+def test_a_method_that_changes_the_output_is_flagged_as_not_lossless(target, heads):
+    def broken(prompt, max_new):
+        return bench.MethodRun(tokens=[3] * max_new, seconds=0.01)
+
+    bad = bench.Method("broken", "other", None, broken)
+    with pytest.warns(UserWarning, match="LOSSLESSNESS BROKEN"):
+        res = bench.end_to_end(target, None, parallel_head=heads[0], parallel_ks=[2], prompts=PROMPTS[:1],
+                               max_new_tokens=8, pld_ks=[], hf_greedy=False, extra_methods=[bad], eos_id=2)
+    assert res["all_lossless"] is False and res["lossless"]["broken"] is False
+    assert res["lossless"]["p-eagle K=2"] is True
+    assert any("LOSSLESSNESS BROKEN" in n for n in res["notes"])
+    assert next(m for m in res["methods"] if m["method"] == "broken")["lossless"] is False
+
+
+def test_write_results_writes_json_csv_and_plots_that_load_back(tmp_path, e2e, target, heads):
+    dc = bench.drafting_cost(heads[0], target, prompt_ids=PROMPTS[0], ks=[1, 2], repeats=2, warmup=0)
+    files = bench.write_results({"drafting_cost": dc, "end_to_end": e2e}, tmp_path)
+    names = {p.name for p in files.values()}
+    assert {"drafting_cost.json", "drafting_cost.csv", "end_to_end.json", "end_to_end.csv", "end_to_end_runs.csv",
+            "round_profile.csv", "bench.json", "README.md", "drafting_latency.png", "speedup_vs_k.png",
+            "acceptance_length_vs_k.png", "round_profile.png"} <= names
+    assert all((tmp_path / n).stat().st_size > 0 for n in names)
+    with open(tmp_path / "end_to_end.csv") as fh:
+        rows = list(csv.DictReader(fh))
+    assert {r["method"] for r in rows} >= {"plain", "p-eagle K=3"}
+    assert rows[0]["env_hardware"] and rows[0]["env_torch_threads"] and rows[0]["lossless"] == "True"
+    back = bench.load_results(tmp_path)
+    assert back["end_to_end"]["methods"] == json.loads(json.dumps(e2e["methods"]))
+    assert back["drafting_cost"]["env"]["git_commit"]
+    index = json.loads((tmp_path / "bench.json").read_text())
+    assert index["headline"]["all_lossless"] is True and "1" in index["headline"]["drafting_ratio_seq_over_par"]
+    table = bench.format_table(back["end_to_end"]["methods"], ["method", "speedup", "lossless"])
+    assert table.count("\n") == len(e2e["methods"]) + 1
+
+
+def test_k_lists_parse_ranges_and_reject_nonsense():
+    assert bench._parse_ks("1-3,6") == [1, 2, 3, 6]
+    assert bench._parse_ks("4,2,2") == [2, 4]
+    for bad in ("0-2", "a", ""):
+        with pytest.raises(PeagleError):
+            bench._parse_ks(bad)
+
+
+def test_cli_bench_runs_on_a_local_tiny_target_and_writes_results(tmp_path, tiny_llama, byte_tokenizer, capsys):
+    from peagle_lab.cli import main
+
+    model = tiny_llama(hidden=32, layers=4, heads=4, kv_heads=2, vocab=len(byte_tokenizer), max_positions=4096)
+    model.config.eos_token_id = byte_tokenizer.eos_token_id
+    model.save_pretrained(tmp_path / "target")
+    byte_tokenizer.save_pretrained(tmp_path / "target")
+    out = tmp_path / "out"
+    rc = main(["bench", "--target", str(tmp_path / "target"), "--parallel-head", "fresh", "--sequential-head",
+               "fresh", "--quick", "-n", "1", "--max-new-tokens", "6", "--ks-parallel", "1,2", "--ks-sequential", "1",
+               "--draft-ks", "1,2", "--draft-repeats", "2", "--pld-ks", "2", "--out", str(out), "--no-plots"])
+    assert rc == 0
+    assert (out / "end_to_end.csv").exists() and (out / "drafting_cost.json").exists()
+    e2e = json.loads((out / "end_to_end.json").read_text())
+    assert e2e["config"]["parallel_head"]["source"].startswith("fresh")
+    assert e2e["all_lossless"] is True
+    assert "results:" in capsys.readouterr().out

@@ -1,0 +1,355 @@
+"""Drafter training: COD, the training mask, train/inference consistency, resume, checkpoints, draft vocabulary."""
+
+import json
+
+import pytest
+import torch
+
+from peagle_lab.data import cod_sample, cod_sizes, distill, read_distilled
+from peagle_lab.drafter import PEagleDrafter
+from peagle_lab.errors import PeagleError
+from peagle_lab.speculative import HeadDrafter, Sampling
+from peagle_lab.train import (
+    TrainConfig, Trainer, evaluate_head, lr_factor, plan_row, prepare_sequences, train_head,
+    training_mask,
+)
+from peagle_lab.vocab import (
+    build_draft_vocab, count_tokens, coverage, d2t_t2d, draft_ids_from_d2t, target_to_draft_index,
+)
+
+MASK_ID = 3
+
+
+def tiny_sequences(model, n=6, length=24, prompt_len=5, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    records = []
+    for i in range(n):
+        T = length - (i % 3)
+        ids = torch.randint(4, model.config.vocab_size, (T,), generator=gen).tolist()
+        records.append({"input_ids": ids, "prompt_len": prompt_len})
+    return prepare_sequences(model, records, progress=False)
+
+
+def tiny_cfg(**kw):
+    base = dict(num_depths=4, layers=1, draft_vocab_size=None, steps=6, lr=3e-3, warmup_steps=2, batch_tokens=48,
+                row_tokens=48, mask_token_id=MASK_ID, save_every=0, seed=0, cod_ratio=0.7, cod_min_ratio=0.2)
+    base.update(kw)
+    return TrainConfig(**base)
+
+
+# ------------------------------------------------------------------------------------------ COD
+@pytest.mark.parametrize("n,depths", [(100, 8), (7, 5), (1, 3), (0, 2)])
+def test_cod_keeps_all_anchors_at_depth0_and_nested_shrinking_subsets_below(n, depths):
+    gen = torch.Generator().manual_seed(1)
+    out = cod_sample(n, depths, ratio=0.7, min_ratio=0.2, generator=gen)
+    assert len(out) == depths
+    assert out[0].tolist() == list(range(n))
+    assert [len(o) for o in out] == cod_sizes(n, depths, 0.7, 0.2)
+    for d in range(1, depths):
+        assert set(out[d].tolist()) <= set(out[d - 1].tolist())  # nested
+        assert out[d].tolist() == sorted(set(out[d].tolist()))  # sorted, unique
+    if n == 100:
+        assert cod_sizes(n, depths, 0.7, 0.2) == [100, 70, 49, 34, 24, 20, 20, 20]
+
+
+def test_cod_rejects_bad_ratios():
+    with pytest.raises(PeagleError):
+        cod_sample(10, 3, ratio=1.5)
+    with pytest.raises(PeagleError):
+        cod_sample(10, 0)
+
+
+# ------------------------------------------------------------------------------------------ the training mask
+def test_training_mask_equals_the_rule(tiny_llama):
+    """(a, d) attends to depth-0 elements with anchor <= a of its own sequence and to its own rollout (depth <= d)."""
+    model = tiny_llama(hidden=16, layers=2, heads=2, kv_heads=1)
+    seqs = tiny_sequences(model, n=2, length=9, prompt_len=3)
+    plan = plan_row(seqs, num_depths=4, ratio=0.8, min_ratio=0.3, generator=torch.Generator().manual_seed(0))
+    elements = []  # (seq, anchor, depth) in cache order
+    for d, el in enumerate(plan.depths):
+        elements += [(int(s), int(a), d) for s, a in zip(el.seq, el.anchor_pos)]
+    for d, el in enumerate(plan.depths):
+        mask = training_mask(plan.depths, d)
+        keys = [e for e in elements if e[2] <= d]
+        rule = torch.tensor([[ks == s and ((kd == 0 and ka <= a) or (kd > 0 and ka == a)) for ks, ka, kd in keys]
+                             for s, a in zip(el.seq.tolist(), el.anchor_pos.tolist())])
+        assert mask.shape == rule.shape == (len(el.g), len(keys))
+        assert torch.equal(mask, rule), d
+    # positions: a + d, restarting per sequence; labels exist (a + d + 1 < T)
+    for d, el in enumerate(plan.depths):
+        assert (el.pos == el.anchor_pos + d).all()
+        T = torch.tensor([len(seqs[int(s)]["input_ids"]) for s in el.seq])
+        assert (el.anchor_pos + d + 1 < T).all()
+    # depth >= 1 anchors: response positions and the last prompt position only
+    assert int(plan.depths[1].anchor_pos.min()) >= 2
+
+
+# ------------------------------------------------------------------------------------------ train == inference
+def _trainer_module(model, mode="parallel", layers=2, mask_hidden="learned", seed=0):
+    cfg = tiny_cfg(mode=mode, layers=layers, mask_hidden=mask_hidden)
+    torch.manual_seed(seed)
+    trainer = Trainer(cfg, model, tiny_sequences(model, n=2), verbose=False, progress=False)
+    with torch.no_grad():  # an untrained but non-trivial mask row and mask hidden
+        trainer.module.mask_embedding.normal_()
+        trainer.module.mask_hidden_scaled.normal_()
+    return trainer.module.eval()
+
+
+def test_parallel_training_element_equals_the_one_pass_inference_draft(tiny_llama):
+    model = tiny_llama(hidden=32, layers=4)
+    module = _trainer_module(model, "parallel")
+    seq = tiny_sequences(model, n=1, length=14, prompt_len=2, seed=3)[0]
+    K = 4
+    plan = plan_row([seq], K, ratio=1.0, min_ratio=1.0)  # every anchor at every depth
+    with torch.no_grad():
+        logits, _ = module.run_depths(plan)
+    head = module.sync_head()
+    x, taps = seq["input_ids"], seq["taps"]
+    for a in (1, 4, 8):
+        # inference: context slots 0..a hold (x_{t+1}, h_t); then K-1 mask slots, one forward pass
+        n = a + 1
+        drafter = HeadDrafter(head, "parallel")
+        drafts, _ = drafter.propose(x[1:n + 1].tolist(), taps[:n], 0, K, Sampling(), None)
+        ids = torch.cat([x[1:n + 1], torch.full((K - 1,), MASK_ID)])[None]
+        hidden = torch.cat([head.fuse(taps[:n]), head.mask_slot_hidden()[0].expand(K - 1, -1)])[None]
+        with torch.no_grad():
+            ref, _ = head(ids, hidden, torch.arange(n + K - 1)[None])
+        for d in range(K):
+            el = plan.depths[d]
+            i = int((el.anchor_pos == a).nonzero())
+            torch.testing.assert_close(logits[d][i], ref[0, n - 1 + d], rtol=1e-4, atol=1e-4)
+            assert int(head.draft_to_target_ids()[logits[d][i].argmax()]) == int(drafts[d])
+
+
+def test_sequential_training_element_equals_the_chained_inference_draft(tiny_llama):
+    """EAGLE-3 training-time test: (a, d) = a sequential draft fed the true tokens and its own prenorm states."""
+    model = tiny_llama(hidden=32, layers=4)
+    module = _trainer_module(model, "sequential")
+    seq = tiny_sequences(model, n=1, length=12, prompt_len=2, seed=4)[0]
+    K = 3
+    plan = plan_row([seq], K, ratio=1.0, min_ratio=1.0)
+    with torch.no_grad():
+        logits, _ = module.run_depths(plan)
+    head = module.head
+    x, taps, a = seq["input_ids"], seq["taps"], 5
+    cache = head.new_cache()
+    with torch.no_grad():
+        out, pre = head(x[1:a + 2][None], head.fuse(taps[:a + 1])[None], torch.arange(a + 1)[None], cache=cache)
+        ref = [out[0, -1]]
+        for d in range(1, K):
+            out, pre = head(x[a + d + 1].view(1, 1), pre[:, -1:], torch.tensor([[a + d]]), cache=cache)
+            ref.append(out[0, -1])
+    for d in range(K):
+        i = int((plan.depths[d].anchor_pos == a).nonzero())
+        torch.testing.assert_close(logits[d][i], ref[d], rtol=1e-4, atol=1e-4)
+
+
+def test_context_variant_copies_the_anchor_hidden_into_mask_slots(tiny_llama):
+    model = tiny_llama(hidden=32, layers=4)
+    module = _trainer_module(model, "parallel", mask_hidden="context")
+    seq = tiny_sequences(model, n=1, length=10, prompt_len=2, seed=5)[0]
+    plan = plan_row([seq], 3, ratio=1.0, min_ratio=1.0)
+    with torch.no_grad():
+        logits, _ = module.run_depths(plan)
+    from peagle_lab.train import make_drafter
+
+    head = module.sync_head()
+    a = 4
+    drafts, _ = make_drafter(head).propose(seq["input_ids"][1:a + 2].tolist(), seq["taps"][:a + 1], 0, 3,
+                                           Sampling(), None)
+    got = [int(head.draft_to_target_ids()[logits[d][int((plan.depths[d].anchor_pos == a).nonzero())].argmax()])
+           for d in range(3)]
+    assert got == drafts.tolist()
+
+
+# ------------------------------------------------------------------------------------------ training
+def test_loss_decreases_on_a_tiny_overfit(tiny_llama):
+    model = tiny_llama(hidden=32, layers=4)
+    seqs = tiny_sequences(model, n=2, length=20)
+    cfg = tiny_cfg(steps=40, lr=5e-3, lm_head_lr_ratio=1.0, warmup_steps=3, batch_tokens=40, row_tokens=40)
+    res = train_head(cfg, model, seqs, progress=False, verbose=False)
+    first = sum(r["loss"] for r in res.log[:3]) / 3
+    last = sum(r["loss"] for r in res.log[-3:]) / 3
+    assert last < 0.6 * first, (first, last)
+    assert len(res.log[-1]["acc"]) == 4 and all(0 <= a <= 1 for a in res.log[-1]["acc"] if a is not None)
+
+
+@pytest.mark.parametrize("mode", ["parallel", "sequential"])
+def test_resume_after_interruption_gives_the_uninterrupted_state(tiny_llama, tmp_path, mode):
+    model = tiny_llama(hidden=32, layers=4)
+    seqs = tiny_sequences(model, n=5)
+    cfg = tiny_cfg(mode=mode, steps=6)
+    full = Trainer(cfg, model, seqs, out_dir=tmp_path / "full", progress=False, verbose=False)
+    full.train()
+    part = Trainer(cfg, model, seqs, out_dir=tmp_path / "part", progress=False, verbose=False)
+    res = part.train(stop_after=3)
+    assert res.stopped_by == "stop_after" and res.steps_done == 3
+    with pytest.raises(PeagleError, match="resume"):
+        Trainer(cfg, model, seqs, out_dir=tmp_path / "part", progress=False, verbose=False)
+    again = Trainer(cfg, model, seqs, out_dir=tmp_path / "part", resume=True, progress=False, verbose=False)
+    assert again.step == 3
+    again.train()
+    a, b = full.module.state_dict(), again.module.state_dict()
+    assert a.keys() == b.keys()
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], rtol=0, atol=0, msg=k)
+    assert [r["loss"] for r in full.log] == [r["loss"] for r in again.log]
+    log = [json.loads(line) for line in (tmp_path / "part" / "checkpoint" / "train_log.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in log] == [1, 2, 3, 4, 5, 6]
+
+
+def test_time_budget_stops_cleanly_and_saves(tiny_llama, tmp_path):
+    model = tiny_llama(hidden=32, layers=4)
+    seqs = tiny_sequences(model, n=3)
+    res = train_head(tiny_cfg(steps=10_000, time_budget_s=1.0, schedule="time"), model, seqs, out_dir=tmp_path,
+                     progress=False, verbose=False)
+    assert res.stopped_by == "time_budget" and 0 < res.steps_done < 10_000
+    assert (tmp_path / "config.json").exists() and (tmp_path / "checkpoint" / "state.pt").exists()
+
+
+def test_mask_hidden_and_mask_row_are_part_of_the_saved_head(tiny_llama, tmp_path):
+    model = tiny_llama(hidden=32, layers=4)
+    seqs = tiny_sequences(model, n=3)
+    res = train_head(tiny_cfg(steps=3), model, seqs, out_dir=tmp_path, progress=False, verbose=False)
+    trained = res.head
+    assert not torch.equal(trained.embed_tokens.weight[MASK_ID], model.get_input_embeddings().weight[MASK_ID])
+    loaded = PEagleDrafter.from_pretrained(tmp_path, target=model)
+    torch.testing.assert_close(loaded.mask_hidden, trained.mask_hidden.to(torch.bfloat16).float())
+    torch.testing.assert_close(loaded.embed_tokens.weight[MASK_ID],
+                               trained.embed_tokens.weight[MASK_ID].to(torch.bfloat16).float())
+    other = torch.arange(model.config.vocab_size) != MASK_ID  # every other row is the target's
+    torch.testing.assert_close(loaded.embed_tokens.weight[other], model.get_input_embeddings().weight[other])
+    cfg = json.loads((tmp_path / "config.json").read_text())
+    assert cfg["mask_token_id"] == MASK_ID and cfg["peagle"]["embed_shared_with_target"] is True
+    state = torch.load(tmp_path / "checkpoint" / "state.pt", weights_only=False)
+    assert "head.mask_hidden" in state["model"] and "mask_embedding" in state["model"]
+
+
+@pytest.mark.parametrize("variant", ["zeros", "random"])
+def test_frozen_mask_hidden_variants_stay_fixed(tiny_llama, variant):
+    model = tiny_llama(hidden=32, layers=4)
+    seqs = tiny_sequences(model, n=3)
+    torch.manual_seed(0)
+    trainer = Trainer(tiny_cfg(steps=3, mask_hidden=variant, mask_embedding="frozen"), model, seqs,
+                      progress=False, verbose=False)
+    before = trainer.module.head.mask_hidden.detach().clone()
+    row = trainer.module.mask_embedding.detach().clone()
+    trainer.train()
+    assert torch.equal(before, trainer.module.head.mask_hidden)
+    assert torch.equal(row, trainer.module.mask_embedding)
+    assert (before == 0).all() == (variant == "zeros")
+
+
+def test_lr_schedule_warms_up_then_decays_to_the_floor():
+    cfg = tiny_cfg(steps=100, warmup_steps=10, min_lr_ratio=0.1)
+    f = [lr_factor(cfg, s, 0.0) for s in range(100)]
+    assert f[0] == pytest.approx(0.1) and f[9] == pytest.approx(1.0)
+    assert all(a >= b for a, b in zip(f[10:], f[11:]))
+    assert lr_factor(cfg, 100, 0.0) == pytest.approx(0.1)
+
+
+def test_evaluate_head_reports_acceptance_and_checks_losslessness(tiny_llama, byte_tokenizer):
+    model = tiny_llama(hidden=32, layers=4, vocab=300)
+    seqs = tiny_sequences(model, n=3)
+    res = train_head(tiny_cfg(steps=2, num_depths=3), model, seqs, progress=False, verbose=False)
+    ev = evaluate_head(model, byte_tokenizer, res.head, ["hi", "abc"], ks=(1, 3), max_new_tokens=8, progress=False)
+    assert ev["lossless"] is True and set(ev["acceptance_length"]) == {1, 3}
+    assert all(1.0 <= v <= k + 1 for k, v in ev["acceptance_length"].items())
+    assert len(ev["per_position_acceptance"][3]) == 3
+
+
+# ------------------------------------------------------------------------------------------ distillation
+def test_distill_is_greedy_and_resumes_without_redoing_prompts(tiny_llama, byte_tokenizer, tmp_path, monkeypatch):
+    import peagle_lab.data as data
+    from peagle_lab.prompts import chat_ids
+
+    model = tiny_llama(hidden=32, layers=2, vocab=300)
+    prompts = ["hello", "a longer prompt here", "x"]
+    out = tmp_path / "d.jsonl"
+    distill(model, byte_tokenizer, prompts[:2], out, max_new_tokens=6, batch_size=2, progress=False)
+    calls = []
+    real = data.generate_batch
+    monkeypatch.setattr(data, "generate_batch", lambda m, p, *a, **k: calls.append(len(p)) or real(m, p, *a, **k))
+    recs = distill(model, byte_tokenizer, prompts, out, max_new_tokens=6, batch_size=2, progress=False)
+    assert calls == [1]  # only the new prompt
+    meta, again = read_distilled(out)
+    assert again == recs and meta["max_new_tokens"] == 6
+    for p, r in zip(prompts, recs):  # batched, left-padded generation == unbatched greedy
+        ids = chat_ids(byte_tokenizer, p)
+        assert r["input_ids"][: r["prompt_len"]] == ids
+        greedy = model.generate(torch.tensor([ids]), max_new_tokens=6, do_sample=False,
+                                pad_token_id=byte_tokenizer.pad_token_id)[0, len(ids):].tolist()
+        eos = byte_tokenizer.eos_token_id
+        greedy = greedy[: greedy.index(eos) + 1] if eos in greedy else greedy
+        assert r["input_ids"][r["prompt_len"]:] == greedy
+    with pytest.raises(PeagleError, match="other settings"):
+        distill(model, byte_tokenizer, prompts, out, max_new_tokens=7, progress=False)
+
+
+# ------------------------------------------------------------------------------------------ draft vocabulary
+def test_draft_vocab_keeps_frequent_and_required_ids_and_round_trips():
+    V = 50
+    seqs = [[5, 5, 5, 7, 7, 9, 11, 11, 11, 11], [7, 9, 42]]
+    ids = build_draft_vocab(seqs, 4, V, always=(0, 3))
+    assert ids.tolist() == [0, 3, 5, 11]  # always-kept ids + the most frequent: 11 (4x), then 5 (3x, ties: lower id)
+    counts = count_tokens(seqs, V)
+    assert build_draft_vocab(counts, 4, V, always=(0, 3)).tolist() == ids.tolist()
+    d2t, t2d = d2t_t2d(ids, V)
+    assert draft_ids_from_d2t(d2t).tolist() == ids.tolist()
+    assert t2d.nonzero().squeeze(1).tolist() == ids.tolist()
+    idx = target_to_draft_index(ids, V)
+    assert idx[ids].tolist() == list(range(4)) and (idx[~t2d] == -100).all()
+    assert coverage(seqs, ids, V) == pytest.approx(7 / 13)
+    full = build_draft_vocab(seqs, V, V)
+    assert full.tolist() == list(range(V)) and coverage(seqs, full, V) == 1.0
+
+
+def test_draft_vocab_matches_the_heads_d2t_t2d(tiny_llama):
+    model = tiny_llama(hidden=32, layers=4)
+    seqs = tiny_sequences(model, n=3)
+    trainer = Trainer(tiny_cfg(draft_vocab_size=40), model, seqs, progress=False, verbose=False)
+    head = trainer.module.head
+    d2t, t2d = d2t_t2d(trainer.draft_ids, model.config.vocab_size)
+    assert torch.equal(head.d2t, d2t) and torch.equal(head.t2d, t2d)
+    assert MASK_ID in trainer.draft_ids.tolist()
+    torch.testing.assert_close(head.lm_head.weight, model.lm_head.weight[trainer.draft_ids])
+
+
+def test_draft_vocab_rejects_bad_sizes():
+    with pytest.raises(PeagleError):
+        build_draft_vocab([[1, 2]], 0, 10)
+    with pytest.raises(PeagleError):
+        build_draft_vocab([[1, 2]], 2, 10, always=(1, 2, 3))
+
+
+# ------------------------------------------------------------------------------------------ features & scaling
+def test_feature_cache_reads_what_it_extracted_and_only_adds_new_sequences(tiny_llama, tmp_path):
+    model = tiny_llama(hidden=32, layers=4)
+    gen = torch.Generator().manual_seed(0)
+    records = [{"input_ids": torch.randint(4, 96, (10 + i,), generator=gen).tolist(), "prompt_len": 3}
+               for i in range(4)]
+    online = prepare_sequences(model, records, progress=False)
+    cached = prepare_sequences(model, records[:3], features_dir=tmp_path, progress=False)
+    assert len(list(tmp_path.glob("part-*"))) == 1
+    again = prepare_sequences(model, records, features_dir=tmp_path, progress=False)  # one new sequence
+    parts = sorted(tmp_path.glob("part-*"))
+    assert len(parts) == 2 and json.loads((parts[0] / "manifest.json").read_text())["num_sequences"] in (1, 3)
+    for a, b in zip(online, again):
+        assert torch.equal(a["input_ids"], b["input_ids"]) and torch.equal(a["labels"], b["labels"])
+        torch.testing.assert_close(b["taps"].float(), a["taps"], rtol=1e-2, atol=1e-2)  # bf16 on disk
+    assert all(torch.equal(c["taps"], g["taps"]) for c, g in zip(cached, again))
+
+
+def test_scaled_training_parameters_sync_exactly_into_the_plain_head(tiny_llama):
+    model = tiny_llama(hidden=32, layers=4)
+    seqs = tiny_sequences(model, n=3)
+    for s in seqs:  # taps of very different scales, as in real targets
+        s["taps"] = s["taps"] * torch.logspace(-1, 3, s["taps"].shape[1])
+    trainer = Trainer(tiny_cfg(steps=2), model, seqs, progress=False, verbose=False)
+    trainer.train()
+    module = trainer.module
+    head = module.sync_head()
+    taps = seqs[0]["taps"]
+    torch.testing.assert_close(head.fuse(taps), module.fuse(taps), rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(head.mask_slot_hidden().flatten(), module.mask_slot_hidden().flatten(),
+                               rtol=1e-4, atol=1e-4)
