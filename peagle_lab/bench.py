@@ -118,6 +118,7 @@ def environment(device="cpu", dtype=None) -> dict:
         cores = os.cpu_count()
     env = {
         "timestamp_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "start_epoch_s": round(time.time(), 3),
         "device": str(device),
         "cpu": _cpu_model(),
         "cpu_cores_usable": cores,
@@ -144,6 +145,8 @@ def environment(device="cpu", dtype=None) -> dict:
 def finish_environment(env: dict) -> dict:
     """Add the load average at the end and a ``quiet`` verdict (1-min load below 1 at start and end)."""
     env["loadavg_end"] = _loadavg()
+    if env.get("start_epoch_s"):
+        env["wall_s"] = round(time.time() - env["start_epoch_s"], 1)
     starts, ends = env.get("loadavg_start"), env["loadavg_end"]
     env["quiet"] = bool(starts and ends and starts[0] < 1.0 and ends[0] < 1.0) if env["device"] == "cpu" else None
     return env
@@ -795,7 +798,9 @@ def results_readme(results: dict, command: str | None = None) -> str:
               f"- dtype {env['dtype']}; torch {env['torch']}; transformers {env['transformers']}; "
               f"python {env['python']}; git commit {env['git_commit']}",
               f"- load average at start {env['loadavg_start']}, at end {env['loadavg_end']}; "
-              f"OMP_WAIT_POLICY={env.get('omp_wait_policy')}; run started {env['timestamp_utc']}", ""]
+              f"OMP_WAIT_POLICY={env.get('omp_wait_policy')}; run started {env['timestamp_utc']}"
+              + "".join(f"; {name} took {r['env']['wall_s']} s" for name, r in (("drafting cost", dc),
+                        ("end to end", e2e)) if r and r["env"].get("wall_s") is not None), ""]
     if dc:
         c = dc["config"]
         lines += ["## Drafting cost per round (median ms; ratio = sequential / parallel)", "",

@@ -165,7 +165,7 @@ cells = [
     code("""
     print("every P-EAGLE / EAGLE-3 output equals plain greedy, every prompt-lookup output transformers' greedy:",
           e2e["all_lossless"])
-    print({m["method"]: m["lossless"] for m in e2e["methods"] if m["family"] in ("p-eagle", "eagle3")})
+    print({fam: all(m["lossless"] for m in e2e["methods"] if m["family"] == fam) for fam in ("p-eagle", "eagle3")})
     print("assisted generation:", e2e["assisted_generation"].split(":")[0])
     """, check=True),
     code("""

@@ -52,6 +52,7 @@ def test_environment_names_hardware_threads_versions_and_load():
                 "loadavg_start", "loadavg_end", "timer", "quiet"):
         assert key in env, key
     assert env["dtype"] == "float32" and env["timer"] == "perf_counter" and env["torch_threads"] >= 1
+    assert env["wall_s"] >= 0
 
 
 def test_drafting_cost_times_both_modes_per_k_and_records_the_environment(target, heads):
