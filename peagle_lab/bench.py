@@ -896,6 +896,15 @@ def _subtitle(env: dict) -> str:
             f"load {load[0] if load else '?'}→{(env.get('loadavg_end') or ['?'])[0]}")
 
 
+def _finish_figure(fig, env: dict, path=None):
+    """Every benchmark figure: hardware/load subtitle, tight layout, saved as PNG when ``path`` is given."""
+    fig.suptitle(_subtitle(env), fontsize=8)
+    fig.tight_layout()
+    if path:
+        fig.savefig(path, dpi=110)
+    return fig
+
+
 def plot_drafting_cost(dc: dict, path=None):
     """Per-round drafting latency vs K (parallel, sequential; target verification for scale) and the ratio."""
     import matplotlib.pyplot as plt
@@ -925,11 +934,7 @@ def plot_drafting_cost(dc: dict, path=None):
     ax2.set_title("How much cheaper parallel drafting is")
     ax2.legend(fontsize=8)
     ax2.set_ylim(bottom=0)
-    fig.suptitle(_subtitle(dc["env"]), fontsize=8)
-    fig.tight_layout()
-    if path:
-        fig.savefig(path, dpi=110)
-    return fig
+    return _finish_figure(fig, dc["env"], path)
 
 
 def _family_rows(e2e, family):
@@ -962,11 +967,7 @@ def plot_speedup(e2e: dict, path=None):
                  f"{e2e['config']['max_new_tokens']} new tokens, batch 1")
     ax.legend(fontsize=7)
     ax.set_ylim(bottom=0)
-    fig.suptitle(_subtitle(e2e["env"]), fontsize=8)
-    fig.tight_layout()
-    if path:
-        fig.savefig(path, dpi=110)
-    return fig
+    return _finish_figure(fig, e2e["env"], path)
 
 
 def plot_acceptance(e2e: dict, path=None):
@@ -988,11 +989,7 @@ def plot_acceptance(e2e: dict, path=None):
     ax.set_ylabel("acceptance length")
     ax.set_title("Acceptance length vs K")
     ax.legend(fontsize=8)
-    fig.suptitle(_subtitle(e2e["env"]), fontsize=8)
-    fig.tight_layout()
-    if path:
-        fig.savefig(path, dpi=110)
-    return fig
+    return _finish_figure(fig, e2e["env"], path)
 
 
 def plot_round_profile(e2e: dict, path=None):
@@ -1014,11 +1011,7 @@ def plot_round_profile(e2e: dict, path=None):
     ax.set_xlabel("ms per round (medians over prompts)")
     ax.set_title("One speculative round, split")
     ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.25), ncol=4, frameon=False)
-    fig.suptitle(_subtitle(e2e["env"]), fontsize=8)
-    fig.tight_layout()
-    if path:
-        fig.savefig(path, dpi=110)
-    return fig
+    return _finish_figure(fig, e2e["env"], path)
 
 
 def draw_plots(results: dict, out_dir) -> dict[str, Path]:

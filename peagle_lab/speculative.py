@@ -129,7 +129,6 @@ class DraftSource:
     """
 
     name = "draft"
-    passes_per_round = 1
 
     def reset(self):
         pass
@@ -191,10 +190,6 @@ class HeadDrafter(DraftSource):
             logits, prenorm = head(tok.view(1, 1), prenorm[:, -1:], step_pos, cache=self.cache)
             tok, p = self._pick(logits[0], sampling, gen)
         return torch.cat(ids), (None if sampling.greedy else torch.cat(probs))
-
-    @property
-    def passes_per_round(self):
-        return 1 if self.mode == "parallel" else None  # sequential: K passes
 
 
 class OracleDrafter(DraftSource):
