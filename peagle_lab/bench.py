@@ -11,7 +11,8 @@ Conventions (REFERENCE.md "Benchmarking conventions", DESIGN.md "Timing"):
 * every result carries an environment record (hardware, threads, dtype, versions, git commit, load average
   at the start and the end): a timing without its machine means little.
 
-Timers: CUDA events (after a synchronize) on a GPU, ``time.perf_counter`` on a CPU.
+Timers and the environment record: :mod:`peagle_lab.timing`; files and tables: :mod:`peagle_lab.bench_files`;
+figures: :mod:`peagle_lab.bench_plots` (all re-exported here).
 
 Entry points: :func:`drafting_cost`, :func:`end_to_end`, :func:`run_benchmark` (both, files and plots),
 :func:`write_results` / :func:`load_results`, the ``plot_*`` functions and the ``peagle-lab bench`` command.
@@ -19,137 +20,28 @@ Entry points: :func:`drafting_cost`, :func:`end_to_end`, :func:`run_benchmark` (
 
 from __future__ import annotations
 
-import csv
-import json
 import math
-import os
-import platform
 import statistics
-import subprocess
 import time
 import warnings
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime
 from pathlib import Path
 from typing import Callable, Sequence
 
 import torch
 
+from .bench_files import (SCHEMA, format_table, headline, load_results, results_readme,  # noqa: F401 (API)
+                          write_results)
+from .bench_plots import (draw_plots, plot_acceptance, plot_drafting_cost, plot_round_profile,  # noqa: F401
+                          plot_speedup)
 from .errors import PeagleError
-from .settings import REPO_ROOT
+from .timing import (environment, finish_environment, summarize, synchronize, time_once,  # noqa: F401 (API)
+                     time_repeated)
 
-SCHEMA = "peagle-lab-bench/1"
 ASSISTED_NOT_RUN = ("not run: transformers' assisted generation needs a small draft LM that shares the target's "
                     "tokenizer, and none is available offline here (SmolLM2-135M is the smallest SmolLM2). "
                     "Pass one with `peagle-lab bench --assistant PATH`.")
-
-
-# ============================================================================================ timing
-def synchronize(device) -> None:
-    if torch.device(device).type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def time_once(fn: Callable[[], object], device="cpu") -> float:
-    """Seconds one call of ``fn`` takes: CUDA events on a GPU (after a synchronize), perf_counter on a CPU."""
-    if torch.device(device).type == "cuda":
-        torch.cuda.synchronize(device)
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        return start.elapsed_time(end) / 1000.0
-    t0 = time.perf_counter()
-    fn()
-    return time.perf_counter() - t0
-
-
-def time_repeated(fn: Callable[[], object], device="cpu", repeats: int = 10, warmup: int = 2) -> list[float]:
-    """``warmup`` untimed calls, then ``repeats`` timed ones (seconds)."""
-    for _ in range(warmup):
-        fn()
-    return [time_once(fn, device) for _ in range(repeats)]
-
-
-def summarize(samples: Sequence[float]) -> dict:
-    """Median, quartiles, IQR, mean, min, max and n of a list of timings (seconds or any unit)."""
-    xs = sorted(float(x) for x in samples if x is not None and not math.isnan(float(x)))
-    if not xs:
-        return {"median": None, "q1": None, "q3": None, "iqr": None, "mean": None, "min": None, "max": None, "n": 0}
-    if len(xs) == 1:
-        q1 = q3 = xs[0]
-    else:
-        q1, _, q3 = statistics.quantiles(xs, n=4, method="inclusive")
-    return {"median": statistics.median(xs), "q1": q1, "q3": q3, "iqr": q3 - q1, "mean": statistics.fmean(xs),
-            "min": xs[0], "max": xs[-1], "n": len(xs)}
-
-
-# ============================================================================================ environment
-def _cpu_model() -> str:
-    from .hardware import cpu_name
-
-    return cpu_name()
-
-
-def _git(*args) -> str | None:
-    try:
-        out = subprocess.run(["git", *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out.stdout.strip() if out.returncode == 0 else None
-
-
-def _loadavg():
-    try:
-        return [round(x, 2) for x in os.getloadavg()]
-    except OSError:
-        return None
-
-
-def environment(device="cpu", dtype=None) -> dict:
-    """What a timing depends on. Call at the start of a run; :func:`finish_environment` adds the end state."""
-    import transformers
-
-    device = torch.device(device)
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:
-        cores = os.cpu_count()
-    env = {
-        "timestamp_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "start_epoch_s": round(time.time(), 3),
-        "device": str(device),
-        "cpu": _cpu_model(),
-        "cpu_cores_usable": cores,
-        "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
-        "hardware": None,
-        "timer": "cuda-events" if device.type == "cuda" else "perf_counter",
-        "torch_threads": torch.get_num_threads(),
-        "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
-        "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
-        "dtype": str(dtype).replace("torch.", "") if dtype is not None else None,
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "git_commit": _git("rev-parse", "HEAD") or "none (no commit yet)",
-        "git_dirty": bool(_git("status", "--porcelain", "--untracked-files=no")) if _git("rev-parse", "HEAD") else None,
-        "loadavg_start": _loadavg(),
-        "loadavg_end": None,
-    }
-    env["hardware"] = env["gpu"] or f"{env['cpu']} ({cores} cores, {env['torch_threads']} torch threads)"
-    return env
-
-
-def finish_environment(env: dict) -> dict:
-    """Add the load average at the end and a ``quiet`` verdict (1-min load below 1 at start and end)."""
-    env["loadavg_end"] = _loadavg()
-    if env.get("start_epoch_s"):
-        env["wall_s"] = round(time.time() - env["start_epoch_s"], 1)
-    starts, ends = env.get("loadavg_start"), env["loadavg_end"]
-    env["quiet"] = bool(starts and ends and starts[0] < 1.0 and ends[0] < 1.0) if env["device"] == "cpu" else None
-    return env
 
 
 # ============================================================================================ helpers
@@ -694,351 +586,6 @@ def _aggregate(methods: list[Method], runs: list[dict]):
     return summary, profile
 
 
-# ============================================================================================ files
-DRAFT_CSV_COLUMNS = ["k", "parallel_ms", "parallel_iqr_ms", "sequential_ms", "sequential_iqr_ms",
-                     "ratio_seq_over_par", "ratio_paired_median", "ratio_paired_iqr", "verify_ms", "verify_iqr_ms",
-                     "parallel_passes", "sequential_passes"]
-E2E_CSV_COLUMNS = ["method", "family", "k", "runs", "new_tokens", "seconds", "tokens_per_s", "speedup",
-                   "speedup_median_per_prompt", "speedup_iqr", "speedup_vs_hf_greedy", "decode_speedup",
-                   "acceptance_length",
-                   "per_position_acceptance", "rounds", "t_step_ms", "t_draft_round_ms", "t_verify_round_ms",
-                   "ideal_speedup", "efficiency", "lossless", "identical_to_plain"]
-RUNS_CSV_COLUMNS = ["repeat", "prompt", "method", "family", "k", "order", "prompt_tokens", "new_tokens", "seconds",
-                    "tokens_per_s", "speedup_vs_plain", "identical_to_plain", "reference", "identical_to_reference",
-                    "rounds", "target_forwards",
-                    "acceptance_length"]
-PROFILE_CSV_COLUMNS = ["method", "family", "k", "draft_ms", "verify_ms", "accept_rollback_ms", "python_overhead_ms",
-                       "round_ms", "draft_share", "verify_share", "accept_rollback_share", "python_overhead_share",
-                       "prefill_ms_median"]
-ENV_CSV_KEYS = ["hardware", "device", "torch_threads", "dtype", "torch", "transformers", "git_commit",
-                "loadavg_start", "loadavg_end"]
-
-
-def _clean(obj):
-    """JSON-safe: NaN/inf -> None, tuples -> lists, tensors -> lists."""
-    if isinstance(obj, float):
-        return None if (math.isnan(obj) or math.isinf(obj)) else obj
-    if isinstance(obj, dict):
-        return {str(k): _clean(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_clean(v) for v in obj]
-    if hasattr(obj, "tolist"):
-        return _clean(obj.tolist())
-    return obj
-
-
-def _write_json(path: Path, obj) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(_clean(obj), indent=1, allow_nan=False) + "\n")
-    os.replace(tmp, path)
-
-
-def _cell(v):
-    if isinstance(v, float):
-        return "" if math.isnan(v) else f"{v:.6g}"
-    if isinstance(v, (list, tuple)):
-        return " ".join("" if x is None else (f"{x:.4g}" if isinstance(x, float) else str(x)) for x in v)
-    return "" if v is None else str(v)
-
-
-def _write_csv(path: Path, rows: list[dict], columns: list[str], env: dict | None = None) -> None:
-    """CSV with the given columns; the environment is appended as constant columns on every row."""
-    env_cols = [f"env_{k}" for k in ENV_CSV_KEYS] if env else []
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w", newline="") as fh:
-        w = csv.writer(fh)
-        w.writerow(columns + env_cols)
-        for row in rows:
-            w.writerow([_cell(row.get(c)) for c in columns] + [_cell(env.get(k)) for k in ENV_CSV_KEYS] if env
-                       else [_cell(row.get(c)) for c in columns])
-    os.replace(tmp, path)
-
-
-def write_results(results: dict, out_dir, plots: bool = True, command: str | None = None) -> dict[str, Path]:
-    """Write ``{"drafting_cost": ..., "end_to_end": ...}`` (either may be missing) as JSON + CSV (+ PNG plots)
-    and a README.md (command, hardware, tables) into ``out_dir``; returns ``{name: path}`` of what was written."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    files: dict[str, Path] = {}
-    dc, e2e = results.get("drafting_cost"), results.get("end_to_end")
-    if dc:
-        files["drafting_cost.json"] = out / "drafting_cost.json"
-        _write_json(files["drafting_cost.json"], dc)
-        files["drafting_cost.csv"] = out / "drafting_cost.csv"
-        _write_csv(files["drafting_cost.csv"], dc["rows"], DRAFT_CSV_COLUMNS, dc["env"])
-    if e2e:
-        files["end_to_end.json"] = out / "end_to_end.json"
-        _write_json(files["end_to_end.json"], e2e)
-        files["end_to_end.csv"] = out / "end_to_end.csv"
-        _write_csv(files["end_to_end.csv"], e2e["methods"], E2E_CSV_COLUMNS, e2e["env"])
-        files["end_to_end_runs.csv"] = out / "end_to_end_runs.csv"
-        runs = [x | {"acceptance_length": (x["stats"] or {}).get("acceptance_length")} for x in e2e["runs"]]
-        _write_csv(files["end_to_end_runs.csv"], runs, RUNS_CSV_COLUMNS, e2e["env"])
-        files["round_profile.csv"] = out / "round_profile.csv"
-        _write_csv(files["round_profile.csv"], e2e["round_profile"], PROFILE_CSV_COLUMNS, e2e["env"])
-    if plots:
-        files |= draw_plots(results, out)
-    index = {"schema": SCHEMA, "files": sorted(p.name for p in files.values()),
-             "env": (e2e or dc or {}).get("env"), "headline": headline(results)}
-    files["bench.json"] = out / "bench.json"
-    _write_json(files["bench.json"], index)
-    files["README.md"] = out / "README.md"
-    files["README.md"].write_text(results_readme(results, command))
-    return files
-
-
-def results_readme(results: dict, command: str | None = None) -> str:
-    """A short Markdown page for a results folder: command, hardware, the tables, the file list."""
-    dc, e2e = results.get("drafting_cost"), results.get("end_to_end")
-    env = (e2e or dc)["env"]
-    lines = ["# Benchmark results", ""]
-    if command:
-        lines += ["Made with:", "", "```bash", command, "```", ""]
-    lines += [f"- hardware: {env['hardware']}; device {env['device']}; timer {env['timer']}",
-              f"- dtype {env['dtype']}; torch {env['torch']}; transformers {env['transformers']}; "
-              f"python {env['python']}; git commit {env['git_commit']}",
-              f"- load average at start {env['loadavg_start']}, at end {env['loadavg_end']}; "
-              f"OMP_WAIT_POLICY={env.get('omp_wait_policy')}; run started {env['timestamp_utc']}"
-              + "".join(f"; {name} took {r['env']['wall_s']} s" for name, r in (("drafting cost", dc),
-                        ("end to end", e2e)) if r and r["env"].get("wall_s") is not None), ""]
-    if dc:
-        c = dc["config"]
-        lines += ["## Drafting cost per round (median ms; ratio = sequential / parallel)", "",
-                  f"Head: {c['head']['source']} ({c['head']['num_hidden_layers']} layer(s), draft vocabulary "
-                  f"{c['head']['draft_vocab_size']}); prompt {c['prompt_tokens']} tokens, {c['new_slots']} new context "
-                  f"slots per round, {c['repeats']} interleaved repeats. One target decode step: "
-                  f"{dc.get('target_step_ms')} ms.", "",
-                  format_table(dc["rows"], ["k", "parallel_ms", "parallel_iqr_ms", "sequential_ms", "sequential_iqr_ms",
-                                            "ratio_seq_over_par", "verify_ms"]), ""]
-    if e2e:
-        c = e2e["config"]
-        ph, sh = c.get("parallel_head") or {}, c.get("sequential_head") or {}
-        lines += ["## End to end (greedy, batch 1)", "",
-                  f"{c['n_prompts']} HumanEval prompts ({min(c['prompt_tokens'])}-{max(c['prompt_tokens'])} tokens), "
-                  f"{c['max_new_tokens']} new tokens, {c['repeats']} repeat(s), methods interleaved per prompt. "
-                  f"P-EAGLE head: {ph.get('source')}; EAGLE-3 head: {sh.get('source')}. "
-                  "speedup = tokens/s ratio to plain greedy in the same run (prefill included); decode_speedup = "
-                  "the same after the prefill; ideal = AL x t_step / (t_draft + t_verify); efficiency = "
-                  "decode_speedup / ideal.", "",
-                  format_table(e2e["methods"], ["method", "tokens_per_s", "speedup", "speedup_iqr", "acceptance_length",
-                                                "decode_speedup", "ideal_speedup", "efficiency", "lossless"]), "",
-                  f"All speculative outputs identical to greedy: **{e2e['all_lossless']}**. "
-                  f"Assisted generation: {e2e['assisted_generation']}", ""]
-        if e2e.get("round_profile"):
-            lines += ["### One round, split (median ms)", "",
-                      format_table(e2e["round_profile"], ["method", "draft_ms", "verify_ms", "accept_rollback_ms",
-                                                          "python_overhead_ms", "round_ms", "draft_share"]), ""]
-        for note in e2e.get("notes", []):
-            lines.append(f"- note: {note}")
-    lines += ["", "Files: `drafting_cost.{json,csv}`, `end_to_end.{json,csv}`, `end_to_end_runs.csv` (per prompt), "
-              "`round_profile.csv`, `bench.json` (headline), PNG plots. Every JSON carries the full environment "
-              "record; every CSV row carries its key fields.", ""]
-    return "\n".join(lines)
-
-
-def load_results(out_dir) -> dict:
-    """Read back what :func:`write_results` wrote (``{}`` when the folder has no results)."""
-    out = Path(out_dir)
-    got = {}
-    for kind in ("drafting_cost", "end_to_end"):
-        p = out / f"{kind}.json"
-        if p.exists():
-            try:
-                got[kind] = json.loads(p.read_text())
-            except json.JSONDecodeError as exc:
-                raise PeagleError(f"{p} is not valid JSON ({exc}). Fix: rerun `peagle-lab bench`.") from exc
-    return got
-
-
-def headline(results: dict) -> dict:
-    """The key numbers: drafting ratio per K, best speed-up per family, losslessness."""
-    h = {}
-    dc, e2e = results.get("drafting_cost"), results.get("end_to_end")
-    if dc:
-        h["drafting_ratio_seq_over_par"] = {str(r["k"]): r["ratio_seq_over_par"] for r in dc["rows"]}
-    if e2e:
-        best = {}
-        for row in e2e["methods"]:
-            f = row["family"]
-            if f != "plain" and (f not in best or (row["speedup"] or 0) > (best[f]["speedup"] or 0)):
-                best[f] = row
-        h["best"] = {f: {"method": r["method"], "speedup": r["speedup"], "acceptance_length": r["acceptance_length"],
-                         "efficiency": r.get("efficiency")} for f, r in best.items()}
-        h["plain_tokens_per_s"] = next(r["tokens_per_s"] for r in e2e["methods"] if r["family"] == "plain")
-        h["all_lossless"] = e2e["all_lossless"]
-    return h
-
-
-def format_table(rows: list[dict], columns: list[str], floatfmt: str = ".3g") -> str:
-    """A Markdown table (no pandas needed)."""
-    def fmt(v):
-        if isinstance(v, bool):
-            return str(v)
-        if isinstance(v, float):
-            return format(v, floatfmt)
-        if isinstance(v, (list, tuple)):
-            return " / ".join("-" if x is None else format(x, ".2f") for x in v)
-        return "-" if v is None else str(v)
-
-    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    lines += ["| " + " | ".join(fmt(r.get(c)) for c in columns) + " |" for r in rows]
-    return "\n".join(lines)
-
-
-# ============================================================================================ plots
-FAMILY_STYLE = {"p-eagle": ("tab:blue", "o"), "eagle3": ("tab:orange", "s"), "prompt-lookup": ("tab:green", "^"),
-                "assisted": ("tab:purple", "D"), "hf-greedy": ("tab:gray", None), "plain": ("black", None)}
-
-
-def _subtitle(env: dict) -> str:
-    load = env.get("loadavg_start")
-    return (f"{env.get('hardware')} · {env.get('dtype')} · torch {env.get('torch')} · "
-            f"load {load[0] if load else '?'}→{(env.get('loadavg_end') or ['?'])[0]}")
-
-
-def _finish_figure(fig, env: dict, path=None):
-    """Every benchmark figure: hardware/load subtitle, tight layout, saved as PNG when ``path`` is given."""
-    fig.suptitle(_subtitle(env), fontsize=8)
-    fig.tight_layout()
-    if path:
-        fig.savefig(path, dpi=110)
-    return fig
-
-
-def plot_drafting_cost(dc: dict, path=None):
-    """Per-round drafting latency vs K (parallel, sequential; target verification for scale) and the ratio."""
-    import matplotlib.pyplot as plt
-
-    rows = dc["rows"]
-    ks = [r["k"] for r in rows]
-    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
-    for mode, color, marker in (("parallel", "tab:blue", "o"), ("sequential", "tab:orange", "s")):
-        med = [r[f"{mode}_ms"] for r in rows]
-        iqr = [r[f"{mode}_iqr_ms"] / 2 for r in rows]
-        label = "parallel (P-EAGLE): 1 pass" if mode == "parallel" else "sequential (EAGLE-3): K passes"
-        ax.errorbar(ks, med, yerr=iqr, color=color, marker=marker, capsize=3, label=label)
-    if rows and rows[0].get("verify_ms") is not None:
-        ax.plot(ks, [r["verify_ms"] for r in rows], color="gray", ls="--", label="target: verify K+1 tokens")
-    if dc.get("target_step_ms"):
-        ax.axhline(dc["target_step_ms"], color="black", ls=":", lw=1, label="target: one decode step")
-    ax.set_xlabel("K (draft tokens per round)")
-    ax.set_ylabel("latency per round (ms, median; bars = IQR/2)")
-    ax.set_title("Drafting cost per round")
-    ax.legend(fontsize=8)
-    ax.set_ylim(bottom=0)
-    ratio = [r["ratio_seq_over_par"] for r in rows]
-    ax2.plot(ks, ratio, marker="o", color="tab:red", label="sequential / parallel")
-    ax2.plot(ks, ks, ls=":", color="gray", label="limit: K (a pass costs the same at any width)")
-    ax2.set_xlabel("K")
-    ax2.set_ylabel("latency ratio")
-    ax2.set_title("How much cheaper parallel drafting is")
-    ax2.legend(fontsize=8)
-    ax2.set_ylim(bottom=0)
-    return _finish_figure(fig, dc["env"], path)
-
-
-def _family_rows(e2e, family):
-    return sorted([r for r in e2e["methods"] if r["family"] == family and r["k"] is not None], key=lambda r: r["k"])
-
-
-def plot_speedup(e2e: dict, path=None):
-    """Measured speed-up vs K per method (solid) and the ideal speed-up from AL and measured costs (dashed)."""
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4.2))
-    for fam in ("p-eagle", "eagle3", "prompt-lookup", "assisted"):
-        rows = _family_rows(e2e, fam)
-        if not rows:
-            continue
-        color, marker = FAMILY_STYLE[fam]
-        ks = [r["k"] for r in rows]
-        yerr = [(r["speedup_iqr"] or 0) / 2 for r in rows]
-        ax.errorbar(ks, [r["speedup"] for r in rows], yerr=yerr, color=color, marker=marker, capsize=3,
-                    label=f"{fam} (measured)")
-        if rows[0].get("ideal_speedup") is not None:
-            ax.plot(ks, [r["ideal_speedup"] for r in rows], color=color, ls="--", lw=1, label=f"{fam} (ideal)")
-    ax.axhline(1.0, color="black", lw=1, label="plain greedy (ours) = 1")
-    hf = next((r for r in e2e["methods"] if r["family"] == "hf-greedy"), None)
-    if hf:
-        ax.axhline(hf["speedup"], color="gray", ls=":", label=f"transformers generate greedy ({hf['speedup']:.2f})")
-    ax.set_xlabel("K (draft tokens per round)")
-    ax.set_ylabel("speed-up vs plain greedy (tokens/s ratio, same run)")
-    ax.set_title(f"End to end: {e2e['config']['n_prompts']} HumanEval prompts, "
-                 f"{e2e['config']['max_new_tokens']} new tokens, batch 1")
-    ax.legend(fontsize=7)
-    ax.set_ylim(bottom=0)
-    return _finish_figure(fig, e2e["env"], path)
-
-
-def plot_acceptance(e2e: dict, path=None):
-    """Acceptance length (accepted drafts per round + 1) vs K."""
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4.2))
-    for fam in ("p-eagle", "eagle3", "prompt-lookup", "assisted"):
-        rows = _family_rows(e2e, fam)
-        if rows:
-            color, marker = FAMILY_STYLE[fam]
-            ax.plot([r["k"] for r in rows], [r["acceptance_length"] for r in rows], color=color, marker=marker,
-                    label=fam + (" (tokens per target forward)" if fam in ("prompt-lookup", "assisted") else ""))
-    ks = sorted({r["k"] for r in e2e["methods"] if r["k"]})
-    if ks:
-        ax.plot(ks, [k + 1 for k in ks], ls=":", color="gray", label="upper bound K+1")
-    ax.axhline(1.0, color="black", lw=1)
-    ax.set_xlabel("K")
-    ax.set_ylabel("acceptance length")
-    ax.set_title("Acceptance length vs K")
-    ax.legend(fontsize=8)
-    return _finish_figure(fig, e2e["env"], path)
-
-
-def plot_round_profile(e2e: dict, path=None):
-    """Where a round's time goes: drafting, verification, acceptance + cache rollback, Python overhead."""
-    import matplotlib.pyplot as plt
-
-    prof = e2e["round_profile"]
-    fig, ax = plt.subplots(figsize=(8, 0.45 * max(len(prof), 2) + 2.0))
-    parts = [("draft_ms", "drafting", "tab:blue"), ("verify_ms", "verification (target)", "tab:gray"),
-             ("accept_rollback_ms", "acceptance + cache rollback", "tab:green"),
-             ("python_overhead_ms", "Python overhead", "tab:red")]
-    names = [p["method"] for p in prof]
-    left = [0.0] * len(prof)
-    for key, label, color in parts:
-        vals = [max(p.get(key) or 0.0, 0.0) for p in prof]
-        ax.barh(names, vals, left=left, color=color, label=label)
-        left = [a + b for a, b in zip(left, vals)]
-    ax.invert_yaxis()
-    ax.set_xlabel("ms per round (medians over prompts)")
-    ax.set_title("One speculative round, split")
-    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.25), ncol=4, frameon=False)
-    return _finish_figure(fig, e2e["env"], path)
-
-
-def draw_plots(results: dict, out_dir) -> dict[str, Path]:
-    """Draw every plot the results allow into ``out_dir`` as PNG; returns ``{name: path}``."""
-    import matplotlib
-
-    if "inline" not in matplotlib.get_backend().lower() and "ipykernel" not in matplotlib.get_backend():
-        matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    out = Path(out_dir)
-    files = {}
-    jobs = []
-    if results.get("drafting_cost"):
-        jobs.append(("drafting_latency.png", plot_drafting_cost, results["drafting_cost"]))
-    if results.get("end_to_end"):
-        e2e = results["end_to_end"]
-        jobs += [("speedup_vs_k.png", plot_speedup, e2e), ("acceptance_length_vs_k.png", plot_acceptance, e2e)]
-        if e2e.get("round_profile"):
-            jobs.append(("round_profile.png", plot_round_profile, e2e))
-    for name, fn, data in jobs:
-        fig = fn(data, out / name)
-        plt.close(fig)
-        files[name] = out / name
-    return files
-
-
 # ============================================================================================ run it all
 QUICK = {"ks_parallel": [1, 2, 4], "ks_sequential": [1, 2], "draft_ks": [1, 2, 4, 8], "n_prompts": 2,
          "max_new_tokens": 24, "repeats": 1, "draft_repeats": 5, "pld_ks": [10]}
@@ -1099,10 +646,11 @@ def _parse_ks(text: str) -> list[int]:
 
 
 def register_cli(sub):
+    from .cli import add_target_options
+
     p = sub.add_parser("bench", help="benchmark drafting cost and end-to-end speed-ups (JSON, CSV, PNG)",
                        description="Drafting cost (parallel vs sequential per K) and end-to-end greedy decoding on "
                                    "HumanEval prompts: plain, P-EAGLE, EAGLE-3, transformers greedy and prompt-lookup.")
-    p.add_argument("--target", default=None, help="HF id or local path (default: $PEAGLE_TARGET or the embedded model)")
     p.add_argument("--parallel-head", default="parallel",
                    help="P-EAGLE head: 'parallel' (shipped), a directory, or 'fresh' (untrained, for timing only)")
     p.add_argument("--sequential-head", default="sequential",
@@ -1122,8 +670,7 @@ def register_cli(sub):
     p.add_argument("--skip-e2e", action="store_true", help="no end-to-end sweep")
     p.add_argument("--assistant", default=None,
                    help="small draft LM (HF id/path) for transformers' assisted generation")
-    p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's choice)")
-    p.add_argument("--device", default=None)
+    add_target_options(p)
     p.add_argument("--out", default=None, help="results folder (default results/bench/<name>)")
     p.add_argument("--name", default=None, help="run name under results/bench/ (default: target-date-time)")
     p.add_argument("--no-plots", action="store_true")
@@ -1134,12 +681,11 @@ def run_cli(args):
     import shlex
     import sys
 
-    from .models import load_target, target_name
+    from .cli import load_cli_target
+    from .models import target_name
     from .settings import results_dir, seed_everything
 
     seed_everything(0)
-    if args.threads:
-        torch.set_num_threads(args.threads)
     t0 = time.perf_counter()
 
     def progress(msg):
@@ -1148,7 +694,7 @@ def run_cli(args):
     from .settings import is_ci
 
     args.quick = args.quick or is_ci()
-    model, tok = load_target(args.target, device=args.device)
+    model, tok, _ = load_cli_target(args)
     heads = {}
     for role, spec in (("parallel", args.parallel_head), ("sequential", args.sequential_head)):
         if spec == "none":

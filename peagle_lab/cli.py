@@ -30,6 +30,27 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def add_target_options(p) -> None:
+    """The options every command that loads the target shares: --target, --device, --threads."""
+    p.add_argument("--target", default=None, help="HF id or local path (default: $PEAGLE_TARGET or the embedded model)")
+    p.add_argument("--device", default=None,
+                   help="cpu, cuda, cuda:1, ... (default: $PEAGLE_DEVICE, else cuda when available)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch CPU threads (default: torch's choice; 1 is often faster on a busy CPU)")
+
+
+def load_cli_target(args):
+    """Apply --threads, then load --target on --device: ``(model, tokenizer, target name)``."""
+    import torch
+
+    from .models import load_target, target_name
+
+    if getattr(args, "threads", None):
+        torch.set_num_threads(args.threads)
+    model, tokenizer = load_target(args.target, device=args.device)
+    return model, tokenizer, args.target or target_name()
+
+
 def _prepare(args):
     import time
 

@@ -213,8 +213,9 @@ def cod_sample(num_anchors: int, num_depths: int, ratio: float = 0.7, min_ratio:
 
 # ------------------------------------------------------------------------------------------ CLI
 def register_cli(sub):
+    from .cli import add_target_options
+
     p = sub.add_parser("distill", help="self-distillation: the target regenerates responses to training prompts")
-    p.add_argument("--target", default=None, help="HF id or local path (default: $PEAGLE_TARGET or embedded)")
     p.add_argument("--prompts", type=int, default=None, help="use the first N training prompts (default: all)")
     p.add_argument("--prompts-file", default=None,
                    help="JSONL with a 'prompt' field per line (default: data/prompts/train.jsonl)")
@@ -222,23 +223,19 @@ def register_cli(sub):
     p.add_argument("--max-new-tokens", type=int, default=160)
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--system", default=None, help="system message (default: the chat template's own)")
-    p.add_argument("--device", default=None)
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    add_target_options(p)
     p.set_defaults(func=_run_cli)
 
 
 def _run_cli(args):
-    from .models import load_target, target_name
+    from .cli import load_cli_target
     from .prompts import load_train_records
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
     recs = load_train_records(args.prompts_file)
     prompts = [r["prompt"] for r in recs][: args.prompts]
-    model, tok = load_target(args.target, device=args.device)
+    model, tok, target = load_cli_target(args)
     t0 = time.perf_counter()
-    out = distill(model, tok, prompts, args.out, args.max_new_tokens, args.batch_size, args.system,
-                  target=args.target or target_name())
+    out = distill(model, tok, prompts, args.out, args.max_new_tokens, args.batch_size, args.system, target=target)
     resp = sum(len(r["input_ids"]) - r["prompt_len"] for r in out)
     print(f"{len(out)} sequences, {sum(len(r['input_ids']) for r in out):,} tokens ({resp:,} response tokens, "
           f"{sum(r['finished'] for r in out)} ended with EOS) in {args.out}; {time.perf_counter() - t0:.0f} s")

@@ -454,6 +454,8 @@ class FeatureDataset:
 # --------------------------------------------------------------------------------------------------------------
 
 def register_cli(sub):
+    from .cli import add_target_options
+
     p = sub.add_parser("extract", help="offline EAGLE-3 features (taps, greedy labels) to resumable shards")
     p.add_argument("--out", required=True, help="output directory (resumed when it holds an interrupted run)")
     src = p.add_mutually_exclusive_group()
@@ -461,23 +463,19 @@ def register_cli(sub):
                      help="JSONL written by `peagle-lab distill` (prompt + target response); default: training "
                           "prompts only, chat-templated")
     src.add_argument("--prompts", type=int, default=None, help="use the first N training prompts (default: all)")
-    p.add_argument("--target", default=None, help="HF id or local path (default: $PEAGLE_TARGET or embedded)")
     p.add_argument("--taps", default=None, help="tap layer ids, e.g. 2,15,27 (default: vLLM's 2, L//2, L-3)")
     p.add_argument("--shard-size", type=int, default=64, help="sequences per shard (default 64)")
     p.add_argument("--dtype", default="bfloat16", choices=sorted(_DTYPES), help="taps dtype on disk")
     p.add_argument("--topk", type=int, default=0, help="also store the target's top-k logits (default 0)")
-    p.add_argument("--device", default=None)
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    add_target_options(p)
     p.set_defaults(func=_run_cli)
 
 
 def _run_cli(args):
-    from .models import load_target, target_name
+    from .cli import load_cli_target
     from .prompts import chat_ids, load_train_prompts
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    model, tok = load_target(args.target, device=args.device)
+    model, tok, target = load_cli_target(args)
     if args.distilled:
         from .data import load_distilled
 
@@ -486,4 +484,4 @@ def _run_cli(args):
         sequences = [chat_ids(tok, p) for p in load_train_prompts(args.prompts)]
     taps = [int(t) for t in args.taps.split(",")] if args.taps else None
     extract_features(model, sequences, args.out, tap_layers=taps, shard_size=args.shard_size,
-                     taps_dtype=_DTYPES[args.dtype], topk=args.topk, target=args.target or target_name())
+                     taps_dtype=_DTYPES[args.dtype], topk=args.topk, target=target)

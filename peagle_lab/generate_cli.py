@@ -7,11 +7,12 @@ import warnings
 
 
 def register_cli(sub):
+    from .cli import add_target_options
+
     p = sub.add_parser("generate", help="generate with a P-EAGLE / EAGLE-3 head and print statistics")
     p.add_argument("prompt", help="user message (the target's chat template is applied)")
     p.add_argument("--head", default="parallel",
                    help="head directory, or 'parallel' / 'sequential' for the shipped heads (default: parallel)")
-    p.add_argument("--target", default=None, help="HF id or local path (default: $PEAGLE_TARGET or embedded)")
     p.add_argument("-k", "--num-speculative-tokens", type=int, default=None, dest="k",
                    help="K drafts per round (default: what the head was trained for)")
     p.add_argument("--mode", choices=["parallel", "sequential"], default=None,
@@ -20,7 +21,7 @@ def register_cli(sub):
     p.add_argument("--top-p", type=float, default=1.0)
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--device", default=None)
+    add_target_options(p)
     p.add_argument("--check", action="store_true", help="also run plain greedy and compare token for token")
     p.add_argument("--json", action="store_true", help="print statistics as JSON only")
     p.set_defaults(func=run)
@@ -29,12 +30,12 @@ def register_cli(sub):
 def run(args):
     import torch
 
+    from .cli import load_cli_target
     from .heads import load_head
-    from .models import load_target
     from .prompts import chat_ids
     from .speculative import HeadDrafter, Sampling, TargetRunner, plain_generate, speculative_generate
 
-    model, tok = load_target(args.target, device=args.device)
+    model, tok, _ = load_cli_target(args)
     head = load_head(args.head, model)
     k = args.k or head.config.num_speculative_tokens
     runner = TargetRunner(model, head.config.aux_hidden_state_layer_ids)

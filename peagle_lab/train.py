@@ -902,8 +902,9 @@ def final_accuracy(log: list[dict], last: int = 10) -> list[float | None]:
 
 
 def register_cli(sub):
+    from .cli import add_target_options
+
     p = sub.add_parser("train", help="train a P-EAGLE (parallel) or EAGLE-3 (sequential) drafter head")
-    p.add_argument("--target", default=None, help="HF id or local path (default: $PEAGLE_TARGET or embedded)")
     p.add_argument("--data", required=True, help="distilled sequences (JSONL from `peagle-lab distill`)")
     p.add_argument("--num-sequences", type=int, default=None, help="use the first N sequences (default: all)")
     p.add_argument("--features", default=None,
@@ -931,8 +932,7 @@ def register_cli(sub):
     p.add_argument("--mask-token-id", type=int, default=None)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--save-every", type=int, default=50)
-    p.add_argument("--device", default=None)
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (1 is faster on a busy CPU)")
+    add_target_options(p)
     p.add_argument("--eval-prompts", type=int, default=0, help="HumanEval prompts to evaluate on afterwards")
     p.add_argument("--eval-max-new-tokens", type=int, default=128)
     p.add_argument("--eval-ks", default="1,2,3,4,5,6,7,8")
@@ -941,12 +941,11 @@ def register_cli(sub):
 
 
 def _run_cli(args):
+    from .cli import load_cli_target
     from .data import read_distilled
-    from .models import load_target, target_name
+    from .models import target_name
     from .settings import seed_everything
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
     seed_everything(args.seed)
     cfg = TrainConfig(
         mode=args.mode, num_depths=args.num_depths, layers=args.layers,
@@ -957,7 +956,7 @@ def _run_cli(args):
         cod_ratio=args.cod_ratio, cod_min_ratio=args.cod_min_ratio, mask_hidden=args.mask_hidden,
         mask_embedding=args.mask_embedding, mask_token_id=args.mask_token_id, seed=args.seed,
         save_every=args.save_every, target=args.target or target_name())
-    model, tok = load_target(args.target, device=args.device)
+    model, tok, _ = load_cli_target(args)
     meta, records = read_distilled(args.data)
     records = records[: args.num_sequences]
     t0 = time.perf_counter()

@@ -1,0 +1,160 @@
+"""The benchmark's figures: drafting cost, speed-up and acceptance length vs K, one round split. Each carries
+the hardware and load of the run in its subtitle and is saved as PNG beside the results."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+# ============================================================================================ plots
+FAMILY_STYLE = {"p-eagle": ("tab:blue", "o"), "eagle3": ("tab:orange", "s"), "prompt-lookup": ("tab:green", "^"),
+                "assisted": ("tab:purple", "D"), "hf-greedy": ("tab:gray", None), "plain": ("black", None)}
+
+
+def _subtitle(env: dict) -> str:
+    load = env.get("loadavg_start")
+    return (f"{env.get('hardware')} · {env.get('dtype')} · torch {env.get('torch')} · "
+            f"load {load[0] if load else '?'}→{(env.get('loadavg_end') or ['?'])[0]}")
+
+
+def _finish_figure(fig, env: dict, path=None):
+    """Every benchmark figure: hardware/load subtitle, tight layout, saved as PNG when ``path`` is given."""
+    fig.suptitle(_subtitle(env), fontsize=8)
+    fig.tight_layout()
+    if path:
+        fig.savefig(path, dpi=110)
+    return fig
+
+
+def plot_drafting_cost(dc: dict, path=None):
+    """Per-round drafting latency vs K (parallel, sequential; target verification for scale) and the ratio."""
+    import matplotlib.pyplot as plt
+
+    rows = dc["rows"]
+    ks = [r["k"] for r in rows]
+    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for mode, color, marker in (("parallel", "tab:blue", "o"), ("sequential", "tab:orange", "s")):
+        med = [r[f"{mode}_ms"] for r in rows]
+        iqr = [r[f"{mode}_iqr_ms"] / 2 for r in rows]
+        label = "parallel (P-EAGLE): 1 pass" if mode == "parallel" else "sequential (EAGLE-3): K passes"
+        ax.errorbar(ks, med, yerr=iqr, color=color, marker=marker, capsize=3, label=label)
+    if rows and rows[0].get("verify_ms") is not None:
+        ax.plot(ks, [r["verify_ms"] for r in rows], color="gray", ls="--", label="target: verify K+1 tokens")
+    if dc.get("target_step_ms"):
+        ax.axhline(dc["target_step_ms"], color="black", ls=":", lw=1, label="target: one decode step")
+    ax.set_xlabel("K (draft tokens per round)")
+    ax.set_ylabel("latency per round (ms, median; bars = IQR/2)")
+    ax.set_title("Drafting cost per round")
+    ax.legend(fontsize=8)
+    ax.set_ylim(bottom=0)
+    ratio = [r["ratio_seq_over_par"] for r in rows]
+    ax2.plot(ks, ratio, marker="o", color="tab:red", label="sequential / parallel")
+    ax2.plot(ks, ks, ls=":", color="gray", label="limit: K (a pass costs the same at any width)")
+    ax2.set_xlabel("K")
+    ax2.set_ylabel("latency ratio")
+    ax2.set_title("How much cheaper parallel drafting is")
+    ax2.legend(fontsize=8)
+    ax2.set_ylim(bottom=0)
+    return _finish_figure(fig, dc["env"], path)
+
+
+def _family_rows(e2e, family):
+    return sorted([r for r in e2e["methods"] if r["family"] == family and r["k"] is not None], key=lambda r: r["k"])
+
+
+def plot_speedup(e2e: dict, path=None):
+    """Measured speed-up vs K per method (solid) and the ideal speed-up from AL and measured costs (dashed)."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for fam in ("p-eagle", "eagle3", "prompt-lookup", "assisted"):
+        rows = _family_rows(e2e, fam)
+        if not rows:
+            continue
+        color, marker = FAMILY_STYLE[fam]
+        ks = [r["k"] for r in rows]
+        yerr = [(r["speedup_iqr"] or 0) / 2 for r in rows]
+        ax.errorbar(ks, [r["speedup"] for r in rows], yerr=yerr, color=color, marker=marker, capsize=3,
+                    label=f"{fam} (measured)")
+        if rows[0].get("ideal_speedup") is not None:
+            ax.plot(ks, [r["ideal_speedup"] for r in rows], color=color, ls="--", lw=1, label=f"{fam} (ideal)")
+    ax.axhline(1.0, color="black", lw=1, label="plain greedy (ours) = 1")
+    hf = next((r for r in e2e["methods"] if r["family"] == "hf-greedy"), None)
+    if hf:
+        ax.axhline(hf["speedup"], color="gray", ls=":", label=f"transformers generate greedy ({hf['speedup']:.2f})")
+    ax.set_xlabel("K (draft tokens per round)")
+    ax.set_ylabel("speed-up vs plain greedy (tokens/s ratio, same run)")
+    ax.set_title(f"End to end: {e2e['config']['n_prompts']} HumanEval prompts, "
+                 f"{e2e['config']['max_new_tokens']} new tokens, batch 1")
+    ax.legend(fontsize=7)
+    ax.set_ylim(bottom=0)
+    return _finish_figure(fig, e2e["env"], path)
+
+
+def plot_acceptance(e2e: dict, path=None):
+    """Acceptance length (accepted drafts per round + 1) vs K."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for fam in ("p-eagle", "eagle3", "prompt-lookup", "assisted"):
+        rows = _family_rows(e2e, fam)
+        if rows:
+            color, marker = FAMILY_STYLE[fam]
+            ax.plot([r["k"] for r in rows], [r["acceptance_length"] for r in rows], color=color, marker=marker,
+                    label=fam + (" (tokens per target forward)" if fam in ("prompt-lookup", "assisted") else ""))
+    ks = sorted({r["k"] for r in e2e["methods"] if r["k"]})
+    if ks:
+        ax.plot(ks, [k + 1 for k in ks], ls=":", color="gray", label="upper bound K+1")
+    ax.axhline(1.0, color="black", lw=1)
+    ax.set_xlabel("K")
+    ax.set_ylabel("acceptance length")
+    ax.set_title("Acceptance length vs K")
+    ax.legend(fontsize=8)
+    return _finish_figure(fig, e2e["env"], path)
+
+
+def plot_round_profile(e2e: dict, path=None):
+    """Where a round's time goes: drafting, verification, acceptance + cache rollback, Python overhead."""
+    import matplotlib.pyplot as plt
+
+    prof = e2e["round_profile"]
+    fig, ax = plt.subplots(figsize=(8, 0.45 * max(len(prof), 2) + 2.0))
+    parts = [("draft_ms", "drafting", "tab:blue"), ("verify_ms", "verification (target)", "tab:gray"),
+             ("accept_rollback_ms", "acceptance + cache rollback", "tab:green"),
+             ("python_overhead_ms", "Python overhead", "tab:red")]
+    names = [p["method"] for p in prof]
+    left = [0.0] * len(prof)
+    for key, label, color in parts:
+        vals = [max(p.get(key) or 0.0, 0.0) for p in prof]
+        ax.barh(names, vals, left=left, color=color, label=label)
+        left = [a + b for a, b in zip(left, vals)]
+    ax.invert_yaxis()
+    ax.set_xlabel("ms per round (medians over prompts)")
+    ax.set_title("One speculative round, split")
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.25), ncol=4, frameon=False)
+    return _finish_figure(fig, e2e["env"], path)
+
+
+def draw_plots(results: dict, out_dir) -> dict[str, Path]:
+    """Draw every plot the results allow into ``out_dir`` as PNG; returns ``{name: path}``."""
+    import matplotlib
+
+    if "inline" not in matplotlib.get_backend().lower() and "ipykernel" not in matplotlib.get_backend():
+        matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out = Path(out_dir)
+    files = {}
+    jobs = []
+    if results.get("drafting_cost"):
+        jobs.append(("drafting_latency.png", plot_drafting_cost, results["drafting_cost"]))
+    if results.get("end_to_end"):
+        e2e = results["end_to_end"]
+        jobs += [("speedup_vs_k.png", plot_speedup, e2e), ("acceptance_length_vs_k.png", plot_acceptance, e2e)]
+        if e2e.get("round_profile"):
+            jobs.append(("round_profile.png", plot_round_profile, e2e))
+    for name, fn, data in jobs:
+        fig = fn(data, out / name)
+        plt.close(fig)
+        files[name] = out / name
+    return files
