@@ -59,7 +59,18 @@ def run(args):
     if not args.json:
         print(tok.decode(res.tokens, skip_special_tokens=True))
         print("-" * 60)
-    print(json.dumps(report, indent=None if args.json else 2))
+    # strict JSON: a slot never reached has no acceptance rate (NaN in the statistics) -> null
+    print(json.dumps(_json_safe(report), indent=None if args.json else 2, allow_nan=False))
     if args.check and sampling.greedy and not report["identical_to_plain_greedy"]:
         return 1
     return 0
+
+
+def _json_safe(obj):
+    if isinstance(obj, float) and obj != obj:
+        return None
+    if isinstance(obj, dict):
+        return {k: _json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_json_safe(v) for v in obj]
+    return obj

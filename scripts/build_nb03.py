@@ -34,8 +34,8 @@ cells = [
     ```
 
     For the embedded target that file ships with the repository. The prompts are project-written (coding, chat,
-    reasoning; no HumanEval problem among them); the shipped file holds the answers to 256 of the 465 prompts
-    (distillation runs shortest prompts first and was cut for time; the same command resumes and completes it).
+    reasoning; no HumanEval problem among them); the shipped file holds the target's answers to all 465 of them
+    (distillation runs the shortest prompts first; an interrupted run resumes where it stopped).
     """),
     code("""
     # NBVAL_IGNORE_OUTPUT

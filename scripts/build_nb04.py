@@ -253,7 +253,7 @@ cells = [
 
     ```bash
     peagle-lab bench --quick                       # CI sizes, results/bench/<name>/
-    peagle-lab bench --out data/results/cpu        # the full CPU run (about 10 minutes on 2 cores)
+    peagle-lab bench --out data/results/cpu        # a full CPU run (the committed one took 17 min on 2 cores)
     peagle-lab bench --parallel-head DIR --sequential-head DIR --ks-parallel 1-10 -n 16 --max-new-tokens 256
     ```
 

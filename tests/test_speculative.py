@@ -2,6 +2,7 @@
 sampling preserves the target's distribution (chi-square), and bad input fails clearly."""
 
 import itertools
+import json
 import math
 import warnings
 
@@ -223,3 +224,23 @@ def test_real_target_every_k_both_modes_on_humaneval_prompts(smollm2):
             res = speculative_generate(runner, HeadDrafter(heads[mode], mode), prompt, k, 20,
                                        eos_ids=tok.eos_token_id)
             assert res.tokens == base.tokens, (mode, k, text[:40])
+
+
+def test_cli_generate_check_json_on_a_local_tiny_target(tmp_path, tiny_llama, byte_tokenizer, capsys):
+    """`peagle-lab generate --check --json`: strict JSON (never-reached slots are null), lossless, exit code 0."""
+    from peagle_lab.bench import fresh_head
+    from peagle_lab.cli import main
+
+    model = tiny_llama(hidden=32, layers=4, heads=4, kv_heads=2, vocab=len(byte_tokenizer), max_positions=4096)
+    model.config.eos_token_id = byte_tokenizer.eos_token_id
+    model.save_pretrained(tmp_path / "target")
+    byte_tokenizer.save_pretrained(tmp_path / "target")
+    fresh_head(model, mode="parallel", mask_token_id=3).save_pretrained(tmp_path / "head", dtype=torch.float32)
+    rc = main(["generate", "Hello there", "--target", str(tmp_path / "target"), "--head", str(tmp_path / "head"),
+               "-k", "3", "--max-new-tokens", "8", "--check", "--json", "--threads", "1", "--device", "cpu"])
+    report = json.loads(capsys.readouterr().out, parse_constant=lambda c: pytest.fail(f"non-JSON constant {c}"))
+    assert rc == 0
+    assert report["identical_to_plain_greedy"] is True
+    assert report["k"] == 3 and 1 <= report["new_tokens"] <= 8  # a random tiny target may say EOS early
+    assert len(report["per_position_acceptance"]) == 3
+    assert all(x is None or 0.0 <= x <= 1.0 for x in report["per_position_acceptance"])
