@@ -35,22 +35,22 @@ ENV_CSV_KEYS = ["hardware", "device", "torch_threads", "dtype", "torch", "transf
                 "loadavg_start", "loadavg_end"]
 
 
-def _clean(obj):
+def json_safe(obj):
     """JSON-safe: NaN/inf -> None, tuples -> lists, tensors -> lists."""
     if isinstance(obj, float):
         return None if (math.isnan(obj) or math.isinf(obj)) else obj
     if isinstance(obj, dict):
-        return {str(k): _clean(v) for k, v in obj.items()}
+        return {str(k): json_safe(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return [_clean(v) for v in obj]
+        return [json_safe(v) for v in obj]
     if hasattr(obj, "tolist"):
-        return _clean(obj.tolist())
+        return json_safe(obj.tolist())
     return obj
 
 
 def _write_json(path: Path, obj) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(_clean(obj), indent=1, allow_nan=False) + "\n")
+    tmp.write_text(json.dumps(json_safe(obj), indent=1, allow_nan=False) + "\n")
     os.replace(tmp, path)
 
 

@@ -30,6 +30,7 @@ def register_cli(sub):
 def run(args):
     import torch
 
+    from .bench_files import json_safe
     from .cli import load_cli_target
     from .heads import load_head
     from .prompts import chat_ids
@@ -60,17 +61,7 @@ def run(args):
         print(tok.decode(res.tokens, skip_special_tokens=True))
         print("-" * 60)
     # strict JSON: a slot never reached has no acceptance rate (NaN in the statistics) -> null
-    print(json.dumps(_json_safe(report), indent=None if args.json else 2, allow_nan=False))
+    print(json.dumps(json_safe(report), indent=None if args.json else 2, allow_nan=False))
     if args.check and sampling.greedy and not report["identical_to_plain_greedy"]:
         return 1
     return 0
-
-
-def _json_safe(obj):
-    if isinstance(obj, float) and obj != obj:
-        return None
-    if isinstance(obj, dict):
-        return {k: _json_safe(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_json_safe(v) for v in obj]
-    return obj
