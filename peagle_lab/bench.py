@@ -20,6 +20,7 @@ Entry points: :func:`drafting_cost`, :func:`end_to_end`, :func:`run_benchmark` (
 
 from __future__ import annotations
 
+import json
 import math
 import statistics
 import time
@@ -31,10 +32,10 @@ from typing import Callable, Sequence
 
 import torch
 
-from .bench_files import (SCHEMA, format_table, headline, load_results, results_readme,  # noqa: F401 (API)
-                          write_results)
-from .bench_plots import (draw_plots, plot_acceptance, plot_drafting_cost, plot_round_profile,  # noqa: F401
-                          plot_speedup)
+from .bench_files import (SCHEMA, committed_results, format_table, headline, hosts_table,  # noqa: F401 (API)
+                          load_results, results_readme, write_results)
+from .bench_plots import (break_even_inputs, draw_plots, plot_acceptance, plot_break_even,  # noqa: F401
+                          plot_drafting_cost, plot_round_profile, plot_speedup)
 from .errors import PeagleError
 from .timing import (environment, finish_environment, summarize, synchronize, time_once,  # noqa: F401 (API)
                      time_repeated)
@@ -124,7 +125,9 @@ def load_head_or_fresh(kind_or_path, model, mode: str | None = None):
     path = SHIPPED.get(str(kind_or_path), Path(str(kind_or_path)))
     if str(kind_or_path) != "fresh" and path.exists():
         head = load_head(kind_or_path, model)
-        return head, head_description(head, str(path))
+        from .settings import display_path
+
+        return head, head_description(head, display_path(path))
     head = fresh_head(model, mode=mode)
     why = "requested" if str(kind_or_path) == "fresh" else f"no head at {path}"
     return head, head_description(head, f"fresh-init (untrained; {why})")
@@ -221,7 +224,10 @@ def drafting_cost(head, runner_or_model, prompt_ids=None, tokenizer=None, ks: Se
                "parallel_passes": 1, "sequential_passes": k}
         if verify:
             v = summarize(vsamples[k])
-            row |= {"verify_ms": _r(v["median"] * 1e3, 3), "verify_iqr_ms": _r(v["iqr"] * 1e3, 3)}
+            step_med = summarize(step_samples)["median"]
+            row |= {"verify_ms": _r(v["median"] * 1e3, 3), "verify_iqr_ms": _r(v["iqr"] * 1e3, 3),
+                    "verify_ratio": _r(v["median"] / step_med, 3),  # verify(K+1) / decode(1)
+                    "draft_ratio": _r(par["median"] / step_med, 3)}  # parallel draft round / decode(1)
         rows.append(row)
     out = {
         "schema": SCHEMA, "kind": "drafting_cost", "env": finish_environment(env),
@@ -239,6 +245,88 @@ def drafting_cost(head, runner_or_model, prompt_ids=None, tokenizer=None, ks: Se
     return out
 
 
+# ============================================================================================ fast-path A/B
+@torch.no_grad()
+def fastpath_ab(head, runner_or_model, prompt_ids=None, tokenizer=None, k: int = 7, repeats: int = 15,
+                progress: Callable[[str], None] | None = None) -> dict:
+    """Before/after timings of the cuts the loop makes, interleaved per repeat on the same prompt:
+
+    * ``prefill``: the target's lm_head over every prompt position (before) or the last one only (after);
+    * ``draft``: the drafter's lm_head over every slot of a parallel round (before) or the K draft slots only.
+    """
+    from .speculative import TargetRunner
+
+    model = _model_of(runner_or_model)
+    runner = runner_or_model if isinstance(runner_or_model, TargetRunner) else _runner_for(model, head)
+    device = runner.device
+    env = environment(device, next(model.parameters()).dtype)
+    prompt = _as_prompt_ids([prompt_ids if prompt_ids is not None else _default_prompt_ids(tokenizer, 1)[0]],
+                            tokenizer)[0]
+
+    def prefill(last_only):
+        def fn():
+            runner.reset()
+            runner.forward(prompt, last_only=last_only)
+        return fn
+
+    runner.reset()
+    _, taps = runner.forward(prompt, last_only=True)
+    n = len(prompt)
+    hidden = head.fuse(taps.to(next(head.parameters()).dtype)[None])
+    mask = head.mask_slot_hidden().to(hidden.dtype).expand(1, k - 1, -1)
+    tokens = torch.tensor([prompt[1:] + [prompt[-1]] + [head.config.mask_token_id] * (k - 1)], device=device)
+    hid = torch.cat([hidden, mask], dim=1)
+    pos = torch.arange(0, n + k - 1, device=device)[None]
+
+    def draft(logits_from):
+        return lambda: head(tokens, hid, pos, cache=head.new_cache(), logits_from=logits_from)
+
+    from .fastpath import fp32_lm_head, undo_fp32_lm_head
+
+    target_len = runner.length
+
+    def step(tokens_n, fp32_head):
+        ids = [prompt[-1]] * tokens_n
+
+        def fn():
+            (fp32_lm_head if fp32_head else undo_fp32_lm_head)(model)
+            runner.forward(ids)
+            runner.crop(target_len)
+        return fn
+
+    cases = {"prefill": (prefill(False), prefill(True)), "draft": (draft(0), draft(n - 1))}
+    if next(model.parameters()).dtype == torch.bfloat16 and device.type == "cpu":
+        cases |= {"decode_lm_head": (step(1, False), step(1, True)),
+                  "verify_lm_head": (step(k + 1, False), step(k + 1, True))}
+    samples = {(c, w): [] for c in cases for w in ("before", "after")}
+    runner.reset()
+    runner.forward(prompt, last_only=True)
+    target_len = runner.length
+    for fns in cases.values():
+        fns[0](), fns[1]()  # warm-up
+    for r in range(repeats):
+        for c, (before, after) in cases.items():
+            order = (("before", before), ("after", after)) if r % 2 == 0 else (("after", after), ("before", before))
+            for w, fn in order:
+                samples[(c, w)].append(time_once(fn, device))
+        if progress:
+            progress(f"fast-path A/B: repeat {r + 1}/{repeats}")
+    runner.reset()
+    undo_fp32_lm_head(model)  # leave the model as load_target made it
+    what = {"prefill": f"target prefill of {n} tokens: lm_head over all positions -> last position only",
+            "decode_lm_head": "target decode step (1 token): bf16 lm_head -> fp32 copy of the lm_head",
+            "verify_lm_head": f"target verification of {k + 1} tokens: bf16 lm_head -> fp32 copy of the lm_head",
+            "draft": f"drafter parallel pass over {n} context + {k - 1} mask slots: lm_head over all slots -> "
+                     f"the {k} draft slots only"}
+    rows = []
+    for c in cases:
+        b, a = summarize(samples[(c, "before")])["median"], summarize(samples[(c, "after")])["median"]
+        rows.append({"case": c, "what": what[c], "before_ms": _r(b * 1e3, 3), "after_ms": _r(a * 1e3, 3),
+                     "speedup": _r(b / a, 3)})
+    return {"schema": SCHEMA, "kind": "fastpath_ab", "env": finish_environment(env),
+            "config": {"k": k, "repeats": repeats, "prompt_tokens": n}, "rows": rows}
+
+
 # ============================================================================================ end to end
 @dataclass
 class MethodRun:
@@ -246,6 +334,7 @@ class MethodRun:
     seconds: float
     stats: dict | None = None  # SpecStats.as_dict() for our loop
     target_forwards: int | None = None
+    result: object = None  # the GenerationResult (plain: its logit margins explain bf16 divergences)
 
 
 @dataclass
@@ -269,7 +358,7 @@ def plain_method(runner, eos_id=None) -> Method:
 
     def run(prompt, max_new):
         res = plain_generate(runner, prompt, max_new, eos_ids=eos_id)
-        return MethodRun(res.tokens, res.seconds, res.stats.as_dict(), res.stats.target_forwards)
+        return MethodRun(res.tokens, res.seconds, res.stats.as_dict(), res.stats.target_forwards, result=res)
 
     return Method("plain", "plain", None, run, reference="plain")
 
@@ -383,7 +472,7 @@ def end_to_end(model, tokenizer=None, *, parallel_head=None, sequential_head=Non
     if max_new_tokens < 1 or repeats < 1:
         raise PeagleError("max_new_tokens and repeats must be >= 1.")
 
-    from .speculative import TargetRunner
+    from .speculative import BF16_TIE_ULPS, TargetRunner, first_divergence
 
     runners = {}  # one TargetRunner per tap set (heads trained on different taps each get theirs)
 
@@ -428,6 +517,7 @@ def end_to_end(model, tokenizer=None, *, parallel_head=None, sequential_head=Non
                 run = got[m.name]
                 rounds = _rounds_from(run)
                 tokens = len(run.tokens)
+                div = first_divergence(run.tokens, base.result, dtype) if m.name != "plain" else None
                 runs.append({
                     "repeat": r, "prompt": i, "method": m.name, "family": m.family, "k": m.k,
                     "order": order.index(m), "prompt_tokens": len(prompt), "new_tokens": tokens,
@@ -437,6 +527,7 @@ def end_to_end(model, tokenizer=None, *, parallel_head=None, sequential_head=Non
                     "identical_to_plain": run.tokens == base.tokens,
                     "reference": m.reference if m.reference in got else "plain",
                     "identical_to_reference": run.tokens == ref.tokens,
+                    "divergence": div.as_dict() if div is not None else None,
                     "rounds": rounds,
                     "target_forwards": run.target_forwards,
                     "stats": run.stats,
@@ -446,13 +537,29 @@ def end_to_end(model, tokenizer=None, *, parallel_head=None, sequential_head=Non
                 progress(f"end to end: repeat {r + 1}/{repeats}, prompt {i + 1}/{len(prompt_ids)}")
 
     summary, profile = _aggregate(methods, runs)
-    lossless = {m.name: all(x["identical_to_reference"] for x in runs if x["method"] == m.name) for m in methods}
+    regime = lossless_regime(dtype)
+
+    def ok(x):  # fp32: token for token; bf16: identical, or first divergence at a near-tie of the plain run
+        if x["identical_to_reference"]:
+            return True
+        return regime != "exact" and x["divergence"] is not None and x["divergence"]["near_tie"]
+
+    lossless = {m.name: all(ok(x) for x in runs if x["method"] == m.name) for m in methods}
+    for row in summary:
+        rows = [x for x in runs if x["method"] == row["method"]]
+        divs = [x["divergence"] for x in rows if x["divergence"] is not None]
+        row["lossless"] = lossless[row["method"]]
+        row["lossless_regime"] = regime
+        row["divergences"] = len(divs)
+        row["max_divergence_margin"] = _r(max(d["margin"] for d in divs), 5) if divs else None
+        row["lossless_note"] = lossless_note(regime, len(rows), divs)
     hf_vs_plain = lossless.get("hf-greedy")
     notes = []
     bad = [n for n, ok in lossless.items() if not ok and n != "hf-greedy"]
     if bad:
         msg = (f"LOSSLESSNESS BROKEN: {bad} produced output different from greedy decoding (ours, or transformers' "
-               "for its own speculative methods). Their speed-ups are not valid comparisons.")
+               "for its own speculative methods)" + (" at a position that is no near-tie" if regime != "exact" else "")
+               + ". Their speed-ups are not valid comparisons.")
         notes.append(msg)
         warnings.warn(msg, stacklevel=2)
     if hf_vs_plain is False:
@@ -480,6 +587,8 @@ def end_to_end(model, tokenizer=None, *, parallel_head=None, sequential_head=Non
                    "target_params": sum(p.numel() for p in model.parameters())},
         "all_lossless": all(v for n, v in lossless.items() if n != "hf-greedy"),
         "lossless": lossless,
+        "lossless_regime": regime,
+        "bf16_tie_ulps": BF16_TIE_ULPS if regime != "exact" else None,
         "hf_greedy_identical_to_plain": hf_vs_plain,
         "assisted_generation": "run" if assistant is not None else ASSISTED_NOT_RUN,
         "methods": summary,
@@ -488,6 +597,25 @@ def end_to_end(model, tokenizer=None, *, parallel_head=None, sequential_head=Non
         "notes": notes,
     }
     return out
+
+
+def lossless_regime(dtype) -> str:
+    """``exact`` (fp32: token for token) or ``near-tie`` (bf16: divergences only where the plain run's top-2
+    logits are within bf16 resolution, see ``speculative.tie_bound``)."""
+    return "exact" if dtype in (torch.float32, torch.float64) else "near-tie"
+
+
+def lossless_note(regime: str, n_runs: int, divs: list[dict]) -> str:
+    """The lossless column in words: which regime, how many outputs diverged, the largest margin among them."""
+    if regime == "exact":
+        bad = len(divs)
+        return "exact: identical to plain greedy" if not bad else f"exact: {bad}/{n_runs} outputs DIFFER"
+    if not divs:
+        return f"bf16: {n_runs}/{n_runs} identical to plain bf16 greedy"
+    ties = sum(d["near_tie"] for d in divs)
+    worst = max(d["margin"] for d in divs)
+    return (f"bf16: {len(divs)}/{n_runs} diverge, {ties} at near-ties; largest margin {worst:.3g}"
+            + ("" if ties == len(divs) else " (NOT a near-tie)"))
 
 
 def _aggregate(methods: list[Method], runs: list[dict]):
@@ -597,7 +725,7 @@ def run_benchmark(model, tokenizer, parallel_head, sequential_head=None, *, out_
                   ks_sequential=None, draft_ks=None, n_prompts=None, max_new_tokens=None, repeats=None,
                   draft_repeats=None, pld_ks=None, quick: bool = False, drafting: bool = True,
                   e2e: bool = True, assistant=None, plots: bool = True, progress=None,
-                  command: str | None = None) -> dict:
+                  command: str | None = None, overwrite: bool = False) -> dict:
     """Drafting cost + end to end with one set of knobs (``quick``: CI sizes), written to ``out_dir``.
 
     Drafting cost uses ``parallel_head`` in both modes: the comparison is about one pass vs K passes of the
@@ -608,10 +736,14 @@ def run_benchmark(model, tokenizer, parallel_head, sequential_head=None, *, out_
     def knob(v, key):
         return list(v) if isinstance(v, (list, tuple, range)) else (v if v is not None else base[key])
 
+    if out_dir is not None:
+        check_results_dir(out_dir, next(model.parameters()).device, next(model.parameters()).dtype, overwrite)
     res = {}
     if drafting:
         res["drafting_cost"] = drafting_cost(parallel_head, model, tokenizer=tokenizer, ks=knob(draft_ks, "draft_ks"),
                                              repeats=knob(draft_repeats, "draft_repeats"), progress=progress)
+        res["fastpath_ab"] = fastpath_ab(parallel_head, model, tokenizer=tokenizer,
+                                         repeats=knob(draft_repeats, "draft_repeats"), progress=progress)
     if e2e:
         res["end_to_end"] = end_to_end(
             model, tokenizer, parallel_head=parallel_head, sequential_head=sequential_head,
@@ -622,6 +754,30 @@ def run_benchmark(model, tokenizer, parallel_head, sequential_head=None, *, out_
         res["files"] = write_results(res, out_dir, plots=plots, command=command)
         res["out_dir"] = Path(out_dir)
     return res
+
+
+def check_results_dir(out_dir, device, dtype, overwrite: bool = False) -> None:
+    """Refuse to write into a results folder that holds another host's or another dtype's results (or, without
+    ``overwrite``, any earlier results): each host keeps its own ``data/results/<host-slug>/``."""
+    from .precision import dtype_name, host_slug
+
+    index = Path(out_dir) / "bench.json"
+    if not index.exists():
+        return
+    try:
+        env = json.loads(index.read_text()).get("env") or {}
+    except ValueError:
+        env = {}
+    mine, theirs = host_slug(device), env.get("host")
+    if theirs and theirs != mine:
+        raise PeagleError(f"{out_dir} holds results of host {theirs}, this is {mine}: results of one host never "
+                          f"overwrite another's. Fix: --out data/results/{mine}/{dtype_name(dtype)}.")
+    if env.get("dtype") and env["dtype"] != dtype_name(dtype):
+        raise PeagleError(f"{out_dir} holds {env['dtype']} results; this run is {dtype_name(dtype)}. Fix: write "
+                          f"to a folder of its own, e.g. data/results/{mine}/{dtype_name(dtype)}.")
+    if not overwrite:
+        raise PeagleError(f"{out_dir} already holds benchmark results. Fix: --overwrite to replace them, or "
+                          "another --out.")
 
 
 # ============================================================================================ CLI
@@ -674,6 +830,7 @@ def register_cli(sub):
     p.add_argument("--out", default=None, help="results folder (default results/bench/<name>)")
     p.add_argument("--name", default=None, help="run name under results/bench/ (default: target-date-time)")
     p.add_argument("--no-plots", action="store_true")
+    p.add_argument("--overwrite", action="store_true", help="replace the results already in --out")
     p.set_defaults(func=run_cli)
 
 
@@ -723,18 +880,19 @@ def run_cli(args):
                         n_prompts=args.n_prompts, max_new_tokens=args.max_new_tokens, repeats=args.repeats,
                         draft_repeats=args.draft_repeats, pld_ks=args.pld_ks, quick=args.quick,
                         drafting=not args.skip_drafting, e2e=not args.skip_e2e, assistant=assistant,
-                        plots=not args.no_plots, progress=progress,
+                        plots=not args.no_plots, progress=progress, overwrite=args.overwrite,
                         command="peagle-lab bench " + " ".join(shlex.quote(a) for a in sys.argv[2:])
                         if len(sys.argv) > 1 and sys.argv[1] == "bench" else None)
     env = (res.get("end_to_end") or res.get("drafting_cost"))["env"]
     print(f"hardware: {env['hardware']}; load {env['loadavg_start']} -> {env['loadavg_end']}")
     if res.get("drafting_cost"):
         print(format_table(res["drafting_cost"]["rows"], ["k", "parallel_ms", "sequential_ms", "ratio_seq_over_par",
-                                                          "verify_ms"]))
+                                                          "verify_ms", "verify_ratio"]))
+        print(format_table(res["fastpath_ab"]["rows"], ["case", "before_ms", "after_ms", "speedup"]))
     if res.get("end_to_end"):
         e = res["end_to_end"]
         print(format_table(e["methods"], ["method", "tokens_per_s", "speedup", "acceptance_length", "decode_speedup",
-                                          "ideal_speedup", "efficiency", "lossless"]))
+                                          "ideal_speedup", "efficiency", "lossless_note"]))
         for note in e["notes"]:
             print("NOTE:", note)
     print(f"results: {out_dir} ({time.perf_counter() - t0:.0f} s)")

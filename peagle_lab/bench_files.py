@@ -6,10 +6,10 @@ from __future__ import annotations
 import csv
 import json
 import math
-import os
 from pathlib import Path
 
 from .bench_plots import draw_plots
+from .atomic import atomic_write, write_json, write_text
 from .errors import PeagleError
 
 SCHEMA = "peagle-lab-bench/1"
@@ -18,12 +18,14 @@ SCHEMA = "peagle-lab-bench/1"
 # ============================================================================================ files
 DRAFT_CSV_COLUMNS = ["k", "parallel_ms", "parallel_iqr_ms", "sequential_ms", "sequential_iqr_ms",
                      "ratio_seq_over_par", "ratio_paired_median", "ratio_paired_iqr", "verify_ms", "verify_iqr_ms",
-                     "parallel_passes", "sequential_passes"]
+                     "verify_ratio", "draft_ratio", "parallel_passes", "sequential_passes"]
+FASTPATH_CSV_COLUMNS = ["case", "what", "before_ms", "after_ms", "speedup"]
 E2E_CSV_COLUMNS = ["method", "family", "k", "runs", "new_tokens", "seconds", "tokens_per_s", "speedup",
                    "speedup_median_per_prompt", "speedup_iqr", "speedup_vs_hf_greedy", "decode_speedup",
                    "acceptance_length",
                    "per_position_acceptance", "rounds", "t_step_ms", "t_draft_round_ms", "t_verify_round_ms",
-                   "ideal_speedup", "efficiency", "lossless", "identical_to_plain"]
+                   "ideal_speedup", "efficiency", "lossless", "identical_to_plain", "lossless_regime",
+                   "divergences", "max_divergence_margin", "lossless_note"]
 RUNS_CSV_COLUMNS = ["repeat", "prompt", "method", "family", "k", "order", "prompt_tokens", "new_tokens", "seconds",
                     "tokens_per_s", "speedup_vs_plain", "identical_to_plain", "reference", "identical_to_reference",
                     "rounds", "target_forwards",
@@ -31,7 +33,7 @@ RUNS_CSV_COLUMNS = ["repeat", "prompt", "method", "family", "k", "order", "promp
 PROFILE_CSV_COLUMNS = ["method", "family", "k", "draft_ms", "verify_ms", "accept_rollback_ms", "python_overhead_ms",
                        "round_ms", "draft_share", "verify_share", "accept_rollback_share", "python_overhead_share",
                        "prefill_ms_median"]
-ENV_CSV_KEYS = ["hardware", "device", "torch_threads", "dtype", "torch", "transformers", "git_commit",
+ENV_CSV_KEYS = ["host", "hardware", "device", "torch_threads", "dtype", "torch", "transformers", "git_commit",
                 "loadavg_start", "loadavg_end"]
 
 
@@ -49,9 +51,7 @@ def json_safe(obj):
 
 
 def _write_json(path: Path, obj) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(json_safe(obj), indent=1, allow_nan=False) + "\n")
-    os.replace(tmp, path)
+    write_json(path, json_safe(obj), indent=1, allow_nan=False)
 
 
 def _cell(v):
@@ -65,14 +65,16 @@ def _cell(v):
 def _write_csv(path: Path, rows: list[dict], columns: list[str], env: dict | None = None) -> None:
     """CSV with the given columns; the environment is appended as constant columns on every row."""
     env_cols = [f"env_{k}" for k in ENV_CSV_KEYS] if env else []
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w", newline="") as fh:
-        w = csv.writer(fh)
-        w.writerow(columns + env_cols)
-        for row in rows:
-            w.writerow([_cell(row.get(c)) for c in columns] + [_cell(env.get(k)) for k in ENV_CSV_KEYS] if env
-                       else [_cell(row.get(c)) for c in columns])
-    os.replace(tmp, path)
+
+    def write(tmp):
+        with open(tmp, "w", newline="") as fh:
+            w = csv.writer(fh)
+            w.writerow(columns + env_cols)
+            for row in rows:
+                w.writerow([_cell(row.get(c)) for c in columns] + [_cell(env.get(k)) for k in ENV_CSV_KEYS] if env
+                           else [_cell(row.get(c)) for c in columns])
+
+    atomic_write(path, write)
 
 
 def write_results(results: dict, out_dir, plots: bool = True, command: str | None = None) -> dict[str, Path]:
@@ -87,6 +89,12 @@ def write_results(results: dict, out_dir, plots: bool = True, command: str | Non
         _write_json(files["drafting_cost.json"], dc)
         files["drafting_cost.csv"] = out / "drafting_cost.csv"
         _write_csv(files["drafting_cost.csv"], dc["rows"], DRAFT_CSV_COLUMNS, dc["env"])
+    ab = results.get("fastpath_ab")
+    if ab:
+        files["fastpath_ab.json"] = out / "fastpath_ab.json"
+        _write_json(files["fastpath_ab.json"], ab)
+        files["fastpath_ab.csv"] = out / "fastpath_ab.csv"
+        _write_csv(files["fastpath_ab.csv"], ab["rows"], FASTPATH_CSV_COLUMNS, ab["env"])
     if e2e:
         files["end_to_end.json"] = out / "end_to_end.json"
         _write_json(files["end_to_end.json"], e2e)
@@ -104,7 +112,7 @@ def write_results(results: dict, out_dir, plots: bool = True, command: str | Non
     files["bench.json"] = out / "bench.json"
     _write_json(files["bench.json"], index)
     files["README.md"] = out / "README.md"
-    files["README.md"].write_text(results_readme(results, command))
+    write_text(files["README.md"], results_readme(results, command))
     return files
 
 
@@ -130,7 +138,12 @@ def results_readme(results: dict, command: str | None = None) -> str:
                   f"slots per round, {c['repeats']} interleaved repeats. One target decode step: "
                   f"{dc.get('target_step_ms')} ms.", "",
                   format_table(dc["rows"], ["k", "parallel_ms", "parallel_iqr_ms", "sequential_ms", "sequential_iqr_ms",
-                                            "ratio_seq_over_par", "verify_ms"]), ""]
+                                            "ratio_seq_over_par", "verify_ms", "verify_ratio"]), "",
+                  "verify_ratio = verifying K+1 tokens in one target pass / one decode step.", ""]
+    ab = results.get("fastpath_ab")
+    if ab:
+        lines += ["## Fast-path cuts, before / after (median ms, interleaved)", "",
+                  format_table(ab["rows"], ["case", "what", "before_ms", "after_ms", "speedup"]), ""]
     if e2e:
         c = e2e["config"]
         ph, sh = c.get("parallel_head") or {}, c.get("sequential_head") or {}
@@ -141,9 +154,12 @@ def results_readme(results: dict, command: str | None = None) -> str:
                   "speedup = tokens/s ratio to plain greedy in the same run (prefill included); decode_speedup = "
                   "the same after the prefill; ideal = AL x t_step / (t_draft + t_verify); efficiency = "
                   "decode_speedup / ideal.", "",
-                  format_table(e2e["methods"], ["method", "tokens_per_s", "speedup", "speedup_iqr", "acceptance_length",
-                                                "decode_speedup", "ideal_speedup", "efficiency", "lossless"]), "",
-                  f"All speculative outputs identical to greedy: **{e2e['all_lossless']}**. "
+                    format_table(e2e["methods"], ["method", "tokens_per_s", "speedup", "speedup_iqr", "acceptance_length",
+                                                "decode_speedup", "ideal_speedup", "efficiency", "lossless_note"]), "",
+                  f"Lossless ({e2e.get('lossless_regime', 'exact')} regime: "
+                  + ("token for token" if e2e.get("lossless_regime", "exact") == "exact" else
+                     f"every divergence at a plain-run margin within {e2e.get('bf16_tie_ulps')} bf16 ulps of the top "
+                     "logit") + f"): **{e2e['all_lossless']}**. "
                   f"Assisted generation: {e2e['assisted_generation']}", ""]
         if e2e.get("round_profile"):
             lines += ["### One round, split (median ms)", "",
@@ -152,7 +168,7 @@ def results_readme(results: dict, command: str | None = None) -> str:
         for note in e2e.get("notes", []):
             lines.append(f"- note: {note}")
     lines += ["", "Files: `drafting_cost.{json,csv}`, `end_to_end.{json,csv}`, `end_to_end_runs.csv` (per prompt), "
-              "`round_profile.csv`, `bench.json` (headline), PNG plots. Every JSON carries the full environment "
+              "`round_profile.csv`, `fastpath_ab.{json,csv}`, `bench.json` (headline), PNG plots. Every JSON carries the full environment "
               "record; every CSV row carries its key fields.", ""]
     return "\n".join(lines)
 
@@ -161,7 +177,7 @@ def load_results(out_dir) -> dict:
     """Read back what :func:`write_results` wrote (``{}`` when the folder has no results)."""
     out = Path(out_dir)
     got = {}
-    for kind in ("drafting_cost", "end_to_end"):
+    for kind in ("drafting_cost", "fastpath_ab", "end_to_end"):
         p = out / f"{kind}.json"
         if p.exists():
             try:
@@ -169,6 +185,61 @@ def load_results(out_dir) -> dict:
             except json.JSONDecodeError as exc:
                 raise PeagleError(f"{p} is not valid JSON ({exc}). Fix: rerun `peagle-lab bench`.") from exc
     return got
+
+
+def committed_results(root) -> list[dict]:
+    """Every results folder under ``root`` (``<host>/`` or ``<host>/<dtype>/``, each with a ``bench.json``):
+    ``[{"host", "dtype", "dir", "results"}]`` sorted by host and dtype. Folders from before hosts were recorded
+    are named by their folder."""
+    root = Path(root)
+    found = []
+    for index in sorted(root.glob("*/bench.json")) + sorted(root.glob("*/*/bench.json")):
+        res = load_results(index.parent)
+        if not res:
+            continue
+        env = (res.get("end_to_end") or res.get("drafting_cost") or {}).get("env", {})
+        host = env.get("host") or index.parent.relative_to(root).parts[0]
+        found.append({"host": host, "dtype": env.get("dtype"), "dir": index.parent.relative_to(root).as_posix(),
+                      "results": res})
+    return sorted(found, key=lambda c: (c["host"], str(c["dtype"])))
+
+
+def verify_and_draft_ratio(dc: dict, k: int):
+    """``(verify(K+1), parallel draft round)`` in units of one target decode step, from a drafting-cost result
+    (computed from the medians where an older result lacks the columns); ``(None, None)`` without the data."""
+    row = next((r for r in dc.get("rows", []) if r["k"] == k), None)
+    step = dc.get("target_step_ms")
+    if not row or not step or row.get("verify_ms") is None:
+        return None, None
+    vr = row.get("verify_ratio") or round(row["verify_ms"] / step, 3)
+    dr = row.get("draft_ratio") or round(row["parallel_ms"] / step, 3)
+    return vr, dr
+
+
+def _best(e2e: dict, family: str):
+    rows = [m for m in e2e.get("methods", []) if m["family"] == family and m.get("speedup") is not None]
+    if not rows:
+        return None
+    m = max(rows, key=lambda r: r["speedup"])
+    k = f"K={m['k']}, " if m.get("k") else ""
+    return f"{m['speedup']:.2f}x ({k}AL {m['acceptance_length']:.2f})"
+
+
+def hosts_table(committed: list[dict]) -> list[dict]:
+    """One row per committed host/dtype: verify cost at K=7 and the best end-to-end speed-up of each family."""
+    rows = []
+    for c in committed:
+        res = c["results"]
+        dc, e2e = res.get("drafting_cost") or {}, res.get("end_to_end") or {}
+        env = (e2e or dc).get("env", {})
+        load = env.get("loadavg_start")
+        regime = e2e.get("lossless_regime", "exact")
+        rows.append({"host": c["host"], "dtype": c["dtype"], "cpu": env.get("gpu") or env.get("cpu"),
+                     "threads": env.get("torch_threads"), "load": load[0] if load else None,
+                     "verify_ratio_k7": verify_and_draft_ratio(dc, 7)[0], "best_p_eagle": _best(e2e, "p-eagle"),
+                     "best_eagle3": _best(e2e, "eagle3"), "prompt_lookup": _best(e2e, "prompt-lookup"),
+                     "lossless": f"{e2e.get('all_lossless')} ({regime})" if e2e else None})
+    return rows
 
 
 def headline(results: dict) -> dict:

@@ -135,6 +135,63 @@ def plot_round_profile(e2e: dict, path=None):
     return _finish_figure(fig, e2e["env"], path)
 
 
+def speedup_model(al, verify_ratio, draft_ratio=0.0):
+    """Decode speed-up of speculative decoding over plain decoding for acceptance length ``al`` when one round
+    costs ``verify_ratio + draft_ratio`` decode steps: AL tokens per round against one token per step."""
+    return al / (verify_ratio + draft_ratio)
+
+
+def plot_break_even(curves: list[dict], points: list[dict] = (), k: int = 7, path=None, env: dict | None = None):
+    """Speed-up against acceptance length, one line per round cost, with measured heads as points.
+
+    ``curves``: ``{"label", "verify_ratio", "draft_ratio"}`` (round cost in decode steps); ``points``:
+    ``{"label", "acceptance_length", "speedup"}``. Above 1 speculative decoding pays; each line crosses 1 at
+    AL = round cost, its break-even.
+    """
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 4.8))
+    xmax = min(k + 1, 4.0)  # the region where heads live today; the lines are straight beyond it
+    al = [1.0 + i * ((xmax - 1.0) / 100) for i in range(101)]
+    for c, color in zip(curves, ["tab:blue", "tab:orange", "tab:green", "tab:purple", "tab:brown", "tab:olive"]):
+        cost = c["verify_ratio"] + c.get("draft_ratio", 0.0)
+        ax.plot(al, [speedup_model(a, c["verify_ratio"], c.get("draft_ratio", 0.0)) for a in al], color=color,
+                label=f"{c['label']}: round = {cost:.2f} steps (break-even AL {cost:.2f})")
+    for p, marker in zip(points, "osD^v<>P*"):
+        ax.scatter([p["acceptance_length"]], [p["speedup"]], marker=marker, s=55, zorder=3, color="black",
+                   label=f"measured: {p['label']}, AL {p['acceptance_length']:.2f}, {p['speedup']:.2f}x")
+    ax.axhline(1.0, color="black", lw=1, ls=":")
+    ax.set_xlabel(f"acceptance length (tokens per round; at most K+1 = {k + 1})")
+    ax.set_ylabel("decode speed-up over plain decoding")
+    ax.set_title(f"What it takes: speed-up vs acceptance length at K={k}")
+    ax.legend(fontsize=7, loc="upper left")
+    ax.set_xlim(1, xmax)
+    ax.set_ylim(0, None)
+    if env is not None:
+        return _finish_figure(fig, env, path)
+    fig.tight_layout()
+    if path:
+        fig.savefig(path, dpi=110)
+    return fig
+
+
+def break_even_inputs(results: dict, k: int = 7, label: str | None = None):
+    """The curve and the head points of one benchmark result (drafting cost + end to end) at K=``k``."""
+    dc, e2e = results.get("drafting_cost"), results.get("end_to_end")
+    from .bench_files import verify_and_draft_ratio
+
+    curves, points = [], []
+    dtype = (dc or e2e or {}).get("env", {}).get("dtype")
+    vr, dr = verify_and_draft_ratio(dc or {}, k)
+    if vr is not None:
+        curves.append({"label": label or f"{dtype}, measured", "verify_ratio": vr, "draft_ratio": dr or 0.0})
+    for m in (e2e or {}).get("methods", []):
+        if m["family"] in ("p-eagle", "eagle3") and m.get("decode_speedup") and m.get("k") == k:
+            points.append({"label": f"{m['method']} ({dtype})", "acceptance_length": m["acceptance_length"],
+                           "speedup": m["decode_speedup"]})
+    return curves, points
+
+
 def draw_plots(results: dict, out_dir) -> dict[str, Path]:
     """Draw every plot the results allow into ``out_dir`` as PNG; returns ``{name: path}``."""
     import matplotlib
@@ -153,6 +210,12 @@ def draw_plots(results: dict, out_dir) -> dict[str, Path]:
         jobs += [("speedup_vs_k.png", plot_speedup, e2e), ("acceptance_length_vs_k.png", plot_acceptance, e2e)]
         if e2e.get("round_profile"):
             jobs.append(("round_profile.png", plot_round_profile, e2e))
+    if results.get("drafting_cost") and any(r.get("verify_ratio") for r in results["drafting_cost"]["rows"]):
+        k = 7 if any(r["k"] == 7 for r in results["drafting_cost"]["rows"]) else results["drafting_cost"]["rows"][-1]["k"]
+        curves, points = break_even_inputs(results, k)
+        curves.append({"label": "GPU-like (verify ~1.05 steps)", "verify_ratio": 1.05, "draft_ratio": 0.05})
+        env = results["drafting_cost"]["env"]
+        jobs.append(("break_even.png", lambda data, path: plot_break_even(curves, points, k, path, env), None))
     for name, fn, data in jobs:
         fig = fn(data, out / name)
         plt.close(fig)

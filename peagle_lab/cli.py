@@ -15,7 +15,8 @@ _MODULES = ["peagle_lab.generate_cli", "peagle_lab.features", "peagle_lab.data",
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="peagle-lab", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="peagle-lab", description=__doc__.splitlines()[0],
+                                     epilog="--debug (anywhere) or PEAGLE_DEBUG=1: show tracebacks of errors")
     sub = parser.add_subparsers(dest="command", required=True)
     prep = sub.add_parser("prepare", help="download and convert the embedded default target once")
     prep.set_defaults(func=_prepare)
@@ -37,17 +38,26 @@ def add_target_options(p) -> None:
                    help="cpu, cuda, cuda:1, ... (default: $PEAGLE_DEVICE, else cuda when available)")
     p.add_argument("--threads", type=int, default=None,
                    help="torch CPU threads (default: torch's choice; 1 is often faster on a busy CPU)")
+    p.add_argument("--dtype", default=None, choices=["auto", "float32", "bfloat16"],
+                   help="compute dtype (default: $PEAGLE_DTYPE, else auto: bf16 on CUDA and on CPUs with native bf16 "
+                        "(AMX / AVX512-BF16), fp32 elsewhere)")
 
 
 def load_cli_target(args):
     """Apply --threads, then load --target on --device: ``(model, tokenizer, target name)``."""
     import torch
 
-    from .models import load_target, target_name
+    from .models import load_target, pick_device, target_name
+    from .precision import describe_choice, resolve_dtype
 
-    if getattr(args, "threads", None):
+    from . import validate
+
+    if validate.threads(getattr(args, "threads", None)):
         torch.set_num_threads(args.threads)
-    model, tokenizer = load_target(args.target, device=args.device)
+    device = pick_device(str(validate.device(args.device or None)) if args.device else None)
+    dtype = resolve_dtype(getattr(args, "dtype", None), device)
+    print(f"[peagle-lab] dtype: {describe_choice(dtype, device, getattr(args, 'dtype', None))}", file=sys.stderr)
+    model, tokenizer = load_target(args.target, device=device, dtype=dtype)
     return model, tokenizer, args.target or target_name()
 
 
@@ -62,8 +72,23 @@ def _prepare(args):
 
 
 def main(argv=None):
+    """Run a command. The project's own errors (bad input, damaged files) print one line,
+    ``peagle-lab: error: <message>``, and exit with 2; ``--debug`` or ``PEAGLE_DEBUG=1`` shows the traceback."""
+    import os
+
+    from .errors import PeagleError
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv or os.environ.get("PEAGLE_DEBUG", "0") not in ("", "0")
+    argv = [a for a in argv if a != "--debug"]
     args = build_parser().parse_args(argv)
-    return args.func(args) or 0
+    try:
+        return args.func(args) or 0
+    except PeagleError as exc:
+        if debug:
+            raise
+        print(f"peagle-lab: error: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 import time
 from pathlib import Path
 
@@ -29,27 +27,30 @@ from .errors import PeagleError
 
 FORMAT = "peagle-lab-distill"
 VERSION = 1
+GEN_KW: dict = {}
 _RESUME_KEYS = ("target_fingerprint", "max_new_tokens", "system")
 
 
-def prompt_sha(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
+def prompt_sha(prompt) -> str:
+    """Identity of a prompt: its text, or for a multi-turn record its history and text."""
+    from .prompts import record_messages
+
+    text, history = record_messages(prompt)
+    key = text if not history else json.dumps({"history": history, "prompt": text}, sort_keys=True)
+    return hashlib.sha256(key.encode()).hexdigest()[:16]
 
 
 # ------------------------------------------------------------------------------------------ file I/O
 def _write_atomic(path: Path, meta: dict, records: list[dict]) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as fh:
+    from .atomic import atomic_write
+
+    def write(tmp):
+        with open(tmp, "w") as fh:
             fh.write(json.dumps({"meta": meta}) + "\n")
             for rec in sorted(records, key=lambda r: r["index"]):
                 fh.write(json.dumps(rec, separators=(",", ":")) + "\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+
+    atomic_write(path, write)
 
 
 def read_distilled(path) -> tuple[dict, list[dict]]:
@@ -68,10 +69,15 @@ def read_distilled(path) -> tuple[dict, list[dict]]:
             except json.JSONDecodeError as exc:
                 raise PeagleError(f"{path}:{lineno} is not JSON ({exc}): the file is damaged. Fix: delete it and "
                                   "distill again.") from exc
-            if "meta" in obj:
+            if isinstance(obj, dict) and "meta" in obj:
                 meta = obj["meta"]
-            else:
-                records.append(obj)
+                continue
+            if (not isinstance(obj, dict) or not isinstance(obj.get("input_ids"), list)
+                    or not isinstance(obj.get("prompt_len"), int) or not isinstance(obj.get("index"), int)):
+                raise PeagleError(f"{path}:{lineno} is not a distilled record (it needs index, prompt_len and an "
+                                  "input_ids list): the file is damaged or partial. Fix: run `peagle-lab distill` "
+                                  "again with the same --out (it resumes and rewrites the file).")
+            records.append(obj)
     if meta is None or meta.get("format") != FORMAT:
         raise PeagleError(f"{path} is not a {FORMAT} file (no meta line). Fix: write it with `peagle-lab distill`.")
     return meta, sorted(records, key=lambda r: r["index"])
@@ -96,7 +102,7 @@ def generate_batch(model, prompts_ids: list[list[int]], max_new_tokens: int, pad
         att[i, L - len(p):] = 1
     out = model.generate(input_ids=ids.to(device), attention_mask=att.to(device), max_new_tokens=max_new_tokens,
                          do_sample=False, pad_token_id=pad_id, eos_token_id=sorted(eos_ids), use_cache=True,
-                         temperature=None, top_p=None, top_k=None)
+                         temperature=None, top_p=None, top_k=None, **GEN_KW)
     responses = []
     for row in out[:, L:].tolist():
         cut = next((j + 1 for j, t in enumerate(row) if t in eos_ids), len(row))
@@ -104,19 +110,23 @@ def generate_batch(model, prompts_ids: list[list[int]], max_new_tokens: int, pad
     return responses
 
 
-def distill(model, tokenizer, prompts: list[str], out_path, max_new_tokens: int = 160, batch_size: int = 16,
+def distill(model, tokenizer, prompts: list, out_path, max_new_tokens: int = 160, batch_size: int = 16,
             system: str | None = None, progress: bool = True, target: str = "") -> list[dict]:
     """Let the target answer every prompt (greedy) and save prompt + response token ids to ``out_path``.
 
+    ``prompts``: strings, or records with ``prompt`` and an optional ``history`` of earlier turns.
     Resumable: records already in ``out_path`` (same prompt text, same target and settings) are kept and skipped;
     the file is rewritten atomically after each batch, so an interrupted run loses at most one batch.
     Returns all records in prompt order.
     """
     from tqdm.auto import tqdm
 
+    from . import validate
     from .features import target_fingerprint
-    from .prompts import chat_ids
+    from .prompts import chat_ids, record_messages
 
+    validate.positive_int(batch_size, "batch_size", "--batch-size")
+    validate.max_new_tokens(max_new_tokens)
     out_path = Path(out_path)
     out_path.parent.mkdir(parents=True, exist_ok=True)
     eos = tokenizer.eos_token_id
@@ -135,7 +145,10 @@ def distill(model, tokenizer, prompts: list[str], out_path, max_new_tokens: int 
         shas = {i: prompt_sha(p) for i, p in enumerate(prompts)}
         done = {r["index"]: r for r in old if shas.get(r["index"]) == r["prompt_sha"]}
     todo = [i for i in range(len(prompts)) if i not in done]
-    encoded = {i: chat_ids(tokenizer, prompts[i], system) for i in todo}
+    encoded = {}
+    for i in todo:
+        text, history = record_messages(prompts[i])
+        encoded[i] = chat_ids(tokenizer, text, system, history)
     todo.sort(key=lambda i: len(encoded[i]))  # similar lengths together: little padding
     bar = tqdm(total=len(prompts), initial=len(done), desc="distill", unit="prompt", disable=not progress)
     t0, new_tokens = time.perf_counter(), 0
@@ -218,7 +231,8 @@ def register_cli(sub):
     p = sub.add_parser("distill", help="self-distillation: the target regenerates responses to training prompts")
     p.add_argument("--prompts", type=int, default=None, help="use the first N training prompts (default: all)")
     p.add_argument("--prompts-file", default=None,
-                   help="JSONL with a 'prompt' field per line (default: data/prompts/train.jsonl)")
+                   help="JSONL with a 'prompt' field per line (default: data/prompts/train.jsonl; "
+                        "data/prompts/scale.jsonl is the >= 5,000-prompt mix)")
     p.add_argument("--out", required=True, help="output JSONL (resumed when it exists)")
     p.add_argument("--max-new-tokens", type=int, default=160)
     p.add_argument("--batch-size", type=int, default=16)
@@ -231,8 +245,12 @@ def _run_cli(args):
     from .cli import load_cli_target
     from .prompts import load_train_records
 
+    from . import validate
+
+    validate.positive_int(args.batch_size, "batch_size", "--batch-size")
+    validate.max_new_tokens(args.max_new_tokens)
     recs = load_train_records(args.prompts_file)
-    prompts = [r["prompt"] for r in recs][: args.prompts]
+    prompts = recs[: args.prompts]
     model, tok, target = load_cli_target(args)
     t0 = time.perf_counter()
     out = distill(model, tok, prompts, args.out, args.max_new_tokens, args.batch_size, args.system, target=target)

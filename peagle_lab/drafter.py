@@ -17,11 +17,8 @@ hidden state ``fc(mask_hidden)`` at positions ``start + j``; ordinary causal att
 from __future__ import annotations
 
 import json
-import math
-import os
-import tempfile
 import warnings
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -137,6 +134,8 @@ class PEagleConfig:
 
     @classmethod
     def from_json_dict(cls, d: dict) -> "PEagleConfig":
+        validate_config_dict(d)
+        d = {k: v for k, v in d.items() if v is not None}  # an explicit null means: the default
         try:
             p = dict(d.get("peagle", {}))
             taps = d.get("eagle_aux_hidden_state_layer_ids") or (d.get("eagle_config") or {}).get(
@@ -169,6 +168,65 @@ class PEagleConfig:
             )
         except KeyError as exc:
             raise PeagleError(f"Drafter config.json lacks the field {exc}: not a P-EAGLE/EAGLE-3 head config.") from exc
+
+
+_INT_FIELDS = {"hidden_size": True, "num_attention_heads": True, "intermediate_size": True, "vocab_size": True,
+               "num_key_value_heads": False, "head_dim": False, "num_hidden_layers": False,
+               "draft_vocab_size": False, "target_hidden_size": False, "max_position_embeddings": False}
+_FIX = "Fix: re-save the head with PEagleDrafter.save_pretrained / `peagle-lab train`, or correct config.json."
+
+
+def validate_config_dict(d) -> None:
+    """Check a drafter config.json field by field (types, required fields, ranges, consistency); raise a
+    ``PeagleError`` naming the field, what was expected and the fix."""
+    if not isinstance(d, dict) or "hidden_size" not in d or "vocab_size" not in d:
+        raise PeagleError("config.json is not a drafter config (no hidden_size / vocab_size): it is not a "
+                          f"P-EAGLE / EAGLE-3 head. {_FIX}")
+    for name, required in _INT_FIELDS.items():
+        v = d.get(name)
+        if v is None:
+            if required:
+                raise PeagleError(f"config.json lacks the required field {name!r} (an integer >= 1). {_FIX}")
+            continue
+        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+            raise PeagleError(f"config.json field {name!r} must be an integer >= 1, got {v!r} "
+                              f"({type(v).__name__}). {_FIX}")
+    for name in ("rms_norm_eps", "rope_theta"):
+        v = d.get(name)
+        if v is not None and (not isinstance(v, (int, float)) or isinstance(v, bool) or not v > 0):
+            raise PeagleError(f"config.json field {name!r} must be a positive number, got {v!r}. {_FIX}")
+    mask = d.get("mask_token_id", d.get("ptd_token_id", d.get("pard_token")))
+    if mask is not None and (not isinstance(mask, int) or isinstance(mask, bool)):
+        raise PeagleError(f"config.json field 'mask_token_id' must be an integer token id, got {mask!r}. {_FIX}")
+    taps = d.get("eagle_aux_hidden_state_layer_ids") or (d.get("eagle_config") or {}).get(
+        "eagle_aux_hidden_state_layer_ids")
+    if taps is not None and (not isinstance(taps, list) or not taps
+                             or not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in taps)):
+        raise PeagleError(f"config.json field 'eagle_aux_hidden_state_layer_ids' must be a list of layer ids >= 0, "
+                          f"got {taps!r}. {_FIX}")
+    hd = d.get("head_dim") or (d["hidden_size"] // d["num_attention_heads"])
+    if hd % 2:
+        raise PeagleError(f"config.json: head_dim {hd} must be even (rotary embeddings rotate pairs of dimensions). "
+                          f"{_FIX}")
+    heads, kv = d["num_attention_heads"], d.get("num_key_value_heads") or d["num_attention_heads"]
+    if heads % kv:
+        raise PeagleError(f"config.json: num_key_value_heads {kv} must divide num_attention_heads {heads}. {_FIX}")
+    if d.get("head_dim") is None and d["hidden_size"] % heads:
+        raise PeagleError(f"config.json: num_attention_heads {heads} must divide hidden_size {d['hidden_size']} "
+                          f"(or give head_dim). {_FIX}")
+    dv = d.get("draft_vocab_size")
+    if dv is not None and dv > d["vocab_size"]:
+        raise PeagleError(f"config.json: draft_vocab_size {dv} exceeds vocab_size {d['vocab_size']}. {_FIX}")
+    p = d.get("peagle", {})
+    if not isinstance(p, dict):
+        raise PeagleError(f"config.json field 'peagle' must be an object, got {type(p).__name__}. {_FIX}")
+    if "mode" in p and p["mode"] not in ("parallel", "sequential"):
+        raise PeagleError(f"config.json field 'peagle.mode' must be 'parallel' or 'sequential', got {p['mode']!r}. "
+                          f"{_FIX}")
+    k = p.get("num_speculative_tokens")
+    if k is not None and (not isinstance(k, int) or isinstance(k, bool) or k < 1):
+        raise PeagleError(f"config.json field 'peagle.num_speculative_tokens' must be an integer >= 1, got {k!r}. "
+                          f"{_FIX}")
 
 
 # --------------------------------------------------------------------------------------------- layers
@@ -369,8 +427,11 @@ class PEagleDrafter(nn.Module):
         return self.fc(self.mask_hidden)
 
     def forward(self, input_ids, hidden, positions, cache: DrafterCache | None = None, attn_mask=None,
-                input_embeds=None):
+                input_embeds=None, logits_from: int = 0):
         """input_ids (B,T); hidden (B,T,H) already fused; positions (B,T).
+
+        ``logits_from``: the lm_head runs over slots ``logits_from:`` only (a round needs the draft slots, not
+        the newly committed context slots before them).
 
         ``attn_mask``: bool (B or 1, 1, T, S) where True = may attend; default causal over cache + new slots.
         Returns (draft-vocab logits (B,T,Vd), prenorm hidden (B,T,H)).
@@ -386,7 +447,7 @@ class PEagleDrafter(nn.Module):
         for i, layer in enumerate(self.decoder_layers):
             h, residual = layer(embeds, h, residual, cos, sin, attn_mask, cache, i)
         prenorm = h + residual
-        return self.lm_head(self.norm(prenorm)), prenorm
+        return self.lm_head(self.norm(prenorm[:, logits_from:])), prenorm
 
     def to_target_logits(self, draft_logits: torch.Tensor) -> torch.Tensor:
         """Scatter draft-vocab logits into the target vocabulary (unmapped ids: -inf), like vLLM."""
@@ -463,7 +524,10 @@ class PEagleDrafter(nn.Module):
         if "d2t" not in sd and cfg.draft_vocab_size == cfg.vocab_size:
             sd["d2t"] = expected["d2t"]
             sd["t2d"] = expected["t2d"]
-        sd.setdefault("t2d", _t2d_from_d2t(sd.get("d2t"), cfg) if "d2t" in sd else expected["t2d"])
+        if "d2t" in sd and tuple(sd["d2t"].shape) == tuple(expected["d2t"].shape):
+            sd.setdefault("t2d", _t2d_from_d2t(sd["d2t"], cfg))
+        else:
+            sd.setdefault("t2d", expected["t2d"])
         missing = sorted(set(expected) - set(sd))
         unexpected = sorted(set(sd) - set(expected))
         wrong = sorted(k for k in set(expected) & set(sd) if tuple(sd[k].shape) != tuple(expected[k].shape))
@@ -484,30 +548,28 @@ class PEagleDrafter(nn.Module):
 
 
 def _t2d_from_d2t(d2t, cfg):
+    ids = torch.arange(cfg.draft_vocab_size) + d2t
+    if len(ids) and (int(ids.min()) < 0 or int(ids.max()) >= cfg.vocab_size):
+        raise PeagleError(f"d2t maps draft ids outside the target vocabulary (0..{cfg.vocab_size - 1}): the head is "
+                          f"damaged or belongs to another target. {_FIX}")
     t2d = torch.zeros(cfg.vocab_size, dtype=torch.bool)
-    t2d[torch.arange(cfg.draft_vocab_size) + d2t] = True
+    t2d[ids] = True
     return t2d
 
 
 def _atomic_write(final: Path, write):
-    """Write via a temp file in the same directory, then rename: readers never see a partial file."""
-    fd, tmp = tempfile.mkstemp(dir=final.parent, prefix=f".{final.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        write(tmp)
-        os.replace(tmp, final)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+    from .atomic import atomic_write
+
+    atomic_write(final, write)
 
 
-def check_k(k: int, cfg: PEagleConfig, limit: int = 64) -> int:
-    """Validate K: an int in [1, limit]; warn when above what the head was trained for."""
+def check_k(k: int, cfg: PEagleConfig, limit: int = 64, warn: bool = True) -> int:
+    """Validate K: an int in [1, limit]; warn (when ``warn``) when above what the head was trained for."""
     if not isinstance(k, int) or isinstance(k, bool) or k < 1:
         raise PeagleError(f"num_speculative_tokens K must be an integer >= 1, got {k!r}. Fix: use K in 1..{limit}.")
     if k > limit:
         raise PeagleError(f"K={k} is out of range (max {limit}).")
-    if k > cfg.num_speculative_tokens:
+    if warn and k > cfg.num_speculative_tokens:
         warnings.warn(f"K={k} exceeds the K={cfg.num_speculative_tokens} this head was trained for: deeper slots "
                       "were never trained and will rarely be accepted (output stays lossless).", stacklevel=3)
     return k

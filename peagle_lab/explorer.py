@@ -103,16 +103,21 @@ class ExploreRun:
     seconds: float = float("nan")
     plain_tokens: list | None = None
     plain_seconds: float | None = None
+    divergence: object = None  # speculative.Divergence vs plain greedy, or None
+    dtype: str = "float32"
     hardware: str = ""
     notes: list = field(default_factory=list)
     done: bool = False
 
     @property
     def lossless(self) -> bool | None:
-        """Greedy only: is the output identical to plain greedy decoding's? (None when not comparable.)"""
+        """Greedy only: identical to plain greedy decoding's output (fp32), or in bf16 identical or first
+        different at a near-tie of the plain run (None when not comparable)."""
         if self.temperature > 0 or self.plain_tokens is None:
             return None
-        return self.tokens == self.plain_tokens
+        if self.tokens == self.plain_tokens:
+            return True
+        return self.dtype != "float32" and self.divergence is not None and self.divergence.near_tie
 
     @property
     def speedup(self) -> float | None:
@@ -143,8 +148,13 @@ def _summary_lines(run: ExploreRun, html: bool = True) -> str:
             lines.append(f"plain decoding, same run: {run.plain_seconds:.2f} s "
                          f"({len(run.plain_tokens) / run.plain_seconds:.1f} tok/s) -> speed-up "
                          f"{b(f'{run.speedup:.2f}x')}")
-        if run.lossless is not None:
-            lines.append("identical to plain greedy output: " + ("yes" if run.lossless else "NO (a bug!)"))
+        if run.lossless is not None and run.tokens == run.plain_tokens:
+            lines.append("identical to plain greedy output: yes")
+        elif run.lossless is not None:
+            d = run.divergence
+            lines.append(f"identical to plain greedy output: no, from token {d.position} on" +
+                         (f" - a bf16 near-tie (plain top-2 margin {d.margin:.3g} <= {d.bound:.3g}), not a bug"
+                          if run.lossless else " - NOT a near-tie (a bug!)"))
         elif run.temperature > 0:
             lines.append("sampling: the text differs from plain decoding's run to run, its distribution does not")
         if run.hardware:
@@ -217,6 +227,11 @@ def run_generation(model, tokenizer, head, prompt: str = DEFAULT_PROMPT, k: int 
         plain = plain_generate(runner, ids, int(max_new_tokens), eos_ids=tokenizer.eos_token_id, sampling=sampling,
                                gen=gen)
         run.plain_tokens, run.plain_seconds = list(plain.tokens), plain.seconds
+        if sampling.greedy:
+            from .speculative import first_divergence
+
+            run.divergence = first_divergence(run.tokens, plain, next(model.parameters()).dtype)
+    run.dtype = str(next(model.parameters()).dtype).replace("torch.", "")
     run.hardware = describe(next(model.parameters()).device)
     run.done = True
     if on_update is not None:

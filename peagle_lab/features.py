@@ -220,12 +220,9 @@ def target_fingerprint(model) -> str:
 
 
 def _write_json_atomic(path: Path, obj) -> None:
-    tmp = path.with_name(path.name + PARTIAL_SUFFIX)
-    with open(tmp, "w") as f:
-        json.dump(obj, f, indent=1)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    from .atomic import write_json
+
+    write_json(path, obj, indent=1)
 
 
 def _shard_name(index: int) -> str:
@@ -245,6 +242,9 @@ def _save_shard(records: list[dict], path: Path, metadata: dict) -> None:
     save_file(tensors, str(tmp), metadata={FORMAT: json.dumps(metadata, sort_keys=True)})
     with open(tmp, "rb+") as f:
         os.fsync(f.fileno())
+    from .atomic import umask
+
+    os.chmod(tmp, 0o666 & ~umask())
     os.replace(tmp, path)  # atomic: the final name only ever holds a complete shard
 
 
@@ -465,7 +465,7 @@ def register_cli(sub):
     src.add_argument("--prompts", type=int, default=None, help="use the first N training prompts (default: all)")
     p.add_argument("--taps", default=None, help="tap layer ids, e.g. 2,15,27 (default: vLLM's 2, L//2, L-3)")
     p.add_argument("--shard-size", type=int, default=64, help="sequences per shard (default 64)")
-    p.add_argument("--dtype", default="bfloat16", choices=sorted(_DTYPES), help="taps dtype on disk")
+    p.add_argument("--store-dtype", default="bfloat16", choices=sorted(_DTYPES), help="taps dtype on disk")
     p.add_argument("--topk", type=int, default=0, help="also store the target's top-k logits (default 0)")
     add_target_options(p)
     p.set_defaults(func=_run_cli)
@@ -484,4 +484,4 @@ def _run_cli(args):
         sequences = [chat_ids(tok, p) for p in load_train_prompts(args.prompts)]
     taps = [int(t) for t in args.taps.split(",")] if args.taps else None
     extract_features(model, sequences, args.out, tap_layers=taps, shard_size=args.shard_size,
-                     taps_dtype=_DTYPES[args.dtype], topk=args.topk, target=target)
+                     taps_dtype=_DTYPES[args.store_dtype], topk=args.topk, target=target)

@@ -27,6 +27,19 @@ def register_cli(sub):
     p.set_defaults(func=run)
 
 
+def check_args(args) -> None:
+    """Every argument, before the target loads."""
+    from . import validate
+
+    if args.k is not None:
+        validate.num_speculative_tokens(args.k)
+    validate.max_new_tokens(args.max_new_tokens)
+    validate.temperature(args.temperature)
+    validate.top_p(args.top_p)
+    validate.threads(args.threads)
+    validate.device(args.device)
+
+
 def run(args):
     import torch
 
@@ -34,27 +47,40 @@ def run(args):
     from .cli import load_cli_target
     from .heads import load_head
     from .prompts import chat_ids
-    from .speculative import HeadDrafter, Sampling, TargetRunner, plain_generate, speculative_generate
+    from .bench import lossless_note, lossless_regime
+    from .speculative import (HeadDrafter, Sampling, TargetRunner, first_divergence, plain_generate,
+                              speculative_generate)
 
+    from . import validate
+
+    check_args(args)
     model, tok, _ = load_cli_target(args)
     head = load_head(args.head, model)
-    k = args.k or head.config.num_speculative_tokens
+    k = args.k if args.k is not None else head.config.num_speculative_tokens
     runner = TargetRunner(model, head.config.aux_hidden_state_layer_ids)
     prompt = chat_ids(tok, args.prompt)
+    validate.prompt_length(len(prompt), args.max_new_tokens, getattr(model.config, "max_position_embeddings", None))
     sampling = Sampling(args.temperature, args.top_p)
     gen = torch.Generator().manual_seed(args.seed)
     with warnings.catch_warnings():
         warnings.simplefilter("always")
         res = speculative_generate(runner, HeadDrafter(head, args.mode), prompt, k, args.max_new_tokens,
                                    eos_ids=tok.eos_token_id, sampling=sampling, gen=gen)
-    report = {"mode": args.mode or head.config.mode, "tokens_per_s": round(res.tokens_per_s, 2),
+    report = {"mode": args.mode or head.config.mode, "dtype": str(model.dtype).replace("torch.", ""),
+              "tokens_per_s": round(res.tokens_per_s, 2),
               "seconds": round(res.seconds, 3), **res.stats.as_dict()}
     if args.check:
         if not sampling.greedy:
             print("--check compares greedy outputs: ignored with temperature > 0")
         else:
             base = plain_generate(runner, prompt, args.max_new_tokens, eos_ids=tok.eos_token_id)
+            div = first_divergence(res.tokens, base, model.dtype)
+            regime = lossless_regime(model.dtype)
             report["identical_to_plain_greedy"] = base.tokens == res.tokens
+            report["lossless_regime"] = regime
+            report["divergence"] = div.as_dict() if div else None
+            report["lossless"] = div is None or (regime != "exact" and div.near_tie)
+            report["lossless_note"] = lossless_note(regime, 1, [div.as_dict()] if div else [])
             report["plain_tokens_per_s"] = round(base.tokens_per_s, 2)
             report["speedup_vs_plain"] = round(base.seconds / res.seconds, 3)
     if not args.json:
@@ -62,6 +88,6 @@ def run(args):
         print("-" * 60)
     # strict JSON: a slot never reached has no acceptance rate (NaN in the statistics) -> null
     print(json.dumps(json_safe(report), indent=None if args.json else 2, allow_nan=False))
-    if args.check and sampling.greedy and not report["identical_to_plain_greedy"]:
+    if args.check and sampling.greedy and not report["lossless"]:
         return 1
     return 0

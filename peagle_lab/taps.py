@@ -46,8 +46,11 @@ class TargetOutput:
 
 
 def target_forward(model, input_ids, tap_layers, past_key_values=None, position_ids=None,
-                   attention_mask=None, use_cache: bool = True) -> TargetOutput:
-    """One target forward returning logits, the concatenated taps and the cache."""
+                   attention_mask=None, use_cache: bool = True, logits_to_keep: int = 0) -> TargetOutput:
+    """One target forward returning logits, the concatenated taps and the cache.
+
+    ``logits_to_keep=n > 0``: the lm_head runs over the last ``n`` positions only (a prefill needs one).
+    """
     out = model(
         input_ids=input_ids,
         past_key_values=past_key_values,
@@ -55,6 +58,7 @@ def target_forward(model, input_ids, tap_layers, past_key_values=None, position_
         attention_mask=attention_mask,
         use_cache=use_cache,
         output_hidden_states=True,
+        logits_to_keep=logits_to_keep,
     )
     hs = out.hidden_states
     taps = torch.cat([hs[i] for i in tap_layers], dim=-1)

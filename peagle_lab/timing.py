@@ -115,6 +115,10 @@ def environment(device="cpu", dtype=None) -> dict:
         "loadavg_end": None,
     }
     env["hardware"] = env["gpu"] or f"{env['cpu']} ({cores} cores, {env['torch_threads']} torch threads)"
+    from .precision import host_slug, isa_record
+
+    env["host"] = host_slug(device)
+    env |= isa_record()
     return env
 
 

@@ -42,7 +42,6 @@ import os
 import platform
 import shlex
 import sys
-import tempfile
 import time
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -51,6 +50,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .atomic import write_json, write_text
 from .data import cod_sample
 from .drafter import PEagleConfig, PEagleDrafter
 from .errors import PeagleError
@@ -493,14 +493,9 @@ def tap_rms(sequences, max_tokens: int = 65536) -> torch.Tensor:
 
 
 def _atomic_torch_save(obj, path: Path):
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        torch.save(obj, tmp)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+    from .atomic import atomic_write
+
+    atomic_write(path, lambda tmp: torch.save(obj, tmp))
 
 
 def _trainable_state(module: DraftTrainer) -> dict:
@@ -532,7 +527,8 @@ class Trainer:
     """
 
     def __init__(self, cfg: TrainConfig, model, sequences: list[dict], tokenizer=None, out_dir=None,
-                 state_dir=None, resume: bool = False, progress: bool = True, draft_ids=None, verbose: bool = True):
+                 state_dir=None, resume: bool = False, progress: bool = True, draft_ids=None, verbose: bool = True,
+                 overwrite: bool = False):
         self.cfg, self.model, self.seqs = cfg, model, sequences
         self.out_dir = Path(out_dir) if out_dir else None
         self.state_dir = Path(state_dir) if state_dir else (self.out_dir / "checkpoint" if self.out_dir else None)
@@ -582,9 +578,12 @@ class Trainer:
         self.step, self.elapsed, self.log = 0, 0.0, []
         if resume:
             self._load_state()
-        elif self.state_dir is not None and (self.state_dir / STATE_FILE).exists():
+        elif self.state_dir is not None and (self.state_dir / STATE_FILE).exists() and not overwrite:
             raise PeagleError(f"{self.state_dir} already holds a training state. Fix: pass resume=True (`--resume`) "
-                              "to continue it, or another --out / --state-dir to start afresh.")
+                              "to continue it, --overwrite to start afresh over it, or another --out / --state-dir.")
+        if not resume and not overwrite and self.out_dir is not None and (self.out_dir / "config.json").exists():
+            raise PeagleError(f"{self.out_dir} already holds a head. Fix: --resume to continue its training state, "
+                              "--overwrite to replace it, or another --out.")
         self.model_for_step = self.module
         if self.acc:
             self.model_for_step, self.opt = self.acc.prepare(self.module, self.opt)
@@ -616,6 +615,7 @@ class Trainer:
                 print(f"[train] no state at {path}: starting from step 0")
             return
         st = torch.load(path, map_location="cpu", weights_only=False)
+        check_resume_config(st.get("config") or {}, asdict(self.cfg), path)
         if not torch.equal(st["draft_ids"], self.draft_ids) or st["mask_token_id"] != self.mask_token_id:
             raise PeagleError(f"{path} was trained with another draft vocabulary or mask token. Fix: resume with the "
                               "same data and settings, or start a new run in another directory.")
@@ -631,7 +631,7 @@ class Trainer:
         log_path = self.state_dir / LOG_FILE
         if log_path.exists():  # drop rows written after the checkpoint (a crash between two saves)
             self.log = [r for r in map(json.loads, log_path.read_text().splitlines()) if r["step"] <= self.step]
-            log_path.write_text("".join(json.dumps(r) + "\n" for r in self.log))
+            write_text(log_path, "".join(json.dumps(r) + "\n" for r in self.log))
         if self.verbose:
             print(f"[train] resumed from {path} at step {self.step} ({self.elapsed:.0f} s trained)")
 
@@ -838,10 +838,32 @@ def evaluate_head(model, tokenizer, head: PEagleDrafter, prompts: list[str], ks=
     )
 
 
+# fields a resumed run may change; any other difference changes what the saved state means
+RESUMABLE_FIELDS = ("steps", "time_budget_s", "log_every", "save_every", "accelerate", "bf16")
+
+
+def check_resume_config(saved: dict, now: dict, path) -> None:
+    """Refuse a resume whose settings differ from the saved state's, naming every differing field."""
+    def norm(v):
+        return list(v) if isinstance(v, tuple) else v
+
+    diff = {k: (saved[k], now.get(k)) for k in saved
+            if k not in RESUMABLE_FIELDS and k in now and norm(saved[k]) != norm(now.get(k))}
+    if diff:
+        fields = ", ".join(f"{k}: saved {a!r}, now {b!r}" for k, a, b in ((k, *v) for k, v in sorted(diff.items())))
+        raise PeagleError(f"{path} was trained with other settings ({fields}). Fix: resume with the saved values, "
+                          f"or start a new run in another --out. Only {', '.join(RESUMABLE_FIELDS)} may change on "
+                          "resume.")
+
+
 # ============================================================================================ records & CLI
-def machine_info() -> dict:
+def machine_info(model=None) -> dict:
+    from .hardware import cpu_name
+    from .precision import host_slug, isa_record
+
     info = dict(platform=platform.platform(), python=platform.python_version(), torch=torch.__version__,
-                cpu=platform.processor() or platform.machine(), cpu_count=os.cpu_count(),
+                cpu=cpu_name(), cpu_count=os.cpu_count(), host=host_slug(), **isa_record(),
+                target_dtype=str(next(model.parameters()).dtype).replace("torch.", "") if model is not None else None,
                 torch_threads=torch.get_num_threads(),
                 cuda=torch.cuda.get_device_name(0) if torch.cuda.is_available() else None)
     try:
@@ -854,7 +876,7 @@ def machine_info() -> dict:
 def write_training_record(out_dir, record: dict) -> None:
     """``training.json`` (everything) and ``TRAINING.md`` (the same for people) in the head directory."""
     out_dir = Path(out_dir)
-    (out_dir / "training.json").write_text(json.dumps(record, indent=2) + "\n")
+    write_json(out_dir / "training.json", record, indent=2)
     c, ev = record["config"], record.get("eval") or {}
     what = "P-EAGLE: slots 2..K are mask slots" if c["mode"] == "parallel" else "EAGLE-3 training-time test"
     m = record["machine"]
@@ -887,7 +909,7 @@ def write_training_record(out_dir, record: dict) -> None:
             pp = ", ".join("-" if x is None else f"{x:.2f}" for x in ev["per_position_acceptance"][k])
             lines.append(f"| {k} | {al:.3f} | {pp} |")
         lines.append("")
-    (out_dir / "TRAINING.md").write_text("\n".join(lines))
+    write_text(out_dir / "TRAINING.md", "\n".join(lines))
 
 
 def final_accuracy(log: list[dict], last: int = 10) -> list[float | None]:
@@ -912,6 +934,7 @@ def register_cli(sub):
     p.add_argument("--out", required=True, help="head directory to write (config.json + model.safetensors)")
     p.add_argument("--state-dir", default=None, help="training state + log (default: OUT/checkpoint)")
     p.add_argument("--resume", action="store_true", help="continue from the state in --state-dir")
+    p.add_argument("--overwrite", action="store_true", help="replace a head or training state already in --out")
     p.add_argument("--mode", choices=["parallel", "sequential"], default="parallel")
     p.add_argument("-K", "--num-depths", type=int, default=8, help="K: depths (draft slots) trained for")
     p.add_argument("--layers", type=int, default=1)
@@ -956,14 +979,26 @@ def _run_cli(args):
         cod_ratio=args.cod_ratio, cod_min_ratio=args.cod_min_ratio, mask_hidden=args.mask_hidden,
         mask_embedding=args.mask_embedding, mask_token_id=args.mask_token_id, seed=args.seed,
         save_every=args.save_every, target=args.target or target_name())
-    model, tok, _ = load_cli_target(args)
+    out = Path(args.out)
+    state = Path(args.state_dir) if args.state_dir else out / "checkpoint"
+    if not args.resume and not args.overwrite:  # before the model loads: never replace work silently
+        if (out / "config.json").exists():
+            raise PeagleError(f"{out} already holds a head. Fix: --resume to continue its training state, "
+                              "--overwrite to replace it, or another --out.")
+        if (state / STATE_FILE).exists():
+            raise PeagleError(f"{state} already holds a training state. Fix: --resume to continue it, --overwrite "
+                              "to start afresh over it, or another --out / --state-dir.")
+    if args.resume and (state / STATE_FILE).exists():
+        saved = torch.load(state / STATE_FILE, map_location="cpu", weights_only=False).get("config") or {}
+        check_resume_config(saved, asdict(cfg), state / STATE_FILE)
     meta, records = read_distilled(args.data)
+    model, tok, _ = load_cli_target(args)
     records = records[: args.num_sequences]
     t0 = time.perf_counter()
     seqs = prepare_sequences(model, records, cfg.tap_layers, args.features, max_seq_len=cfg.max_seq_len)
     feature_s = time.perf_counter() - t0
     trainer = Trainer(cfg, model, seqs, tokenizer=tok, out_dir=args.out, state_dir=args.state_dir,
-                      resume=args.resume)
+                      resume=args.resume, overwrite=args.overwrite)
     print(f"[train] {len(seqs)} sequences ({sum(len(s['input_ids']) for s in seqs):,} tokens), features in "
           f"{feature_s:.0f} s; draft vocabulary {trainer.draft_ids.numel()} ids, coverage {trainer.coverage:.4f}; "
           f"mask token id {trainer.mask_token_id}")
@@ -978,7 +1013,7 @@ def _run_cli(args):
                   distill=dict((k, meta.get(k)) for k in ("target", "max_new_tokens", "decoding"))),
         draft_vocab=dict(size=int(trainer.draft_ids.numel()), coverage=round(trainer.coverage, 5)),
         steps_done=res.steps_done, train_time_s=round(res.train_time_s, 1), feature_time_s=round(feature_s, 1),
-        stopped_by=res.stopped_by, machine=machine_info(), final_train_accuracy=final_accuracy(res.log),
+        stopped_by=res.stopped_by, machine=machine_info(model), final_train_accuracy=final_accuracy(res.log),
         note=args.note, eval=None)
     if args.eval_prompts:
         from .prompts import humaneval_prompts
@@ -986,10 +1021,12 @@ def _run_cli(args):
         ks = [int(k) for k in args.eval_ks.split(",")]
         t1 = time.perf_counter()
         # evaluate what ships: the saved (bf16) checkpoint, loaded as users load it
-        head = PEagleDrafter.from_pretrained(args.out, target=model, device=next(model.parameters()).device)
+        head = PEagleDrafter.from_pretrained(args.out, target=model, device=next(model.parameters()).device,
+                                             dtype=next(model.parameters()).dtype)
         record["eval"] = evaluate_head(model, tok, head, humaneval_prompts(args.eval_prompts), ks,
                                        max_new_tokens=args.eval_max_new_tokens)
         record["eval"]["wall_s"] = round(time.perf_counter() - t1, 1)
+        record["eval"]["dtype"] = str(next(model.parameters()).dtype).replace("torch.", "")
         print("[eval] acceptance length per K:", record["eval"]["acceptance_length"])
     write_training_record(args.out, record)
     print(f"[train] head and TRAINING.md written to {args.out}")

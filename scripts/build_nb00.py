@@ -49,7 +49,7 @@ cells = [
     so the workbook runs offline. Any Hugging Face causal LM can replace it through `PEAGLE_TARGET`.
     """),
     code("""
-    model, tokenizer = models.load_target(TARGET, device=DEVICE)
+    model, tokenizer = models.load_target(TARGET, device=DEVICE, dtype=torch.float32)
     """),
     code("""
     from peagle_lab.taps import default_tap_layers

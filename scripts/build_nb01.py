@@ -13,7 +13,7 @@ cells = [
     """),
     code(PARAMETERS),
     code("""
-    model, tokenizer = models.load_target(TARGET, device=DEVICE)
+    model, tokenizer = models.load_target(TARGET, device=DEVICE, dtype=torch.float32)
     """),
     md("""
     ## One forward, three taps

@@ -47,7 +47,7 @@ cells = [
     from peagle_lab.taps import target_forward
     from peagle_lab.train import pick_mask_token_id
 
-    model, tokenizer = models.load_target(TARGET, device=DEVICE)
+    model, tokenizer = models.load_target(TARGET, device=DEVICE, dtype=torch.float32)
     """),
     code("""
     MASK_ID = pick_mask_token_id(tokenizer)

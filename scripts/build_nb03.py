@@ -41,7 +41,7 @@ cells = [
     # NBVAL_IGNORE_OUTPUT
     from peagle_lab.data import distilled_records, read_distilled, shipped_distilled_path
 
-    model, tokenizer = models.load_target(TARGET, device=DEVICE)
+    model, tokenizer = models.load_target(TARGET, device=DEVICE, dtype=torch.float32)
     """),
     code("""
     path = shipped_distilled_path(TARGET)

@@ -87,7 +87,7 @@ same convention as `peagle_lab.taps`.
 from peagle_lab.models import load_target
 
 target_dir = serving.export_target(target=TARGET)  # a plain HF directory vLLM loads (the converted cache)
-model, tok = load_target(TARGET, device=DEVICE)
+model, tok = load_target(TARGET, device=DEVICE, dtype=torch.float32)
 """),
     ("code", r"""
 # NBVAL_CHECK_OUTPUT

@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 OUT = Path(__file__).resolve().parent.parent / "data" / "prompts" / "train.jsonl"
+SCALE_OUT = OUT.with_name("scale.jsonl")
 SEED = 20260313
 
 # ---------------------------------------------------------------------------------------------- coding
@@ -400,6 +401,16 @@ def build(seed: int = SEED) -> list[dict]:
     return records
 
 
+def build_scale(core: list[dict], seed: int = SEED) -> list[dict]:
+    """The scale mix: the core records first, in the same order (so their distilled answers stay valid), each with
+    its split, then the templated mix of ``prompt_mix.py``."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import prompt_mix
+
+    head = [{**r, "split": prompt_mix._split(r["prompt"])} for r in core]
+    return head + prompt_mix.build(seed, {r["prompt"] for r in core})
+
+
 def render(records: list[dict]) -> str:
     return "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
 
@@ -408,20 +419,25 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument("--check", action="store_true", help="exit 1 if --out differs from what this script builds")
+    parser.add_argument("--scale-out", type=Path, default=SCALE_OUT)
     args = parser.parse_args(argv)
     records = build()
-    text = render(records)
+    scale = build_scale(records)
+    outputs = [(args.out, render(records), records), (args.scale_out, render(scale), scale)]
     if args.check:
-        current = args.out.read_text() if args.out.exists() else None
-        if current != text:
-            print(f"{args.out} is out of date: run python scripts/make_prompts.py", file=sys.stderr)
+        stale = [path.name for path, text, _ in outputs if (path.read_text() if path.exists() else None) != text]
+        if stale:
+            print(f"{', '.join(stale)} out of date: run python scripts/make_prompts.py", file=sys.stderr)
             return 1
-        print(f"{args.out} is up to date ({len(records)} prompts)")
+        print(f"{args.out.name} ({len(records)} prompts) and {args.scale_out.name} ({len(scale)} prompts) are up to date")
         return 0
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(text)
-    counts = {c: sum(r["category"] == c for r in records) for c in ("coding", "chat", "reasoning")}
-    print(f"wrote {len(records)} prompts to {args.out}: {counts}")
+    for path, text, recs in outputs:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        counts: dict[str, int] = {}
+        for r in recs:
+            counts[r["category"]] = counts.get(r["category"], 0) + 1
+        print(f"wrote {len(recs)} prompts to {path.name}: {counts}")
     return 0
 
 

@@ -99,10 +99,18 @@ def smollm2():
     Tests that use it are marked ``real_model`` automatically (see ``pytest_collection_modifyitems``)."""
     from peagle_lab.models import load_target
 
-    return load_target("smollm2-135m", device="cpu")
+    return load_target("smollm2-135m", device="cpu", dtype=torch.float32)
+
+
+@pytest.fixture(scope="session")
+def smollm2_bf16():
+    """The embedded target in bfloat16 (slow where the CPU has no native bf16, but correct)."""
+    from peagle_lab.models import load_target
+
+    return load_target("smollm2-135m", device="cpu", dtype=torch.bfloat16)
 
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        if "smollm2" in getattr(item, "fixturenames", ()):
+        if {"smollm2", "smollm2_bf16"} & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.real_model)

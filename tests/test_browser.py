@@ -1,7 +1,8 @@
 """The explorer in a real browser: JupyterLab (loopback only) driven in Debian's Chromium through Playwright.
 
 Runs notebooks/06_explorer.ipynb with Run All, checks that the widget rendered, presses Generate, waits for the
-readout of a finished generation and saves a screenshot to docs/explorer.png (shown in the README).
+readout of a finished generation and takes a screenshot (saved to docs/explorer.png, shown in the README, only
+with PEAGLE_SCREENSHOT=1).
 
 Needs a system Chromium (`apt-get install chromium`; `make setup` does it as root) and the Python package
 playwright; skips with the reason otherwise. No browser is downloaded. The notebook runs from a copy in a
@@ -29,7 +30,7 @@ pytestmark = pytest.mark.browser
 
 REPO = Path(__file__).resolve().parent.parent
 NOTEBOOK = REPO / "notebooks" / "06_explorer.ipynb"
-SCREENSHOT = REPO / "docs" / "explorer.png"
+SCREENSHOT = REPO / "docs" / "explorer.png"  # rewritten only when asked: PEAGLE_SCREENSHOT=1
 TOKEN = "peagle-browser-test"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
                  "--disable-sync", "--no-first-run", "--no-proxy-server", "--disable-quic"]
@@ -210,10 +211,12 @@ def test_explorer_runs_in_jupyterlab(lab):
         page = context.pages[0] if context.pages else context.new_page()
         try:
             _drive(page, url, lab)
-            SCREENSHOT.parent.mkdir(exist_ok=True)
-            partial = SCREENSHOT.with_name(f".{SCREENSHOT.name}.tmp")
+            # tests never modify tracked files: docs/explorer.png only with PEAGLE_SCREENSHOT=1
+            shot = SCREENSHOT if os.environ.get("PEAGLE_SCREENSHOT") == "1" else lab["tmp"] / "explorer.png"
+            partial = shot.with_name(f".{shot.name}.tmp")
             page.screenshot(path=str(partial), type="png")
-            os.replace(partial, SCREENSHOT)  # never a half-written picture in docs/
+            os.replace(partial, shot)  # never a half-written picture
+            print(f"screenshot: {shot.name}")
         except Exception:
             page.screenshot(path=str(lab["tmp"] / "failure.png"))
             print(f"failure screenshot: {lab['tmp'] / 'failure.png'}\n--- jupyter.log ---\n"
@@ -308,7 +311,9 @@ def _check_and_use_explorer(page):
     readout = explorer.locator(".peagle-readout")
     readout.get_by_text("speculative:").wait_for(timeout=GENERATE_TIMEOUT_S * 1000)
     text = readout.inner_text()
-    assert "acceptance length" in text and "identical to plain greedy output: yes" in text, text
+    assert "acceptance length" in text, text
+    # fp32: identical; bf16 (auto on a CPU with bf16 units): identical, or different only from a near-tie on
+    assert "identical to plain greedy output: yes" in text or "a bf16 near-tie" in text, text
     assert f"{wanted} tokens in" in text, text  # the slider's new value reached the kernel
     assert explorer.locator(".peagle-tok").count() > 0, "no coloured tokens in the explorer"
     assert explorer.locator(".peagle-status").inner_text().startswith("done")

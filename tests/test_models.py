@@ -16,12 +16,15 @@ def test_cache_dir_follows_peagle_cache(monkeypatch, tmp_path):
     assert wanted.is_dir()
 
 
-def test_target_name_defaults_to_embedded_model(monkeypatch):
+def test_target_name_defaults_to_embedded_model(monkeypatch, tmp_path):
     monkeypatch.delenv("PEAGLE_TARGET", raising=False)
     assert models.target_name() == models.DEFAULT_TARGET
-    monkeypatch.setenv("PEAGLE_TARGET", "/models/other")
-    assert models.target_name() == "/models/other"
-    assert models.resolve_target("/models/other") == "/models/other"
+    monkeypatch.setenv("PEAGLE_TARGET", str(tmp_path))
+    assert models.target_name() == str(tmp_path)
+    assert models.resolve_target(str(tmp_path)) == str(tmp_path)
+    assert models.resolve_target("Qwen/Qwen3-0.6B") == "Qwen/Qwen3-0.6B"  # a hub id passes through
+    with pytest.raises(PeagleError, match="does not exist"):  # a local path that is not there says so
+        models.resolve_target(str(tmp_path / "no-such-model"))
 
 
 @pytest.mark.parametrize("kind", ["missing", "empty"])

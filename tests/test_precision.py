@@ -1,0 +1,125 @@
+"""The dtype choice (auto / float32 / bfloat16), the host slug, and losslessness in the two regimes:
+fp32 token for token, bf16 divergences only at near-ties of the plain run (and a wrong rule is caught)."""
+
+from __future__ import annotations
+
+import re
+import warnings
+
+import pytest
+import torch
+
+from peagle_lab import precision
+from peagle_lab.errors import PeagleError
+from peagle_lab.speculative import (BF16_TIE_ULPS, Divergence, GenerationResult, first_divergence, tie_bound)
+
+
+@pytest.mark.parametrize("flags, units", [({"avx2"}, None), ({"avx512f", "avx512_bf16"}, "avx512_bf16"),
+                                          ({"avx512f", "avx512_bf16", "amx_bf16", "amx_tile"}, "amx")])
+def test_bf16_units_from_cpu_flags(monkeypatch, flags, units):
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False)
+    assert precision.cpu_bf16_units(flags) == units
+
+
+def test_auto_picks_bf16_only_with_native_units(monkeypatch):
+    monkeypatch.delenv("PEAGLE_DTYPE", raising=False)
+    monkeypatch.setattr(precision, "cpu_bf16_units", lambda flags=None: None)
+    assert precision.resolve_dtype("auto", "cpu") == torch.float32
+    assert precision.resolve_dtype(None, "cpu") == torch.float32
+    assert "no native bf16" in precision.describe_choice(torch.float32, "cpu", "auto")
+    monkeypatch.setattr(precision, "cpu_bf16_units", lambda flags=None: "amx")
+    assert precision.resolve_dtype("auto", "cpu") == torch.bfloat16
+    assert precision.describe_choice(torch.bfloat16, "cpu", "auto") == "bfloat16 (auto: CPU has amx)"
+    assert precision.resolve_dtype("auto", "cuda") == torch.bfloat16
+    monkeypatch.setenv("PEAGLE_DTYPE", "fp32")
+    assert precision.resolve_dtype(None, "cpu") == torch.float32
+
+
+def test_bf16_without_native_units_warns_and_still_runs(monkeypatch):
+    monkeypatch.setattr(precision, "cpu_bf16_units", lambda flags=None: None)
+    with pytest.warns(UserWarning, match="emulated.*slower"):
+        assert precision.resolve_dtype("bfloat16", "cpu") == torch.bfloat16
+
+
+@pytest.mark.parametrize("bad", ["float16", "fp16", "half", "int8", "bf17"])
+def test_unsupported_dtypes_name_the_fix(bad):
+    with pytest.raises(PeagleError, match="--dtype"):
+        precision.resolve_dtype(bad, "cpu")
+
+
+def test_host_slug_names_cpu_family_isa_and_cores():
+    slug = precision.host_slug("cpu")
+    assert re.fullmatch(r"cpu-[a-z0-9-]+-(amx|avx512bf16|avx512|avx2|base)-\d+c", slug), slug
+    assert precision.isa_record()["torch_cpu_capability"]
+
+
+def test_tie_bound_is_zero_in_fp32_and_a_few_ulps_in_bf16():
+    assert tie_bound(torch.float32, 20.0) == 0.0
+    # |z| in [16, 32): ulp = 2**(4 - 7) = 0.125
+    assert tie_bound(torch.bfloat16, 20.0) == pytest.approx(BF16_TIE_ULPS * 0.125)
+    assert tie_bound(torch.bfloat16, 40.0) == pytest.approx(BF16_TIE_ULPS * 0.25)
+
+
+def test_first_divergence_reports_position_and_plain_margin():
+    plain = GenerationResult([5, 6, 7, 8], None, 1.0, margins=[3.0, 0.1, 9.0, 1.0], top_logits=[20.0] * 4)
+    assert first_divergence([5, 6, 7, 8], plain, torch.bfloat16) is None
+    d = first_divergence([5, 9, 1, 1], plain, torch.bfloat16)
+    assert isinstance(d, Divergence) and (d.position, d.margin, d.got, d.plain) == (1, 0.1, 9, 6)
+    assert d.near_tie  # 0.1 <= 0.5
+    d = first_divergence([5, 6, 1], plain, torch.bfloat16)
+    assert d.position == 2 and not d.near_tie  # 9.0 > 0.5
+    assert not first_divergence([5, 6, 1], plain, torch.float32).near_tie  # fp32: any divergence is a failure
+
+
+def _bf16_runs(model, tok, heads, ks, n_prompts=3, new=40):
+    from peagle_lab.prompts import chat_ids, humaneval_prompts
+    from peagle_lab.speculative import HeadDrafter, TargetRunner, plain_generate, speculative_generate
+
+    out = []
+    runner = TargetRunner(model, heads["parallel"].config.aux_hidden_state_layer_ids)
+    for text in humaneval_prompts(n_prompts):
+        prompt = chat_ids(tok, text)
+        base = plain_generate(runner, prompt, new, eos_ids=tok.eos_token_id)
+        for mode, k in ks:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                res = speculative_generate(runner, HeadDrafter(heads[mode], mode), prompt, k, new,
+                                           eos_ids=tok.eos_token_id)
+            out.append((mode, k, first_divergence(res.tokens, base, torch.bfloat16)))
+    return out
+
+
+def _heads(model):
+    from peagle_lab.heads import load_head
+
+    return {m: load_head(m, model, quiet=True) for m in ("parallel", "sequential")}
+
+
+@pytest.mark.slow
+def test_bf16_divergences_happen_only_at_near_ties(smollm2_bf16):
+    """bf16 speculative vs plain bf16 greedy on real prompts: every divergence is at a plain-run margin within
+    BF16_TIE_ULPS ulps of the top logit (batched vs one-token numerics), never a real disagreement."""
+    model, tok = smollm2_bf16
+    runs = _bf16_runs(model, tok, _heads(model), [("parallel", 3), ("parallel", 7), ("sequential", 3)])
+    bad = [(m, k, d.as_dict()) for m, k, d in runs if d is not None and not d.near_tie]
+    assert not bad, bad
+
+
+@pytest.mark.slow
+def test_bf16_check_catches_a_wrong_acceptance_rule(smollm2_bf16, monkeypatch):
+    """Accepting one draft too many (a plausible off-by-one) makes outputs diverge at confident positions: the
+    near-tie check must flag it, so it has the power to catch a broken loop."""
+    import peagle_lab.speculative as spec
+
+    right = spec.accept_greedy
+
+    def off_by_one(drafts, logits):
+        a, bonus = right(drafts, logits)
+        if a < len(drafts):
+            return a + 1, int(logits[a + 1].argmax())
+        return a, bonus
+
+    monkeypatch.setattr(spec, "accept_greedy", off_by_one)
+    model, tok = smollm2_bf16
+    runs = _bf16_runs(model, tok, _heads(model), [("parallel", 3)], n_prompts=2, new=24)
+    assert any(d is not None and not d.near_tie for _, _, d in runs), [d for _, _, d in runs]
