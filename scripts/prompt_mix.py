@@ -139,7 +139,7 @@ STRING_OPS = [
     ("mask_email", "address: str", "str", "Keep the first letter and the domain of an email, masking the rest.",
      "'jane@example.org'", "'j***@example.org'"),
     ("digit_sum_text", "text: str", "int", "Return the sum of all digits that appear in `text`.", "'a1b2c3'", "6"),
-    ("count_upper", "text: str", "int", "Return how many upper-case letters `text` contains.", "'HeLLo'", "3"),
+    ("count_capitals", "text: str", "int", "Return how many upper-case letters `text` contains.", "'HeLLo'", "3"),
     ("word_lengths", "sentence: str", "list[int]", "Return the length of every word in `sentence`.",
      "'to be or'", "[2, 2, 2]"),
     ("alternate_case", "text: str", "str", "Return `text` with letters alternating upper and lower case.",
@@ -197,7 +197,7 @@ COMPLETE_FRAMES = [
 SNIPPETS = [
     ("Python", "squares = {n: n * n for n in range(5)}\nprint(squares[3])"),
     ("Python", "names = ['b', 'a', 'c']\nnames.sort(reverse=True)\nprint(names[0])"),
-    ("Python", "def f(*args, **kwargs):\n    return len(args), sorted(kwargs)\nprint(f(1, 2, x=3, a=4))"),
+    ("Python", "def g(*args, **kwargs):\n    return len(args), sorted(kwargs)\nprint(g(1, 2, x=3, a=4))"),
     ("Python", "stack = []\nfor ch in '(()':\n    if ch == '(':\n        stack.append(ch)\n    else:\n        stack.pop()\n"
                "print(len(stack))"),
     ("Python", "with open('data.txt') as fh:\n    rows = [line.split(',') for line in fh if line.strip()]"),

@@ -132,3 +132,26 @@ def test_chat_ids_on_the_real_target_ends_with_the_assistant_turn(smollm2):
     assert text.endswith("<|im_start|>assistant\n")
     assert "<|im_start|>user\nWrite a function that reverses a string.<|im_end|>" in text
     assert ids[0] == tok.convert_tokens_to_ids("<|im_start|>")  # no BOS/duplicate special token in front
+
+
+def test_scale_mix_is_5000_plus_prompts_with_a_5_percent_split_and_no_humaneval_leak():
+    recs = prompts.load_scale_records()
+    assert len(recs) >= 5000
+    core = prompts.load_train_records()
+    assert [r["prompt"] for r in recs[:len(core)]] == [r["prompt"] for r in core]  # core first: distilled ids hold
+    val = prompts.load_scale_records("val")
+    assert 0.03 <= len(val) / len(recs) <= 0.07 and {r["split"] for r in recs} == {"train", "val"}
+    assert {r["category"] for r in recs} >= {"code_write", "code_complete", "code_explain", "chat", "reasoning",
+                                               "multi_turn"}
+    texts = [r["prompt"] + "\n" + "\n".join(m["content"] for m in r.get("history", [])) for r in recs]
+    problems = prompts.load_humaneval()
+    he = set().union(*(_shingles(p["prompt"], 6) for p in problems))
+    # a run of six words shared with a HumanEval prompt; runs of numbers alone (example lists) are no leak
+    leaks = [(t[:40], g) for t in texts for g in _shingles(t, 6) if g in he and any(not w.isdigit() for w in g)]
+    assert not leaks, leaks[:5]
+    text = "\n".join(texts)
+    for p in problems:
+        name = p["entry_point"]
+        assert f"def {name}(" not in text, name
+        if "_" in name or name != name.lower():
+            assert not re.search(rf"\b{re.escape(name)}\b", text), name
