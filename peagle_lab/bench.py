@@ -863,7 +863,10 @@ def run_cli(args):
                               "(`peagle-lab train`), or add --allow-fresh to time an untrained head.")
         head._bench_source = desc["source"]
         heads[role] = head
-        progress(f"{role} head: {desc['source']} ({desc['num_hidden_layers']} layer(s), trained K={desc['trained_k']})")
+        run_dtype = str(next(head.parameters()).dtype).replace("torch.", "")
+        stored = getattr(head, "stored_dtype", run_dtype)
+        progress(f"{role} head: {desc['source']} ({desc['num_hidden_layers']} layer(s), trained K={desc['trained_k']}"
+                 + (f"; stored in {stored}, converted to {run_dtype})" if stored != run_dtype else ")"))
     if heads["parallel"] is None:
         raise PeagleError("The benchmark needs a parallel head (--parallel-head); 'none' is only for the "
                           "sequential one.")

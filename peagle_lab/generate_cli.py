@@ -55,7 +55,7 @@ def run(args):
 
     check_args(args)
     model, tok, _ = load_cli_target(args)
-    head = load_head(args.head, model)
+    head = load_head(args.head, model, announce=True)
     k = args.k if args.k is not None else head.config.num_speculative_tokens
     runner = TargetRunner(model, head.config.aux_hidden_state_layer_ids)
     prompt = chat_ids(tok, args.prompt)

@@ -19,11 +19,12 @@ def shipped_head_path(kind: str) -> Path:
     return SHIPPED[kind]
 
 
-def load_head(name_or_path, target, device=None, dtype=None, quiet: bool = False) -> PEagleDrafter:
+def load_head(name_or_path, target, device=None, dtype=None, announce: bool = False) -> PEagleDrafter:
     """``'parallel'`` / ``'sequential'`` (shipped heads for the embedded target) or a head directory.
 
     The head runs in ``dtype`` (default: the target's). A head stored in another dtype (the shipped heads are
-    stored in bf16) is converted, and a line says so unless ``quiet``.
+    stored in bf16) is converted; ``head.stored_dtype`` keeps what was on disk, and with ``announce`` (the CLI) a
+    line on stderr says so.
     """
     import json
     path = SHIPPED.get(str(name_or_path), Path(name_or_path))
@@ -39,10 +40,10 @@ def load_head(name_or_path, target, device=None, dtype=None, quiet: bool = False
     except (OSError, ValueError):
         stored = None
     run = str(dtype).replace("torch.", "")
-    if stored and stored != run and not quiet:
+    if stored and stored != run and announce:
         import sys
 
         print(f"[peagle-lab] head {path.name}: stored in {stored}, converted to {run} to match the target",
               file=sys.stderr)
-    head._stored_dtype = stored or run
+    head.stored_dtype = stored or run
     return head

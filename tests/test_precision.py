@@ -92,7 +92,7 @@ def _bf16_runs(model, tok, heads, ks, n_prompts=3, new=40):
 def _heads(model):
     from peagle_lab.heads import load_head
 
-    return {m: load_head(m, model, quiet=True) for m in ("parallel", "sequential")}
+    return {m: load_head(m, model) for m in ("parallel", "sequential")}
 
 
 @pytest.mark.slow
