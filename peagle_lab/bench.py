@@ -283,15 +283,13 @@ def fastpath_ab(head, runner_or_model, prompt_ids=None, tokenizer=None, k: int =
 
     from .fastpath import fp32_lm_head, undo_fp32_lm_head
 
-    target_len = runner.length
-
-    def step(tokens_n, fp32_head):
+    def step(tokens_n, fp32_head):  # one target pass of tokens_n over the prefilled prompt, then rolled back
         ids = [prompt[-1]] * tokens_n
 
         def fn():
             (fp32_lm_head if fp32_head else undo_fp32_lm_head)(model)
             runner.forward(ids)
-            runner.crop(target_len)
+            runner.crop(n)
         return fn
 
     cases = {"prefill": (prefill(False), prefill(True)), "draft": (draft(0), draft(n - 1))}
@@ -299,9 +297,6 @@ def fastpath_ab(head, runner_or_model, prompt_ids=None, tokenizer=None, k: int =
         cases |= {"decode_lm_head": (step(1, False), step(1, True)),
                   "verify_lm_head": (step(k + 1, False), step(k + 1, True))}
     samples = {(c, w): [] for c in cases for w in ("before", "after")}
-    runner.reset()
-    runner.forward(prompt, last_only=True)
-    target_len = runner.length
     for fns in cases.values():
         fns[0](), fns[1]()  # warm-up
     for r in range(repeats):

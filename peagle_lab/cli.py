@@ -54,7 +54,7 @@ def load_cli_target(args):
 
     if validate.threads(getattr(args, "threads", None)):
         torch.set_num_threads(args.threads)
-    device = pick_device(str(validate.device(args.device or None)) if args.device else None)
+    device = validate.device(args.device) if args.device else pick_device()
     dtype = resolve_dtype(getattr(args, "dtype", None), device)
     print(f"[peagle-lab] dtype: {describe_choice(dtype, device, getattr(args, 'dtype', None))}", file=sys.stderr)
     model, tokenizer = load_target(args.target, device=device, dtype=dtype)

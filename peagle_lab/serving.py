@@ -376,14 +376,16 @@ def export_vllm(head_dir, out_dir, target=None, dtype: torch.dtype | str | None 
 
     import tempfile
 
+    from .atomic import umask
+
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(dir=out_dir.parent, prefix=f".{out_dir.name}.", suffix=".tmp"))
     try:
         save_file(out, str(staging / _WEIGHTS), metadata={"format": "pt"})
         (staging / "config.json").write_text(json.dumps(new, indent=2) + "\n")
         for f in staging.iterdir():
-            os.chmod(f, 0o666 & ~_umask())
-        os.chmod(staging, 0o777 & ~_umask())
+            os.chmod(f, 0o666 & ~umask())
+        os.chmod(staging, 0o777 & ~umask())
         if out_dir.exists():
             old = out_dir.with_name(f".{out_dir.name}.old")
             shutil.rmtree(old, ignore_errors=True)
@@ -399,11 +401,6 @@ def export_vllm(head_dir, out_dir, target=None, dtype: torch.dtype | str | None 
         shutil.rmtree(staging, ignore_errors=True)
     return out_dir
 
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 def export_target(out_dir=None, target=None) -> Path:
