@@ -28,6 +28,7 @@ from .errors import PeagleError
 FORMAT = "peagle-lab-distill"
 VERSION = 1
 GEN_KW: dict = {}
+MAX_SEQ_LEN = 1024  # training reads at most this many tokens of a sequence (prompt + response)
 _RESUME_KEYS = ("target_fingerprint", "max_new_tokens", "system")
 
 
@@ -81,6 +82,22 @@ def read_distilled(path) -> tuple[dict, list[dict]]:
     if meta is None or meta.get("format") != FORMAT:
         raise PeagleError(f"{path} is not a {FORMAT} file (no meta line). Fix: write it with `peagle-lab distill`.")
     return meta, sorted(records, key=lambda r: r["index"])
+
+
+def select_split(records: list[dict], split: str) -> tuple[list[dict], int]:
+    """The records whose prompt belongs to ``split`` of the scale mix (``data/prompts/scale.jsonl``):
+    ``"train"`` drops the held-out ``val`` prompts (records of prompts outside the mix count as train),
+    ``"val"`` keeps only them, ``"all"`` keeps everything. Returns ``(records, dropped)``; prompts are matched
+    by their ``prompt_sha`` (text and history), not by index, so any distilled file can be split."""
+    from .prompts import load_scale_records
+
+    if split not in ("train", "val", "all"):
+        raise PeagleError(f"split must be 'train', 'val' or 'all', got {split!r}.")
+    if split == "all":
+        return list(records), 0
+    val = {prompt_sha(r) for r in load_scale_records("val")}
+    kept = [r for r in records if (r["prompt_sha"] in val) == (split == "val")]
+    return kept, len(records) - len(kept)
 
 
 def load_distilled(path, n: int | None = None) -> list[dict]:

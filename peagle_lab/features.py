@@ -463,6 +463,8 @@ def register_cli(sub):
                      help="JSONL written by `peagle-lab distill` (prompt + target response); default: training "
                           "prompts only, chat-templated")
     src.add_argument("--prompts", type=int, default=None, help="use the first N training prompts (default: all)")
+    p.add_argument("--split", choices=["train", "val", "all"], default="all",
+                   help="with --distilled: the prompts of this split of the scale mix (default all)")
     p.add_argument("--taps", default=None, help="tap layer ids, e.g. 2,15,27 (default: vLLM's 2, L//2, L-3)")
     p.add_argument("--shard-size", type=int, default=64, help="sequences per shard (default 64)")
     p.add_argument("--store-dtype", default="bfloat16", choices=sorted(_DTYPES), help="taps dtype on disk")
@@ -477,9 +479,10 @@ def _run_cli(args):
 
     model, tok, target = load_cli_target(args)
     if args.distilled:
-        from .data import load_distilled
+        from .data import MAX_SEQ_LEN, load_distilled, select_split
 
-        sequences = [r["input_ids"] for r in load_distilled(args.distilled)]
+        records, _ = select_split(load_distilled(args.distilled), args.split)
+        sequences = [r["input_ids"][:MAX_SEQ_LEN] for r in records]  # as the trainer cuts them: it finds them
     else:
         sequences = [chat_ids(tok, p) for p in load_train_prompts(args.prompts)]
     taps = [int(t) for t in args.taps.split(",")] if args.taps else None

@@ -50,7 +50,7 @@ def cpu_bf16_units(flags: set[str] | None = None) -> str | None:
     return None
 
 
-def _name(dtype) -> str:
+def choice_name(dtype) -> str:
     if isinstance(dtype, torch.dtype):
         text = str(dtype).replace("torch.", "")
     else:
@@ -68,7 +68,7 @@ def resolve_dtype(dtype=None, device="cpu", warn: bool = True) -> torch.dtype:
 
     ``bfloat16`` on a CPU without native bf16 runs, with a warning that it will be slow.
     """
-    name = _name(dtype if dtype is not None else os.environ.get("PEAGLE_DTYPE", "auto"))
+    name = choice_name(dtype if dtype is not None else os.environ.get("PEAGLE_DTYPE", "auto"))
     dev = torch.device(device)
     if name == "auto":
         if dev.type == "cuda":
@@ -86,7 +86,7 @@ def dtype_name(dtype: torch.dtype) -> str:
 
 def describe_choice(dtype: torch.dtype, device="cpu", requested=None) -> str:
     """One line saying which dtype runs and why, e.g. ``bfloat16 (auto: CPU has avx512_bf16)``."""
-    req = _name(requested if requested is not None else os.environ.get("PEAGLE_DTYPE", "auto"))
+    req = choice_name(requested if requested is not None else os.environ.get("PEAGLE_DTYPE", "auto"))
     dev = torch.device(device)
     if req != "auto":
         return f"{dtype_name(dtype)} (asked for)"

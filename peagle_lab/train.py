@@ -51,7 +51,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .atomic import write_json, write_text
-from .data import cod_sample
+from .data import MAX_SEQ_LEN, cod_sample
 from .drafter import PEagleConfig, PEagleDrafter
 from .errors import PeagleError
 from .vocab import build_draft_vocab, count_tokens, coverage, target_to_draft_index
@@ -81,7 +81,7 @@ class TrainConfig:
     grad_clip: float = 1.0
     batch_tokens: int = 2048  # sequence tokens per optimizer step (gradient accumulation over packed rows)
     row_tokens: int = 512  # sequence tokens packed into one row (one forward)
-    max_seq_len: int = 1024
+    max_seq_len: int = MAX_SEQ_LEN
     cod_ratio: float = 0.7
     cod_min_ratio: float = 0.2
     mask_hidden: str = "learned"
@@ -91,7 +91,10 @@ class TrainConfig:
     seed: int = 0
     log_every: int = 1
     save_every: int = 50  # optimizer steps between checkpoints (also on stop / Ctrl-C)
-    bf16: bool = True  # autocast bf16 on CUDA only; CPU trains in fp32
+    autocast: str = "auto"  # "auto": bf16 on CUDA and CPUs with native bf16 (AMX / AVX512-BF16), else float32
+    freeze_lm_head: bool = False  # keep lm_head and the final norm at the target's (speculators' choice)
+    init_from: str | None = None  # a head directory to continue from (its draft vocabulary and mask token)
+    snapshot_every_tokens: int | None = None  # save a head copy every N training tokens (the learning curve)
     accelerate: str = "auto"  # "auto": use accelerate's Accelerator on GPU / several processes; "no": never
     target: str = ""
 
@@ -106,6 +109,9 @@ class TrainConfig:
             raise PeagleError(f"schedule must be 'steps' or 'time', got {self.schedule!r}")
         if self.schedule == "time" and not self.time_budget_s:
             raise PeagleError("schedule='time' needs time_budget_s. Fix: pass time_budget_s, or schedule='steps'.")
+        from .precision import choice_name
+
+        self.autocast = choice_name(self.autocast)
         if self.num_depths < 1 or self.steps < 1 or self.layers < 1:
             raise PeagleError("num_depths, steps and layers must be >= 1.")
         self.betas = tuple(self.betas)
@@ -134,7 +140,7 @@ def pick_mask_token_id(tokenizer) -> int:
 
 # ============================================================================================ data
 def prepare_sequences(model, records, tap_layers=None, features_dir=None, taps_dtype=torch.float32,
-                      max_seq_len: int = 1024, progress: bool = True) -> list[dict]:
+                      max_seq_len: int = MAX_SEQ_LEN, progress: bool = True) -> list[dict]:
     """Training sequences with the frozen target's features: ``[{input_ids, taps, labels, prompt_len}]``.
 
     ``records``: distilled records (``input_ids`` list, ``prompt_len``). Without ``features_dir`` the features
@@ -379,6 +385,20 @@ class DraftTrainer(nn.Module):
             self.head.mask_hidden.copy_((self.mask_hidden_scaled * self.tap_scale).view_as(self.head.mask_hidden))
         return self.head
 
+    def load_head(self, src: PEagleDrafter) -> None:
+        """Start from a trained head of the same shape (``--init-from``): the inverse of :meth:`sync_head`."""
+        sd = {k: v for k, v in src.state_dict().items() if k != "embed_tokens.weight"}
+        missing, unexpected = self.head.load_state_dict(sd, strict=False)
+        if unexpected or [m for m in missing if m != "embed_tokens.weight"]:
+            raise PeagleError(f"the --init-from head does not match this model (missing {missing}, unexpected "
+                              f"{unexpected}). Fix: continue with the head's settings.")
+        with torch.no_grad():
+            dt = self.fc_weight.dtype
+            self.mask_embedding.copy_(src.embed_tokens.weight[src.config.mask_token_id].to(dt))
+            self.fc_weight.copy_(src.fc.weight.to(dt) * self.tap_scale)
+            self.mask_hidden_scaled.copy_(src.mask_hidden.to(dt).reshape(-1) / self.tap_scale)
+        self.sync_head()
+
     def fuse(self, taps):
         return F.linear(taps / self.tap_scale, self.fc_weight)
 
@@ -533,12 +553,24 @@ class Trainer:
         self.out_dir = Path(out_dir) if out_dir else None
         self.state_dir = Path(state_dir) if state_dir else (self.out_dir / "checkpoint" if self.out_dir else None)
         self.progress, self.verbose = progress, verbose
+        from .features import target_fingerprint
+        from .precision import resolve_dtype
+
         self.acc = _make_accelerator(cfg)
         self.device = self.acc.device if self.acc else next(model.parameters()).device
         rank, world = (self.acc.process_index, self.acc.num_processes) if self.acc else (0, 1)
         self.is_main = rank == 0
-
-        mask_id = cfg.mask_token_id if cfg.mask_token_id is not None else (
+        # bf16 autocast where the hardware multiplies bf16 natively (CUDA, AMX, AVX512-BF16); fp32 elsewhere
+        self.autocast = resolve_dtype(cfg.autocast, self.device, warn=verbose)
+        self.fingerprint = target_fingerprint(model)
+        source = self._init_source(model) if cfg.init_from else None
+        if source is not None:
+            if cfg.mask_token_id is not None and cfg.mask_token_id != source.config.mask_token_id:
+                raise PeagleError(f"--mask-token-id {cfg.mask_token_id} differs from the --init-from head's "
+                                  f"{source.config.mask_token_id}. Fix: leave --mask-token-id unset.")
+            draft_ids = source.draft_to_target_ids().cpu()
+        mask_id = source.config.mask_token_id if source is not None else cfg.mask_token_id
+        mask_id = mask_id if mask_id is not None else (
             pick_mask_token_id(tokenizer) if tokenizer is not None else None)
         if mask_id is None:
             raise PeagleError("TrainConfig.mask_token_id is unset and no tokenizer was given to pick one. "
@@ -557,12 +589,17 @@ class Trainer:
             aux_layer_ids=cfg.tap_layers, mask_token_id=self.mask_token_id, mode=cfg.mode,
             num_speculative_tokens=cfg.num_depths, embed_shared_with_target=True, target=cfg.target,
             extra=dict(mask_hidden_variant=cfg.mask_hidden, mask_embedding_variant=cfg.mask_embedding,
-                       draft_vocab_coverage=round(self.coverage, 5)))
+                       draft_vocab_coverage=round(self.coverage, 5), target_fingerprint=self.fingerprint))
         head = PEagleDrafter(hcfg)
         head.set_draft_vocab(self.draft_ids)
         head.init_from_target(model, self.draft_ids)
         self.module = DraftTrainer(head, cfg.mode, cfg.mask_hidden, cfg.mask_embedding,
                                    tap_scale=tap_rms(sequences)).to(self.device)
+        if source is not None:
+            self.module.load_head(source.to(self.device))
+        if cfg.freeze_lm_head:
+            head.lm_head.weight.requires_grad_(False)
+            head.norm.weight.requires_grad_(False)
         pretrained = {id(p) for p in (head.lm_head.weight, head.norm.weight)}
         groups = {}
         for p in self.module.parameters():
@@ -575,7 +612,13 @@ class Trainer:
             lr=cfg.lr, betas=cfg.betas)
         self.rows = PackedRows(sequences, cfg.row_tokens, cfg.seed, rank, world)
         self.gen = torch.Generator().manual_seed(cfg.seed + 1)  # COD sampling
-        self.step, self.elapsed, self.log = 0, 0.0, []
+        self.step, self.elapsed, self.log, self.tokens_seen = 0, 0.0, [], 0
+        # tokens seen by the heads this one continues (snapshots are named by the cumulative count)
+        self.tokens_before = 0
+        if cfg.init_from:
+            from .lineage import cumulative, history_of
+
+            self.tokens_before = int(cumulative(history_of(cfg.init_from), dict(tokens_seen=0))["tokens_seen"] or 0)
         if resume:
             self._load_state()
         elif self.state_dir is not None and (self.state_dir / STATE_FILE).exists() and not overwrite:
@@ -587,6 +630,20 @@ class Trainer:
         self.model_for_step = self.module
         if self.acc:
             self.model_for_step, self.opt = self.acc.prepare(self.module, self.opt)
+
+    def _init_source(self, model) -> PEagleDrafter:
+        from .lineage import check_compatible, head_config
+
+        cfg = self.cfg
+        path = Path(cfg.init_from)
+        head_config(path)  # a clear error naming --init-from when it is no head directory
+        src = PEagleDrafter.from_pretrained(path, target=model, device="cpu")
+        V = model.config.vocab_size
+        check_compatible(src.config, dict(
+            mode=cfg.mode, num_hidden_layers=cfg.layers, draft_vocab_size=cfg.draft_vocab_size or V,
+            hidden_size=model.config.hidden_size, vocab_size=V, target_fingerprint=self.fingerprint,
+            aux_hidden_state_layer_ids=cfg.tap_layers), path)
+        return src
 
     # ---- draft vocabulary ----
     def _label_counts(self, V):
@@ -606,7 +663,7 @@ class Trainer:
         return dict(step=self.step, elapsed_s=self.elapsed, model=_trainable_state(self.module),
                     optimizer=self.opt.state_dict(), data=self.rows.state_dict(), cod_generator=self.gen.get_state(),
                     config=asdict(self.cfg), draft_ids=self.draft_ids, mask_token_id=self.mask_token_id,
-                    torch_rng=torch.get_rng_state())
+                    torch_rng=torch.get_rng_state(), tokens_seen=self.tokens_seen)
 
     def _load_state(self):
         path = self.state_dir / STATE_FILE if self.state_dir else None
@@ -628,6 +685,7 @@ class Trainer:
         self.gen.set_state(st["cod_generator"])
         torch.set_rng_state(st["torch_rng"])
         self.step, self.elapsed = st["step"], st["elapsed_s"]
+        self.tokens_seen = int(st.get("tokens_seen", 0))
         log_path = self.state_dir / LOG_FILE
         if log_path.exists():  # drop rows written after the checkpoint (a crash between two saves)
             self.log = [r for r in map(json.loads, log_path.read_text().splitlines()) if r["step"] <= self.step]
@@ -649,6 +707,15 @@ class Trainer:
         head.config.extra["trained_steps"] = self.step
         return head.save_pretrained(path)
 
+    def _maybe_snapshot(self, step_tokens: int) -> None:
+        """A head copy in ``state_dir/snapshots/tokens-N`` each time the tokens seen cross a multiple of
+        ``snapshot_every_tokens`` (N counts the tokens of the heads this one continues, too)."""
+        every = self.cfg.snapshot_every_tokens
+        if not every or not self.is_main or self.state_dir is None:
+            return
+        if self.tokens_seen // every > (self.tokens_seen - step_tokens) // every:
+            self.save_head(self.state_dir / "snapshots" / f"tokens-{self.tokens_before + self.tokens_seen:09d}")
+
     # ---- one optimizer step ----
     def _train_step(self):
         cfg = self.cfg
@@ -662,11 +729,11 @@ class Trainer:
         self.opt.zero_grad(set_to_none=True)
         agg = [dict(n=0, correct=0, loss_sum=0.0) for _ in range(cfg.num_depths)]
         loss_total = 0.0
-        cuda_amp = self.device.type == "cuda" and cfg.bf16
+        amp = self.autocast == torch.bfloat16
         for i, (plan, w) in enumerate(zip(plans, weights)):
             sync_ctx = (self.acc.no_sync(self.model_for_step) if self.acc and i < len(plans) - 1
                         else contextlib.nullcontext())
-            with sync_ctx, torch.autocast("cuda", dtype=torch.bfloat16, enabled=cuda_amp):
+            with sync_ctx, torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=amp):
                 loss, metrics = self.model_for_step(plan)
                 scaled = loss * (w / total)
                 if self.acc:
@@ -719,14 +786,18 @@ class Trainer:
                 self.elapsed += dt
                 self.step += 1
                 done_here += 1
-                row = dict(step=self.step, time_s=round(self.elapsed, 2), step_s=round(dt, 3), **row)
+                self.tokens_seen += row["tokens"]
+                row = dict(step=self.step, time_s=round(self.elapsed, 2), step_s=round(dt, 3),
+                           tokens_seen=self.tokens_seen, **row)
                 row["loss"] = round(row["loss"], 4)
                 self.log.append(row)
                 if log_path is not None and (self.step % cfg.log_every == 0 or self.step == cfg.steps):
                     with open(log_path, "a") as fh:
                         fh.write(json.dumps(row) + "\n")
                 bar.update(1)
-                bar.set_postfix(loss=f"{row['loss']:.3f}", acc0=row["acc"][0], accK=row["acc"][-1])
+                bar.set_postfix(loss=f"{row['loss']:.3f}", acc0=row["acc"][0], accK=row["acc"][-1],
+                                tok_s=f"{self.tokens_seen / max(self.elapsed, 1e-9):.0f}")
+                self._maybe_snapshot(row["tokens"])
                 if cfg.save_every and self.step % cfg.save_every == 0:
                     self.save()
         except KeyboardInterrupt:
@@ -742,7 +813,9 @@ class Trainer:
             raise KeyboardInterrupt
         return TrainResult(self.module.sync_head(), self.log, self.step, self.elapsed, stopped_by, self.out_dir,
                            dict(draft_vocab_size=int(self.draft_ids.numel()), draft_vocab_coverage=self.coverage,
-                                mask_token_id=self.mask_token_id))
+                                mask_token_id=self.mask_token_id, tokens_seen=self.tokens_seen,
+                                tokens_per_s=round(self.tokens_seen / max(self.elapsed, 1e-9), 1),
+                                autocast=str(self.autocast).replace("torch.", "")))
 
 
 def _make_accelerator(cfg: TrainConfig):
@@ -780,8 +853,9 @@ def make_drafter(head: PEagleDrafter, mode: str | None = None):
 def evaluate_head(model, tokenizer, head: PEagleDrafter, prompts: list[str], ks=(1, 2, 3, 4, 5, 6, 7, 8),
                   mode: str | None = None, max_new_tokens: int = 128, progress: bool = True,
                   check_lossless: bool = True, reference: dict | None = None) -> dict:
-    """Greedy speculative decoding of ``prompts`` (chat template) at every K in ``ks``; asserts that every output
-    equals plain greedy decoding. Returns acceptance length per K (pooled over prompts: 1 + accepted / rounds)
+    """Greedy speculative decoding of ``prompts`` (texts or prompt records, chat template) at every K in ``ks``;
+    checks every output against plain greedy decoding: identical in float32, and in bfloat16 identical or
+    diverging only at a near-tie (each divergence is reported with its logit margin). Returns acceptance length per K (pooled over prompts: 1 + accepted / rounds)
     and per-position acceptance ``P(slot j accepted | slots < j accepted)``.
 
     ``reference``: a dict reused across calls to keep the plain greedy outputs (one target pass per prompt
@@ -790,25 +864,28 @@ def evaluate_head(model, tokenizer, head: PEagleDrafter, prompts: list[str], ks=
 
     from tqdm.auto import tqdm
 
-    from .prompts import chat_ids
-    from .speculative import SpecStats, TargetRunner, plain_generate, speculative_generate
+    from .prompts import chat_ids, record_messages
+    from .speculative import SpecStats, TargetRunner, first_divergence, plain_generate, speculative_generate
 
     runner = TargetRunner(model, head.config.aux_hidden_state_layer_ids)
     drafter = make_drafter(head, mode)
     eos = tokenizer.eos_token_id
     per_k = {k: SpecStats(k=k) for k in ks}
     times = {k: 0.0 for k in ks}
-    tokens = 0
+    tokens, divergences = 0, []
+    dtype = next(model.parameters()).dtype
     bar = tqdm(total=len(prompts) * (len(ks) + 1), desc=f"eval {drafter.mode}", disable=not progress)
-    for text in prompts:
-        ids = chat_ids(tokenizer, text)
-        key = (text, max_new_tokens)
+    for item in prompts:  # a prompt text, or a prompt record (with a multi-turn history)
+        text, history = record_messages(item)
+        ids = chat_ids(tokenizer, text, history=history)
+        key = (text, json.dumps(history), max_new_tokens)
         if reference is None or key not in reference:
-            base = plain_generate(runner, ids, max_new_tokens, eos_ids=eos).tokens
+            plain = plain_generate(runner, ids, max_new_tokens, eos_ids=eos)
             if reference is not None:
-                reference[key] = base
+                reference[key] = plain
         else:
-            base = reference[key]
+            plain = reference[key]
+        base = plain.tokens
         tokens += len(base)
         bar.update(1)
         for k in ks:
@@ -816,8 +893,12 @@ def evaluate_head(model, tokenizer, head: PEagleDrafter, prompts: list[str], ks=
                 warnings.simplefilter("ignore")  # K above the trained K: reported, not warned per prompt
                 res = speculative_generate(runner, drafter, ids, k, max_new_tokens, eos_ids=eos)
             if check_lossless and res.tokens != base:
-                raise AssertionError(f"speculative output differs from plain greedy at K={k} for prompt "
-                                     f"{text[:60]!r}: the loop is not lossless")
+                div = first_divergence(res.tokens, plain, dtype)
+                if not div.near_tie:
+                    raise AssertionError(f"speculative output differs from plain greedy at K={k} for prompt "
+                                         f"{text[:60]!r} at token {div.position} (plain margin {div.margin:.3g}, "
+                                         f"{dtype} near-tie bound {div.bound:.3g}): the loop is not lossless")
+                divergences.append(dict(k=k, prompt=text[:60], **div.as_dict()))
             st = per_k[k]
             st.rounds += res.stats.rounds
             st.accepted += res.stats.accepted
@@ -828,7 +909,8 @@ def evaluate_head(model, tokenizer, head: PEagleDrafter, prompts: list[str], ks=
     bar.close()
     return dict(
         mode=drafter.mode, prompts=len(prompts), max_new_tokens=max_new_tokens, new_tokens=tokens,
-        lossless=True if check_lossless else None,
+        lossless=(True if dtype == torch.float32 else "near-tie") if check_lossless else None,
+        divergences=divergences,
         acceptance_length={k: round(per_k[k].acceptance_length, 4) for k in ks},
         # None: slot never reached (every earlier slot was rejected first)
         per_position_acceptance={k: [None if math.isnan(x) else round(x, 4) for x in per_k[k].per_position_acceptance]
@@ -839,7 +921,8 @@ def evaluate_head(model, tokenizer, head: PEagleDrafter, prompts: list[str], ks=
 
 
 # fields a resumed run may change; any other difference changes what the saved state means
-RESUMABLE_FIELDS = ("steps", "time_budget_s", "log_every", "save_every", "accelerate", "bf16")
+RESUMABLE_FIELDS = ("steps", "time_budget_s", "log_every", "save_every", "accelerate", "autocast",
+                    "snapshot_every_tokens")
 
 
 def check_resume_config(saved: dict, now: dict, path) -> None:
@@ -929,6 +1012,15 @@ def register_cli(sub):
     p = sub.add_parser("train", help="train a P-EAGLE (parallel) or EAGLE-3 (sequential) drafter head")
     p.add_argument("--data", required=True, help="distilled sequences (JSONL from `peagle-lab distill`)")
     p.add_argument("--num-sequences", type=int, default=None, help="use the first N sequences (default: all)")
+    p.add_argument("--split", choices=["train", "val", "all"], default="train",
+                   help="prompts of the scale mix to train on (default train: the held-out 5%% never trained on)")
+    p.add_argument("--init-from", default=None, metavar="HEAD_DIR",
+                   help="continue a trained head (its weights, draft vocabulary, mask token; fresh optimizer)")
+    p.add_argument("--autocast", choices=["auto", "float32", "bfloat16"], default="auto",
+                   help="training precision (auto: bf16 autocast on CUDA and CPUs with AMX/AVX512-BF16)")
+    p.add_argument("--freeze-lm-head", action="store_true", help="keep lm_head and final norm at the target's")
+    p.add_argument("--snapshot-every-tokens", type=int, default=None,
+                   help="save a head copy every N training tokens (for the acceptance-vs-tokens curve)")
     p.add_argument("--features", default=None,
                    help="feature shard directory (extracted there when missing); default: online, cached in memory")
     p.add_argument("--out", required=True, help="head directory to write (config.json + model.safetensors)")
@@ -937,8 +1029,9 @@ def register_cli(sub):
     p.add_argument("--overwrite", action="store_true", help="replace a head or training state already in --out")
     p.add_argument("--mode", choices=["parallel", "sequential"], default="parallel")
     p.add_argument("-K", "--num-depths", type=int, default=8, help="K: depths (draft slots) trained for")
-    p.add_argument("--layers", type=int, default=1)
-    p.add_argument("--draft-vocab-size", type=int, default=16384, help="0: the full target vocabulary")
+    p.add_argument("--layers", type=int, default=None, help="drafter layers (default 1, or the --init-from head's)")
+    p.add_argument("--draft-vocab-size", type=int, default=None,
+                   help="draft vocabulary (default 16384, or the --init-from head's; 0: the full target vocabulary)")
     p.add_argument("--steps", type=int, default=1000)
     p.add_argument("--time-budget", type=float, default=None, help="seconds of training, then stop and save")
     p.add_argument("--schedule", choices=["steps", "time"], default=None,
@@ -957,6 +1050,8 @@ def register_cli(sub):
     p.add_argument("--save-every", type=int, default=50)
     add_target_options(p)
     p.add_argument("--eval-prompts", type=int, default=0, help="HumanEval prompts to evaluate on afterwards")
+    p.add_argument("--eval-val-prompts", type=int, default=0,
+                   help="held-out prompts (split val of the scale mix) to evaluate on afterwards")
     p.add_argument("--eval-max-new-tokens", type=int, default=128)
     p.add_argument("--eval-ks", default="1,2,3,4,5,6,7,8")
     p.add_argument("--note", default=None, help="free text recorded in training.json / TRAINING.md")
@@ -965,14 +1060,24 @@ def register_cli(sub):
 
 def _run_cli(args):
     from .cli import load_cli_target
-    from .data import read_distilled
+    from .data import read_distilled, select_split
+    from .features import target_fingerprint
     from .models import target_name
-    from .settings import seed_everything
+    from .settings import display_path, seed_everything
 
     seed_everything(args.seed)
+    layers, vocab = args.layers, args.draft_vocab_size
+    if args.init_from:  # unset shape flags take the head's values; set ones are checked against it
+        from .lineage import head_config
+
+        src = head_config(args.init_from)
+        layers = src.num_hidden_layers if layers is None else layers
+        vocab = src.draft_vocab_size if vocab is None else vocab
     cfg = TrainConfig(
-        mode=args.mode, num_depths=args.num_depths, layers=args.layers,
-        draft_vocab_size=args.draft_vocab_size or None, steps=args.steps, time_budget_s=args.time_budget,
+        mode=args.mode, num_depths=args.num_depths, layers=layers or 1,
+        draft_vocab_size=(16384 if vocab is None else vocab) or None, steps=args.steps,
+        time_budget_s=args.time_budget, autocast=args.autocast, freeze_lm_head=args.freeze_lm_head,
+        init_from=args.init_from, snapshot_every_tokens=args.snapshot_every_tokens,
         schedule=args.schedule or ("time" if args.time_budget else "steps"), lr=args.lr,
         warmup_steps=args.warmup_steps, lm_head_lr_ratio=args.lm_head_lr_ratio, batch_tokens=args.batch_tokens,
         row_tokens=args.row_tokens,
@@ -992,15 +1097,21 @@ def _run_cli(args):
         saved = torch.load(state / STATE_FILE, map_location="cpu", weights_only=False).get("config") or {}
         check_resume_config(saved, asdict(cfg), state / STATE_FILE)
     meta, records = read_distilled(args.data)
+    records, held_out = select_split(records, args.split)
     model, tok, _ = load_cli_target(args)
+    if meta.get("target_fingerprint") and meta["target_fingerprint"] != target_fingerprint(model):
+        raise PeagleError(f"{args.data} was distilled from another target (fingerprint {meta['target_fingerprint']}"
+                          f", this target {target_fingerprint(model)}, {meta.get('target')!r}). Fix: train with "
+                          "the target it was distilled from (--target), or distill again with this one.")
     records = records[: args.num_sequences]
     t0 = time.perf_counter()
     seqs = prepare_sequences(model, records, cfg.tap_layers, args.features, max_seq_len=cfg.max_seq_len)
     feature_s = time.perf_counter() - t0
+    feature_tokens = sum(len(s["input_ids"]) for s in seqs)
     trainer = Trainer(cfg, model, seqs, tokenizer=tok, out_dir=args.out, state_dir=args.state_dir,
                       resume=args.resume, overwrite=args.overwrite)
-    print(f"[train] {len(seqs)} sequences ({sum(len(s['input_ids']) for s in seqs):,} tokens), features in "
-          f"{feature_s:.0f} s; draft vocabulary {trainer.draft_ids.numel()} ids, coverage {trainer.coverage:.4f}; "
+    print(f"[train] {len(seqs)} sequences ({feature_tokens:,} tokens; {held_out} records of other splits left "
+          f"out), features in {feature_s:.0f} s; autocast {trainer.autocast}; draft vocabulary {trainer.draft_ids.numel()} ids, coverage {trainer.coverage:.4f}; "
           f"mask token id {trainer.mask_token_id}")
     res = trainer.train()
     if not trainer.is_main:
@@ -1008,25 +1119,43 @@ def _run_cli(args):
     record = dict(
         command="peagle-lab " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
         config=asdict(cfg), mask_token_id=trainer.mask_token_id,
-        data=dict(file=str(args.data), sequences=len(seqs), tokens=sum(len(s["input_ids"]) for s in seqs),
-                  response_tokens=sum(len(s["input_ids"]) - s["prompt_len"] for s in seqs),
+        data=dict(file=display_path(args.data), sequences=len(seqs), tokens=feature_tokens, split=args.split,
+                  left_out=held_out, response_tokens=sum(len(s["input_ids"]) - s["prompt_len"] for s in seqs),
                   distill=dict((k, meta.get(k)) for k in ("target", "max_new_tokens", "decoding"))),
+        features=dict(source=f"offline shards ({display_path(args.features)})" if args.features
+                      else "online (target forward once, kept in memory)", seconds=round(feature_s, 1),
+                      tokens_per_s=round(feature_tokens / max(feature_s, 1e-9), 1)),
+        tokens_seen=res.info["tokens_seen"], tokens_per_s=res.info["tokens_per_s"], autocast=res.info["autocast"],
         draft_vocab=dict(size=int(trainer.draft_ids.numel()), coverage=round(trainer.coverage, 5)),
         steps_done=res.steps_done, train_time_s=round(res.train_time_s, 1), feature_time_s=round(feature_s, 1),
         stopped_by=res.stopped_by, machine=machine_info(model), final_train_accuracy=final_accuracy(res.log),
         note=args.note, eval=None)
-    if args.eval_prompts:
+    if args.init_from:
+        from .lineage import cumulative, history_of, summary
+
+        record["history"] = history_of(args.init_from)
+        record["warm_restart"] = ("weights, draft vocabulary and mask token from the --init-from head; optimizer "
+                                  "moments and the lr schedule (with warm-up) start afresh")
+        record["cumulative"] = cumulative(record["history"], summary(record, args.out))
+    if args.eval_prompts or args.eval_val_prompts:
         from .prompts import humaneval_prompts
 
+        from .prompts import load_scale_records
+
         ks = [int(k) for k in args.eval_ks.split(",")]
-        t1 = time.perf_counter()
         # evaluate what ships: the saved (bf16) checkpoint, loaded as users load it
         head = PEagleDrafter.from_pretrained(args.out, target=model, device=next(model.parameters()).device,
                                              dtype=next(model.parameters()).dtype)
-        record["eval"] = evaluate_head(model, tok, head, humaneval_prompts(args.eval_prompts), ks,
-                                       max_new_tokens=args.eval_max_new_tokens)
-        record["eval"]["wall_s"] = round(time.perf_counter() - t1, 1)
-        record["eval"]["dtype"] = str(next(model.parameters()).dtype).replace("torch.", "")
-        print("[eval] acceptance length per K:", record["eval"]["acceptance_length"])
+        sets = [("eval", humaneval_prompts(args.eval_prompts) if args.eval_prompts else None),
+                ("eval_val", load_scale_records("val")[: args.eval_val_prompts] if args.eval_val_prompts else None)]
+        for key, prompts in sets:
+            if not prompts:
+                continue
+            t1 = time.perf_counter()
+            record[key] = evaluate_head(model, tok, head, prompts, ks, max_new_tokens=args.eval_max_new_tokens)
+            record[key]["wall_s"] = round(time.perf_counter() - t1, 1)
+            record[key]["dtype"] = str(next(model.parameters()).dtype).replace("torch.", "")
+            record[key]["prompt_set"] = "HumanEval" if key == "eval" else "held-out split of the scale mix"
+            print(f"[{key}] acceptance length per K:", record[key]["acceptance_length"])
     write_training_record(args.out, record)
     print(f"[train] head and TRAINING.md written to {args.out}")

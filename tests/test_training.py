@@ -32,7 +32,8 @@ def tiny_sequences(model, n=6, length=24, prompt_len=5, seed=0):
 
 def tiny_cfg(**kw):
     base = dict(num_depths=4, layers=1, draft_vocab_size=None, steps=6, lr=3e-3, warmup_steps=2, batch_tokens=48,
-                row_tokens=48, mask_token_id=MASK_ID, save_every=0, seed=0, cod_ratio=0.7, cod_min_ratio=0.2)
+                row_tokens=48, mask_token_id=MASK_ID, save_every=0, seed=0, cod_ratio=0.7, cod_min_ratio=0.2,
+                autocast="float32")
     base.update(kw)
     return TrainConfig(**base)
 
@@ -353,3 +354,96 @@ def test_scaled_training_parameters_sync_exactly_into_the_plain_head(tiny_llama)
     torch.testing.assert_close(head.fuse(taps), module.fuse(taps), rtol=1e-4, atol=1e-4)
     torch.testing.assert_close(head.mask_slot_hidden().flatten(), module.mask_slot_hidden().flatten(),
                                rtol=1e-4, atol=1e-4)
+
+
+# ------------------------------------------------------------------------------------------ continuation, precision
+def _eval_loss(trainer, seqs, seed=5):
+    plan = plan_row(seqs, trainer.cfg.num_depths, generator=torch.Generator().manual_seed(seed))
+    with torch.no_grad():
+        return float(trainer.module(plan)[0])
+
+
+def test_init_from_continues_the_saved_head_with_a_fresh_optimizer(tiny_llama, tmp_path):
+    model = tiny_llama(hidden=32, layers=4)
+    seqs = tiny_sequences(model, n=4)
+    first = Trainer(tiny_cfg(steps=8), model, seqs, out_dir=tmp_path / "a", progress=False, verbose=False)
+    first.train()
+    (tmp_path / "a" / "training.json").write_text(json.dumps(
+        {"config": {"init_from": None}, "steps_done": 8, "tokens_seen": first.tokens_seen, "train_time_s": 1.0}))
+    fresh = Trainer(tiny_cfg(steps=8, seed=1), model, seqs, progress=False, verbose=False)
+    cont = Trainer(tiny_cfg(steps=8, seed=1, init_from=str(tmp_path / "a")), model, seqs, progress=False,
+                   verbose=False)
+    saved = PEagleDrafter.from_pretrained(tmp_path / "a", target=model)
+    for name, p in saved.state_dict().items():  # the continuation starts exactly at the saved (bf16) head
+        torch.testing.assert_close(cont.module.head.state_dict()[name], p, rtol=1e-6, atol=1e-6, msg=name)
+    assert _eval_loss(cont, seqs) < _eval_loss(fresh, seqs)  # it starts from the trained head, not from scratch
+    assert not cont.opt.state  # warm restart: no optimizer moments carried over
+    assert torch.equal(cont.draft_ids, first.draft_ids) and cont.tokens_before == first.tokens_seen
+
+
+def test_init_from_refuses_another_shape_naming_the_mismatch(tiny_llama, tmp_path):
+    model = tiny_llama(hidden=32, layers=4)
+    seqs = tiny_sequences(model, n=3)
+    Trainer(tiny_cfg(steps=1), model, seqs, out_dir=tmp_path / "a", progress=False, verbose=False).train()
+    with pytest.raises(PeagleError, match=r"num_hidden_layers: head 1, this run 2.*--layers"):
+        Trainer(tiny_cfg(layers=2, init_from=str(tmp_path / "a")), model, seqs, progress=False, verbose=False)
+    with pytest.raises(PeagleError, match="mode: head 'parallel', this run 'sequential'"):
+        Trainer(tiny_cfg(mode="sequential", init_from=str(tmp_path / "a")), model, seqs, progress=False,
+                verbose=False)
+    other = tiny_llama(hidden=32, layers=4, seed=7)  # same shape, other weights
+    with pytest.raises(PeagleError, match="target_fingerprint"):
+        Trainer(tiny_cfg(init_from=str(tmp_path / "a")), other, tiny_sequences(other, n=3), progress=False,
+                verbose=False)
+    with pytest.raises(PeagleError, match="not a head directory"):
+        Trainer(tiny_cfg(init_from=str(tmp_path / "nothing")), model, seqs, progress=False, verbose=False)
+
+
+def test_snapshots_are_named_by_cumulative_tokens_and_load(tiny_llama, tmp_path):
+    model = tiny_llama(hidden=32, layers=4)
+    seqs = tiny_sequences(model, n=4)
+    tr = Trainer(tiny_cfg(steps=6, snapshot_every_tokens=100), model, seqs, out_dir=tmp_path, progress=False,
+                 verbose=False)
+    tr.train()
+    snaps = sorted((tmp_path / "checkpoint" / "snapshots").iterdir())
+    counts = [int(p.name.split("-")[1]) for p in snaps]
+    assert counts == sorted(counts) and len(counts) == tr.tokens_seen // 100
+    assert all(c // 100 == i + 1 for i, c in enumerate(counts))  # one per crossed multiple
+    PEagleDrafter.from_pretrained(snaps[-1], target=model)
+
+
+def test_freeze_lm_head_keeps_the_targets_output_layer(tiny_llama):
+    model = tiny_llama(hidden=32, layers=4)
+    seqs = tiny_sequences(model, n=3)
+    res = train_head(tiny_cfg(steps=3, freeze_lm_head=True), model, seqs, progress=False, verbose=False)
+    torch.testing.assert_close(res.head.lm_head.weight, model.get_output_embeddings().weight)
+    torch.testing.assert_close(res.head.norm.weight, model.model.norm.weight)
+
+
+def test_autocast_auto_follows_the_hardware_and_is_recorded(tiny_llama, monkeypatch):
+    from peagle_lab import precision
+
+    model = tiny_llama(hidden=32, layers=4)
+    seqs = tiny_sequences(model, n=3)
+    for units, want in ((None, torch.float32), ("avx512_bf16", torch.bfloat16)):
+        monkeypatch.setattr(precision, "cpu_bf16_units", lambda flags=None, u=units: u)
+        res = train_head(tiny_cfg(steps=2, autocast="auto"), model, seqs, progress=False, verbose=False)
+        assert res.info["autocast"] == str(want).replace("torch.", "")
+        assert res.info["tokens_seen"] == sum(r["tokens"] for r in res.log) and res.info["tokens_per_s"] > 0
+    with pytest.raises(PeagleError, match="float16 is not supported"):
+        tiny_cfg(autocast="float16")
+
+
+def test_select_split_holds_out_the_val_prompts():
+    from peagle_lab.data import prompt_sha, select_split
+    from peagle_lab.prompts import load_scale_records
+
+    recs = load_scale_records()[:400]
+    records = [dict(index=i, prompt_sha=prompt_sha(r), prompt_len=1, input_ids=[1, 2]) for i, r in enumerate(recs)]
+    records.append(dict(index=999, prompt_sha="not-in-the-mix", prompt_len=1, input_ids=[1, 2]))
+    train, dropped = select_split(records, "train")
+    val, _ = select_split(records, "val")
+    n_val = sum(r["split"] == "val" for r in recs)
+    assert n_val > 0 and dropped == n_val == len(val) and len(train) == len(records) - n_val
+    assert {r["prompt_sha"] for r in train}.isdisjoint(r["prompt_sha"] for r in val)
+    with pytest.raises(PeagleError, match="split must be"):
+        select_split(records, "test")

@@ -1,0 +1,97 @@
+"""Continuing a shipped head (``peagle-lab train --init-from HEAD_DIR``): shape checks and the training history.
+
+A continuation starts from the head's weights with a fresh optimizer (a warm restart: Adam's moments and the
+learning-rate schedule start again, with warm-up), keeps the head's draft vocabulary and mask token, and
+appends the head's own record to ``history`` so the new record states cumulative data, tokens, steps and time.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from .errors import PeagleError
+
+RECORD = "training.json"
+
+
+def check_compatible(source, wanted: dict, path) -> None:
+    """Refuse an ``--init-from`` head whose shape differs from the run's, naming every mismatch.
+
+    ``source``: the head's :class:`~peagle_lab.drafter.PEagleConfig`; ``wanted``: the run's values of any of
+    ``mode``, ``num_hidden_layers``, ``draft_vocab_size``, ``hidden_size``, ``vocab_size``,
+    ``aux_hidden_state_layer_ids``, ``target_fingerprint`` (``None`` = not asked for).
+    """
+    have = dict(mode=source.mode, num_hidden_layers=source.num_hidden_layers,
+                draft_vocab_size=source.draft_vocab_size, hidden_size=source.hidden_size,
+                vocab_size=source.vocab_size, aux_hidden_state_layer_ids=list(source.aux_hidden_state_layer_ids),
+                target_fingerprint=source.extra.get("target_fingerprint"))
+    flags = dict(mode="--mode", num_hidden_layers="--layers", draft_vocab_size="--draft-vocab-size",
+                 aux_hidden_state_layer_ids="the target's tap layers", hidden_size="the target (hidden size)",
+                 vocab_size="the target (vocabulary)", target_fingerprint="the target (weights)")
+    problems = []
+    for key, want in wanted.items():
+        if want is None or have.get(key) is None:
+            continue
+        want = list(want) if isinstance(want, tuple) else want
+        if want != have[key]:
+            problems.append(f"{key}: head {have[key]!r}, this run {want!r} (set by {flags[key]})")
+    if problems:
+        raise PeagleError(f"--init-from {path} does not fit this run: " + "; ".join(problems) + ". Fix: continue "
+                          "with the head's settings (leave --layers/--draft-vocab-size/--mode unset), train on "
+                          "data distilled from the same target, or start a new head without --init-from.")
+
+
+def head_config(head_dir):
+    """The :class:`~peagle_lab.drafter.PEagleConfig` of a head directory, with a clear error when it is none."""
+    from .drafter import PEagleConfig
+
+    path = Path(head_dir) / "config.json"
+    if not path.is_file():
+        raise PeagleError(f"--init-from {head_dir} is not a head directory (no config.json). Fix: pass a directory "
+                          "written by `peagle-lab train`, e.g. data/heads/smollm2-135m-peagle.")
+    try:
+        return PEagleConfig.from_json_dict(json.loads(path.read_text()))
+    except json.JSONDecodeError as e:
+        raise PeagleError(f"{path} is not valid JSON ({e}). Fix: restore the head directory.") from e
+
+
+def read_record(head_dir) -> dict | None:
+    """The head's ``training.json`` (``None`` when it has none)."""
+    path = Path(head_dir) / RECORD
+    if not path.exists():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise PeagleError(f"{path} is not valid JSON ({e}). Fix: restore the head's training record, or continue "
+                          "from a copy of the head without it (its history is then unknown).") from e
+
+
+def summary(record: dict, head_dir) -> dict:
+    """One history entry: what a run added (data, tokens, steps, time, where, how)."""
+    c = record.get("config") or {}
+    return dict(head=Path(head_dir).name, command=record.get("command"), data=(record.get("data") or {}).get("file"),
+                sequences=(record.get("data") or {}).get("sequences"), tokens_seen=record.get("tokens_seen"),
+                steps=record.get("steps_done"), train_time_s=record.get("train_time_s"),
+                autocast=record.get("autocast") or c.get("autocast"),
+                host=(record.get("machine") or {}).get("host"), init_from=c.get("init_from"))
+
+
+def history_of(head_dir) -> list[dict]:
+    """The runs that made ``head_dir``, oldest first (its own history, then itself)."""
+    rec = read_record(head_dir)
+    if rec is None:
+        return [dict(head=Path(head_dir).name, note="no training.json: earlier history unknown")]
+    return list(rec.get("history") or []) + [summary(rec, head_dir)]
+
+
+def cumulative(history: list[dict], this_run: dict) -> dict:
+    """Totals over the history plus this run (``None`` where an earlier run did not record the figure)."""
+    runs = history + [this_run]
+    out = {}
+    for key in ("tokens_seen", "steps", "train_time_s"):
+        vals = [r.get(key) for r in runs]
+        out[key] = None if any(v is None for v in vals) else round(sum(vals), 1)
+    out["runs"] = len(runs)
+    return out

@@ -1,0 +1,247 @@
+"""The training recipe, by experiment: short equal-budget runs judged by held-out acceptance length, and the
+learning curve (acceptance length against training tokens seen) from a long run's snapshots.
+
+Every run trains a P-EAGLE head for the same wall-clock budget on the same sequences (the train split of the
+scale mix), changing one setting from the baseline, and is scored by greedy speculative decoding of the held-out
+prompts (split ``val``: never trained on) at ``K``. Training accuracy is logged but does not decide. Results go
+to ``runs.jsonl`` (one line per finished run, rewritten atomically, so an interrupted sweep keeps what it
+finished and resumes at the next run) and ``RECIPE.md``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from .atomic import write_json, write_text
+from .errors import PeagleError
+
+BASELINE = dict(layers=1, draft_vocab_size=8192, lr=2e-3, num_depths=8, freeze_lm_head=False)
+VARIANTS = {
+    "baseline": {},
+    "baseline (seed 1)": dict(seed=1),  # run-to-run noise
+    "2 layers": dict(layers=2),
+    "4 layers": dict(layers=4),
+    "frozen lm_head + norm": dict(freeze_lm_head=True),
+    "draft vocab 4k": dict(draft_vocab_size=4096),
+    "draft vocab 16k": dict(draft_vocab_size=16384),
+    "lr 1e-3": dict(lr=1e-3),
+    "lr 4e-3": dict(lr=4e-3),
+    "10 depths": dict(num_depths=10),
+}
+RUNS_FILE, TABLE_FILE, CURVE_FILE = "runs.jsonl", "RECIPE.md", "curve.json"
+
+
+def read_runs(out_dir) -> list[dict]:
+    path = Path(out_dir) / RUNS_FILE
+    if not path.exists():
+        return []
+    try:
+        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    except json.JSONDecodeError as e:
+        raise PeagleError(f"{path} is damaged ({e}). Fix: delete its last line (or the file) and run again.") from e
+
+
+def run_recipe(model, tokenizer, sequences, val_prompts, out_dir, budget_s: float = 240.0, k: int = 7,
+               max_new_tokens: int = 64, variants: dict | None = None, base: dict | None = None,
+               progress: bool = True, machine: dict | None = None) -> list[dict]:
+    """Train and score every variant not yet in ``out_dir/runs.jsonl``; returns all runs."""
+    from .train import TrainConfig, evaluate_head, train_head
+
+    out_dir = Path(out_dir)
+    variants = VARIANTS if variants is None else variants
+    base = dict(BASELINE, **(base or {}))
+    runs = read_runs(out_dir)
+    done = {r["name"] for r in runs}
+    reference: dict = {}  # plain greedy outputs, shared by every run's evaluation
+    for name, change in variants.items():
+        if name in done:
+            continue
+        settings = dict(base, **change)
+        cfg = TrainConfig(mode="parallel", steps=10**9, time_budget_s=budget_s, schedule="time", save_every=0,
+                          warmup_steps=20, **settings)
+        res = train_head(cfg, model, sequences, tokenizer=tokenizer, progress=progress, verbose=False)
+        head = res.head.to(next(model.parameters()).dtype)
+        ev = evaluate_head(model, tokenizer, head, val_prompts, ks=(k,), max_new_tokens=max_new_tokens,
+                           reference=reference, progress=progress)
+        acc = [r["acc"] for r in res.log[-10:]]
+        runs.append(dict(
+            name=name, change=change, settings=settings, budget_s=budget_s, steps=res.steps_done,
+            tokens_seen=res.info["tokens_seen"], tokens_per_s=res.info["tokens_per_s"],
+            autocast=res.info["autocast"], draft_vocab_coverage=round(res.info["draft_vocab_coverage"], 4),
+            train_acc_depth0=_mean([a[0] for a in acc]), train_acc_depth1=_mean([a[1] for a in acc if len(a) > 1]),
+            k=k, acceptance_length=ev["acceptance_length"][k], per_position=ev["per_position_acceptance"][k],
+            val_prompts=len(val_prompts), max_new_tokens=max_new_tokens, divergences=len(ev["divergences"]),
+            machine=machine))
+        write_text(out_dir / RUNS_FILE, "".join(json.dumps(r) + "\n" for r in runs))
+        write_text(out_dir / TABLE_FILE, recipe_markdown(runs))
+    return runs
+
+
+def _mean(xs):
+    xs = [x for x in xs if x is not None]
+    return round(sum(xs) / len(xs), 4) if xs else None
+
+
+def noise(runs: list[dict]) -> float | None:
+    """Run-to-run spread of the baseline (two seeds): differences below it are not evidence."""
+    als = [r["acceptance_length"] for r in runs if r["name"].startswith("baseline")]
+    return round(max(als) - min(als), 4) if len(als) >= 2 else None
+
+
+def recipe_markdown(runs: list[dict]) -> str:
+    if not runs:
+        return "# Recipe experiments\n\nNo runs yet.\n"
+    r0 = runs[0]
+    m = r0.get("machine") or {}
+    lines = ["# Recipe experiments (P-EAGLE head, embedded target)", "",
+             f"Each run: {r0['budget_s']:.0f} s of training on the train split, scored by greedy acceptance length "
+             f"at K={r0['k']} on {r0['val_prompts']} held-out prompts x {r0['max_new_tokens']} new tokens. "
+             f"Host {m.get('host')}, {m.get('torch_threads')} thread(s), training precision {r0['autocast']}. "
+             f"Baseline: {json.dumps(BASELINE)}.", "",
+             "| run | change | steps | tokens seen | tokens/s | train acc d0 / d1 | held-out AL | per position |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in runs:
+        pp = ", ".join("-" if x is None else f"{x:.2f}" for x in r["per_position"][:4])
+        lines.append(f"| {r['name']} | {json.dumps(r['change']) if r['change'] else '-'} | {r['steps']} | "
+                     f"{r['tokens_seen']:,} | {r['tokens_per_s']:.0f} | {r['train_acc_depth0']} / "
+                     f"{r['train_acc_depth1']} | {r['acceptance_length']:.3f} | {pp} |")
+    n = noise(runs)
+    if n is not None:
+        lines += ["", f"Run-to-run noise (baseline, two seeds): {n:.3f} in acceptance length."]
+    return "\n".join(lines) + "\n"
+
+
+# ------------------------------------------------------------------------------------------ the curve
+def learning_curve(model, tokenizer, snapshot_dirs, val_prompts, out_path, k: int = 7, max_new_tokens: int = 64,
+                   progress: bool = True, extra_points: list[dict] | None = None) -> list[dict]:
+    """Held-out acceptance length at ``K`` of each snapshot (``tokens-N`` directories, N = training tokens seen),
+    resumable: points already in ``out_path`` are kept."""
+    from .drafter import PEagleDrafter
+    from .train import evaluate_head
+
+    out_path = Path(out_path)
+    points = json.loads(out_path.read_text())["points"] if out_path.exists() else []
+    have = {p["snapshot"] for p in points}
+    reference: dict = {}
+    dev, dtype = next(model.parameters()).device, next(model.parameters()).dtype
+    for d in sorted(Path(s) for s in snapshot_dirs):
+        if d.name in have:
+            continue
+        head = PEagleDrafter.from_pretrained(d, target=model, device=dev, dtype=dtype)
+        ev = evaluate_head(model, tokenizer, head, val_prompts, ks=(k,), max_new_tokens=max_new_tokens,
+                           reference=reference, progress=progress)
+        points.append(dict(snapshot=d.name, run=d.parent.parent.parent.name, mode=head.config.mode,
+                           tokens_seen=int(d.name.split("-")[1]), acceptance_length=ev["acceptance_length"][k],
+                           per_position=ev["per_position_acceptance"][k]))
+        points.sort(key=lambda p: (p["mode"], p["tokens_seen"]))
+        write_json(out_path, dict(k=k, val_prompts=len(val_prompts), max_new_tokens=max_new_tokens,
+                                  points=points + (extra_points or [])), indent=1)
+    return points
+
+
+def extrapolate(points: list[dict], target_al: float) -> float | None:
+    """Tokens at which a log-linear fit ``AL = a + b ln(tokens)`` through ``points`` reaches ``target_al``
+    (``None`` when the curve is not rising). A rough budget, stated as such."""
+    pts = [(math.log(p["tokens_seen"]), p["acceptance_length"]) for p in points if p["tokens_seen"] > 0]
+    if len(pts) < 3:
+        return None
+    n = len(pts)
+    mx, my = sum(x for x, _ in pts) / n, sum(y for _, y in pts) / n
+    sxx = sum((x - mx) ** 2 for x, _ in pts)
+    b = sum((x - mx) * (y - my) for x, y in pts) / sxx if sxx else 0.0
+    if b <= 0:
+        return None
+    return math.exp(mx + (target_al - my) / b)
+
+
+def plot_curve(points: list[dict], path=None, title: str = ""):
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 3.6))
+    for mode in sorted({p["mode"] for p in points}):
+        ps = [p for p in points if p["mode"] == mode]
+        ax.plot([p["tokens_seen"] for p in ps], [p["acceptance_length"] for p in ps], "o-",
+                label="P-EAGLE" if mode == "parallel" else "EAGLE-3")
+    ax.set_xscale("log")
+    ax.set_xlabel("training tokens seen")
+    ax.set_ylabel("held-out acceptance length")
+    ax.set_title(title or "Acceptance length against training tokens")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    if path is not None:
+        from .atomic import atomic_write
+
+        atomic_write(Path(path), lambda tmp: fig.savefig(tmp, dpi=110, format="png"))
+    return fig
+
+
+# ------------------------------------------------------------------------------------------ CLI
+def _train_sequences(args, model):
+    from .data import read_distilled, select_split
+    from .train import prepare_sequences
+
+    _, records = read_distilled(args.data)
+    records, _ = select_split(records, "train")
+    return prepare_sequences(model, records[: args.num_sequences], features_dir=args.features)
+
+
+def register_cli(sub):
+    from .cli import add_target_options
+
+    p = sub.add_parser("recipe", help="equal-budget training runs, one setting changed each, scored on held-out")
+    p.add_argument("--data", required=True, help="distilled sequences (their train split is used)")
+    p.add_argument("--features", default=None, help="feature shard directory (default: online, in memory)")
+    p.add_argument("--num-sequences", type=int, default=None)
+    p.add_argument("--out", required=True, help="results directory (runs.jsonl, RECIPE.md); resumes")
+    p.add_argument("--budget", type=float, default=240.0, help="training seconds per run")
+    p.add_argument("--only", default=None, help="comma-separated run names (default: all of recipe.VARIANTS)")
+    _eval_options(p)
+    add_target_options(p)
+    p.set_defaults(func=_run_recipe_cli)
+
+    c = sub.add_parser("curve", help="held-out acceptance length of training snapshots (tokens-N directories)")
+    c.add_argument("snapshots", nargs="+", help="snapshot directories (e.g. HEAD/checkpoint/snapshots/tokens-*)")
+    c.add_argument("--out", required=True, help="curve JSON to write (resumes: points already there are kept)")
+    _eval_options(c)
+    add_target_options(c)
+    c.set_defaults(func=_run_curve_cli)
+
+
+def _eval_options(p):
+    p.add_argument("-K", type=int, default=7, help="draft length scored (default 7)")
+    p.add_argument("--val-prompts", type=int, default=12, help="held-out prompts scored")
+    p.add_argument("--max-new-tokens", type=int, default=64)
+
+
+def _run_recipe_cli(args):
+    from .cli import load_cli_target
+    from .prompts import load_scale_records
+    from .train import machine_info
+
+    variants = VARIANTS
+    if args.only:
+        names = [n.strip() for n in args.only.split(",")]
+        unknown = [n for n in names if n not in VARIANTS]
+        if unknown:
+            raise PeagleError(f"unknown recipe run(s) {unknown}. Fix: --only any of {list(VARIANTS)}.")
+        variants = {n: VARIANTS[n] for n in names}
+    model, tok, _ = load_cli_target(args)
+    seqs = _train_sequences(args, model)
+    runs = run_recipe(model, tok, seqs, load_scale_records("val")[: args.val_prompts], args.out,
+                      budget_s=args.budget, k=args.K, max_new_tokens=args.max_new_tokens, variants=variants,
+                      machine=machine_info(model))
+    print(recipe_markdown(runs))
+
+
+def _run_curve_cli(args):
+    from .cli import load_cli_target
+    from .prompts import load_scale_records
+
+    model, tok, _ = load_cli_target(args)
+    points = learning_curve(model, tok, args.snapshots, load_scale_records("val")[: args.val_prompts], args.out,
+                            k=args.K, max_new_tokens=args.max_new_tokens)
+    for p in points:
+        print(f"{p['mode']:10s} {p['tokens_seen']:>10,} tokens  AL {p['acceptance_length']:.3f}")

@@ -1,0 +1,33 @@
+"""scripts/gpu_heads.sh: its CPU dry run (tiny sizes, the same commands as on a GPU) writes both heads,
+their records with held-out and HumanEval figures, and a summary."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.slow
+@pytest.mark.real_model
+def test_gpu_heads_dry_run_on_cpu(tmp_path):
+    env = dict(os.environ, PEAGLE_GPU_DRY_RUN="1", PEAGLE_PYTHON=sys.executable, OMP_NUM_THREADS="1")
+    out = tmp_path / "gpu"
+    run = subprocess.run(["bash", "scripts/gpu_heads.sh", str(out)], cwd=REPO, env=env, capture_output=True,
+                         text=True, timeout=600)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert set(summary) == {"peagle", "eagle3"}
+    for name, mode in (("peagle", "parallel"), ("eagle3", "sequential")):
+        rec = json.loads((out / name / "training.json").read_text())
+        assert rec["config"]["mode"] == mode and rec["data"]["split"] == "train"
+        assert rec["tokens_seen"] > 0 and rec["autocast"] == "bfloat16" and rec["machine"]["host"]
+        assert rec["features"]["source"].startswith("offline shards")
+        assert set(rec["eval"]["acceptance_length"]) == {"1", "3"} and rec["eval_val"]["prompt_set"].startswith("held")
+        assert (out / name / "TRAINING.md").exists() and (out / name / "model.safetensors").exists()
+    shards = list((out / "features").glob("part-*"))
+    assert [p.name for p in shards] == ["part-train"]  # the trainers found every sequence there: no second part
