@@ -403,12 +403,13 @@ def build(seed: int = SEED) -> list[dict]:
 
 def build_scale(core: list[dict], seed: int = SEED) -> list[dict]:
     """The scale mix: the core records first, in the same order (so their distilled answers stay valid), each with
-    its split, then the templated mix of ``prompt_mix.py``."""
+    its split, then the templated mix of ``prompt_mix.py``, then its second wave (appended: earlier indices stay)."""
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import prompt_mix
 
     head = [{**r, "split": prompt_mix._split(r["prompt"])} for r in core]
-    return head + prompt_mix.build(seed, {r["prompt"] for r in core})
+    first = prompt_mix.build(seed, {r["prompt"] for r in core})
+    return head + first + prompt_mix.build_wave2(seed, {r["prompt"] for r in head + first if "history" not in r})
 
 
 def render(records: list[dict]) -> str:

@@ -504,3 +504,29 @@ def build(seed: int, exclude: set[str]) -> list[dict]:
             records.append({"id": f"{kind}-{k:04d}", "category": kind, **rec, "split": _split(text)})
     rng.shuffle(records)
     return records
+
+
+def build_wave2(seed: int, exclude: set[str], n_write: int = 420, n_reasoning: int = 300) -> list[dict]:
+    """A second wave appended after :func:`build` (so every earlier index keeps its prompt and its distilled
+    answer): code-writing tasks in the two phrasings the first wave left out, and fresh word problems."""
+    rng = random.Random(seed + 1)
+    write = []
+    for i, task in enumerate(WRITE_TASKS):
+        for j, lang in enumerate(LANGS):
+            used = {(i + j + 2 * r) % len(WRITE_FRAMES) for r in range(3)}
+            write += [f.format(lang=lang, t=task) for k, f in enumerate(WRITE_FRAMES) if k not in used]
+    rng.shuffle(write)
+    reasoning = _arithmetic(rng, 4 * n_reasoning)
+    records, seen = [], set(exclude)
+    for kind, items, n in (("code_write", write, n_write), ("reasoning", reasoning, n_reasoning)):
+        k = 0
+        for text in items:
+            if k == n:
+                break
+            if text in seen:
+                continue
+            seen.add(text)
+            records.append({"id": f"{kind}-w2-{k:04d}", "category": kind, "prompt": text, "split": _split(text)})
+            k += 1
+    rng.shuffle(records)
+    return records
