@@ -11,7 +11,8 @@ import sys
 
 # module -> the subcommands it registers (imported lazily only to build the parser)
 _MODULES = ["peagle_lab.generate_cli", "peagle_lab.features", "peagle_lab.data", "peagle_lab.train",
-            "peagle_lab.bench", "peagle_lab.serving", "peagle_lab.recipe"]
+            "peagle_lab.bench", "peagle_lab.serving", "peagle_lab.recipe",
+            "peagle_lab.serve_sweep"]
 
 
 def build_parser() -> argparse.ArgumentParser:

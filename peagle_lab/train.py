@@ -191,6 +191,10 @@ def _cached_features(model, ids: list[list[int]], root: Path, tap_layers, progre
             found[_seq_key(f["input_ids"])] = f
     keys = [_seq_key(s) for s in ids]
     missing = list(dict.fromkeys(k for k in keys if k not in found))
+    if missing and int(os.environ.get("WORLD_SIZE", "1")) > 1:  # several writers in one directory would clash
+        raise PeagleError(f"{len(missing)} sequences have no features in {root} yet, and several processes would "
+                          "extract them at once. Fix: extract first in one process (`peagle-lab extract "
+                          f"--distilled DATA --split train --out {root}/part-train`), then launch the training.")
     if missing:
         todo = {k: s for k, s in zip(keys, ids) if k in set(missing)}
         name = "part-" + hashlib.sha256("".join(missing).encode()).hexdigest()[:12]
@@ -203,13 +207,14 @@ def _cached_features(model, ids: list[list[int]], root: Path, tap_layers, progre
 class PackedRows:
     """Deterministic stream of packed rows: epoch ``e`` visits the sequences in ``randperm(seed, e)`` order and
     packs consecutive ones while the row stays within ``row_tokens`` (one sequence at least). The cursor
-    (``state_dict``) is part of a checkpoint, so a resumed run sees the same rows."""
+    (``state_dict``) is part of a checkpoint, so a resumed run sees the same rows. Every process walks the same
+    stream (the rows of a step do not depend on the number of processes, so a run resumes at another world
+    size); :meth:`Trainer._train_step` gives process ``r`` rows ``r, r + world, ...`` of each step."""
 
-    def __init__(self, sequences, row_tokens: int, seed: int, rank: int = 0, world: int = 1):
+    def __init__(self, sequences, row_tokens: int, seed: int):
         if not sequences:
             raise PeagleError("No training sequences. Fix: distill some first (`peagle-lab distill`).")
         self.seqs, self.row_tokens, self.seed = sequences, row_tokens, seed
-        self.rank, self.world = rank, world
         self.epoch, self.pos = 0, 0
         self._order = self._perm(0)
 
@@ -232,15 +237,14 @@ class PackedRows:
             tokens += n
             self.pos += 1
 
-    def next_rows(self, tokens_wanted: int) -> list[list[dict]]:
-        """Rows for one optimizer step (this process's share when several run)."""
-        rows, tokens, i = [], 0, 0
-        while tokens < tokens_wanted * self.world or i % self.world:
+    def next_rows(self, tokens_wanted: int, min_rows: int = 1) -> list[list[dict]]:
+        """The rows of one optimizer step (the global batch): at least ``tokens_wanted`` tokens and ``min_rows``
+        rows."""
+        rows, tokens = [], 0
+        while tokens < tokens_wanted or len(rows) < min_rows:
             row = self._next_row()
-            if i % self.world == self.rank:
-                rows.append(row)
+            rows.append(row)
             tokens += sum(len(s["input_ids"]) for s in row)
-            i += 1
         return rows
 
     def state_dict(self):
@@ -460,7 +464,13 @@ class DraftTrainer(nn.Module):
         if not losses:
             raise PeagleError("No training label falls inside the draft vocabulary: the vocabulary was built from "
                               "other data. Fix: rebuild it from these sequences (or use the full vocabulary).")
-        return torch.stack(losses).mean(), metrics
+        loss = torch.stack(losses).mean()
+        # a row with no depth >= 1 leaves the mask parameters without a gradient; under DDP every process must
+        # produce one for every parameter, so they join the graph with weight 0 (the value is unchanged)
+        for p in (self.mask_embedding, self.mask_hidden_scaled):
+            if p.requires_grad:
+                loss = loss + 0.0 * p.sum()
+        return loss, metrics
 
 
 # ============================================================================================ inference helpers
@@ -556,10 +566,11 @@ class Trainer:
         from .features import target_fingerprint
         from .precision import resolve_dtype
 
-        self.acc = _make_accelerator(cfg)
+        self.acc = _make_accelerator(cfg, next(model.parameters()).device)
         self.device = self.acc.device if self.acc else next(model.parameters()).device
         rank, world = (self.acc.process_index, self.acc.num_processes) if self.acc else (0, 1)
-        self.is_main = rank == 0
+        self.rank, self.world, self.is_main = rank, world, rank == 0
+        check_world_size(cfg, world)
         # bf16 autocast where the hardware multiplies bf16 natively (CUDA, AMX, AVX512-BF16); fp32 elsewhere
         self.autocast = resolve_dtype(cfg.autocast, self.device, warn=verbose)
         self.fingerprint = target_fingerprint(model)
@@ -610,7 +621,7 @@ class Trainer:
             [{"params": ps, "weight_decay": cfg.weight_decay if matrix else 0.0,
               "lr_ratio": cfg.lm_head_lr_ratio if pre else 1.0} for (pre, matrix), ps in sorted(groups.items())],
             lr=cfg.lr, betas=cfg.betas)
-        self.rows = PackedRows(sequences, cfg.row_tokens, cfg.seed, rank, world)
+        self.rows = PackedRows(sequences, cfg.row_tokens, cfg.seed)
         self.gen = torch.Generator().manual_seed(cfg.seed + 1)  # COD sampling
         self.step, self.elapsed, self.log, self.tokens_seen = 0, 0.0, [], 0
         # tokens seen by the heads this one continues (snapshots are named by the cumulative count)
@@ -707,6 +718,13 @@ class Trainer:
         head.config.extra["trained_steps"] = self.step
         return head.save_pretrained(path)
 
+    def _all_agree(self, flag: bool) -> bool:
+        """``flag`` of any process, on every process (clocks differ: all must stop at the same step)."""
+        if self.world <= 1:
+            return flag
+        t = torch.tensor([1.0 if flag else 0.0], device=self.device)
+        return bool(self.acc.reduce(t, reduction="sum").item() > 0)
+
     def _maybe_snapshot(self, step_tokens: int) -> None:
         """A head copy in ``state_dir/snapshots/tokens-N`` each time the tokens seen cross a multiple of
         ``snapshot_every_tokens`` (N counts the tokens of the heads this one continues, too)."""
@@ -719,10 +737,13 @@ class Trainer:
     # ---- one optimizer step ----
     def _train_step(self):
         cfg = self.cfg
-        rows = self.rows.next_rows(cfg.batch_tokens)
+        rows = self.rows.next_rows(cfg.batch_tokens, min_rows=self.world)
+        # every process plans every row with the shared COD generator (it stays in step across processes and
+        # with a single-process run), then keeps its own rows
         plans = [plan_row(r, cfg.num_depths, cfg.cod_ratio, cfg.cod_min_ratio, self.gen) for r in rows]
         weights = [sum(len(s["input_ids"]) for s in r) for r in rows]
-        total = sum(weights)
+        total = sum(weights)  # the global batch: the loss is its token-weighted mean, whatever the world size
+        plans, weights = plans[self.rank::self.world], weights[self.rank::self.world]
         lr = cfg.lr * lr_factor(cfg, self.step, self.elapsed)
         for group in self.opt.param_groups:
             group["lr"] = lr * group["lr_ratio"]
@@ -735,7 +756,7 @@ class Trainer:
                         else contextlib.nullcontext())
             with sync_ctx, torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=amp):
                 loss, metrics = self.model_for_step(plan)
-                scaled = loss * (w / total)
+                scaled = loss * (w / total * self.world)  # DDP averages the processes' gradients
                 if self.acc:
                     self.acc.backward(scaled)
                 else:
@@ -744,6 +765,13 @@ class Trainer:
             for a, m in zip(agg, metrics):
                 for k in a:
                     a[k] += m[k]
+        if self.world > 1:  # the logged loss and accuracies are the global batch's
+            stats = torch.tensor([loss_total] + [a[k] for a in agg for k in ("n", "correct", "loss_sum")],
+                                 dtype=torch.float64, device=self.device)
+            stats = self.acc.reduce(stats, reduction="sum").tolist()
+            loss_total = stats[0]
+            for j, a in enumerate(agg):
+                a["n"], a["correct"], a["loss_sum"] = int(stats[1 + 3 * j]), int(stats[2 + 3 * j]), stats[3 + 3 * j]
         params = [p for p in self.module.parameters() if p.requires_grad]
         if self.acc:
             gnorm = self.acc.clip_grad_norm_(params, cfg.grad_clip)
@@ -773,7 +801,7 @@ class Trainer:
             while self.step < cfg.steps:
                 if cfg.time_budget_s is not None:
                     est = sorted(step_times)[len(step_times) // 2] if step_times else 0.0
-                    if self.elapsed + est > cfg.time_budget_s:
+                    if self._all_agree(self.elapsed + est > cfg.time_budget_s):
                         stopped_by = "time_budget"
                         break
                 if stop_after is not None and done_here >= stop_after:
@@ -818,7 +846,20 @@ class Trainer:
                                 autocast=str(self.autocast).replace("torch.", "")))
 
 
-def _make_accelerator(cfg: TrainConfig):
+def check_world_size(cfg: TrainConfig, world: int) -> None:
+    """Refuse a global batch that the processes cannot share evenly."""
+    if world <= 1:
+        return
+    rows = cfg.batch_tokens // cfg.row_tokens
+    if cfg.batch_tokens % cfg.row_tokens or rows % world:
+        raise PeagleError(f"--batch-tokens {cfg.batch_tokens} is {cfg.batch_tokens / cfg.row_tokens:g} rows of "
+                          f"--row-tokens {cfg.row_tokens}, which {world} processes cannot share evenly. Fix: a "
+                          f"--batch-tokens that is a multiple of {world} x {cfg.row_tokens} = "
+                          f"{world * cfg.row_tokens} (e.g. {max(rows // world, 1) * world * cfg.row_tokens}), or "
+                          "another number of processes.")
+
+
+def _make_accelerator(cfg: TrainConfig, device):
     if cfg.accelerate == "no":
         return None
     multi = int(os.environ.get("WORLD_SIZE", "1")) > 1
@@ -831,7 +872,29 @@ def _make_accelerator(cfg: TrainConfig):
             raise PeagleError("Several processes were launched but `accelerate` is not installed. "
                               "Fix: pip install accelerate")
         return None
-    return Accelerator(mixed_precision="no")  # bf16 autocast is applied by the trainer itself
+    # on the CPU (gloo) accelerate needs cpu=True to join the processes torchrun started; bf16 autocast is
+    # applied by the trainer itself
+    return Accelerator(mixed_precision="no", cpu=torch.device(device).type == "cpu")
+
+
+def precision_probe(cfg: TrainConfig, model, sequences, tokenizer=None, rounds: int = 3) -> dict:
+    """Training tokens/s in float32 and in bf16 autocast, measured side by side: ``rounds`` optimizer steps of
+    each, interleaved (fp32, bf16, fp32, ...), on the run's own settings and data; the median step of each."""
+    from dataclasses import replace
+
+    trainers = {name: Trainer(replace(cfg, autocast=name, steps=rounds + 1, time_budget_s=None, schedule="steps",
+                                      init_from=None, snapshot_every_tokens=None), model, sequences,
+                              tokenizer=tokenizer, progress=False, verbose=False)
+                for name in ("float32", "bfloat16")}
+    rates = {name: [] for name in trainers}
+    for r in range(rounds + 1):  # the first step of each is a warm-up
+        for name, tr in trainers.items():
+            t0 = time.perf_counter()
+            row = tr._train_step()
+            if r:
+                rates[name].append(row["tokens"] / (time.perf_counter() - t0))
+    return {name: round(sorted(v)[len(v) // 2], 1) for name, v in rates.items()} | dict(
+        rounds=rounds, batch_tokens=cfg.batch_tokens, threads=torch.get_num_threads())
 
 
 def train_head(cfg: TrainConfig, model, sequences, tokenizer=None, **kw) -> TrainResult:
@@ -1019,6 +1082,8 @@ def register_cli(sub):
     p.add_argument("--autocast", choices=["auto", "float32", "bfloat16"], default="auto",
                    help="training precision (auto: bf16 autocast on CUDA and CPUs with AMX/AVX512-BF16)")
     p.add_argument("--freeze-lm-head", action="store_true", help="keep lm_head and final norm at the target's")
+    p.add_argument("--probe-precision", action="store_true",
+                   help="first measure training tokens/s in float32 and in bf16 autocast (recorded), then train")
     p.add_argument("--snapshot-every-tokens", type=int, default=None,
                    help="save a head copy every N training tokens (for the acceptance-vs-tokens curve)")
     p.add_argument("--features", default=None,
@@ -1108,6 +1173,9 @@ def _run_cli(args):
     seqs = prepare_sequences(model, records, cfg.tap_layers, args.features, max_seq_len=cfg.max_seq_len)
     feature_s = time.perf_counter() - t0
     feature_tokens = sum(len(s["input_ids"]) for s in seqs)
+    probe = precision_probe(cfg, model, seqs, tok) if args.probe_precision else None
+    if probe:
+        print(f"[train] tokens/s: float32 {probe['float32']}, bf16 autocast {probe['bfloat16']}")
     trainer = Trainer(cfg, model, seqs, tokenizer=tok, out_dir=args.out, state_dir=args.state_dir,
                       resume=args.resume, overwrite=args.overwrite)
     print(f"[train] {len(seqs)} sequences ({feature_tokens:,} tokens; {held_out} records of other splits left "
@@ -1126,6 +1194,7 @@ def _run_cli(args):
                       else "online (target forward once, kept in memory)", seconds=round(feature_s, 1),
                       tokens_per_s=round(feature_tokens / max(feature_s, 1e-9), 1)),
         tokens_seen=res.info["tokens_seen"], tokens_per_s=res.info["tokens_per_s"], autocast=res.info["autocast"],
+        precision_probe=probe,
         draft_vocab=dict(size=int(trainer.draft_ids.numel()), coverage=round(trainer.coverage, 5)),
         steps_done=res.steps_done, train_time_s=round(res.train_time_s, 1), feature_time_s=round(feature_s, 1),
         stopped_by=res.stopped_by, machine=machine_info(model), final_train_accuracy=final_accuracy(res.log),

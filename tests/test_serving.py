@@ -289,3 +289,37 @@ def test_vllm_serves_an_exported_parallel_head_losslessly(tmp_path):
     assert all(len(r) == 16 for r in results["plain"])
     assert metrics["drafts"] > 0 and metrics["draft_tokens"] == 3 * metrics["drafts"]
     assert len(metrics["per_position_acceptance"]) == 3
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+@pytest.mark.real_model
+def test_serving_sweep_with_real_vllm_servers_survives_an_over_long_request(tmp_path):
+    """Both OpenAI-compatible servers (plain, shipped P-EAGLE head) on 127.0.0.1 under a small bounded sweep;
+    a request longer than the model length is refused by the server and the level goes on."""
+    pytest.importorskip("vllm")
+    from peagle_lab import serve_sweep
+    from peagle_lab.heads import shipped_head_path
+    from peagle_lab.models import convert_default
+
+    tdir = serving.export_target(target=str(convert_default()))
+    head = serving.export_vllm(shipped_head_path("parallel"), tmp_path / "head", target=tdir)
+    long = [{"role": "user", "content": "word " * 1500}]  # > max_model_len 512 tokens
+    prompts = [[{"role": "user", "content": "Write a Python function that reverses a string."}], long]
+    servers = {}
+    try:
+        servers["plain"] = serving.serve(tdir, max_model_len=512, log_path=tmp_path / "plain.log")
+        servers["peagle"] = serving.serve(tdir, head, k=3, max_model_len=512, log_path=tmp_path / "peagle.log")
+        with pytest.raises(PeagleError, match=f"port {servers['plain'].url.split(':')[-1].split('/')[0]}"):
+            serve_sweep.check_port_free(int(servers["plain"].url.split(":")[-1].split("/")[0]))
+        doc = serve_sweep.sweep(servers, prompts, tmp_path / "sweep", concurrencies=(1, 2), requests_per_level=4,
+                                max_tokens=8, repeats=1, progress=False)
+    finally:
+        for s in servers.values():
+            s.stop()
+    assert [r["config"] for r in doc["rows"]] == ["plain", "peagle", "plain", "peagle"]
+    for r in doc["rows"]:
+        assert r["ok"] == 2 and r["refused"] == 2 and r["output_tokens"] == 16
+        assert any("HTTP 400" in e for e in r["errors"])
+    assert all(r["acceptance_length"] >= 1.0 for r in doc["rows"] if r["config"] == "peagle")
+    assert doc["meta"]["complete"] and len(doc["speedups"]) == 2

@@ -447,3 +447,12 @@ def test_select_split_holds_out_the_val_prompts():
     assert {r["prompt_sha"] for r in train}.isdisjoint(r["prompt_sha"] for r in val)
     with pytest.raises(PeagleError, match="split must be"):
         select_split(records, "test")
+
+
+def test_precision_probe_measures_both_precisions_on_the_runs_settings(tiny_llama):
+    from peagle_lab.train import precision_probe
+
+    model = tiny_llama(hidden=32, layers=4)
+    seqs = tiny_sequences(model, n=3)
+    probe = precision_probe(tiny_cfg(), model, seqs, rounds=2)
+    assert probe["float32"] > 0 and probe["bfloat16"] > 0 and probe["rounds"] == 2 and probe["batch_tokens"] == 48
