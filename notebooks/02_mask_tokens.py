@@ -1,0 +1,327 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python (peagle-lab)
+#     language: python
+#     name: peagle-lab
+# ---
+
+# %% [markdown]
+# # 02 · Mask tokens: what parallel slots 2..K see
+#
+# P-EAGLE drafts K tokens in **one** forward pass of the drafter. Slot 1 is an ordinary EAGLE slot; slots 2..K
+# are *stand-ins*. This notebook answers:
+#
+# 1. why slots 2..K need stand-ins, and what exactly they are given (a mask token embedding and one shared,
+#    learned hidden state `mask_hidden`);
+# 2. what each slot may attend to, at inference and in training: the training attention mask, drawn;
+# 3. does the choice of stand-in matter? A small experiment: the learned `mask_hidden` against zeros, a copy
+#    of the context hidden state and a frozen random vector; a learned mask embedding against an existing
+#    token's frozen embedding. Each variant is trained briefly on the same data and measured by per-position
+#    acceptance in the real speculative loop.
+
+# %%
+# Parameters come from the environment: PEAGLE_TARGET (default: the embedded SmolLM2-135M-Instruct),
+# PEAGLE_DEVICE (default: cuda if present, else cpu), PEAGLE_CI=1 (small sizes, same code path).
+import os
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch loads: idle threads sleep, not spin (shared CPUs)
+
+import torch
+from peagle_lab import models, settings
+
+TARGET = models.target_name()
+DEVICE = models.pick_device()
+CI = settings.is_ci()
+settings.seed_everything(0)
+print(f"target={TARGET}  device={DEVICE}  ci={CI}")
+
+# %% [markdown]
+# ## Why slots 2..K need stand-ins
+#
+# An EAGLE drafter slot takes two inputs: a **token** and a **hidden state** from the target. With the EAGLE
+# shift, slot `t` holds token `x[t+1]` and the target's fused taps `fc(h_t)` at position `t`. At the end of a
+# round the target has committed `x_0 .. x_n` (`x_n` is its bonus token), so the last context slot holds
+# `(x_n, fc(h_{n-1}))` and its output is draft 1, the guess for `x_{n+1}`.
+#
+# For draft 2 an autoregressive (EAGLE-3) drafter would feed draft 1 and its own hidden state back in: a
+# second forward pass. To get draft 2..K *from the same pass*, their slots must be filled before any draft
+# exists. Neither input is available:
+#
+# - the **token** of slot j would be draft j-1, not yet drafted;
+# - the **hidden state** would be the target's `h` at a position the target has not run yet.
+#
+# P-EAGLE fills them with a **mask token** (one embedding row, learned) and **one shared hidden state**
+# `mask_hidden` (a learned 3H vector, passed through `fc` like real taps). Positions still advance
+# (`start + j`), so the rotary embedding tells the slots apart, and causal attention lets slot j read the whole
+# context and the mask slots before it. Everything a deep slot knows about *which* token to guess comes
+# through attention to the context: the stand-ins only say "I am slot j".
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+from peagle_lab.drafter import PEagleConfig, PEagleDrafter
+from peagle_lab.speculative import HeadDrafter, Sampling
+from peagle_lab.taps import target_forward
+from peagle_lab.train import pick_mask_token_id
+
+model, tokenizer = models.load_target(TARGET, device=DEVICE, dtype=torch.float32)
+
+# %%
+# NBVAL_CHECK_OUTPUT
+MASK_ID = pick_mask_token_id(tokenizer)
+print(f"mask token: id {MASK_ID} = {tokenizer.convert_ids_to_tokens(MASK_ID)!r} "
+      "(a special token that never occurs in chat text)")
+
+committed = tokenizer("def add(a, b):\n    return", add_special_tokens=False)["input_ids"]
+n, K = len(committed) - 1, 4  # drafter context slots 0..n-1; draft K tokens
+show = lambda i: repr(tokenizer.decode([i]))
+print(f"\n{'slot':>4} {'pos':>4}  {'input token':<16} {'hidden':<17} {'attends to':<14} output")
+for t in range(n):
+    out = f"draft 1 (x_{n + 1})" if t == n - 1 else "(context)"
+    print(f"{t:>4} {t:>4}  {show(committed[t + 1]):<16} {f'fc(h_{t})':<17} {f'slots 0..{t}':<14} {out}")
+for j in range(2, K + 1):
+    s = n - 2 + j
+    print(f"{s:>4} {s:>4}  {'<mask>':<16} {'fc(mask_hidden)':<17} {f'slots 0..{s}':<14} draft {j} (x_{n + j})")
+
+# %% [markdown]
+# The same round as tensors: one forward pass of `n + K - 1` slots, and the K drafts are the argmax of its
+# last K rows. (The head is untrained here: the drafts are not good, the mechanics are exact.)
+# `HeadDrafter.propose` in `peagle_lab.speculative` is the code that does this in the loop.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+torch.manual_seed(0)
+cfg = PEagleConfig.from_target(model.config, mask_token_id=MASK_ID, num_speculative_tokens=K)
+head = PEagleDrafter(cfg).init_from_target(model).to(DEVICE).eval()
+ids = torch.tensor([committed], device=DEVICE)
+with torch.no_grad():
+    taps = target_forward(model, ids, cfg.aux_hidden_state_layer_ids, use_cache=False).taps[0, :n]
+    inp = torch.cat([ids[0, 1:], torch.full((K - 1,), MASK_ID, device=DEVICE)])[None]
+    hidden = torch.cat([head.fuse(taps), head.mask_slot_hidden()[0].expand(K - 1, -1)])[None]
+    logits, _ = head(inp, hidden, torch.arange(n + K - 1, device=DEVICE)[None])
+drafts, _ = HeadDrafter(head, "parallel").propose(ids[0, 1:].tolist(), taps, 0, K, Sampling(), None)
+print(f"taps h_0..h_{n - 1}: {tuple(taps.shape)} (3 x {model.config.hidden_size})")
+print(f"one forward pass: input_ids {tuple(inp.shape)}, hidden {tuple(hidden.shape)} -> logits {tuple(logits.shape)}")
+mine = head.draft_to_target_ids()[logits[0, n - 1:].argmax(-1)]
+print("K drafts = argmax of the last K rows, as HeadDrafter.propose drafts them:", mine.tolist() == drafts.tolist())
+
+# %% [markdown]
+# ## What a slot may see, in training
+#
+# Training must show every slot exactly what it will see at inference, for many rounds at once. A training
+# **element** `(a, d)` is "anchor `a`, depth `d`": a round whose last context slot is `a` (it holds
+# `x[a+1]`, `fc(h_a)`), and its draft slot `d` (depth 0 = draft 1). It sits at position `a + d` and learns the
+# target's greedy token at `a + d + 1`.
+#
+# At inference, slot `d` of the round after anchor `a` attends to the context slots `0..a` (the drafter's KV
+# cache) and to the mask slots `1..d` of its own round. So in training, `(a, d)` may attend to
+#
+# - the **depth-0 elements with anchor ≤ a** of the same sequence (the context), and
+# - the elements of **its own rollout**: `(a, d')` with `d' ≤ d`.
+#
+# `peagle_lab.train` computes the elements depth by depth through one drafter KV cache: depth 0 for every
+# position of the row, then depth 1 for the anchors, and so on, with this mask passed explicitly
+# (`training_mask`). Several sequences share a row: elements never see another sequence, positions restart.
+# COD keeps all anchors at depth 0 and fewer at each deeper depth (nested: a rollout kept at depth d exists at
+# every depth before it), which makes training K depths much cheaper than K times one depth.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+import matplotlib.pyplot as plt
+
+from peagle_lab.train import full_training_mask, plan_row
+
+def toy(T, prompt_len, start=0):
+    return dict(input_ids=torch.arange(start, start + T), labels=torch.arange(T), taps=torch.zeros(T, 3),
+                prompt_len=prompt_len)
+
+plan1 = plan_row([toy(7, 2)], num_depths=3, ratio=1.0, min_ratio=1.0)  # one sequence, every anchor
+mask1, el1 = full_training_mask(plan1)
+plan2 = plan_row([toy(9, 3), toy(7, 2)], num_depths=4, ratio=0.7, min_ratio=0.3,
+                 generator=torch.Generator().manual_seed(0))  # two packed sequences, COD
+mask2, el2 = full_training_mask(plan2)
+
+print("one sequence (T=7, prompt of 2 tokens): elements per depth", [len(d.g) for d in plan1.depths])
+q = el1.index((0, 2, 2))
+print("(a=2, d=2) attends to", [(a, d) for (s, a, d), m in zip(el1, mask1[q]) if m])
+
+def rule(s, a, d, ks, ka, kd):
+    return ks == s and ((kd == 0 and ka <= a) or (kd > 0 and ka == a and kd <= d))
+for name, m, el in (("one sequence", mask1, el1), ("two packed sequences + COD", mask2, el2)):
+    ok = all(bool(m[i, j]) == rule(*el[i], *el[j]) for i in range(len(el)) for j in range(len(el)))
+    cross = any(bool(m[i, j]) for i in range(len(el)) for j in range(len(el)) if el[i][0] != el[j][0])
+    print(f"{name}: mask equals the rule: {ok}; any element sees another sequence: {cross}")
+print("two packed sequences, COD 0.7 / min 0.3: elements per depth", [len(d.g) for d in plan2.depths])
+
+fig, axes = plt.subplots(1, 2, figsize=(13, 6))
+for ax, m, el, title in ((axes[0], mask1, el1, "one sequence, all anchors"),
+                         (axes[1], mask2, el2, "two packed sequences, COD")):
+    ax.imshow(m.numpy(), cmap="Greens", interpolation="nearest")
+    lab = [f"{'s%d ' % s if title.startswith('two') else ''}{a},{d}" for s, a, d in el]
+    ax.set_xticks(range(len(el)), lab, rotation=90, fontsize=7)
+    ax.set_yticks(range(len(el)), lab, fontsize=7)
+    ax.set_xlabel("key element (a, d)")
+    ax.set_ylabel("query element (a, d)")
+    ax.set_title(f"training mask: {title}")
+    ends = [i + 0.5 for i in range(len(el) - 1) if el[i][2] != el[i + 1][2]]
+    for e in ends:
+        ax.axhline(e, color="k", lw=0.5)
+        ax.axvline(e, color="k", lw=0.5)
+plt.tight_layout()
+plt.show()
+
+# %% [markdown]
+# Read the left picture by rows. The first block (depth 0) is plain causal attention. In the depth-1 block, row
+# `(a, 1)` sees the depth-0 columns up to `a` and exactly one depth-1 column, its own; row `(a, 2)` sees
+# its own `(a, 1)` and `(a, 2)` as well: a small staircase per rollout. That row is the causal view of slot
+# `d + 1` in the one-pass draft after anchor `a`, which is why a trained head can draft at inference exactly
+# as it was trained (`tests/test_training.py` checks the logits are equal).
+#
+# ## The experiment: which stand-in?
+#
+# Five variants, trained the same way (same data, seed, steps; parallel mode, one drafter layer):
+#
+# | variant | token embedding of slots 2..K | hidden state of slots 2..K |
+# |---|---|---|
+# | **learned** (P-EAGLE) | learned mask row | `fc(mask_hidden)`, `mask_hidden` learned |
+# | zeros | learned mask row | zeros (frozen) |
+# | copy of h_context | learned mask row | `fc(h_a)`: the anchor's own fused hidden, copied |
+# | random | learned mask row | `fc(r)`, `r` a frozen random vector |
+# | frozen mask embedding | an existing token's embedding, frozen | `fc(mask_hidden)`, learned |
+#
+# Everything else (the drafter layer, `fc`, norm, LM head) is trained in every variant. The measure is the
+# per-position acceptance in the real speculative loop on HumanEval prompts: `P(slot j accepted | slots
+# before j accepted)`, greedy, every output checked against plain greedy decoding.
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+from peagle_lab.data import distilled_records
+from peagle_lab.prompts import humaneval_prompts
+from peagle_lab.settings import results_dir
+from peagle_lab.train import TrainConfig, evaluate_head, final_accuracy, prepare_sequences, train_head
+
+N_SEQ = settings.pick(128, 16)  # self-distilled training sequences
+STEPS = settings.pick(24, 4)  # optimizer steps per variant
+BATCH_TOKENS = settings.pick(1024, 256)
+KD = settings.pick(8, 4)  # depths trained and drafted
+N_PROMPTS, MAX_NEW = settings.pick(4, 1), settings.pick(64, 24)
+
+records = distilled_records(model, tokenizer, N_SEQ, TARGET)
+seqs = prepare_sequences(model, records, features_dir=results_dir() / "features" / TARGET, progress=False)
+print(f"{len(seqs)} sequences, {sum(len(s['input_ids']) for s in seqs):,} tokens; "
+      f"{STEPS} steps x ~{BATCH_TOKENS} tokens per variant; K={KD}")
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+import time
+
+VARIANTS = {
+    "learned": dict(mask_hidden="learned", mask_embedding="learned"),
+    "zeros": dict(mask_hidden="zeros", mask_embedding="learned"),
+    "copy of h_context": dict(mask_hidden="context", mask_embedding="learned"),
+    "random": dict(mask_hidden="random", mask_embedding="learned"),
+    "frozen mask embedding": dict(mask_hidden="learned", mask_embedding="frozen"),
+}
+common = dict(mode="parallel", num_depths=KD, layers=1, draft_vocab_size=8192, steps=STEPS,
+              warmup_steps=max(STEPS // 6, 1), lr=2e-3, batch_tokens=BATCH_TOKENS, row_tokens=512,
+              mask_token_id=MASK_ID, save_every=0, seed=0, target=TARGET)
+runs = {}
+for name, v in VARIANTS.items():
+    settings.seed_everything(0)
+    t0 = time.perf_counter()
+    runs[name] = train_head(TrainConfig(**common, **v), model, seqs, tokenizer=tokenizer, progress=False,
+                            verbose=False)
+    acc = final_accuracy(runs[name].log, last=max(STEPS // 4, 1))
+    print(f"{name:22s} {time.perf_counter() - t0:5.0f} s  final loss {runs[name].log[-1]['loss']:.3f}  "
+          f"train accuracy per depth {acc}")
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+prompts = humaneval_prompts(N_PROMPTS)
+reference = {}  # plain greedy outputs, computed once and shared by every variant
+evals = {name: evaluate_head(model, tokenizer, r.head.to(DEVICE), prompts, ks=(KD,), max_new_tokens=MAX_NEW,
+                             reference=reference, progress=False)
+         for name, r in runs.items()}
+print(f"{'variant':22s} acceptance length (K={KD})   per-position acceptance")
+for name, e in evals.items():
+    pp = " ".join("  - " if x is None else f"{x:.2f}" for x in e["per_position_acceptance"][KD])
+    print(f"{name:22s} {e['acceptance_length'][KD]:6.3f}                      {pp}")
+
+# %%
+# NBVAL_CHECK_OUTPUT
+print("every speculative output identical to plain greedy:", all(e["lossless"] for e in evals.values()))
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+import math
+
+fig, axes = plt.subplots(1, 2, figsize=(13, 4.5))
+for name, e in evals.items():
+    pp = [math.nan if x is None else x for x in e["per_position_acceptance"][KD]]  # None: never reached
+    axes[0].plot(range(1, KD + 1), pp, marker="o", label=f"{name} (AL {e['acceptance_length'][KD]:.2f})")
+    acc = final_accuracy(runs[name].log, last=max(STEPS // 4, 1))
+    axes[1].plot(range(1, len(acc) + 1), acc, marker="o", label=name)
+axes[0].set(xlabel="draft slot j", ylabel="P(slot j accepted | slots < j accepted)",
+            title=f"per-position acceptance, HumanEval, K={KD}")
+axes[1].set(xlabel="draft slot (depth + 1)", ylabel="top-1 accuracy", title="training accuracy per depth (last steps)")
+for ax in axes:
+    ax.set_xticks(range(1, KD + 1))
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+plt.tight_layout()
+plt.show()
+
+# %% [markdown]
+# ## What the run says
+#
+# The text below is written from the numbers this run measured (it changes when they do). Two things to keep in
+# mind: these heads were trained for minutes on a CPU, so differences of a few hundredths are noise; and
+# per-position acceptance of slot 1 is the same mechanism in every variant (slot 1 is an ordinary EAGLE slot),
+# so the stand-ins show up from slot 2 on.
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+from IPython.display import Markdown, display
+
+al = {name: e["acceptance_length"][KD] for name, e in evals.items()}
+# slots never reached count as 0
+deep = {name: sum(x or 0.0 for x in e["per_position_acceptance"][KD][1:]) / (KD - 1) for name, e in evals.items()}
+ranked = sorted(al, key=al.get, reverse=True)
+best, worst = ranked[0], ranked[-1]
+spread = al[best] - al[worst]
+NOISE = 0.05
+lines = [f"- Acceptance length at K={KD}: " + ", ".join(f"**{n}** {al[n]:.2f}" for n in ranked) + "."]
+if spread < NOISE:
+    lines.append(f"- All variants lie within {spread:.2f} of each other: at this training size the choice of "
+                 "stand-in does not show; the deep slots are limited by how little the drafter was trained.")
+else:
+    lines.append(f"- Best: **{best}**, {spread:.2f} above the worst (**{worst}**).")
+    gap = al["learned"] - max(al[n] for n in al if n != "learned")
+    if gap > NOISE:
+        lines.append(f"- The learned `mask_hidden` wins by {gap:.2f}: a trained stand-in beats fixed ones here.")
+    elif gap >= -NOISE:
+        lines.append("- The learned `mask_hidden` is level with the best fixed stand-in (within "
+                     f"{NOISE}): here training the shared hidden state bought little.")
+    else:
+        lines.append(f"- The learned `mask_hidden` is {-gap:.2f} below **{best}** in this run.")
+emb = al["learned"] - al["frozen mask embedding"]
+lines.append(f"- Learned vs frozen mask embedding: {al['learned']:.2f} vs {al['frozen mask embedding']:.2f} "
+             + ("(the learned row helps)." if emb > NOISE else "(the frozen row hurts nothing here)."
+                if emb >= -NOISE else "(the frozen existing token did better in this run)."))
+lines.append(f"- Deep slots (2..{KD}), mean conditional acceptance (a slot never reached counts 0): "
+             + ", ".join(f"{n} {deep[n]:.2f}" for n in sorted(deep, key=deep.get, reverse=True)) + ".")
+display(Markdown("\n".join(lines)))
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+from peagle_lab import report
+
+for name, e in evals.items():
+    report.record(f"acceptance_length_k{KD}_{name.replace(' ', '_')}", e["acceptance_length"][KD])
+report.record("mask_variants_lossless", all(e["lossless"] for e in evals.values()));
