@@ -238,10 +238,16 @@ def _save_shard(records: list[dict], path: Path, metadata: dict) -> None:
         if key in records[0]:
             tensors[key] = torch.cat([r[key] for r in records]).contiguous()
     tmp = path.with_name(path.name + PARTIAL_SUFFIX)
-    # One metadata key: safetensors writes several in a random order, and shards must be byte-reproducible.
-    save_file(tensors, str(tmp), metadata={FORMAT: json.dumps(metadata, sort_keys=True)})
-    with open(tmp, "rb+") as f:
-        os.fsync(f.fileno())
+    try:
+        # One metadata key: safetensors writes several in a random order, and shards must be byte-reproducible.
+        save_file(tensors, str(tmp), metadata={FORMAT: json.dumps(metadata, sort_keys=True)})
+        with open(tmp, "rb+") as f:
+            os.fsync(f.fileno())
+    except (OSError, RuntimeError) as e:  # safetensors reports a failed write as either
+        tmp.unlink(missing_ok=True)
+        raise PeagleError(f"Could not write {path.name} in {path.parent} ({e}): the disk may be full. Fix: free "
+                          "space, then run the same extraction again: the complete shards are kept, this one is "
+                          "redone.") from e
     from .atomic import umask
 
     os.chmod(tmp, 0o666 & ~umask())

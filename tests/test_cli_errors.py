@@ -70,3 +70,21 @@ def test_prompt_longer_than_the_context_is_refused(tmp_path, tiny_llama, byte_to
                "--max-new-tokens", "8", "--device", "cpu", "--dtype", "float32"])
     err = capsys.readouterr().err
     assert rc == 2 and "context" in err and "shorten" in err
+
+
+def test_training_on_data_distilled_from_another_target_is_refused(tmp_path, tiny_llama, byte_tokenizer, capsys):
+    import json
+
+    model = tiny_llama(hidden=32, layers=4, vocab=len(byte_tokenizer))
+    model.save_pretrained(tmp_path / "target")
+    byte_tokenizer.save_pretrained(tmp_path / "target")
+    data = tmp_path / "distilled.jsonl"
+    meta = {"format": "peagle-lab-distill", "version": 1, "target": "another-model",
+            "target_fingerprint": "0123456789abcdef", "max_new_tokens": 8, "system": None, "decoding": "greedy"}
+    data.write_text(json.dumps({"meta": meta}) + "\n" + json.dumps(
+        {"index": 0, "prompt_sha": "x", "prompt_len": 2, "input_ids": [5, 6, 7, 8], "finished": True}) + "\n")
+    rc = main(["train", "--data", str(data), "--out", str(tmp_path / "head"), "--target", str(tmp_path / "target"),
+               "--device", "cpu", "--dtype", "float32", "--steps", "1"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "distilled from another target" in err and "another-model" in err
+    assert not (tmp_path / "head").exists()  # nothing written

@@ -4,6 +4,7 @@ of the disk estimate holds, and bad input fails with the fix."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -291,3 +292,29 @@ def test_real_target_taps_and_greedy_token(smollm2):
                            max_new_tokens=1, do_sample=False)[0, -1]
     assert int(rec["greedy_next"][-1]) == int(first)
     assert torch.equal(rec["taps"], out.taps[0].to(torch.bfloat16))
+
+
+def test_a_full_disk_during_a_shard_write_is_named_and_the_rerun_completes(model, reference, tmp_path,
+                                                                            monkeypatch):
+    import safetensors.torch as st
+
+    out = tmp_path / "full-disk"
+    real, calls = st.save_file, {"n": 0}
+
+    def full_disk(tensors, filename, metadata=None):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            Path(filename).write_bytes(b"the first bytes of a shard")  # what a write cut short leaves
+            raise OSError(28, "No space left on device")
+        return real(tensors, filename, metadata=metadata)
+
+    monkeypatch.setattr(st, "save_file", full_disk)
+    with pytest.raises(PeagleError, match="disk may be full.*run the same extraction again"):
+        _extract(model, _prompts(), out)
+    monkeypatch.setattr(st, "save_file", real)
+    assert sorted(p.name for p in out.iterdir()) == [F.MANIFEST, "shard-00000.safetensors"]  # no partial shard
+    with pytest.raises(PeagleError, match="resume"):
+        F.FeatureDataset(out)
+    result = _extract(model, _prompts(), out)
+    assert (result.shards_skipped, result.shards_written) == (1, 3)
+    assert _files(out) == _files(reference)
