@@ -82,6 +82,27 @@ print("--- the target's answer (first 300 characters) ---")
 print(tokenizer.decode(r["input_ids"][r["prompt_len"]:])[:300])
 
 # %% [markdown]
+# The shipped heads are trained on more: the **scale mix** (`data/prompts/scale.jsonl`, written for this project:
+# code writing, completion from a signature and docstring, explanation, chat, short reasoning, multi-turn), whose
+# 5% held-out split is never trained on and measures acceptance on unseen prompts of the same kinds.
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+from collections import Counter
+
+from peagle_lab.data import select_split
+from peagle_lab.prompts import load_scale_records
+
+scale_path = path.with_name(path.stem + "-scale.jsonl")
+_, scale = read_distilled(scale_path)
+mix = load_scale_records()
+train_part, held = select_split(scale, "train")
+print(f"{scale_path.name}: {len(scale):,} of {len(mix):,} prompts answered, "
+      f"{sum(len(r['input_ids']) for r in scale):,} tokens, {scale_path.stat().st_size / 1e6:.1f} MB; "
+      f"{len(train_part):,} train / {held:,} held-out")
+print("prompt kinds:", dict(Counter(m["category"] for m in mix)))
+
+# %% [markdown]
 # ## 2 · Draft vocabulary
 #
 # The head's LM head only needs the tokens the target actually produces: a smaller output layer is cheaper to
@@ -113,8 +134,10 @@ for size in (1024, 2048, 4096, 8192, 16384, V):
 # the frozen target per sequence, computed once and kept (here in a cache of `features.py` shards under
 # `$PEAGLE_RESULTS/features/`: both notebooks and both heads reuse it).
 #
-# A packed row holds several sequences. Its depth-0 elements are all its positions; depth d keeps the COD
-# sample of the anchors (response positions), each predicting the target's token `d + 1` steps ahead.
+# A packed row holds several sequences. Its depth-0 elements are all its positions; depth d keeps a COD sample of
+# the anchors (response positions), each predicting the target's token `d + 1` steps ahead. COD, *conditional
+# drop-token* sampling (from PARD), keeps every anchor at depth 0 and a shrinking share deeper (70%, 49%, ...,
+# never under 20%), each deeper set drawn from the one above: the deep slots cost a fraction of the compute.
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -138,10 +161,15 @@ print(f"depth 0 trains {int(plan.depths[0].loss.sum())} anchors (response positi
 # ## 4 · Training
 #
 # `peagle_lab.train.Trainer` (and `peagle-lab train` on the command line): AdamW, linear warm-up then cosine
-# decay, gradient clipping, gradient accumulation over packed rows, fp32 on the CPU (bf16 autocast on a GPU),
-# checkpoints (the head directory plus optimizer, step, data cursor and RNG state, written atomically) and
-# resume, a time budget that stops cleanly and saves. The same code runs under `accelerate launch` /
-# `torchrun` on several GPUs.
+# decay, gradient clipping, gradient accumulation over packed rows, bf16 autocast where the hardware multiplies
+# bf16 natively (a GPU, or a CPU with AMX / AVX512-BF16) and fp32 elsewhere, checkpoints (the head directory plus
+# optimizer, step, data cursor and RNG state, written atomically) and resume, a time budget that stops cleanly
+# and saves. The same code runs under `torchrun` / `accelerate launch` on several processes (README: "Several
+# processes").
+#
+# Expect the loss to **start above ln(8192) = 9.0**, the loss of a uniform guess over the draft vocabulary: the
+# head starts with the target's own lm_head and final norm, which turn the untrained fused hidden state into a
+# confident distribution, and a confident wrong guess costs more than a uniform one.
 #
 # To show resume, the run below is interrupted halfway (`stop_after`) and a fresh `Trainer` continues it
 # from the checkpoint: the result is the same state an uninterrupted run reaches (a unit test pins that).
@@ -171,6 +199,8 @@ print("training state:", sorted(p.name for p in (OUT / "checkpoint").iterdir()))
 
 # %%
 # NBVAL_IGNORE_OUTPUT
+import math
+
 import matplotlib.pyplot as plt
 
 log = res.log
@@ -188,6 +218,21 @@ axes[2].set(xlabel="draft slot (depth + 1)", ylabel="top-1 accuracy", title="acc
 plt.tight_layout()
 plt.show()
 print("per-depth accuracy at the end:", acc)
+print(f"loss at step 1: {log[0]['loss']:.2f} (ln 8192 = {math.log(8192):.2f})")
+
+# %% [markdown]
+# What was trained: one decoder layer whose attention reads `[embedding, fused hidden]` (2H), the `fc` that fuses
+# the three taps, `mask_hidden`, the mask token's embedding row, and the final norm and lm_head over the draft
+# vocabulary. The embedding table itself is the target's and is not counted as the head's.
+
+# %%
+head = res.head
+print(head)
+own = {n: p.numel() for n, p in head.named_parameters() if n != "embed_tokens.weight"}
+print(f"\n{sum(own.values()) / 1e6:.2f} M parameters of its own (embedding table of "
+      f"{head.embed_tokens.weight.numel() / 1e6:.1f} M shared with the target, one row learned):")
+for name, n in own.items():
+    print(f"  {name:45s} {n:>10,}")
 
 # %% [markdown]
 # A few minutes on a CPU teach the head little: slot 1 starts to work, the deep slots barely. The shipped heads
@@ -196,7 +241,10 @@ print("per-depth accuracy at the end:", acc)
 # ## 5 · The shipped heads
 #
 # `data/heads/smollm2-135m-peagle` (P-EAGLE: parallel, trained for K=8) and `data/heads/smollm2-135m-eagle3`
-# (EAGLE-3 style: sequential training-time test) were trained by the command in their `TRAINING.md`, on the
+# (EAGLE-3 style, trained with the *training-time test*: during training the head is unrolled over its own
+# outputs exactly as at inference, depth d reading the head's own state from depth d-1 instead of the target's
+# features, so it learns to keep drafting from its own imperfect guesses) were trained by the command in their
+# `TRAINING.md`, on the
 # same distilled data with the same wall-time budget. Both are small: bf16 weights, a draft vocabulary, and the
 # mask embedding stored as one row (the other rows are the target's).
 

@@ -1023,7 +1023,7 @@ def write_training_record(out_dir, record: dict) -> None:
     """``training.json`` (everything) and ``TRAINING.md`` (the same for people) in the head directory."""
     out_dir = Path(out_dir)
     write_json(out_dir / "training.json", record, indent=2)
-    c, ev = record["config"], record.get("eval") or {}
+    c = record["config"]
     what = "P-EAGLE: slots 2..K are mask slots" if c["mode"] == "parallel" else "EAGLE-3 training-time test"
     m = record["machine"]
     lines = [f"# {out_dir.name}: {c['mode']} drafter head for {c['target']}", "",
@@ -1033,7 +1033,9 @@ def write_training_record(out_dir, record: dict) -> None:
              f"trained for K={c['num_depths']}, {c['layers']} drafter layer(s), mask_hidden={c['mask_hidden']}, "
              f"mask embedding={c['mask_embedding']}, mask token id {record['mask_token_id']}",
              f"- data: {record['data']['sequences']} self-distilled sequences ({record['data']['tokens']:,} tokens, "
-             f"{record['data']['response_tokens']:,} response tokens) from `{record['data']['file']}`",
+             f"{record['data']['response_tokens']:,} response tokens) from `{record['data']['file']}`"
+             + (f", split `{record['data']['split']}` ({record['data'].get('left_out', 0)} held-out records left "
+                "out)" if record["data"].get("split") else ""),
              f"- draft vocabulary: {record['draft_vocab']['size']} ids, covering "
              f"{100 * record['draft_vocab']['coverage']:.2f}% of the training labels",
              f"- {record['steps_done']} optimizer steps x ~{c['batch_tokens']} tokens, lr {c['lr']} (warm-up "
@@ -1041,14 +1043,40 @@ def write_training_record(out_dir, record: dict) -> None:
              f"{c['cod_min_ratio']}",
              f"- training time {record['train_time_s']:.0f} s (budget {c['time_budget_s']}), feature preparation "
              f"{record['feature_time_s']:.0f} s, stopped by {record['stopped_by']}",
-             f"- machine: {m['cpu']}, {m['cpu_count']} cores (load average {m.get('load_average_1m')}), torch "
+             *([f"- tokens seen: {record['tokens_seen']:,} ({record['tokens_per_s']:.0f} tokens/s), precision "
+                f"{record['autocast']} (`--autocast {c.get('autocast', 'auto')}`)"] if record.get("tokens_seen") else []),
+             *([f"- training tokens/s measured side by side on this run's data: float32 "
+                f"{record['precision_probe']['float32']:.0f}, bf16 autocast {record['precision_probe']['bfloat16']:.0f}"]
+               if record.get("precision_probe") else []),
+             *([f"- features: {record['features']['source']}, {record['features']['seconds']:.0f} s"]
+               if record.get("features") else []),
+             f"- machine: {m['cpu']} (host {m.get('host')}), {m['cpu_count']} cores (load average "
+             f"{m.get('load_average_1m')} at the end), torch "
              f"threads {m['torch_threads']}, cuda {m['cuda']}, torch {m['torch']}",
              f"- final per-depth train accuracy (mean of the last 10 steps): {record['final_train_accuracy']}", ""]
     if record.get("note"):
         lines[-1:-1] = [f"- note: {record['note']}"]
-    if ev:
-        lines += ["## Evaluation (HumanEval prompts, greedy, outputs identical to plain greedy)", "",
-                  f"{ev['prompts']} prompts x up to {ev['max_new_tokens']} new tokens, mode {ev['mode']}.", "",
+    if record.get("history"):
+        cum = record.get("cumulative") or {}
+        lines += ["## History", "", f"Continued (`--init-from`) from earlier runs; {record.get('warm_restart')}. "
+                  f"Cumulative over {cum.get('runs')} runs: {cum.get('tokens_seen')} tokens seen, "
+                  f"{cum.get('steps')} steps, {cum.get('train_time_s')} s of training.", "",
+                  "| run | data | tokens seen | steps | training s | precision | host |", "|---|---|---|---|---|---|---|"]
+        for h in record["history"]:
+            lines.append(f"| {h.get('head')} | {h.get('data')} | {h.get('tokens_seen')} | {h.get('steps')} | "
+                         f"{h.get('train_time_s')} | {h.get('autocast')} | {h.get('host')} |")
+        lines.append("")
+    for key in ("eval", "eval_val"):
+        ev = record.get(key) or {}
+        if not ev:
+            continue
+        where = ev.get("prompt_set", "HumanEval prompts")
+        same = ("outputs identical to plain greedy" if ev.get("lossless") is True else
+                f"{ev.get('dtype')}: every output identical to plain greedy or diverging only at a near-tie "
+                f"({len(ev.get('divergences') or [])} divergences)")
+        lines += [f"## Evaluation: {where} (greedy, {same})", "",
+                  f"{ev['prompts']} prompts x up to {ev['max_new_tokens']} new tokens, mode {ev['mode']}, target "
+                  f"{ev.get('dtype')}.", "",
                   "Per-position acceptance: P(slot j accepted | slots before j accepted); '-' = slot never reached.",
                   "", "| K | acceptance length | per-position acceptance |", "|---|---|---|"]
         for k, al in ev["acceptance_length"].items():
