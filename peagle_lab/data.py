@@ -29,7 +29,8 @@ FORMAT = "peagle-lab-distill"
 VERSION = 1
 GEN_KW: dict = {}
 MAX_SEQ_LEN = 1024  # training reads at most this many tokens of a sequence (prompt + response)
-_RESUME_KEYS = ("target_fingerprint", "max_new_tokens", "system")
+# the target's identity (target_identity, or in files from before it the exact target_fingerprint), plus these
+_RESUME_KEYS = ("max_new_tokens", "system")
 
 
 def prompt_sha(prompt) -> str:
@@ -139,7 +140,7 @@ def distill(model, tokenizer, prompts: list, out_path, max_new_tokens: int = 160
     from tqdm.auto import tqdm
 
     from . import validate
-    from .features import target_fingerprint
+    from .features import target_fingerprint, target_identity
     from .prompts import chat_ids, record_messages
 
     validate.positive_int(batch_size, "batch_size", "--batch-size")
@@ -150,12 +151,16 @@ def distill(model, tokenizer, prompts: list, out_path, max_new_tokens: int = 160
     eos_ids = {int(eos)} if isinstance(eos, int) else {int(e) for e in eos}
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(eos_ids)
     meta = dict(format=FORMAT, version=VERSION, target=target or str(getattr(model.config, "_name_or_path", "")),
-                target_fingerprint=target_fingerprint(model), max_new_tokens=max_new_tokens, system=system,
+                target_fingerprint=target_fingerprint(model), target_identity=target_identity(model),
+                max_new_tokens=max_new_tokens, system=system,
                 decoding="greedy", chat_template=True)
     done: dict[int, dict] = {}
     if out_path.exists():
         old_meta, old = read_distilled(out_path)
         diff = {k: (old_meta.get(k), meta[k]) for k in _RESUME_KEYS if old_meta.get(k) != meta[k]}
+        who = "target_identity" if old_meta.get("target_identity") else "target_fingerprint"
+        if old_meta.get(who) != meta[who]:  # an old file made by a bf16 copy of the same target is refused too
+            diff[who] = (old_meta.get(who), meta[who])
         if diff:
             raise PeagleError(f"{out_path} holds sequences made with other settings {diff}. Fix: write to another "
                               "file, or delete it to start over.")

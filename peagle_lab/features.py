@@ -219,6 +219,15 @@ def target_fingerprint(model) -> str:
     return h.hexdigest()[:16]
 
 
+def target_identity(model) -> str:
+    """Like :func:`target_fingerprint`, but the same whatever dtype the target was loaded in (the tensors are
+    rounded to bfloat16 first): which model, not which copy. Training checks data and heads with it."""
+    h = hashlib.sha256()
+    for t in (model.get_input_embeddings().weight[:8], model.model.norm.weight):
+        h.update(t.detach().to(torch.bfloat16).float().cpu().numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
 def _write_json_atomic(path: Path, obj) -> None:
     from .atomic import write_json
 

@@ -563,7 +563,7 @@ class Trainer:
         self.out_dir = Path(out_dir) if out_dir else None
         self.state_dir = Path(state_dir) if state_dir else (self.out_dir / "checkpoint" if self.out_dir else None)
         self.progress, self.verbose = progress, verbose
-        from .features import target_fingerprint
+        from .features import target_identity
         from .precision import resolve_dtype
 
         self.acc = _make_accelerator(cfg, next(model.parameters()).device)
@@ -573,7 +573,7 @@ class Trainer:
         check_world_size(cfg, world)
         # bf16 autocast where the hardware multiplies bf16 natively (CUDA, AMX, AVX512-BF16); fp32 elsewhere
         self.autocast = resolve_dtype(cfg.autocast, self.device, warn=verbose)
-        self.fingerprint = target_fingerprint(model)
+        self.fingerprint = target_identity(model)  # the same for the fp32 and the bf16 copy of a target
         source = self._init_source(model) if cfg.init_from else None
         if source is not None:
             if cfg.mask_token_id is not None and cfg.mask_token_id != source.config.mask_token_id:
@@ -1097,6 +1097,26 @@ def final_accuracy(log: list[dict], last: int = 10) -> list[float | None]:
     return out
 
 
+def check_data_target(meta: dict, model, path) -> None:
+    """Refuse distilled data whose meta names another target. ``target_identity`` does not depend on the dtype
+    the target was loaded in; files written before it existed carry only the exact ``target_fingerprint``, which
+    is comparable only with a float32 copy of the target (a bf16 copy has other bits), so they are checked then."""
+    from .features import target_fingerprint, target_identity
+
+    if meta.get("target_identity"):
+        ok, theirs, mine = meta["target_identity"] == target_identity(model), meta["target_identity"], \
+            target_identity(model)
+    elif meta.get("target_fingerprint") and next(model.parameters()).dtype == torch.float32:
+        ok, theirs, mine = meta["target_fingerprint"] == target_fingerprint(model), meta["target_fingerprint"], \
+            target_fingerprint(model)
+    else:
+        return
+    if not ok:
+        raise PeagleError(f"{path} was distilled from another target (fingerprint {theirs}, this target {mine}, "
+                          f"{meta.get('target')!r}). Fix: train with the target it was distilled from (--target), "
+                          "or distill again with this one.")
+
+
 def register_cli(sub):
     from .cli import add_target_options
 
@@ -1154,7 +1174,6 @@ def register_cli(sub):
 def _run_cli(args):
     from .cli import load_cli_target
     from .data import read_distilled, select_split
-    from .features import target_fingerprint
     from .models import target_name
     from .settings import display_path, seed_everything
 
@@ -1192,10 +1211,7 @@ def _run_cli(args):
     meta, records = read_distilled(args.data)
     records, held_out = select_split(records, args.split)
     model, tok, _ = load_cli_target(args)
-    if meta.get("target_fingerprint") and meta["target_fingerprint"] != target_fingerprint(model):
-        raise PeagleError(f"{args.data} was distilled from another target (fingerprint {meta['target_fingerprint']}"
-                          f", this target {target_fingerprint(model)}, {meta.get('target')!r}). Fix: train with "
-                          "the target it was distilled from (--target), or distill again with this one.")
+    check_data_target(meta, model, args.data)
     records = records[: args.num_sequences]
     t0 = time.perf_counter()
     seqs = prepare_sequences(model, records, cfg.tap_layers, args.features, max_seq_len=cfg.max_seq_len)

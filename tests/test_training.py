@@ -456,3 +456,24 @@ def test_precision_probe_measures_both_precisions_on_the_runs_settings(tiny_llam
     seqs = tiny_sequences(model, n=3)
     probe = precision_probe(tiny_cfg(), model, seqs, rounds=2)
     assert probe["float32"] > 0 and probe["bfloat16"] > 0 and probe["rounds"] == 2 and probe["batch_tokens"] == 48
+
+
+def test_data_target_check_is_the_same_for_fp32_and_bf16_copies_of_a_target(tiny_llama):
+    from peagle_lab.features import target_fingerprint, target_identity
+    from peagle_lab.train import check_data_target
+
+    model = tiny_llama(hidden=32, layers=4)
+    bf16 = tiny_llama(hidden=32, layers=4).to(torch.bfloat16)
+    other = tiny_llama(hidden=32, layers=4, seed=3)
+    assert target_identity(model) == target_identity(bf16) != target_identity(other)
+    assert target_fingerprint(model) != target_fingerprint(bf16)  # the exact one differs: why identity exists
+    meta = {"target_identity": target_identity(model), "target": "tiny"}
+    check_data_target(meta, model, "d.jsonl")
+    check_data_target(meta, bf16, "d.jsonl")
+    with pytest.raises(PeagleError, match="distilled from another target"):
+        check_data_target(meta, other, "d.jsonl")
+    legacy = {"target_fingerprint": target_fingerprint(model)}
+    check_data_target(legacy, model, "d.jsonl")
+    check_data_target(legacy, bf16, "d.jsonl")  # not comparable in bf16: accepted
+    with pytest.raises(PeagleError, match="distilled from another target"):
+        check_data_target(legacy, other, "d.jsonl")
