@@ -125,16 +125,18 @@ def learning_curve(model, tokenizer, snapshot_dirs, val_prompts, out_path, k: in
 
     out_path = Path(out_path)
     points = json.loads(out_path.read_text())["points"] if out_path.exists() else []
-    have = {p["snapshot"] for p in points}
+    have = {(p["run"], p["snapshot"]) for p in points}
     reference: dict = {}
     dev, dtype = next(model.parameters()).device, next(model.parameters()).dtype
     for d in sorted(Path(s) for s in snapshot_dirs):
-        if d.name in have:
+        owner = d.parent.parent  # HEAD/checkpoint/snapshots/tokens-N, or STATE_DIR/snapshots/tokens-N
+        run = owner.parent.name if owner.name == "checkpoint" else owner.name
+        if (run, d.name) in have:
             continue
         head = PEagleDrafter.from_pretrained(d, target=model, device=dev, dtype=dtype)
         ev = evaluate_head(model, tokenizer, head, val_prompts, ks=(k,), max_new_tokens=max_new_tokens,
                            reference=reference, progress=progress)
-        points.append(dict(snapshot=d.name, run=d.parent.parent.parent.name, mode=head.config.mode,
+        points.append(dict(snapshot=d.name, run=run, mode=head.config.mode,
                            tokens_seen=int(d.name.split("-")[1]), acceptance_length=ev["acceptance_length"][k],
                            per_position=ev["per_position_acceptance"][k]))
         points.sort(key=lambda p: (p["mode"], p["tokens_seen"]))
