@@ -341,7 +341,26 @@ lines.append(f"- Goal for the P-EAGLE head: acceptance length >= {target_al} at 
 display(Markdown("\n".join(lines)))
 
 # %% [markdown]
-# ## 6 · Why is my acceptance length below the paper's?
+# ## 6 · Past one machine
+#
+# The same trainer runs in several processes (DDP through accelerate). Every process walks the same stream of
+# packed rows and COD samples and trains on its share of each step; `--batch-tokens` is the global batch, so two
+# processes follow one process's loss curve (`tests/test_distributed.py` checks that on a CPU with gloo, and that a
+# run saved at one world size resumes at another). On 8 GPUs, for a 7-8B target (hidden 4096, 32 layers):
+#
+# ```bash
+# peagle-lab extract --distilled DATA --split train --out FEATURES/part-train   # once, one process (24 KiB/token)
+# torchrun --nproc_per_node 8 -m peagle_lab.cli train --data DATA --features FEATURES --out HEAD \
+#     --mode parallel -K 8 --layers 1 --draft-vocab-size 32768 --autocast bfloat16 \
+#     --row-tokens 4096 --batch-tokens 65536 --lr 5e-4 --warmup-steps 200 --time-budget 36000 --steps 1000000
+# accelerate launch --multi_gpu --num_processes 8 -m peagle_lab.cli train ...    # the same, through accelerate
+# ```
+#
+# Offline features of an 8B target cost 3 x 4096 x 2 B = 24 KiB per token in bf16 (notebook 01's table: 68k
+# sequences of 1.5k tokens are 2.5 TB), so large runs usually compute them online instead (no `--features`).
+
+# %% [markdown]
+# ## 7 · Why is my acceptance length below the paper's?
 #
 # Because acceptance is bought with data and training, and a CPU buys little of either. Two experiments on this
 # project's own data measure how much each lever moves it (both run from the command line; their results are

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 
 from .atomic import write_json, write_text
@@ -75,7 +76,7 @@ def run_recipe(model, tokenizer, sequences, val_prompts, out_dir, budget_s: floa
             train_acc_depth0=_mean([a[0] for a in acc]), train_acc_depth1=_mean([a[1] for a in acc if len(a) > 1]),
             k=k, acceptance_length=ev["acceptance_length"][k], per_position=ev["per_position_acceptance"][k],
             val_prompts=len(val_prompts), max_new_tokens=max_new_tokens, divergences=len(ev["divergences"]),
-            machine=machine))
+            load_average_1m=round(os.getloadavg()[0], 2), machine=machine))
         write_text(out_dir / RUNS_FILE, "".join(json.dumps(r) + "\n" for r in runs))
         write_text(out_dir / TABLE_FILE, recipe_markdown(runs))
     return runs
@@ -102,12 +103,13 @@ def recipe_markdown(runs: list[dict]) -> str:
              f"at K={r0['k']} on {r0['val_prompts']} held-out prompts x {r0['max_new_tokens']} new tokens. "
              f"Host {m.get('host')}, {m.get('torch_threads')} thread(s), training precision {r0['autocast']}. "
              f"Baseline: {json.dumps(BASELINE)}.", "",
-             "| run | change | steps | tokens seen | tokens/s | train acc d0 / d1 | held-out AL | per position |",
-             "|---|---|---|---|---|---|---|---|"]
+             "| run | change | steps | tokens seen | tokens/s | draft vocab coverage | train acc d0 / d1 | held-out AL "
+             "| per position |", "|---|---|---|---|---|---|---|---|---|"]
     for r in runs:
         pp = ", ".join("-" if x is None else f"{x:.2f}" for x in r["per_position"][:4])
         lines.append(f"| {r['name']} | {json.dumps(r['change']) if r['change'] else '-'} | {r['steps']} | "
-                     f"{r['tokens_seen']:,} | {r['tokens_per_s']:.0f} | {r['train_acc_depth0']} / "
+                     f"{r['tokens_seen']:,} | {r['tokens_per_s']:.0f} | {r['draft_vocab_coverage']:.3f} | "
+                     f"{r['train_acc_depth0']} / "
                      f"{r['train_acc_depth1']} | {r['acceptance_length']:.3f} | {pp} |")
     n = noise(runs)
     if n is not None:
