@@ -315,9 +315,10 @@ print(serving.client_snippet())
 # ## 6 · Timing: with and without speculation
 #
 # Both engines generated the same tokens for the same prompts, one batch each, after a warm-up. Read the ratio, not
-# the absolute numbers, and mind the setting: a 135M-parameter target on a CPU is cheap next to the drafter, so
-# speculation has little to win here (see notebook 04); the published heads were measured on GPUs with 20-120B
-# targets at batch size 1.
+# the absolute numbers, and mind the setting: vLLM's CPU engine runs the target in fp32, where verifying K+1
+# tokens costs 1.6-2.2 decode steps on these CPUs (notebook 04 measures it), so a round must accept about that
+# many tokens before speculation breaks even; the published heads were measured on GPUs with 20-120B targets at
+# batch size 1, where verification costs little more than one decode step.
 
 # %%
 # NBVAL_IGNORE_OUTPUT
