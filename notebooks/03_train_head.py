@@ -266,9 +266,11 @@ for kind, path in SHIPPED.items():
 print()
 for kind, rec in records_.items():
     m = rec["machine"]
-    print(f"{kind:10s} recorded: {rec['train_time_s']:.0f} s of training on {m.get('host')} "
-          f"({rec.get('autocast', 'float32')}, {rec.get('tokens_per_s', 0):.0f} tokens/s), {rec['steps_done']} steps, "
-          f"{rec.get('tokens_seen') or 0:,} tokens seen, {rec['data']['sequences']} sequences")
+    where = f" on {m['host']}" if m.get("host") else ""
+    seen = (f", {rec['tokens_seen']:,} tokens seen ({rec['autocast']}, {rec['tokens_per_s']:.0f} tokens/s)"
+            if rec.get("tokens_seen") else "")
+    print(f"{kind:10s} recorded: {rec['train_time_s']:.0f} s of training{where}, {rec['steps_done']} steps, "
+          f"{rec['data']['sequences']} sequences{seen}")
     for key in ("eval", "eval_val"):
         if rec.get(key):
             ev = rec[key]
@@ -374,26 +376,23 @@ display(Markdown("\n".join(lines)))
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-    from peagle_lab import recipe
+from peagle_lab import recipe
 
-    hosts = sorted(p.parent.name for p in (settings.REPO_ROOT / "data" / "recipe").glob("*/runs.jsonl"))
-    runs = recipe.read_runs(settings.REPO_ROOT / "data" / "recipe" / hosts[-1]) if hosts else []
-    display(Markdown(recipe.recipe_markdown(runs)))
-    if runs:
-        base = next(r for r in runs if r["name"] == "baseline")
-        noise = recipe.noise(runs) or 0.0
-        lines = []
-        for r in sorted(runs, key=lambda r: -r["acceptance_length"]):
-            d = r["acceptance_length"] - base["acceptance_length"]
-            if r["name"].startswith("baseline") or abs(d) <= noise:
-                continue
-            lines.append(f"- **{r['name']}**: {d:+.3f} against the baseline ({r['tokens_seen']:,} tokens seen in "
-                         f"the budget, the baseline {base['tokens_seen']:,})")
-        display(Markdown(f"Differences larger than the baseline's seed-to-seed spread ({noise:.3f}):
-
-"
-                         + ("
-".join(lines) if lines else "- none: at this budget no setting separates from noise")))
+hosts = sorted(p.parent.name for p in (settings.REPO_ROOT / "data" / "recipe").glob("*/runs.jsonl"))
+runs = recipe.read_runs(settings.REPO_ROOT / "data" / "recipe" / hosts[-1]) if hosts else []
+display(Markdown(recipe.recipe_markdown(runs)))
+if runs:
+    base = next(r for r in runs if r["name"] == "baseline")
+    noise = recipe.noise(runs) or 0.0
+    lines = []
+    for r in sorted(runs, key=lambda r: -r["acceptance_length"]):
+        d = r["acceptance_length"] - base["acceptance_length"]
+        if r["name"].startswith("baseline") or abs(d) <= noise:
+            continue
+        lines.append(f"- **{r['name']}**: {d:+.3f} against the baseline ({r['tokens_seen']:,} tokens seen in "
+                     f"the budget, the baseline {base['tokens_seen']:,})")
+    display(Markdown(f"Differences larger than the baseline's seed-to-seed spread ({noise:.3f}):\n\n"
+                     + ("\n".join(lines) if lines else "- none: at this budget no setting separates from noise")))
 
 # %%
 # NBVAL_IGNORE_OUTPUT
