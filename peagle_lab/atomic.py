@@ -49,3 +49,10 @@ def write_text(path, text: str) -> Path:
 
 def write_json(path, obj, indent: int | None = 2, **kw) -> Path:
     return write_text(path, json.dumps(obj, indent=indent, **kw) + "\n")
+
+
+def write_figure(path, fig, dpi: int = 110) -> Path:
+    """A matplotlib figure as PNG, atomically (a reader never sees half an image)."""
+    path = Path(path)
+    atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=dpi, format="png"))
+    return path

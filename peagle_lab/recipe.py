@@ -178,9 +178,9 @@ def plot_curve(points: list[dict], path=None, title: str = ""):
     ax.legend()
     fig.tight_layout()
     if path is not None:
-        from .atomic import atomic_write
+        from .atomic import write_figure
 
-        atomic_write(Path(path), lambda tmp: fig.savefig(tmp, dpi=110, format="png"))
+        write_figure(path, fig)
     return fig
 
 

@@ -173,9 +173,9 @@ def plot_sweep(doc: dict, path=None):
     fig.suptitle(f"vLLM server under load ({host})")
     fig.tight_layout()
     if path is not None:
-        from .atomic import atomic_write
+        from .atomic import write_figure
 
-        atomic_write(Path(path), lambda tmp: fig.savefig(tmp, dpi=110, format="png"))
+        write_figure(path, fig)
     return fig
 
 
