@@ -331,9 +331,11 @@ def extract_features(model, sequences: Sequence, out_dir, tap_layers=None, shard
     bounds = [(i * shard_size, min((i + 1) * shard_size, len(seqs))) for i in range(n_shards)]
     estimate = estimate_bytes(num_tokens, hidden, len(tap_layers), taps_dtype, topk)
     if verbose:
+        from .settings import display_path
+
         per_tok = bytes_per_token(hidden, len(tap_layers), taps_dtype, topk)
         print(f"Extracting {len(seqs):,} sequences, {num_tokens:,} tokens, taps {list(tap_layers)} of a "
-              f"{num_layers}-layer target (H={hidden}) in {n_shards} shard(s) of <= {shard_size} into {out_dir}\n"
+              f"{num_layers}-layer target (H={hidden}) in {n_shards} shard(s) of <= {shard_size} into {display_path(out_dir)}\n"
               f"Disk estimate: {format_bytes(estimate)} = {num_tokens:,} tokens x {per_tok:,} B/token "
               f"({len(tap_layers)} x {hidden} x {_dtype_bytes(taps_dtype)} B {_dtype_name(taps_dtype)} taps + "
               f"int32 id + int32 greedy label" + (f" + top-{topk} logits" if topk else "") + ")"

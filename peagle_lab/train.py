@@ -677,10 +677,12 @@ class Trainer:
                     torch_rng=torch.get_rng_state(), tokens_seen=self.tokens_seen)
 
     def _load_state(self):
+        from .settings import display_path
+
         path = self.state_dir / STATE_FILE if self.state_dir else None
         if path is None or not path.exists():
             if self.verbose:
-                print(f"[train] no state at {path}: starting from step 0")
+                print(f"[train] no state at {display_path(path)}: starting from step 0")
             return
         st = torch.load(path, map_location="cpu", weights_only=False)
         check_resume_config(st.get("config") or {}, asdict(self.cfg), path)
@@ -702,7 +704,7 @@ class Trainer:
             self.log = [r for r in map(json.loads, log_path.read_text().splitlines()) if r["step"] <= self.step]
             write_text(log_path, "".join(json.dumps(r) + "\n" for r in self.log))
         if self.verbose:
-            print(f"[train] resumed from {path} at step {self.step} ({self.elapsed:.0f} s trained)")
+            print(f"[train] resumed from {display_path(path)} at step {self.step} ({self.elapsed:.0f} s trained)")
 
     def save(self):
         if not self.is_main:
