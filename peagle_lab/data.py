@@ -3,7 +3,7 @@
 * :func:`distill` -- the target regenerates the responses to the training prompts (greedy, chat template via
   :func:`peagle_lab.prompts.chat_ids`, batched left-padded generation with a KV cache). A drafter must predict
   what THE TARGET would say next, so its training text should be the target's own text: with responses written
-  by someone else, depth >= 1 slots are almost never accepted (DESIGN.md). Results go to a JSONL file that is
+  by someone else, depth >= 1 slots are almost never accepted. Results go to a JSONL file that is
   rewritten atomically after every batch; a restarted run skips the prompts already done.
 * :func:`cod_sample` -- Conditional-On-Distribution depth subsampling (PARD, P-EAGLE): depth 0 trains every
   anchor, depth ``d`` only ``max(ratio**d, min_ratio)`` of them, nested in the anchors kept at depth ``d-1``, so
@@ -193,10 +193,11 @@ def distill(model, tokenizer, prompts: list, out_path, max_new_tokens: int = 160
 
 
 def shipped_distilled_path(target: str) -> Path:
-    """Where the shipped self-distilled sequences of a target live (``data/distill/<target>.jsonl``)."""
-    from .settings import DATA_DIR
+    """Where the shipped self-distilled sequences of a target live (``data/distill/<target>.jsonl``, under
+    ``settings.data_dir()``)."""
+    from .settings import data_path
 
-    return DATA_DIR / "distill" / f"{Path(target).name}.jsonl"
+    return data_path("distill", f"{Path(target).name}.jsonl")
 
 
 def distilled_records(model, tokenizer, n: int | None, target: str, max_new_tokens: int = 160,

@@ -2,17 +2,52 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 from .drafter import PEagleDrafter
 from .errors import PeagleError
-from .settings import DATA_DIR
+from .settings import data_dir
 
-HEADS_DIR = DATA_DIR / "heads"
-SHIPPED = {
-    "parallel": HEADS_DIR / "smollm2-135m-peagle",  # P-EAGLE, trained for K=8
-    "sequential": HEADS_DIR / "smollm2-135m-eagle3",  # EAGLE-3 style, same data and budget
+# kind -> directory name under <data>/heads
+SHIPPED_NAMES = {
+    "parallel": "smollm2-135m-peagle",  # P-EAGLE, trained for K=8
+    "sequential": "smollm2-135m-eagle3",  # EAGLE-3 style, same data and budget
 }
+
+
+def heads_dir() -> Path:
+    """``<data>/heads`` (``settings.data_dir()``: ``$PEAGLE_DATA`` or the checkout's ``data/``)."""
+    return data_dir() / "heads"
+
+
+class _ShippedHeads(Mapping):
+    """``{kind: head directory}`` of the shipped heads, resolved when read (so ``$PEAGLE_DATA`` is honoured and
+    importing this module needs no data). Unknown keys raise ``KeyError`` before any data is looked up, so
+    ``SHIPPED.get(some_path, Path(some_path))`` works without a data directory."""
+
+    def __getitem__(self, kind):
+        if kind not in SHIPPED_NAMES:
+            raise KeyError(kind)
+        return heads_dir() / SHIPPED_NAMES[kind]
+
+    def __iter__(self):
+        return iter(SHIPPED_NAMES)
+
+    def __len__(self):
+        return len(SHIPPED_NAMES)
+
+    def __repr__(self):
+        return f"SHIPPED({ {k: str(v) for k, v in self.items()} })"
+
+
+SHIPPED = _ShippedHeads()
+
+
+def __getattr__(name: str):
+    if name == "HEADS_DIR":  # the old constant, resolved when used
+        return heads_dir()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def shipped_head_path(kind: str) -> Path:

@@ -14,12 +14,29 @@ import json
 from pathlib import Path
 
 from .errors import PeagleError, require
-from .settings import DATA_DIR
+from .settings import data_path
 
-TRAIN_FILE = DATA_DIR / "prompts" / "train.jsonl"
-# the scale mix: the core prompts above first (same order), then >= 4,500 more; each record has a "split"
-SCALE_FILE = DATA_DIR / "prompts" / "scale.jsonl"
 CATEGORIES = ("coding", "chat", "reasoning")
+
+
+def train_file() -> Path:
+    """``<data>/prompts/train.jsonl`` (``settings.data_dir()``: ``$PEAGLE_DATA`` or the checkout's ``data/``)."""
+    return data_path("prompts", "train.jsonl")
+
+
+def scale_file() -> Path:
+    """The scale mix ``<data>/prompts/scale.jsonl``: the core prompts of ``train_file()`` first (same order), then
+    >= 4,500 more; each record has a ``"split"``."""
+    return data_path("prompts", "scale.jsonl")
+
+
+def __getattr__(name: str):
+    # the old constants TRAIN_FILE / SCALE_FILE, resolved when used
+    if name == "TRAIN_FILE":
+        return train_file()
+    if name == "SCALE_FILE":
+        return scale_file()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _take(items: list, n: int | None, what: str) -> list:
@@ -37,11 +54,12 @@ def _take(items: list, n: int | None, what: str) -> list:
 
 def load_train_records(path: str | Path | None = None) -> list[dict]:
     """All training prompt records ``{"id", "category", "prompt"}`` in file order (categories interleaved)."""
-    path = Path(path) if path is not None else TRAIN_FILE
+    path = Path(path) if path is not None else train_file()
     if not path.exists():
         raise PeagleError(
             f"Training prompts not found at {path}. Fix: run `python scripts/make_prompts.py` from the repository "
-            "root (it regenerates data/prompts/train.jsonl), or install peagle-lab from a checkout (`pip install -e .`)."
+            "root (it regenerates data/prompts/train.jsonl), or install peagle-lab from a checkout "
+            "(`pip install -e .`), or point $PEAGLE_DATA at the data/ folder of a clone (docs/data.md)."
         )
     records = []
     with open(path) as fh:
@@ -65,7 +83,7 @@ def load_scale_records(split: str | None = None) -> list[dict]:
     """The scale prompt mix (``data/prompts/scale.jsonl``), optionally one ``split`` ("train" or "val")."""
     if split not in (None, "train", "val"):
         raise PeagleError(f"split must be 'train', 'val' or None, got {split!r}.")
-    records = load_train_records(SCALE_FILE)
+    records = load_train_records(scale_file())
     return [r for r in records if split is None or r.get("split") == split]
 
 

@@ -1,4 +1,14 @@
-"""Run-time settings read from the environment, shared by notebooks, CLI and tests."""
+"""Run-time settings read from the environment, shared by notebooks, CLI and tests.
+
+Importing this module changes nothing: no environment variable is set and no directory is created. Paths that
+are read (``data_dir()``, ``results_dir()``) are only resolved; the code that writes a file creates its folder.
+
+Where things live (docs/data.md):
+
+- ``data_dir()``: the shipped data (prompts, distilled sequences, heads, committed results): ``$PEAGLE_DATA`` when
+  set, else ``<checkout>/data``.
+- ``results_dir()``: what runs write: ``$PEAGLE_RESULTS``, else ``<checkout>/results``, else ``./results``.
+"""
 
 from __future__ import annotations
 
@@ -6,11 +16,53 @@ import os
 import random
 from pathlib import Path
 
-import numpy as np
-import torch
+from .errors import PeagleError
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-DATA_DIR = REPO_ROOT / "data"
+PACKAGE_DIR = Path(__file__).resolve().parent
+# The repository checkout this package is imported from (an editable install or a source tree). In a
+# non-editable install this is site-packages' parent and holds no data: see in_checkout().
+REPO_ROOT = PACKAGE_DIR.parent
+
+DATA_ENV = "PEAGLE_DATA"
+RESULTS_ENV = "PEAGLE_RESULTS"
+
+
+def in_checkout() -> bool:
+    """True when the package is imported from a repository checkout (``pyproject.toml`` beside the package)."""
+    return (REPO_ROOT / "pyproject.toml").is_file() and (REPO_ROOT / "data").is_dir()
+
+
+def data_dir() -> Path:
+    """The shipped data directory (``prompts/``, ``distill/``, ``heads/``, ``recipe/``, ``results/``).
+
+    ``$PEAGLE_DATA`` when set (it must be a directory), else the checkout's ``data/``. A non-editable install
+    (``pip install .`` or a wheel) ships no data: point ``PEAGLE_DATA`` at the ``data/`` folder of a clone."""
+    env = os.environ.get(DATA_ENV)
+    if env:
+        path = Path(env).expanduser()
+        if not path.is_dir():
+            raise PeagleError(f"{DATA_ENV}={env} is not a directory. Fix: point {DATA_ENV} at the data/ folder of a "
+                              "peagle-lab clone, or unset it to use the data of the checkout peagle_lab runs from.")
+        return path
+    if in_checkout():
+        return REPO_ROOT / "data"
+    raise PeagleError(
+        f"peagle-lab's shipped data (prompts, distilled sequences, heads) is not installed with the package: "
+        f"{PACKAGE_DIR} is not in a repository checkout and {DATA_ENV} is not set. Fix: clone the repository and "
+        f"either install it editable (`pip install -e .`) or `export {DATA_ENV}=<clone>/data` (docs/data.md).")
+
+
+def data_path(*parts: str) -> Path:
+    """A path inside ``data_dir()``; nothing is checked or created (``data_path("prompts", "train.jsonl")``)."""
+    return data_dir().joinpath(*parts)
+
+
+def __getattr__(name: str):
+    # DATA_DIR is resolved when it is used, not at import: $PEAGLE_DATA set later is honoured, and importing
+    # settings never fails where there is no data. New code calls data_dir().
+    if name == "DATA_DIR":
+        return data_dir()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def is_ci() -> bool:
@@ -24,9 +76,23 @@ def pick(full, ci):
 
 
 def seed_everything(seed: int = 0) -> None:
+    import numpy as np
+    import torch
+
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
+
+
+def prefer_passive_omp_wait() -> str:
+    """Set ``OMP_WAIT_POLICY=PASSIVE`` unless it is already set; returns the policy in effect.
+
+    On a shared or small CPU, OpenMP threads that spin while waiting make torch 10-50x slower as soon as another
+    process competes for the cores; passive waiting costs nothing measurable on a quiet machine. It only takes
+    effect before torch is first imported in the process (and in the processes it starts), so the entry points
+    call it on purpose, first: the ``peagle-lab`` command (cli.main), scripts/run_workbook.py and
+    tests/conftest.py. Importing peagle_lab does not."""
+    return os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
 def display_path(path) -> str:
@@ -44,7 +110,9 @@ def display_path(path) -> str:
 
 
 def results_dir() -> Path:
-    """Where runs write results (``$PEAGLE_RESULTS``, default ``<repo>/results``, wherever Jupyter started)."""
-    path = Path(os.environ.get("PEAGLE_RESULTS", REPO_ROOT / "results"))
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    """Where runs write results: ``$PEAGLE_RESULTS``, else ``<checkout>/results``, else ``./results`` (the
+    current directory) in a non-editable install. Only resolved, never created: writers create their folders."""
+    env = os.environ.get(RESULTS_ENV)
+    if env:
+        return Path(env).expanduser()
+    return REPO_ROOT / "results" if in_checkout() else Path.cwd() / "results"

@@ -133,6 +133,9 @@ def main(argv=None) -> int:
     parser.add_argument("--no-html", dest="html", action="store_false", help="skip the HTML export")
     args = parser.parse_args(argv)
 
+    from peagle_lab.settings import prefer_passive_omp_wait
+
+    prefer_passive_omp_wait()  # inherited by every kernel this run starts, before they import torch
     if args.ci:
         os.environ["PEAGLE_CI"] = "1"
     # One results directory for the kernels (cwd = notebooks/) and this script: make it absolute.

@@ -10,9 +10,9 @@ Use the factories through their fixtures::
 
 from __future__ import annotations
 
-import os
+from peagle_lab.settings import prefer_passive_omp_wait
 
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch loads OpenMP (see peagle_lab/__init__.py)
+prefer_passive_omp_wait()  # before torch loads OpenMP (importing peagle_lab alone does not set it)
 
 import pytest  # noqa: E402
 import torch  # noqa: E402

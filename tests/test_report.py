@@ -33,9 +33,10 @@ def test_record_then_load_round_trips_numbers_from_numpy_and_torch(results):
     assert [p.name for p in results.iterdir()] == ["summary.json"]  # no temporary file left behind
 
 
-def test_notebook_name_comes_from_the_runner_or_jupyter(monkeypatch):
+def test_notebook_name_comes_from_the_runner_or_jupyter(monkeypatch, tmp_path):
     assert report.current_notebook() == "unknown"
-    monkeypatch.setenv("JPY_SESSION_NAME", "/home/me/peagle-lab/notebooks/02_mask_tokens.ipynb")
+    # jupyter_server sets an absolute path
+    monkeypatch.setenv("JPY_SESSION_NAME", str(tmp_path / "peagle-lab" / "notebooks" / "02_mask_tokens.ipynb"))
     assert report.current_notebook() == "02_mask_tokens"
     monkeypatch.setenv("PEAGLE_NOTEBOOK", "05_vllm_deploy")
     report.record("engine_start_s", 39)
