@@ -18,7 +18,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 
 # Absolute paths of a machine: a home (Linux, macOS, root's), the work and scratch areas, temporary folders,
-# mounts and /opt installs. Not preceded by a word character, a dot, a dash or a tilde (so `~/.cache/...`, a
+# mounts and installs under opt. Not preceded by a word character, a dot, a dash or a tilde (so `~/.cache/...`, a
 # relative `x/home/y` or a URL's path `https://host/home/...` do not count; `file:///...` does).
 _MACHINE_ROOTS = "work|tmp|root|home|Users|mnt|opt|scratch|private/var|var/folders|var/tmp"
 ABSOLUTE = re.compile(r"(?<![\w.~-])(/(?:" + _MACHINE_ROOTS + r")(?=[/\s\"'`),:;]|$)[^\s\"'`),;]*)")
