@@ -196,13 +196,14 @@ def register_cli(sub):
 
 
 def _run_cli(args):
+    import shutil
     import tempfile
 
     from .heads import shipped_head_path
     from .precision import host_slug
     from .prompts import chat_messages, humaneval_prompts
     from .serving import export_target, export_vllm, serve
-    from .settings import DATA_DIR
+    from .settings import DATA_DIR, display_path
     from .timing import environment
 
     conc = [int(c) for c in args.concurrency.split(",")]
@@ -212,12 +213,12 @@ def _run_cli(args):
     head = shipped_head_path(args.head) if args.head in ("parallel", "sequential") else Path(args.head)
     out = Path(args.out) if args.out else DATA_DIR / "results" / host_slug() / "serving"
     tdir = export_target()
-    hdir = Path(tempfile.mkdtemp(prefix="peagle-sweep-head-"))
-    export_vllm(head, hdir / "head")
-    hdir = hdir / "head"
-    prompts = [chat_messages(p) for p in humaneval_prompts(args.prompts)]
+    tmp = Path(tempfile.mkdtemp(prefix="peagle-sweep-head-"))
     servers = {}
     try:
+        hdir = tmp / "head"
+        export_vllm(head, hdir)
+        prompts = [chat_messages(p) for p in humaneval_prompts(args.prompts)]
         servers["plain"] = serve(tdir, port=args.port)
         servers["peagle"] = serve(tdir, hdir, k=args.K, port=args.port + 1 if args.port else None)
         doc = sweep(servers, prompts, out, conc, args.requests, args.max_tokens, args.repeats,
@@ -225,9 +226,10 @@ def _run_cli(args):
     finally:
         for s in servers.values():
             s.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
     plot_sweep(doc, out / PLOT)
     for s in doc["speedups"]:
         print(f"concurrency {s['concurrency']:>3}: plain {s['plain_tokens_per_s']} tok/s, P-EAGLE "
               f"{s['peagle_tokens_per_s']} tok/s, throughput x{s['throughput_speedup']}, latency "
               f"x{s['latency_speedup']}, AL {s['acceptance_length']}")
-    print(f"results in {out}")
+    print(f"results in {display_path(out)}")

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import signal
 import socket
@@ -524,20 +523,17 @@ def _diff(now: dict, since: dict | None) -> dict:
 # ----------------------------------------------------------------------------------------------------------
 # OpenAI-compatible server
 # ----------------------------------------------------------------------------------------------------------
-_PROM_LINE = re.compile(r'^([A-Za-z_:][A-Za-z0-9_:]*)(\{(.*)\})?\s+(\S+)')
-_PROM_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
-
-
 def parse_prometheus(text: str) -> list[tuple[str, dict, float]]:
-    """(name, labels, value) for every sample line of a Prometheus text exposition."""
-    out = []
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        m = _PROM_LINE.match(line)
-        if m:
-            out.append((m.group(1), dict(_PROM_LABEL.findall(m.group(3) or "")), float(m.group(4))))
-    return out
+    """(name, labels, value) for every sample of a Prometheus text exposition (``prometheus_client``'s parser:
+    counters keep their ``_total`` suffix, histograms give their ``_bucket``/``_sum``/``_count`` samples)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    try:
+        return [(s.name, dict(s.labels), float(s.value))
+                for family in text_string_to_metric_families(text) for s in family.samples]
+    except ValueError as e:
+        raise PeagleError(f"the server's /metrics page is not valid Prometheus text ({e}). Fix: check that the "
+                          "URL is vLLM's metrics endpoint (http://HOST:PORT/metrics).") from e
 
 
 def spec_metrics_from_prometheus(text: str) -> dict:

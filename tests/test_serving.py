@@ -248,6 +248,13 @@ def test_prometheus_spec_counters_give_acceptance_length_with_the_bonus_token():
     assert m["conditional_acceptance"] == pytest.approx([0.8, 0.5, 0.5, 0.5])
 
 
+def test_prometheus_text_goes_through_prometheus_clients_parser():
+    samples = serving.parse_prometheus(PROM + 'vllm:x_total{model_name="a \\"quoted\\" name"} 3.0\n')
+    assert ("vllm:x_total", {"model_name": 'a "quoted" name'}, 3.0) in samples  # escapes decoded
+    with pytest.raises(PeagleError, match="not valid Prometheus text.*/metrics"):
+        serving.parse_prometheus('vllm:broken{model_name="m" 1.0\n')
+
+
 def test_no_drafts_means_acceptance_length_one():
     assert serving.summarise_spec(0, 0, 0, [0, 0])["acceptance_length"] == 1.0
 

@@ -1,0 +1,21 @@
+"""The parameters cell every notebook starts with, in one place.
+
+Parameters come from the environment: ``PEAGLE_TARGET`` (default: the embedded SmolLM2-135M-Instruct),
+``PEAGLE_DEVICE`` (default: cuda if present, else cpu), ``PEAGLE_CI=1`` (small sizes, same code path).
+"""
+
+from __future__ import annotations
+
+
+def start(seed: int = 0):
+    """Prefer passive OpenMP waiting (before torch starts its threads), seed everything, print and return
+    ``(target, device, ci)``."""
+    from .settings import is_ci, prefer_passive_omp_wait, seed_everything
+
+    prefer_passive_omp_wait()
+    from . import models  # imports torch: after the OpenMP policy is set
+
+    target, device, ci = models.target_name(), models.pick_device(), is_ci()
+    seed_everything(seed)
+    print(f"target={target}  device={device}  ci={ci}")
+    return target, device, ci
