@@ -22,23 +22,19 @@
 # %%
 # Parameters come from the environment: PEAGLE_TARGET (default: the embedded SmolLM2-135M-Instruct),
 # PEAGLE_DEVICE (default: cuda if present, else cpu), PEAGLE_CI=1 (small sizes, same code path).
-import os
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch loads: idle threads sleep, not spin (shared CPUs)
+from peagle_lab.notebook import start
+
+TARGET, DEVICE, CI = start(seed=0)
 
 import torch
 from peagle_lab import models, settings
 
-TARGET = models.target_name()
-DEVICE = models.pick_device()
-CI = settings.is_ci()
-settings.seed_everything(0)
-print(f"target={TARGET}  device={DEVICE}  ci={CI}")
-
 # %% [markdown]
 # ## Speculative decoding
 #
-# At batch size 1 an LLM forward pass is limited by reading the weights, not by arithmetic: a forward over
-# 5 new tokens costs little more than a forward over 1. Speculative decoding exploits this.
+# At batch size 1 an LLM forward pass on a GPU is limited by reading the weights, not by arithmetic: a forward
+# over 5 new tokens costs little more than a forward over 1. Speculative decoding exploits this. (On a CPU the
+# arithmetic counts more; section "How fast" below measures the ratio on the machine at hand.)
 #
 # 1. A cheap **drafter** proposes K tokens `d1..dK`.
 # 2. The **target** checks all of them in **one** forward pass.
@@ -158,6 +154,70 @@ for key, value in [("target_params", n_params), ("greedy_tokens_per_s", round(to
     record(key, value, notebook="00_overview")
 
 # %% [markdown]
+# The ratio above is the price of one verification: a round that drafts 8 tokens must get more than that many
+# tokens accepted (on average) before speculation is faster than plain decoding here. On a GPU at batch 1 the
+# ratio is close to 1; on a CPU in fp32 it is about 2 (notebook 04 measures it for every K, in fp32 and bf16).
+
+# %% [markdown]
+# ## One speculative round, written out
+#
+# The package's loop (`peagle_lab.speculative.speculative_generate`) in about 20 lines, with the shipped P-EAGLE
+# head as the drafter. The one convention to know is the **EAGLE shift**: drafter slot t holds token t+1 together
+# with the target's tapped hidden states at position t (the state that predicted it). Each round:
+#
+# 1. **draft** K tokens in one drafter pass (`drafter.propose`; it also rolls back its own cache);
+# 2. **verify**: one target forward over the last committed token and the K drafts;
+# 3. **accept** the longest prefix of drafts equal to the target's own greedy choices;
+# 4. add the **bonus** token: the target's choice right after the accepted prefix;
+# 5. **roll back** the target's KV cache to the accepted length (the rejected drafts' entries are dropped).
+
+# %%
+from transformers import DynamicCache
+
+from peagle_lab.heads import load_head
+from peagle_lab.speculative import HeadDrafter, Sampling, TargetRunner, speculative_generate
+
+head = load_head("parallel", model)
+taps_of = lambda out: torch.cat([out.hidden_states[i] for i in head.config.aux_hidden_state_layer_ids], -1)[0]
+K = 5
+drafter = HeadDrafter(head)
+cache = DynamicCache(config=model.config)
+with torch.no_grad():
+    out = model(prompt_ids, past_key_values=cache, output_hidden_states=True)
+    tokens = [int(out.logits[0, -1].argmax())]
+    ctx, ctx_taps, start = prompt_ids[0, 1:].tolist() + tokens, taps_of(out), 0  # the EAGLE shift
+    per_round = []
+    while len(tokens) < NEW_TOKENS:
+        drafts, _ = drafter.propose(ctx, ctx_taps, start, K, Sampling(), None)        # 1. draft
+        start = cache.get_seq_length()                                               # position of tokens[-1]
+        out = model(torch.tensor([[tokens[-1]] + drafts.tolist()], device=DEVICE),   # 2. verify in one pass
+                    past_key_values=cache, output_hidden_states=True)
+        choice = out.logits[0].argmax(-1).tolist()
+        a = 0
+        while a < K and int(drafts[a]) == choice[a]:                                 # 3. longest agreeing prefix
+            a += 1
+        new = drafts[:a].tolist() + [choice[a]]                                      # 4. bonus token
+        if a < K:
+            cache.crop(a - K)                                   # 5. roll back: drop the K - a rejected drafts
+        ctx, ctx_taps = new, taps_of(out)[: a + 1]
+        tokens += new
+        per_round.append(len(new))
+tokens = tokens[:NEW_TOKENS]
+
+package = speculative_generate(TargetRunner(model, head.config.aux_hidden_state_layer_ids), HeadDrafter(head),
+                               prompt_ids[0], k=K, max_new_tokens=NEW_TOKENS)
+print(f"{len(per_round)} rounds, tokens per round {per_round}")
+print(f"acceptance length {sum(per_round) / len(per_round):.2f} here, {package.stats.acceptance_length:.2f} "
+      "in the package's loop")
+print(f"same tokens as the package's loop: {tokens == package.tokens[:NEW_TOKENS]}; "
+      f"as plain greedy: {tokens == answer.tolist()}")
+
+# %% [markdown]
+# The hand-written round and the package's loop produce the same tokens as plain greedy decoding: in fp32,
+# speculation changes how many target forwards the answer costs, never the answer. The acceptance length read
+# here, tokens per target forward, is the quantity the rest of the course tries to raise.
+
+# %% [markdown]
 # ## The course
 #
 # | notebook | question it answers |
@@ -167,6 +227,7 @@ for key, value in [("target_params", n_params), ("greedy_tokens_per_s", round(to
 # | `02_mask_tokens` | How one pass drafts K tokens: mask token, `mask_hidden`, the attention layout |
 # | `03_train_head` | Training a P-EAGLE head: self-distilled data, COD sampling, per-depth loss |
 # | `04_parallel_vs_sequential` | Parallel vs sequential drafting: acceptance, drafting cost, end-to-end speed, losslessness |
-# | `05_vllm_deploy` | Export to vLLM's eagle3 format and serve with `parallel_drafting` |
+# | `05_vllm_deploy` | Export to vLLM's eagle3 format and serve with `parallel_drafting`; speculation under load |
+# | `06_explorer` | Watch drafts being accepted token by token, with any prompt, head and K |
 #
 # Next: `01_hidden_states`, the features every EAGLE-3 and P-EAGLE drafter is built on.

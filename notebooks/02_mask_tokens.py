@@ -30,17 +30,12 @@
 # %%
 # Parameters come from the environment: PEAGLE_TARGET (default: the embedded SmolLM2-135M-Instruct),
 # PEAGLE_DEVICE (default: cuda if present, else cpu), PEAGLE_CI=1 (small sizes, same code path).
-import os
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch loads: idle threads sleep, not spin (shared CPUs)
+from peagle_lab.notebook import start
+
+TARGET, DEVICE, CI = start(seed=0)
 
 import torch
 from peagle_lab import models, settings
-
-TARGET = models.target_name()
-DEVICE = models.pick_device()
-CI = settings.is_ci()
-settings.seed_everything(0)
-print(f"target={TARGET}  device={DEVICE}  ci={CI}")
 
 # %% [markdown]
 # ## Why slots 2..K need stand-ins

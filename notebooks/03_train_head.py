@@ -32,17 +32,12 @@
 # %%
 # Parameters come from the environment: PEAGLE_TARGET (default: the embedded SmolLM2-135M-Instruct),
 # PEAGLE_DEVICE (default: cuda if present, else cpu), PEAGLE_CI=1 (small sizes, same code path).
-import os
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch loads: idle threads sleep, not spin (shared CPUs)
+from peagle_lab.notebook import start
+
+TARGET, DEVICE, CI = start(seed=0)
 
 import torch
 from peagle_lab import models, settings
-
-TARGET = models.target_name()
-DEVICE = models.pick_device()
-CI = settings.is_ci()
-settings.seed_everything(0)
-print(f"target={TARGET}  device={DEVICE}  ci={CI}")
 
 # %% [markdown]
 # ## 1 · Data: the target answers the training prompts
@@ -378,8 +373,8 @@ display(Markdown("\n".join(lines)))
 # NBVAL_IGNORE_OUTPUT
 from peagle_lab import recipe
 
-hosts = sorted(p.parent.name for p in (settings.REPO_ROOT / "data" / "recipe").glob("*/runs.jsonl"))
-runs = recipe.read_runs(settings.REPO_ROOT / "data" / "recipe" / hosts[-1]) if hosts else []
+hosts = sorted(p.parent.name for p in (settings.data_dir() / "recipe").glob("*/runs.jsonl"))
+runs = recipe.read_runs(settings.data_dir() / "recipe" / hosts[-1]) if hosts else []
 display(Markdown(recipe.recipe_markdown(runs)))
 if runs:
     base = next(r for r in runs if r["name"] == "baseline")
@@ -396,7 +391,7 @@ if runs:
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-curve_path = settings.REPO_ROOT / "data" / "recipe" / hosts[-1] / recipe.CURVE_FILE if hosts else None
+curve_path = settings.data_dir() / "recipe" / hosts[-1] / recipe.CURVE_FILE if hosts else None
 points = json.loads(curve_path.read_text())["points"] if curve_path and curve_path.exists() else []
 if points:
     recipe.plot_curve(points, title=f"held-out acceptance length at K=7 ({hosts[-1]})")

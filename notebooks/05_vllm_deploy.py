@@ -34,7 +34,9 @@
 # %%
 import os
 
-from peagle_lab.settings import is_ci, pick, results_dir, seed_everything
+from peagle_lab.settings import is_ci, pick, prefer_passive_omp_wait, results_dir, seed_everything
+
+prefer_passive_omp_wait()  # before torch starts its threads: idle threads sleep, not spin (shared CPUs)
 
 TARGET = os.environ.get("PEAGLE_TARGET", "smollm2-135m")
 DEVICE = os.environ.get("PEAGLE_DEVICE")  # our loop's device; vLLM uses the device its build was made for
@@ -335,7 +337,63 @@ print(f"speed-up: {speedup:.2f}x at acceptance length {vm['acceptance_length']:.
 _ = report.record("vllm_speedup", round(speedup, 3))
 
 # %% [markdown]
-# ## 7 · Recipe: the published P-EAGLE heads on a GPU
+# ## 7 · Under load: why the speed-up shrinks with concurrency (question 8)
+#
+# Speculation turns idle compute into tokens: at batch size 1 a decode step is bound by reading the weights, and
+# verifying K+1 tokens costs little more than one token. With many requests in flight the batch already fills
+# the compute, verification of every request's K+1 tokens costs nearly K+1 times as much, and the drafts that
+# get rejected are pure overhead. `peagle-lab serve-sweep` measures it: two OpenAI-compatible servers on
+# 127.0.0.1 (plain, and with the P-EAGLE head), loaded in turn at 1, 4 and 16 concurrent requests, every request
+# bounded in tokens and time. Its results are committed per host; the cell reads them.
+#
+# ```bash
+# peagle-lab serve-sweep --concurrency 1,4,16 --max-tokens 64 --repeats 2   # -> data/results/<host>/serving/
+# ```
+#
+# On several GPUs vLLM also shards the target with tensor parallelism (`--tensor-parallel-size N`): the target's
+# forward gets cheaper per GPU while the drafter's stays the same, so the drafter's share of a round grows (GPU
+# only: the CPU build does not run tensor parallelism here).
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+import json
+
+import matplotlib.pyplot as plt
+
+from peagle_lab import serve_sweep
+from peagle_lab.settings import data_dir
+
+sweeps = sorted((data_dir() / "results").glob(f"*/serving/{serve_sweep.RESULTS_JSON}"))
+for path in sweeps:
+    doc = json.loads(path.read_text())
+    print(f"{doc['meta'].get('host')}: head {doc['meta'].get('head')}, K={doc['meta'].get('k')}, "
+          f"{doc['meta']['max_tokens']} tokens per request, {doc['meta']['repeats']} repeats, "
+          f"load average {doc['meta'].get('environment', {}).get('load_average_1m')}")
+    print(f"{'concurrency':>12s}{'plain tok/s':>13s}{'P-EAGLE tok/s':>15s}{'throughput':>12s}{'latency':>9s}{'AL':>7s}")
+    for r in doc["speedups"]:
+        print(f"{r['concurrency']:>12d}{r['plain_tokens_per_s']:>13.1f}{r['peagle_tokens_per_s']:>15.1f}"
+              f"{r['throughput_speedup']:>11.2f}x{r['latency_speedup']:>8.2f}x{r['acceptance_length']:>7.2f}")
+    serve_sweep.plot_sweep(doc)
+    plt.show()
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+from IPython.display import Markdown, display
+
+if sweeps:
+    sp = json.loads(sweeps[-1].read_text())["speedups"]
+    first, last = sp[0], sp[-1]
+    trend = "falls" if last["throughput_speedup"] < first["throughput_speedup"] else "does not fall"
+    display(Markdown(
+        f"From {first['concurrency']} to {last['concurrency']} concurrent requests the throughput ratio "
+        f"P-EAGLE / plain goes from **{first['throughput_speedup']:.2f}x** to **{last['throughput_speedup']:.2f}x** "
+        f"({trend}), at acceptance lengths {first['acceptance_length']:.2f} and {last['acceptance_length']:.2f}; "
+        f"plain decoding itself serves {last['plain_tokens_per_s'] / first['plain_tokens_per_s']:.1f}x more tokens/s "
+        f"at {last['concurrency']} than at {first['concurrency']} requests: batching is already using the compute "
+        "that speculation would otherwise have used."))
+
+# %% [markdown]
+# ## 8 · Recipe: the published P-EAGLE heads on a GPU
 #
 # The same three steps with real models (vLLM 0.16 or newer: `pip install "vllm>=0.16"`). The heads are already in
 # vLLM's layout; no export needed.

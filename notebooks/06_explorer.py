@@ -35,17 +35,12 @@
 # %%
 # Parameters come from the environment: PEAGLE_TARGET (default: the embedded SmolLM2-135M-Instruct),
 # PEAGLE_DEVICE (default: cuda if present, else cpu), PEAGLE_CI=1 (small sizes, same code path).
-import os
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch loads: idle threads sleep, not spin (shared CPUs)
+from peagle_lab.notebook import start
+
+TARGET, DEVICE, CI = start(seed=0)
 
 import torch
 from peagle_lab import models, settings
-
-TARGET = models.target_name()
-DEVICE = models.pick_device()
-CI = settings.is_ci()
-settings.seed_everything(0)
-print(f"target={TARGET}  device={DEVICE}  ci={CI}")
 
 # %%
 from IPython.display import HTML, display
@@ -64,9 +59,10 @@ print("heads on offer:", HEADS, "| K:", K, "| max new tokens:", MAX_NEW)
 #
 # Things to try: raise K and watch the deep slots' bars fall; run the same head in parallel and in sequential
 # mode and compare the times; raise the temperature (fewer drafts are accepted, and the output stays distributed
-# exactly as the target's). Until a trained head is shipped in `data/heads/`, the explorer falls back to an
-# untrained head and says so: expect grey almost everywhere (acceptance length close to 1). That is what
-# training a head (notebook 03) fixes.
+# exactly as the target's). The heads on offer are the shipped ones in `data/heads/`; a checkout without them
+# falls back to an untrained head and says so (grey almost everywhere, acceptance length close to 1). The
+# shipped heads are small and trained on a CPU budget, so expect mostly single green tokens: slot 1 accepted
+# about a third of the time, deeper slots rarely (notebook 03 shows why, and what more training buys).
 
 # %%
 ex = explorer(model, tokenizer, k=K, max_new_tokens=MAX_NEW)
@@ -92,7 +88,7 @@ print(run.summary())
 fig = viz.plot_per_position_acceptance(
     run.stats.per_position_acceptance,
     title=f"{head_name} head, {run.mode} drafting, K={K}: acceptance length {run.stats.acceptance_length:.2f}")
-print("saved", os.path.relpath(viz.save_figure(fig, "06_explorer_per_position")))
+print("saved", settings.display_path(viz.save_figure(fig, "06_explorer_per_position")))
 
 # %%
 # NBVAL_CHECK_OUTPUT
