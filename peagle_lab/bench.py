@@ -103,21 +103,29 @@ def _describe(head):
     return None if head is None else head_description(head, getattr(head, "_bench_source", "given"))
 
 
-def fresh_head(model, mode: str = "parallel", mask_token_id: int = 16, num_hidden_layers: int = 1):
+def fresh_head(model, mode: str = "parallel", mask_token_id: int | None = None, num_hidden_layers: int = 1,
+               tokenizer=None):
     """An UNTRAINED head shaped for ``model`` (target embeddings, norm and lm_head; random layers). Its drafting
-    cost is that of a trained head of the same shape; its acceptance is not."""
-    from .drafter import PEagleConfig, PEagleDrafter
+    cost is that of a trained head of the same shape; its acceptance is not.
 
+    ``mask_token_id``: default :func:`peagle_lab.vocab.mask_token_id_for` (picked from ``tokenizer``, or from the
+    tokenizer saved beside the model), as training picks it."""
+    from .drafter import PEagleConfig, PEagleDrafter
+    from .vocab import mask_token_id_for
+
+    if mask_token_id is None:
+        mask_token_id = mask_token_id_for(model, tokenizer, untrained=True)
     cfg = PEagleConfig.from_target(model.config, mask_token_id=mask_token_id, mode=mode,
                                    num_hidden_layers=num_hidden_layers)
     device = next(model.parameters()).device
     return PEagleDrafter(cfg).init_from_target(model).to(device).eval()
 
 
-def load_head_or_fresh(kind_or_path, model, mode: str | None = None):
+def load_head_or_fresh(kind_or_path, model, mode: str | None = None, tokenizer=None):
     """``(head, description)``: the shipped/given head when it exists, else a freshly initialised (untrained) one.
 
-    ``kind_or_path``: ``'parallel'`` / ``'sequential'`` (shipped heads), a directory, or ``'fresh'``.
+    ``kind_or_path``: ``'parallel'`` / ``'sequential'`` (shipped heads), a directory, or ``'fresh'``. ``tokenizer``
+    picks a fresh head's mask token (default: the tokenizer saved beside the model).
     """
     from .heads import SHIPPED, load_head
 
@@ -128,7 +136,7 @@ def load_head_or_fresh(kind_or_path, model, mode: str | None = None):
         from .settings import display_path
 
         return head, head_description(head, display_path(path))
-    head = fresh_head(model, mode=mode)
+    head = fresh_head(model, mode=mode, tokenizer=tokenizer)
     why = "requested" if str(kind_or_path) == "fresh" else f"no head at {path}"
     return head, head_description(head, f"fresh-init (untrained; {why})")
 
@@ -852,7 +860,7 @@ def run_cli(args):
         if spec == "none":
             heads[role] = None
             continue
-        head, desc = load_head_or_fresh(spec, model, mode=role)
+        head, desc = load_head_or_fresh(spec, model, mode=role, tokenizer=tok)
         if desc["source"].startswith("fresh") and spec != "fresh" and not args.allow_fresh:
             raise PeagleError(f"No {role} head: {desc['source']}. Fix: pass --{role}-head DIR, train one "
                               "(`peagle-lab train`), or add --allow-fresh to time an untrained head.")

@@ -53,9 +53,16 @@ class PEagleConfig:
     embed_shared_with_target: bool = True  # all rows but the mask row equal the target's
     target: str = ""
     extra: dict = field(default_factory=dict)
+    # the target's RoPE (transformers' / vLLM's ``rope_parameters``: rope_type, rope_theta, factor, ...); its
+    # rope_theta, when given, is the one used (as in transformers). None (a config.json written before the field
+    # was stored): plain RoPE with ``rope_theta``, as ever
+    rope_parameters: dict | None = None
 
     def __post_init__(self):
         self.head_dim = self.head_dim or self.hidden_size // self.num_attention_heads
+        self.rope_parameters = normalise_rope_parameters(self.rope_parameters, self.rope_theta,
+                                                         self.max_position_embeddings)
+        self.rope_theta = self.rope_parameters["rope_theta"]
         self.draft_vocab_size = self.draft_vocab_size or self.vocab_size
         self.target_hidden_size = self.target_hidden_size or self.hidden_size
         self.aux_hidden_state_layer_ids = tuple(int(i) for i in self.aux_hidden_state_layer_ids)
@@ -82,7 +89,7 @@ class PEagleConfig:
 
         L = target_config.num_hidden_layers
         taps = check_tap_layers(aux_layer_ids or default_tap_layers(L), L)
-        rope = getattr(target_config, "rope_parameters", None) or {}
+        rope = target_rope_parameters(target_config)
         theta = rope.get("rope_theta", getattr(target_config, "rope_theta", 10000.0))
         return cls(
             hidden_size=target_config.hidden_size,
@@ -98,6 +105,7 @@ class PEagleConfig:
             rms_norm_eps=target_config.rms_norm_eps,
             rope_theta=theta,
             max_position_embeddings=getattr(target_config, "max_position_embeddings", 8192),
+            rope_parameters={**rope, "rope_theta": theta},
             **kw,
         )
 
@@ -115,6 +123,7 @@ class PEagleConfig:
             "hidden_act": "silu",
             "rms_norm_eps": self.rms_norm_eps,
             "rope_theta": self.rope_theta,
+            "rope_parameters": dict(self.rope_parameters),  # what vLLM builds the head's rotary embedding from
             "max_position_embeddings": self.max_position_embeddings,
             "vocab_size": self.vocab_size,
             "draft_vocab_size": self.draft_vocab_size,
@@ -144,7 +153,7 @@ class PEagleConfig:
             if mask_id is None:
                 raise PeagleError("config.json has no mask token id (mask_token_id / ptd_token_id / pard_token). "
                                   "Fix: add \"mask_token_id\": <id> to config.json.")
-            rope = d.get("rope_parameters") or {}
+            rope = d.get("rope_parameters") or d.get("rope_scaling") or None  # rope_scaling: the older HF name
             return cls(
                 hidden_size=d["hidden_size"],
                 num_attention_heads=d["num_attention_heads"],
@@ -158,8 +167,9 @@ class PEagleConfig:
                 aux_hidden_state_layer_ids=tuple(taps) if taps else (2, 15, 27),
                 mask_token_id=mask_id,
                 rms_norm_eps=d.get("rms_norm_eps", 1e-5),
-                rope_theta=d.get("rope_theta", rope.get("rope_theta", 10000.0)),
+                rope_theta=d.get("rope_theta", (rope or {}).get("rope_theta", 10000.0)),
                 max_position_embeddings=d.get("max_position_embeddings", 8192),
+                rope_parameters=rope,
                 mode=p.pop("mode", "parallel"),
                 num_speculative_tokens=p.pop("num_speculative_tokens", 8),
                 embed_shared_with_target=p.pop("embed_shared_with_target", False),
@@ -217,6 +227,7 @@ def validate_config_dict(d) -> None:
     dv = d.get("draft_vocab_size")
     if dv is not None and dv > d["vocab_size"]:
         raise PeagleError(f"config.json: draft_vocab_size {dv} exceeds vocab_size {d['vocab_size']}. {_FIX}")
+    _check_rope_dict(d)
     p = d.get("peagle", {})
     if not isinstance(p, dict):
         raise PeagleError(f"config.json field 'peagle' must be an object, got {type(p).__name__}. {_FIX}")
@@ -227,6 +238,74 @@ def validate_config_dict(d) -> None:
     if k is not None and (not isinstance(k, int) or isinstance(k, bool) or k < 1):
         raise PeagleError(f"config.json field 'peagle.num_speculative_tokens' must be an integer >= 1, got {k!r}. "
                           f"{_FIX}")
+
+
+# --------------------------------------------------------------------------------------------- RoPE parameters
+def target_rope_parameters(target_config) -> dict:
+    """The target's RoPE description: ``rope_parameters`` (transformers >= 5), else the older ``rope_scaling``
+    (with ``rope_theta`` beside it), else ``{}`` (plain RoPE)."""
+    rope = getattr(target_config, "rope_parameters", None) or getattr(target_config, "rope_scaling", None) or {}
+    return dict(rope)
+
+
+def supported_rope_types() -> tuple[str, ...]:
+    """``default`` and every type transformers computes (``ROPE_INIT_FUNCTIONS``: linear, dynamic, yarn, longrope,
+    llama3, ...)."""
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    return ("default", *ROPE_INIT_FUNCTIONS)
+
+
+def _flat_rope(params: dict) -> dict:
+    # per-layer-type parameters ({"full_attention": {...}, "sliding_attention": {...}}): the head attends globally
+    return params["full_attention"] if isinstance(params.get("full_attention"), dict) else params
+
+
+def normalise_rope_parameters(params, rope_theta: float, max_position_embeddings: int) -> dict:
+    """One flat ``rope_parameters`` dict as transformers standardises it: ``rope_type`` (``type`` is the older
+    name; default ``default``), ``rope_theta`` (default: ``rope_theta``), ``original_max_position_embeddings`` for
+    llama3 / yarn / longrope (default: ``max_position_embeddings``). ``None`` (a config.json from before the field)
+    is plain RoPE with ``rope_theta``: the same tables as ever."""
+    if params is None:
+        params = {}
+    if not isinstance(params, dict):
+        raise PeagleError(f"rope_parameters must be a dict (rope_type, rope_theta, factor, ...), got {params!r}. "
+                          f"{_FIX}")
+    p = dict(_flat_rope(params))
+    kind = p.pop("type", None)
+    p["rope_type"] = p.get("rope_type") or kind or "default"
+    if p.get("rope_theta") is None:
+        p["rope_theta"] = rope_theta
+    if p["rope_type"] not in supported_rope_types():
+        raise PeagleError(f"rope_type {p['rope_type']!r} is not one transformers computes "
+                          f"({', '.join(supported_rope_types())}). Fix: use a target with a supported RoPE.")
+    if float(p.get("partial_rotary_factor") or 1.0) != 1.0:
+        raise PeagleError(f"partial_rotary_factor {p['partial_rotary_factor']} is not supported: the head (like "
+                          "vLLM's Llama EAGLE-3 head) rotates whole attention heads. Fix: use a target with full RoPE.")
+    if p["rope_type"] in ("llama3", "yarn", "longrope"):
+        p.setdefault("original_max_position_embeddings", max_position_embeddings)
+    return p
+
+
+def _check_rope_dict(d: dict) -> None:
+    rope = d.get("rope_parameters") or d.get("rope_scaling")  # what from_json_dict reads
+    if rope is None:
+        return
+    if not isinstance(rope, dict):
+        raise PeagleError(f"config.json field 'rope_parameters' must be an object (rope_type, rope_theta, ...), got "
+                          f"{rope!r}. {_FIX}")
+    flat = _flat_rope(rope)
+    kind = flat.get("rope_type", flat.get("type")) or "default"
+    if kind not in supported_rope_types():
+        raise PeagleError(f"config.json field 'rope_parameters.rope_type' {kind!r} is not one of "
+                          f"{supported_rope_types()}. {_FIX}")
+    theta, top = flat.get("rope_theta"), d.get("rope_theta")
+    if theta is not None and (not isinstance(theta, (int, float)) or isinstance(theta, bool) or not theta > 0):
+        raise PeagleError(f"config.json field 'rope_parameters.rope_theta' must be a positive number, got {theta!r}. "
+                          f"{_FIX}")
+    if theta is not None and isinstance(top, (int, float)) and float(top) != float(theta):
+        raise PeagleError(f"config.json: rope_theta {top} disagrees with rope_parameters.rope_theta {theta} "
+                          f"(transformers and vLLM use the latter). {_FIX}")
 
 
 # --------------------------------------------------------------------------------------------- layers
@@ -249,6 +328,52 @@ def rope_cos_sin(positions: torch.Tensor, head_dim: int, theta: float, dtype):
     freqs = positions.float()[..., None] * inv  # (B, T, hd/2)
     emb = torch.cat([freqs, freqs], dim=-1)
     return emb.cos().to(dtype)[:, None], emb.sin().to(dtype)[:, None]  # (B, 1, T, hd)
+
+
+class RotaryTables:
+    """The head's rotary cos/sin for integer positions, from its ``rope_parameters`` (the target's).
+
+    ``rope_type`` default: :func:`rope_cos_sin` with ``rope_theta`` (what the head always computed). Any other type
+    (llama3, yarn, linear, dynamic, longrope, ...): transformers' own ``LlamaRotaryEmbedding`` for a Llama config
+    with the head's shape and these parameters -- the inverse frequencies and attention scaling the target uses and
+    vLLM builds from the exported config. Not an ``nn.Module`` of the head: its tables stay float32 when the head is
+    cast to bf16 and it adds nothing to the checkpoint; it follows the positions' device."""
+
+    def __init__(self, cfg: "PEagleConfig"):
+        self.head_dim, self.theta = cfg.head_dim, cfg.rope_theta
+        self.params = dict(cfg.rope_parameters)
+        self.hf = None if self.params["rope_type"] == "default" else self._transformers_rotary(cfg)
+
+    def _transformers_rotary(self, cfg):
+        import copy
+
+        from transformers import LlamaConfig
+        from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
+
+        try:
+            lcfg = LlamaConfig(hidden_size=cfg.hidden_size, num_attention_heads=cfg.num_attention_heads,
+                               num_key_value_heads=cfg.num_key_value_heads, head_dim=cfg.head_dim,
+                               intermediate_size=cfg.intermediate_size, vocab_size=cfg.vocab_size,
+                               num_hidden_layers=cfg.num_hidden_layers,
+                               max_position_embeddings=cfg.max_position_embeddings,
+                               rope_parameters=copy.deepcopy(self.params))
+            rotary = LlamaRotaryEmbedding(lcfg)
+        except (KeyError, ValueError, TypeError) as exc:
+            raise PeagleError(f"rope_parameters {self.params} cannot build the rotary embedding ({exc!r}): a field "
+                              f"that rope_type {self.params['rope_type']!r} needs is missing or wrong. {_FIX}") from exc
+        if rotary.inv_freq.numel() != self.head_dim // 2:
+            raise PeagleError(f"rope_parameters {self.params} rotate {2 * rotary.inv_freq.numel()} of "
+                              f"{self.head_dim} head dimensions: the head supports full RoPE only.")
+        return rotary
+
+    def __call__(self, positions: torch.Tensor, dtype):
+        """(B, T) positions -> cos, sin of shape (B, 1, T, head_dim) in ``dtype``."""
+        if self.hf is None:
+            return rope_cos_sin(positions, self.head_dim, self.theta, dtype)
+        if self.hf.inv_freq.device != positions.device:
+            self.hf.to(positions.device)
+        cos, sin = self.hf(torch.empty(0, device=positions.device, dtype=dtype), positions)
+        return cos[:, None], sin[:, None]
 
 
 def _rotate_half(x):
@@ -359,6 +484,7 @@ class PEagleDrafter(nn.Module):
         self.register_buffer("d2t", torch.zeros(cfg.draft_vocab_size, dtype=torch.long))
         self.register_buffer("t2d", torch.ones(cfg.vocab_size, dtype=torch.bool)
                              if cfg.draft_vocab_size == cfg.vocab_size else torch.zeros(cfg.vocab_size, dtype=torch.bool))
+        self.rotary = RotaryTables(cfg)
         self._init_weights()
 
     def _init_weights(self):
@@ -438,7 +564,7 @@ class PEagleDrafter(nn.Module):
         """
         B, T = input_ids.shape
         embeds = self.embed_tokens(input_ids) if input_embeds is None else input_embeds
-        cos, sin = rope_cos_sin(positions, self.config.head_dim, self.config.rope_theta, hidden.dtype)
+        cos, sin = self.rotary(positions, hidden.dtype)
         if attn_mask is None:
             past = len(cache) if cache is not None else 0
             attn_mask = torch.ones(T, past + T, dtype=torch.bool, device=hidden.device).tril(diagonal=past)[None, None]

@@ -21,7 +21,7 @@ from . import viz
 from .errors import PeagleError, require
 from .heads import SHIPPED, load_head
 from .settings import pick
-from .speculative import HeadDrafter
+from .speculative import HeadDrafter, make_generator
 
 FRESH = "fresh"
 HEAD_LABELS = {
@@ -30,7 +30,6 @@ HEAD_LABELS = {
     FRESH: "untrained head (fresh init from the target)",
 }
 DEFAULT_PROMPT = "Write a Python function that checks whether a number is prime."
-FRESH_MASK_TOKEN_ID = 16  # a special token of SmolLM2 that never appears in text (<empty_output>)
 
 _TARGET: tuple | None = None
 _HEADS: dict = {}
@@ -68,22 +67,28 @@ def available_heads(model=None) -> list[str]:
     return shipped + [FRESH]
 
 
-def fresh_head(model, seed: int = 0):
-    """An untrained P-EAGLE head shaped for ``model`` (embeddings, norm and lm_head copied from it)."""
+def fresh_head(model, seed: int = 0, tokenizer=None, mask_token_id: int | None = None):
+    """An untrained P-EAGLE head shaped for ``model`` (embeddings, norm and lm_head copied from it). Its mask token:
+    ``mask_token_id``, else picked from ``tokenizer`` (default: the one saved beside the model) as training does
+    (:func:`peagle_lab.vocab.pick_mask_token_id`; 16, ``<empty_output>``, for SmolLM2)."""
     from .drafter import PEagleConfig, PEagleDrafter
+    from .vocab import mask_token_id_for
 
+    if mask_token_id is None:
+        mask_token_id = mask_token_id_for(model, tokenizer, untrained=True)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        cfg = PEagleConfig.from_target(model.config, mask_token_id=FRESH_MASK_TOKEN_ID, num_speculative_tokens=10)
+        cfg = PEagleConfig.from_target(model.config, mask_token_id=mask_token_id, num_speculative_tokens=10)
         head = PEagleDrafter(cfg).init_from_target(model)
     return head.to(next(model.parameters()).device).eval()
 
 
-def get_head(name, model):
-    """``'parallel'`` / ``'sequential'`` (shipped), ``'fresh'`` (untrained) or a head directory; cached."""
+def get_head(name, model, tokenizer=None):
+    """``'parallel'`` / ``'sequential'`` (shipped), ``'fresh'`` (untrained; ``tokenizer`` picks its mask token) or
+    a head directory; cached."""
     key = (id(model), str(name))
     if key not in _HEADS:
-        _HEADS[key] = fresh_head(model) if name == FRESH else load_head(name, model)
+        _HEADS[key] = fresh_head(model, tokenizer=tokenizer) if name == FRESH else load_head(name, model)
     return _HEADS[key]
 
 
@@ -213,7 +218,7 @@ def run_generation(model, tokenizer, head, prompt: str = DEFAULT_PROMPT, k: int 
             on_update(run)
             display_s[0] += time.perf_counter() - t
 
-    gen = None if sampling.greedy else torch.Generator().manual_seed(seed)
+    gen = None if sampling.greedy else make_generator(runner.device, seed)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         result = speculative_generate(runner, drafter, ids, k=int(k), max_new_tokens=int(max_new_tokens),
@@ -223,7 +228,7 @@ def run_generation(model, tokenizer, head, prompt: str = DEFAULT_PROMPT, k: int 
     run.sources = viz.token_sources(accepted, len(run.tokens))
     run.stats, run.seconds = result.stats, result.seconds - display_s[0]
     if baseline:
-        gen = None if sampling.greedy else torch.Generator().manual_seed(seed)
+        gen = None if sampling.greedy else make_generator(runner.device, seed)
         plain = plain_generate(runner, ids, int(max_new_tokens), eos_ids=tokenizer.eos_token_id, sampling=sampling,
                                gen=gen)
         run.plain_tokens, run.plain_seconds = list(plain.tokens), plain.seconds
@@ -330,7 +335,7 @@ class Explorer:
         self.button.disabled = True
         self.status.value = "<span class='peagle-status'>loading the head&hellip;</span>"
         try:
-            head = get_head(opts.pop("head"), self.model)
+            head = get_head(opts.pop("head"), self.model, self.tokenizer)
             self.status.value = "<span class='peagle-status'>generating&hellip;</span>"
             run = run_generation(self.model, self.tokenizer, head, head_name=self.head.value,
                                  on_update=self._draw, **opts)

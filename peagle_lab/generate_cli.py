@@ -41,14 +41,12 @@ def check_args(args) -> None:
 
 
 def run(args):
-    import torch
-
     from .bench_files import json_safe
     from .cli import load_cli_target
     from .heads import load_head
     from .prompts import chat_ids
     from .bench import lossless_note, lossless_regime
-    from .speculative import (HeadDrafter, Sampling, TargetRunner, first_divergence, plain_generate,
+    from .speculative import (HeadDrafter, Sampling, TargetRunner, first_divergence, make_generator, plain_generate,
                               speculative_generate)
 
     from . import validate
@@ -61,7 +59,7 @@ def run(args):
     prompt = chat_ids(tok, args.prompt)
     validate.prompt_length(len(prompt), args.max_new_tokens, getattr(model.config, "max_position_embeddings", None))
     sampling = Sampling(args.temperature, args.top_p)
-    gen = torch.Generator().manual_seed(args.seed)
+    gen = make_generator(runner.device, args.seed)  # on the target's device: a CPU generator cannot draw on CUDA
     with warnings.catch_warnings():
         warnings.simplefilter("always")
         res = speculative_generate(runner, HeadDrafter(head, args.mode), prompt, k, args.max_new_tokens,

@@ -78,11 +78,39 @@ def _sample(probs: torch.Tensor, gen: torch.Generator | None) -> torch.Tensor:
     return torch.multinomial(probs, 1, generator=gen).squeeze(-1)
 
 
+def make_generator(device, seed: int) -> torch.Generator:
+    """The one random generator of a sampled generation, on ``device`` (the runner's: ``runner.device``).
+
+    ``torch.multinomial`` and ``torch.rand`` need a generator on the device of the tensors they draw for, so a CPU
+    generator crashes a CUDA run. On the CPU this is ``torch.Generator().manual_seed(seed)``: the same draws."""
+    return torch.Generator(device=torch.device(device)).manual_seed(int(seed))
+
+
+def _same_device(a, b) -> bool:
+    a, b = torch.device(a), torch.device(b)
+    if a.type != b.type:
+        return False
+    if a.type != "cuda":
+        return True
+    current = torch.cuda.current_device() if torch.cuda.is_available() else 0
+    return (current if a.index is None else a.index) == (current if b.index is None else b.index)
+
+
+def check_generator(gen: torch.Generator | None, device) -> None:
+    """Refuse a generator that cannot draw on ``device`` (the sampling tensors live there), naming the fix."""
+    if gen is not None and not _same_device(gen.device, device):
+        raise PeagleError(f"The random generator is on {gen.device} but sampling runs on {torch.device(device)}: "
+                          "torch cannot draw there with it. Fix: create it on the runner's device, "
+                          "speculative.make_generator(runner.device, seed) (= torch.Generator(device=runner.device)"
+                          ".manual_seed(seed)).")
+
+
 # ------------------------------------------------------------------------------------------ target
 class TargetRunner:
     """The target model with its own KV cache. ``forward`` appends tokens; ``crop(n)`` keeps n positions."""
 
     def __init__(self, model, tap_layers=None):
+        check_cache_rollback(model.config)
         self.model = model
         L = model.config.num_hidden_layers
         self.tap_layers = check_tap_layers(tap_layers or default_tap_layers(L), L)
@@ -124,6 +152,55 @@ class TargetRunner:
         if remove > 0:
             self.cache.crop(-remove)
             self.length = n
+
+
+def check_cache_rollback(config) -> None:
+    """Refuse a target whose KV cache ``TargetRunner.crop`` cannot roll back: sliding-window (or chunked)
+    attention layers keep only their last ``window`` positions, so after a rejected draft the evicted positions
+    cannot come back and the next verification would attend to the wrong keys (output no longer equal to plain
+    decoding); other non-attention layer types (linear attention, convolutions, state-space layers) keep a running
+    state a crop does not rewind.
+
+    Rule: every layer in ``layer_types`` is ``full_attention``, or is ``sliding_attention`` / ``chunked_attention``
+    with a window (``sliding_window`` / ``attention_chunk_size``) >= ``max_position_embeddings`` (never evicts:
+    global in effect); without ``layer_types``, an integer ``sliding_window`` below ``max_position_embeddings`` makes
+    every layer sliding unless ``use_sliding_window`` is False (Mistral / Qwen2 style)."""
+    cfg = config.get_text_config() if hasattr(config, "get_text_config") else config
+    max_pos = getattr(cfg, "max_position_embeddings", None)
+
+    def evicts(window):
+        return isinstance(window, int) and not isinstance(window, bool) and window > 0 and (
+            max_pos is None or window < max_pos)
+
+    sliding, chunk = getattr(cfg, "sliding_window", None), getattr(cfg, "attention_chunk_size", None)
+    layer_types = list(getattr(cfg, "layer_types", None) or [])
+    problems = []
+    if layer_types:
+        windowed = {"sliding_attention": ("sliding_window", sliding), "chunked_attention": ("attention_chunk_size",
+                                                                                            chunk)}
+        for kind in dict.fromkeys(layer_types):
+            layers = [i for i, t in enumerate(layer_types) if t == kind]
+            if kind == "full_attention":
+                continue
+            if kind in windowed:
+                name, window = windowed[kind]
+                if evicts(window):
+                    problems.append(f"{len(layers)} '{kind}' layer(s) (e.g. layer {layers[0]}) with {name}={window} "
+                                    f"< max_position_embeddings={max_pos}")
+            else:
+                problems.append(f"{len(layers)} '{kind}' layer(s) (e.g. layer {layers[0]}), which keep a running "
+                                "state instead of a per-position KV cache")
+    elif evicts(sliding) and getattr(cfg, "use_sliding_window", True) is not False:
+        problems.append(f"sliding_window={sliding} < max_position_embeddings={max_pos} on every layer")
+    if problems:
+        raise PeagleError(
+            "This target cannot be used for speculative decoding here: " + "; ".join(problems) + ". A sliding-window "
+            "(or stateful) cache drops what a rejected draft needs restored, and TargetRunner.crop can only roll back "
+            "a full-attention KV cache, so the output would no longer equal plain decoding. Accepted: full-attention "
+            "layers, and windows >= max_position_embeddings (global in effect). Fix: use a full-attention target "
+            "(Llama, Qwen3, SmolLM2, ...); or, when prompt plus output always fit in the window, load the target "
+            "with max_position_embeddings <= sliding_window (or use_sliding_window=False where the model was trained "
+            "with global attention); or serve it with vLLM (serving.export_vllm), which manages its own KV cache.")
 
 
 # ------------------------------------------------------------------------------------------ draft sources
@@ -224,7 +301,7 @@ class RandomDrafter(DraftSource):
 
     def __init__(self, vocab_size: int, seed: int = 0):
         self.vocab_size = vocab_size
-        self.gen = torch.Generator().manual_seed(seed)
+        self.gen = torch.Generator().manual_seed(seed)  # its own, on the CPU: the loop moves the ids where needed
 
     def propose(self, ctx_tokens, ctx_taps, start_pos, k, sampling, gen):
         ids = torch.randint(0, self.vocab_size, (k,), generator=self.gen)
@@ -234,12 +311,14 @@ class RandomDrafter(DraftSource):
 
 # ------------------------------------------------------------------------------------------ acceptance
 def accept_greedy(drafts: torch.Tensor, target_logits: torch.Tensor):
-    """Longest prefix of drafts equal to the target's argmax, plus the target's own next token."""
-    pred = target_logits.argmax(-1).cpu()  # (k+1,)
-    drafts = drafts.cpu()
-    match = (drafts == pred[:-1]).int()
-    a = int(match.cumprod(0).sum())
-    return a, int(pred[a])
+    """Longest prefix of drafts equal to the target's argmax, plus the target's own next token.
+
+    Computed where the logits are; only the two ints come back (one transfer)."""
+    pred = target_logits.argmax(-1)  # (k+1,)
+    match = (drafts.to(pred.device) == pred[:-1]).int()
+    a = match.cumprod(0).sum()
+    a, bonus = torch.stack([a, pred[a]]).tolist()
+    return a, bonus
 
 
 def accept_sampling(drafts, draft_probs, target_logits, sampling: Sampling, gen):
@@ -247,15 +326,20 @@ def accept_sampling(drafts, draft_probs, target_logits, sampling: Sampling, gen)
 
     Accept draft j with probability min(1, p_j(d)/q_j(d)); at the first rejection sample from
     normalise(max(p_j - q_j, 0)); if all K are accepted, sample the bonus token from p_{K+1}.
+
+    Everything stays on the logits' device (``gen`` must live there, see :func:`make_generator`); only the
+    drafted tokens' probabilities (one transfer), each uniform draw and the sampled token come back as Python
+    numbers. The draws are taken in the same order as ever, so a seeded CPU run gives the same tokens.
     """
-    p = sampling.probs(target_logits).cpu()
-    q = draft_probs.cpu().float()
-    drafts = drafts.cpu()
+    p = sampling.probs(target_logits)
+    q = draft_probs.to(p.device).float()
+    drafts = drafts.to(p.device)
     k = drafts.shape[0]
+    rows = torch.arange(k, device=p.device)
+    pds, qds = torch.stack([p[rows, drafts], q[rows, drafts]]).tolist()
     for j in range(k):
-        d = int(drafts[j])
-        pd, qd = float(p[j, d]), float(q[j, d])
-        u = float(torch.rand((), generator=gen))
+        pd, qd = pds[j], qds[j]
+        u = float(torch.rand((), generator=gen, device=p.device))
         if qd > 0 and u < min(1.0, pd / qd):
             continue
         residual = (p[j] - q[j]).clamp_min(0)
@@ -347,6 +431,8 @@ def plain_generate(runner: TargetRunner, prompt_ids, max_new_tokens: int, eos_id
                    sampling: Sampling | None = None, gen=None) -> GenerationResult:
     """Baseline: KV-cached decoding one token per target forward, through the same call path."""
     sampling = sampling or Sampling()
+    if not sampling.greedy:
+        check_generator(gen, runner.device)
     eos = _eos_set(eos_ids)
     timer = Timer(runner.device)
     runner.reset()
@@ -395,6 +481,10 @@ def speculative_generate(runner: TargetRunner, drafter: DraftSource, prompt_ids,
                 f"The head was trained on taps {drafter.head.config.aux_hidden_state_layer_ids} but the runner taps "
                 f"{runner.tap_layers}. Fix: TargetRunner(model, tap_layers=head.config.aux_hidden_state_layer_ids).")
     sampling = sampling or Sampling()
+    if not sampling.greedy:
+        check_generator(gen, runner.device)
+        if isinstance(drafter, HeadDrafter):
+            check_generator(gen, drafter.device)  # the head samples its drafts where it lives
     eos = _eos_set(eos_ids)
     prompt = [int(t) for t in (prompt_ids.tolist() if torch.is_tensor(prompt_ids) else prompt_ids)]
     if not prompt:

@@ -54,7 +54,8 @@ from .atomic import write_json, write_text
 from .data import MAX_SEQ_LEN, cod_sample
 from .drafter import PEagleConfig, PEagleDrafter
 from .errors import PeagleError
-from .vocab import build_draft_vocab, count_tokens, coverage, target_to_draft_index
+# pick_mask_token_id lives in .vocab; notebooks 02 and 03 import it from here, so it stays importable from train
+from .vocab import build_draft_vocab, count_tokens, coverage, pick_mask_token_id, target_to_draft_index
 
 MASK_HIDDEN_VARIANTS = ("learned", "zeros", "context", "random")
 MASK_EMBEDDING_VARIANTS = ("learned", "frozen")
@@ -121,21 +122,6 @@ class TrainConfig:
     def from_dict(cls, d: dict) -> "TrainConfig":
         names = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in d.items() if k in names})
-
-
-def pick_mask_token_id(tokenizer) -> int:
-    """A token that never occurs in chat text: the last added special token that is not BOS/EOS/PAD/UNK."""
-    used = {tokenizer.bos_token_id, tokenizer.eos_token_id, tokenizer.pad_token_id, tokenizer.unk_token_id}
-    template = getattr(tokenizer, "chat_template", None) or ""
-    candidates = []
-    for tid, tok in sorted(getattr(tokenizer, "added_tokens_decoder", {}).items()):
-        text = getattr(tok, "content", str(tok))
-        if tid not in used and text not in template:
-            candidates.append(tid)
-    if not candidates:
-        raise PeagleError("No unused special token to serve as the mask token. Fix: pass mask_token_id=<id> of a "
-                          "token that does not occur in your data (or add one to the tokenizer).")
-    return int(candidates[-1])
 
 
 # ============================================================================================ data
@@ -337,6 +323,18 @@ def full_training_mask(plan: RowPlan) -> tuple[torch.Tensor, list[tuple[int, int
 
 
 # ============================================================================================ the trainable model
+# The start of mask_hidden is drawn from its own generator seeded with ``seed + MASK_HIDDEN_SEED_OFFSET``: it
+# depends on the run's seed only, so two heads of one run setting start alike whatever their mask token id. (It
+# was seeded with the mask token id; the offset 16 -- SmolLM2's mask id -- keeps seed-0 runs on the embedded
+# target starting exactly where they did.)
+MASK_HIDDEN_SEED_OFFSET = 16
+
+
+def mask_hidden_seed(seed: int) -> int:
+    """The seed of the generator that draws ``mask_hidden``'s start for a run with seed ``seed``."""
+    return int(seed) + MASK_HIDDEN_SEED_OFFSET
+
+
 class DraftTrainer(nn.Module):
     """A :class:`PEagleDrafter` plus what training needs. ``forward(plan)`` -> (loss, per-depth metrics).
 
@@ -352,7 +350,7 @@ class DraftTrainer(nn.Module):
     """
 
     def __init__(self, head: PEagleDrafter, mode: str, mask_hidden: str = "learned", mask_embedding: str = "learned",
-                 tap_scale: torch.Tensor | None = None):
+                 tap_scale: torch.Tensor | None = None, seed: int = 0):
         super().__init__()
         self.head, self.mode = head, mode
         self.mask_hidden_variant, self.mask_embedding_variant = mask_hidden, mask_embedding
@@ -371,9 +369,9 @@ class DraftTrainer(nn.Module):
             w = torch.randn_like(head.fc.weight) / math.sqrt(n_in)
             self.fc_weight = nn.Parameter(w)
             # mask_hidden: a "typical" tap vector, random with the taps' per-feature scale (learned / random);
-            # zeros: all zero
-            m = torch.zeros(n_in) if mask_hidden == "zeros" else torch.randn(n_in, generator=torch.Generator()
-                                                                               .manual_seed(int(cfg.mask_token_id)))
+            # zeros: all zero. Its own generator, seeded from the run's seed (not from the mask token id)
+            m = torch.zeros(n_in) if mask_hidden == "zeros" else torch.randn(
+                n_in, generator=torch.Generator().manual_seed(mask_hidden_seed(seed)))
         self.mask_hidden_scaled = nn.Parameter(m.to(head.fc.weight),
                                                requires_grad=(mode == "parallel" and mask_hidden == "learned"))
         # "random": frozen at its random start (the same start as "learned"); "context": unused
@@ -474,14 +472,32 @@ class DraftTrainer(nn.Module):
 
 
 # ============================================================================================ inference helpers
-class ContextMaskDrafter(PEagleDrafter):
+class ContextMaskDrafter(nn.Module):
     """The ``mask_hidden='context'`` variant at inference: mask slots copy the last context slot's fused hidden
-    ``fc(h_context)`` instead of ``fc(mask_hidden)`` (notebook 02's experiment; not a vLLM layout)."""
+    ``fc(h_context)`` instead of ``fc(mask_hidden)`` (notebook 02's experiment; not a vLLM layout).
 
-    _last = None
+    A view of ``head``: it holds the head as its only submodule (the same parameters, nothing copied; training or
+    loading the head shows here) and overrides ``fuse`` / ``mask_slot_hidden`` only; everything else (``config``,
+    ``forward``, ``new_cache``, ``to_target_logits``, ...) is the head's. The head itself is left as it is."""
+
+    def __init__(self, head: PEagleDrafter):
+        super().__init__()
+        self.head = head
+        self._last = None
+
+    def __getattr__(self, name):
+        try:
+            return super().__getattr__(name)  # parameters, buffers, submodules (``head``) of this module
+        except AttributeError:
+            if name == "head":
+                raise
+            return getattr(self.head, name)
+
+    def forward(self, *args, **kwargs):
+        return self.head(*args, **kwargs)
 
     def fuse(self, taps):
-        out = super().fuse(taps)
+        out = self.head.fuse(taps)
         self._last = out.reshape(-1, out.shape[-1])[-1:].reshape(1, 1, -1)
         return out
 
@@ -491,9 +507,9 @@ class ContextMaskDrafter(PEagleDrafter):
         return self._last
 
 
-def as_context_drafter(head: PEagleDrafter) -> PEagleDrafter:
-    head.__class__ = ContextMaskDrafter
-    return head
+def as_context_drafter(head: PEagleDrafter) -> ContextMaskDrafter:
+    """The ``context`` variant of ``head`` (shares its parameters); ``head`` keeps its class and behaviour."""
+    return head if isinstance(head, ContextMaskDrafter) else ContextMaskDrafter(head)
 
 
 # ============================================================================================ schedule & state
@@ -605,7 +621,7 @@ class Trainer:
         head.set_draft_vocab(self.draft_ids)
         head.init_from_target(model, self.draft_ids)
         self.module = DraftTrainer(head, cfg.mode, cfg.mask_hidden, cfg.mask_embedding,
-                                   tap_scale=tap_rms(sequences)).to(self.device)
+                                   tap_scale=tap_rms(sequences), seed=cfg.seed).to(self.device)
         if source is not None:
             self.module.load_head(source.to(self.device))
         if cfg.freeze_lm_head:
@@ -910,8 +926,8 @@ def make_drafter(head: PEagleDrafter, mode: str | None = None):
     """A :class:`HeadDrafter` for ``head`` (the ``context`` mask-hidden variant gets its own hidden source)."""
     from .speculative import HeadDrafter
 
-    if head.config.extra.get("mask_hidden_variant") == "context" and not isinstance(head, ContextMaskDrafter):
-        as_context_drafter(head)
+    if head.config.extra.get("mask_hidden_variant") == "context":
+        head = as_context_drafter(head)
     return HeadDrafter(head, mode)
 
 

@@ -19,6 +19,56 @@ import torch
 from .errors import PeagleError
 
 
+def pick_mask_token_id(tokenizer) -> int:
+    """A token that never occurs in chat text: the last added special token that is not BOS/EOS/PAD/UNK and does
+    not appear in the chat template (SmolLM2: 16, ``<empty_output>``)."""
+    used = {tokenizer.bos_token_id, tokenizer.eos_token_id, tokenizer.pad_token_id, tokenizer.unk_token_id}
+    template = getattr(tokenizer, "chat_template", None) or ""
+    candidates = []
+    for tid, tok in sorted(getattr(tokenizer, "added_tokens_decoder", {}).items()):
+        text = getattr(tok, "content", str(tok))
+        if tid not in used and text not in template:
+            candidates.append(tid)
+    if not candidates:
+        raise PeagleError("No unused special token to serve as the mask token. Fix: pass mask_token_id=<id> of a "
+                          "token that does not occur in your data (or add one to the tokenizer).")
+    return int(candidates[-1])
+
+
+def mask_token_id_for(model, tokenizer=None, untrained: bool = False) -> int:
+    """The mask token of a new head for ``model``: :func:`pick_mask_token_id` of ``tokenizer``, or (none given)
+    of the tokenizer saved beside the model (its ``name_or_path`` directory, e.g. the embedded target's).
+
+    ``untrained=True`` (a fresh head that is only timed or shown, never trained): when the tokenizer has no unused
+    special token, the first embedding row no token of the tokenizer maps to, else (with a warning) the last id --
+    any id keeps decoding lossless, only training needs one that never occurs in text."""
+    if tokenizer is None:
+        source = getattr(model, "name_or_path", "") or getattr(getattr(model, "config", None), "_name_or_path", "")
+        if not source:
+            raise PeagleError("No tokenizer to pick the mask token from: the model has no name_or_path. Fix: pass "
+                              "tokenizer=... (or mask_token_id=<an id that never occurs in text>).")
+        from transformers import AutoTokenizer
+
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(source)
+        except (OSError, ValueError) as exc:
+            raise PeagleError(f"No tokenizer to pick the mask token from ({source}: {exc}). Fix: pass "
+                              "tokenizer=... (or mask_token_id=<an id that never occurs in text>).") from exc
+    try:
+        return pick_mask_token_id(tokenizer)
+    except PeagleError:
+        if not untrained:
+            raise
+    vocab = model.config.vocab_size
+    if len(tokenizer) < vocab:
+        return len(tokenizer)
+    import warnings
+
+    warnings.warn(f"The tokenizer has no unused special token: this untrained head's mask slots use id {vocab - 1}, "
+                  "a token that may occur in text (harmless here; training needs --mask-token-id).", stacklevel=3)
+    return vocab - 1
+
+
 def count_tokens(sequences: Iterable, vocab_size: int) -> torch.Tensor:
     """Occurrences of every id in ``sequences`` (iterables of ids, or one flat tensor): LongTensor (vocab_size,)."""
     counts = torch.zeros(vocab_size, dtype=torch.long)

@@ -159,3 +159,66 @@ def test_cli_bench_runs_on_a_local_tiny_target_and_writes_results(tmp_path, tiny
     assert e2e["config"]["parallel_head"]["source"].startswith("fresh")
     assert e2e["all_lossless"] is True
     assert "results:" in capsys.readouterr().out
+
+
+# ------------------------------------------------------------------------------------------ fresh heads
+def _tokenizer_with_free_specials():
+    from conftest import make_byte_tokenizer
+
+    tok = make_byte_tokenizer()
+    tok.add_special_tokens({"additional_special_tokens": ["<unused_a>", "<unused_b>"]})
+    return tok, tok.convert_tokens_to_ids("<unused_b>")
+
+
+def test_fresh_heads_take_their_mask_token_from_the_tokenizer(tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    from peagle_lab import explorer
+    from peagle_lab.vocab import mask_token_id_for, pick_mask_token_id
+
+    tok, free = _tokenizer_with_free_specials()
+    assert free != 16 and pick_mask_token_id(tok) == free
+    model = make_tiny_llama(vocab=len(tok))
+    assert bench.fresh_head(model, tokenizer=tok).config.mask_token_id == free
+    assert explorer.fresh_head(model, tokenizer=tok).config.mask_token_id == free
+    assert bench.fresh_head(model, mask_token_id=5).config.mask_token_id == 5  # an explicit id still wins
+    with pytest.raises(PeagleError, match="tokenizer"):  # a bare model and no tokenizer: nothing to pick from
+        bench.fresh_head(model)
+    # no tokenizer passed: the one saved beside the model (how the notebooks load the embedded target)
+    model.save_pretrained(tmp_path)
+    tok.save_pretrained(tmp_path)
+    saved = AutoModelForCausalLM.from_pretrained(tmp_path)
+    assert mask_token_id_for(saved) == free
+    head, desc = bench.load_head_or_fresh("fresh", saved)
+    assert head.config.mask_token_id == free and desc["mask_token_id"] == free
+    explorer._HEADS.clear()
+    assert explorer.get_head(explorer.FRESH, saved).config.mask_token_id == free
+
+
+def test_an_untrained_head_still_gets_a_mask_token_when_the_tokenizer_has_no_free_one(byte_tokenizer):
+    from peagle_lab.vocab import mask_token_id_for
+
+    n = len(byte_tokenizer)  # its only special tokens are BOS / EOS / PAD: nothing to pick for training
+    with pytest.raises(PeagleError, match="No unused special token"):
+        mask_token_id_for(make_tiny_llama(vocab=n), byte_tokenizer)
+    # an embedding row beyond the tokenizer never occurs in text
+    assert bench.fresh_head(make_tiny_llama(vocab=n + 4), tokenizer=byte_tokenizer).config.mask_token_id == n
+    with pytest.warns(UserWarning, match="no unused special token"):
+        assert bench.fresh_head(make_tiny_llama(vocab=n), tokenizer=byte_tokenizer).config.mask_token_id == n - 1
+
+
+@pytest.mark.real_model
+def test_smollm2s_mask_token_is_still_16():
+    from types import SimpleNamespace
+
+    from transformers import AutoTokenizer
+
+    from peagle_lab.models import cache_dir, convert_default
+    from peagle_lab.vocab import mask_token_id_for, pick_mask_token_id
+
+    if not (cache_dir() / "SmolLM2-135M-Instruct" / "config.json").exists():
+        pytest.skip("the embedded target is not converted here (make setup)")
+    path = convert_default()
+    tok = AutoTokenizer.from_pretrained(path)
+    assert pick_mask_token_id(tok) == 16 and tok.convert_ids_to_tokens(16) == "<empty_output>"
+    assert mask_token_id_for(SimpleNamespace(name_or_path=str(path))) == 16

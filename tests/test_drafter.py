@@ -173,3 +173,101 @@ def test_tap_ids_out_of_range_are_refused(tiny_llama):
     target = tiny_llama(layers=4)
     with pytest.raises(PeagleError, match=r"out of range for a target with 4 layers"):
         PEagleConfig.from_target(target.config, aux_layer_ids=(1, 2, 9))
+
+
+# ------------------------------------------------------------------------------------------ RoPE of the target
+ROPES = {
+    "llama3": {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
+               "high_freq_factor": 4.0, "original_max_position_embeddings": 64},
+    "yarn": {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0, "original_max_position_embeddings": 128},
+    "linear": {"rope_type": "linear", "rope_theta": 10000.0, "factor": 2.0},
+    "dynamic": {"rope_type": "dynamic", "rope_theta": 10000.0, "factor": 2.0},
+}
+
+
+def scaled_target(rope):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=4, num_attention_heads=4,
+                      num_key_value_heads=2, head_dim=8, max_position_embeddings=512, rms_norm_eps=1e-6,
+                      tie_word_embeddings=False, rope_parameters=dict(rope))
+    torch.manual_seed(0)
+    return LlamaForCausalLM(cfg).eval().requires_grad_(False)
+
+
+@pytest.mark.parametrize("kind", list(ROPES))
+def test_head_rope_is_the_targets_scaled_rope(kind):
+    from peagle_lab.drafter import rope_cos_sin
+
+    target = scaled_target(ROPES[kind])
+    head = make_head(target)
+    pos = torch.arange(0, 700, 7)[None]  # beyond the original context and (dynamic) beyond max positions
+    # the head's attention honours the scaling: its output differs from the same weights under plain RoPE
+    with torch.no_grad():  # sharp attention, so positions matter
+        for layer in head.decoder_layers:
+            layer.self_attn.q_proj.weight.mul_(40.0)
+            layer.self_attn.k_proj.weight.mul_(40.0)
+    unscaled = {k: v for k, v in head.config.to_json_dict().items() if k not in ("rope_parameters", "rope_scaling")}
+    plain_head = PEagleDrafter(PEagleConfig.from_json_dict(unscaled))
+    plain_head.load_state_dict(head.state_dict())
+    ids, hidden = torch.randint(0, 96, (1, 100)), torch.randn(1, 100, 32)
+    assert not torch.allclose(head(ids, hidden, pos)[0], plain_head(ids, hidden, pos)[0], atol=1e-3)
+    # exactly the target's own rotary tables (transformers' LlamaRotaryEmbedding for its config)
+    assert head.config.rope_parameters["rope_type"] == kind
+    cos, sin = head.rotary(pos, torch.float32)
+    ref_cos, ref_sin = target.model.rotary_emb(torch.empty(0), pos)
+    assert torch.equal(cos[:, 0], ref_cos) and torch.equal(sin[:, 0], ref_sin)
+    plain_cos, plain_sin = rope_cos_sin(pos, 8, ROPES[kind]["rope_theta"], torch.float32)
+    assert not torch.allclose(cos, plain_cos, atol=1e-3) or not torch.allclose(sin, plain_sin, atol=1e-3)
+
+
+def test_scaled_rope_round_trips_through_config_json_and_the_vllm_export(tmp_path):
+    from peagle_lab import serving
+
+    target = scaled_target(ROPES["llama3"])
+    target.save_pretrained(tmp_path / "target")
+    head = make_head(target, shared=True).init_from_target(target)
+    head.save_pretrained(tmp_path / "head", dtype=torch.float32)
+    saved = json.loads((tmp_path / "head" / "config.json").read_text())
+    assert saved["rope_parameters"] == head.config.rope_parameters
+    assert saved["rope_parameters"] == {**ROPES["llama3"]}  # exactly the target's (already standardised) dict
+    assert saved["rope_theta"] == 500000.0
+    loaded = PEagleDrafter.from_pretrained(tmp_path / "head", target=target)
+    assert loaded.config.rope_parameters == head.config.rope_parameters
+    ids, hidden, pos = torch.randint(0, 96, (1, 9)), torch.randn(1, 9, 32), torch.arange(200, 209)[None]
+    assert torch.equal(loaded(ids, hidden, pos)[0], head(ids, hidden, pos)[0])
+    out = serving.export_vllm(tmp_path / "head", tmp_path / "vllm", target=tmp_path / "target")
+    exported = json.loads((out / "config.json").read_text())
+    assert exported["rope_parameters"] == head.config.rope_parameters
+    assert PEagleDrafter.from_pretrained(out).config.rope_parameters == head.config.rope_parameters
+
+
+def test_config_json_without_rope_parameters_loads_with_plain_rope(tiny_llama, tmp_path):
+    """Heads saved before the field existed (the shipped ones among them): plain RoPE with rope_theta, exactly."""
+    from peagle_lab.drafter import rope_cos_sin
+
+    target = tiny_llama()
+    head = make_head(target)
+    head.save_pretrained(tmp_path, dtype=torch.float32)
+    d = json.loads((tmp_path / "config.json").read_text())
+    assert d["rope_parameters"] == {"rope_type": "default", "rope_theta": 10000.0}
+    del d["rope_parameters"]
+    (tmp_path / "config.json").write_text(json.dumps(d))
+    old = PEagleDrafter.from_pretrained(tmp_path)
+    assert old.config.rope_parameters == {"rope_type": "default", "rope_theta": 10000.0}
+    pos = torch.arange(50)[None]
+    cos, sin = old.rotary(pos, torch.float32)
+    ref = rope_cos_sin(pos, 8, 10000.0, torch.float32)
+    assert torch.equal(cos, ref[0]) and torch.equal(sin, ref[1])
+    ids, hidden = torch.randint(0, 96, (1, 50)), torch.randn(1, 50, 32)
+    assert torch.equal(old(ids, hidden, pos)[0], head(ids, hidden, pos)[0])
+
+
+def test_bad_rope_parameters_are_refused_by_name(tiny_llama):
+    d = make_head(tiny_llama()).config.to_json_dict()
+    for bad, match in [({"rope_type": "spiral"}, "rope_type"), ("llama3", "must be an object"),
+                       ({"rope_type": "default", "rope_theta": 5.0}, "disagrees")]:
+        with pytest.raises(PeagleError, match=match):
+            PEagleConfig.from_json_dict({**d, "rope_parameters": bad})
+    with pytest.raises(PeagleError, match="cannot build the rotary embedding"):
+        PEagleDrafter(PEagleConfig.from_json_dict({**d, "rope_parameters": {"rope_type": "llama3"}}))

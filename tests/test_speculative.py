@@ -244,3 +244,134 @@ def test_cli_generate_check_json_on_a_local_tiny_target(tmp_path, tiny_llama, by
     assert report["k"] == 3 and 1 <= report["new_tokens"] <= 8  # a random tiny target may say EOS early
     assert len(report["per_position_acceptance"]) == 3
     assert all(x is None or 0.0 <= x <= 1.0 for x in report["per_position_acceptance"])
+
+
+# ------------------------------------------------------------------------------------ devices (no GPU needed)
+def _old_accept_sampling(drafts, draft_probs, target_logits, sampling, gen):
+    """The acceptance rule as it was before it stayed on the logits' device (every tensor copied to the CPU):
+    the reference for 'same seed, same tokens on the CPU'."""
+    p = sampling.probs(target_logits).cpu()
+    q = draft_probs.cpu().float()
+    drafts = drafts.cpu()
+    k = drafts.shape[0]
+    for j in range(k):
+        d = int(drafts[j])
+        pd, qd = float(p[j, d]), float(q[j, d])
+        u = float(torch.rand((), generator=gen))
+        if qd > 0 and u < min(1.0, pd / qd):
+            continue
+        residual = (p[j] - q[j]).clamp_min(0)
+        if float(residual.sum()) <= 0:
+            residual = p[j]
+        return j, int(torch.multinomial(residual / residual.sum(), 1, generator=gen).squeeze(-1))
+    return k, int(torch.multinomial(p[k], 1, generator=gen).squeeze(-1))
+
+
+def _no_cpu_copies(monkeypatch):
+    def refuse(self, *args, **kwargs):
+        raise AssertionError("the acceptance maths copied a tensor to the CPU (Tensor.cpu())")
+
+    monkeypatch.setattr(torch.Tensor, "cpu", refuse)
+
+
+def test_generator_is_made_on_the_runners_device_and_a_foreign_one_is_refused():
+    # a CPU generator for CUDA tensors: torch.multinomial would fail deep inside the loop; it is refused up front
+    cuda_runner = TargetRunner(make_tiny_llama())
+    cuda_runner.device = torch.device("cuda", 0)  # what a CUDA target looks like to the loop
+    with pytest.raises(PeagleError, match="generator is on cpu"):
+        speculative_generate(cuda_runner, RandomDrafter(96), [5, 6, 7], 2, 4, sampling=Sampling(1.0),
+                             gen=torch.Generator())
+    with pytest.raises(PeagleError, match="generator is on cpu"):
+        plain_generate(cuda_runner, [5, 6, 7], 4, sampling=Sampling(1.0), gen=torch.Generator())
+    with pytest.raises(PeagleError, match="make_generator"):
+        spec.check_generator(torch.Generator(), torch.device("cuda", 0))
+    spec.check_generator(None, "cuda")  # no generator: torch's default one on each device
+    # the helper makes it on the runner's device; on the CPU it is the generator seeded as before (same draws)
+    runner = TargetRunner(make_tiny_llama())
+    gen = spec.make_generator(runner.device, 7)
+    assert gen.device == runner.device == torch.device("cpu")
+    assert torch.equal(torch.rand(5, generator=gen), torch.rand(5, generator=torch.Generator().manual_seed(7)))
+    spec.check_generator(gen, runner.device)
+
+
+def test_acceptance_maths_stays_on_the_logits_device(monkeypatch):
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(4, 12, generator=g)
+    pred = logits.argmax(-1)
+    drafts = pred[:3].clone()
+    drafts[2] = (drafts[2] + 1) % 12  # the third draft is wrong
+    q = torch.softmax(torch.randn(3, 12, generator=g), -1)
+    _no_cpu_copies(monkeypatch)
+    a, bonus = spec.accept_greedy(drafts, logits)
+    assert (a, bonus) == (2, int(pred[2])) and type(a) is int and type(bonus) is int
+    a, tok = spec.accept_sampling(drafts, q, logits, Sampling(1.0), spec.make_generator("cpu", 1))
+    assert type(a) is int and type(tok) is int and 0 <= a <= 3 and 0 <= tok < 12
+    # and a whole sampled generation with a head: drafting, acceptance and the bonus token, no CPU copies
+    target = make_tiny_llama()
+    runner = TargetRunner(target)
+    res = speculative_generate(runner, HeadDrafter(random_head(target, "parallel")), [5, 6, 7], 3, 10,
+                               sampling=Sampling(1.0), gen=spec.make_generator(runner.device, 0))
+    assert len(res.tokens) == 10
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 10_000), k=st.integers(1, 6), temperature=st.sampled_from([0.5, 1.0, 2.0]),
+       top_p=st.sampled_from([1.0, 0.8]), agree=st.floats(0.0, 1.0))
+def test_seeded_cpu_sampling_acceptance_is_unchanged(seed, k, temperature, top_p, agree):
+    """Same tokens and the same generator state afterwards as the former CPU-copying rule, draw for draw."""
+    g = torch.Generator().manual_seed(seed)
+    V = 10
+    logits = 3.0 * torch.randn(k + 1, V, generator=g)
+    sampling = Sampling(temperature, top_p)
+    p = sampling.probs(logits)[:k]
+    q = agree * p + (1 - agree) * torch.softmax(3.0 * torch.randn(k, V, generator=g), -1)  # from = p to far
+    drafts = torch.multinomial(q, 1, generator=g).squeeze(-1)
+    new, old = torch.Generator().manual_seed(seed + 1), torch.Generator().manual_seed(seed + 1)
+    assert spec.accept_sampling(drafts, q, logits, sampling, new) == _old_accept_sampling(drafts, q, logits,
+                                                                                          sampling, old)
+    assert torch.equal(new.get_state(), old.get_state())
+
+
+# ------------------------------------------------------------------------------------ cache rollback
+def _tiny(config_cls, **kw):
+    base = dict(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=4, num_attention_heads=4,
+                num_key_value_heads=2, max_position_embeddings=256)
+    return config_cls(**(base | kw))
+
+
+def _sliding_configs():
+    from transformers import GptOssConfig, MistralConfig, Qwen2Config
+
+    return {
+        "mistral-window": _tiny(MistralConfig, sliding_window=16),
+        "qwen2-use-sliding-window": _tiny(Qwen2Config, use_sliding_window=True, sliding_window=16,
+                                          max_window_layers=2),
+        "gpt-oss-alternating": _tiny(GptOssConfig, sliding_window=16, num_local_experts=2, num_experts_per_tok=1),
+    }
+
+
+@pytest.mark.parametrize("name", ["mistral-window", "qwen2-use-sliding-window", "gpt-oss-alternating"])
+def test_sliding_window_targets_are_refused_with_the_limitation_and_the_fix(name):
+    from transformers import AutoModelForCausalLM
+
+    cfg = _sliding_configs()[name]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = AutoModelForCausalLM.from_config(cfg)
+    with pytest.raises(PeagleError, match="roll back") as err:
+        TargetRunner(model)
+    assert "Fix:" in str(err.value) and ">= max_position_embeddings" in str(err.value)
+    with pytest.raises(PeagleError, match=r"sliding.*window.*16 < max_position_embeddings=256"):
+        spec.check_cache_rollback(cfg)
+
+
+def test_global_in_effect_windows_and_full_attention_targets_are_accepted():
+    from transformers import MistralConfig, Qwen2Config
+
+    spec.check_cache_rollback(make_tiny_llama().config)
+    spec.check_cache_rollback(_tiny(MistralConfig, sliding_window=None))
+    spec.check_cache_rollback(_tiny(MistralConfig, sliding_window=256))  # window >= max positions: never evicts
+    spec.check_cache_rollback(_tiny(Qwen2Config, use_sliding_window=False, sliding_window=16))
+    with pytest.raises(PeagleError, match="linear_attention"):
+        spec.check_cache_rollback(type("Cfg", (), dict(layer_types=["full_attention", "linear_attention"],
+                                                       max_position_embeddings=256))())

@@ -163,6 +163,54 @@ def test_context_variant_copies_the_anchor_hidden_into_mask_slots(tiny_llama):
     assert got == drafts.tolist()
 
 
+def test_context_drafter_is_a_view_that_leaves_the_callers_head_alone(tiny_llama):
+    from peagle_lab.train import ContextMaskDrafter, as_context_drafter, make_drafter
+
+    model = tiny_llama(hidden=32, layers=4)
+    head = _trainer_module(model, "parallel", mask_hidden="context").sync_head()
+    seq = tiny_sequences(model, n=1, length=10, prompt_len=2, seed=5)[0]
+    learned = head.mask_slot_hidden().detach().clone()
+    drafter = make_drafter(head)
+    assert type(head) is PEagleDrafter  # not re-classed under the caller
+    assert isinstance(drafter.head, ContextMaskDrafter) and drafter.head.head is head
+    assert torch.equal(head.mask_slot_hidden(), learned)  # the head still means fc(mask_hidden)
+    assert as_context_drafter(drafter.head) is drafter.head  # no view of a view
+    # the view shares the head's parameters: same tensors, and a change to the head shows through it
+    assert [id(p) for p in drafter.head.parameters()] == [id(p) for p in head.parameters()]
+    assert drafter.head.config is head.config and drafter.head.state_dict().keys() == {
+        f"head.{k}" for k in head.state_dict()}
+    taps = seq["taps"][:5]
+    fused = drafter.head.fuse(taps)
+    assert torch.equal(drafter.head.mask_slot_hidden(), fused[-1:].view(1, 1, -1))
+    with torch.no_grad():
+        head.fc.weight.mul_(2.0)
+    assert torch.allclose(drafter.head.fuse(taps), 2.0 * fused)
+    # gradients through the view reach the head's own parameters (fc is frozen here: the trainer trains a scaled
+    # copy of it)
+    ids = seq["input_ids"][1:6][None]
+    logits, _ = drafter.head(ids, drafter.head.fuse(taps)[None], torch.arange(5)[None])
+    logits.sum().backward()
+    assert head.midlayer.self_attn.q_proj.weight.grad is not None and head.lm_head.weight.grad is not None
+
+
+def test_mask_hidden_start_depends_on_the_runs_seed_not_on_the_mask_token_id(tiny_llama):
+    model = tiny_llama(hidden=32, layers=4)
+    seqs = tiny_sequences(model, n=2)
+
+    def start(mask_id, seed):
+        tr = Trainer(tiny_cfg(mask_token_id=mask_id, seed=seed), model, seqs, verbose=False, progress=False)
+        return tr.module.mask_hidden_scaled.detach().clone()
+
+    a = start(3, 0)
+    assert torch.equal(a, start(7, 0))  # another mask token, the same seed: the same start
+    assert not torch.equal(a, start(3, 1))  # another seed: another start
+    # seed 0 starts where runs with SmolLM2's mask id 16 always started (the id seeded it before)
+    from peagle_lab.train import mask_hidden_seed
+
+    assert mask_hidden_seed(0) == 16
+    assert torch.equal(a, torch.randn(a.numel(), generator=torch.Generator().manual_seed(16)))
+
+
 # ------------------------------------------------------------------------------------------ training
 def test_loss_decreases_on_a_tiny_overfit(tiny_llama):
     model = tiny_llama(hidden=32, layers=4)

@@ -136,7 +136,7 @@ def test_run_generation_accounts_for_every_token_and_is_lossless(tiny_llama, byt
     from peagle_lab.explorer import fresh_head, run_generation
 
     model = tiny_llama(vocab=len(byte_tokenizer), hidden=32, layers=4)
-    head = fresh_head(model)
+    head = fresh_head(model, mask_token_id=16)
     updates = []
     run = run_generation(model, byte_tokenizer, head, "hi", k=3, mode="parallel", max_new_tokens=10,
                          on_update=lambda r: updates.append((len(r.tokens), r.done)))
@@ -153,6 +153,6 @@ def test_sequential_mode_with_sampling_runs(tiny_llama, byte_tokenizer):
     from peagle_lab.explorer import fresh_head, run_generation
 
     model = tiny_llama(vocab=len(byte_tokenizer))
-    run = run_generation(model, byte_tokenizer, fresh_head(model), "hi", k=2, mode="sequential",
+    run = run_generation(model, byte_tokenizer, fresh_head(model, mask_token_id=16), "hi", k=2, mode="sequential",
                          temperature=0.8, max_new_tokens=6, baseline=False)
     assert len(run.tokens) == len(run.sources) and run.lossless is None
