@@ -23,7 +23,12 @@ from pathlib import Path
 
 import torch
 
+from . import validate
+from .atomic import atomic_write
 from .errors import PeagleError
+from .identity import target_fingerprint, target_identity
+from .prompts import chat_ids, load_scale_records, load_train_prompts, load_train_records, record_messages
+from .settings import data_path, results_dir
 
 FORMAT = "peagle-lab-distill"
 VERSION = 1
@@ -35,7 +40,6 @@ _RESUME_KEYS = ("max_new_tokens", "system")
 
 def prompt_sha(prompt) -> str:
     """Identity of a prompt: its text, or for a multi-turn record its history and text."""
-    from .prompts import record_messages
 
     text, history = record_messages(prompt)
     key = text if not history else json.dumps({"history": history, "prompt": text}, sort_keys=True)
@@ -44,8 +48,6 @@ def prompt_sha(prompt) -> str:
 
 # ------------------------------------------------------------------------------------------ file I/O
 def _write_atomic(path: Path, meta: dict, records: list[dict]) -> None:
-    from .atomic import atomic_write
-
     def write(tmp):
         with open(tmp, "w") as fh:
             fh.write(json.dumps({"meta": meta}) + "\n")
@@ -90,7 +92,6 @@ def select_split(records: list[dict], split: str) -> tuple[list[dict], int]:
     ``"train"`` drops the held-out ``val`` prompts (records of prompts outside the mix count as train),
     ``"val"`` keeps only them, ``"all"`` keeps everything. Returns ``(records, dropped)``; prompts are matched
     by their ``prompt_sha`` (text and history), not by index, so any distilled file can be split."""
-    from .prompts import load_scale_records
 
     if split not in ("train", "val", "all"):
         raise PeagleError(f"split must be 'train', 'val' or 'all', got {split!r}.")
@@ -138,10 +139,6 @@ def distill(model, tokenizer, prompts: list, out_path, max_new_tokens: int = 160
     Returns all records in prompt order.
     """
     from tqdm.auto import tqdm
-
-    from . import validate
-    from .features import target_fingerprint, target_identity
-    from .prompts import chat_ids, record_messages
 
     validate.positive_int(batch_size, "batch_size", "--batch-size")
     validate.max_new_tokens(max_new_tokens)
@@ -195,7 +192,6 @@ def distill(model, tokenizer, prompts: list, out_path, max_new_tokens: int = 160
 def shipped_distilled_path(target: str) -> Path:
     """Where the shipped self-distilled sequences of a target live (``data/distill/<target>.jsonl``, under
     ``settings.data_dir()``)."""
-    from .settings import data_path
 
     return data_path("distill", f"{Path(target).name}.jsonl")
 
@@ -204,9 +200,6 @@ def distilled_records(model, tokenizer, n: int | None, target: str, max_new_toke
                       progress: bool = True) -> list[dict]:
     """The first ``n`` self-distilled sequences for ``target``: from the shipped file when it was made by this
     very model (the embedded default), else distilled now into ``$PEAGLE_RESULTS/distill/`` (resumable)."""
-    from .features import target_fingerprint
-    from .prompts import load_train_prompts
-    from .settings import results_dir
 
     shipped = shipped_distilled_path(target)
     if shipped.is_file():
@@ -266,9 +259,6 @@ def register_cli(sub):
 
 def _run_cli(args):
     from .cli import load_cli_target
-    from .prompts import load_train_records
-
-    from . import validate
 
     validate.positive_int(args.batch_size, "batch_size", "--batch-size")
     validate.max_new_tokens(args.max_new_tokens)

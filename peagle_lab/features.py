@@ -33,7 +33,12 @@ from typing import Callable, Iterable, Iterator, Sequence
 
 import torch
 
+from .atomic import umask, write_json
+from .data import MAX_SEQ_LEN, load_distilled, select_split
 from .errors import PeagleError
+from .identity import target_fingerprint, target_identity  # noqa: F401 (target_identity: re-exported, as before)
+from .prompts import chat_ids, load_train_prompts
+from .settings import display_path
 from .taps import check_tap_layers, default_tap_layers, target_forward
 
 FORMAT = "peagle-lab-features"
@@ -211,26 +216,7 @@ def _prompts_sha256(seqs: list[torch.Tensor]) -> str:
     return h.hexdigest()
 
 
-def target_fingerprint(model) -> str:
-    """A cheap identity of the target's weights (first embedding rows + final norm), to refuse mixed resumes."""
-    h = hashlib.sha256()
-    for t in (model.get_input_embeddings().weight[:8], model.model.norm.weight):
-        h.update(t.detach().float().cpu().numpy().tobytes())
-    return h.hexdigest()[:16]
-
-
-def target_identity(model) -> str:
-    """Like :func:`target_fingerprint`, but the same whatever dtype the target was loaded in (the tensors are
-    rounded to bfloat16 first): which model, not which copy. Training checks data and heads with it."""
-    h = hashlib.sha256()
-    for t in (model.get_input_embeddings().weight[:8], model.model.norm.weight):
-        h.update(t.detach().to(torch.bfloat16).float().cpu().numpy().tobytes())
-    return h.hexdigest()[:16]
-
-
 def _write_json_atomic(path: Path, obj) -> None:
-    from .atomic import write_json
-
     write_json(path, obj, indent=1)
 
 
@@ -257,7 +243,6 @@ def _save_shard(records: list[dict], path: Path, metadata: dict) -> None:
         raise PeagleError(f"Could not write {path.name} in {path.parent} ({e}): the disk may be full. Fix: free "
                           "space, then run the same extraction again: the complete shards are kept, this one is "
                           "redone.") from e
-    from .atomic import umask
 
     os.chmod(tmp, 0o666 & ~umask())
     os.replace(tmp, path)  # atomic: the final name only ever holds a complete shard
@@ -331,8 +316,6 @@ def extract_features(model, sequences: Sequence, out_dir, tap_layers=None, shard
     bounds = [(i * shard_size, min((i + 1) * shard_size, len(seqs))) for i in range(n_shards)]
     estimate = estimate_bytes(num_tokens, hidden, len(tap_layers), taps_dtype, topk)
     if verbose:
-        from .settings import display_path
-
         per_tok = bytes_per_token(hidden, len(tap_layers), taps_dtype, topk)
         print(f"Extracting {len(seqs):,} sequences, {num_tokens:,} tokens, taps {list(tap_layers)} of a "
               f"{num_layers}-layer target (H={hidden}) in {n_shards} shard(s) of <= {shard_size} into {display_path(out_dir)}\n"
@@ -492,12 +475,9 @@ def register_cli(sub):
 
 def _run_cli(args):
     from .cli import load_cli_target
-    from .prompts import chat_ids, load_train_prompts
 
     model, tok, target = load_cli_target(args)
     if args.distilled:
-        from .data import MAX_SEQ_LEN, load_distilled, select_split
-
         records, _ = select_split(load_distilled(args.distilled), args.split)
         sequences = [r["input_ids"][:MAX_SEQ_LEN] for r in records]  # as the trainer cuts them: it finds them
     else:

@@ -143,14 +143,34 @@ def d2t_t2d(draft_ids: torch.Tensor, vocab_size: int) -> tuple[torch.Tensor, tor
     if draft_ids.numel() > 1 and not bool((draft_ids[1:] > draft_ids[:-1]).all()):
         raise PeagleError("draft ids must be sorted and unique (build_draft_vocab returns them so).")
     d2t = draft_ids - torch.arange(draft_ids.numel())
+    return d2t, _kept(draft_ids, vocab_size)
+
+
+def _kept(draft_ids: torch.Tensor, vocab_size: int) -> torch.Tensor:
     t2d = torch.zeros(vocab_size, dtype=torch.bool)
     t2d[draft_ids] = True
-    return d2t, t2d
+    return t2d
 
 
 def draft_ids_from_d2t(d2t: torch.Tensor) -> torch.Tensor:
-    """Inverse of :func:`d2t_t2d`: the sorted target ids of the draft vocabulary."""
+    """Inverse of :func:`d2t_t2d`: the target id of every draft id (``draft + d2t``), on ``d2t``'s device."""
     return torch.arange(d2t.numel(), device=d2t.device) + d2t
+
+
+def d2t_in_vocab(d2t: torch.Tensor, vocab_size: int) -> bool:
+    """Whether ``d2t`` maps every draft id into the target vocabulary ``[0, vocab_size)`` (a damaged head, or one
+    for another target, does not)."""
+    ids = draft_ids_from_d2t(d2t)
+    return not len(ids) or (int(ids.min()) >= 0 and int(ids.max()) < vocab_size)
+
+
+def t2d_from_d2t(d2t: torch.Tensor, vocab_size: int, fix: str = "") -> torch.Tensor:
+    """The ``t2d`` (bool, vocab_size) of a stored ``d2t``; PeagleError (ending with ``fix``) when it maps outside
+    the vocabulary."""
+    if not d2t_in_vocab(d2t, vocab_size):
+        raise PeagleError(f"d2t maps draft ids outside the target vocabulary (0..{vocab_size - 1}): the head is "
+                          f"damaged or belongs to another target. {fix}".rstrip())
+    return _kept(draft_ids_from_d2t(d2t), vocab_size)
 
 
 def target_to_draft_index(draft_ids: torch.Tensor, vocab_size: int, missing: int = -100) -> torch.Tensor:

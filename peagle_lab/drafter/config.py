@@ -1,0 +1,301 @@
+"""The drafter's configuration: :class:`PEagleConfig` (shape, draft vocabulary, taps, mask token, RoPE, what it was
+trained for), built from a target (:meth:`PEagleConfig.from_target`), written to and read from ``config.json`` in
+vLLM's eagle3 layout (our own fields under ``"peagle"``), checked field by field (:func:`validate_config_dict`);
+the RoPE description (:func:`normalise_rope_parameters`) and the K check (:func:`check_k`)."""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, field
+
+from ..errors import PeagleError
+from ..taps import check_tap_layers, default_tap_layers
+
+WEIGHTS = "model.safetensors"
+CONFIG = "config.json"
+
+@dataclass
+class PEagleConfig:
+    hidden_size: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    intermediate_size: int
+    vocab_size: int
+    num_hidden_layers: int = 1
+    head_dim: int | None = None
+    draft_vocab_size: int | None = None  # None: full target vocabulary
+    target_hidden_size: int | None = None
+    aux_hidden_state_layer_ids: tuple[int, ...] = (2, 15, 27)
+    mask_token_id: int = 0
+    rms_norm_eps: float = 1e-5
+    rope_theta: float = 10000.0
+    max_position_embeddings: int = 8192
+    # peagle-lab training facts
+    mode: str = "parallel"  # what it was trained for: "parallel" (P-EAGLE) or "sequential" (EAGLE-3)
+    num_speculative_tokens: int = 8  # K it was trained for
+    embed_shared_with_target: bool = True  # all rows but the mask row equal the target's
+    target: str = ""
+    extra: dict = field(default_factory=dict)
+    # the target's RoPE (transformers' / vLLM's ``rope_parameters``: rope_type, rope_theta, factor, ...); its
+    # rope_theta, when given, is the one used (as in transformers). None (a config.json written before the field
+    # was stored): plain RoPE with ``rope_theta``, as ever
+    rope_parameters: dict | None = None
+
+    def __post_init__(self):
+        self.head_dim = self.head_dim or self.hidden_size // self.num_attention_heads
+        self.rope_parameters = normalise_rope_parameters(self.rope_parameters, self.rope_theta,
+                                                         self.max_position_embeddings)
+        self.rope_theta = self.rope_parameters["rope_theta"]
+        self.draft_vocab_size = self.draft_vocab_size or self.vocab_size
+        self.target_hidden_size = self.target_hidden_size or self.hidden_size
+        self.aux_hidden_state_layer_ids = tuple(int(i) for i in self.aux_hidden_state_layer_ids)
+        if self.mode not in ("parallel", "sequential"):
+            raise PeagleError(f"mode must be 'parallel' or 'sequential', got {self.mode!r}")
+        if not 0 <= self.mask_token_id < self.vocab_size:
+            raise PeagleError(f"mask_token_id {self.mask_token_id} is outside the vocabulary (size {self.vocab_size})")
+        if self.hidden_size != self.target_hidden_size:
+            # vLLM's Eagle3LlamaForCausalLM sizes mask_hidden and the first layer from hidden_size: keep them equal.
+            raise PeagleError(
+                f"drafter hidden_size {self.hidden_size} != target hidden size {self.target_hidden_size}: "
+                "vLLM needs them equal. Fix: build the drafter with the target's hidden size."
+            )
+
+    @property
+    def num_taps(self) -> int:
+        return len(self.aux_hidden_state_layer_ids)
+
+    @classmethod
+    def from_target(cls, target_config, *, num_hidden_layers=1, draft_vocab_size=None, aux_layer_ids=None,
+                    mask_token_id=0, **kw) -> "PEagleConfig":
+        """A drafter shaped like the target (same hidden size, heads and rope)."""
+        L = target_config.num_hidden_layers
+        taps = check_tap_layers(aux_layer_ids or default_tap_layers(L), L)
+        rope = target_rope_parameters(target_config)
+        theta = rope.get("rope_theta", getattr(target_config, "rope_theta", 10000.0))
+        return cls(
+            hidden_size=target_config.hidden_size,
+            num_attention_heads=target_config.num_attention_heads,
+            num_key_value_heads=getattr(target_config, "num_key_value_heads", target_config.num_attention_heads),
+            head_dim=getattr(target_config, "head_dim", None),
+            intermediate_size=target_config.intermediate_size,
+            vocab_size=target_config.vocab_size,
+            num_hidden_layers=num_hidden_layers,
+            draft_vocab_size=draft_vocab_size,
+            aux_hidden_state_layer_ids=taps,
+            mask_token_id=mask_token_id,
+            rms_norm_eps=target_config.rms_norm_eps,
+            rope_theta=theta,
+            max_position_embeddings=getattr(target_config, "max_position_embeddings", 8192),
+            rope_parameters={**rope, "rope_theta": theta},
+            **kw,
+        )
+
+    # ----- config.json (vLLM eagle3 layout + our fields under "peagle") -----
+    def to_json_dict(self) -> dict:
+        return {
+            "architectures": ["LlamaForCausalLMEagle3"],
+            "model_type": "llama",
+            "hidden_size": self.hidden_size,
+            "num_hidden_layers": self.num_hidden_layers,
+            "num_attention_heads": self.num_attention_heads,
+            "num_key_value_heads": self.num_key_value_heads,
+            "head_dim": self.head_dim,
+            "intermediate_size": self.intermediate_size,
+            "hidden_act": "silu",
+            "rms_norm_eps": self.rms_norm_eps,
+            "rope_theta": self.rope_theta,
+            "rope_parameters": dict(self.rope_parameters),  # what vLLM builds the head's rotary embedding from
+            "max_position_embeddings": self.max_position_embeddings,
+            "vocab_size": self.vocab_size,
+            "draft_vocab_size": self.draft_vocab_size,
+            "target_hidden_size": self.target_hidden_size,
+            "eagle_aux_hidden_state_layer_ids": list(self.aux_hidden_state_layer_ids),
+            "mask_token_id": self.mask_token_id,
+            "ptd_token_id": self.mask_token_id,
+            "tie_word_embeddings": False,
+            "peagle": {
+                "mode": self.mode,
+                "num_speculative_tokens": self.num_speculative_tokens,
+                "embed_shared_with_target": self.embed_shared_with_target,
+                "target": self.target,
+                **self.extra,
+            },
+        }
+
+    @classmethod
+    def from_json_dict(cls, d: dict) -> "PEagleConfig":
+        validate_config_dict(d)
+        d = {k: v for k, v in d.items() if v is not None}  # an explicit null means: the default
+        try:
+            p = dict(d.get("peagle", {}))
+            taps = d.get("eagle_aux_hidden_state_layer_ids") or (d.get("eagle_config") or {}).get(
+                "eagle_aux_hidden_state_layer_ids")
+            mask_id = d.get("mask_token_id", d.get("ptd_token_id", d.get("pard_token")))
+            if mask_id is None:
+                raise PeagleError("config.json has no mask token id (mask_token_id / ptd_token_id / pard_token). "
+                                  "Fix: add \"mask_token_id\": <id> to config.json.")
+            rope = d.get("rope_parameters") or d.get("rope_scaling") or None  # rope_scaling: the older HF name
+            return cls(
+                hidden_size=d["hidden_size"],
+                num_attention_heads=d["num_attention_heads"],
+                num_key_value_heads=d.get("num_key_value_heads", d["num_attention_heads"]),
+                head_dim=d.get("head_dim"),
+                intermediate_size=d["intermediate_size"],
+                vocab_size=d["vocab_size"],
+                num_hidden_layers=d.get("num_hidden_layers", 1),
+                draft_vocab_size=d.get("draft_vocab_size"),
+                target_hidden_size=d.get("target_hidden_size"),
+                aux_hidden_state_layer_ids=tuple(taps) if taps else (2, 15, 27),
+                mask_token_id=mask_id,
+                rms_norm_eps=d.get("rms_norm_eps", 1e-5),
+                rope_theta=d.get("rope_theta", (rope or {}).get("rope_theta", 10000.0)),
+                max_position_embeddings=d.get("max_position_embeddings", 8192),
+                rope_parameters=rope,
+                mode=p.pop("mode", "parallel"),
+                num_speculative_tokens=p.pop("num_speculative_tokens", 8),
+                embed_shared_with_target=p.pop("embed_shared_with_target", False),
+                target=p.pop("target", ""),
+                extra=p,
+            )
+        except KeyError as exc:
+            raise PeagleError(f"Drafter config.json lacks the field {exc}: not a P-EAGLE/EAGLE-3 head config.") from exc
+
+
+_INT_FIELDS = {"hidden_size": True, "num_attention_heads": True, "intermediate_size": True, "vocab_size": True,
+               "num_key_value_heads": False, "head_dim": False, "num_hidden_layers": False,
+               "draft_vocab_size": False, "target_hidden_size": False, "max_position_embeddings": False}
+_FIX = "Fix: re-save the head with PEagleDrafter.save_pretrained / `peagle-lab train`, or correct config.json."
+
+
+def validate_config_dict(d) -> None:
+    """Check a drafter config.json field by field (types, required fields, ranges, consistency); raise a
+    ``PeagleError`` naming the field, what was expected and the fix."""
+    if not isinstance(d, dict) or "hidden_size" not in d or "vocab_size" not in d:
+        raise PeagleError("config.json is not a drafter config (no hidden_size / vocab_size): it is not a "
+                          f"P-EAGLE / EAGLE-3 head. {_FIX}")
+    for name, required in _INT_FIELDS.items():
+        v = d.get(name)
+        if v is None:
+            if required:
+                raise PeagleError(f"config.json lacks the required field {name!r} (an integer >= 1). {_FIX}")
+            continue
+        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+            raise PeagleError(f"config.json field {name!r} must be an integer >= 1, got {v!r} "
+                              f"({type(v).__name__}). {_FIX}")
+    for name in ("rms_norm_eps", "rope_theta"):
+        v = d.get(name)
+        if v is not None and (not isinstance(v, (int, float)) or isinstance(v, bool) or not v > 0):
+            raise PeagleError(f"config.json field {name!r} must be a positive number, got {v!r}. {_FIX}")
+    mask = d.get("mask_token_id", d.get("ptd_token_id", d.get("pard_token")))
+    if mask is not None and (not isinstance(mask, int) or isinstance(mask, bool)):
+        raise PeagleError(f"config.json field 'mask_token_id' must be an integer token id, got {mask!r}. {_FIX}")
+    taps = d.get("eagle_aux_hidden_state_layer_ids") or (d.get("eagle_config") or {}).get(
+        "eagle_aux_hidden_state_layer_ids")
+    if taps is not None and (not isinstance(taps, list) or not taps
+                             or not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in taps)):
+        raise PeagleError(f"config.json field 'eagle_aux_hidden_state_layer_ids' must be a list of layer ids >= 0, "
+                          f"got {taps!r}. {_FIX}")
+    hd = d.get("head_dim") or (d["hidden_size"] // d["num_attention_heads"])
+    if hd % 2:
+        raise PeagleError(f"config.json: head_dim {hd} must be even (rotary embeddings rotate pairs of dimensions). "
+                          f"{_FIX}")
+    heads, kv = d["num_attention_heads"], d.get("num_key_value_heads") or d["num_attention_heads"]
+    if heads % kv:
+        raise PeagleError(f"config.json: num_key_value_heads {kv} must divide num_attention_heads {heads}. {_FIX}")
+    if d.get("head_dim") is None and d["hidden_size"] % heads:
+        raise PeagleError(f"config.json: num_attention_heads {heads} must divide hidden_size {d['hidden_size']} "
+                          f"(or give head_dim). {_FIX}")
+    dv = d.get("draft_vocab_size")
+    if dv is not None and dv > d["vocab_size"]:
+        raise PeagleError(f"config.json: draft_vocab_size {dv} exceeds vocab_size {d['vocab_size']}. {_FIX}")
+    _check_rope_dict(d)
+    p = d.get("peagle", {})
+    if not isinstance(p, dict):
+        raise PeagleError(f"config.json field 'peagle' must be an object, got {type(p).__name__}. {_FIX}")
+    if "mode" in p and p["mode"] not in ("parallel", "sequential"):
+        raise PeagleError(f"config.json field 'peagle.mode' must be 'parallel' or 'sequential', got {p['mode']!r}. "
+                          f"{_FIX}")
+    k = p.get("num_speculative_tokens")
+    if k is not None and (not isinstance(k, int) or isinstance(k, bool) or k < 1):
+        raise PeagleError(f"config.json field 'peagle.num_speculative_tokens' must be an integer >= 1, got {k!r}. "
+                          f"{_FIX}")
+
+
+# --------------------------------------------------------------------------------------------- RoPE parameters
+def target_rope_parameters(target_config) -> dict:
+    """The target's RoPE description: ``rope_parameters`` (transformers >= 5), else the older ``rope_scaling``
+    (with ``rope_theta`` beside it), else ``{}`` (plain RoPE)."""
+    rope = getattr(target_config, "rope_parameters", None) or getattr(target_config, "rope_scaling", None) or {}
+    return dict(rope)
+
+
+def supported_rope_types() -> tuple[str, ...]:
+    """``default`` and every type transformers computes (``ROPE_INIT_FUNCTIONS``: linear, dynamic, yarn, longrope,
+    llama3, ...)."""
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    return ("default", *ROPE_INIT_FUNCTIONS)
+
+
+def _flat_rope(params: dict) -> dict:
+    # per-layer-type parameters ({"full_attention": {...}, "sliding_attention": {...}}): the head attends globally
+    return params["full_attention"] if isinstance(params.get("full_attention"), dict) else params
+
+
+def normalise_rope_parameters(params, rope_theta: float, max_position_embeddings: int) -> dict:
+    """One flat ``rope_parameters`` dict as transformers standardises it: ``rope_type`` (``type`` is the older
+    name; default ``default``), ``rope_theta`` (default: ``rope_theta``), ``original_max_position_embeddings`` for
+    llama3 / yarn / longrope (default: ``max_position_embeddings``). ``None`` (a config.json from before the field)
+    is plain RoPE with ``rope_theta``: the same tables as ever."""
+    if params is None:
+        params = {}
+    if not isinstance(params, dict):
+        raise PeagleError(f"rope_parameters must be a dict (rope_type, rope_theta, factor, ...), got {params!r}. "
+                          f"{_FIX}")
+    p = dict(_flat_rope(params))
+    kind = p.pop("type", None)
+    p["rope_type"] = p.get("rope_type") or kind or "default"
+    if p.get("rope_theta") is None:
+        p["rope_theta"] = rope_theta
+    if p["rope_type"] not in supported_rope_types():
+        raise PeagleError(f"rope_type {p['rope_type']!r} is not one transformers computes "
+                          f"({', '.join(supported_rope_types())}). Fix: use a target with a supported RoPE.")
+    if float(p.get("partial_rotary_factor") or 1.0) != 1.0:
+        raise PeagleError(f"partial_rotary_factor {p['partial_rotary_factor']} is not supported: the head (like "
+                          "vLLM's Llama EAGLE-3 head) rotates whole attention heads. Fix: use a target with full RoPE.")
+    if p["rope_type"] in ("llama3", "yarn", "longrope"):
+        p.setdefault("original_max_position_embeddings", max_position_embeddings)
+    return p
+
+
+def _check_rope_dict(d: dict) -> None:
+    rope = d.get("rope_parameters") or d.get("rope_scaling")  # what from_json_dict reads
+    if rope is None:
+        return
+    if not isinstance(rope, dict):
+        raise PeagleError(f"config.json field 'rope_parameters' must be an object (rope_type, rope_theta, ...), got "
+                          f"{rope!r}. {_FIX}")
+    flat = _flat_rope(rope)
+    kind = flat.get("rope_type", flat.get("type")) or "default"
+    if kind not in supported_rope_types():
+        raise PeagleError(f"config.json field 'rope_parameters.rope_type' {kind!r} is not one of "
+                          f"{supported_rope_types()}. {_FIX}")
+    theta, top = flat.get("rope_theta"), d.get("rope_theta")
+    if theta is not None and (not isinstance(theta, (int, float)) or isinstance(theta, bool) or not theta > 0):
+        raise PeagleError(f"config.json field 'rope_parameters.rope_theta' must be a positive number, got {theta!r}. "
+                          f"{_FIX}")
+    if theta is not None and isinstance(top, (int, float)) and float(top) != float(theta):
+        raise PeagleError(f"config.json: rope_theta {top} disagrees with rope_parameters.rope_theta {theta} "
+                          f"(transformers and vLLM use the latter). {_FIX}")
+
+
+def check_k(k: int, cfg: PEagleConfig, limit: int = 64, warn: bool = True) -> int:
+    """Validate K: an int in [1, limit]; warn (when ``warn``) when above what the head was trained for."""
+    if not isinstance(k, int) or isinstance(k, bool) or k < 1:
+        raise PeagleError(f"num_speculative_tokens K must be an integer >= 1, got {k!r}. Fix: use K in 1..{limit}.")
+    if k > limit:
+        raise PeagleError(f"K={k} is out of range (max {limit}).")
+    if warn and k > cfg.num_speculative_tokens:
+        warnings.warn(f"K={k} exceeds the K={cfg.num_speculative_tokens} this head was trained for: deeper slots "
+                      "were never trained and will rarely be accepted (output stays lossless).", stacklevel=3)
+    return k
