@@ -63,7 +63,7 @@ from peagle_lab import models, settings
 from peagle_lab.drafter import PEagleConfig, PEagleDrafter
 from peagle_lab.speculative import HeadDrafter, Sampling
 from peagle_lab.taps import target_forward
-from peagle_lab.train import pick_mask_token_id
+from peagle_lab.training import pick_mask_token_id
 
 model, tokenizer = models.load_target(TARGET, device=DEVICE, dtype=torch.float32)
 
@@ -120,7 +120,7 @@ print("K drafts = argmax of the last K rows, as HeadDrafter.propose drafts them:
 # - the **depth-0 elements with anchor ≤ a** of the same sequence (the context), and
 # - the elements of **its own rollout**: `(a, d')` with `d' ≤ d`.
 #
-# `peagle_lab.train` computes the elements depth by depth through one drafter KV cache: depth 0 for every
+# `peagle_lab.training` computes the elements depth by depth through one drafter KV cache: depth 0 for every
 # position of the row, then depth 1 for the anchors, and so on, with this mask passed explicitly
 # (`training_mask`). Several sequences share a row: elements never see another sequence, positions restart.
 # COD keeps all anchors at depth 0 and fewer at each deeper depth (nested: a rollout kept at depth d exists at
@@ -130,7 +130,7 @@ print("K drafts = argmax of the last K rows, as HeadDrafter.propose drafts them:
 # NBVAL_CHECK_OUTPUT
 import matplotlib.pyplot as plt
 
-from peagle_lab.train import full_training_mask, plan_row
+from peagle_lab.training import full_training_mask, plan_row
 
 def toy(T, prompt_len, start=0):
     return dict(input_ids=torch.arange(start, start + T), labels=torch.arange(T), taps=torch.zeros(T, 3),
@@ -199,7 +199,7 @@ plt.show()
 from peagle_lab.data import distilled_records
 from peagle_lab.prompts import humaneval_prompts
 from peagle_lab.settings import results_dir
-from peagle_lab.train import TrainConfig, evaluate_head, final_accuracy, prepare_sequences, train_head
+from peagle_lab.training import TrainConfig, evaluate_head, final_accuracy, prepare_sequences, train_head
 
 N_SEQ = settings.pick(128, 16)  # self-distilled training sequences
 STEPS = settings.pick(24, 4)  # optimizer steps per variant

@@ -108,7 +108,7 @@ print("prompt kinds:", dict(Counter(m["category"] for m in mix)))
 
 # %%
 # NBVAL_CHECK_OUTPUT
-from peagle_lab.train import pick_mask_token_id
+from peagle_lab.training import pick_mask_token_id
 from peagle_lab.vocab import build_draft_vocab, count_tokens, coverage
 
 V = model.config.vocab_size
@@ -137,7 +137,7 @@ for size in (1024, 2048, 4096, 8192, 16384, V):
 # %%
 # NBVAL_IGNORE_OUTPUT
 from peagle_lab.settings import results_dir
-from peagle_lab.train import TrainConfig, Trainer, final_accuracy, plan_row, prepare_sequences
+from peagle_lab.training import TrainConfig, Trainer, final_accuracy, plan_row, prepare_sequences
 
 N_SEQ = settings.pick(96, 16)
 train_records = distilled_records(model, tokenizer, N_SEQ, TARGET)
@@ -155,7 +155,7 @@ print(f"depth 0 trains {int(plan.depths[0].loss.sum())} anchors (response positi
 # %% [markdown]
 # ## 4 · Training
 #
-# `peagle_lab.train.Trainer` (and `peagle-lab train` on the command line): AdamW, linear warm-up then cosine
+# `peagle_lab.training.Trainer` (and `peagle-lab train` on the command line): AdamW, linear warm-up then cosine
 # decay, gradient clipping, gradient accumulation over packed rows, bf16 autocast where the hardware multiplies
 # bf16 natively (a GPU, or a CPU with AMX / AVX512-BF16) and fp32 elsewhere, checkpoints (the head directory plus
 # optimizer, step, data cursor and RNG state, written atomically) and resume, a time budget that stops cleanly
@@ -280,7 +280,7 @@ for kind, rec in records_.items():
 # %%
 # NBVAL_IGNORE_OUTPUT
 from peagle_lab.prompts import humaneval_prompts
-from peagle_lab.train import evaluate_head
+from peagle_lab.training import evaluate_head
 
 KS = settings.pick(list(range(1, 9)), [1, 4, 8])
 prompts = humaneval_prompts(settings.pick(3, 1))

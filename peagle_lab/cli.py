@@ -10,7 +10,7 @@ import importlib
 import sys
 
 # module -> the subcommands it registers (imported lazily only to build the parser)
-_MODULES = ["peagle_lab.generate_cli", "peagle_lab.features", "peagle_lab.data", "peagle_lab.train",
+_MODULES = ["peagle_lab.generate_cli", "peagle_lab.features", "peagle_lab.data", "peagle_lab.training.cli",
             "peagle_lab.bench", "peagle_lab.serving", "peagle_lab.recipe",
             "peagle_lab.serve_sweep"]
 

@@ -50,7 +50,7 @@ def run_recipe(model, tokenizer, sequences, val_prompts, out_dir, budget_s: floa
                max_new_tokens: int = 64, variants: dict | None = None, base: dict | None = None,
                progress: bool = True, machine: dict | None = None) -> list[dict]:
     """Train and score every variant not yet in ``out_dir/runs.jsonl``; returns all runs."""
-    from .train import TrainConfig, evaluate_head, train_head
+    from .training import TrainConfig, evaluate_head, train_head
 
     out_dir = Path(out_dir)
     variants = VARIANTS if variants is None else variants
@@ -123,7 +123,7 @@ def learning_curve(model, tokenizer, snapshot_dirs, val_prompts, out_path, k: in
     """Held-out acceptance length at ``K`` of each snapshot (``tokens-N`` directories, N = training tokens seen),
     resumable: points already in ``out_path`` are kept."""
     from .drafter import PEagleDrafter
-    from .train import evaluate_head
+    from .training import evaluate_head
 
     out_path = Path(out_path)
     points = json.loads(out_path.read_text())["points"] if out_path.exists() else []
@@ -187,7 +187,7 @@ def plot_curve(points: list[dict], path=None, title: str = ""):
 # ------------------------------------------------------------------------------------------ CLI
 def _train_sequences(args, model):
     from .data import read_distilled, select_split
-    from .train import prepare_sequences
+    from .training import prepare_sequences
 
     _, records = read_distilled(args.data)
     records, _ = select_split(records, "train")
@@ -225,7 +225,7 @@ def _eval_options(p):
 def _run_recipe_cli(args):
     from .cli import load_cli_target
     from .prompts import load_scale_records
-    from .train import machine_info
+    from .training import machine_info
 
     variants = VARIANTS
     if args.only:

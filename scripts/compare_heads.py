@@ -16,7 +16,7 @@ from peagle_lab.drafter import PEagleDrafter
 from peagle_lab.models import load_target
 from peagle_lab.precision import host_slug
 from peagle_lab.prompts import load_scale_records, load_train_records
-from peagle_lab.train import evaluate_head
+from peagle_lab.training import evaluate_head
 
 HEADS = [("shipped P-EAGLE", "data/heads/smollm2-135m-peagle"),
          ("candidate P-EAGLE", "data/heads/candidates/smollm2-135m-peagle-scale"),

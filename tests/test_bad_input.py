@@ -88,7 +88,7 @@ def test_server_binds_only_loopback_unless_asked_and_then_once(tmp_path, target_
 
 # ------------------------------------------------------------------------------------------------ training
 def test_training_over_a_trained_head_needs_overwrite_or_resume(tmp_path):
-    from peagle_lab.train import Trainer
+    from peagle_lab.training import Trainer
 
     model = make_tiny_llama(hidden=32, layers=4)
     seqs = tiny_sequences(model, n=3)
@@ -104,7 +104,7 @@ def test_training_over_a_trained_head_needs_overwrite_or_resume(tmp_path):
 
 @pytest.mark.parametrize("change", [{"num_depths": 3}, {"lr": 0.5}, {"mode": "sequential"}, {"layers": 2}])
 def test_resume_with_other_settings_names_each_field(tmp_path, change):
-    from peagle_lab.train import Trainer
+    from peagle_lab.training import Trainer
 
     model = make_tiny_llama(hidden=32, layers=4)
     seqs = tiny_sequences(model, n=3)

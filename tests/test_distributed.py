@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from peagle_lab.errors import PeagleError
-from peagle_lab.train import TrainConfig, check_world_size
+from peagle_lab.training import TrainConfig, check_world_size
 
 pytestmark = [pytest.mark.distributed, pytest.mark.slow]
 WORKER = Path(__file__).parent / "workers" / "distributed_train.py"

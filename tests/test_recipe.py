@@ -7,7 +7,7 @@ import pytest
 
 from peagle_lab import recipe
 from peagle_lab.errors import PeagleError
-from peagle_lab.train import TrainConfig, Trainer
+from peagle_lab.training import TrainConfig, Trainer
 
 from test_training import MASK_ID, tiny_sequences
 

@@ -9,7 +9,7 @@ from peagle_lab.data import cod_sample, cod_sizes, distill, read_distilled
 from peagle_lab.drafter import PEagleDrafter
 from peagle_lab.errors import PeagleError
 from peagle_lab.speculative import HeadDrafter, Sampling
-from peagle_lab.train import (
+from peagle_lab.training import (
     TrainConfig, Trainer, evaluate_head, lr_factor, plan_row, prepare_sequences, train_head,
     training_mask,
 )
@@ -152,7 +152,7 @@ def test_context_variant_copies_the_anchor_hidden_into_mask_slots(tiny_llama):
     plan = plan_row([seq], 3, ratio=1.0, min_ratio=1.0)
     with torch.no_grad():
         logits, _ = module.run_depths(plan)
-    from peagle_lab.train import make_drafter
+    from peagle_lab.training import make_drafter
 
     head = module.sync_head()
     a = 4
@@ -164,7 +164,7 @@ def test_context_variant_copies_the_anchor_hidden_into_mask_slots(tiny_llama):
 
 
 def test_context_drafter_is_a_view_that_leaves_the_callers_head_alone(tiny_llama):
-    from peagle_lab.train import ContextMaskDrafter, as_context_drafter, make_drafter
+    from peagle_lab.training import ContextMaskDrafter, as_context_drafter, make_drafter
 
     model = tiny_llama(hidden=32, layers=4)
     head = _trainer_module(model, "parallel", mask_hidden="context").sync_head()
@@ -205,7 +205,7 @@ def test_mask_hidden_start_depends_on_the_runs_seed_not_on_the_mask_token_id(tin
     assert torch.equal(a, start(7, 0))  # another mask token, the same seed: the same start
     assert not torch.equal(a, start(3, 1))  # another seed: another start
     # seed 0 starts where runs with SmolLM2's mask id 16 always started (the id seeded it before)
-    from peagle_lab.train import mask_hidden_seed
+    from peagle_lab.training import mask_hidden_seed
 
     assert mask_hidden_seed(0) == 16
     assert torch.equal(a, torch.randn(a.numel(), generator=torch.Generator().manual_seed(16)))
@@ -498,7 +498,7 @@ def test_select_split_holds_out_the_val_prompts():
 
 
 def test_precision_probe_measures_both_precisions_on_the_runs_settings(tiny_llama):
-    from peagle_lab.train import precision_probe
+    from peagle_lab.training import precision_probe
 
     model = tiny_llama(hidden=32, layers=4)
     seqs = tiny_sequences(model, n=3)
@@ -508,7 +508,7 @@ def test_precision_probe_measures_both_precisions_on_the_runs_settings(tiny_llam
 
 def test_data_target_check_is_the_same_for_fp32_and_bf16_copies_of_a_target(tiny_llama):
     from peagle_lab.features import target_fingerprint, target_identity
-    from peagle_lab.train import check_data_target
+    from peagle_lab.training import check_data_target
 
     model = tiny_llama(hidden=32, layers=4)
     bf16 = tiny_llama(hidden=32, layers=4).to(torch.bfloat16)

@@ -12,7 +12,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: conftest's tiny model
 from conftest import make_tiny_llama  # noqa: E402
 
-from peagle_lab.train import PackedRows, TrainConfig, Trainer, prepare_sequences  # noqa: E402
+from peagle_lab.training import PackedRows, TrainConfig, Trainer, prepare_sequences  # noqa: E402
 
 
 def main():

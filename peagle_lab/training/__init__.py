@@ -1,0 +1,23 @@
+"""Train P-EAGLE (parallel) and EAGLE-3 (sequential) drafter heads on a frozen target.
+
+One concept per module: ``config`` (TrainConfig), ``sequences`` (distilled records with the target's features,
+the feature cache), ``packing`` (sequences packed into rows), ``elements`` (the training elements of a row, COD),
+``mask`` (the training attention mask), ``objective`` (the trainable head: reparametrisation and loss),
+``inference`` (a trained head as a drafter), ``state`` (checkpoints and resume), ``distributed`` (several
+processes), ``trainer`` (the loop), ``evaluate`` (acceptance per K), ``records`` (training.json, TRAINING.md),
+``cli`` (``peagle-lab train``). The names people use are importable from here.
+"""
+
+from ..vocab import pick_mask_token_id
+from .config import MASK_EMBEDDING_VARIANTS, MASK_HIDDEN_VARIANTS, TrainConfig
+from .distributed import check_world_size
+from .elements import Depth, RowPlan, plan_row
+from .evaluate import evaluate_head
+from .inference import ContextMaskDrafter, as_context_drafter, make_drafter
+from .mask import full_training_mask, training_mask
+from .objective import DraftTrainer, mask_hidden_seed, tap_rms
+from .packing import PackedRows
+from .records import final_accuracy, machine_info, write_training_record
+from .sequences import check_data_target, prepare_sequences
+from .state import check_resume_config
+from .trainer import Trainer, TrainResult, lr_factor, precision_probe, train_head

@@ -1,0 +1,172 @@
+"""``peagle-lab train``: the command's options (:func:`register_cli`) and the run it drives (:func:`_run_cli`:
+settings, data, features, training, optional evaluation, the training record)."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import torch
+
+from ..data import read_distilled, select_split
+from ..drafter import PEagleDrafter
+from ..errors import PeagleError
+from ..lineage import cumulative, head_config, history_of, summary
+from ..models import target_name
+from ..prompts import humaneval_prompts, load_scale_records
+from ..settings import display_path, seed_everything
+from .config import MASK_EMBEDDING_VARIANTS, MASK_HIDDEN_VARIANTS, TrainConfig
+from .evaluate import evaluate_head
+from .records import final_accuracy, machine_info, write_training_record
+from .sequences import check_data_target, prepare_sequences
+from .state import STATE_FILE, check_resume_config
+from .trainer import Trainer, precision_probe
+
+
+def register_cli(sub):
+    from ..cli import add_target_options
+
+    p = sub.add_parser("train", help="train a P-EAGLE (parallel) or EAGLE-3 (sequential) drafter head")
+    p.add_argument("--data", required=True, help="distilled sequences (JSONL from `peagle-lab distill`)")
+    p.add_argument("--num-sequences", type=int, default=None, help="use the first N sequences (default: all)")
+    p.add_argument("--split", choices=["train", "val", "all"], default="train",
+                   help="prompts of the scale mix to train on (default train: the held-out 5%% never trained on)")
+    p.add_argument("--init-from", default=None, metavar="HEAD_DIR",
+                   help="continue a trained head (its weights, draft vocabulary, mask token; fresh optimizer)")
+    p.add_argument("--autocast", choices=["auto", "float32", "bfloat16"], default="auto",
+                   help="training precision (auto: bf16 autocast on CUDA and CPUs with AMX/AVX512-BF16)")
+    p.add_argument("--freeze-lm-head", action="store_true", help="keep lm_head and final norm at the target's")
+    p.add_argument("--probe-precision", action="store_true",
+                   help="first measure training tokens/s in float32 and in bf16 autocast (recorded), then train")
+    p.add_argument("--snapshot-every-tokens", type=int, default=None,
+                   help="save a head copy every N training tokens (for the acceptance-vs-tokens curve)")
+    p.add_argument("--features", default=None,
+                   help="feature shard directory (extracted there when missing); default: online, cached in memory")
+    p.add_argument("--out", required=True, help="head directory to write (config.json + model.safetensors)")
+    p.add_argument("--state-dir", default=None, help="training state + log (default: OUT/checkpoint)")
+    p.add_argument("--resume", action="store_true", help="continue from the state in --state-dir")
+    p.add_argument("--overwrite", action="store_true", help="replace a head or training state already in --out")
+    p.add_argument("--mode", choices=["parallel", "sequential"], default="parallel")
+    p.add_argument("-K", "--num-depths", type=int, default=8, help="K: depths (draft slots) trained for")
+    p.add_argument("--layers", type=int, default=None, help="drafter layers (default 1, or the --init-from head's)")
+    p.add_argument("--draft-vocab-size", type=int, default=None,
+                   help="draft vocabulary (default 16384, or the --init-from head's; 0: the full target vocabulary)")
+    p.add_argument("--steps", type=int, default=1000)
+    p.add_argument("--time-budget", type=float, default=None, help="seconds of training, then stop and save")
+    p.add_argument("--schedule", choices=["steps", "time"], default=None,
+                   help="cosine over steps or over the time budget (default: time when --time-budget is given)")
+    p.add_argument("--lr", type=float, default=2e-3)
+    p.add_argument("--warmup-steps", type=int, default=20)
+    p.add_argument("--lm-head-lr-ratio", type=float, default=0.25, help="lr multiplier of lm_head and final norm")
+    p.add_argument("--batch-tokens", type=int, default=2048, help="sequence tokens per optimizer step")
+    p.add_argument("--row-tokens", type=int, default=512, help="sequence tokens packed into one forward")
+    p.add_argument("--cod-ratio", type=float, default=0.7)
+    p.add_argument("--cod-min-ratio", type=float, default=0.2)
+    p.add_argument("--mask-hidden", choices=MASK_HIDDEN_VARIANTS, default="learned")
+    p.add_argument("--mask-embedding", choices=MASK_EMBEDDING_VARIANTS, default="learned")
+    p.add_argument("--mask-token-id", type=int, default=None)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--save-every", type=int, default=50)
+    add_target_options(p)
+    p.add_argument("--eval-prompts", type=int, default=0, help="HumanEval prompts to evaluate on afterwards")
+    p.add_argument("--eval-val-prompts", type=int, default=0,
+                   help="held-out prompts (split val of the scale mix) to evaluate on afterwards")
+    p.add_argument("--eval-max-new-tokens", type=int, default=128)
+    p.add_argument("--eval-ks", default="1,2,3,4,5,6,7,8")
+    p.add_argument("--note", default=None, help="free text recorded in training.json / TRAINING.md")
+    p.set_defaults(func=_run_cli)
+
+
+def _run_cli(args):
+    from ..cli import load_cli_target
+
+    seed_everything(args.seed)
+    layers, vocab = args.layers, args.draft_vocab_size
+    if args.init_from:  # unset shape flags take the head's values; set ones are checked against it
+        src = head_config(args.init_from)
+        layers = src.num_hidden_layers if layers is None else layers
+        vocab = src.draft_vocab_size if vocab is None else vocab
+    cfg = TrainConfig(
+        mode=args.mode, num_depths=args.num_depths, layers=layers or 1,
+        draft_vocab_size=(16384 if vocab is None else vocab) or None, steps=args.steps,
+        time_budget_s=args.time_budget, autocast=args.autocast, freeze_lm_head=args.freeze_lm_head,
+        init_from=args.init_from, snapshot_every_tokens=args.snapshot_every_tokens,
+        schedule=args.schedule or ("time" if args.time_budget else "steps"), lr=args.lr,
+        warmup_steps=args.warmup_steps, lm_head_lr_ratio=args.lm_head_lr_ratio, batch_tokens=args.batch_tokens,
+        row_tokens=args.row_tokens,
+        cod_ratio=args.cod_ratio, cod_min_ratio=args.cod_min_ratio, mask_hidden=args.mask_hidden,
+        mask_embedding=args.mask_embedding, mask_token_id=args.mask_token_id, seed=args.seed,
+        save_every=args.save_every, target=args.target or target_name())
+    out = Path(args.out)
+    state = Path(args.state_dir) if args.state_dir else out / "checkpoint"
+    if not args.resume and not args.overwrite:  # before the model loads: never replace work silently
+        if (out / "config.json").exists():
+            raise PeagleError(f"{out} already holds a head. Fix: --resume to continue its training state, "
+                              "--overwrite to replace it, or another --out.")
+        if (state / STATE_FILE).exists():
+            raise PeagleError(f"{state} already holds a training state. Fix: --resume to continue it, --overwrite "
+                              "to start afresh over it, or another --out / --state-dir.")
+    if args.resume and (state / STATE_FILE).exists():
+        saved = torch.load(state / STATE_FILE, map_location="cpu", weights_only=False).get("config") or {}
+        check_resume_config(saved, asdict(cfg), state / STATE_FILE)
+    meta, records = read_distilled(args.data)
+    records, held_out = select_split(records, args.split)
+    model, tok, _ = load_cli_target(args)
+    check_data_target(meta, model, args.data)
+    records = records[: args.num_sequences]
+    t0 = time.perf_counter()
+    seqs = prepare_sequences(model, records, cfg.tap_layers, args.features, max_seq_len=cfg.max_seq_len)
+    feature_s = time.perf_counter() - t0
+    feature_tokens = sum(len(s["input_ids"]) for s in seqs)
+    probe = precision_probe(cfg, model, seqs, tok) if args.probe_precision else None
+    if probe:
+        print(f"[train] tokens/s: float32 {probe['float32']}, bf16 autocast {probe['bfloat16']}")
+    trainer = Trainer(cfg, model, seqs, tokenizer=tok, out_dir=args.out, state_dir=args.state_dir,
+                      resume=args.resume, overwrite=args.overwrite)
+    print(f"[train] {len(seqs)} sequences ({feature_tokens:,} tokens; {held_out} records of other splits left "
+          f"out), features in {feature_s:.0f} s; autocast {trainer.autocast}; draft vocabulary {trainer.draft_ids.numel()} ids, coverage {trainer.coverage:.4f}; "
+          f"mask token id {trainer.mask_token_id}")
+    res = trainer.train()
+    if not trainer.is_main:
+        return
+    record = dict(
+        command="peagle-lab " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
+        config=asdict(cfg), mask_token_id=trainer.mask_token_id,
+        data=dict(file=display_path(args.data), sequences=len(seqs), tokens=feature_tokens, split=args.split,
+                  left_out=held_out, response_tokens=sum(len(s["input_ids"]) - s["prompt_len"] for s in seqs),
+                  distill=dict((k, meta.get(k)) for k in ("target", "max_new_tokens", "decoding"))),
+        features=dict(source=f"offline shards ({display_path(args.features)})" if args.features
+                      else "online (target forward once, kept in memory)", seconds=round(feature_s, 1),
+                      tokens_per_s=round(feature_tokens / max(feature_s, 1e-9), 1)),
+        tokens_seen=res.info["tokens_seen"], tokens_per_s=res.info["tokens_per_s"], autocast=res.info["autocast"],
+        precision_probe=probe,
+        draft_vocab=dict(size=int(trainer.draft_ids.numel()), coverage=round(trainer.coverage, 5)),
+        steps_done=res.steps_done, train_time_s=round(res.train_time_s, 1), feature_time_s=round(feature_s, 1),
+        stopped_by=res.stopped_by, machine=machine_info(model), final_train_accuracy=final_accuracy(res.log),
+        note=args.note, eval=None)
+    if args.init_from:
+        record["history"] = history_of(args.init_from)
+        record["warm_restart"] = ("weights, draft vocabulary and mask token from the --init-from head; optimizer "
+                                  "moments and the lr schedule (with warm-up) start afresh")
+        record["cumulative"] = cumulative(record["history"], summary(record, args.out))
+    if args.eval_prompts or args.eval_val_prompts:
+        ks = [int(k) for k in args.eval_ks.split(",")]
+        # evaluate what ships: the saved (bf16) checkpoint, loaded as users load it
+        head = PEagleDrafter.from_pretrained(args.out, target=model, device=next(model.parameters()).device,
+                                             dtype=next(model.parameters()).dtype)
+        sets = [("eval", humaneval_prompts(args.eval_prompts) if args.eval_prompts else None),
+                ("eval_val", load_scale_records("val")[: args.eval_val_prompts] if args.eval_val_prompts else None)]
+        for key, prompts in sets:
+            if not prompts:
+                continue
+            t1 = time.perf_counter()
+            record[key] = evaluate_head(model, tok, head, prompts, ks, max_new_tokens=args.eval_max_new_tokens)
+            record[key]["wall_s"] = round(time.perf_counter() - t1, 1)
+            record[key]["dtype"] = str(next(model.parameters()).dtype).replace("torch.", "")
+            record[key]["prompt_set"] = "HumanEval" if key == "eval" else "held-out split of the scale mix"
+            print(f"[{key}] acceptance length per K:", record[key]["acceptance_length"])
+    write_training_record(args.out, record)
+    print(f"[train] head and TRAINING.md written to {args.out}")

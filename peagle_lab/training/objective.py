@@ -1,0 +1,190 @@
+"""The training objective: :class:`DraftTrainer`, a drafter head with its training reparametrisation and loss.
+
+The elements are computed depth by depth through ONE :class:`~peagle_lab.drafter.DrafterCache` (its ``update``
+concatenates the keys/values of earlier depths, gradients flow through them), with an explicit boolean mask per
+depth (:func:`~peagle_lab.training.mask.training_mask`). Loss: cross-entropy of the draft-vocabulary logits against
+``y`` mapped into the draft vocabulary (labels outside it are masked), averaged per depth, every depth weighted
+equally; per-depth top-1 accuracy is logged (a label outside the draft vocabulary counts as a miss: that is what
+acceptance will see).
+
+Trainable: ``fc``, ``mask_hidden`` (variant ``learned``), the decoder layers, ``norm``, ``lm_head`` (started from
+the target's), and the mask token's embedding row only (variant ``learned``; every other row stays the target's,
+so the checkpoint keeps ``embed_shared_with_target`` and stores one row). The row is its own parameter here
+(the same as a gradient hook zeroing the other rows of the embedding, without a dense 49k x H gradient and
+optimizer state every step).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..drafter import PEagleDrafter
+from ..errors import PeagleError
+from ..vocab import target_to_draft_index
+from .elements import RowPlan
+from .mask import training_mask
+
+
+# The start of mask_hidden is drawn from its own generator seeded with ``seed + MASK_HIDDEN_SEED_OFFSET``: it
+# depends on the run's seed only, so two heads of one run setting start alike whatever their mask token id. (It
+# was seeded with the mask token id; the offset 16 -- SmolLM2's mask id -- keeps seed-0 runs on the embedded
+# target starting exactly where they did.)
+MASK_HIDDEN_SEED_OFFSET = 16
+
+
+def mask_hidden_seed(seed: int) -> int:
+    """The seed of the generator that draws ``mask_hidden``'s start for a run with seed ``seed``."""
+    return int(seed) + MASK_HIDDEN_SEED_OFFSET
+
+
+class DraftTrainer(nn.Module):
+    """A :class:`PEagleDrafter` plus what training needs. ``forward(plan)`` -> (loss, per-depth metrics).
+
+    Reparametrisations for training only (:meth:`sync_head` writes the plain head back, exactly):
+
+    * the mask token's embedding row is its own parameter ``mask_embedding`` (other rows stay frozen);
+    * ``fc`` and ``mask_hidden`` are trained in units of the taps' per-feature RMS ``tap_scale``:
+      ``fc.weight = fc_weight / tap_scale`` and ``mask_hidden = tap_scale * mask_hidden_scaled``. The target's
+      residual streams differ hugely in scale (SmolLM2: RMS ~3 at tap 2, ~85 at the deeper taps, single values
+      above 20,000 at attention-sink positions); Adam moves every weight by about ``lr`` per step, so without
+      this a step that is fine for ``fc``'s small inputs throws the fused hidden far off for the large ones
+      (loss spikes), and ``mask_hidden`` (in raw tap units) would barely move. The function computed is the same.
+    """
+
+    def __init__(self, head: PEagleDrafter, mode: str, mask_hidden: str = "learned", mask_embedding: str = "learned",
+                 tap_scale: torch.Tensor | None = None, seed: int = 0):
+        super().__init__()
+        self.head, self.mode = head, mode
+        self.mask_hidden_variant, self.mask_embedding_variant = mask_hidden, mask_embedding
+        cfg = head.config
+        n_in = head.fc.weight.shape[1]
+        scale = torch.ones(n_in) if tap_scale is None else tap_scale.detach().float().clamp_min(1e-6)
+        self.register_buffer("tap_scale", scale.to(head.fc.weight))
+        head.embed_tokens.weight.requires_grad_(False)
+        head.fc.weight.requires_grad_(False)
+        head.mask_hidden.requires_grad_(False)
+        row = head.embed_tokens.weight[cfg.mask_token_id].detach().clone()
+        self.mask_embedding = nn.Parameter(row, requires_grad=(mode == "parallel" and mask_embedding == "learned"))
+        with torch.no_grad():
+            # fc: the head's own random init, in scaled units (same function: W h = (W * s)(h / s)), but sized for
+            # inputs of RMS 1: std 1/sqrt(3H) per scaled weight
+            w = torch.randn_like(head.fc.weight) / math.sqrt(n_in)
+            self.fc_weight = nn.Parameter(w)
+            # mask_hidden: a "typical" tap vector, random with the taps' per-feature scale (learned / random);
+            # zeros: all zero. Its own generator, seeded from the run's seed (not from the mask token id)
+            m = torch.zeros(n_in) if mask_hidden == "zeros" else torch.randn(
+                n_in, generator=torch.Generator().manual_seed(mask_hidden_seed(seed)))
+        self.mask_hidden_scaled = nn.Parameter(m.to(head.fc.weight),
+                                               requires_grad=(mode == "parallel" and mask_hidden == "learned"))
+        # "random": frozen at its random start (the same start as "learned"); "context": unused
+        self.register_buffer("t2d_index", target_to_draft_index(head.draft_to_target_ids(), cfg.vocab_size),
+                             persistent=False)
+        self.sync_head()
+
+    def sync_head(self) -> PEagleDrafter:
+        """Write the trained parameters into the plain head (what the checkpoint stores and inference runs)."""
+        with torch.no_grad():
+            self.head.embed_tokens.weight[self.head.config.mask_token_id] = self.mask_embedding
+            self.head.fc.weight.copy_(self.fc_weight / self.tap_scale)
+            self.head.mask_hidden.copy_((self.mask_hidden_scaled * self.tap_scale).view_as(self.head.mask_hidden))
+        return self.head
+
+    def load_head(self, src: PEagleDrafter) -> None:
+        """Start from a trained head of the same shape (``--init-from``): the inverse of :meth:`sync_head`."""
+        sd = {k: v for k, v in src.state_dict().items() if k != "embed_tokens.weight"}
+        missing, unexpected = self.head.load_state_dict(sd, strict=False)
+        if unexpected or [m for m in missing if m != "embed_tokens.weight"]:
+            raise PeagleError(f"the --init-from head does not match this model (missing {missing}, unexpected "
+                              f"{unexpected}). Fix: continue with the head's settings.")
+        with torch.no_grad():
+            dt = self.fc_weight.dtype
+            self.mask_embedding.copy_(src.embed_tokens.weight[src.config.mask_token_id].to(dt))
+            self.fc_weight.copy_(src.fc.weight.to(dt) * self.tap_scale)
+            self.mask_hidden_scaled.copy_(src.mask_hidden.to(dt).reshape(-1) / self.tap_scale)
+        self.sync_head()
+
+    def fuse(self, taps):
+        return F.linear(taps / self.tap_scale, self.fc_weight)
+
+    def mask_slot_hidden(self):
+        return F.linear(self.mask_hidden_scaled, self.fc_weight)
+
+    def _embed(self, ids):
+        emb = F.embedding(ids, self.head.embed_tokens.weight)
+        return torch.where((ids == self.head.config.mask_token_id)[..., None], self.mask_embedding.to(emb.dtype), emb)
+
+    def run_depths(self, plan: RowPlan):
+        """Logits and prenorm states of every element, depth by depth: lists of (Q_d, Vd) and (Q_d, H)."""
+        head, cfg = self.head, self.head.config
+        dev = self.mask_embedding.device
+        x, dtype = plan.x.to(dev), self.fc_weight.dtype
+        cache = head.new_cache()
+        fused0 = self.fuse(plan.taps.to(dev, dtype))
+        logits_all, pre_all = [], []
+        for d, el in enumerate(plan.depths):
+            pos = el.pos.to(dev)
+            if d == 0:
+                ids, hidden = x[el.flat.to(dev)], fused0
+            elif self.mode == "sequential":
+                ids, hidden = x[el.flat.to(dev)], pre_all[-1][el.parent.to(dev)]
+            else:
+                ids = torch.full_like(pos, cfg.mask_token_id)
+                if self.mask_hidden_variant == "context":
+                    hidden = fused0[el.g.to(dev)]
+                else:
+                    hidden = self.mask_slot_hidden().to(dtype).reshape(1, -1).expand(len(pos), -1)
+            mask = training_mask(plan.depths, d).to(dev)[None, None]
+            logits, pre = head(ids[None], hidden[None], pos[None], cache=cache, attn_mask=mask,
+                               input_embeds=self._embed(ids)[None])
+            logits_all.append(logits[0])
+            pre_all.append(pre[0])
+        return logits_all, pre_all
+
+    def forward(self, plan: RowPlan):
+        logits_all, _ = self.run_depths(plan)
+        dev = self.mask_embedding.device
+        y = plan.y.to(dev)
+        losses, metrics = [], []
+        for el, logits in zip(plan.depths, logits_all):
+            keep = el.loss.to(dev)
+            labels = y[el.flat.to(dev)][keep]
+            lg = logits[keep].float()
+            draft_labels = self.t2d_index[labels]
+            in_vocab = draft_labels >= 0
+            n = int(keep.sum())
+            if in_vocab.any():
+                loss = F.cross_entropy(lg[in_vocab], draft_labels[in_vocab])
+                losses.append(loss)
+            else:
+                loss = lg.sum() * 0.0
+            with torch.no_grad():
+                pred = self.head.draft_to_target_ids()[lg.argmax(-1)] if n else labels
+                correct = int((pred == labels).sum()) if n else 0
+            metrics.append(dict(n=n, correct=correct, loss_sum=float(loss.detach()) * n))
+        if not losses:
+            raise PeagleError("No training label falls inside the draft vocabulary: the vocabulary was built from "
+                              "other data. Fix: rebuild it from these sequences (or use the full vocabulary).")
+        loss = torch.stack(losses).mean()
+        # a row with no depth >= 1 leaves the mask parameters without a gradient; under DDP every process must
+        # produce one for every parameter, so they join the graph with weight 0 (the value is unchanged)
+        for p in (self.mask_embedding, self.mask_hidden_scaled):
+            if p.requires_grad:
+                loss = loss + 0.0 * p.sum()
+        return loss, metrics
+
+
+def tap_rms(sequences, max_tokens: int = 65536) -> torch.Tensor:
+    """Per-feature RMS of the taps over (up to ``max_tokens`` of) the training sequences: (3H,)."""
+    total, n = None, 0
+    for s in sequences:
+        t = s["taps"][: max_tokens - n].float()
+        sq = t.pow(2).sum(0)
+        total = sq if total is None else total + sq
+        n += t.shape[0]
+        if n >= max_tokens:
+            break
+    return (total / max(n, 1)).sqrt()

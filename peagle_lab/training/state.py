@@ -1,0 +1,45 @@
+"""The training state on disk: ``state.pt`` (weights, optimizer, step, data cursor, RNG), saved atomically,
+the log beside it, and the check that a resumed run keeps the saved settings."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from ..atomic import atomic_write
+from ..errors import PeagleError
+from .objective import DraftTrainer
+
+
+STATE_FILE = "state.pt"
+LOG_FILE = "train_log.jsonl"
+
+
+def atomic_torch_save(obj, path: Path):
+    atomic_write(path, lambda tmp: torch.save(obj, tmp))
+
+
+def trainable_state(module: DraftTrainer) -> dict:
+    # the embedding table is the target's (frozen) and is rebuilt from it: keep checkpoints small
+    module.sync_head()
+    return {k: v.detach().cpu().clone() for k, v in module.state_dict().items() if k != "head.embed_tokens.weight"}
+
+
+# fields a resumed run may change; any other difference changes what the saved state means
+RESUMABLE_FIELDS = ("steps", "time_budget_s", "log_every", "save_every", "accelerate", "autocast",
+                    "snapshot_every_tokens")
+
+
+def check_resume_config(saved: dict, now: dict, path) -> None:
+    """Refuse a resume whose settings differ from the saved state's, naming every differing field."""
+    def norm(v):
+        return list(v) if isinstance(v, tuple) else v
+
+    diff = {k: (saved[k], now.get(k)) for k in saved
+            if k not in RESUMABLE_FIELDS and k in now and norm(saved[k]) != norm(now.get(k))}
+    if diff:
+        fields = ", ".join(f"{k}: saved {a!r}, now {b!r}" for k, a, b in ((k, *v) for k, v in sorted(diff.items())))
+        raise PeagleError(f"{path} was trained with other settings ({fields}). Fix: resume with the saved values, "
+                          f"or start a new run in another --out. Only {', '.join(RESUMABLE_FIELDS)} may change on "
+                          "resume.")
