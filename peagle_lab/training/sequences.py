@@ -13,9 +13,8 @@ from tqdm.auto import tqdm
 
 from ..data import MAX_SEQ_LEN
 from ..errors import PeagleError
-from ..features import (
-    extract_features, load_features, read_manifest, sequence_features, target_fingerprint, target_identity,
-)
+from ..features import extract_features, load_features, read_manifest, sequence_features
+from ..identity import target_fingerprint, target_identity
 from ..taps import check_tap_layers, default_tap_layers
 
 

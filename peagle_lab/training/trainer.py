@@ -21,7 +21,7 @@ from tqdm.auto import tqdm
 from ..atomic import write_text
 from ..drafter import PEagleConfig, PEagleDrafter
 from ..errors import PeagleError
-from ..features import target_identity
+from ..identity import target_identity
 from ..lineage import check_compatible, cumulative, head_config, history_of
 from ..precision import resolve_dtype
 from ..settings import display_path
