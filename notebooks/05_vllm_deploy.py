@@ -360,7 +360,7 @@ import json
 
 import matplotlib.pyplot as plt
 
-from peagle_lab import serve_sweep
+from peagle_lab.serving import sweep as serve_sweep
 from peagle_lab.settings import data_dir
 
 sweeps = sorted((data_dir() / "results").glob(f"*/serving/{serve_sweep.RESULTS_JSON}"))

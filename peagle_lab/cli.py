@@ -11,8 +11,7 @@ import sys
 
 # module -> the subcommands it registers (imported lazily only to build the parser)
 _MODULES = ["peagle_lab.generate_cli", "peagle_lab.features", "peagle_lab.data", "peagle_lab.training.cli",
-            "peagle_lab.bench", "peagle_lab.serving", "peagle_lab.recipe",
-            "peagle_lab.serve_sweep"]
+            "peagle_lab.bench.cli", "peagle_lab.serving.cli", "peagle_lab.recipe"]
 
 
 def build_parser() -> argparse.ArgumentParser:

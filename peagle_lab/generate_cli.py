@@ -41,11 +41,11 @@ def check_args(args) -> None:
 
 
 def run(args):
-    from .bench_files import json_safe
+    from .bench.record import json_safe
     from .cli import load_cli_target
     from .heads import load_head
     from .prompts import chat_ids
-    from .bench import lossless_note, lossless_regime
+    from .bench.lossless import lossless_note, lossless_regime
     from .speculative import (HeadDrafter, Sampling, TargetRunner, first_divergence, make_generator, plain_generate,
                               speculative_generate)
 

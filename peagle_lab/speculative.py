@@ -22,33 +22,7 @@ import torch
 from .drafter import PEagleDrafter, check_k
 from .errors import PeagleError
 from .taps import check_tap_layers, default_tap_layers, target_forward
-
-
-# ------------------------------------------------------------------------------------------ timing
-class Timer:
-    """Accumulates wall time per phase; synchronises CUDA so GPU work is counted where it happens."""
-
-    def __init__(self, device):
-        self.cuda = torch.device(device).type == "cuda"
-        self.totals: dict[str, float] = {}
-
-    def __call__(self, name):
-        return _Phase(self, name)
-
-
-class _Phase:
-    def __init__(self, timer, name):
-        self.timer, self.name = timer, name
-
-    def __enter__(self):
-        if self.timer.cuda:
-            torch.cuda.synchronize()
-        self.t0 = time.perf_counter()
-
-    def __exit__(self, *exc):
-        if self.timer.cuda:
-            torch.cuda.synchronize()
-        self.timer.totals[self.name] = self.timer.totals.get(self.name, 0.0) + time.perf_counter() - self.t0
+from .timer import Timer
 
 
 # ------------------------------------------------------------------------------------------ sampling

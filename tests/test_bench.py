@@ -10,6 +10,7 @@ import torch
 
 from conftest import make_tiny_llama
 from peagle_lab import bench
+from peagle_lab.bench.cli import parse_ks
 from peagle_lab.errors import PeagleError
 
 PROMPTS = [[5, 17, 33, 17, 33, 40, 41, 17, 33, 40], [9, 10, 11, 12, 9, 10, 11]]
@@ -135,11 +136,11 @@ def test_write_results_writes_json_csv_and_plots_that_load_back(tmp_path, e2e, t
 
 
 def test_k_lists_parse_ranges_and_reject_nonsense():
-    assert bench._parse_ks("1-3,6") == [1, 2, 3, 6]
-    assert bench._parse_ks("4,2,2") == [2, 4]
+    assert parse_ks("1-3,6") == [1, 2, 3, 6]
+    assert parse_ks("4,2,2") == [2, 4]
     for bad in ("0-2", "a", ""):
         with pytest.raises(PeagleError):
-            bench._parse_ks(bad)
+            parse_ks(bad)
 
 
 def test_cli_bench_runs_on_a_local_tiny_target_and_writes_results(tmp_path, tiny_llama, byte_tokenizer, capsys):

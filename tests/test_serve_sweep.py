@@ -10,7 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from peagle_lab import serve_sweep
+from peagle_lab.serving import sweep as serve_sweep
 from peagle_lab.errors import PeagleError
 
 

@@ -1,12 +1,14 @@
-"""The benchmark's figures: drafting cost, speed-up and acceptance length vs K, one round split. Each carries
-the hardware and load of the run in its subtitle and is saved as PNG beside the results."""
+"""The benchmark's figures: drafting cost, speed-up and acceptance length vs K, one round split, the break-even
+picture. Each carries the hardware and load of the run in its subtitle and is saved as PNG beside the results.
+matplotlib is imported inside the functions: it is an optional package, needed only to draw."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from .summary import break_even_inputs, speedup_model
 
-# ============================================================================================ plots
+
 FAMILY_STYLE = {"p-eagle": ("tab:blue", "o"), "eagle3": ("tab:orange", "s"), "prompt-lookup": ("tab:green", "^"),
                 "assisted": ("tab:purple", "D"), "hf-greedy": ("tab:gray", None), "plain": ("black", None)}
 
@@ -135,12 +137,6 @@ def plot_round_profile(e2e: dict, path=None):
     return _finish_figure(fig, e2e["env"], path)
 
 
-def speedup_model(al, verify_ratio, draft_ratio=0.0):
-    """Decode speed-up of speculative decoding over plain decoding for acceptance length ``al`` when one round
-    costs ``verify_ratio + draft_ratio`` decode steps: AL tokens per round against one token per step."""
-    return al / (verify_ratio + draft_ratio)
-
-
 def plot_break_even(curves: list[dict], points: list[dict] = (), k: int = 7, path=None, env: dict | None = None):
     """Speed-up against acceptance length, one line per round cost, with measured heads as points.
 
@@ -173,23 +169,6 @@ def plot_break_even(curves: list[dict], points: list[dict] = (), k: int = 7, pat
     if path:
         fig.savefig(path, dpi=110)
     return fig
-
-
-def break_even_inputs(results: dict, k: int = 7, label: str | None = None):
-    """The curve and the head points of one benchmark result (drafting cost + end to end) at K=``k``."""
-    dc, e2e = results.get("drafting_cost"), results.get("end_to_end")
-    from .bench_files import verify_and_draft_ratio
-
-    curves, points = [], []
-    dtype = (dc or e2e or {}).get("env", {}).get("dtype")
-    vr, dr = verify_and_draft_ratio(dc or {}, k)
-    if vr is not None:
-        curves.append({"label": label or f"{dtype}, measured", "verify_ratio": vr, "draft_ratio": dr or 0.0})
-    for m in (e2e or {}).get("methods", []):
-        if m["family"] in ("p-eagle", "eagle3") and m.get("decode_speedup") and m.get("k") == k:
-            points.append({"label": f"{m['method']} ({dtype})", "acceptance_length": m["acceptance_length"],
-                           "speedup": m["decode_speedup"]})
-    return curves, points
 
 
 def draw_plots(results: dict, out_dir) -> dict[str, Path]:

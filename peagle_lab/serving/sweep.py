@@ -21,7 +21,8 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from .errors import PeagleError
+from ..atomic import write_figure, write_json, write_text
+from ..errors import PeagleError
 
 CONFIGS = ("plain", "peagle")
 RESULTS_JSON, RESULTS_CSV, PLOT = "serving_sweep.json", "serving_sweep.csv", "serving_sweep.png"
@@ -109,8 +110,6 @@ def speedups(rows: list[dict]) -> list[dict]:
 
 def write_results(out_dir, meta: dict, rows: list[dict]) -> dict:
     """JSON (meta, rows, speed-ups) and CSV, atomically."""
-    from .atomic import write_json, write_text
-
     out_dir = Path(out_dir)
     doc = dict(meta=meta, rows=rows, speedups=speedups(rows))
     write_json(out_dir / RESULTS_JSON, doc, indent=1)
@@ -173,63 +172,5 @@ def plot_sweep(doc: dict, path=None):
     fig.suptitle(f"vLLM server under load ({host})")
     fig.tight_layout()
     if path is not None:
-        from .atomic import write_figure
-
         write_figure(path, fig)
     return fig
-
-
-# ------------------------------------------------------------------------------------------ CLI
-def register_cli(sub):
-    p = sub.add_parser("serve-sweep", help="vLLM server with and without the P-EAGLE head at 1/4/16 concurrent "
-                                           "requests: tokens/s, latency, acceptance length")
-    p.add_argument("--head", default="parallel", help="head directory or 'parallel' (the shipped P-EAGLE head)")
-    p.add_argument("-K", type=int, default=7)
-    p.add_argument("--concurrency", default="1,4,16")
-    p.add_argument("--requests", type=int, default=None, help="requests per level (default max(2c, 8))")
-    p.add_argument("--max-tokens", type=int, default=64)
-    p.add_argument("--repeats", type=int, default=2)
-    p.add_argument("--prompts", type=int, default=16, help="HumanEval prompts sent in turn")
-    p.add_argument("--out", default=None, help="results directory (default data/results/<host>/serving)")
-    p.add_argument("--port", type=int, default=None, help="first port (the second server takes the next)")
-    p.set_defaults(func=_run_cli)
-
-
-def _run_cli(args):
-    import shutil
-    import tempfile
-
-    from .heads import shipped_head_path
-    from .precision import host_slug
-    from .prompts import chat_messages, humaneval_prompts
-    from .serving import export_target, export_vllm, serve
-    from .settings import DATA_DIR, display_path
-    from .timing import environment
-
-    conc = [int(c) for c in args.concurrency.split(",")]
-    if args.port is not None:
-        check_port_free(args.port)
-        check_port_free(args.port + 1)
-    head = shipped_head_path(args.head) if args.head in ("parallel", "sequential") else Path(args.head)
-    out = Path(args.out) if args.out else DATA_DIR / "results" / host_slug() / "serving"
-    tdir = export_target()
-    tmp = Path(tempfile.mkdtemp(prefix="peagle-sweep-head-"))
-    servers = {}
-    try:
-        hdir = tmp / "head"
-        export_vllm(head, hdir)
-        prompts = [chat_messages(p) for p in humaneval_prompts(args.prompts)]
-        servers["plain"] = serve(tdir, port=args.port)
-        servers["peagle"] = serve(tdir, hdir, k=args.K, port=args.port + 1 if args.port else None)
-        doc = sweep(servers, prompts, out, conc, args.requests, args.max_tokens, args.repeats,
-                    meta=dict(host=host_slug(), head=head.name, k=args.K, environment=environment()))
-    finally:
-        for s in servers.values():
-            s.stop()
-        shutil.rmtree(tmp, ignore_errors=True)
-    plot_sweep(doc, out / PLOT)
-    for s in doc["speedups"]:
-        print(f"concurrency {s['concurrency']:>3}: plain {s['plain_tokens_per_s']} tok/s, P-EAGLE "
-              f"{s['peagle_tokens_per_s']} tok/s, throughput x{s['throughput_speedup']}, latency "
-              f"x{s['latency_speedup']}, AL {s['acceptance_length']}")
-    print(f"results in {display_path(out)}")

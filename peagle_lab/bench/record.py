@@ -1,73 +1,48 @@
-"""Timers and the environment record that every benchmark result carries.
-
-CUDA events (after a synchronize) on a GPU, ``time.perf_counter`` on a CPU; medians and the interquartile range
-over repeats; hardware, threads, dtype, library versions, git commit and the load average at the start and the end.
-"""
+"""What every benchmark result carries: its schema tag, numbers rounded for the record (NaN and inf as None),
+JSON-safe values, and the environment record (hardware, threads, dtype, library versions, git commit and the
+load average at the start and the end): a timing without its machine means little."""
 
 from __future__ import annotations
 
 import math
 import os
 import platform
-import statistics
 import subprocess
 import time
 from datetime import datetime, timezone
-from typing import Callable, Sequence
 
 import torch
 
-from .settings import REPO_ROOT
+from ..hardware import cpu_name
+from ..precision import host_slug, isa_record
+from ..settings import REPO_ROOT
+
+SCHEMA = "peagle-lab-bench/1"
 
 
-# ============================================================================================ timing
-def synchronize(device) -> None:
-    if torch.device(device).type == "cuda":
-        torch.cuda.synchronize(device)
+def rounded(x, nd=5):
+    """``round(x, nd)`` as a float; None for None, NaN and inf."""
+    if x is None:
+        return None
+    if isinstance(x, float) and (math.isnan(x) or math.isinf(x)):
+        return None
+    return round(float(x), nd)
 
 
-def time_once(fn: Callable[[], object], device="cpu") -> float:
-    """Seconds one call of ``fn`` takes: CUDA events on a GPU (after a synchronize), perf_counter on a CPU."""
-    if torch.device(device).type == "cuda":
-        torch.cuda.synchronize(device)
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        return start.elapsed_time(end) / 1000.0
-    t0 = time.perf_counter()
-    fn()
-    return time.perf_counter() - t0
-
-
-def time_repeated(fn: Callable[[], object], device="cpu", repeats: int = 10, warmup: int = 2) -> list[float]:
-    """``warmup`` untimed calls, then ``repeats`` timed ones (seconds)."""
-    for _ in range(warmup):
-        fn()
-    return [time_once(fn, device) for _ in range(repeats)]
-
-
-def summarize(samples: Sequence[float]) -> dict:
-    """Median, quartiles, IQR, mean, min, max and n of a list of timings (seconds or any unit)."""
-    xs = sorted(float(x) for x in samples if x is not None and not math.isnan(float(x)))
-    if not xs:
-        return {"median": None, "q1": None, "q3": None, "iqr": None, "mean": None, "min": None, "max": None, "n": 0}
-    if len(xs) == 1:
-        q1 = q3 = xs[0]
-    else:
-        q1, _, q3 = statistics.quantiles(xs, n=4, method="inclusive")
-    return {"median": statistics.median(xs), "q1": q1, "q3": q3, "iqr": q3 - q1, "mean": statistics.fmean(xs),
-            "min": xs[0], "max": xs[-1], "n": len(xs)}
+def json_safe(obj):
+    """JSON-safe: NaN/inf -> None, tuples -> lists, tensors -> lists."""
+    if isinstance(obj, float):
+        return None if (math.isnan(obj) or math.isinf(obj)) else obj
+    if isinstance(obj, dict):
+        return {str(k): json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [json_safe(v) for v in obj]
+    if hasattr(obj, "tolist"):
+        return json_safe(obj.tolist())
+    return obj
 
 
 # ============================================================================================ environment
-def _cpu_model() -> str:
-    from .hardware import cpu_name
-
-    return cpu_name()
-
-
 def _git(*args) -> str | None:
     try:
         out = subprocess.run(["git", *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=10)
@@ -96,7 +71,7 @@ def environment(device="cpu", dtype=None) -> dict:
         "timestamp_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "start_epoch_s": round(time.time(), 3),
         "device": str(device),
-        "cpu": _cpu_model(),
+        "cpu": cpu_name(),
         "cpu_cores_usable": cores,
         "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
         "hardware": None,
@@ -115,8 +90,6 @@ def environment(device="cpu", dtype=None) -> dict:
         "loadavg_end": None,
     }
     env["hardware"] = env["gpu"] or f"{env['cpu']} ({cores} cores, {env['torch_threads']} torch threads)"
-    from .precision import host_slug, isa_record
-
     env["host"] = host_slug(device)
     env |= isa_record()
     return env

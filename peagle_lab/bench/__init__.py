@@ -1,0 +1,27 @@
+"""Measure it: drafting cost (parallel vs sequential) and end-to-end speed of speculative decoding.
+
+Conventions: greedy, batch 1, the same prompts and output length for every method; warm-up first; medians and
+the interquartile range over repeats, never a single run; methods interleaved (per prompt, per repeat, in a
+rotating order), so drift in the machine's speed hits all of them alike, and every speed-up is a ratio to plain
+decoding measured in the same run; every speculative output compared with plain greedy token for token; every
+result carries its environment record (``record``). Timers: :mod:`peagle_lab.timer`.
+
+One concept per module: ``inputs`` (prompts, heads), ``drafting`` (drafting cost), ``fastpath_cuts``,
+``methods`` and ``e2e`` (end to end), ``lossless``, ``summary``, ``files``, ``readme``, ``plots``, ``suite``
+(all of it), ``cli`` (``peagle-lab bench``).
+"""
+
+from ..timer import summarize, synchronize, time_once, time_repeated
+from .drafting import drafting_cost
+from .e2e import ASSISTED_NOT_RUN, end_to_end
+from .fastpath_cuts import fastpath_ab
+from .files import check_results_dir, committed_results, load_results, write_results
+from .inputs import fresh_head, head_description, load_head_or_fresh
+from .lossless import lossless_note, lossless_regime
+from .methods import Method, MethodRun, head_method, hf_method, plain_method, spec_stats_dict
+from .plots import (draw_plots, plot_acceptance, plot_break_even, plot_drafting_cost, plot_round_profile,
+                    plot_speedup)
+from .readme import format_table, results_readme
+from .record import SCHEMA, environment, finish_environment, json_safe
+from .suite import FULL, QUICK, run_benchmark
+from .summary import aggregate, break_even_inputs, headline, hosts_table, speedup_model, verify_and_draft_ratio

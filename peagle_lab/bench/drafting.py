@@ -1,0 +1,126 @@
+"""Drafting cost per round: the P-EAGLE drafter in parallel mode (ONE pass over the new context slots and K-1
+mask slots) against sequential mode (K passes, EAGLE-3), with the target's verification of K+1 tokens for
+scale; the calls are interleaved within every repeat."""
+
+from __future__ import annotations
+
+import statistics
+import warnings
+from typing import Callable, Sequence
+
+import torch
+
+from ..errors import PeagleError
+from ..speculative import HeadDrafter, Sampling, TargetRunner
+from ..timer import summarize, time_once
+from .inputs import as_prompt_ids, default_prompt_ids, describe_head, model_of, target_runner
+from .record import SCHEMA, environment, finish_environment, rounded
+
+
+@torch.no_grad()
+def drafting_cost(head, runner_or_model, prompt_ids=None, tokenizer=None, ks: Sequence[int] = range(1, 11),
+                  repeats: int = 20, warmup: int = 3, new_slots: int = 2, verify: bool = True,
+                  progress: Callable[[str], None] | None = None) -> dict:
+    """Per-round drafter latency: parallel (ONE pass over ``new_slots`` + K-1 mask slots) vs sequential (K passes).
+
+    Realistic context: the target prefills a real prompt (HumanEval 0 by default), the drafter's cache holds
+    that prompt, and one timed round is ``propose()`` with the last ``new_slots`` context slots as "newly
+    committed" (what a round sees after ~1 accepted draft), exactly as the speculative loop calls it. Parallel
+    and sequential calls (and, with ``verify``, the target's verification of K+1 tokens) are interleaved within
+    every repeat, in alternating order. Returns a dict with per-K summaries and ``ratio_seq_over_par``.
+    """
+    model = model_of(runner_or_model)
+    runner = runner_or_model if isinstance(runner_or_model, TargetRunner) else target_runner(model, head)
+    device = runner.device
+    dtype = next(head.parameters()).dtype
+    env = environment(device, dtype)
+    if prompt_ids is None:
+        prompt_ids = default_prompt_ids(tokenizer, 1)[0]
+    prompt = as_prompt_ids([prompt_ids], tokenizer)[0]
+    ks = [int(k) for k in ks]
+    if not ks or min(ks) < 1:
+        raise PeagleError(f"ks must be a non-empty list of K >= 1, got {ks}.")
+    if not 1 <= new_slots < len(prompt):
+        raise PeagleError(f"new_slots={new_slots} must be in [1, prompt length {len(prompt)}).")
+    greedy = Sampling()
+
+    runner.reset()
+    logits, taps = runner.forward(prompt)
+    first = int(logits[-1].argmax())
+    ctx_tokens = prompt[1:] + [first]  # slot t: token t+1 and taps at t (EAGLE shift)
+    n = len(ctx_tokens)
+    drafters = {m: HeadDrafter(head, m) for m in ("parallel", "sequential")}
+    round_tokens, round_taps, start = ctx_tokens[-new_slots:], taps[-new_slots:], n - new_slots
+    target_len = runner.length
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # K above the head's trained K: timing is what we want here
+        for d in drafters.values():
+            d.reset()
+            d.propose(ctx_tokens, taps, 0, 1, greedy, None)  # the drafter's prefill over the prompt
+
+        def draft_fn(mode, k):
+            return lambda: drafters[mode].propose(round_tokens, round_taps, start, k, greedy, None)
+
+        def verify_fn(k):
+            ids = [first] + [first] * k
+
+            def fn():
+                runner.forward(ids)
+                runner.crop(target_len)
+            return fn
+
+        samples = {(m, k): [] for m in ("parallel", "sequential") for k in ks}
+        vsamples = {k: [] for k in ks}
+        for k in ks:  # warm-up
+            for _ in range(warmup):
+                draft_fn("parallel", k)()
+                draft_fn("sequential", k)()
+            if verify and warmup:
+                verify_fn(k)()
+        step_samples = []
+        for r in range(repeats):
+            for i, k in enumerate(ks):
+                order = ("parallel", "sequential") if (r + i) % 2 == 0 else ("sequential", "parallel")
+                for m in order:
+                    samples[(m, k)].append(time_once(draft_fn(m, k), device))
+                if verify:
+                    vsamples[k].append(time_once(verify_fn(k), device))
+            if verify:
+                step_samples.append(time_once(verify_fn(0), device))
+            if progress:
+                progress(f"drafting cost: repeat {r + 1}/{repeats}")
+    runner.reset()
+
+    rows = []
+    for k in ks:
+        par, seq = summarize(samples[("parallel", k)]), summarize(samples[("sequential", k)])
+        ratios = [s / p for s, p in zip(samples[("sequential", k)], samples[("parallel", k)])]
+        row = {"k": k,
+               "parallel_ms": rounded(par["median"] * 1e3, 3), "parallel_iqr_ms": rounded(par["iqr"] * 1e3, 3),
+               "sequential_ms": rounded(seq["median"] * 1e3, 3), "sequential_iqr_ms": rounded(seq["iqr"] * 1e3, 3),
+               "ratio_seq_over_par": rounded(seq["median"] / par["median"], 3),
+               "ratio_paired_median": rounded(statistics.median(ratios), 3),
+               "ratio_paired_iqr": rounded(summarize(ratios)["iqr"], 3),
+               "parallel_passes": 1, "sequential_passes": k}
+        if verify:
+            v = summarize(vsamples[k])
+            step_med = summarize(step_samples)["median"]
+            row |= {"verify_ms": rounded(v["median"] * 1e3, 3), "verify_iqr_ms": rounded(v["iqr"] * 1e3, 3),
+                    "verify_ratio": rounded(v["median"] / step_med, 3),  # verify(K+1) / decode(1)
+                    "draft_ratio": rounded(par["median"] / step_med, 3)}  # parallel draft round / decode(1)
+        rows.append(row)
+    out = {
+        "schema": SCHEMA, "kind": "drafting_cost", "env": finish_environment(env),
+        "config": {"ks": ks, "repeats": repeats, "warmup": warmup, "new_slots": new_slots,
+                   "prompt_tokens": len(prompt), "drafter_cache_slots": start,
+                   "head": describe_head(head),
+                   "target_layers": model.config.num_hidden_layers},
+        "rows": rows,
+        "raw_s": {f"{m}_k{k}": [rounded(x, 6) for x in v] for (m, k), v in samples.items()},
+    }
+    if verify:
+        step = summarize(step_samples)
+        out["target_step_ms"] = rounded(step["median"] * 1e3, 3)
+        out["target_step_iqr_ms"] = rounded(step["iqr"] * 1e3, 3)
+    return out

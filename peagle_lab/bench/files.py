@@ -1,0 +1,158 @@
+"""Benchmark results on disk: JSON + CSV (atomic writes), the PNG plots and a README per results folder, an
+index with the headline; reading them back (:func:`load_results`, :func:`committed_results`: every host's
+committed folder), and the rule that one host's or one dtype's results never overwrite another's."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+
+from ..atomic import atomic_write, write_json, write_text
+from ..errors import PeagleError
+from ..precision import dtype_name, host_slug
+from .plots import draw_plots
+from .readme import results_readme
+from .record import SCHEMA, json_safe
+from .summary import headline
+
+
+DRAFT_CSV_COLUMNS = ["k", "parallel_ms", "parallel_iqr_ms", "sequential_ms", "sequential_iqr_ms",
+                     "ratio_seq_over_par", "ratio_paired_median", "ratio_paired_iqr", "verify_ms", "verify_iqr_ms",
+                     "verify_ratio", "draft_ratio", "parallel_passes", "sequential_passes"]
+FASTPATH_CSV_COLUMNS = ["case", "what", "before_ms", "after_ms", "speedup"]
+E2E_CSV_COLUMNS = ["method", "family", "k", "runs", "new_tokens", "seconds", "tokens_per_s", "speedup",
+                   "speedup_median_per_prompt", "speedup_iqr", "speedup_vs_hf_greedy", "decode_speedup",
+                   "acceptance_length",
+                   "per_position_acceptance", "rounds", "t_step_ms", "t_draft_round_ms", "t_verify_round_ms",
+                   "ideal_speedup", "efficiency", "lossless", "identical_to_plain", "lossless_regime",
+                   "divergences", "max_divergence_margin", "lossless_note"]
+RUNS_CSV_COLUMNS = ["repeat", "prompt", "method", "family", "k", "order", "prompt_tokens", "new_tokens", "seconds",
+                    "tokens_per_s", "speedup_vs_plain", "identical_to_plain", "reference", "identical_to_reference",
+                    "rounds", "target_forwards",
+                    "acceptance_length"]
+PROFILE_CSV_COLUMNS = ["method", "family", "k", "draft_ms", "verify_ms", "accept_rollback_ms", "python_overhead_ms",
+                       "round_ms", "draft_share", "verify_share", "accept_rollback_share", "python_overhead_share",
+                       "prefill_ms_median"]
+ENV_CSV_KEYS = ["host", "hardware", "device", "torch_threads", "dtype", "torch", "transformers", "git_commit",
+                "loadavg_start", "loadavg_end"]
+
+
+def _write_json(path: Path, obj) -> None:
+    write_json(path, json_safe(obj), indent=1, allow_nan=False)
+
+
+def _cell(v):
+    if isinstance(v, float):
+        return "" if math.isnan(v) else f"{v:.6g}"
+    if isinstance(v, (list, tuple)):
+        return " ".join("" if x is None else (f"{x:.4g}" if isinstance(x, float) else str(x)) for x in v)
+    return "" if v is None else str(v)
+
+
+def _write_csv(path: Path, rows: list[dict], columns: list[str], env: dict | None = None) -> None:
+    """CSV with the given columns; the environment is appended as constant columns on every row."""
+    env_cols = [f"env_{k}" for k in ENV_CSV_KEYS] if env else []
+
+    def write(tmp):
+        with open(tmp, "w", newline="") as fh:
+            w = csv.writer(fh)
+            w.writerow(columns + env_cols)
+            for row in rows:
+                w.writerow([_cell(row.get(c)) for c in columns] + [_cell(env.get(k)) for k in ENV_CSV_KEYS] if env
+                           else [_cell(row.get(c)) for c in columns])
+
+    atomic_write(path, write)
+
+
+def write_results(results: dict, out_dir, plots: bool = True, command: str | None = None) -> dict[str, Path]:
+    """Write ``{"drafting_cost": ..., "end_to_end": ...}`` (either may be missing) as JSON + CSV (+ PNG plots)
+    and a README.md (command, hardware, tables) into ``out_dir``; returns ``{name: path}`` of what was written."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    files: dict[str, Path] = {}
+    dc, e2e = results.get("drafting_cost"), results.get("end_to_end")
+    if dc:
+        files["drafting_cost.json"] = out / "drafting_cost.json"
+        _write_json(files["drafting_cost.json"], dc)
+        files["drafting_cost.csv"] = out / "drafting_cost.csv"
+        _write_csv(files["drafting_cost.csv"], dc["rows"], DRAFT_CSV_COLUMNS, dc["env"])
+    ab = results.get("fastpath_ab")
+    if ab:
+        files["fastpath_ab.json"] = out / "fastpath_ab.json"
+        _write_json(files["fastpath_ab.json"], ab)
+        files["fastpath_ab.csv"] = out / "fastpath_ab.csv"
+        _write_csv(files["fastpath_ab.csv"], ab["rows"], FASTPATH_CSV_COLUMNS, ab["env"])
+    if e2e:
+        files["end_to_end.json"] = out / "end_to_end.json"
+        _write_json(files["end_to_end.json"], e2e)
+        files["end_to_end.csv"] = out / "end_to_end.csv"
+        _write_csv(files["end_to_end.csv"], e2e["methods"], E2E_CSV_COLUMNS, e2e["env"])
+        files["end_to_end_runs.csv"] = out / "end_to_end_runs.csv"
+        runs = [x | {"acceptance_length": (x["stats"] or {}).get("acceptance_length")} for x in e2e["runs"]]
+        _write_csv(files["end_to_end_runs.csv"], runs, RUNS_CSV_COLUMNS, e2e["env"])
+        files["round_profile.csv"] = out / "round_profile.csv"
+        _write_csv(files["round_profile.csv"], e2e["round_profile"], PROFILE_CSV_COLUMNS, e2e["env"])
+    if plots:
+        files |= draw_plots(results, out)
+    index = {"schema": SCHEMA, "files": sorted(p.name for p in files.values()),
+             "env": (e2e or dc or {}).get("env"), "headline": headline(results)}
+    files["bench.json"] = out / "bench.json"
+    _write_json(files["bench.json"], index)
+    files["README.md"] = out / "README.md"
+    write_text(files["README.md"], results_readme(results, command))
+    return files
+
+
+def load_results(out_dir) -> dict:
+    """Read back what :func:`write_results` wrote (``{}`` when the folder has no results)."""
+    out = Path(out_dir)
+    got = {}
+    for kind in ("drafting_cost", "fastpath_ab", "end_to_end"):
+        p = out / f"{kind}.json"
+        if p.exists():
+            try:
+                got[kind] = json.loads(p.read_text())
+            except json.JSONDecodeError as exc:
+                raise PeagleError(f"{p} is not valid JSON ({exc}). Fix: rerun `peagle-lab bench`.") from exc
+    return got
+
+
+def committed_results(root) -> list[dict]:
+    """Every results folder under ``root`` (``<host>/`` or ``<host>/<dtype>/``, each with a ``bench.json``):
+    ``[{"host", "dtype", "dir", "results"}]`` sorted by host and dtype. Folders from before hosts were recorded
+    are named by their folder."""
+    root = Path(root)
+    found = []
+    for index in sorted(root.glob("*/bench.json")) + sorted(root.glob("*/*/bench.json")):
+        res = load_results(index.parent)
+        if not res:
+            continue
+        env = (res.get("end_to_end") or res.get("drafting_cost") or {}).get("env", {})
+        host = env.get("host") or index.parent.relative_to(root).parts[0]
+        found.append({"host": host, "dtype": env.get("dtype"), "dir": index.parent.relative_to(root).as_posix(),
+                      "results": res})
+    return sorted(found, key=lambda c: (c["host"], str(c["dtype"])))
+
+
+def check_results_dir(out_dir, device, dtype, overwrite: bool = False) -> None:
+    """Refuse to write into a results folder that holds another host's or another dtype's results (or, without
+    ``overwrite``, any earlier results): each host keeps its own ``data/results/<host-slug>/``."""
+    index = Path(out_dir) / "bench.json"
+    if not index.exists():
+        return
+    try:
+        env = json.loads(index.read_text()).get("env") or {}
+    except ValueError:
+        env = {}
+    mine, theirs = host_slug(device), env.get("host")
+    if theirs and theirs != mine:
+        raise PeagleError(f"{out_dir} holds results of host {theirs}, this is {mine}: results of one host never "
+                          f"overwrite another's. Fix: --out data/results/{mine}/{dtype_name(dtype)}.")
+    if env.get("dtype") and env["dtype"] != dtype_name(dtype):
+        raise PeagleError(f"{out_dir} holds {env['dtype']} results; this run is {dtype_name(dtype)}. Fix: write "
+                          f"to a folder of its own, e.g. data/results/{mine}/{dtype_name(dtype)}.")
+    if not overwrite:
+        raise PeagleError(f"{out_dir} already holds benchmark results. Fix: --overwrite to replace them, or "
+                          "another --out.")

@@ -1,0 +1,94 @@
+"""What a measurement runs on: the prompts (HumanEval by default, as token ids), the target runner, and the
+heads (shipped, given, or freshly initialised for timing only) with the description every result records."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from ..drafter import PEagleConfig, PEagleDrafter
+from ..errors import PeagleError
+from ..heads import SHIPPED, load_head
+from ..prompts import chat_ids, humaneval_prompts
+from ..settings import display_path
+from ..speculative import TargetRunner
+from ..vocab import mask_token_id_for
+
+
+def model_of(runner_or_model):
+    """The model of a ``TargetRunner``, or the model itself."""
+    return runner_or_model.model if isinstance(runner_or_model, TargetRunner) else runner_or_model
+
+
+def target_runner(model, head):
+    """A ``TargetRunner`` on ``model`` that taps the layers ``head`` was trained on."""
+    return TargetRunner(model, head.config.aux_hidden_state_layer_ids)
+
+
+def default_prompt_ids(tokenizer, n: int = 1) -> list[list[int]]:
+    """The first ``n`` HumanEval prompts in the chat template, as token ids."""
+    if tokenizer is None:
+        raise PeagleError("No prompts given and no tokenizer to build HumanEval prompts with. "
+                          "Fix: pass tokenizer=... or prompts=[[token ids], ...].")
+    return [chat_ids(tokenizer, text) for text in humaneval_prompts(n)]
+
+
+def as_prompt_ids(prompts, tokenizer) -> list[list[int]]:
+    """Text prompts (chat template) or token id sequences, as lists of ints of at least 3 tokens each."""
+    out = []
+    for p in prompts:
+        if isinstance(p, str):
+            if tokenizer is None:
+                raise PeagleError("Text prompts need a tokenizer. Fix: pass tokenizer=... or token id lists.")
+            out.append(chat_ids(tokenizer, p))
+        else:
+            out.append([int(t) for t in (p.tolist() if torch.is_tensor(p) else p)])
+    if not out or any(len(p) < 3 for p in out):
+        raise PeagleError("Every prompt needs at least 3 tokens (the drafter is fed the prompt's last slots).")
+    return out
+
+
+def head_description(head, source: str) -> dict:
+    """What a result records of a head: where it came from, its mode, shape, trained K, taps and mask token."""
+    c = head.config
+    return {"source": source, "mode": c.mode, "num_hidden_layers": c.num_hidden_layers,
+            "trained_k": c.num_speculative_tokens, "draft_vocab_size": c.draft_vocab_size,
+            "taps": list(c.aux_hidden_state_layer_ids), "mask_token_id": c.mask_token_id,
+            "params": sum(p.numel() for p in head.parameters())}
+
+
+def describe_head(head):
+    """:func:`head_description` of a head given to a measurement (None for no head)."""
+    return None if head is None else head_description(head, getattr(head, "_bench_source", "given"))
+
+
+def fresh_head(model, mode: str = "parallel", mask_token_id: int | None = None, num_hidden_layers: int = 1,
+               tokenizer=None):
+    """An UNTRAINED head shaped for ``model`` (target embeddings, norm and lm_head; random layers). Its drafting
+    cost is that of a trained head of the same shape; its acceptance is not.
+
+    ``mask_token_id``: default :func:`peagle_lab.vocab.mask_token_id_for` (picked from ``tokenizer``, or from the
+    tokenizer saved beside the model), as training picks it."""
+    if mask_token_id is None:
+        mask_token_id = mask_token_id_for(model, tokenizer, untrained=True)
+    cfg = PEagleConfig.from_target(model.config, mask_token_id=mask_token_id, mode=mode,
+                                   num_hidden_layers=num_hidden_layers)
+    device = next(model.parameters()).device
+    return PEagleDrafter(cfg).init_from_target(model).to(device).eval()
+
+
+def load_head_or_fresh(kind_or_path, model, mode: str | None = None, tokenizer=None):
+    """``(head, description)``: the shipped/given head when it exists, else a freshly initialised (untrained) one.
+
+    ``kind_or_path``: ``'parallel'`` / ``'sequential'`` (shipped heads), a directory, or ``'fresh'``. ``tokenizer``
+    picks a fresh head's mask token (default: the tokenizer saved beside the model).
+    """
+    mode = mode or (kind_or_path if kind_or_path in ("parallel", "sequential") else "parallel")
+    path = SHIPPED.get(str(kind_or_path), Path(str(kind_or_path)))
+    if str(kind_or_path) != "fresh" and path.exists():
+        head = load_head(kind_or_path, model)
+        return head, head_description(head, display_path(path))
+    head = fresh_head(model, mode=mode, tokenizer=tokenizer)
+    why = "requested" if str(kind_or_path) == "fresh" else f"no head at {path}"
+    return head, head_description(head, f"fresh-init (untrained; {why})")

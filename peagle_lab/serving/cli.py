@@ -1,0 +1,114 @@
+"""``peagle-lab export-vllm``, ``peagle-lab serve`` and ``peagle-lab serve-sweep``."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import shutil
+import tempfile
+from pathlib import Path
+
+from ..bench.record import environment
+from ..heads import shipped_head_path
+from ..precision import host_slug
+from ..prompts import chat_messages, humaneval_prompts
+from ..settings import DATA_DIR, display_path
+from .export import export_target, export_vllm
+from .engine import speculative_config
+from .server import client_snippet, serve, server_command
+from .sweep import PLOT, check_port_free, plot_sweep, sweep
+
+
+def register_cli(sub):
+    p = sub.add_parser("export-vllm", help="convert a head directory into a vLLM eagle3 drafter directory")
+    p.add_argument("head", help="native head directory (PEagleDrafter.save_pretrained / `peagle-lab train`)")
+    p.add_argument("out", help="output directory (config.json + model.safetensors for vLLM)")
+    p.add_argument("--target", default=None, help="target name/dir/HF id (default: the head's own)")
+    p.add_argument("--dtype", default=None, choices=["float32", "bfloat16", "float16"],
+                   help="weights dtype of the export (default: the target's, which vLLM runs the drafter in)")
+    p.add_argument("--overwrite", action="store_true", help="replace the contents of a non-empty output directory")
+    p.set_defaults(func=_cli_export)
+
+    s = sub.add_parser("serve", help="OpenAI-compatible vLLM server on 127.0.0.1 with a P-EAGLE head")
+    s.add_argument("--head", default=None, help="EXPORTED head dir (export-vllm); none: plain decoding")
+    s.add_argument("--target", default=None, help="target dir or HF id (default: $PEAGLE_TARGET / embedded)")
+    s.add_argument("-k", "--num-speculative-tokens", type=int, default=None, dest="k")
+    s.add_argument("--sequential", action="store_true", default=None,
+                   help="EAGLE-3 sequential drafting (default: the head's own mode)")
+    s.add_argument("--port", type=int, default=8000)
+    s.add_argument("--max-model-len", type=int, default=2048)
+    s.add_argument("--print-command", action="store_true", help="print the server command line and exit")
+    s.set_defaults(func=_cli_serve)
+
+    w = sub.add_parser("serve-sweep", help="vLLM server with and without the P-EAGLE head at 1/4/16 concurrent "
+                                           "requests: tokens/s, latency, acceptance length")
+    w.add_argument("--head", default="parallel", help="head directory or 'parallel' (the shipped P-EAGLE head)")
+    w.add_argument("-K", type=int, default=7)
+    w.add_argument("--concurrency", default="1,4,16")
+    w.add_argument("--requests", type=int, default=None, help="requests per level (default max(2c, 8))")
+    w.add_argument("--max-tokens", type=int, default=64)
+    w.add_argument("--repeats", type=int, default=2)
+    w.add_argument("--prompts", type=int, default=16, help="HumanEval prompts sent in turn")
+    w.add_argument("--out", default=None, help="results directory (default data/results/<host>/serving)")
+    w.add_argument("--port", type=int, default=None, help="first port (the second server takes the next)")
+    w.set_defaults(func=_cli_sweep)
+
+
+def _cli_export(args):
+    out = export_vllm(args.head, args.out, target=args.target, dtype=args.dtype, overwrite=args.overwrite)
+    print(f"vLLM drafter written to {out}")
+    print(json.dumps(speculative_config(out), indent=2))
+
+
+def _cli_serve(args):
+    target = export_target(target=args.target)
+    if args.print_command:
+        cmd = server_command(target, args.head, args.k, None if args.sequential is None else False, args.port,
+                             "peagle-target", max_model_len=args.max_model_len)
+        print(" ".join(_shell_quote(c) for c in cmd))
+        return 0
+    srv = serve(target, args.head, args.k, None if args.sequential is None else False, port=args.port,
+                max_model_len=args.max_model_len)
+    print(f"serving {target} at {srv.url} (ready in {srv.started_s:.0f} s; log {srv.log_path}); Ctrl-C stops it")
+    print(client_snippet(srv.url, srv.model))
+    try:
+        srv.proc.wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        srv.stop()
+    return 0
+
+
+def _shell_quote(s: str) -> str:
+    return shlex.quote(s)
+
+
+def _cli_sweep(args):
+    conc = [int(c) for c in args.concurrency.split(",")]
+    if args.port is not None:
+        check_port_free(args.port)
+        check_port_free(args.port + 1)
+    head = shipped_head_path(args.head) if args.head in ("parallel", "sequential") else Path(args.head)
+    out = Path(args.out) if args.out else DATA_DIR / "results" / host_slug() / "serving"
+    tdir = export_target()
+    tmp = Path(tempfile.mkdtemp(prefix="peagle-sweep-head-"))
+    servers = {}
+    try:
+        hdir = tmp / "head"
+        export_vllm(head, hdir)
+        prompts = [chat_messages(p) for p in humaneval_prompts(args.prompts)]
+        servers["plain"] = serve(tdir, port=args.port)
+        servers["peagle"] = serve(tdir, hdir, k=args.K, port=args.port + 1 if args.port else None)
+        doc = sweep(servers, prompts, out, conc, args.requests, args.max_tokens, args.repeats,
+                    meta=dict(host=host_slug(), head=head.name, k=args.K, environment=environment()))
+    finally:
+        for s in servers.values():
+            s.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+    plot_sweep(doc, out / PLOT)
+    for s in doc["speedups"]:
+        print(f"concurrency {s['concurrency']:>3}: plain {s['plain_tokens_per_s']} tok/s, P-EAGLE "
+              f"{s['peagle_tokens_per_s']} tok/s, throughput x{s['throughput_speedup']}, latency "
+              f"x{s['latency_speedup']}, AL {s['acceptance_length']}")
+    print(f"results in {display_path(out)}")

