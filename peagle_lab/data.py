@@ -29,6 +29,7 @@ from .errors import PeagleError
 from .identity import target_fingerprint, target_identity
 from .prompts import chat_ids, load_scale_records, load_train_prompts, load_train_records, record_messages
 from .settings import data_path, results_dir
+from .target_args import add_target_options, load_cli_target
 
 FORMAT = "peagle-lab-distill"
 VERSION = 1
@@ -242,8 +243,6 @@ def cod_sample(num_anchors: int, num_depths: int, ratio: float = 0.7, min_ratio:
 
 # ------------------------------------------------------------------------------------------ CLI
 def register_cli(sub):
-    from .cli import add_target_options
-
     p = sub.add_parser("distill", help="self-distillation: the target regenerates responses to training prompts")
     p.add_argument("--prompts", type=int, default=None, help="use the first N training prompts (default: all)")
     p.add_argument("--prompts-file", default=None,
@@ -258,8 +257,6 @@ def register_cli(sub):
 
 
 def _run_cli(args):
-    from .cli import load_cli_target
-
     validate.positive_int(args.batch_size, "batch_size", "--batch-size")
     validate.max_new_tokens(args.max_new_tokens)
     recs = load_train_records(args.prompts_file)

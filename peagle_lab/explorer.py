@@ -18,10 +18,16 @@ from typing import Callable
 import torch
 
 from . import viz
+from .drafter import PEagleConfig, PEagleDrafter
 from .errors import PeagleError, require
+from .hardware import describe
 from .heads import SHIPPED, load_head
+from .models import load_target
+from .prompts import chat_ids
 from .settings import pick
-from .speculative import HeadDrafter, make_generator
+from .speculative import (HeadDrafter, Sampling, SpecStats, TargetRunner, first_divergence, make_generator,
+                          plain_generate, speculative_generate)
+from .vocab import mask_token_id_for
 
 FRESH = "fresh"
 HEAD_LABELS = {
@@ -40,8 +46,6 @@ def default_target():
     """The embedded target ``(model, tokenizer)`` on CPU, loaded once per process."""
     global _TARGET
     if _TARGET is None:
-        from .models import load_target
-
         _TARGET = load_target(device="cpu")
     return _TARGET
 
@@ -71,8 +75,6 @@ def fresh_head(model, seed: int = 0, tokenizer=None, mask_token_id: int | None =
     """An untrained P-EAGLE head shaped for ``model`` (embeddings, norm and lm_head copied from it). Its mask token:
     ``mask_token_id``, else picked from ``tokenizer`` (default: the one saved beside the model) as training does
     (:func:`peagle_lab.vocab.pick_mask_token_id`; 16, ``<empty_output>``, for SmolLM2)."""
-    from .drafter import PEagleConfig, PEagleDrafter
-    from .vocab import mask_token_id_for
 
     if mask_token_id is None:
         mask_token_id = mask_token_id_for(model, tokenizer, untrained=True)
@@ -185,9 +187,6 @@ def run_generation(model, tokenizer, head, prompt: str = DEFAULT_PROMPT, k: int 
 
     With ``baseline``, plain decoding of the same prompt is timed right after, in the same process.
     """
-    from .hardware import describe
-    from .prompts import chat_ids
-    from .speculative import Sampling, SpecStats, TargetRunner, plain_generate, speculative_generate
 
     if not prompt or not prompt.strip():
         raise PeagleError("The prompt is empty. Fix: type a question or an instruction.")
@@ -233,8 +232,6 @@ def run_generation(model, tokenizer, head, prompt: str = DEFAULT_PROMPT, k: int 
                                gen=gen)
         run.plain_tokens, run.plain_seconds = list(plain.tokens), plain.seconds
         if sampling.greedy:
-            from .speculative import first_divergence
-
             run.divergence = first_divergence(run.tokens, plain, next(model.parameters()).dtype)
     run.dtype = str(next(model.parameters()).dtype).replace("torch.", "")
     run.hardware = describe(next(model.parameters()).device)

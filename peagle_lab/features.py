@@ -40,6 +40,7 @@ from .identity import target_fingerprint, target_identity  # noqa: F401 (target_
 from .prompts import chat_ids, load_train_prompts
 from .settings import display_path
 from .taps import check_tap_layers, default_tap_layers, target_forward
+from .target_args import add_target_options, load_cli_target
 
 FORMAT = "peagle-lab-features"
 FORMAT_VERSION = 1
@@ -454,8 +455,6 @@ class FeatureDataset:
 # --------------------------------------------------------------------------------------------------------------
 
 def register_cli(sub):
-    from .cli import add_target_options
-
     p = sub.add_parser("extract", help="offline EAGLE-3 features (taps, greedy labels) to resumable shards")
     p.add_argument("--out", required=True, help="output directory (resumed when it holds an interrupted run)")
     src = p.add_mutually_exclusive_group()
@@ -474,8 +473,6 @@ def register_cli(sub):
 
 
 def _run_cli(args):
-    from .cli import load_cli_target
-
     model, tok, target = load_cli_target(args)
     if args.distilled:
         records, _ = select_split(load_distilled(args.distilled), args.split)

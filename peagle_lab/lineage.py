@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from .drafter import PEagleConfig
 from .errors import PeagleError
 
 RECORD = "training.json"
@@ -44,7 +45,6 @@ def check_compatible(source, wanted: dict, path) -> None:
 
 def head_config(head_dir):
     """The :class:`~peagle_lab.drafter.PEagleConfig` of a head directory, with a clear error when it is none."""
-    from .drafter import PEagleConfig
 
     path = Path(head_dir) / "config.json"
     if not path.is_file():

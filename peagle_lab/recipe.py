@@ -15,8 +15,13 @@ import math
 import os
 from pathlib import Path
 
-from .atomic import write_json, write_text
+from .atomic import write_figure, write_json, write_text
+from .data import read_distilled, select_split
+from .drafter import PEagleDrafter
 from .errors import PeagleError
+from .prompts import load_scale_records
+from .target_args import add_target_options, load_cli_target
+from .training import TrainConfig, evaluate_head, machine_info, prepare_sequences, train_head
 
 # the shipped heads' recipe: small steps (512 tokens) so that short runs still take hundreds of steps
 BASELINE = dict(layers=1, draft_vocab_size=8192, lr=3e-3, num_depths=8, freeze_lm_head=False, batch_tokens=512,
@@ -50,7 +55,6 @@ def run_recipe(model, tokenizer, sequences, val_prompts, out_dir, budget_s: floa
                max_new_tokens: int = 64, variants: dict | None = None, base: dict | None = None,
                progress: bool = True, machine: dict | None = None) -> list[dict]:
     """Train and score every variant not yet in ``out_dir/runs.jsonl``; returns all runs."""
-    from .training import TrainConfig, evaluate_head, train_head
 
     out_dir = Path(out_dir)
     variants = VARIANTS if variants is None else variants
@@ -122,8 +126,6 @@ def learning_curve(model, tokenizer, snapshot_dirs, val_prompts, out_path, k: in
                    progress: bool = True, extra_points: list[dict] | None = None) -> list[dict]:
     """Held-out acceptance length at ``K`` of each snapshot (``tokens-N`` directories, N = training tokens seen),
     resumable: points already in ``out_path`` are kept."""
-    from .drafter import PEagleDrafter
-    from .training import evaluate_head
 
     out_path = Path(out_path)
     points = json.loads(out_path.read_text())["points"] if out_path.exists() else []
@@ -178,25 +180,18 @@ def plot_curve(points: list[dict], path=None, title: str = ""):
     ax.legend()
     fig.tight_layout()
     if path is not None:
-        from .atomic import write_figure
-
         write_figure(path, fig)
     return fig
 
 
 # ------------------------------------------------------------------------------------------ CLI
 def _train_sequences(args, model):
-    from .data import read_distilled, select_split
-    from .training import prepare_sequences
-
     _, records = read_distilled(args.data)
     records, _ = select_split(records, "train")
     return prepare_sequences(model, records[: args.num_sequences], features_dir=args.features)
 
 
 def register_cli(sub):
-    from .cli import add_target_options
-
     p = sub.add_parser("recipe", help="equal-budget training runs, one setting changed each, scored on held-out")
     p.add_argument("--data", required=True, help="distilled sequences (their train split is used)")
     p.add_argument("--features", default=None, help="feature shard directory (default: online, in memory)")
@@ -223,10 +218,6 @@ def _eval_options(p):
 
 
 def _run_recipe_cli(args):
-    from .cli import load_cli_target
-    from .prompts import load_scale_records
-    from .training import machine_info
-
     variants = VARIANTS
     if args.only:
         names = [n.strip() for n in args.only.split(",")]
@@ -243,9 +234,6 @@ def _run_recipe_cli(args):
 
 
 def _run_curve_cli(args):
-    from .cli import load_cli_target
-    from .prompts import load_scale_records
-
     model, tok, _ = load_cli_target(args)
     points = learning_curve(model, tok, args.snapshots, load_scale_records("val")[: args.val_prompts], args.out,
                             k=args.K, max_new_tokens=args.max_new_tokens)

@@ -14,6 +14,7 @@ import json
 import os
 from pathlib import Path
 
+from .atomic import write_json
 from .errors import PeagleError
 from .settings import results_dir
 
@@ -59,8 +60,6 @@ def load() -> dict[str, dict]:
 
 
 def _write(data: dict) -> None:
-    from .atomic import write_json
-
     write_json(summary_path(), data, indent=2, sort_keys=True)
 
 

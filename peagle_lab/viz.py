@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
 from .errors import PeagleError, require
+from .settings import results_dir
 
 TARGET = 0  # source id of a token that came from the target (bonus token, or the first token after prefill)
 
@@ -220,7 +221,6 @@ def plot_acceptance_vs_k(curves: Mapping[str, Mapping[int, float]], ax=None, tit
 def save_figure(fig, path, dpi: int = 120) -> Path:
     """Save ``fig`` beside the results: a relative ``path`` goes under ``$PEAGLE_RESULTS/figures`` (default
     ``results/figures``); no suffix means PNG. Creates the folders; returns the written path."""
-    from .settings import results_dir
 
     path = Path(path)
     if not path.is_absolute():

@@ -27,7 +27,7 @@ from .trainer import Trainer, precision_probe
 
 
 def register_cli(sub):
-    from ..cli import add_target_options
+    from ..target_args import add_target_options
 
     p = sub.add_parser("train", help="train a P-EAGLE (parallel) or EAGLE-3 (sequential) drafter head")
     p.add_argument("--data", required=True, help="distilled sequences (JSONL from `peagle-lab distill`)")
@@ -81,7 +81,7 @@ def register_cli(sub):
 
 
 def _run_cli(args):
-    from ..cli import load_cli_target
+    from ..target_args import load_cli_target
 
     seed_everything(args.seed)
     layers, vocab = args.layers, args.draft_vocab_size
