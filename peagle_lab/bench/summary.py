@@ -162,7 +162,6 @@ def headline(results: dict) -> dict:
     return h
 
 
-
 def speedup_model(al, verify_ratio, draft_ratio=0.0):
     """Decode speed-up of speculative decoding over plain decoding for acceptance length ``al`` when one round
     costs ``verify_ratio + draft_ratio`` decode steps: AL tokens per round against one token per step."""
