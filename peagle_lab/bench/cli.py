@@ -8,7 +8,7 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-from ..cli import add_target_options, load_cli_target
+from ..target_args import add_target_options, load_cli_target
 from ..errors import PeagleError
 from ..models import target_name
 from ..settings import is_ci, results_dir, seed_everything

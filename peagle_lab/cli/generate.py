@@ -5,10 +5,17 @@ from __future__ import annotations
 import json
 import warnings
 
+from .. import validate
+from ..bench.lossless import lossless_note, lossless_regime
+from ..bench.record import json_safe
+from ..heads import load_head
+from ..prompts import chat_ids
+from ..speculative import (HeadDrafter, Sampling, TargetRunner, first_divergence, make_generator, plain_generate,
+                           speculative_generate)
+from ..target_args import add_target_options, load_cli_target
+
 
 def register_cli(sub):
-    from .cli import add_target_options
-
     p = sub.add_parser("generate", help="generate with a P-EAGLE / EAGLE-3 head and print statistics")
     p.add_argument("prompt", help="user message (the target's chat template is applied)")
     p.add_argument("--head", default="parallel",
@@ -29,8 +36,6 @@ def register_cli(sub):
 
 def check_args(args) -> None:
     """Every argument, before the target loads."""
-    from . import validate
-
     if args.k is not None:
         validate.num_speculative_tokens(args.k)
     validate.max_new_tokens(args.max_new_tokens)
@@ -41,16 +46,6 @@ def check_args(args) -> None:
 
 
 def run(args):
-    from .bench.record import json_safe
-    from .cli import load_cli_target
-    from .heads import load_head
-    from .prompts import chat_ids
-    from .bench.lossless import lossless_note, lossless_regime
-    from .speculative import (HeadDrafter, Sampling, TargetRunner, first_divergence, make_generator, plain_generate,
-                              speculative_generate)
-
-    from . import validate
-
     check_args(args)
     model, tok, _ = load_cli_target(args)
     head = load_head(args.head, model, announce=True)
