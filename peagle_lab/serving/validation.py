@@ -8,6 +8,7 @@ import torch
 
 from ..errors import PeagleError
 from ..taps import check_tap_layers
+from ..vocab import d2t_in_vocab
 
 
 def taps_of(cfg: dict) -> list[int] | None:
@@ -111,10 +112,8 @@ def validate_head(cfg: dict, tensors: dict[str, torch.Tensor], target_cfg: dict 
                             "draft ids to target ids")
         elif tuple(d2t.shape) != (dv,):
             problems.append(f"'d2t' has shape {tuple(d2t.shape)}, expected ({dv},)")
-        else:
-            mapped = torch.arange(dv) + d2t.long()
-            if mapped.min() < 0 or mapped.max() >= vocab:
-                problems.append(f"'d2t' maps draft ids outside the target vocabulary [0, {vocab})")
+        elif not d2t_in_vocab(d2t.long(), vocab):
+            problems.append(f"'d2t' maps draft ids outside the target vocabulary [0, {vocab})")
     if target_cfg is not None:
         tl, th, tv = target_cfg["num_hidden_layers"], target_cfg["hidden_size"], target_cfg["vocab_size"]
         try:
