@@ -339,12 +339,14 @@ _ = report.record("vllm_speedup", round(speedup, 3))
 # %% [markdown]
 # ## 7 · Under load: why the speed-up shrinks with concurrency (question 8)
 #
-# Speculation turns idle compute into tokens: at batch size 1 a decode step is bound by reading the weights, and
-# verifying K+1 tokens costs little more than one token. With many requests in flight the batch already fills
-# the compute, verification of every request's K+1 tokens costs nearly K+1 times as much, and the drafts that
-# get rejected are pure overhead. `peagle-lab serve-sweep` measures it: two OpenAI-compatible servers on
-# 127.0.0.1 (plain, and with the P-EAGLE head), loaded in turn at 1, 4 and 16 concurrent requests, every request
-# bounded in tokens and time. Its results are committed per host; the cell reads them.
+# Speculation turns idle compute into tokens: on a GPU at batch size 1 a decode step is bound by reading the
+# weights, and verifying K+1 tokens costs little more than one token. With many requests in flight the batch
+# already fills the compute, verifying every request's K+1 tokens costs nearly K+1 times as much, and the rejected
+# drafts are pure overhead. On this CPU the verification is already expensive at one request (about 2 decode steps
+# in fp32, section 6 and notebook 04), so the sweep shows the second half of the story: how much worse it gets.
+#
+# `peagle-lab serve-sweep` measures it: two OpenAI-compatible servers on 127.0.0.1 (plain, and with the P-EAGLE
+# head), loaded in turn at 1, 4 and 16 concurrent requests, every request bounded in tokens and time. Its results are committed per host; the cell reads them.
 #
 # ```bash
 # peagle-lab serve-sweep --concurrency 1,4,16 --max-tokens 64 --repeats 2   # -> data/results/<host>/serving/
