@@ -95,7 +95,7 @@ def speedups(rows: list[dict]) -> list[dict]:
     for c in sorted({r["concurrency"] for r in rows}):
         def pooled(cfg, key):
             vals = [r[key] for r in rows if r["concurrency"] == c and r["config"] == cfg and r[key] is not None]
-            return statistics.median(vals) if vals else None
+            return round(statistics.median(vals), 3) if vals else None  # median of 2 repeats: a mean, rounded
 
         tp, tq = pooled("plain", "tokens_per_s"), pooled("peagle", "tokens_per_s")
         lp, lq = pooled("plain", "latency_median_s"), pooled("peagle", "latency_median_s")
