@@ -277,8 +277,14 @@ _ = report.record("vllm_greedy_identical", peagle["ids"] == plain["ids"])
 
 # %%
 import shlex
+import sys
 
-print(" ".join(shlex.quote(c) for c in serving.server_command(target_dir, vllm_dir, K, port=8000, max_model_len=2048)))
+from peagle_lab.settings import display_path
+
+line = " ".join(shlex.quote(c) for c in serving.server_command(target_dir, vllm_dir, K, port=8000, max_model_len=2048))
+for path in (vllm_dir, target_dir):  # shown relative to the checkout or as ~/..., not as this machine's paths
+    line = line.replace(str(path), display_path(path))
+print(line.replace(sys.executable, "python"))
 
 # %%
 question = "Write a Python function that checks whether a string is a palindrome."

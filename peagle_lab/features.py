@@ -309,8 +309,9 @@ def extract_features(model, sequences: Sequence, out_dir, tap_layers=None, shard
         diff = {k: (old.get(k), settings[k]) for k in _RESUME_KEYS if old.get(k) != settings[k]}
         if diff:
             lines = "\n".join(f"  {k}: existing {a!r} != requested {b!r}" for k, (a, b) in diff.items())
-            raise PeagleError(f"{out_dir} already holds features extracted with other settings:\n{lines}\n"
-                              f"Fix: extract into a new directory (or delete {out_dir} to start over).")
+            raise PeagleError(f"{display_path(out_dir)} already holds features extracted with other settings:\n"
+                              f"{lines}\nFix: extract into a new directory (or delete {display_path(out_dir)} to "
+                              "start over).")
         done = {e["index"]: e for e in old["shards"] if _shard_is_complete(out_dir, e)}
 
     n_shards = (len(seqs) + shard_size - 1) // shard_size

@@ -47,6 +47,25 @@ def select(notebooks: list[Path], wanted: list[str]) -> list[Path]:
     return chosen
 
 
+def move_stderr(nb, log_path: Path) -> int:
+    """Take the stderr streams (library warnings, log lines, text progress bars) out of the saved notebook and
+    into ``log_path``: the committed outputs keep what the cells print, the log keeps the rest. Returns the count."""
+    moved = []
+    for i, cell in enumerate(nb.cells):
+        if cell.get("cell_type") != "code":
+            continue
+        keep = []
+        for out in cell.get("outputs", []):
+            if out.get("output_type") == "stream" and out.get("name") == "stderr":
+                moved.append(f"--- cell {i}\n{out.get('text', '')}")
+            else:
+                keep.append(out)
+        cell["outputs"] = keep
+    if moved:
+        log_path.write_text("\n".join(moved), encoding="utf-8")
+    return len(moved)
+
+
 def run_one(path: Path, out_dir: Path, timeout: int, kernel: str, html: bool) -> dict:
     import nbformat
     from nbconvert.preprocessors import CellExecutionError, ExecutePreprocessor
@@ -67,6 +86,9 @@ def run_one(path: Path, out_dir: Path, timeout: int, kernel: str, html: bool) ->
         status, error = "FAILED", f"{type(exc).__name__}: {exc}"[:300]
         traceback.print_exc()
     seconds = time.perf_counter() - start
+    moved = move_stderr(nb, out_dir / f"{path.stem}.stderr.txt")
+    if moved:
+        print(f"    {moved} stderr output(s) (warnings, logs) moved to {path.stem}.stderr.txt")
     nbformat.write(nb, out_dir / path.name)
     if html:
         from nbconvert import HTMLExporter
