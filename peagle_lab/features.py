@@ -36,7 +36,7 @@ import torch
 from .atomic import umask, write_json
 from .data import MAX_SEQ_LEN, load_distilled, select_split
 from .errors import PeagleError
-from .identity import target_fingerprint, target_identity  # noqa: F401 (target_identity: re-exported, as before)
+from .identity import target_fingerprint
 from .prompts import chat_ids, load_train_prompts
 from .settings import display_path
 from .taps import check_tap_layers, default_tap_layers, target_forward

@@ -507,7 +507,7 @@ def test_precision_probe_measures_both_precisions_on_the_runs_settings(tiny_llam
 
 
 def test_data_target_check_is_the_same_for_fp32_and_bf16_copies_of_a_target(tiny_llama):
-    from peagle_lab.features import target_fingerprint, target_identity
+    from peagle_lab.identity import target_fingerprint, target_identity
     from peagle_lab.training import check_data_target
 
     model = tiny_llama(hidden=32, layers=4)
