@@ -126,7 +126,7 @@ import json
 
 from safetensors import safe_open
 
-vllm_dir = serving.export_vllm(head_dir, WORK / "vllm_head", target=target_dir)
+vllm_dir = serving.export_vllm(head_dir, WORK / "vllm_head", target=target_dir, overwrite=True)  # the notebook's own scratch export: a rerun replaces it
 vcfg = json.loads((vllm_dir / "config.json").read_text())
 with safe_open(str(vllm_dir / "model.safetensors"), "pt") as f:
     shapes = {name: tuple(f.get_slice(name).get_shape()) for name in f.keys()}
@@ -376,7 +376,7 @@ for path in sweeps:
     doc = json.loads(path.read_text())
     print(f"{doc['meta'].get('host')}: head {doc['meta'].get('head')}, K={doc['meta'].get('k')}, "
           f"{doc['meta']['max_tokens']} tokens per request, {doc['meta']['repeats']} repeats, "
-          f"load average {doc['meta'].get('environment', {}).get('load_average_1m')}")
+          f"load average at the start {doc['meta'].get('environment', {}).get('loadavg_start')}")
     print(f"{'concurrency':>12s}{'plain tok/s':>13s}{'P-EAGLE tok/s':>15s}{'throughput':>12s}{'latency':>9s}{'AL':>7s}")
     for r in doc["speedups"]:
         print(f"{r['concurrency']:>12d}{r['plain_tokens_per_s']:>13.1f}{r['peagle_tokens_per_s']:>15.1f}"
