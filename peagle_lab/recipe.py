@@ -54,11 +54,17 @@ def read_runs(out_dir) -> list[dict]:
 def run_recipe(model, tokenizer, sequences, val_prompts, out_dir, budget_s: float = 240.0, k: int = 7,
                max_new_tokens: int = 64, variants: dict | None = None, base: dict | None = None,
                progress: bool = True, machine: dict | None = None) -> list[dict]:
-    """Train and score every variant not yet in ``out_dir/runs.jsonl``; returns all runs."""
+    """Train and score every variant not yet in ``out_dir/runs.jsonl``; returns all runs.
+
+    ``sequences``: the training sequences, or ``{data name: sequences}`` when the variants compare training sets
+    (a variant's ``data`` key names its set; the first set is the default). ``base`` overrides the baseline
+    settings, the budget included (``schedule="steps", steps=N`` for an equal-token budget instead of equal time).
+    """
 
     out_dir = Path(out_dir)
     variants = VARIANTS if variants is None else variants
     base = dict(BASELINE, **(base or {}))
+    data_sets = sequences if isinstance(sequences, dict) else {"default": sequences}
     runs = read_runs(out_dir)
     done = {r["name"] for r in runs}
     reference: dict = {}  # plain greedy outputs, shared by every run's evaluation
@@ -66,15 +72,19 @@ def run_recipe(model, tokenizer, sequences, val_prompts, out_dir, budget_s: floa
         if name in done:
             continue
         settings = dict(base, **change)
-        cfg = TrainConfig(mode="parallel", steps=10**9, time_budget_s=budget_s, schedule="time", save_every=0,
-                          warmup_steps=20, **settings)
-        res = train_head(cfg, model, sequences, tokenizer=tokenizer, progress=progress, verbose=False)
+        data = settings.pop("data", next(iter(data_sets)))
+        if data not in data_sets:
+            raise PeagleError(f"run {name!r} asks for training data {data!r}; there are {list(data_sets)}.")
+        cfg = TrainConfig(**dict(dict(mode="parallel", steps=10**9, time_budget_s=budget_s, schedule="time",
+                                      save_every=0, warmup_steps=20), **settings))
+        res = train_head(cfg, model, data_sets[data], tokenizer=tokenizer, progress=progress, verbose=False)
         head = res.head.to(next(model.parameters()).dtype)
         ev = evaluate_head(model, tokenizer, head, val_prompts, ks=(k,), max_new_tokens=max_new_tokens,
                            reference=reference, progress=progress)
         acc = [r["acc"] for r in res.log[-10:]]
         runs.append(dict(
-            name=name, change=change, settings=settings, budget_s=budget_s, steps=res.steps_done,
+            name=name, change=change, settings=settings, data=data, budget_s=cfg.time_budget_s,
+            schedule=cfg.schedule, steps=res.steps_done, seconds=round(res.train_time_s, 1),
             tokens_seen=res.info["tokens_seen"], tokens_per_s=res.info["tokens_per_s"],
             autocast=res.info["autocast"], draft_vocab_coverage=round(res.info["draft_vocab_coverage"], 4),
             train_acc_depth0=_mean([a[0] for a in acc]), train_acc_depth1=_mean([a[1] for a in acc if len(a) > 1]),
@@ -91,10 +101,24 @@ def _mean(xs):
     return round(sum(xs) / len(xs), 4) if xs else None
 
 
+def _without_seed(change: dict) -> str:
+    return json.dumps({k: v for k, v in change.items() if k != "seed"}, sort_keys=True)
+
+
+def seed_groups(runs: list[dict]) -> dict[str, list[dict]]:
+    """Runs that differ only in their seed, grouped (key: the change without the seed)."""
+    groups: dict[str, list[dict]] = {}
+    for r in runs:
+        groups.setdefault(_without_seed(r["change"]), []).append(r)
+    return groups
+
+
 def noise(runs: list[dict]) -> float | None:
-    """Run-to-run spread of the baseline (two seeds): differences below it are not evidence."""
-    als = [r["acceptance_length"] for r in runs if r["name"].startswith("baseline")]
-    return round(max(als) - min(als), 4) if len(als) >= 2 else None
+    """Run-to-run spread in acceptance length between seeds of one setting (the largest over the settings run
+    with several seeds): differences below it are not evidence."""
+    spreads = [max(r["acceptance_length"] for r in g) - min(r["acceptance_length"] for r in g)
+               for g in seed_groups(runs).values() if len(g) >= 2]
+    return round(max(spreads), 4) if spreads else None
 
 
 def recipe_markdown(runs: list[dict]) -> str:
@@ -102,8 +126,10 @@ def recipe_markdown(runs: list[dict]) -> str:
         return "# Recipe experiments\n\nNo runs yet.\n"
     r0 = runs[0]
     m = r0.get("machine") or {}
+    budget = (f"{r0['steps']} optimizer steps ({r0['tokens_seen']:,} tokens)" if r0.get("schedule") == "steps"
+              else f"{r0['budget_s']:.0f} s")
     lines = ["# Recipe experiments (P-EAGLE head, embedded target)", "",
-             f"Each run: {r0['budget_s']:.0f} s of training on the train split, scored by greedy acceptance length "
+             f"Each run: {budget} of training on the train split, scored by greedy acceptance length "
              f"at K={r0['k']} on {r0['val_prompts']} held-out prompts x {r0['max_new_tokens']} new tokens. "
              f"Host {m.get('host')}, {m.get('torch_threads')} thread(s), training precision {r0['autocast']}. "
              f"Baseline: {json.dumps(BASELINE)}.", "",
@@ -117,7 +143,8 @@ def recipe_markdown(runs: list[dict]) -> str:
                      f"{r['train_acc_depth1']} | {r['acceptance_length']:.3f} | {pp} |")
     n = noise(runs)
     if n is not None:
-        lines += ["", f"Run-to-run noise (baseline, two seeds): {n:.3f} in acceptance length."]
+        lines += ["", f"Run-to-run noise (the largest spread between seeds of one setting): {n:.3f} in acceptance "
+                      "length."]
     return "\n".join(lines) + "\n"
 
 

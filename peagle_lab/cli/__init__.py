@@ -18,7 +18,8 @@ from ..settings import prefer_passive_omp_wait
 # module -> the subcommands it registers, imported only to build the parser: after main() set the OpenMP policy,
 # since they import torch (so `import peagle_lab.cli` itself must not)
 _MODULES = ["peagle_lab.cli.prepare", "peagle_lab.cli.generate", "peagle_lab.features", "peagle_lab.data",
-            "peagle_lab.training.cli", "peagle_lab.bench.cli", "peagle_lab.serving.cli", "peagle_lab.recipe"]
+            "peagle_lab.training.cli", "peagle_lab.bench.cli", "peagle_lab.serving.cli", "peagle_lab.recipe",
+            "peagle_lab.studies"]
 
 
 def build_parser() -> argparse.ArgumentParser:
