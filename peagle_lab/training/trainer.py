@@ -204,7 +204,8 @@ class Trainer:
         log_path = self.state_dir / LOG_FILE
         if log_path.exists():  # drop rows written after the checkpoint (a crash between two saves)
             self.log = [r for r in map(json.loads, log_path.read_text().splitlines()) if r["step"] <= self.step]
-            write_text(log_path, "".join(json.dumps(r) + "\n" for r in self.log))
+            if self.is_main:  # every process reads the log; only rank 0 writes files
+                write_text(log_path, "".join(json.dumps(r) + "\n" for r in self.log))
         if self.verbose:
             print(f"[train] resumed from {display_path(path)} at step {self.step} ({self.elapsed:.0f} s trained)")
 
