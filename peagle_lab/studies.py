@@ -4,7 +4,8 @@ run-to-run noise:
 
 - ``mask``: which stand-in the parallel slots 2..K get (learned ``mask_hidden`` and mask embedding, as P-EAGLE,
   against zeros, a copy of the context hidden state, a frozen random vector, a frozen existing token embedding);
-- ``storage``: the target's taps stored in bfloat16 (half the disk) against float32, the same sequences;
+- ``storage``: the target's taps stored in bfloat16 (half the disk); its float32 counterpart is the mask study's
+  ``learned (P-EAGLE)`` runs (same sequences, settings and seeds);
 - ``self-distill``: the same prompts (functions of the Python standard library) answered by people (the library's
   source) against answered by the target itself (:func:`peagle_lab.data.distill`), scored on held-out prompts
   of the same kind answered by the target at inference, as they are when serving.
@@ -34,7 +35,9 @@ MASK_VARIANTS = {
     "random": dict(mask_hidden="random"),
     "frozen mask embedding": dict(mask_embedding="frozen"),
 }
-STORAGE_VARIANTS = {"float32 taps": dict(data="float32"), "bfloat16 taps": dict(data="bfloat16")}
+# the float32 arm of the storage question is the mask study's "learned (P-EAGLE)": the same sequences, settings and
+# seeds with float32 taps (training is deterministic on one thread), so it is not trained twice
+STORAGE_VARIANTS = {"bfloat16 taps": dict(data="bfloat16")}
 SELF_DISTILL_VARIANTS = {"target's own answers": dict(data="target"), "human answers": dict(data="human")}
 # equal-token budget: 160 steps x 512 tokens (about 82k tokens, minutes per run on one CPU core)
 BASE = dict(schedule="steps", steps=160, time_budget_s=None, draft_vocab_size=4096, lr=3e-3, warmup_steps=16)
@@ -60,7 +63,7 @@ def study_inputs(name: str, model, tokenizer, num_sequences: int, distilled: str
         _, records = read_distilled(distilled)
         records, _ = select_split(records, "train")
         seqs = prepare_sequences(model, records[:num_sequences], progress=progress)  # float32 taps, online
-        data = {"float32": seqs} if name == "mask" else {"float32": seqs, "bfloat16": _bf16_copy(seqs)}
+        data = {"float32": seqs} if name == "mask" else {"bfloat16": _bf16_copy(seqs)}
         return data, load_scale_records("val")[:val_prompts], with_seeds(
             MASK_VARIANTS if name == "mask" else STORAGE_VARIANTS)
     tasks = stdlib_tasks()
@@ -102,3 +105,51 @@ def _run_cli(args):
     runs = run_recipe(model, tok, data, val, out, k=args.K, max_new_tokens=args.max_new_tokens, variants=variants,
                       base=dict(BASE, steps=args.steps), machine=machine)
     print(recipe_markdown(runs))
+
+
+# ------------------------------------------------------------------------------------------ reading a study
+def committed(name: str) -> tuple[str | None, list[dict]]:
+    """``(host, runs)`` of study ``name`` committed under ``<data>/recipe/<host>/<name>/`` (the last host in
+    name order that has it; ``(None, [])`` when none has)."""
+    from .recipe import read_runs
+    from .settings import data_dir
+
+    hosts = sorted(p.parent.parent.name for p in (data_dir() / "recipe").glob(f"*/{name}/runs.jsonl"))
+    return (hosts[-1], read_runs(data_dir() / "recipe" / hosts[-1] / name)) if hosts else (None, [])
+
+
+def summarize(runs: list[dict]) -> list[dict]:
+    """One row per setting (its seeds pooled): mean held-out acceptance length, the seeds' spread, tokens seen,
+    mean per-position acceptance of slots 1-3, in the order the settings ran."""
+    from .recipe import seed_groups
+
+    rows = []
+    for group in seed_groups(runs).values():
+        als = [r["acceptance_length"] for r in group]
+        pos = [[p for p in (r["per_position"][j] for r in group) if p is not None] for j in range(3)]
+        rows.append(dict(setting=group[0]["name"].rsplit(" (seed", 1)[0], seeds=len(group),
+                         acceptance_length=round(sum(als) / len(als), 4), seed_spread=round(max(als) - min(als), 4),
+                         tokens_seen=round(sum(r["tokens_seen"] for r in group) / len(group)),
+                         slots_1_3=[round(sum(p) / len(p), 3) if p else None for p in pos]))
+    return rows
+
+
+def summary_markdown(runs: list[dict]) -> str:
+    """The summary as a table, with the run-to-run noise it must be read against."""
+    from .recipe import noise
+
+    rows = summarize(runs)
+    if not rows:
+        return "No runs committed for this study yet."
+    r0 = runs[0]
+    lines = ["| setting | seeds | held-out AL (mean) | seed spread | tokens seen | P(accept) slots 1 / 2 / 3 |",
+             "|---|---|---|---|---|---|"]
+    for r in rows:
+        pp = " / ".join("-" if x is None else f"{x:.2f}" for x in r["slots_1_3"])
+        lines.append(f"| {r['setting']} | {r['seeds']} | {r['acceptance_length']:.3f} | {r['seed_spread']:.3f} | "
+                     f"{r['tokens_seen']:,} | {pp} |")
+    m = r0.get("machine") or {}
+    lines += ["", f"K={r0['k']}, {r0['val_prompts']} held-out prompts x {r0['max_new_tokens']} new tokens, "
+                  f"{r0['steps']} optimizer steps per run, training precision {r0['autocast']}, host {m.get('host')}; "
+                  f"run-to-run noise (largest seed spread) {noise(runs) or 0:.3f}."]
+    return "\n".join(lines)
