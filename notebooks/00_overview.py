@@ -174,8 +174,12 @@ for key, value in [("target_params", n_params), ("greedy_tokens_per_s", round(to
 # %%
 from transformers import DynamicCache
 
+from peagle_lab.draft_sources import HeadDrafter
 from peagle_lab.heads import load_head
-from peagle_lab.speculative import HeadDrafter, Sampling, TargetRunner, speculative_generate
+from peagle_lab.sampling import Sampling
+from peagle_lab.slots import Slots
+from peagle_lab.speculative import speculative_generate
+from peagle_lab.target_runner import TargetRunner
 
 head = load_head("parallel", model)
 taps_of = lambda out: torch.cat([out.hidden_states[i] for i in head.config.aux_hidden_state_layer_ids], -1)[0]
@@ -185,10 +189,10 @@ cache = DynamicCache(config=model.config)
 with torch.no_grad():
     out = model(prompt_ids, past_key_values=cache, output_hidden_states=True)
     tokens = [int(out.logits[0, -1].argmax())]
-    ctx, ctx_taps, start = prompt_ids[0, 1:].tolist() + tokens, taps_of(out), 0  # the EAGLE shift
+    slots = Slots.after_prefill(prompt_ids[0].tolist(), tokens[0], taps_of(out))  # the EAGLE shift: x[t+1], h[t]
     per_round = []
     while len(tokens) < NEW_TOKENS:
-        drafts, _ = drafter.propose(ctx, ctx_taps, start, K, Sampling(), None)        # 1. draft
+        drafts, _ = drafter.propose(slots, K, Sampling())                             # 1. draft
         start = cache.get_seq_length()                                               # position of tokens[-1]
         out = model(torch.tensor([[tokens[-1]] + drafts.tolist()], device=DEVICE),   # 2. verify in one pass
                     past_key_values=cache, output_hidden_states=True)
@@ -199,7 +203,7 @@ with torch.no_grad():
         new = drafts[:a].tolist() + [choice[a]]                                      # 4. bonus token
         if a < K:
             cache.crop(a - K)                                   # 5. roll back: drop the K - a rejected drafts
-        ctx, ctx_taps = new, taps_of(out)[: a + 1]
+        slots = Slots.after_round(new, taps_of(out), start)  # new tokens, the taps that predicted them
         tokens += new
         per_round.append(len(new))
 tokens = tokens[:NEW_TOKENS]
@@ -225,9 +229,23 @@ print(f"same tokens as the package's loop: {tokens == package.tokens[:NEW_TOKENS
 # | `00_overview` | What is speculative decoding, what does P-EAGLE change? (this one) |
 # | `01_hidden_states` | What does the drafter read: the three tapped layers, their cost on disk, extraction |
 # | `02_mask_tokens` | How one pass drafts K tokens: mask token, `mask_hidden`, the attention layout |
-# | `03_train_head` | Training a P-EAGLE head: self-distilled data, COD sampling, per-depth loss |
+# | `03_train_head` | Training a P-EAGLE head: self-distilled data, COD (conditional drop-token) sampling, per-depth loss |
 # | `04_parallel_vs_sequential` | Parallel vs sequential drafting: acceptance, drafting cost, end-to-end speed, losslessness |
 # | `05_vllm_deploy` | Export to vLLM's eagle3 format and serve with `parallel_drafting`; speculation under load |
 # | `06_explorer` | Watch drafts being accepted token by token, with any prompt, head and K |
+#
+# ### The nine questions users of EAGLE, SpecForge and vLLM keep asking, and where each is answered
+#
+# | question | answered in |
+# |---|---|
+# | 1. I have my own model and chat template: what matters? | `03`, "Your own model and its chat template" (a template mismatch, measured) |
+# | 2. How much storage do features take; online or offline; bf16 or fp32? | `01`, "What offline features cost on disk"; `03`, "Online or offline, bf16 or fp32?" |
+# | 3. Why is my acceptance length below the paper's? | `03`, section 7 (recipe runs, the learning curve) and section 5 (K sweep) |
+# | 4. What is acceptance length, and why are some slots `nan`? | here (above), and `04`, per-position acceptance |
+# | 5. How do I convert a head for vLLM? | `05`, sections 1-2 (export, `d2t`, the config vLLM reads) |
+# | 6. What are `d2t`, `t2d` and the draft vocabulary? | `03`, "`d2t` and `t2d`, by hand" |
+# | 7. Should the target regenerate the training answers? | `03`, "Should the target write the answers itself?" |
+# | 8. Why no speed-up at large batch or with tensor parallelism? | `05`, section 7 (a concurrency sweep) |
+# | 9. Speculative decoding changed my greedy output! | `04`, "Speculative decoding changed my greedy output" |
 #
 # Next: `01_hidden_states`, the features every EAGLE-3 and P-EAGLE drafter is built on.

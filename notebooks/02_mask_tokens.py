@@ -22,10 +22,11 @@
 # 1. why slots 2..K need stand-ins, and what exactly they are given (a mask token embedding and one shared,
 #    learned hidden state `mask_hidden`);
 # 2. what each slot may attend to, at inference and in training: the training attention mask, drawn;
-# 3. does the choice of stand-in matter? A small experiment: the learned `mask_hidden` against zeros, a copy
+# 3. does the choice of stand-in matter? An equal-budget study: the learned `mask_hidden` against zeros, a copy
 #    of the context hidden state and a frozen random vector; a learned mask embedding against an existing
-#    token's frozen embedding. Each variant is trained briefly on the same data and measured by per-position
-#    acceptance in the real speculative loop.
+#    token's frozen embedding. Each variant is trained on the same data with two seeds and measured by
+#    acceptance in the real speculative loop on held-out prompts; the seeds' spread says what counts as a
+#    difference.
 
 # %%
 # Parameters come from the environment: PEAGLE_TARGET (default: the embedded SmolLM2-135M-Instruct),
@@ -61,7 +62,9 @@ from peagle_lab import models, settings
 # %%
 # NBVAL_IGNORE_OUTPUT
 from peagle_lab.drafter import PEagleConfig, PEagleDrafter
-from peagle_lab.speculative import HeadDrafter, Sampling
+from peagle_lab.draft_sources import HeadDrafter
+from peagle_lab.sampling import Sampling
+from peagle_lab.slots import Slots
 from peagle_lab.taps import target_forward
 from peagle_lab.training import pick_mask_token_id
 
@@ -87,7 +90,7 @@ for j in range(2, K + 1):
 # %% [markdown]
 # The same round as tensors: one forward pass of `n + K - 1` slots, and the K drafts are the argmax of its
 # last K rows. (The head is untrained here: the drafts are not good, the mechanics are exact.)
-# `HeadDrafter.propose` in `peagle_lab.speculative` is the code that does this in the loop.
+# `HeadDrafter.propose` (in `peagle_lab.draft_sources`) is the code that does this in the loop.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -100,7 +103,7 @@ with torch.no_grad():
     inp = torch.cat([ids[0, 1:], torch.full((K - 1,), MASK_ID, device=DEVICE)])[None]
     hidden = torch.cat([head.fuse(taps), head.mask_slot_hidden()[0].expand(K - 1, -1)])[None]
     logits, _ = head(inp, hidden, torch.arange(n + K - 1, device=DEVICE)[None])
-drafts, _ = HeadDrafter(head, "parallel").propose(ids[0, 1:].tolist(), taps, 0, K, Sampling(), None)
+drafts, _ = HeadDrafter(head, "parallel").propose(Slots(ids[0, 1:].tolist(), taps), K, Sampling())
 print(f"taps h_0..h_{n - 1}: {tuple(taps.shape)} (3 x {model.config.hidden_size})")
 print(f"one forward pass: input_ids {tuple(inp.shape)}, hidden {tuple(hidden.shape)} -> logits {tuple(logits.shape)}")
 mine = head.draft_to_target_ids()[logits[0, n - 1:].argmax(-1)]
@@ -123,7 +126,8 @@ print("K drafts = argmax of the last K rows, as HeadDrafter.propose drafts them:
 # `peagle_lab.training` computes the elements depth by depth through one drafter KV cache: depth 0 for every
 # position of the row, then depth 1 for the anchors, and so on, with this mask passed explicitly
 # (`training_mask`). Several sequences share a row: elements never see another sequence, positions restart.
-# COD keeps all anchors at depth 0 and fewer at each deeper depth (nested: a rollout kept at depth d exists at
+# COD (*conditional drop-token* sampling, from PARD, which P-EAGLE trains with) keeps all anchors at depth 0 and
+# fewer at each deeper depth (nested: a rollout kept at depth d exists at
 # every depth before it), which makes training K depths much cheaper than K times one depth.
 
 # %%
@@ -176,11 +180,11 @@ plt.show()
 # `(a, 1)` sees the depth-0 columns up to `a` and exactly one depth-1 column, its own; row `(a, 2)` sees
 # its own `(a, 1)` and `(a, 2)` as well: a small staircase per rollout. That row is the causal view of slot
 # `d + 1` in the one-pass draft after anchor `a`, which is why a trained head can draft at inference exactly
-# as it was trained (`tests/test_training.py` checks the logits are equal).
+# as it was trained. The cell after the small live run below checks it on the shipped head.
 #
 # ## The experiment: which stand-in?
 #
-# Five variants, trained the same way (same data, seed, steps; parallel mode, one drafter layer):
+# Five variants, trained the same way (same data, settings, steps and seeds; parallel mode, one drafter layer):
 #
 # | variant | token embedding of slots 2..K | hidden state of slots 2..K |
 # |---|---|---|
@@ -191,132 +195,108 @@ plt.show()
 # | frozen mask embedding | an existing token's embedding, frozen | `fc(mask_hidden)`, learned |
 #
 # Everything else (the drafter layer, `fc`, norm, LM head) is trained in every variant. The measure is the
-# per-position acceptance in the real speculative loop on HumanEval prompts: `P(slot j accepted | slots
-# before j accepted)`, greedy, every output checked against plain greedy decoding.
+# acceptance length in the real speculative loop at K=7 on held-out prompts (never trained on), greedy, every
+# output checked against plain greedy decoding, and the per-position acceptance `P(slot j accepted | slots
+# before j accepted)`. Each variant is trained twice, with two seeds: the spread between the seeds of one
+# variant is the run-to-run noise, the yardstick for any difference between variants.
+#
+# The full study takes about an hour on one CPU core, so it runs from the command line and its results are
+# committed per host (`peagle-lab study mask --out data/recipe/<host>/mask`, resumable). First a small live
+# run through the same code (two variants, a few steps: it shows the machinery, not the answer):
 
 # %%
 # NBVAL_IGNORE_OUTPUT
+from peagle_lab import recipe, studies
 from peagle_lab.data import distilled_records
-from peagle_lab.prompts import humaneval_prompts
+from peagle_lab.prompts import load_scale_records
 from peagle_lab.settings import results_dir
-from peagle_lab.training import TrainConfig, evaluate_head, final_accuracy, prepare_sequences, train_head
+from peagle_lab.training import prepare_sequences
 
-N_SEQ = settings.pick(128, 16)  # self-distilled training sequences
-STEPS = settings.pick(24, 4)  # optimizer steps per variant
-BATCH_TOKENS = settings.pick(1024, 256)
-KD = settings.pick(8, 4)  # depths trained and drafted
-N_PROMPTS, MAX_NEW = settings.pick(4, 1), settings.pick(64, 24)
-
-records = distilled_records(model, tokenizer, N_SEQ, TARGET)
+records = distilled_records(model, tokenizer, settings.pick(32, 8), TARGET)
 seqs = prepare_sequences(model, records, features_dir=results_dir() / "features" / TARGET, progress=False)
-print(f"{len(seqs)} sequences, {sum(len(s['input_ids']) for s in seqs):,} tokens; "
-      f"{STEPS} steps x ~{BATCH_TOKENS} tokens per variant; K={KD}")
+live_dir = results_dir() / "nb02"
+for f in ("runs.jsonl", "RECIPE.md"):  # a fresh live run each time
+    (live_dir / f).unlink(missing_ok=True)
+live = recipe.run_recipe(model, tokenizer, seqs, load_scale_records("val")[: settings.pick(2, 1)], live_dir,
+                         k=7, max_new_tokens=settings.pick(32, 12), progress=False,
+                         variants={n: studies.MASK_VARIANTS[n] for n in ("learned (P-EAGLE)", "zeros")},
+                         base=dict(studies.BASE, steps=settings.pick(12, 3), warmup_steps=2))
+for r in live:
+    print(f"{r['name']:20s} {r['steps']} steps, {r['tokens_seen']:,} tokens, {r['seconds']:.0f} s: "
+          f"held-out acceptance length {r['acceptance_length']:.3f}, divergences from plain greedy "
+          f"{r['divergences']}")
+
+# %% [markdown]
+# ### Trained as it drafts
+#
+# Row `(a, d)` of the training mask is the causal view of slot `d + 1` of the one-pass draft after anchor `a`,
+# so the training computation must give every element the logits the real draft gives that slot. On a real
+# sequence, with the shipped head: the training elements of three anchors at every depth, against one
+# drafter pass per anchor (context slots `0..a`, then `K - 1` mask slots).
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-import time
+from peagle_lab.heads import SHIPPED
+from peagle_lab.training import TrainConfig, Trainer
 
-VARIANTS = {
-    "learned": dict(mask_hidden="learned", mask_embedding="learned"),
-    "zeros": dict(mask_hidden="zeros", mask_embedding="learned"),
-    "copy of h_context": dict(mask_hidden="context", mask_embedding="learned"),
-    "random": dict(mask_hidden="random", mask_embedding="learned"),
-    "frozen mask embedding": dict(mask_hidden="learned", mask_embedding="frozen"),
-}
-common = dict(mode="parallel", num_depths=KD, layers=1, draft_vocab_size=8192, steps=STEPS,
-              warmup_steps=max(STEPS // 6, 1), lr=2e-3, batch_tokens=BATCH_TOKENS, row_tokens=512,
-              mask_token_id=MASK_ID, save_every=0, seed=0, target=TARGET)
-runs = {}
-for name, v in VARIANTS.items():
-    settings.seed_everything(0)
-    t0 = time.perf_counter()
-    runs[name] = train_head(TrainConfig(**common, **v), model, seqs, tokenizer=tokenizer, progress=False,
-                            verbose=False)
-    acc = final_accuracy(runs[name].log, last=max(STEPS // 4, 1))
-    print(f"{name:22s} {time.perf_counter() - t0:5.0f} s  final loss {runs[name].log[-1]['loss']:.3f}  "
-          f"train accuracy per depth {acc}")
-
-# %%
-# NBVAL_IGNORE_OUTPUT
-prompts = humaneval_prompts(N_PROMPTS)
-reference = {}  # plain greedy outputs, computed once and shared by every variant
-evals = {name: evaluate_head(model, tokenizer, r.head.to(DEVICE), prompts, ks=(KD,), max_new_tokens=MAX_NEW,
-                             reference=reference, progress=False)
-         for name, r in runs.items()}
-print(f"{'variant':22s} acceptance length (K={KD})   per-position acceptance")
-for name, e in evals.items():
-    pp = " ".join("  - " if x is None else f"{x:.2f}" for x in e["per_position_acceptance"][KD])
-    print(f"{name:22s} {e['acceptance_length'][KD]:6.3f}                      {pp}")
+K_CHECK = 4
+seq = seqs[0]
+cfg = TrainConfig(mode="parallel", num_depths=K_CHECK, layers=1, draft_vocab_size=4096, steps=1, save_every=0,
+                  autocast="float32", init_from=str(SHIPPED["parallel"]), target=TARGET)
+check = Trainer(cfg, model, [seq], tokenizer=tokenizer, progress=False, verbose=False)
+module = check.module.eval()
+plan = plan_row([seq], K_CHECK, ratio=1.0, min_ratio=1.0)  # every anchor at every depth
+with torch.no_grad():
+    train_logits, _ = module.run_depths(plan)
+    head = module.sync_head()
+    x, taps = seq["input_ids"], seq["taps"]
+    worst = 0.0
+    for a in plan.depths[K_CHECK - 1].anchor_pos[:3].tolist():
+        n = a + 1
+        ids = torch.cat([x[1:n + 1], torch.full((K_CHECK - 1,), head.config.mask_token_id)])[None]
+        hidden = torch.cat([head.fuse(taps[:n]), head.mask_slot_hidden()[0].expand(K_CHECK - 1, -1)])[None]
+        draft_logits, _ = head(ids, hidden, torch.arange(n + K_CHECK - 1)[None])
+        for d in range(K_CHECK):
+            i = int((plan.depths[d].anchor_pos == a).nonzero())
+            worst = max(worst, float((train_logits[d][i] - draft_logits[0, n - 1 + d]).abs().max()))
+print(f"largest logit difference, training element vs one-pass draft: {worst:.1e}")
 
 # %%
 # NBVAL_CHECK_OUTPUT
-print("every speculative output identical to plain greedy:", all(e["lossless"] for e in evals.values()))
+print("training elements equal the one-pass draft (within 1e-4):", worst < 1e-4)
+
+# %% [markdown]
+# ## The committed study
 
 # %%
 # NBVAL_IGNORE_OUTPUT
 import math
 
-fig, axes = plt.subplots(1, 2, figsize=(13, 4.5))
-for name, e in evals.items():
-    pp = [math.nan if x is None else x for x in e["per_position_acceptance"][KD]]  # None: never reached
-    axes[0].plot(range(1, KD + 1), pp, marker="o", label=f"{name} (AL {e['acceptance_length'][KD]:.2f})")
-    acc = final_accuracy(runs[name].log, last=max(STEPS // 4, 1))
-    axes[1].plot(range(1, len(acc) + 1), acc, marker="o", label=name)
-axes[0].set(xlabel="draft slot j", ylabel="P(slot j accepted | slots < j accepted)",
-            title=f"per-position acceptance, HumanEval, K={KD}")
-axes[1].set(xlabel="draft slot (depth + 1)", ylabel="top-1 accuracy", title="training accuracy per depth (last steps)")
-for ax in axes:
-    ax.set_xticks(range(1, KD + 1))
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-plt.tight_layout()
-plt.show()
-
-# %% [markdown]
-# ## What the run says
-#
-# The text below is written from the numbers this run measured (it changes when they do). Two things to keep in
-# mind: these heads were trained for minutes on a CPU, so differences of a few hundredths are noise; and
-# per-position acceptance of slot 1 is the same mechanism in every variant (slot 1 is an ordinary EAGLE slot),
-# so the stand-ins show up from slot 2 on.
-
-# %%
-# NBVAL_IGNORE_OUTPUT
 from IPython.display import Markdown, display
 
-al = {name: e["acceptance_length"][KD] for name, e in evals.items()}
-# slots never reached count as 0
-deep = {name: sum(x or 0.0 for x in e["per_position_acceptance"][KD][1:]) / (KD - 1) for name, e in evals.items()}
-ranked = sorted(al, key=al.get, reverse=True)
-best, worst = ranked[0], ranked[-1]
-spread = al[best] - al[worst]
-NOISE = 0.05
-lines = [f"- Acceptance length at K={KD}: " + ", ".join(f"**{n}** {al[n]:.2f}" for n in ranked) + "."]
-if spread < NOISE:
-    lines.append(f"- All variants lie within {spread:.2f} of each other: at this training size the choice of "
-                 "stand-in does not show; the deep slots are limited by how little the drafter was trained.")
-else:
-    lines.append(f"- Best: **{best}**, {spread:.2f} above the worst (**{worst}**).")
-    gap = al["learned"] - max(al[n] for n in al if n != "learned")
-    if gap > NOISE:
-        lines.append(f"- The learned `mask_hidden` wins by {gap:.2f}: a trained stand-in beats fixed ones here.")
-    elif gap >= -NOISE:
-        lines.append("- The learned `mask_hidden` is level with the best fixed stand-in (within "
-                     f"{NOISE}): here training the shared hidden state bought little.")
-    else:
-        lines.append(f"- The learned `mask_hidden` is {-gap:.2f} below **{best}** in this run.")
-emb = al["learned"] - al["frozen mask embedding"]
-lines.append(f"- Learned vs frozen mask embedding: {al['learned']:.2f} vs {al['frozen mask embedding']:.2f} "
-             + ("(the learned row helps)." if emb > NOISE else "(the frozen row hurts nothing here)."
-                if emb >= -NOISE else "(the frozen existing token did better in this run)."))
-lines.append(f"- Deep slots (2..{KD}), mean conditional acceptance (a slot never reached counts 0): "
-             + ", ".join(f"{n} {deep[n]:.2f}" for n in sorted(deep, key=deep.get, reverse=True)) + ".")
-display(Markdown("\n".join(lines)))
+mask_host, mask_runs = studies.committed("mask")
+display(Markdown(studies.summary_markdown(mask_runs)))
+rows = studies.summarize(mask_runs)
+if rows:
+    fig, ax = plt.subplots(figsize=(7.5, 3.8))
+    for row in rows:
+        group = [r for r in mask_runs if r["name"].rsplit(" (seed", 1)[0] == row["setting"]]
+        ax.plot([row["setting"]] * len(group), [r["acceptance_length"] for r in group], "o", color="C0")
+        ax.plot([row["setting"]], [row["acceptance_length"]], "_", color="k", markersize=24)
+    ax.set(ylabel="held-out acceptance length (K=7)", title=f"mask stand-ins: each seed a dot, the mean a bar ({mask_host})")
+    ax.tick_params(axis="x", rotation=20)
+    ax.grid(alpha=0.3)
+    plt.tight_layout()
+    plt.show()
+
+# %% [markdown]
+# MASK_CONCLUSION
 
 # %%
 # NBVAL_IGNORE_OUTPUT
 from peagle_lab import report
 
-for name, e in evals.items():
-    report.record(f"acceptance_length_k{KD}_{name.replace(' ', '_')}", e["acceptance_length"][KD])
-report.record("mask_variants_lossless", all(e["lossless"] for e in evals.values()));
+for row in rows:
+    report.record(f"mask_study_acceptance_length_{row['setting'].split(' (')[0].replace(' ', '_')}",
+                  row["acceptance_length"])
+report.record("mask_live_divergences", sum(r["divergences"] for r in live));

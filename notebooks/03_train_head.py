@@ -98,6 +98,28 @@ print(f"{scale_path.name}: {len(scale):,} of {len(mix):,} prompts answered, "
 print("prompt kinds:", dict(Counter(m["category"] for m in mix)))
 
 # %% [markdown]
+# ### Should the target write the answers itself? (question 7)
+#
+# An equal-budget experiment answers it (`peagle-lab study self-distill`, results committed per host). The same
+# prompts, each asking for one function of Python's standard library, are answered once by people (the
+# library's own source) and once by the target (`peagle-lab distill`). A head is trained on each for the same
+# number of tokens, two seeds each, and both are scored on held-out prompts of the same kind, answered by the
+# target at inference as they are when serving. The labels are the target's own greedy tokens in both arms:
+# only the text the head reads differs.
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+from IPython.display import Markdown, display
+
+from peagle_lab import studies
+
+sd_host, sd_runs = studies.committed("self-distill")
+display(Markdown(studies.summary_markdown(sd_runs)))
+
+# %% [markdown]
+# SELF_DISTILL_CONCLUSION
+
+# %% [markdown]
 # ## 2 · Draft vocabulary
 #
 # The head's LM head only needs the tokens the target actually produces: a smaller output layer is cheaper to
@@ -122,6 +144,45 @@ for size in (1024, 2048, 4096, 8192, 16384, V):
           f"(lm_head {size * model.config.hidden_size / 1e6:5.1f} M parameters)")
 
 # %% [markdown]
+# ### `d2t` and `t2d`, by hand (question 6)
+#
+# A toy draft vocabulary of 8 ids shows the two maps a checkpoint carries and vLLM reads: draft id `i` stands for
+# target id `i + d2t[i]`, and `t2d` marks, over the whole target vocabulary, the ids the head can emit.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+from peagle_lab.vocab import d2t_t2d
+
+toy = build_draft_vocab(counts, 8, V, always=(MASK_ID, tokenizer.eos_token_id))
+d2t, t2d = d2t_t2d(toy, V)
+for i, (tid, off) in enumerate(zip(toy.tolist(), d2t.tolist())):
+    print(f"draft id {i}: target id {tid:>5} = {i} + d2t[{i}] (= {off:>5})   {tokenizer.decode([tid])!r}")
+print(f"t2d: {t2d.dtype}, {t2d.numel():,} entries (one per target id), True at {t2d.nonzero().flatten().tolist()}")
+
+# %% [markdown]
+# The head's `lm_head` must have one row per draft id. A checkpoint where it does not (a head trained with
+# another `--draft-vocab-size` than its config says, or a truncated file) is refused by the export check, which
+# names the tensor and both shapes, before vLLM would fail on it or draft from the wrong rows:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+import json
+
+from safetensors.torch import load_file
+
+from peagle_lab.errors import PeagleError
+from peagle_lab.heads import SHIPPED
+from peagle_lab.serving.validation import validate_head
+
+shipped_cfg = json.loads((SHIPPED["parallel"] / "config.json").read_text())
+tensors = load_file(SHIPPED["parallel"] / "model.safetensors")
+tensors["lm_head.weight"] = tensors["lm_head.weight"][:-96]  # 96 rows fewer than the draft vocabulary
+try:
+    validate_head(shipped_cfg, tensors)
+except PeagleError as exc:
+    print(exc)
+
+# %% [markdown]
 # ## 3 · Features
 #
 # For every position `t` of every sequence: the three tapped residual streams `h_t` (3H; taps
@@ -143,6 +204,59 @@ N_SEQ = settings.pick(96, 16)
 train_records = distilled_records(model, tokenizer, N_SEQ, TARGET)
 seqs = prepare_sequences(model, train_records, features_dir=results_dir() / "features" / TARGET, progress=False)
 print(f"{len(seqs)} sequences, {sum(len(s['input_ids']) for s in seqs):,} tokens, taps {tuple(seqs[0]['taps'].shape[1:])}")
+
+# %% [markdown]
+# ### Online or offline, bf16 or fp32? (question 2)
+#
+# Offline features are computed once and read back for every epoch and every head; online features cost one
+# target forward each time a sequence is used, and no disk. Storing the taps in bf16 halves the disk and rounds
+# them to 8 significant bits. The cell does all three on the same few sequences: one online pass, and an
+# extraction in each dtype, read back.
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+import tempfile
+import time
+from pathlib import Path
+
+from peagle_lab.features import extract_features, load_features, sequence_features
+
+few = [r["input_ids"] for r in train_records[: settings.pick(8, 2)]]
+n_tok = sum(map(len, few))
+t0 = time.perf_counter()
+online = [sequence_features(model, ids, taps_dtype=torch.float32) for ids in few]
+rows = [dict(way="online (a target forward per use)", seconds=time.perf_counter() - t0, disk=0, err=0.0)]
+with tempfile.TemporaryDirectory() as tmp:
+    for dt in (torch.float32, torch.bfloat16):
+        where = Path(tmp) / str(dt)
+        extract_features(model, few, where, taps_dtype=dt, progress=False, verbose=False)
+        t0 = time.perf_counter()
+        back = load_features(where, taps_dtype=torch.float32)
+        secs = time.perf_counter() - t0
+        err = max(float(((b["taps"] - o["taps"]).abs().max() / o["taps"].abs().max())) for b, o in zip(back, online))
+        disk = sum(f.stat().st_size for f in where.rglob("*") if f.is_file())
+        rows.append(dict(way=f"offline {str(dt).split('.')[-1]} (read back)", seconds=secs, disk=disk, err=err))
+print(f"{len(few)} sequences, {n_tok:,} tokens")
+for r in rows:
+    print(f"{r['way']:34s} {n_tok / r['seconds']:>10,.0f} tokens/s   disk {r['disk'] / n_tok:>7,.0f} B/token   "
+          f"largest error {r['err']:.1e} (relative to the largest tap)")
+
+# %% [markdown]
+# Reading back runs thousands of times faster than the target forward it replaces, at 3 x H x 2 bytes per
+# token in bf16 (notebook 01 has the table for larger targets), and bf16 rounds each tap by at most one part in
+# 2^8. Does that rounding cost acceptance? The storage study (`peagle-lab study storage`) trains on bf16
+# taps with the settings and seeds of the mask study's learned variant (notebook 02), which trains on fp32 taps:
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+st_host, st_runs = studies.committed("storage")
+mk_host, mk_runs = studies.committed("mask")
+fp32_arm = [dict(r, name=r["name"].replace("learned (P-EAGLE)", "float32 taps"))
+            for r in mk_runs if r["name"].startswith("learned (P-EAGLE)")]
+display(Markdown(studies.summary_markdown(fp32_arm + st_runs)))
+
+# %% [markdown]
+# STORAGE_CONCLUSION
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -167,7 +281,7 @@ print(f"depth 0 trains {int(plan.depths[0].loss.sum())} anchors (response positi
 # confident distribution, and a confident wrong guess costs more than a uniform one.
 #
 # To show resume, the run below is interrupted halfway (`stop_after`) and a fresh `Trainer` continues it
-# from the checkpoint: the result is the same state an uninterrupted run reaches (a unit test pins that).
+# from the checkpoint; a third run, never interrupted, shows that the result is the same.
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -191,6 +305,20 @@ print("first run stopped by:", part.stopped_by, "| second run resumed where it s
       resumed_at == part.steps_done, "| finished all steps:", res.steps_done == cfg.steps)
 print("head directory:", sorted(p.name for p in OUT.iterdir()))
 print("training state:", sorted(p.name for p in (OUT / "checkpoint").iterdir()))
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+straight = Trainer(cfg, model, seqs, tokenizer=tokenizer, progress=False, verbose=False).train()
+by_step = {r["step"]: r["loss"] for r in res.log}
+loss_gap = max(abs(r["loss"] - by_step[r["step"]]) for r in straight.log)
+weight_gap = max(float((a.float() - b.float()).abs().max())
+                 for a, b in zip(straight.head.state_dict().values(), res.head.state_dict().values()))
+print(f"uninterrupted vs interrupted + resumed, {len(straight.log)} steps: largest loss difference {loss_gap:.1e}, "
+      f"largest weight difference {weight_gap:.1e}")
+
+# %%
+# NBVAL_CHECK_OUTPUT
+print("the resumed run is the uninterrupted run:", loss_gap < 1e-4 and weight_gap < 1e-5)
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -274,17 +402,18 @@ for kind, rec in records_.items():
                   + "  ".join(f"K={k}: {v:.2f}" for k, v in ev["acceptance_length"].items()))
 
 # %% [markdown]
-# The numbers above are the record of the production run. Now measure again, here: each head drafts in its
-# own mode at every K on HumanEval prompts (greedy; every output checked against plain greedy decoding).
+# The numbers above are the record of the production run. Now measure again, here, on a smaller sample (a few
+# minutes on a CPU): each head drafts in its own mode at three K on HumanEval prompts (greedy; every output
+# checked against plain greedy decoding).
 
 # %%
 # NBVAL_IGNORE_OUTPUT
 from peagle_lab.prompts import humaneval_prompts
 from peagle_lab.training import evaluate_head
 
-KS = settings.pick(list(range(1, 9)), [1, 4, 8])
-prompts = humaneval_prompts(settings.pick(3, 1))
-MAX_NEW = settings.pick(96, 32)
+KS = settings.pick([1, 4, 8], [1, 8])
+prompts = humaneval_prompts(settings.pick(2, 1))
+MAX_NEW = settings.pick(48, 24)
 reference = {}
 live = {kind: evaluate_head(model, tokenizer, head, prompts, ks=KS, max_new_tokens=MAX_NEW, reference=reference,
                             progress=False) for kind, head in heads.items()}
@@ -336,6 +465,40 @@ lines.append(f"- Goal for the P-EAGLE head: acceptance length >= {target_al} at 
              + ("(reached)." if par[k7] >= target_al else "(not reached with this CPU budget; more data, steps, "
                 "or a second drafter layer on a GPU are the levers)."))
 display(Markdown("\n".join(lines)))
+
+# %% [markdown]
+# ### Your own model and its chat template (question 1)
+#
+# A head learns what the target says after the prompt layout it was trained with: here the target's own chat
+# template, applied in one place (`prompts.chat_ids`) for distillation, training, evaluation and serving. The
+# cell serves the shipped P-EAGLE head held-out prompts in three layouts: the trained one, the bare text with
+# no template, and the template with another system message. The target's answers change with the layout
+# (it continues text instead of answering, or answers in another voice); the head still expects the old ones.
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+from peagle_lab.prompts import OTHER_SYSTEM, load_scale_records
+
+tmpl_prompts = [r["prompt"] for r in load_scale_records("val") if not r.get("history")][: settings.pick(3, 1)]
+TK = 4
+tmpl = {t: evaluate_head(model, tokenizer, heads["parallel"], tmpl_prompts, ks=(TK,),
+                         max_new_tokens=settings.pick(48, 16), template=t, progress=False)
+        for t in ("chat", "plain", "system")}
+layout = {"chat": "chat template (as trained)", "plain": "no template (bare text)",
+          "system": f"chat template, system message {OTHER_SYSTEM[:24]!r}..."}
+for t, ev in tmpl.items():
+    pp = " ".join("  - " if x is None else f"{x:.2f}" for x in ev["per_position_acceptance"][TK])
+    print(f"{layout[t]:58s} acceptance length at K={TK}: {ev['acceptance_length'][TK]:.2f}   per slot: {pp}")
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+drop = {t: tmpl["chat"]["acceptance_length"][TK] - ev["acceptance_length"][TK] for t, ev in tmpl.items()}
+display(Markdown(
+    f"**Reading it.** Served without the template, the head accepts {drop['plain']:+.2f} tokens per round fewer "
+    f"than with the template it was trained on; with another system message, {drop['system']:+.2f}. "
+    "The fix is the one this project applies everywhere: distill, train and serve with one template. For your own "
+    "model, distill with its own chat template (`peagle-lab distill --target DIR`, the tokenizer's template), "
+    "and serve the head behind the same one (vLLM applies the tokenizer's template to chat requests)."))
 
 # %% [markdown]
 # ## 6 · Past one machine

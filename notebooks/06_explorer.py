@@ -86,7 +86,7 @@ print(run.summary())
 # %%
 # NBVAL_IGNORE_OUTPUT
 fig = viz.plot_per_position_acceptance(
-    run.stats.per_position_acceptance,
+    run.stats.conditional_acceptance,
     title=f"{head_name} head, {run.mode} drafting, K={K}: acceptance length {run.stats.acceptance_length:.2f}")
 print("saved", settings.display_path(viz.save_figure(fig, "06_explorer_per_position")))
 

@@ -44,15 +44,18 @@ def atomic_write(path, write: Callable[[str], None]) -> Path:
 
 
 def write_text(path, text: str) -> Path:
-    return atomic_write(path, lambda tmp: Path(tmp).write_text(text))
+    """``text`` as UTF-8, atomically."""
+    return atomic_write(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
 
 
 def write_json(path, obj, indent: int | None = 2, **kw) -> Path:
     return write_text(path, json.dumps(obj, indent=indent, **kw) + "\n")
 
 
-def write_figure(path, fig, dpi: int = 110) -> Path:
-    """A matplotlib figure as PNG, atomically (a reader never sees half an image)."""
+def write_figure(path, fig, dpi: int = 110, **savefig_kw) -> Path:
+    """A matplotlib figure, atomically (a reader never sees half an image), in the format its suffix names (PNG
+    without one); ``savefig_kw`` go to ``fig.savefig`` (e.g. ``bbox_inches="tight"``)."""
     path = Path(path)
-    atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=dpi, format="png"))
+    fmt = savefig_kw.pop("format", None) or path.suffix.lstrip(".").lower() or "png"
+    atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=dpi, format=fmt, **savefig_kw))
     return path

@@ -18,15 +18,18 @@ from typing import Callable
 import torch
 
 from . import viz
+from .divergence import first_divergence
+from .draft_sources import HeadDrafter
 from .drafter import PEagleConfig, PEagleDrafter
 from .errors import PeagleError, require
 from .hardware import describe
-from .heads import SHIPPED, load_head
+from .heads import load_head, SHIPPED
 from .models import load_target
 from .prompts import chat_ids
+from .sampling import make_generator, Sampling
 from .settings import pick
-from .speculative import (HeadDrafter, Sampling, SpecStats, TargetRunner, first_divergence, make_generator,
-                          plain_generate, speculative_generate)
+from .speculative import iter_rounds, plain_generate, SpecStats
+from .target_runner import TargetRunner
 from .vocab import mask_token_id_for
 
 FRESH = "fresh"
@@ -110,7 +113,7 @@ class ExploreRun:
     seconds: float = float("nan")
     plain_tokens: list | None = None
     plain_seconds: float | None = None
-    divergence: object = None  # speculative.Divergence vs plain greedy, or None
+    divergence: object = None  # divergence.Divergence vs plain greedy, or None
     dtype: str = "float32"
     hardware: str = ""
     notes: list = field(default_factory=list)
@@ -169,23 +172,13 @@ def _summary_lines(run: ExploreRun, html: bool = True) -> str:
     return ("<br>" if html else "\n").join(lines)
 
 
-class _RecordingDrafter(HeadDrafter):
-    """A HeadDrafter that remembers the first generated token, which ``on_round`` does not report."""
-
-    first_token = None
-
-    def propose(self, ctx_tokens, ctx_taps, start_pos, k, sampling, gen):
-        if start_pos == 0:  # first round: ctx = prompt[1:] + [first token] (the loop's cache contract)
-            self.first_token = int(ctx_tokens[-1])
-        return super().propose(ctx_tokens, ctx_taps, start_pos, k, sampling, gen)
-
-
 def run_generation(model, tokenizer, head, prompt: str = DEFAULT_PROMPT, k: int = 4, mode: str | None = None,
                    temperature: float = 0.0, max_new_tokens: int = 64, seed: int = 0, baseline: bool = True,
                    head_name: str = "", on_update: Callable[[ExploreRun], None] | None = None) -> ExploreRun:
     """Speculative generation with ``head`` (a PEagleDrafter) on ``model``; ``on_update(run)`` after each round.
 
-    With ``baseline``, plain decoding of the same prompt is timed right after, in the same process.
+    It watches the loop through its :class:`~peagle_lab.speculative.Round` records (``iter_rounds``). With
+    ``baseline``, plain decoding of the same prompt is timed right after, in the same process.
     """
 
     if not prompt or not prompt.strip():
@@ -194,38 +187,31 @@ def run_generation(model, tokenizer, head, prompt: str = DEFAULT_PROMPT, k: int 
     ids = chat_ids(tokenizer, prompt)
     sampling = Sampling(temperature=float(temperature))
     runner = TargetRunner(model, tap_layers=head.config.aux_hidden_state_layer_ids)
-    drafter = _RecordingDrafter(head, mode)
     run = ExploreRun(prompt=prompt, head=head_name or head.config.mode, mode=mode, k=int(k),
                      temperature=float(temperature), stats=SpecStats(k=int(k)))
     accepted: list[int] = []
-    tokens: list[int] = []
-    t0 = time.perf_counter()
-    display_s = [0.0]  # time spent drawing inside the loop: taken out of the speculative time
-
-    def on_round(new, a):
-        if not tokens:
-            tokens.append(drafter.first_token)
-        k_round = min(int(k), max_new_tokens - len(tokens))  # the loop drafts fewer near the end
-        tokens.extend(int(t) for t in new)
-        accepted.append(int(a))
-        run.stats.add_round(int(a), k_round)
-        run.tokens = tokens[:max_new_tokens]
-        run.sources = viz.token_sources(accepted, len(run.tokens))
-        run.seconds = time.perf_counter() - t0
-        if on_update is not None:
-            t = time.perf_counter()
-            on_update(run)
-            display_s[0] += time.perf_counter() - t
-
+    display_s = 0.0  # time spent drawing between rounds: taken out of the speculative time
     gen = None if sampling.greedy else make_generator(runner.device, seed)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        result = speculative_generate(runner, drafter, ids, k=int(k), max_new_tokens=int(max_new_tokens),
-                                      eos_ids=tokenizer.eos_token_id, sampling=sampling, gen=gen, on_round=on_round)
-    run.notes += [str(w.message) for w in caught if "trained for" in str(w.message)]  # K above the head's K
-    run.tokens = list(result.tokens)
+        rounds = iter_rounds(runner, HeadDrafter(head, mode), ids, k=int(k), max_new_tokens=int(max_new_tokens),
+                             eos_ids=tokenizer.eos_token_id, sampling=sampling, gen=gen)
+        t0 = time.perf_counter()
+        for rnd in rounds:
+            run.stats.add(rnd)
+            run.tokens += rnd.tokens
+            if rnd.is_prefill:
+                continue
+            accepted.append(rnd.accepted)
+            run.sources = viz.token_sources(accepted, len(run.tokens))
+            run.seconds = time.perf_counter() - t0 - display_s
+            if on_update is not None:
+                t = time.perf_counter()
+                on_update(run)
+                display_s += time.perf_counter() - t
+        run.seconds = time.perf_counter() - t0 - display_s
     run.sources = viz.token_sources(accepted, len(run.tokens))
-    run.stats, run.seconds = result.stats, result.seconds - display_s[0]
+    run.notes += [str(w.message) for w in caught if "trained for" in str(w.message)]  # K above the head's K
     if baseline:
         gen = None if sampling.greedy else make_generator(runner.device, seed)
         plain = plain_generate(runner, ids, int(max_new_tokens), eos_ids=tokenizer.eos_token_id, sampling=sampling,
@@ -317,7 +303,7 @@ class Explorer:
             return  # keep the browser traffic down on fast rounds
         self._last_draw = now
         self.text.value = run.html(self.tokenizer)
-        self.bars.value = viz.acceptance_bars_html(run.stats.per_position_acceptance, run.stats.attempted_at)
+        self.bars.value = viz.acceptance_bars_html(run.stats.conditional_acceptance, run.stats.attempted_at)
         self.readout.value = ("<div style='font-size:12px;'>" + _summary_lines(run) +
                               "".join(f"<div style='color:#a15c00;'>{n}</div>" for n in run.notes) + "</div>")
         state = "done" if run.done else f"round {run.stats.rounds}"
@@ -351,7 +337,7 @@ class Explorer:
         from matplotlib.figure import Figure
 
         fig = Figure(figsize=(6, 3.2))
-        viz.plot_per_position_acceptance(run.stats.per_position_acceptance, ax=fig.subplots(),
+        viz.plot_per_position_acceptance(run.stats.conditional_acceptance, ax=fig.subplots(),
                                          title=f"{run.mode} drafting, K={run.k}: acceptance length "
                                                f"{run.stats.acceptance_length:.2f}")
         path = viz.save_figure(fig, self.figure)

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from .drafter import PEagleConfig
 from .errors import PeagleError
+from .settings import display_path
 
 RECORD = "training.json"
 
@@ -38,7 +39,7 @@ def check_compatible(source, wanted: dict, path) -> None:
         if want != have[key]:
             problems.append(f"{key}: head {have[key]!r}, this run {want!r} (set by {flags[key]})")
     if problems:
-        raise PeagleError(f"--init-from {path} does not fit this run: " + "; ".join(problems) + ". Fix: continue "
+        raise PeagleError(f"--init-from {display_path(path)} does not fit this run: " + "; ".join(problems) + ". Fix: continue "
                           "with the head's settings (leave --layers/--draft-vocab-size/--mode unset), train on "
                           "data distilled from the same target, or start a new head without --init-from.")
 
@@ -48,12 +49,12 @@ def head_config(head_dir):
 
     path = Path(head_dir) / "config.json"
     if not path.is_file():
-        raise PeagleError(f"--init-from {head_dir} is not a head directory (no config.json). Fix: pass a directory "
+        raise PeagleError(f"--init-from {display_path(head_dir)} is not a head directory (no config.json). Fix: pass a directory "
                           "written by `peagle-lab train`, e.g. data/heads/smollm2-135m-peagle.")
     try:
         return PEagleConfig.from_json_dict(json.loads(path.read_text()))
     except json.JSONDecodeError as e:
-        raise PeagleError(f"{path} is not valid JSON ({e}). Fix: restore the head directory.") from e
+        raise PeagleError(f"{display_path(path)} is not valid JSON ({e}). Fix: restore the head directory.") from e
 
 
 def read_record(head_dir) -> dict | None:
@@ -64,7 +65,7 @@ def read_record(head_dir) -> dict | None:
     try:
         return json.loads(path.read_text())
     except json.JSONDecodeError as e:
-        raise PeagleError(f"{path} is not valid JSON ({e}). Fix: restore the head's training record, or continue "
+        raise PeagleError(f"{display_path(path)} is not valid JSON ({e}). Fix: restore the head's training record, or continue "
                           "from a copy of the head without it (its history is then unknown).") from e
 
 

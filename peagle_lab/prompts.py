@@ -149,3 +149,21 @@ def chat_ids(tokenizer, user_text: str, system: str | None = None, history: list
     text = tokenizer.apply_chat_template(chat_messages(user_text, system, history), tokenize=False,
                                          add_generation_prompt=True)
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+TEMPLATES = ("chat", "plain", "system")
+OTHER_SYSTEM = "You are a pirate. Answer every question in pirate speak."
+
+
+def template_ids(tokenizer, user_text: str, template: str = "chat", history: list[dict] | None = None) -> list[int]:
+    """Token ids of a prompt laid out by ``template``: ``"chat"`` the tokenizer's own chat template
+    (:func:`chat_ids`, what heads are trained with), ``"plain"`` the bare text and a newline (no template),
+    ``"system"`` the chat template with another system message (:data:`OTHER_SYSTEM`). The last two exist to
+    show what a mismatch between the training and the serving layout costs."""
+    if template not in TEMPLATES:
+        raise PeagleError(f"Unknown prompt template {template!r}. Fix: one of {TEMPLATES}.")
+    if template != "plain":
+        return chat_ids(tokenizer, user_text, system=OTHER_SYSTEM if template == "system" else None, history=history)
+    if history:
+        raise PeagleError("Template 'plain' takes single-turn prompts only. Fix: template='chat'.")
+    return list(tokenizer(f"{user_text}\n", add_special_tokens=False)["input_ids"])

@@ -12,16 +12,17 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from pathlib import Path
 
 from .atomic import write_figure, write_json, write_text
 from .data import read_distilled, select_split
 from .drafter import PEagleDrafter
+from .environment import environment
 from .errors import PeagleError
+from .hardware import load_average
 from .prompts import load_scale_records
 from .target_args import add_target_options, load_cli_target
-from .training import TrainConfig, evaluate_head, machine_info, prepare_sequences, train_head
+from .training import TrainConfig, evaluate_head, prepare_sequences, train_head
 
 # the shipped heads' recipe: small steps (512 tokens) so that short runs still take hundreds of steps
 BASELINE = dict(layers=1, draft_vocab_size=8192, lr=3e-3, num_depths=8, freeze_lm_head=False, batch_tokens=512,
@@ -90,7 +91,7 @@ def run_recipe(model, tokenizer, sequences, val_prompts, out_dir, budget_s: floa
             train_acc_depth0=_mean([a[0] for a in acc]), train_acc_depth1=_mean([a[1] for a in acc if len(a) > 1]),
             k=k, acceptance_length=ev["acceptance_length"][k], per_position=ev["per_position_acceptance"][k],
             val_prompts=len(val_prompts), max_new_tokens=max_new_tokens, divergences=len(ev["divergences"]),
-            load_average_1m=round(os.getloadavg()[0], 2), machine=machine))
+            load_average_1m=(load_average() or [None])[0], machine=machine))
         write_text(out_dir / RUNS_FILE, "".join(json.dumps(r) + "\n" for r in runs))
         write_text(out_dir / TABLE_FILE, recipe_markdown(runs))
     return runs
@@ -256,7 +257,7 @@ def _run_recipe_cli(args):
     seqs = _train_sequences(args, model)
     runs = run_recipe(model, tok, seqs, load_scale_records("val")[: args.val_prompts], args.out,
                       budget_s=args.budget, k=args.K, max_new_tokens=args.max_new_tokens, variants=variants,
-                      machine=machine_info(model))
+                      machine=environment(model=model))
     print(recipe_markdown(runs))
 
 

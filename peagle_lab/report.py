@@ -16,6 +16,7 @@ from pathlib import Path
 
 from .atomic import write_json
 from .errors import PeagleError
+from .jsonsafe import json_safe
 from .settings import results_dir
 
 SUMMARY_FILE = "summary.json"
@@ -30,22 +31,6 @@ def current_notebook() -> str:
     notebook (``$JPY_SESSION_NAME``, set by jupyter_server), else ``"unknown"``."""
     name = os.environ.get("PEAGLE_NOTEBOOK") or os.environ.get("JPY_SESSION_NAME")
     return Path(name).stem if name else "unknown"
-
-
-def _plain(value):
-    """numpy / torch scalars and arrays -> Python numbers and lists; anything else must already be JSON."""
-    if hasattr(value, "tolist"):  # numpy arrays and scalars, torch tensors
-        return value.tolist()
-    if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    raise PeagleError(
-        f"report.record() got a {type(value).__name__}, which cannot be written to JSON. "
-        "Fix: record a number, string, bool, list or dict (convert it first, e.g. float(x) or str(x))."
-    )
 
 
 def load() -> dict[str, dict]:
@@ -67,7 +52,7 @@ def record(key: str, value, notebook: str | None = None):
     """Store ``value`` under ``key`` for ``notebook`` (default: the running notebook); returns ``value``."""
     notebook = notebook or current_notebook()
     data = load()
-    data.setdefault(notebook, {})[str(key)] = _plain(value)
+    data.setdefault(notebook, {})[str(key)] = json_safe(value)
     _write(data)
     return value
 

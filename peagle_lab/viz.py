@@ -17,6 +17,7 @@ import math
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
+from .atomic import write_figure
 from .errors import PeagleError, require
 from .settings import results_dir
 
@@ -71,7 +72,7 @@ def token_sources(accepted_per_round: Sequence[int], n_tokens: int | None = None
     if n_tokens is not None:
         if n_tokens > len(sources):
             raise PeagleError(f"{n_tokens} tokens but the rounds only account for {len(sources)}: "
-                              "pass every round's accepted count (on_round reports them).")
+                              "pass every round's accepted count (Round.accepted of speculative.iter_rounds).")
         sources = sources[:n_tokens]
     return sources
 
@@ -227,6 +228,4 @@ def save_figure(fig, path, dpi: int = 120) -> Path:
         path = results_dir() / "figures" / path
     if not path.suffix:
         path = path.with_suffix(".png")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=dpi, bbox_inches="tight")
-    return path
+    return write_figure(path, fig, dpi=dpi, bbox_inches="tight")

@@ -25,6 +25,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))  # run from a checkout even without `pip install -e .`
+from peagle_lab.atomic import write_text  # noqa: E402
+from peagle_lab.hardware import cpu_name  # noqa: E402
 
 
 def figures(nb) -> int:
@@ -47,9 +49,17 @@ def select(notebooks: list[Path], wanted: list[str]) -> list[Path]:
     return chosen
 
 
+def _is_progress_widget(out) -> bool:
+    # a tqdm bar rendered as a widget: its saved text fallback is the bar's first state ("0/40"), frozen
+    data = out.get("data", {}) if out.get("output_type") == "display_data" else {}
+    text = "".join(data.get("text/plain", ""))
+    return "application/vnd.jupyter.widget-view+json" in data and "%|" in text and "[" in text
+
+
 def move_stderr(nb, log_path: Path) -> int:
-    """Take the stderr streams (library warnings, log lines, text progress bars) out of the saved notebook and
-    into ``log_path``: the committed outputs keep what the cells print, the log keeps the rest. Returns the count."""
+    """Take the stderr streams (library warnings, log lines, text progress bars) and tqdm's progress widgets
+    (live while a cell runs; saved, only their frozen first state) out of the saved notebook and into
+    ``log_path``: the committed outputs keep what the cells print, the log keeps the rest. Returns the count."""
     moved = []
     for i, cell in enumerate(nb.cells):
         if cell.get("cell_type") != "code":
@@ -58,11 +68,13 @@ def move_stderr(nb, log_path: Path) -> int:
         for out in cell.get("outputs", []):
             if out.get("output_type") == "stream" and out.get("name") == "stderr":
                 moved.append(f"--- cell {i}\n{out.get('text', '')}")
+            elif _is_progress_widget(out):
+                moved.append(f"--- cell {i}\n{''.join(out['data']['text/plain'])}")
             else:
                 keep.append(out)
         cell["outputs"] = keep
     if moved:
-        log_path.write_text("\n".join(moved), encoding="utf-8")
+        write_text(log_path, "\n".join(moved))
     return len(moved)
 
 
@@ -89,21 +101,13 @@ def run_one(path: Path, out_dir: Path, timeout: int, kernel: str, html: bool) ->
     moved = move_stderr(nb, out_dir / f"{path.stem}.stderr.txt")
     if moved:
         print(f"    {moved} stderr output(s) (warnings, logs) moved to {path.stem}.stderr.txt")
-    nbformat.write(nb, out_dir / path.name)
+    write_text(out_dir / path.name, nbformat.writes(nb).removesuffix("\n") + "\n")  # as nbformat.write ends it
     if html:
         from nbconvert import HTMLExporter
 
         body, _ = HTMLExporter(template_name="lab").from_notebook_node(nb)
-        (out_dir / f"{path.stem}.html").write_text(body, encoding="utf-8")
+        write_text(out_dir / f"{path.stem}.html", body)
     return {"name": path.stem, "status": status, "seconds": seconds, "figures": figures(nb), "error": error}
-
-
-def cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as fh:
-            return next(line.split(":", 1)[1].strip() for line in fh if line.startswith("model name"))
-    except (OSError, StopIteration):
-        return platform.processor() or platform.machine()
 
 
 def host_line() -> str:
@@ -140,7 +144,7 @@ def write_summary(rows: list[dict], out_dir: Path, recorded: dict) -> Path:
     if not any_numbers:
         lines.append("(none recorded)")
     path = out_dir / "SUMMARY.md"
-    path.write_text("\n".join(lines).rstrip() + "\n")
+    write_text(path, "\n".join(lines).rstrip() + "\n")
     return path
 
 

@@ -10,8 +10,7 @@ import stat
 
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import given, HealthCheck, settings, strategies as st
 
 from peagle_lab import serving
 from peagle_lab.drafter import PEagleConfig, PEagleDrafter, validate_config_dict
@@ -187,7 +186,9 @@ _VALUES = st.one_of(st.none(), st.booleans(), st.integers(-3, 200), st.floats(al
                               "eagle_aux_hidden_state_layer_ids", "max_position_embeddings", "peagle"]),
        value=_VALUES, drop=st.booleans())
 def test_any_config_mutation_loads_and_generates_losslessly_or_raises_peagle_error(field, value, drop):
-    from peagle_lab.speculative import HeadDrafter, TargetRunner, plain_generate, speculative_generate
+    from peagle_lab.draft_sources import HeadDrafter
+    from peagle_lab.speculative import plain_generate, speculative_generate
+    from peagle_lab.target_runner import TargetRunner
 
     target, d = _valid_config()
     if drop:
@@ -210,7 +211,9 @@ def test_k_above_the_trained_k_warns_once_per_generation(tiny_llama):
     import warnings
 
     from peagle_lab.bench import fresh_head
-    from peagle_lab.speculative import HeadDrafter, TargetRunner, speculative_generate
+    from peagle_lab.draft_sources import HeadDrafter
+    from peagle_lab.speculative import speculative_generate
+    from peagle_lab.target_runner import TargetRunner
 
     model = tiny_llama(hidden=32, layers=4)
     head = fresh_head(model, mode="parallel", mask_token_id=3)

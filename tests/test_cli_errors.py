@@ -88,3 +88,90 @@ def test_training_on_data_distilled_from_another_target_is_refused(tmp_path, tin
     err = capsys.readouterr().err
     assert rc == 2 and "distilled from another target" in err and "another-model" in err
     assert not (tmp_path / "head").exists()  # nothing written
+
+
+# ---- `peagle-lab train`'s flags are made from TrainConfig's fields ----
+def _train_parser():
+    import argparse
+
+    from peagle_lab.training.cli import register_cli
+
+    ap = argparse.ArgumentParser(prog="peagle-lab")
+    sub = ap.add_subparsers()
+    register_cli(sub)
+    ap.train = sub.choices["train"]
+    return ap
+
+
+def test_every_train_config_field_is_a_train_flag():
+    import argparse
+    import dataclasses
+
+    from peagle_lab.training import TrainConfig
+    from peagle_lab.training.cli import add_config_flags
+    from peagle_lab.training.config import flag_field
+
+    dests = {a.dest for a in _train_parser().train._actions}
+    assert {f.name for f in dataclasses.fields(TrainConfig)} <= dests  # `target` comes from --target
+
+    @dataclasses.dataclass
+    class Wider(TrainConfig):  # a new field is a new flag, with no second edit
+        label_smoothing: float = flag_field(0.0, "a new setting")
+
+    p = argparse.ArgumentParser()
+    add_config_flags(p, Wider)
+    assert p.parse_args(["--label-smoothing", "0.1"]).label_smoothing == 0.1
+    assert "a new setting" in p.format_help()
+
+
+def test_train_flags_build_the_config_with_the_dataclass_defaults(tmp_path):
+    from dataclasses import asdict
+
+    from peagle_lab.training import TrainConfig
+    from peagle_lab.training.cli import config_from_args
+
+    base = ["train", "--data", "d.jsonl", "--out", str(tmp_path / "h"), "--target", "t"]
+    cfg = config_from_args(_train_parser().parse_args(base))
+    assert asdict(cfg) == asdict(TrainConfig(target="t"))
+    cfg = config_from_args(_train_parser().parse_args(base + [
+        "-K", "4", "--time-budget", "60", "--draft-vocab-size", "0", "--weight-decay", "0.1", "--betas", "0.8", "0.9",
+        "--tap-layers", "1", "2", "3", "--freeze-lm-head", "--autocast", "float32", "--grad-clip", "0.5"]))
+    assert (cfg.num_depths, cfg.time_budget_s, cfg.schedule, cfg.draft_vocab_size) == (4, 60.0, "time", None)
+    assert (cfg.weight_decay, cfg.betas, cfg.tap_layers, cfg.freeze_lm_head, cfg.grad_clip) == (
+        0.1, (0.8, 0.9), (1, 2, 3), True, 0.5)
+
+
+def test_shipped_training_commands_rebuild_their_recorded_config():
+    """The commands users copy from data/heads/*/TRAINING.md still parse into the settings they trained with."""
+    import json
+    import shlex
+    from dataclasses import asdict
+
+    from peagle_lab.settings import REPO_ROOT
+    from peagle_lab.training.cli import config_from_args
+
+    records = sorted((REPO_ROOT / "data" / "heads").glob("**/training.json"))
+    if not records:
+        pytest.skip("no shipped heads here")
+    for path in records:
+        rec = json.loads(path.read_text())
+        cfg = asdict(config_from_args(_train_parser().parse_args(shlex.split(rec["command"])[1:])))
+        same = lambda v: list(v) if isinstance(v, (list, tuple)) else v  # noqa: E731
+        diff = {k: (v, cfg[k]) for k, v in rec["config"].items() if k in cfg and same(v) != same(cfg[k])}
+        assert not diff, (path, diff)
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--mode", "spiral"], "--mode"), (["--lr", "fast"], "--lr"), (["-K", "2.5"], "-K"),
+    (["--betas", "0.9"], "--betas"), (["--autocast", "float16"], "--autocast")])
+def test_bad_train_flag_values_name_the_flag(capsys, extra, message):
+    with pytest.raises(SystemExit) as exc:
+        main(["train", "--data", "d.jsonl", "--out", "h", *extra])
+    assert exc.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_inconsistent_train_settings_are_one_line_before_loading(no_model_load, tmp_path, capsys):
+    rc = main(["train", "--data", "d.jsonl", "--out", str(tmp_path / "h"), "--schedule", "time"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "time_budget_s" in err[0], err
+    assert not (tmp_path / "h").exists()

@@ -6,9 +6,11 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from peagle_lab.drafter import PEagleConfig, PEagleDrafter, check_k
+from peagle_lab.draft_sources import HeadDrafter
+from peagle_lab.drafter import check_k, PEagleConfig, PEagleDrafter
 from peagle_lab.errors import PeagleError
-from peagle_lab.speculative import HeadDrafter, Sampling
+from peagle_lab.sampling import Sampling
+from peagle_lab.slots import Slots
 
 
 def make_head(target, layers=2, draft_vocab=None, mode="parallel", seed=0, shared=False):
@@ -47,7 +49,7 @@ def test_parallel_draft_is_one_pass_over_context_and_mask_slots(tiny_llama):
     n, k = 6, 5
     toks = torch.randint(3, 96, (n,))
     taps = torch.randn(n, 3 * target.config.hidden_size)
-    drafts, _ = HeadDrafter(head, "parallel").propose(toks.tolist(), taps, 0, k, Sampling(), None)
+    drafts, _ = HeadDrafter(head, "parallel").propose(Slots(toks.tolist(), taps), k, Sampling())
     mask = head.config.mask_token_id
     ids = torch.cat([toks, torch.full((k - 1,), mask)])[None]
     hidden = torch.cat([head.fuse(taps), head.fc(head.mask_hidden)[0].expand(k - 1, -1)])[None]
@@ -61,7 +63,7 @@ def test_sequential_draft_feeds_back_token_and_prenorm(tiny_llama):
     n, k = 4, 3
     toks = torch.randint(3, 96, (n,))
     taps = torch.randn(n, 3 * target.config.hidden_size)
-    drafts, _ = HeadDrafter(head).propose(toks.tolist(), taps, 0, k, Sampling(), None)
+    drafts, _ = HeadDrafter(head).propose(Slots(toks.tolist(), taps), k, Sampling())
     ids, hidden = toks[None], head.fuse(taps)[None]
     expect = []
     for j in range(k):  # no cache: recompute the whole chain every step
@@ -271,3 +273,77 @@ def test_bad_rope_parameters_are_refused_by_name(tiny_llama):
             PEagleConfig.from_json_dict({**d, "rope_parameters": bad})
     with pytest.raises(PeagleError, match="cannot build the rotary embedding"):
         PEagleDrafter(PEagleConfig.from_json_dict({**d, "rope_parameters": {"rope_type": "llama3"}}))
+
+
+# ---- transformers' Llama modules inside the head (norms, MLP, rotary), same weights names, same numbers ----
+def test_head_is_built_from_transformers_llama_modules(tiny_llama):
+    from transformers.models.llama.modeling_llama import LlamaMLP, LlamaRMSNorm, LlamaRotaryEmbedding
+
+    head = make_head(tiny_llama(), layers=2)  # plain RoPE (rope_type default) too goes through transformers
+    for layer in head.decoder_layers:
+        assert isinstance(layer.mlp, LlamaMLP) and isinstance(layer.input_layernorm, LlamaRMSNorm)
+        assert isinstance(layer.post_attention_layernorm, LlamaRMSNorm)
+    assert isinstance(head.midlayer.hidden_norm, LlamaRMSNorm) and isinstance(head.norm, LlamaRMSNorm)
+    assert isinstance(head.rotary.hf, LlamaRotaryEmbedding)
+    assert head.midlayer.self_attn.q_proj.in_features == 2 * 32  # the 2H-input first layer stays our own
+    # the state-dict keys the shipped heads and the vLLM export rely on
+    layer_keys = ["input_layernorm.weight", "self_attn.q_proj.weight", "self_attn.k_proj.weight",
+                  "self_attn.v_proj.weight", "self_attn.o_proj.weight", "post_attention_layernorm.weight",
+                  "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight"]
+    assert sorted(head.state_dict()) == sorted(
+        ["embed_tokens.weight", "fc.weight", "mask_hidden", "midlayer.hidden_norm.weight", "norm.weight",
+         "lm_head.weight", "d2t", "t2d"]
+        + [f"midlayer.{k}" for k in layer_keys] + [f"layers.1.{k}" for k in layer_keys])
+
+
+# logits[0, :, :4] of a fixed input, computed with the head's own RMSNorm / MLP / RoPE code before it used
+# transformers' modules (fp32, CPU)
+PINNED_TINY = [
+    [-0.11716713, 0.059307113, -0.16276763, -0.17602615],
+    [-0.10765491, 0.137447, 0.13172324, 0.096969441],
+    [0.10120247, -0.12618406, -0.0045877998, -0.19602662],
+    [-0.11081257, 0.11926831, 0.018440539, -0.02780137],
+    [0.15581633, 0.1086561, 0.15487066, 0.15414746],
+]
+PINNED_SHIPPED = {
+    "smollm2-135m-peagle": [
+        [-16.492636, -31.88279, -25.349497, -22.395311],
+        [-16.980583, -29.513166, -27.550629, -21.884392],
+        [-7.527923, -24.808661, -18.967764, -11.381924],
+        [-12.135182, -28.452528, -22.914005, -16.367046],
+        [-14.393834, -33.969185, -22.442724, -20.311792],
+        [-14.823632, -28.910069, -23.192497, -21.235134],
+    ],
+    "smollm2-135m-eagle3": [
+        [35.467369, 41.236881, 6.971782, 8.782656],
+        [-0.571874, 10.464156, 4.223217, -0.445956],
+        [-5.130004, 9.776087, 7.982475, 10.482527],
+        [-25.661673, -35.793884, -26.269163, -21.285461],
+        [-1.940146, 7.479384, -8.813869, -17.249535],
+        [-12.914375, -30.393717, -15.287979, -18.398705],
+    ],
+}
+
+
+def test_two_layer_head_logits_are_unchanged(tiny_llama):
+    head = make_head(tiny_llama(), layers=2)  # covers the later (plain Llama) layers and GQA
+    taps = torch.randn(1, 5, 3 * 32, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        logits, _ = head(torch.tensor([[5, 17, 42, 8, 77]]), head.fuse(taps), torch.arange(2, 7)[None])
+    torch.testing.assert_close(logits[0, :, :4], torch.tensor(PINNED_TINY), atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("name", list(PINNED_SHIPPED))
+def test_shipped_head_logits_are_unchanged(name, smollm2):
+    from peagle_lab.settings import REPO_ROOT
+
+    path = REPO_ROOT / "data" / "heads" / name
+    if not (path / "model.safetensors").exists():
+        pytest.skip(f"{path} is not here")
+    model, _ = smollm2
+    head = PEagleDrafter.from_pretrained(path, target=model, device="cpu", dtype=torch.float32).eval()
+    taps = torch.randn(1, 6, head.config.num_taps * head.config.target_hidden_size,
+                       generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        logits, _ = head(torch.tensor([[1, 504, 3458, 314, 253, 1691]]), head.fuse(taps), torch.arange(3, 9)[None])
+    torch.testing.assert_close(logits[0, :, :4], torch.tensor(PINNED_SHIPPED[name]), atol=1e-5, rtol=0)

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from peagle_lab import feature_writer
 from peagle_lab import features as F
 from peagle_lab.errors import PeagleError
 from peagle_lab.taps import default_tap_layers, target_forward
@@ -162,10 +163,10 @@ def test_interruption_inside_a_shard_leaves_no_shard_behind(model, reference, tm
             raise RuntimeError("killed")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(F, "sequence_features", flaky)
+    monkeypatch.setattr(feature_writer, "sequence_features", flaky)  # where the writer finds it
     with pytest.raises(RuntimeError, match="killed"):
         _extract(model, _prompts(), out)
-    monkeypatch.setattr(F, "sequence_features", real)
+    monkeypatch.setattr(feature_writer, "sequence_features", real)
     assert sorted(p.name for p in out.iterdir()) == [F.MANIFEST, "shard-00000.safetensors"]
     _extract(model, _prompts(), out)
     assert _files(out) == _files(reference)
@@ -318,3 +319,41 @@ def test_a_full_disk_during_a_shard_write_is_named_and_the_rerun_completes(model
     result = _extract(model, _prompts(), out)
     assert (result.shards_skipped, result.shards_written) == (1, 3)
     assert _files(out) == _files(reference)
+
+
+def test_leftovers_of_a_killed_atomic_write_are_swept_on_the_rerun(model, reference, tmp_path):
+    """A write killed outright (SIGKILL: no ``finally`` runs) leaves atomic_write's hidden temporary file."""
+    out = tmp_path / "killed"
+    with pytest.raises(KeyboardInterrupt):
+        _extract(model, _prompts(), out, on_shard=lambda i, p: (_ for _ in ()).throw(KeyboardInterrupt()))
+    (out / ".shard-00001.safetensors.k1ll3d.tmp").write_bytes(b"half a shard")
+    (out / ".manifest.json.k1ll3d.tmp").write_text("{")
+    _extract(model, _prompts(), out)
+    assert _files(out) == _files(reference)
+
+
+_FEATURE_MODULES = ("features", "feature_format", "feature_cost", "feature_online", "feature_writer",
+                    "feature_reader")
+
+
+def test_each_feature_concept_has_one_small_module_and_each_name_one_definition():
+    import ast
+    import importlib
+
+    package = Path(F.__file__).parent
+    defined: dict[str, str] = {}
+    for name in _FEATURE_MODULES:
+        source = (package / f"{name}.py").read_text()
+        assert len(source.splitlines()) <= 400, f"{name}.py has grown past 400 lines: split it by concept"
+        for node in importlib.import_module(f"peagle_lab.{name}") and ast.parse(source).body:
+            targets = ([node.name] if isinstance(node, (ast.FunctionDef, ast.ClassDef)) else
+                       [t.id for t in getattr(node, "targets", []) if isinstance(t, ast.Name)])
+            for target in targets:
+                if target != "__all__":
+                    assert target not in defined, f"{target} is defined in both {defined[target]} and {name}"
+                    defined[target] = name
+    # Every name the notebooks, scripts and other modules import from peagle_lab.features is the one object.
+    for public in F.__all__:
+        owner = defined[public]
+        assert getattr(F, public) is getattr(importlib.import_module(f"peagle_lab.{owner}"), public), public
+    assert not hasattr(F, "_write_json_atomic")  # the manifest is written by atomic.write_json itself

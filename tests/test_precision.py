@@ -10,8 +10,9 @@ import pytest
 import torch
 
 from peagle_lab import precision
+from peagle_lab.divergence import BF16_TIE_ULPS, Divergence, first_divergence, tie_bound
 from peagle_lab.errors import PeagleError
-from peagle_lab.speculative import (BF16_TIE_ULPS, Divergence, GenerationResult, first_divergence, tie_bound)
+from peagle_lab.speculative import GenerationResult
 
 
 @pytest.mark.parametrize("flags, units", [({"avx2"}, None), ({"avx512f", "avx512_bf16"}, "avx512_bf16"),
@@ -72,8 +73,10 @@ def test_first_divergence_reports_position_and_plain_margin():
 
 
 def _bf16_runs(model, tok, heads, ks, n_prompts=3, new=40):
+    from peagle_lab.draft_sources import HeadDrafter
     from peagle_lab.prompts import chat_ids, humaneval_prompts
-    from peagle_lab.speculative import HeadDrafter, TargetRunner, plain_generate, speculative_generate
+    from peagle_lab.speculative import plain_generate, speculative_generate
+    from peagle_lab.target_runner import TargetRunner
 
     out = []
     runner = TargetRunner(model, heads["parallel"].config.aux_hidden_state_layer_ids)

@@ -95,8 +95,6 @@ def test_reading_shipped_paths_creates_nothing(monkeypatch, tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-@pytest.mark.xfail(strict=True, reason="peagle_lab/models.py cache_dir() still creates $PEAGLE_CACHE when a "
-                                       "reader asks for it; remove this mark when it no longer does")
 def test_cache_dir_is_not_created_by_asking_for_it(monkeypatch, tmp_path):
     from peagle_lab import models
 

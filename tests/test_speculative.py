@@ -3,20 +3,20 @@ sampling preserves the target's distribution (chi-square), and bad input fails c
 
 import itertools
 import json
-import math
 import warnings
 
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import given, HealthCheck, settings, strategies as st
 from scipy.stats import chisquare
 
-from peagle_lab import speculative as spec
+from peagle_lab import sampling as sampling_rules, speculative as spec, target_runner
+from peagle_lab.draft_sources import DraftSource, HeadDrafter, OracleDrafter, RandomDrafter
 from peagle_lab.drafter import PEagleConfig, PEagleDrafter
 from peagle_lab.errors import PeagleError
-from peagle_lab.speculative import (HeadDrafter, OracleDrafter, RandomDrafter, Sampling, TargetRunner,
-                                    plain_generate, speculative_generate)
+from peagle_lab.sampling import Sampling
+from peagle_lab.speculative import plain_generate, speculative_generate
+from peagle_lab.target_runner import TargetRunner
 
 from conftest import make_random_ids, make_tiny_llama
 
@@ -63,7 +63,7 @@ def test_oracle_head_is_accepted_in_full_every_round(k):
     res = speculative_generate(runner, OracleDrafter(prompt + base.tokens, 96), prompt, k, n)
     assert res.tokens == base.tokens
     assert res.stats.rounds == 4 and res.stats.acceptance_length == k + 1
-    assert res.stats.per_position_acceptance == [1.0] * k
+    assert res.stats.conditional_acceptance == res.stats.unconditional_acceptance == [1.0] * k
 
 
 def test_random_drafts_are_almost_never_accepted_but_output_is_unchanged():
@@ -89,14 +89,14 @@ def test_eos_stops_generation_in_the_middle_of_an_accepted_run():
 
 
 # ------------------------------------------------------------------------------------ sampling
-class SkewedDrafter(spec.DraftSource):
+class SkewedDrafter(DraftSource):
     """Samples drafts from a fixed distribution far from the target's, so rejections are frequent."""
 
     def __init__(self, vocab, seed=0):
         g = torch.Generator().manual_seed(seed)
         self.q = torch.softmax(3.0 * torch.randn(16, vocab, generator=g), -1)
 
-    def propose(self, ctx_tokens, ctx_taps, start_pos, k, sampling, gen):
+    def propose(self, slots, k, sampling, gen):
         q = self.q[:k]
         return torch.multinomial(q, 1, generator=gen).squeeze(-1), q
 
@@ -205,7 +205,7 @@ def test_k_above_the_trained_depth_warns_and_still_runs_losslessly():
 # ------------------------------------------------------------------------------------ real target
 def test_real_target_every_k_both_modes_on_humaneval_prompts(smollm2):
     """SmolLM2-135M, greedy, fp32: speculative == plain, token for token, K = 1..8, parallel and sequential."""
-    from peagle_lab.heads import SHIPPED, load_head
+    from peagle_lab.heads import load_head, SHIPPED
     from peagle_lab.prompts import chat_ids, humaneval_prompts
 
     model, tok = smollm2
@@ -288,7 +288,7 @@ def test_generator_is_made_on_the_runners_device_and_a_foreign_one_is_refused():
     spec.check_generator(None, "cuda")  # no generator: torch's default one on each device
     # the helper makes it on the runner's device; on the CPU it is the generator seeded as before (same draws)
     runner = TargetRunner(make_tiny_llama())
-    gen = spec.make_generator(runner.device, 7)
+    gen = sampling_rules.make_generator(runner.device, 7)
     assert gen.device == runner.device == torch.device("cpu")
     assert torch.equal(torch.rand(5, generator=gen), torch.rand(5, generator=torch.Generator().manual_seed(7)))
     spec.check_generator(gen, runner.device)
@@ -304,13 +304,13 @@ def test_acceptance_maths_stays_on_the_logits_device(monkeypatch):
     _no_cpu_copies(monkeypatch)
     a, bonus = spec.accept_greedy(drafts, logits)
     assert (a, bonus) == (2, int(pred[2])) and type(a) is int and type(bonus) is int
-    a, tok = spec.accept_sampling(drafts, q, logits, Sampling(1.0), spec.make_generator("cpu", 1))
+    a, tok = spec.accept_sampling(drafts, q, logits, Sampling(1.0), sampling_rules.make_generator("cpu", 1))
     assert type(a) is int and type(tok) is int and 0 <= a <= 3 and 0 <= tok < 12
     # and a whole sampled generation with a head: drafting, acceptance and the bonus token, no CPU copies
     target = make_tiny_llama()
     runner = TargetRunner(target)
     res = speculative_generate(runner, HeadDrafter(random_head(target, "parallel")), [5, 6, 7], 3, 10,
-                               sampling=Sampling(1.0), gen=spec.make_generator(runner.device, 0))
+                               sampling=Sampling(1.0), gen=sampling_rules.make_generator(runner.device, 0))
     assert len(res.tokens) == 10
 
 
@@ -362,16 +362,103 @@ def test_sliding_window_targets_are_refused_with_the_limitation_and_the_fix(name
         TargetRunner(model)
     assert "Fix:" in str(err.value) and ">= max_position_embeddings" in str(err.value)
     with pytest.raises(PeagleError, match=r"sliding.*window.*16 < max_position_embeddings=256"):
-        spec.check_cache_rollback(cfg)
+        target_runner.check_cache_rollback(cfg)
 
 
 def test_global_in_effect_windows_and_full_attention_targets_are_accepted():
     from transformers import MistralConfig, Qwen2Config
 
-    spec.check_cache_rollback(make_tiny_llama().config)
-    spec.check_cache_rollback(_tiny(MistralConfig, sliding_window=None))
-    spec.check_cache_rollback(_tiny(MistralConfig, sliding_window=256))  # window >= max positions: never evicts
-    spec.check_cache_rollback(_tiny(Qwen2Config, use_sliding_window=False, sliding_window=16))
+    target_runner.check_cache_rollback(make_tiny_llama().config)
+    target_runner.check_cache_rollback(_tiny(MistralConfig, sliding_window=None))
+    target_runner.check_cache_rollback(_tiny(MistralConfig, sliding_window=256))  # window >= max positions: never evicts
+    target_runner.check_cache_rollback(_tiny(Qwen2Config, use_sliding_window=False, sliding_window=16))
     with pytest.raises(PeagleError, match="linear_attention"):
-        spec.check_cache_rollback(type("Cfg", (), dict(layer_types=["full_attention", "linear_attention"],
+        target_runner.check_cache_rollback(type("Cfg", (), dict(layer_types=["full_attention", "linear_attention"],
                                                        max_position_embeddings=256))())
+
+
+# ------------------------------------------------------------------------------------ rounds, slots, statistics
+def test_iter_rounds_yields_the_prefill_then_one_record_per_verification():
+    from peagle_lab.speculative import iter_rounds, Round, SpecStats
+
+    target = make_tiny_llama(seed=3)
+    runner = TargetRunner(target)
+    prompt = make_random_ids(length=5, seed=4)[0].tolist()
+    drafter = HeadDrafter(random_head(target, "sequential", seed=1))
+    rounds = list(iter_rounds(runner, drafter, prompt, 3, 17))
+    res = speculative_generate(runner, drafter, prompt, 3, 17)
+    assert all(isinstance(r, Round) for r in rounds)
+    assert rounds[0].is_prefill and rounds[0].drafts == [] and rounds[0].tokens == [rounds[0].bonus]
+    assert set(rounds[0].times) == {"prefill"}
+    assert [r.done for r in rounds] == [False] * (len(rounds) - 1) + [True]
+    assert [t for r in rounds for t in r.tokens] == res.tokens == plain_generate(runner, prompt, 17).tokens
+    for r in rounds[1:]:
+        assert set(r.times) == {"draft", "verify", "accept"} and r.drafter_passes == r.k  # sequential: K passes
+        if not r.done:
+            assert r.tokens == r.drafts[:r.accepted] + [r.bonus]
+    stats = SpecStats.from_rounds(3, rounds)
+    keep = ("k", "rounds", "accepted", "attempted_at", "accepted_at", "new_tokens", "target_forwards",
+            "drafter_passes")
+    assert {x: getattr(stats, x) for x in keep} == {x: getattr(res.stats, x) for x in keep}
+    assert stats.target_forwards == len(rounds) and stats.rounds == len(rounds) - 1
+
+
+def test_slots_state_the_eagle_shift_and_propose_takes_them():
+    from peagle_lab.slots import Slots
+
+    taps = torch.randn(4, 6)
+    slots = Slots.after_prefill([10, 11, 12, 13], 14, taps)
+    assert slots.tokens == [11, 12, 13, 14] and slots.start == 0 and slots.end == 4  # slot t: token t+1, taps t
+    tail = slots.tail(2)
+    assert tail.tokens == [13, 14] and tail.start == 2 and torch.equal(tail.taps, taps[2:])
+    after = Slots.after_round([7, 8], torch.randn(5, 6), 9)
+    assert after.tokens == [7, 8] and len(after.taps) == 2 and after.start == 9
+    with pytest.raises(ValueError, match="slot t pairs"):
+        Slots([1, 2], torch.randn(3, 6))
+    # HeadDrafter.propose(slots, ...) drafts from the slots' tokens and taps: the same as from the explicit ones
+    target = make_tiny_llama()
+    head = random_head(target, "parallel")
+    runner = TargetRunner(target)
+    prompt = [5, 6, 7, 8]
+    logits, taps = runner.forward(prompt)
+    slots = Slots.after_prefill(prompt, int(logits[-1].argmax()), taps)
+    new, _ = HeadDrafter(head).propose(slots, 4, Sampling(), None)
+    old, _ = HeadDrafter(head).propose(Slots(list(slots.tokens), slots.taps.clone(), 0), 4, Sampling(), None)
+    assert torch.equal(new, old)
+
+
+def test_spec_stats_merge_pools_counts_and_pads_a_shorter_k():
+    from peagle_lab.speculative import SpecStats
+
+    a, b = SpecStats(k=3), SpecStats(k=2)
+    a.add_round(2, 3)
+    a.add_round(0, 3)
+    b.add_round(2, 2)
+    a.new_tokens, b.new_tokens, a.times, b.times = 4, 3, {"draft": 1.0}, {"draft": 0.5, "verify": 2.0}
+    m = a.merge(b)
+    assert (m.k, m.rounds, m.accepted, m.new_tokens) == (3, 3, [2, 0, 2], 7)
+    assert m.attempted_at == [3, 2, 1] and m.accepted_at == [2, 2, 0]
+    assert m.times == {"draft": 1.5, "verify": 2.0}
+    assert SpecStats.merged([a, b]).as_dict() == m.as_dict()
+    assert a.rounds == 2 and b.rounds == 1  # the inputs are left as they were
+    assert SpecStats.merged([], k=4).as_dict()["rounds"] == 0
+
+
+def test_conditional_and_unconditional_acceptance_are_different_rates_with_one_meaning_each():
+    from peagle_lab.serving.metrics import conditional_acceptance, summarise_spec, unconditional_acceptance
+    from peagle_lab.speculative import SpecStats
+
+    s = SpecStats(k=3)
+    s.add_round(2, 3)  # slots 1, 2 accepted, 3 rejected
+    s.add_round(0, 3)  # slot 1 rejected
+    assert s.conditional_acceptance == [0.5, 1.0, 0.0]  # P(j | all before j accepted)
+    assert s.unconditional_acceptance == [0.5, 0.5, 0.0]  # P(j accepted) per round
+    # vLLM's counters for the same two rounds: the readers give the same two rates
+    assert unconditional_acceptance(2, [1, 1, 0]) == s.unconditional_acceptance
+    assert conditional_acceptance(2, [1, 1, 0]) == s.conditional_acceptance
+    m = summarise_spec(2, 6, 2, [1, 1, 0])
+    assert m["unconditional_acceptance"] == m["per_position_acceptance"] == s.unconditional_acceptance  # old key kept
+    assert m["conditional_acceptance"] == s.conditional_acceptance
+    d = s.as_dict()
+    assert d["per_position_acceptance"] == s.conditional_acceptance  # the key results files already use
+    assert d["unconditional_acceptance"] == s.unconditional_acceptance

@@ -6,9 +6,11 @@ import pytest
 import torch
 
 from peagle_lab.data import cod_sample, cod_sizes, distill, read_distilled
+from peagle_lab.draft_sources import HeadDrafter
 from peagle_lab.drafter import PEagleDrafter
 from peagle_lab.errors import PeagleError
-from peagle_lab.speculative import HeadDrafter, Sampling
+from peagle_lab.sampling import Sampling
+from peagle_lab.slots import Slots
 from peagle_lab.training import (
     TrainConfig, Trainer, evaluate_head, lr_factor, plan_row, prepare_sequences, train_head,
     training_mask,
@@ -110,7 +112,7 @@ def test_parallel_training_element_equals_the_one_pass_inference_draft(tiny_llam
         # inference: context slots 0..a hold (x_{t+1}, h_t); then K-1 mask slots, one forward pass
         n = a + 1
         drafter = HeadDrafter(head, "parallel")
-        drafts, _ = drafter.propose(x[1:n + 1].tolist(), taps[:n], 0, K, Sampling(), None)
+        drafts, _ = drafter.propose(Slots(x[1:n + 1].tolist(), taps[:n]), K, Sampling())
         ids = torch.cat([x[1:n + 1], torch.full((K - 1,), MASK_ID)])[None]
         hidden = torch.cat([head.fuse(taps[:n]), head.mask_slot_hidden()[0].expand(K - 1, -1)])[None]
         with torch.no_grad():
@@ -156,15 +158,15 @@ def test_context_variant_copies_the_anchor_hidden_into_mask_slots(tiny_llama):
 
     head = module.sync_head()
     a = 4
-    drafts, _ = make_drafter(head).propose(seq["input_ids"][1:a + 2].tolist(), seq["taps"][:a + 1], 0, 3,
-                                           Sampling(), None)
+    drafts, _ = make_drafter(head).propose(Slots(seq["input_ids"][1:a + 2].tolist(), seq["taps"][:a + 1]), 3,
+                                           Sampling())
     got = [int(head.draft_to_target_ids()[logits[d][int((plan.depths[d].anchor_pos == a).nonzero())].argmax()])
            for d in range(3)]
     assert got == drafts.tolist()
 
 
 def test_context_drafter_is_a_view_that_leaves_the_callers_head_alone(tiny_llama):
-    from peagle_lab.training import ContextMaskDrafter, as_context_drafter, make_drafter
+    from peagle_lab.training import as_context_drafter, ContextMaskDrafter, make_drafter
 
     model = tiny_llama(hidden=32, layers=4)
     head = _trainer_module(model, "parallel", mask_hidden="context").sync_head()
@@ -525,3 +527,44 @@ def test_data_target_check_is_the_same_for_fp32_and_bf16_copies_of_a_target(tiny
     check_data_target(legacy, bf16, "d.jsonl")  # not comparable in bf16: accepted
     with pytest.raises(PeagleError, match="distilled from another target"):
         check_data_target(legacy, other, "d.jsonl")
+
+
+def test_accelerate_is_the_one_code_path_on_a_single_cpu_process(tiny_llama, tmp_path):
+    from accelerate import Accelerator
+    from accelerate.optimizer import AcceleratedOptimizer
+
+    model = tiny_llama(hidden=32, layers=4)
+    tr = Trainer(tiny_cfg(steps=2, save_every=1), model, tiny_sequences(model, n=3), out_dir=tmp_path,
+                 progress=False, verbose=False)
+    assert isinstance(tr.acc, Accelerator) and tr.world == 1 and tr.is_main
+    assert isinstance(tr.opt, AcceleratedOptimizer) and tr.model_for_step is tr.module  # one process: no DDP wrap
+    res = tr.train()
+    assert res.steps_done == 2 and (tmp_path / "checkpoint" / "state.pt").exists()
+    assert not hasattr(TrainConfig(), "accelerate")  # no switch left: the Accelerator always runs
+
+
+def test_a_state_saved_with_the_dropped_accelerate_setting_still_resumes(tiny_llama, tmp_path):
+    """Checkpoints written while TrainConfig had ``accelerate`` ("auto" / "no") resume: the field is gone."""
+    model = tiny_llama(hidden=32, layers=4)
+    seqs = tiny_sequences(model, n=3)
+    Trainer(tiny_cfg(steps=4), model, seqs, out_dir=tmp_path, progress=False, verbose=False).train(stop_after=2)
+    path = tmp_path / "checkpoint" / "state.pt"
+    st = torch.load(path, weights_only=False)
+    st["config"]["accelerate"] = "no"
+    torch.save(st, path)
+    again = Trainer(tiny_cfg(steps=4), model, seqs, out_dir=tmp_path, resume=True, progress=False, verbose=False)
+    assert again.step == 2 and again.train().steps_done == 4
+
+
+def test_a_log_line_cut_by_a_crash_is_dropped_on_resume(tmp_path):
+    """A crash in mid-append leaves half a JSON line at the end of train_log.jsonl: reading the log for a resume
+    drops it (the step is written again); damage anywhere else is refused with the fix."""
+    from peagle_lab.errors import PeagleError
+    from peagle_lab.training.state import read_log
+
+    log = tmp_path / "train_log.jsonl"
+    log.write_text('{"step": 1, "loss": 2.0}\n{"step": 2, "loss": 1.9}\n{"step": 3, "lo')
+    assert [r["step"] for r in read_log(log)] == [1, 2]
+    log.write_text('{"step": 1, "lo\n{"step": 2, "loss": 1.9}\n')
+    with pytest.raises(PeagleError, match="damaged at line 1"):
+        read_log(log)

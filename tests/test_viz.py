@@ -36,17 +36,19 @@ def test_negative_accepted_count_is_rejected():
 
 def test_sources_match_what_the_loop_commits_with_an_oracle_drafter(tiny_llama, random_ids):
     """Every oracle draft is accepted: rounds look like slot 1..K then the bonus token."""
-    from peagle_lab.speculative import OracleDrafter, TargetRunner, plain_generate, speculative_generate
+    from peagle_lab.draft_sources import OracleDrafter
+    from peagle_lab.speculative import iter_rounds, plain_generate
+    from peagle_lab.target_runner import TargetRunner
 
     model = tiny_llama(vocab=96)
     prompt = random_ids(length=6, vocab=96)[0].tolist()
     runner = TargetRunner(model)
     ref = plain_generate(runner, prompt, 11).tokens
-    accepted = []
-    out = speculative_generate(runner, OracleDrafter(prompt + ref, 96), prompt, k=3, max_new_tokens=11,
-                               on_round=lambda new, a: accepted.append(a))
-    assert out.tokens == ref
-    assert viz.token_sources(accepted, len(out.tokens)) == [0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2]
+    rounds = list(iter_rounds(runner, OracleDrafter(prompt + ref, 96), prompt, k=3, max_new_tokens=11))
+    tokens = [t for r in rounds for t in r.tokens]
+    assert tokens == ref
+    accepted = [r.accepted for r in rounds if not r.is_prefill]
+    assert viz.token_sources(accepted, len(tokens)) == [0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2]
 
 
 # ------------------------------------------------------------------------------------------ text pieces

@@ -11,6 +11,7 @@ One concept per module: ``inputs`` (prompts, heads), ``drafting`` (drafting cost
 (all of it), ``cli`` (``peagle-lab bench``).
 """
 
+from ..jsonsafe import json_safe
 from ..timer import summarize, synchronize, time_once, time_repeated
 from .drafting import drafting_cost
 from .e2e import ASSISTED_NOT_RUN, end_to_end
@@ -22,6 +23,7 @@ from .methods import Method, MethodRun, head_method, hf_method, plain_method, sp
 from .plots import (draw_plots, plot_acceptance, plot_break_even, plot_drafting_cost, plot_round_profile,
                     plot_speedup)
 from .readme import format_table, results_readme
-from .record import SCHEMA, environment, finish_environment, json_safe
+from ..environment import environment
+from .record import SCHEMA, finish_environment
 from .suite import FULL, QUICK, run_benchmark
 from .summary import aggregate, break_even_inputs, headline, hosts_table, speedup_model, verify_and_draft_ratio

@@ -10,11 +10,15 @@ from typing import Callable, Sequence
 
 import torch
 
+from ..draft_sources import HeadDrafter
 from ..errors import PeagleError
-from ..speculative import HeadDrafter, Sampling, TargetRunner
+from ..sampling import Sampling
+from ..slots import Slots
+from ..target_runner import TargetRunner
 from ..timer import summarize, time_once
 from .inputs import as_prompt_ids, default_prompt_ids, describe_head, model_of, target_runner
-from .record import SCHEMA, environment, finish_environment, rounded
+from ..environment import environment
+from .record import SCHEMA, finish_environment, rounded
 
 
 @torch.no_grad()
@@ -47,20 +51,20 @@ def drafting_cost(head, runner_or_model, prompt_ids=None, tokenizer=None, ks: Se
     runner.reset()
     logits, taps = runner.forward(prompt)
     first = int(logits[-1].argmax())
-    ctx_tokens = prompt[1:] + [first]  # slot t: token t+1 and taps at t (EAGLE shift)
-    n = len(ctx_tokens)
+    slots = Slots.after_prefill(prompt, first, taps)  # slot t: token t+1 and taps at t (EAGLE shift)
     drafters = {m: HeadDrafter(head, m) for m in ("parallel", "sequential")}
-    round_tokens, round_taps, start = ctx_tokens[-new_slots:], taps[-new_slots:], n - new_slots
+    round_slots = slots.tail(new_slots)  # as if only the last new_slots were newly committed
+    start = round_slots.start
     target_len = runner.length
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # K above the head's trained K: timing is what we want here
         for d in drafters.values():
             d.reset()
-            d.propose(ctx_tokens, taps, 0, 1, greedy, None)  # the drafter's prefill over the prompt
+            d.propose(slots, 1, greedy, None)  # the drafter's prefill over the prompt
 
         def draft_fn(mode, k):
-            return lambda: drafters[mode].propose(round_tokens, round_taps, start, k, greedy, None)
+            return lambda: drafters[mode].propose(round_slots, k, greedy, None)
 
         def verify_fn(k):
             ids = [first] + [first] * k

@@ -9,12 +9,14 @@ from typing import Callable, Sequence
 
 import torch
 
+from ..divergence import BF16_TIE_ULPS, first_divergence
 from ..errors import PeagleError
-from ..speculative import BF16_TIE_ULPS, TargetRunner, first_divergence
+from ..target_runner import TargetRunner
 from .inputs import as_prompt_ids, default_prompt_ids, describe_head
 from .lossless import lossless_note, lossless_regime
 from .methods import Method, head_method, hf_method, plain_method, rounds_of
-from .record import SCHEMA, environment, finish_environment, rounded
+from ..environment import environment
+from .record import SCHEMA, finish_environment, rounded
 from .summary import aggregate
 
 ASSISTED_NOT_RUN = ("not run: transformers' assisted generation needs a small draft LM that shares the target's "

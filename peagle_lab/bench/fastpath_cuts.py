@@ -9,10 +9,12 @@ from typing import Callable
 import torch
 
 from ..fastpath import fp32_lm_head, undo_fp32_lm_head
-from ..speculative import TargetRunner
+from ..slots import Slots
+from ..target_runner import TargetRunner
 from ..timer import summarize, time_once
 from .inputs import as_prompt_ids, default_prompt_ids, model_of, target_runner
-from .record import SCHEMA, environment, finish_environment, rounded
+from ..environment import environment
+from .record import SCHEMA, finish_environment, rounded
 
 
 @torch.no_grad()
@@ -41,7 +43,8 @@ def fastpath_ab(head, runner_or_model, prompt_ids=None, tokenizer=None, k: int =
     n = len(prompt)
     hidden = head.fuse(taps.to(next(head.parameters()).dtype)[None])
     mask = head.mask_slot_hidden().to(hidden.dtype).expand(1, k - 1, -1)
-    tokens = torch.tensor([prompt[1:] + [prompt[-1]] + [head.config.mask_token_id] * (k - 1)], device=device)
+    slots = Slots.after_prefill(prompt, prompt[-1], taps)  # EAGLE shift; prompt[-1] stands in for the first token
+    tokens = torch.tensor([slots.tokens + [head.config.mask_token_id] * (k - 1)], device=device)
     hid = torch.cat([hidden, mask], dim=1)
     pos = torch.arange(0, n + k - 1, device=device)[None]
 

@@ -14,7 +14,8 @@ from ..errors import PeagleError
 from ..precision import dtype_name, host_slug
 from .plots import draw_plots
 from .readme import results_readme
-from .record import SCHEMA, json_safe
+from ..jsonsafe import json_safe
+from .record import SCHEMA
 from .summary import headline
 
 

@@ -9,10 +9,10 @@ import torch
 
 from ..drafter import PEagleConfig, PEagleDrafter
 from ..errors import PeagleError
-from ..heads import SHIPPED, load_head
+from ..heads import load_head, SHIPPED
 from ..prompts import chat_ids, humaneval_prompts
 from ..settings import display_path
-from ..speculative import TargetRunner
+from ..target_runner import TargetRunner
 from ..vocab import mask_token_id_for
 
 

@@ -8,7 +8,7 @@ import torch
 
 def lossless_regime(dtype) -> str:
     """``exact`` (fp32: token for token) or ``near-tie`` (bf16: divergences only where the plain run's top-2
-    logits are within bf16 resolution, see ``speculative.tie_bound``)."""
+    logits are within bf16 resolution, see ``divergence.tie_bound``)."""
     return "exact" if dtype in (torch.float32, torch.float64) else "near-tie"
 
 

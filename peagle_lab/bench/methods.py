@@ -10,7 +10,8 @@ from typing import Callable
 
 import torch
 
-from ..speculative import HeadDrafter, plain_generate, speculative_generate
+from ..draft_sources import HeadDrafter
+from ..speculative import plain_generate, speculative_generate
 from ..timer import Timer
 
 

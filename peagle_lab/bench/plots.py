@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..atomic import write_figure
 from .summary import break_even_inputs, speedup_model
 
 
@@ -24,7 +25,7 @@ def _finish_figure(fig, env: dict, path=None):
     fig.suptitle(_subtitle(env), fontsize=8)
     fig.tight_layout()
     if path:
-        fig.savefig(path, dpi=110)
+        write_figure(path, fig, dpi=110)
     return fig
 
 
@@ -167,7 +168,7 @@ def plot_break_even(curves: list[dict], points: list[dict] = (), k: int = 7, pat
         return _finish_figure(fig, env, path)
     fig.tight_layout()
     if path:
-        fig.savefig(path, dpi=110)
+        write_figure(path, fig, dpi=110)
     return fig
 
 

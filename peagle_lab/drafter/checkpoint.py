@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from ..atomic import atomic_write
+from ..atomic import atomic_write, write_json
 from ..errors import PeagleError
 from ..vocab import t2d_from_d2t
 from .config import _FIX, CONFIG, WEIGHTS, PEagleConfig
@@ -49,7 +49,7 @@ def save_pretrained(model, path, dtype: torch.dtype | None = torch.bfloat16) -> 
     cfg = model.config.to_json_dict()
     cfg["torch_dtype"] = str(dtype or torch.float32).replace("torch.", "")
     atomic_write(path / WEIGHTS, lambda f: save_file(tensors, f, metadata={"format": "pt"}))
-    atomic_write(path / CONFIG, lambda f: Path(f).write_text(json.dumps(cfg, indent=2)))
+    write_json(path / CONFIG, cfg)
     return path
 
 

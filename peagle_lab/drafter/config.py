@@ -64,6 +64,21 @@ class PEagleConfig:
     def num_taps(self) -> int:
         return len(self.aux_hidden_state_layer_ids)
 
+    def llama_config(self, rope_parameters: dict | None = None):
+        """A transformers ``LlamaConfig`` of the head's shape (hidden size, heads, MLP, norms, ``rope_parameters``):
+        what transformers' Llama modules (``LlamaRMSNorm``, ``LlamaMLP``, ``LlamaRotaryEmbedding``) are built from.
+        ``rope_parameters`` replaces the head's own (a copy is taken: transformers may fill fields in)."""
+        import copy
+
+        from transformers import LlamaConfig  # lazy: the config module itself needs no transformers
+
+        return LlamaConfig(hidden_size=self.hidden_size, num_attention_heads=self.num_attention_heads,
+                           num_key_value_heads=self.num_key_value_heads, head_dim=self.head_dim,
+                           intermediate_size=self.intermediate_size, vocab_size=self.vocab_size,
+                           num_hidden_layers=self.num_hidden_layers, rms_norm_eps=self.rms_norm_eps,
+                           max_position_embeddings=self.max_position_embeddings, hidden_act="silu", mlp_bias=False,
+                           rope_parameters=copy.deepcopy(rope_parameters or self.rope_parameters))
+
     @classmethod
     def from_target(cls, target_config, *, num_hidden_layers=1, draft_vocab_size=None, aux_layer_ids=None,
                     mask_token_id=0, **kw) -> "PEagleConfig":

@@ -13,71 +13,75 @@ Parallel drafting (P-EAGLE): after the last real slot come K-1 slots with the ma
 hidden state ``fc(mask_hidden)`` at positions ``start + j``; ordinary causal attention. Sequential drafting
 (EAGLE-3): each further step feeds the drafted token and the previous step's ``prenorm``.
 
+The norms, the MLP and the rotary tables are transformers' Llama modules (``LlamaRMSNorm``, ``LlamaMLP``,
+``LlamaRotaryEmbedding``); only the attention (its 2H-input first layer, the head's own KV cache) is written here.
 The configuration lives in :mod:`.config`, the checkpoint format in :mod:`.checkpoint`.
 """
 
 from __future__ import annotations
-
-import copy
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from ..errors import PeagleError
+from ..kv_cache import DrafterCache
 from ..vocab import d2t_t2d, draft_ids_from_d2t
 from . import checkpoint
 from .config import _FIX, PEagleConfig
 
 
 # --------------------------------------------------------------------------------------------- layers
-class RMSNorm(nn.Module):
-    def __init__(self, dim: int, eps: float):
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(dim))
-        self.eps = eps
+def _llama():
+    """transformers' Llama modules (the target's): same parameter names (``weight``; ``gate_proj``/``up_proj``/
+    ``down_proj``), so the state-dict keys, the shipped heads and the vLLM export are unchanged. Imported when a
+    head is built, not with the package: importing them loads torch's compiler stack, which sets
+    ``TORCHINDUCTOR_CACHE_DIR``, and ``import peagle_lab`` sets nothing."""
+    from transformers.models.llama import modeling_llama
 
-    def forward(self, x):
-        dtype = x.dtype
-        x = x.float()
-        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * x.to(dtype)
+    return modeling_llama
+
+
+def RMSNorm(hidden_size: int, eps: float = 1e-6) -> nn.Module:
+    """transformers' ``LlamaRMSNorm``."""
+    return _llama().LlamaRMSNorm(hidden_size, eps)
+
+
+def MLP(config) -> nn.Module:
+    """transformers' ``LlamaMLP`` for a ``LlamaConfig`` (:meth:`PEagleConfig.llama_config`)."""
+    return _llama().LlamaMLP(config)
+
+
+def _rotary_embedding(lcfg) -> nn.Module:
+    return _llama().LlamaRotaryEmbedding(lcfg)
 
 
 def rope_cos_sin(positions: torch.Tensor, head_dim: int, theta: float, dtype):
-    """Llama (neox-style, rotate-half) rotary tables for integer positions of shape (B, T)."""
-    inv = 1.0 / (theta ** (torch.arange(0, head_dim, 2, device=positions.device, dtype=torch.float32) / head_dim))
-    freqs = positions.float()[..., None] * inv  # (B, T, hd/2)
-    emb = torch.cat([freqs, freqs], dim=-1)
-    return emb.cos().to(dtype)[:, None], emb.sin().to(dtype)[:, None]  # (B, 1, T, hd)
+    """Plain (rope_type default) Llama rotary tables for integer positions of shape (B, T): transformers'
+    ``LlamaRotaryEmbedding`` with ``rope_theta`` ``theta``. Returns cos, sin of shape (B, 1, T, head_dim)."""
+    lcfg = PEagleConfig(hidden_size=head_dim, num_attention_heads=1, num_key_value_heads=1, intermediate_size=1,
+                        vocab_size=1, head_dim=head_dim, rope_theta=theta).llama_config()
+    cos, sin = _rotary_embedding(lcfg)(torch.empty(0, device=positions.device, dtype=dtype), positions)
+    return cos[:, None], sin[:, None]
 
 
 class RotaryTables:
     """The head's rotary cos/sin for integer positions, from its ``rope_parameters`` (the target's).
 
-    ``rope_type`` default: :func:`rope_cos_sin` with ``rope_theta`` (what the head always computed). Any other type
-    (llama3, yarn, linear, dynamic, longrope, ...): transformers' own ``LlamaRotaryEmbedding`` for a Llama config
-    with the head's shape and these parameters -- the inverse frequencies and attention scaling the target uses and
-    vLLM builds from the exported config. Not an ``nn.Module`` of the head: its tables stay float32 when the head is
-    cast to bf16 and it adds nothing to the checkpoint; it follows the positions' device."""
+    transformers' own ``LlamaRotaryEmbedding`` for a Llama config with the head's shape and these parameters, for
+    every ``rope_type`` (default, llama3, yarn, linear, dynamic, longrope, ...): the inverse frequencies and attention
+    scaling the target uses and vLLM builds from the exported config. Not an ``nn.Module`` of the head: its tables
+    stay float32 when the head is cast to bf16 and it adds nothing to the checkpoint; it follows the positions'
+    device."""
 
     def __init__(self, cfg: "PEagleConfig"):
         self.head_dim, self.theta = cfg.head_dim, cfg.rope_theta
         self.params = dict(cfg.rope_parameters)
-        self.hf = None if self.params["rope_type"] == "default" else self._transformers_rotary(cfg)
+        self.hf = self._transformers_rotary(cfg)
 
     def _transformers_rotary(self, cfg):
-        from transformers import LlamaConfig  # lazy: only a non-default RoPE needs transformers' tables
-        from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
-
         try:
-            lcfg = LlamaConfig(hidden_size=cfg.hidden_size, num_attention_heads=cfg.num_attention_heads,
-                               num_key_value_heads=cfg.num_key_value_heads, head_dim=cfg.head_dim,
-                               intermediate_size=cfg.intermediate_size, vocab_size=cfg.vocab_size,
-                               num_hidden_layers=cfg.num_hidden_layers,
-                               max_position_embeddings=cfg.max_position_embeddings,
-                               rope_parameters=copy.deepcopy(self.params))
-            rotary = LlamaRotaryEmbedding(lcfg)
+            rotary = _rotary_embedding(cfg.llama_config(self.params))
         except (KeyError, ValueError, TypeError) as exc:
             raise PeagleError(f"rope_parameters {self.params} cannot build the rotary embedding ({exc!r}): a field "
                               f"that rope_type {self.params['rope_type']!r} needs is missing or wrong. {_FIX}") from exc
@@ -88,20 +92,16 @@ class RotaryTables:
 
     def __call__(self, positions: torch.Tensor, dtype):
         """(B, T) positions -> cos, sin of shape (B, 1, T, head_dim) in ``dtype``."""
-        if self.hf is None:
-            return rope_cos_sin(positions, self.head_dim, self.theta, dtype)
         if self.hf.inv_freq.device != positions.device:
             self.hf.to(positions.device)
         cos, sin = self.hf(torch.empty(0, device=positions.device, dtype=dtype), positions)
         return cos[:, None], sin[:, None]
 
 
-def _rotate_half(x):
-    x1, x2 = x.chunk(2, dim=-1)
-    return torch.cat([-x2, x1], dim=-1)
-
-
 class Attention(nn.Module):
+    """Llama attention over an ``in_dim`` input (2H in EAGLE-3's first layer: [embeddings, hidden]) with the head's
+    own KV cache; the rotation is transformers' ``apply_rotary_pos_emb``."""
+
     def __init__(self, cfg: PEagleConfig, in_dim: int):
         super().__init__()
         self.nh, self.nkv, self.hd = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
@@ -115,8 +115,7 @@ class Attention(nn.Module):
         q = self.q_proj(x).view(B, T, self.nh, self.hd).transpose(1, 2)
         k = self.k_proj(x).view(B, T, self.nkv, self.hd).transpose(1, 2)
         v = self.v_proj(x).view(B, T, self.nkv, self.hd).transpose(1, 2)
-        q = q * cos + _rotate_half(q) * sin
-        k = k * cos + _rotate_half(k) * sin
+        q, k = _llama().apply_rotary_pos_emb(q, k, cos[:, 0], sin[:, 0])  # (B, 1, T, hd) tables -> (B, T, hd)
         if cache is not None:
             k, v = cache.update(layer, k, v)
         if self.nkv != self.nh:
@@ -125,17 +124,6 @@ class Attention(nn.Module):
             v = v.repeat_interleave(rep, dim=1)
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
         return self.o_proj(out.transpose(1, 2).reshape(B, T, self.nh * self.hd))
-
-
-class MLP(nn.Module):
-    def __init__(self, cfg: PEagleConfig):
-        super().__init__()
-        self.gate_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
-        self.up_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
-        self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
-
-    def forward(self, x):
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
 
 
 class DecoderLayer(nn.Module):
@@ -150,7 +138,7 @@ class DecoderLayer(nn.Module):
             self.hidden_norm = RMSNorm(H, cfg.rms_norm_eps)
         self.self_attn = Attention(cfg, 2 * H if first else H)
         self.post_attention_layernorm = RMSNorm(H, cfg.rms_norm_eps)
-        self.mlp = MLP(cfg)
+        self.mlp = MLP(cfg.llama_config())
 
     def forward(self, embeds, hidden, residual, cos, sin, mask, cache, layer):
         if self.first:
@@ -164,30 +152,6 @@ class DecoderLayer(nn.Module):
         return hidden, residual
 
 
-class DrafterCache:
-    """The drafter's own KV cache: per layer (B, n_kv, T, hd). Rollback = keep the first ``n`` positions."""
-
-    def __init__(self, num_layers: int):
-        self.k = [None] * num_layers
-        self.v = [None] * num_layers
-
-    def __len__(self):
-        return 0 if self.k[0] is None else self.k[0].shape[2]
-
-    def update(self, layer, k, v):
-        if self.k[layer] is not None:
-            k = torch.cat([self.k[layer], k], dim=2)
-            v = torch.cat([self.v[layer], v], dim=2)
-        self.k[layer], self.v[layer] = k, v
-        return k, v
-
-    def crop(self, n: int):
-        for i in range(len(self.k)):
-            if self.k[i] is not None:
-                self.k[i] = self.k[i][:, :, :n]
-                self.v[i] = self.v[i][:, :, :n]
-
-
 # --------------------------------------------------------------------------------------------- model
 class PEagleDrafter(nn.Module):
     """The head: ``forward`` over (tokens, fused target hidden states, positions); checkpoint methods delegate to
@@ -196,6 +160,7 @@ class PEagleDrafter(nn.Module):
     def __init__(self, cfg: PEagleConfig):
         super().__init__()
         self.config = cfg
+        self.rotary = RotaryTables(cfg)  # first: bad rope_parameters are named before the layers need them
         H = cfg.hidden_size
         self.embed_tokens = nn.Embedding(cfg.vocab_size, H)
         self.fc = nn.Linear(cfg.num_taps * cfg.target_hidden_size, H, bias=False)
@@ -207,7 +172,6 @@ class PEagleDrafter(nn.Module):
         self.register_buffer("d2t", torch.zeros(cfg.draft_vocab_size, dtype=torch.long))
         self.register_buffer("t2d", torch.ones(cfg.vocab_size, dtype=torch.bool)
                              if cfg.draft_vocab_size == cfg.vocab_size else torch.zeros(cfg.vocab_size, dtype=torch.bool))
-        self.rotary = RotaryTables(cfg)
         self._init_weights()
 
     def _init_weights(self):

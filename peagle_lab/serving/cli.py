@@ -8,7 +8,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from ..bench.record import environment
+from ..environment import environment
 from ..heads import shipped_head_path
 from ..precision import host_slug
 from ..prompts import chat_messages, humaneval_prompts

@@ -7,16 +7,32 @@ from __future__ import annotations
 from ..errors import PeagleError
 
 
-def summarise_spec(drafts: float, draft_tokens: float, accepted: float, per_pos) -> dict:
-    """Acceptance length (with the +1 bonus) and per-position rates from vLLM's counters."""
-    drafts, per_pos = int(drafts), [int(x) for x in per_pos]
-    rates = [a / drafts if drafts else 0.0 for a in per_pos]
-    cond = [rates[0] if i == 0 else (per_pos[i] / per_pos[i - 1] if per_pos[i - 1] else float("nan"))
+def unconditional_acceptance(drafts: int, accepted_per_position) -> list[float]:
+    """P(position i accepted) per draft (vLLM's per-position rate): accepted at i / drafts (0 with no drafts)."""
+    return [int(a) / int(drafts) if drafts else 0.0 for a in accepted_per_position]
+
+
+def conditional_acceptance(drafts: int, accepted_per_position) -> list[float]:
+    """P(position i accepted | position i-1 accepted): accepted at i / accepted at i-1 (vLLM drafts K every
+    round, so a position is attempted exactly when the one before it was accepted); NaN where never attempted.
+    ``SpecStats.conditional_acceptance`` is the same rate for our loop."""
+    per_pos = [int(x) for x in accepted_per_position]
+    rates = unconditional_acceptance(drafts, per_pos)
+    return [rates[0] if i == 0 else (per_pos[i] / per_pos[i - 1] if per_pos[i - 1] else float("nan"))
             for i in range(len(per_pos))]
+
+
+def summarise_spec(drafts: float, draft_tokens: float, accepted: float, per_pos) -> dict:
+    """Acceptance length (with the +1 bonus) and per-position rates from vLLM's counters. Keys:
+    ``unconditional_acceptance`` and ``conditional_acceptance``; ``per_position_acceptance`` is the
+    unconditional rate again, the key results files written before kept it under."""
+    drafts, per_pos = int(drafts), [int(x) for x in per_pos]
+    rates = unconditional_acceptance(drafts, per_pos)
     return {
         "acceptance_length": 1.0 + accepted / drafts if drafts else 1.0,
-        "per_position_acceptance": rates,  # P(position i accepted) per draft, vLLM's definition
-        "conditional_acceptance": cond,  # P(position i accepted | position i-1 accepted)
+        "unconditional_acceptance": rates,  # P(position i accepted) per draft, vLLM's definition
+        "per_position_acceptance": rates,  # the same, under its former key
+        "conditional_acceptance": conditional_acceptance(drafts, per_pos),  # P(i accepted | i-1 accepted)
         "accepted_per_position": per_pos,
         "drafts": drafts, "draft_tokens": int(draft_tokens), "accepted": int(accepted),
     }

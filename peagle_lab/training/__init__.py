@@ -17,7 +17,7 @@ from .inference import ContextMaskDrafter, as_context_drafter, make_drafter
 from .mask import full_training_mask, training_mask
 from .objective import DraftTrainer, mask_hidden_seed, tap_rms
 from .packing import PackedRows
-from .records import final_accuracy, machine_info, write_training_record
+from .records import final_accuracy, write_training_record
 from .sequences import check_data_target, prepare_sequences
 from .state import check_resume_config
 from .trainer import Trainer, TrainResult, lr_factor, precision_probe, train_head

@@ -3,9 +3,12 @@ settings, data, features, training, optional evaluation, the training record).""
 
 from __future__ import annotations
 
+import dataclasses
 import shlex
 import sys
 import time
+import types
+import typing
 from dataclasses import asdict
 from pathlib import Path
 
@@ -18,12 +21,62 @@ from ..lineage import cumulative, head_config, history_of, summary
 from ..models import target_name
 from ..prompts import humaneval_prompts, load_scale_records
 from ..settings import display_path, seed_everything
-from .config import MASK_EMBEDDING_VARIANTS, MASK_HIDDEN_VARIANTS, TrainConfig
+from .config import TrainConfig
 from .evaluate import evaluate_head
-from .records import final_accuracy, machine_info, write_training_record
+from ..environment import environment
+from .records import final_accuracy, write_training_record
 from .sequences import check_data_target, prepare_sequences
 from .state import STATE_FILE, check_resume_config
 from .trainer import Trainer, precision_probe
+
+
+def _flag_kwargs(f: dataclasses.Field, hint) -> dict:
+    """argparse keywords for one dataclass field, from its type and metadata. Every flag defaults to None ("not
+    given"): the dataclass default applies then (see :func:`config_from_args`)."""
+    meta = f.metadata
+    kw = dict(dest=f.name, default=None, help=meta.get("help"))
+    if (f.default is not dataclasses.MISSING and f.default not in (None, "") and hint is not bool
+            and "default" not in (kw["help"] or "")):
+        kw["help"] = f"{kw['help'] or ''} (default: {_show(f.default)})".lstrip()
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    base = args[0] if typing.get_origin(hint) in (typing.Union, types.UnionType) and len(args) == 1 else hint
+    if base is bool:
+        return kw | dict(action="store_true")
+    if typing.get_origin(base) is tuple:
+        items = typing.get_args(base)
+        nargs = "+" if len(items) == 2 and items[1] is Ellipsis else len(items)
+        kw |= dict(type=items[0], nargs=nargs)
+    elif base in (int, float, str):
+        kw["type"] = base
+    else:
+        raise TypeError(f"{f.name}: no command-line type for {hint!r}")
+    for key in ("choices", "metavar"):
+        if key in meta:
+            kw[key] = meta[key]
+    return kw
+
+
+def _show(v):
+    return " ".join(map(str, v)) if isinstance(v, tuple) else v
+
+
+def add_config_flags(p, cls) -> None:
+    """One flag per field of the dataclass ``cls`` (``--field-name``, or the ``flag`` / ``short`` its metadata
+    names), typed from its annotation (bool: a switch; tuple: several values), with its help and choices; fields
+    with ``cli=False`` in their metadata get none."""
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        if not f.metadata.get("cli", True):
+            continue
+        names = [f.metadata["short"]] if "short" in f.metadata else []
+        names.append(f.metadata.get("flag", "--" + f.name.replace("_", "-")))
+        p.add_argument(*names, **_flag_kwargs(f, hints[f.name]))
+
+
+def given_config_flags(args, cls) -> dict:
+    """The fields of ``cls`` whose flags were given on the command line."""
+    return {f.name: getattr(args, f.name) for f in dataclasses.fields(cls)
+            if f.metadata.get("cli", True) and getattr(args, f.name, None) is not None}
 
 
 def register_cli(sub):
@@ -34,42 +87,15 @@ def register_cli(sub):
     p.add_argument("--num-sequences", type=int, default=None, help="use the first N sequences (default: all)")
     p.add_argument("--split", choices=["train", "val", "all"], default="train",
                    help="prompts of the scale mix to train on (default train: the held-out 5%% never trained on)")
-    p.add_argument("--init-from", default=None, metavar="HEAD_DIR",
-                   help="continue a trained head (its weights, draft vocabulary, mask token; fresh optimizer)")
-    p.add_argument("--autocast", choices=["auto", "float32", "bfloat16"], default="auto",
-                   help="training precision (auto: bf16 autocast on CUDA and CPUs with AMX/AVX512-BF16)")
-    p.add_argument("--freeze-lm-head", action="store_true", help="keep lm_head and final norm at the target's")
     p.add_argument("--probe-precision", action="store_true",
                    help="first measure training tokens/s in float32 and in bf16 autocast (recorded), then train")
-    p.add_argument("--snapshot-every-tokens", type=int, default=None,
-                   help="save a head copy every N training tokens (for the acceptance-vs-tokens curve)")
     p.add_argument("--features", default=None,
                    help="feature shard directory (extracted there when missing); default: online, cached in memory")
     p.add_argument("--out", required=True, help="head directory to write (config.json + model.safetensors)")
     p.add_argument("--state-dir", default=None, help="training state + log (default: OUT/checkpoint)")
     p.add_argument("--resume", action="store_true", help="continue from the state in --state-dir")
     p.add_argument("--overwrite", action="store_true", help="replace a head or training state already in --out")
-    p.add_argument("--mode", choices=["parallel", "sequential"], default="parallel")
-    p.add_argument("-K", "--num-depths", type=int, default=8, help="K: depths (draft slots) trained for")
-    p.add_argument("--layers", type=int, default=None, help="drafter layers (default 1, or the --init-from head's)")
-    p.add_argument("--draft-vocab-size", type=int, default=None,
-                   help="draft vocabulary (default 16384, or the --init-from head's; 0: the full target vocabulary)")
-    p.add_argument("--steps", type=int, default=1000)
-    p.add_argument("--time-budget", type=float, default=None, help="seconds of training, then stop and save")
-    p.add_argument("--schedule", choices=["steps", "time"], default=None,
-                   help="cosine over steps or over the time budget (default: time when --time-budget is given)")
-    p.add_argument("--lr", type=float, default=2e-3)
-    p.add_argument("--warmup-steps", type=int, default=20)
-    p.add_argument("--lm-head-lr-ratio", type=float, default=0.25, help="lr multiplier of lm_head and final norm")
-    p.add_argument("--batch-tokens", type=int, default=2048, help="sequence tokens per optimizer step")
-    p.add_argument("--row-tokens", type=int, default=512, help="sequence tokens packed into one forward")
-    p.add_argument("--cod-ratio", type=float, default=0.7)
-    p.add_argument("--cod-min-ratio", type=float, default=0.2)
-    p.add_argument("--mask-hidden", choices=MASK_HIDDEN_VARIANTS, default="learned")
-    p.add_argument("--mask-embedding", choices=MASK_EMBEDDING_VARIANTS, default="learned")
-    p.add_argument("--mask-token-id", type=int, default=None)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--save-every", type=int, default=50)
+    add_config_flags(p, TrainConfig)
     add_target_options(p)
     p.add_argument("--eval-prompts", type=int, default=0, help="HumanEval prompts to evaluate on afterwards")
     p.add_argument("--eval-val-prompts", type=int, default=0,
@@ -80,26 +106,27 @@ def register_cli(sub):
     p.set_defaults(func=_run_cli)
 
 
+def config_from_args(args) -> TrainConfig:
+    """The run's :class:`TrainConfig`: the flags given, the dataclass defaults for the rest, except three that
+    depend on other flags: --layers and --draft-vocab-size default to the --init-from head's (set ones are
+    checked against it), --draft-vocab-size 0 is the full target vocabulary, and --schedule defaults to time when
+    --time-budget is given."""
+    given = given_config_flags(args, TrainConfig)
+    if given.get("init_from"):
+        src = head_config(given["init_from"])
+        given.setdefault("layers", src.num_hidden_layers)
+        given.setdefault("draft_vocab_size", src.draft_vocab_size)
+    if "draft_vocab_size" in given:
+        given["draft_vocab_size"] = given["draft_vocab_size"] or None
+    given.setdefault("schedule", "time" if given.get("time_budget_s") else "steps")
+    return TrainConfig(**given, target=args.target or target_name())
+
+
 def _run_cli(args):
     from ..target_args import load_cli_target
 
-    seed_everything(args.seed)
-    layers, vocab = args.layers, args.draft_vocab_size
-    if args.init_from:  # unset shape flags take the head's values; set ones are checked against it
-        src = head_config(args.init_from)
-        layers = src.num_hidden_layers if layers is None else layers
-        vocab = src.draft_vocab_size if vocab is None else vocab
-    cfg = TrainConfig(
-        mode=args.mode, num_depths=args.num_depths, layers=layers or 1,
-        draft_vocab_size=(16384 if vocab is None else vocab) or None, steps=args.steps,
-        time_budget_s=args.time_budget, autocast=args.autocast, freeze_lm_head=args.freeze_lm_head,
-        init_from=args.init_from, snapshot_every_tokens=args.snapshot_every_tokens,
-        schedule=args.schedule or ("time" if args.time_budget else "steps"), lr=args.lr,
-        warmup_steps=args.warmup_steps, lm_head_lr_ratio=args.lm_head_lr_ratio, batch_tokens=args.batch_tokens,
-        row_tokens=args.row_tokens,
-        cod_ratio=args.cod_ratio, cod_min_ratio=args.cod_min_ratio, mask_hidden=args.mask_hidden,
-        mask_embedding=args.mask_embedding, mask_token_id=args.mask_token_id, seed=args.seed,
-        save_every=args.save_every, target=args.target or target_name())
+    cfg = config_from_args(args)
+    seed_everything(cfg.seed)
     out = Path(args.out)
     state = Path(args.state_dir) if args.state_dir else out / "checkpoint"
     if not args.resume and not args.overwrite:  # before the model loads: never replace work silently
@@ -145,7 +172,7 @@ def _run_cli(args):
         precision_probe=probe,
         draft_vocab=dict(size=int(trainer.draft_ids.numel()), coverage=round(trainer.coverage, 5)),
         steps_done=res.steps_done, train_time_s=round(res.train_time_s, 1), feature_time_s=round(feature_s, 1),
-        stopped_by=res.stopped_by, machine=machine_info(model), final_train_accuracy=final_accuracy(res.log),
+        stopped_by=res.stopped_by, machine=environment(model=model), final_train_accuracy=final_accuracy(res.log),
         note=args.note, eval=None)
     if args.init_from:
         record["history"] = history_of(args.init_from)

@@ -1,9 +1,9 @@
 """The settings of one training run: :class:`TrainConfig` (checked when made; ``asdict`` of it is what a
-checkpoint and ``training.json`` record)."""
+checkpoint and ``training.json`` record; its fields' metadata makes the ``peagle-lab train`` flags)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 
 from ..data import MAX_SEQ_LEN
 from ..errors import PeagleError
@@ -14,49 +14,70 @@ MASK_HIDDEN_VARIANTS = ("learned", "zeros", "context", "random")
 MASK_EMBEDDING_VARIANTS = ("learned", "frozen")
 
 
+def flag_field(default, help=None, **cli):
+    """A :class:`TrainConfig` field and its ``peagle-lab train`` flag (:func:`peagle_lab.training.cli.add_config_flags`
+    makes one per field from this metadata): ``help``; ``flag`` (default ``--field-name``), ``short``, ``choices``,
+    ``metavar``; ``cli=False``: no flag (another option sets it)."""
+    return field(default=default, metadata=dict(help=help, **cli))
+
+
+SCHEDULES = ("steps", "time")
+MODES = ("parallel", "sequential")
+
+
 @dataclass
 class TrainConfig:
-    mode: str = "parallel"  # "parallel" (P-EAGLE) or "sequential" (EAGLE-3 training-time test)
-    num_depths: int = 8  # K: depths trained (slot 1 .. K)
-    layers: int = 1  # drafter decoder layers
-    draft_vocab_size: int | None = 16384  # None: the full target vocabulary
-    steps: int = 1000
-    time_budget_s: float | None = None  # stop cleanly (and save) when the training loop has run this long
-    schedule: str = "steps"  # cosine over "steps", or over "time" (time_budget_s) when the budget decides
-    lr: float = 2e-3
-    lm_head_lr_ratio: float = 0.25  # lm_head and final norm start from the target's: move them more gently
-    min_lr_ratio: float = 0.1
-    warmup_steps: int = 20
-    weight_decay: float = 0.0
-    betas: tuple[float, float] = (0.9, 0.95)
-    grad_clip: float = 1.0
-    batch_tokens: int = 2048  # sequence tokens per optimizer step (gradient accumulation over packed rows)
-    row_tokens: int = 512  # sequence tokens packed into one row (one forward)
-    max_seq_len: int = MAX_SEQ_LEN
-    cod_ratio: float = 0.7
-    cod_min_ratio: float = 0.2
-    mask_hidden: str = "learned"
-    mask_embedding: str = "learned"
-    mask_token_id: int | None = None  # None: picked from the tokenizer (an unused special token)
-    tap_layers: tuple[int, ...] | None = None
-    seed: int = 0
-    log_every: int = 1
-    save_every: int = 50  # optimizer steps between checkpoints (also on stop / Ctrl-C)
-    autocast: str = "auto"  # "auto": bf16 on CUDA and CPUs with native bf16 (AMX / AVX512-BF16), else float32
-    freeze_lm_head: bool = False  # keep lm_head and the final norm at the target's (speculators' choice)
-    init_from: str | None = None  # a head directory to continue from (its draft vocabulary and mask token)
-    snapshot_every_tokens: int | None = None  # save a head copy every N training tokens (the learning curve)
-    accelerate: str = "auto"  # "auto": use accelerate's Accelerator on GPU / several processes; "no": never
-    target: str = ""
+    """One field, one ``peagle-lab train`` flag (``--field-name`` unless the metadata names another): a new field
+    is a new flag."""
+
+    mode: str = flag_field("parallel", "P-EAGLE (parallel) or EAGLE-3 (sequential, training-time test)",
+                           choices=MODES)
+    num_depths: int = flag_field(8, "K: depths (draft slots) trained for", short="-K")
+    layers: int = flag_field(1, "drafter decoder layers (CLI default: 1, or the --init-from head's)")
+    draft_vocab_size: int | None = flag_field(
+        16384, "draft vocabulary (CLI default: 16384, or the --init-from head's; 0: the full target vocabulary)")
+    steps: int = flag_field(1000, "optimizer steps")
+    time_budget_s: float | None = flag_field(None, "seconds of training, then stop and save", flag="--time-budget",
+                                       metavar="SECONDS")
+    schedule: str = flag_field("steps", "cosine over steps or over the time budget (CLI default: time when "
+                                  "--time-budget is given)", choices=SCHEDULES)
+    lr: float = flag_field(2e-3, "peak learning rate")
+    lm_head_lr_ratio: float = flag_field(0.25, "lr multiplier of lm_head and final norm (they start from the target's)")
+    min_lr_ratio: float = flag_field(0.1, "the cosine's final lr, as a fraction of --lr")
+    warmup_steps: int = flag_field(20, "linear warm-up steps")
+    weight_decay: float = flag_field(0.0, "AdamW weight decay of the weight matrices")
+    betas: tuple[float, float] = flag_field((0.9, 0.95), "AdamW betas", metavar=("BETA1", "BETA2"))
+    grad_clip: float = flag_field(1.0, "gradient norm clip")
+    batch_tokens: int = flag_field(2048, "sequence tokens per optimizer step (gradient accumulation over packed rows)")
+    row_tokens: int = flag_field(512, "sequence tokens packed into one forward")
+    max_seq_len: int = flag_field(MAX_SEQ_LEN, "longest sequence trained on (longer ones are cut)")
+    cod_ratio: float = flag_field(0.7, "COD: depth d trains on ratio**d of the anchors")
+    cod_min_ratio: float = flag_field(0.2, "COD: but on at least this fraction of them")
+    mask_hidden: str = flag_field("learned", "hidden state of the mask slots", choices=MASK_HIDDEN_VARIANTS)
+    mask_embedding: str = flag_field("learned", "embedding of the mask token", choices=MASK_EMBEDDING_VARIANTS)
+    mask_token_id: int | None = flag_field(None, "the mask token (default: an unused special token of the tokenizer)")
+    tap_layers: tuple[int, ...] | None = flag_field(None, "target layers whose residual streams feed the head "
+                                                    "(default: EAGLE-3's low, middle and high layer)")
+    seed: int = flag_field(0, "seed of the weights, the data order and COD sampling")
+    log_every: int = flag_field(1, "optimizer steps between rows of train_log.jsonl")
+    save_every: int = flag_field(50, "optimizer steps between checkpoints (also on stop / Ctrl-C)")
+    autocast: str = flag_field("auto", "training precision (auto: bf16 autocast on CUDA and CPUs with AMX/AVX512-BF16, "
+                                 "else float32)", choices=("auto", "float32", "bfloat16"))
+    freeze_lm_head: bool = flag_field(False, "keep lm_head and final norm at the target's (speculators' choice)")
+    init_from: str | None = flag_field(None, "continue a trained head (its weights, draft vocabulary, mask token; "
+                                             "fresh optimizer)", metavar="HEAD_DIR")
+    snapshot_every_tokens: int | None = flag_field(None, "save a head copy every N training tokens (for the "
+                                                   "acceptance-vs-tokens curve)")
+    target: str = flag_field("", cli=False)  # set by --target (the target options shared by every command)
 
     def __post_init__(self):
-        if self.mode not in ("parallel", "sequential"):
+        if self.mode not in MODES:
             raise PeagleError(f"mode must be 'parallel' or 'sequential', got {self.mode!r}")
         if self.mask_hidden not in MASK_HIDDEN_VARIANTS:
             raise PeagleError(f"mask_hidden must be one of {MASK_HIDDEN_VARIANTS}, got {self.mask_hidden!r}")
         if self.mask_embedding not in MASK_EMBEDDING_VARIANTS:
             raise PeagleError(f"mask_embedding must be one of {MASK_EMBEDDING_VARIANTS}, got {self.mask_embedding!r}")
-        if self.schedule not in ("steps", "time"):
+        if self.schedule not in SCHEDULES:
             raise PeagleError(f"schedule must be 'steps' or 'time', got {self.schedule!r}")
         if self.schedule == "time" and not self.time_budget_s:
             raise PeagleError("schedule='time' needs time_budget_s. Fix: pass time_budget_s, or schedule='steps'.")

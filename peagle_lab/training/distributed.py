@@ -1,8 +1,7 @@
-"""Several processes (``accelerate launch`` / ``torchrun``): the accelerator, and a global batch they can share."""
+"""The accelerator (one process or several: ``accelerate launch`` / ``torchrun``), and a global batch the processes
+can share."""
 
 from __future__ import annotations
-
-import os
 
 import torch
 
@@ -23,19 +22,14 @@ def check_world_size(cfg: TrainConfig, world: int) -> None:
                           "another number of processes.")
 
 
-def make_accelerator(cfg: TrainConfig, device):
-    if cfg.accelerate == "no":
-        return None
-    multi = int(os.environ.get("WORLD_SIZE", "1")) > 1
-    if cfg.accelerate == "auto" and not (torch.cuda.is_available() or multi):
-        return None
+def make_accelerator(device):
+    """accelerate's ``Accelerator``: the trainer's one code path on every device, one process or several (it places
+    the model, wraps it in DDP when several processes run, and reduces across them)."""
     try:
         from accelerate import Accelerator
-    except ImportError:
-        if multi:
-            raise PeagleError("Several processes were launched but `accelerate` is not installed. "
-                              "Fix: pip install accelerate")
-        return None
+    except ImportError as exc:  # a dependency of the package: only a broken environment lacks it
+        raise PeagleError("Training needs `accelerate` (a dependency of peagle-lab). "
+                          "Fix: pip install accelerate") from exc
     # on the CPU (gloo) accelerate needs cpu=True to join the processes torchrun started; bf16 autocast is
     # applied by the trainer itself
     return Accelerator(mixed_precision="no", cpu=torch.device(device).type == "cpu")

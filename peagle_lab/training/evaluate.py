@@ -10,22 +10,25 @@ import warnings
 import torch
 from tqdm.auto import tqdm
 
+from ..divergence import first_divergence
 from ..drafter import PEagleDrafter
-from ..prompts import chat_ids, record_messages
-from ..speculative import SpecStats, TargetRunner, first_divergence, plain_generate, speculative_generate
+from ..prompts import record_messages, template_ids
+from ..speculative import plain_generate, SpecStats, speculative_generate
+from ..target_runner import TargetRunner
 from .inference import make_drafter
 
 
 def evaluate_head(model, tokenizer, head: PEagleDrafter, prompts: list[str], ks=(1, 2, 3, 4, 5, 6, 7, 8),
                   mode: str | None = None, max_new_tokens: int = 128, progress: bool = True,
-                  check_lossless: bool = True, reference: dict | None = None) -> dict:
+                  check_lossless: bool = True, reference: dict | None = None, template: str = "chat") -> dict:
     """Greedy speculative decoding of ``prompts`` (texts or prompt records, chat template) at every K in ``ks``;
     checks every output against plain greedy decoding: identical in float32, and in bfloat16 identical or
     diverging only at a near-tie (each divergence is reported with its logit margin). Returns acceptance length per K (pooled over prompts: 1 + accepted / rounds)
     and per-position acceptance ``P(slot j accepted | slots < j accepted)``.
 
     ``reference``: a dict reused across calls to keep the plain greedy outputs (one target pass per prompt
-    instead of one per prompt and head)."""
+    instead of one per prompt and head). ``template``: the prompt layout (:func:`peagle_lab.prompts.template_ids`;
+    ``"chat"``, the one heads are trained with, unless measuring a mismatch)."""
     runner = TargetRunner(model, head.config.aux_hidden_state_layer_ids)
     drafter = make_drafter(head, mode)
     eos = tokenizer.eos_token_id
@@ -36,8 +39,8 @@ def evaluate_head(model, tokenizer, head: PEagleDrafter, prompts: list[str], ks=
     bar = tqdm(total=len(prompts) * (len(ks) + 1), desc=f"eval {drafter.mode}", disable=not progress)
     for item in prompts:  # a prompt text, or a prompt record (with a multi-turn history)
         text, history = record_messages(item)
-        ids = chat_ids(tokenizer, text, history=history)
-        key = (text, json.dumps(history), max_new_tokens)
+        ids = template_ids(tokenizer, text, template, history)
+        key = (text, json.dumps(history), max_new_tokens, template)
         if reference is None or key not in reference:
             plain = plain_generate(runner, ids, max_new_tokens, eos_ids=eos)
             if reference is not None:
@@ -58,11 +61,7 @@ def evaluate_head(model, tokenizer, head: PEagleDrafter, prompts: list[str], ks=
                                          f"{text[:60]!r} at token {div.position} (plain margin {div.margin:.3g}, "
                                          f"{dtype} near-tie bound {div.bound:.3g}): the loop is not lossless")
                 divergences.append(dict(k=k, prompt=text[:60], **div.as_dict()))
-            st = per_k[k]
-            st.rounds += res.stats.rounds
-            st.accepted += res.stats.accepted
-            st.attempted_at = [a + b for a, b in zip(st.attempted_at, res.stats.attempted_at)]
-            st.accepted_at = [a + b for a, b in zip(st.accepted_at, res.stats.accepted_at)]
+            per_k[k] = per_k[k].merge(res.stats)
             times[k] += res.seconds
             bar.update(1)
     bar.close()
@@ -72,7 +71,7 @@ def evaluate_head(model, tokenizer, head: PEagleDrafter, prompts: list[str], ks=
         divergences=divergences,
         acceptance_length={k: round(per_k[k].acceptance_length, 4) for k in ks},
         # None: slot never reached (every earlier slot was rejected first)
-        per_position_acceptance={k: [None if math.isnan(x) else round(x, 4) for x in per_k[k].per_position_acceptance]
+        per_position_acceptance={k: [None if math.isnan(x) else round(x, 4) for x in per_k[k].conditional_acceptance]
                                  for k in ks},
         rounds={k: per_k[k].rounds for k in ks},
         seconds={k: round(times[k], 2) for k in ks},

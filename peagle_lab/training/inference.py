@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from torch import nn
 
+from ..draft_sources import HeadDrafter
 from ..drafter import PEagleDrafter
 from ..errors import PeagleError
-from ..speculative import HeadDrafter
 
 
 class ContextMaskDrafter(nn.Module):

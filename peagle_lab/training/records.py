@@ -3,28 +3,9 @@ ran on and the final per-depth accuracy."""
 
 from __future__ import annotations
 
-import os
-import platform
 from pathlib import Path
 
-import torch
-
 from ..atomic import write_json, write_text
-from ..hardware import cpu_name
-from ..precision import host_slug, isa_record
-
-
-def machine_info(model=None) -> dict:
-    info = dict(platform=platform.platform(), python=platform.python_version(), torch=torch.__version__,
-                cpu=cpu_name(), cpu_count=os.cpu_count(), host=host_slug(), **isa_record(),
-                target_dtype=str(next(model.parameters()).dtype).replace("torch.", "") if model is not None else None,
-                torch_threads=torch.get_num_threads(),
-                cuda=torch.cuda.get_device_name(0) if torch.cuda.is_available() else None)
-    try:
-        info["load_average_1m"] = round(os.getloadavg()[0], 2)
-    except OSError:
-        pass
-    return info
 
 
 def write_training_record(out_dir, record: dict) -> None:

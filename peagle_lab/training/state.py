@@ -1,8 +1,14 @@
 """The training state on disk: ``state.pt`` (weights, optimizer, step, data cursor, RNG), saved atomically,
-the log beside it, and the check that a resumed run keeps the saved settings."""
+the log beside it, and the check that a resumed run keeps the saved settings.
+
+Why not accelerate's ``save_state`` / ``load_state`` (the trainer otherwise runs everything through the
+``Accelerator``): every process writes into its directory (``random_states_<rank>.pkl``, and ``os.makedirs`` on each
+rank), where here only rank 0 writes and a save is one atomic rename; and it saves the whole model, the frozen copy
+of the target's embedding table included, which this state leaves out (it is rebuilt from the target)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import torch
@@ -16,6 +22,21 @@ STATE_FILE = "state.pt"
 LOG_FILE = "train_log.jsonl"
 
 
+def read_log(path: Path) -> list[dict]:
+    """The rows of a training log (``train_log.jsonl``, appended one line per step). A last line cut short by a
+    crash in mid-write is dropped: the resumed run writes that step again."""
+    rows = []
+    lines = Path(path).read_text().splitlines()
+    for i, line in enumerate(lines):
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            if i < len(lines) - 1:
+                raise PeagleError(f"{path} is damaged at line {i + 1}. Fix: delete the log (the checkpoint keeps "
+                                  "the state) or restore it.") from None
+    return rows
+
+
 def atomic_torch_save(obj, path: Path):
     atomic_write(path, lambda tmp: torch.save(obj, tmp))
 
@@ -27,8 +48,7 @@ def trainable_state(module: DraftTrainer) -> dict:
 
 
 # fields a resumed run may change; any other difference changes what the saved state means
-RESUMABLE_FIELDS = ("steps", "time_budget_s", "log_every", "save_every", "accelerate", "autocast",
-                    "snapshot_every_tokens")
+RESUMABLE_FIELDS = ("steps", "time_budget_s", "log_every", "save_every", "autocast", "snapshot_every_tokens")
 
 
 def check_resume_config(saved: dict, now: dict, path) -> None:

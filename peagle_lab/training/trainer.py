@@ -2,8 +2,8 @@
 and :func:`precision_probe`.
 
 Runs on one CPU (fp32) or GPU (optional bf16 autocast), and unchanged under ``accelerate launch`` / ``torchrun``:
-with ``accelerate`` installed and a GPU or several processes, :class:`accelerate.Accelerator` places the model and
-wraps it in DDP; every process takes its own packed rows.
+:class:`accelerate.Accelerator` is the one code path on every device (it places the model, wraps it in DDP when
+several processes run and reduces across them); every process takes its own packed rows.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from .distributed import check_world_size, make_accelerator
 from .elements import plan_row
 from .objective import DraftTrainer, tap_rms
 from .packing import PackedRows
-from .state import LOG_FILE, STATE_FILE, atomic_torch_save, check_resume_config, trainable_state
+from .state import LOG_FILE, STATE_FILE, atomic_torch_save, check_resume_config, read_log, trainable_state
 
 
 @dataclass
@@ -74,11 +74,11 @@ class Trainer:
         self.out_dir = Path(out_dir) if out_dir else None
         self.state_dir = Path(state_dir) if state_dir else (self.out_dir / "checkpoint" if self.out_dir else None)
         self.progress, self.verbose = progress, verbose
-        self.acc = make_accelerator(cfg, next(model.parameters()).device)
-        self.device = self.acc.device if self.acc else next(model.parameters()).device
-        rank, world = (self.acc.process_index, self.acc.num_processes) if self.acc else (0, 1)
-        self.rank, self.world, self.is_main = rank, world, rank == 0
-        check_world_size(cfg, world)
+        self.acc = make_accelerator(next(model.parameters()).device)
+        self.device = self.acc.device
+        self.rank, self.world = self.acc.process_index, self.acc.num_processes
+        self.is_main = self.acc.is_main_process
+        check_world_size(cfg, self.world)
         # bf16 autocast where the hardware multiplies bf16 natively (CUDA, AMX, AVX512-BF16); fp32 elsewhere
         self.autocast = resolve_dtype(cfg.autocast, self.device, warn=verbose)
         self.fingerprint = target_identity(model)  # the same for the fp32 and the bf16 copy of a target
@@ -144,9 +144,7 @@ class Trainer:
         if not resume and not overwrite and self.out_dir is not None and (self.out_dir / "config.json").exists():
             raise PeagleError(f"{self.out_dir} already holds a head. Fix: --resume to continue its training state, "
                               "--overwrite to replace it, or another --out.")
-        self.model_for_step = self.module
-        if self.acc:
-            self.model_for_step, self.opt = self.acc.prepare(self.module, self.opt)
+        self.model_for_step, self.opt = self.acc.prepare(self.module, self.opt)
 
     def _init_source(self, model) -> PEagleDrafter:
         cfg = self.cfg
@@ -203,7 +201,7 @@ class Trainer:
         self.tokens_seen = int(st.get("tokens_seen", 0))
         log_path = self.state_dir / LOG_FILE
         if log_path.exists():  # drop rows written after the checkpoint (a crash between two saves)
-            self.log = [r for r in map(json.loads, log_path.read_text().splitlines()) if r["step"] <= self.step]
+            self.log = [r for r in read_log(log_path) if r["step"] <= self.step]
             if self.is_main:  # every process reads the log; only rank 0 writes files
                 write_text(log_path, "".join(json.dumps(r) + "\n" for r in self.log))
         if self.verbose:
@@ -257,15 +255,11 @@ class Trainer:
         loss_total = 0.0
         amp = self.autocast == torch.bfloat16
         for i, (plan, w) in enumerate(zip(plans, weights)):
-            sync_ctx = (self.acc.no_sync(self.model_for_step) if self.acc and i < len(plans) - 1
-                        else contextlib.nullcontext())
-            with sync_ctx, torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=amp):
+            # DDP syncs the gradients once, in the last row's backward (no_sync for the rows before it)
+            sync = self.acc.no_sync(self.model_for_step) if i < len(plans) - 1 else contextlib.nullcontext()
+            with sync, torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=amp):
                 loss, metrics = self.model_for_step(plan)
-                scaled = loss * (w / total * self.world)  # DDP averages the processes' gradients
-                if self.acc:
-                    self.acc.backward(scaled)
-                else:
-                    scaled.backward()
+                self.acc.backward(loss * (w / total * self.world))  # DDP averages the processes' gradients
             loss_total += float(loss.detach()) * w / total
             for a, m in zip(agg, metrics):
                 for k in a:
@@ -278,10 +272,7 @@ class Trainer:
             for j, a in enumerate(agg):
                 a["n"], a["correct"], a["loss_sum"] = int(stats[1 + 3 * j]), int(stats[2 + 3 * j]), stats[3 + 3 * j]
         params = [p for p in self.module.parameters() if p.requires_grad]
-        if self.acc:
-            gnorm = self.acc.clip_grad_norm_(params, cfg.grad_clip)
-        else:
-            gnorm = torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
+        gnorm = self.acc.clip_grad_norm_(params, cfg.grad_clip)
         self.opt.step()
         return dict(loss=loss_total, lr=lr, grad_norm=float(gnorm), tokens=total,
                     acc=[round(a["correct"] / a["n"], 4) if a["n"] else None for a in agg],

@@ -36,7 +36,7 @@ def main():
     seqs = prepare_sequences(model, records, progress=False)
     cfg = TrainConfig(num_depths=4, layers=1, draft_vocab_size=None, steps=args.steps, lr=3e-3, warmup_steps=2,
                       batch_tokens=args.batch_tokens, row_tokens=48, mask_token_id=3, save_every=2, seed=0,
-                      autocast="float32", accelerate="auto")
+                      autocast="float32")
     seen = []
     orig = PackedRows.next_rows
 

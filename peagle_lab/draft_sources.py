@@ -1,0 +1,128 @@
+"""Draft sources: what proposes the K tokens of a speculative round.
+
+Interface (:class:`DraftSource`): ``reset()`` once per generation, then per round ``propose(slots, k, sampling,
+gen)`` with the newly committed :class:`~peagle_lab.slots.Slots` (EAGLE shift: slot t = token t+1 with the
+target's taps at t). It returns ``(draft_ids (k,), draft_probs (k, V) or None)``, probabilities over the TARGET
+vocabulary when sampling.
+
+* :class:`HeadDrafter`: a P-EAGLE / EAGLE-3 head, ``parallel`` (one pass for K drafts) or ``sequential`` (K passes);
+* :class:`OracleDrafter` / :class:`RandomDrafter`: test doubles (every draft accepted / almost none).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .drafter import PEagleDrafter, check_k
+from .errors import PeagleError
+from .sampling import sample
+from .slots import Slots
+
+
+class DraftSource:
+    """Interface: ``reset()``, then per round ``propose(slots, k, sampling, gen)`` (see the module)."""
+
+    name = "draft"
+
+    def reset(self):
+        pass
+
+    def passes(self, k: int) -> int:
+        """Drafter forward passes a round of ``k`` drafts costs."""
+        return 1
+
+    def propose(self, slots: Slots, k, sampling, gen):  # pragma: no cover - interface
+        raise NotImplementedError
+
+
+class HeadDrafter(DraftSource):
+    """A trained (or untrained) P-EAGLE / EAGLE-3 head, used in ``parallel`` or ``sequential`` mode."""
+
+    def __init__(self, head: PEagleDrafter, mode: str | None = None):
+        self.head = head
+        self.mode = mode or head.config.mode
+        if self.mode not in ("parallel", "sequential"):
+            raise PeagleError(f"mode must be 'parallel' or 'sequential', got {self.mode!r}")
+        self.name = f"{self.mode}"
+        self.device = next(head.parameters()).device
+        self.dtype = next(head.parameters()).dtype
+        self.reset()
+
+    def reset(self):
+        self.cache = self.head.new_cache()
+
+    def passes(self, k: int) -> int:
+        return 1 if self.mode == "parallel" else k
+
+    def _pick(self, logits, sampling, gen):
+        """Draft-vocab logits (n, Vd) -> target ids (n,), target-vocab probs (n, V) or None."""
+        full = self.head.to_target_logits(logits.float())
+        if sampling.greedy:
+            return full.argmax(-1), None
+        probs = sampling.probs(full)
+        return sample(probs, gen), probs
+
+    @torch.no_grad()
+    def propose(self, slots: Slots, k, sampling, gen=None):
+        """Draft ``k`` tokens after ``slots`` (the newly committed slots; the drafter's cache keeps the earlier
+        ones and drops last round's speculative slots)."""
+        head = self.head
+        check_k(k, head.config, warn=False)  # the loop warns once per generation, not once per round
+        start, n = slots.start, len(slots)
+        self.cache.crop(start)  # drop last round's speculative slots
+        tokens = torch.as_tensor(slots.tokens, dtype=torch.long, device=self.device).view(1, n)
+        hidden = head.fuse(slots.taps.to(self.device, self.dtype).view(1, n, -1))
+        if self.mode == "parallel":
+            mask_id = head.config.mask_token_id
+            tokens = torch.cat([tokens, tokens.new_full((1, k - 1), mask_id)], dim=1)
+            hidden = torch.cat([hidden, head.mask_slot_hidden().to(hidden.dtype).expand(1, k - 1, -1)], dim=1)
+            pos = torch.arange(start, start + n + k - 1, device=self.device)[None]
+            logits, _ = head(tokens, hidden, pos, cache=self.cache, logits_from=n - 1)
+            return self._pick(logits[0], sampling, gen)
+        # sequential (EAGLE-3): K passes, each feeding back the drafted token and its prenorm state
+        pos = torch.arange(start, start + n, device=self.device)[None]
+        logits, prenorm = head(tokens, hidden, pos, cache=self.cache, logits_from=n - 1)
+        ids, probs = [], []
+        tok, p = self._pick(logits[0, -1:], sampling, gen)
+        for j in range(1, k + 1):
+            ids.append(tok)
+            probs.append(p)
+            if j == k:
+                break
+            step_pos = torch.tensor([[start + n - 1 + j]], device=self.device)
+            logits, prenorm = head(tok.view(1, 1), prenorm[:, -1:], step_pos, cache=self.cache)
+            tok, p = self._pick(logits[0], sampling, gen)
+        return torch.cat(ids), (None if sampling.greedy else torch.cat(probs))
+
+
+class OracleDrafter(DraftSource):
+    """Proposes the reference continuation (e.g. plain greedy output): every draft is accepted."""
+
+    name = "oracle"
+
+    def __init__(self, reference_ids, vocab_size: int):
+        self.ref = list(reference_ids)
+        self.vocab_size = vocab_size
+
+    def propose(self, slots: Slots, k, sampling, gen):
+        first = slots.end + 1  # sequence index of draft token 1 (slot t holds token t+1)
+        ids = self.ref[first:first + k]
+        ids = ids + [0] * (k - len(ids))
+        ids = torch.tensor(ids, dtype=torch.long)
+        probs = None if sampling.greedy else torch.nn.functional.one_hot(ids, self.vocab_size).float()
+        return ids, probs
+
+
+class RandomDrafter(DraftSource):
+    """Uniformly random drafts: almost never accepted, so the loop's rejection path runs every round."""
+
+    name = "random"
+
+    def __init__(self, vocab_size: int, seed: int = 0):
+        self.vocab_size = vocab_size
+        self.gen = torch.Generator().manual_seed(seed)  # its own, on the CPU: the loop moves the ids where needed
+
+    def propose(self, slots: Slots, k, sampling, gen):
+        ids = torch.randint(0, self.vocab_size, (k,), generator=self.gen)
+        probs = None if sampling.greedy else torch.full((k, self.vocab_size), 1.0 / self.vocab_size)
+        return ids, probs
