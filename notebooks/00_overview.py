@@ -48,10 +48,13 @@ from peagle_lab import models, settings
 #
 # - **EAGLE** drafters are one small transformer layer that reads the target's hidden states, not just tokens.
 # - **EAGLE-3** reads three layers of the target (low, middle, high), concatenated (3H) and projected to H.
-#   It drafts **sequentially**: K tokens cost K drafter passes.
+#   It drafts **sequentially**: K tokens cost K drafter passes. It is trained with a *training-time test*: during
+#   training the head is unrolled over its own drafts as at inference (depth d reads the head's own state from
+#   depth d-1, not the target's), so it learns to keep drafting from its own imperfect guesses.
 # - **P-EAGLE** drafts **in parallel**: slot 1 gets the new token and the target's features, slots 2..K get a
 #   mask token and one shared learned vector (`mask_hidden`). One drafter pass gives all K drafts, so a
-#   larger K costs almost nothing extra.
+#   larger K costs almost nothing extra. It trains all K depths at once on COD samples (*conditional drop-token*:
+#   every position at depth 1, a shrinking nested share deeper; notebook 02 draws it).
 #
 # The vLLM blog reports, for GPT-OSS-20B on one B200 at batch 1, 1.55x the speed of EAGLE-3 on HumanEval
 # (acceptance length 3.94 vs 3.03 at K=7). This workbook rebuilds the method on a model small enough for a laptop.

@@ -126,7 +126,7 @@ print("K drafts = argmax of the last K rows, as HeadDrafter.propose drafts them:
 # `peagle_lab.training` computes the elements depth by depth through one drafter KV cache: depth 0 for every
 # position of the row, then depth 1 for the anchors, and so on, with this mask passed explicitly
 # (`training_mask`). Several sequences share a row: elements never see another sequence, positions restart.
-# COD (*conditional drop-token* sampling, from PARD, which P-EAGLE trains with) keeps all anchors at depth 0 and
+# COD (*conditional drop-token* sampling, from PARD, an earlier parallel-drafting method; P-EAGLE trains with it) keeps all anchors at depth 0 and
 # fewer at each deeper depth (nested: a rollout kept at depth d exists at
 # every depth before it), which makes training K depths much cheaper than K times one depth.
 
@@ -249,7 +249,7 @@ plan = plan_row([seq], K_CHECK, ratio=1.0, min_ratio=1.0)  # every anchor at eve
 with torch.no_grad():
     train_logits, _ = module.run_depths(plan)
     head = module.sync_head()
-    x, taps = seq["input_ids"], seq["taps"]
+    x, taps = seq["input_ids"], seq["taps"].float()  # features cached as bf16 shards: the values the training reads
     worst = 0.0
     for a in plan.depths[K_CHECK - 1].anchor_pos[:3].tolist():
         n = a + 1

@@ -379,8 +379,9 @@ display(Markdown(
 # Speculation turns idle compute into tokens: on a GPU at batch size 1 a decode step is bound by reading the
 # weights, and verifying K+1 tokens costs little more than one token. With many requests in flight the batch
 # already fills the compute, verifying every request's K+1 tokens costs nearly K+1 times as much, and the rejected
-# drafts are pure overhead. On this CPU the verification is already expensive at one request (about 2 decode steps
-# in fp32, section 6 and notebook 04), so the sweep shows the second half of the story: how much worse it gets.
+# drafts are pure overhead. On this CPU our own loop measures one verification of K+1 tokens at about 2 decode
+# steps in fp32 (notebook 04); inside vLLM's engine, whose fixed cost per step is larger, one request still
+# breaks even (the sweep's first row), and the sweep shows how load takes even that away.
 #
 # `peagle-lab serve-sweep` measures it: two OpenAI-compatible servers on 127.0.0.1 (plain, and with the P-EAGLE
 # head), loaded in turn at 1, 4 and 16 concurrent requests, every request bounded in tokens and time. Its results are committed per host; the cell reads them.
