@@ -290,7 +290,14 @@ if rows:
     plt.show()
 
 # %% [markdown]
-# MASK_CONCLUSION
+# **Reading it: a null result, and what it means.** At this budget (160 steps, 132k training tokens per run), the
+# five stand-ins land within 0.03 of each other (1.18-1.21), while two seeds of one variant differ by up to 0.024:
+# the study cannot separate them. P-EAGLE's learned `mask_hidden` (1.211) and a frozen random vector (1.209)
+# share the top; zeros, a copy of h_context and a frozen mask embedding lie 0.02-0.03 below, at the edge of the
+# noise. The stand-ins only act from slot 2 on, and slot 2 is accepted in a few percent of the rounds that reach
+# it (slot 3 is reached in a handful of rounds per run): so here the stand-in is not what limits acceptance,
+# the drafter's slot-1 accuracy (16-20% accepted) is. What would separate them: heads trained an order of
+# magnitude longer, so that deep slots are accepted often; far more held-out rounds at slots 2-3; more seeds.
 
 # %%
 # NBVAL_IGNORE_OUTPUT

@@ -113,8 +113,11 @@ def run_one(path: Path, out_dir: Path, timeout: int, kernel: str, html: bool) ->
 def host_line() -> str:
     import torch
 
+    from peagle_lab.precision import host_slug
+
     device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else f"CPU only ({cpu_name()})"
-    return (f"{platform.platform()}, Python {platform.python_version()}, torch {torch.__version__}, {device}, "
+    return (f"{host_slug()} ({platform.platform()}), load average at the end {os.getloadavg()[0]:.2f}, "
+            f"Python {platform.python_version()}, torch {torch.__version__}, {device}, "
             f"{os.cpu_count()} CPU cores, {torch.get_num_threads()} torch threads")
 
 
@@ -131,6 +134,8 @@ def write_summary(rows: list[dict], out_dir: Path, recorded: dict) -> Path:
         "| --- | --- | ---: | ---: |",
     ]
     lines += [f"| {r['name']} | {r['status']} | {r['seconds']:.1f} | {r['figures']} |" for r in rows]
+    lines.append(f"| **all** | {'ok' if all(r['status'] == 'ok' for r in rows) else 'FAILED'} | "
+                 f"{sum(r['seconds'] for r in rows):.1f} | {sum(r['figures'] for r in rows)} |")
     failed = [r for r in rows if r["status"] != "ok"]
     if failed:
         lines += ["", "## Failures", ""] + [f"- {r['name']}: {r['error']}" for r in failed]
