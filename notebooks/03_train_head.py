@@ -507,8 +507,9 @@ for t, ev in tmpl.items():
 # NBVAL_IGNORE_OUTPUT
 drop = {t: tmpl["chat"]["acceptance_length"][TK] - ev["acceptance_length"][TK] for t, ev in tmpl.items()}
 display(Markdown(
-    f"**Reading it.** Served without the template, the head accepts {drop['plain']:+.2f} tokens per round fewer "
-    f"than with the template it was trained on; with another system message, {drop['system']:+.2f}. "
+    f"**Reading it.** Against the template it was trained on, the head's acceptance length changes by "
+    f"{-drop['plain']:+.2f} tokens per round served without a template, and by {-drop['system']:+.2f} with another "
+    "system message. "
     "The fix is the one this project applies everywhere: distill, train and serve with one template. For your own "
     "model, distill with its own chat template (`peagle-lab distill --target DIR`, the tokenizer's template), "
     "and serve the head behind the same one (vLLM applies the tokenizer's template to chat requests)."))

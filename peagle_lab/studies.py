@@ -56,7 +56,7 @@ def _bf16_copy(seqs: list[dict]) -> list[dict]:
 
 
 def study_inputs(name: str, model, tokenizer, num_sequences: int, distilled: str, work_dir, val_prompts: int,
-                 progress: bool = True) -> tuple[dict, list, dict]:
+                 progress: bool = True, target: str = "") -> tuple[dict, list, dict]:
     """``(data sets, held-out prompts, variants)`` of study ``name``."""
     if name not in STUDIES:
         raise PeagleError(f"unknown study {name!r}. Fix: one of {list(STUDIES)}.")
@@ -71,7 +71,7 @@ def study_inputs(name: str, model, tokenizer, num_sequences: int, distilled: str
     train = [t for t in tasks if t["split"] == "train"][:num_sequences]
     val = [t["prompt"] for t in tasks if t["split"] == "val"][:val_prompts]
     answers = distill(model, tokenizer, [t["prompt"] for t in train], work_dir / "stdlib-target.jsonl",
-                      max_new_tokens=160, batch_size=16, progress=progress)
+                      max_new_tokens=160, batch_size=16, progress=progress, target=target)
     human = human_records(tokenizer, train, max_answer_tokens=160)
     data = {"target": prepare_sequences(model, answers, progress=progress),
             "human": prepare_sequences(model, human, progress=progress)}
@@ -97,9 +97,10 @@ def register_cli(sub):
 def _run_cli(args):
     from pathlib import Path
 
-    model, tok, _ = load_cli_target(args)
+    model, tok, target = load_cli_target(args)
     out = Path(args.out)
-    data, val, variants = study_inputs(args.name, model, tok, args.num_sequences, args.data, out, args.val_prompts)
+    data, val, variants = study_inputs(args.name, model, tok, args.num_sequences, args.data, out,
+                                       args.val_prompts, target=target)
     machine = dict(environment(model=model), python=python_version(), study=args.name,
                    sequences={k: len(v) for k, v in data.items()},
                    tokens={k: sum(len(s["input_ids"]) for s in v) for k, v in data.items()})
