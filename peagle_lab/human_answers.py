@@ -15,6 +15,7 @@ import importlib
 import inspect
 import sys
 import textwrap
+import warnings
 
 from .errors import PeagleError
 
@@ -44,7 +45,9 @@ def stdlib_tasks(max_source_chars: int = 900, min_source_chars: int = 120, modul
     tasks, seen = [], set()
     for mod_name in modules:
         try:
-            mod = importlib.import_module(mod_name)
+            with warnings.catch_warnings():  # some of them are deprecated (uu): their source is still the answer
+                warnings.simplefilter("ignore", DeprecationWarning)
+                mod = importlib.import_module(mod_name)
         except ImportError:  # a module this interpreter lacks: its tasks are simply absent
             continue
         for name, obj in sorted(vars(mod).items()):
