@@ -5,7 +5,7 @@ Each task asks for one function, by its name, signature and the first paragraph 
 answer is that function's source as its authors wrote it. The same prompts answered by the target
 (:func:`peagle_lab.data.distill`) give the self-distilled arm, so the two training sets differ only in who wrote
 the answers. The tasks are read from the interpreter that runs them (nothing is downloaded or stored); the Python
-version is part of every result. Split ``val`` (about 8%, by a hash of the task id) is held out from training.
+version is part of every result (its environment record). Split ``val`` (about 8%, by a hash of the task id) is held out from training.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ from __future__ import annotations
 import hashlib
 import importlib
 import inspect
-import sys
 import textwrap
 import warnings
 
@@ -99,6 +98,3 @@ def human_records(tokenizer, tasks: list[dict], max_answer_tokens: int | None = 
         out.append(dict(index=i, prompt_len=len(prompt), input_ids=prompt + answer, finished=answer[-1] == eos))
     return out
 
-
-def python_version() -> str:
-    return ".".join(map(str, sys.version_info[:3]))

@@ -22,7 +22,7 @@ import torch
 from .data import distill, read_distilled, select_split
 from .environment import environment
 from .errors import PeagleError
-from .human_answers import human_records, python_version, stdlib_tasks
+from .human_answers import human_records, stdlib_tasks
 from .prompts import load_scale_records
 from .recipe import recipe_markdown, run_recipe
 from .target_args import add_target_options, load_cli_target
@@ -101,7 +101,7 @@ def _run_cli(args):
     out = Path(args.out)
     data, val, variants = study_inputs(args.name, model, tok, args.num_sequences, args.data, out,
                                        args.val_prompts, target=target)
-    machine = dict(environment(model=model), python=python_version(), study=args.name,
+    machine = dict(environment(model=model), study=args.name,
                    sequences={k: len(v) for k, v in data.items()},
                    tokens={k: sum(len(s["input_ids"]) for s in v) for k, v in data.items()})
     runs = run_recipe(model, tok, data, val, out, k=args.K, max_new_tokens=args.max_new_tokens, variants=variants,
