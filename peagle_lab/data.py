@@ -16,8 +16,12 @@ per prompt ``{"index", "prompt_sha", "prompt_len", "input_ids", "finished"}``; `
 
 from __future__ import annotations
 
+import contextlib
+import gzip
 import hashlib
+import io
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -25,6 +29,7 @@ import torch
 
 from . import validate
 from .atomic import atomic_write
+from .distill_engines import ENGINES
 from .errors import PeagleError
 from .identity import target_fingerprint, target_identity
 from .prompts import chat_ids, load_scale_records, load_train_prompts, load_train_records, record_messages
@@ -33,7 +38,6 @@ from .target_args import add_target_options, load_cli_target
 
 FORMAT = "peagle-lab-distill"
 VERSION = 1
-GEN_KW: dict = {}
 MAX_SEQ_LEN = 1024  # training reads at most this many tokens of a sequence (prompt + response)
 # the target's identity (target_identity, or in files from before it the exact target_fingerprint), plus these
 _RESUME_KEYS = ("max_new_tokens", "system")
@@ -48,14 +52,32 @@ def prompt_sha(prompt) -> str:
 
 
 # ------------------------------------------------------------------------------------------ file I/O
+@contextlib.contextmanager
+def _open_text(file, mode: str, gz: bool):
+    """A distilled file for reading (``"r"``) or writing (``"w"``): plain JSONL, or gzip-compressed when ``gz``
+    (``*.jsonl.gz``; written with no name or timestamp in its header, so the same records give the same bytes)."""
+    if not gz:
+        with open(file, mode, encoding="utf-8") as fh:
+            yield fh
+        return
+    with open(file, mode + "b") as raw, gzip.GzipFile(filename="", mode=mode + "b", fileobj=raw, mtime=0) as z, \
+            io.TextIOWrapper(z, encoding="utf-8") as fh:
+        yield fh
+
+
 def _write_atomic(path: Path, meta: dict, records: list[dict]) -> None:
     def write(tmp):
-        with open(tmp, "w") as fh:
+        with _open_text(tmp, "w", gz=path.suffix == ".gz") as fh:
             fh.write(json.dumps({"meta": meta}) + "\n")
             for rec in sorted(records, key=lambda r: r["index"]):
                 fh.write(json.dumps(rec, separators=(",", ":")) + "\n")
 
     atomic_write(path, write)
+
+
+def _lines(path: Path):
+    with _open_text(path, "r", gz=path.suffix == ".gz") as fh:
+        yield from enumerate(fh, 1)
 
 
 def read_distilled(path) -> tuple[dict, list[dict]]:
@@ -65,24 +87,28 @@ def read_distilled(path) -> tuple[dict, list[dict]]:
         raise PeagleError(f"No distilled sequences at {path}. Fix: run `peagle-lab distill --out {path}` first "
                           "(or data.distill(model, tokenizer, prompts, path)).")
     meta, records = None, []
-    with open(path) as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise PeagleError(f"{path}:{lineno} is not JSON ({exc}): the file is damaged. Fix: delete it and "
-                                  "distill again.") from exc
-            if isinstance(obj, dict) and "meta" in obj:
-                meta = obj["meta"]
-                continue
-            if (not isinstance(obj, dict) or not isinstance(obj.get("input_ids"), list)
-                    or not isinstance(obj.get("prompt_len"), int) or not isinstance(obj.get("index"), int)):
-                raise PeagleError(f"{path}:{lineno} is not a distilled record (it needs index, prompt_len and an "
-                                  "input_ids list): the file is damaged or partial. Fix: run `peagle-lab distill` "
-                                  "again with the same --out (it resumes and rewrites the file).")
-            records.append(obj)
+    try:
+        lines = list(_lines(path))
+    except (OSError, EOFError, UnicodeDecodeError) as exc:
+        raise PeagleError(f"{path} cannot be read ({exc}): the file is damaged. Fix: delete it and distill again "
+                          "(or restore it from git).") from exc
+    for lineno, line in lines:
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise PeagleError(f"{path}:{lineno} is not JSON ({exc}): the file is damaged. Fix: delete it and "
+                              "distill again.") from exc
+        if isinstance(obj, dict) and "meta" in obj:
+            meta = obj["meta"]
+            continue
+        if (not isinstance(obj, dict) or not isinstance(obj.get("input_ids"), list)
+                or not isinstance(obj.get("prompt_len"), int) or not isinstance(obj.get("index"), int)):
+            raise PeagleError(f"{path}:{lineno} is not a distilled record (it needs index, prompt_len and an "
+                              "input_ids list): the file is damaged or partial. Fix: run `peagle-lab distill` "
+                              "again with the same --out (it resumes and rewrites the file).")
+        records.append(obj)
     if meta is None or meta.get("format") != FORMAT:
         raise PeagleError(f"{path} is not a {FORMAT} file (no meta line). Fix: write it with `peagle-lab distill`.")
     return meta, sorted(records, key=lambda r: r["index"])
@@ -109,36 +135,19 @@ def load_distilled(path, n: int | None = None) -> list[dict]:
 
 
 # ------------------------------------------------------------------------------------------ distillation
-@torch.no_grad()
-def generate_batch(model, prompts_ids: list[list[int]], max_new_tokens: int, pad_id: int, eos_ids) -> list[list[int]]:
-    """Greedy responses of a batch of prompts (left padding, KV cache). Each response ends at the first EOS
-    (kept) or after ``max_new_tokens`` tokens."""
-    device = next(model.parameters()).device
-    L = max(len(p) for p in prompts_ids)
-    ids = torch.full((len(prompts_ids), L), pad_id, dtype=torch.long)
-    att = torch.zeros((len(prompts_ids), L), dtype=torch.long)
-    for i, p in enumerate(prompts_ids):
-        ids[i, L - len(p):] = torch.tensor(p)
-        att[i, L - len(p):] = 1
-    out = model.generate(input_ids=ids.to(device), attention_mask=att.to(device), max_new_tokens=max_new_tokens,
-                         do_sample=False, pad_token_id=pad_id, eos_token_id=sorted(eos_ids), use_cache=True,
-                         temperature=None, top_p=None, top_k=None, **GEN_KW)
-    responses = []
-    for row in out[:, L:].tolist():
-        cut = next((j + 1 for j, t in enumerate(row) if t in eos_ids), len(row))
-        responses.append(row[:cut])
-    return responses
-
-
 def distill(model, tokenizer, prompts: list, out_path, max_new_tokens: int = 160, batch_size: int = 16,
-            system: str | None = None, progress: bool = True, target: str = "") -> list[dict]:
+            system: str | None = None, progress: bool = True, target: str = "", engine=None) -> list[dict]:
     """Let the target answer every prompt (greedy) and save prompt + response token ids to ``out_path``.
 
     ``prompts``: strings, or records with ``prompt`` and an optional ``history`` of earlier turns.
-    Resumable: records already in ``out_path`` (same prompt text, same target and settings) are kept and skipped;
-    the file is rewritten atomically after each batch, so an interrupted run loses at most one batch.
-    Returns all records in prompt order.
+    ``engine``: what writes the answers (:mod:`peagle_lab.distill_engines`; default: transformers' generate on
+    ``model``); ``model`` is still what the file's target identity is taken from. ``batch_size`` prompts go to the
+    engine at a time, and the file is rewritten atomically after each batch (``*.jsonl.gz`` is stored compressed).
+    Resumable: records already in ``out_path`` (same prompt text, same target and settings) are kept and skipped,
+    so an interrupted run loses at most one batch. Returns all records in prompt order.
     """
+    from .distill_engines import TransformersEngine
+
     from tqdm.auto import tqdm
 
     validate.positive_int(batch_size, "batch_size", "--batch-size")
@@ -148,6 +157,7 @@ def distill(model, tokenizer, prompts: list, out_path, max_new_tokens: int = 160
     eos = tokenizer.eos_token_id
     eos_ids = {int(eos)} if isinstance(eos, int) else {int(e) for e in eos}
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(eos_ids)
+    engine = engine or TransformersEngine(model, pad_id, eos_ids)
     meta = dict(format=FORMAT, version=VERSION, target=target or str(getattr(model.config, "_name_or_path", "")),
                 target_fingerprint=target_fingerprint(model), target_identity=target_identity(model),
                 max_new_tokens=max_new_tokens, system=system,
@@ -175,7 +185,7 @@ def distill(model, tokenizer, prompts: list, out_path, max_new_tokens: int = 160
     try:
         for start in range(0, len(todo), batch_size):
             batch = todo[start:start + batch_size]
-            responses = generate_batch(model, [encoded[i] for i in batch], max_new_tokens, pad_id, eos_ids)
+            responses = engine.generate([encoded[i] for i in batch], max_new_tokens)
             for i, resp in zip(batch, responses):
                 done[i] = dict(index=i, prompt_sha=prompt_sha(prompts[i]), prompt_len=len(encoded[i]),
                                input_ids=encoded[i] + resp, finished=bool(resp and resp[-1] in eos_ids))
@@ -250,20 +260,74 @@ def register_cli(sub):
                         "data/prompts/scale.jsonl is the >= 5,000-prompt mix)")
     p.add_argument("--out", required=True, help="output JSONL (resumed when it exists)")
     p.add_argument("--max-new-tokens", type=int, default=160)
-    p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--batch-size", type=int, default=None,
+                   help="prompts per engine call, and per atomic rewrite of --out (default: 16 with transformers, "
+                        "256 with vLLM, which batches them itself)")
+    p.add_argument("--engine", default="auto", choices=ENGINES,
+                   help="what writes the answers: vllm (default where it imports; threads on CPU: "
+                        "VLLM_CPU_OMP_THREADS_BIND, e.g. 0 or 0-1) or transformers' generate")
     p.add_argument("--system", default=None, help="system message (default: the chat template's own)")
     add_target_options(p)
     p.set_defaults(func=_run_cli)
 
 
+def check_prompt_set(prompts: list, where) -> None:
+    """Refuse a prompt set with duplicates (same text and history) or with prompts that overlap HumanEval, which
+    is for evaluation only."""
+    from .prompts import humaneval_overlap
+
+    seen: dict[str, int] = {}
+    for i, p in enumerate(prompts):
+        j = seen.setdefault(prompt_sha(p), i)
+        if j != i:
+            raise PeagleError(f"{where}: prompt {i} repeats prompt {j}. Fix: remove the duplicate (each prompt once; "
+                              "several answers to one prompt teach nothing more).")
+    texts = ["\n".join([m["content"] for m in (record_messages(p)[1] or [])] + [record_messages(p)[0]])
+             for p in prompts]
+    hits = humaneval_overlap(texts)
+    if hits:
+        i, why = hits[0]
+        raise PeagleError(f"{where}: prompt {i} {why} ({len(hits)} such prompts). Fix: remove them: HumanEval is "
+                          "the evaluation set and must not be trained on.")
+
+
 def _run_cli(args):
-    validate.positive_int(args.batch_size, "batch_size", "--batch-size")
+    from .distill_engines import VllmEngine, choose_engine
+
+    batch_size = args.batch_size
+    if batch_size is not None:
+        validate.positive_int(batch_size, "batch_size", "--batch-size")
     validate.max_new_tokens(args.max_new_tokens)
     recs = load_train_records(args.prompts_file)
     prompts = recs[: args.prompts]
+    check_prompt_set(prompts, args.prompts_file or "the training prompts")
+    engine_name = choose_engine(args.engine)
+    if engine_name == "vllm":  # the target's weights stay on the CPU: the GPU is vLLM's
+        args.device = "cpu"
     model, tok, target = load_cli_target(args)
+    engine = None
+    if engine_name == "vllm":
+        from .serving.engine import model_arg
+
+        eos = tok.eos_token_id
+        eos_ids = {int(eos)} if isinstance(eos, int) else {int(e) for e in eos}
+        engine = VllmEngine(model_arg(args.target), eos_ids, MAX_SEQ_LEN + args.max_new_tokens,
+                            next(model.parameters()).dtype)
+        print(f"[peagle-lab] distill: vLLM {engine.version} engine started in {engine.start_s:.0f} s",
+              file=sys.stderr)
+    batch_size = batch_size or (256 if engine_name == "vllm" else 16)
     t0 = time.perf_counter()
-    out = distill(model, tok, prompts, args.out, args.max_new_tokens, args.batch_size, args.system, target=target)
+    before = _response_tokens(args.out)
+    out = distill(model, tok, prompts, args.out, args.max_new_tokens, batch_size, args.system, target=target,
+                  engine=engine)
+    dt = time.perf_counter() - t0
     resp = sum(len(r["input_ids"]) - r["prompt_len"] for r in out)
     print(f"{len(out)} sequences, {sum(len(r['input_ids']) for r in out):,} tokens ({resp:,} response tokens, "
-          f"{sum(r['finished'] for r in out)} ended with EOS) in {args.out}; {time.perf_counter() - t0:.0f} s")
+          f"{sum(r['finished'] for r in out)} ended with EOS) in {args.out}; {dt:.0f} s, "
+          f"{(resp - before) / dt:.0f} new response tokens/s ({engine_name})")
+
+
+def _response_tokens(path) -> int:
+    if not Path(path).is_file():
+        return 0
+    return sum(len(r["input_ids"]) - r["prompt_len"] for r in read_distilled(path)[1])

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 from pathlib import Path
 
 from .errors import PeagleError, require
@@ -123,6 +124,37 @@ def load_humaneval(n: int | None = None) -> list[dict]:
 def humaneval_prompts(n: int | None = None) -> list[str]:
     """HumanEval problems as user messages for a chat model."""
     return [f"Complete this Python function:\n```python\n{p['prompt']}```" for p in load_humaneval(n)]
+
+
+def _words(text: str) -> list[str]:
+    return re.findall(r"[a-z0-9]+", text.lower())
+
+
+def _shingles(text: str, n: int = 6) -> set[tuple[str, ...]]:
+    words = _words(text)
+    return {tuple(words[i:i + n]) for i in range(len(words) - n + 1)}
+
+
+def humaneval_overlap(texts: list[str], numbers_only_ok: bool = True) -> list[tuple[int, str]]:
+    """``(index, reason)`` for every text that overlaps a HumanEval problem: it shares a 6-word run with one
+    (signature + docstring; runs of numbers alone, such as example lists, are allowed with ``numbers_only_ok``) or
+    names one of its functions (``def name(``, or identifiers like ``has_close_elements`` anywhere). HumanEval is
+    for evaluation only: training prompts must not overlap it."""
+    problems = load_humaneval()
+    he = set().union(*(_shingles(p["prompt"]) for p in problems))
+    names = [(p["entry_point"], re.compile(rf"\b{re.escape(p['entry_point'])}\b")
+              if "_" in p["entry_point"] or p["entry_point"] != p["entry_point"].lower() else None) for p in problems]
+    hits = []
+    for i, text in enumerate(texts):
+        run = next((g for g in _shingles(text) if g in he
+                    and not (numbers_only_ok and all(w.isdigit() for w in g))), None)
+        if run:
+            hits.append((i, "shares the run '" + " ".join(run) + "' with a HumanEval problem"))
+            continue
+        name = next((n for n, rx in names if f"def {n}(" in text or (rx is not None and rx.search(text))), None)
+        if name:
+            hits.append((i, f"names the HumanEval function {name}"))
+    return hits
 
 
 def chat_messages(user_text: str, system: str | None = None, history: list[dict] | None = None) -> list[dict]:

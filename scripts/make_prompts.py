@@ -403,13 +403,27 @@ def build(seed: int = SEED) -> list[dict]:
 
 def build_scale(core: list[dict], seed: int = SEED) -> list[dict]:
     """The scale mix: the core records first, in the same order (so their distilled answers stay valid), each with
-    its split, then the templated mix of ``prompt_mix.py``, then its second wave (appended: earlier indices stay)."""
+    its split, then the templated mix of ``prompt_mix.py``, then its second and third waves (appended: earlier indices stay;
+    third-wave prompts that overlap HumanEval are dropped)."""
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import prompt_mix
 
     head = [{**r, "split": prompt_mix._split(r["prompt"])} for r in core]
     first = prompt_mix.build(seed, {r["prompt"] for r in core})
-    return head + first + prompt_mix.build_wave2(seed, {r["prompt"] for r in head + first if "history" not in r})
+    import prompt_wave3
+
+    second = prompt_mix.build_wave2(seed, {r["prompt"] for r in head + first if "history" not in r})
+    third = prompt_wave3.build_wave3(seed, {r["prompt"] for r in head + first + second if "history" not in r})
+    return head + first + second + _no_humaneval(third)
+
+
+def _no_humaneval(records: list[dict]) -> list[dict]:
+    """``records`` without any that overlap a HumanEval problem (peagle_lab.prompts.humaneval_overlap)."""
+    from peagle_lab.prompts import humaneval_overlap
+
+    texts = [r["prompt"] + "\n" + "\n".join(m["content"] for m in r.get("history", [])) for r in records]
+    bad = {i for i, _ in humaneval_overlap(texts)}
+    return [r for i, r in enumerate(records) if i not in bad]
 
 
 def render(records: list[dict]) -> str:

@@ -311,7 +311,7 @@ def test_evaluate_head_reports_acceptance_and_checks_losslessness(tiny_llama, by
 
 # ------------------------------------------------------------------------------------------ distillation
 def test_distill_is_greedy_and_resumes_without_redoing_prompts(tiny_llama, byte_tokenizer, tmp_path, monkeypatch):
-    import peagle_lab.data as data
+    from peagle_lab.distill_engines import TransformersEngine
     from peagle_lab.prompts import chat_ids
 
     model = tiny_llama(hidden=32, layers=2, vocab=300)
@@ -319,8 +319,8 @@ def test_distill_is_greedy_and_resumes_without_redoing_prompts(tiny_llama, byte_
     out = tmp_path / "d.jsonl"
     distill(model, byte_tokenizer, prompts[:2], out, max_new_tokens=6, batch_size=2, progress=False)
     calls = []
-    real = data.generate_batch
-    monkeypatch.setattr(data, "generate_batch", lambda m, p, *a, **k: calls.append(len(p)) or real(m, p, *a, **k))
+    real = TransformersEngine.generate
+    monkeypatch.setattr(TransformersEngine, "generate", lambda self, p, n: calls.append(len(p)) or real(self, p, n))
     recs = distill(model, byte_tokenizer, prompts, out, max_new_tokens=6, batch_size=2, progress=False)
     assert calls == [1]  # only the new prompt
     meta, again = read_distilled(out)
@@ -335,6 +335,23 @@ def test_distill_is_greedy_and_resumes_without_redoing_prompts(tiny_llama, byte_
         assert r["input_ids"][r["prompt_len"]:] == greedy
     with pytest.raises(PeagleError, match="other settings"):
         distill(model, byte_tokenizer, prompts, out, max_new_tokens=7, progress=False)
+
+
+def test_distilled_file_gz_round_trips_byte_stable_and_damage_is_one_error(tmp_path):
+    from peagle_lab.data import _write_atomic
+
+    meta = {"format": "peagle-lab-distill", "version": 1, "target": "t"}
+    recs = [{"index": i, "prompt_sha": str(i), "prompt_len": 1, "input_ids": [1, 2, i], "finished": True}
+            for i in (2, 0, 1)]
+    a, b = tmp_path / "a.jsonl.gz", tmp_path / "b" / "a.jsonl.gz"
+    _write_atomic(a, meta, recs)
+    _write_atomic(b, meta, recs)
+    assert a.read_bytes() == b.read_bytes() and a.read_bytes()[:2] == b"\x1f\x8b"  # gzip, no name/time inside
+    got_meta, got = read_distilled(a)
+    assert got_meta == meta and [r["index"] for r in got] == [0, 1, 2]
+    a.write_bytes(a.read_bytes()[:-12])  # cut short
+    with pytest.raises(PeagleError, match="damaged"):
+        read_distilled(a)
 
 
 # ------------------------------------------------------------------------------------------ draft vocabulary
