@@ -22,7 +22,7 @@
 # %%
 # Parameters come from the environment: PEAGLE_TARGET (default: the embedded SmolLM2-135M-Instruct),
 # PEAGLE_DEVICE (default: cuda if present, else cpu), PEAGLE_CI=1 (small sizes, same code path).
-from peagle_lab.notebook import start
+from peagle_lab.workbook.notebook import start
 
 TARGET, DEVICE, CI = start(seed=0)
 
@@ -60,7 +60,7 @@ from peagle_lab import models, settings
 # (acceptance length 3.94 vs 3.03 at K=7). This workbook rebuilds the method on a model small enough for a laptop.
 
 # %%
-from peagle_lab.diagrams import draw_drafting_schemes
+from peagle_lab.workbook.diagrams import draw_drafting_schemes
 
 draw_drafting_schemes(k=4);
 
@@ -75,7 +75,7 @@ model, tokenizer = models.load_target(TARGET, device=DEVICE, dtype=torch.float32
 
 # %%
 # NBVAL_CHECK_OUTPUT
-from peagle_lab.taps import default_tap_layers
+from peagle_lab.features.taps import default_tap_layers
 
 cfg = model.config
 n_params = sum(p.numel() for p in model.parameters())  # tied embedding / lm_head counted once
@@ -132,7 +132,7 @@ import copy
 import statistics
 
 from peagle_lab import hardware
-from peagle_lab.report import record
+from peagle_lab.workbook.report import record
 
 tok_s = NEW_TOKENS / statistics.median(times)
 print(f"greedy decoding: {tok_s:.1f} tokens/s ({NEW_TOKENS} tokens, median of {REPEATS})")
@@ -164,8 +164,8 @@ for key, value in [("target_params", n_params), ("greedy_tokens_per_s", round(to
 # %% [markdown]
 # ## One speculative round, written out
 #
-# The package's loop (`peagle_lab.speculative.speculative_generate`) in about 20 lines, with the shipped P-EAGLE
-# head as the drafter. The one convention to know is the **EAGLE shift**: drafter slot t holds token t+1 together
+# The package's loop (`peagle_lab.decoding.speculative.speculative_generate`) in about 20 lines, with the shipped
+# P-EAGLE head as the drafter. The one convention to know is the **EAGLE shift**: drafter slot t holds token t+1 together
 # with the target's tapped hidden states at position t (the state that predicted it). Each round:
 #
 # 1. **draft** K tokens in one drafter pass (`drafter.propose`; it also rolls back its own cache);
@@ -177,12 +177,12 @@ for key, value in [("target_params", n_params), ("greedy_tokens_per_s", round(to
 # %%
 from transformers import DynamicCache
 
-from peagle_lab.draft_sources import HeadDrafter
-from peagle_lab.heads import load_head
-from peagle_lab.sampling import Sampling
-from peagle_lab.slots import Slots
-from peagle_lab.speculative import speculative_generate
-from peagle_lab.target_runner import TargetRunner
+from peagle_lab.decoding.draft_sources import HeadDrafter
+from peagle_lab.drafter.heads import load_head
+from peagle_lab.decoding.sampling import Sampling
+from peagle_lab.decoding.slots import Slots
+from peagle_lab.decoding.speculative import speculative_generate
+from peagle_lab.decoding.target_runner import TargetRunner
 
 head = load_head("parallel", model)
 taps_of = lambda out: torch.cat([out.hidden_states[i] for i in head.config.aux_hidden_state_layer_ids], -1)[0]

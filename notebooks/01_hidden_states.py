@@ -23,7 +23,7 @@
 # %%
 # Parameters come from the environment: PEAGLE_TARGET (default: the embedded SmolLM2-135M-Instruct),
 # PEAGLE_DEVICE (default: cuda if present, else cpu), PEAGLE_CI=1 (small sizes, same code path).
-from peagle_lab.notebook import start
+from peagle_lab.workbook.notebook import start
 
 TARGET, DEVICE, CI = start(seed=0)
 
@@ -43,7 +43,7 @@ model, tokenizer = models.load_target(TARGET, device=DEVICE, dtype=torch.float32
 # %%
 # NBVAL_CHECK_OUTPUT
 from peagle_lab.prompts import chat_ids
-from peagle_lab.taps import default_tap_layers, target_forward
+from peagle_lab.features.taps import default_tap_layers, target_forward
 
 L, H = model.config.num_hidden_layers, model.config.hidden_size
 TAPS = default_tap_layers(L)
@@ -107,7 +107,7 @@ print("hidden_states[L] == final_norm(output of last layer):", torch.equal(hs[L]
 # %%
 import matplotlib.pyplot as plt
 
-from peagle_lab.lens import cosine_matrix, plot_similarity, residual_stream
+from peagle_lab.workbook.lens import cosine_matrix, plot_similarity, residual_stream
 
 states = residual_stream(model, ids)  # (L + 1, T, H): inputs of layers 0..L-1, then the pre-norm output
 norms = states.norm(dim=-1)
@@ -148,7 +148,7 @@ fig.tight_layout();
 # last position of the prompt, where the answer starts.
 
 # %%
-from peagle_lab.lens import logit_lens
+from peagle_lab.workbook.lens import logit_lens
 
 probs, top = logit_lens(model, states[:, -1], k=3)
 rows = sorted({0, *TAPS, L - 1, L})
@@ -239,7 +239,7 @@ print("greedy label after the prompt:", repr(tokenizer.decode(rec["greedy_next"]
 
 # %%
 from peagle_lab import hardware
-from peagle_lab.report import record
+from peagle_lab.workbook.report import record
 
 print(f"extraction: {result.tokens_per_s:.0f} tokens/s over {result.num_tokens:,} tokens; "
       f"{features.format_bytes(result.bytes_on_disk)} on disk (estimate {features.format_bytes(result.estimate_bytes)})")

@@ -31,7 +31,7 @@
 # %%
 # Parameters come from the environment: PEAGLE_TARGET (default: the embedded SmolLM2-135M-Instruct),
 # PEAGLE_DEVICE (default: cuda if present, else cpu), PEAGLE_CI=1 (small sizes, same code path).
-from peagle_lab.notebook import start
+from peagle_lab.workbook.notebook import start
 
 TARGET, DEVICE, CI = start(seed=0)
 
@@ -62,10 +62,10 @@ from peagle_lab import models, settings
 # %%
 # NBVAL_IGNORE_OUTPUT
 from peagle_lab.drafter import PEagleConfig, PEagleDrafter
-from peagle_lab.draft_sources import HeadDrafter
-from peagle_lab.sampling import Sampling
-from peagle_lab.slots import Slots
-from peagle_lab.taps import target_forward
+from peagle_lab.decoding.draft_sources import HeadDrafter
+from peagle_lab.decoding.sampling import Sampling
+from peagle_lab.decoding.slots import Slots
+from peagle_lab.features.taps import target_forward
 from peagle_lab.training import pick_mask_token_id
 
 model, tokenizer = models.load_target(TARGET, device=DEVICE, dtype=torch.float32)
@@ -90,7 +90,7 @@ for j in range(2, K + 1):
 # %% [markdown]
 # The same round as tensors: one forward pass of `n + K - 1` slots, and the K drafts are the argmax of its
 # last K rows. (The head is untrained here: the drafts are not good, the mechanics are exact.)
-# `HeadDrafter.propose` (in `peagle_lab.draft_sources`) is the code that does this in the loop.
+# `HeadDrafter.propose` (in `peagle_lab.decoding.draft_sources`) is the code that does this in the loop.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -206,8 +206,9 @@ plt.show()
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-from peagle_lab import recipe, studies
-from peagle_lab.data import distilled_records
+from peagle_lab.training import recipe
+from peagle_lab.workbook import studies
+from peagle_lab.training.distill import distilled_records
 from peagle_lab.prompts import load_scale_records
 from peagle_lab.settings import results_dir
 from peagle_lab.training import prepare_sequences
@@ -236,7 +237,7 @@ for r in live:
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-from peagle_lab.heads import SHIPPED
+from peagle_lab.drafter.heads import SHIPPED
 from peagle_lab.training import TrainConfig, Trainer
 
 K_CHECK = 4
@@ -301,7 +302,7 @@ if rows:
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-from peagle_lab import report
+from peagle_lab.workbook import report
 
 for row in rows:
     report.record(f"mask_study_acceptance_length_{row['setting'].split(' (')[0].replace(' ', '_')}",

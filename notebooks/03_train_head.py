@@ -32,7 +32,7 @@
 # %%
 # Parameters come from the environment: PEAGLE_TARGET (default: the embedded SmolLM2-135M-Instruct),
 # PEAGLE_DEVICE (default: cuda if present, else cpu), PEAGLE_CI=1 (small sizes, same code path).
-from peagle_lab.notebook import start
+from peagle_lab.workbook.notebook import start
 
 TARGET, DEVICE, CI = start(seed=0)
 
@@ -57,7 +57,7 @@ from peagle_lab import models, settings
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-from peagle_lab.data import distilled_records, read_distilled, shipped_distilled_path
+from peagle_lab.training.distill import distilled_records, read_distilled, shipped_distilled_path
 
 model, tokenizer = models.load_target(TARGET, device=DEVICE, dtype=torch.float32)
 
@@ -85,7 +85,7 @@ print(tokenizer.decode(r["input_ids"][r["prompt_len"]:])[:300])
 # NBVAL_IGNORE_OUTPUT
 from collections import Counter
 
-from peagle_lab.data import select_split
+from peagle_lab.training.distill import select_split
 from peagle_lab.prompts import load_scale_records
 
 scale_path = path.with_name(path.stem + "-scale.jsonl")
@@ -111,7 +111,7 @@ print("prompt kinds:", dict(Counter(m["category"] for m in mix)))
 # NBVAL_IGNORE_OUTPUT
 from IPython.display import Markdown, display
 
-from peagle_lab import studies
+from peagle_lab.workbook import studies
 
 sd_host, sd_runs = studies.committed("self-distill")
 display(Markdown(studies.summary_markdown(sd_runs)))
@@ -138,7 +138,7 @@ display(Markdown(studies.summary_markdown(sd_runs)))
 # %%
 # NBVAL_CHECK_OUTPUT
 from peagle_lab.training import pick_mask_token_id
-from peagle_lab.vocab import build_draft_vocab, count_tokens, coverage
+from peagle_lab.drafter.vocab import build_draft_vocab, count_tokens, coverage
 
 V = model.config.vocab_size
 MASK_ID = pick_mask_token_id(tokenizer)
@@ -158,7 +158,7 @@ for size in (1024, 2048, 4096, 8192, 16384, V):
 
 # %%
 # NBVAL_CHECK_OUTPUT
-from peagle_lab.vocab import d2t_t2d
+from peagle_lab.drafter.vocab import d2t_t2d
 
 toy = build_draft_vocab(counts, 8, V, always=(MASK_ID, tokenizer.eos_token_id))
 d2t, t2d = d2t_t2d(toy, V)
@@ -178,7 +178,7 @@ import json
 from safetensors.torch import load_file
 
 from peagle_lab.errors import PeagleError
-from peagle_lab.heads import SHIPPED
+from peagle_lab.drafter.heads import SHIPPED
 from peagle_lab.serving.validation import validate_head
 
 shipped_cfg = json.loads((SHIPPED["parallel"] / "config.json").read_text())
@@ -194,7 +194,7 @@ except PeagleError as exc:
 #
 # For every position `t` of every sequence: the three tapped residual streams `h_t` (3H; taps
 # `eagle_aux_hidden_state_layer_ids`) and the target's greedy label `y_t`. They come from one forward pass of
-# the frozen target per sequence, computed once and kept (here in a cache of `features.py` shards under
+# the frozen target per sequence, computed once and kept (here in a cache of `peagle_lab.features` shards under
 # `$PEAGLE_RESULTS/features/`: both notebooks and both heads reuse it).
 #
 # A packed row holds several sequences. Its depth-0 elements are all its positions; depth d keeps a COD sample of
@@ -388,7 +388,7 @@ for name, n in own.items():
 # NBVAL_CHECK_OUTPUT
 import json
 
-from peagle_lab.heads import SHIPPED, load_head
+from peagle_lab.drafter.heads import SHIPPED, load_head
 
 heads, records_ = {}, {}
 for kind, path in SHIPPED.items():
@@ -548,7 +548,7 @@ display(Markdown(
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-from peagle_lab import recipe
+from peagle_lab.training import recipe
 
 hosts = sorted(p.parent.name for p in (settings.data_dir() / "recipe").glob("*/runs.jsonl"))
 runs = recipe.read_runs(settings.data_dir() / "recipe" / hosts[-1]) if hosts else []
@@ -590,7 +590,7 @@ if points:
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-from peagle_lab import report
+from peagle_lab.workbook import report
 
 report.record("nb03_train_steps", res.steps_done)
 report.record("nb03_final_depth_accuracy", final_accuracy(res.log, last=max(len(res.log) // 4, 1)))

@@ -32,7 +32,7 @@
 # %%
 # Parameters come from the environment: PEAGLE_TARGET (default: the embedded SmolLM2-135M-Instruct),
 # PEAGLE_DEVICE (default: cuda if present, else cpu), PEAGLE_CI=1 (small sizes, same code path).
-from peagle_lab.notebook import start
+from peagle_lab.workbook.notebook import start
 
 TARGET, DEVICE, CI = start(seed=0)
 
@@ -67,7 +67,8 @@ from pathlib import Path
 
 from IPython.display import Image, Markdown, display
 
-from peagle_lab import bench, precision, report
+from peagle_lab import bench, precision
+from peagle_lab.workbook import report
 from peagle_lab.hardware import describe
 from peagle_lab.prompts import chat_ids, humaneval_prompts
 
@@ -102,10 +103,10 @@ for role, info in (("P-EAGLE (parallel)", par_info), ("EAGLE-3 (sequential)", se
 
 # %%
 # NBVAL_CHECK_OUTPUT
-from peagle_lab.draft_sources import HeadDrafter
-from peagle_lab.sampling import Sampling
-from peagle_lab.slots import Slots
-from peagle_lab.target_runner import TargetRunner
+from peagle_lab.decoding.draft_sources import HeadDrafter
+from peagle_lab.decoding.sampling import Sampling
+from peagle_lab.decoding.slots import Slots
+from peagle_lab.decoding.target_runner import TargetRunner
 
 prompt = chat_ids(tokenizer, humaneval_prompts(1)[0])
 runner = TargetRunner(model, par_head.config.aux_hidden_state_layer_ids)
@@ -199,7 +200,7 @@ for note in e2e["notes"]:
 #   an off-by-one acceptance rule diverges far outside it).
 
 # %%
-from peagle_lab.divergence import BF16_TIE_ULPS
+from peagle_lab.decoding.divergence import BF16_TIE_ULPS
 
 print("regime:", e2e["lossless_regime"], f"(near-tie bound: {BF16_TIE_ULPS} bf16 ulps of the top logit)"
       if e2e["lossless_regime"] != "exact" else "(token for token)")
@@ -220,8 +221,8 @@ print(f"{len(divs)} divergent outputs of {len(e2e['runs'])}; assisted generation
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-from peagle_lab.divergence import first_divergence
-from peagle_lab.speculative import plain_generate, speculative_generate
+from peagle_lab.decoding.divergence import first_divergence
+from peagle_lab.decoding.speculative import plain_generate, speculative_generate
 
 committed_bf16 = json.loads((settings.data_dir() / "results" / "cpu-epyc-avx512bf16-2c" / "bfloat16"
                              / "end_to_end.json").read_text())

@@ -23,7 +23,7 @@
 # 1. **Export** our head into vLLM's `eagle3` drafter layout, with validation before vLLM ever sees it.
 # 2. **Offline `LLM`**: the target without speculation, then with the head and `"parallel_drafting": true`.
 #    Greedy outputs must be identical.
-# 3. **Acceptance length**: vLLM's own counters against our loop (`peagle_lab.speculative`) on the same
+# 3. **Acceptance length**: vLLM's own counters against our loop (`peagle_lab.decoding.speculative`) on the same
 #    prompts, head and K.
 # 4. **OpenAI-compatible server** on 127.0.0.1: one chat request, the `/metrics` counters, clean shutdown.
 # 5. The recipe for the **published heads** (GPT-OSS-20B/120B, Qwen3-Coder-30B-A3B) on a GPU.
@@ -79,7 +79,7 @@ print("CPU:", platform.processor() or platform.machine(), "| cores:", os.cpu_cou
 # | draft vocabulary | `draft_vocab_size`; `d2t` loaded only when it differs from `vocab_size` (else loading fails) | `d2t` only for a reduced vocabulary; `t2d` dropped |
 #
 # Tap id *i* means the residual stream entering layer *i* (vLLM captures `hidden + residual` before layer *i*), the
-# same convention as `peagle_lab.taps`.
+# same convention as `peagle_lab.features.taps`.
 
 # %%
 from peagle_lab.models import load_target
@@ -94,8 +94,8 @@ print(f"target: {L} layers, hidden {H}, vocab {V}")
 
 # %%
 from peagle_lab.drafter import PEagleConfig, PEagleDrafter
-from peagle_lab.heads import SHIPPED, load_head
-from peagle_lab.taps import default_tap_layers
+from peagle_lab.drafter.heads import SHIPPED, load_head
+from peagle_lab.features.taps import default_tap_layers
 
 shipped = SHIPPED["parallel"]
 if (shipped / "config.json").exists():
@@ -253,9 +253,9 @@ print(plain["text"][0][:400])
 # the last round, our loop trims K at `max_tokens`), so we allow 5%.
 
 # %%
-from peagle_lab.draft_sources import HeadDrafter
-from peagle_lab.speculative import SpecStats, speculative_generate
-from peagle_lab.target_runner import TargetRunner
+from peagle_lab.decoding.draft_sources import HeadDrafter
+from peagle_lab.decoding.speculative import SpecStats, speculative_generate
+from peagle_lab.decoding.target_runner import TargetRunner
 
 runner = TargetRunner(model, head.config.aux_hidden_state_layer_ids)
 drafter = HeadDrafter(head, "parallel")
@@ -277,7 +277,7 @@ print("our loop's tokens identical to vLLM's:", ours_ids == plain["ids"])
 
 # %%
 # NBVAL_CHECK_OUTPUT
-from peagle_lab import report
+from peagle_lab.workbook import report
 
 agree = abs(vm["acceptance_length"] - ours.acceptance_length) <= 0.05 * ours.acceptance_length
 print("acceptance length: vLLM and our loop agree within 5%:", agree)

@@ -35,7 +35,7 @@
 # %%
 # Parameters come from the environment: PEAGLE_TARGET (default: the embedded SmolLM2-135M-Instruct),
 # PEAGLE_DEVICE (default: cuda if present, else cpu), PEAGLE_CI=1 (small sizes, same code path).
-from peagle_lab.notebook import start
+from peagle_lab.workbook.notebook import start
 
 TARGET, DEVICE, CI = start(seed=0)
 
@@ -45,8 +45,8 @@ from peagle_lab import models, settings
 # %%
 from IPython.display import HTML, display
 
-from peagle_lab import report, viz
-from peagle_lab.explorer import available_heads, explorer, get_head, run_generation
+from peagle_lab.workbook import report, viz
+from peagle_lab.workbook.explorer import available_heads, explorer, get_head, run_generation
 
 K = 4
 MAX_NEW = settings.pick(64, 12)

@@ -5,7 +5,7 @@ Writes, under --out (default build/workbook):
   NAME.ipynb    the executed notebook (outputs included, also when a cell failed)
   NAME.html     its HTML export
   SUMMARY.md    per notebook: status, run time, figures produced, and the key numbers it recorded through
-                ``peagle_lab.report.record`` (read from $PEAGLE_RESULTS/summary.json)
+                ``peagle_lab.workbook.report.record`` (read from $PEAGLE_RESULTS/summary.json)
 A failing notebook is reported and the rest still run; the exit code is 1 if any failed.
 
     python scripts/run_workbook.py                  # all notebooks, full sizes
@@ -82,7 +82,7 @@ def run_one(path: Path, out_dir: Path, timeout: int, kernel: str, html: bool) ->
     import nbformat
     from nbconvert.preprocessors import CellExecutionError, ExecutePreprocessor
 
-    from peagle_lab import report
+    from peagle_lab.workbook import report
 
     nb = nbformat.read(path, as_version=4)
     report.clear(path.stem)
@@ -186,7 +186,7 @@ def main(argv=None) -> int:
               + (f": {row['error']}" if row["error"] else ""), flush=True)
     os.environ.pop("PEAGLE_NOTEBOOK", None)
 
-    from peagle_lab import report
+    from peagle_lab.workbook import report
 
     summary = write_summary(rows, args.out, report.load())
     failed = [r["name"] for r in rows if r["status"] != "ok"]

@@ -122,7 +122,7 @@ def test_resume_with_other_settings_names_each_field(tmp_path, change):
 
 
 def test_a_distilled_record_without_input_ids_is_named(tmp_path):
-    from peagle_lab.data import FORMAT, read_distilled
+    from peagle_lab.training.distill import FORMAT, read_distilled
 
     path = tmp_path / "d.jsonl"
     path.write_text(json.dumps({"meta": {"format": FORMAT}}) + "\n" + json.dumps({"index": 0, "prompt_len": 3}) + "\n")
@@ -131,7 +131,7 @@ def test_a_distilled_record_without_input_ids_is_named(tmp_path):
 
 
 def test_distill_rejects_batch_size_zero():
-    from peagle_lab.data import distill
+    from peagle_lab.training.distill import distill
 
     with pytest.raises(PeagleError, match="batch_size"):
         distill(None, None, ["hi"], "unused.jsonl", batch_size=0)
@@ -186,9 +186,9 @@ _VALUES = st.one_of(st.none(), st.booleans(), st.integers(-3, 200), st.floats(al
                               "eagle_aux_hidden_state_layer_ids", "max_position_embeddings", "peagle"]),
        value=_VALUES, drop=st.booleans())
 def test_any_config_mutation_loads_and_generates_losslessly_or_raises_peagle_error(field, value, drop):
-    from peagle_lab.draft_sources import HeadDrafter
-    from peagle_lab.speculative import plain_generate, speculative_generate
-    from peagle_lab.target_runner import TargetRunner
+    from peagle_lab.decoding.draft_sources import HeadDrafter
+    from peagle_lab.decoding.speculative import plain_generate, speculative_generate
+    from peagle_lab.decoding.target_runner import TargetRunner
 
     target, d = _valid_config()
     if drop:
@@ -211,9 +211,9 @@ def test_k_above_the_trained_k_warns_once_per_generation(tiny_llama):
     import warnings
 
     from peagle_lab.bench import fresh_head
-    from peagle_lab.draft_sources import HeadDrafter
-    from peagle_lab.speculative import speculative_generate
-    from peagle_lab.target_runner import TargetRunner
+    from peagle_lab.decoding.draft_sources import HeadDrafter
+    from peagle_lab.decoding.speculative import speculative_generate
+    from peagle_lab.decoding.target_runner import TargetRunner
 
     model = tiny_llama(hidden=32, layers=4)
     head = fresh_head(model, mode="parallel", mask_token_id=3)

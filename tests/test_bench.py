@@ -174,8 +174,8 @@ def _tokenizer_with_free_specials():
 def test_fresh_heads_take_their_mask_token_from_the_tokenizer(tmp_path):
     from transformers import AutoModelForCausalLM
 
-    from peagle_lab import explorer
-    from peagle_lab.vocab import mask_token_id_for, pick_mask_token_id
+    from peagle_lab.workbook import explorer
+    from peagle_lab.drafter.vocab import mask_token_id_for, pick_mask_token_id
 
     tok, free = _tokenizer_with_free_specials()
     assert free != 16 and pick_mask_token_id(tok) == free
@@ -197,7 +197,7 @@ def test_fresh_heads_take_their_mask_token_from_the_tokenizer(tmp_path):
 
 
 def test_an_untrained_head_still_gets_a_mask_token_when_the_tokenizer_has_no_free_one(byte_tokenizer):
-    from peagle_lab.vocab import mask_token_id_for
+    from peagle_lab.drafter.vocab import mask_token_id_for
 
     n = len(byte_tokenizer)  # its only special tokens are BOS / EOS / PAD: nothing to pick for training
     with pytest.raises(PeagleError, match="No unused special token"):
@@ -215,7 +215,7 @@ def test_smollm2s_mask_token_is_still_16():
     from transformers import AutoTokenizer
 
     from peagle_lab.models import cache_dir, convert_default
-    from peagle_lab.vocab import mask_token_id_for, pick_mask_token_id
+    from peagle_lab.drafter.vocab import mask_token_id_for, pick_mask_token_id
 
     if not (cache_dir() / "SmolLM2-135M-Instruct" / "config.json").exists():
         pytest.skip("the embedded target is not converted here (make setup)")

@@ -6,11 +6,11 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from peagle_lab.draft_sources import HeadDrafter
+from peagle_lab.decoding.draft_sources import HeadDrafter
 from peagle_lab.drafter import check_k, PEagleConfig, PEagleDrafter
 from peagle_lab.errors import PeagleError
-from peagle_lab.sampling import Sampling
-from peagle_lab.slots import Slots
+from peagle_lab.decoding.sampling import Sampling
+from peagle_lab.decoding.slots import Slots
 
 
 def make_head(target, layers=2, draft_vocab=None, mode="parallel", seed=0, shared=False):

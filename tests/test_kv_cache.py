@@ -4,11 +4,11 @@ written in place (no reallocation across rounds once big enough), growth by doub
 import torch
 from transformers import DynamicCache
 
-from peagle_lab.draft_sources import HeadDrafter
+from peagle_lab.decoding.draft_sources import HeadDrafter
 from peagle_lab.drafter import PEagleConfig, PEagleDrafter
 from peagle_lab.kv_cache import DrafterCache, PositionBuffer, PositionCache
-from peagle_lab.speculative import iter_rounds, plain_generate
-from peagle_lab.target_runner import TargetRunner
+from peagle_lab.decoding.speculative import iter_rounds, plain_generate
+from peagle_lab.decoding.target_runner import TargetRunner
 
 from conftest import make_random_ids, make_tiny_llama
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from peagle_lab.lens import cosine_matrix, logit_lens, plot_similarity, residual_stream
+from peagle_lab.workbook.lens import cosine_matrix, logit_lens, plot_similarity, residual_stream
 
 
 def test_residual_stream_is_every_layer_input_then_the_prenorm_output(tiny_llama, random_ids):
@@ -36,7 +36,7 @@ def test_figures_draw():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from peagle_lab.diagrams import draw_drafting_schemes
+    from peagle_lab.workbook.diagrams import draw_drafting_schemes
 
     fig = draw_drafting_schemes(k=5)
     assert len(fig.axes) == 1

@@ -35,7 +35,8 @@ def test_json_safe_names_what_it_cannot_write():
 
 
 def test_there_is_one_cleaner(monkeypatch, tmp_path):
-    from peagle_lab import bench, report
+    from peagle_lab import bench
+    from peagle_lab.workbook import report
     from peagle_lab.bench import files
 
     assert bench.json_safe is files.json_safe is json_safe
@@ -49,7 +50,7 @@ def test_there_is_one_cleaner(monkeypatch, tmp_path):
 # -- the environment record ----------------------------------------------------------------------------------------
 
 # What the readers of committed results use: bench/readme.py, bench/plots.py, bench/summary.py, bench/files.py
-# (ENV_CSV_KEYS), training/records.py (TRAINING.md), recipe.py, studies.py, lineage.py.
+# (ENV_CSV_KEYS), training/records.py (TRAINING.md), training/recipe.py, workbook/studies.py, training/lineage.py.
 _READ_KEYS = {"host", "hardware", "device", "cpu", "gpu", "cuda", "cpu_count", "torch_threads", "dtype", "torch",
               "transformers", "python", "platform", "git_commit", "timer", "timestamp_utc", "omp_wait_policy",
               "loadavg_start", "loadavg_end", "load_average_1m", "start_epoch_s", "isa_flags", "bf16_units",
@@ -103,7 +104,7 @@ class _FigureKilledMidWrite:
 
 
 def test_a_figure_write_that_fails_keeps_the_previous_figure(tmp_path):
-    from peagle_lab import viz
+    from peagle_lab.workbook import viz
 
     path = tmp_path / "fig.png"
     path.write_bytes(b"the previous figure")
@@ -119,7 +120,7 @@ def test_write_figure_keeps_the_format_its_suffix_names(tmp_path):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from peagle_lab import viz
+    from peagle_lab.workbook import viz
 
     fig, ax = plt.subplots(figsize=(2, 1))
     ax.plot([0, 1], [0, math.pi])

@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from peagle_lab import precision
-from peagle_lab.divergence import BF16_TIE_ULPS, Divergence, first_divergence, tie_bound
+from peagle_lab.decoding.divergence import BF16_TIE_ULPS, Divergence, first_divergence, tie_bound
 from peagle_lab.errors import PeagleError
-from peagle_lab.speculative import GenerationResult
+from peagle_lab.decoding.speculative import GenerationResult
 
 
 @pytest.mark.parametrize("flags, units", [({"avx2"}, None), ({"avx512f", "avx512_bf16"}, "avx512_bf16"),
@@ -73,10 +73,10 @@ def test_first_divergence_reports_position_and_plain_margin():
 
 
 def _bf16_runs(model, tok, heads, ks, n_prompts=3, new=40):
-    from peagle_lab.draft_sources import HeadDrafter
+    from peagle_lab.decoding.draft_sources import HeadDrafter
     from peagle_lab.prompts import chat_ids, humaneval_prompts
-    from peagle_lab.speculative import plain_generate, speculative_generate
-    from peagle_lab.target_runner import TargetRunner
+    from peagle_lab.decoding.speculative import plain_generate, speculative_generate
+    from peagle_lab.decoding.target_runner import TargetRunner
 
     out = []
     runner = TargetRunner(model, heads["parallel"].config.aux_hidden_state_layer_ids)
@@ -93,7 +93,7 @@ def _bf16_runs(model, tok, heads, ks, n_prompts=3, new=40):
 
 
 def _heads(model):
-    from peagle_lab.heads import load_head
+    from peagle_lab.drafter.heads import load_head
 
     return {m: load_head(m, model) for m in ("parallel", "sequential")}
 
@@ -112,7 +112,7 @@ def test_bf16_divergences_happen_only_at_near_ties(smollm2_bf16):
 def test_bf16_check_catches_a_wrong_acceptance_rule(smollm2_bf16, monkeypatch):
     """Accepting one draft too many (a plausible off-by-one) makes outputs diverge at confident positions: the
     near-tie check must flag it, so it has the power to catch a broken loop."""
-    import peagle_lab.speculative as spec
+    import peagle_lab.decoding.speculative as spec
 
     right = spec.accept_greedy
 

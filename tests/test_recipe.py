@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from peagle_lab import recipe
+from peagle_lab.training import recipe
 from peagle_lab.errors import PeagleError
 from peagle_lab.training import TrainConfig, Trainer
 

@@ -1,4 +1,4 @@
-"""peagle_lab.report: key numbers for the workbook summary, written atomically."""
+"""peagle_lab.workbook.report: key numbers for the workbook summary, written atomically."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from peagle_lab import report
+from peagle_lab.workbook import report
 from peagle_lab.errors import PeagleError
 
 

@@ -306,7 +306,7 @@ def test_serving_sweep_with_real_vllm_servers_survives_an_over_long_request(tmp_
     a request longer than the model length is refused by the server and the level goes on."""
     pytest.importorskip("vllm")
     from peagle_lab.serving import sweep as serve_sweep
-    from peagle_lab.heads import shipped_head_path
+    from peagle_lab.drafter.heads import shipped_head_path
     from peagle_lab.models import convert_default
 
     tdir = serving.export_target(target=str(convert_default()))

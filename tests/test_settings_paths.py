@@ -11,8 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from peagle_lab import heads, prompts, report, settings
-from peagle_lab.data import shipped_distilled_path
+from peagle_lab.drafter import heads
+from peagle_lab import prompts, settings
+from peagle_lab.workbook import report
+from peagle_lab.training.distill import shipped_distilled_path
 from peagle_lab.errors import PeagleError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -121,14 +123,16 @@ def diff(stage):
             changed.setdefault(k, (stage, before.get(k), os.environ.get(k)))
 diff("import peagle_lab")
 skipped = {}
-for mod in pkgutil.iter_modules(peagle_lab.__path__):
+for mod in pkgutil.walk_packages(peagle_lab.__path__, "peagle_lab."):
+    if mod.name.endswith(".__main__"):  # running it is the command itself
+        continue
     try:
-        importlib.import_module("peagle_lab." + mod.name)
+        importlib.import_module(mod.name)
     except ImportError as exc:  # an optional dependency (vllm, matplotlib, ...) that is not installed
         if (exc.name or "").startswith("peagle_lab"):
             raise
         skipped[mod.name] = str(exc)
-    diff("import peagle_lab." + mod.name)
+    diff("import " + mod.name)
 print(json.dumps({"changed": changed, "skipped": skipped}))
 """
 

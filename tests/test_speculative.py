@@ -10,13 +10,13 @@ import torch
 from hypothesis import given, HealthCheck, settings, strategies as st
 from scipy.stats import chisquare
 
-from peagle_lab import sampling as sampling_rules, speculative as spec, target_runner
-from peagle_lab.draft_sources import DraftSource, HeadDrafter, OracleDrafter, RandomDrafter
+from peagle_lab.decoding import sampling as sampling_rules, speculative as spec, target_runner
+from peagle_lab.decoding.draft_sources import DraftSource, HeadDrafter, OracleDrafter, RandomDrafter
 from peagle_lab.drafter import PEagleConfig, PEagleDrafter
 from peagle_lab.errors import PeagleError
-from peagle_lab.sampling import Sampling
-from peagle_lab.speculative import plain_generate, speculative_generate
-from peagle_lab.target_runner import TargetRunner
+from peagle_lab.decoding.sampling import Sampling
+from peagle_lab.decoding.speculative import plain_generate, speculative_generate
+from peagle_lab.decoding.target_runner import TargetRunner
 
 from conftest import make_random_ids, make_tiny_llama
 
@@ -205,7 +205,7 @@ def test_k_above_the_trained_depth_warns_and_still_runs_losslessly():
 # ------------------------------------------------------------------------------------ real target
 def test_real_target_every_k_both_modes_on_humaneval_prompts(smollm2):
     """SmolLM2-135M, greedy, fp32: speculative == plain, token for token, K = 1..8, parallel and sequential."""
-    from peagle_lab.heads import load_head, SHIPPED
+    from peagle_lab.drafter.heads import load_head, SHIPPED
     from peagle_lab.prompts import chat_ids, humaneval_prompts
 
     model, tok = smollm2
@@ -379,7 +379,7 @@ def test_global_in_effect_windows_and_full_attention_targets_are_accepted():
 
 # ------------------------------------------------------------------------------------ rounds, slots, statistics
 def test_iter_rounds_yields_the_prefill_then_one_record_per_verification():
-    from peagle_lab.speculative import iter_rounds, Round, SpecStats
+    from peagle_lab.decoding.speculative import iter_rounds, Round, SpecStats
 
     target = make_tiny_llama(seed=3)
     runner = TargetRunner(target)
@@ -404,7 +404,7 @@ def test_iter_rounds_yields_the_prefill_then_one_record_per_verification():
 
 
 def test_slots_state_the_eagle_shift_and_propose_takes_them():
-    from peagle_lab.slots import Slots
+    from peagle_lab.decoding.slots import Slots
 
     taps = torch.randn(4, 6)
     slots = Slots.after_prefill([10, 11, 12, 13], 14, taps)
@@ -428,7 +428,7 @@ def test_slots_state_the_eagle_shift_and_propose_takes_them():
 
 
 def test_spec_stats_merge_pools_counts_and_pads_a_shorter_k():
-    from peagle_lab.speculative import SpecStats
+    from peagle_lab.decoding.speculative import SpecStats
 
     a, b = SpecStats(k=3), SpecStats(k=2)
     a.add_round(2, 3)
@@ -446,7 +446,7 @@ def test_spec_stats_merge_pools_counts_and_pads_a_shorter_k():
 
 def test_conditional_and_unconditional_acceptance_are_different_rates_with_one_meaning_each():
     from peagle_lab.serving.metrics import conditional_acceptance, summarise_spec, unconditional_acceptance
-    from peagle_lab.speculative import SpecStats
+    from peagle_lab.decoding.speculative import SpecStats
 
     s = SpecStats(k=3)
     s.add_round(2, 3)  # slots 1, 2 accepted, 3 rejected

@@ -3,9 +3,10 @@ distilled format, the training sets a run may name."""
 
 import pytest
 
-from peagle_lab import recipe, studies
+from peagle_lab.training import recipe
+from peagle_lab.workbook import studies
 from peagle_lab.errors import PeagleError
-from peagle_lab.human_answers import human_records, stdlib_tasks
+from peagle_lab.workbook.human_answers import human_records, stdlib_tasks
 
 
 def _run(name, change, al, pos=(0.2, 0.1, None)):

@@ -5,17 +5,18 @@ import json
 import pytest
 import torch
 
-from peagle_lab.data import cod_sample, cod_sizes, distill, read_distilled
-from peagle_lab.draft_sources import HeadDrafter
+from peagle_lab.training.cod import cod_sample, cod_sizes
+from peagle_lab.training.distill import distill, read_distilled
+from peagle_lab.decoding.draft_sources import HeadDrafter
 from peagle_lab.drafter import PEagleDrafter
 from peagle_lab.errors import PeagleError
-from peagle_lab.sampling import Sampling
-from peagle_lab.slots import Slots
+from peagle_lab.decoding.sampling import Sampling
+from peagle_lab.decoding.slots import Slots
 from peagle_lab.training import (
     TrainConfig, Trainer, evaluate_head, lr_factor, plan_row, prepare_sequences, train_head,
     training_mask,
 )
-from peagle_lab.vocab import (
+from peagle_lab.drafter.vocab import (
     build_draft_vocab, count_tokens, coverage, d2t_t2d, draft_ids_from_d2t, target_to_draft_index,
 )
 
@@ -311,7 +312,7 @@ def test_evaluate_head_reports_acceptance_and_checks_losslessness(tiny_llama, by
 
 # ------------------------------------------------------------------------------------------ distillation
 def test_distill_is_greedy_and_resumes_without_redoing_prompts(tiny_llama, byte_tokenizer, tmp_path, monkeypatch):
-    from peagle_lab.distill_engines import TransformersEngine
+    from peagle_lab.training.distill_engines import TransformersEngine
     from peagle_lab.prompts import chat_ids
 
     model = tiny_llama(hidden=32, layers=2, vocab=300)
@@ -338,7 +339,7 @@ def test_distill_is_greedy_and_resumes_without_redoing_prompts(tiny_llama, byte_
 
 
 def test_distilled_file_gz_round_trips_byte_stable_and_damage_is_one_error(tmp_path):
-    from peagle_lab.data import _write_atomic
+    from peagle_lab.training.distill import _write_atomic
 
     meta = {"format": "peagle-lab-distill", "version": 1, "target": "t"}
     recs = [{"index": i, "prompt_sha": str(i), "prompt_len": 1, "input_ids": [1, 2, i], "finished": True}
@@ -501,7 +502,7 @@ def test_autocast_auto_follows_the_hardware_and_is_recorded(tiny_llama, monkeypa
 
 
 def test_select_split_holds_out_the_val_prompts():
-    from peagle_lab.data import prompt_sha, select_split
+    from peagle_lab.training.distill import prompt_sha, select_split
     from peagle_lab.prompts import load_scale_records
 
     recs = load_scale_records()[:400]
@@ -526,7 +527,7 @@ def test_precision_probe_measures_both_precisions_on_the_runs_settings(tiny_llam
 
 
 def test_data_target_check_is_the_same_for_fp32_and_bf16_copies_of_a_target(tiny_llama):
-    from peagle_lab.identity import target_fingerprint, target_identity
+    from peagle_lab.features.identity import target_fingerprint, target_identity
     from peagle_lab.training import check_data_target
 
     model = tiny_llama(hidden=32, layers=4)

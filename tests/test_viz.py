@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from peagle_lab import viz
+from peagle_lab.workbook import viz
 from peagle_lab.errors import PeagleError
 
 
@@ -36,9 +36,9 @@ def test_negative_accepted_count_is_rejected():
 
 def test_sources_match_what_the_loop_commits_with_an_oracle_drafter(tiny_llama, random_ids):
     """Every oracle draft is accepted: rounds look like slot 1..K then the bonus token."""
-    from peagle_lab.draft_sources import OracleDrafter
-    from peagle_lab.speculative import iter_rounds, plain_generate
-    from peagle_lab.target_runner import TargetRunner
+    from peagle_lab.decoding.draft_sources import OracleDrafter
+    from peagle_lab.decoding.speculative import iter_rounds, plain_generate
+    from peagle_lab.decoding.target_runner import TargetRunner
 
     model = tiny_llama(vocab=96)
     prompt = random_ids(length=6, vocab=96)[0].tolist()
@@ -127,7 +127,7 @@ def test_grouped_bars_draw_one_series_per_label(agg):
 
 # ------------------------------------------------------------------------------------------ explorer
 def test_explorer_without_ipywidgets_names_the_install_command(monkeypatch):
-    from peagle_lab import explorer
+    from peagle_lab.workbook import explorer
 
     monkeypatch.setitem(sys.modules, "ipywidgets", None)  # import fails
     with pytest.raises(ImportError, match="pip install ipywidgets"):
@@ -135,7 +135,7 @@ def test_explorer_without_ipywidgets_names_the_install_command(monkeypatch):
 
 
 def test_run_generation_accounts_for_every_token_and_is_lossless(tiny_llama, byte_tokenizer):
-    from peagle_lab.explorer import fresh_head, run_generation
+    from peagle_lab.workbook.explorer import fresh_head, run_generation
 
     model = tiny_llama(vocab=len(byte_tokenizer), hidden=32, layers=4)
     head = fresh_head(model, mask_token_id=16)
@@ -152,7 +152,7 @@ def test_run_generation_accounts_for_every_token_and_is_lossless(tiny_llama, byt
 
 
 def test_sequential_mode_with_sampling_runs(tiny_llama, byte_tokenizer):
-    from peagle_lab.explorer import fresh_head, run_generation
+    from peagle_lab.workbook.explorer import fresh_head, run_generation
 
     model = tiny_llama(vocab=len(byte_tokenizer))
     run = run_generation(model, byte_tokenizer, fresh_head(model, mask_token_id=16), "hi", k=2, mode="sequential",

@@ -10,11 +10,11 @@ from typing import Callable, Sequence
 
 import torch
 
-from ..draft_sources import HeadDrafter
+from ..decoding.draft_sources import HeadDrafter
 from ..errors import PeagleError
-from ..sampling import Sampling
-from ..slots import Slots
-from ..target_runner import TargetRunner
+from ..decoding.sampling import Sampling
+from ..decoding.slots import Slots
+from ..decoding.target_runner import TargetRunner
 from ..timer import summarize, time_once
 from .inputs import as_prompt_ids, default_prompt_ids, describe_head, model_of, target_runner
 from ..environment import environment

@@ -9,9 +9,9 @@ from typing import Callable, Sequence
 
 import torch
 
-from ..divergence import BF16_TIE_ULPS, first_divergence
+from ..decoding.divergence import BF16_TIE_ULPS, first_divergence
 from ..errors import PeagleError
-from ..target_runner import TargetRunner
+from ..decoding.target_runner import TargetRunner
 from .inputs import as_prompt_ids, default_prompt_ids, describe_head
 from .lossless import lossless_note, lossless_regime
 from .methods import Method, head_method, hf_method, plain_method, rounds_of

@@ -8,9 +8,9 @@ from typing import Callable
 
 import torch
 
-from ..fastpath import fp32_lm_head, undo_fp32_lm_head
-from ..slots import Slots
-from ..target_runner import TargetRunner
+from .fastpath import fp32_lm_head, undo_fp32_lm_head
+from ..decoding.slots import Slots
+from ..decoding.target_runner import TargetRunner
 from ..timer import summarize, time_once
 from .inputs import as_prompt_ids, default_prompt_ids, model_of, target_runner
 from ..environment import environment

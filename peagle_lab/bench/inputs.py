@@ -9,11 +9,11 @@ import torch
 
 from ..drafter import PEagleConfig, PEagleDrafter
 from ..errors import PeagleError
-from ..heads import load_head, SHIPPED
+from ..drafter.heads import load_head, SHIPPED
 from ..prompts import chat_ids, humaneval_prompts
 from ..settings import display_path
-from ..target_runner import TargetRunner
-from ..vocab import mask_token_id_for
+from ..decoding.target_runner import TargetRunner
+from ..drafter.vocab import mask_token_id_for
 
 
 def model_of(runner_or_model):
@@ -68,8 +68,8 @@ def fresh_head(model, mode: str = "parallel", mask_token_id: int | None = None, 
     """An UNTRAINED head shaped for ``model`` (target embeddings, norm and lm_head; random layers). Its drafting
     cost is that of a trained head of the same shape; its acceptance is not.
 
-    ``mask_token_id``: default :func:`peagle_lab.vocab.mask_token_id_for` (picked from ``tokenizer``, or from the
-    tokenizer saved beside the model), as training picks it."""
+    ``mask_token_id``: default :func:`peagle_lab.drafter.vocab.mask_token_id_for` (picked from ``tokenizer``, or
+    from the tokenizer saved beside the model), as training picks it."""
     if mask_token_id is None:
         mask_token_id = mask_token_id_for(model, tokenizer, untrained=True)
     cfg = PEagleConfig.from_target(model.config, mask_token_id=mask_token_id, mode=mode,

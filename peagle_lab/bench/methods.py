@@ -10,8 +10,8 @@ from typing import Callable
 
 import torch
 
-from ..draft_sources import HeadDrafter
-from ..speculative import plain_generate, speculative_generate
+from ..decoding.draft_sources import HeadDrafter
+from ..decoding.speculative import plain_generate, speculative_generate
 from ..timer import Timer
 
 

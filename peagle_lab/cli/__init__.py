@@ -1,8 +1,8 @@
 """``peagle-lab`` command: prepare, extract, distill, train, generate, bench, export-vllm, serve.
 
-Each subcommand lives beside the code it drives: a module offers ``register_cli(subparsers)`` (``prepare`` and
-``generate`` here, in :mod:`.prepare` and :mod:`.generate`); this package imports the commands, they never import
-it (their shared target options are :mod:`peagle_lab.target_args`).
+Each subcommand lives beside the code it drives: a module offers ``register_cli(subparsers)`` (``prepare``,
+``extract`` and ``generate`` here, in :mod:`.prepare`, :mod:`.extract` and :mod:`.generate`); this package
+imports the commands, they never import it (their shared target options are :mod:`peagle_lab.target_args`).
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from ..settings import prefer_passive_omp_wait
 
 # module -> the subcommands it registers, imported only to build the parser: after main() set the OpenMP policy,
 # since they import torch (so `import peagle_lab.cli` itself must not)
-_MODULES = ["peagle_lab.cli.prepare", "peagle_lab.cli.generate", "peagle_lab.features", "peagle_lab.data",
-            "peagle_lab.training.cli", "peagle_lab.bench.cli", "peagle_lab.serving.cli", "peagle_lab.recipe",
-            "peagle_lab.studies"]
+_MODULES = ["peagle_lab.cli.prepare", "peagle_lab.cli.generate", "peagle_lab.cli.extract",
+            "peagle_lab.training.distill", "peagle_lab.training.cli", "peagle_lab.bench.cli", "peagle_lab.serving.cli",
+            "peagle_lab.training.recipe", "peagle_lab.workbook.studies"]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -7,15 +7,15 @@ import warnings
 
 from .. import validate
 from ..bench.lossless import lossless_note, lossless_regime
-from ..divergence import first_divergence
-from ..draft_sources import HeadDrafter
-from ..heads import load_head
+from ..decoding.divergence import first_divergence
+from ..decoding.draft_sources import HeadDrafter
+from ..drafter.heads import load_head
 from ..jsonsafe import json_safe
 from ..prompts import chat_ids
-from ..sampling import make_generator, Sampling
-from ..speculative import plain_generate, speculative_generate
+from ..decoding.sampling import make_generator, Sampling
+from ..decoding.speculative import plain_generate, speculative_generate
 from ..target_args import add_target_options, load_cli_target
-from ..target_runner import TargetRunner
+from ..decoding.target_runner import TargetRunner
 
 
 def register_cli(sub):

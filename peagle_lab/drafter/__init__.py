@@ -1,10 +1,12 @@
-"""The P-EAGLE drafter (an EAGLE-3 head that can also draft K tokens in one forward pass), in three parts:
+"""The P-EAGLE drafter (an EAGLE-3 head that can also draft K tokens in one forward pass), in these parts:
 
 * :mod:`.config`: :class:`PEagleConfig` (from a target, to/from ``config.json``, validation), RoPE parameters,
   :func:`check_k`;
 * :mod:`.network`: the modules (attention with its 2H-input first layer, layers, rotary tables) and
   :class:`PEagleDrafter`'s forward, with its KV cache :class:`DrafterCache`;
-* :mod:`.checkpoint`: ``save_pretrained`` / ``from_pretrained`` in vLLM's eagle3 names (docs/checkpoint-format.md).
+* :mod:`.checkpoint`: ``save_pretrained`` / ``from_pretrained`` in vLLM's eagle3 names (docs/checkpoint-format.md);
+* :mod:`.vocab`: the draft vocabulary (``d2t`` / ``t2d``) and the mask token;
+* :mod:`.heads`: the shipped heads and ``load_head``.
 
 ``from peagle_lab.drafter import PEagleConfig, PEagleDrafter`` is all most code needs.
 """

@@ -2,7 +2,7 @@
 (docs/checkpoint-format.md), written by :func:`save_pretrained` and read back by :func:`load_pretrained`.
 
 Embeddings shared with the target are stored as one ``mask_embedding`` row; ``d2t`` / ``t2d`` (the draft-vocabulary
-maps, :mod:`peagle_lab.vocab`) are stored only for a reduced draft vocabulary. :class:`~.network.PEagleDrafter`'s
+maps, :mod:`.vocab`) are stored only for a reduced draft vocabulary. :class:`~.network.PEagleDrafter`'s
 ``export_state_dict`` / ``save_pretrained`` / ``from_pretrained`` call these functions."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import torch
 
 from ..atomic import atomic_write, write_json
 from ..errors import PeagleError
-from ..vocab import t2d_from_d2t
+from .vocab import t2d_from_d2t
 from .config import _FIX, CONFIG, WEIGHTS, PEagleConfig
 
 

@@ -9,7 +9,7 @@ import warnings
 from dataclasses import dataclass, field
 
 from ..errors import PeagleError
-from ..taps import check_tap_layers, default_tap_layers
+from ..features.taps import check_tap_layers, default_tap_layers
 
 WEIGHTS = "model.safetensors"
 CONFIG = "config.json"

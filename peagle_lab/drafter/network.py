@@ -7,7 +7,7 @@ vLLM source) computes, so a head trained here serves unchanged in vLLM:
 * layer 0 (``midlayer``): ``attn(cat[input_layernorm(emb), hidden_norm(h)])`` with residual ``h``, then MLP;
 * later layers (``layers.1``...): ordinary Llama layers on (hidden, residual);
 * ``prenorm = hidden + residual``; logits = ``lm_head(norm(prenorm))`` over the draft vocabulary; ``d2t`` maps
-  draft ids to target ids (:mod:`peagle_lab.vocab`).
+  draft ids to target ids (:mod:`peagle_lab.drafter.vocab`).
 
 Parallel drafting (P-EAGLE): after the last real slot come K-1 slots with the mask token embedding and the
 hidden state ``fc(mask_hidden)`` at positions ``start + j``; ordinary causal attention. Sequential drafting
@@ -26,7 +26,7 @@ from torch import nn
 
 from ..errors import PeagleError
 from ..kv_cache import DrafterCache
-from ..vocab import d2t_t2d, draft_ids_from_d2t
+from .vocab import d2t_t2d, draft_ids_from_d2t
 from . import checkpoint
 from .config import _FIX, PEagleConfig
 

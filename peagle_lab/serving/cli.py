@@ -9,7 +9,7 @@ import tempfile
 from pathlib import Path
 
 from ..environment import environment
-from ..heads import shipped_head_path
+from ..drafter.heads import shipped_head_path
 from ..precision import host_slug
 from ..prompts import chat_messages, humaneval_prompts
 from ..settings import DATA_DIR, display_path

@@ -7,8 +7,8 @@ from __future__ import annotations
 import torch
 
 from ..errors import PeagleError
-from ..taps import check_tap_layers
-from ..vocab import d2t_in_vocab
+from ..features.taps import check_tap_layers
+from ..drafter.vocab import d2t_in_vocab
 
 
 def taps_of(cfg: dict) -> list[int] | None:

@@ -1,14 +1,17 @@
 """Train P-EAGLE (parallel) and EAGLE-3 (sequential) drafter heads on a frozen target.
 
-One concept per module: ``config`` (TrainConfig), ``sequences`` (distilled records with the target's features,
-the feature cache), ``packing`` (sequences packed into rows), ``elements`` (the training elements of a row, COD),
-``mask`` (the training attention mask), ``objective`` (the trainable head: reparametrisation and loss),
-``inference`` (a trained head as a drafter), ``state`` (checkpoints and resume), ``distributed`` (several
-processes), ``trainer`` (the loop), ``evaluate`` (acceptance per K), ``records`` (training.json, TRAINING.md),
-``cli`` (``peagle-lab train``). The names people use are importable from here.
+One concept per module: ``distill`` (self-distilled training data, ``peagle-lab distill``; its engines in
+``distill_engines``), ``cod`` (COD, conditional drop-token sampling of the deeper depths), ``config`` (TrainConfig),
+``sequences`` (distilled records with the target's features, the feature cache), ``packing`` (sequences packed into
+rows), ``elements`` (the training elements of a row, COD), ``mask`` (the training attention mask), ``objective``
+(the trainable head: reparametrisation and loss), ``inference`` (a trained head as a drafter), ``state``
+(checkpoints and resume), ``distributed`` (several processes), ``trainer`` (the loop), ``evaluate`` (acceptance per
+K), ``records`` (training.json, TRAINING.md), ``lineage`` (continuing a head: ``--init-from``), ``cli``
+(``peagle-lab train``), ``recipe`` (equal-budget recipe runs and the learning curve). The names people use are
+importable from here.
 """
 
-from ..vocab import pick_mask_token_id
+from ..drafter.vocab import pick_mask_token_id
 from .config import MASK_EMBEDDING_VARIANTS, MASK_HIDDEN_VARIANTS, TrainConfig
 from .distributed import check_world_size
 from .elements import Depth, RowPlan, plan_row

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import torch
 
-from ..data import read_distilled, select_split
+from .distill import read_distilled, select_split
 from ..drafter import PEagleDrafter
 from ..errors import PeagleError
-from ..lineage import cumulative, head_config, history_of, summary
+from .lineage import cumulative, head_config, history_of, summary
 from ..models import target_name
 from ..prompts import humaneval_prompts, load_scale_records
 from ..settings import display_path, seed_everything

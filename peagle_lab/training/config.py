@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 
-from ..data import MAX_SEQ_LEN
+from .distill import MAX_SEQ_LEN
 from ..errors import PeagleError
 from ..precision import choice_name
 

@@ -11,7 +11,7 @@ index ``t+1``). EAGLE shift: drafter slot ``a`` holds token ``x_{a+1}`` and ``fc
     ``(a, d-1)``, so depth ``d`` is computed after depth ``d-1``.
 
 Several sequences are packed into one row (:mod:`peagle_lab.training.packing`); positions restart per sequence.
-COD (:func:`peagle_lab.data.cod_sample`) keeps all anchors at depth 0 and fewer at deeper depths.
+COD (:func:`peagle_lab.training.cod.cod_sample`) keeps all anchors at depth 0 and fewer at deeper depths.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..data import cod_sample
+from .cod import cod_sample
 from ..errors import PeagleError
 
 

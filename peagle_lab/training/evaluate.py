@@ -10,11 +10,11 @@ import warnings
 import torch
 from tqdm.auto import tqdm
 
-from ..divergence import first_divergence
+from ..decoding.divergence import first_divergence
 from ..drafter import PEagleDrafter
 from ..prompts import record_messages, template_ids
-from ..speculative import plain_generate, SpecStats, speculative_generate
-from ..target_runner import TargetRunner
+from ..decoding.speculative import plain_generate, SpecStats, speculative_generate
+from ..decoding.target_runner import TargetRunner
 from .inference import make_drafter
 
 

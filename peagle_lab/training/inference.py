@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from torch import nn
 
-from ..draft_sources import HeadDrafter
+from ..decoding.draft_sources import HeadDrafter
 from ..drafter import PEagleDrafter
 from ..errors import PeagleError
 

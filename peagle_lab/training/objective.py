@@ -24,7 +24,7 @@ from torch import nn
 
 from ..drafter import PEagleDrafter
 from ..errors import PeagleError
-from ..vocab import target_to_draft_index
+from ..drafter.vocab import target_to_draft_index
 from .elements import RowPlan
 from .mask import training_mask
 

@@ -11,11 +11,11 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from ..data import MAX_SEQ_LEN
+from .distill import MAX_SEQ_LEN
 from ..errors import PeagleError
 from ..features import extract_features, load_features, read_manifest, sequence_features
-from ..identity import target_fingerprint, target_identity
-from ..taps import check_tap_layers, default_tap_layers
+from ..features.identity import target_fingerprint, target_identity
+from ..features.taps import check_tap_layers, default_tap_layers
 
 
 def prepare_sequences(model, records, tap_layers=None, features_dir=None, taps_dtype=torch.float32,

@@ -21,11 +21,11 @@ from tqdm.auto import tqdm
 from ..atomic import write_text
 from ..drafter import PEagleConfig, PEagleDrafter
 from ..errors import PeagleError
-from ..identity import target_identity
-from ..lineage import check_compatible, cumulative, head_config, history_of
+from ..features.identity import target_identity
+from .lineage import check_compatible, cumulative, head_config, history_of
 from ..precision import resolve_dtype
 from ..settings import display_path
-from ..vocab import build_draft_vocab, count_tokens, coverage, pick_mask_token_id
+from ..drafter.vocab import build_draft_vocab, count_tokens, coverage, pick_mask_token_id
 from .config import TrainConfig
 from .distributed import check_world_size, make_accelerator
 from .elements import plan_row

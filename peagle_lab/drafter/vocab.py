@@ -16,7 +16,7 @@ from typing import Iterable
 
 import torch
 
-from .errors import PeagleError
+from ..errors import PeagleError
 
 
 def pick_mask_token_id(tokenizer) -> int:

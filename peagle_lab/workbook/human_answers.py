@@ -3,8 +3,8 @@ answers?"): tasks made from the Python standard library's own functions.
 
 Each task asks for one function, by its name, signature and the first paragraph of its docstring; the human
 answer is that function's source as its authors wrote it. The same prompts answered by the target
-(:func:`peagle_lab.data.distill`) give the self-distilled arm, so the two training sets differ only in who wrote
-the answers. The tasks are read from the interpreter that runs them (nothing is downloaded or stored); the Python
+(:func:`peagle_lab.training.distill.distill`) give the self-distilled arm, so the two training sets differ only in
+who wrote the answers. The tasks are read from the interpreter that runs them (nothing is downloaded or stored); the Python
 version is part of every result (its environment record). Split ``val`` (about 8%, by a hash of the task id) is held out from training.
 """
 
@@ -16,7 +16,7 @@ import inspect
 import textwrap
 import warnings
 
-from .errors import PeagleError
+from ..errors import PeagleError
 
 # pure-Python modules with many short, documented functions
 MODULES = ("bisect", "heapq", "textwrap", "string", "shlex", "fnmatch", "posixpath", "genericpath", "statistics",
@@ -85,7 +85,7 @@ def human_records(tokenizer, tasks: list[dict], max_answer_tokens: int | None = 
     """Training records in the distilled format (``input_ids`` = chat-template prompt + the human answer + EOS,
     ``prompt_len``), so that the trainer treats both arms alike. ``max_answer_tokens`` cuts an answer as the
     distillation's ``max_new_tokens`` cuts the target's."""
-    from .prompts import chat_ids
+    from ..prompts import chat_ids
 
     eos = tokenizer.eos_token_id
     eos = eos if isinstance(eos, int) else eos[0]

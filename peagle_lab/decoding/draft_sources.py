@@ -1,7 +1,7 @@
 """Draft sources: what proposes the K tokens of a speculative round.
 
 Interface (:class:`DraftSource`): ``reset()`` once per generation, then per round ``propose(slots, k, sampling,
-gen)`` with the newly committed :class:`~peagle_lab.slots.Slots` (EAGLE shift: slot t = token t+1 with the
+gen)`` with the newly committed :class:`~peagle_lab.decoding.slots.Slots` (EAGLE shift: slot t = token t+1 with the
 target's taps at t). It returns ``(draft_ids (k,), draft_probs (k, V) or None)``, probabilities over the TARGET
 vocabulary when sampling.
 
@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import torch
 
-from .drafter import PEagleDrafter, check_k
-from .errors import PeagleError
+from ..drafter import PEagleDrafter, check_k
+from ..errors import PeagleError
 from .sampling import sample
 from .slots import Slots
 

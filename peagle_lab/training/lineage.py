@@ -10,9 +10,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .drafter import PEagleConfig
-from .errors import PeagleError
-from .settings import display_path
+from ..drafter import PEagleConfig
+from ..errors import PeagleError
+from ..settings import display_path
 
 RECORD = "training.json"
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .errors import PeagleError
+from ..errors import PeagleError
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .errors import PeagleError
+from ..errors import PeagleError
 
 
 def default_tap_layers(num_layers: int) -> tuple[int, int, int]:

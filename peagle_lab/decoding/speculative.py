@@ -10,7 +10,7 @@ then one per verification); :func:`speculative_generate` runs it to the end and 
   ``t``. Each round the drafter first receives the newly committed slots, then drafts;
 * :mod:`.sampling` -- ``Sampling``, the generator helpers and the acceptance rules ``accept_greedy`` /
   ``accept_sampling``;
-* :mod:`.kv_cache` -- the position-indexed caches of both models; :mod:`.divergence` -- the lossless checks.
+* :mod:`peagle_lab.kv_cache` -- the position-indexed caches of both models; :mod:`.divergence` -- the lossless checks.
 """
 
 from __future__ import annotations
@@ -22,12 +22,12 @@ from typing import Iterator
 import torch
 
 from .draft_sources import DraftSource, HeadDrafter
-from .drafter import check_k
-from .errors import PeagleError
+from ..drafter import check_k
+from ..errors import PeagleError
 from .sampling import Sampling, accept_greedy, accept_sampling, check_generator
 from .slots import Slots
 from .target_runner import TargetRunner
-from .timer import Timer
+from ..timer import Timer
 
 
 # ------------------------------------------------------------------------------------------ records

@@ -8,8 +8,8 @@ from typing import Iterator
 
 import torch
 
-from .errors import PeagleError
-from .feature_format import read_manifest
+from ..errors import PeagleError
+from .format import read_manifest
 
 
 def _complete_manifest(out_dir, allow_incomplete: bool) -> dict:

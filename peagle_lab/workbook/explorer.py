@@ -18,19 +18,19 @@ from typing import Callable
 import torch
 
 from . import viz
-from .divergence import first_divergence
-from .draft_sources import HeadDrafter
-from .drafter import PEagleConfig, PEagleDrafter
-from .errors import PeagleError, require
-from .hardware import describe
-from .heads import load_head, SHIPPED
-from .models import load_target
-from .prompts import chat_ids
-from .sampling import make_generator, Sampling
-from .settings import pick
-from .speculative import iter_rounds, plain_generate, SpecStats
-from .target_runner import TargetRunner
-from .vocab import mask_token_id_for
+from ..decoding.divergence import first_divergence
+from ..decoding.draft_sources import HeadDrafter
+from ..drafter import PEagleConfig, PEagleDrafter
+from ..errors import PeagleError, require
+from ..hardware import describe
+from ..drafter.heads import load_head, SHIPPED
+from ..models import load_target
+from ..prompts import chat_ids
+from ..decoding.sampling import make_generator, Sampling
+from ..settings import pick
+from ..decoding.speculative import iter_rounds, plain_generate, SpecStats
+from ..decoding.target_runner import TargetRunner
+from ..drafter.vocab import mask_token_id_for
 
 FRESH = "fresh"
 HEAD_LABELS = {
@@ -77,7 +77,7 @@ def available_heads(model=None) -> list[str]:
 def fresh_head(model, seed: int = 0, tokenizer=None, mask_token_id: int | None = None):
     """An untrained P-EAGLE head shaped for ``model`` (embeddings, norm and lm_head copied from it). Its mask token:
     ``mask_token_id``, else picked from ``tokenizer`` (default: the one saved beside the model) as training does
-    (:func:`peagle_lab.vocab.pick_mask_token_id`; 16, ``<empty_output>``, for SmolLM2)."""
+    (:func:`peagle_lab.drafter.vocab.pick_mask_token_id`; 16, ``<empty_output>``, for SmolLM2)."""
 
     if mask_token_id is None:
         mask_token_id = mask_token_id_for(model, tokenizer, untrained=True)
@@ -177,7 +177,7 @@ def run_generation(model, tokenizer, head, prompt: str = DEFAULT_PROMPT, k: int 
                    head_name: str = "", on_update: Callable[[ExploreRun], None] | None = None) -> ExploreRun:
     """Speculative generation with ``head`` (a PEagleDrafter) on ``model``; ``on_update(run)`` after each round.
 
-    It watches the loop through its :class:`~peagle_lab.speculative.Round` records (``iter_rounds``). With
+    It watches the loop through its :class:`~peagle_lab.decoding.speculative.Round` records (``iter_rounds``). With
     ``baseline``, plain decoding of the same prompt is timed right after, in the same process.
     """
 

@@ -1,5 +1,5 @@
 """Three equal-budget studies, each a question users ask, answered by short training runs of the recipe runner
-(:func:`peagle_lab.recipe.run_recipe`) with two seeds per setting, so that every difference is read against the
+(:func:`peagle_lab.training.recipe.run_recipe`) with two seeds per setting, so that every difference is read against the
 run-to-run noise:
 
 - ``mask``: which stand-in the parallel slots 2..K get (learned ``mask_hidden`` and mask embedding, as P-EAGLE,
@@ -7,8 +7,8 @@ run-to-run noise:
 - ``storage``: the target's taps stored in bfloat16 (half the disk); its float32 counterpart is the mask study's
   ``learned (P-EAGLE)`` runs (same sequences, settings and seeds);
 - ``self-distill``: the same prompts (functions of the Python standard library) answered by people (the library's
-  source) against answered by the target itself (:func:`peagle_lab.data.distill`), scored on held-out prompts
-  of the same kind answered by the target at inference, as they are when serving.
+  source) against answered by the target itself (:func:`peagle_lab.training.distill.distill`), scored on held-out
+  prompts of the same kind answered by the target at inference, as they are when serving.
 
 Every run has the same budget in optimizer steps (tokens seen), not in seconds, so a loaded machine changes the
 time a study takes and not its result. ``peagle-lab study NAME --out DIR`` runs one (resumable: finished runs are
@@ -19,14 +19,14 @@ from __future__ import annotations
 
 import torch
 
-from .data import distill, read_distilled, select_split
-from .environment import environment
-from .errors import PeagleError
+from ..training.distill import distill, read_distilled, select_split
+from ..environment import environment
+from ..errors import PeagleError
 from .human_answers import human_records, stdlib_tasks
-from .prompts import load_scale_records
-from .recipe import recipe_markdown, run_recipe
-from .target_args import add_target_options, load_cli_target
-from .training import prepare_sequences
+from ..prompts import load_scale_records
+from ..training.recipe import recipe_markdown, run_recipe
+from ..target_args import add_target_options, load_cli_target
+from ..training import prepare_sequences
 
 SEEDS = (0, 1)
 MASK_VARIANTS = {
@@ -113,8 +113,8 @@ def _run_cli(args):
 def committed(name: str) -> tuple[str | None, list[dict]]:
     """``(host, runs)`` of study ``name`` committed under ``<data>/recipe/<host>/<name>/`` (the last host in
     name order that has it; ``(None, [])`` when none has)."""
-    from .recipe import read_runs
-    from .settings import data_dir
+    from ..training.recipe import read_runs
+    from ..settings import data_dir
 
     hosts = sorted(p.parent.parent.name for p in (data_dir() / "recipe").glob(f"*/{name}/runs.jsonl"))
     return (hosts[-1], read_runs(data_dir() / "recipe" / hosts[-1] / name)) if hosts else (None, [])
@@ -123,7 +123,7 @@ def committed(name: str) -> tuple[str | None, list[dict]]:
 def summarize(runs: list[dict]) -> list[dict]:
     """One row per setting (its seeds pooled): mean held-out acceptance length, the seeds' spread, tokens seen,
     mean per-position acceptance of slots 1-3, in the order the settings ran."""
-    from .recipe import seed_groups
+    from ..training.recipe import seed_groups
 
     rows = []
     for group in seed_groups(runs).values():
@@ -138,7 +138,7 @@ def summarize(runs: list[dict]) -> list[dict]:
 
 def summary_markdown(runs: list[dict]) -> str:
     """The summary as a table, with the run-to-run noise it must be read against."""
-    from .recipe import noise
+    from ..training.recipe import noise
 
     rows = summarize(runs)
     if not rows:

@@ -1,13 +1,10 @@
-"""Training data for drafter heads: self-distillation and COD sampling.
+"""Training data for drafter heads: self-distillation (``peagle-lab distill``).
 
 * :func:`distill` -- the target regenerates the responses to the training prompts (greedy, chat template via
   :func:`peagle_lab.prompts.chat_ids`, batched left-padded generation with a KV cache). A drafter must predict
   what THE TARGET would say next, so its training text should be the target's own text: with responses written
   by someone else, depth >= 1 slots are almost never accepted. Results go to a JSONL file that is
   rewritten atomically after every batch; a restarted run skips the prompts already done.
-* :func:`cod_sample` -- Conditional-On-Distribution depth subsampling (PARD, P-EAGLE): depth 0 trains every
-  anchor, depth ``d`` only ``max(ratio**d, min_ratio)`` of them, nested in the anchors kept at depth ``d-1``, so
-  training ``K`` depths costs far less than ``K`` times one depth.
 
 File format (``*.jsonl``): line 1 ``{"meta": {...}}`` (target, fingerprint, max_new_tokens, ...), then one record
 per prompt ``{"index", "prompt_sha", "prompt_len", "input_ids", "finished"}``; ``input_ids`` = prompt + response,
@@ -27,14 +24,14 @@ from pathlib import Path
 
 import torch
 
-from . import validate
-from .atomic import atomic_write
+from .. import validate
+from ..atomic import atomic_write
+from ..errors import PeagleError
+from ..features.identity import target_fingerprint, target_identity
+from ..prompts import chat_ids, load_scale_records, load_train_prompts, load_train_records, record_messages
+from ..settings import data_path, results_dir
+from ..target_args import add_target_options, load_cli_target
 from .distill_engines import ENGINES
-from .errors import PeagleError
-from .identity import target_fingerprint, target_identity
-from .prompts import chat_ids, load_scale_records, load_train_prompts, load_train_records, record_messages
-from .settings import data_path, results_dir
-from .target_args import add_target_options, load_cli_target
 
 FORMAT = "peagle-lab-distill"
 VERSION = 1
@@ -140,7 +137,7 @@ def distill(model, tokenizer, prompts: list, out_path, max_new_tokens: int = 160
     """Let the target answer every prompt (greedy) and save prompt + response token ids to ``out_path``.
 
     ``prompts``: strings, or records with ``prompt`` and an optional ``history`` of earlier turns.
-    ``engine``: what writes the answers (:mod:`peagle_lab.distill_engines`; default: transformers' generate on
+    ``engine``: what writes the answers (:mod:`.distill_engines`; default: transformers' generate on
     ``model``); ``model`` is still what the file's target identity is taken from. ``batch_size`` prompts go to the
     engine at a time, and the file is rewritten atomically after each batch (``*.jsonl.gz`` is stored compressed).
     Resumable: records already in ``out_path`` (same prompt text, same target and settings) are kept and skipped,
@@ -222,35 +219,6 @@ def distilled_records(model, tokenizer, n: int | None, target: str, max_new_toke
     return distill(model, tokenizer, prompts, out, max_new_tokens=max_new_tokens, progress=progress, target=target)
 
 
-# ------------------------------------------------------------------------------------------ COD sampling
-def cod_sizes(num_anchors: int, num_depths: int, ratio: float = 0.7, min_ratio: float = 0.2) -> list[int]:
-    """Anchors kept per depth: ``num_anchors`` at depth 0, ``round(num_anchors * max(ratio**d, min_ratio))``
-    (at least 1, never more than the depth before) at depth ``d``."""
-    sizes = []
-    for d in range(num_depths):
-        n = num_anchors if d == 0 else max(1, int(round(num_anchors * max(ratio ** d, min_ratio))))
-        sizes.append(min(n, sizes[-1]) if sizes else n)
-    return sizes if num_anchors > 0 else [0] * num_depths
-
-
-def cod_sample(num_anchors: int, num_depths: int, ratio: float = 0.7, min_ratio: float = 0.2,
-               generator: torch.Generator | None = None) -> list[torch.Tensor]:
-    """Anchor indices per depth (sorted LongTensors): depth 0 all of ``range(num_anchors)``, depth ``d`` a random
-    subset of depth ``d-1``'s of size :func:`cod_sizes` (nested: every rollout kept at depth ``d`` also exists
-    at every depth before it)."""
-    if num_depths < 1:
-        raise PeagleError(f"num_depths must be >= 1, got {num_depths}.")
-    if not (0 < ratio <= 1 and 0 <= min_ratio <= 1):
-        raise PeagleError(f"COD ratios must lie in (0, 1]: ratio={ratio}, min_ratio={min_ratio}.")
-    sizes = cod_sizes(num_anchors, num_depths, ratio, min_ratio)
-    out = [torch.arange(num_anchors)]
-    for n in sizes[1:]:
-        prev = out[-1]
-        keep = torch.randperm(prev.numel(), generator=generator)[:n]
-        out.append(prev[keep].sort().values)
-    return out
-
-
 # ------------------------------------------------------------------------------------------ CLI
 def register_cli(sub):
     p = sub.add_parser("distill", help="self-distillation: the target regenerates responses to training prompts")
@@ -274,7 +242,7 @@ def register_cli(sub):
 def check_prompt_set(prompts: list, where) -> None:
     """Refuse a prompt set with duplicates (same text and history) or with prompts that overlap HumanEval, which
     is for evaluation only."""
-    from .prompts import humaneval_overlap
+    from ..prompts import humaneval_overlap
 
     seen: dict[str, int] = {}
     for i, p in enumerate(prompts):
@@ -307,7 +275,7 @@ def _run_cli(args):
     model, tok, target = load_cli_target(args)
     engine = None
     if engine_name == "vllm":
-        from .serving.engine import model_arg
+        from ..serving.engine import model_arg
 
         eos = tok.eos_token_id
         eos_ids = {int(eos)} if isinstance(eos, int) else {int(e) for e in eos}

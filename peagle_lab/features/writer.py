@@ -1,5 +1,5 @@
 """Offline extraction: :func:`extract_features` streams the features of a set of sequences to a directory of
-safetensors shards plus a ``manifest.json`` (the format: :mod:`.feature_format`).
+safetensors shards plus a ``manifest.json`` (the format: :mod:`.format`).
 
 Taps are stored in **bfloat16 by default** (half the disk of float32; the drafter's ``fc`` reads them through a
 matmul that tolerates bf16 rounding); pass ``taps_dtype=torch.float32`` for exact copies. Every file is written
@@ -17,16 +17,16 @@ from typing import Callable, Sequence
 
 import torch
 
-from .atomic import atomic_write, write_json
-from .errors import PeagleError
-from .feature_cost import bytes_per_token, estimate_bytes, format_bytes
-from .feature_format import (FORMAT, FORMAT_VERSION, MANIFEST, PARTIAL_SUFFIX, PER_TOKEN_KEYS, TAP_CONVENTION,
-                             dtype_bytes, dtype_name, read_manifest, shard_name)
-from .feature_online import sequence_features
+from ..atomic import atomic_write, write_json
+from ..errors import PeagleError
+from .cost import bytes_per_token, estimate_bytes, format_bytes
+from .format import (FORMAT, FORMAT_VERSION, MANIFEST, PARTIAL_SUFFIX, PER_TOKEN_KEYS, TAP_CONVENTION,
+                     dtype_bytes, dtype_name, read_manifest, shard_name)
+from .online import sequence_features
 from .identity import target_fingerprint
-from .settings import display_path
+from ..settings import display_path
 from .taps import check_tap_layers, default_tap_layers
-from .timer import Timer
+from ..timer import Timer
 
 # Settings that must match when a run is resumed in an existing directory.
 _RESUME_KEYS = ("num_layers", "hidden_size", "vocab_size", "tap_layers", "taps_dtype", "topk", "shard_size",

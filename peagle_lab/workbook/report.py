@@ -14,10 +14,10 @@ import json
 import os
 from pathlib import Path
 
-from .atomic import write_json
-from .errors import PeagleError
-from .jsonsafe import json_safe
-from .settings import results_dir
+from ..atomic import write_json
+from ..errors import PeagleError
+from ..jsonsafe import json_safe
+from ..settings import results_dir
 
 SUMMARY_FILE = "summary.json"
 

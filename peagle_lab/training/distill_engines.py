@@ -14,7 +14,7 @@ import time
 
 import torch
 
-from .errors import PeagleError
+from ..errors import PeagleError
 
 ENGINES = ("auto", "vllm", "transformers")
 
@@ -39,7 +39,7 @@ def choose_engine(requested: str | None) -> str:
     if vllm_available():
         return "vllm"
     if requested == "vllm":
-        from .serving.engine import VLLM_INSTALL_CPU, VLLM_INSTALL_GPU
+        from ..serving.engine import VLLM_INSTALL_CPU, VLLM_INSTALL_GPU
         raise PeagleError(f"--engine vllm: vLLM is not installed. Fix: `{VLLM_INSTALL_CPU}` (CPU) or "
                           f"`{VLLM_INSTALL_GPU}` (GPU), or use --engine transformers.")
     print("[peagle-lab] distill: vLLM is not installed; the target's answers come from transformers' generate "
@@ -85,7 +85,7 @@ class VllmEngine:
     name = "vllm"
 
     def __init__(self, target_dir: str, eos_ids: set[int], max_model_len: int, dtype: torch.dtype, seed: int = 0):
-        from .serving.engine import engine_kwargs, require_vllm
+        from ..serving.engine import engine_kwargs, require_vllm
 
         vllm = require_vllm()
         self.eos_ids = eos_ids

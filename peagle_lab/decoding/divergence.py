@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .errors import PeagleError
+from ..errors import PeagleError
 
 BF16_TIE_ULPS = 4
 

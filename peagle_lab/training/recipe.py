@@ -14,15 +14,15 @@ import json
 import math
 from pathlib import Path
 
-from .atomic import write_figure, write_json, write_text
-from .data import read_distilled, select_split
-from .drafter import PEagleDrafter
-from .environment import environment
-from .errors import PeagleError
-from .hardware import load_average
-from .prompts import load_scale_records
-from .target_args import add_target_options, load_cli_target
-from .training import TrainConfig, evaluate_head, prepare_sequences, train_head
+from ..atomic import write_figure, write_json, write_text
+from .distill import read_distilled, select_split
+from ..drafter import PEagleDrafter
+from ..environment import environment
+from ..errors import PeagleError
+from ..hardware import load_average
+from ..prompts import load_scale_records
+from ..target_args import add_target_options, load_cli_target
+from . import TrainConfig, evaluate_head, prepare_sequences, train_head
 
 # the shipped heads' recipe: small steps (512 tokens) so that short runs still take hundreds of steps
 BASELINE = dict(layers=1, draft_vocab_size=8192, lr=3e-3, num_depths=8, freeze_lm_head=False, batch_tokens=512,

@@ -6,14 +6,14 @@ Parameters come from the environment: ``PEAGLE_TARGET`` (default: the embedded S
 
 from __future__ import annotations
 
-from .settings import is_ci, prefer_passive_omp_wait, seed_everything
+from ..settings import is_ci, prefer_passive_omp_wait, seed_everything
 
 
 def start(seed: int = 0):
     """Prefer passive OpenMP waiting (before torch starts its threads), seed everything, print and return
     ``(target, device, ci)``."""
     prefer_passive_omp_wait()
-    from . import models  # imports torch: after the OpenMP policy is set
+    from .. import models  # imports torch: after the OpenMP policy is set
 
     target, device, ci = models.target_name(), models.pick_device(), is_ci()
     seed_everything(seed)

@@ -17,9 +17,9 @@ import math
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
-from .atomic import write_figure
-from .errors import PeagleError, require
-from .settings import results_dir
+from ..atomic import write_figure
+from ..errors import PeagleError, require
+from ..settings import results_dir
 
 TARGET = 0  # source id of a token that came from the target (bonus token, or the first token after prefill)
 

@@ -10,7 +10,7 @@ from typing import Iterable, Iterator
 
 import torch
 
-from .feature_format import TAPS_DTYPES, dtype_name
+from .format import TAPS_DTYPES, dtype_name
 from .taps import check_tap_layers, default_tap_layers, target_forward
 
 

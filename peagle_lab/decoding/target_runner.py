@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import torch
 
-from .errors import PeagleError
-from .kv_cache import PositionCache
-from .taps import check_tap_layers, default_tap_layers, target_forward
+from ..errors import PeagleError
+from ..kv_cache import PositionCache
+from ..features.taps import check_tap_layers, default_tap_layers, target_forward
 
 
 class TargetRunner:

@@ -2,7 +2,7 @@
 
 A feature directory holds ``shard-00000.safetensors``, ... (each a run of whole sequences, the per-token tensors
 concatenated plus an ``offsets`` table) and ``manifest.json`` (the settings and the complete shards). The writer
-is :mod:`.feature_writer`, the readers :mod:`.feature_reader`, the disk arithmetic :mod:`.feature_cost`.
+is :mod:`.writer`, the readers :mod:`.reader`, the disk arithmetic :mod:`.cost`.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from .errors import PeagleError
+from ..errors import PeagleError
 
 FORMAT = "peagle-lab-features"
 FORMAT_VERSION = 1

@@ -1,14 +1,14 @@
 """What offline EAGLE-3 features cost on disk: bytes per token, estimates, and the table of well-known targets.
 
-Online extraction (:mod:`.feature_online`) stores nothing; this is the arithmetic of the other side of that
-trade-off, the same the writer (:mod:`.feature_writer`) prints before it starts.
+Online extraction (:mod:`.online`) stores nothing; this is the arithmetic of the other side of that
+trade-off, the same the writer (:mod:`.writer`) prints before it starts.
 """
 
 from __future__ import annotations
 
 import torch
 
-from .feature_format import ID_BYTES, dtype_bytes
+from .format import ID_BYTES, dtype_bytes
 
 
 def bytes_per_token(hidden_size: int, n_taps: int = 3, taps_dtype=torch.bfloat16, topk: int = 0) -> int:

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from .drafter import PEagleDrafter
-from .errors import PeagleError
-from .settings import data_dir
+from .network import PEagleDrafter
+from ..errors import PeagleError
+from ..settings import data_dir
 
 # kind -> directory name under <data>/heads
 SHIPPED_NAMES = {

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .errors import PeagleError
+from ..errors import PeagleError
 
 
 @dataclass

@@ -1,0 +1,39 @@
+"""``peagle-lab extract``: offline EAGLE-3 features of the training sequences (distilled or prompts only)."""
+
+from __future__ import annotations
+
+from ..features.format import TAPS_DTYPES
+from ..features.writer import extract_features
+from ..prompts import chat_ids, load_train_prompts
+from ..target_args import add_target_options, load_cli_target
+from ..training.distill import MAX_SEQ_LEN, load_distilled, select_split
+
+
+def register_cli(sub):
+    p = sub.add_parser("extract", help="offline EAGLE-3 features (taps, greedy labels) to resumable shards")
+    p.add_argument("--out", required=True, help="output directory (resumed when it holds an interrupted run)")
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--distilled", default=None,
+                     help="JSONL written by `peagle-lab distill` (prompt + target response); default: training "
+                          "prompts only, chat-templated")
+    src.add_argument("--prompts", type=int, default=None, help="use the first N training prompts (default: all)")
+    p.add_argument("--split", choices=["train", "val", "all"], default="all",
+                   help="with --distilled: the prompts of this split of the scale mix (default all)")
+    p.add_argument("--taps", default=None, help="tap layer ids, e.g. 2,15,27 (default: vLLM's 2, L//2, L-3)")
+    p.add_argument("--shard-size", type=int, default=64, help="sequences per shard (default 64)")
+    p.add_argument("--store-dtype", default="bfloat16", choices=sorted(TAPS_DTYPES), help="taps dtype on disk")
+    p.add_argument("--topk", type=int, default=0, help="also store the target's top-k logits (default 0)")
+    add_target_options(p)
+    p.set_defaults(func=_run_cli)
+
+
+def _run_cli(args):
+    model, tok, target = load_cli_target(args)
+    if args.distilled:
+        records, _ = select_split(load_distilled(args.distilled), args.split)
+        sequences = [r["input_ids"][:MAX_SEQ_LEN] for r in records]  # as the trainer cuts them: it finds them
+    else:
+        sequences = [chat_ids(tok, p) for p in load_train_prompts(args.prompts)]
+    taps = [int(t) for t in args.taps.split(",")] if args.taps else None
+    extract_features(model, sequences, args.out, tap_layers=taps, shard_size=args.shard_size,
+                     taps_dtype=TAPS_DTYPES[args.store_dtype], topk=args.topk, target=target)
