@@ -34,9 +34,12 @@ def cache_dir() -> Path:
 
 
 def pick_device(device: str | None = None) -> torch.device:
-    """``device`` argument, else ``$PEAGLE_DEVICE``, else CUDA when present, else CPU."""
-    device = device or os.environ.get("PEAGLE_DEVICE") or ("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(device)
+    """``device`` argument, else ``$PEAGLE_DEVICE``, else CUDA when present, else CPU; one that exists here."""
+    from . import validate
+
+    if device:
+        return validate.device(device)
+    return validate.device(os.environ.get("PEAGLE_DEVICE") or None, "PEAGLE_DEVICE")
 
 
 def target_name() -> str:

@@ -44,7 +44,8 @@ def _take(items: list, n: int | None, what: str) -> list:
     if n is None:
         return items
     if not isinstance(n, int) or n < 0:
-        raise PeagleError(f"n must be a non-negative int or None, got {n!r}.")
+        raise PeagleError(f"The number of {what} must be an integer >= 0, got {n!r}. Fix: pass a count such as "
+                          f"8, or leave it out for all {len(items)}.")
     if n > len(items):
         raise PeagleError(
             f"Asked for {n} {what} but only {len(items)} are available. "
@@ -63,20 +64,29 @@ def load_train_records(path: str | Path | None = None) -> list[dict]:
             "(`pip install -e .`), or point $PEAGLE_DATA at the data/ folder of a clone (docs/data.md)."
         )
     records = []
-    with open(path) as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-                if not isinstance(rec.get("prompt"), str):
-                    raise ValueError("no 'prompt' string")
-            except ValueError as exc:
-                raise PeagleError(
-                    f"{path}:{lineno} is not a prompt record ({exc}). "
-                    "Fix: regenerate the file with `python scripts/make_prompts.py`."
-                ) from exc
-            records.append(rec)
+    try:
+        with open(path, encoding="utf-8") as fh:
+            lines = list(fh)
+    except UnicodeDecodeError as exc:
+        raise PeagleError(f"{path} is not UTF-8 text ({exc.reason} at byte {exc.start}). Fix: save the prompts file "
+                          "as UTF-8 JSONL.") from None
+    except OSError as exc:
+        raise PeagleError(f"Cannot read the prompts file {path} ({exc.strerror or exc}). Fix: pass a readable JSONL "
+                          "file.") from None
+    for lineno, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+            if not isinstance(rec, dict) or not isinstance(rec.get("prompt"), str):
+                raise ValueError("no 'prompt' string")
+        except ValueError as exc:
+            raise PeagleError(
+                f"{path}:{lineno} is not a prompt record ({exc}). "
+                "Fix: one JSON object with a 'prompt' string per line (regenerate the shipped files with "
+                "`python scripts/make_prompts.py`)."
+            ) from exc
+        records.append(rec)
     return records
 
 

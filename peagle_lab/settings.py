@@ -65,9 +65,17 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+CI_VALUES = {"1": True, "true": True, "yes": True, "0": False, "false": False, "no": False, "": False}
+
+
 def is_ci() -> bool:
-    """``PEAGLE_CI=1``: small sizes, same code path (used by CI and the nbval runs)."""
-    return os.environ.get("PEAGLE_CI", "0").lower() in ("1", "true", "yes")
+    """``PEAGLE_CI=1``: small sizes, same code path (used by CI and the nbval runs). Any other value than
+    1/true/yes or 0/false/no (or unset) is an error, not silently "off"."""
+    value = os.environ.get("PEAGLE_CI", "0").strip().lower()
+    if value not in CI_VALUES:
+        raise PeagleError(f"PEAGLE_CI={os.environ['PEAGLE_CI']!r} is neither on nor off. Fix: PEAGLE_CI=1 (CI sizes) "
+                          "or PEAGLE_CI=0 / unset it (full sizes).")
+    return CI_VALUES[value]
 
 
 def pick(full, ci):

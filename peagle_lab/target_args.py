@@ -10,6 +10,7 @@ import sys
 import torch
 
 from . import models, validate
+from .errors import PeagleError
 from .precision import describe_choice, resolve_dtype
 
 
@@ -25,12 +26,44 @@ def add_target_options(p) -> None:
                         "(AMX / AVX512-BF16), fp32 elsewhere)")
 
 
+def check_target_options(args) -> tuple[torch.device, torch.dtype]:
+    """--threads, --device (or $PEAGLE_DEVICE), --dtype (or $PEAGLE_DTYPE) and $PEAGLE_CI, before anything loads:
+    ``(device, dtype)``."""
+    from .settings import is_ci
+
+    is_ci()
+    validate.threads(getattr(args, "threads", None))
+    device = models.pick_device(getattr(args, "device", None))
+    return device, resolve_dtype(getattr(args, "dtype", None), device, warn=False)
+
+
+class TargetPeek:
+    """What the checks before the long part need of the target, without its weights: its config (vocabulary
+    size, context length) and its tokenizer."""
+
+    def __init__(self, target):
+        from transformers import AutoConfig, AutoTokenizer
+
+        path = models.resolve_target(target)
+        try:
+            self.config = AutoConfig.from_pretrained(path)
+            self.tokenizer = AutoTokenizer.from_pretrained(path)
+        except (OSError, ValueError) as exc:
+            raise PeagleError(f"Could not read the target '{path}' ({str(exc).splitlines()[0]}). Fix: pass a local "
+                              "model directory or a Hugging Face id that is available here (--target).") from exc
+        text = getattr(self.config, "text_config", None)
+        cfg = self.config if getattr(self.config, "vocab_size", None) or text is None else text
+        self.vocab_size = int(cfg.vocab_size)
+        self.context = getattr(cfg, "max_position_embeddings", None)
+        self.num_layers = getattr(cfg, "num_hidden_layers", None)
+
+
 def load_cli_target(args):
     """Apply --threads, then load --target on --device: ``(model, tokenizer, target name)``."""
-    if validate.threads(getattr(args, "threads", None)):
+    device, dtype = check_target_options(args)
+    if getattr(args, "threads", None):
         torch.set_num_threads(args.threads)
-    device = validate.device(args.device) if args.device else models.pick_device()
-    dtype = resolve_dtype(getattr(args, "dtype", None), device)
+    dtype = resolve_dtype(getattr(args, "dtype", None), device)  # again, with its warning
     print(f"[peagle-lab] dtype: {describe_choice(dtype, device, getattr(args, 'dtype', None))}", file=sys.stderr)
     # models.load_target, looked up when called (tests replace it)
     model, tokenizer = models.load_target(args.target, device=device, dtype=dtype)

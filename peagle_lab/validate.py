@@ -4,6 +4,9 @@ allowed range and the flag that fixes it."""
 from __future__ import annotations
 
 import math
+import os
+import tempfile
+from pathlib import Path
 
 import torch
 
@@ -30,8 +33,44 @@ def num_speculative_tokens(k, limit: int = MAX_K) -> int:
     return positive_int(k, "K (num_speculative_tokens)", "-k/--num-speculative-tokens", 1, limit)
 
 
-def max_new_tokens(n) -> int:
-    return positive_int(n, "max_new_tokens", "--max-new-tokens", 1)
+def max_new_tokens(n, context: int | None = None) -> int:
+    """At least 1, and (when the target's ``context`` is known) fewer than the context holds."""
+    positive_int(n, "max_new_tokens", "--max-new-tokens", 1)
+    if context and n >= context:
+        raise PeagleError(f"--max-new-tokens {n} does not fit the target's context of {context} positions (the "
+                          f"prompt needs some). Fix: --max-new-tokens {context // 2} or less.")
+    return n
+
+
+def finite(value, name: str, flag: str, low: float | None = None, high: float | None = None,
+           low_open: bool = False, high_open: bool = False) -> float:
+    """A finite number in the interval ``low..high`` (``*_open``: the bound itself excluded)."""
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    ok = ok and (low is None or (value > low if low_open else value >= low))
+    ok = ok and (high is None or (value < high if high_open else value <= high))
+    if not ok:
+        bounds = ([f"{'>' if low_open else '>='} {low}"] if low is not None else []) + \
+            ([f"{'<' if high_open else '<='} {high}"] if high is not None else [])
+        rng = " and ".join(bounds)
+        raise PeagleError(f"{name} must be a finite number {rng}, got {value!r}. Fix: pass {flag} {rng}.")
+    return float(value)
+
+
+def token_id(value, vocab_size: int, name: str, flag: str) -> int:
+    """An id of the target's vocabulary ``[0, vocab_size)``."""
+    return positive_int(value, name, flag, 0, vocab_size - 1)
+
+
+def text(value, what: str, fix: str) -> str:
+    """Text that is not empty or blank and is valid Unicode (encodable as UTF-8: no undecodable bytes)."""
+    if not isinstance(value, str) or not value.strip():
+        raise PeagleError(f"{what} is empty. Fix: {fix}.")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise PeagleError(f"{what} is not valid UTF-8 text (byte {exc.object[exc.start:exc.end]!r} at "
+                          f"{exc.start}). Fix: pass UTF-8 text (save files as UTF-8).") from None
+    return value
 
 
 def temperature(t) -> float:
@@ -54,24 +93,60 @@ def threads(n) -> int | None:
     return positive_int(n, "threads", "--threads", 1)
 
 
-def device(name) -> torch.device:
-    """A torch device that exists on this machine."""
+def device(name, source: str = "--device") -> torch.device:
+    """A torch device that exists on this machine (``source``: where the name came from, for the message)."""
     if name is None:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    given = f"{source} {name}" if source.startswith("-") else f"{source}={name}"
     try:
         dev = torch.device(name)
     except (RuntimeError, TypeError) as exc:
-        raise PeagleError(f"Unknown device {name!r}. Fix: --device cpu, cuda or cuda:N.") from exc
+        raise PeagleError(f"Unknown device in {given}. Fix: {source} cpu, cuda or cuda:N.") from exc
     if dev.type == "cuda":
         if not torch.cuda.is_available():
-            raise PeagleError(f"--device {name}: this machine has no CUDA GPU (torch {torch.__version__}). "
-                              "Fix: --device cpu, or install a CUDA build of torch on a GPU machine.")
+            raise PeagleError(f"{given}: this machine has no CUDA GPU (torch {torch.__version__}). "
+                              f"Fix: {source} cpu, or install a CUDA build of torch on a GPU machine.")
         if dev.index is not None and dev.index >= torch.cuda.device_count():
-            raise PeagleError(f"--device {name}: only {torch.cuda.device_count()} CUDA device(s) here. "
-                              f"Fix: --device cuda:0..cuda:{torch.cuda.device_count() - 1}.")
-    elif dev.type not in ("cpu", "mps", "xpu"):
-        raise PeagleError(f"Device type {dev.type!r} is not supported. Fix: --device cpu or cuda.")
+            raise PeagleError(f"{given}: only {torch.cuda.device_count()} CUDA device(s) here. "
+                              f"Fix: {source} cuda:0..cuda:{torch.cuda.device_count() - 1}.")
+    elif dev.type in ("mps", "xpu"):
+        backend = getattr(torch.backends, "mps", None) if dev.type == "mps" else getattr(torch, "xpu", None)
+        if backend is None or not backend.is_available():
+            raise PeagleError(f"{given}: this machine (torch {torch.__version__}) has no {dev.type} device. "
+                              f"Fix: {source} cpu (or cuda on a GPU machine).")
+    elif dev.type != "cpu":
+        raise PeagleError(f"Device type {dev.type!r} ({given}) is not supported. Fix: {source} cpu or cuda.")
     return dev
+
+
+def writable(path, flag: str, folder: bool) -> Path:
+    """``path`` can be written: no symlink loop, no file where a folder must be, and its folder (or the nearest
+    existing one above it) accepts a new file (tried, not guessed from the mode bits). ``folder``: ``path`` is a
+    folder the run writes into (else a file)."""
+    path = Path(path)
+    try:
+        path.resolve(strict=False)
+    except (RuntimeError, OSError) as exc:  # a symlink loop (RuntimeError before Python 3.13, OSError after)
+        raise PeagleError(f"{flag} {path}: {exc}. Fix: remove the symlink loop or choose another path.") from None
+    if path.exists() and path.is_dir() != folder:
+        kind = "a folder" if path.is_dir() else "a file"
+        raise PeagleError(f"{flag} {path} is {kind}, a {'folder' if folder else 'file'} is needed. Fix: choose "
+                          "another path.")
+    probe = path if folder and path.is_dir() else path.parent
+    while not probe.exists():
+        probe = probe.parent
+    if not probe.is_dir():
+        raise PeagleError(f"{flag} {path}: {probe} is a file, not a folder. Fix: choose another path.")
+    try:
+        fd, tmp = tempfile.mkstemp(dir=probe, prefix=".peagle-write-check.")
+        os.close(fd)
+        os.remove(tmp)
+    except OSError as exc:
+        raise PeagleError(f"{flag} {path}: cannot write in {probe} ({exc.strerror or exc}). Fix: choose a "
+                          "writable folder.") from None
+    if path.exists() and not folder and not os.access(path, os.W_OK):
+        raise PeagleError(f"{flag} {path} is read-only. Fix: make it writable or choose another path.")
+    return path
 
 
 def prompt_length(n_prompt: int, n_new: int, context: int | None) -> None:

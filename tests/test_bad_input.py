@@ -44,10 +44,7 @@ def test_export_into_a_non_empty_directory_needs_overwrite_and_leaves_only_the_e
 
 
 def test_sequential_head_exports_without_parallel_drafting(tmp_path, target_dir):  # noqa: F811
-    head = make_head(tmp_path / "head", target_dir)
-    cfg = json.loads((head / "config.json").read_text())
-    cfg["peagle"]["mode"] = "sequential"
-    (head / "config.json").write_text(json.dumps(cfg))
+    head = make_head(tmp_path / "head", target_dir, mode="sequential")
     out = serving.export_vllm(head, tmp_path / "out", target=target_dir)
     assert "parallel_drafting" not in serving.speculative_config(out)
     cmd = serving.server_command(target_dir, out, 3)

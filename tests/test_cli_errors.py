@@ -84,7 +84,8 @@ def test_training_on_data_distilled_from_another_target_is_refused(tmp_path, tin
     data.write_text(json.dumps({"meta": meta}) + "\n" + json.dumps(
         {"index": 0, "prompt_sha": "x", "prompt_len": 2, "input_ids": [5, 6, 7, 8], "finished": True}) + "\n")
     rc = main(["train", "--data", str(data), "--out", str(tmp_path / "head"), "--target", str(tmp_path / "target"),
-               "--device", "cpu", "--dtype", "float32", "--steps", "1"])
+               "--device", "cpu", "--dtype", "float32", "--steps", "1", "--mask-token-id", "3",
+               "--draft-vocab-size", "0"])
     err = capsys.readouterr().err
     assert rc == 2 and "distilled from another target" in err and "another-model" in err
     assert not (tmp_path / "head").exists()  # nothing written

@@ -73,7 +73,7 @@ def test_humaneval_loader_and_user_prompts():
 def test_loaders_reject_bad_n():
     with pytest.raises(PeagleError, match="only 164"):
         prompts.load_humaneval(1000)
-    with pytest.raises(PeagleError, match="non-negative"):
+    with pytest.raises(PeagleError, match="must be an integer >= 0.*Fix:"):
         prompts.load_train_prompts(-1)
     with pytest.raises(PeagleError, match="category"):
         prompts.load_train_prompts(category="poetry")

@@ -36,12 +36,12 @@ def _target():
     return make_tiny_llama(hidden=32, layers=4, heads=4, kv_heads=2, vocab=96)
 
 
-def make_head(path, target_dir, draft_vocab_size=None, num_layers=2, shared=True, seed=1) -> Path:
+def make_head(path, target_dir, draft_vocab_size=None, num_layers=2, shared=True, seed=1, mode="parallel") -> Path:
     target = _target()
     cfg = PEagleConfig.from_target(target.config, num_hidden_layers=num_layers, aux_layer_ids=TAPS,
                                    mask_token_id=MASK_ID, draft_vocab_size=draft_vocab_size,
                                    embed_shared_with_target=shared, target=str(target_dir),
-                                   num_speculative_tokens=4)
+                                   num_speculative_tokens=4, mode=mode)
     torch.manual_seed(seed)
     head = PEagleDrafter(cfg).init_from_target(target) if draft_vocab_size is None else PEagleDrafter(cfg)
     if draft_vocab_size is not None:

@@ -8,7 +8,8 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-from ..target_args import add_target_options, load_cli_target
+from .. import lock
+from ..target_args import add_target_options, check_target_options, load_cli_target
 from ..errors import PeagleError
 from ..models import target_name
 from ..settings import is_ci, results_dir, seed_everything
@@ -68,7 +69,51 @@ def register_cli(sub):
     p.set_defaults(func=run_cli)
 
 
+def check_cli(args) -> Path:
+    """Every argument, the environment, the heads given as folders (config against weights) and the results
+    folder (writable, not another host's or dtype's, not overwritten without --overwrite), before the target
+    loads: the results folder."""
+    from .. import validate
+    from ..drafter.checkpoint import check_head_dir
+    from ..drafter.heads import SHIPPED
+    from ..prompts import humaneval_prompts
+    from .files import check_results_dir
+
+    device, dtype = check_target_options(args)
+    for name, flag in (("n_prompts", "-n/--n-prompts"), ("max_new_tokens", "--max-new-tokens"),
+                       ("repeats", "--repeats"), ("draft_repeats", "--draft-repeats")):
+        if getattr(args, name) is not None:
+            validate.positive_int(getattr(args, name), name, flag)
+    if args.n_prompts is not None:
+        humaneval_prompts(args.n_prompts)  # no more than there are
+    if args.skip_drafting and args.skip_e2e:
+        raise PeagleError("--skip-drafting and --skip-e2e together leave nothing to measure. Fix: drop one of them.")
+    for role, spec in (("parallel", args.parallel_head), ("sequential", args.sequential_head)):
+        if spec in ("none", "fresh"):
+            continue
+        path = SHIPPED.get(spec, Path(spec))
+        if path.exists():
+            check_head_dir(path)
+        elif not args.allow_fresh:
+            raise PeagleError(f"No {role} head at {path}. Fix: pass --{role}-head DIR, train one (`peagle-lab "
+                              "train`), or add --allow-fresh to time an untrained head.")
+    if args.parallel_head == "none":
+        raise PeagleError("The benchmark needs a parallel head (--parallel-head); 'none' is only for the "
+                          "sequential one.")
+    name = args.name or f"{Path(str(args.target or target_name())).name}-{datetime.now():%Y%m%d-%H%M%S}"
+    out_dir = Path(args.out) if args.out else results_dir() / "bench" / name
+    validate.writable(out_dir, "--out", folder=True)
+    check_results_dir(out_dir, device, dtype, args.overwrite)
+    return out_dir
+
+
 def run_cli(args):
+    out_dir = check_cli(args)
+    with lock.hold(out_dir):
+        return _run_locked(args, out_dir)
+
+
+def _run_locked(args, out_dir: Path):
     seed_everything(0)
     t0 = time.perf_counter()
 
@@ -92,17 +137,12 @@ def run_cli(args):
         stored = getattr(head, "stored_dtype", run_dtype)
         progress(f"{role} head: {desc['source']} ({desc['num_hidden_layers']} layer(s), trained K={desc['trained_k']}"
                  + (f"; stored in {stored}, converted to {run_dtype})" if stored != run_dtype else ")"))
-    if heads["parallel"] is None:
-        raise PeagleError("The benchmark needs a parallel head (--parallel-head); 'none' is only for the "
-                          "sequential one.")
     assistant = None
     if args.assistant:
         from transformers import AutoModelForCausalLM
 
         assistant = AutoModelForCausalLM.from_pretrained(args.assistant, dtype=next(model.parameters()).dtype)
         assistant.to(next(model.parameters()).device).eval()
-    name = args.name or f"{Path(str(args.target or target_name())).name}-{datetime.now():%Y%m%d-%H%M%S}"
-    out_dir = Path(args.out) if args.out else results_dir() / "bench" / name
     res = run_benchmark(model, tok, heads["parallel"], heads["sequential"], out_dir=out_dir,
                         ks_parallel=args.ks_parallel, ks_sequential=args.ks_sequential, draft_ks=args.draft_ks,
                         n_prompts=args.n_prompts, max_new_tokens=args.max_new_tokens, repeats=args.repeats,

@@ -55,8 +55,11 @@ def end_to_end(model, tokenizer=None, *, parallel_head=None, sequential_head=Non
         prompt_ids = as_prompt_ids(prompts, tokenizer)
     else:
         prompt_ids = default_prompt_ids(tokenizer, n_prompts)
+    if not prompt_ids:
+        raise PeagleError("No prompts to measure (0 prompts). Fix: -n/--n-prompts 1 or more, or pass prompts.")
     if max_new_tokens < 1 or repeats < 1:
-        raise PeagleError("max_new_tokens and repeats must be >= 1.")
+        raise PeagleError(f"max_new_tokens and repeats must be >= 1, got {max_new_tokens!r} and {repeats!r}. Fix: "
+                          "--max-new-tokens 96 --repeats 1 (or any values >= 1).")
 
     runners = {}  # one TargetRunner per tap set (heads trained on different taps each get theirs)
 

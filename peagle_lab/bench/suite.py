@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .. import lock
 from .drafting import drafting_cost
 from .e2e import end_to_end
 from .fastpath_cuts import fastpath_ab
@@ -27,6 +28,15 @@ def run_benchmark(model, tokenizer, parallel_head, sequential_head=None, *, out_
     Drafting cost uses ``parallel_head`` in both modes: the comparison is about one pass vs K passes of the
     same network. Returns ``{"drafting_cost", "end_to_end", "files", "out_dir"}``.
     """
+    with lock.hold(out_dir):  # one writer per results folder (re-entrant: the CLI holds it already)
+        return _run(model, tokenizer, parallel_head, sequential_head, out_dir, ks_parallel, ks_sequential, draft_ks,
+                    n_prompts, max_new_tokens, repeats, draft_repeats, pld_ks, quick, drafting, e2e, assistant,
+                    plots, progress, command, overwrite)
+
+
+def _run(model, tokenizer, parallel_head, sequential_head, out_dir, ks_parallel, ks_sequential, draft_ks, n_prompts,
+         max_new_tokens, repeats, draft_repeats, pld_ks, quick, drafting, e2e, assistant, plots, progress, command,
+         overwrite) -> dict:
     base = QUICK if quick else FULL
 
     def knob(v, key):

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from .. import lock, validate
+from ..errors import PeagleError
 from ..features.format import TAPS_DTYPES
+from ..features.taps import check_tap_layers
 from ..features.writer import extract_features
 from ..prompts import chat_ids, load_train_prompts
-from ..target_args import add_target_options, load_cli_target
-from ..training.distill import MAX_SEQ_LEN, load_distilled, select_split
+from ..target_args import TargetPeek, add_target_options, check_target_options, load_cli_target
+from ..training.distill import MAX_SEQ_LEN, read_distilled, select_split
 
 
 def register_cli(sub):
@@ -27,13 +30,38 @@ def register_cli(sub):
     p.set_defaults(func=_run_cli)
 
 
+def check_cli(args):
+    """Every argument, the environment, the output folder and (with --distilled) every record, its token ids
+    within the target's vocabulary (read from its config.json), before the target's weights load: the token id
+    sequences to extract, or None for the training prompts (templated once the tokenizer is loaded)."""
+    check_target_options(args)
+    validate.positive_int(args.shard_size, "shard_size", "--shard-size")
+    if args.prompts is not None:
+        validate.positive_int(args.prompts, "prompts", "--prompts")
+    validate.writable(args.out, "--out", folder=True)
+    peek = TargetPeek(args.target)
+    validate.positive_int(args.topk, "topk", "--topk", 0, peek.vocab_size)
+    if args.taps:
+        try:
+            taps = [int(t) for t in args.taps.split(",")]
+        except ValueError:
+            raise PeagleError(f"--taps {args.taps!r} is not a list of layer ids. Fix: --taps 2,15,27.") from None
+        check_tap_layers(taps, peek.num_layers)
+    if not args.distilled:
+        return None
+    _, records = read_distilled(args.distilled, peek.vocab_size)
+    records, _ = select_split(records, args.split)
+    if not records:
+        raise PeagleError(f"{args.distilled} holds no records of the split {args.split!r}. Fix: --split all.")
+    return [r["input_ids"][:MAX_SEQ_LEN] for r in records]  # as the trainer cuts them: it finds them
+
+
 def _run_cli(args):
-    model, tok, target = load_cli_target(args)
-    if args.distilled:
-        records, _ = select_split(load_distilled(args.distilled), args.split)
-        sequences = [r["input_ids"][:MAX_SEQ_LEN] for r in records]  # as the trainer cuts them: it finds them
-    else:
-        sequences = [chat_ids(tok, p) for p in load_train_prompts(args.prompts)]
-    taps = [int(t) for t in args.taps.split(",")] if args.taps else None
-    extract_features(model, sequences, args.out, tap_layers=taps, shard_size=args.shard_size,
-                     taps_dtype=TAPS_DTYPES[args.store_dtype], topk=args.topk, target=target)
+    sequences = check_cli(args)
+    with lock.hold(args.out):
+        model, tok, target = load_cli_target(args)
+        if sequences is None:
+            sequences = [chat_ids(tok, p) for p in load_train_prompts(args.prompts)]
+        taps = [int(t) for t in args.taps.split(",")] if args.taps else None
+        extract_features(model, sequences, args.out, tap_layers=taps, shard_size=args.shard_size,
+                         taps_dtype=TAPS_DTYPES[args.store_dtype], topk=args.topk, target=target)

@@ -4,17 +4,19 @@ from __future__ import annotations
 
 import json
 import warnings
+from pathlib import Path
 
 from .. import validate
 from ..bench.lossless import lossless_note, lossless_regime
 from ..decoding.divergence import first_divergence
 from ..decoding.draft_sources import HeadDrafter
-from ..drafter.heads import load_head
+from ..drafter.checkpoint import check_head_dir
+from ..drafter.heads import SHIPPED, load_head
 from ..jsonsafe import json_safe
 from ..prompts import chat_ids
 from ..decoding.sampling import make_generator, Sampling
 from ..decoding.speculative import plain_generate, speculative_generate
-from ..target_args import add_target_options, load_cli_target
+from ..target_args import add_target_options, check_target_options, load_cli_target
 from ..decoding.target_runner import TargetRunner
 
 
@@ -44,8 +46,11 @@ def check_args(args) -> None:
     validate.max_new_tokens(args.max_new_tokens)
     validate.temperature(args.temperature)
     validate.top_p(args.top_p)
-    validate.threads(args.threads)
-    validate.device(args.device)
+    validate.text(args.prompt, "The prompt", "pass a non-empty prompt")
+    check_target_options(args)
+    path = SHIPPED.get(str(args.head), Path(str(args.head)))
+    if path.exists():  # a missing head is named by load_head
+        check_head_dir(path)
 
 
 def run(args):

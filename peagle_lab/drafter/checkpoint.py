@@ -48,9 +48,65 @@ def save_pretrained(model, path, dtype: torch.dtype | None = torch.bfloat16) -> 
         tensors[k] = v.contiguous()
     cfg = model.config.to_json_dict()
     cfg["torch_dtype"] = str(dtype or torch.float32).replace("torch.", "")
-    atomic_write(path / WEIGHTS, lambda f: save_file(tensors, f, metadata={"format": "pt"}))
+    meta = {"format": "pt", **_shape_record(model.config)}
+    atomic_write(path / WEIGHTS, lambda f: save_file(tensors, f, metadata=meta))
     write_json(path / CONFIG, cfg)
     return path
+
+
+def _shape_record(cfg: PEagleConfig) -> dict[str, str]:
+    """What the weights file records of the head that made it (safetensors metadata: strings)."""
+    return {"peagle_mode": cfg.mode, "num_hidden_layers": str(cfg.num_hidden_layers)}
+
+
+def _recorded_shape(path: Path, metadata: dict) -> tuple[dict, str]:
+    """The mode and layer count the weights were trained with: from the weights file's metadata, else (heads saved
+    before it was recorded) from the head's training.json. ``({}, "")`` when neither says."""
+    if metadata.get("peagle_mode"):
+        return {"mode": metadata["peagle_mode"], "num_hidden_layers": int(metadata.get("num_hidden_layers", 0))
+                or None}, f"{WEIGHTS} (metadata)"
+    try:
+        rec = json.loads((path / "training.json").read_text()).get("config") or {}
+    except (OSError, ValueError, AttributeError):
+        return {}, ""
+    return {"mode": rec.get("mode"), "num_hidden_layers": rec.get("layers")}, "training.json"
+
+
+def check_head_dir(path) -> PEagleConfig:
+    """A head directory whose weights match its config, checked without loading a tensor (config.json, the
+    safetensors header, training.json): the config is valid; the mode and layer count the weights were trained
+    with are the config's; every tensor is there with the shape the config gives it. Returns the config."""
+    from safetensors import SafetensorError, safe_open
+
+    path = Path(path)
+    if not (path / CONFIG).is_file() or not (path / WEIGHTS).is_file():
+        raise PeagleError(f"{path} is not a drafter checkpoint: it needs {CONFIG} and {WEIGHTS}. "
+                          "Fix: point at a directory written by PEagleDrafter.save_pretrained / `peagle-lab train`.")
+    try:
+        raw = json.loads((path / CONFIG).read_text(encoding="utf-8"))
+    except (ValueError, OSError) as exc:
+        raise PeagleError(f"{path / CONFIG} is not valid JSON ({exc}): the checkpoint is damaged or truncated. "
+                          f"{_FIX}") from None
+    cfg = PEagleConfig.from_json_dict(raw)
+    try:
+        with safe_open(str(path / WEIGHTS), "pt") as fh:
+            shapes = {k: tuple(fh.get_slice(k).get_shape()) for k in fh.keys()}
+            metadata = fh.metadata() or {}
+    except (SafetensorError, OSError, ValueError) as exc:
+        raise PeagleError(f"{path / WEIGHTS} cannot be read ({exc}): the checkpoint is corrupt or truncated. "
+                          "Fix: re-export or retrain the head.") from None
+    recorded, source = _recorded_shape(path, metadata)
+    for key, flag in (("mode", "peagle.mode"), ("num_hidden_layers", "num_hidden_layers")):
+        if recorded.get(key) is not None and recorded[key] != getattr(cfg, key):
+            raise PeagleError(f"{path}: config.json says {flag} = {getattr(cfg, key)!r} but its weights were trained "
+                              f"with {recorded[key]!r} ({source}): config and weights come from different heads. "
+                              f"Fix: put the config.json of those weights back, or point at the right head.")
+    from .network import PEagleDrafter
+
+    with torch.device("meta"):
+        expected = {k: tuple(v.shape) for k, v in export_state_dict(PEagleDrafter(cfg)).items()}
+    _check_tensors(path, shapes, expected, optional={"t2d"})
+    return cfg
 
 
 def load_pretrained(cls, path, target=None, device=None, dtype=torch.float32):
@@ -60,13 +116,7 @@ def load_pretrained(cls, path, target=None, device=None, dtype=torch.float32):
     from safetensors.torch import load_file
 
     path = Path(path)
-    if not (path / CONFIG).exists() or not (path / WEIGHTS).exists():
-        raise PeagleError(f"{path} is not a drafter checkpoint: it needs {CONFIG} and {WEIGHTS}. "
-                          "Fix: point at a directory written by PEagleDrafter.save_pretrained / `peagle-lab train`.")
-    try:
-        cfg = PEagleConfig.from_json_dict(json.loads((path / CONFIG).read_text()))
-    except json.JSONDecodeError as exc:
-        raise PeagleError(f"{path / CONFIG} is not valid JSON ({exc}): the checkpoint is corrupt.") from exc
+    cfg = check_head_dir(path)
     try:
         sd = load_file(str(path / WEIGHTS))
     except (SafetensorError, OSError, ValueError) as exc:
@@ -89,15 +139,17 @@ def load_pretrained(cls, path, target=None, device=None, dtype=torch.float32):
         sd.setdefault("t2d", t2d_from_d2t(sd["d2t"], cfg.vocab_size, fix=_FIX))
     else:
         sd.setdefault("t2d", expected["t2d"])
-    _check_tensors(path, sd, expected)
+    _check_tensors(path, {k: tuple(v.shape) for k, v in sd.items()},
+                   {k: tuple(v.shape) for k, v in expected.items()})
     model.load_state_dict({k: v.to(expected[k].dtype) for k, v in sd.items()})
     return model.to(device=device, dtype=dtype).eval() if device else model.to(dtype=dtype).eval()
 
 
-def _check_tensors(path, sd: dict, expected: dict) -> None:
-    missing = sorted(set(expected) - set(sd))
-    unexpected = sorted(set(sd) - set(expected))
-    wrong = sorted(k for k in set(expected) & set(sd) if tuple(sd[k].shape) != tuple(expected[k].shape))
+def _check_tensors(path, shapes: dict, expected: dict, optional=()) -> None:
+    """``shapes`` (name -> shape, as stored) against ``expected``; ``optional`` names may be absent."""
+    missing = sorted(set(expected) - set(shapes) - set(optional))
+    unexpected = sorted(set(shapes) - set(expected))
+    wrong = sorted(k for k in set(expected) & set(shapes) if tuple(shapes[k]) != tuple(expected[k]))
     if missing or unexpected or wrong:
         detail = []
         if missing:
@@ -106,7 +158,7 @@ def _check_tensors(path, sd: dict, expected: dict) -> None:
             detail.append(f"unexpected tensors {unexpected}")
         if wrong:
             detail.append("misshaped tensors " + ", ".join(
-                f"{k}: {tuple(sd[k].shape)} (expected {tuple(expected[k].shape)})" for k in wrong))
+                f"{k}: {tuple(shapes[k])} (expected {tuple(expected[k])})" for k in wrong))
         raise PeagleError(f"Checkpoint {path} does not match its config: " + "; ".join(detail) +
                           ". Fix: the config.json and model.safetensors come from different heads, or the file"
                           " is damaged; re-save the head.")

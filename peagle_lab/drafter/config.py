@@ -173,7 +173,8 @@ class PEagleConfig:
                 extra=p,
             )
         except KeyError as exc:
-            raise PeagleError(f"Drafter config.json lacks the field {exc}: not a P-EAGLE/EAGLE-3 head config.") from exc
+            raise PeagleError(f"Drafter config.json lacks the field {exc}: not a P-EAGLE/EAGLE-3 head config. {_FIX}"
+                              ) from exc
 
 
 _INT_FIELDS = {"hidden_size": True, "num_attention_heads": True, "intermediate_size": True, "vocab_size": True,

@@ -104,6 +104,22 @@ def _as_counts(token_counts_or_ids, vocab_size: int) -> torch.Tensor:
     return count_tokens(x, vocab_size).double()
 
 
+def check_draft_vocab(size, vocab_size: int, always: Iterable[int] = ()) -> list[int]:
+    """A draft vocabulary of ``size`` ids can hold the ``always`` ids (mask token, EOS) and lies within the target's
+    ``vocab_size``; returns ``always`` sorted and de-duplicated."""
+    always = sorted({int(i) for i in always})
+    bad = [i for i in always if not 0 <= i < vocab_size]
+    if bad:
+        raise PeagleError(f"Token ids {bad} (mask token / EOS) are outside the target's vocabulary [0, {vocab_size}). "
+                          "Fix: --mask-token-id with an id of this target's vocabulary.")
+    low = max(len(always), 1)
+    if not isinstance(size, int) or isinstance(size, bool) or not low <= size <= vocab_size:
+        raise PeagleError(f"The draft vocabulary size must be an integer in [{low}, {vocab_size}] (it keeps the mask "
+                          f"token and EOS, and the target has {vocab_size} ids), got {size!r}. Fix: "
+                          f"--draft-vocab-size in {low}..{vocab_size}, or 0 for the full vocabulary.")
+    return always
+
+
 def build_draft_vocab(token_counts_or_ids, size: int, vocab_size: int, always: Iterable[int] = ()) -> torch.Tensor:
     """The ``size`` most frequent target ids (ties: lower id first) plus ``always``, sorted: LongTensor (size,).
 
@@ -111,14 +127,7 @@ def build_draft_vocab(token_counts_or_ids, size: int, vocab_size: int, always: I
     sequences, a 2-D tensor, or a flat list). ``always``: ids kept whatever their count (the mask token, EOS);
     they take places from the least frequent ids. ``size == vocab_size`` gives the full vocabulary.
     """
-    if not isinstance(size, int) or not 1 <= size <= vocab_size:
-        raise PeagleError(f"draft vocabulary size must be an int in [1, vocab_size={vocab_size}], got {size!r}.")
-    always = sorted({int(i) for i in always})
-    bad = [i for i in always if not 0 <= i < vocab_size]
-    if bad:
-        raise PeagleError(f"ids {bad} in `always` are outside the vocabulary [0, {vocab_size}).")
-    if len(always) > size:
-        raise PeagleError(f"{len(always)} ids must always be kept but the draft vocabulary has only {size} places.")
+    always = check_draft_vocab(size, vocab_size, always)
     if size == vocab_size:
         return torch.arange(vocab_size, dtype=torch.long)
     counts = _as_counts(token_counts_or_ids, vocab_size).clone()

@@ -17,6 +17,7 @@ from typing import Callable, Sequence
 
 import torch
 
+from .. import lock
 from ..atomic import atomic_write, write_json
 from ..errors import PeagleError
 from .cost import bytes_per_token, estimate_bytes, format_bytes
@@ -106,8 +107,15 @@ def extract_features(model, sequences: Sequence, out_dir, tap_layers=None, shard
     arguments after an interruption and the complete shards are kept; a directory holding features made with
     other settings (taps, dtype, top-k, shard size, prompts or target) is refused. ``on_shard(index, path)`` runs
     after each shard is safely on disk. Taps default to bfloat16 on disk (half of float32). One writer per
-    directory: a second process extracting into the same directory at the same time is not guarded against.
+    directory: the directory is locked for the run (:mod:`peagle_lab.lock`), a second run is refused.
     """
+    with lock.hold(out_dir):
+        return _extract(model, sequences, Path(out_dir), tap_layers, shard_size, taps_dtype, topk, target, progress,
+                        on_shard, verbose)
+
+
+def _extract(model, sequences, out_dir: Path, tap_layers, shard_size, taps_dtype, topk, target, progress, on_shard,
+             verbose) -> ExtractionResult:
     from tqdm.auto import tqdm
 
     cfg = model.config
@@ -132,9 +140,9 @@ def extract_features(model, sequences: Sequence, out_dir, tap_layers=None, shard
     )
 
     out_dir.mkdir(parents=True, exist_ok=True)
-    # Leftovers of a write killed outright (atomic.atomic_write's temporary files; ``.partial`` of earlier
-    # versions): never complete, and never in the way of a byte-identical rerun.
-    for stale in [*out_dir.glob("*" + PARTIAL_SUFFIX), *out_dir.glob(".*.tmp")]:
+    # ``*.partial`` files are never complete shards (the temporary files atomic.atomic_write leaves when a run is
+    # killed are swept when the lock is taken, lock.hold)
+    for stale in out_dir.glob("*" + PARTIAL_SUFFIX):
         stale.unlink()
     done: dict[int, dict] = {}
     if (out_dir / MANIFEST).exists():

@@ -13,7 +13,8 @@ from ..drafter.heads import shipped_head_path
 from ..precision import host_slug
 from ..prompts import chat_messages, humaneval_prompts
 from ..settings import DATA_DIR, display_path
-from .export import export_target, export_vllm
+from .. import lock
+from .export import check_export_paths, export_target, export_vllm
 from .engine import speculative_config
 from .server import client_snippet, serve, server_command
 from .sweep import PLOT, check_port_free, plot_sweep, sweep
@@ -55,7 +56,9 @@ def register_cli(sub):
 
 
 def _cli_export(args):
-    out = export_vllm(args.head, args.out, target=args.target, dtype=args.dtype, overwrite=args.overwrite)
+    check_export_paths(args.head, args.out, args.overwrite)
+    with lock.hold(args.out):
+        out = export_vllm(args.head, args.out, target=args.target, dtype=args.dtype, overwrite=args.overwrite)
     print(f"vLLM drafter written to {out}")
     print(json.dumps(speculative_config(out), indent=2))
 
@@ -91,6 +94,11 @@ def _cli_sweep(args):
         check_port_free(args.port + 1)
     head = shipped_head_path(args.head) if args.head in ("parallel", "sequential") else Path(args.head)
     out = Path(args.out) if args.out else DATA_DIR / "results" / host_slug() / "serving"
+    with lock.hold(out):
+        _sweep_locked(args, conc, head, out)
+
+
+def _sweep_locked(args, conc, head, out):
     tdir = export_target()
     tmp = Path(tempfile.mkdtemp(prefix="peagle-sweep-head-"))
     servers = {}

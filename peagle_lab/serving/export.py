@@ -30,6 +30,7 @@ from pathlib import Path
 
 import torch
 
+from .. import lock
 from ..atomic import umask
 from ..errors import PeagleError
 from ..models import resolve_target, target_name
@@ -86,7 +87,11 @@ def _target_dir(target) -> Path:
 
 
 def _target_config(tdir: Path) -> dict:
-    cfg = json.loads((tdir / "config.json").read_text())
+    try:
+        cfg = json.loads((tdir / "config.json").read_text())
+    except (OSError, ValueError) as exc:
+        raise PeagleError(f"The target {tdir} has no readable config.json ({exc}). Fix: pass --target a model "
+                          "directory written by save_pretrained, or a Hugging Face id.") from None
     # multimodal / wrapper configs keep the language model under text_config
     return cfg.get("text_config", cfg) if "hidden_size" not in cfg else cfg
 
@@ -134,21 +139,42 @@ def export_vllm(head_dir, out_dir, target=None, dtype: torch.dtype | str | None 
     ``$PEAGLE_TARGET`` / the embedded default. ``dtype``: weights dtype (default: the target's, which vLLM
     runs the drafter in; else the head's).
     """
-    from safetensors.torch import save_file
+    head_dir, out_dir = check_export_paths(head_dir, out_dir, overwrite)
+    with lock.hold(out_dir):  # one writer per output (re-entrant: the CLI holds it already)
+        if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())) and not overwrite:
+            raise PeagleError(f"{out_dir} exists and is not empty. Fix: --overwrite to replace its contents (only "
+                              "the export is left there), or another output directory.")
+        return _export(head_dir, out_dir, target, dtype)
+
+
+def check_export_paths(head_dir, out_dir, overwrite: bool) -> tuple[Path, Path]:
+    """The export's folders, before anything is read: the output is writable, not the head itself, and empty
+    unless ``overwrite``."""
+    from .. import validate
 
     head_dir, out_dir = Path(head_dir), Path(out_dir)
+    validate.writable(out_dir, "the output folder", folder=True)
     if out_dir.resolve() == head_dir.resolve():
         raise PeagleError(f"export-vllm would write over its own input {head_dir}. Fix: give another output "
                           "directory, e.g. build/vllm_head.")
     if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())) and not overwrite:
         raise PeagleError(f"{out_dir} exists and is not empty. Fix: --overwrite to replace its contents (only the "
                           "export is left there), or another output directory.")
+    return head_dir, out_dir
+
+
+def _export(head_dir: Path, out_dir: Path, target, dtype) -> Path:
+    from safetensors.torch import save_file
+
+    from ..drafter.checkpoint import check_head_dir
+
     cfg, tensors = read_head(head_dir)
     peagle = dict(cfg.get("peagle") or {})
     target = target or peagle.get("target") or target_name()
     tdir = _target_dir(target)
     tcfg = _target_config(tdir)
-    validate_head(cfg, tensors, tcfg)
+    validate_head(cfg, tensors, tcfg)  # what vLLM needs, each problem with its vLLM-specific fix
+    check_head_dir(head_dir)  # and the mode / layers the weights were trained with: vLLM would serve another function
 
     if dtype is None:  # vLLM runs the drafter in the target's dtype: store it that way (exact embedding rows)
         dtype = tcfg.get("dtype") or tcfg.get("torch_dtype")

@@ -12,8 +12,7 @@ import typing
 from dataclasses import asdict
 from pathlib import Path
 
-import torch
-
+from .. import lock
 from .distill import read_distilled, select_split
 from ..drafter import PEagleDrafter
 from ..errors import PeagleError
@@ -26,8 +25,9 @@ from .evaluate import evaluate_head
 from ..environment import environment
 from .records import final_accuracy, write_training_record
 from .sequences import check_data_target, prepare_sequences
-from .state import STATE_FILE, check_resume_config
-from .trainer import Trainer, precision_probe
+from ..features.taps import check_tap_layers
+from .state import STATE_FILE, check_resume_config, read_state
+from .trainer import Trainer, check_target_settings, precision_probe
 
 
 def _flag_kwargs(f: dataclasses.Field, hint) -> dict:
@@ -122,14 +122,29 @@ def config_from_args(args) -> TrainConfig:
     return TrainConfig(**given, target=args.target or target_name())
 
 
-def _run_cli(args):
-    from ..target_args import load_cli_target
+def check_cli(args):
+    """Every argument, the environment, the output folders, the head --init-from continues, the saved state of
+    --resume and every distilled record (token ids within the target's vocabulary, read from its config.json),
+    before the target's weights load: ``(config, meta, records, held_out)``."""
+    from .. import validate
+    from ..drafter.checkpoint import check_head_dir
+    from ..target_args import TargetPeek, check_target_options
 
     cfg = config_from_args(args)
-    seed_everything(cfg.seed)
+    check_target_options(args)
+    if args.num_sequences is not None:
+        validate.positive_int(args.num_sequences, "num_sequences", "--num-sequences")
+    for name in ("eval_prompts", "eval_val_prompts"):
+        validate.positive_int(getattr(args, name), name, "--" + name.replace("_", "-"), 0)
+    validate.max_new_tokens(args.eval_max_new_tokens)
+    eval_ks(args)
     out = Path(args.out)
     state = Path(args.state_dir) if args.state_dir else out / "checkpoint"
-    if not args.resume and not args.overwrite:  # before the model loads: never replace work silently
+    validate.writable(out, "--out", folder=True)
+    validate.writable(state, "--state-dir", folder=True)
+    if args.features:
+        validate.writable(args.features, "--features", folder=True)
+    if not args.resume and not args.overwrite:  # never replace work silently
         if (out / "config.json").exists():
             raise PeagleError(f"{out} already holds a head. Fix: --resume to continue its training state, "
                               "--overwrite to replace it, or another --out.")
@@ -137,13 +152,50 @@ def _run_cli(args):
             raise PeagleError(f"{state} already holds a training state. Fix: --resume to continue it, --overwrite "
                               "to start afresh over it, or another --out / --state-dir.")
     if args.resume and (state / STATE_FILE).exists():
-        saved = torch.load(state / STATE_FILE, map_location="cpu", weights_only=False).get("config") or {}
-        check_resume_config(saved, asdict(cfg), state / STATE_FILE)
-    meta, records = read_distilled(args.data)
+        check_resume_config(read_state(state / STATE_FILE).get("config") or {}, asdict(cfg), state / STATE_FILE)
+    peek = TargetPeek(args.target)
+    if cfg.init_from:
+        check_head_dir(cfg.init_from)
+    else:
+        check_target_settings(cfg, peek.vocab_size, peek.tokenizer)
+    if cfg.tap_layers and peek.num_layers:
+        check_tap_layers(cfg.tap_layers, peek.num_layers)
+    meta, records = read_distilled(args.data, peek.vocab_size)
     records, held_out = select_split(records, args.split)
+    records = records[: args.num_sequences]
+    if not records:
+        raise PeagleError(f"{args.data} holds no records of the split {args.split!r}. Fix: --split all, or distill "
+                          "prompts of that split first.")
+    return cfg, meta, records, held_out
+
+
+def eval_ks(args) -> list[int]:
+    """The K values of --eval-ks (1..64 each)."""
+    from .. import validate
+
+    try:
+        ks = [int(k) for k in str(args.eval_ks).split(",") if k.strip()]
+    except ValueError:
+        raise PeagleError(f"--eval-ks {args.eval_ks!r} is not a list of integers. Fix: --eval-ks 1,2,4,8.") from None
+    if not ks:
+        raise PeagleError("--eval-ks is empty. Fix: --eval-ks 1,2,4,8.")
+    return [validate.num_speculative_tokens(k) for k in ks]
+
+
+def _run_cli(args):
+    cfg, meta, records, held_out = check_cli(args)
+    out = Path(args.out)
+    state = Path(args.state_dir) if args.state_dir else out / "checkpoint"
+    with lock.hold(out, state):
+        _train_locked(args, cfg, meta, records, held_out)
+
+
+def _train_locked(args, cfg, meta, records, held_out):
+    from ..target_args import load_cli_target
+
+    seed_everything(cfg.seed)
     model, tok, _ = load_cli_target(args)
     check_data_target(meta, model, args.data)
-    records = records[: args.num_sequences]
     t0 = time.perf_counter()
     seqs = prepare_sequences(model, records, cfg.tap_layers, args.features, max_seq_len=cfg.max_seq_len)
     feature_s = time.perf_counter() - t0
@@ -180,7 +232,7 @@ def _run_cli(args):
                                   "moments and the lr schedule (with warm-up) start afresh")
         record["cumulative"] = cumulative(record["history"], summary(record, args.out))
     if args.eval_prompts or args.eval_val_prompts:
-        ks = [int(k) for k in args.eval_ks.split(",")]
+        ks = eval_ks(args)
         # evaluate what ships: the saved (bf16) checkpoint, loaded as users load it
         head = PEagleDrafter.from_pretrained(args.out, target=model, device=next(model.parameters()).device,
                                              dtype=next(model.parameters()).dtype)

@@ -25,9 +25,10 @@ def cod_sample(num_anchors: int, num_depths: int, ratio: float = 0.7, min_ratio:
     subset of depth ``d-1``'s of size :func:`cod_sizes` (nested: every rollout kept at depth ``d`` also exists
     at every depth before it)."""
     if num_depths < 1:
-        raise PeagleError(f"num_depths must be >= 1, got {num_depths}.")
+        raise PeagleError(f"num_depths must be >= 1, got {num_depths}. Fix: -K 1 or more.")
     if not (0 < ratio <= 1 and 0 <= min_ratio <= 1):
-        raise PeagleError(f"COD ratios must lie in (0, 1]: ratio={ratio}, min_ratio={min_ratio}.")
+        raise PeagleError(f"COD ratios must lie in (0, 1]: ratio={ratio}, min_ratio={min_ratio}. Fix: --cod-ratio and "
+                          "--cod-min-ratio in (0, 1], e.g. 0.7 and 0.2.")
     sizes = cod_sizes(num_anchors, num_depths, ratio, min_ratio)
     out = [torch.arange(num_anchors)]
     for n in sizes[1:]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 
+from .. import validate
 from .distill import MAX_SEQ_LEN
 from ..errors import PeagleError
 from ..precision import choice_name
@@ -22,6 +23,10 @@ def flag_field(default, help=None, **cli):
 
 
 SCHEDULES = ("steps", "time")
+
+
+def _flag(name: str) -> str:
+    return {"num_depths": "-K", "time_budget_s": "--time-budget"}.get(name, "--" + name.replace("_", "-"))
 MODES = ("parallel", "sequential")
 
 
@@ -72,20 +77,51 @@ class TrainConfig:
 
     def __post_init__(self):
         if self.mode not in MODES:
-            raise PeagleError(f"mode must be 'parallel' or 'sequential', got {self.mode!r}")
+            raise PeagleError(f"mode must be 'parallel' or 'sequential', got {self.mode!r}. Fix: --mode parallel or "
+                              "--mode sequential.")
         if self.mask_hidden not in MASK_HIDDEN_VARIANTS:
-            raise PeagleError(f"mask_hidden must be one of {MASK_HIDDEN_VARIANTS}, got {self.mask_hidden!r}")
+            raise PeagleError(f"mask_hidden must be one of {MASK_HIDDEN_VARIANTS}, got {self.mask_hidden!r}. Fix: "
+                              "--mask-hidden learned.")
         if self.mask_embedding not in MASK_EMBEDDING_VARIANTS:
-            raise PeagleError(f"mask_embedding must be one of {MASK_EMBEDDING_VARIANTS}, got {self.mask_embedding!r}")
+            raise PeagleError(f"mask_embedding must be one of {MASK_EMBEDDING_VARIANTS}, got {self.mask_embedding!r}. "
+                              "Fix: --mask-embedding learned.")
         if self.schedule not in SCHEDULES:
-            raise PeagleError(f"schedule must be 'steps' or 'time', got {self.schedule!r}")
+            raise PeagleError(f"schedule must be 'steps' or 'time', got {self.schedule!r}. Fix: --schedule steps.")
         if self.schedule == "time" and not self.time_budget_s:
             raise PeagleError("schedule='time' needs time_budget_s. Fix: pass time_budget_s, or schedule='steps'.")
         self.autocast = choice_name(self.autocast)
-        if self.num_depths < 1 or self.steps < 1 or self.layers < 1:
-            raise PeagleError("num_depths, steps and layers must be >= 1.")
+        self._check_ranges()
         self.betas = tuple(self.betas)
         self.tap_layers = tuple(self.tap_layers) if self.tap_layers else None
+
+    def _check_ranges(self) -> None:
+        """Every number in the range where training means something: a run that cannot learn (lr 0, no time)
+        is refused, not run."""
+        for name in ("num_depths", "steps", "layers", "batch_tokens", "row_tokens", "log_every"):
+            validate.positive_int(getattr(self, name), name, _flag(name))
+        validate.positive_int(self.max_seq_len, "max_seq_len", "--max-seq-len", 2)
+        validate.positive_int(self.warmup_steps, "warmup_steps", "--warmup-steps", 0)
+        validate.positive_int(self.save_every, "save_every", "--save-every", 0)
+        validate.positive_int(self.seed, "seed", "--seed", 0)
+        validate.finite(self.lr, "lr", "--lr", low=0, low_open=True, high=1)
+        validate.finite(self.lm_head_lr_ratio, "lm_head_lr_ratio", "--lm-head-lr-ratio", low=0)
+        validate.finite(self.min_lr_ratio, "min_lr_ratio", "--min-lr-ratio", low=0, high=1)
+        validate.finite(self.weight_decay, "weight_decay", "--weight-decay", low=0)
+        validate.finite(self.grad_clip, "grad_clip", "--grad-clip", low=0, low_open=True)
+        validate.finite(self.cod_ratio, "cod_ratio", "--cod-ratio", low=0, low_open=True, high=1)
+        validate.finite(self.cod_min_ratio, "cod_min_ratio", "--cod-min-ratio", low=0, high=1)
+        if len(tuple(self.betas)) != 2:
+            raise PeagleError(f"betas must be two numbers, got {self.betas!r}. Fix: --betas 0.9 0.95.")
+        for i, b in enumerate(self.betas):
+            validate.finite(b, f"betas[{i}]", "--betas", low=0, high=1, high_open=True)
+        if self.time_budget_s is not None:
+            validate.finite(self.time_budget_s, "time_budget_s", "--time-budget", low=0, low_open=True)
+        if self.draft_vocab_size is not None:
+            validate.positive_int(self.draft_vocab_size, "draft_vocab_size", "--draft-vocab-size", 1)
+        if self.mask_token_id is not None:
+            validate.positive_int(self.mask_token_id, "mask_token_id", "--mask-token-id", 0)
+        if self.snapshot_every_tokens is not None:
+            validate.positive_int(self.snapshot_every_tokens, "snapshot_every_tokens", "--snapshot-every-tokens")
 
     @classmethod
     def from_dict(cls, d: dict) -> "TrainConfig":

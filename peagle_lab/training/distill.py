@@ -4,7 +4,8 @@
   :func:`peagle_lab.prompts.chat_ids`, batched left-padded generation with a KV cache). A drafter must predict
   what THE TARGET would say next, so its training text should be the target's own text: with responses written
   by someone else, depth >= 1 slots are almost never accepted. Results go to a JSONL file that is
-  rewritten atomically after every batch; a restarted run skips the prompts already done.
+  rewritten atomically after every batch; a restarted run skips the prompts already done. The file only grows:
+  records of prompts not in this run stay, and only ``overwrite`` (``--overwrite``) drops records, saying how many.
 
 File format (``*.jsonl``): line 1 ``{"meta": {...}}`` (target, fingerprint, max_new_tokens, ...), then one record
 per prompt ``{"index", "prompt_sha", "prompt_len", "input_ids", "finished"}``; ``input_ids`` = prompt + response,
@@ -24,13 +25,13 @@ from pathlib import Path
 
 import torch
 
-from .. import validate
+from .. import lock, validate
 from ..atomic import atomic_write
 from ..errors import PeagleError
 from ..features.identity import target_fingerprint, target_identity
 from ..prompts import chat_ids, load_scale_records, load_train_prompts, load_train_records, record_messages
 from ..settings import data_path, results_dir
-from ..target_args import add_target_options, load_cli_target
+from ..target_args import TargetPeek, add_target_options, check_target_options, load_cli_target
 from .distill_engines import ENGINES
 
 FORMAT = "peagle-lab-distill"
@@ -77,36 +78,66 @@ def _lines(path: Path):
         yield from enumerate(fh, 1)
 
 
-def read_distilled(path) -> tuple[dict, list[dict]]:
-    """``(meta, records)`` of a distilled-sequences file (records sorted by prompt index)."""
+def record_problem(obj, vocab_size: int | None = None) -> str | None:
+    """Why ``obj`` is not a distilled record (None when it is one): ``index`` an int >= 0, ``prompt_sha`` a string,
+    ``input_ids`` a list of ints in ``[0, vocab_size)`` (when the vocabulary is known), ``prompt_len`` an int in
+    ``[1, len(input_ids)]``."""
+    def is_int(v):
+        return isinstance(v, int) and not isinstance(v, bool)
+
+    if not isinstance(obj, dict):
+        return "not an object"
+    ids = obj.get("input_ids")
+    if not is_int(obj.get("index")) or obj["index"] < 0:
+        return f"index {obj.get('index')!r} is not an int >= 0"
+    if not isinstance(obj.get("prompt_sha"), str):
+        return "it has no prompt_sha string"
+    if not isinstance(ids, list) or not ids:
+        return "input_ids is not a non-empty list"
+    bad = next((t for t in ids if not is_int(t) or t < 0 or (vocab_size is not None and t >= vocab_size)), None)
+    if bad is not None:
+        where = f"[0, {vocab_size})" if vocab_size is not None else ">= 0"
+        return f"input_ids holds {bad!r}, not a token id {where}"
+    if not is_int(obj.get("prompt_len")) or not 1 <= obj["prompt_len"] <= len(ids):
+        return f"prompt_len {obj.get('prompt_len')!r} is not an int in [1, {len(ids)}] (the number of input_ids)"
+    return None
+
+
+def read_distilled(path, vocab_size: int | None = None) -> tuple[dict, list[dict]]:
+    """``(meta, records)`` of a distilled-sequences file (records sorted by prompt index). Every record is checked
+    (:func:`record_problem`; token ids against ``vocab_size`` when given), so damaged data is refused here, before
+    any model loads, with its line number."""
     path = Path(path)
     if not path.is_file():
         raise PeagleError(f"No distilled sequences at {path}. Fix: run `peagle-lab distill --out {path}` first "
                           "(or data.distill(model, tokenizer, prompts, path)).")
-    meta, records = None, []
+    meta, records, seen = None, [], {}
     try:
         lines = list(_lines(path))
     except (OSError, EOFError, UnicodeDecodeError) as exc:
-        raise PeagleError(f"{path} cannot be read ({exc}): the file is damaged. Fix: delete it and distill again "
-                          "(or restore it from git).") from exc
+        raise PeagleError(f"{path} cannot be read ({exc}): the file is damaged. Fix: restore it (git, a copy), or "
+                          "distill again into a new --out.") from None
     for lineno, line in lines:
         if not line.strip():
             continue
         try:
             obj = json.loads(line)
         except json.JSONDecodeError as exc:
-            raise PeagleError(f"{path}:{lineno} is not JSON ({exc}): the file is damaged. Fix: delete it and "
-                              "distill again.") from exc
+            raise PeagleError(f"{path}:{lineno} is not JSON ({exc}): the file is damaged. Fix: repair or remove that "
+                              "line, or distill again into a new --out.") from None
         if isinstance(obj, dict) and "meta" in obj:
             meta = obj["meta"]
             continue
-        if (not isinstance(obj, dict) or not isinstance(obj.get("input_ids"), list)
-                or not isinstance(obj.get("prompt_len"), int) or not isinstance(obj.get("index"), int)):
-            raise PeagleError(f"{path}:{lineno} is not a distilled record (it needs index, prompt_len and an "
-                              "input_ids list): the file is damaged or partial. Fix: run `peagle-lab distill` "
-                              "again with the same --out (it resumes and rewrites the file).")
+        problem = record_problem(obj, vocab_size)
+        if problem is None and obj["index"] in seen:
+            problem = f"index {obj['index']} repeats line {seen[obj['index']]}"
+        if problem:
+            raise PeagleError(f"{path}:{lineno} is not a distilled record ({problem}): the file is damaged or was "
+                              "made for another target. Fix: repair or remove that line, or distill again into a "
+                              "new --out.")
+        seen[obj["index"]] = lineno
         records.append(obj)
-    if meta is None or meta.get("format") != FORMAT:
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         raise PeagleError(f"{path} is not a {FORMAT} file (no meta line). Fix: write it with `peagle-lab distill`.")
     return meta, sorted(records, key=lambda r: r["index"])
 
@@ -118,7 +149,7 @@ def select_split(records: list[dict], split: str) -> tuple[list[dict], int]:
     by their ``prompt_sha`` (text and history), not by index, so any distilled file can be split."""
 
     if split not in ("train", "val", "all"):
-        raise PeagleError(f"split must be 'train', 'val' or 'all', got {split!r}.")
+        raise PeagleError(f"split must be 'train', 'val' or 'all', got {split!r}. Fix: --split train, val or all.")
     if split == "all":
         return list(records), 0
     val = {prompt_sha(r) for r in load_scale_records("val")}
@@ -132,24 +163,104 @@ def load_distilled(path, n: int | None = None) -> list[dict]:
 
 
 # ------------------------------------------------------------------------------------------ distillation
+def encode_prompts(tokenizer, prompts: list, indices, system, max_new_tokens: int, context: int | None
+                   ) -> dict[int, list[int]]:
+    """The chat-template token ids of ``prompts[i]`` for ``i`` in ``indices``, each checked: text present and valid
+    UTF-8 (the system message too), and room in the target's ``context`` for ``max_new_tokens`` after it."""
+    if system is not None:
+        validate.text(system, "The system message (--system)", "pass a non-empty --system or leave it out")
+    encoded = {}
+    for i in indices:
+        text, history = record_messages(prompts[i])
+        validate.text(text, f"Prompt {i}", "remove empty prompts from the prompts file")
+        for turn in history or []:
+            validate.text(turn.get("content") if isinstance(turn, dict) else None,
+                          f"A history turn of prompt {i}", "give every turn a non-empty 'content'")
+        encoded[i] = chat_ids(tokenizer, text, system, history)
+        try:
+            validate.prompt_length(len(encoded[i]), max_new_tokens, context)
+        except PeagleError as exc:
+            raise PeagleError(f"Prompt {i}: {exc}") from None
+    return encoded
+
+
+def _resume(out_path: Path, meta: dict, prompts: list, overwrite: bool) -> tuple[dict[int, dict], list[dict]]:
+    """What ``out_path`` already holds: ``(done, kept)``, ``done`` = prompt position -> its record (matched by
+    prompt, not by position: another prompts file or order finds them), ``kept`` = the records of other prompts,
+    which stay in the file. Anything that would drop records (other settings, a damaged file) is refused unless
+    ``overwrite``, which drops them all and says how many."""
+    if not out_path.exists():
+        return {}, []
+    try:
+        old_meta, old = read_distilled(out_path)
+    except PeagleError:
+        if not overwrite:
+            raise
+        print(f"peagle-lab: --overwrite: replacing the unreadable {out_path}", file=sys.stderr)
+        return {}, []
+    if overwrite:
+        if old:
+            print(f"peagle-lab: --overwrite: dropping the {len(old)} records in {out_path} and distilling afresh",
+                  file=sys.stderr)
+        return {}, []
+    diff = {k: (old_meta.get(k), meta[k]) for k in _RESUME_KEYS if old_meta.get(k) != meta[k]}
+    who = "target_identity" if old_meta.get("target_identity") else "target_fingerprint"
+    if old_meta.get(who) != meta[who]:  # an old file made by a bf16 copy of the same target is refused too
+        diff[who] = (old_meta.get(who), meta[who])
+    if diff:
+        raise PeagleError(f"{out_path} holds {len(old)} sequences made with other settings {diff}. Fix: write to "
+                          f"another --out, or --overwrite to drop those {len(old)} records and start over.")
+    by_sha: dict[str, list[dict]] = {}
+    for r in old:
+        by_sha.setdefault(r["prompt_sha"], []).append(r)
+    done = {}
+    for i, p in enumerate(prompts):
+        found = by_sha.get(prompt_sha(p))
+        if found:
+            done[i] = found.pop(0)
+    return done, [r for rs in by_sha.values() for r in rs]
+
+
+def _free_index(i: int, taken: set[int]) -> int:
+    """A record index for prompt position ``i``: ``i`` itself unless a record in the file has it, else the next
+    free one after every index in use (records of other prompt files keep theirs)."""
+    index = i if i not in taken else max(taken) + 1
+    taken.add(index)
+    return index
+
+
 def distill(model, tokenizer, prompts: list, out_path, max_new_tokens: int = 160, batch_size: int = 16,
-            system: str | None = None, progress: bool = True, target: str = "", engine=None) -> list[dict]:
+            system: str | None = None, progress: bool = True, target: str = "", engine=None,
+            overwrite: bool = False) -> list[dict]:
     """Let the target answer every prompt (greedy) and save prompt + response token ids to ``out_path``.
 
     ``prompts``: strings, or records with ``prompt`` and an optional ``history`` of earlier turns.
     ``engine``: what writes the answers (:mod:`.distill_engines`; default: transformers' generate on
     ``model``); ``model`` is still what the file's target identity is taken from. ``batch_size`` prompts go to the
     engine at a time, and the file is rewritten atomically after each batch (``*.jsonl.gz`` is stored compressed).
-    Resumable: records already in ``out_path`` (same prompt text, same target and settings) are kept and skipped,
-    so an interrupted run loses at most one batch. Returns all records in prompt order.
+    Resumable and append-only: records already in ``out_path`` (same prompt, same target and settings) are kept
+    and skipped, so an interrupted run loses at most one batch; records of other prompts stay in the file;
+    ``overwrite=True`` starts over (it says how many records it drops). The file is locked for the run
+    (:mod:`peagle_lab.lock`: one writer per file). Returns the records of ``prompts``, in prompt order.
     """
+    validate.positive_int(batch_size, "batch_size", "--batch-size")
+    context = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+    validate.max_new_tokens(max_new_tokens, context)
+    if not prompts:
+        raise PeagleError("No prompts to distill. Fix: pass at least one prompt (--prompts N with N >= 1, or a "
+                          "prompts file with records).")
+    out_path = Path(out_path)
+    with lock.hold(out_path):
+        return _distill(model, tokenizer, prompts, out_path, max_new_tokens, batch_size, system, progress, target,
+                        engine, overwrite, context)
+
+
+def _distill(model, tokenizer, prompts, out_path: Path, max_new_tokens, batch_size, system, progress, target,
+             engine, overwrite, context) -> list[dict]:
     from .distill_engines import TransformersEngine
 
     from tqdm.auto import tqdm
 
-    validate.positive_int(batch_size, "batch_size", "--batch-size")
-    validate.max_new_tokens(max_new_tokens)
-    out_path = Path(out_path)
     out_path.parent.mkdir(parents=True, exist_ok=True)
     eos = tokenizer.eos_token_id
     eos_ids = {int(eos)} if isinstance(eos, int) else {int(e) for e in eos}
@@ -159,23 +270,10 @@ def distill(model, tokenizer, prompts: list, out_path, max_new_tokens: int = 160
                 target_fingerprint=target_fingerprint(model), target_identity=target_identity(model),
                 max_new_tokens=max_new_tokens, system=system,
                 decoding="greedy", chat_template=True)
-    done: dict[int, dict] = {}
-    if out_path.exists():
-        old_meta, old = read_distilled(out_path)
-        diff = {k: (old_meta.get(k), meta[k]) for k in _RESUME_KEYS if old_meta.get(k) != meta[k]}
-        who = "target_identity" if old_meta.get("target_identity") else "target_fingerprint"
-        if old_meta.get(who) != meta[who]:  # an old file made by a bf16 copy of the same target is refused too
-            diff[who] = (old_meta.get(who), meta[who])
-        if diff:
-            raise PeagleError(f"{out_path} holds sequences made with other settings {diff}. Fix: write to another "
-                              "file, or delete it to start over.")
-        shas = {i: prompt_sha(p) for i, p in enumerate(prompts)}
-        done = {r["index"]: r for r in old if shas.get(r["index"]) == r["prompt_sha"]}
+    done, kept = _resume(out_path, meta, prompts, overwrite)
+    taken = {r["index"] for r in [*kept, *done.values()]}
     todo = [i for i in range(len(prompts)) if i not in done]
-    encoded = {}
-    for i in todo:
-        text, history = record_messages(prompts[i])
-        encoded[i] = chat_ids(tokenizer, text, system, history)
+    encoded = encode_prompts(tokenizer, prompts, todo, system, max_new_tokens, context)
     todo.sort(key=lambda i: len(encoded[i]))  # similar lengths together: little padding
     bar = tqdm(total=len(prompts), initial=len(done), desc="distill", unit="prompt", disable=not progress)
     t0, new_tokens = time.perf_counter(), 0
@@ -184,16 +282,16 @@ def distill(model, tokenizer, prompts: list, out_path, max_new_tokens: int = 160
             batch = todo[start:start + batch_size]
             responses = engine.generate([encoded[i] for i in batch], max_new_tokens)
             for i, resp in zip(batch, responses):
-                done[i] = dict(index=i, prompt_sha=prompt_sha(prompts[i]), prompt_len=len(encoded[i]),
+                done[i] = dict(index=_free_index(i, taken), prompt_sha=prompt_sha(prompts[i]), prompt_len=len(encoded[i]),
                                input_ids=encoded[i] + resp, finished=bool(resp and resp[-1] in eos_ids))
                 new_tokens += len(resp)
-            _write_atomic(out_path, meta, list(done.values()))
+            _write_atomic(out_path, meta, [*kept, *done.values()])
             bar.update(len(batch))
             bar.set_postfix(tok_s=f"{new_tokens / (time.perf_counter() - t0):.0f}")
     finally:
         bar.close()
     if not todo:  # nothing new: make sure the file exists with its meta line
-        _write_atomic(out_path, meta, list(done.values()))
+        _write_atomic(out_path, meta, [*kept, *done.values()])
     return [done[i] for i in sorted(done)]
 
 
@@ -226,7 +324,10 @@ def register_cli(sub):
     p.add_argument("--prompts-file", default=None,
                    help="JSONL with a 'prompt' field per line (default: data/prompts/train.jsonl; "
                         "data/prompts/scale.jsonl is the >= 5,000-prompt mix)")
-    p.add_argument("--out", required=True, help="output JSONL (resumed when it exists)")
+    p.add_argument("--out", required=True,
+                   help="output JSONL (resumed when it exists; records of other prompts in it are kept)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="drop the records already in --out (it says how many) and distill afresh")
     p.add_argument("--max-new-tokens", type=int, default=160)
     p.add_argument("--batch-size", type=int, default=None,
                    help="prompts per engine call, and per atomic rewrite of --out (default: 16 with transformers, "
@@ -259,17 +360,42 @@ def check_prompt_set(prompts: list, where) -> None:
                           "the evaluation set and must not be trained on.")
 
 
+def check_cli(args) -> list:
+    """Every argument, the environment, the output path and every prompt (tokenized with the target's tokenizer,
+    against its context), before the target's weights load: the prompts to distill (``args.engine`` becomes the
+    engine chosen)."""
+    from .distill_engines import choose_engine
+
+    if args.batch_size is not None:
+        validate.positive_int(args.batch_size, "batch_size", "--batch-size")
+    if args.prompts is not None:
+        validate.positive_int(args.prompts, "prompts", "--prompts")
+    check_target_options(args)
+    validate.writable(args.out, "--out", folder=False)
+    recs = load_train_records(args.prompts_file)
+    if not recs:
+        raise PeagleError(f"{args.prompts_file or 'the prompts file'} holds no prompts. Fix: pass a JSONL file with "
+                          "one {\"prompt\": ...} record per line.")
+    prompts = recs[: args.prompts]
+    peek = TargetPeek(args.target)
+    validate.max_new_tokens(args.max_new_tokens, peek.context)
+    encode_prompts(peek.tokenizer, prompts, range(len(prompts)), args.system, args.max_new_tokens, peek.context)
+    check_prompt_set(prompts, args.prompts_file or "the training prompts")
+    args.engine = choose_engine(args.engine)
+    return prompts
+
+
 def _run_cli(args):
-    from .distill_engines import VllmEngine, choose_engine
+    prompts = check_cli(args)
+    with lock.hold(args.out):
+        _run_locked(args, prompts)
+
+
+def _run_locked(args, prompts):
+    from .distill_engines import VllmEngine
 
     batch_size = args.batch_size
-    if batch_size is not None:
-        validate.positive_int(batch_size, "batch_size", "--batch-size")
-    validate.max_new_tokens(args.max_new_tokens)
-    recs = load_train_records(args.prompts_file)
-    prompts = recs[: args.prompts]
-    check_prompt_set(prompts, args.prompts_file or "the training prompts")
-    engine_name = choose_engine(args.engine)
+    engine_name = args.engine
     if engine_name == "vllm":  # the target's weights stay on the CPU: the GPU is vLLM's
         args.device = "cpu"
     model, tok, target = load_cli_target(args)
@@ -287,12 +413,15 @@ def _run_cli(args):
     t0 = time.perf_counter()
     before = _response_tokens(args.out)
     out = distill(model, tok, prompts, args.out, args.max_new_tokens, batch_size, args.system, target=target,
-                  engine=engine)
+                  engine=engine, overwrite=args.overwrite)
     dt = time.perf_counter() - t0
     resp = sum(len(r["input_ids"]) - r["prompt_len"] for r in out)
+    total = len(read_distilled(args.out)[1])
+    others = f" ({total - len(out)} records of other prompts kept)" if total > len(out) else ""
+    new = _response_tokens(args.out) - before
     print(f"{len(out)} sequences, {sum(len(r['input_ids']) for r in out):,} tokens ({resp:,} response tokens, "
-          f"{sum(r['finished'] for r in out)} ended with EOS) in {args.out}; {dt:.0f} s, "
-          f"{(resp - before) / dt:.0f} new response tokens/s ({engine_name})")
+          f"{sum(r['finished'] for r in out)} ended with EOS) in {args.out}{others}; {dt:.0f} s, "
+          f"{new / dt:.0f} new response tokens/s ({engine_name})")
 
 
 def _response_tokens(path) -> int:

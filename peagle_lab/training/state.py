@@ -9,6 +9,7 @@ of the target's embedding table included, which this state leaves out (it is reb
 from __future__ import annotations
 
 import json
+import pickle
 from pathlib import Path
 
 import torch
@@ -35,6 +36,21 @@ def read_log(path: Path) -> list[dict]:
                 raise PeagleError(f"{path} is damaged at line {i + 1}. Fix: delete the log (the checkpoint keeps "
                                   "the state) or restore it.") from None
     return rows
+
+
+def read_state(path: Path) -> dict:
+    """The training state saved at ``path``, or one clear error when it is truncated or damaged."""
+    try:
+        st = torch.load(path, map_location="cpu", weights_only=False)
+    except (RuntimeError, EOFError, OSError, ValueError, pickle.UnpicklingError) as exc:
+        raise PeagleError(f"{path} cannot be read ({str(exc).splitlines()[0]}): the training state is truncated or "
+                          "damaged. Fix: resume from a copy of it, or start afresh with --overwrite (the head in "
+                          "--out is replaced).") from None
+    keys = ("step", "elapsed_s", "model", "optimizer", "data", "config", "draft_ids", "mask_token_id")
+    if not isinstance(st, dict) or any(k not in st for k in keys):
+        raise PeagleError(f"{path} is not a training state of `peagle-lab train`. Fix: point --state-dir at the "
+                          "folder a training wrote, or start afresh with --overwrite.")
+    return st
 
 
 def atomic_torch_save(obj, path: Path):

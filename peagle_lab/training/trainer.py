@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
+from .. import lock, validate
 from ..atomic import write_text
 from ..drafter import PEagleConfig, PEagleDrafter
 from ..errors import PeagleError
@@ -25,13 +26,14 @@ from ..features.identity import target_identity
 from .lineage import check_compatible, cumulative, head_config, history_of
 from ..precision import resolve_dtype
 from ..settings import display_path
-from ..drafter.vocab import build_draft_vocab, count_tokens, coverage, pick_mask_token_id
+from ..drafter.vocab import build_draft_vocab, check_draft_vocab, count_tokens, coverage, pick_mask_token_id
 from .config import TrainConfig
 from .distributed import check_world_size, make_accelerator
 from .elements import plan_row
 from .objective import DraftTrainer, tap_rms
 from .packing import PackedRows
-from .state import LOG_FILE, STATE_FILE, atomic_torch_save, check_resume_config, read_log, trainable_state
+from .state import (LOG_FILE, STATE_FILE, atomic_torch_save, check_resume_config, read_log, read_state,
+                    trainable_state)
 
 
 @dataclass
@@ -57,6 +59,24 @@ def lr_factor(cfg: TrainConfig, step: int, elapsed_s: float) -> float:
     return cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * p))
 
 
+def draft_vocab_always(mask_token_id: int, tokenizer) -> list[int]:
+    """The ids every draft vocabulary keeps: the mask token and the tokenizer's EOS id(s)."""
+    eos = getattr(tokenizer, "eos_token_id", None) if tokenizer is not None else None
+    return [mask_token_id] + ([eos] if isinstance(eos, int) else list(eos or []))
+
+
+def check_target_settings(cfg: TrainConfig, vocab_size: int, tokenizer=None) -> None:
+    """The settings that depend on the target (from its config.json, before its weights load): the mask token id
+    within its vocabulary, the draft vocabulary no larger than it and large enough for the ids it always keeps."""
+    if cfg.mask_token_id is not None:
+        validate.token_id(cfg.mask_token_id, vocab_size, "mask_token_id", "--mask-token-id")
+    if cfg.draft_vocab_size:
+        mask = cfg.mask_token_id if cfg.mask_token_id is not None else (
+            pick_mask_token_id(tokenizer) if tokenizer is not None else None)
+        check_draft_vocab(cfg.draft_vocab_size, vocab_size,
+                          draft_vocab_always(mask, tokenizer) if mask is not None else ())
+
+
 class Trainer:
     """``Trainer(cfg, model, sequences, out_dir=...).train()``.
 
@@ -71,6 +91,11 @@ class Trainer:
                  state_dir=None, resume: bool = False, progress: bool = True, draft_ids=None, verbose: bool = True,
                  overwrite: bool = False):
         self.cfg, self.model, self.seqs = cfg, model, sequences
+        if not sequences:
+            raise PeagleError("No training sequences. Fix: pass distilled records (--num-sequences >= 1, a --data "
+                              "file with records of the --split).")
+        if cfg.init_from is None:
+            check_target_settings(cfg, model.config.vocab_size, tokenizer)
         self.out_dir = Path(out_dir) if out_dir else None
         self.state_dir = Path(state_dir) if state_dir else (self.out_dir / "checkpoint" if self.out_dir else None)
         self.progress, self.verbose = progress, verbose
@@ -144,6 +169,7 @@ class Trainer:
         if not resume and not overwrite and self.out_dir is not None and (self.out_dir / "config.json").exists():
             raise PeagleError(f"{self.out_dir} already holds a head. Fix: --resume to continue its training state, "
                               "--overwrite to replace it, or another --out.")
+        self._trim_log()
         self.model_for_step, self.opt = self.acc.prepare(self.module, self.opt)
 
     def _init_source(self, model) -> PEagleDrafter:
@@ -165,8 +191,7 @@ class Trainer:
 
     def _draft_vocab(self, V, tokenizer):
         size = self.cfg.draft_vocab_size or V
-        eos = getattr(tokenizer, "eos_token_id", None) if tokenizer is not None else None
-        always = [self.mask_token_id] + ([eos] if isinstance(eos, int) else list(eos or []))
+        always = draft_vocab_always(self.mask_token_id, tokenizer)
         counts = self._label_counts(V)
         ids = build_draft_vocab(counts, size, V, always=always)
         return ids, coverage(counts, ids, V)
@@ -184,7 +209,7 @@ class Trainer:
             if self.verbose:
                 print(f"[train] no state at {display_path(path)}: starting from step 0")
             return
-        st = torch.load(path, map_location="cpu", weights_only=False)
+        st = read_state(path)
         check_resume_config(st.get("config") or {}, asdict(self.cfg), path)
         if not torch.equal(st["draft_ids"], self.draft_ids) or st["mask_token_id"] != self.mask_token_id:
             raise PeagleError(f"{path} was trained with another draft vocabulary or mask token. Fix: resume with the "
@@ -199,13 +224,19 @@ class Trainer:
         torch.set_rng_state(st["torch_rng"])
         self.step, self.elapsed = st["step"], st["elapsed_s"]
         self.tokens_seen = int(st.get("tokens_seen", 0))
-        log_path = self.state_dir / LOG_FILE
-        if log_path.exists():  # drop rows written after the checkpoint (a crash between two saves)
-            self.log = [r for r in read_log(log_path) if r["step"] <= self.step]
-            if self.is_main:  # every process reads the log; only rank 0 writes files
-                write_text(log_path, "".join(json.dumps(r) + "\n" for r in self.log))
         if self.verbose:
             print(f"[train] resumed from {display_path(path)} at step {self.step} ({self.elapsed:.0f} s trained)")
+
+    def _trim_log(self) -> None:
+        """The log keeps only the rows up to the step this run starts from (the resumed state's, else 0): rows a
+        killed run wrote after its last saved state, or rows of a run started afresh over, would repeat."""
+        log_path = self.state_dir / LOG_FILE if self.state_dir is not None else None
+        if log_path is None or not log_path.exists():
+            return
+        rows = read_log(log_path)
+        self.log = [r for r in rows if r["step"] <= self.step]
+        if self.is_main and len(self.log) < len(rows):  # every process reads the log; only rank 0 writes files
+            write_text(log_path, "".join(json.dumps(r) + "\n" for r in self.log))
 
     def save(self):
         if not self.is_main:
@@ -281,7 +312,12 @@ class Trainer:
 
     # ---- the loop ----
     def train(self, stop_after: int | None = None) -> TrainResult:
-        """Run until ``cfg.steps`` (or the time budget, or ``stop_after`` more steps: a simulated interruption)."""
+        """Run until ``cfg.steps`` (or the time budget, or ``stop_after`` more steps: a simulated interruption),
+        holding the locks of the head and state directories (:mod:`peagle_lab.lock`: one writer each)."""
+        with lock.hold(self.out_dir if self.is_main else None, self.state_dir if self.is_main else None):
+            return self._train(stop_after)
+
+    def _train(self, stop_after: int | None) -> TrainResult:
         cfg = self.cfg
         self.module.train()
         log_path = None
