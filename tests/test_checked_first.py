@@ -281,7 +281,8 @@ def test_bench_settings_that_measure_nothing_are_refused_first(no_long_work, cap
 
 
 @pytest.mark.parametrize("prompt, message", [("\udcff", "not valid UTF-8"), ("", "The prompt is empty"),
-                                             ("  ", "The prompt is empty")])
+                                             ("  ", "The prompt is empty"),
+                                             ("x" * 100, "the target's context holds 64")])
 def test_generate_refuses_a_prompt_that_is_no_text(no_long_work, capsys, target, prompt, message):
     assert message in one_error_line(capsys, ["generate", prompt, "--target", str(target)])
 

@@ -16,7 +16,7 @@ from ..jsonsafe import json_safe
 from ..prompts import chat_ids
 from ..decoding.sampling import make_generator, Sampling
 from ..decoding.speculative import plain_generate, speculative_generate
-from ..target_args import add_target_options, check_target_options, load_cli_target
+from ..target_args import TargetPeek, add_target_options, check_target_options, load_cli_target
 from ..decoding.target_runner import TargetRunner
 
 
@@ -40,7 +40,8 @@ def register_cli(sub):
 
 
 def check_args(args) -> None:
-    """Every argument, before the target loads."""
+    """Every argument, the environment, the head (config against weights) and the prompt (tokenized, against the
+    target's context, read from its config.json), before the target loads."""
     if args.k is not None:
         validate.num_speculative_tokens(args.k)
     validate.max_new_tokens(args.max_new_tokens)
@@ -51,6 +52,9 @@ def check_args(args) -> None:
     path = SHIPPED.get(str(args.head), Path(str(args.head)))
     if path.exists():  # a missing head is named by load_head
         check_head_dir(path)
+    peek = TargetPeek(args.target)
+    validate.max_new_tokens(args.max_new_tokens, peek.context)
+    validate.prompt_length(len(chat_ids(peek.tokenizer, args.prompt)), args.max_new_tokens, peek.context)
 
 
 def run(args):
