@@ -284,7 +284,7 @@ def test_bench_settings_that_measure_nothing_are_refused_first(no_long_work, cap
                                              ("  ", "The prompt is empty"),
                                              ("x" * 100, "the target's context holds 64")])
 def test_generate_refuses_a_prompt_that_is_no_text(no_long_work, capsys, target, prompt, message):
-    assert message in one_error_line(capsys, ["generate", prompt, "--target", str(target)])
+    assert message in one_error_line(capsys, ["generate", prompt, "--target", str(target), "--max-new-tokens", "8"])
 
 
 def test_a_head_whose_config_names_another_mode_than_its_weights_is_refused(no_long_work, capsys, target, tmp_path):
