@@ -117,7 +117,9 @@ def resolve_target(name_or_path: str | None = None) -> str:
 
 
 def load_target(name_or_path: str | None = None, device: str | None = None, dtype=None):
-    """Return ``(model, tokenizer)`` in eval mode on ``device``, in ``dtype``.
+    """Return ``(model, tokenizer)`` in eval mode on ``device``, in ``dtype``. A target no head can serve here (no
+    chat template, not a Llama-family decoder, a sliding-window cache: :mod:`peagle_lab.target_check`) is refused
+    before its weights are read.
 
     ``dtype``: a torch dtype, ``"auto"`` / ``"float32"`` / ``"bfloat16"``, or ``None`` for ``$PEAGLE_DTYPE``
     (default ``auto``: bf16 on CUDA and on CPUs with native bf16, else fp32; see :mod:`peagle_lab.precision`).
@@ -139,7 +141,16 @@ def load_target(name_or_path: str | None = None, device: str | None = None, dtyp
     bars = hf_logging.is_progress_bar_enabled()
     hf_logging.disable_progress_bar()  # a one-second weight-loading bar only clutters notebooks and logs
     try:
+        from transformers import AutoConfig
+
+        from . import target_check
+
+        shown = str(name_or_path or target_name())
+        config = AutoConfig.from_pretrained(path)
+        target_check.check_config(config, shown)  # before any weight is read: one line, then stop
+        target_check.check_on_meta(config, shown)
         tok = AutoTokenizer.from_pretrained(path)
+        target_check.check_chat_template(tok, shown)
         model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
     except (OSError, ValueError) as exc:
         raise PeagleError(

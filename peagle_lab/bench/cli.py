@@ -43,11 +43,12 @@ def register_cli(sub):
                        description="Drafting cost (parallel vs sequential per K) and end-to-end greedy decoding on "
                                    "HumanEval prompts: plain, P-EAGLE, EAGLE-3, transformers greedy and prompt-lookup.")
     p.add_argument("--parallel-head", default="parallel",
-                   help="P-EAGLE head: 'parallel' (shipped), a directory, or 'fresh' (untrained, for timing only)")
+                   help="P-EAGLE head: 'parallel' (the head for this target: shipped if it fits, else the one trained "
+                        "here under $PEAGLE_RESULTS/heads/<target>/), a directory, or 'fresh' (untrained, timing only)")
     p.add_argument("--sequential-head", default="sequential",
-                   help="EAGLE-3 head: 'sequential' (shipped), a directory, 'fresh', or 'none'")
+                   help="EAGLE-3 head: 'sequential' (the head for this target, as above), a directory, 'fresh', or 'none'")
     p.add_argument("--allow-fresh", action="store_true",
-                   help="use an untrained head when a shipped one is missing (otherwise that is an error)")
+                   help="use an untrained head when no head fits the target (otherwise that is an error)")
     p.add_argument("--ks-parallel", type=parse_ks, default=None, help="K sweep for P-EAGLE (full: 1-8)")
     p.add_argument("--ks-sequential", type=parse_ks, default=None, help="K sweep for EAGLE-3 (full: 1-5)")
     p.add_argument("--draft-ks", type=parse_ks, default=None, help="K values for the drafting cost (full: 1-10)")
@@ -127,10 +128,10 @@ def _run_locked(args, out_dir: Path):
         if spec == "none":
             heads[role] = None
             continue
-        head, desc = load_head_or_fresh(spec, model, mode=role, tokenizer=tok)
-        if desc["source"].startswith("fresh") and spec != "fresh" and not args.allow_fresh:
-            raise PeagleError(f"No {role} head: {desc['source']}. Fix: pass --{role}-head DIR, train one "
-                              "(`peagle-lab train`), or add --allow-fresh to time an untrained head.")
+        head, desc = load_head_or_fresh(spec, model, mode=role, tokenizer=tok,
+                                        allow_fresh=args.allow_fresh or spec == "fresh")
+        if desc.get("note"):
+            progress(desc["note"])
         head._bench_source = desc["source"]
         heads[role] = head
         run_dtype = str(next(head.parameters()).dtype).replace("torch.", "")

@@ -78,17 +78,13 @@ def fresh_head(model, mode: str = "parallel", mask_token_id: int | None = None, 
     return PEagleDrafter(cfg).init_from_target(model).to(device).eval()
 
 
-def load_head_or_fresh(kind_or_path, model, mode: str | None = None, tokenizer=None):
-    """``(head, description)``: the shipped/given head when it exists, else a freshly initialised (untrained) one.
+def load_head_or_fresh(kind_or_path, model, mode: str | None = None, tokenizer=None, allow_fresh: bool = True):
+    """``(head, description)``: :func:`peagle_lab.heads.head_for_target` (the shipped head when it fits the target,
+    else the one trained here for it, else, with ``allow_fresh``, a freshly initialised untrained one).
 
-    ``kind_or_path``: ``'parallel'`` / ``'sequential'`` (shipped heads), a directory, or ``'fresh'``. ``tokenizer``
-    picks a fresh head's mask token (default: the tokenizer saved beside the model).
+    ``kind_or_path``: ``'parallel'`` / ``'sequential'``, a directory, or ``'fresh'``. ``tokenizer`` picks a fresh
+    head's mask token (default: the tokenizer saved beside the model).
     """
-    mode = mode or (kind_or_path if kind_or_path in ("parallel", "sequential") else "parallel")
-    path = SHIPPED.get(str(kind_or_path), Path(str(kind_or_path)))
-    if str(kind_or_path) != "fresh" and path.exists():
-        head = load_head(kind_or_path, model)
-        return head, head_description(head, display_path(path))
-    head = fresh_head(model, mode=mode, tokenizer=tokenizer)
-    why = "requested" if str(kind_or_path) == "fresh" else f"no head at {path}"
-    return head, head_description(head, f"fresh-init (untrained; {why})")
+    from ..drafter.heads import head_for_target
+
+    return head_for_target(kind_or_path, model, tokenizer=tokenizer, mode=mode, allow_fresh=allow_fresh)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 import warnings
 from pathlib import Path
 
@@ -11,7 +12,7 @@ from ..bench.lossless import lossless_note, lossless_regime
 from ..decoding.divergence import first_divergence
 from ..decoding.draft_sources import HeadDrafter
 from ..drafter.checkpoint import check_head_dir
-from ..drafter.heads import SHIPPED, load_head
+from ..drafter.heads import SHIPPED, head_for_target
 from ..jsonsafe import json_safe
 from ..prompts import chat_ids
 from ..decoding.sampling import make_generator, Sampling
@@ -24,7 +25,8 @@ def register_cli(sub):
     p = sub.add_parser("generate", help="generate with a P-EAGLE / EAGLE-3 head and print statistics")
     p.add_argument("prompt", help="user message (the target's chat template is applied)")
     p.add_argument("--head", default="parallel",
-                   help="head directory, or 'parallel' / 'sequential' for the shipped heads (default: parallel)")
+                   help="head directory, or 'parallel' / 'sequential': the head for this target (the shipped one if it "
+                        "fits, else the one trained here, else an untrained one, labelled) (default: parallel)")
     p.add_argument("-k", "--num-speculative-tokens", type=int, default=None, dest="k",
                    help="K drafts per round (default: what the head was trained for)")
     p.add_argument("--mode", choices=["parallel", "sequential"], default=None,
@@ -59,8 +61,10 @@ def check_args(args) -> None:
 
 def run(args):
     check_args(args)
-    model, tok, _ = load_cli_target(args)
-    head = load_head(args.head, model, announce=True)
+    model, tok, target = load_cli_target(args)
+    head, info = head_for_target(args.head, model, tokenizer=tok, target=target, announce=True)
+    if info["note"]:
+        print(f"[peagle-lab] {info['note']}", file=sys.stderr)
     k = args.k if args.k is not None else head.config.num_speculative_tokens
     runner = TargetRunner(model, head.config.aux_hidden_state_layer_ids)
     prompt = chat_ids(tok, args.prompt)
@@ -71,7 +75,7 @@ def run(args):
         warnings.simplefilter("always")
         res = speculative_generate(runner, HeadDrafter(head, args.mode), prompt, k, args.max_new_tokens,
                                    eos_ids=tok.eos_token_id, sampling=sampling, gen=gen)
-    report = {"mode": args.mode or head.config.mode, "dtype": str(model.dtype).replace("torch.", ""),
+    report = {"head": info["source"], "mode": args.mode or head.config.mode, "dtype": str(model.dtype).replace("torch.", ""),
               "tokens_per_s": round(res.tokens_per_s, 2),
               "seconds": round(res.seconds, 3), **res.stats.as_dict()}
     if args.check:

@@ -1,4 +1,13 @@
-"""Shipped heads for the embedded target and a single ``load_head`` entry point."""
+"""Heads for the target at hand: the shipped heads (trained for the embedded SmolLM2-135M), ``load_head`` (one
+directory) and :func:`head_for_target`, the one rule every notebook, ``bench``, ``generate`` and the explorer use
+to choose a head:
+
+1. the shipped head of that kind, when it fits the target (vocabulary, hidden size, tap layers, and the target
+   fingerprint it was trained on);
+2. else the head trained here for this target, ``$PEAGLE_RESULTS/heads/<target>/<kind>`` (notebooks 00-06 train
+   a small one there on the spot when there is none: :func:`peagle_lab.training.quick.ensure_head`);
+3. else, only where the caller allows it, a freshly initialised head, labelled untrained (timing only).
+"""
 
 from __future__ import annotations
 
@@ -52,6 +61,112 @@ def __getattr__(name: str):
 
 def shipped_head_path(kind: str) -> Path:
     return SHIPPED[kind]
+
+
+KINDS = ("parallel", "sequential")
+UNTRAINED_NOTE = "using an UNTRAINED head: timing only, acceptance near 1"
+
+
+def target_slug(target) -> str:
+    """A folder name for a target: the embedded default's name, else the last part of its id or path."""
+    from ..models import DEFAULT_TARGET
+
+    name = str(target or DEFAULT_TARGET)
+    return DEFAULT_TARGET if name == "default" else (Path(name.rstrip("/")).name or DEFAULT_TARGET)
+
+
+def trained_head_dir(target, kind: str) -> Path:
+    """Where a head trained here for ``target`` lives: ``$PEAGLE_RESULTS/heads/<target>/<kind>``."""
+    from ..settings import results_dir
+
+    return results_dir() / "heads" / target_slug(target) / kind
+
+
+def head_fit_problems(path, model) -> list[str]:
+    """Why the head in ``path`` cannot read ``model`` (empty: it fits): vocabulary, hidden size, tap layers, and
+    the target fingerprint the head records (``peagle.target_fingerprint``, :func:`identity.target_identity`)."""
+    import json
+
+    from ..features.identity import target_identity
+
+    try:
+        cfg = json.loads((Path(path) / "config.json").read_text())
+    except (OSError, ValueError) as exc:
+        return [f"no readable config.json ({exc.__class__.__name__})"]
+    tcfg = model.config
+    problems = []
+    if cfg.get("vocab_size") != tcfg.vocab_size:
+        problems.append(f"vocabulary {cfg.get('vocab_size')} (head) vs {tcfg.vocab_size} (target)")
+    hidden = cfg.get("target_hidden_size") or cfg.get("hidden_size")
+    if hidden != tcfg.hidden_size:
+        problems.append(f"hidden size {hidden} (head) vs {tcfg.hidden_size} (target)")
+    taps = cfg.get("eagle_aux_hidden_state_layer_ids") or []
+    bad = [t for t in taps if not (isinstance(t, int) and 0 <= t < tcfg.num_hidden_layers)]
+    if bad:
+        problems.append(f"tap layers {bad} do not exist in a {tcfg.num_hidden_layers}-layer target")
+    recorded = (cfg.get("peagle") or {}).get("target_fingerprint")
+    if not problems and recorded and recorded != target_identity(model):
+        problems.append(f"trained on another target (fingerprint {recorded}, this target {target_identity(model)})")
+    return problems
+
+
+def head_for_target(kind, model, tokenizer=None, target=None, allow_fresh: bool = True, mode: str | None = None,
+                    device=None, dtype=None, announce: bool = False):
+    """``(head, info)``: THE head for this target (the rule in this module's docstring).
+
+    ``kind``: ``'parallel'`` / ``'sequential'`` (shipped head if it fits, else the one trained here, else fresh
+    when ``allow_fresh``), ``'fresh'`` (an untrained head, asked for), or a head directory (it must fit: a head
+    that does not is one clear error naming the target, the problem and the fix). ``info`` is what results record
+    (:func:`peagle_lab.bench.inputs.head_description`) plus ``origin`` (``shipped`` / ``trained here`` /
+    ``given`` / ``fresh``), ``path`` and ``note``: one line saying why the shipped head was not used (or "").
+    ``mode``: a fresh head's drafting mode (default: ``kind`` when it is one, else parallel)."""
+    from ..bench.inputs import fresh_head, head_description
+    from ..settings import display_path
+
+    target = target or getattr(model, "name_or_path", "") or "this target"
+    if str(kind) not in (*KINDS, "fresh"):
+        path = Path(str(kind))
+        if not path.exists():
+            raise PeagleError(f"No drafter head at {path}. Fix: pass the directory of a head trained for "
+                              f"{target_slug(target)}, or 'parallel' / 'sequential' (the head for this target).")
+        problems = head_fit_problems(path, model)
+        if problems:
+            raise PeagleError(f"The head {display_path(path)} cannot serve the target {target_slug(target)}: "
+                              + "; ".join(problems) + ". Fix: train a head for this target (`peagle-lab train "
+                              "--target ...`), or pass 'parallel' / 'sequential' to use the head for this target.")
+        head = load_head(path, model, device=device, dtype=dtype, announce=announce)
+        return head, dict(head_description(head, display_path(path)), origin="given", path=display_path(path),
+                          note="")
+    mode = mode or (kind if kind in KINDS else "parallel")
+    note = ""
+    if kind in KINDS:
+        shipped = SHIPPED[kind]
+        problems = head_fit_problems(shipped, model) if (shipped / "config.json").exists() else ["not installed"]
+        if not problems:
+            head = load_head(shipped, model, device=device, dtype=dtype, announce=announce)
+            return head, dict(head_description(head, display_path(shipped)), origin="shipped",
+                              path=display_path(shipped), note="")
+        note = (f"the shipped {kind} head ({shipped.name}) does not fit {target_slug(target)}: "
+                + "; ".join(problems))
+        here = trained_head_dir(target, kind)
+        if (here / "config.json").exists() and not head_fit_problems(here, model):
+            head = load_head(here, model, device=device, dtype=dtype, announce=announce)
+            return head, dict(head_description(head, f"trained here ({display_path(here)})"), origin="trained here",
+                              path=display_path(here), note=note + f"; using the head trained here, "
+                                                                     f"{display_path(here)}")
+        if not allow_fresh:
+            raise PeagleError(f"No {kind} head for the target {target_slug(target)}: {note}, and none was trained "
+                              f"here ({display_path(here)}). Fix: train one (`peagle-lab train --target ... --mode "
+                              f"{kind} --out {display_path(here)}`, or run notebook 03), or pass --{kind}-head DIR.")
+    head = fresh_head(model, mode=mode, tokenizer=tokenizer)
+    if device is not None or dtype is not None:
+        head = head.to(device=device, dtype=dtype)
+    if kind == "fresh":
+        why = "requested"
+    else:
+        why = "no trained head for this target"
+        note += "; " + UNTRAINED_NOTE
+    return head, dict(head_description(head, f"fresh-init (untrained; {why})"), origin="fresh", path=None, note=note)
 
 
 def load_head(name_or_path, target, device=None, dtype=None, announce: bool = False) -> PEagleDrafter:

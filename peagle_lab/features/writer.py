@@ -24,7 +24,7 @@ from .cost import bytes_per_token, estimate_bytes, format_bytes
 from .format import (FORMAT, FORMAT_VERSION, MANIFEST, PARTIAL_SUFFIX, PER_TOKEN_KEYS, TAP_CONVENTION,
                      dtype_bytes, dtype_name, read_manifest, shard_name)
 from .online import sequence_features
-from .identity import target_fingerprint
+from .identity import target_fingerprint, target_identity
 from ..settings import display_path
 from .taps import check_tap_layers, default_tap_layers
 from ..timer import Timer
@@ -131,7 +131,7 @@ def _extract(model, sequences, out_dir: Path, tap_layers, shard_size, taps_dtype
     settings = dict(
         format=FORMAT, version=FORMAT_VERSION,
         target=target or Path(str(getattr(cfg, "_name_or_path", "") or "unknown")).name,
-        target_fingerprint=target_fingerprint(model),
+        target_fingerprint=target_fingerprint(model), target_identity=target_identity(model),
         num_layers=num_layers, hidden_size=hidden, vocab_size=cfg.vocab_size,
         tap_layers=list(tap_layers), tap_convention=TAP_CONVENTION,
         taps_dtype=dtype_name(taps_dtype), topk=topk, shard_size=shard_size,

@@ -6,7 +6,8 @@ One concept per module: ``distill`` (self-distilled training data, ``peagle-lab 
 rows), ``elements`` (the training elements of a row, COD), ``mask`` (the training attention mask), ``objective``
 (the trainable head: reparametrisation and loss), ``inference`` (a trained head as a drafter), ``state``
 (checkpoints and resume), ``distributed`` (several processes), ``trainer`` (the loop), ``evaluate`` (acceptance per
-K), ``records`` (training.json, TRAINING.md), ``lineage`` (continuing a head: ``--init-from``), ``cli``
+K), ``records`` (training.json, TRAINING.md), ``quick`` (a small head made on the spot for a target without
+one), ``lineage`` (continuing a head: ``--init-from``), ``cli``
 (``peagle-lab train``), ``recipe`` (equal-budget recipe runs and the learning curve). The names people use are
 importable from here.
 """
@@ -24,3 +25,4 @@ from .records import final_accuracy, write_training_record
 from .sequences import check_data_target, prepare_sequences
 from .state import check_resume_config
 from .trainer import Trainer, TrainResult, lr_factor, precision_probe, train_head
+from .quick import QuickSizes, draft_vocab_size_for, ensure_head, train_quick_head

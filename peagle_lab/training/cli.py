@@ -20,7 +20,7 @@ from .lineage import cumulative, head_config, history_of, summary
 from ..models import target_name
 from ..prompts import humaneval_prompts, load_scale_records
 from ..settings import display_path, seed_everything
-from .config import TrainConfig
+from .config import TrainConfig, check_config_fits_target
 from .evaluate import evaluate_head
 from ..environment import environment
 from .records import final_accuracy, write_training_record
@@ -194,8 +194,9 @@ def _train_locked(args, cfg, meta, records, held_out):
     from ..target_args import load_cli_target
 
     seed_everything(cfg.seed)
-    model, tok, _ = load_cli_target(args)
+    model, tok, target = load_cli_target(args)
     check_data_target(meta, model, args.data)
+    check_config_fits_target(cfg, model, target)
     t0 = time.perf_counter()
     seqs = prepare_sequences(model, records, cfg.tap_layers, args.features, max_seq_len=cfg.max_seq_len)
     feature_s = time.perf_counter() - t0

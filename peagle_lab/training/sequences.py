@@ -14,7 +14,7 @@ from tqdm.auto import tqdm
 from .distill import MAX_SEQ_LEN
 from ..errors import PeagleError
 from ..features import extract_features, load_features, read_manifest, sequence_features
-from ..features.identity import target_fingerprint, target_identity
+from ..features.identity import recorded_target_problem, target_fingerprint, target_identity
 from ..features.taps import check_tap_layers, default_tap_layers
 
 
@@ -59,6 +59,11 @@ def _cached_features(model, ids: list[list[int]], root: Path, tap_layers, progre
         if tuple(man["tap_layers"]) != tuple(tap_layers):
             raise PeagleError(f"{part} holds taps {man['tap_layers']}, training wants {list(tap_layers)}. Fix: use "
                               "another --features directory for other tap layers.")
+        other = recorded_target_problem(man, model)
+        if other:
+            raise PeagleError(f"{part} holds features extracted from another target ({man.get('target')!r}: "
+                              f"{other}). Fix: use another --features directory for this target (features are "
+                              "the target's own hidden states and labels).")
         for f in load_features(part):
             found[_seq_key(f["input_ids"])] = f
     keys = [_seq_key(s) for s in ids]

@@ -23,7 +23,7 @@ from ..decoding.draft_sources import HeadDrafter
 from ..drafter import PEagleConfig, PEagleDrafter
 from ..errors import PeagleError, require
 from ..hardware import describe
-from ..drafter.heads import load_head, SHIPPED
+from ..drafter.heads import head_for_target, SHIPPED
 from ..models import load_target
 from ..prompts import chat_ids
 from ..decoding.sampling import make_generator, Sampling
@@ -34,8 +34,8 @@ from ..drafter.vocab import mask_token_id_for
 
 FRESH = "fresh"
 HEAD_LABELS = {
-    "parallel": "P-EAGLE head (shipped, trained for parallel drafting)",
-    "sequential": "EAGLE-3 head (shipped, trained for sequential drafting)",
+    "parallel": "P-EAGLE head (trained for parallel drafting)",
+    "sequential": "EAGLE-3 head (trained for sequential drafting)",
     FRESH: "untrained head (fresh init from the target)",
 }
 DEFAULT_PROMPT = "Write a Python function that checks whether a number is prime."
@@ -53,25 +53,19 @@ def default_target():
     return _TARGET
 
 
-def _fits(path, model) -> bool:
-    """Does the head in ``path`` read this target (same vocabulary, hidden size, tap layers in range)?"""
-    import json
-
-    try:
-        cfg = json.loads((path / "config.json").read_text())
-    except (OSError, ValueError):
-        return False
-    taps = cfg.get("eagle_aux_hidden_state_layer_ids") or []
-    return (cfg.get("vocab_size") == model.config.vocab_size
-            and cfg.get("target_hidden_size", cfg.get("hidden_size")) == model.config.hidden_size
-            and all(0 <= int(t) < model.config.num_hidden_layers for t in taps))
-
-
 def available_heads(model=None) -> list[str]:
-    """Head names to offer: the shipped heads in ``data/heads/`` (that fit ``model``), then the untrained one."""
-    shipped = [name for name, path in SHIPPED.items()
-               if (path / "config.json").exists() and (model is None or _fits(path, model))]
-    return shipped + [FRESH]
+    """Head names to offer: each kind whose head for ``model`` is a trained one (:func:`heads.head_for_target`:
+    shipped if it fits, else trained here for this target), then the untrained one."""
+    if model is None:
+        return [k for k, path in SHIPPED.items() if (path / "config.json").exists()] + [FRESH]
+    kinds = []
+    for kind in SHIPPED:
+        try:
+            get_head(kind, model)  # cached: the explorer's first run does not load it again
+        except PeagleError:
+            continue
+        kinds.append(kind)
+    return kinds + [FRESH]
 
 
 def fresh_head(model, seed: int = 0, tokenizer=None, mask_token_id: int | None = None):
@@ -93,7 +87,8 @@ def get_head(name, model, tokenizer=None):
     a head directory; cached."""
     key = (id(model), str(name))
     if key not in _HEADS:
-        _HEADS[key] = fresh_head(model, tokenizer=tokenizer) if name == FRESH else load_head(name, model)
+        _HEADS[key] = fresh_head(model, tokenizer=tokenizer) if name == FRESH else head_for_target(
+            name, model, tokenizer=tokenizer, allow_fresh=False)[0]
     return _HEADS[key]
 
 

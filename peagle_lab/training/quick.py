@@ -1,0 +1,87 @@
+"""A small head for a target that has none, made on the spot through the same code as every head: distil a few
+prompts (:func:`peagle_lab.data.distilled_records`), train briefly (:class:`.trainer.Trainer`), save it where
+:func:`peagle_lab.heads.head_for_target` finds it (``$PEAGLE_RESULTS/heads/<target>/<kind>``). Sizes come from
+the environment (``PEAGLE_CI=1``: tiny). The notebooks call :func:`ensure_head` so that each runs on its own,
+on any target."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+
+from ..settings import pick
+
+
+@dataclass(frozen=True)
+class QuickSizes:
+    """How much a head made on the spot gets: distilled prompts, new tokens each, optimizer steps."""
+
+    prompts: int = 64
+    max_new_tokens: int = 96
+    steps: int = 60
+    batch_tokens: int = 1024
+
+    @classmethod
+    def from_env(cls) -> "QuickSizes":
+        """The full sizes, or tiny ones under ``PEAGLE_CI=1``."""
+        return cls(prompts=pick(64, 8), max_new_tokens=pick(96, 24), steps=pick(60, 4), batch_tokens=pick(1024, 256))
+
+
+def draft_vocab_size_for(model, wanted: int) -> int:
+    """``wanted`` draft ids, or the whole vocabulary of a target with fewer."""
+    return min(int(wanted), int(model.config.vocab_size))
+
+
+def train_quick_head(kind: str, model, tokenizer, target, sizes: QuickSizes | None = None, progress: bool = False):
+    """Distil ``sizes.prompts`` prompts with ``model`` and train a 1-layer ``kind`` head on them; save it to
+    :func:`peagle_lab.heads.trained_head_dir` (written beside it, then renamed: a half-trained head is never
+    found there). Returns the head directory."""
+    from .distill import distilled_records
+    from ..drafter.heads import trained_head_dir
+    from .config import TrainConfig
+    from .sequences import prepare_sequences
+    from .trainer import Trainer
+
+    sizes = sizes or QuickSizes.from_env()
+    records = distilled_records(model, tokenizer, sizes.prompts, str(target), max_new_tokens=sizes.max_new_tokens,
+                                progress=progress)
+    seqs = prepare_sequences(model, records, progress=progress)
+    cfg = TrainConfig(mode=kind, num_depths=8, layers=1, draft_vocab_size=draft_vocab_size_for(model, 4096),
+                      steps=sizes.steps, warmup_steps=max(1, sizes.steps // 10), lr=2e-3,
+                      batch_tokens=sizes.batch_tokens, row_tokens=512, save_every=0, seed=0, target=str(target))
+    final = trained_head_dir(target, kind)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    staging = tempfile.mkdtemp(prefix=f".{kind}.", dir=final.parent)
+    try:
+        Trainer(cfg, model, seqs, tokenizer=tokenizer, out_dir=os.path.join(staging, "head"), progress=progress,
+                verbose=False).train()
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(os.path.join(staging, "head"), final)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return final
+
+
+def ensure_head(kind: str, model, tokenizer, target, sizes: QuickSizes | None = None):
+    """``(head, info)`` of :func:`peagle_lab.heads.head_for_target`; when that has only an untrained head for this
+    target, say so in one line, train a small one here (:func:`train_quick_head`) and return that."""
+    import time
+
+    from ..drafter.heads import UNTRAINED_NOTE, head_for_target
+
+    head, info = head_for_target(kind, model, tokenizer=tokenizer, target=target)
+    if info["origin"] != "fresh":
+        if info["note"]:
+            print(info["note"])
+        return head, info
+    sizes = sizes or QuickSizes.from_env()
+    print(info["note"].replace(UNTRAINED_NOTE, f"training a small {kind} head here ({sizes.prompts} distilled "
+                                               f"prompts, {sizes.steps} steps)"))
+    t0 = time.perf_counter()
+    train_quick_head(kind, model, tokenizer, target, sizes)
+    head, info = head_for_target(kind, model, tokenizer=tokenizer, target=target, allow_fresh=False)
+    print(f"trained in {time.perf_counter() - t0:.0f} s: {info['source']}")
+    return head, info
