@@ -49,12 +49,16 @@ NOTEBOOKS := $(wildcard notebooks/*.ipynb)
 # --nbval-current-env: the kernel is this venv's Python, whatever kernelspec the notebook was saved with.
 NBVAL_ARGS := --nbval-lax --nbval-current-env --nbval-cell-timeout=1200
 PYTEST_ARGS ?=
+# The second target of `make test`: a tiny random Qwen3 of another shape (`peagle-lab make-tiny-target`), on which
+# every notebook runs again (cells tagged smollm2-fact, facts of the embedded SmolLM2, are not compared there).
+TINY_TARGET ?= $(PEAGLE_CACHE)/tiny-qwen3
 
-.PHONY: help setup env lab test jupyter chromium clean
+.PHONY: help setup env lab test test-tiny-target jupyter chromium clean
 
 help:
 	@echo "make lab      set up, then run every notebook headless (build/workbook/: executed notebooks, HTML, SUMMARY.md)"
-	@echo "make test     set up, then run unit tests and validate the notebooks (PEAGLE_CI=1 sizes)"
+	@echo "make test     set up, then run unit tests and validate the notebooks (PEAGLE_CI=1 sizes), on SmolLM2 and"
+	@echo "              again on a tiny Qwen3-shaped target (make test-tiny-target: only that second pass)"
 	@echo "make jupyter  set up, then open JupyterLab on the peagle-lab kernel"
 	@echo "make setup    only create/update $(VENV), the Jupyter kernel, Chromium and the converted default model"
 
@@ -122,13 +126,30 @@ $(MODEL): | $(STAMP)
 lab: env
 	$(PY) scripts/run_workbook.py $(WORKBOOK_ARGS)
 
+# Every notebook again on the tiny target (CI sizes; built in seconds, offline, kept between runs); a shell snippet
+# shared by `test` and `test-tiny-target`, leaving its exit status in $$rc2.
+TINY_PASS = t0=$$SECONDS; \
+	$(PY) -m peagle_lab.cli make-tiny-target --out "$(TINY_TARGET)"; rc2=$$?; \
+	if [ $$rc2 -eq 0 ]; then \
+	  PEAGLE_CI=1 PEAGLE_TARGET="$(TINY_TARGET)" PEAGLE_RESULTS="$(TEST_RESULTS)/tiny-target" $(PY) -m pytest \
+	    $(NBVAL_ARGS) notebooks/ -p no:cacheprovider $(PYTEST_ARGS); rc2=$$?; \
+	  if [ $$rc2 -eq 5 ]; then echo "!! pytest collected no notebook cell: failing"; rc2=1; fi; \
+	fi; \
+	echo ">> notebooks on the tiny target $(TINY_TARGET): exit $$rc2 after $$((SECONDS - t0)) s"
+
 # Exit code 5 (no test collected) counts as a failure, never as a pass.
 # Notebooks that import vllm are skipped, with the reason, when vLLM is not installed (conftest.py).
+# Both passes always run; the target fails when either failed.
 test: env chromium
 	@set +e; \
 	PEAGLE_CI=1 PEAGLE_RESULTS="$(TEST_RESULTS)" $(PY) -m pytest tests/ \
 	  $(if $(NOTEBOOKS),$(NBVAL_ARGS) notebooks/) -p no:cacheprovider $(PYTEST_ARGS); rc=$$?; \
-	if [ $$rc -eq 5 ]; then echo "!! pytest collected no test: failing"; exit 1; fi; exit $$rc
+	if [ $$rc -eq 5 ]; then echo "!! pytest collected no test: failing"; rc=1; fi; \
+	$(if $(NOTEBOOKS),$(TINY_PASS),rc2=0); \
+	[ $$rc -eq 0 ] && [ $$rc2 -eq 0 ]
+
+test-tiny-target: env
+	@set +e; $(TINY_PASS); exit $$rc2
 
 jupyter: env
 	$(VENV)/bin/jupyter lab --ServerApp.root_dir="$(CURDIR)" \

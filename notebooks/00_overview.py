@@ -73,7 +73,7 @@ draw_drafting_schemes(k=4);
 # %%
 model, tokenizer = models.load_target(TARGET, device=DEVICE, dtype=torch.float32)
 
-# %%
+# %% tags=["smollm2-fact"]
 # NBVAL_CHECK_OUTPUT
 from peagle_lab.features.taps import default_tap_layers
 
@@ -116,7 +116,7 @@ for _ in range(REPEATS):
     times.append(time.perf_counter() - t0)
 print(tokenizer.decode(answer))
 
-# %%
+# %% tags=["smollm2-fact"]
 # NBVAL_CHECK_OUTPUT
 print(f"prompt: {prompt_ids.shape[1]} tokens; first 8 answer tokens: {answer[:8].tolist()}")
 print([tokenizer.decode([t]) for t in answer[:8]])
@@ -164,8 +164,9 @@ for key, value in [("target_params", n_params), ("greedy_tokens_per_s", round(to
 # %% [markdown]
 # ## One speculative round, written out
 #
-# The package's loop (`peagle_lab.decoding.speculative.speculative_generate`) in about 20 lines, with the shipped
-# P-EAGLE head as the drafter. The one convention to know is the **EAGLE shift**: drafter slot t holds token t+1 together
+# The package's loop (`peagle_lab.decoding.speculative.speculative_generate`) in about 20 lines, with the P-EAGLE
+# head for this target as the drafter (the shipped one for the embedded target; for another target, one trained
+# here on the spot, in a few seconds at CI sizes). The one convention to know is the **EAGLE shift**: drafter slot t holds token t+1 together
 # with the target's tapped hidden states at position t (the state that predicted it). Each round:
 #
 # 1. **draft** K tokens in one drafter pass (`drafter.propose`; it also rolls back its own cache);
@@ -178,13 +179,13 @@ for key, value in [("target_params", n_params), ("greedy_tokens_per_s", round(to
 from transformers import DynamicCache
 
 from peagle_lab.decoding.draft_sources import HeadDrafter
-from peagle_lab.drafter.heads import load_head
 from peagle_lab.decoding.sampling import Sampling
 from peagle_lab.decoding.slots import Slots
 from peagle_lab.decoding.speculative import speculative_generate
 from peagle_lab.decoding.target_runner import TargetRunner
+from peagle_lab.training import ensure_head
 
-head = load_head("parallel", model)
+head, head_info = ensure_head("parallel", model, tokenizer, TARGET)
 taps_of = lambda out: torch.cat([out.hidden_states[i] for i in head.config.aux_hidden_state_layer_ids], -1)[0]
 K = 5
 drafter = HeadDrafter(head)

