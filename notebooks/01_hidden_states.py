@@ -40,7 +40,7 @@ model, tokenizer = models.load_target(TARGET, device=DEVICE, dtype=torch.float32
 # reads 3H numbers per position (its `fc` layer projects them back to H). vLLM's default taps for an L-layer
 # target are layers 2, L//2 and L-3: a low, a middle and a high layer.
 
-# %%
+# %% tags=["smollm2-fact"]
 # NBVAL_CHECK_OUTPUT
 from peagle_lab.prompts import chat_ids
 from peagle_lab.features.taps import default_tap_layers, target_forward
@@ -90,10 +90,10 @@ with torch.no_grad():
 for h in hooks:
     h.remove()
 
-print(f"len(hidden_states) = {len(hs)} = L + 1")
+print("len(hidden_states) == L + 1:", len(hs) == L + 1)
 print("hidden_states[i] == input of layer i, for every i < L:", all(torch.equal(hs[i], seen[i]) for i in range(L)))
-for j, i in enumerate(TAPS):
-    print(f"taps[..., {j * H}:{(j + 1) * H}] == input of layer {i}:", torch.equal(out.taps[..., j * H:(j + 1) * H], seen[i]))
+print("taps[..., j*H:(j+1)*H] == input of layer TAPS[j], for each of the 3 taps:",
+      all(torch.equal(out.taps[..., j * H:(j + 1) * H], seen[i]) for j, i in enumerate(TAPS)))
 print("hidden_states[L] == output of the last layer:       ", torch.equal(hs[L], last["out"]))
 print("hidden_states[L] == final_norm(output of last layer):", torch.equal(hs[L], model.model.norm(last["out"])))
 
@@ -123,7 +123,7 @@ ax.legend();
 # %% [markdown]
 # Cosine similarity between the three taps, averaged over positions: how much of the same information they carry.
 
-# %%
+# %% tags=["smollm2-fact"]
 # NBVAL_CHECK_OUTPUT
 sim = cosine_matrix(states, skip_first=1)
 tap_sim = sim[list(TAPS)][:, list(TAPS)]
@@ -156,13 +156,13 @@ for i in rows:
     name = f"tap {i}" if i in TAPS else ("out" if i == L else f"layer {i}")
     guesses = "  ".join(f"{tokenizer.decode([t])!r} {p:.2f}" for p, t in zip(probs[i].tolist(), top[i].tolist()))
     print(f"{name:>9}: {guesses}")
+print("first answer token:", repr(tokenizer.decode(top[L, :1])))
 
 # %%
 # NBVAL_CHECK_OUTPUT
 lens_probs, lens_top = logit_lens(model, states[L], k=1)
 print("lens on the last layer's output == the model's own prediction, at every position:",
       torch.equal(lens_top[:, 0], out.logits[0].argmax(-1)))
-print("first answer token:", repr(tokenizer.decode(out.logits[0, -1].argmax())))
 
 # %% [markdown]
 # With the embedded target: the input of layer 0 is the token embedding itself, so the lens reads back the
@@ -226,7 +226,7 @@ except PeagleError as err:
 # %% [markdown]
 # Training reads it back as one dict of tensors per sequence (`FeatureDataset`, `iter_shards`, `load_features`).
 
-# %%
+# %% tags=["smollm2-fact"]
 # NBVAL_CHECK_OUTPUT
 ds = FeatureDataset(out_dir)
 rec = ds[0]

@@ -70,7 +70,7 @@ from peagle_lab.training import pick_mask_token_id
 
 model, tokenizer = models.load_target(TARGET, device=DEVICE, dtype=torch.float32)
 
-# %%
+# %% tags=["smollm2-fact"]
 # NBVAL_CHECK_OUTPUT
 MASK_ID = pick_mask_token_id(tokenizer)
 print(f"mask token: id {MASK_ID} = {tokenizer.convert_ids_to_tokens(MASK_ID)!r} "
@@ -92,7 +92,7 @@ for j in range(2, K + 1):
 # last K rows. (The head is untrained here: the drafts are not good, the mechanics are exact.)
 # `HeadDrafter.propose` (in `peagle_lab.decoding.draft_sources`) is the code that does this in the loop.
 
-# %%
+# %% tags=["smollm2-fact"]
 # NBVAL_CHECK_OUTPUT
 torch.manual_seed(0)
 cfg = PEagleConfig.from_target(model.config, mask_token_id=MASK_ID, num_speculative_tokens=K)
@@ -209,19 +209,22 @@ plt.show()
 from peagle_lab.training import recipe
 from peagle_lab.workbook import studies
 from peagle_lab.training.distill import distilled_records
+from peagle_lab.drafter.heads import target_slug
 from peagle_lab.prompts import load_scale_records
 from peagle_lab.settings import results_dir
-from peagle_lab.training import prepare_sequences
+from peagle_lab.training import draft_vocab_size_for, prepare_sequences
 
 records = distilled_records(model, tokenizer, settings.pick(32, 8), TARGET)
-seqs = prepare_sequences(model, records, features_dir=results_dir() / "features" / TARGET, progress=False)
+seqs = prepare_sequences(model, records, features_dir=results_dir() / "features" / target_slug(TARGET),
+                         progress=False)
 live_dir = results_dir() / "nb02"
 for f in ("runs.jsonl", "RECIPE.md"):  # a fresh live run each time
     (live_dir / f).unlink(missing_ok=True)
 live = recipe.run_recipe(model, tokenizer, seqs, load_scale_records("val")[: settings.pick(2, 1)], live_dir,
                          k=7, max_new_tokens=settings.pick(32, 12), progress=False,
                          variants={n: studies.MASK_VARIANTS[n] for n in ("learned (P-EAGLE)", "zeros")},
-                         base=dict(studies.BASE, steps=settings.pick(12, 3), warmup_steps=2))
+                         base=dict(studies.BASE, steps=settings.pick(12, 3), warmup_steps=2,
+                                   draft_vocab_size=draft_vocab_size_for(model, studies.BASE["draft_vocab_size"])))
 for r in live:
     print(f"{r['name']:20s} {r['steps']} steps, {r['tokens_seen']:,} tokens, {r['seconds']:.0f} s: "
           f"held-out acceptance length {r['acceptance_length']:.3f}, divergences from plain greedy "
@@ -232,18 +235,22 @@ for r in live:
 #
 # Row `(a, d)` of the training mask is the causal view of slot `d + 1` of the one-pass draft after anchor `a`,
 # so the training computation must give every element the logits the real draft gives that slot. On a real
-# sequence, with the shipped head: the training elements of three anchors at every depth, against one
+# sequence, with the P-EAGLE head for this target (the shipped one for the embedded target): the training elements of three anchors at every depth, against one
 # drafter pass per anchor (context slots `0..a`, then `K - 1` mask slots).
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-from peagle_lab.drafter.heads import SHIPPED
+from peagle_lab.drafter.heads import head_for_target
 from peagle_lab.training import TrainConfig, Trainer
 
 K_CHECK = 4
 seq = seqs[0]
-cfg = TrainConfig(mode="parallel", num_depths=K_CHECK, layers=1, draft_vocab_size=4096, steps=1, save_every=0,
-                  autocast="float32", init_from=str(SHIPPED["parallel"]), target=TARGET)
+_, par_info = head_for_target("parallel", model, tokenizer, TARGET)
+if par_info["note"]:
+    print(par_info["note"].split("; using")[0] + ": the check starts from a fresh head (it holds for any weights)")
+cfg = TrainConfig(mode="parallel", num_depths=K_CHECK, layers=1, draft_vocab_size=draft_vocab_size_for(model, 4096),
+                  steps=1, save_every=0, autocast="float32", target=TARGET,
+                  init_from=par_info["path"] if par_info["origin"] != "fresh" else None)
 check = Trainer(cfg, model, [seq], tokenizer=tokenizer, progress=False, verbose=False)
 module = check.module.eval()
 plan = plan_row([seq], K_CHECK, ratio=1.0, min_ratio=1.0)  # every anchor at every depth
@@ -275,7 +282,10 @@ import math
 
 from IPython.display import Markdown, display
 
+from peagle_lab.workbook.notebook import committed_label
+
 mask_host, mask_runs = studies.committed("mask")
+print(committed_label("The mask stand-in study", mask_host))
 display(Markdown(studies.summary_markdown(mask_runs)))
 rows = studies.summarize(mask_runs)
 if rows:
@@ -284,14 +294,15 @@ if rows:
         group = [r for r in mask_runs if r["name"].rsplit(" (seed", 1)[0] == row["setting"]]
         ax.plot([row["setting"]] * len(group), [r["acceptance_length"] for r in group], "o", color="C0")
         ax.plot([row["setting"]], [row["acceptance_length"]], "_", color="k", markersize=24)
-    ax.set(ylabel="held-out acceptance length (K=7)", title=f"mask stand-ins: each seed a dot, the mean a bar ({mask_host})")
+    ax.set(ylabel="held-out acceptance length (K=7)",
+           title=f"mask stand-ins, SmolLM2-135M: each seed a dot, the mean a bar ({mask_host})")
     ax.tick_params(axis="x", rotation=20)
     ax.grid(alpha=0.3)
     plt.tight_layout()
     plt.show()
 
 # %% [markdown]
-# **Reading it: a null result, and what it means.** At this budget (160 steps, 132k training tokens per run), the
+# **Reading it: a null result, and what it means.** On SmolLM2-135M, at this budget (160 steps, 132k training tokens per run), the
 # five stand-ins land within 0.03 of each other (1.18-1.21), while two seeds of one variant differ by up to 0.024:
 # the study cannot separate them. P-EAGLE's learned `mask_hidden` (1.211) and a frozen random vector (1.209)
 # share the top; zeros, a copy of h_context and a frozen mask embedding lie 0.02-0.03 below, at the edge of the

@@ -57,14 +57,17 @@ from peagle_lab import models, settings
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-from peagle_lab.training.distill import distilled_records, read_distilled, shipped_distilled_path
+from peagle_lab.training.distill import distilled_data, distilled_records, read_distilled, shipped_distilled_path
 
 model, tokenizer = models.load_target(TARGET, device=DEVICE, dtype=torch.float32)
 
-# %%
+# %% tags=["smollm2-fact"]
 # NBVAL_CHECK_OUTPUT
-path = shipped_distilled_path(TARGET)
-meta, records = read_distilled(path)
+path, meta, records, shipped = distilled_data(model, tokenizer, None if models.is_default_target(TARGET)
+                                              else settings.pick(32, 8), TARGET, progress=False)
+if not shipped:
+    print(f"no shipped distilled data for this target ({shipped_distilled_path(TARGET).name} is SmolLM2-135M's): "
+          f"distilled {len(records)} prompts here")
 tokens = sum(len(r["input_ids"]) for r in records)
 response = sum(len(r["input_ids"]) - r["prompt_len"] for r in records)
 print(f"{path.name}: {len(records)} sequences, {tokens:,} tokens ({response:,} written by the target), "
@@ -88,10 +91,13 @@ from collections import Counter
 from peagle_lab.training.distill import select_split
 from peagle_lab.prompts import load_scale_records
 
-scale_path = path.with_name(path.stem + "-scale.jsonl")
+from peagle_lab.workbook.notebook import committed_label
+
+scale_path = shipped_distilled_path("smollm2-135m-scale")
 _, scale = read_distilled(scale_path)
 mix = load_scale_records()
 train_part, held = select_split(scale, "train")
+print(committed_label("The scale mix, self-distilled"))
 print(f"{scale_path.name}: {len(scale):,} of {len(mix):,} prompts answered, "
       f"{sum(len(r['input_ids']) for r in scale):,} tokens, {scale_path.stat().st_size / 1e6:.1f} MB; "
       f"{len(train_part):,} train / {held:,} held-out")
@@ -114,10 +120,11 @@ from IPython.display import Markdown, display
 from peagle_lab.workbook import studies
 
 sd_host, sd_runs = studies.committed("self-distill")
+print(committed_label("The self-distillation study", sd_host))
 display(Markdown(studies.summary_markdown(sd_runs)))
 
 # %% [markdown]
-# **Reading it.** At the same budget (160 steps, about 134k training tokens), the head trained on the target's own
+# **Reading it.** On SmolLM2-135M, at the same budget (160 steps, about 134k training tokens), the head trained on the target's own
 # answers accepts 1.38 tokens per round on the held-out prompts, the one trained on the human answers 1.25: a gap
 # of 0.13, more than twice the largest spread between two seeds (0.05). The gap is largest at slot 1 (0.33
 # against 0.23 accepted): the head learns to predict the target from text the target writes, and the
@@ -135,7 +142,7 @@ display(Markdown(studies.summary_markdown(sd_runs)))
 # fraction of the target's tokens in the data that the draft vocabulary can still produce; a token outside it
 # can never be drafted (still lossless: the target verifies every draft).
 
-# %%
+# %% tags=["smollm2-fact"]
 # NBVAL_CHECK_OUTPUT
 from peagle_lab.training import pick_mask_token_id
 from peagle_lab.drafter.vocab import build_draft_vocab, count_tokens, coverage
@@ -145,7 +152,7 @@ MASK_ID = pick_mask_token_id(tokenizer)
 counts = count_tokens([r["input_ids"][r["prompt_len"]:] for r in records], V)
 print(f"{int((counts > 0).sum()):,} distinct token ids among {int(counts.sum()):,} response tokens "
       f"(target vocabulary {V:,})")
-for size in (1024, 2048, 4096, 8192, 16384, V):
+for size in [n for n in (1024, 2048, 4096, 8192, 16384) if n < V] + [V]:
     ids = build_draft_vocab(counts, size, V, always=(MASK_ID, tokenizer.eos_token_id))
     print(f"draft vocabulary {size:>6,}: coverage {100 * coverage(counts, ids, V):6.2f}%  "
           f"(lm_head {size * model.config.hidden_size / 1e6:5.1f} M parameters)")
@@ -156,7 +163,7 @@ for size in (1024, 2048, 4096, 8192, 16384, V):
 # A toy draft vocabulary of 8 ids shows the two maps a checkpoint carries and vLLM reads: draft id `i` stands for
 # target id `i + d2t[i]`, and `t2d` marks, over the whole target vocabulary, the ids the head can emit.
 
-# %%
+# %% tags=["smollm2-fact"]
 # NBVAL_CHECK_OUTPUT
 from peagle_lab.drafter.vocab import d2t_t2d
 
@@ -204,12 +211,14 @@ except PeagleError as exc:
 
 # %%
 # NBVAL_IGNORE_OUTPUT
+from peagle_lab.drafter.heads import target_slug
 from peagle_lab.settings import results_dir
-from peagle_lab.training import TrainConfig, Trainer, final_accuracy, plan_row, prepare_sequences
+from peagle_lab.training import TrainConfig, Trainer, draft_vocab_size_for, final_accuracy, plan_row, prepare_sequences
 
 N_SEQ = settings.pick(96, 16)
 train_records = distilled_records(model, tokenizer, N_SEQ, TARGET)
-seqs = prepare_sequences(model, train_records, features_dir=results_dir() / "features" / TARGET, progress=False)
+seqs = prepare_sequences(model, train_records, features_dir=results_dir() / "features" / target_slug(TARGET),
+                         progress=False)
 print(f"{len(seqs)} sequences, {sum(len(s['input_ids']) for s in seqs):,} tokens, taps {tuple(seqs[0]['taps'].shape[1:])}")
 
 # %% [markdown]
@@ -259,19 +268,20 @@ for r in rows:
 # NBVAL_IGNORE_OUTPUT
 st_host, st_runs = studies.committed("storage")
 mk_host, mk_runs = studies.committed("mask")
+print(committed_label("The storage study", st_host))
 fp32_arm = [dict(r, name=r["name"].replace("learned (P-EAGLE)", "float32 taps"))
             for r in mk_runs if r["name"].startswith("learned (P-EAGLE)")]
 display(Markdown(studies.summary_markdown(fp32_arm + st_runs)))
 
 # %% [markdown]
-# **Reading it.** Trained on bf16 taps, the head accepts 1.210 tokens per round against 1.211 on fp32 taps: a
+# **Reading it.** On SmolLM2-135M, trained on bf16 taps, the head accepts 1.210 tokens per round against 1.211 on fp32 taps: a
 # difference of 0.001, against spreads of 0.004-0.027 between two seeds. Rounding the stored taps to bf16 costs
 # nothing measurable in acceptance here and halves the disk (the bytes per token above), which is why the shipped
 # heads were trained on offline bf16 shards. Online features trade that disk for a target forward each time a
 # sequence is used: the right choice when the features of the data set would not fit on disk (notebook 01's
 # table), the slower one when they do.
 
-# %%
+# %% tags=["smollm2-fact"]
 # NBVAL_CHECK_OUTPUT
 plan = plan_row(seqs[:2], num_depths=8, ratio=0.7, min_ratio=0.2, generator=torch.Generator().manual_seed(0))
 print(f"a row of 2 sequences ({len(plan.x)} tokens): elements per depth {[len(d.g) for d in plan.depths]}, "
@@ -302,7 +312,8 @@ import shutil
 
 OUT = results_dir() / "nb03" / "head"
 shutil.rmtree(OUT.parent, ignore_errors=True)
-cfg = TrainConfig(mode="parallel", num_depths=8, layers=1, draft_vocab_size=8192, steps=settings.pick(30, 6),
+cfg = TrainConfig(mode="parallel", num_depths=8, layers=1, draft_vocab_size=draft_vocab_size_for(model, 8192),
+                  steps=settings.pick(30, 6),
                   warmup_steps=settings.pick(6, 1), lr=2e-3, batch_tokens=settings.pick(1024, 256), row_tokens=512,
                   mask_token_id=MASK_ID, save_every=settings.pick(10, 2), seed=0, target=TARGET)
 first = Trainer(cfg, model, seqs, tokenizer=tokenizer, out_dir=OUT)
@@ -354,7 +365,7 @@ axes[2].set(xlabel="draft slot (depth + 1)", ylabel="top-1 accuracy", title="acc
 plt.tight_layout()
 plt.show()
 print("per-depth accuracy at the end:", acc)
-print(f"loss at step 1: {log[0]['loss']:.2f} (ln 8192 = {math.log(8192):.2f})")
+print(f"loss at step 1: {log[0]['loss']:.2f} (ln {cfg.draft_vocab_size} = {math.log(cfg.draft_vocab_size):.2f})")
 
 # %% [markdown]
 # What was trained: one decoder layer whose attention reads `[embedding, fused hidden]` (2H), the `fc` that fuses
@@ -384,17 +395,17 @@ for name, n in own.items():
 # same distilled data with the same wall-time budget. Both are small: bf16 weights, a draft vocabulary, and the
 # mask embedding stored as one row (the other rows are the target's).
 
-# %%
+# %% tags=["smollm2-fact"]
 # NBVAL_CHECK_OUTPUT
 import json
 
-from peagle_lab.drafter.heads import SHIPPED, load_head
+from peagle_lab.drafter import PEagleConfig
+from peagle_lab.drafter.heads import SHIPPED
 
-heads, records_ = {}, {}
+records_ = {}
 for kind, path in SHIPPED.items():
-    heads[kind] = load_head(kind, model)
     records_[kind] = json.loads((path / "training.json").read_text())
-    c = heads[kind].config
+    c = PEagleConfig.from_json_dict(json.loads((path / "config.json").read_text()))
     size = sum(f.stat().st_size for f in path.iterdir() if f.is_file()) / 1e6
     print(f"{path.name}: mode={c.mode}, trained K={c.num_speculative_tokens}, {c.num_hidden_layers} layer(s), "
           f"draft vocabulary {c.draft_vocab_size}, mask token {c.mask_token_id}, "
@@ -415,14 +426,19 @@ for kind, rec in records_.items():
                   + "  ".join(f"K={k}: {v:.2f}" for k, v in ev["acceptance_length"].items()))
 
 # %% [markdown]
-# The numbers above are the record of the production run: acceptance length per K, the K sweep of question 3
-# (section 7 reads it). Now measure again, here, on a smaller sample (a few minutes on a CPU): each head drafts
-# in its own mode at three K on HumanEval prompts (greedy; every output checked against plain greedy decoding).
+# The numbers above are the record of the production run on SmolLM2-135M: acceptance length per K, the K sweep of
+# question 3 (section 7 reads it). Now measure again, here, on a smaller sample (a few minutes on a CPU): the
+# heads for this target (the shipped ones for the embedded target; for another target, small heads trained here
+# on the spot) each draft in their own mode at three K on HumanEval prompts (greedy; every output checked against
+# plain greedy decoding).
 
 # %%
 # NBVAL_IGNORE_OUTPUT
 from peagle_lab.prompts import humaneval_prompts
-from peagle_lab.training import evaluate_head
+from peagle_lab.training import ensure_head, evaluate_head
+
+print(committed_label("The records above"))
+heads = {kind: ensure_head(kind, model, tokenizer, TARGET)[0] for kind in SHIPPED}
 
 KS = settings.pick([1, 4, 8], [1, 8])
 prompts = humaneval_prompts(settings.pick(2, 1))
@@ -446,7 +462,7 @@ for kind in heads:
     ks = [int(k) for k in rec["acceptance_length"]]
     axes[0].plot(ks, list(rec["acceptance_length"].values()), marker="o", label=names[kind])
     axes[1].plot(KS, [live[kind]["acceptance_length"][k] for k in KS], marker="o", label=names[kind])
-axes[0].set_title(f"recorded: {records_['parallel']['eval']['prompts']} HumanEval prompts, "
+axes[0].set_title(f"recorded (SmolLM2-135M): {records_['parallel']['eval']['prompts']} HumanEval prompts, "
                   f"{records_['parallel']['eval']['max_new_tokens']} new tokens")
 axes[1].set_title(f"this run: {len(prompts)} HumanEval prompt(s), {MAX_NEW} new tokens")
 for ax in axes:
@@ -464,7 +480,7 @@ par, seq = (records_[k]["eval"]["acceptance_length"] for k in ("parallel", "sequ
 best_par = max(par, key=par.get)
 best_seq = max(seq, key=seq.get)
 k7 = "7"
-lines = [f"- Recorded acceptance length at K=7: P-EAGLE **{par[k7]:.2f}**, EAGLE-3 **{seq[k7]:.2f}** "
+lines = [f"- SmolLM2-135M's shipped heads, recorded acceptance length at K=7: P-EAGLE **{par[k7]:.2f}**, EAGLE-3 **{seq[k7]:.2f}** "
          f"(P-EAGLE best at K={best_par}: {par[best_par]:.2f}; EAGLE-3 best at K={best_seq}: {seq[best_seq]:.2f})."]
 if par[k7] >= seq[k7]:
     lines.append("- The parallel head accepts at least as much per round as the sequential one at K=7, and drafts "
@@ -484,7 +500,7 @@ display(Markdown("\n".join(lines)))
 #
 # A head learns what the target says after the prompt layout it was trained with: here the target's own chat
 # template, applied in one place (`prompts.chat_ids`) for distillation, training, evaluation and serving. The
-# cell serves the shipped P-EAGLE head held-out prompts in three layouts: the trained one, the bare text with
+# cell serves the P-EAGLE head for this target held-out prompts in three layouts: the trained one, the bare text with
 # no template, and the template with another system message. The target's answers change with the layout
 # (it continues text instead of answering, or answers in another voice); the head still expects the old ones.
 
@@ -552,6 +568,7 @@ from peagle_lab.training import recipe
 
 hosts = sorted(p.parent.name for p in (settings.data_dir() / "recipe").glob("*/runs.jsonl"))
 runs = recipe.read_runs(settings.data_dir() / "recipe" / hosts[-1]) if hosts else []
+print(committed_label("The recipe runs and the learning curve", hosts[-1] if hosts else None))
 display(Markdown(recipe.recipe_markdown(runs)))
 if runs:
     base = next(r for r in runs if r["name"] == "baseline")
@@ -571,7 +588,7 @@ if runs:
 curve_path = settings.data_dir() / "recipe" / hosts[-1] / recipe.CURVE_FILE if hosts else None
 points = json.loads(curve_path.read_text())["points"] if curve_path and curve_path.exists() else []
 if points:
-    recipe.plot_curve(points, title=f"held-out acceptance length at K=7 ({hosts[-1]})")
+    recipe.plot_curve(points, title=f"SmolLM2-135M: held-out acceptance length at K=7 ({hosts[-1]})")
     plt.show()
     par_pts = [p for p in points if p["mode"] == "parallel"]
     need = recipe.extrapolate(par_pts, 2.5)

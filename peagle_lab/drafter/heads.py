@@ -135,7 +135,7 @@ def head_for_target(kind, model, tokenizer=None, target=None, allow_fresh: bool 
                               + "; ".join(problems) + ". Fix: train a head for this target (`peagle-lab train "
                               "--target ...`), or pass 'parallel' / 'sequential' to use the head for this target.")
         head = load_head(path, model, device=device, dtype=dtype, announce=announce)
-        return head, dict(head_description(head, display_path(path)), origin="given", path=display_path(path),
+        return head, dict(head_description(head, display_path(path)), origin="given", path=str(path),
                           note="")
     mode = mode or (kind if kind in KINDS else "parallel")
     note = ""
@@ -145,14 +145,14 @@ def head_for_target(kind, model, tokenizer=None, target=None, allow_fresh: bool 
         if not problems:
             head = load_head(shipped, model, device=device, dtype=dtype, announce=announce)
             return head, dict(head_description(head, display_path(shipped)), origin="shipped",
-                              path=display_path(shipped), note="")
+                              path=str(shipped), note="")
         note = (f"the shipped {kind} head ({shipped.name}) does not fit {target_slug(target)}: "
                 + "; ".join(problems))
         here = trained_head_dir(target, kind)
         if (here / "config.json").exists() and not head_fit_problems(here, model):
             head = load_head(here, model, device=device, dtype=dtype, announce=announce)
             return head, dict(head_description(head, f"trained here ({display_path(here)})"), origin="trained here",
-                              path=display_path(here), note=note + f"; using the head trained here, "
+                              path=str(here), note=note + f"; using the head trained here, "
                                                                      f"{display_path(here)}")
         if not allow_fresh:
             raise PeagleError(f"No {kind} head for the target {target_slug(target)}: {note}, and none was trained "

@@ -302,19 +302,30 @@ def shipped_distilled_path(target: str) -> Path:
     return data_path("distill", f"{Path(target).name}.jsonl")
 
 
-def distilled_records(model, tokenizer, n: int | None, target: str, max_new_tokens: int = 160,
-                      progress: bool = True) -> list[dict]:
-    """The first ``n`` self-distilled sequences for ``target``: from the shipped file when it was made by this
-    very model (the embedded default), else distilled now into ``$PEAGLE_RESULTS/distill/`` (resumable)."""
+def distilled_data(model, tokenizer, n: int | None, target: str, max_new_tokens: int = 160,
+                   progress: bool = True) -> tuple[Path, dict, list[dict], bool]:
+    """``(path, meta, records, shipped)``: the first ``n`` self-distilled sequences for ``target``: from the shipped
+    file when this very model made it (the embedded default; ``shipped`` True), else distilled now into
+    ``$PEAGLE_RESULTS/distill/<target>.jsonl`` (resumable)."""
 
     shipped = shipped_distilled_path(target)
     if shipped.is_file():
         meta, records = read_distilled(shipped)
-        if meta.get("target_fingerprint") == target_fingerprint(model) and (n is None or len(records) >= n):
-            return records[:n]
-    out = results_dir() / "distill" / f"{Path(target).name}.jsonl"
+        mine = (meta.get("target_identity") and meta["target_identity"] == target_identity(model)) or \
+            meta.get("target_fingerprint") == target_fingerprint(model)
+        if mine and (n is None or len(records) >= n):
+            return shipped, meta, records[:n], True
+    out = results_dir() / "distill" / f"{Path(str(target)).name}.jsonl"
     prompts = load_train_prompts(n)
-    return distill(model, tokenizer, prompts, out, max_new_tokens=max_new_tokens, progress=progress, target=target)
+    distill(model, tokenizer, prompts, out, max_new_tokens=max_new_tokens, progress=progress, target=target)
+    meta, records = read_distilled(out)
+    return out, meta, records[:n], False
+
+
+def distilled_records(model, tokenizer, n: int | None, target: str, max_new_tokens: int = 160,
+                      progress: bool = True) -> list[dict]:
+    """The records of :func:`distilled_data`."""
+    return distilled_data(model, tokenizer, n, target, max_new_tokens, progress)[2]
 
 
 # ------------------------------------------------------------------------------------------ CLI

@@ -16,17 +16,17 @@ from ..settings import pick
 
 @dataclass(frozen=True)
 class QuickSizes:
-    """How much a head made on the spot gets: distilled prompts, new tokens each, optimizer steps."""
+    """How much a head made on the spot gets: distilled prompts (answered in up to 160 new tokens, as the notebooks
+    distil them: they share the file), optimizer steps, tokens per step."""
 
     prompts: int = 64
-    max_new_tokens: int = 96
     steps: int = 60
     batch_tokens: int = 1024
 
     @classmethod
     def from_env(cls) -> "QuickSizes":
         """The full sizes, or tiny ones under ``PEAGLE_CI=1``."""
-        return cls(prompts=pick(64, 8), max_new_tokens=pick(96, 24), steps=pick(60, 4), batch_tokens=pick(1024, 256))
+        return cls(prompts=pick(64, 8), steps=pick(60, 4), batch_tokens=pick(1024, 256))
 
 
 def draft_vocab_size_for(model, wanted: int) -> int:
@@ -45,8 +45,7 @@ def train_quick_head(kind: str, model, tokenizer, target, sizes: QuickSizes | No
     from .trainer import Trainer
 
     sizes = sizes or QuickSizes.from_env()
-    records = distilled_records(model, tokenizer, sizes.prompts, str(target), max_new_tokens=sizes.max_new_tokens,
-                                progress=progress)
+    records = distilled_records(model, tokenizer, sizes.prompts, str(target), progress=progress)
     seqs = prepare_sequences(model, records, progress=progress)
     cfg = TrainConfig(mode=kind, num_depths=8, layers=1, draft_vocab_size=draft_vocab_size_for(model, 4096),
                       steps=sizes.steps, warmup_steps=max(1, sizes.steps // 10), lr=2e-3,
