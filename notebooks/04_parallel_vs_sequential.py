@@ -81,14 +81,17 @@ print(describe(DEVICE))
 # %% [markdown]
 # ## The heads
 #
-# The shipped heads for the embedded target (`data/heads/`): a P-EAGLE head trained for parallel drafting and
-# an EAGLE-3-style head trained for sequential drafting, on the same data and budget. Where a shipped head
-# is missing, the notebook uses a **freshly initialised, untrained** head of the same shape: its drafting
-# *cost* is real, its acceptance is not (close to 1.0), so its speed-ups are then a lower bound.
+# The heads for this target (`peagle_lab.heads.head_for_target`): for the embedded target the shipped ones
+# (`data/heads/`), a P-EAGLE head trained for parallel drafting and an EAGLE-3-style head trained for sequential
+# drafting, on the same data and budget. For a target they do not fit, the heads trained here for it
+# (`$PEAGLE_RESULTS/heads/<target>/`), made on the spot when there are none yet: small and briefly trained, so
+# their drafting *cost* is real and their acceptance low.
 
 # %%
-par_head, par_info = bench.load_head_or_fresh("parallel", model, mode="parallel")
-seq_head, seq_info = bench.load_head_or_fresh("sequential", model, mode="sequential")
+from peagle_lab.training import ensure_head
+
+par_head, par_info = ensure_head("parallel", model, tokenizer, TARGET)
+seq_head, seq_info = ensure_head("sequential", model, tokenizer, TARGET)
 par_head._bench_source, seq_head._bench_source = par_info["source"], seq_info["source"]
 for role, info in (("P-EAGLE (parallel)", par_info), ("EAGLE-3 (sequential)", seq_info)):
     print(f"{role:22s} {info['source']}: {info.get('num_hidden_layers')} layer(s), "
@@ -229,7 +232,7 @@ committed_bf16 = json.loads((settings.data_dir() / "results" / "cpu-epyc-avx512b
 for run in committed_bf16["runs"]:
     if run["method"] == "p-eagle K=3" and run["prompt"] == 1 and run["divergence"]:
         d = run["divergence"]
-        print(f"committed run: first difference at token {d['position']}, plain margin {d['margin']:.3f} "
+        print(f"committed run (SmolLM2-135M, cpu-epyc-avx512bf16-2c): first difference at token {d['position']}, plain margin {d['margin']:.3f} "
               f"(bound {d['bound']:.3f}, {'a near-tie' if d['near_tie'] else 'NOT a near-tie'})")
 q9_ids = chat_ids(tokenizer, humaneval_prompts(2)[1])
 Q9_K, Q9_NEW = 3, settings.pick(64, 24)
@@ -349,7 +352,10 @@ report.record("hardware", dc["env"]["hardware"]);
 # %%
 from peagle_lab.settings import DATA_DIR
 
+from peagle_lab.workbook.notebook import committed_label
+
 committed = bench.committed_results(DATA_DIR / "results")
+print(committed_label("The table below"))
 display(Markdown(bench.format_table(bench.hosts_table(committed), [
     "host", "dtype", "cpu", "threads", "load", "verify_ratio_k7", "best_p_eagle", "best_eagle3", "prompt_lookup",
     "lossless"])))

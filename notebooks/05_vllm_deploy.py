@@ -87,30 +87,22 @@ from peagle_lab.models import load_target
 target_dir = serving.export_target(target=TARGET)  # a plain HF directory vLLM loads (the converted cache)
 model, tok = load_target(TARGET, device=DEVICE, dtype=torch.float32)
 
-# %%
+# %% tags=["smollm2-fact"]
 # NBVAL_CHECK_OUTPUT
 L, H, V = model.config.num_hidden_layers, model.config.hidden_size, model.config.vocab_size
 print(f"target: {L} layers, hidden {H}, vocab {V}")
 
 # %%
-from peagle_lab.drafter import PEagleConfig, PEagleDrafter
-from peagle_lab.drafter.heads import SHIPPED, load_head
-from peagle_lab.features.taps import default_tap_layers
+from pathlib import Path
 
-shipped = SHIPPED["parallel"]
-if (shipped / "config.json").exists():
-    head_dir = shipped
-    print(f"head: the shipped P-EAGLE head {shipped.relative_to(shipped.parents[2])}")
-else:
-    # No trained head yet (notebook 03 trains one): a freshly initialised head still exercises the whole
-    # deployment, and greedy outputs must stay identical; acceptance will be ~1.0.
-    torch.manual_seed(0)
-    cfg = PEagleConfig.from_target(model.config, aux_layer_ids=default_tap_layers(L), mask_token_id=16,
-                                   num_speculative_tokens=4, target=TARGET)
-    head_dir = PEagleDrafter(cfg).init_from_target(model).save_pretrained(WORK / "fresh_head")
-    print(f"head: NO shipped head at {shipped.name}; using a FRESHLY INITIALISED head (untrained: expect "
-          "acceptance length ~1.0)")
-head = load_head(head_dir, model)
+from peagle_lab.settings import display_path
+from peagle_lab.training import ensure_head
+
+# the P-EAGLE head for this target: the shipped one for the embedded target, else one trained here for it (made on
+# the spot when there is none yet; its mask token is the one training picks from this target's tokenizer)
+head, head_info = ensure_head("parallel", model, tok, TARGET)
+head_dir = Path(head_info["path"])
+print(f"head: {head_info['origin']}, {display_path(head_dir)}")
 K = head.config.num_speculative_tokens
 print(f"mode={head.config.mode} K={K} layers={head.config.num_hidden_layers} "
       f"taps={head.config.aux_hidden_state_layer_ids} mask_token_id={head.config.mask_token_id}")
@@ -158,7 +150,7 @@ print("other rows = the target's embedding:", torch.allclose(emb[others], model.
 # only its `draft_vocab_size` ids, and draft id `i` stands for target id `i + d2t[i]` (`03_train_head` builds
 # the map on screen):
 
-# %%
+# %% tags=["smollm2-fact"]
 # NBVAL_CHECK_OUTPUT
 with safe_open(str(vllm_dir / "model.safetensors"), "pt") as f:
     d2t = f.get_tensor("d2t")
@@ -171,7 +163,7 @@ for i in (0, 1, 2, 100, len(d2t) - 1):
 # %% [markdown]
 # Mistakes are caught before a 40-second engine start, with the cause and the fix:
 
-# %%
+# %% tags=["smollm2-fact"]
 # NBVAL_CHECK_OUTPUT
 import shutil
 
@@ -403,7 +395,10 @@ import matplotlib.pyplot as plt
 from peagle_lab.serving import sweep as serve_sweep
 from peagle_lab.settings import data_dir
 
+from peagle_lab.workbook.notebook import committed_label
+
 sweeps = sorted((data_dir() / "results").glob(f"*/serving/{serve_sweep.RESULTS_JSON}"))
+print(committed_label("The serving sweeps below"))
 for path in sweeps:
     doc = json.loads(path.read_text())
     print(f"{doc['meta'].get('host')}: head {doc['meta'].get('head')}, K={doc['meta'].get('k')}, "

@@ -34,6 +34,12 @@ def draft_vocab_size_for(model, wanted: int) -> int:
     return min(int(wanted), int(model.config.vocab_size))
 
 
+def reduced_draft_vocab_size(model, wanted: int = 4096) -> int:
+    """A draft vocabulary smaller than the target's (``wanted``, at most half the vocabulary): the layout with
+    ``d2t`` that vLLM serves from the published heads."""
+    return max(1, min(int(wanted), int(model.config.vocab_size) // 2))
+
+
 def train_quick_head(kind: str, model, tokenizer, target, sizes: QuickSizes | None = None, progress: bool = False):
     """Distil ``sizes.prompts`` prompts with ``model`` and train a 1-layer ``kind`` head on them; save it to
     :func:`peagle_lab.heads.trained_head_dir` (written beside it, then renamed: a half-trained head is never
@@ -47,7 +53,7 @@ def train_quick_head(kind: str, model, tokenizer, target, sizes: QuickSizes | No
     sizes = sizes or QuickSizes.from_env()
     records = distilled_records(model, tokenizer, sizes.prompts, str(target), progress=progress)
     seqs = prepare_sequences(model, records, progress=progress)
-    cfg = TrainConfig(mode=kind, num_depths=8, layers=1, draft_vocab_size=draft_vocab_size_for(model, 4096),
+    cfg = TrainConfig(mode=kind, num_depths=8, layers=1, draft_vocab_size=reduced_draft_vocab_size(model),
                       steps=sizes.steps, warmup_steps=max(1, sizes.steps // 10), lr=2e-3,
                       batch_tokens=sizes.batch_tokens, row_tokens=512, save_every=0, seed=0, target=str(target))
     final = trained_head_dir(target, kind)
