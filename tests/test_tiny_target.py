@@ -1,0 +1,127 @@
+"""The second target: a tiny random Qwen3 of its own shape and vocabulary (``peagle-lab make-tiny-target``), and
+every command of the CLI end to end on it at tiny sizes (distill, extract, train, generate --check, bench,
+export-vllm, vLLM's offline engine)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from peagle_lab.cli import main
+from peagle_lab.tiny_target import SPECIAL_TOKENS, TinyTargetSpec, build_model, make_tiny_target, prompt_texts, \
+    train_tokenizer
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    return make_tiny_target(tmp_path_factory.mktemp("tiny") / "tiny-qwen3")
+
+
+@pytest.mark.slow
+def test_the_tiny_target_is_a_qwen3_of_another_shape_than_smollm2(tiny):
+    from peagle_lab.models import load_target
+    from peagle_lab.prompts import chat_ids
+    from peagle_lab.vocab import pick_mask_token_id
+
+    model, tok = load_target(str(tiny), device="cpu", dtype=torch.float32)
+    c = model.config
+    assert type(model).__name__ == "Qwen3ForCausalLM" and c.tie_word_embeddings
+    assert model.get_output_embeddings().weight.data_ptr() == model.get_input_embeddings().weight.data_ptr()
+    assert hasattr(model.model.layers[0].self_attn, "q_norm") and hasattr(model.model.layers[0].self_attn, "k_norm")
+    assert c.num_key_value_heads < c.num_attention_heads  # grouped-query attention
+    smollm2 = dict(hidden_size=576, num_hidden_layers=30, num_attention_heads=9, num_key_value_heads=3,
+                   vocab_size=49152)
+    assert all(getattr(c, k) != v for k, v in smollm2.items())
+    assert 2000 <= c.vocab_size == len(tok) <= 4096
+    assert pick_mask_token_id(tok) == tok.convert_tokens_to_ids("<|mask|>") != 16
+    text = tok.decode(chat_ids(tok, "Write a Python function."))
+    assert text.startswith("<|im_start|>user\nWrite a Python function.<|im_end|>\n<|im_start|>assistant\n")
+    assert sorted(p.name for p in tiny.iterdir()) >= ["config.json", "model.safetensors", "tokenizer.json"]
+
+
+def test_the_tiny_target_is_built_deterministically_from_its_seed():
+    texts = prompt_texts()[:400]
+    a, b = train_tokenizer(texts, 600), train_tokenizer(texts, 600)
+    assert a.get_vocab() == b.get_vocab() and list(a.get_vocab())[:0] == [] and len(a) == 600
+    assert [a.convert_ids_to_tokens(i) for i in range(len(SPECIAL_TOKENS))] == list(SPECIAL_TOKENS)
+    spec = TinyTargetSpec(vocab_size=600, hidden_size=64, num_hidden_layers=8, intermediate_size=128)
+    m1, m2 = build_model(spec, 600, 2, 0), build_model(spec, 600, 2, 0)
+    assert all(torch.equal(x, y) for x, y in zip(m1.state_dict().values(), m2.state_dict().values()))
+    m3 = build_model(TinyTargetSpec(**{**spec.__dict__, "seed": 1}), 600, 2, 0)
+    assert not torch.equal(m1.model.embed_tokens.weight, m3.model.embed_tokens.weight)
+
+
+@pytest.mark.slow
+def test_an_existing_tiny_target_is_kept_and_another_folder_is_never_replaced(tiny, tmp_path):
+    before = (tiny / "model.safetensors").stat().st_mtime_ns
+    assert make_tiny_target(tiny) == tiny and (tiny / "model.safetensors").stat().st_mtime_ns == before
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("keep me")
+    from peagle_lab.errors import PeagleError
+
+    with pytest.raises(PeagleError, match="not a tiny target"):
+        make_tiny_target(tmp_path / "mine", overwrite=True)
+    assert (tmp_path / "mine" / "notes.txt").read_text() == "keep me"
+
+
+@pytest.mark.slow
+def test_every_cli_command_runs_end_to_end_on_the_tiny_target(tiny, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("PEAGLE_RESULTS", str(tmp_path / "results"))
+    t = ["--target", str(tiny), "--device", "cpu", "--dtype", "float32", "--threads", "1"]
+    data, feats, head = tmp_path / "d.jsonl", tmp_path / "feats", tmp_path / "head"
+    assert main(["distill", "--prompts", "4", "--max-new-tokens", "16", "--out", str(data), *t]) == 0
+    assert main(["extract", "--distilled", str(data), "--out", str(feats / "part-all"), *t]) == 0
+    assert main(["train", "--data", str(data), "--features", str(feats), "--out", str(head), "--split", "all",
+                 "--mode", "parallel", "-K", "4", "--draft-vocab-size", "512", "--steps", "2", "--warmup-steps", "1",
+                 "--batch-tokens", "128", "--row-tokens", "128", *t]) == 0
+    cfg = json.loads((head / "config.json").read_text())
+    assert cfg["vocab_size"] == 3072 and cfg["draft_vocab_size"] == 512 and cfg["mask_token_id"] == 3
+    capsys.readouterr()
+    assert main(["generate", "Write a Python function.", "--head", str(head), "--max-new-tokens", "12", "--check",
+                 "--json", *t]) == 0
+    report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert report["identical_to_plain_greedy"] is True and report["lossless"] is True
+    # no head fits this target under the default name: generate says so and labels the untrained head
+    assert main(["generate", "Hello", "--max-new-tokens", "6", "--json", *t]) == 0
+    out = capsys.readouterr()
+    assert "does not fit" in out.err and json.loads(out.out.strip().splitlines()[-1])["head"].startswith("fresh")
+    assert main(["bench", "--parallel-head", str(head), "--sequential-head", "none", "--quick", "--ks-parallel",
+                 "1,2", "--draft-ks", "1,2", "--n-prompts", "1", "--max-new-tokens", "8", "--repeats", "1",
+                 "--draft-repeats", "1", "--no-plots", "--out", str(tmp_path / "bench"), *t]) == 0
+    assert json.loads((tmp_path / "bench" / "end_to_end.json").read_text())["all_lossless"] is True
+    assert main(["bench", "--quick", "--skip-e2e", "--out", str(tmp_path / "bench2"), *t]) == 2  # no head: refused
+    assert "No parallel head for the target tiny-qwen3" in capsys.readouterr().err
+    assert main(["export-vllm", str(head), str(tmp_path / "vllm"), "--target", str(tiny)]) == 0
+    vcfg = json.loads((tmp_path / "vllm" / "config.json").read_text())
+    assert vcfg["draft_vocab_size"] == 512 and vcfg["mask_token_id"] == 3
+
+
+@pytest.mark.slow
+@pytest.mark.vllm
+def test_vllms_offline_engine_serves_the_tiny_target_with_its_head_losslessly(tiny, tmp_path):
+    pytest.importorskip("vllm")
+    from vllm import SamplingParams
+
+    from peagle_lab import serving
+    from peagle_lab.heads import head_for_target
+    from peagle_lab.models import load_target
+    from peagle_lab.prompts import chat_ids
+    from peagle_lab.speculative import plain_generate
+    from peagle_lab.target_runner import TargetRunner
+
+    model, tok = load_target(str(tiny), device="cpu", dtype=torch.float32)
+    head, _ = head_for_target("fresh", model, tokenizer=tok)
+    head.config.num_speculative_tokens = 3
+    vdir = serving.export_vllm(head.save_pretrained(tmp_path / "head", dtype=torch.float32), tmp_path / "vllm",
+                               target=str(tiny))
+    prompts = [chat_ids(tok, p) for p in ("Write a Python function.", "Explain recursion.")]
+    llm = serving.make_llm(str(tiny), vdir, k=3, parallel=True, max_model_len=512)
+    outs = llm.generate([{"prompt_token_ids": p} for p in prompts], SamplingParams(temperature=0.0, max_tokens=12),
+                        use_tqdm=False)
+    metrics = serving.spec_metrics(llm)
+    runner = TargetRunner(model, head.config.aux_hidden_state_layer_ids)
+    for p, o in zip(prompts, outs):
+        assert list(o.outputs[0].token_ids) == plain_generate(runner, p, 12, eos_ids=tok.eos_token_id).tokens
+    assert metrics["drafts"] > 0 and metrics["draft_tokens"] == 3 * metrics["drafts"]
