@@ -245,12 +245,14 @@ from peagle_lab.training import TrainConfig, Trainer
 
 K_CHECK = 4
 seq = seqs[0]
-_, par_info = head_for_target("parallel", model, tokenizer, TARGET)
-if par_info["note"]:
-    print(par_info["note"].split("; using")[0] + ": the check starts from a fresh head (it holds for any weights)")
-cfg = TrainConfig(mode="parallel", num_depths=K_CHECK, layers=1, draft_vocab_size=draft_vocab_size_for(model, 4096),
-                  steps=1, save_every=0, autocast="float32", target=TARGET,
-                  init_from=par_info["path"] if par_info["origin"] != "fresh" else None)
+par_head, par_info = head_for_target("parallel", model, tokenizer, TARGET)
+trained = par_info["origin"] != "fresh"
+if par_info["note"]:  # the shipped head does not fit this target
+    print(par_info["note"] if trained else
+          par_info["note"].split("; using")[0] + ": the check starts from a fresh head (it holds for any weights)")
+cfg = TrainConfig(mode="parallel", num_depths=K_CHECK, layers=1, steps=1, save_every=0, autocast="float32",
+                  draft_vocab_size=par_head.config.draft_vocab_size if trained else draft_vocab_size_for(model, 4096),
+                  init_from=par_info["path"] if trained else None, target=TARGET)
 check = Trainer(cfg, model, [seq], tokenizer=tokenizer, progress=False, verbose=False)
 module = check.module.eval()
 plan = plan_row([seq], K_CHECK, ratio=1.0, min_ratio=1.0)  # every anchor at every depth

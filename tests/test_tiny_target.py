@@ -38,13 +38,13 @@ def test_the_tiny_target_is_a_qwen3_of_another_shape_than_smollm2(tiny):
     assert pick_mask_token_id(tok) == tok.convert_tokens_to_ids("<|mask|>") != 16
     text = tok.decode(chat_ids(tok, "Write a Python function."))
     assert text.startswith("<|im_start|>user\nWrite a Python function.<|im_end|>\n<|im_start|>assistant\n")
-    assert sorted(p.name for p in tiny.iterdir()) >= ["config.json", "model.safetensors", "tokenizer.json"]
+    assert {p.name for p in tiny.iterdir()} >= {"config.json", "model.safetensors", "tokenizer.json"}
 
 
 def test_the_tiny_target_is_built_deterministically_from_its_seed():
     texts = prompt_texts()[:400]
     a, b = train_tokenizer(texts, 600), train_tokenizer(texts, 600)
-    assert a.get_vocab() == b.get_vocab() and list(a.get_vocab())[:0] == [] and len(a) == 600
+    assert a.get_vocab() == b.get_vocab() and len(a) == 600
     assert [a.convert_ids_to_tokens(i) for i in range(len(SPECIAL_TOKENS))] == list(SPECIAL_TOKENS)
     spec = TinyTargetSpec(vocab_size=600, hidden_size=64, num_hidden_layers=8, intermediate_size=128)
     m1, m2 = build_model(spec, 600, 2, 0), build_model(spec, 600, 2, 0)
