@@ -81,7 +81,7 @@ print(describe(DEVICE))
 # %% [markdown]
 # ## The heads
 #
-# The heads for this target (`peagle_lab.heads.head_for_target`): for the embedded target the shipped ones
+# The heads for this target (`peagle_lab.drafter.heads.head_for_target`): for the embedded target the shipped ones
 # (`data/heads/`), a P-EAGLE head trained for parallel drafting and an EAGLE-3-style head trained for sequential
 # drafting, on the same data and budget. For a target they do not fit, the heads trained here for it
 # (`$PEAGLE_RESULTS/heads/<target>/`), made on the spot when there are none yet: small and briefly trained, so

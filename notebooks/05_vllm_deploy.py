@@ -229,8 +229,8 @@ if VLLM_PLAIN:
     print(f"plain engine: start {plain['start_s']:.0f} s, {sum(map(len, plain['ids']))} tokens in "
           f"{plain['gen_s']:.1f} s")
 else:
-    from peagle_lab.speculative import plain_generate
-    from peagle_lab.target_runner import TargetRunner
+    from peagle_lab.decoding.speculative import plain_generate
+    from peagle_lab.decoding.target_runner import TargetRunner
 
     t0 = time.perf_counter()
     plain_runner = TargetRunner(model, head.config.aux_hidden_state_layer_ids)

@@ -74,7 +74,7 @@ def _head_dir(tmp_path, model, name, **cfg):
 
 
 def test_a_head_of_another_vocabulary_is_one_line_naming_target_problem_and_fix(tmp_path):
-    from peagle_lab.heads import head_for_target
+    from peagle_lab.drafter.heads import head_for_target
 
     other = make_tiny_llama(vocab=200)
     model = make_tiny_llama(vocab=300)
@@ -84,8 +84,8 @@ def test_a_head_of_another_vocabulary_is_one_line_naming_target_problem_and_fix(
 
 
 def test_a_head_trained_on_another_target_of_the_same_shape_is_refused_by_fingerprint(tmp_path):
-    from peagle_lab.heads import head_fit_problems, head_for_target
-    from peagle_lab.identity import target_identity
+    from peagle_lab.drafter.heads import head_fit_problems, head_for_target
+    from peagle_lab.features.identity import target_identity
 
     a, b = make_tiny_llama(seed=0), make_tiny_llama(seed=1)
     path = _head_dir(tmp_path, a, "head-a", extra={"target_fingerprint": target_identity(a)})
@@ -109,7 +109,7 @@ def test_a_draft_vocabulary_larger_than_the_target_is_refused_before_features(tm
 
 def test_the_head_for_a_target_is_shipped_if_it_fits_else_trained_here_else_a_labelled_fresh_one(tmp_path,
                                                                                                   monkeypatch):
-    from peagle_lab.heads import head_for_target, trained_head_dir
+    from peagle_lab.drafter.heads import head_for_target, trained_head_dir
 
     monkeypatch.setenv("PEAGLE_RESULTS", str(tmp_path / "results"))
     model, tok = make_tiny_llama(vocab=300), make_byte_tokenizer()
@@ -126,7 +126,7 @@ def test_the_head_for_a_target_is_shipped_if_it_fits_else_trained_here_else_a_la
 
 @pytest.mark.real_model
 def test_the_shipped_head_is_the_head_for_the_embedded_target(smollm2):
-    from peagle_lab.heads import SHIPPED, head_for_target
+    from peagle_lab.drafter.heads import SHIPPED, head_for_target
 
     model, tok = smollm2
     head, info = head_for_target("parallel", model, tokenizer=tok, target="smollm2-135m")
@@ -151,7 +151,7 @@ def test_the_feature_cache_refuses_features_of_another_target_with_the_same_taps
 
 
 def test_the_feature_cache_takes_a_bf16_copy_of_the_same_target_and_old_fingerprint_only_manifests(tmp_path):
-    from peagle_lab.identity import recorded_target_problem, target_fingerprint, target_identity
+    from peagle_lab.features.identity import recorded_target_problem, target_fingerprint, target_identity
 
     a = make_tiny_llama(seed=0)
     bf16 = make_tiny_llama(seed=0).to(torch.bfloat16)

@@ -23,7 +23,7 @@ def tiny(tmp_path_factory):
 def test_the_tiny_target_is_a_qwen3_of_another_shape_than_smollm2(tiny):
     from peagle_lab.models import load_target
     from peagle_lab.prompts import chat_ids
-    from peagle_lab.vocab import pick_mask_token_id
+    from peagle_lab.drafter.vocab import pick_mask_token_id
 
     model, tok = load_target(str(tiny), device="cpu", dtype=torch.float32)
     c = model.config
@@ -105,11 +105,11 @@ def test_vllms_offline_engine_serves_the_tiny_target_with_its_head_losslessly(ti
     from vllm import SamplingParams
 
     from peagle_lab import serving
-    from peagle_lab.heads import head_for_target
+    from peagle_lab.drafter.heads import head_for_target
     from peagle_lab.models import load_target
     from peagle_lab.prompts import chat_ids
-    from peagle_lab.speculative import plain_generate
-    from peagle_lab.target_runner import TargetRunner
+    from peagle_lab.decoding.speculative import plain_generate
+    from peagle_lab.decoding.target_runner import TargetRunner
 
     model, tok = load_target(str(tiny), device="cpu", dtype=torch.float32)
     head, _ = head_for_target("fresh", model, tokenizer=tok)

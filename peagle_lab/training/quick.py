@@ -1,6 +1,6 @@
 """A small head for a target that has none, made on the spot through the same code as every head: distil a few
-prompts (:func:`peagle_lab.data.distilled_records`), train briefly (:class:`.trainer.Trainer`), save it where
-:func:`peagle_lab.heads.head_for_target` finds it (``$PEAGLE_RESULTS/heads/<target>/<kind>``). Sizes come from
+prompts (:func:`peagle_lab.training.distill.distilled_records`), train briefly (:class:`.trainer.Trainer`), save it where
+:func:`peagle_lab.drafter.heads.head_for_target` finds it (``$PEAGLE_RESULTS/heads/<target>/<kind>``). Sizes come from
 the environment (``PEAGLE_CI=1``: tiny). The notebooks call :func:`ensure_head` so that each runs on its own,
 on any target."""
 
@@ -42,7 +42,7 @@ def reduced_draft_vocab_size(model, wanted: int = 4096) -> int:
 
 def train_quick_head(kind: str, model, tokenizer, target, sizes: QuickSizes | None = None, progress: bool = False):
     """Distil ``sizes.prompts`` prompts with ``model`` and train a 1-layer ``kind`` head on them; save it to
-    :func:`peagle_lab.heads.trained_head_dir` (written beside it, then renamed: a half-trained head is never
+    :func:`peagle_lab.drafter.heads.trained_head_dir` (written beside it, then renamed: a half-trained head is never
     found there). Returns the head directory."""
     from .distill import distilled_records
     from ..drafter.heads import trained_head_dir
@@ -71,7 +71,7 @@ def train_quick_head(kind: str, model, tokenizer, target, sizes: QuickSizes | No
 
 
 def ensure_head(kind: str, model, tokenizer, target, sizes: QuickSizes | None = None):
-    """``(head, info)`` of :func:`peagle_lab.heads.head_for_target`; when that has only an untrained head for this
+    """``(head, info)`` of :func:`peagle_lab.drafter.heads.head_for_target`; when that has only an untrained head for this
     target, say so in one line, train a small one here (:func:`train_quick_head`) and return that."""
     import time
 

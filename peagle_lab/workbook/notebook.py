@@ -27,7 +27,7 @@ DEFAULT_NAME = "SmolLM2-135M-Instruct"
 def committed_label(what: str, host: str | None = None) -> str:
     """One line that labels committed results as the embedded SmolLM2-135M-Instruct's (where they were measured),
     and, when the notebook runs on another target, says they are not that target's."""
-    from .models import is_default_target, target_name
+    from ..models import is_default_target, target_name
 
     line = f"{what}: committed results of {DEFAULT_NAME}" + (f", measured on {host}" if host else "")
     if not is_default_target():
