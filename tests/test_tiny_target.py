@@ -71,7 +71,8 @@ def test_every_cli_command_runs_end_to_end_on_the_tiny_target(tiny, tmp_path, mo
     monkeypatch.setenv("PEAGLE_RESULTS", str(tmp_path / "results"))
     t = ["--target", str(tiny), "--device", "cpu", "--dtype", "float32", "--threads", "1"]
     data, feats, head = tmp_path / "d.jsonl", tmp_path / "feats", tmp_path / "head"
-    assert main(["distill", "--prompts", "4", "--max-new-tokens", "16", "--out", str(data), *t]) == 0
+    assert main(["distill", "--prompts", "4", "--max-new-tokens", "16", "--engine", "transformers", "--out", str(data),
+                 *t]) == 0
     assert main(["extract", "--distilled", str(data), "--out", str(feats / "part-all"), *t]) == 0
     assert main(["train", "--data", str(data), "--features", str(feats), "--out", str(head), "--split", "all",
                  "--mode", "parallel", "-K", "4", "--draft-vocab-size", "512", "--steps", "2", "--warmup-steps", "1",
