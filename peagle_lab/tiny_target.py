@@ -52,8 +52,12 @@ class TinyTargetSpec:
     seed: int = 0
 
 
-def prompt_texts() -> list[str]:
-    """The corpus the vocabulary is trained on: every prompt of ``data/prompts/*.jsonl``, in file order."""
+CORPUS_PROMPTS = 6000  # enough text for a few thousand merges; the whole 30k-prompt mix only makes the build slower
+
+
+def prompt_texts(limit: int = CORPUS_PROMPTS) -> list[str]:
+    """The corpus the vocabulary is trained on: the first ``limit`` prompts of ``data/prompts/*.jsonl``, files in
+    name order, lines in file order."""
     texts = []
     files = sorted(data_path("prompts").glob("*.jsonl"))
     if not files:
@@ -63,7 +67,7 @@ def prompt_texts() -> list[str]:
         for line in f.read_text(encoding="utf-8").splitlines():
             if line.strip():
                 texts.append(json.loads(line)["prompt"])
-    return texts
+    return texts[:limit]
 
 
 def train_tokenizer(texts: list[str], vocab_size: int):
@@ -143,7 +147,7 @@ def make_tiny_target(out, spec: TinyTargetSpec = TinyTargetSpec(), overwrite: bo
         tok.save_pretrained(staging)
         record = {"spec": asdict(spec), "architecture": "Qwen3ForCausalLM", "vocab_size": len(tok),
                   "mask_token": "<|mask|>", "mask_token_id": tok.convert_tokens_to_ids("<|mask|>"),
-                  "corpus": "data/prompts/*.jsonl", "corpus_prompts": len(texts),
+                  "corpus": f"data/prompts/*.jsonl, first {CORPUS_PROMPTS} prompts", "corpus_prompts": len(texts),
                   "command": "peagle-lab make-tiny-target"}
         (staging / MARKER).write_text(json.dumps(record, indent=1) + "\n")
         os.chmod(staging, 0o777 & ~_umask())
