@@ -21,9 +21,9 @@ def add_target_options(p) -> None:
                    help="cpu, cuda, cuda:1, ... (default: $PEAGLE_DEVICE, else cuda when available)")
     p.add_argument("--threads", type=int, default=None,
                    help="torch CPU threads (default: torch's choice; 1 is often faster on a busy CPU)")
-    p.add_argument("--dtype", default=None, choices=["auto", "float32", "bfloat16"],
-                   help="compute dtype (default: $PEAGLE_DTYPE, else auto: bf16 on CUDA and on CPUs with native bf16 "
-                        "(AMX / AVX512-BF16), fp32 elsewhere)")
+    p.add_argument("--dtype", default=None, choices=["auto", "float32", "bfloat16", "float16"],
+                   help="compute dtype (default: $PEAGLE_DTYPE, else auto: bf16 on CUDA sm_80+ and on CPUs with native "
+                        "bf16 (AMX / AVX512-BF16), fp16 on older GPUs (T4, V100), fp32 elsewhere; float16: CUDA only)")
 
 
 def check_target_options(args) -> tuple[torch.device, torch.dtype]:

@@ -31,7 +31,6 @@ def test_auto_picks_bf16_only_with_native_units(monkeypatch):
     monkeypatch.setattr(precision, "cpu_bf16_units", lambda flags=None: "amx")
     assert precision.resolve_dtype("auto", "cpu") == torch.bfloat16
     assert precision.describe_choice(torch.bfloat16, "cpu", "auto") == "bfloat16 (auto: CPU has amx)"
-    assert precision.resolve_dtype("auto", "cuda") == torch.bfloat16
     monkeypatch.setenv("PEAGLE_DTYPE", "fp32")
     assert precision.resolve_dtype(None, "cpu") == torch.float32
 
@@ -42,10 +41,63 @@ def test_bf16_without_native_units_warns_and_still_runs(monkeypatch):
         assert precision.resolve_dtype("bfloat16", "cpu") == torch.bfloat16
 
 
+# (device type, compute capability, CPU bf16 units) -> what auto picks for inference / for training autocast
+AUTO_TABLE = [
+    ("cuda", (9, 0), None, torch.bfloat16, torch.bfloat16),   # H100 / H200
+    ("cuda", (8, 6), None, torch.bfloat16, torch.bfloat16),   # A10G (ml.g5), RTX 3090
+    ("cuda", (8, 9), None, torch.bfloat16, torch.bfloat16),   # L4, RTX 4090
+    ("cuda", (8, 0), None, torch.bfloat16, torch.bfloat16),   # A100
+    ("cuda", (7, 5), None, torch.float16, torch.float32),     # T4 (ml.g4dn): bf16 emulated
+    ("cuda", (7, 0), None, torch.float16, torch.float32),     # V100 (ml.p3)
+    ("cpu", None, "amx", torch.bfloat16, torch.bfloat16),
+    ("cpu", None, "avx512_bf16", torch.bfloat16, torch.bfloat16),
+    ("cpu", None, None, torch.float32, torch.float32),        # AVX2 only: bf16 emulated
+    ("mps", None, None, torch.float32, torch.float32),
+]
+
+
+@pytest.mark.parametrize("device_type, capability, units, infer, train", AUTO_TABLE)
+def test_auto_dtype_is_bf16_only_where_native(device_type, capability, units, infer, train):
+    assert precision.auto_dtype(device_type, capability, units) == infer
+    assert precision.auto_dtype(device_type, capability, units, training=True) == train
+
+
+def test_auto_on_cuda_reads_the_device_capability(monkeypatch):
+    monkeypatch.delenv("PEAGLE_DTYPE", raising=False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    for cap, want in [((7, 5), torch.float16), ((9, 0), torch.bfloat16)]:
+        monkeypatch.setattr(torch.cuda, "get_device_capability", lambda dev=None, cap=cap: cap)
+        assert precision.resolve_dtype("auto", "cuda:1") == want
+    assert precision.resolve_dtype("auto", "cuda", training=True) == torch.bfloat16
+    assert "sm_90" in precision.describe_choice(torch.bfloat16, "cuda", "auto")
+
+
 @pytest.mark.parametrize("bad", ["float16", "fp16", "half", "int8", "bf17"])
 def test_unsupported_dtypes_name_the_fix(bad):
     with pytest.raises(PeagleError, match="--dtype"):
         precision.resolve_dtype(bad, "cpu")
+
+
+def test_float16_only_for_cuda_inference():
+    assert precision.resolve_dtype("float16", "cuda") == torch.float16
+    with pytest.raises(PeagleError, match="training"):
+        precision.resolve_dtype("fp16", "cuda", training=True)
+
+
+@pytest.mark.parametrize("name, slug", [("NVIDIA H200", "gpu-h200"), ("NVIDIA H100 80GB HBM3", "gpu-h100-80gb"),
+                                        ("Tesla T4", "gpu-t4"), ("Tesla V100-SXM2-16GB", "gpu-v100-16gb"),
+                                        ("NVIDIA A10G", "gpu-a10g"), ("NVIDIA A100-SXM4-80GB", "gpu-a100-80gb"),
+                                        ("NVIDIA L4", "gpu-l4"), ("NVIDIA GeForce RTX 4090", "gpu-rtx4090")])
+def test_gpu_slug_names_the_model(name, slug):
+    assert precision.gpu_slug(name) == slug
+
+
+def test_host_slug_of_a_cuda_run_names_the_gpu_not_the_cpu(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda dev=None: "NVIDIA H200")
+    assert precision.host_slug("cuda") == precision.host_slug("cuda:0") == "gpu-h200"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert precision.host_slug() == "gpu-h200"  # no device given: the one a run would use
+    assert precision.host_slug("cpu").startswith("cpu-")
 
 
 def test_host_slug_names_cpu_family_isa_and_cores():
@@ -54,8 +106,23 @@ def test_host_slug_names_cpu_family_isa_and_cores():
     assert precision.isa_record()["torch_cpu_capability"]
 
 
-def test_tie_bound_is_zero_in_fp32_and_a_few_ulps_in_bf16():
+def test_tie_bound_is_zero_in_fp32_on_cpu_and_a_stated_bound_on_gpu():
     assert tie_bound(torch.float32, 20.0) == 0.0
+    assert tie_bound(torch.float32, 32.0, "cuda") == pytest.approx(32.0 * 2 ** -11)
+    # fp16: 11 significant bits, |z| in [16, 32): ulp = 2**(4 - 10)
+    assert tie_bound(torch.float16, 20.0, "cuda") == pytest.approx(BF16_TIE_ULPS * 2 ** -6)
+
+
+def test_fp32_gpu_divergence_is_judged_by_its_margin_never_a_bare_assertion():
+    plain = GenerationResult([5, 6, 7], None, 1.0, margins=[3.0, 0.004, 9.0], top_logits=[32.0] * 3)
+    tie = first_divergence([5, 9, 7], plain, torch.float32, "cuda")
+    assert tie.near_tie and "a near-tie" in tie.message()  # 0.004 <= 0.0156
+    assert not first_divergence([5, 9, 7], plain, torch.float32, "cpu").near_tie  # CPU fp32: exact
+    bug = first_divergence([5, 6, 1], plain, torch.float32, "cuda")
+    assert not bug.near_tie and "NOT a near-tie" in bug.message()
+
+
+def test_tie_bound_is_a_few_ulps_in_bf16():
     # |z| in [16, 32): ulp = 2**(4 - 7) = 0.125
     assert tie_bound(torch.bfloat16, 20.0) == pytest.approx(BF16_TIE_ULPS * 0.125)
     assert tie_bound(torch.bfloat16, 40.0) == pytest.approx(BF16_TIE_ULPS * 0.25)

@@ -13,7 +13,7 @@ from ..decoding.divergence import BF16_TIE_ULPS, first_divergence
 from ..errors import PeagleError
 from ..decoding.target_runner import TargetRunner
 from .inputs import as_prompt_ids, default_prompt_ids, describe_head
-from .lossless import lossless_note, lossless_regime
+from .lossless import lossless_note, lossless_regime, regime_label
 from .methods import Method, head_method, hf_method, plain_method, rounds_of
 from ..environment import environment
 from .record import SCHEMA, finish_environment, rounded
@@ -104,7 +104,7 @@ def end_to_end(model, tokenizer=None, *, parallel_head=None, sequential_head=Non
                 run = got[m.name]
                 rounds = rounds_of(run)
                 tokens = len(run.tokens)
-                div = first_divergence(run.tokens, base.result, dtype) if m.name != "plain" else None
+                div = first_divergence(run.tokens, base.result, dtype, device) if m.name != "plain" else None
                 runs.append({
                     "repeat": r, "prompt": i, "method": m.name, "family": m.family, "k": m.k,
                     "order": order.index(m), "prompt_tokens": len(prompt), "new_tokens": tokens,
@@ -124,9 +124,9 @@ def end_to_end(model, tokenizer=None, *, parallel_head=None, sequential_head=Non
                 progress(f"end to end: repeat {r + 1}/{repeats}, prompt {i + 1}/{len(prompt_ids)}")
 
     summary, profile = aggregate(methods, runs)
-    regime = lossless_regime(dtype)
+    regime = lossless_regime(dtype, device)
 
-    def ok(x):  # fp32: token for token; bf16: identical, or first divergence at a near-tie of the plain run
+    def ok(x):  # fp32 on a CPU: token for token; else identical, or first divergence at a near-tie of the plain run
         if x["identical_to_reference"]:
             return True
         return regime != "exact" and x["divergence"] is not None and x["divergence"]["near_tie"]
@@ -139,7 +139,7 @@ def end_to_end(model, tokenizer=None, *, parallel_head=None, sequential_head=Non
         row["lossless_regime"] = regime
         row["divergences"] = len(divs)
         row["max_divergence_margin"] = rounded(max(d["margin"] for d in divs), 5) if divs else None
-        row["lossless_note"] = lossless_note(regime, len(rows), divs)
+        row["lossless_note"] = lossless_note(regime, len(rows), divs, regime_label(dtype, device))
     hf_vs_plain = lossless.get("hf-greedy")
     notes = []
     bad = [n for n, ok in lossless.items() if not ok and n != "hf-greedy"]

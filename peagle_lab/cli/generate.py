@@ -8,7 +8,7 @@ import warnings
 from pathlib import Path
 
 from .. import validate
-from ..bench.lossless import lossless_note, lossless_regime
+from ..bench.lossless import lossless_note, lossless_regime, regime_label
 from ..decoding.divergence import first_divergence
 from ..decoding.draft_sources import HeadDrafter
 from ..drafter.checkpoint import check_head_dir
@@ -83,13 +83,14 @@ def run(args):
             print("--check compares greedy outputs: ignored with temperature > 0")
         else:
             base = plain_generate(runner, prompt, args.max_new_tokens, eos_ids=tok.eos_token_id)
-            div = first_divergence(res.tokens, base, model.dtype)
-            regime = lossless_regime(model.dtype)
+            div = first_divergence(res.tokens, base, model.dtype, runner.device)
+            regime = lossless_regime(model.dtype, runner.device)
             report["identical_to_plain_greedy"] = base.tokens == res.tokens
             report["lossless_regime"] = regime
             report["divergence"] = div.as_dict() if div else None
             report["lossless"] = div is None or (regime != "exact" and div.near_tie)
-            report["lossless_note"] = lossless_note(regime, 1, [div.as_dict()] if div else [])
+            report["lossless_note"] = lossless_note(regime, 1, [div.as_dict()] if div else [],
+                                                     regime_label(model.dtype, runner.device))
             report["plain_tokens_per_s"] = round(base.tokens_per_s, 2)
             report["speedup_vs_plain"] = round(base.seconds / res.seconds, 3)
     if not args.json:

@@ -8,6 +8,13 @@ top-2 logits of the plain run are closer than that, the two paths may pick diffe
 bug. BF16_TIE_ULPS is the number of ulps (of the top logit) up to which a divergence counts as a near-tie:
 4 ulps = 2**-5 relative: 0.5 logits at |z| = 16..32, 1.0 at |z| = 32..64. (Measured on the embedded target:
 divergences sit at margins of 0 or 1 ulp; a wrong acceptance rule diverges at margins of several logits.)
+float16 keeps 11 significant bits: the same 4 ulps, of an fp16 logit.
+
+float32 on a CPU: the invariant is exact equality (the bound is 0; the test suite holds it for every K). float32 on a
+GPU: cuBLAS picks other kernels (tiling, split-K reductions) for 1 row and for K+1 rows, so the two paths' logits
+differ in their last bits and a near-exact tie may flip. There a divergence counts as a near-tie up to
+FP32_GPU_TIE_RELATIVE of the top logit (2**-11: 0.016 logits at |z| = 32, far below the margins of several logits at
+which a wrong acceptance rule diverges); every divergence is reported with its margin either way.
 """
 
 from __future__ import annotations
@@ -20,6 +27,8 @@ import torch
 from ..errors import PeagleError
 
 BF16_TIE_ULPS = 4
+FP32_GPU_TIE_RELATIVE = 2.0 ** -11
+_SIGNIFICANT_BITS = {torch.bfloat16: 8, torch.float16: 11}
 
 
 def logit_margin(logits_row: torch.Tensor) -> float:
@@ -28,13 +37,15 @@ def logit_margin(logits_row: torch.Tensor) -> float:
     return float(top[0] - top[1])
 
 
-def tie_bound(dtype, top_logit: float) -> float:
-    """The largest plain-run margin a divergence may have and still be a near-tie in ``dtype``: 0 in float32
-    (exact equality is the invariant there), ``BF16_TIE_ULPS`` ulps of the top logit in bfloat16."""
+def tie_bound(dtype, top_logit: float, device="cpu") -> float:
+    """The largest plain-run margin a divergence may have and still be a near-tie in ``dtype`` on ``device``:
+    0 in float32 on a CPU (exact equality is the invariant there), ``FP32_GPU_TIE_RELATIVE`` of the top logit in
+    float32 on a GPU, ``BF16_TIE_ULPS`` ulps of the top logit in bfloat16 / float16."""
+    top = max(abs(top_logit), 2.0 ** -8)
     if dtype in (torch.float32, torch.float64):
-        return 0.0
-    exp = math.floor(math.log2(max(abs(top_logit), 2.0 ** -8)))
-    return BF16_TIE_ULPS * 2.0 ** (exp - 7)
+        return 0.0 if torch.device(device).type == "cpu" else FP32_GPU_TIE_RELATIVE * top
+    exp = math.floor(math.log2(top))
+    return BF16_TIE_ULPS * 2.0 ** (exp - (_SIGNIFICANT_BITS.get(dtype, 8) - 1))
 
 
 @dataclass
@@ -49,14 +60,22 @@ class Divergence:
     def near_tie(self) -> bool:
         return self.margin <= self.bound
 
+    def message(self, where: str = "") -> str:
+        """One line: where the outputs first differ, the plain run's margin there and the bound it is held to."""
+        verdict = "a near-tie" if self.near_tie else "NOT a near-tie: the loop is not lossless"
+        return (f"speculative output differs from plain greedy{where} at token {self.position} (token {self.got} "
+                f"vs {self.plain}; plain top-1 minus top-2 logit {self.margin:.3g}, near-tie bound {self.bound:.3g}): "
+                f"{verdict}")
+
     def as_dict(self) -> dict:
         return {"position": self.position, "margin": round(self.margin, 5), "bound": round(self.bound, 5),
                 "near_tie": self.near_tie, "token": self.got, "plain_token": self.plain}
 
 
-def first_divergence(tokens, plain, dtype) -> Divergence | None:
+def first_divergence(tokens, plain, dtype, device="cpu") -> Divergence | None:
     """Where ``tokens`` first differ from the plain greedy run ``plain`` (a ``speculative.GenerationResult``;
-    None when identical), with the plain run's logit margin there and the near-tie bound of ``dtype``."""
+    None when identical), with the plain run's logit margin there and the near-tie bound of ``dtype`` on
+    ``device`` (:func:`tie_bound`)."""
     n = min(len(tokens), len(plain.tokens))
     pos = next((i for i in range(n) if tokens[i] != plain.tokens[i]), None)
     if pos is None:
@@ -68,4 +87,4 @@ def first_divergence(tokens, plain, dtype) -> Divergence | None:
     top = plain.top_logits[pos] if plain.top_logits else 16.0
     got = tokens[pos] if pos < len(tokens) else -1
     ref = plain.tokens[pos] if pos < len(plain.tokens) else -1
-    return Divergence(pos, plain.margins[pos], tie_bound(dtype, top), got, ref)
+    return Divergence(pos, plain.margins[pos], tie_bound(dtype, top, device), got, ref)

@@ -104,8 +104,8 @@ class Trainer:
         self.rank, self.world = self.acc.process_index, self.acc.num_processes
         self.is_main = self.acc.is_main_process
         check_world_size(cfg, self.world)
-        # bf16 autocast where the hardware multiplies bf16 natively (CUDA, AMX, AVX512-BF16); fp32 elsewhere
-        self.autocast = resolve_dtype(cfg.autocast, self.device, warn=verbose)
+        # bf16 autocast where the hardware multiplies bf16 natively (CUDA sm_80+, AMX, AVX512-BF16); fp32 elsewhere
+        self.autocast = resolve_dtype(cfg.autocast, self.device, warn=verbose, training=True)
         self.fingerprint = target_identity(model)  # the same for the fp32 and the bf16 copy of a target
         source = self._init_source(model) if cfg.init_from else None
         if source is not None:

@@ -213,7 +213,8 @@ def run_generation(model, tokenizer, head, prompt: str = DEFAULT_PROMPT, k: int 
                                gen=gen)
         run.plain_tokens, run.plain_seconds = list(plain.tokens), plain.seconds
         if sampling.greedy:
-            run.divergence = first_divergence(run.tokens, plain, next(model.parameters()).dtype)
+            param = next(model.parameters())
+            run.divergence = first_divergence(run.tokens, plain, param.dtype, param.device)
     run.dtype = str(next(model.parameters()).dtype).replace("torch.", "")
     run.hardware = describe(next(model.parameters()).device)
     run.done = True
