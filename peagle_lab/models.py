@@ -33,13 +33,28 @@ def cache_dir() -> Path:
     return Path(os.environ.get("PEAGLE_CACHE", Path.home() / ".cache" / "peagle-lab"))
 
 
+def local_rank_device(device, env=None) -> torch.device:
+    """Under ``torchrun`` / ``accelerate launch`` (``LOCAL_RANK`` set), a CUDA device without an index is the local
+    rank's GPU, ``cuda:<LOCAL_RANK>``: every process loads its own copy of the target on its own GPU, not all of
+    them on ``cuda:0``. Anything else is returned as it is. A pure function (``env``: default ``os.environ``)."""
+    env = os.environ if env is None else env
+    dev = torch.device(device)
+    if dev.type == "cuda" and dev.index is None and env.get("LOCAL_RANK") not in (None, ""):
+        return torch.device("cuda", int(env["LOCAL_RANK"]))
+    return dev
+
+
 def pick_device(device: str | None = None) -> torch.device:
-    """``device`` argument, else ``$PEAGLE_DEVICE``, else CUDA when present, else CPU; one that exists here."""
+    """``device`` argument, else ``$PEAGLE_DEVICE``, else CUDA when present, else CPU; one that exists here, and
+    under torchrun the local rank's GPU (:func:`local_rank_device`)."""
     from . import validate
 
     if device:
-        return validate.device(device)
-    return validate.device(os.environ.get("PEAGLE_DEVICE") or None, "PEAGLE_DEVICE")
+        dev = validate.device(device)
+    else:
+        dev = validate.device(os.environ.get("PEAGLE_DEVICE") or None, "PEAGLE_DEVICE")
+    ranked = local_rank_device(dev)
+    return ranked if ranked == dev else validate.device(str(ranked), "LOCAL_RANK's device")
 
 
 def target_name() -> str:
@@ -128,6 +143,15 @@ def resolve_target(name_or_path: str | None = None) -> str:
     return str(Path(name).expanduser()) if looks_local else name
 
 
+def load_kwargs(device, dtype) -> dict:
+    """``from_pretrained`` arguments that load the weights directly on ``device`` in ``dtype`` (accelerate's
+    ``device_map``), instead of on the CPU first and then ``.to(device)``."""
+    dev = torch.device(device)
+    if dev.type == "cuda" and dev.index is None:
+        dev = torch.device("cuda", torch.cuda.current_device() if torch.cuda.is_available() else 0)
+    return {"dtype": dtype, "device_map": str(dev)}
+
+
 def load_target(name_or_path: str | None = None, device: str | None = None, dtype=None):
     """Return ``(model, tokenizer)`` in eval mode on ``device``, in ``dtype``. A target no head can serve here (no
     chat template, not a Llama-family decoder, a sliding-window cache: :mod:`peagle_lab.target_check`) is refused
@@ -142,6 +166,8 @@ def load_target(name_or_path: str | None = None, device: str | None = None, dtyp
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     dev = pick_device(device)
+    if dev.type == "cuda" and dev.index is not None and torch.cuda.is_available():
+        torch.cuda.set_device(dev)  # kernels, caches and NCCL of this process on its own GPU
     dtype = dtype if isinstance(dtype, torch.dtype) else resolve_dtype(dtype, dev)
     path = resolve_target(name_or_path)
     if Path(path).is_dir() and not (Path(path) / "config.json").exists():
@@ -163,7 +189,7 @@ def load_target(name_or_path: str | None = None, device: str | None = None, dtyp
         target_check.check_on_meta(config, shown)
         tok = AutoTokenizer.from_pretrained(path)
         target_check.check_chat_template(tok, shown)
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+        model = AutoModelForCausalLM.from_pretrained(path, **load_kwargs(dev, dtype))
     except (OSError, ValueError) as exc:
         raise PeagleError(
             f"Could not load target '{path}': {exc}\nFix: pass a local model directory, set HF_HOME to a "
@@ -172,7 +198,7 @@ def load_target(name_or_path: str | None = None, device: str | None = None, dtyp
     finally:
         if bars:
             hf_logging.enable_progress_bar()
-    model.to(dev).eval()
+    model.eval()
     model.requires_grad_(False)
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token

@@ -50,15 +50,20 @@ class _Phase:
 
 
 def time_once(fn: Callable[[], object], device="cpu") -> float:
-    """Seconds one call of ``fn`` takes: CUDA events on a GPU (after a synchronize), perf_counter on a CPU."""
-    if torch.device(device).type == "cuda":
-        torch.cuda.synchronize(device)
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        return start.elapsed_time(end) / 1000.0
+    """Seconds one call of ``fn`` takes: CUDA events on a GPU (after a synchronize), perf_counter on a CPU.
+
+    On CUDA the events are recorded on ``device``'s current stream (inside ``torch.cuda.device(device)``): an event
+    recorded on another GPU's stream than the one ``fn`` runs on would time nothing (``--device cuda:1`` read ~0 ms)."""
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        with torch.cuda.device(dev):
+            torch.cuda.synchronize(dev)
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            return start.elapsed_time(end) / 1000.0
     t0 = time.perf_counter()
     fn()
     return time.perf_counter() - t0

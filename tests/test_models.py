@@ -64,3 +64,25 @@ def test_tiny_llama_fixture_is_a_seeded_eval_fp32_llama(tiny_llama, random_ids):
     ids = random_ids(batch=2, length=5, vocab=cfg.vocab_size)
     out = model(input_ids=ids, output_hidden_states=True)
     assert out.logits.shape == (2, 5, 96) and len(out.hidden_states) == 5
+
+
+def test_load_target_puts_weights_on_the_device_at_load(tmp_path, tiny_llama, byte_tokenizer, monkeypatch):
+    """The weights load on the device in the dtype (device_map / dtype at load), never CPU first then .to()."""
+    from transformers import AutoModelForCausalLM
+
+    tiny_llama(hidden=16, layers=2).save_pretrained(tmp_path)
+    byte_tokenizer.save_pretrained(tmp_path)
+    seen = {}
+    real = AutoModelForCausalLM.from_pretrained
+
+    def spy(path, **kw):
+        seen.update(kw)
+        return real(path, **kw)
+
+    monkeypatch.setattr(AutoModelForCausalLM, "from_pretrained", spy)
+    model, _ = models.load_target(str(tmp_path), device="cpu", dtype=torch.bfloat16)
+    assert seen == {"dtype": torch.bfloat16, "device_map": "cpu"}
+    assert model.dtype == torch.bfloat16 and next(model.parameters()).device.type == "cpu"
+    monkeypatch.setattr(torch.nn.Module, "to", lambda *a, **k: pytest.fail("the model was moved after loading"))
+    models.load_target(str(tmp_path), device="cpu", dtype=torch.float32)
+    assert models.load_kwargs("cuda:1", torch.bfloat16) == {"dtype": torch.bfloat16, "device_map": "cuda:1"}

@@ -15,9 +15,9 @@ from ..prompts import chat_messages, humaneval_prompts
 from ..settings import DATA_DIR, display_path
 from .. import lock
 from .export import check_export_paths, export_target, export_vllm
-from .engine import speculative_config
+from .engine import _on_gpu, speculative_config
 from .server import client_snippet, serve, server_command
-from .sweep import PLOT, check_port_free, plot_sweep, sweep
+from .sweep import PLOT, check_port_free, plot_sweep, server_settings, sweep
 
 
 def register_cli(sub):
@@ -93,7 +93,7 @@ def _cli_sweep(args):
         check_port_free(args.port)
         check_port_free(args.port + 1)
     head = shipped_head_path(args.head) if args.head in ("parallel", "sequential") else Path(args.head)
-    out = Path(args.out) if args.out else DATA_DIR / "results" / host_slug() / "serving"
+    out = Path(args.out) if args.out else DATA_DIR / "results" / host_slug("cuda" if _on_gpu() else "cpu") / "serving"
     with lock.hold(out):
         _sweep_locked(args, conc, head, out)
 
@@ -106,10 +106,12 @@ def _sweep_locked(args, conc, head, out):
         hdir = tmp / "head"
         export_vllm(head, hdir)
         prompts = [chat_messages(p) for p in humaneval_prompts(args.prompts)]
-        servers["plain"] = serve(tdir, port=args.port)
-        servers["peagle"] = serve(tdir, hdir, k=args.K, port=args.port + 1 if args.port else None)
+        shared = server_settings(_on_gpu())  # on a GPU: half of vLLM's memory share each
+        servers["plain"] = serve(tdir, port=args.port, **shared)
+        servers["peagle"] = serve(tdir, hdir, k=args.K, port=args.port + 1 if args.port else None, **shared)
         doc = sweep(servers, prompts, out, conc, args.requests, args.max_tokens, args.repeats,
-                    meta=dict(host=host_slug(), head=head.name, k=args.K, environment=environment()))
+                    meta=dict(host=host_slug("cuda" if _on_gpu() else "cpu"), head=head.name, k=args.K,
+                              environment=environment("cuda" if _on_gpu() else "cpu"), engine=shared))
     finally:
         for s in servers.values():
             s.stop()

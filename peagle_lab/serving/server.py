@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import PeagleError
-from .engine import engine_kwargs, model_arg, require_vllm, speculative_config
+from .engine import check_vllm_fits, engine_kwargs, model_arg, require_vllm, speculative_config
 from .metrics import spec_metrics_from_prometheus
 
 
@@ -122,6 +122,7 @@ def serve(target_dir=None, head_dir=None, k: int | None = None, parallel: bool |
     Returns a Server with ``.url`` (``http://127.0.0.1:PORT/v1``), ``.chat()``, ``.metrics()``, ``.stop()``.
     """
     require_vllm()
+    check_vllm_fits(kw.get("gpu_memory_utilization"))
     target_dir = model_arg(target_dir)
     port = port or _free_port()
     cmd = server_command(target_dir, head_dir, k, parallel, port, served_name, **kw)

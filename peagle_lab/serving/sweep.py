@@ -2,7 +2,8 @@
 numbers of concurrent requests.
 
 Both servers run on 127.0.0.1 at once; the load alternates between them (plain, P-EAGLE, plain, ...) so the two
-see the same machine. A level sends ``requests`` chat completions through ``concurrency`` client threads, each
+see the same machine. On a GPU they share it: each engine gets half of vLLM's usual memory share
+(:func:`server_settings`), so the second one starts beside the first. A level sends ``requests`` chat completions through ``concurrency`` client threads, each
 bounded in tokens and time; a request the server refuses (too long for the model, say) is recorded and the
 level goes on. Per level: output tokens/s, per-request latency (median, p90), acceptance length from the
 server's ``/metrics`` (the counters' difference over the level). Results are rewritten atomically after every
@@ -26,6 +27,18 @@ from ..errors import PeagleError
 
 CONFIGS = ("plain", "peagle")
 RESULTS_JSON, RESULTS_CSV, PLOT = "serving_sweep.json", "serving_sweep.csv", "serving_sweep.png"
+
+
+def server_settings(on_gpu: bool, servers: int = len(CONFIGS), dtype=None) -> dict:
+    """Engine settings every server of the sweep gets: on a GPU, vLLM's memory share split between the servers
+    (``gpu_memory_utilization`` 0.45 each for two: two engines asking 0.9 each cannot both start on one GPU); the
+    dtype, when given, the same for both."""
+    from .engine import VLLM_GPU_UTILIZATION
+
+    kw = {} if dtype is None else {"dtype": dtype}
+    if on_gpu:
+        kw["gpu_memory_utilization"] = round(VLLM_GPU_UTILIZATION / servers, 3)
+    return kw
 
 
 def check_port_free(port: int, host: str = "127.0.0.1") -> None:

