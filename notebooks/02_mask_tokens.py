@@ -263,12 +263,11 @@ with torch.no_grad():
     worst = 0.0
     for a in plan.depths[K_CHECK - 1].anchor_pos[:3].tolist():
         n = a + 1
-        ids = torch.cat([x[1:n + 1], torch.full((K_CHECK - 1,), head.config.mask_token_id)])[None]
-        hidden = torch.cat([head.fuse(taps[:n]), head.mask_slot_hidden()[0].expand(K_CHECK - 1, -1)])[None]
-        draft_logits, _ = head(ids, hidden, torch.arange(n + K_CHECK - 1)[None])
+        # context slots 0..a, then K - 1 mask slots; one_pass_logits puts them on the head's device (CPU or CUDA)
+        draft_logits = head.one_pass_logits(x[1:n + 1], taps[:n], K_CHECK)
         for d in range(K_CHECK):
             i = int((plan.depths[d].anchor_pos == a).nonzero())
-            worst = max(worst, float((train_logits[d][i] - draft_logits[0, n - 1 + d]).abs().max()))
+            worst = max(worst, float((train_logits[d][i] - draft_logits[n - 1 + d].to(train_logits[d].device)).abs().max()))
 print(f"largest logit difference, training element vs one-pass draft: {worst:.1e}")
 
 # %%

@@ -16,6 +16,28 @@ from peagle_lab.serving import engine, server, sweep
 GiB = 1 << 30
 
 
+class SameDevice(torch.overrides.TorchFunctionMode):
+    """Every torch op inside refuses tensor operands on more than one device (0-dim CPU scalars aside), as a CUDA
+    kernel does; lets a CPU test catch a CPU tensor fed to a module on another device ('meta')."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        devices = set()
+
+        def visit(x):
+            if isinstance(x, torch.Tensor) and not (x.dim() == 0 and x.device.type == "cpu"):
+                devices.add(x.device.type)
+            elif isinstance(x, (list, tuple)):
+                for y in x:
+                    visit(y)
+
+        for a in (*args, *kwargs.values()):
+            visit(a)
+        if len(devices) > 1:
+            raise RuntimeError(f"{getattr(func, '__name__', func)}: operands on devices {sorted(devices)}")
+        return func(*args, **kwargs)
+
+
 @pytest.mark.parametrize("device, env, want", [
     ("cpu", {}, "cpu"),
     ("cuda", {}, "cuda"),
@@ -28,12 +50,12 @@ def test_each_rank_loads_the_target_on_its_local_gpu(device, env, want):
     assert models.local_rank_device(device, env) == torch.device(want)
 
 
-def test_pick_device_applies_the_local_rank(monkeypatch):
-    monkeypatch.setenv("LOCAL_RANK", "1")
+def test_every_command_picks_its_device_through_the_local_rank(monkeypatch):
+    seen = []
+    monkeypatch.setattr(models, "local_rank_device", lambda dev, env=None: seen.append(dev) or dev)
     monkeypatch.setenv("PEAGLE_DEVICE", "cpu")
-    assert models.pick_device() == torch.device("cpu")
-    monkeypatch.setattr(models, "local_rank_device", lambda dev, env=None: torch.device("cpu"))
-    assert models.pick_device("cpu") == torch.device("cpu")
+    assert models.pick_device() == models.pick_device("cpu") == torch.device("cpu")
+    assert seen == [torch.device("cpu")] * 2
 
 
 def test_time_once_records_cuda_events_on_the_timed_device(monkeypatch):
@@ -102,3 +124,28 @@ def test_vllm_memory_check_names_both_numbers():
     engine.check_gpu_memory(free_bytes=20 * GiB, total_bytes=22 * GiB, utilization=0.9)  # 19.8 GiB asked: fits
     with pytest.raises(PeagleError, match=r"asks for 19\.8 GiB.*of 22\.0 GiB.*only 16\.5 GiB are free.*Fix:"):
         engine.check_gpu_memory(free_bytes=int(16.5 * GiB), total_bytes=22 * GiB, utilization=0.9)
+
+
+def test_one_pass_logits_moves_cpu_inputs_to_the_heads_device(tiny_llama):
+    """Notebook 02's "trained as it drafts" cell feeds CPU features to a head the Trainer may have put on CUDA: the
+    helper it calls moves them. A head on the 'meta' device stands in for CUDA; torch lets meta and CPU tensors
+    mix, so SameDevice makes every op refuse operands on two devices, as CUDA kernels do."""
+    from peagle_lab.drafter import PEagleConfig, PEagleDrafter
+
+    target = tiny_llama(hidden=16, layers=2)
+    cfg = PEagleConfig.from_target(target.config, mask_token_id=5, num_speculative_tokens=3)
+    head = PEagleDrafter(cfg).init_from_target(target).eval()
+    ids, taps = torch.tensor([7, 8, 9, 10]), torch.randn(4, 3 * 16, dtype=torch.bfloat16)
+    with torch.no_grad():
+        on_cpu = head.one_pass_logits(ids, taps, 3)
+        assert on_cpu.shape == (4 + 2, cfg.draft_vocab_size)
+        manual, _ = head(torch.tensor([[7, 8, 9, 10, 5, 5]]),
+                         torch.cat([head.fuse(taps.float()), head.mask_slot_hidden()[0].expand(2, -1)])[None],
+                         torch.arange(6)[None])
+        assert torch.equal(on_cpu, manual[0])
+        head.to("meta")
+        with SameDevice(), pytest.raises(RuntimeError, match="devices"):
+            head.fuse(taps.float())  # the defect: a CPU tensor into a head on another device
+        with SameDevice():
+            out = head.one_pass_logits(ids, taps, 3)
+    assert out.device.type == "meta" and out.shape == on_cpu.shape

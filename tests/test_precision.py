@@ -193,3 +193,16 @@ def test_bf16_check_catches_a_wrong_acceptance_rule(smollm2_bf16, monkeypatch):
     model, tok = smollm2_bf16
     runs = _bf16_runs(model, tok, _heads(model), [("parallel", 3)], n_prompts=2, new=24)
     assert any(d is not None and not d.near_tie for _, _, d in runs), [d for _, _, d in runs]
+
+
+def test_agreement_of_engines_is_identical_or_near_ties_only():
+    from peagle_lab.divergence import agreement
+
+    plain = GenerationResult([5, 6, 7], None, 1.0, margins=[3.0, 0.004, 9.0], top_logits=[32.0] * 3)
+    same = agreement([[[5, 6, 7]], [[5, 6, 7]]], [plain], torch.float32, "cpu")
+    assert same["identical"] and same["near_ties_only"] and same["note"] == "identical"
+    tie = agreement([[[5, 6, 7]], [[5, 9, 7]]], [plain], torch.float32, "cuda")
+    assert not tie["identical"] and tie["near_ties_only"] and tie["note"].startswith("only near-ties")
+    assert not agreement([[[5, 6, 7]], [[5, 9, 7]]], [plain], torch.float32, "cpu")["near_ties_only"]
+    bug = agreement([[[5, 6, 7]], [[5, 6, 1]]], [plain], torch.float32, "cuda")
+    assert not bug["near_ties_only"] and "NOT only near-ties" in bug["note"]

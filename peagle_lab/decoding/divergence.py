@@ -88,3 +88,27 @@ def first_divergence(tokens, plain, dtype, device="cpu") -> Divergence | None:
     got = tokens[pos] if pos < len(tokens) else -1
     ref = plain.tokens[pos] if pos < len(plain.tokens) else -1
     return Divergence(pos, plain.margins[pos], tie_bound(dtype, top, device), got, ref)
+
+
+def agreement(output_sets, plains, dtype, device="cpu") -> dict:
+    """Do several greedy runs of the same prompts agree (vLLM with and without a head, our loop and vLLM)?
+
+    ``output_sets``: one list of token lists per run, prompt by prompt; ``plains``: our plain greedy
+    ``GenerationResult`` of each prompt (with its logit margins). ``identical``: every run gives the same tokens
+    for every prompt. Otherwise each output is held against our plain run by the near-tie rule of ``dtype`` on
+    ``device`` (:func:`tie_bound`): ``near_ties_only`` when every divergence lies within the bound; ``note`` says
+    it in one line with the largest margin."""
+    identical = all(run[i] == output_sets[0][i] for run in output_sets for i in range(len(plains)))
+    divs = [d for run in output_sets for toks, plain in zip(run, plains)
+            if (d := first_divergence(toks, plain, dtype, device)) is not None]
+    ok = all(d.near_tie for d in divs)
+    if identical:
+        note = "identical"
+    elif not divs:
+        note = "runs differ from each other but none from our plain greedy run (a bug of the comparison)"
+        ok = False
+    else:
+        worst = max(divs, key=lambda d: d.margin)
+        note = (f"{'only near-ties' if ok else 'NOT only near-ties'}: {len(divs)} outputs diverge from plain greedy, "
+                f"largest margin {worst.margin:.3g} (bound {worst.bound:.3g})")
+    return {"identical": identical, "near_ties_only": ok, "divergences": [d.as_dict() for d in divs], "note": note}

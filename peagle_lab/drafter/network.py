@@ -263,6 +263,20 @@ class PEagleDrafter(nn.Module):
         prenorm = h + residual
         return self.lm_head(self.norm(prenorm[:, logits_from:])), prenorm
 
+    def one_pass_logits(self, context_ids, taps: torch.Tensor, k: int) -> torch.Tensor:
+        """The draft-vocab logits (n + k - 1, Vd) of one parallel drafting pass without a cache: context slots
+        ``0..n-1`` (token ``context_ids[i]`` with the fused tap ``taps[i]``), then ``k - 1`` mask slots (the mask
+        token with ``fc(mask_hidden)``); the drafts are the argmax of the last ``k`` rows. The inputs may live on
+        any device and in any dtype: they are moved to the head's (a CPU tensor fed to a head on CUDA fails)."""
+        w = self.fc.weight
+        ids = torch.as_tensor(context_ids, dtype=torch.long).to(w.device).view(-1)
+        n = ids.numel()
+        ids = torch.cat([ids, ids.new_full((k - 1,), self.config.mask_token_id)])[None]
+        hidden = self.fuse(taps.to(w.device, w.dtype).view(n, -1))
+        hidden = torch.cat([hidden, self.mask_slot_hidden()[0].expand(k - 1, -1)])[None]
+        logits, _ = self(ids, hidden, torch.arange(n + k - 1, device=w.device)[None])
+        return logits[0]
+
     def to_target_logits(self, draft_logits: torch.Tensor) -> torch.Tensor:
         """Scatter draft-vocab logits into the target vocabulary (unmapped ids: -inf), like vLLM."""
         if self.config.draft_vocab_size == self.config.vocab_size:
