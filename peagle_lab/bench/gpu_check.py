@@ -1,0 +1,472 @@
+"""The GPU check: what only a CUDA machine can show, in one unattended run of a few minutes, with nothing but torch,
+transformers, accelerate, pytest, matplotlib and tokenizers installed (no Jupyter, no vLLM, no network, no SmolLM2
+weights, no shipped heads).
+
+Stages, each in its own process with its own time limit; a stage that fails or runs out of time is recorded and the
+next one runs (``scripts/gpu_check.sh`` is the entry point):
+
+1. ``env``: torch, CUDA, the GPU, its compute capability, free memory, the dtype ``auto`` picks, the host label;
+2. ``tiny_target``: a tiny randomly initialised Qwen3-shaped target with a byte-level tokenizer and a chat template,
+   written to ``OUT/tiny-target`` (:func:`build_tiny_target`);
+3. ``unit_tests``: the unit tests that need none of the missing packages (:data:`UNIT_TESTS`);
+4. ``loop``: greedy speculative decoding on the device against plain greedy decoding, K = 1..8, parallel and
+   sequential drafting: fp32 held to the near-tie rule (``divergence.tie_bound``), bf16 with every divergence's
+   margin;
+5. ``notebooks``: every ``notebooks/*.py`` (jupytext percent format) run as a script on the device against the tiny
+   target at CI sizes; a notebook that needs a package this machine lacks (vLLM, ipywidgets) is skipped with that
+   reason;
+6. ``timing``: one parallel drafting pass against K sequential passes, and verifying K+1 tokens against decoding one,
+   on a randomly initialised target and head of a real size (Llama-3.1-8B's shapes in bf16; built on the meta device
+   and materialised on the GPU with ``to_empty``), timed with CUDA events (``bench.drafting.drafting_cost``).
+
+Results: ``OUT/results.json`` (one entry per stage: ok, seconds, error, what it measured), ``OUT/<stage>.json``,
+``OUT/gpu_check.log``. ``OUT`` is ``$OUT`` when set, else ``build/gpu-check/<host>``. ``--dry-run`` runs the same
+stages on the CPU at tiny sizes (the test suite does, in seconds).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+import traceback
+import types
+from pathlib import Path
+
+from ..settings import REPO_ROOT
+
+# name -> seconds it may take on the GPU; their sum stays under 8 minutes with the start-up of each process
+STAGES = {"env": 30, "tiny_target": 45, "unit_tests": 110, "loop": 60, "notebooks": 150, "timing": 75}
+TOTAL_BUDGET_S = 470
+# Unit tests that import nothing beyond torch, transformers, accelerate, pytest, matplotlib and tokenizers at
+# module level; the markers leave out what needs SmolLM2, vLLM, a browser, several processes or minutes of CPU.
+UNIT_TESTS = ["tests/test_gpu_correctness.py", "tests/test_precision.py", "tests/test_models.py",
+              "tests/test_kv_cache.py", "tests/test_drafter.py", "tests/test_training.py", "tests/test_lens.py",
+              "tests/test_cli_errors.py"]
+UNIT_MARKERS = "not real_model and not vllm and not browser and not distributed and not slow"
+# Llama-3.1-8B's shapes: the real-size timing's target (random weights, bf16)
+REAL_SIZE = dict(hidden_size=4096, num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8,
+                 intermediate_size=14336, vocab_size=128256, max_position_embeddings=8192, rope_theta=500000.0)
+DRY_SIZE = dict(hidden_size=64, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
+                intermediate_size=128, vocab_size=512, max_position_embeddings=512, rope_theta=10000.0)
+OPTIONAL_MODULES = {"vllm": "needs vLLM (not installed here)", "ipywidgets": "needs ipywidgets (not installed here)"}
+
+
+# ------------------------------------------------------------------------------------------------ helpers
+def out_dir(dry_run: bool) -> Path:
+    """``$OUT`` when set, else ``build/gpu-check/<host>`` (``<host>-dry-run`` for a dry run)."""
+    if os.environ.get("OUT"):
+        return Path(os.environ["OUT"])
+    from ..precision import host_slug
+
+    host = host_slug("cpu" if dry_run else None)
+    return REPO_ROOT / "build" / "gpu-check" / (host + ("-dry-run" if dry_run else ""))
+
+
+def device_of(dry_run: bool):
+    import torch
+
+    if dry_run:
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        raise RuntimeError("no CUDA device. Fix: run on a machine with a CUDA GPU, or pass --dry-run")
+    return torch.device("cuda", 0)
+
+
+def _write(path: Path, doc) -> None:
+    from ..atomic import write_json
+
+    write_json(path, doc, indent=1)
+
+
+# ------------------------------------------------------------------------------------------------ stage 1
+def stage_env(out: Path, dry_run: bool) -> dict:
+    import torch
+    import transformers
+
+    from ..precision import describe_choice, dtype_name, host_slug, resolve_dtype
+
+    dev = device_of(dry_run)
+    rec = {"torch": torch.__version__, "cuda_build": torch.version.cuda, "transformers": transformers.__version__,
+           "python": sys.version.split()[0], "device": str(dev), "host": host_slug(dev)}
+    auto = resolve_dtype("auto", dev, warn=False)
+    rec["auto_dtype"] = dtype_name(auto)
+    rec["auto_dtype_why"] = describe_choice(auto, dev, "auto")
+    if dev.type == "cuda":
+        free, total = torch.cuda.mem_get_info(dev)
+        rec |= {"gpu": torch.cuda.get_device_name(dev), "capability": list(torch.cuda.get_device_capability(dev)),
+                "gpus": torch.cuda.device_count(), "free_gib": round(free / 2**30, 2),
+                "total_gib": round(total / 2**30, 2), "tf32_matmul": torch.backends.cuda.matmul.allow_tf32}
+    return rec
+
+
+# ------------------------------------------------------------------------------------------------ stage 2
+CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+          "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
+def build_tiny_target(path: Path, seed: int = 0) -> Path:
+    """A tiny randomly initialised Qwen3 target (q/k norm, tied embeddings, GQA) with a byte-level tokenizer and a
+    ChatML chat template, saved with ``save_pretrained`` under ``path``; seconds, offline. (The one place that
+    builds it here: when the project's own tiny-target command exists, this calls it instead.)"""
+    import torch
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
+
+    alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
+    backend = Tokenizer(models.BPE(vocab={ch: i for i, ch in enumerate(alphabet)}, merges=[]))
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    backend.decoder = decoders.ByteLevel()
+    tok = PreTrainedTokenizerFast(tokenizer_object=backend)
+    tok.add_special_tokens({"eos_token": "<|im_end|>", "bos_token": "<|im_start|>", "pad_token": "<|endoftext|>",
+                            "additional_special_tokens": ["<|mask|>"]})
+    tok.chat_template = CHATML
+    cfg = Qwen3Config(vocab_size=320, hidden_size=96, intermediate_size=192, num_hidden_layers=6,
+                      num_attention_heads=6, num_key_value_heads=2, head_dim=16, max_position_embeddings=2048,
+                      tie_word_embeddings=True, rms_norm_eps=1e-6, bos_token_id=tok.bos_token_id,
+                      eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+    torch.manual_seed(seed)
+    model = Qwen3ForCausalLM(cfg).eval()
+    path.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(path)
+    tok.save_pretrained(path)
+    return path
+
+
+def stage_tiny_target(out: Path, dry_run: bool) -> dict:
+    from ..models import load_target
+
+    path = build_tiny_target(out / "tiny-target")
+    dev = device_of(dry_run)
+    from ..prompts import chat_ids
+
+    model, tok = load_target(str(path), device=str(dev), dtype="float32")
+    param = next(model.parameters())
+    ids = chat_ids(tok, "hi")
+    return {"path": "tiny-target", "loaded_on": str(param.device), "dtype": str(param.dtype),
+            "layers": model.config.num_hidden_layers, "vocab": model.config.vocab_size, "chat_prompt_tokens": len(ids),
+            "on_requested_device": param.device.type == dev.type}
+
+
+# ------------------------------------------------------------------------------------------------ stage 3
+def stage_unit_tests(out: Path, dry_run: bool, pytest_args: list[str] | None = None) -> dict:
+    args = pytest_args if pytest_args else [*UNIT_TESTS, "-m", UNIT_MARKERS]
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--continue-on-collection-errors",
+           f"--junitxml={out / 'unit_tests.xml'}", *args]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]))
+    proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, env=env)
+    (out / "unit_tests.log").write_text(proc.stdout + proc.stderr)
+    tail = [line for line in proc.stdout.splitlines() if line.strip()][-1:] or [""]
+    counts = {k: int(v) for v, k in re.findall(r"(\d+) (passed|failed|errors?|skipped|deselected)", tail[0])}
+    if proc.returncode not in (0, 5):
+        raise RuntimeError(f"pytest exit {proc.returncode}: {tail[0]} (log: unit_tests.log)")
+    return {"summary": tail[0], "counts": counts, "selection": args}
+
+
+# ------------------------------------------------------------------------------------------------ stage 4
+def stage_loop(out: Path, dry_run: bool, ks=range(1, 9), prompts: int = 3, new_tokens: int = 40) -> dict:
+    """Greedy speculative decoding on the device against plain greedy: fp32 (near-tie rule with its GPU bound; on
+    a CPU exact) and bf16 (near-tie rule), parallel and sequential drafting with a fresh head of the target's shape
+    (its drafts are rarely accepted; what is checked is that the output does not change)."""
+    import torch
+
+    from ..bench.lossless import lossless_regime
+    from ..divergence import first_divergence
+    from ..draft_sources import HeadDrafter
+    from ..drafter import PEagleConfig, PEagleDrafter
+    from ..models import load_target
+    from ..prompts import chat_ids
+    from ..speculative import plain_generate, speculative_generate
+    from ..target_runner import TargetRunner
+
+    dev = device_of(dry_run)
+    if dry_run:  # the same code path, sized for a test
+        ks, prompts, new_tokens = (1, 3), 1, 10
+    path = out / "tiny-target"
+    if not (path / "config.json").exists():
+        build_tiny_target(path)
+    texts = ["Write a function that reverses a list.", "What is a prime number?", "Sort these: 3 1 2",
+             "Explain recursion briefly."][:prompts]
+    result = {}
+    for dtype in (torch.float32, torch.bfloat16):
+        model, tok = load_target(str(path), device=str(dev), dtype=dtype)
+        torch.manual_seed(0)
+        cfg = PEagleConfig.from_target(model.config, mask_token_id=tok.convert_tokens_to_ids("<|mask|>"),
+                                       num_speculative_tokens=max(ks))
+        head = PEagleDrafter(cfg).init_from_target(model).to(dev, dtype).eval()
+        runner = TargetRunner(model, cfg.aux_hidden_state_layer_ids)
+        rows, divs = 0, []
+        for text in texts:
+            ids = chat_ids(tok, text)
+            plain = plain_generate(runner, list(ids), new_tokens, eos_ids=None)
+            for mode in ("parallel", "sequential"):
+                for k in ks:
+                    res = speculative_generate(runner, HeadDrafter(head, mode), list(ids), k, new_tokens, eos_ids=None)
+                    rows += 1
+                    d = first_divergence(res.tokens, plain, dtype, dev)
+                    if d is not None:
+                        divs.append(dict(mode=mode, k=k, prompt=text[:30], **d.as_dict()))
+        name = str(dtype).replace("torch.", "")
+        result[name] = {"runs": rows, "regime": lossless_regime(dtype, dev), "divergences": divs,
+                        "near_ties_only": all(d["near_tie"] for d in divs)}
+        del model, head, runner
+    bad = [k for k, v in result.items() if not v["near_ties_only"]]
+    if bad:
+        _write(out / "loop.json", result)
+        raise RuntimeError(f"speculative output diverged from plain greedy beyond the near-tie bound in {bad}")
+    return result
+
+
+# ------------------------------------------------------------------------------------------------ stage 5
+def _display_shim() -> None:
+    """Stand-ins for ``IPython.display`` where IPython is not installed: ``display`` prints a text form."""
+    if importlib.util.find_spec("IPython") is not None:
+        return
+    ipy, disp = types.ModuleType("IPython"), types.ModuleType("IPython.display")
+
+    class _Shown:
+        def __init__(self, data=None, **kw):
+            self.data = data
+
+        def __repr__(self):
+            return str(self.data)[:2000]
+
+    disp.Markdown = disp.HTML = disp.Image = _Shown
+    disp.display = lambda *objs, **kw: print(*objs)
+    ipy.display = disp
+    sys.modules["IPython"], sys.modules["IPython.display"] = ipy, disp
+
+
+def run_notebook_source(path: Path) -> None:
+    """Execute a notebook's percent-format source as one script (the current process; the cells in order)."""
+    _display_shim()
+    os.environ.setdefault("MPLBACKEND", "Agg")
+    code = compile(Path(path).read_text(), str(path), "exec")
+    os.chdir(Path(path).parent)
+    exec(code, {"__name__": "__main__", "__file__": str(path)})
+
+
+def notebook_needs(source: str) -> str | None:
+    """Why a notebook cannot run here (an optional package it imports that is not installed), else None."""
+    for mod, why in OPTIONAL_MODULES.items():
+        if re.search(rf"^\s*(import|from) {mod}\b", source, re.M) and importlib.util.find_spec(mod) is None:
+            return why
+    return None
+
+
+def stage_notebooks(out: Path, dry_run: bool, notebooks_dir: Path | None = None, deadline_s: float = 150.0,
+                    target: Path | None = None) -> dict:
+    nb_dir = Path(notebooks_dir) if notebooks_dir else REPO_ROOT / "notebooks"
+    target = target or out / "tiny-target"
+    if not (target / "config.json").exists():
+        build_tiny_target(target)
+    dev = device_of(dry_run)
+    env = dict(os.environ, PEAGLE_TARGET=str(target), PEAGLE_DEVICE=str(dev), PEAGLE_CI="1", MPLBACKEND="Agg",
+               PEAGLE_RESULTS=str(out / "notebook-results"), TQDM_DISABLE="1", HF_HUB_OFFLINE="1",
+               PYTHONPATH=os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]))
+    logs = out / "notebooks"
+    logs.mkdir(parents=True, exist_ok=True)
+    t_end = time.monotonic() + deadline_s
+    rows = {}
+    for nb in sorted(nb_dir.glob("[0-9]*.py")):
+        why = notebook_needs(nb.read_text())
+        left = t_end - time.monotonic()
+        if why or left < 5:
+            rows[nb.stem] = {"status": "skipped", "reason": why or "out of the stage's time"}
+            continue
+        t0 = time.monotonic()
+        cmd = [sys.executable, "-m", "peagle_lab.bench.gpu_check", "--run-notebook", str(nb.resolve())]
+        try:
+            proc = subprocess.run(cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=left)
+            rc, text = proc.returncode, proc.stdout + proc.stderr
+        except subprocess.TimeoutExpired as exc:
+            rc, text = "timeout", f"{exc.stdout or ''}{exc.stderr or ''}\n[gpu_check] timed out after {left:.0f} s"
+            text = text if isinstance(text, str) else text.decode(errors="replace")
+        (logs / f"{nb.stem}.log").write_text(text)
+        missing = re.search(r"No module named '([\w.]+)'", text) if rc != 0 else None
+        if missing and missing.group(1).split(".")[0] in OPTIONAL_MODULES:
+            rows[nb.stem] = {"status": "skipped", "reason": OPTIONAL_MODULES[missing.group(1).split(".")[0]]}
+            continue
+        last = [line for line in text.splitlines() if line.strip()][-1:] or [""]
+        rows[nb.stem] = {"status": "ok" if rc == 0 else "failed", "seconds": round(time.monotonic() - t0, 1),
+                         **({} if rc == 0 else {"error": last[0][-300:], "log": f"notebooks/{nb.stem}.log"})}
+    failed = [k for k, v in rows.items() if v["status"] == "failed"]
+    if failed:
+        _write(out / "notebooks.json", rows)
+        raise RuntimeError(f"notebooks failed: {failed} (logs under notebooks/)")
+    return rows
+
+
+# ------------------------------------------------------------------------------------------------ stage 6
+def real_size_target(shape: dict, device, dtype):
+    """A randomly initialised Llama of ``shape``, built on the meta device and materialised on ``device`` with
+    ``to_empty`` (no CPU copy, no slow init): weights N(0, 0.02), norms 1, the rotary tables recomputed."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(**shape, rms_norm_eps=1e-5, tie_word_embeddings=False, bos_token_id=1, eos_token_id=2,
+                      pad_token_id=0)
+    with torch.device("meta"):
+        model = LlamaForCausalLM(cfg).to(dtype)
+    model = model.to_empty(device=device)
+    gen = torch.Generator(device=device).manual_seed(0)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            p.fill_(1.0) if "norm" in name else p.normal_(0.0, 0.02, generator=gen)
+    with torch.device(device):  # its inverse frequencies are computed at construction, not stored
+        model.model.rotary_emb = type(model.model.rotary_emb)(config=cfg)
+    model.eval().requires_grad_(False)
+    return model
+
+
+def real_size_head(model, draft_vocab: int, k: int, device, dtype):
+    """A P-EAGLE head of the target's shape (1 layer), built directly on ``device`` (random weights)."""
+    import torch
+
+    from ..drafter import PEagleConfig, PEagleDrafter
+
+    cfg = PEagleConfig.from_target(model.config, mask_token_id=3, num_speculative_tokens=k,
+                                   draft_vocab_size=draft_vocab)
+    with torch.device(device):
+        head = PEagleDrafter(cfg)
+    head.set_draft_vocab(torch.arange(draft_vocab))
+    return head.to(dtype).eval().requires_grad_(False)
+
+
+def stage_timing(out: Path, dry_run: bool, ks=(1, 3, 5, 7, 8), repeats: int = 10, prompt_tokens: int = 512) -> dict:
+    import torch
+
+    from ..bench.drafting import drafting_cost
+
+    dev = device_of(dry_run)
+    shape, dtype = (DRY_SIZE, torch.float32) if dry_run else (REAL_SIZE, torch.bfloat16)
+    if dry_run:
+        ks, repeats, prompt_tokens = (1, 3), 2, 32
+    t0 = time.perf_counter()
+    model = real_size_target(shape, dev, dtype)
+    head = real_size_head(model, min(32768, shape["vocab_size"]), max(ks), dev, dtype)
+    build_s = time.perf_counter() - t0
+    gen = torch.Generator().manual_seed(0)
+    prompt = torch.randint(10, shape["vocab_size"], (prompt_tokens,), generator=gen).tolist()
+    doc = drafting_cost(head, model, prompt_ids=prompt, ks=ks, repeats=repeats, warmup=2 if dry_run else 3)
+    params = sum(p.numel() for p in model.parameters())
+    doc["config"] |= {"target_shape": shape, "target_params": params, "dtype": str(dtype).replace("torch.", ""),
+                      "build_s": round(build_s, 2), "weights": "random (meta init + to_empty)"}
+    _write(out / "timing_drafting_cost.json", doc)
+    rows = [{k: r.get(k) for k in ("k", "parallel_ms", "sequential_ms", "ratio_seq_over_par", "verify_ms",
+                                    "verify_ratio")} for r in doc["rows"]]
+    return {"target_params": params, "dtype": doc["config"]["dtype"], "prompt_tokens": prompt_tokens,
+            "decode_step_ms": doc.get("target_step_ms"), "rows": rows, "timer": doc["env"].get("timer"),
+            "build_s": round(build_s, 2)}
+
+
+STAGE_FUNCS = {"env": stage_env, "tiny_target": stage_tiny_target, "unit_tests": stage_unit_tests,
+               "loop": stage_loop, "notebooks": stage_notebooks, "timing": stage_timing}
+
+
+# ------------------------------------------------------------------------------------------------ driver
+def run_stage(name: str, out: Path, dry_run: bool, extra: dict) -> int:
+    """One stage in this process: its result or its error (with the traceback) to ``OUT/<name>.json``."""
+    t0 = time.perf_counter()
+    try:
+        kw = {k: v for k, v in extra.items() if k in STAGE_FUNCS[name].__code__.co_varnames and v is not None}
+        data, ok, error = STAGE_FUNCS[name](out, dry_run, **kw), True, None
+    except BaseException as exc:  # noqa: BLE001 - every failure is recorded; the driver goes on
+        data, ok, error = None, False, f"{type(exc).__name__}: {exc}"
+        traceback.print_exc()
+    doc = {"stage": name, "ok": ok, "seconds": round(time.perf_counter() - t0, 2), "error": error, "result": data}
+    _write(out / f"{name}.json", doc)
+    return 0 if ok else 1
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="gpu_check", description=__doc__.split("\n\n")[0])
+    p.add_argument("--dry-run", action="store_true", default=os.environ.get("PEAGLE_GPU_DRY_RUN") == "1",
+                   help="the same stages on the CPU at tiny sizes (also PEAGLE_GPU_DRY_RUN=1)")
+    p.add_argument("--stages", default=",".join(STAGES), help="comma-separated subset of " + ",".join(STAGES))
+    p.add_argument("--stage", default=None, help=argparse.SUPPRESS)  # one stage, in this process (the driver's child)
+    p.add_argument("--run-notebook", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--notebooks-dir", default=None, help="notebook sources to run (default notebooks/)")
+    p.add_argument("--pytest-args", default=None, help="the unit-test selection (default: UNIT_TESTS and markers)")
+    p.add_argument("--budget", type=float, default=TOTAL_BUDGET_S, help="seconds for all stages together")
+    p.add_argument("--in-process", action="store_true",
+                   help="run the stages one after the other in this process (no per-stage time limit; the dry-run test)")
+    args = p.parse_args(argv)
+    if args.run_notebook:
+        run_notebook_source(Path(args.run_notebook))
+        return 0
+    out = out_dir(args.dry_run).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    extra = {"notebooks_dir": args.notebooks_dir,
+             "pytest_args": args.pytest_args.split() if args.pytest_args else None}
+    if args.stage:
+        return run_stage(args.stage, out, args.dry_run, extra)
+
+    names = [s for s in args.stages.split(",") if s]
+    unknown = sorted(set(names) - set(STAGES))
+    if unknown:
+        print(f"gpu_check: error: unknown stages {unknown}. Fix: --stages from {','.join(STAGES)}", file=sys.stderr)
+        return 2
+    start = time.monotonic()
+    log = open(out / "gpu_check.log", "a")
+    summary = {"out": str(out), "dry_run": args.dry_run, "budget_s": args.budget, "stages": {}}
+
+    def say(msg):
+        line = f"[gpu_check {time.monotonic() - start:6.1f} s] {msg}"
+        print(line, flush=True)
+        log.write(line + "\n")
+        log.flush()
+
+    for name in names:
+        left = args.budget - (time.monotonic() - start)
+        limit = min(STAGES[name], left)
+        if limit < 5:
+            summary["stages"][name] = {"ok": False, "error": "not run: the total time budget is spent"}
+            say(f"{name}: not run (budget spent)")
+            continue
+        say(f"{name}: start (limit {limit:.0f} s)")
+        path = out / f"{name}.json"
+        if args.in_process:
+            run_stage(name, out, args.dry_run, extra)
+            doc = json.loads(path.read_text())
+            summary["stages"][name] = {k: doc.get(k) for k in ("ok", "seconds", "error")}
+            say(f"{name}: {'ok' if doc['ok'] else 'FAILED: ' + str(doc['error'])[:200]} ({doc['seconds']} s)")
+            continue
+        cmd = [sys.executable, "-m", "peagle_lab.bench.gpu_check", "--stage", name, *(["--dry-run"] if args.dry_run
+                                                                                      else [])]
+        if args.notebooks_dir:
+            cmd += ["--notebooks-dir", args.notebooks_dir]
+        if args.pytest_args:
+            cmd += ["--pytest-args", args.pytest_args]
+        env = dict(os.environ, OUT=str(out),
+                   PYTHONPATH=os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]))
+        t0 = time.monotonic()
+        path.unlink(missing_ok=True)  # what the stage writes now, never an earlier run's
+        try:
+            proc = subprocess.run(cmd, cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, timeout=limit)
+            rc = proc.returncode
+        except subprocess.TimeoutExpired:
+            rc = "timeout"
+        doc = json.loads(path.read_text()) if path.exists() else None
+        if rc == "timeout" or doc is None:
+            doc = {"stage": name, "ok": False, "seconds": round(time.monotonic() - t0, 1), "result": None,
+                   "error": f"timed out after {limit:.0f} s" if rc == "timeout" else f"exit {rc}, no result"}
+            _write(path, doc)
+        summary["stages"][name] = {k: doc.get(k) for k in ("ok", "seconds", "error")}
+        say(f"{name}: {'ok' if doc['ok'] else 'FAILED: ' + str(doc['error'])[:200]} ({doc['seconds']} s)")
+    summary["total_s"] = round(time.monotonic() - start, 1)
+    summary["ok"] = all(s.get("ok") for s in summary["stages"].values())
+    _write(out / "results.json", summary)
+    say(f"done in {summary['total_s']} s: {'all stages ok' if summary['ok'] else 'some stages FAILED'}; "
+        f"results in {out}")
+    log.close()
+    return 0 if summary["ok"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# The GPU check: on a machine with one CUDA GPU and no network, in under 8 minutes, with only torch, transformers,
+# accelerate, pytest, matplotlib and tokenizers installed (no Jupyter, no vLLM, no SmolLM2 weights, no data/heads):
+# builds a tiny target, runs the unit tests that apply, the speculative loop on CUDA (fp32 and bf16, near-tie rule),
+# every notebook's source as a script against the tiny target, and times drafting and verification on a random
+# target and head of Llama-3.1-8B's shapes in bf16 (peagle_lab/bench/gpu_check.py says what each stage does).
+#
+#   bash scripts/gpu_check.sh                 # results in $OUT, else build/gpu-check/<host>/
+#   bash scripts/gpu_check.sh --dry-run       # the same stages on the CPU at tiny sizes (the test suite runs this)
+#   bash scripts/gpu_check.sh --stages env,loop,timing
+#
+# Every stage runs in its own process with a time limit; a failed stage is recorded and the next one runs.
+# Exit 0 when every stage passed. Commit a GPU run's folder under data/results/<gpu host>/gpu-check/.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+PY=${PEAGLE_PYTHON:-python3}
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
+exec timeout --kill-after=10 490 "$PY" -m peagle_lab.bench.gpu_check "$@"

@@ -1,0 +1,66 @@
+"""scripts/gpu_check.sh's Python side: its CPU dry run (tiny sizes, the same stages as on a GPU) writes one result per
+stage and a summary; a failing stage is recorded and the next one still runs; a notebook needing a package that
+is not installed is skipped with the reason."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from peagle_lab.bench import gpu_check
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_gpu_check_dry_run_records_every_stage(tmp_path, monkeypatch):
+    nbs = tmp_path / "nbs"
+    nbs.mkdir()
+    (nbs / "00_ok.py").write_text("# %%\nimport os\nfrom IPython.display import Markdown, display\n"
+                                  "display(Markdown('device ' + os.environ['PEAGLE_DEVICE']))\n")
+    (nbs / "01_broken.py").write_text("# %%\nraise ValueError('a cell failed')\n")
+    (nbs / "02_serve.py").write_text("# %%\nimport vllm_not_installed_here\n")
+    monkeypatch.setitem(gpu_check.OPTIONAL_MODULES, "vllm_not_installed_here", "needs vLLM (not installed here)")
+    out = tmp_path / "out"
+    monkeypatch.setenv("OUT", str(out))
+    rc = gpu_check.main(["--dry-run", "--in-process", "--notebooks-dir", str(nbs),
+                         "--pytest-args", "tests/test_gpu_correctness.py -k each_rank"])
+    summary = json.loads((out / "results.json").read_text())
+    assert rc == 1 and summary["dry_run"] and not summary["ok"]  # the broken notebook fails its stage ...
+    assert list(summary["stages"]) == list(gpu_check.STAGES)  # ... and every stage after it still ran
+    failed = {k for k, v in summary["stages"].items() if not v["ok"]}
+    assert failed == {"notebooks"}, summary
+    nb = json.loads((out / "notebooks.json").read_text())
+    assert "01_broken" in nb["error"]
+    loop = json.loads((out / "loop.json").read_text())["result"]
+    assert loop["float32"]["regime"] == "exact" and loop["float32"]["divergences"] == []  # CPU fp32: exact
+    assert loop["bfloat16"]["near_ties_only"] and loop["float32"]["runs"] == 4
+    timing = json.loads((out / "timing.json").read_text())["result"]
+    assert [r["k"] for r in timing["rows"]] == [1, 3] and timing["decode_step_ms"] > 0
+    assert all(r["parallel_ms"] > 0 and r["verify_ratio"] > 0 for r in timing["rows"])
+    unit = json.loads((out / "unit_tests.json").read_text())["result"]
+    assert unit["counts"]["passed"] >= 5
+    assert (out / "gpu_check.log").read_text().count(": start") == len(gpu_check.STAGES)
+
+
+def test_notebook_stage_skips_what_needs_a_missing_package_and_runs_the_rest(tmp_path, monkeypatch):
+    nbs = tmp_path / "nbs"
+    nbs.mkdir()
+    (nbs / "00_ok.py").write_text("# %%\nprint('ran on', __import__('os').environ['PEAGLE_DEVICE'])\n")
+    (nbs / "05_serve.py").write_text("# %%\nimport vllm_not_installed_here\n")
+    monkeypatch.setitem(gpu_check.OPTIONAL_MODULES, "vllm_not_installed_here", "needs vLLM (not installed here)")
+    (tmp_path / "target").mkdir()
+    (tmp_path / "target" / "config.json").write_text("{}")
+    rows = gpu_check.stage_notebooks(tmp_path, True, notebooks_dir=nbs, target=tmp_path / "target")
+    assert rows["00_ok"]["status"] == "ok"
+    assert rows["05_serve"] == {"status": "skipped", "reason": "needs vLLM (not installed here)"}
+    assert "ran on cpu" in (tmp_path / "notebooks" / "00_ok.log").read_text()
+
+
+def test_gpu_check_script_refuses_an_unknown_stage(tmp_path):
+    env = dict(os.environ, OUT=str(tmp_path), PEAGLE_PYTHON=sys.executable)
+    run = subprocess.run(["bash", "scripts/gpu_check.sh", "--stages", "env,warp"], cwd=REPO, env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 2 and "unknown stages ['warp']" in run.stderr
