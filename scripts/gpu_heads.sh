@@ -1,19 +1,22 @@
 #!/usr/bin/env bash
-# Distil, train and evaluate both heads of the embedded target on one CUDA GPU, inside about 10 minutes of an H200.
+# Distil, train and evaluate both heads of the embedded target on CUDA, inside about 10 minutes of an H200.
 #
 #   bash scripts/gpu_heads.sh [OUT]          # OUT default: build/gpu_heads
 #   PEAGLE_GPU_DRY_RUN=1 bash scripts/gpu_heads.sh OUT   # the same steps on the CPU at tiny sizes (the test suite)
 #
 # Writes OUT/{distill.jsonl, features/, peagle/, eagle3/, logs/, summary.json}. Steps, in order:
-#   1. set-up: a virtual environment with the project and a CUDA torch (skipped when PEAGLE_PYTHON is given or
-#      in the dry run, which uses the current environment);
+#   1. set-up: the current environment when it has a CUDA torch (or PEAGLE_PYTHON); else a virtual environment
+#      build/venv-gpu (ignored by git, like all of build/) with the project and PyPI's default (CUDA) torch;
 #   2. distillation of the whole scale prompt mix (5,073 prompts, up to 384 new tokens each: ~1.5-2M tokens), bf16;
 #   3. offline features once (bf16 taps), shared by both heads;
-#   4. both heads trained at the same time on the one GPU (bf16 autocast), a fixed time budget each;
+#   4. both heads trained at the same time, each on its own GPU when there are two or more (CUDA_VISIBLE_DEVICES),
+#      else one after the other on the one GPU (two trainers sharing a GPU would each record about half its
+#      tokens/s); bf16 autocast, a fixed time budget each. If one trainer fails, the other is stopped (no orphan);
 #   5. evaluation on HumanEval and on the held-out split, written into each head's TRAINING.md.
 # Run again after an interruption: distillation and extraction resume where they stopped; training restarts.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/lib/together.sh
 OUT=${1:-build/gpu_heads}
 mkdir -p "$OUT/logs"
 
@@ -26,10 +29,13 @@ else
   ROW_TOKENS=4096; EVAL_HE=10; EVAL_VAL=20; EVAL_NEW=96; KS=1,3,5,7
   if [ -n "${PEAGLE_PYTHON:-}" ]; then
     PY=$PEAGLE_PYTHON
+  elif python3 -c "import sys, torch; sys.exit(not torch.cuda.is_available())" 2>/dev/null \
+       && python3 -c "import peagle_lab" 2>/dev/null; then
+    PY=python3   # the environment this runs in already has a CUDA torch and the project (conda, make setup)
   else
-    [ -x .venv-gpu/bin/python ] || python3 -m venv .venv-gpu
-    .venv-gpu/bin/pip install -q -e ".[lab]" 2>&1 | tail -2   # PyPI's default torch wheel is the CUDA build
-    PY=.venv-gpu/bin/python
+    [ -x build/venv-gpu/bin/python ] || python3 -m venv build/venv-gpu
+    build/venv-gpu/bin/pip install -q -e ".[lab]" 2>&1 | tail -2   # PyPI's default torch wheel is the CUDA build
+    PY=build/venv-gpu/bin/python
   fi
   "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 'no CUDA device: use PEAGLE_GPU_DRY_RUN=1 on a CPU')"
 fi
@@ -58,10 +64,17 @@ train() {  # mode name extra...
     --eval-max-new-tokens "$EVAL_NEW" --eval-ks "$KS" --overwrite "${COMMON[@]}" "$@" \
     > "$OUT/logs/train-$name.log" 2>&1
 }
-stamp "train both heads side by side (${BUDGET} s each)"
-train parallel peagle -K 8 & P1=$!
-train sequential eagle3 -K 4 & P2=$!
-wait $P1 && wait $P2
+GPUS=$([ "$DEVICE" = cuda ] && "$PY" -c "import torch; print(torch.cuda.device_count())" || echo 0)
+if [ "$GPUS" -ge 2 ] || [ "$DEVICE" = cpu ]; then
+  stamp "train both heads side by side (${BUDGET} s each$([ "$GPUS" -ge 2 ] && echo ', one GPU each'))"
+  G1=; G2=; [ "$GPUS" -ge 2 ] && { G1="CUDA_VISIBLE_DEVICES=0"; G2="CUDA_VISIBLE_DEVICES=1"; }
+  together peagle "$G1 train parallel peagle -K 8" eagle3 "$G2 train sequential eagle3 -K 4" \
+    || { rc=$?; stamp "a trainer failed (exit $rc), the other was stopped; logs in $OUT/logs/"; exit $rc; }
+else
+  stamp "train both heads one after the other on the one GPU (${BUDGET} s each)"
+  train parallel peagle -K 8
+  train sequential eagle3 -K 4
+fi
 
 stamp "summary"
 "$PY" - "$OUT" <<'EOF'

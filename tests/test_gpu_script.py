@@ -31,3 +31,21 @@ def test_gpu_heads_dry_run_on_cpu(tmp_path):
         assert (out / name / "TRAINING.md").exists() and (out / name / "model.safetensors").exists()
     shards = list((out / "features").glob("part-*"))
     assert [p.name for p in shards] == ["part-train"]  # the trainers found every sequence there: no second part
+
+
+def test_one_trainer_failing_stops_the_other(tmp_path):
+    """gpu_heads.sh trains both heads through `together`: when one fails, the other is killed at once (no orphan
+    keeps the GPU) and the failure's exit code comes back; both succeeding gives 0."""
+    marker = tmp_path / "finished"
+    script = (f"source scripts/lib/together.sh; SECONDS=0; "
+              f"together slow 'sleep 30; touch {marker}' bad 'sleep 1; exit 3'; rc=$?; echo rc=$rc s=$SECONDS; "
+              "together a 'X=1 true' b 'sleep 1'; echo both=$?")
+    run = subprocess.run(["bash", "-c", script], cwd=REPO, capture_output=True, text=True, timeout=60)
+    rc, secs = run.stdout.split()[0], int(run.stdout.split()[1].split("=")[1])
+    assert rc == "rc=3" and secs < 15, run.stdout + run.stderr
+    assert "bad failed (exit 3): stopping the other" in run.stderr
+    assert "both=0" in run.stdout
+    subprocess.run(["sleep", "2"])
+    assert not marker.exists()  # the slow one was killed, not left running
+    ps = subprocess.run(["pgrep", "-f", f"touch {marker}"], capture_output=True, text=True)
+    assert ps.stdout.strip() == ""
