@@ -108,11 +108,15 @@ def greedy(n):
         return model.generate(prompt_ids, max_new_tokens=n, min_new_tokens=n, **gen_args)[0, prompt_ids.shape[1]:]
 
 
+from peagle_lab.timer import synchronize  # a GPU runs asynchronously: wait for it before reading the clock
+
 greedy(4)  # warm-up
 times = []
 for _ in range(REPEATS):
+    synchronize(DEVICE)
     t0 = time.perf_counter()
     answer = greedy(NEW_TOKENS)
+    synchronize(DEVICE)
     times.append(time.perf_counter() - t0)
 print(tokenizer.decode(answer))
 
@@ -145,8 +149,10 @@ with torch.no_grad():
         runs = []
         for _ in range(settings.pick(7, 3)):
             c = copy.deepcopy(cache)
+            synchronize(DEVICE)
             t0 = time.perf_counter()
             model(new, past_key_values=c, use_cache=True)
+            synchronize(DEVICE)
             runs.append(time.perf_counter() - t0)
         step[n] = statistics.median(runs)
 print(f"forward over 1 new token: {1e3 * step[1]:.1f} ms; over 9: {1e3 * step[9]:.1f} ms "

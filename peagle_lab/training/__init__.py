@@ -23,6 +23,6 @@ from .objective import DraftTrainer, mask_hidden_seed, tap_rms
 from .packing import PackedRows
 from .records import final_accuracy, write_training_record
 from .sequences import check_data_target, prepare_sequences
-from .state import check_resume_config
+from .state import check_resume_config, resume_tolerance
 from .trainer import Trainer, TrainResult, lr_factor, precision_probe, train_head
 from .quick import QuickSizes, draft_vocab_size_for, ensure_head, train_quick_head

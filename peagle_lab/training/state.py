@@ -79,3 +79,13 @@ def check_resume_config(saved: dict, now: dict, path) -> None:
         raise PeagleError(f"{path} was trained with other settings ({fields}). Fix: resume with the saved values, "
                           f"or start a new run in another --out. Only {', '.join(RESUMABLE_FIELDS)} may change on "
                           "resume.")
+
+
+def resume_tolerance(device) -> tuple[float, float]:
+    """``(largest loss difference, largest weight difference)`` within which an interrupted-and-resumed run counts
+    as the uninterrupted run on ``device``. On a CPU the kernels are deterministic: (1e-4, 1e-5), rounding only.
+    On CUDA, backward kernels that add with atomics (embedding backward, index_add, scatter) sum in a varying order,
+    so two identical runs already differ in the last bits and Adam carries that through the steps: (1e-2, 1e-2),
+    still an order of magnitude below what a broken resume gives (optimizer moments or the data cursor lost: loss
+    jumps of 0.1 and more)."""
+    return (1e-4, 1e-5) if torch.device(device).type == "cpu" else (1e-2, 1e-2)
