@@ -90,6 +90,9 @@ class TrainConfig:
         if self.schedule == "time" and not self.time_budget_s:
             raise PeagleError("schedule='time' needs time_budget_s. Fix: pass time_budget_s, or schedule='steps'.")
         self.autocast = choice_name(self.autocast)
+        if self.autocast == "float16":
+            raise PeagleError("float16 is not supported for training (fp16 autocast would need loss scaling). "
+                              "Fix: --autocast bfloat16, float32 or auto.")
         self._check_ranges()
         self.betas = tuple(self.betas)
         self.tap_layers = tuple(self.tap_layers) if self.tap_layers else None

@@ -36,6 +36,10 @@ class Depth:
     loss: torch.Tensor  # (Q,) bool: trained (an anchor); depth 0 holds non-anchor context too
     parent: torch.Tensor | None = None  # (Q,) index of (a, d-1) among the previous depth's elements
 
+    def to(self, device) -> "Depth":
+        return Depth(*(None if t is None else t.to(device, non_blocking=True)
+                       for t in (self.g, self.seq, self.anchor_pos, self.pos, self.flat, self.loss, self.parent)))
+
 
 @dataclass
 class RowPlan:
@@ -43,6 +47,14 @@ class RowPlan:
     y: torch.Tensor  # flat greedy labels
     taps: torch.Tensor  # (N0, 3H) taps of the depth-0 elements
     depths: list[Depth]
+
+    def to(self, device) -> "RowPlan":
+        """The plan with every tensor on ``device`` (planned on the CPU, copied once per step; the masks and the
+        losses are then built on the device without host round trips)."""
+        if self.x.device == torch.device(device):
+            return self
+        return RowPlan(self.x.to(device, non_blocking=True), self.y.to(device, non_blocking=True),
+                       self.taps.to(device, non_blocking=True), [d.to(device) for d in self.depths])
 
 
 def plan_row(row: list[dict], num_depths: int, ratio: float = 0.7, min_ratio: float = 0.2,

@@ -118,26 +118,28 @@ class DraftTrainer(nn.Module):
         return torch.where((ids == self.head.config.mask_token_id)[..., None], self.mask_embedding.to(emb.dtype), emb)
 
     def run_depths(self, plan: RowPlan):
-        """Logits and prenorm states of every element, depth by depth: lists of (Q_d, Vd) and (Q_d, H)."""
+        """Logits and prenorm states of every element, depth by depth: lists of (Q_d, Vd) and (Q_d, H). The plan
+        is copied to the head's device once; each depth's mask is built there (no host round trip per depth)."""
         head, cfg = self.head, self.head.config
         dev = self.mask_embedding.device
-        x, dtype = plan.x.to(dev), self.fc_weight.dtype
+        plan = plan.to(dev)
+        x, dtype = plan.x, self.fc_weight.dtype
         cache = head.new_cache()
-        fused0 = self.fuse(plan.taps.to(dev, dtype))
+        fused0 = self.fuse(plan.taps.to(dtype))
         logits_all, pre_all = [], []
         for d, el in enumerate(plan.depths):
-            pos = el.pos.to(dev)
+            pos = el.pos
             if d == 0:
-                ids, hidden = x[el.flat.to(dev)], fused0
+                ids, hidden = x[el.flat], fused0
             elif self.mode == "sequential":
-                ids, hidden = x[el.flat.to(dev)], pre_all[-1][el.parent.to(dev)]
+                ids, hidden = x[el.flat], pre_all[-1][el.parent]
             else:
                 ids = torch.full_like(pos, cfg.mask_token_id)
                 if self.mask_hidden_variant == "context":
-                    hidden = fused0[el.g.to(dev)]
+                    hidden = fused0[el.g]
                 else:
                     hidden = self.mask_slot_hidden().to(dtype).reshape(1, -1).expand(len(pos), -1)
-            mask = training_mask(plan.depths, d).to(dev)[None, None]
+            mask = training_mask(plan.depths, d)[None, None]
             logits, pre = head(ids[None], hidden[None], pos[None], cache=cache, attn_mask=mask,
                                input_embeds=self._embed(ids)[None])
             logits_all.append(logits[0])
@@ -145,26 +147,31 @@ class DraftTrainer(nn.Module):
         return logits_all, pre_all
 
     def forward(self, plan: RowPlan):
-        logits_all, _ = self.run_depths(plan)
+        """The loss (mean over depths of each depth's cross-entropy over its trained, in-vocabulary labels) and per
+        depth ``{n, correct, loss_sum}``. Labels outside the draft vocabulary are ignored (``ignore_index``), not
+        selected by boolean indexing, so no depth waits on the host; the metrics come back in one transfer."""
         dev = self.mask_embedding.device
-        y = plan.y.to(dev)
-        losses, metrics = [], []
+        plan = plan.to(dev)
+        logits_all, _ = self.run_depths(plan)
+        d2t_ids = self.head.draft_to_target_ids()
+        depth_losses, stats = [], []
         for el, logits in zip(plan.depths, logits_all):
-            keep = el.loss.to(dev)
-            labels = y[el.flat.to(dev)][keep]
-            lg = logits[keep].float()
+            keep = el.loss
+            labels = plan.y[el.flat]
             draft_labels = self.t2d_index[labels]
-            in_vocab = draft_labels >= 0
-            n = int(keep.sum())
-            if in_vocab.any():
-                loss = F.cross_entropy(lg[in_vocab], draft_labels[in_vocab])
-                losses.append(loss)
-            else:
-                loss = lg.sum() * 0.0
+            valid = keep & (draft_labels >= 0)
+            n_valid = valid.sum()
+            ce = F.cross_entropy(logits.float(), torch.where(valid, draft_labels, -100), ignore_index=-100,
+                                 reduction="sum")
+            loss = ce / n_valid.clamp(min=1)
+            depth_losses.append(loss)
             with torch.no_grad():
-                pred = self.head.draft_to_target_ids()[lg.argmax(-1)] if n else labels
-                correct = int((pred == labels).sum()) if n else 0
-            metrics.append(dict(n=n, correct=correct, loss_sum=float(loss.detach()) * n))
+                n = keep.sum()
+                correct = ((d2t_ids[logits.argmax(-1)] == labels) & keep).sum()
+                stats.append(torch.stack([n.float(), correct.float(), loss.detach().float() * n, n_valid.float()]))
+        numbers = torch.stack(stats).tolist()  # the step's one wait on the device
+        metrics = [dict(n=int(n), correct=int(c), loss_sum=float(ls)) for n, c, ls, _ in numbers]
+        losses = [loss for loss, row in zip(depth_losses, numbers) if row[3] > 0]
         if not losses:
             raise PeagleError("No training label falls inside the draft vocabulary: the vocabulary was built from "
                               "other data. Fix: rebuild it from these sequences (or use the full vocabulary).")
