@@ -409,6 +409,38 @@ def test_feature_cache_reads_what_it_extracted_and_only_adds_new_sequences(tiny_
     assert all(torch.equal(c["taps"], g["taps"]) for c, g in zip(cached, again))
 
 
+def test_each_process_extracts_only_its_shard_of_the_features(tiny_llama, tmp_path, monkeypatch):
+    """Under torchrun every rank extracts missing[rank::world] into its own part and reads the others' once they
+    are complete; together they give the features one process gives."""
+    from peagle_lab.errors import PeagleError
+    from peagle_lab.training import sequences as sq
+
+    model = tiny_llama(hidden=32, layers=4)
+    gen = torch.Generator().manual_seed(0)
+    records = [{"input_ids": torch.randint(4, 96, (8 + i,), generator=gen).tolist(), "prompt_len": 3}
+               for i in range(5)]
+    extracted = []
+    real = sq.extract_features
+    monkeypatch.setattr(sq, "extract_features", lambda m, seqs, out, **kw: (extracted.append(len(seqs)),
+                                                                            real(m, seqs, out, **kw))[1])
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("PEAGLE_FEATURE_WAIT_S", "0.2")
+    monkeypatch.setenv("RANK", "1")  # rank 1 first: it writes its shard (2 of 5), then waits for rank 0's in vain
+    with pytest.raises(PeagleError, match=r"r0of2 is not complete.*Fix:"):
+        prepare_sequences(model, records, features_dir=tmp_path, progress=False)
+    assert extracted == [2] and [p.name.endswith("-r1of2") for p in tmp_path.glob("part-*")] == [True]
+    monkeypatch.setenv("RANK", "0")  # rank 0 computes the same missing set (rank 1's lone part does not count yet)
+    rank0 = prepare_sequences(model, records, features_dir=tmp_path, progress=False)
+    assert extracted == [2, 3] and len(list(tmp_path.glob("part-*"))) == 2
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    monkeypatch.delenv("RANK")
+    single = prepare_sequences(model, records, features_dir=tmp_path, progress=False)  # all found: no extraction
+    assert extracted == [2, 3]
+    for a, b in zip(rank0, single):
+        assert torch.equal(a["input_ids"], b["input_ids"]) and torch.equal(a["taps"], b["taps"])
+    assert sq._world_rank({"WORLD_SIZE": "8", "RANK": "3"}) == (8, 3) and sq._world_rank({}) == (1, 0)
+
+
 def test_scaled_training_parameters_sync_exactly_into_the_plain_head(tiny_llama):
     model = tiny_llama(hidden=32, layers=4)
     seqs = tiny_sequences(model, n=3)

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
+import time
 from pathlib import Path
 
 import torch
@@ -49,12 +51,24 @@ def _seq_key(ids) -> str:
 
 def _cached_features(model, ids: list[list[int]], root: Path, tap_layers, progress: bool) -> list[dict]:
     found: dict[str, dict] = {}
+    complete = []
     for part in sorted(root.glob("part-*")):
         try:
             man = read_manifest(part)
         except PeagleError:
             continue
-        if not man.get("complete"):
+        if man.get("complete"):
+            complete.append((part, man))
+    # a rank's shard counts only once every shard of its group is complete: then every process of a launch
+    # computes the same missing set (and the same part names), whenever it looks
+    groups: dict[tuple, set] = {}
+    for part, _ in complete:
+        m = _RANK_PART.match(part.name)
+        if m:
+            groups.setdefault((m["tag"], int(m["w"])), set()).add(int(m["r"]))
+    for part, man in complete:
+        m = _RANK_PART.match(part.name)
+        if m and groups[(m["tag"], int(m["w"]))] != set(range(int(m["w"]))):
             continue
         if tuple(man["tap_layers"]) != tuple(tap_layers):
             raise PeagleError(f"{part} holds taps {man['tap_layers']}, training wants {list(tap_layers)}. Fix: use "
@@ -68,17 +82,51 @@ def _cached_features(model, ids: list[list[int]], root: Path, tap_layers, progre
             found[_seq_key(f["input_ids"])] = f
     keys = [_seq_key(s) for s in ids]
     missing = list(dict.fromkeys(k for k in keys if k not in found))
-    if missing and int(os.environ.get("WORLD_SIZE", "1")) > 1:  # several writers in one directory would clash
-        raise PeagleError(f"{len(missing)} sequences have no features in {root} yet, and several processes would "
-                          "extract them at once. Fix: extract first in one process (`peagle-lab extract "
-                          f"--distilled DATA --split train --out {root}/part-train`), then launch the training.")
     if missing:
-        todo = {k: s for k, s in zip(keys, ids) if k in set(missing)}
-        name = "part-" + hashlib.sha256("".join(missing).encode()).hexdigest()[:12]
-        extract_features(model, [todo[k] for k in missing], root / name, tap_layers=tap_layers, progress=progress)
-        for f in load_features(root / name):
-            found[_seq_key(f["input_ids"])] = f
+        todo = dict(zip(keys, ids))
+        tag = hashlib.sha256("".join(missing).encode()).hexdigest()[:12]
+        world, rank = _world_rank()
+        if world == 1 or len(missing) < world:  # too few to share: the first process extracts them
+            parts = {f"part-{tag}": missing}
+        else:  # several processes: each extracts its own shard of what is missing, then reads the others'
+            parts = {f"part-{tag}-r{r}of{world}": missing[r::world] for r in range(world) if missing[r::world]}
+        mine = f"part-{tag}-r{rank}of{world}" if f"part-{tag}-r{rank}of{world}" in parts else (
+            f"part-{tag}" if rank == 0 else None)
+        if mine in parts:
+            extract_features(model, [todo[k] for k in parts[mine]], root / mine, tap_layers=tap_layers,
+                             progress=progress)
+        for name in parts:
+            _wait_complete(root / name)
+            for f in load_features(root / name):
+                found[_seq_key(f["input_ids"])] = f
     return [found[k] for k in keys]
+
+
+_RANK_PART = re.compile(r"^part-(?P<tag>[0-9a-f]+)-r(?P<r>\d+)of(?P<w>\d+)$")
+
+
+def _world_rank(env=None) -> tuple[int, int]:
+    """``(WORLD_SIZE, RANK)`` of this process (``(1, 0)`` outside torchrun / accelerate launch)."""
+    env = os.environ if env is None else env
+    return int(env.get("WORLD_SIZE", "1") or 1), int(env.get("RANK", "0") or 0)
+
+
+def _wait_complete(part: Path) -> None:
+    """Wait until another process has finished writing feature part ``part`` (its manifest says complete), up to
+    ``$PEAGLE_FEATURE_WAIT_S`` seconds (default 12 hours); a process that died leaves the others a clear error."""
+    limit = float(os.environ.get("PEAGLE_FEATURE_WAIT_S", 12 * 3600))
+    t0 = time.monotonic()
+    while True:
+        try:
+            if read_manifest(part).get("complete"):
+                return
+        except PeagleError:
+            pass
+        if time.monotonic() - t0 > limit:
+            raise PeagleError(f"{part} is not complete after {limit:.0f} s: the process extracting that shard of the "
+                              "features stopped. Fix: look at that rank's log, then launch again (finished parts "
+                              "are kept), or extract in one process first (`peagle-lab extract`).")
+        time.sleep(min(2.0, max(limit / 10, 0.05)))
 
 
 def check_data_target(meta: dict, model, path) -> None:
