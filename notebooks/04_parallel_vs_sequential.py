@@ -248,7 +248,7 @@ for dtype, m in ((torch.bfloat16, bf16_model), (torch.float32, fp32_model)):
     r = TargetRunner(m, head.config.aux_hidden_state_layer_ids)
     plain = plain_generate(r, q9_ids, Q9_NEW, eos_ids=tokenizer.eos_token_id)
     spec = speculative_generate(r, HeadDrafter(head), q9_ids, Q9_K, Q9_NEW, eos_ids=tokenizer.eos_token_id)
-    div = first_divergence(spec.tokens, plain, dtype)
+    div = first_divergence(spec.tokens, plain, dtype, DEVICE)  # fp32 on a GPU: near-tie rule, see divergence.tie_bound
     name = precision.dtype_name(dtype)
     if div is None:
         print(f"{name:8s}: identical to plain greedy, {len(plain.tokens)} tokens; smallest top-2 margin on the way "
@@ -258,7 +258,7 @@ for dtype, m in ((torch.bfloat16, bf16_model), (torch.float32, fp32_model)):
     print(f"{name:8s}: first difference at token {p} after {tokenizer.decode(plain.tokens[max(0, p - 6):p])!r}: "
           f"plain picks {tokenizer.decode([div.plain])!r}, speculative {tokenizer.decode([div.got])!r}")
     print(f"          plain top-1 logit {plain.top_logits[p]:.3f}, margin to the second {div.margin:.3f}; near-tie bound "
-          f"{div.bound:.3f} ({BF16_TIE_ULPS} bf16 ulps of the top logit): "
+          f"{div.bound:.3f} ({name} on {torch.device(DEVICE).type}, divergence.tie_bound): "
           + ("a near-tie" if div.near_tie else "NOT a near-tie"))
 
 # %% [markdown]

@@ -41,7 +41,7 @@ from pathlib import Path
 from ..settings import REPO_ROOT
 
 # name -> seconds it may take on the GPU; their sum stays under 8 minutes with the start-up of each process
-STAGES = {"env": 30, "tiny_target": 45, "unit_tests": 110, "loop": 60, "notebooks": 150, "timing": 75}
+STAGES = {"env": 25, "tiny_target": 30, "unit_tests": 100, "loop": 50, "notebooks": 180, "timing": 75}
 TOTAL_BUDGET_S = 470
 # Unit tests that import nothing beyond torch, transformers, accelerate, pytest, matplotlib and tokenizers at
 # module level; the markers leave out what needs SmolLM2, vLLM, a browser, several processes or minutes of CPU.
@@ -102,6 +102,13 @@ def stage_env(out: Path, dry_run: bool) -> dict:
         rec |= {"gpu": torch.cuda.get_device_name(dev), "capability": list(torch.cuda.get_device_capability(dev)),
                 "gpus": torch.cuda.device_count(), "free_gib": round(free / 2**30, 2),
                 "total_gib": round(total / 2**30, 2), "tf32_matmul": torch.backends.cuda.matmul.allow_tf32}
+        try:  # would a vLLM engine start now, at vLLM's default memory share? (the check notebook 05 runs)
+            from ..serving.engine import check_gpu_memory
+
+            check_gpu_memory(free, total)
+            rec["vllm_engine_fits"] = True
+        except Exception as exc:  # noqa: BLE001 - recorded, not fatal
+            rec["vllm_engine_fits"] = str(exc)
     return rec
 
 
@@ -259,7 +266,7 @@ def notebook_needs(source: str) -> str | None:
     return None
 
 
-def stage_notebooks(out: Path, dry_run: bool, notebooks_dir: Path | None = None, deadline_s: float = 150.0,
+def stage_notebooks(out: Path, dry_run: bool, notebooks_dir: Path | None = None, deadline_s: float = 170.0,
                     target: Path | None = None) -> dict:
     nb_dir = Path(notebooks_dir) if notebooks_dir else REPO_ROOT / "notebooks"
     target = target or out / "tiny-target"
