@@ -543,7 +543,7 @@ display(Markdown(
 # run saved at one world size resumes at another). On 8 GPUs, for a 7-8B target (hidden 4096, 32 layers):
 #
 # ```bash
-# peagle-lab extract --distilled DATA --split train --out FEATURES/part-train   # once, one process (24 KiB/token)
+# peagle-lab extract --distilled DATA --split train --out FEATURES/part-train --max-seq-len 2048   # once (24 KiB/token)
 # torchrun --nproc_per_node 8 -m peagle_lab.cli train --data DATA --features FEATURES --out HEAD \
 #     --mode parallel -K 8 --layers 1 --draft-vocab-size 32768 --autocast bfloat16 --max-seq-len 2048 \
 #     --row-tokens 4096 --batch-tokens 65536 --lr 5e-4 --warmup-steps 200 --time-budget 36000 --steps 1000000

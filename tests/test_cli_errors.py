@@ -176,3 +176,10 @@ def test_inconsistent_train_settings_are_one_line_before_loading(no_model_load, 
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and "time_budget_s" in err[0], err
     assert not (tmp_path / "h").exists()
+
+
+def test_extract_cuts_where_train_does_and_refuses_a_length_below_two(no_model_load, capsys, tmp_path):
+    rc = main(["extract", "--out", str(tmp_path / "f"), "--max-seq-len", "1"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "max_seq_len must be an integer >= 2, got 1" in err[0] and "Fix:" in err[0]
+    assert not (tmp_path / "f").exists()

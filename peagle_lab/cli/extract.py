@@ -26,6 +26,8 @@ def register_cli(sub):
     p.add_argument("--shard-size", type=int, default=64, help="sequences per shard (default 64)")
     p.add_argument("--store-dtype", default="bfloat16", choices=sorted(TAPS_DTYPES), help="taps dtype on disk")
     p.add_argument("--topk", type=int, default=0, help="also store the target's top-k logits (default 0)")
+    p.add_argument("--max-seq-len", type=int, default=MAX_SEQ_LEN,
+                   help=f"cut --distilled sequences here, as `train --max-seq-len` does (default {MAX_SEQ_LEN})")
     add_target_options(p)
     p.set_defaults(func=_run_cli)
 
@@ -36,6 +38,7 @@ def check_cli(args):
     sequences to extract, or None for the training prompts (templated once the tokenizer is loaded)."""
     check_target_options(args)
     validate.positive_int(args.shard_size, "shard_size", "--shard-size")
+    validate.positive_int(args.max_seq_len, "max_seq_len", "--max-seq-len", 2)
     if args.prompts is not None:
         validate.positive_int(args.prompts, "prompts", "--prompts")
     validate.writable(args.out, "--out", folder=True)
@@ -53,7 +56,8 @@ def check_cli(args):
     records, _ = select_split(records, args.split)
     if not records:
         raise PeagleError(f"{args.distilled} holds no records of the split {args.split!r}. Fix: --split all.")
-    return [r["input_ids"][:MAX_SEQ_LEN] for r in records]  # as the trainer cuts them: it finds them
+    # cut as the trainer cuts them (the same --max-seq-len): it finds them in the cache
+    return [r["input_ids"][:args.max_seq_len] for r in records]
 
 
 def _run_cli(args):
