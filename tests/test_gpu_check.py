@@ -64,3 +64,21 @@ def test_gpu_check_script_refuses_an_unknown_stage(tmp_path):
     run = subprocess.run(["bash", "scripts/gpu_check.sh", "--stages", "env,warp"], cwd=REPO, env=env,
                          capture_output=True, text=True, timeout=120)
     assert run.returncode == 2 and "unknown stages ['warp']" in run.stderr
+
+
+def test_display_shim_stands_in_for_ipython_where_it_is_missing(monkeypatch, capsys):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "IPython" else real(name, *a))
+    saved = {k: sys.modules.pop(k) for k in list(sys.modules) if k == "IPython" or k.startswith("IPython.")}
+    try:
+        gpu_check._display_shim()
+        from IPython.display import Markdown, display
+
+        display(Markdown("**acceptance length** 1.3"))
+        assert "**acceptance length** 1.3" in capsys.readouterr().out
+    finally:
+        for k in [k for k in sys.modules if k == "IPython" or k.startswith("IPython.")]:
+            del sys.modules[k]
+        sys.modules.update(saved)
