@@ -31,6 +31,7 @@ import importlib.util
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 import time
@@ -410,7 +411,7 @@ def main(argv=None) -> int:
     out = out_dir(args.dry_run).resolve()
     out.mkdir(parents=True, exist_ok=True)
     extra = {"notebooks_dir": args.notebooks_dir,
-             "pytest_args": args.pytest_args.split() if args.pytest_args else None}
+             "pytest_args": shlex.split(args.pytest_args) if args.pytest_args else None}
     if args.stage:
         return run_stage(args.stage, out, args.dry_run, extra)
 
