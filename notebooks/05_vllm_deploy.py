@@ -333,7 +333,7 @@ print(line.replace(sys.executable, "python"))
 
 # %%
 question = "Write a Python function that checks whether a string is a palindrome."
-srv = serving.serve(target_dir, vllm_dir, k=K, max_model_len=2048, log_path=WORK / "server.log")
+srv = serving.serve(target_dir, vllm_dir, k=K, max_model_len=2048, log_path=WORK / "server.log", dtype=LOOP_DTYPE)
 try:
     print(f"server ready at {srv.url} after {srv.started_s:.0f} s")
     try:
