@@ -196,7 +196,7 @@ def test_bf16_check_catches_a_wrong_acceptance_rule(smollm2_bf16, monkeypatch):
 
 
 def test_agreement_of_engines_is_identical_or_near_ties_only():
-    from peagle_lab.divergence import agreement
+    from peagle_lab.decoding.divergence import agreement
 
     plain = GenerationResult([5, 6, 7], None, 1.0, margins=[3.0, 0.004, 9.0], top_logits=[32.0] * 3)
     same = agreement([[[5, 6, 7]], [[5, 6, 7]]], [plain], torch.float32, "cpu")

@@ -185,13 +185,13 @@ def stage_loop(out: Path, dry_run: bool, ks=range(1, 9), prompts: int = 3, new_t
     import torch
 
     from ..bench.lossless import lossless_regime
-    from ..divergence import first_divergence
-    from ..draft_sources import HeadDrafter
+    from ..decoding.divergence import first_divergence
+    from ..decoding.draft_sources import HeadDrafter
     from ..drafter import PEagleConfig, PEagleDrafter
     from ..models import load_target
     from ..prompts import chat_ids
-    from ..speculative import plain_generate, speculative_generate
-    from ..target_runner import TargetRunner
+    from ..decoding.speculative import plain_generate, speculative_generate
+    from ..decoding.target_runner import TargetRunner
 
     dev = device_of(dry_run)
     if dry_run:  # the same code path, sized for a test
