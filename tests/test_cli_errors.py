@@ -47,11 +47,13 @@ def test_cuda_on_a_cpu_only_machine_is_one_line(no_model_load, capsys):
     assert "no CUDA GPU" in capsys.readouterr().err
 
 
-def test_float16_is_not_a_choice(capsys):
+def test_float16_is_for_cuda_only(no_model_load, capsys):
+    rc = main(["generate", "hi", "--dtype", "float16", "--device", "cpu"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "CUDA only" in err[0] and "--dtype" in err[0], err
     with pytest.raises(SystemExit) as exc:
-        main(["generate", "hi", "--dtype", "float16"])
+        main(["generate", "hi", "--dtype", "int8"])
     assert exc.value.code == 2
-    assert "--dtype" in capsys.readouterr().err
 
 
 def test_debug_shows_the_traceback(no_model_load):
