@@ -26,3 +26,10 @@ def test_pair_is_in_sync(path):
                     f"{next(i for i, (x, y) in enumerate(zip(a + [None], b + [None])) if x != y)}): run "
                     f"`jupytext --sync {path.with_suffix('.py').name}` and re-execute the notebook")
     assert "py:percent" in nb.metadata.get("jupytext", {}).get("formats", "")
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_every_notebook_is_saved_with_the_peagle_lab_kernel(path):
+    """The kernel `make setup` and docs/sagemaker.md install; another name opens on a Python without the project."""
+    assert nbformat.read(path, as_version=4).metadata["kernelspec"]["name"] == "peagle-lab"
+    assert "name: peagle-lab" in path.with_suffix(".py").read_text().split("# ---", 2)[1]
