@@ -115,36 +115,13 @@ def stage_env(out: Path, dry_run: bool) -> dict:
 
 
 # ------------------------------------------------------------------------------------------------ stage 2
-CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
-          "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+def build_tiny_target(path: Path) -> Path:
+    """The project's tiny Qwen3 target (:func:`peagle_lab.tiny_target.make_tiny_target`: q/k norm, tied embeddings,
+    GQA, its own byte-level BPE on the project's prompts, ChatML, mask token ``<|mask|>``) under ``path``; offline,
+    seconds, kept when already built with the same spec."""
+    from ..tiny_target import make_tiny_target
 
-
-def build_tiny_target(path: Path, seed: int = 0) -> Path:
-    """A tiny randomly initialised Qwen3 target (q/k norm, tied embeddings, GQA) with a byte-level tokenizer and a
-    ChatML chat template, saved with ``save_pretrained`` under ``path``; seconds, offline. (The one place that
-    builds it here: when the project's own tiny-target command exists, this calls it instead.)"""
-    import torch
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
-
-    alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
-    backend = Tokenizer(models.BPE(vocab={ch: i for i, ch in enumerate(alphabet)}, merges=[]))
-    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    backend.decoder = decoders.ByteLevel()
-    tok = PreTrainedTokenizerFast(tokenizer_object=backend)
-    tok.add_special_tokens({"eos_token": "<|im_end|>", "bos_token": "<|im_start|>", "pad_token": "<|endoftext|>",
-                            "additional_special_tokens": ["<|mask|>"]})
-    tok.chat_template = CHATML
-    cfg = Qwen3Config(vocab_size=320, hidden_size=96, intermediate_size=192, num_hidden_layers=6,
-                      num_attention_heads=6, num_key_value_heads=2, head_dim=16, max_position_embeddings=2048,
-                      tie_word_embeddings=True, rms_norm_eps=1e-6, bos_token_id=tok.bos_token_id,
-                      eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
-    torch.manual_seed(seed)
-    model = Qwen3ForCausalLM(cfg).eval()
-    path.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(path)
-    tok.save_pretrained(path)
-    return path
+    return make_tiny_target(path)
 
 
 def stage_tiny_target(out: Path, dry_run: bool) -> dict:
