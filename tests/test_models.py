@@ -39,7 +39,8 @@ def test_bad_local_path_raises_peagle_error_with_the_fix(monkeypatch, tmp_path, 
 def test_pick_device_honours_env(monkeypatch):
     monkeypatch.setenv("PEAGLE_DEVICE", "cpu")
     assert models.pick_device().type == "cpu"
-    assert models.pick_device("meta").type == "meta"
+    with pytest.raises(PeagleError, match="not supported. Fix: --device cpu or cuda"):
+        models.pick_device("meta")  # no weights live there: refused with the fix
 
 
 def test_embedded_target_is_smollm2_135m(smollm2):
