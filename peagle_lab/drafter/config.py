@@ -72,12 +72,20 @@ class PEagleConfig:
 
         from transformers import LlamaConfig  # lazy: the config module itself needs no transformers
 
-        return LlamaConfig(hidden_size=self.hidden_size, num_attention_heads=self.num_attention_heads,
-                           num_key_value_heads=self.num_key_value_heads, head_dim=self.head_dim,
-                           intermediate_size=self.intermediate_size, vocab_size=self.vocab_size,
-                           num_hidden_layers=self.num_hidden_layers, rms_norm_eps=self.rms_norm_eps,
-                           max_position_embeddings=self.max_position_embeddings, hidden_act="silu", mlp_bias=False,
-                           rope_parameters=copy.deepcopy(rope_parameters or self.rope_parameters))
+        from huggingface_hub.errors import StrictDataclassError
+
+        eps = self.rms_norm_eps
+        try:  # an integer epsilon (1 written for 1.0) is a float to transformers' strict config
+            return LlamaConfig(hidden_size=self.hidden_size, num_attention_heads=self.num_attention_heads,
+                               num_key_value_heads=self.num_key_value_heads, head_dim=self.head_dim,
+                               intermediate_size=self.intermediate_size, vocab_size=self.vocab_size,
+                               num_hidden_layers=self.num_hidden_layers,
+                               rms_norm_eps=float(eps) if type(eps) is int else eps,
+                               max_position_embeddings=self.max_position_embeddings, hidden_act="silu",
+                               mlp_bias=False, rope_parameters=copy.deepcopy(rope_parameters or self.rope_parameters))
+        except (StrictDataclassError, ValueError, TypeError) as exc:
+            raise PeagleError(f"The head's config has values transformers' Llama layers refuse ({exc}). Fix: correct "
+                              "the head's config.json (or retrain the head with `peagle-lab train`).") from exc
 
     @classmethod
     def from_target(cls, target_config, *, num_hidden_layers=1, draft_vocab_size=None, aux_layer_ids=None,
