@@ -67,7 +67,7 @@ class FakeServer:
 
 @pytest.fixture
 def servers():
-    s = {"plain": FakeServer(delay=0.02), "peagle": FakeServer(delay=0.01, accept=2.5)}
+    s = {"plain": FakeServer(delay=0.05), "peagle": FakeServer(delay=0.005, accept=2.5)}  # 10x apart: load cannot swap them
     yield s
     for x in s.values():
         x.close()
