@@ -6,7 +6,7 @@ rotating order), so drift in the machine's speed hits all of them alike, and eve
 decoding measured in the same run; every speculative output compared with plain greedy token for token; every
 result carries its environment record (``record``). Timers: :mod:`peagle_lab.timer`.
 
-One concept per module: ``inputs`` (prompts, heads), ``drafting`` (drafting cost), ``fastpath_cuts``,
+One concept per module: ``inputs`` (prompts, heads), ``drafting`` (drafting cost),
 ``methods`` and ``e2e`` (end to end), ``lossless``, ``summary``, ``files``, ``readme``, ``plots``, ``suite``
 (all of it), ``cli`` (``peagle-lab bench``).
 """
@@ -15,7 +15,6 @@ from ..jsonsafe import json_safe
 from ..timer import summarize, synchronize, time_once, time_repeated
 from .drafting import drafting_cost
 from .e2e import ASSISTED_NOT_RUN, end_to_end
-from .fastpath_cuts import fastpath_ab
 from .files import check_results_dir, committed_results, load_results, write_results
 from .inputs import fresh_head, head_description, load_head_or_fresh
 from .lossless import lossless_note, lossless_regime

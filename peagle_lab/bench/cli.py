@@ -157,7 +157,6 @@ def _run_locked(args, out_dir: Path):
     if res.get("drafting_cost"):
         print(format_table(res["drafting_cost"]["rows"], ["k", "parallel_ms", "sequential_ms", "ratio_seq_over_par",
                                                           "verify_ms", "verify_ratio"]))
-        print(format_table(res["fastpath_ab"]["rows"], ["case", "before_ms", "after_ms", "speedup"]))
     if res.get("end_to_end"):
         e = res["end_to_end"]
         print(format_table(e["methods"], ["method", "tokens_per_s", "speedup", "acceptance_length", "decode_speedup",

@@ -22,7 +22,6 @@ from .summary import headline
 DRAFT_CSV_COLUMNS = ["k", "parallel_ms", "parallel_iqr_ms", "sequential_ms", "sequential_iqr_ms",
                      "ratio_seq_over_par", "ratio_paired_median", "ratio_paired_iqr", "verify_ms", "verify_iqr_ms",
                      "verify_ratio", "draft_ratio", "parallel_passes", "sequential_passes"]
-FASTPATH_CSV_COLUMNS = ["case", "what", "before_ms", "after_ms", "speedup"]
 E2E_CSV_COLUMNS = ["method", "family", "k", "runs", "new_tokens", "seconds", "tokens_per_s", "speedup",
                    "speedup_median_per_prompt", "speedup_iqr", "speedup_vs_hf_greedy", "decode_speedup",
                    "acceptance_length",
@@ -79,12 +78,6 @@ def write_results(results: dict, out_dir, plots: bool = True, command: str | Non
         _write_json(files["drafting_cost.json"], dc)
         files["drafting_cost.csv"] = out / "drafting_cost.csv"
         _write_csv(files["drafting_cost.csv"], dc["rows"], DRAFT_CSV_COLUMNS, dc["env"])
-    ab = results.get("fastpath_ab")
-    if ab:
-        files["fastpath_ab.json"] = out / "fastpath_ab.json"
-        _write_json(files["fastpath_ab.json"], ab)
-        files["fastpath_ab.csv"] = out / "fastpath_ab.csv"
-        _write_csv(files["fastpath_ab.csv"], ab["rows"], FASTPATH_CSV_COLUMNS, ab["env"])
     if e2e:
         files["end_to_end.json"] = out / "end_to_end.json"
         _write_json(files["end_to_end.json"], e2e)
@@ -110,7 +103,7 @@ def load_results(out_dir) -> dict:
     """Read back what :func:`write_results` wrote (``{}`` when the folder has no results)."""
     out = Path(out_dir)
     got = {}
-    for kind in ("drafting_cost", "fastpath_ab", "end_to_end"):
+    for kind in ("drafting_cost", "end_to_end"):
         p = out / f"{kind}.json"
         if p.exists():
             try:
@@ -122,8 +115,8 @@ def load_results(out_dir) -> dict:
 
 def committed_results(root) -> list[dict]:
     """Every results folder under ``root`` (``<host>/`` or ``<host>/<dtype>/``, each with a ``bench.json``):
-    ``[{"host", "dtype", "dir", "results"}]`` sorted by host and dtype. Folders from before hosts were recorded
-    are named by their folder."""
+    ``[{"host", "dtype", "dir", "results"}]`` sorted by host and dtype. A folder whose results name no host is
+    named by its folder."""
     root = Path(root)
     found = []
     for index in sorted(root.glob("*/bench.json")) + sorted(root.glob("*/*/bench.json")):

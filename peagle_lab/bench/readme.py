@@ -28,10 +28,6 @@ def results_readme(results: dict, command: str | None = None) -> str:
                   format_table(dc["rows"], ["k", "parallel_ms", "parallel_iqr_ms", "sequential_ms", "sequential_iqr_ms",
                                             "ratio_seq_over_par", "verify_ms", "verify_ratio"]), "",
                   "verify_ratio = verifying K+1 tokens in one target pass / one decode step.", ""]
-    ab = results.get("fastpath_ab")
-    if ab:
-        lines += ["## Fast-path cuts, before / after (median ms, interleaved)", "",
-                  format_table(ab["rows"], ["case", "what", "before_ms", "after_ms", "speedup"]), ""]
     if e2e:
         c = e2e["config"]
         ph, sh = c.get("parallel_head") or {}, c.get("sequential_head") or {}
@@ -56,7 +52,7 @@ def results_readme(results: dict, command: str | None = None) -> str:
         for note in e2e.get("notes", []):
             lines.append(f"- note: {note}")
     lines += ["", "Files: `drafting_cost.{json,csv}`, `end_to_end.{json,csv}`, `end_to_end_runs.csv` (per prompt), "
-              "`round_profile.csv`, `fastpath_ab.{json,csv}`, `bench.json` (headline), PNG plots. Every JSON carries the full environment "
+              "`round_profile.csv`, `bench.json` (headline), PNG plots. Every JSON carries the full environment "
               "record; every CSV row carries its key fields.", ""]
     return "\n".join(lines)
 

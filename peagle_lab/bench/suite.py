@@ -1,4 +1,4 @@
-"""The whole benchmark with one set of knobs: drafting cost, the fast-path cuts and end to end, written to a
+"""The whole benchmark with one set of knobs: drafting cost and end to end, written to a
 results folder (``QUICK``: CI sizes; ``FULL``: the committed runs)."""
 
 from __future__ import annotations
@@ -8,7 +8,6 @@ from pathlib import Path
 from .. import lock
 from .drafting import drafting_cost
 from .e2e import end_to_end
-from .fastpath_cuts import fastpath_ab
 from .files import check_results_dir, write_results
 
 
@@ -48,8 +47,6 @@ def _run(model, tokenizer, parallel_head, sequential_head, out_dir, ks_parallel,
     if drafting:
         res["drafting_cost"] = drafting_cost(parallel_head, model, tokenizer=tokenizer, ks=knob(draft_ks, "draft_ks"),
                                              repeats=knob(draft_repeats, "draft_repeats"), progress=progress)
-        res["fastpath_ab"] = fastpath_ab(parallel_head, model, tokenizer=tokenizer,
-                                         repeats=knob(draft_repeats, "draft_repeats"), progress=progress)
     if e2e:
         res["end_to_end"] = end_to_end(
             model, tokenizer, parallel_head=parallel_head, sequential_head=sequential_head,

@@ -107,7 +107,7 @@ def aggregate(methods: list[Method], runs: list[dict]):
 
 def verify_and_draft_ratio(dc: dict, k: int):
     """``(verify(K+1), parallel draft round)`` in units of one target decode step, from a drafting-cost result
-    (computed from the medians where an older result lacks the columns); ``(None, None)`` without the data."""
+    (computed from the medians where a result lacks the ratio columns); ``(None, None)`` without the data."""
     row = next((r for r in dc.get("rows", []) if r["k"] == k), None)
     step = dc.get("target_step_ms")
     if not row or not step or row.get("verify_ms") is None:
