@@ -350,11 +350,11 @@ report.record("hardware", dc["env"]["hardware"]);
 # The run above is a small live replica on the machine at hand.
 
 # %%
-from peagle_lab.settings import DATA_DIR
+from peagle_lab.settings import data_dir
 
 from peagle_lab.workbook.notebook import committed_label
 
-committed = bench.committed_results(DATA_DIR / "results")
+committed = bench.committed_results(data_dir() / "results")
 print(committed_label("The table below"))
 display(Markdown(bench.format_table(bench.hosts_table(committed), [
     "host", "dtype", "cpu", "threads", "load", "verify_ratio_k7", "best_p_eagle", "best_eagle3", "prompt_lookup",

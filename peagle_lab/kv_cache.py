@@ -12,7 +12,7 @@ caches did one per layer and per forward).
   as ``DynamicCache.crop`` does).
 
 Under autograd (training: keys that require grad, grad mode on) a write would modify tensors earlier depths saved
-for backward, so there the buffer concatenates instead, as before: a training cache is never rolled back.
+for backward, so there the buffer concatenates instead (a training cache is never rolled back).
 """
 
 from __future__ import annotations

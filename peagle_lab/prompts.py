@@ -31,15 +31,6 @@ def scale_file() -> Path:
     return data_path("prompts", "scale.jsonl")
 
 
-def __getattr__(name: str):
-    # the old constants TRAIN_FILE / SCALE_FILE, resolved when used
-    if name == "TRAIN_FILE":
-        return train_file()
-    if name == "SCALE_FILE":
-        return scale_file()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 def _take(items: list, n: int | None, what: str) -> list:
     if n is None:
         return items

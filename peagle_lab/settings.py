@@ -57,14 +57,6 @@ def data_path(*parts: str) -> Path:
     return data_dir().joinpath(*parts)
 
 
-def __getattr__(name: str):
-    # DATA_DIR is resolved when it is used, not at import: $PEAGLE_DATA set later is honoured, and importing
-    # settings never fails where there is no data. New code calls data_dir().
-    if name == "DATA_DIR":
-        return data_dir()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 CI_VALUES = {"1": True, "true": True, "yes": True, "0": False, "false": False, "no": False, "": False}
 
 

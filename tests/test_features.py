@@ -178,7 +178,7 @@ def test_partial_and_unlisted_files_are_never_taken_for_complete(model, referenc
         _extract(model, _prompts(), out, on_shard=lambda i, p: (_ for _ in ()).throw(KeyboardInterrupt()))
     # A write killed half-way leaves a temporary file; a kill between os.replace and the manifest update leaves a
     # complete-looking shard the manifest does not list; a damaged listed shard has the wrong size.
-    (out / ("shard-00001.safetensors" + F.PARTIAL_SUFFIX)).write_bytes(b"half a shard")
+    (out / ".shard-00001.safetensors.k1ll3d.tmp").write_bytes(b"half a shard")
     (out / "shard-00002.safetensors").write_bytes(b"not listed in the manifest")
     (out / "shard-00000.safetensors").write_bytes(b"truncated")
     result = _extract(model, _prompts(), out)

@@ -28,7 +28,6 @@ def no_data_env(monkeypatch):
 def test_checkout_data_is_found_without_configuration(no_data_env):
     assert settings.in_checkout()
     assert settings.data_dir() == REPO / "data"
-    assert settings.DATA_DIR == REPO / "data"  # the old name still works, resolved when used
     assert prompts.train_file() == REPO / "data" / "prompts" / "train.jsonl" and prompts.train_file().is_file()
     assert heads.SHIPPED["parallel"] == REPO / "data" / "heads" / "smollm2-135m-peagle"
     assert shipped_distilled_path("smollm2-135m") == REPO / "data" / "distill" / "smollm2-135m.jsonl"
@@ -39,15 +38,12 @@ def test_peagle_data_points_every_reader_elsewhere(monkeypatch, tmp_path):
     (tmp_path / "prompts" / "train.jsonl").write_text(json.dumps({"id": "x", "prompt": "hello"}) + "\n")
     monkeypatch.setenv("PEAGLE_DATA", str(tmp_path))
     assert settings.data_dir() == tmp_path
-    from peagle_lab.settings import DATA_DIR
-
-    assert DATA_DIR == tmp_path
     assert prompts.load_train_prompts() == ["hello"]
-    assert prompts.TRAIN_FILE == tmp_path / "prompts" / "train.jsonl"
+    assert prompts.train_file() == tmp_path / "prompts" / "train.jsonl"
     assert prompts.scale_file() == tmp_path / "prompts" / "scale.jsonl"
     assert dict(heads.SHIPPED) == {"parallel": tmp_path / "heads" / "smollm2-135m-peagle",
                                    "sequential": tmp_path / "heads" / "smollm2-135m-eagle3"}
-    assert heads.HEADS_DIR == tmp_path / "heads"
+    assert heads.heads_dir() == tmp_path / "heads"
     assert shipped_distilled_path("smollm2-135m") == tmp_path / "distill" / "smollm2-135m.jsonl"
 
 

@@ -31,12 +31,6 @@ FP32_GPU_TIE_RELATIVE = 2.0 ** -11
 _SIGNIFICANT_BITS = {torch.bfloat16: 8, torch.float16: 11}
 
 
-def logit_margin(logits_row: torch.Tensor) -> float:
-    """Top-1 minus top-2 logit of one position (in float32)."""
-    top = logits_row.float().topk(2).values
-    return float(top[0] - top[1])
-
-
 def tie_bound(dtype, top_logit: float, device="cpu") -> float:
     """The largest plain-run margin a divergence may have and still be a near-tie in ``dtype`` on ``device``:
     0 in float32 on a CPU (exact equality is the invariant there), ``FP32_GPU_TIE_RELATIVE`` of the top logit in

@@ -93,7 +93,8 @@ def accept_sampling(drafts, draft_probs, target_logits, sampling: Sampling, gen)
 
     Everything stays on the logits' device (``gen`` must live there, see :func:`make_generator`); only the
     drafted tokens' probabilities (one transfer), each uniform draw and the sampled token come back as Python
-    numbers. The draws are taken in the same order as ever, so a seeded CPU run gives the same tokens.
+    numbers. The draws are taken in a fixed order (one uniform per draft examined, then the residual or bonus
+    sample), so a seeded CPU run gives the same tokens every time.
     """
     p = sampling.probs(target_logits)
     q = draft_probs.to(p.device).float()

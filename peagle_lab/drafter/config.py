@@ -37,8 +37,8 @@ class PEagleConfig:
     target: str = ""
     extra: dict = field(default_factory=dict)
     # the target's RoPE (transformers' / vLLM's ``rope_parameters``: rope_type, rope_theta, factor, ...); its
-    # rope_theta, when given, is the one used (as in transformers). None (a config.json written before the field
-    # was stored): plain RoPE with ``rope_theta``, as ever
+    # rope_theta, when given, is the one used (as in transformers). None (a config.json without the field): plain
+    # RoPE with ``rope_theta``
     rope_parameters: dict | None = None
 
     def __post_init__(self):
@@ -269,8 +269,8 @@ def _flat_rope(params: dict) -> dict:
 def normalise_rope_parameters(params, rope_theta: float, max_position_embeddings: int) -> dict:
     """One flat ``rope_parameters`` dict as transformers standardises it: ``rope_type`` (``type`` is the older
     name; default ``default``), ``rope_theta`` (default: ``rope_theta``), ``original_max_position_embeddings`` for
-    llama3 / yarn / longrope (default: ``max_position_embeddings``). ``None`` (a config.json from before the field)
-    is plain RoPE with ``rope_theta``: the same tables as ever."""
+    llama3 / yarn / longrope (default: ``max_position_embeddings``). ``None`` (a config.json without the field)
+    is plain RoPE with ``rope_theta``."""
     if params is None:
         params = {}
     if not isinstance(params, dict):

@@ -53,12 +53,6 @@ class _ShippedHeads(Mapping):
 SHIPPED = _ShippedHeads()
 
 
-def __getattr__(name: str):
-    if name == "HEADS_DIR":  # the old constant, resolved when used
-        return heads_dir()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 def shipped_head_path(kind: str) -> Path:
     return SHIPPED[kind]
 

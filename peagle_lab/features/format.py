@@ -17,8 +17,6 @@ from ..errors import PeagleError
 FORMAT = "peagle-lab-features"
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
-# Temporary name of earlier versions' shard writes: still swept away when an extraction starts in a directory.
-PARTIAL_SUFFIX = ".partial"
 TAP_CONVENTION = "tap i = residual stream entering decoder layer i (vLLM) = transformers hidden_states[i]"
 PER_TOKEN_KEYS = ("input_ids", "taps", "greedy_next", "topk_values", "topk_indices")
 ID_BYTES = 4  # input_ids and greedy_next are stored as int32

@@ -21,7 +21,7 @@ from .. import lock
 from ..atomic import atomic_write, write_json
 from ..errors import PeagleError
 from .cost import bytes_per_token, estimate_bytes, format_bytes
-from .format import (FORMAT, FORMAT_VERSION, MANIFEST, PARTIAL_SUFFIX, PER_TOKEN_KEYS, TAP_CONVENTION,
+from .format import (FORMAT, FORMAT_VERSION, MANIFEST, PER_TOKEN_KEYS, TAP_CONVENTION,
                      dtype_bytes, dtype_name, read_manifest, shard_name)
 from .online import sequence_features
 from .identity import target_fingerprint, target_identity
@@ -140,10 +140,6 @@ def _extract(model, sequences, out_dir: Path, tap_layers, shard_size, taps_dtype
     )
 
     out_dir.mkdir(parents=True, exist_ok=True)
-    # ``*.partial`` files are never complete shards (the temporary files atomic.atomic_write leaves when a run is
-    # killed are swept when the lock is taken, lock.hold)
-    for stale in out_dir.glob("*" + PARTIAL_SUFFIX):
-        stale.unlink()
     done: dict[int, dict] = {}
     if (out_dir / MANIFEST).exists():
         old = read_manifest(out_dir)

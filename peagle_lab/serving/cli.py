@@ -12,7 +12,7 @@ from ..environment import environment
 from ..drafter.heads import shipped_head_path
 from ..precision import host_slug
 from ..prompts import chat_messages, humaneval_prompts
-from ..settings import DATA_DIR, display_path
+from ..settings import data_dir, display_path
 from .. import lock
 from .export import check_export_paths, export_target, export_vllm
 from .engine import _on_gpu, speculative_config
@@ -93,7 +93,7 @@ def _cli_sweep(args):
         check_port_free(args.port)
         check_port_free(args.port + 1)
     head = shipped_head_path(args.head) if args.head in ("parallel", "sequential") else Path(args.head)
-    out = Path(args.out) if args.out else DATA_DIR / "results" / host_slug("cuda" if _on_gpu() else "cpu") / "serving"
+    out = Path(args.out) if args.out else data_dir() / "results" / host_slug("cuda" if _on_gpu() else "cpu") / "serving"
     with lock.hold(out):
         _sweep_locked(args, conc, head, out)
 

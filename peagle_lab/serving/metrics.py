@@ -25,7 +25,7 @@ def conditional_acceptance(drafts: int, accepted_per_position) -> list[float]:
 def summarise_spec(drafts: float, draft_tokens: float, accepted: float, per_pos) -> dict:
     """Acceptance length (with the +1 bonus) and per-position rates from vLLM's counters. Keys:
     ``unconditional_acceptance`` and ``conditional_acceptance``; ``per_position_acceptance`` is the
-    unconditional rate again, the key results files written before kept it under."""
+    unconditional rate again, under the key the committed serving results use."""
     drafts, per_pos = int(drafts), [int(x) for x in per_pos]
     rates = unconditional_acceptance(drafts, per_pos)
     return {

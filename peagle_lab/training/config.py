@@ -3,7 +3,7 @@ checkpoint and ``training.json`` record; its fields' metadata makes the ``peagle
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 
 from .. import validate
 from .distill import MAX_SEQ_LEN
@@ -125,11 +125,6 @@ class TrainConfig:
             validate.positive_int(self.mask_token_id, "mask_token_id", "--mask-token-id", 0)
         if self.snapshot_every_tokens is not None:
             validate.positive_int(self.snapshot_every_tokens, "snapshot_every_tokens", "--snapshot-every-tokens")
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "TrainConfig":
-        names = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in d.items() if k in names})
 
 
 def check_config_fits_target(cfg: TrainConfig, model, target) -> None:

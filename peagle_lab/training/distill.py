@@ -37,7 +37,7 @@ from .distill_engines import ENGINES
 FORMAT = "peagle-lab-distill"
 VERSION = 1
 MAX_SEQ_LEN = 1024  # training reads at most this many tokens of a sequence (prompt + response)
-# the target's identity (target_identity, or in files from before it the exact target_fingerprint), plus these
+# the target's identity (target_identity, or in a file without it the exact target_fingerprint), plus these
 _RESUME_KEYS = ("max_new_tokens", "system")
 
 

@@ -30,9 +30,9 @@ from .mask import training_mask
 
 
 # The start of mask_hidden is drawn from its own generator seeded with ``seed + MASK_HIDDEN_SEED_OFFSET``: it
-# depends on the run's seed only, so two heads of one run setting start alike whatever their mask token id. (It
-# was seeded with the mask token id; the offset 16 -- SmolLM2's mask id -- keeps seed-0 runs on the embedded
-# target starting exactly where they did.)
+# depends on the run's seed only, so two heads of one run setting start alike whatever their mask token id. The
+# offset (16, SmolLM2's mask token id) is the one the shipped heads were trained with, so a seed-0 run on the
+# embedded target reproduces their starting point.
 MASK_HIDDEN_SEED_OFFSET = 16
 
 

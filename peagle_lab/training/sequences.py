@@ -131,7 +131,7 @@ def _wait_complete(part: Path) -> None:
 
 def check_data_target(meta: dict, model, path) -> None:
     """Refuse distilled data whose meta names another target. ``target_identity`` does not depend on the dtype
-    the target was loaded in; files written before it existed carry only the exact ``target_fingerprint``, which
+    the target was loaded in; a file without it carries only the exact ``target_fingerprint``, which
     is comparable only with a float32 copy of the target (a bf16 copy has other bits), so they are checked then."""
     if meta.get("target_identity"):
         ok, theirs, mine = meta["target_identity"] == target_identity(model), meta["target_identity"], \
