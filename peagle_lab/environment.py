@@ -20,7 +20,7 @@ from datetime import datetime, timezone
 import torch
 
 from .hardware import cpu_name, load_average, usable_cores
-from .precision import host_slug, isa_record
+from .precision import dtype_name, host_slug, isa_record
 from .settings import REPO_ROOT
 
 # The fields of collect_env's SystemEnv worth keeping (its pip/conda package lists and lscpu text are left out:
@@ -71,7 +71,7 @@ def environment(device=None, dtype=None, model=None) -> dict:
     device = torch.device(device or "cpu")
     cores, load = usable_cores(), load_average()
     gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else None
-    dtype_name = str(dtype).replace("torch.", "") if dtype is not None else None
+    name = dtype_name(dtype) if dtype is not None else None
     commit = git("rev-parse", "HEAD")
     env = {
         "timestamp_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -89,8 +89,8 @@ def environment(device=None, dtype=None, model=None) -> dict:
         "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
         "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
         "timer": "cuda-events" if device.type == "cuda" else "perf_counter",
-        "dtype": dtype_name,
-        "target_dtype": dtype_name if model is not None else None,
+        "dtype": name,
+        "target_dtype": name if model is not None else None,
         "torch": torch.__version__,
         "transformers": transformers.__version__,
         "python": platform.python_version(),

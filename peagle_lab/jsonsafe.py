@@ -30,7 +30,9 @@ def json_safe(obj):
     if hasattr(obj, "tolist"):  # torch tensors, numpy arrays and numpy scalars
         return json_safe(obj.tolist())
     if type(obj).__module__ == "torch" and type(obj).__name__ == "dtype":
-        return str(obj).replace("torch.", "")
+        from .precision import dtype_name  # torch is loaded: obj is one of its dtypes
+
+        return dtype_name(obj)
     if hasattr(obj, "item") and callable(obj.item):  # other 0-d array-likes
         return json_safe(obj.item())
     raise PeagleError(f"A {type(obj).__name__} cannot be written to JSON. Fix: pass a number, string, bool, list "

@@ -82,10 +82,7 @@ def cuda_capability(device) -> tuple[int, int] | None:
 
 
 def choice_name(dtype) -> str:
-    if isinstance(dtype, torch.dtype):
-        text = str(dtype).replace("torch.", "")
-    else:
-        text = str(dtype).strip().lower().replace("torch.", "")
+    text = dtype_name(dtype if isinstance(dtype, torch.dtype) else str(dtype).strip().lower())
     if text not in _ALIASES:
         raise PeagleError(f"Unknown dtype {dtype!r}. Fix: --dtype (or PEAGLE_DTYPE) one of {', '.join(CHOICES)}.")
     return _ALIASES[text]
@@ -112,8 +109,10 @@ def resolve_dtype(dtype=None, device="cpu", warn: bool = True, training: bool = 
     return _TORCH[name]
 
 
-def dtype_name(dtype: torch.dtype) -> str:
-    return str(dtype).replace("torch.", "")
+def dtype_name(dtype) -> str:
+    """The one dtype name of the project: ``torch.bfloat16`` (or the text ``"torch.bfloat16"``) -> ``"bfloat16"``,
+    as results, records and config.json (``torch_dtype``) write it."""
+    return str(dtype).removeprefix("torch.")
 
 
 def describe_choice(dtype: torch.dtype, device="cpu", requested=None) -> str:

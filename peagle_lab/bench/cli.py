@@ -9,6 +9,7 @@ from datetime import datetime
 from pathlib import Path
 
 from .. import lock
+from ..precision import dtype_name
 from ..target_args import add_target_options, check_target_options, load_cli_target
 from ..errors import PeagleError
 from ..models import target_name
@@ -134,7 +135,7 @@ def _run_locked(args, out_dir: Path):
             progress(desc["note"])
         head._bench_source = desc["source"]
         heads[role] = head
-        run_dtype = str(next(head.parameters()).dtype).replace("torch.", "")
+        run_dtype = dtype_name(next(head.parameters()).dtype)
         stored = getattr(head, "stored_dtype", run_dtype)
         progress(f"{role} head: {desc['source']} ({desc['num_hidden_layers']} layer(s), trained K={desc['trained_k']}"
                  + (f"; stored in {stored}, converted to {run_dtype})" if stored != run_dtype else ")"))

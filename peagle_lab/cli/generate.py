@@ -14,6 +14,7 @@ from ..decoding.draft_sources import HeadDrafter
 from ..drafter.checkpoint import check_head_dir
 from ..drafter.heads import SHIPPED, head_for_target
 from ..jsonsafe import json_safe
+from ..precision import dtype_name
 from ..prompts import chat_ids
 from ..decoding.sampling import make_generator, Sampling
 from ..decoding.speculative import plain_generate, speculative_generate
@@ -75,7 +76,7 @@ def run(args):
         warnings.simplefilter("always")
         res = speculative_generate(runner, HeadDrafter(head, args.mode), prompt, k, args.max_new_tokens,
                                    eos_ids=tok.eos_token_id, sampling=sampling, gen=gen)
-    report = {"head": info["source"], "mode": args.mode or head.config.mode, "dtype": str(model.dtype).replace("torch.", ""),
+    report = {"head": info["source"], "mode": args.mode or head.config.mode, "dtype": dtype_name(model.dtype),
               "tokens_per_s": round(res.tokens_per_s, 2),
               "seconds": round(res.seconds, 3), **res.stats.as_dict()}
     if args.check:

@@ -16,6 +16,7 @@ from ..atomic import atomic_write, write_json
 from ..errors import PeagleError
 from .vocab import t2d_from_d2t
 from .config import _FIX, CONFIG, WEIGHTS, PEagleConfig
+from ..precision import dtype_name
 
 
 def export_state_dict(model) -> dict[str, torch.Tensor]:
@@ -47,7 +48,7 @@ def save_pretrained(model, path, dtype: torch.dtype | None = torch.bfloat16) -> 
             v = v.to(dtype)
         tensors[k] = v.contiguous()
     cfg = model.config.to_json_dict()
-    cfg["torch_dtype"] = str(dtype or torch.float32).replace("torch.", "")
+    cfg["torch_dtype"] = dtype_name(dtype or torch.float32)
     meta = {"format": "pt", **_shape_record(model.config)}
     atomic_write(path / WEIGHTS, lambda f: save_file(tensors, f, metadata=meta))
     write_json(path / CONFIG, cfg)

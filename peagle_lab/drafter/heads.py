@@ -16,6 +16,7 @@ from pathlib import Path
 
 from .network import PEagleDrafter
 from ..errors import PeagleError
+from ..precision import dtype_name
 from ..settings import data_dir
 
 # kind -> directory name under <data>/heads
@@ -183,7 +184,7 @@ def load_head(name_or_path, target, device=None, dtype=None, announce: bool = Fa
         stored = json.loads((path / "config.json").read_text()).get("torch_dtype")
     except (OSError, ValueError):
         stored = None
-    run = str(dtype).replace("torch.", "")
+    run = dtype_name(dtype)
     if stored and stored != run and announce:
         import sys
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import torch
 
 from ..errors import PeagleError
+from ..precision import dtype_name
 
 FORMAT = "peagle-lab-features"
 FORMAT_VERSION = 1
@@ -24,17 +25,18 @@ ID_BYTES = 4  # input_ids and greedy_next are stored as int32
 TAPS_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 
 
-def dtype_name(dtype) -> str:
-    """``torch.bfloat16`` or ``"bfloat16"`` -> ``"bfloat16"`` (raises with the fix for an unsupported dtype)."""
-    for name, value in TAPS_DTYPES.items():
-        if dtype in (value, name):
-            return name
+def taps_dtype_name(dtype) -> str:
+    """``torch.bfloat16`` or ``"bfloat16"`` -> ``"bfloat16"``, one of :data:`TAPS_DTYPES` (raises with the fix for
+    another dtype)."""
+    name = dtype_name(dtype)
+    if name in TAPS_DTYPES:
+        return name
     raise PeagleError(f"Unsupported taps dtype {dtype!r}. Fix: use one of {sorted(TAPS_DTYPES)} "
                       "(bfloat16 halves disk).")
 
 
 def dtype_bytes(dtype) -> int:
-    return TAPS_DTYPES[dtype_name(dtype)].itemsize
+    return TAPS_DTYPES[taps_dtype_name(dtype)].itemsize
 
 
 def shard_name(index: int) -> str:

@@ -10,7 +10,7 @@ from typing import Iterable, Iterator
 
 import torch
 
-from .format import TAPS_DTYPES, dtype_name
+from .format import TAPS_DTYPES, taps_dtype_name
 from .taps import check_tap_layers, default_tap_layers, target_forward
 
 
@@ -24,7 +24,7 @@ def sequence_features(model, input_ids, tap_layers=None, taps_dtype=torch.bfloat
     logits = out.logits[0]
     rec = {
         "input_ids": ids[0].to(torch.int32).cpu(),
-        "taps": out.taps[0].to(TAPS_DTYPES[dtype_name(taps_dtype)]).cpu(),
+        "taps": out.taps[0].to(TAPS_DTYPES[taps_dtype_name(taps_dtype)]).cpu(),
         "greedy_next": logits.argmax(-1).to(torch.int32).cpu(),
     }
     if topk:

@@ -22,7 +22,7 @@ from ..atomic import atomic_write, write_json
 from ..errors import PeagleError
 from .cost import bytes_per_token, estimate_bytes, format_bytes
 from .format import (FORMAT, FORMAT_VERSION, MANIFEST, PER_TOKEN_KEYS, TAP_CONVENTION,
-                     dtype_bytes, dtype_name, read_manifest, shard_name)
+                     dtype_bytes, read_manifest, shard_name, taps_dtype_name)
 from .online import sequence_features
 from .identity import target_fingerprint, target_identity
 from ..settings import display_path
@@ -134,7 +134,7 @@ def _extract(model, sequences, out_dir: Path, tap_layers, shard_size, taps_dtype
         target_fingerprint=target_fingerprint(model), target_identity=target_identity(model),
         num_layers=num_layers, hidden_size=hidden, vocab_size=cfg.vocab_size,
         tap_layers=list(tap_layers), tap_convention=TAP_CONVENTION,
-        taps_dtype=dtype_name(taps_dtype), topk=topk, shard_size=shard_size,
+        taps_dtype=taps_dtype_name(taps_dtype), topk=topk, shard_size=shard_size,
         num_sequences=len(seqs), num_tokens=num_tokens, prompts_sha256=_prompts_sha256(seqs),
         keys=[k for k in PER_TOKEN_KEYS if topk or not k.startswith("topk")],
     )
@@ -159,7 +159,7 @@ def _extract(model, sequences, out_dir: Path, tap_layers, shard_size, taps_dtype
         print(f"Extracting {len(seqs):,} sequences, {num_tokens:,} tokens, taps {list(tap_layers)} of a "
               f"{num_layers}-layer target (H={hidden}) in {n_shards} shard(s) of <= {shard_size} into {display_path(out_dir)}\n"
               f"Disk estimate: {format_bytes(estimate)} = {num_tokens:,} tokens x {per_tok:,} B/token "
-              f"({len(tap_layers)} x {hidden} x {dtype_bytes(taps_dtype)} B {dtype_name(taps_dtype)} taps + "
+              f"({len(tap_layers)} x {hidden} x {dtype_bytes(taps_dtype)} B {taps_dtype_name(taps_dtype)} taps + "
               f"int32 id + int32 greedy label" + (f" + top-{topk} logits" if topk else "") + ")"
               + (f"; resuming: {len(done)} of {n_shards} shard(s) already complete" if done else ""))
 

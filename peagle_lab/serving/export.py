@@ -34,6 +34,7 @@ from .. import lock
 from ..atomic import umask
 from ..errors import PeagleError
 from ..models import resolve_target, target_name
+from ..precision import dtype_name
 from ..settings import display_path
 from .validation import expected_shapes, mask_token_id_of, taps_of, validate_head
 
@@ -124,10 +125,6 @@ def target_embedding(target) -> torch.Tensor:
     )
 
 
-def _dtype_name(dtype: torch.dtype) -> str:
-    return str(dtype).replace("torch.", "")
-
-
 def export_vllm(head_dir, out_dir, target=None, dtype: torch.dtype | str | None = None,
                 overwrite: bool = False) -> Path:
     """Convert a native peagle-lab head into a vLLM eagle3 drafter directory; return ``out_dir``.
@@ -216,8 +213,8 @@ def _export(head_dir: Path, out_dir: Path, target, dtype) -> Path:
         "num_aux_hidden_states": len(taps),  # read by the drafter side (fc width)
         "eagle_config": {"eagle_aux_hidden_state_layer_ids": taps, "use_aux_hidden_state": True},
         "tie_word_embeddings": False,
-        "torch_dtype": _dtype_name(dtype),
-        "dtype": _dtype_name(dtype),
+        "torch_dtype": dtype_name(dtype),
+        "dtype": dtype_name(dtype),
     })
     if mid is not None:
         new["mask_token_id"] = new["ptd_token_id"] = mid

@@ -19,6 +19,7 @@ from ..drafter import PEagleDrafter
 from ..errors import PeagleError
 from .lineage import cumulative, head_config, history_of, summary
 from ..models import target_name
+from ..precision import dtype_name
 from ..prompts import humaneval_prompts, load_scale_records
 from ..settings import display_path, seed_everything
 from .config import TrainConfig, check_config_fits_target
@@ -250,7 +251,7 @@ def _train_locked(args, cfg, meta, records, held_out):
             t1 = time.perf_counter()
             record[key] = evaluate_head(model, tok, head, prompts, ks, max_new_tokens=args.eval_max_new_tokens)
             record[key]["wall_s"] = round(time.perf_counter() - t1, 1)
-            record[key]["dtype"] = str(next(model.parameters()).dtype).replace("torch.", "")
+            record[key]["dtype"] = dtype_name(next(model.parameters()).dtype)
             record[key]["prompt_set"] = "HumanEval" if key == "eval" else "held-out split of the scale mix"
             print(f"[{key}] acceptance length per K:", record[key]["acceptance_length"])
     write_training_record(args.out, record)

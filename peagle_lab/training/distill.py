@@ -23,8 +23,6 @@ import sys
 import time
 from pathlib import Path
 
-import torch
-
 from .. import lock, validate
 from ..atomic import atomic_write
 from ..errors import PeagleError

@@ -15,6 +15,7 @@ import time
 import torch
 
 from ..errors import PeagleError
+from ..precision import dtype_name
 
 ENGINES = ("auto", "vllm", "transformers")
 
@@ -92,7 +93,7 @@ class VllmEngine:
         self.version = getattr(vllm, "__version__", "?")
         t0 = time.perf_counter()
         kw = engine_kwargs(max_model_len=max_model_len, seed=seed, disable_log_stats=True)
-        kw["dtype"] = str(dtype).replace("torch.", "")
+        kw["dtype"] = dtype_name(dtype)
         self.llm = vllm.LLM(model=target_dir, **kw)
         self.start_s = time.perf_counter() - t0
 

@@ -24,7 +24,7 @@ from ..drafter import PEagleConfig, PEagleDrafter
 from ..errors import PeagleError
 from ..features.identity import target_identity
 from .lineage import check_compatible, cumulative, head_config, history_of
-from ..precision import resolve_dtype
+from ..precision import dtype_name, resolve_dtype
 from ..settings import display_path
 from ..drafter.vocab import build_draft_vocab, check_draft_vocab, count_tokens, coverage, pick_mask_token_id
 from .config import TrainConfig
@@ -373,7 +373,7 @@ class Trainer:
                            dict(draft_vocab_size=int(self.draft_ids.numel()), draft_vocab_coverage=self.coverage,
                                 mask_token_id=self.mask_token_id, tokens_seen=self.tokens_seen,
                                 tokens_per_s=round(self.tokens_seen / max(self.elapsed, 1e-9), 1),
-                                autocast=str(self.autocast).replace("torch.", "")))
+                                autocast=dtype_name(self.autocast)))
 
 
 def precision_probe(cfg: TrainConfig, model, sequences, tokenizer=None, rounds: int = 3) -> dict:

@@ -25,6 +25,7 @@ from ..errors import PeagleError, require
 from ..hardware import describe
 from ..drafter.heads import head_for_target, SHIPPED
 from ..models import load_target
+from ..precision import dtype_name
 from ..prompts import chat_ids
 from ..decoding.sampling import make_generator, Sampling
 from ..settings import pick
@@ -215,7 +216,7 @@ def run_generation(model, tokenizer, head, prompt: str = DEFAULT_PROMPT, k: int 
         if sampling.greedy:
             param = next(model.parameters())
             run.divergence = first_divergence(run.tokens, plain, param.dtype, param.device)
-    run.dtype = str(next(model.parameters()).dtype).replace("torch.", "")
+    run.dtype = dtype_name(next(model.parameters()).dtype)
     run.hardware = describe(next(model.parameters()).device)
     run.done = True
     if on_update is not None:
