@@ -12,7 +12,7 @@ import torch
 
 from .errors import PeagleError
 
-MAX_K = 64  # the drafter's hard limit (drafter.check_k)
+MAX_K = 64  # the loop's limit on K (checked once, by num_speculative_tokens)
 
 
 def _is_int(v) -> bool:

@@ -7,7 +7,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from peagle_lab.decoding.draft_sources import HeadDrafter
-from peagle_lab.drafter import check_k, PEagleConfig, PEagleDrafter
+from peagle_lab.drafter import PEagleConfig, PEagleDrafter
 from peagle_lab.errors import PeagleError
 from peagle_lab.decoding.sampling import Sampling
 from peagle_lab.decoding.slots import Slots
@@ -162,13 +162,19 @@ def test_missing_misshaped_and_corrupt_checkpoints_name_the_problem(tiny_llama, 
         PEagleDrafter.from_pretrained(tmp_path / "ok", target=target)
 
 
-def test_k_below_one_is_an_error_and_k_above_training_warns(tiny_llama):
-    cfg = make_head(tiny_llama()).config
-    for bad in (0, -3, 2.5, True):
+def test_k_outside_1_to_64_is_an_error_and_k_above_training_is_a_note(tiny_llama):
+    from peagle_lab.decoding.draft_sources import HeadDrafter
+    from peagle_lab.decoding.speculative import speculative_generate
+    from peagle_lab.decoding.target_runner import TargetRunner
+
+    model = tiny_llama()
+    head = make_head(model)
+    runner = TargetRunner(model, head.config.aux_hidden_state_layer_ids)
+    for bad in (0, -3, 2.5, True, 65):
         with pytest.raises(PeagleError, match="K"):
-            check_k(bad, cfg)
-    with pytest.warns(UserWarning, match="trained for"):
-        check_k(cfg.num_speculative_tokens + 1, cfg)
+            speculative_generate(runner, HeadDrafter(head), [1, 2, 3], bad, 4)
+    assert HeadDrafter(head).notes(head.config.num_speculative_tokens + 1)[0].startswith(
+        f"K={head.config.num_speculative_tokens + 1} exceeds")
 
 
 def test_tap_ids_out_of_range_are_refused(tiny_llama):

@@ -155,25 +155,23 @@ def test_context_variant_copies_the_anchor_hidden_into_mask_slots(tiny_llama):
     plan = plan_row([seq], 3, ratio=1.0, min_ratio=1.0)
     with torch.no_grad():
         logits, _ = module.run_depths(plan)
-    from peagle_lab.training import make_drafter
-
     head = module.sync_head()
     a = 4
-    drafts, _ = make_drafter(head).propose(Slots(seq["input_ids"][1:a + 2].tolist(), seq["taps"][:a + 1]), 3,
-                                           Sampling())
+    drafts, _ = HeadDrafter(head).propose(Slots(seq["input_ids"][1:a + 2].tolist(), seq["taps"][:a + 1]), 3,
+                                          Sampling())
     got = [int(head.draft_to_target_ids()[logits[d][int((plan.depths[d].anchor_pos == a).nonzero())].argmax()])
            for d in range(3)]
     assert got == drafts.tolist()
 
 
 def test_context_drafter_is_a_view_that_leaves_the_callers_head_alone(tiny_llama):
-    from peagle_lab.training import as_context_drafter, ContextMaskDrafter, make_drafter
+    from peagle_lab.drafter.context import as_context_drafter, ContextMaskDrafter
 
     model = tiny_llama(hidden=32, layers=4)
     head = _trainer_module(model, "parallel", mask_hidden="context").sync_head()
     seq = tiny_sequences(model, n=1, length=10, prompt_len=2, seed=5)[0]
     learned = head.mask_slot_hidden().detach().clone()
-    drafter = make_drafter(head)
+    drafter = HeadDrafter(head)
     assert type(head) is PEagleDrafter  # not re-classed under the caller
     assert isinstance(drafter.head, ContextMaskDrafter) and drafter.head.head is head
     assert torch.equal(head.mask_slot_hidden(), learned)  # the head still means fc(mask_hidden)

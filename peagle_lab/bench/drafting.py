@@ -5,7 +5,6 @@ scale; the calls are interleaved within every repeat."""
 from __future__ import annotations
 
 import statistics
-import warnings
 from typing import Callable, Sequence
 
 import torch
@@ -46,74 +45,13 @@ def drafting_cost(head, runner_or_model, prompt_ids=None, tokenizer=None, ks: Se
         raise PeagleError(f"ks must be a non-empty list of K >= 1, got {ks}.")
     if not 1 <= new_slots < len(prompt):
         raise PeagleError(f"new_slots={new_slots} must be in [1, prompt length {len(prompt)}).")
-    greedy = Sampling()
-
+    draft_fn, verify_fn = _round_fns(head, runner, prompt, new_slots)
+    samples, vsamples, step_samples = _time_rounds(draft_fn, verify_fn, ks, repeats, warmup, verify, device,
+                                                   progress)
     runner.reset()
-    logits, taps = runner.forward(prompt)
-    first = int(logits[-1].argmax())
-    slots = Slots.after_prefill(prompt, first, taps)  # slot t: token t+1 and taps at t (EAGLE shift)
-    drafters = {m: HeadDrafter(head, m) for m in ("parallel", "sequential")}
-    round_slots = slots.tail(new_slots)  # as if only the last new_slots were newly committed
-    start = round_slots.start
-    target_len = runner.length
+    start = len(prompt) - new_slots  # the drafter's cache holds the slots before the newly committed ones
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # K above the head's trained K: timing is what we want here
-        for d in drafters.values():
-            d.reset()
-            d.propose(slots, 1, greedy, None)  # the drafter's prefill over the prompt
-
-        def draft_fn(mode, k):
-            return lambda: drafters[mode].propose(round_slots, k, greedy, None)
-
-        def verify_fn(k):
-            ids = [first] + [first] * k
-
-            def fn():
-                runner.forward(ids)
-                runner.crop(target_len)
-            return fn
-
-        samples = {(m, k): [] for m in ("parallel", "sequential") for k in ks}
-        vsamples = {k: [] for k in ks}
-        for k in ks:  # warm-up
-            for _ in range(warmup):
-                draft_fn("parallel", k)()
-                draft_fn("sequential", k)()
-            if verify and warmup:
-                verify_fn(k)()
-        step_samples = []
-        for r in range(repeats):
-            for i, k in enumerate(ks):
-                order = ("parallel", "sequential") if (r + i) % 2 == 0 else ("sequential", "parallel")
-                for m in order:
-                    samples[(m, k)].append(time_once(draft_fn(m, k), device))
-                if verify:
-                    vsamples[k].append(time_once(verify_fn(k), device))
-            if verify:
-                step_samples.append(time_once(verify_fn(0), device))
-            if progress:
-                progress(f"drafting cost: repeat {r + 1}/{repeats}")
-    runner.reset()
-
-    rows = []
-    for k in ks:
-        par, seq = summarize(samples[("parallel", k)]), summarize(samples[("sequential", k)])
-        ratios = [s / p for s, p in zip(samples[("sequential", k)], samples[("parallel", k)])]
-        row = {"k": k,
-               "parallel_ms": rounded(par["median"] * 1e3, 3), "parallel_iqr_ms": rounded(par["iqr"] * 1e3, 3),
-               "sequential_ms": rounded(seq["median"] * 1e3, 3), "sequential_iqr_ms": rounded(seq["iqr"] * 1e3, 3),
-               "ratio_seq_over_par": rounded(seq["median"] / par["median"], 3),
-               "ratio_paired_median": rounded(statistics.median(ratios), 3),
-               "ratio_paired_iqr": rounded(summarize(ratios)["iqr"], 3),
-               "parallel_passes": 1, "sequential_passes": k}
-        if verify:
-            v = summarize(vsamples[k])
-            step_med = summarize(step_samples)["median"]
-            row |= {"verify_ms": rounded(v["median"] * 1e3, 3), "verify_iqr_ms": rounded(v["iqr"] * 1e3, 3),
-                    "verify_ratio": rounded(v["median"] / step_med, 3),  # verify(K+1) / decode(1)
-                    "draft_ratio": rounded(par["median"] / step_med, 3)}  # parallel draft round / decode(1)
-        rows.append(row)
+    rows = [_row(k, samples, vsamples, step_samples, verify) for k in ks]
     out = {
         "schema": SCHEMA, "kind": "drafting_cost", "env": finish_environment(env),
         "config": {"ks": ks, "repeats": repeats, "warmup": warmup, "new_slots": new_slots,
@@ -128,3 +66,77 @@ def drafting_cost(head, runner_or_model, prompt_ids=None, tokenizer=None, ks: Se
         out["target_step_ms"] = rounded(step["median"] * 1e3, 3)
         out["target_step_iqr_ms"] = rounded(step["iqr"] * 1e3, 3)
     return out
+
+
+def _round_fns(head, runner, prompt, new_slots):
+    """``draft_fn(mode, k)`` and ``verify_fn(k)``: one drafting round and one verification of K+1 tokens, as
+    callables to time. The drafter's cache holds the prompt; a round sees the last ``new_slots`` slots as newly
+    committed, as the loop calls ``propose``."""
+    greedy = Sampling()
+    runner.reset()
+    logits, taps = runner.forward(prompt)
+    first = int(logits[-1].argmax())
+    slots = Slots.after_prefill(prompt, first, taps)  # slot t: token t+1 and taps at t (EAGLE shift)
+    drafters = {m: HeadDrafter(head, m) for m in ("parallel", "sequential")}
+    round_slots = slots.tail(new_slots)  # as if only the last new_slots were newly committed
+    target_len = runner.length
+    for d in drafters.values():
+        d.reset()
+        d.propose(slots, 1, greedy, None)  # the drafter's prefill over the prompt
+
+    def draft_fn(mode, k):
+        return lambda: drafters[mode].propose(round_slots, k, greedy, None)
+
+    def verify_fn(k):
+        def fn():
+            runner.forward([first] * (k + 1))
+            runner.crop(target_len)
+        return fn
+
+    return draft_fn, verify_fn
+
+
+def _time_rounds(draft_fn, verify_fn, ks, repeats, warmup, verify, device, progress):
+    """Interleaved timings: ``{(mode, k): [s]}`` per drafting round, ``{k: [s]}`` per verification of K+1
+    tokens, ``[s]`` per plain decode step (the order of the two modes alternates)."""
+    samples = {(m, k): [] for m in ("parallel", "sequential") for k in ks}
+    vsamples, step_samples = {k: [] for k in ks}, []
+    for k in ks:  # warm-up
+        for _ in range(warmup):
+            draft_fn("parallel", k)()
+            draft_fn("sequential", k)()
+        if verify and warmup:
+            verify_fn(k)()
+    for r in range(repeats):
+        for i, k in enumerate(ks):
+            order = ("parallel", "sequential") if (r + i) % 2 == 0 else ("sequential", "parallel")
+            for m in order:
+                samples[(m, k)].append(time_once(draft_fn(m, k), device))
+            if verify:
+                vsamples[k].append(time_once(verify_fn(k), device))
+        if verify:
+            step_samples.append(time_once(verify_fn(0), device))
+        if progress:
+            progress(f"drafting cost: repeat {r + 1}/{repeats}")
+    return samples, vsamples, step_samples
+
+
+def _row(k, samples, vsamples, step_samples, verify) -> dict:
+    """One K's line: medians and IQRs in ms, the sequential / parallel ratios (and verification's, with
+    ``verify``)."""
+    par, seq = summarize(samples[("parallel", k)]), summarize(samples[("sequential", k)])
+    ratios = [s / p for s, p in zip(samples[("sequential", k)], samples[("parallel", k)])]
+    row = {"k": k,
+           "parallel_ms": rounded(par["median"] * 1e3, 3), "parallel_iqr_ms": rounded(par["iqr"] * 1e3, 3),
+           "sequential_ms": rounded(seq["median"] * 1e3, 3), "sequential_iqr_ms": rounded(seq["iqr"] * 1e3, 3),
+           "ratio_seq_over_par": rounded(seq["median"] / par["median"], 3),
+           "ratio_paired_median": rounded(statistics.median(ratios), 3),
+           "ratio_paired_iqr": rounded(summarize(ratios)["iqr"], 3),
+           "parallel_passes": 1, "sequential_passes": k}
+    if verify:
+        v = summarize(vsamples[k])
+        step_med = summarize(step_samples)["median"]
+        row |= {"verify_ms": rounded(v["median"] * 1e3, 3), "verify_iqr_ms": rounded(v["iqr"] * 1e3, 3),
+                "verify_ratio": rounded(v["median"] / step_med, 3),  # verify(K+1) / decode(1)
+                "draft_ratio": rounded(par["median"] / step_med, 3)}  # parallel draft round / decode(1)
+    return row

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import sys
-import warnings
 from pathlib import Path
 
 from .. import validate
@@ -72,10 +71,11 @@ def run(args):
     validate.prompt_length(len(prompt), args.max_new_tokens, getattr(model.config, "max_position_embeddings", None))
     sampling = Sampling(args.temperature, args.top_p)
     gen = make_generator(runner.device, args.seed)  # on the target's device: a CPU generator cannot draw on CUDA
-    with warnings.catch_warnings():
-        warnings.simplefilter("always")
-        res = speculative_generate(runner, HeadDrafter(head, args.mode), prompt, k, args.max_new_tokens,
-                                   eos_ids=tok.eos_token_id, sampling=sampling, gen=gen)
+    drafter = HeadDrafter(head, args.mode)
+    for note in drafter.notes(k):
+        print(f"[peagle-lab] {note}", file=sys.stderr)
+    res = speculative_generate(runner, drafter, prompt, k, args.max_new_tokens, eos_ids=tok.eos_token_id,
+                               sampling=sampling, gen=gen)
     report = {"head": info["source"], "mode": args.mode or head.config.mode, "dtype": dtype_name(model.dtype),
               "tokens_per_s": round(res.tokens_per_s, 2),
               "seconds": round(res.seconds, 3), **res.stats.as_dict()}

@@ -1,11 +1,13 @@
 """Draft sources: what proposes the K tokens of a speculative round.
 
-Interface (:class:`DraftSource`): ``reset()`` once per generation, then per round ``propose(slots, k, sampling,
-gen)`` with the newly committed :class:`~peagle_lab.decoding.slots.Slots` (EAGLE shift: slot t = token t+1 with the
+Interface (:class:`DraftSource`): ``check(runner, sampling, gen)`` and ``notes(k)`` before a generation,
+``reset()`` once per generation, then per round ``propose(slots, k, sampling, gen)`` with the newly committed :class:`~peagle_lab.decoding.slots.Slots` (EAGLE shift: slot t = token t+1 with the
 target's taps at t). It returns ``(draft_ids (k,), draft_probs (k, V) or None)``, probabilities over the TARGET
 vocabulary when sampling.
 
-* :class:`HeadDrafter`: a P-EAGLE / EAGLE-3 head, ``parallel`` (one pass for K drafts) or ``sequential`` (K passes);
+* :class:`HeadDrafter`: a P-EAGLE / EAGLE-3 head, ``parallel`` (one pass for K drafts) or ``sequential`` (K passes),
+  the one way a head drafts (a head trained with ``mask_hidden='context'`` drafts through its view, see
+  :func:`peagle_lab.drafter.context.drafting_head`);
 * :class:`OracleDrafter` / :class:`RandomDrafter`: test doubles (every draft accepted / almost none).
 """
 
@@ -13,16 +15,25 @@ from __future__ import annotations
 
 import torch
 
-from ..drafter import PEagleDrafter, check_k
+from ..drafter import PEagleDrafter
+from ..drafter.context import drafting_head
 from ..errors import PeagleError
-from .sampling import sample
+from .sampling import check_generator, sample
 from .slots import Slots
 
 
 class DraftSource:
-    """Interface: ``reset()``, then per round ``propose(slots, k, sampling, gen)`` (see the module)."""
+    """Interface: ``check``, ``notes``, ``reset()``, then per round ``propose(slots, k, sampling, gen)`` (see the
+    module)."""
 
     name = "draft"
+
+    def check(self, runner, sampling, gen) -> None:
+        """Raise :class:`PeagleError` when this source cannot draft for ``runner``'s target (before any work)."""
+
+    def notes(self, k: int) -> list[str]:
+        """What a caller may want to tell its user about drafting ``k`` tokens a round (nothing by default)."""
+        return []
 
     def reset(self):
         pass
@@ -39,7 +50,7 @@ class HeadDrafter(DraftSource):
     """A trained (or untrained) P-EAGLE / EAGLE-3 head, used in ``parallel`` or ``sequential`` mode."""
 
     def __init__(self, head: PEagleDrafter, mode: str | None = None):
-        self.head = head
+        self.head = drafting_head(head)
         self.mode = mode or head.config.mode
         if self.mode not in ("parallel", "sequential"):
             raise PeagleError(f"mode must be 'parallel' or 'sequential', got {self.mode!r}")
@@ -47,6 +58,25 @@ class HeadDrafter(DraftSource):
         self.device = next(head.parameters()).device
         self.dtype = next(head.parameters()).dtype
         self.reset()
+
+    def check(self, runner, sampling, gen) -> None:
+        """The head fits the runner's target (vocabulary, hidden size, tapped layers); a sampled run's generator
+        lives where the head samples its drafts."""
+        cfg = self.head.config
+        self.head.check_compatible(runner.model)
+        if tuple(cfg.aux_hidden_state_layer_ids) != tuple(runner.tap_layers):
+            raise PeagleError(
+                f"The head was trained on taps {cfg.aux_hidden_state_layer_ids} but the runner taps "
+                f"{runner.tap_layers}. Fix: TargetRunner(model, tap_layers=head.config.aux_hidden_state_layer_ids).")
+        if not sampling.greedy:
+            check_generator(gen, self.device)
+
+    def notes(self, k: int) -> list[str]:
+        trained = self.head.config.num_speculative_tokens
+        if k <= trained:
+            return []
+        return [f"K={k} exceeds the K={trained} this head was trained for: deeper slots were never trained and "
+                "will rarely be accepted (output stays lossless)."]
 
     def reset(self):
         self.cache = self.head.new_cache()
@@ -67,7 +97,6 @@ class HeadDrafter(DraftSource):
         """Draft ``k`` tokens after ``slots`` (the newly committed slots; the drafter's cache keeps the earlier
         ones and drops last round's speculative slots)."""
         head = self.head
-        check_k(k, head.config, warn=False)  # the loop warns once per generation, not once per round
         start, n = slots.start, len(slots)
         self.cache.crop(start)  # drop last round's speculative slots
         tokens = torch.as_tensor(slots.tokens, dtype=torch.long, device=self.device).view(1, n)

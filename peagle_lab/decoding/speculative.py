@@ -21,9 +21,9 @@ from typing import Iterator
 
 import torch
 
-from .draft_sources import DraftSource, HeadDrafter
-from ..drafter import check_k
+from .. import validate
 from ..errors import PeagleError
+from .draft_sources import DraftSource
 from .sampling import Sampling, accept_greedy, accept_sampling, check_generator
 from .slots import Slots
 from .target_runner import TargetRunner
@@ -224,20 +224,11 @@ def iter_rounds(runner: TargetRunner, drafter: DraftSource, prompt_ids, k: int, 
     """Speculative decoding as a stream of :class:`Round` records: the prefill's, then one per verification,
     the last with ``done``. The output is the rounds' ``tokens`` joined. Arguments are checked here, before the
     first record."""
-    if not isinstance(k, int) or isinstance(k, bool) or k < 1:
-        raise PeagleError(f"K must be an integer >= 1, got {k!r}. Fix: pass k in 1..{64}.")
-    if isinstance(drafter, HeadDrafter):
-        check_k(k, drafter.head.config)  # errors for a bad K; one warning when K exceeds the trained K
-        drafter.head.check_compatible(runner.model)
-        if tuple(drafter.head.config.aux_hidden_state_layer_ids) != tuple(runner.tap_layers):
-            raise PeagleError(
-                f"The head was trained on taps {drafter.head.config.aux_hidden_state_layer_ids} but the runner taps "
-                f"{runner.tap_layers}. Fix: TargetRunner(model, tap_layers=head.config.aux_hidden_state_layer_ids).")
+    validate.num_speculative_tokens(k)  # the one K check: 1..64 (above the head's trained K is a note, not an error)
     sampling = sampling or Sampling()
     if not sampling.greedy:
         check_generator(gen, runner.device)
-        if isinstance(drafter, HeadDrafter):
-            check_generator(gen, drafter.device)  # the head samples its drafts where it lives
+    drafter.check(runner, sampling, gen)
     prompt = [int(t) for t in (prompt_ids.tolist() if torch.is_tensor(prompt_ids) else prompt_ids)]
     if not prompt:
         raise PeagleError("The prompt is empty: speculative decoding needs at least one token.")

@@ -1,11 +1,10 @@
 """The drafter's configuration: :class:`PEagleConfig` (shape, draft vocabulary, taps, mask token, RoPE, what it was
 trained for), built from a target (:meth:`PEagleConfig.from_target`), written to and read from ``config.json`` in
-vLLM's eagle3 layout (our own fields under ``"peagle"``), checked field by field (:func:`validate_config_dict`);
-the RoPE description (:func:`normalise_rope_parameters`) and the K check (:func:`check_k`)."""
+vLLM's eagle3 layout (our own fields under ``"peagle"``), checked field by field (:func:`validate_config_dict`)
+and the RoPE description (:func:`normalise_rope_parameters`)."""
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass, field
 
 from ..errors import PeagleError
@@ -311,15 +310,3 @@ def _check_rope_dict(d: dict) -> None:
     if theta is not None and isinstance(top, (int, float)) and float(top) != float(theta):
         raise PeagleError(f"config.json: rope_theta {top} disagrees with rope_parameters.rope_theta {theta} "
                           f"(transformers and vLLM use the latter). {_FIX}")
-
-
-def check_k(k: int, cfg: PEagleConfig, limit: int = 64, warn: bool = True) -> int:
-    """Validate K: an int in [1, limit]; warn (when ``warn``) when above what the head was trained for."""
-    if not isinstance(k, int) or isinstance(k, bool) or k < 1:
-        raise PeagleError(f"num_speculative_tokens K must be an integer >= 1, got {k!r}. Fix: use K in 1..{limit}.")
-    if k > limit:
-        raise PeagleError(f"K={k} is out of range (max {limit}).")
-    if warn and k > cfg.num_speculative_tokens:
-        warnings.warn(f"K={k} exceeds the K={cfg.num_speculative_tokens} this head was trained for: deeper slots "
-                      "were never trained and will rarely be accepted (output stays lossless).", stacklevel=3)
-    return k

@@ -4,12 +4,11 @@ One concept per module: ``distill`` (self-distilled training data, ``peagle-lab 
 ``distill_engines``), ``cod`` (COD, conditional drop-token sampling of the deeper depths), ``config`` (TrainConfig),
 ``sequences`` (distilled records with the target's features, the feature cache), ``packing`` (sequences packed into
 rows), ``elements`` (the training elements of a row, COD), ``mask`` (the training attention mask), ``objective``
-(the trainable head: reparametrisation and loss), ``inference`` (a trained head as a drafter), ``state``
-(checkpoints and resume), ``distributed`` (several processes), ``trainer`` (the loop), ``evaluate`` (acceptance per
-K), ``records`` (training.json, TRAINING.md), ``quick`` (a small head made on the spot for a target without
-one), ``lineage`` (continuing a head: ``--init-from``), ``cli``
-(``peagle-lab train``), ``recipe`` (equal-budget recipe runs and the learning curve). The names people use are
-importable from here.
+(the trainable head: reparametrisation and loss), ``state`` (checkpoints and resume), ``distributed`` (several
+processes), ``trainer`` (the loop), ``evaluate`` (acceptance per K), ``records`` (training.json, TRAINING.md),
+``quick`` (a small head made on the spot for a target without one), ``lineage`` (continuing a head:
+``--init-from``), ``cli`` (``peagle-lab train``), ``recipe`` (equal-budget recipe runs and the learning curve). The
+names people use are importable from here.
 """
 
 from ..drafter.vocab import pick_mask_token_id
@@ -17,7 +16,6 @@ from .config import MASK_EMBEDDING_VARIANTS, MASK_HIDDEN_VARIANTS, TrainConfig
 from .distributed import check_world_size
 from .elements import Depth, RowPlan, plan_row
 from .evaluate import evaluate_head
-from .inference import ContextMaskDrafter, as_context_drafter, make_drafter
 from .mask import full_training_mask, training_mask
 from .objective import DraftTrainer, mask_hidden_seed, tap_rms
 from .packing import PackedRows

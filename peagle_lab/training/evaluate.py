@@ -5,18 +5,17 @@ from __future__ import annotations
 
 import json
 import math
-import warnings
 
 from tqdm.auto import tqdm
 
 from ..bench.lossless import lossless_regime
 from ..decoding.divergence import first_divergence
 from ..errors import PeagleError
+from ..decoding.draft_sources import HeadDrafter
 from ..drafter import PEagleDrafter
 from ..prompts import record_messages, template_ids
 from ..decoding.speculative import plain_generate, SpecStats, speculative_generate
 from ..decoding.target_runner import TargetRunner
-from .inference import make_drafter
 
 
 class NotLossless(PeagleError):
@@ -41,7 +40,7 @@ def evaluate_head(model, tokenizer, head: PEagleDrafter, prompts: list[str], ks=
     instead of one per prompt and head). ``template``: the prompt layout (:func:`peagle_lab.prompts.template_ids`;
     ``"chat"``, the one heads are trained with, unless measuring a mismatch)."""
     runner = TargetRunner(model, head.config.aux_hidden_state_layer_ids)
-    drafter = make_drafter(head, mode)
+    drafter = HeadDrafter(head, mode)
     eos = tokenizer.eos_token_id
     per_k = {k: SpecStats(k=k) for k in ks}
     times = {k: 0.0 for k in ks}
@@ -63,9 +62,7 @@ def evaluate_head(model, tokenizer, head: PEagleDrafter, prompts: list[str], ks=
         tokens += len(base)
         bar.update(1)
         for k in ks:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")  # K above the trained K: reported, not warned per prompt
-                res = speculative_generate(runner, drafter, ids, k, max_new_tokens, eos_ids=eos)
+            res = speculative_generate(runner, drafter, ids, k, max_new_tokens, eos_ids=eos)
             if check_lossless and res.tokens != base:
                 div = first_divergence(res.tokens, plain, dtype, device)
                 if not div.near_tie:

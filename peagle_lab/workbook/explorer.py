@@ -11,7 +11,6 @@ updated after every verification round, and the time beside plain decoding measu
 from __future__ import annotations
 
 import time
-import warnings
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -188,26 +187,25 @@ def run_generation(model, tokenizer, head, prompt: str = DEFAULT_PROMPT, k: int 
     accepted: list[int] = []
     display_s = 0.0  # time spent drawing between rounds: taken out of the speculative time
     gen = None if sampling.greedy else make_generator(runner.device, seed)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        rounds = iter_rounds(runner, HeadDrafter(head, mode), ids, k=int(k), max_new_tokens=int(max_new_tokens),
-                             eos_ids=tokenizer.eos_token_id, sampling=sampling, gen=gen)
-        t0 = time.perf_counter()
-        for rnd in rounds:
-            run.stats.add(rnd)
-            run.tokens += rnd.tokens
-            if rnd.is_prefill:
-                continue
-            accepted.append(rnd.accepted)
-            run.sources = viz.token_sources(accepted, len(run.tokens))
-            run.seconds = time.perf_counter() - t0 - display_s
-            if on_update is not None:
-                t = time.perf_counter()
-                on_update(run)
-                display_s += time.perf_counter() - t
+    drafter = HeadDrafter(head, mode)
+    run.notes += drafter.notes(int(k))  # K above the head's trained K
+    rounds = iter_rounds(runner, drafter, ids, k=int(k), max_new_tokens=int(max_new_tokens),
+                         eos_ids=tokenizer.eos_token_id, sampling=sampling, gen=gen)
+    t0 = time.perf_counter()
+    for rnd in rounds:
+        run.stats.add(rnd)
+        run.tokens += rnd.tokens
+        if rnd.is_prefill:
+            continue
+        accepted.append(rnd.accepted)
+        run.sources = viz.token_sources(accepted, len(run.tokens))
         run.seconds = time.perf_counter() - t0 - display_s
+        if on_update is not None:
+            t = time.perf_counter()
+            on_update(run)
+            display_s += time.perf_counter() - t
+    run.seconds = time.perf_counter() - t0 - display_s
     run.sources = viz.token_sources(accepted, len(run.tokens))
-    run.notes += [str(w.message) for w in caught if "trained for" in str(w.message)]  # K above the head's K
     if baseline:
         gen = None if sampling.greedy else make_generator(runner.device, seed)
         plain = plain_generate(runner, ids, int(max_new_tokens), eos_ids=tokenizer.eos_token_id, sampling=sampling,

@@ -1,13 +1,12 @@
-"""A trained head at inference: :func:`make_drafter`, and the ``mask_hidden='context'`` variant's own hidden
-source (:class:`ContextMaskDrafter`)."""
+"""The ``mask_hidden='context'`` variant of a head at inference (:class:`ContextMaskDrafter`): its mask slots take
+the last context slot's hidden state. :func:`drafting_head` is what drafts for a head, the variant applied."""
 
 from __future__ import annotations
 
 from torch import nn
 
-from ..decoding.draft_sources import HeadDrafter
-from ..drafter import PEagleDrafter
 from ..errors import PeagleError
+from .network import PEagleDrafter
 
 
 class ContextMaskDrafter(nn.Module):
@@ -50,8 +49,9 @@ def as_context_drafter(head: PEagleDrafter) -> ContextMaskDrafter:
     return head if isinstance(head, ContextMaskDrafter) else ContextMaskDrafter(head)
 
 
-def make_drafter(head: PEagleDrafter, mode: str | None = None):
-    """A :class:`HeadDrafter` for ``head`` (the ``context`` mask-hidden variant gets its own hidden source)."""
+def drafting_head(head: PEagleDrafter):
+    """The module that drafts for ``head``: the head itself, or for a head trained with ``mask_hidden='context'``
+    (``config.extra['mask_hidden_variant']``) its :class:`ContextMaskDrafter` view."""
     if head.config.extra.get("mask_hidden_variant") == "context":
-        head = as_context_drafter(head)
-    return HeadDrafter(head, mode)
+        return as_context_drafter(head)
+    return head
