@@ -83,12 +83,7 @@ def check_head_dir(path) -> PEagleConfig:
     if not (path / CONFIG).is_file() or not (path / WEIGHTS).is_file():
         raise PeagleError(f"{path} is not a drafter checkpoint: it needs {CONFIG} and {WEIGHTS}. "
                           "Fix: point at a directory written by PEagleDrafter.save_pretrained / `peagle-lab train`.")
-    try:
-        raw = json.loads((path / CONFIG).read_text(encoding="utf-8"))
-    except (ValueError, OSError) as exc:
-        raise PeagleError(f"{path / CONFIG} is not valid JSON ({exc}): the checkpoint is damaged or truncated. "
-                          f"{_FIX}") from None
-    cfg = PEagleConfig.from_json_dict(raw)
+    cfg = PEagleConfig.from_dir(path)
     try:
         with safe_open(str(path / WEIGHTS), "pt") as fh:
             shapes = {k: tuple(fh.get_slice(k).get_shape()) for k in fh.keys()}

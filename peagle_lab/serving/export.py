@@ -32,14 +32,14 @@ import torch
 
 from .. import lock
 from ..atomic import umask
+from ..drafter.config import CONFIG, WEIGHTS, mask_token_id_of, read_config_json, taps_of
 from ..errors import PeagleError
 from ..models import resolve_target, target_name
 from ..precision import dtype_name
 from ..settings import display_path
-from .validation import expected_shapes, mask_token_id_of, taps_of, validate_head
+from .validation import expected_shapes, validate_head
 
 EAGLE3_ARCH = "LlamaForCausalLMEagle3"
-WEIGHTS = "model.safetensors"
 
 
 def read_head(head_dir) -> tuple[dict, dict[str, torch.Tensor]]:
@@ -47,22 +47,18 @@ def read_head(head_dir) -> tuple[dict, dict[str, torch.Tensor]]:
     from safetensors.torch import load_file
 
     head_dir = Path(head_dir)
-    cfg_path, w_path = head_dir / "config.json", head_dir / WEIGHTS
-    if not cfg_path.exists() or not w_path.exists():
+    w_path = head_dir / WEIGHTS
+    if not (head_dir / CONFIG).exists() or not w_path.exists():
         raise PeagleError(
-            f"{head_dir} is not a drafter checkpoint: it needs config.json and {WEIGHTS}. "
+            f"{head_dir} is not a drafter checkpoint: it needs {CONFIG} and {WEIGHTS}. "
             "Fix: pass the directory written by PEagleDrafter.save_pretrained()."
         )
     from safetensors import SafetensorError
 
-    try:
-        cfg = json.loads(cfg_path.read_text())
-    except (ValueError, OSError) as exc:
-        raise PeagleError(f"{cfg_path} is not valid JSON ({exc}): the head is damaged. Fix: re-save or retrain "
-                          "the head.") from exc
-    if not isinstance(cfg, dict) or "hidden_size" not in cfg:
-        raise PeagleError(f"{cfg_path} is not a drafter config (no hidden_size). Fix: point at a head directory "
-                          "written by `peagle-lab train` or PEagleDrafter.save_pretrained().")
+    cfg = read_config_json(head_dir)
+    if "hidden_size" not in cfg:
+        raise PeagleError(f"{head_dir / CONFIG} is not a drafter config (no hidden_size). Fix: point at a head "
+                          "directory written by `peagle-lab train` or PEagleDrafter.save_pretrained().")
     try:
         tensors = load_file(str(w_path))
     except (SafetensorError, OSError, ValueError) as exc:

@@ -6,23 +6,10 @@ from __future__ import annotations
 
 import torch
 
+from ..drafter.config import MASK_ID_KEYS, mask_token_id_of, taps_of
 from ..errors import PeagleError
 from ..features.taps import check_tap_layers
 from ..drafter.vocab import d2t_in_vocab
-
-
-def taps_of(cfg: dict) -> list[int] | None:
-    taps = cfg.get("eagle_aux_hidden_state_layer_ids")
-    if taps is None:
-        taps = (cfg.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids")
-    return None if taps is None else [int(t) for t in taps]
-
-
-def mask_token_id_of(cfg: dict) -> int | None:
-    for key in ("mask_token_id", "ptd_token_id", "pard_token"):
-        if cfg.get(key) is not None:
-            return int(cfg[key])
-    return None
 
 
 def expected_shapes(cfg: dict, n_taps: int) -> dict[str, tuple[int, ...]]:
@@ -88,7 +75,7 @@ def validate_head(cfg: dict, tensors: dict[str, torch.Tensor], target_cfg: dict 
         elif tensors["mask_hidden"].numel() != fc_in:
             problems.append(f"'mask_hidden' has {tensors['mask_hidden'].numel()} values, expected {fc_in} "
                             "(n_taps * target_hidden_size, stored before fc)")
-        ids = {cfg[k] for k in ("mask_token_id", "ptd_token_id", "pard_token") if cfg.get(k) is not None}
+        ids = {cfg[k] for k in MASK_ID_KEYS if cfg.get(k) is not None}
         mid = mask_token_id_of(cfg)
         if mid is None:
             problems.append("config.json has no mask token id: vLLM's parallel drafting reads 'mask_token_id' "

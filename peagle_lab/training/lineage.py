@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..drafter import PEagleConfig
+from ..drafter import CONFIG, PEagleConfig
 from ..errors import PeagleError
 from ..settings import display_path
 
@@ -47,14 +47,10 @@ def check_compatible(source, wanted: dict, path) -> None:
 def head_config(head_dir):
     """The :class:`~peagle_lab.drafter.PEagleConfig` of a head directory, with a clear error when it is none."""
 
-    path = Path(head_dir) / "config.json"
-    if not path.is_file():
-        raise PeagleError(f"--init-from {display_path(head_dir)} is not a head directory (no config.json). Fix: pass a directory "
-                          "written by `peagle-lab train`, e.g. data/heads/smollm2-135m-peagle.")
-    try:
-        return PEagleConfig.from_json_dict(json.loads(path.read_text()))
-    except json.JSONDecodeError as e:
-        raise PeagleError(f"{display_path(path)} is not valid JSON ({e}). Fix: restore the head directory.") from e
+    if not (Path(head_dir) / CONFIG).is_file():
+        raise PeagleError(f"--init-from {display_path(head_dir)} is not a head directory (no {CONFIG}). Fix: pass a "
+                          "directory written by `peagle-lab train`, e.g. data/heads/smollm2-135m-peagle.")
+    return PEagleConfig.from_dir(head_dir)
 
 
 def read_record(head_dir) -> dict | None:
