@@ -45,16 +45,29 @@ def write_training_record(out_dir, record: dict) -> None:
              f"- final per-depth train accuracy (mean of the last 10 steps): {record['final_train_accuracy']}", ""]
     if record.get("note"):
         lines[-1:-1] = [f"- note: {record['note']}"]
-    if record.get("history"):
-        cum = record.get("cumulative") or {}
-        lines += ["## History", "", f"Continued (`--init-from`) from earlier runs; {record.get('warm_restart')}. "
-                  f"Cumulative over {cum.get('runs')} runs: {cum.get('tokens_seen')} tokens seen, "
-                  f"{cum.get('steps')} steps, {cum.get('train_time_s')} s of training.", "",
-                  "| run | data | tokens seen | steps | training s | precision | host |", "|---|---|---|---|---|---|---|"]
-        for h in record["history"]:
-            lines.append(f"| {h.get('head')} | {h.get('data')} | {h.get('tokens_seen')} | {h.get('steps')} | "
-                         f"{h.get('train_time_s')} | {h.get('autocast')} | {h.get('host')} |")
-        lines.append("")
+    lines += _history_lines(record) + _eval_lines(record)
+    write_text(out_dir / "TRAINING.md", "\n".join(lines))
+
+
+def _history_lines(record: dict) -> list[str]:
+    """TRAINING.md's history of a continued head (``--init-from``): the runs before this one."""
+    if not record.get("history"):
+        return []
+    cum = record.get("cumulative") or {}
+    lines = ["## History", "", f"Continued (`--init-from`) from earlier runs; {record.get('warm_restart')}. "
+             f"Cumulative over {cum.get('runs')} runs: {cum.get('tokens_seen')} tokens seen, "
+             f"{cum.get('steps')} steps, {cum.get('train_time_s')} s of training.", "",
+             "| run | data | tokens seen | steps | training s | precision | host |", "|---|---|---|---|---|---|---|"]
+    for h in record["history"]:
+        lines.append(f"| {h.get('head')} | {h.get('data')} | {h.get('tokens_seen')} | {h.get('steps')} | "
+                     f"{h.get('train_time_s')} | {h.get('autocast')} | {h.get('host')} |")
+    lines.append("")
+    return lines
+
+
+def _eval_lines(record: dict) -> list[str]:
+    """TRAINING.md's evaluation sections (HumanEval and held-out prompts): acceptance per K."""
+    lines = []
     for key in ("eval", "eval_val"):
         ev = record.get(key) or {}
         if not ev:
@@ -72,7 +85,7 @@ def write_training_record(out_dir, record: dict) -> None:
             pp = ", ".join("-" if x is None else f"{x:.2f}" for x in ev["per_position_acceptance"][k])
             lines.append(f"| {k} | {al:.3f} | {pp} |")
         lines.append("")
-    write_text(out_dir / "TRAINING.md", "\n".join(lines))
+    return lines
 
 
 def final_accuracy(log: list[dict], last: int = 10) -> list[float | None]:
