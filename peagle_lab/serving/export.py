@@ -157,27 +157,36 @@ def check_export_paths(head_dir, out_dir, overwrite: bool) -> tuple[Path, Path]:
 
 
 def _export(head_dir: Path, out_dir: Path, target, dtype) -> Path:
-    from safetensors.torch import save_file
-
     from ..drafter.checkpoint import check_head_dir
 
     cfg, tensors = read_head(head_dir)
-    peagle = dict(cfg.get("peagle") or {})
-    target = target or peagle.get("target") or target_name()
-    tdir = _target_dir(target)
-    tcfg = _target_config(tdir)
+    target = target or (cfg.get("peagle") or {}).get("target") or target_name()
+    tcfg = _target_config(_target_dir(target))
     validate_head(cfg, tensors, tcfg)  # what vLLM needs, each problem with its vLLM-specific fix
     check_head_dir(head_dir)  # and the mode / layers the weights were trained with: vLLM would serve another function
+    dtype = _export_dtype(dtype, tcfg, tensors)
+    out = _export_tensors(cfg, tensors, target, dtype)
+    new = _export_config(cfg, tcfg, dtype, tensors)
+    new["peagle_export"]["source"], new["peagle_export"]["target"] = display_path(head_dir), str(target)
+    _write_swapped(out, new, out_dir)
+    return out_dir
 
-    if dtype is None:  # vLLM runs the drafter in the target's dtype: store it that way (exact embedding rows)
+
+def _export_dtype(dtype, tcfg: dict, tensors: dict) -> torch.dtype:
+    """The dtype the export stores: the one asked for, else the target's (vLLM runs the drafter in it: exact
+    embedding rows), else the head's."""
+    if dtype is None:
         dtype = tcfg.get("dtype") or tcfg.get("torch_dtype")
         dtype = dtype if isinstance(dtype, str) and hasattr(torch, dtype) else tensors["fc.weight"].dtype
-    if isinstance(dtype, str):
-        dtype = getattr(torch, dtype)
-    taps = taps_of(cfg)
-    vocab, dv = cfg["vocab_size"], cfg.get("draft_vocab_size") or cfg["vocab_size"]
-    mid = mask_token_id_of(cfg)
+    return getattr(torch, dtype) if isinstance(dtype, str) else dtype
 
+
+def _export_tensors(cfg: dict, tensors: dict, target, dtype: torch.dtype) -> dict[str, torch.Tensor]:
+    """The tensors vLLM loads: the Llama drafter's, ``mask_hidden``, ``d2t`` only for a reduced vocabulary, and
+    ``embed_tokens.weight`` (materialised from the target's with the mask row when the head stores only
+    ``mask_embedding``)."""
+    taps, mid = taps_of(cfg), mask_token_id_of(cfg)
+    vocab, dv = cfg["vocab_size"], cfg.get("draft_vocab_size") or cfg["vocab_size"]
     out: dict[str, torch.Tensor] = {}
     for name in expected_shapes(cfg, len(taps)):
         out[name] = tensors[name]
@@ -197,13 +206,18 @@ def _export(head_dir: Path, out_dir: Path, target, dtype) -> Path:
             raise PeagleError("The head stores 'mask_embedding' but no mask token id; set mask_token_id.")
         emb[mid] = tensors["mask_embedding"].reshape(-1).to(dtype)
         out["embed_tokens.weight"] = emb
-    out = {k: (v if k == "d2t" else v.to(dtype)).contiguous() for k, v in out.items()}
+    return {k: (v if k == "d2t" else v.to(dtype)).contiguous() for k, v in out.items()}
 
+
+def _export_config(cfg: dict, tcfg: dict, dtype: torch.dtype, tensors: dict) -> dict:
+    """The exported config.json: the head's Llama fields in vLLM's names, the taps where both sides read them,
+    the mask token id under its names, RoPE, and ``peagle_export`` (where it came from)."""
+    taps, mid, peagle = taps_of(cfg), mask_token_id_of(cfg), dict(cfg.get("peagle") or {})
     new = {k: v for k, v in cfg.items() if k not in ("peagle", "auto_map")}
     new.update({
         "architectures": [EAGLE3_ARCH],
         "model_type": "llama",
-        "draft_vocab_size": dv,
+        "draft_vocab_size": cfg.get("draft_vocab_size") or cfg["vocab_size"],
         "target_hidden_size": cfg.get("target_hidden_size", tcfg["hidden_size"]),
         "eagle_aux_hidden_state_layer_ids": taps,  # read by the target side (which layers to tap)
         "num_aux_hidden_states": len(taps),  # read by the drafter side (fc width)
@@ -219,17 +233,23 @@ def _export(head_dir: Path, out_dir: Path, target, dtype) -> Path:
         if "rope_theta" in cfg:
             rope = {**rope, "rope_theta": cfg["rope_theta"]}
         new["rope_parameters"] = rope
-    new["peagle_export"] = {"source": display_path(head_dir), "target": str(target),
+    new["peagle_export"] = {"source": None, "target": None,
                             "mode": peagle.get("mode", "parallel"),
                             "num_speculative_tokens": peagle.get("num_speculative_tokens"),
                             "embed_materialised_from_target": "mask_embedding" in tensors
                             and "embed_tokens.weight" not in tensors}
+    return new
+
+
+def _write_swapped(out: dict, new: dict, out_dir: Path) -> None:
+    """Write the export beside ``out_dir`` first, then swap it in (a reader never sees half an export)."""
+    from safetensors.torch import save_file
 
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(dir=out_dir.parent, prefix=f".{out_dir.name}.", suffix=".tmp"))
     try:
         save_file(out, str(staging / WEIGHTS), metadata={"format": "pt"})
-        (staging / "config.json").write_text(json.dumps(new, indent=2) + "\n")
+        (staging / CONFIG).write_text(json.dumps(new, indent=2) + "\n")
         for f in staging.iterdir():
             os.chmod(f, 0o666 & ~umask())
         os.chmod(staging, 0o777 & ~umask())
@@ -246,7 +266,6 @@ def _export(head_dir: Path, out_dir: Path, target, dtype) -> Path:
                           ) from exc
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    return out_dir
 
 
 def export_target(out_dir=None, target=None) -> Path:
