@@ -48,10 +48,11 @@ def mask_token_id_of(d: dict):
 
 def taps_of(d: dict) -> list[int] | None:
     """The tapped target layers of a config dict: ``eagle_aux_hidden_state_layer_ids`` at the top level, else
-    under ``eagle_config`` (vLLM's fallback); None when neither is set."""
+    under ``eagle_config`` (vLLM's fallback); None when neither is set. The values are as written (their type is
+    checked by :func:`validate_config_dict` and the callers)."""
     taps = d.get("eagle_aux_hidden_state_layer_ids") or (d.get("eagle_config") or {}).get(
         "eagle_aux_hidden_state_layer_ids")
-    return None if taps is None else [int(t) for t in taps]
+    return None if taps is None else list(taps)
 
 
 @dataclass

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from .config import read_config_json
+from .config import read_config_json, taps_of
 from .network import PEagleDrafter
 from ..errors import PeagleError
 from ..precision import dtype_name
@@ -81,14 +81,12 @@ def trained_head_dir(target, kind: str) -> Path:
 def head_fit_problems(path, model) -> list[str]:
     """Why the head in ``path`` cannot read ``model`` (empty: it fits): vocabulary, hidden size, tap layers, and
     the target fingerprint the head records (``peagle.target_fingerprint``, :func:`identity.target_identity`)."""
-    import json
-
     from ..features.identity import target_identity
 
     try:
-        cfg = json.loads((Path(path) / "config.json").read_text())
-    except (OSError, ValueError) as exc:
-        return [f"no readable config.json ({exc.__class__.__name__})"]
+        cfg = read_config_json(path)
+    except PeagleError as exc:
+        return [f"no readable config.json ({str(exc).split('. Fix:')[0]})"]
     tcfg = model.config
     problems = []
     if cfg.get("vocab_size") != tcfg.vocab_size:
@@ -96,7 +94,7 @@ def head_fit_problems(path, model) -> list[str]:
     hidden = cfg.get("target_hidden_size") or cfg.get("hidden_size")
     if hidden != tcfg.hidden_size:
         problems.append(f"hidden size {hidden} (head) vs {tcfg.hidden_size} (target)")
-    taps = cfg.get("eagle_aux_hidden_state_layer_ids") or []
+    taps = taps_of(cfg) or []
     bad = [t for t in taps if not (isinstance(t, int) and 0 <= t < tcfg.num_hidden_layers)]
     if bad:
         problems.append(f"tap layers {bad} do not exist in a {tcfg.num_hidden_layers}-layer target")
