@@ -251,7 +251,7 @@ def test_a_read_only_output_is_refused_before_the_long_part(no_long_work, capsys
 @pytest.mark.parametrize("env, message", [
     ({"PEAGLE_DEVICE": "mps"}, r"PEAGLE_DEVICE=mps: this machine .* has no mps device"),
     ({"PEAGLE_DEVICE": "gpu0"}, r"Unknown device in PEAGLE_DEVICE=gpu0"),
-    ({"PEAGLE_DTYPE": "float16"}, r"float16 is not supported"),
+    ({"PEAGLE_DTYPE": "float16"}, r"float16 is supported for inference on CUDA only, not cpu"),
     ({"PEAGLE_DTYPE": "fp8"}, r"Unknown dtype 'fp8'"),
     ({"PEAGLE_CI": "maybe"}, r"PEAGLE_CI='maybe' is neither on nor off"),
 ])

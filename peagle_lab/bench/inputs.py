@@ -3,15 +3,11 @@ heads (shipped, given, or freshly initialised for timing only) with the descript
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import torch
 
 from ..drafter import PEagleConfig, PEagleDrafter
 from ..errors import PeagleError
-from ..drafter.heads import load_head, SHIPPED
 from ..prompts import chat_ids, humaneval_prompts
-from ..settings import display_path
 from ..decoding.target_runner import TargetRunner
 from ..drafter.vocab import mask_token_id_for
 

@@ -203,7 +203,7 @@ def _train_locked(args, cfg, meta, records, held_out):
     if args.features is None and int(os.environ.get("WORLD_SIZE", "1") or 1) > 1:
         # several processes: each extracts its shard of the features once (bf16 shards on disk) and reads the
         # others', instead of every process computing all of them and keeping them in fp32
-        args.features = str(out / "features")
+        args.features = str(Path(args.state_dir or args.out) / "features")
     seqs = prepare_sequences(model, records, cfg.tap_layers, args.features, max_seq_len=cfg.max_seq_len)
     feature_s = time.perf_counter() - t0
     feature_tokens = sum(len(s["input_ids"]) for s in seqs)
