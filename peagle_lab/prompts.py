@@ -200,3 +200,28 @@ def template_ids(tokenizer, user_text: str, template: str = "chat", history: lis
     if history:
         raise PeagleError("Template 'plain' takes single-turn prompts only. Fix: template='chat'.")
     return list(tokenizer(f"{user_text}\n", add_special_tokens=False)["input_ids"])
+
+
+# the chat suite of the benchmark (and of evaluate and the recipe): held-out questions of three kinds in turn
+KINDS = ("chat", "reasoning", "code")  # the chat suite's three kinds of question, taken in turn
+
+
+def kind_of(category: str | None) -> str:
+    """The kind of a prompt-mix category: ``chat`` (chat, multi-turn), ``code`` (coding, code_*) or ``reasoning``
+    (reasoning, and the rest: questions about data, word problems)."""
+    category = category or ""
+    if category in ("chat", "multi_turn"):
+        return "chat"
+    return "code" if category == "coding" or category.startswith("code") else "reasoning"
+
+
+def chat_records(n: int | None = None) -> list[dict]:
+    """The held-out prompt records, chat / reasoning / code in turn (file order within each kind)."""
+    val = load_scale_records("val")
+    kinds = [[r for r in val if kind_of(r.get("category")) == kind] for kind in KINDS]
+    out = []
+    for i in range(max(len(k) for k in kinds)):
+        out += [k[i] for k in kinds if i < len(k)]
+    if n is not None and n > len(out):
+        raise PeagleError(f"The chat suite has {len(out)} held-out prompts; {n} asked. Fix: -n {len(out)} or fewer.")
+    return out[:n]

@@ -223,3 +223,76 @@ def test_smollm2s_mask_token_is_still_16():
     tok = AutoTokenizer.from_pretrained(path)
     assert pick_mask_token_id(tok) == 16 and tok.convert_ids_to_tokens(16) == "<empty_output>"
     assert mask_token_id_for(SimpleNamespace(name_or_path=str(path))) == 16
+
+
+# ------------------------------------------------------------------------------------------ suites
+def test_the_chat_suite_takes_held_out_chat_reasoning_and_code_questions_in_turn():
+    from peagle_lab.bench.suites import KINDS, kind_of
+    from peagle_lab.prompts import load_scale_records
+
+    recs = bench.chat_records(24)
+    val_ids = {r["id"] for r in load_scale_records("val")}
+    assert len(recs) == 24 and all(r["id"] in val_ids for r in recs)  # held-out prompts only
+    kinds = [kind_of(r["category"]) for r in recs]
+    assert kind_of("data") == "reasoning" and kind_of("code_write") == "code"
+    assert kinds[:3] == ["chat", "reasoning", "code"] and {kinds.count(k) for k in KINDS} == {8}
+    with pytest.raises(PeagleError):
+        bench.suite_list("mtbench")
+    assert bench.suite_list("all") == ["code", "chat"]
+
+
+def test_suite_prompts_are_chat_templated_ids_with_their_names(byte_tokenizer):
+    from peagle_lab.prompts import chat_ids
+
+    ids, names = bench.suite_prompts(byte_tokenizer, "chat", 3)
+    first = bench.chat_records(1)[0]
+    assert names[0] == first["id"] and ids[0] == chat_ids(byte_tokenizer, first["prompt"], history=first.get("history"))
+    code_ids, code_names = bench.suite_prompts(byte_tokenizer, "code", 2)
+    assert code_names == ["HumanEval/0", "HumanEval/1"] and len(code_ids) == 2
+
+
+def test_results_are_written_and_read_back_per_suite_and_old_files_read_as_code(tmp_path, e2e, target, heads):
+    import copy
+
+    chat = copy.deepcopy(e2e)
+    chat["config"]["suite"] = "chat"
+    code = copy.deepcopy(e2e)
+    code["config"]["suite"] = "code"
+    files = bench.write_results({"suites": {"code": code, "chat": chat}, "end_to_end": code}, tmp_path)
+    names = {p.name for p in files.values()}
+    assert {"end_to_end.json", "end_to_end_chat.json", "end_to_end_chat.csv", "end_to_end_chat_runs.csv",
+            "round_profile_chat.csv", "speedup_vs_k_chat.png", "speedup_vs_k.png"} <= names
+    back = bench.load_results(tmp_path)
+    assert set(back["suites"]) == {"code", "chat"} and back["end_to_end"]["config"]["suite"] == "code"
+    assert "End to end, chat suite" in (tmp_path / "README.md").read_text()
+    rows = bench.hosts_table([{"host": "h", "dtype": "float32", "results": back}])
+    assert [r["suite"] for r in rows] == ["code", "chat"]
+    old = tmp_path / "old"  # a results folder from before suites: no "suite" anywhere
+    legacy = copy.deepcopy(e2e)
+    legacy["config"].pop("suite", None)
+    bench.write_results({"end_to_end": legacy}, old, plots=False)
+    assert {p.name for p in old.iterdir()} >= {"end_to_end.json"}
+    assert bench.suite_of(bench.load_results(old)["end_to_end"]) == "code"
+    assert list(bench.load_results(old)["suites"]) == ["code"]
+
+
+def test_cli_bench_runs_both_suites_with_the_oracle_and_refuses_a_bad_rate_first(tmp_path, tiny_llama,
+                                                                               byte_tokenizer, capsys):
+    from peagle_lab.cli import main
+
+    model = tiny_llama(hidden=32, layers=4, heads=4, kv_heads=2, vocab=len(byte_tokenizer), max_positions=4096)
+    model.config.eos_token_id = byte_tokenizer.eos_token_id
+    model.save_pretrained(tmp_path / "target")
+    byte_tokenizer.save_pretrained(tmp_path / "target")
+    out = tmp_path / "out"
+    common = ["bench", "--target", str(tmp_path / "target"), "--parallel-head", "fresh", "--sequential-head", "none",
+              "--quick", "-n", "1", "--max-new-tokens", "5", "--ks-parallel", "2", "--skip-drafting", "--pld-ks", "2",
+              "--oracle-ks", "2", "--no-plots"]
+    assert main(common + ["--suite", "all", "--oracle-accept", "0.5", "--out", str(out)]) == 0
+    for stem, suite in (("end_to_end", "code"), ("end_to_end_chat", "chat")):
+        e2e = json.loads((out / f"{stem}.json").read_text())
+        assert e2e["config"]["suite"] == suite and e2e["all_lossless"] is True
+        assert "oracle (acceptance 0.5) K=2" in e2e["config"]["methods"]
+    assert "suite chat" in capsys.readouterr().out
+    assert main(common + ["--oracle-accept", "1.7", "--out", str(tmp_path / "bad")]) == 2
+    assert "oracle-accept" in capsys.readouterr().err and not (tmp_path / "bad").exists()

@@ -155,18 +155,18 @@ def test_interrupted_extraction_resumes_to_identical_files(model, reference, tmp
 def test_interruption_inside_a_shard_leaves_no_shard_behind(model, reference, tmp_path, monkeypatch):
     out = tmp_path / "mid-shard"
     calls = {"n": 0}
-    real = F.sequence_features
+    real = F.batch_features
 
     def flaky(*args, **kwargs):
         calls["n"] += 1
-        if calls["n"] == 5:  # second sequence of shard 1
+        if calls["n"] == 5:  # second sequence of shard 1 (one sequence per forward)
             raise RuntimeError("killed")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(feature_writer, "sequence_features", flaky)  # where the writer finds it
+    monkeypatch.setattr(feature_writer, "batch_features", flaky)  # where the writer finds it
     with pytest.raises(RuntimeError, match="killed"):
         _extract(model, _prompts(), out)
-    monkeypatch.setattr(feature_writer, "sequence_features", real)
+    monkeypatch.setattr(feature_writer, "batch_features", real)
     assert sorted(p.name for p in out.iterdir()) == [F.MANIFEST, "shard-00000.safetensors"]
     _extract(model, _prompts(), out)
     assert _files(out) == _files(reference)
@@ -357,3 +357,44 @@ def test_each_feature_concept_has_one_small_module_and_each_name_one_definition(
         owner = defined[public]
         assert getattr(F, public) is getattr(importlib.import_module(f"peagle_lab.features.{owner}"), public), public
     assert not hasattr(F, "_write_json_atomic")  # the manifest is written by atomic.write_json itself
+
+
+# -- batched extraction -------------------------------------------------------------------------------------------
+
+def test_length_batches_hold_every_sequence_once_within_the_padded_budget():
+    lengths = [5, 40, 7, 7, 33, 6, 100, 12, 8]
+    batches = F.length_batches(lengths, batch_tokens=48, max_batch=3)
+    assert sorted(i for b in batches for i in b) == list(range(len(lengths)))
+    for b in batches:
+        assert len(b) <= 3
+        assert len(b) == 1 or len(b) * max(lengths[i] for i in b) <= 48  # only a lone sequence may exceed it
+    assert [100] in [[lengths[i] for i in b] for b in batches]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_batched_features_equal_one_at_a_time_within_the_dtypes_rounding(tiny_llama, dtype):
+    model = tiny_llama(hidden=32, layers=6).to(dtype)
+    prompts = _prompts(8)
+    one = [F.sequence_features(model, p, TAPS, torch.float32, topk=4) for p in prompts]
+    many = F.batch_features(model, prompts, TAPS, torch.float32, topk=4)
+    tol = dict(rtol=1e-5, atol=1e-5) if dtype == torch.float32 else dict(rtol=2e-2, atol=2e-2)
+    same_labels = total = 0
+    for a, b in zip(one, many):
+        assert torch.equal(a["input_ids"], b["input_ids"]) and a["taps"].shape == b["taps"].shape
+        torch.testing.assert_close(b["taps"], a["taps"], **tol)
+        torch.testing.assert_close(b["topk_values"], a["topk_values"], **tol)
+        same_labels += int((a["greedy_next"] == b["greedy_next"]).sum())
+        total += len(a["greedy_next"])
+    if dtype == torch.float32:
+        assert same_labels == total
+    else:  # bf16: a label may flip only at a near-tie of the top two logits
+        assert same_labels >= 0.95 * total
+
+
+def test_batched_extraction_writes_the_same_sequences_in_the_same_order(model, reference, tmp_path):
+    out = tmp_path / "batched"
+    res = _extract(model, _prompts(), out, batch_tokens=40)
+    assert res.manifest["batch_tokens"] == 40 and res.manifest["complete"]
+    for a, b in zip(F.load_features(reference), F.load_features(out)):
+        assert torch.equal(a["input_ids"], b["input_ids"]) and torch.equal(a["greedy_next"], b["greedy_next"])
+        torch.testing.assert_close(b["taps"].float(), a["taps"].float(), rtol=1e-2, atol=1e-2)  # bf16 on disk

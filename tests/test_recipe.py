@@ -53,3 +53,13 @@ def test_extrapolation_inverts_a_log_linear_curve():
     assert recipe.extrapolate(pts, 2.0) == pytest.approx(1e4 * math.exp(4), rel=1e-6)
     flat = [dict(tokens_seen=t, acceptance_length=1.3) for t in (1e4, 1e5, 1e6)]
     assert recipe.extrapolate(flat, 2.0) is None
+
+
+def test_recipe_scores_the_val_split_or_either_bench_suite():
+    from peagle_lab.bench.suites import chat_records
+    from peagle_lab.prompts import humaneval_prompts, load_scale_records
+    from peagle_lab.training.recipe import scored_prompts
+
+    assert scored_prompts("val", 3) == load_scale_records("val")[:3]
+    assert scored_prompts("chat", 3) == chat_records(3)
+    assert scored_prompts("code", 2) == humaneval_prompts(2)

@@ -39,10 +39,17 @@ def parse_ks(text: str) -> list[int]:
     return sorted(out)
 
 
+def parse_ks_or_none(text: str) -> list[int]:
+    """:func:`parse_ks`, or ``[]`` for ``"none"``."""
+    return [] if str(text).strip().lower() == "none" else parse_ks(text)
+
+
 def register_cli(sub):
     p = sub.add_parser("bench", help="benchmark drafting cost and end-to-end speed-ups (JSON, CSV, PNG)",
-                       description="Drafting cost (parallel vs sequential per K) and end-to-end greedy decoding on "
-                                   "HumanEval prompts: plain, P-EAGLE, EAGLE-3, transformers greedy and prompt-lookup.")
+                       description="Drafting cost (parallel vs sequential per K) and end-to-end greedy decoding per "
+                                   "prompt suite (code: HumanEval; chat: held-out chat, reasoning and code questions "
+                                   "of the prompt mix): plain, P-EAGLE, EAGLE-3, an oracle at the paper's acceptance, "
+                                   "transformers greedy and prompt-lookup.")
     p.add_argument("--parallel-head", default="parallel",
                    help="P-EAGLE head: 'parallel' (the head for this target: shipped if it fits, else the one trained "
                         "here under $PEAGLE_RESULTS/heads/<target>/), a directory, or 'fresh' (untrained, timing only)")
@@ -54,7 +61,17 @@ def register_cli(sub):
     p.add_argument("--ks-sequential", type=parse_ks, default=None, help="K sweep for EAGLE-3 (full: 1-5)")
     p.add_argument("--draft-ks", type=parse_ks, default=None, help="K values for the drafting cost (full: 1-10)")
     p.add_argument("--pld-ks", type=parse_ks, default=None, help="prompt_lookup_num_tokens values (default: 10)")
-    p.add_argument("-n", "--n-prompts", type=int, default=None, help="HumanEval prompts (full: 8)")
+    p.add_argument("--suite", choices=["code", "chat", "all"], default="code",
+                   help="prompt suite(s) end to end: code (HumanEval), chat (held-out split of the prompt mix) or "
+                        "all (both, results per suite; default code)")
+    p.add_argument("-n", "--n-prompts", type=int, default=None, help="prompts per suite (full: 24)")
+    p.add_argument("--oracle-ks", type=parse_ks_or_none, default=None,
+                   help="K values of the oracle drafter (true greedy continuation at set per-position acceptance, "
+                        "charged one parallel head pass per round; full: 3,5,7; 'none': no oracle)")
+    p.add_argument("--oracle-accept", default="paper",
+                   help="the oracle's conditional per-position acceptance: 'paper' (the P-EAGLE blog's acceptance "
+                        "length at K=7 for the suite: HumanEval 3.94, MT-Bench 3.70), a preset (blog-humaneval, "
+                        "blog-mtbench, vllm-pr32628) or a list such as 0.8,0.7,0.6 (the last rate repeats)")
     p.add_argument("--max-new-tokens", type=int, default=None, help="new tokens per prompt (full: 96)")
     p.add_argument("--repeats", type=int, default=None, help="passes over the prompts end to end (default 1)")
     p.add_argument("--draft-repeats", type=int, default=None, help="timed repeats per K for drafting cost (full: 15)")
@@ -78,16 +95,20 @@ def check_cli(args) -> Path:
     from .. import validate
     from ..drafter.checkpoint import check_head_dir
     from ..drafter.heads import SHIPPED
-    from ..prompts import humaneval_prompts
+    from ..prompts import chat_records, humaneval_prompts
     from .files import check_results_dir
+    from .oracle import oracle_rates
+    from .suites import suite_list
 
     device, dtype = check_target_options(args)
     for name, flag in (("n_prompts", "-n/--n-prompts"), ("max_new_tokens", "--max-new-tokens"),
                        ("repeats", "--repeats"), ("draft_repeats", "--draft-repeats")):
         if getattr(args, name) is not None:
             validate.positive_int(getattr(args, name), name, flag)
-    if args.n_prompts is not None:
-        humaneval_prompts(args.n_prompts)  # no more than there are
+    if args.n_prompts is not None:  # no more than a suite holds
+        for suite in suite_list(args.suite):
+            humaneval_prompts(args.n_prompts) if suite == "code" else chat_records(args.n_prompts)
+    oracle_rates(args.oracle_accept)
     if args.skip_drafting and args.skip_e2e:
         raise PeagleError("--skip-drafting and --skip-e2e together leave nothing to measure. Fix: drop one of them.")
     for role, spec in (("parallel", args.parallel_head), ("sequential", args.sequential_head)):
@@ -150,7 +171,8 @@ def _run_locked(args, out_dir: Path):
                         n_prompts=args.n_prompts, max_new_tokens=args.max_new_tokens, repeats=args.repeats,
                         draft_repeats=args.draft_repeats, pld_ks=args.pld_ks, quick=args.quick,
                         drafting=not args.skip_drafting, e2e=not args.skip_e2e, assistant=assistant,
-                        plots=not args.no_plots, progress=progress, overwrite=args.overwrite,
+                        plots=not args.no_plots, progress=progress, overwrite=args.overwrite, suite=args.suite,
+                        oracle_ks=args.oracle_ks, oracle_accept=args.oracle_accept,
                         command="peagle-lab bench " + " ".join(shlex.quote(a) for a in sys.argv[2:])
                         if len(sys.argv) > 1 and sys.argv[1] == "bench" else None)
     env = (res.get("end_to_end") or res.get("drafting_cost"))["env"]
@@ -158,13 +180,13 @@ def _run_locked(args, out_dir: Path):
     if res.get("drafting_cost"):
         print(format_table(res["drafting_cost"]["rows"], ["k", "parallel_ms", "sequential_ms", "ratio_seq_over_par",
                                                           "verify_ms", "verify_ratio"]))
-    if res.get("end_to_end"):
-        e = res["end_to_end"]
+    for suite, e in (res.get("suites") or {}).items():
+        print(f"suite {suite}: {e['config']['n_prompts']} {e['config']['prompts']} prompts")
         print(format_table(e["methods"], ["method", "tokens_per_s", "speedup", "acceptance_length", "decode_speedup",
                                           "ideal_speedup", "efficiency", "lossless_note"]))
         for note in e["notes"]:
             print("NOTE:", note)
     print(f"results: {out_dir} ({time.perf_counter() - t0:.0f} s)")
-    if res.get("end_to_end") and not res["end_to_end"]["all_lossless"]:
+    if any(not e["all_lossless"] for e in (res.get("suites") or {}).values()):
         return 2
     return 0

@@ -1,6 +1,6 @@
-"""End to end: greedy decoding at batch 1 on HumanEval prompts, every method interleaved per prompt (in a
-rotating order), every output checked against plain greedy, every speed-up a ratio to plain decoding measured
-in the same run."""
+"""End to end: greedy decoding at batch 1 on one prompt suite (:mod:`.suites`: ``code`` or ``chat``), every
+method interleaved per prompt (in a rotating order), every output checked against plain greedy, every speed-up a
+ratio to plain decoding measured in the same run."""
 
 from __future__ import annotations
 
@@ -12,9 +12,11 @@ import torch
 from ..decoding.divergence import BF16_TIE_ULPS, first_divergence
 from ..errors import PeagleError
 from ..decoding.target_runner import TargetRunner
-from .inputs import as_prompt_ids, default_prompt_ids, describe_head
+from .inputs import as_prompt_ids, describe_head
 from .lossless import lossless_note, lossless_regime, regime_label
 from .methods import Method, head_method, hf_method, plain_method, rounds_of
+from .oracle import ORACLE_LABEL, oracle_method, oracle_rates
+from .suites import DEFAULT_SUITE, suite_prompts
 from ..environment import environment
 from .record import SCHEMA, finish_environment, rounded
 from .summary import aggregate
@@ -29,14 +31,19 @@ def end_to_end(model, tokenizer=None, *, parallel_head=None, sequential_head=Non
                parallel_ks: Sequence[int] = (1, 2, 4, 8), sequential_ks: Sequence[int] = (1, 2, 3, 4, 5),
                prompts=None, n_prompts: int = 8, max_new_tokens: int = 96, pld_ks: Sequence[int] = (10,),
                hf_greedy: bool = True, assistant=None, repeats: int = 1, warmup: bool = True,
-               extra_methods: Sequence[Method] = (), eos_id=None,
+               extra_methods: Sequence[Method] = (), eos_id=None, suite: str = DEFAULT_SUITE,
+               oracle_ks: Sequence[int] = (), oracle_accept="paper",
                progress: Callable[[str], None] | None = None) -> dict:
-    """End-to-end greedy decoding at batch 1 on HumanEval prompts, all methods interleaved per prompt.
+    """End-to-end greedy decoding at batch 1 on the first ``n_prompts`` of ``suite`` (or the given ``prompts``),
+    all methods interleaved per prompt.
 
     Methods: plain KV-cached greedy (``speculative.plain_generate``, the baseline), P-EAGLE (``parallel_head``
     in parallel mode) for each K in ``parallel_ks``, EAGLE-3 (``sequential_head`` in sequential mode) for each K
     in ``sequential_ks``, transformers' ``generate`` greedy and prompt-lookup decoding (``pld_ks``), and
-    assisted generation when an ``assistant`` model is given. Per method: tokens/s, speed-up vs plain (same
+    assisted generation when an ``assistant`` model is given, and the rated oracle
+    (:mod:`.oracle`) for each K in ``oracle_ks``: the true greedy continuation at the per-position acceptance
+    ``oracle_accept`` (``"paper"``: the blog's figure for the suite; a preset; or a list of conditional rates),
+    charged ``parallel_head``'s drafting pass. Per method: tokens/s, speed-up vs plain (same
     run), acceptance length, per-position acceptance, ideal speed-up from measured costs, efficiency, and
     whether every output equals plain greedy.
 
@@ -52,11 +59,13 @@ def end_to_end(model, tokenizer=None, *, parallel_head=None, sequential_head=Non
         eos_id = tokenizer.eos_token_id
     pad_id = getattr(tokenizer, "pad_token_id", None) if tokenizer is not None else None
     if prompts is not None:
-        prompt_ids = as_prompt_ids(prompts, tokenizer)
+        prompt_ids, prompt_names = as_prompt_ids(prompts, tokenizer), None
     else:
-        prompt_ids = default_prompt_ids(tokenizer, n_prompts)
+        prompt_ids, prompt_names = suite_prompts(tokenizer, suite, n_prompts)
     if not prompt_ids:
         raise PeagleError("No prompts to measure (0 prompts). Fix: -n/--n-prompts 1 or more, or pass prompts.")
+    rates, rates_source = (oracle_rates(oracle_accept, suite) if isinstance(oracle_accept, str)
+                           else (list(oracle_accept), "given rates")) if oracle_ks else (None, None)
     if max_new_tokens < 1 or repeats < 1:
         raise PeagleError(f"max_new_tokens and repeats must be >= 1, got {max_new_tokens!r} and {repeats!r}. Fix: "
                           "--max-new-tokens 96 --repeats 1 (or any values >= 1).")
@@ -77,6 +86,10 @@ def end_to_end(model, tokenizer=None, *, parallel_head=None, sequential_head=Non
     if sequential_head is not None:
         methods += [head_method(runner_for(sequential_head), sequential_head, "sequential", int(k), "eagle3", eos_id)
                     for k in sequential_ks]
+    if oracle_ks:
+        label = ORACLE_LABEL if oracle_accept == "paper" else f"acceptance {oracle_accept}"
+        methods += [oracle_method(runner_for(parallel_head), parallel_head, rates, int(k), eos_id, label=label,
+                                  source=rates_source) for k in oracle_ks]
     if hf_greedy:
         methods.append(hf_method(model, "hf-greedy", None, eos_id, pad_id))
     methods += [hf_method(model, "prompt-lookup", int(k), eos_id, pad_id) for k in pld_ks]
@@ -164,11 +177,14 @@ def end_to_end(model, tokenizer=None, *, parallel_head=None, sequential_head=Non
     out = {
         "schema": SCHEMA, "kind": "end_to_end", "env": finish_environment(env),
         "config": {"n_prompts": len(prompt_ids), "max_new_tokens": max_new_tokens, "repeats": repeats,
-                   "warmup": warmup, "greedy": True, "batch_size": 1, "prompts": "HumanEval" if prompts is None
-                   else "given", "prompt_tokens": [len(p) for p in prompt_ids],
+                   "warmup": warmup, "greedy": True, "batch_size": 1, "suite": suite,
+                   "prompts": {"code": "HumanEval", "chat": "held-out split of the prompt mix"}.get(suite, suite)
+                   if prompts is None else "given", "prompt_names": prompt_names,
+                   "prompt_tokens": [len(p) for p in prompt_ids],
                    "parallel_ks": list(parallel_ks) if parallel_head is not None else [],
                    "sequential_ks": list(sequential_ks) if sequential_head is not None else [],
                    "pld_ks": list(pld_ks), "methods": names,
+                   "oracle_ks": list(oracle_ks), "oracle_rates": rates, "oracle_rates_source": rates_source,
                    "parallel_head": describe_head(parallel_head), "sequential_head": describe_head(sequential_head),
                    "target_layers": model.config.num_hidden_layers,
                    "target_params": sum(p.numel() for p in model.parameters())},

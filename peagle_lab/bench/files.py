@@ -1,6 +1,7 @@
 """Benchmark results on disk: JSON + CSV (atomic writes), the PNG plots and a README per results folder, an
-index with the headline; reading them back (:func:`load_results`, :func:`committed_results`: every host's
-committed folder), and the rule that one host's or one dtype's results never overwrite another's."""
+index with the headline; one set of end-to-end files per suite (:func:`e2e_stem`: ``end_to_end.*`` holds the
+``code`` suite, also the name of results that record no suite, ``end_to_end_chat.*`` the ``chat`` suite); reading them
+back (:func:`load_results`, :func:`committed_results`: every host's committed folder), and the rule that one host's or one dtype's results never overwrite another's."""
 
 from __future__ import annotations
 
@@ -16,7 +17,21 @@ from .plots import draw_plots
 from .readme import results_readme
 from ..jsonsafe import json_safe
 from .record import SCHEMA
+from .suites import DEFAULT_SUITE, SUITES, suite_of
 from .summary import headline
+
+
+def e2e_stem(suite: str) -> str:
+    """File stem of a suite's end-to-end results: ``end_to_end`` (code) or ``end_to_end_<suite>``."""
+    return "end_to_end" if suite == DEFAULT_SUITE else f"end_to_end_{suite}"
+
+
+def result_suites(results: dict) -> dict:
+    """``{suite: end-to-end result}`` of a results dict (``results["suites"]``, or its one ``end_to_end``)."""
+    if results.get("suites"):
+        return results["suites"]
+    e2e = results.get("end_to_end")
+    return {suite_of(e2e): e2e} if e2e else {}
 
 
 DRAFT_CSV_COLUMNS = ["k", "parallel_ms", "parallel_iqr_ms", "sequential_ms", "sequential_iqr_ms",
@@ -78,18 +93,25 @@ def write_results(results: dict, out_dir, plots: bool = True, command: str | Non
         _write_json(files["drafting_cost.json"], dc)
         files["drafting_cost.csv"] = out / "drafting_cost.csv"
         _write_csv(files["drafting_cost.csv"], dc["rows"], DRAFT_CSV_COLUMNS, dc["env"])
-    if e2e:
-        files["end_to_end.json"] = out / "end_to_end.json"
-        _write_json(files["end_to_end.json"], e2e)
-        files["end_to_end.csv"] = out / "end_to_end.csv"
-        _write_csv(files["end_to_end.csv"], e2e["methods"], E2E_CSV_COLUMNS, e2e["env"])
-        files["end_to_end_runs.csv"] = out / "end_to_end_runs.csv"
-        runs = [x | {"acceptance_length": (x["stats"] or {}).get("acceptance_length")} for x in e2e["runs"]]
-        _write_csv(files["end_to_end_runs.csv"], runs, RUNS_CSV_COLUMNS, e2e["env"])
-        files["round_profile.csv"] = out / "round_profile.csv"
-        _write_csv(files["round_profile.csv"], e2e["round_profile"], PROFILE_CSV_COLUMNS, e2e["env"])
-    if plots:
-        files |= draw_plots(results, out)
+    suites = result_suites(results)
+    for suite, one in suites.items():
+        stem = e2e_stem(suite)
+        suffix = stem[len("end_to_end"):]
+        files[f"{stem}.json"] = out / f"{stem}.json"
+        _write_json(files[f"{stem}.json"], one)
+        files[f"{stem}.csv"] = out / f"{stem}.csv"
+        _write_csv(files[f"{stem}.csv"], one["methods"], E2E_CSV_COLUMNS, one["env"])
+        files[f"{stem}_runs.csv"] = out / f"{stem}_runs.csv"
+        runs = [x | {"acceptance_length": (x["stats"] or {}).get("acceptance_length")} for x in one["runs"]]
+        _write_csv(files[f"{stem}_runs.csv"], runs, RUNS_CSV_COLUMNS, one["env"])
+        files[f"round_profile{suffix}.csv"] = out / f"round_profile{suffix}.csv"
+        _write_csv(files[f"round_profile{suffix}.csv"], one["round_profile"], PROFILE_CSV_COLUMNS, one["env"])
+    if plots:  # the break-even picture takes its head points from results["end_to_end"]
+        main = suite_of(e2e) if e2e else None
+        files |= draw_plots(results, out, suffix=e2e_stem(main)[len("end_to_end"):] if main else "")
+        for suite, one in suites.items():
+            if suite != main:
+                files |= draw_plots({"end_to_end": one}, out, suffix=e2e_stem(suite)[len("end_to_end"):])
     index = {"schema": SCHEMA, "files": sorted(p.name for p in files.values()),
              "env": (e2e or dc or {}).get("env"), "headline": headline(results)}
     files["bench.json"] = out / "bench.json"
@@ -100,16 +122,22 @@ def write_results(results: dict, out_dir, plots: bool = True, command: str | Non
 
 
 def load_results(out_dir) -> dict:
-    """Read back what :func:`write_results` wrote (``{}`` when the folder has no results)."""
+    """Read back what :func:`write_results` wrote (``{}`` when the folder has no results): ``drafting_cost``,
+    ``suites`` (``{suite: end-to-end result}``) and ``end_to_end`` (the code suite's, else the
+    first suite's)."""
     out = Path(out_dir)
     got = {}
-    for kind in ("drafting_cost", "end_to_end"):
+    for kind in ("drafting_cost",) + tuple(e2e_stem(s) for s in SUITES):
         p = out / f"{kind}.json"
         if p.exists():
             try:
                 got[kind] = json.loads(p.read_text())
             except json.JSONDecodeError as exc:
                 raise PeagleError(f"{p} is not valid JSON ({exc}). Fix: rerun `peagle-lab bench`.") from exc
+    suites = {suite_of(got[e2e_stem(s)]): got.pop(e2e_stem(s)) for s in SUITES if e2e_stem(s) in got}
+    if suites:
+        got["suites"] = suites
+        got["end_to_end"] = suites.get(DEFAULT_SUITE) or next(iter(suites.values()))
     return got
 
 

@@ -7,11 +7,19 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..atomic import write_figure
+from .suites import suite_of
 from .summary import break_even_inputs, speedup_model
 
 
 FAMILY_STYLE = {"p-eagle": ("tab:blue", "o"), "eagle3": ("tab:orange", "s"), "prompt-lookup": ("tab:green", "^"),
-                "assisted": ("tab:purple", "D"), "hf-greedy": ("tab:gray", None), "plain": ("black", None)}
+                "assisted": ("tab:purple", "D"), "hf-greedy": ("tab:gray", None), "plain": ("black", None),
+                "oracle": ("tab:red", "*")}
+FAMILIES = ("p-eagle", "eagle3", "oracle", "prompt-lookup", "assisted")
+
+
+def _prompts_title(e2e: dict) -> str:
+    c = e2e["config"]
+    return f"{c['n_prompts']} {c.get('prompts') or 'HumanEval'} prompts ({suite_of(e2e)} suite)"
 
 
 def _subtitle(env: dict) -> str:
@@ -70,7 +78,7 @@ def plot_speedup(e2e: dict, path=None):
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4.2))
-    for fam in ("p-eagle", "eagle3", "prompt-lookup", "assisted"):
+    for fam in FAMILIES:
         rows = _family_rows(e2e, fam)
         if not rows:
             continue
@@ -87,8 +95,8 @@ def plot_speedup(e2e: dict, path=None):
         ax.axhline(hf["speedup"], color="gray", ls=":", label=f"transformers generate greedy ({hf['speedup']:.2f})")
     ax.set_xlabel("K (draft tokens per round)")
     ax.set_ylabel("speed-up vs plain greedy (tokens/s ratio, same run)")
-    ax.set_title(f"End to end: {e2e['config']['n_prompts']} HumanEval prompts, "
-                 f"{e2e['config']['max_new_tokens']} new tokens, batch 1")
+    ax.set_title(f"End to end: {_prompts_title(e2e)}, {e2e['config']['max_new_tokens']} new tokens, batch 1",
+                 fontsize=9)
     ax.legend(fontsize=7)
     ax.set_ylim(bottom=0)
     return _finish_figure(fig, e2e["env"], path)
@@ -99,7 +107,7 @@ def plot_acceptance(e2e: dict, path=None):
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4.2))
-    for fam in ("p-eagle", "eagle3", "prompt-lookup", "assisted"):
+    for fam in FAMILIES:
         rows = _family_rows(e2e, fam)
         if rows:
             color, marker = FAMILY_STYLE[fam]
@@ -111,7 +119,7 @@ def plot_acceptance(e2e: dict, path=None):
     ax.axhline(1.0, color="black", lw=1)
     ax.set_xlabel("K")
     ax.set_ylabel("acceptance length")
-    ax.set_title("Acceptance length vs K")
+    ax.set_title(f"Acceptance length vs K: {_prompts_title(e2e)}", fontsize=9)
     ax.legend(fontsize=8)
     return _finish_figure(fig, e2e["env"], path)
 
@@ -172,8 +180,9 @@ def plot_break_even(curves: list[dict], points: list[dict] = (), k: int = 7, pat
     return fig
 
 
-def draw_plots(results: dict, out_dir) -> dict[str, Path]:
-    """Draw every plot the results allow into ``out_dir`` as PNG; returns ``{name: path}``."""
+def draw_plots(results: dict, out_dir, suffix: str = "") -> dict[str, Path]:
+    """Draw every plot the results allow into ``out_dir`` as PNG; returns ``{name: path}``. ``suffix`` goes before
+    the ``.png`` of the end-to-end plots (one set per suite)."""
     import matplotlib
 
     if "inline" not in matplotlib.get_backend().lower() and "ipykernel" not in matplotlib.get_backend():
@@ -187,9 +196,10 @@ def draw_plots(results: dict, out_dir) -> dict[str, Path]:
         jobs.append(("drafting_latency.png", plot_drafting_cost, results["drafting_cost"]))
     if results.get("end_to_end"):
         e2e = results["end_to_end"]
-        jobs += [("speedup_vs_k.png", plot_speedup, e2e), ("acceptance_length_vs_k.png", plot_acceptance, e2e)]
+        jobs += [(f"speedup_vs_k{suffix}.png", plot_speedup, e2e),
+                 (f"acceptance_length_vs_k{suffix}.png", plot_acceptance, e2e)]
         if e2e.get("round_profile"):
-            jobs.append(("round_profile.png", plot_round_profile, e2e))
+            jobs.append((f"round_profile{suffix}.png", plot_round_profile, e2e))
     if results.get("drafting_cost") and any(r.get("verify_ratio") for r in results["drafting_cost"]["rows"]):
         k = 7 if any(r["k"] == 7 for r in results["drafting_cost"]["rows"]) else results["drafting_cost"]["rows"][-1]["k"]
         curves, points = break_even_inputs(results, k)

@@ -28,33 +28,47 @@ def results_readme(results: dict, command: str | None = None) -> str:
                   format_table(dc["rows"], ["k", "parallel_ms", "parallel_iqr_ms", "sequential_ms", "sequential_iqr_ms",
                                             "ratio_seq_over_par", "verify_ms", "verify_ratio"]), "",
                   "verify_ratio = verifying K+1 tokens in one target pass / one decode step.", ""]
-    if e2e:
-        c = e2e["config"]
-        ph, sh = c.get("parallel_head") or {}, c.get("sequential_head") or {}
-        lines += ["## End to end (greedy, batch 1)", "",
-                  f"{c['n_prompts']} HumanEval prompts ({min(c['prompt_tokens'])}-{max(c['prompt_tokens'])} tokens), "
-                  f"{c['max_new_tokens']} new tokens, {c['repeats']} repeat(s), methods interleaved per prompt. "
-                  f"P-EAGLE head: {ph.get('source')}; EAGLE-3 head: {sh.get('source')}. "
-                  "speedup = tokens/s ratio to plain greedy in the same run (prefill included); decode_speedup = "
-                  "the same after the prefill; ideal = AL x t_step / (t_draft + t_verify); efficiency = "
-                  "decode_speedup / ideal.", "",
-                    format_table(e2e["methods"], ["method", "tokens_per_s", "speedup", "speedup_iqr", "acceptance_length",
-                                                "decode_speedup", "ideal_speedup", "efficiency", "lossless_note"]), "",
-                  f"Lossless ({e2e.get('lossless_regime', 'exact')} regime: "
-                  + ("token for token" if e2e.get("lossless_regime", "exact") == "exact" else
-                     f"every divergence at a plain-run margin within {e2e.get('bf16_tie_ulps')} bf16 ulps of the top "
-                     "logit") + f"): **{e2e['all_lossless']}**. "
-                  f"Assisted generation: {e2e['assisted_generation']}", ""]
-        if e2e.get("round_profile"):
-            lines += ["### One round, split (median ms)", "",
-                      format_table(e2e["round_profile"], ["method", "draft_ms", "verify_ms", "accept_rollback_ms",
-                                                          "python_overhead_ms", "round_ms", "draft_share"]), ""]
-        for note in e2e.get("notes", []):
-            lines.append(f"- note: {note}")
-    lines += ["", "Files: `drafting_cost.{json,csv}`, `end_to_end.{json,csv}`, `end_to_end_runs.csv` (per prompt), "
+    suites = results.get("suites") or ({(e2e.get("config") or {}).get("suite") or "code": e2e} if e2e else {})
+    for suite, one in suites.items():
+        lines += end_to_end_section(one, suite)
+    lines += ["", "Files: `drafting_cost.{json,csv}`, `end_to_end.{json,csv}` (code suite; `end_to_end_chat.*` the chat "
+              "suite), `end_to_end_runs.csv` (per prompt), "
               "`round_profile.csv`, `bench.json` (headline), PNG plots. Every JSON carries the full environment "
               "record; every CSV row carries its key fields.", ""]
     return "\n".join(lines)
+
+
+def end_to_end_section(e2e: dict, suite: str) -> list[str]:
+    """The README lines of one suite's end-to-end result."""
+    c = e2e["config"]
+    ph, sh = c.get("parallel_head") or {}, c.get("sequential_head") or {}
+    lines = [f"## End to end, {suite} suite (greedy, batch 1)", "",
+             f"{c['n_prompts']} {c.get('prompts') or 'HumanEval'} prompts ({min(c['prompt_tokens'])}-"
+             f"{max(c['prompt_tokens'])} tokens), {c['max_new_tokens']} new tokens, {c['repeats']} repeat(s), methods "
+             f"interleaved per prompt. P-EAGLE head: {ph.get('source')}; EAGLE-3 head: {sh.get('source')}. "
+             "speedup = tokens/s ratio to plain greedy in the same run (prefill included); decode_speedup = "
+             "the same after the prefill; ideal = AL x t_step / (t_draft + t_verify); efficiency = "
+             "decode_speedup / ideal.", "",
+             format_table(e2e["methods"], ["method", "tokens_per_s", "speedup", "speedup_iqr", "acceptance_length",
+                                           "per_position_acceptance", "decode_speedup", "ideal_speedup", "efficiency",
+                                           "lossless_note"]), "",
+             f"Lossless ({e2e.get('lossless_regime', 'exact')} regime: "
+             + ("token for token" if e2e.get("lossless_regime", "exact") == "exact" else
+                f"every divergence at a plain-run margin within {e2e.get('bf16_tie_ulps')} bf16 ulps of the top "
+                "logit") + f"): **{e2e['all_lossless']}**. "
+             f"Assisted generation: {e2e['assisted_generation']}", ""]
+    if c.get("oracle_ks"):
+        lines += [f"Oracle: the true greedy continuation (a plain greedy run of the prompt) with each draft replaced "
+                  f"by a wrong token so that the conditional per-position acceptance is {c['oracle_rates']} (the "
+                  f"last repeats; {c['oracle_rates_source']}), through the real loop and verification, charged one "
+                  "pass of the P-EAGLE head per round: what a head with that acceptance would give on this machine.",
+                  ""]
+    if e2e.get("round_profile"):
+        lines += ["### One round, split (median ms)", "",
+                  format_table(e2e["round_profile"], ["method", "draft_ms", "verify_ms", "accept_rollback_ms",
+                                                      "python_overhead_ms", "round_ms", "draft_share"]), ""]
+    lines += [f"- note: {note}" for note in e2e.get("notes", [])]
+    return lines
 
 
 def format_table(rows: list[dict], columns: list[str], floatfmt: str = ".3g") -> str:

@@ -1,5 +1,5 @@
 """The numbers a run boils down to: per-method rows and per-round time profiles (:func:`aggregate`), the
-headline, one row per committed host, and the inputs of the break-even picture (round cost in decode steps,
+headline, one row per committed host and suite, and the inputs of the break-even picture (round cost in decode steps,
 measured heads as points)."""
 
 from __future__ import annotations
@@ -7,6 +7,7 @@ from __future__ import annotations
 from ..timer import summarize
 from .methods import Method
 from .record import rounded
+from .suites import suite_of
 
 
 def aggregate(methods: list[Method], runs: list[dict]):
@@ -127,29 +128,38 @@ def _best(e2e: dict, family: str):
 
 
 def hosts_table(committed: list[dict]) -> list[dict]:
-    """One row per committed host/dtype: verify cost at K=7 and the best end-to-end speed-up of each family."""
+    """One row per committed host/dtype/suite: verify cost at K=7 and the best end-to-end speed-up of each family
+    (the oracle at the paper's acceptance too, where it ran)."""
     rows = []
     for c in committed:
         res = c["results"]
-        dc, e2e = res.get("drafting_cost") or {}, res.get("end_to_end") or {}
-        env = (e2e or dc).get("env", {})
-        load = env.get("loadavg_start")
-        regime = e2e.get("lossless_regime", "exact")
-        rows.append({"host": c["host"], "dtype": c["dtype"], "cpu": env.get("gpu") or env.get("cpu"),
-                     "threads": env.get("torch_threads"), "load": load[0] if load else None,
-                     "verify_ratio_k7": verify_and_draft_ratio(dc, 7)[0], "best_p_eagle": _best(e2e, "p-eagle"),
-                     "best_eagle3": _best(e2e, "eagle3"), "prompt_lookup": _best(e2e, "prompt-lookup"),
-                     "lossless": f"{e2e.get('all_lossless')} ({regime})" if e2e else None})
+        dc = res.get("drafting_cost") or {}
+        suites = res.get("suites") or ({suite_of(res["end_to_end"]): res["end_to_end"]} if res.get("end_to_end")
+                                       else {None: {}})
+        for suite, e2e in suites.items():
+            env = (e2e or dc).get("env", {})
+            load = env.get("loadavg_start")
+            regime = e2e.get("lossless_regime", "exact")
+            rows.append({"host": c["host"], "dtype": c["dtype"], "suite": suite,
+                         "cpu": env.get("gpu") or env.get("cpu"), "threads": env.get("torch_threads"),
+                         "load": load[0] if load else None, "verify_ratio_k7": verify_and_draft_ratio(dc, 7)[0],
+                         "best_p_eagle": _best(e2e, "p-eagle"), "best_eagle3": _best(e2e, "eagle3"),
+                         "prompt_lookup": _best(e2e, "prompt-lookup"), "oracle": _best(e2e, "oracle"),
+                         "lossless": f"{e2e.get('all_lossless')} ({regime})" if e2e else None})
     return rows
 
 
 def headline(results: dict) -> dict:
-    """The key numbers: drafting ratio per K, best speed-up per family, losslessness."""
+    """The key numbers: drafting ratio per K, best speed-up per family, losslessness (of ``end_to_end``, and of
+    every suite under ``suites`` when several ran)."""
     h = {}
     dc, e2e = results.get("drafting_cost"), results.get("end_to_end")
     if dc:
         h["drafting_ratio_seq_over_par"] = {str(r["k"]): r["ratio_seq_over_par"] for r in dc["rows"]}
+    if len(results.get("suites") or {}) > 1:
+        h["suites"] = {s: headline({"end_to_end": one}) for s, one in results["suites"].items()}
     if e2e:
+        h["suite"] = suite_of(e2e)
         best = {}
         for row in e2e["methods"]:
             f = row["family"]

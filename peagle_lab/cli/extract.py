@@ -24,8 +24,13 @@ def register_cli(sub):
                    help="with --distilled: the prompts of this split of the scale mix (default all)")
     p.add_argument("--taps", default=None, help="tap layer ids, e.g. 2,15,27 (default: vLLM's 2, L//2, L-3)")
     p.add_argument("--shard-size", type=int, default=64, help="sequences per shard (default 64)")
+    p.add_argument("--batch-tokens", type=int, default=2048,
+                   help="padded tokens per target forward: sequences of similar length batched together (default "
+                        "2048; 0: one sequence per forward)")
     p.add_argument("--store-dtype", default="bfloat16", choices=sorted(TAPS_DTYPES), help="taps dtype on disk")
-    p.add_argument("--topk", type=int, default=0, help="also store the target's top-k logits (default 0)")
+    p.add_argument("--topk-logits", "--topk", type=int, default=0, dest="topk",
+                   help="also store the target's top-k logits, the soft targets of `train --loss kl` (default 0; "
+                        "k x 8 bytes per token: float32 value + int32 id)")
     p.add_argument("--max-seq-len", type=int, default=MAX_SEQ_LEN,
                    help=f"cut --distilled sequences here, as `train --max-seq-len` does (default {MAX_SEQ_LEN})")
     add_target_options(p)
@@ -39,6 +44,7 @@ def check_cli(args):
     check_target_options(args)
     validate.positive_int(args.shard_size, "shard_size", "--shard-size")
     validate.positive_int(args.max_seq_len, "max_seq_len", "--max-seq-len", 2)
+    validate.positive_int(args.batch_tokens, "batch_tokens", "--batch-tokens", 0)
     if args.prompts is not None:
         validate.positive_int(args.prompts, "prompts", "--prompts")
     validate.writable(args.out, "--out", folder=True)
@@ -68,4 +74,5 @@ def _run_cli(args):
             sequences = [chat_ids(tok, p) for p in load_train_prompts(args.prompts)]
         taps = [int(t) for t in args.taps.split(",")] if args.taps else None
         extract_features(model, sequences, args.out, tap_layers=taps, shard_size=args.shard_size,
-                         taps_dtype=TAPS_DTYPES[args.store_dtype], topk=args.topk, target=target)
+                         taps_dtype=TAPS_DTYPES[args.store_dtype], topk=args.topk, target=target,
+                         batch_tokens=args.batch_tokens)

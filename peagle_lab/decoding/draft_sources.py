@@ -8,7 +8,9 @@ vocabulary when sampling.
 * :class:`HeadDrafter`: a P-EAGLE / EAGLE-3 head, ``parallel`` (one pass for K drafts) or ``sequential`` (K passes),
   the one way a head drafts (a head trained with ``mask_hidden='context'`` drafts through its view, see
   :func:`peagle_lab.drafter.context.drafting_head`);
-* :class:`OracleDrafter` / :class:`RandomDrafter`: test doubles (every draft accepted / almost none).
+* :class:`OracleDrafter` / :class:`RandomDrafter`: test doubles (every draft accepted / almost none);
+* :class:`RatedOracleDrafter`: the reference continuation with set per-position acceptance rates, charged a real
+  head's drafting cost: what a head with a given (e.g. the paper's) acceptance would give on this machine.
 """
 
 from __future__ import annotations
@@ -154,4 +156,58 @@ class RandomDrafter(DraftSource):
     def propose(self, slots: Slots, k, sampling, gen):
         ids = torch.randint(0, self.vocab_size, (k,), generator=self.gen)
         probs = None if sampling.greedy else torch.full((k, self.vocab_size), 1.0 / self.vocab_size)
+        return ids, probs
+
+
+class RatedOracleDrafter(DraftSource):
+    """The true greedy continuation, each draft kept with a set probability, else replaced by a wrong token.
+
+    ``rates[j]`` is the probability that draft ``j + 1`` of a round is the reference token, drawn independently per
+    slot: since the verification accepts a draft exactly when it equals the target's greedy token (the reference,
+    in float32), the measured conditional acceptance ``P(slot j accepted | slots < j accepted)`` follows
+    ``rates[j]`` (slots past the list take its last rate). The output stays the target's: the loop verifies every
+    draft. ``cost``: a drafter (a :class:`HeadDrafter` in parallel mode) run on the same slots each round and its
+    drafts thrown away, so the round is charged what a real head costs; ``None`` charges nothing.
+
+    Before each generation set :attr:`reference` (prompt + plain greedy output, as :class:`OracleDrafter` takes);
+    :meth:`reset` reseeds the draws from ``seed`` and the reference, so a prompt's draws do not depend on what ran
+    before it.
+    """
+
+    name = "oracle-rates"
+
+    def __init__(self, rates, vocab_size: int, cost: DraftSource | None = None, seed: int = 0):
+        rates = [float(r) for r in rates]
+        if not rates or any(not 0.0 <= r <= 1.0 for r in rates):
+            raise PeagleError(f"Oracle acceptance rates must be probabilities in [0, 1], got {rates}. Fix: e.g. "
+                              "--oracle-accept 0.8,0.7,0.6.")
+        if vocab_size < 2:
+            raise PeagleError("The oracle needs a vocabulary of at least 2 tokens to draft a wrong one.")
+        self.rates, self.vocab_size, self.cost, self.seed = rates, int(vocab_size), cost, int(seed)
+        self.reference: list[int] = []
+        self.gen = torch.Generator()
+        self.reset()
+
+    def reset(self):
+        mix = hash((self.seed, len(self.reference), tuple(self.reference[:64]))) & 0x7FFFFFFF
+        self.gen.manual_seed(mix)
+        if self.cost is not None:
+            self.cost.reset()
+
+    def passes(self, k: int) -> int:
+        return self.cost.passes(k) if self.cost is not None else 0
+
+    def rate(self, j: int) -> float:
+        """The probability that draft ``j + 1`` of a round is the reference token."""
+        return self.rates[min(j, len(self.rates) - 1)]
+
+    def propose(self, slots: Slots, k, sampling, gen):
+        if self.cost is not None:
+            self.cost.propose(slots, k, sampling, gen)  # the real head's pass: its time is the round's drafting
+        first = slots.end + 1  # sequence index of draft token 1 (slot t holds token t+1)
+        ids = torch.tensor((self.reference[first:first + k] + [0] * k)[:k], dtype=torch.long)
+        keep = torch.rand(k, generator=self.gen) < torch.tensor([self.rate(j) for j in range(k)])
+        shift = torch.randint(1, self.vocab_size, (k,), generator=self.gen)  # never 0: a wrong token
+        ids = torch.where(keep, ids, (ids + shift) % self.vocab_size)
+        probs = None if sampling.greedy else torch.nn.functional.one_hot(ids, self.vocab_size).float()
         return ids, probs

@@ -40,12 +40,13 @@ from .cost import (COST_DATASETS, COST_MODELS, bytes_per_token, disk_cost_table,
                    format_bytes, format_cost_table)
 from .format import (FORMAT, FORMAT_VERSION, ID_BYTES, MANIFEST, PER_TOKEN_KEYS, TAP_CONVENTION, TAPS_DTYPES,
                      dtype_bytes, read_manifest, shard_name, taps_dtype_name)
-from .online import online_features, sequence_features
+from .online import batch_features, length_batches, online_features, sequence_features
 from .reader import FeatureDataset, iter_shards, load_features
 from .writer import ExtractionResult, extract_features
 
 __all__ = ["COST_DATASETS", "COST_MODELS", "FORMAT", "FORMAT_VERSION", "ID_BYTES", "MANIFEST",
-           "PER_TOKEN_KEYS", "TAP_CONVENTION", "TAPS_DTYPES", "ExtractionResult", "FeatureDataset", "bytes_per_token",
+           "PER_TOKEN_KEYS", "TAP_CONVENTION", "TAPS_DTYPES", "ExtractionResult", "FeatureDataset", "batch_features", "bytes_per_token",
+           "length_batches",
            "disk_cost_table", "dtype_bytes", "estimate_bytes", "extract_features", "format_bytes",
            "format_cost_table", "iter_shards", "load_features", "online_features", "read_manifest",
            "sequence_features", "shard_name", "taps_dtype_name"]

@@ -23,7 +23,7 @@ from ..errors import PeagleError
 from .cost import bytes_per_token, estimate_bytes, format_bytes
 from .format import (FORMAT, FORMAT_VERSION, MANIFEST, PER_TOKEN_KEYS, TAP_CONVENTION,
                      dtype_bytes, read_manifest, shard_name, taps_dtype_name)
-from .online import sequence_features
+from .online import batch_features, length_batches
 from .identity import target_fingerprint, target_identity
 from ..settings import display_path
 from .taps import check_tap_layers, default_tap_layers
@@ -100,7 +100,8 @@ def _shard_is_complete(out_dir: Path, entry: dict) -> bool:
 
 def extract_features(model, sequences: Sequence, out_dir, tap_layers=None, shard_size: int = 64,
                      taps_dtype=torch.bfloat16, topk: int = 0, target: str | None = None, progress: bool = True,
-                     on_shard: Callable[[int, Path], None] | None = None, verbose: bool = True) -> ExtractionResult:
+                     on_shard: Callable[[int, Path], None] | None = None, verbose: bool = True,
+                     batch_tokens: int = 0) -> ExtractionResult:
     """Extract features of ``sequences`` (token ids) into ``out_dir`` as shards of ``shard_size`` sequences.
 
     Prints the disk estimate before starting and the real size after. Resumable: call again with the same
@@ -108,19 +109,26 @@ def extract_features(model, sequences: Sequence, out_dir, tap_layers=None, shard
     other settings (taps, dtype, top-k, shard size, prompts or target) is refused. ``on_shard(index, path)`` runs
     after each shard is safely on disk. Taps default to bfloat16 on disk (half of float32). One writer per
     directory: the directory is locked for the run (:mod:`peagle_lab.lock`), a second run is refused.
+
+    ``batch_tokens`` > 0: several sequences of a shard per target forward (:func:`.online.length_batches`:
+    similar lengths together, at most ``batch_tokens`` padded tokens per forward); 0: one sequence per forward.
+    The features are the same up to the rounding of differently shaped products (a shard's sequences keep their
+    order), so it is not a setting a resumed run must repeat.
     """
     with lock.hold(out_dir):
         return _extract(model, sequences, Path(out_dir), tap_layers, shard_size, taps_dtype, topk, target, progress,
-                        on_shard, verbose)
+                        on_shard, verbose, batch_tokens)
 
 
 def _extract(model, sequences, out_dir: Path, tap_layers, shard_size, taps_dtype, topk, target, progress, on_shard,
-             verbose) -> ExtractionResult:
+             verbose, batch_tokens: int = 0) -> ExtractionResult:
     from tqdm.auto import tqdm
 
     cfg = model.config
     num_layers, hidden = cfg.num_hidden_layers, cfg.hidden_size
     tap_layers = check_tap_layers(tap_layers or default_tap_layers(num_layers), num_layers)
+    if batch_tokens < 0:
+        raise PeagleError(f"batch_tokens must be >= 0 (0: one sequence per forward), got {batch_tokens}.")
     if shard_size < 1:
         raise PeagleError(f"shard_size must be >= 1, got {shard_size}.")
     if topk < 0 or topk > cfg.vocab_size:
@@ -137,6 +145,9 @@ def _extract(model, sequences, out_dir: Path, tap_layers, shard_size, taps_dtype
         taps_dtype=taps_dtype_name(taps_dtype), topk=topk, shard_size=shard_size,
         num_sequences=len(seqs), num_tokens=num_tokens, prompts_sha256=_prompts_sha256(seqs),
         keys=[k for k in PER_TOKEN_KEYS if topk or not k.startswith("topk")],
+        bytes_per_token=bytes_per_token(hidden, len(tap_layers), taps_dtype, topk),
+        topk_bytes_per_token=topk * 8,  # float32 value + int32 id per kept logit
+        batch_tokens=batch_tokens,
     )
 
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -176,10 +187,15 @@ def _extract(model, sequences, out_dir: Path, tap_layers, shard_size, taps_dtype
                 continue
             path = out_dir / shard_name(index)
             with timer("shards"):
-                records = []
-                for ids in seqs[lo:hi]:
-                    records.append(sequence_features(model, ids, tap_layers, taps_dtype, topk))
-                    bar.update(len(ids))
+                chunk = seqs[lo:hi]
+                records: list = [None] * len(chunk)
+                groups = (length_batches([len(s) for s in chunk], batch_tokens) if batch_tokens
+                          else [[i] for i in range(len(chunk))])
+                for group in groups:
+                    feats = batch_features(model, [chunk[i] for i in group], tap_layers, taps_dtype, topk)
+                    for i, rec in zip(group, feats):
+                        records[i] = rec
+                    bar.update(sum(len(chunk[i]) for i in group))
                 _save_shard(records, path, dict(version=FORMAT_VERSION, shard=index, first_sequence=lo))
             written += 1
             entry = dict(index=index, file=path.name, first_sequence=lo, num_sequences=hi - lo,

@@ -5,7 +5,8 @@ One concept per module: ``distill`` (self-distilled training data, ``peagle-lab 
 ``sequences`` (distilled records with the target's features, the feature cache), ``packing`` (sequences packed into
 rows), ``elements`` (the training elements of a row, COD), ``mask`` (the training attention mask), ``objective``
 (the trainable head: reparametrisation and loss), ``state`` (checkpoints and resume), ``distributed`` (several
-processes), ``trainer`` (the loop), ``evaluate`` (acceptance per K), ``records`` (training.json, TRAINING.md),
+processes), ``trainer`` (the loop), ``evaluate`` (acceptance per K), ``heldout`` (per-depth accuracy on held-out
+sequences), ``stream`` (training sequences streamed from feature shards), ``records`` (training.json, TRAINING.md),
 ``quick`` (a small head made on the spot for a target without one), ``lineage`` (continuing a head:
 ``--init-from``), ``cli`` (``peagle-lab train``), ``recipe`` (equal-budget recipe runs and the learning curve). The
 names people use are importable from here.
@@ -16,8 +17,9 @@ from .config import MASK_EMBEDDING_VARIANTS, MASK_HIDDEN_VARIANTS, TrainConfig
 from .distributed import check_world_size
 from .elements import Depth, RowPlan, plan_row
 from .evaluate import evaluate_head
+from .heldout import depth_accuracy
 from .mask import full_training_mask, training_mask
-from .objective import DraftTrainer, mask_hidden_seed, tap_rms
+from .objective import DraftTrainer, mask_hidden_seed, soft_cross_entropy, tap_rms
 from .packing import PackedRows
 from .records import final_accuracy, write_training_record
 from .sequences import check_data_target, prepare_sequences

@@ -20,15 +20,16 @@ from ..errors import PeagleError
 from .lineage import cumulative, head_config, history_of, summary
 from ..models import target_name
 from ..precision import dtype_name
-from ..prompts import humaneval_prompts, load_scale_records
+from ..prompts import humaneval_prompts
 from ..settings import display_path, seed_everything
 from .config import TrainConfig, check_config_fits_target
 from .evaluate import evaluate_head
 from ..environment import environment
 from .records import final_accuracy, write_training_record
 from .sequences import check_data_target, prepare_sequences
-from ..features.taps import check_tap_layers
+from ..features.taps import check_tap_layers, default_tap_layers
 from .state import STATE_FILE, check_resume_config, read_state
+from .stream import shard_sequences
 from .trainer import Trainer, check_target_settings, precision_probe
 
 
@@ -93,15 +94,20 @@ def register_cli(sub):
                    help="first measure training tokens/s in float32 and in bf16 autocast (recorded), then train")
     p.add_argument("--features", default=None,
                    help="feature shard directory (extracted there when missing); default: online, cached in memory")
+    p.add_argument("--stream", action="store_true",
+                   help="read the --features shards as training goes (shuffled by shard and within a window of "
+                        "sequences), never all in memory; the shards must hold every training sequence")
     p.add_argument("--out", required=True, help="head directory to write (config.json + model.safetensors)")
     p.add_argument("--state-dir", default=None, help="training state + log (default: OUT/checkpoint)")
     p.add_argument("--resume", action="store_true", help="continue from the state in --state-dir")
     p.add_argument("--overwrite", action="store_true", help="replace a head or training state already in --out")
     add_config_flags(p, TrainConfig)
     add_target_options(p)
-    p.add_argument("--eval-prompts", type=int, default=0, help="HumanEval prompts to evaluate on afterwards")
+    p.add_argument("--eval-prompts", type=int, default=0,
+                   help="prompts of the code suite (HumanEval) to evaluate on afterwards")
     p.add_argument("--eval-val-prompts", type=int, default=0,
-                   help="held-out prompts (split val of the scale mix) to evaluate on afterwards")
+                   help="prompts of the chat suite (held-out split of the scale mix: chat, reasoning and code "
+                        "questions in turn, as `peagle-lab bench --suite chat`) to evaluate on afterwards")
     p.add_argument("--eval-max-new-tokens", type=int, default=128)
     p.add_argument("--eval-ks", default="1,2,3,4,5,6,7,8")
     p.add_argument("--note", default=None, help="free text recorded in training.json / TRAINING.md")
@@ -155,6 +161,9 @@ def check_cli(args):
                               "to start afresh over it, or another --out / --state-dir.")
     if args.resume and (state / STATE_FILE).exists():
         check_resume_config(read_state(state / STATE_FILE).get("config") or {}, asdict(cfg), state / STATE_FILE)
+    if args.stream and not args.features:
+        raise PeagleError("--stream reads feature shards. Fix: add --features DIR (extract them first with "
+                          "`peagle-lab extract --distilled DATA --split train --out DIR/part-train`).")
     peek = TargetPeek(args.target)
     if cfg.init_from:
         check_head_dir(cfg.init_from)
@@ -204,16 +213,25 @@ def _train_locked(args, cfg, meta, records, held_out):
         # several processes: each extracts its shard of the features once (bf16 shards on disk) and reads the
         # others', instead of every process computing all of them and keeping them in fp32
         args.features = str(Path(args.state_dir or args.out) / "features")
-    seqs = prepare_sequences(model, records, cfg.tap_layers, args.features, max_seq_len=cfg.max_seq_len)
+    topk = cfg.topk_logits if cfg.loss == "kl" else 0
+    if args.stream:  # read from the shards as training goes, never all in memory
+        L = model.config.num_hidden_layers
+        seqs = shard_sequences(args.features, records, cfg.max_seq_len,
+                               check_tap_layers(cfg.tap_layers or default_tap_layers(L), L), topk)
+        lengths, prompt_lens = seqs.lengths, seqs.prompt_lens
+    else:
+        seqs = prepare_sequences(model, records, cfg.tap_layers, args.features, max_seq_len=cfg.max_seq_len,
+                                 topk=topk)
+        lengths, prompt_lens = [len(s["input_ids"]) for s in seqs], [s["prompt_len"] for s in seqs]
     feature_s = time.perf_counter() - t0
-    feature_tokens = sum(len(s["input_ids"]) for s in seqs)
+    feature_tokens = sum(lengths)
     probe = precision_probe(cfg, model, seqs, tok) if args.probe_precision else None
     if probe:
         print(f"[train] tokens/s: float32 {probe['float32']}, bf16 autocast {probe['bfloat16']}")
     trainer = Trainer(cfg, model, seqs, tokenizer=tok, out_dir=args.out, state_dir=args.state_dir,
                       resume=args.resume, overwrite=args.overwrite)
     print(f"[train] {len(seqs)} sequences ({feature_tokens:,} tokens; {held_out} records of other splits left "
-          f"out), features in {feature_s:.0f} s; autocast {trainer.autocast}; draft vocabulary {trainer.draft_ids.numel()} ids, coverage {trainer.coverage:.4f}; "
+          f"out), features in {feature_s:.0f} s; loss {cfg.loss}; autocast {trainer.autocast}; draft vocabulary {trainer.draft_ids.numel()} ids, coverage {trainer.coverage:.4f}; "
           f"mask token id {trainer.mask_token_id}")
     res = trainer.train()
     if not trainer.is_main:
@@ -222,9 +240,10 @@ def _train_locked(args, cfg, meta, records, held_out):
         command="peagle-lab " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
         config=asdict(cfg), mask_token_id=trainer.mask_token_id,
         data=dict(file=display_path(args.data), sequences=len(seqs), tokens=feature_tokens, split=args.split,
-                  left_out=held_out, response_tokens=sum(len(s["input_ids"]) - s["prompt_len"] for s in seqs),
+                  left_out=held_out, response_tokens=sum(n - p for n, p in zip(lengths, prompt_lens)),
                   distill=dict((k, meta.get(k)) for k in ("target", "max_new_tokens", "decoding"))),
-        features=dict(source=f"offline shards ({display_path(args.features)})" if args.features
+        features=dict(source=f"offline shards ({display_path(args.features)}"
+                      + (", streamed)" if args.stream else ")") if args.features
                       else "online (target forward once, kept in memory)", seconds=round(feature_s, 1),
                       tokens_per_s=round(feature_tokens / max(feature_s, 1e-9), 1)),
         tokens_seen=res.info["tokens_seen"], tokens_per_s=res.info["tokens_per_s"], autocast=res.info["autocast"],
@@ -243,16 +262,19 @@ def _train_locked(args, cfg, meta, records, held_out):
         # evaluate what ships: the saved (bf16) checkpoint, loaded as users load it
         head = PEagleDrafter.from_pretrained(args.out, target=model, device=next(model.parameters()).device,
                                              dtype=next(model.parameters()).dtype)
-        sets = [("eval", humaneval_prompts(args.eval_prompts) if args.eval_prompts else None),
-                ("eval_val", load_scale_records("val")[: args.eval_val_prompts] if args.eval_val_prompts else None)]
-        for key, prompts in sets:
+        from ..prompts import chat_records
+
+        sets = [("eval", "code", humaneval_prompts(args.eval_prompts) if args.eval_prompts else None),
+                ("eval_val", "chat", chat_records(args.eval_val_prompts) if args.eval_val_prompts else None)]
+        for key, suite, prompts in sets:
             if not prompts:
                 continue
             t1 = time.perf_counter()
             record[key] = evaluate_head(model, tok, head, prompts, ks, max_new_tokens=args.eval_max_new_tokens)
             record[key]["wall_s"] = round(time.perf_counter() - t1, 1)
             record[key]["dtype"] = dtype_name(next(model.parameters()).dtype)
-            record[key]["prompt_set"] = "HumanEval" if key == "eval" else "held-out split of the scale mix"
+            record[key]["suite"] = suite
+            record[key]["prompt_set"] = "HumanEval" if suite == "code" else "held-out split of the scale mix"
             print(f"[{key}] acceptance length per K:", record[key]["acceptance_length"])
     write_training_record(args.out, record)
     print(f"[train] head and TRAINING.md written to {args.out}")

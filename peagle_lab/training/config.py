@@ -23,6 +23,7 @@ def flag_field(default, help=None, **cli):
 
 
 SCHEDULES = ("steps", "time")
+LOSSES = ("ce", "kl")
 
 
 def _flag(name: str) -> str:
@@ -56,6 +57,11 @@ class TrainConfig:
     batch_tokens: int = flag_field(2048, "sequence tokens per optimizer step (gradient accumulation over packed rows)")
     row_tokens: int = flag_field(512, "sequence tokens packed into one forward")
     max_seq_len: int = flag_field(MAX_SEQ_LEN, "longest sequence trained on (longer ones are cut)")
+    loss: str = flag_field("ce", "ce: cross-entropy to the target's greedy token; kl: soft cross-entropy (KL up to a "
+                           "constant) to the target's top-k distribution restricted to the draft vocabulary, "
+                           "positions whose target top-1 is outside it masked", choices=LOSSES)
+    topk_logits: int = flag_field(32, "k of the target's top-k logits the kl loss learns from (read from the feature "
+                                      "shards, or computed online)")
     cod_ratio: float = flag_field(0.7, "COD: depth d trains on ratio**d of the anchors")
     cod_min_ratio: float = flag_field(0.2, "COD: but on at least this fraction of them")
     mask_hidden: str = flag_field("learned", "hidden state of the mask slots", choices=MASK_HIDDEN_VARIANTS)
@@ -85,6 +91,10 @@ class TrainConfig:
         if self.mask_embedding not in MASK_EMBEDDING_VARIANTS:
             raise PeagleError(f"mask_embedding must be one of {MASK_EMBEDDING_VARIANTS}, got {self.mask_embedding!r}. "
                               "Fix: --mask-embedding learned.")
+        if self.loss not in LOSSES:
+            raise PeagleError(f"loss must be one of {LOSSES}, got {self.loss!r}. Fix: --loss ce or --loss kl.")
+        if self.loss == "kl" and self.topk_logits < 1:
+            raise PeagleError(f"--loss kl needs --topk-logits >= 1, got {self.topk_logits}.")
         if self.schedule not in SCHEDULES:
             raise PeagleError(f"schedule must be 'steps' or 'time', got {self.schedule!r}. Fix: --schedule steps.")
         if self.schedule == "time" and not self.time_budget_s:

@@ -47,6 +47,8 @@ class RowPlan:
     y: torch.Tensor  # flat greedy labels
     taps: torch.Tensor  # (N0, 3H) taps of the depth-0 elements
     depths: list[Depth]
+    topk_values: torch.Tensor | None = None  # flat (N, k) target top-k logits beside y (soft targets), or None
+    topk_indices: torch.Tensor | None = None  # flat (N, k) their target-vocabulary ids
 
     def to(self, device) -> "RowPlan":
         """The plan with every tensor on ``device`` (planned on the CPU, copied once per step; the masks and the
@@ -54,14 +56,16 @@ class RowPlan:
         if self.x.device == torch.device(device):
             return self
         return RowPlan(self.x.to(device, non_blocking=True), self.y.to(device, non_blocking=True),
-                       self.taps.to(device, non_blocking=True), [d.to(device) for d in self.depths])
+                       self.taps.to(device, non_blocking=True), [d.to(device) for d in self.depths],
+                       *(None if t is None else t.to(device, non_blocking=True)
+                         for t in (self.topk_values, self.topk_indices)))
 
 
 def plan_row(row: list[dict], num_depths: int, ratio: float = 0.7, min_ratio: float = 0.2,
              generator: torch.Generator | None = None) -> RowPlan:
     """Elements of a packed row: depth 0 = every position ``t <= T-2`` of every sequence (anchors = response
     positions plus the last prompt position), depth ``d`` = COD-sampled anchors with ``a + d + 1 < T``."""
-    xs, ys, taps, seq, pos, flat, end, anchor = [], [], [], [], [], [], [], []
+    xs, ys, taps, seq, pos, flat, end, anchor, tv, ti = [], [], [], [], [], [], [], [], [], []
     off = 0
     for s_id, s in enumerate(row):
         T = len(s["input_ids"])
@@ -70,6 +74,9 @@ def plan_row(row: list[dict], num_depths: int, ratio: float = 0.7, min_ratio: fl
         t = torch.arange(T - 1)
         xs.append(s["input_ids"])
         ys.append(s["labels"])
+        if "topk_values" in s:
+            tv.append(s["topk_values"])
+            ti.append(s["topk_indices"])
         taps.append(s["taps"][: T - 1])
         seq.append(torch.full((T - 1,), s_id))
         pos.append(t)
@@ -91,4 +98,6 @@ def plan_row(row: list[dict], num_depths: int, ratio: float = 0.7, min_ratio: fl
         prev = depths[-1].g
         depths.append(Depth(g, seq[g], pos[g], pos[g] + d, flat[g] + d, torch.ones_like(g, dtype=torch.bool),
                             parent=torch.searchsorted(prev, g)))
-    return RowPlan(torch.cat(xs), torch.cat(ys), torch.cat(taps), depths)
+    soft = len(tv) == len(xs)  # every sequence of the row carries top-k logits
+    return RowPlan(torch.cat(xs), torch.cat(ys), torch.cat(taps), depths,
+                   torch.cat(tv) if soft else None, torch.cat(ti) if soft else None)

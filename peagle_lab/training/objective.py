@@ -5,7 +5,8 @@ concatenates the keys/values of earlier depths, gradients flow through them), wi
 depth (:func:`~peagle_lab.training.mask.training_mask`). Loss: cross-entropy of the draft-vocabulary logits against
 ``y`` mapped into the draft vocabulary (labels outside it are masked), averaged per depth, every depth weighted
 equally; per-depth top-1 accuracy is logged (a label outside the draft vocabulary counts as a miss: that is what
-acceptance will see).
+acceptance will see). With ``loss="kl"`` (``--loss kl``) the hard label gives way to the target's distribution:
+:func:`soft_cross_entropy` against its top-k logits restricted to the draft vocabulary, on the same positions.
 
 Trainable: ``fc``, ``mask_hidden`` (variant ``learned``), the decoder layers, ``norm``, ``lm_head`` (started from
 the target's), and the mask token's embedding row only (variant ``learned``; every other row stays the target's,
@@ -56,9 +57,9 @@ class DraftTrainer(nn.Module):
     """
 
     def __init__(self, head: PEagleDrafter, mode: str, mask_hidden: str = "learned", mask_embedding: str = "learned",
-                 tap_scale: torch.Tensor | None = None, seed: int = 0):
+                 tap_scale: torch.Tensor | None = None, seed: int = 0, loss: str = "ce"):
         super().__init__()
-        self.head, self.mode = head, mode
+        self.head, self.mode, self.loss_kind = head, mode, loss
         self.mask_hidden_variant, self.mask_embedding_variant = mask_hidden, mask_embedding
         cfg = head.config
         n_in = head.fc.weight.shape[1]
@@ -147,9 +148,14 @@ class DraftTrainer(nn.Module):
         return logits_all, pre_all
 
     def forward(self, plan: RowPlan):
-        """The loss (mean over depths of each depth's cross-entropy over its trained, in-vocabulary labels) and per
-        depth ``{n, correct, loss_sum}``. Labels outside the draft vocabulary are ignored (``ignore_index``), not
-        selected by boolean indexing, so no depth waits on the host; the metrics come back in one transfer."""
+        """The loss (mean over depths of each depth's cross-entropy over its trained, in-vocabulary labels: against
+        the greedy label, or with ``loss="kl"`` against the target's top-k distribution, :func:`soft_cross_entropy`)
+        and per depth ``{n, correct, loss_sum}``. Labels outside the draft vocabulary are ignored (``ignore_index``
+        / a zero weight), not selected by boolean indexing, so no depth waits on the host; the metrics come back in
+        one transfer."""
+        if self.loss_kind == "kl" and plan.topk_values is None:
+            raise PeagleError("--loss kl needs the target's top-k logits in every training sequence. Fix: prepare "
+                              "the sequences with topk=K (the train command does), or --loss ce.")
         dev = self.mask_embedding.device
         plan = plan.to(dev)
         logits_all, _ = self.run_depths(plan)
@@ -161,9 +167,14 @@ class DraftTrainer(nn.Module):
             draft_labels = self.t2d_index[labels]
             valid = keep & (draft_labels >= 0)
             n_valid = valid.sum()
-            ce = F.cross_entropy(logits.float(), torch.where(valid, draft_labels, -100), ignore_index=-100,
-                                 reduction="sum")
-            loss = ce / n_valid.clamp(min=1)
+            if self.loss_kind == "kl":
+                soft = soft_cross_entropy(logits, plan.topk_values[el.flat], self.t2d_index[plan.topk_indices[el.flat]],
+                                          reduction="none")
+                loss = torch.where(valid, soft, 0.0).sum() / n_valid.clamp(min=1)
+            else:
+                ce = F.cross_entropy(logits.float(), torch.where(valid, draft_labels, -100), ignore_index=-100,
+                                     reduction="sum")
+                loss = ce / n_valid.clamp(min=1)
             depth_losses.append(loss)
             with torch.no_grad():
                 n = keep.sum()
@@ -182,6 +193,20 @@ class DraftTrainer(nn.Module):
             if p.requires_grad:
                 loss = loss + 0.0 * p.sum()
         return loss, metrics
+
+
+def soft_cross_entropy(draft_logits, topk_values, topk_draft_ids, reduction: str = "mean"):
+    """Mean over rows of ``-sum_v p(v) log q(v)``: ``q`` the head's softmax over the draft vocabulary, ``p`` the
+    target's softmax over its top-k logits restricted to the draft vocabulary (ids mapped to draft ids, -1 where
+    outside it; the target's mass outside its top k is taken as zero). It differs from KL(p || q) by p's entropy,
+    a constant of the data, so its gradient is the KL's (EAGLE-3's and SpecForge's objective). Rows whose target
+    top-1 lies outside the draft vocabulary are the caller's to drop (as SpecForge masks them); ``reduction="none"``
+    gives one value per row for that."""
+    inside = topk_draft_ids >= 0
+    p = topk_values.float().masked_fill(~inside, float("-inf")).softmax(-1)
+    logq = draft_logits.float().log_softmax(-1).gather(-1, topk_draft_ids.clamp_min(0))
+    rows = -(p * logq.masked_fill(~inside, 0.0)).sum(-1)
+    return rows if reduction == "none" else rows.mean()
 
 
 def tap_rms(sequences, max_tokens: int = 65536) -> torch.Tensor:

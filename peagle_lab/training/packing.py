@@ -15,24 +15,34 @@ class PackedRows:
     size); :meth:`Trainer._train_step` gives process ``r`` rows ``r, r + world, ...`` of each step."""
 
     def __init__(self, sequences, row_tokens: int, seed: int):
-        if not sequences:
+        if not len(sequences):
             raise PeagleError("No training sequences. Fix: distill some first (`peagle-lab distill`).")
         self.seqs, self.row_tokens, self.seed = sequences, row_tokens, seed
         self.epoch, self.pos = 0, 0
-        self._order = self._perm(0)
+        self._start_epoch()
 
-    def _perm(self, epoch):
-        return torch.randperm(len(self.seqs), generator=torch.Generator().manual_seed(self.seed * 100003 + epoch))
+    def _perm(self, n, epoch):
+        return torch.randperm(n, generator=torch.Generator().manual_seed(self.seed * 100003 + epoch))
+
+    # the order of one epoch: a subclass reading from disk (training.stream.StreamedRows) replaces these three
+    def _start_epoch(self):
+        self._order = self._perm(len(self.seqs), self.epoch)
+
+    def _epoch_len(self) -> int:
+        return len(self._order)
+
+    def _at(self, pos: int) -> dict:
+        return self.seqs[int(self._order[pos])]
 
     def _next_row(self):
         row, tokens = [], 0
         while True:
-            if self.pos >= len(self._order):
+            if self.pos >= self._epoch_len():
                 if row:
                     return row
                 self.epoch, self.pos = self.epoch + 1, 0
-                self._order = self._perm(self.epoch)
-            s = self.seqs[int(self._order[self.pos])]
+                self._start_epoch()
+            s = self._at(self.pos)
             n = len(s["input_ids"])
             if row and tokens + n > self.row_tokens:
                 return row
@@ -55,4 +65,4 @@ class PackedRows:
 
     def load_state_dict(self, st):
         self.epoch, self.pos = st["epoch"], st["pos"]
-        self._order = self._perm(self.epoch)
+        self._start_epoch()

@@ -22,7 +22,7 @@ from ..errors import PeagleError
 from ..hardware import load_average
 from ..prompts import load_scale_records
 from ..target_args import add_target_options, load_cli_target
-from . import TrainConfig, evaluate_head, prepare_sequences, train_head
+from . import TrainConfig, depth_accuracy, evaluate_head, prepare_sequences, train_head
 
 # the shipped heads' recipe: small steps (512 tokens) so that short runs still take hundreds of steps
 BASELINE = dict(layers=1, draft_vocab_size=8192, lr=3e-3, num_depths=8, freeze_lm_head=False, batch_tokens=512,
@@ -54,12 +54,16 @@ def read_runs(out_dir) -> list[dict]:
 
 def run_recipe(model, tokenizer, sequences, val_prompts, out_dir, budget_s: float = 240.0, k: int = 7,
                max_new_tokens: int = 64, variants: dict | None = None, base: dict | None = None,
-               progress: bool = True, machine: dict | None = None) -> list[dict]:
+               progress: bool = True, machine: dict | None = None, held_out: list | None = None,
+               suite: str = "val") -> list[dict]:
     """Train and score every variant not yet in ``out_dir/runs.jsonl``; returns all runs.
 
     ``sequences``: the training sequences, or ``{data name: sequences}`` when the variants compare training sets
     (a variant's ``data`` key names its set; the first set is the default). ``base`` overrides the baseline
     settings, the budget included (``schedule="steps", steps=N`` for an equal-token budget instead of equal time).
+    ``held_out``: sequences never trained on (prepared like ``sequences``); each run then also records its
+    per-depth accuracy on them (:func:`peagle_lab.training.depth_accuracy`). ``suite``: the name of the scored
+    prompt set, recorded (``val``: the first of the mix's val split; ``chat`` / ``code``: the bench's suites).
     """
 
     out_dir = Path(out_dir)
@@ -82,6 +86,7 @@ def run_recipe(model, tokenizer, sequences, val_prompts, out_dir, budget_s: floa
         head = res.head.to(next(model.parameters()).dtype)
         ev = evaluate_head(model, tokenizer, head, val_prompts, ks=(k,), max_new_tokens=max_new_tokens,
                            reference=reference, progress=progress)
+        held = depth_accuracy(res.head, held_out) if held_out else None
         acc = [r["acc"] for r in res.log[-10:]]
         runs.append(dict(
             name=name, change=change, settings=settings, data=data, budget_s=cfg.time_budget_s,
@@ -90,8 +95,11 @@ def run_recipe(model, tokenizer, sequences, val_prompts, out_dir, budget_s: floa
             autocast=res.info["autocast"], draft_vocab_coverage=round(res.info["draft_vocab_coverage"], 4),
             train_acc_depth0=_mean([a[0] for a in acc]), train_acc_depth1=_mean([a[1] for a in acc if len(a) > 1]),
             k=k, acceptance_length=ev["acceptance_length"][k], per_position=ev["per_position_acceptance"][k],
-            val_prompts=len(val_prompts), max_new_tokens=max_new_tokens, divergences=len(ev["divergences"]),
-            load_average_1m=(load_average() or [None])[0], machine=machine))
+            val_prompts=len(val_prompts), suite=suite, max_new_tokens=max_new_tokens,
+            divergences=len(ev["divergences"]),
+            load_average_1m=(load_average() or [None])[0], machine=machine,
+            **(dict(heldout_acc=held["accuracy"], heldout_elements=held["elements"],
+                    heldout_sequences=len(held_out)) if held else {})))
         write_text(out_dir / RUNS_FILE, "".join(json.dumps(r) + "\n" for r in runs))
         write_text(out_dir / TABLE_FILE, recipe_markdown(runs))
     return runs
@@ -242,7 +250,20 @@ def register_cli(sub):
 def _eval_options(p):
     p.add_argument("-K", type=int, default=7, help="draft length scored (default 7)")
     p.add_argument("--val-prompts", type=int, default=12, help="held-out prompts scored")
+    p.add_argument("--suite", choices=["val", "chat", "code"], default="val",
+                   help="held-out prompts scored: val (the first N of the mix's val split, as the committed runs), "
+                        "chat (the bench's chat suite: its val split, chat, reasoning and code in turn) or code "
+                        "(HumanEval, evaluation only)")
     p.add_argument("--max-new-tokens", type=int, default=64)
+
+
+def scored_prompts(suite: str, n: int) -> list:
+    """The held-out prompts a recipe run or curve point is scored on (see ``--suite``)."""
+    from ..prompts import chat_records, humaneval_prompts
+
+    if suite == "code":
+        return humaneval_prompts(n)
+    return chat_records(n) if suite == "chat" else load_scale_records("val")[:n]
 
 
 def _run_recipe_cli(args):
@@ -255,15 +276,15 @@ def _run_recipe_cli(args):
         variants = {n: VARIANTS[n] for n in names}
     model, tok, _ = load_cli_target(args)
     seqs = _train_sequences(args, model)
-    runs = run_recipe(model, tok, seqs, load_scale_records("val")[: args.val_prompts], args.out,
+    runs = run_recipe(model, tok, seqs, scored_prompts(args.suite, args.val_prompts), args.out,
                       budget_s=args.budget, k=args.K, max_new_tokens=args.max_new_tokens, variants=variants,
-                      machine=environment(model=model))
+                      machine=environment(model=model), suite=args.suite)
     print(recipe_markdown(runs))
 
 
 def _run_curve_cli(args):
     model, tok, _ = load_cli_target(args)
-    points = learning_curve(model, tok, args.snapshots, load_scale_records("val")[: args.val_prompts], args.out,
+    points = learning_curve(model, tok, args.snapshots, scored_prompts(args.suite, args.val_prompts), args.out,
                             k=args.K, max_new_tokens=args.max_new_tokens)
     for p in points:
         print(f"{p['mode']:10s} {p['tokens_seen']:>10,} tokens  AL {p['acceptance_length']:.3f}")

@@ -20,28 +20,36 @@ from ..features.identity import recorded_target_problem, target_fingerprint, tar
 from ..features.taps import check_tap_layers, default_tap_layers
 
 
+EXTRACT_BATCH_TOKENS = 2048  # padded tokens per target forward when the cache extracts missing sequences
+
+
 def prepare_sequences(model, records, tap_layers=None, features_dir=None, taps_dtype=torch.float32,
-                      max_seq_len: int = MAX_SEQ_LEN, progress: bool = True) -> list[dict]:
-    """Training sequences with the frozen target's features: ``[{input_ids, taps, labels, prompt_len}]``.
+                      max_seq_len: int = MAX_SEQ_LEN, progress: bool = True, topk: int = 0) -> list[dict]:
+    """Training sequences with the frozen target's features: ``[{input_ids, taps, labels, prompt_len}]``, plus
+    ``topk_values`` / ``topk_indices`` (T, ``topk``) of the target's logits when ``topk`` > 0 (the soft targets
+    of ``--loss kl``).
 
     ``records``: distilled records (``input_ids`` list, ``prompt_len``). Without ``features_dir`` the features
     are computed online once and kept in memory. With it, ``features_dir`` is a cache of feature directories
     written by :func:`peagle_lab.features.extract_features` (``part-*``): sequences found in any complete part
-    are read from disk, the missing ones are extracted into a new part first. So extraction can start on the
+    (holding at least ``topk`` logits per token) are read from disk, the missing ones are extracted into a new part first. So extraction can start on the
     sequences distilled so far and later runs only add what is new; both heads read the same features.
     """
     L = model.config.num_hidden_layers
     tap_layers = check_tap_layers(tap_layers or default_tap_layers(L), L)
     ids = [list(r["input_ids"])[:max_seq_len] for r in records]
     if features_dir is not None:
-        feats = _cached_features(model, ids, Path(features_dir), tap_layers, progress)
+        feats = _cached_features(model, ids, Path(features_dir), tap_layers, progress, topk)
     else:
-        feats = [sequence_features(model, s, tap_layers, taps_dtype)
+        feats = [sequence_features(model, s, tap_layers, taps_dtype, topk)
                  for s in tqdm(ids, desc="features", unit="seq", disable=not progress)]
     out = []
     for rec, f in zip(records, feats):
-        out.append(dict(input_ids=f["input_ids"].long(), taps=f["taps"], labels=f["greedy_next"].long(),
-                        prompt_len=int(rec.get("prompt_len", 1))))
+        seq = dict(input_ids=f["input_ids"].long(), taps=f["taps"], labels=f["greedy_next"].long(),
+                   prompt_len=int(rec.get("prompt_len", 1)))
+        if topk:  # torch.topk sorts, so the first k of a larger stored k are the top k
+            seq |= dict(topk_values=f["topk_values"][:, :topk].float(), topk_indices=f["topk_indices"][:, :topk].long())
+        out.append(seq)
     return out
 
 
@@ -49,7 +57,7 @@ def _seq_key(ids) -> str:
     return hashlib.sha256(torch.as_tensor(ids, dtype=torch.int32).numpy().tobytes()).hexdigest()
 
 
-def _cached_features(model, ids: list[list[int]], root: Path, tap_layers, progress: bool) -> list[dict]:
+def _cached_features(model, ids: list[list[int]], root: Path, tap_layers, progress: bool, topk: int = 0) -> list[dict]:
     found: dict[str, dict] = {}
     complete = []
     for part in sorted(root.glob("part-*")):
@@ -57,7 +65,7 @@ def _cached_features(model, ids: list[list[int]], root: Path, tap_layers, progre
             man = read_manifest(part)
         except PeagleError:
             continue
-        if man.get("complete"):
+        if man.get("complete") and man.get("topk", 0) >= topk:  # kl needs parts with enough logits
             complete.append((part, man))
     # a rank's shard counts only once every shard of its group is complete: then every process of a launch
     # computes the same missing set (and the same part names), whenever it looks
@@ -84,7 +92,7 @@ def _cached_features(model, ids: list[list[int]], root: Path, tap_layers, progre
     missing = list(dict.fromkeys(k for k in keys if k not in found))
     if missing:
         todo = dict(zip(keys, ids))
-        tag = hashlib.sha256("".join(missing).encode()).hexdigest()[:12]
+        tag = hashlib.sha256(("".join(missing) + (f"topk{topk}" if topk else "")).encode()).hexdigest()[:12]
         world, rank = _world_rank()
         if world == 1 or len(missing) < world:  # too few to share: the first process extracts them
             parts = {f"part-{tag}": missing}
@@ -94,7 +102,7 @@ def _cached_features(model, ids: list[list[int]], root: Path, tap_layers, progre
             f"part-{tag}" if rank == 0 else None)
         if mine in parts:
             extract_features(model, [todo[k] for k in parts[mine]], root / mine, tap_layers=tap_layers,
-                             progress=progress)
+                             progress=progress, topk=topk, batch_tokens=EXTRACT_BATCH_TOKENS)
         for name in parts:
             _wait_complete(root / name)
             for f in load_features(root / name):

@@ -81,7 +81,8 @@ class Trainer:
     """``Trainer(cfg, model, sequences, out_dir=...).train()``.
 
     ``model``: the frozen target (its embeddings, norm and lm_head start the head). ``sequences``: from
-    :func:`prepare_sequences`. With ``out_dir`` the head is saved there (``config.json`` + ``model.safetensors``)
+    :func:`prepare_sequences` (in memory), or :func:`~peagle_lab.training.stream.shard_sequences` (streamed from
+    feature shards). With ``out_dir`` the head is saved there (``config.json`` + ``model.safetensors``)
     and the training state (weights, optimizer, step, data cursor, RNG) to ``state_dir`` (default
     ``out_dir/checkpoint``) every ``save_every`` steps, when the time budget ends and on Ctrl-C;
     ``resume=True`` continues from it. ``log`` rows also go to ``state_dir/train_log.jsonl``.
@@ -138,7 +139,7 @@ class Trainer:
         head.set_draft_vocab(self.draft_ids)
         head.init_from_target(model, self.draft_ids)
         self.module = DraftTrainer(head, cfg.mode, cfg.mask_hidden, cfg.mask_embedding,
-                                   tap_scale=tap_rms(sequences), seed=cfg.seed).to(self.device)
+                                   tap_scale=tap_rms(sequences), seed=cfg.seed, loss=cfg.loss).to(self.device)
         if source is not None:
             self.module.load_head(source.to(self.device))
         if cfg.freeze_lm_head:
@@ -154,7 +155,9 @@ class Trainer:
             [{"params": ps, "weight_decay": cfg.weight_decay if matrix else 0.0,
               "lr_ratio": cfg.lm_head_lr_ratio if pre else 1.0} for (pre, matrix), ps in sorted(groups.items())],
             lr=cfg.lr, betas=cfg.betas)
-        self.rows = PackedRows(sequences, cfg.row_tokens, cfg.seed)
+        # sequences streamed from shards (training.stream) pack their own rows; a list is packed in memory
+        self.rows = (sequences.rows(cfg.row_tokens, cfg.seed) if hasattr(sequences, "rows")
+                     else PackedRows(sequences, cfg.row_tokens, cfg.seed))
         self.gen = torch.Generator().manual_seed(cfg.seed + 1)  # COD sampling
         self.step, self.elapsed, self.log, self.tokens_seen = 0, 0.0, [], 0
         # tokens seen by the heads this one continues (snapshots are named by the cumulative count)
@@ -187,6 +190,8 @@ class Trainer:
     # ---- draft vocabulary ----
     def _label_counts(self, V):
         """Counts of what the drafter is trained to predict: the labels at anchor positions."""
+        if hasattr(self.seqs, "anchor_labels"):  # streamed: the labels are read without the taps
+            return count_tokens(self.seqs.anchor_labels(), V)
         return count_tokens([s["labels"][max(s["prompt_len"] - 1, 0):] for s in self.seqs], V)
 
     def _draft_vocab(self, V, tokenizer):

@@ -6,6 +6,9 @@ run-to-run noise:
   against zeros, a copy of the context hidden state, a frozen random vector, a frozen existing token embedding);
 - ``storage``: the target's taps stored in bfloat16 (half the disk); its float32 counterpart is the mask study's
   ``learned (P-EAGLE)`` runs (same sequences, settings and seeds);
+- ``soft-targets``: ``--loss ce`` (the target's greedy token) against ``--loss kl`` (its top-32 logits restricted
+  to the draft vocabulary, as EAGLE-3, SpecForge and speculators train), float32, also scored by per-depth
+  accuracy on distilled sequences of the held-out prompts;
 - ``self-distill``: the same prompts (functions of the Python standard library) answered by people (the library's
   source) against answered by the target itself (:func:`peagle_lab.training.distill.distill`), scored on held-out
   prompts of the same kind answered by the target at inference, as they are when serving.
@@ -40,13 +43,23 @@ MASK_VARIANTS = {
 # seeds with float32 taps (training is deterministic on one thread), so it is not trained twice
 STORAGE_VARIANTS = {"bfloat16 taps": dict(data="bfloat16")}
 SELF_DISTILL_VARIANTS = {"target's own answers": dict(data="target"), "human answers": dict(data="human")}
+# hard labels (the default) against the reference trainers' soft targets: the target's top-k logits restricted to
+# the draft vocabulary; float32 training so that the two objectives differ in nothing else
+SOFT_TOPK = 32
+SOFT_TARGET_VARIANTS = {"ce (greedy labels)": dict(loss="ce", autocast="float32"),
+                        f"kl (top-{SOFT_TOPK} soft targets)": dict(loss="kl", topk_logits=SOFT_TOPK,
+                                                                    autocast="float32")}
+HELD_OUT_SEQUENCES = 40  # distilled val-split sequences scored for per-depth accuracy (soft-targets study)
 # equal-token budget: 160 steps x 512 tokens (about 82k tokens, minutes per run on one CPU core)
 BASE = dict(schedule="steps", steps=160, time_budget_s=None, draft_vocab_size=4096, lr=3e-3, warmup_steps=16)
-STUDIES = ("mask", "storage", "self-distill")
+STUDIES = ("mask", "storage", "self-distill", "soft-targets")
 
 
-def with_seeds(variants: dict, seeds=SEEDS) -> dict:
-    """Every variant once per seed: ``"name (seed s)"``."""
+def with_seeds(variants: dict, seeds=SEEDS, seed_major: bool = False) -> dict:
+    """Every variant once per seed: ``"name (seed s)"``; ``seed_major``: every variant of the first seed first
+    (a study cut short then still compares every variant)."""
+    if seed_major:
+        return {f"{name} (seed {s})": dict(change, seed=s) for s in seeds for name, change in variants.items()}
     return {f"{name} (seed {s})": dict(change, seed=s) for name, change in variants.items() for s in seeds}
 
 
@@ -56,10 +69,20 @@ def _bf16_copy(seqs: list[dict]) -> list[dict]:
 
 
 def study_inputs(name: str, model, tokenizer, num_sequences: int, distilled: str, work_dir, val_prompts: int,
-                 progress: bool = True, target: str = "") -> tuple[dict, list, dict]:
-    """``(data sets, held-out prompts, variants)`` of study ``name``."""
+                 progress: bool = True, target: str = "", features_dir=None) -> tuple[dict, list, dict]:
+    """``(data sets, held-out prompts, variants)`` of study ``name`` (``features_dir``: a feature cache for the
+    soft-targets study's sequences, see :func:`peagle_lab.training.prepare_sequences`)."""
     if name not in STUDIES:
         raise PeagleError(f"unknown study {name!r}. Fix: one of {list(STUDIES)}.")
+    if name == "soft-targets":
+        _, records = read_distilled(distilled)
+        records, _ = select_split(records, "train")
+        seqs = prepare_sequences(model, records[:num_sequences], progress=progress, topk=SOFT_TOPK,
+                                 features_dir=features_dir)
+        if features_dir is not None:  # the cache stores bf16 taps: train on them as float32
+            seqs = [dict(s, taps=s["taps"].float()) for s in seqs]
+        return ({"float32": seqs}, load_scale_records("val")[:val_prompts],
+                with_seeds(SOFT_TARGET_VARIANTS, seed_major=True))
     if name in ("mask", "storage"):
         _, records = read_distilled(distilled)
         records, _ = select_split(records, "train")
@@ -90,6 +113,8 @@ def register_cli(sub):
     p.add_argument("-K", type=int, default=7, help="draft length scored (default 7)")
     p.add_argument("--val-prompts", type=int, default=16, help="held-out prompts scored")
     p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--features", default=None,
+                   help="feature cache directory for the soft-targets study (default: online, in memory)")
     add_target_options(p)
     p.set_defaults(func=_run_cli)
 
@@ -100,12 +125,18 @@ def _run_cli(args):
     model, tok, target = load_cli_target(args)
     out = Path(args.out)
     data, val, variants = study_inputs(args.name, model, tok, args.num_sequences, args.data, out,
-                                       args.val_prompts, target=target)
+                                       args.val_prompts, target=target, features_dir=args.features)
     machine = dict(environment(model=model), study=args.name,
                    sequences={k: len(v) for k, v in data.items()},
                    tokens={k: sum(len(s["input_ids"]) for s in v) for k, v in data.items()})
+    held_out = None
+    if args.name == "soft-targets":  # per-depth accuracy on distilled sequences of the held-out prompts
+        _, records = read_distilled(args.data)
+        records, _ = select_split(records, "val")
+        held_out = prepare_sequences(model, records[:HELD_OUT_SEQUENCES], progress=False)
+        machine["held_out_sequences"] = len(held_out)
     runs = run_recipe(model, tok, data, val, out, k=args.K, max_new_tokens=args.max_new_tokens, variants=variants,
-                      base=dict(BASE, steps=args.steps), machine=machine)
+                      base=dict(BASE, steps=args.steps), machine=machine, held_out=held_out)
     print(recipe_markdown(runs))
 
 
@@ -132,8 +163,15 @@ def summarize(runs: list[dict]) -> list[dict]:
         rows.append(dict(setting=group[0]["name"].rsplit(" (seed", 1)[0], seeds=len(group),
                          acceptance_length=round(sum(als) / len(als), 4), seed_spread=round(max(als) - min(als), 4),
                          tokens_seen=round(sum(r["tokens_seen"] for r in group) / len(group)),
-                         slots_1_3=[round(sum(p) / len(p), 3) if p else None for p in pos]))
+                         slots_1_3=[round(sum(p) / len(p), 3) if p else None for p in pos],
+                         heldout_acc=[_mean_or_none([r["heldout_acc"][d] for r in group if r.get("heldout_acc")])
+                                      for d in range(2)]))
     return rows
+
+
+def _mean_or_none(xs):
+    xs = [x for x in xs if x is not None]
+    return round(sum(xs) / len(xs), 4) if xs else None
 
 
 def summary_markdown(runs: list[dict]) -> str:
@@ -144,12 +182,14 @@ def summary_markdown(runs: list[dict]) -> str:
     if not rows:
         return "No runs committed for this study yet."
     r0 = runs[0]
-    lines = ["| setting | seeds | held-out AL (mean) | seed spread | tokens seen | P(accept) slots 1 / 2 / 3 |",
-             "|---|---|---|---|---|---|"]
+    held = any(r["heldout_acc"][0] is not None for r in rows)
+    lines = ["| setting | seeds | held-out AL (mean) | seed spread | tokens seen | P(accept) slots 1 / 2 / 3 |"
+             + (" held-out acc depth 0 / 1 |" if held else ""), "|---|---|---|---|---|---|" + ("---|" if held else "")]
     for r in rows:
         pp = " / ".join("-" if x is None else f"{x:.2f}" for x in r["slots_1_3"])
+        ha = " / ".join("-" if x is None else f"{x:.3f}" for x in r["heldout_acc"])
         lines.append(f"| {r['setting']} | {r['seeds']} | {r['acceptance_length']:.3f} | {r['seed_spread']:.3f} | "
-                     f"{r['tokens_seen']:,} | {pp} |")
+                     f"{r['tokens_seen']:,} | {pp} |" + (f" {ha} |" if held else ""))
     m = r0.get("machine") or {}
     lines += ["", f"K={r0['k']}, {r0['val_prompts']} held-out prompts x {r0['max_new_tokens']} new tokens, "
                   f"{r0['steps']} optimizer steps per run, training precision {r0['autocast']}, host {m.get('host')}; "

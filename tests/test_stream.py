@@ -1,0 +1,136 @@
+"""Training from streamed feature shards: every epoch visits every sequence once, shards in a new order each epoch,
+only a bounded window is decoded, a resumed stream reads the same rows as an uninterrupted one, and a training run
+on the stream is the in-memory run's up to the order of the rows."""
+
+import pytest
+import torch
+
+from peagle_lab import features as F
+from peagle_lab.errors import PeagleError
+from peagle_lab.training import TrainConfig, Trainer, prepare_sequences
+from peagle_lab.training.stream import shard_sequences
+
+TAPS = (0, 2, 3)
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    from conftest import make_tiny_llama
+
+    model = make_tiny_llama(hidden=32, layers=4)
+    gen = torch.Generator().manual_seed(0)
+    records = [{"input_ids": torch.randint(4, 96, (int(torch.randint(6, 30, (1,), generator=gen)),),
+                                           generator=gen).tolist(), "prompt_len": 3} for _ in range(40)]
+    root = tmp_path_factory.mktemp("features")
+    F.extract_features(model, [r["input_ids"] for r in records[:25]], root / "part-a", tap_layers=TAPS, shard_size=6,
+                       taps_dtype=torch.float32, progress=False, verbose=False)
+    F.extract_features(model, [r["input_ids"] for r in records[25:]], root / "part-b", tap_layers=TAPS, shard_size=6,
+                       taps_dtype=torch.float32, progress=False, verbose=False)
+    return model, records, root
+
+
+def _ids(row):
+    return [tuple(s["input_ids"].tolist()) for s in row]
+
+
+def test_every_epoch_visits_every_sequence_once_with_shards_in_a_new_order(setup):
+    _, records, root = setup
+    seqs = shard_sequences(root, records, window=8)
+    assert len(seqs) == 40 and seqs.num_tokens == sum(len(r["input_ids"]) for r in records)
+    rows = seqs.rows(row_tokens=1, seed=3)  # one sequence per row
+    epochs = [[_ids(rows._next_row())[0] for _ in range(40)] for _ in range(2)]
+    want = sorted(tuple(r["input_ids"]) for r in records)
+    assert sorted(epochs[0]) == want and sorted(epochs[1]) == want
+    assert epochs[0] != epochs[1]
+    assert rows.decoded_max <= 8, "only one window of sequences is ever decoded"
+
+
+def test_a_resumed_stream_reads_the_same_rows_as_an_uninterrupted_one(setup):
+    _, records, root = setup
+    seqs = shard_sequences(root, records, window=7)
+    whole = seqs.rows(row_tokens=40, seed=1)
+    straight = [_ids(r) for _ in range(30) for r in whole.next_rows(60)]  # past the end of the first epoch
+    first = seqs.rows(row_tokens=40, seed=1)
+    got = [_ids(r) for _ in range(11) for r in first.next_rows(60)]
+    state = first.state_dict()
+    assert {"epoch", "pos", "shard", "row"} <= set(state) and state["shard"].startswith("part-")
+    again = shard_sequences(root, records, window=7).rows(row_tokens=40, seed=1)
+    again.load_state_dict(state)
+    got += [_ids(r) for _ in range(19) for r in again.next_rows(60)]
+    assert got == straight
+
+
+def test_streamed_sequences_carry_what_training_reads(setup):
+    model, records, root = setup
+    from peagle_lab.drafter.vocab import count_tokens
+
+    mem = prepare_sequences(model, records, TAPS, progress=False)
+    stream = shard_sequences(root, records)
+    streamed = {tuple(s["input_ids"].tolist()): s for s in stream}
+    # the draft vocabulary is counted from the labels alone, read without the taps
+    assert torch.equal(count_tokens(stream.anchor_labels(), 96),
+                       count_tokens([m["labels"][m["prompt_len"] - 1:] for m in mem], 96))
+    for m in mem:
+        s = streamed[tuple(m["input_ids"].tolist())]
+        assert torch.equal(s["labels"], m["labels"]) and s["prompt_len"] == m["prompt_len"]
+        torch.testing.assert_close(s["taps"], m["taps"])
+
+
+def test_training_on_the_stream_resumes_to_the_uninterrupted_state(setup, tmp_path):
+    model, records, root = setup
+    cfg = TrainConfig(num_depths=3, layers=1, draft_vocab_size=None, steps=6, lr=3e-3, warmup_steps=2,
+                      batch_tokens=48, row_tokens=48, mask_token_id=3, save_every=0, seed=0, autocast="float32",
+                      tap_layers=TAPS)
+
+    def trainer(out, resume=False):
+        return Trainer(cfg, model, shard_sequences(root, records, tap_layers=TAPS, window=9), out_dir=out,
+                       resume=resume, progress=False, verbose=False)
+
+    straight = trainer(tmp_path / "a").train()
+    trainer(tmp_path / "b").train(stop_after=3)
+    resumed = trainer(tmp_path / "b", resume=True).train()
+    assert resumed.steps_done == straight.steps_done == 6
+    for (k, a), (_, b) in zip(straight.head.state_dict().items(), resumed.head.state_dict().items()):
+        torch.testing.assert_close(a, b, msg=k)
+
+
+def test_sequences_missing_from_the_shards_are_named_with_the_fix(setup):
+    _, records, root = setup
+    extra = records + [{"input_ids": [5, 6, 7, 8], "prompt_len": 2}]
+    with pytest.raises(PeagleError, match="1 of 41 .*peagle-lab extract"):
+        shard_sequences(root, extra)
+    with pytest.raises(PeagleError, match="top-4"):
+        shard_sequences(root, records, topk=4)
+
+
+def test_the_train_command_streams_extracted_shards_with_soft_targets(tmp_path, tiny_llama, byte_tokenizer, capsys):
+    import json
+
+    from peagle_lab.cli import main
+
+    model = tiny_llama(hidden=32, layers=4, vocab=len(byte_tokenizer))
+    model.save_pretrained(tmp_path / "target")
+    byte_tokenizer.save_pretrained(tmp_path / "target")
+    data = tmp_path / "distilled.jsonl"
+    meta = {"format": "peagle-lab-distill", "version": 1, "target": "tiny", "max_new_tokens": 8, "system": None,
+            "decoding": "greedy"}
+    gen = torch.Generator().manual_seed(0)
+    lines = [json.dumps({"meta": meta})] + [json.dumps(
+        {"index": i, "prompt_sha": f"p{i}", "prompt_len": 3, "finished": True,
+         "input_ids": torch.randint(4, 200, (12 + i,), generator=gen).tolist()}) for i in range(6)]
+    data.write_text("\n".join(lines) + "\n")
+    target = ["--target", str(tmp_path / "target"), "--device", "cpu", "--dtype", "float32"]
+    assert main(["train", "--data", str(data), "--out", str(tmp_path / "h0"), "--stream", *target]) == 2
+    assert "--features" in capsys.readouterr().err
+    feats = tmp_path / "feats"
+    assert main(["extract", "--distilled", str(data), "--split", "train", "--out", str(feats / "part-train"),
+                 "--topk-logits", "4", "--shard-size", "2", *target]) == 0
+    man = json.loads((feats / "part-train" / "manifest.json").read_text())
+    assert man["topk"] == 4 and man["topk_bytes_per_token"] == 32 and man["batch_tokens"] == 2048
+    rc = main(["train", "--data", str(data), "--out", str(tmp_path / "h"), "--features", str(feats), "--stream",
+               "--loss", "kl", "--topk-logits", "4", "--steps", "2", "--batch-tokens", "32", "--row-tokens", "32",
+               "--mask-token-id", "3", "--draft-vocab-size", "0", *target])
+    assert rc == 0, capsys.readouterr().err
+    record = json.loads((tmp_path / "h" / "training.json").read_text())
+    assert record["config"]["loss"] == "kl" and "streamed" in record["features"]["source"]
+    assert record["data"]["sequences"] == 6 and record["steps_done"] == 2
