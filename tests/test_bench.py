@@ -227,7 +227,7 @@ def test_smollm2s_mask_token_is_still_16():
 
 # ------------------------------------------------------------------------------------------ suites
 def test_the_chat_suite_takes_held_out_chat_reasoning_and_code_questions_in_turn():
-    from peagle_lab.bench.suites import KINDS, kind_of
+    from peagle_lab.prompts import KINDS, kind_of
     from peagle_lab.prompts import load_scale_records
 
     recs = bench.chat_records(24)

@@ -56,7 +56,7 @@ def test_extrapolation_inverts_a_log_linear_curve():
 
 
 def test_recipe_scores_the_val_split_or_either_bench_suite():
-    from peagle_lab.bench.suites import chat_records
+    from peagle_lab.prompts import chat_records
     from peagle_lab.prompts import humaneval_prompts, load_scale_records
     from peagle_lab.training.recipe import scored_prompts
 
