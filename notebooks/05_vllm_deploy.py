@@ -249,23 +249,18 @@ def run_engine(head=None):
 from peagle_lab.models import is_default_target
 
 # At CI sizes on another target than the embedded one (CI's second pass, the tiny Qwen3) one engine start is saved:
-# the reference without the head is then plain greedy decoding by transformers in fp32, not vLLM's engine.
+# the reference without the head is then our loop's plain greedy decoding above, not vLLM's engine.
 VLLM_PLAIN = not CI or is_default_target(TARGET)
 if VLLM_PLAIN:
     plain = run_engine()
     print(f"plain engine: start {plain['start_s']:.0f} s, {sum(map(len, plain['ids']))} tokens in "
           f"{plain['gen_s']:.1f} s")
 else:
-    from peagle_lab.decoding.speculative import plain_generate
-    from peagle_lab.decoding.target_runner import TargetRunner
-
-    t0 = time.perf_counter()
-    plain_runner = TargetRunner(model, head.config.aux_hidden_state_layer_ids)
-    ids = [plain_generate(plain_runner, p, MAX_TOKENS, eos_ids=tok.eos_token_id).tokens for p in prompt_ids]
+    ids = [r.tokens for r in ours_plain]
     plain = {"ids": ids, "text": [tok.decode(i) for i in ids], "start_s": float("nan"),
              "gen_s": float("nan"), "metrics": None}
-    print(f"reference without the head: transformers' plain greedy in fp32 (no vLLM plain engine at CI sizes on "
-          f"this target), {sum(map(len, ids))} tokens in {time.perf_counter() - t0:.1f} s")
+    print(f"reference without the head: our loop's plain greedy runs above ({LOOP_DTYPE}; no vLLM plain engine at "
+          f"CI sizes on this target), {sum(map(len, ids))} tokens")
 
 # %%
 peagle = run_engine(vllm_dir)
