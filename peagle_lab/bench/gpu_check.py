@@ -161,6 +161,7 @@ def stage_loop(out: Path, dry_run: bool, ks=range(1, 9), prompts: int = 3, new_t
     (its drafts are rarely accepted; what is checked is that the output does not change)."""
     import torch
 
+    from ..precision import dtype_name
     from ..bench.lossless import lossless_regime
     from ..decoding.divergence import first_divergence
     from ..decoding.draft_sources import HeadDrafter
@@ -197,7 +198,7 @@ def stage_loop(out: Path, dry_run: bool, ks=range(1, 9), prompts: int = 3, new_t
                     d = first_divergence(res.tokens, plain, dtype, dev)
                     if d is not None:
                         divs.append(dict(mode=mode, k=k, prompt=text[:30], **d.as_dict()))
-        name = str(dtype).replace("torch.", "")
+        name = dtype_name(dtype)
         result[name] = {"runs": rows, "regime": lossless_regime(dtype, dev), "divergences": divs,
                         "near_ties_only": all(d["near_tie"] for d in divs)}
         del model, head, runner
@@ -360,6 +361,7 @@ def stage_timing(out: Path, dry_run: bool, ks=(1, 3, 5, 7, 8), repeats: int = 10
     import torch
 
     from ..bench.drafting import drafting_cost
+    from ..precision import dtype_name
 
     dev = device_of(dry_run)
     shape, dtype = (DRY_SIZE, torch.float32) if dry_run else (REAL_SIZE, torch.bfloat16)
@@ -373,7 +375,7 @@ def stage_timing(out: Path, dry_run: bool, ks=(1, 3, 5, 7, 8), repeats: int = 10
     prompt = torch.randint(10, shape["vocab_size"], (prompt_tokens,), generator=gen).tolist()
     doc = drafting_cost(head, model, prompt_ids=prompt, ks=ks, repeats=repeats, warmup=2 if dry_run else 3)
     params = sum(p.numel() for p in model.parameters())
-    doc["config"] |= {"target_shape": shape, "target_params": params, "dtype": str(dtype).replace("torch.", ""),
+    doc["config"] |= {"target_shape": shape, "target_params": params, "dtype": dtype_name(dtype),
                       "build_s": round(build_s, 2), "weights": "random (meta init + to_empty)"}
     _write(out / "timing_drafting_cost.json", doc)
     rows = [{k: r.get(k) for k in ("k", "parallel_ms", "sequential_ms", "ratio_seq_over_par", "verify_ms",

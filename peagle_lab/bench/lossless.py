@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import torch
 
+from ..precision import dtype_name
+
 
 def lossless_regime(dtype, device="cpu") -> str:
     """``exact`` (fp32 on a CPU: token for token) or ``near-tie`` (bf16 / fp16, and fp32 on a GPU: divergences only
@@ -17,7 +19,7 @@ def lossless_regime(dtype, device="cpu") -> str:
 def regime_label(dtype, device="cpu") -> str:
     """The short name the lossless column gives a near-tie regime: ``bf16``, ``fp16``, ``fp32 on cuda``."""
     short = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32", torch.float64: "fp64"}
-    name = short.get(dtype, str(dtype).replace("torch.", ""))
+    name = short.get(dtype, dtype_name(dtype))
     dev = torch.device(device).type
     return name if dev == "cpu" or name not in ("fp32", "fp64") else f"{name} on {dev}"
 

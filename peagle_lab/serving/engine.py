@@ -11,6 +11,7 @@ import torch
 
 from ..drafter.config import WEIGHTS, mask_token_id_of, read_config_json
 from ..errors import PeagleError
+from ..precision import dtype_name
 from .export import EAGLE3_ARCH, export_target
 from .metrics import spec_diff, summarise_spec
 
@@ -77,7 +78,7 @@ def engine_kwargs(max_model_len: int = 1024, kv_cache_gib: float = 1.0, seed: in
         if not os.environ.get("VLLM_CPU_KVCACHE_SPACE"):
             base["kv_cache_memory_bytes"] = int(kv_cache_gib * _GiB)
     if dtype is not None:
-        base["dtype"] = str(dtype).replace("torch.", "")
+        base["dtype"] = dtype_name(dtype)
     base.update(kw)
     return base
 

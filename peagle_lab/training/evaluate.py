@@ -11,6 +11,7 @@ from tqdm.auto import tqdm
 from ..bench.lossless import lossless_regime
 from ..decoding.divergence import first_divergence
 from ..errors import PeagleError
+from ..precision import dtype_name
 from ..decoding.draft_sources import HeadDrafter
 from ..drafter import PEagleDrafter
 from ..prompts import record_messages, template_ids
@@ -24,7 +25,7 @@ class NotLossless(PeagleError):
 
 
 def dtype_str(dtype) -> str:
-    return str(dtype).replace("torch.", "")
+    return dtype_name(dtype)
 
 
 def evaluate_head(model, tokenizer, head: PEagleDrafter, prompts: list[str], ks=(1, 2, 3, 4, 5, 6, 7, 8),
