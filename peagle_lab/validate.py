@@ -28,6 +28,18 @@ def positive_int(value, name: str, flag: str | None = None, minimum: int = 1, ma
     return value
 
 
+def record_range(text, flag: str = "--records") -> slice:
+    """``A:B`` (either end may be left out, as in Python): a slice of the records, in file order."""
+    try:
+        a, b = (int(x) if x.strip() else None for x in str(text).split(":"))
+    except ValueError:
+        raise PeagleError(f"{flag} {text!r} is not a range of records. Fix: {flag} START:END, e.g. "
+                          f"{flag} 0:4000 (the first 4,000 records) or {flag} 4000: (the rest).") from None
+    if (a is not None and a < 0) or (b is not None and b < 0) or (a is not None and b is not None and b <= a):
+        raise PeagleError(f"{flag} {text!r} is empty or negative. Fix: {flag} START:END with 0 <= START < END.")
+    return slice(a, b)
+
+
 def num_speculative_tokens(k, limit: int = MAX_K) -> int:
     """The user's K: 1..limit (a round near the end of a generation may draft fewer; that is not an error)."""
     return positive_int(k, "K (num_speculative_tokens)", "-k/--num-speculative-tokens", 1, limit)

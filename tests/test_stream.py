@@ -134,3 +134,38 @@ def test_the_train_command_streams_extracted_shards_with_soft_targets(tmp_path, 
     record = json.loads((tmp_path / "h" / "training.json").read_text())
     assert record["config"]["loss"] == "kl" and "streamed" in record["features"]["source"]
     assert record["data"]["sequences"] == 6 and record["steps_done"] == 2
+
+
+def test_a_distilled_file_extracted_in_record_slices_trains_on_any_slice(tmp_path, tiny_llama, byte_tokenizer, capsys):
+    import json
+
+    from peagle_lab.cli import main
+
+    model = tiny_llama(hidden=32, layers=4, vocab=len(byte_tokenizer))
+    model.save_pretrained(tmp_path / "target")
+    byte_tokenizer.save_pretrained(tmp_path / "target")
+    data = tmp_path / "distilled.jsonl"
+    meta = {"format": "peagle-lab-distill", "version": 1, "target": "tiny", "max_new_tokens": 8, "system": None,
+            "decoding": "greedy"}
+    gen = torch.Generator().manual_seed(1)
+    lines = [json.dumps({"meta": meta})] + [json.dumps(
+        {"index": i, "prompt_sha": f"p{i}", "prompt_len": 3, "finished": True,
+         "input_ids": torch.randint(4, 200, (10 + i,), generator=gen).tolist()}) for i in range(7)]
+    data.write_text("\n".join(lines) + "\n")
+    target = ["--target", str(tmp_path / "target"), "--device", "cpu", "--dtype", "float32"]
+    feats = tmp_path / "feats"
+    for rows, name in (("0:4", "part-a"), ("4:", "part-b")):
+        assert main(["extract", "--distilled", str(data), "--records", rows, "--out", str(feats / name),
+                     *target]) == 0, capsys.readouterr().err
+    assert json.loads((feats / "part-a" / "manifest.json").read_text())["num_sequences"] == 4
+    assert json.loads((feats / "part-b" / "manifest.json").read_text())["num_sequences"] == 3
+    for bad, message in (("4", "not a range"), ("5:2", "empty"), ("9:", "below 7")):
+        assert main(["extract", "--distilled", str(data), "--records", bad, "--out", str(tmp_path / "x"),
+                     *target]) == 2
+        assert message in capsys.readouterr().err
+    rc = main(["train", "--data", str(data), "--records", "2:6", "--out", str(tmp_path / "h"), "--features",
+               str(feats), "--stream", "--steps", "1", "--batch-tokens", "32", "--row-tokens", "32",
+               "--mask-token-id", "3", "--draft-vocab-size", "0", *target])
+    assert rc == 0, capsys.readouterr().err
+    record = json.loads((tmp_path / "h" / "training.json").read_text())
+    assert record["data"]["sequences"] == 4 and record["data"]["records"] == "2:6"

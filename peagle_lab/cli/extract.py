@@ -22,6 +22,9 @@ def register_cli(sub):
     src.add_argument("--prompts", type=int, default=None, help="use the first N training prompts (default: all)")
     p.add_argument("--split", choices=["train", "val", "all"], default="all",
                    help="with --distilled: the prompts of this split of the scale mix (default all)")
+    p.add_argument("--records", default=None, metavar="START:END",
+                   help="with --distilled: only these records of the split, in file order (default all); extract "
+                        "a large file in slices, one --out DIR/part-NAME each, and train on them as they complete")
     p.add_argument("--taps", default=None, help="tap layer ids, e.g. 2,15,27 (default: vLLM's 2, L//2, L-3)")
     p.add_argument("--shard-size", type=int, default=64, help="sequences per shard (default 64)")
     p.add_argument("--batch-tokens", type=int, default=2048,
@@ -56,12 +59,20 @@ def check_cli(args):
         except ValueError:
             raise PeagleError(f"--taps {args.taps!r} is not a list of layer ids. Fix: --taps 2,15,27.") from None
         check_tap_layers(taps, peek.num_layers)
+    rows = validate.record_range(args.records) if args.records is not None else slice(None)
     if not args.distilled:
+        if args.records is not None:
+            raise PeagleError("--records slices a distilled file. Fix: add --distilled DATA, or drop --records.")
         return None
     _, records = read_distilled(args.distilled, peek.vocab_size)
     records, _ = select_split(records, args.split)
+    n = len(records)
+    records = records[rows]
     if not records:
-        raise PeagleError(f"{args.distilled} holds no records of the split {args.split!r}. Fix: --split all.")
+        raise PeagleError(f"{args.distilled} holds no records of the split {args.split!r}"
+                          + (f" in --records {args.records} (it has {n})" if args.records is not None else "")
+                          + (f". Fix: a --records range below {n}." if n and args.records is not None
+                             else ". Fix: --split all."))
     # cut as the trainer cuts them (the same --max-seq-len): it finds them in the cache
     return [r["input_ids"][:args.max_seq_len] for r in records]
 

@@ -13,7 +13,7 @@ import typing
 from dataclasses import asdict
 from pathlib import Path
 
-from .. import lock
+from .. import lock, validate
 from .distill import read_distilled, select_split
 from ..drafter import PEagleDrafter
 from ..errors import PeagleError
@@ -88,6 +88,9 @@ def register_cli(sub):
     p = sub.add_parser("train", help="train a P-EAGLE (parallel) or EAGLE-3 (sequential) drafter head")
     p.add_argument("--data", required=True, help="distilled sequences (JSONL from `peagle-lab distill`)")
     p.add_argument("--num-sequences", type=int, default=None, help="use the first N sequences (default: all)")
+    p.add_argument("--records", default=None, metavar="START:END",
+                   help="only these records of the split, in file order (default all; before --num-sequences): "
+                        "fresh slices of a growing distilled file for successive --init-from runs")
     p.add_argument("--split", choices=["train", "val", "all"], default="train",
                    help="prompts of the scale mix to train on (default train: the held-out 5%% never trained on)")
     p.add_argument("--probe-precision", action="store_true",
@@ -134,7 +137,6 @@ def check_cli(args):
     """Every argument, the environment, the output folders, the head --init-from continues, the saved state of
     --resume and every distilled record (token ids within the target's vocabulary, read from its config.json),
     before the target's weights load: ``(config, meta, records, held_out)``."""
-    from .. import validate
     from ..drafter.checkpoint import check_head_dir
     from ..target_args import TargetPeek, check_target_options
 
@@ -173,6 +175,8 @@ def check_cli(args):
         check_tap_layers(cfg.tap_layers, peek.num_layers)
     meta, records = read_distilled(args.data, peek.vocab_size)
     records, held_out = select_split(records, args.split)
+    if args.records is not None:
+        records = records[validate.record_range(args.records)]
     records = records[: args.num_sequences]
     if not records:
         raise PeagleError(f"{args.data} holds no records of the split {args.split!r}. Fix: --split all, or distill "
@@ -182,7 +186,6 @@ def check_cli(args):
 
 def eval_ks(args) -> list[int]:
     """The K values of --eval-ks (1..64 each)."""
-    from .. import validate
 
     try:
         ks = [int(k) for k in str(args.eval_ks).split(",") if k.strip()]
@@ -240,7 +243,7 @@ def _train_locked(args, cfg, meta, records, held_out):
         command="peagle-lab " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
         config=asdict(cfg), mask_token_id=trainer.mask_token_id,
         data=dict(file=display_path(args.data), sequences=len(seqs), tokens=feature_tokens, split=args.split,
-                  left_out=held_out, response_tokens=sum(n - p for n, p in zip(lengths, prompt_lens)),
+                  records=args.records, left_out=held_out, response_tokens=sum(n - p for n, p in zip(lengths, prompt_lens)),
                   distill=dict((k, meta.get(k)) for k in ("target", "max_new_tokens", "decoding"))),
         features=dict(source=f"offline shards ({display_path(args.features)}"
                       + (", streamed)" if args.stream else ")") if args.features
