@@ -35,3 +35,53 @@ def depth_accuracy(head: PEagleDrafter, sequences: list[dict], num_depths: int |
             n[d] += m["n"]
             correct[d] += m["correct"]
     return dict(accuracy=[round(c / k, 4) if k else None for c, k in zip(correct, n)], elements=n)
+
+
+def register_cli(sub):
+    p = sub.add_parser("depth-accuracy", help="held-out per-depth accuracy of trained heads (does it fall with "
+                                              "depth, and from where?)")
+    p.add_argument("heads", nargs="+", help="head directories (config.json + model.safetensors)")
+    p.add_argument("--data", required=True, help="distilled sequences; their --split records are scored")
+    p.add_argument("--split", choices=["train", "val", "all"], default="val",
+                   help="records scored (default val: the mix's held-out prompts, never trained on)")
+    p.add_argument("--sequences", type=int, default=60, help="the first N records of the split (default 60)")
+    p.add_argument("--out", default=None, help="JSON to write (one entry per head, with the host)")
+    from ..target_args import add_target_options
+
+    add_target_options(p)
+    p.set_defaults(func=_run_cli)
+
+
+def _run_cli(args):
+    from .. import validate
+    from ..atomic import write_json
+    from ..drafter.checkpoint import check_head_dir
+    from ..environment import environment
+    from ..errors import PeagleError
+    from ..settings import display_path
+    from ..target_args import TargetPeek, load_cli_target
+    from .distill import read_distilled, select_split
+    from .sequences import prepare_sequences
+
+    validate.positive_int(args.sequences, "sequences", "--sequences")
+    for h in args.heads:
+        check_head_dir(h)
+    if args.out:
+        validate.writable(args.out, "--out", folder=False)
+    _, records = read_distilled(args.data, TargetPeek(args.target).vocab_size)
+    records, _ = select_split(records, args.split)
+    if not records:
+        raise PeagleError(f"{args.data} holds no records of the split {args.split!r}. Fix: another --split.")
+    model, _, _ = load_cli_target(args)
+    seqs = prepare_sequences(model, records[: args.sequences])
+    rows = []
+    for h in args.heads:
+        head = PEagleDrafter.from_pretrained(h, target=model)
+        acc = depth_accuracy(head, seqs)
+        rows.append(dict(head=display_path(h), layers=head.config.num_hidden_layers, mode=head.config.mode, **acc))
+        print(f"{display_path(h)} ({head.config.num_hidden_layers} layer(s)): "
+              + " ".join(f"{a:.3f}" if a is not None else "-" for a in acc["accuracy"]))
+    if args.out:
+        write_json(args.out, dict(data=display_path(args.data), split=args.split, sequences=len(seqs),
+                                  tokens=sum(len(s["input_ids"]) for s in seqs), heads=rows,
+                                  machine=environment(model=model)))
