@@ -200,14 +200,14 @@ print(f"\nWith ONE stored state (EAGLE-1/2) the 8B ShareGPT row would be {featur
 # %%
 import shutil
 
-from peagle_lab.features import FeatureDataset, extract_features
+from peagle_lab.features import ExtractionSettings, FeatureDataset, extract_features
 from peagle_lab.prompts import load_train_prompts
 
 N_PROMPTS = settings.pick(64, 16)
 sequences = [chat_ids(tokenizer, p) for p in load_train_prompts(N_PROMPTS)]
 out_dir = settings.results_dir() / "features" / f"01-{N_PROMPTS}-prompts"
 shutil.rmtree(out_dir, ignore_errors=True)  # a fresh run for this demo
-result = extract_features(model, sequences, out_dir, shard_size=16, target=TARGET)
+result = extract_features(model, sequences, out_dir, ExtractionSettings(shard_size=16, target=TARGET))
 
 # %% [markdown]
 # Every shard is written under a temporary name and renamed when complete, and so is the manifest. Run the same
@@ -217,9 +217,9 @@ result = extract_features(model, sequences, out_dir, shard_size=16, target=TARGE
 # %%
 from peagle_lab.errors import PeagleError
 
-again = extract_features(model, sequences, out_dir, shard_size=16, target=TARGET)
+again = extract_features(model, sequences, out_dir, ExtractionSettings(shard_size=16, target=TARGET))
 try:
-    extract_features(model, sequences, out_dir, tap_layers=(1, 2, 3), shard_size=16, target=TARGET)
+    extract_features(model, sequences, out_dir, ExtractionSettings(tap_layers=(1, 2, 3), shard_size=16, target=TARGET))
 except PeagleError as err:
     print("\nrefused:", err)
 

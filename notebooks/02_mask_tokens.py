@@ -220,11 +220,11 @@ seqs = prepare_sequences(model, records, features_dir=results_dir() / "features"
 live_dir = results_dir() / "nb02"
 for f in ("runs.jsonl", "RECIPE.md"):  # a fresh live run each time
     (live_dir / f).unlink(missing_ok=True)
-live = recipe.run_recipe(model, tokenizer, seqs, load_scale_records("val")[: settings.pick(2, 1)], live_dir,
-                         k=7, max_new_tokens=settings.pick(32, 12), progress=False,
-                         variants={n: studies.MASK_VARIANTS[n] for n in ("learned (P-EAGLE)", "zeros")},
+scoring = recipe.Scoring(load_scale_records("val")[: settings.pick(2, 1)], k=7, max_new_tokens=settings.pick(32, 12))
+plan = recipe.RecipePlan(variants={n: studies.MASK_VARIANTS[n] for n in ("learned (P-EAGLE)", "zeros")},
                          base=dict(studies.BASE, steps=settings.pick(12, 3), warmup_steps=2,
                                    draft_vocab_size=draft_vocab_size_for(model, studies.BASE["draft_vocab_size"])))
+live = recipe.run_recipe(model, tokenizer, seqs, scoring, live_dir, plan, progress=False)
 for r in live:
     print(f"{r['name']:20s} {r['steps']} steps, {r['tokens_seen']:,} tokens, {r['seconds']:.0f} s: "
           f"held-out acceptance length {r['acceptance_length']:.3f}, divergences from plain greedy "
@@ -241,7 +241,7 @@ for r in live:
 # %%
 # NBVAL_IGNORE_OUTPUT
 from peagle_lab.drafter.heads import head_for_target
-from peagle_lab.training import TrainConfig, Trainer
+from peagle_lab.training import TrainConfig, Trainer, TrainerOptions
 
 K_CHECK = 4
 seq = seqs[0]
@@ -253,7 +253,7 @@ if par_info["note"]:  # the shipped head does not fit this target
 cfg = TrainConfig(mode="parallel", num_depths=K_CHECK, layers=1, steps=1, save_every=0, autocast="float32",
                   draft_vocab_size=par_head.config.draft_vocab_size if trained else draft_vocab_size_for(model, 4096),
                   init_from=par_info["path"] if trained else None, target=TARGET)
-check = Trainer(cfg, model, [seq], tokenizer=tokenizer, progress=False, verbose=False)
+check = Trainer(cfg, model, [seq], tokenizer, TrainerOptions(progress=False, verbose=False))
 module = check.module.eval()
 plan = plan_row([seq], K_CHECK, ratio=1.0, min_ratio=1.0)  # every anchor at every depth
 with torch.no_grad():

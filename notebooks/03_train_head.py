@@ -213,7 +213,8 @@ except PeagleError as exc:
 # NBVAL_IGNORE_OUTPUT
 from peagle_lab.drafter.heads import target_slug
 from peagle_lab.settings import results_dir
-from peagle_lab.training import TrainConfig, Trainer, draft_vocab_size_for, final_accuracy, plan_row, prepare_sequences
+from peagle_lab.training import (TrainConfig, Trainer, TrainerOptions, draft_vocab_size_for, final_accuracy, plan_row,
+                                 prepare_sequences)
 
 N_SEQ = settings.pick(96, 16)
 train_records = distilled_records(model, tokenizer, N_SEQ, TARGET)
@@ -235,7 +236,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from peagle_lab.features import extract_features, load_features, sequence_features
+from peagle_lab.features import ExtractionSettings, extract_features, load_features, sequence_features
 
 few = [r["input_ids"] for r in train_records[: settings.pick(8, 2)]]
 n_tok = sum(map(len, few))
@@ -245,7 +246,7 @@ rows = [dict(way="online (a target forward per use)", seconds=time.perf_counter(
 with tempfile.TemporaryDirectory() as tmp:
     for dt in (torch.float32, torch.bfloat16):
         where = Path(tmp) / str(dt)
-        extract_features(model, few, where, taps_dtype=dt, progress=False, verbose=False)
+        extract_features(model, few, where, ExtractionSettings(taps_dtype=dt), progress=False, verbose=False)
         t0 = time.perf_counter()
         back = load_features(where, taps_dtype=torch.float32)
         secs = time.perf_counter() - t0
@@ -316,9 +317,9 @@ cfg = TrainConfig(mode="parallel", num_depths=8, layers=1, draft_vocab_size=draf
                   steps=settings.pick(30, 6),
                   warmup_steps=settings.pick(6, 1), lr=2e-3, batch_tokens=settings.pick(1024, 256), row_tokens=512,
                   mask_token_id=MASK_ID, save_every=settings.pick(10, 2), seed=0, target=TARGET)
-first = Trainer(cfg, model, seqs, tokenizer=tokenizer, out_dir=OUT)
+first = Trainer(cfg, model, seqs, tokenizer, TrainerOptions(out_dir=OUT))
 part = first.train(stop_after=cfg.steps // 2)  # an interruption halfway
-second = Trainer(cfg, model, seqs, tokenizer=tokenizer, out_dir=OUT, resume=True)
+second = Trainer(cfg, model, seqs, tokenizer, TrainerOptions(out_dir=OUT, resume=True))
 resumed_at = second.step
 res = second.train()
 print(f"draft vocabulary {res.info['draft_vocab_size']} ids, coverage {res.info['draft_vocab_coverage']:.4f}")
@@ -332,7 +333,7 @@ print("training state:", sorted(p.name for p in (OUT / "checkpoint").iterdir()))
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-straight = Trainer(cfg, model, seqs, tokenizer=tokenizer, progress=False, verbose=False).train()
+straight = Trainer(cfg, model, seqs, tokenizer, TrainerOptions(progress=False, verbose=False)).train()
 by_step = {r["step"]: r["loss"] for r in res.log}
 loss_gap = max(abs(r["loss"] - by_step[r["step"]]) for r in straight.log)
 weight_gap = max(float((a.float() - b.float()).abs().max())
@@ -439,7 +440,7 @@ for kind, rec in records_.items():
 # %%
 # NBVAL_IGNORE_OUTPUT
 from peagle_lab.prompts import humaneval_prompts
-from peagle_lab.training import ensure_head, evaluate_head
+from peagle_lab.training import EvalSettings, ensure_head, evaluate_head
 
 print(committed_label("The records above"))
 heads = {kind: ensure_head(kind, model, tokenizer, TARGET)[0] for kind in SHIPPED}
@@ -448,8 +449,8 @@ KS = settings.pick([1, 4, 8], [1, 8])
 prompts = humaneval_prompts(settings.pick(2, 1))
 MAX_NEW = settings.pick(48, 24)
 reference = {}
-live = {kind: evaluate_head(model, tokenizer, head, prompts, ks=KS, max_new_tokens=MAX_NEW, reference=reference,
-                            progress=False) for kind, head in heads.items()}
+live = {kind: evaluate_head(model, tokenizer, head, prompts, EvalSettings(ks=KS, max_new_tokens=MAX_NEW),
+                            reference=reference, progress=False) for kind, head in heads.items()}
 for kind, ev in live.items():
     print(f"{kind:10s} " + "  ".join(f"K={k}: {v:.2f}" for k, v in ev["acceptance_length"].items()))
 
@@ -514,8 +515,8 @@ from peagle_lab.prompts import OTHER_SYSTEM, load_scale_records
 
 tmpl_prompts = [r["prompt"] for r in load_scale_records("val") if not r.get("history")][: settings.pick(2, 1)]
 TK = 4
-tmpl = {t: evaluate_head(model, tokenizer, heads["parallel"], tmpl_prompts, ks=(TK,),
-                         max_new_tokens=settings.pick(40, 16), template=t, progress=False)
+tmpl = {t: evaluate_head(model, tokenizer, heads["parallel"], tmpl_prompts,
+                         EvalSettings(ks=(TK,), max_new_tokens=settings.pick(40, 16), template=t), progress=False)
         for t in ("chat", "plain", "system")}
 layout = {"chat": "chat template (as trained)", "plain": "no template (bare text)",
           "system": f"chat template, system message {OTHER_SYSTEM[:24]!r}..."}

@@ -21,7 +21,7 @@ from peagle_lab.errors import PeagleError
 from peagle_lab.models import load_target
 from peagle_lab.precision import host_slug
 from peagle_lab.prompts import load_scale_records, load_train_records
-from peagle_lab.training import evaluate_head
+from peagle_lab.training import EvalSettings, evaluate_head
 
 
 def main(out, pairs):
@@ -44,7 +44,8 @@ def main(out, pairs):
     reference = {}
     for name, path in heads:
         head = PEagleDrafter.from_pretrained(path, target=model, dtype=torch.bfloat16)
-        ev = evaluate_head(model, tok, head, val, ks=(3, 7), max_new_tokens=64, reference=reference, progress=False)
+        ev = evaluate_head(model, tok, head, val, EvalSettings(ks=(3, 7), max_new_tokens=64), reference=reference,
+                           progress=False)
         doc["rows"].append(dict(head=name, path=path, acceptance_length=ev["acceptance_length"],
                                 per_position=ev["per_position_acceptance"], divergences=len(ev["divergences"])))
         print(name, ev["acceptance_length"], flush=True)

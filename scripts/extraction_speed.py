@@ -17,7 +17,7 @@ import torch
 from peagle_lab.atomic import write_json
 from peagle_lab.training.distill import MAX_SEQ_LEN, read_distilled, select_split
 from peagle_lab.environment import environment
-from peagle_lab.features import extract_features
+from peagle_lab.features import ExtractionSettings, extract_features
 from peagle_lab.hardware import load_average
 from peagle_lab.models import load_target
 from peagle_lab.settings import data_path
@@ -44,8 +44,8 @@ def main():
         extract_features(model, seqs[:2], Path(tmp) / "warmup", progress=False, verbose=False)
         for r in range(args.repeats):
             for name, bt in (list(modes.items()) if r % 2 == 0 else list(modes.items())[::-1]):
-                res = extract_features(model, seqs, Path(tmp) / f"{r}-{bt}", progress=False, verbose=False,
-                                       batch_tokens=bt)
+                res = extract_features(model, seqs, Path(tmp) / f"{r}-{bt}", ExtractionSettings(batch_tokens=bt),
+                                       progress=False, verbose=False)
                 rates[name].append(round(res.tokens_per_s, 1))
                 print(f"repeat {r}: {name}: {res.tokens_per_s:.1f} tokens/s")
     rows = [dict(mode=name, batch_tokens=bt, tokens_per_s=statistics.median(rates[name]), runs=rates[name])

@@ -18,7 +18,7 @@ from peagle_lab.errors import PeagleError
 
 from conftest import make_tiny_llama
 from test_serving import make_head, target_dir  # noqa: F401 (fixture)
-from test_training import tiny_cfg, tiny_sequences
+from test_training import quiet, tiny_cfg, tiny_sequences
 
 
 # ------------------------------------------------------------------------------------------------ export
@@ -88,14 +88,13 @@ def test_training_over_a_trained_head_needs_overwrite_or_resume(tmp_path):
 
     model = make_tiny_llama(hidden=32, layers=4)
     seqs = tiny_sequences(model, n=3)
-    Trainer(tiny_cfg(steps=2), model, seqs, out_dir=tmp_path / "h", progress=False, verbose=False).train()
+    Trainer(tiny_cfg(steps=2), model, seqs, options=quiet(out_dir=tmp_path / "h")).train()
     (tmp_path / "h" / "checkpoint" / "state.pt").unlink()  # a head with no training state left
     weights = (tmp_path / "h" / "model.safetensors").read_bytes()
     with pytest.raises(PeagleError, match="--overwrite"):
-        Trainer(tiny_cfg(steps=1), model, seqs, out_dir=tmp_path / "h", progress=False, verbose=False)
+        Trainer(tiny_cfg(steps=1), model, seqs, options=quiet(out_dir=tmp_path / "h"))
     assert (tmp_path / "h" / "model.safetensors").read_bytes() == weights
-    Trainer(tiny_cfg(steps=1), model, seqs, out_dir=tmp_path / "h", progress=False, verbose=False,
-            overwrite=True).train()
+    Trainer(tiny_cfg(steps=1), model, seqs, options=quiet(out_dir=tmp_path / "h", overwrite=True)).train()
 
 
 @pytest.mark.parametrize("change", [{"num_depths": 3}, {"lr": 0.5}, {"mode": "sequential"}, {"layers": 2}])
@@ -104,17 +103,15 @@ def test_resume_with_other_settings_names_each_field(tmp_path, change):
 
     model = make_tiny_llama(hidden=32, layers=4)
     seqs = tiny_sequences(model, n=3)
-    Trainer(tiny_cfg(steps=4), model, seqs, out_dir=tmp_path / "h", progress=False, verbose=False).train(
+    Trainer(tiny_cfg(steps=4), model, seqs, options=quiet(out_dir=tmp_path / "h")).train(
         stop_after=2)
     with pytest.raises(PeagleError) as exc:
-        Trainer(tiny_cfg(steps=4, **change), model, seqs, out_dir=tmp_path / "h", resume=True, progress=False,
-                verbose=False)
+        Trainer(tiny_cfg(steps=4, **change), model, seqs, options=quiet(out_dir=tmp_path / "h", resume=True))
     for field in change:
         assert field in str(exc.value)
     assert "may change on resume" in str(exc.value)
     # what may change: the step budget
-    again = Trainer(tiny_cfg(steps=6), model, seqs, out_dir=tmp_path / "h", resume=True, progress=False,
-                    verbose=False)
+    again = Trainer(tiny_cfg(steps=6), model, seqs, options=quiet(out_dir=tmp_path / "h", resume=True))
     assert again.step == 2
 
 
@@ -128,10 +125,10 @@ def test_a_distilled_record_without_input_ids_is_named(tmp_path):
 
 
 def test_distill_rejects_batch_size_zero():
-    from peagle_lab.training.distill import distill
+    from peagle_lab.training.distill import DistillSettings, distill
 
     with pytest.raises(PeagleError, match="batch_size"):
-        distill(None, None, ["hi"], "unused.jsonl", batch_size=0)
+        distill(None, None, ["hi"], "unused.jsonl", DistillSettings(batch_size=0))
 
 
 def test_a_missing_local_target_path_says_so():

@@ -37,9 +37,9 @@ def _files(directory):
     return {p.name: p.read_bytes() for p in sorted(directory.iterdir())}
 
 
-def _extract(model, prompts, out, **kw):
-    kw = dict(dict(tap_layers=TAPS, shard_size=3, progress=False, verbose=False), **kw)
-    return F.extract_features(model, prompts, out, **kw)
+def _extract(model, prompts, out, on_shard=None, **settings):
+    settings = F.ExtractionSettings(**dict(dict(tap_layers=TAPS, shard_size=3), **settings))
+    return F.extract_features(model, prompts, out, settings, progress=False, on_shard=on_shard, verbose=False)
 
 
 @pytest.fixture

@@ -21,7 +21,7 @@ import pytest
 import torch
 
 from peagle_lab import lock
-from peagle_lab.training.distill import distill, read_distilled
+from peagle_lab.training.distill import DistillSettings, distill, read_distilled
 from peagle_lab.errors import PeagleError
 
 from conftest import CHATML_TEMPLATE, make_byte_tokenizer, make_tiny_llama
@@ -129,13 +129,13 @@ def test_two_trainings_on_one_output_one_is_refused_before_loading(tmp_path, cap
 
 def test_the_trainer_holds_its_folders_while_it_trains(tmp_path):
     from peagle_lab.training import Trainer
-    from test_training import tiny_cfg, tiny_sequences
+    from test_training import quiet, tiny_cfg, tiny_sequences
 
     model = make_tiny_llama(hidden=32, layers=4)
     seqs = tiny_sequences(model, n=3)
     proc = holder_process(tmp_path / "h" / "checkpoint")
     try:
-        trainer = Trainer(tiny_cfg(steps=2), model, seqs, out_dir=tmp_path / "h", progress=False, verbose=False)
+        trainer = Trainer(tiny_cfg(steps=2), model, seqs, options=quiet(out_dir=tmp_path / "h"))
         with pytest.raises(PeagleError, match=f"pid {proc.pid}"):
             trainer.train()
     finally:
@@ -148,9 +148,9 @@ def test_the_trainer_holds_its_folders_while_it_trains(tmp_path):
 def test_fewer_prompts_over_an_existing_file_keep_every_record(tmp_path, tiny):
     model, tok = tiny
     out = tmp_path / "d.jsonl"
-    distill(model, tok, ["one", "two", "three"], out, max_new_tokens=4, progress=False)
+    distill(model, tok, ["one", "two", "three"], out, DistillSettings(max_new_tokens=4), progress=False)
     before = out.read_bytes()
-    got = distill(model, tok, ["one"], out, max_new_tokens=4, progress=False)
+    got = distill(model, tok, ["one"], out, DistillSettings(max_new_tokens=4), progress=False)
     assert len(got) == 1 and len(read_distilled(out)[1]) == 3
     assert out.read_bytes() == before  # nothing new, nothing dropped, nothing rewritten differently
 
@@ -158,8 +158,8 @@ def test_fewer_prompts_over_an_existing_file_keep_every_record(tmp_path, tiny):
 def test_another_prompts_file_adds_its_records_and_drops_none(tmp_path, tiny):
     model, tok = tiny
     out = tmp_path / "d.jsonl"
-    first = distill(model, tok, ["one", "two"], out, max_new_tokens=4, progress=False)
-    other = distill(model, tok, ["three", "one"], out, max_new_tokens=4, progress=False)
+    first = distill(model, tok, ["one", "two"], out, DistillSettings(max_new_tokens=4), progress=False)
+    other = distill(model, tok, ["three", "one"], out, DistillSettings(max_new_tokens=4), progress=False)
     records = read_distilled(out)[1]
     assert len(records) == 3 and len({r["index"] for r in records}) == 3
     assert other[1] == first[0]  # found by prompt, not by position
@@ -169,12 +169,12 @@ def test_another_prompts_file_adds_its_records_and_drops_none(tmp_path, tiny):
 def test_dropping_records_needs_overwrite_and_says_how_many(tmp_path, tiny, capsys):
     model, tok = tiny
     out = tmp_path / "d.jsonl"
-    distill(model, tok, ["one", "two"], out, max_new_tokens=4, progress=False)
+    distill(model, tok, ["one", "two"], out, DistillSettings(max_new_tokens=4), progress=False)
     before = out.read_bytes()
     with pytest.raises(PeagleError, match="2 sequences made with other settings.*--overwrite to drop those 2"):
-        distill(model, tok, ["one"], out, max_new_tokens=6, progress=False)
+        distill(model, tok, ["one"], out, DistillSettings(max_new_tokens=6), progress=False)
     assert out.read_bytes() == before
-    distill(model, tok, ["one"], out, max_new_tokens=6, progress=False, overwrite=True)
+    distill(model, tok, ["one"], out, DistillSettings(max_new_tokens=6), progress=False, overwrite=True)
     assert "dropping the 2 records" in capsys.readouterr().err
     assert len(read_distilled(out)[1]) == 1
 
@@ -297,7 +297,7 @@ def test_a_training_killed_in_its_first_state_write_resumes_without_duplicate_ro
     temporary file of the state being written. --resume starts at step 0, the log holds each step once, and the
     temporary file is gone."""
     from peagle_lab.training import Trainer
-    from test_training import tiny_cfg, tiny_sequences
+    from test_training import quiet, tiny_cfg, tiny_sequences
 
     model = make_tiny_llama(hidden=32, layers=4)
     seqs = tiny_sequences(model, n=3)
@@ -305,8 +305,7 @@ def test_a_training_killed_in_its_first_state_write_resumes_without_duplicate_ro
     state.mkdir(parents=True)
     (state / "train_log.jsonl").write_text(json.dumps({"step": 1, "loss": 9.0, "acc": [0.0]}) + "\n")
     (state / ".state.pt.d83k.tmp").write_bytes(b"PK\x03\x04 half a zip")
-    Trainer(tiny_cfg(steps=3, save_every=1), model, seqs, out_dir=tmp_path / "h", resume=True, progress=False,
-            verbose=False).train()
+    Trainer(tiny_cfg(steps=3, save_every=1), model, seqs, options=quiet(out_dir=tmp_path / "h", resume=True)).train()
     steps = [json.loads(line)["step"] for line in (state / "train_log.jsonl").read_text().splitlines()]
     assert steps == [1, 2, 3]
     assert not list(state.glob(".*.tmp"))
@@ -315,16 +314,15 @@ def test_a_training_killed_in_its_first_state_write_resumes_without_duplicate_ro
 
 def test_a_resumed_log_drops_the_rows_after_the_saved_state(tmp_path):
     from peagle_lab.training import Trainer
-    from test_training import tiny_cfg, tiny_sequences
+    from test_training import quiet, tiny_cfg, tiny_sequences
 
     model = make_tiny_llama(hidden=32, layers=4)
     seqs = tiny_sequences(model, n=3)
-    Trainer(tiny_cfg(steps=6, save_every=2), model, seqs, out_dir=tmp_path / "h", progress=False,
-            verbose=False).train(stop_after=3)  # state at step 2 (save_every) ... then 3, saved again on stop
+    # state at step 2 (save_every) ... then 3, saved again on stop
+    Trainer(tiny_cfg(steps=6, save_every=2), model, seqs, options=quiet(out_dir=tmp_path / "h")).train(stop_after=3)
     log = tmp_path / "h" / "checkpoint" / "train_log.jsonl"
     rows = log.read_text().splitlines()
     log.write_text("\n".join(rows + [json.dumps({**json.loads(rows[-1]), "step": 4})]) + "\n")  # a crash after
-    Trainer(tiny_cfg(steps=6, save_every=2), model, seqs, out_dir=tmp_path / "h", resume=True, progress=False,
-            verbose=False).train()
+    Trainer(tiny_cfg(steps=6, save_every=2), model, seqs, options=quiet(out_dir=tmp_path / "h", resume=True)).train()
     steps = [json.loads(line)["step"] for line in log.read_text().splitlines()]
     assert steps == [1, 2, 3, 4, 5, 6]

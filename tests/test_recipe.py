@@ -9,7 +9,7 @@ from peagle_lab.training import recipe
 from peagle_lab.errors import PeagleError
 from peagle_lab.training import TrainConfig, Trainer
 
-from test_training import MASK_ID, tiny_sequences
+from test_training import MASK_ID, quiet, tiny_sequences
 
 
 def test_recipe_runs_every_variant_once_and_resumes(tiny_llama, byte_tokenizer, tmp_path):
@@ -18,13 +18,14 @@ def test_recipe_runs_every_variant_once_and_resumes(tiny_llama, byte_tokenizer, 
     base = dict(draft_vocab_size=None, mask_token_id=MASK_ID, batch_tokens=48, row_tokens=48, autocast="float32",
                 num_depths=4)
     variants = {"baseline": {}, "baseline (seed 1)": dict(seed=1), "2 layers": dict(layers=2)}
-    runs = recipe.run_recipe(model, byte_tokenizer, seqs, ["hi", "abc"], tmp_path, budget_s=0.4, k=3,
-                             max_new_tokens=6, variants=variants, base=base, progress=False)
+    plan = recipe.RecipePlan(budget_s=0.4, variants=variants, base=base)
+    runs = recipe.run_recipe(model, byte_tokenizer, seqs, recipe.Scoring(["hi", "abc"], k=3, max_new_tokens=6),
+                             tmp_path, plan, progress=False)
     assert [r["name"] for r in runs] == list(variants)
     assert all(r["budget_s"] == 0.4 and r["steps"] >= 1 and 1 <= r["acceptance_length"] <= 4 for r in runs)
     assert runs[2]["settings"]["layers"] == 2 and runs[0]["settings"]["layers"] == 1
-    again = recipe.run_recipe(model, byte_tokenizer, seqs, ["hi"], tmp_path, budget_s=0.4, k=3,
-                              variants=variants, base=base, progress=False)
+    again = recipe.run_recipe(model, byte_tokenizer, seqs, recipe.Scoring(["hi"], k=3), tmp_path, plan,
+                              progress=False)
     assert again == runs  # nothing re-run
     text = (tmp_path / "RECIPE.md").read_text()
     assert "| 2 layers |" in text and "Run-to-run noise" in text
@@ -38,12 +39,12 @@ def test_curve_scores_snapshots_and_keeps_earlier_points(tiny_llama, byte_tokeni
     seqs = tiny_sequences(model, n=4)
     cfg = TrainConfig(num_depths=3, layers=1, draft_vocab_size=None, steps=4, batch_tokens=48, row_tokens=48,
                       mask_token_id=MASK_ID, save_every=0, autocast="float32", snapshot_every_tokens=90)
-    Trainer(cfg, model, seqs, out_dir=tmp_path / "head", progress=False, verbose=False).train()
+    Trainer(cfg, model, seqs, options=quiet(out_dir=tmp_path / "head")).train()
     snaps = sorted((tmp_path / "head" / "checkpoint" / "snapshots").iterdir())
     out = tmp_path / "curve.json"
-    pts = recipe.learning_curve(model, byte_tokenizer, snaps[:1], ["hi"], out, k=3, max_new_tokens=5,
-                                progress=False)
-    pts = recipe.learning_curve(model, byte_tokenizer, snaps, ["hi"], out, k=3, max_new_tokens=5, progress=False)
+    scoring = recipe.Scoring(["hi"], k=3, max_new_tokens=5)
+    pts = recipe.learning_curve(model, byte_tokenizer, snaps[:1], scoring, out, progress=False)
+    pts = recipe.learning_curve(model, byte_tokenizer, snaps, scoring, out, progress=False)
     assert [p["snapshot"] for p in pts] == [s.name for s in snaps]
     assert json.loads(out.read_text())["points"] == pts and pts[0]["run"] == "head"
 

@@ -7,7 +7,7 @@ import torch
 
 from peagle_lab import features as F
 from peagle_lab.errors import PeagleError
-from peagle_lab.training import TrainConfig, Trainer, prepare_sequences
+from peagle_lab.training import TrainConfig, Trainer, TrainerOptions, prepare_sequences
 from peagle_lab.training.stream import shard_sequences
 
 TAPS = (0, 2, 3)
@@ -22,10 +22,11 @@ def setup(tmp_path_factory):
     records = [{"input_ids": torch.randint(4, 96, (int(torch.randint(6, 30, (1,), generator=gen)),),
                                            generator=gen).tolist(), "prompt_len": 3} for _ in range(40)]
     root = tmp_path_factory.mktemp("features")
-    F.extract_features(model, [r["input_ids"] for r in records[:25]], root / "part-a", tap_layers=TAPS, shard_size=6,
-                       taps_dtype=torch.float32, progress=False, verbose=False)
-    F.extract_features(model, [r["input_ids"] for r in records[25:]], root / "part-b", tap_layers=TAPS, shard_size=6,
-                       taps_dtype=torch.float32, progress=False, verbose=False)
+    settings = F.ExtractionSettings(tap_layers=TAPS, shard_size=6, taps_dtype=torch.float32)
+    F.extract_features(model, [r["input_ids"] for r in records[:25]], root / "part-a", settings, progress=False,
+                       verbose=False)
+    F.extract_features(model, [r["input_ids"] for r in records[25:]], root / "part-b", settings, progress=False,
+                       verbose=False)
     return model, records, root
 
 
@@ -83,8 +84,8 @@ def test_training_on_the_stream_resumes_to_the_uninterrupted_state(setup, tmp_pa
                       tap_layers=TAPS)
 
     def trainer(out, resume=False):
-        return Trainer(cfg, model, shard_sequences(root, records, tap_layers=TAPS, window=9), out_dir=out,
-                       resume=resume, progress=False, verbose=False)
+        return Trainer(cfg, model, shard_sequences(root, records, tap_layers=TAPS, window=9),
+                       options=TrainerOptions(out_dir=out, resume=resume, progress=False, verbose=False))
 
     straight = trainer(tmp_path / "a").train()
     trainer(tmp_path / "b").train(stop_after=3)

@@ -50,4 +50,5 @@ def test_human_records_append_the_answer_and_eos_after_the_chat_prompt():
 
 def test_a_run_naming_an_unknown_training_set_is_refused(tmp_path):
     with pytest.raises(PeagleError, match="training data 'nope'"):
-        recipe.run_recipe(None, None, {"float32": []}, [], tmp_path, variants={"v": dict(data="nope")})
+        recipe.run_recipe(None, None, {"float32": []}, recipe.Scoring([]), tmp_path,
+                          recipe.RecipePlan(variants={"v": dict(data="nope")}))

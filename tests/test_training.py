@@ -6,15 +6,15 @@ import pytest
 import torch
 
 from peagle_lab.training.cod import cod_sample, cod_sizes
-from peagle_lab.training.distill import distill, read_distilled
+from peagle_lab.training.distill import DistillSettings, distill, read_distilled
 from peagle_lab.decoding.draft_sources import HeadDrafter
 from peagle_lab.drafter import PEagleDrafter
 from peagle_lab.errors import PeagleError
 from peagle_lab.decoding.sampling import Sampling
 from peagle_lab.decoding.slots import Slots
 from peagle_lab.training import (
-    TrainConfig, Trainer, evaluate_head, lr_factor, plan_row, prepare_sequences, train_head,
-    training_mask,
+    EvalSettings, TrainConfig, Trainer, TrainerOptions, evaluate_head, lr_factor, plan_row, prepare_sequences,
+    train_head, training_mask,
 )
 from peagle_lab.drafter.vocab import (
     build_draft_vocab, count_tokens, coverage, d2t_t2d, draft_ids_from_d2t, target_to_draft_index,
@@ -39,6 +39,11 @@ def tiny_cfg(**kw):
                 autocast="float32")
     base.update(kw)
     return TrainConfig(**base)
+
+
+def quiet(**options) -> TrainerOptions:
+    """Trainer options without the progress bar and the run's messages."""
+    return TrainerOptions(progress=False, verbose=False, **options)
 
 
 # ------------------------------------------------------------------------------------------ COD
@@ -92,7 +97,7 @@ def test_training_mask_equals_the_rule(tiny_llama):
 def _trainer_module(model, mode="parallel", layers=2, mask_hidden="learned", seed=0):
     cfg = tiny_cfg(mode=mode, layers=layers, mask_hidden=mask_hidden)
     torch.manual_seed(seed)
-    trainer = Trainer(cfg, model, tiny_sequences(model, n=2), verbose=False, progress=False)
+    trainer = Trainer(cfg, model, tiny_sequences(model, n=2), options=quiet())
     with torch.no_grad():  # an untrained but non-trivial mask row and mask hidden
         trainer.module.mask_embedding.normal_()
         trainer.module.mask_hidden_scaled.normal_()
@@ -199,7 +204,7 @@ def test_mask_hidden_start_depends_on_the_runs_seed_not_on_the_mask_token_id(tin
     seqs = tiny_sequences(model, n=2)
 
     def start(mask_id, seed):
-        tr = Trainer(tiny_cfg(mask_token_id=mask_id, seed=seed), model, seqs, verbose=False, progress=False)
+        tr = Trainer(tiny_cfg(mask_token_id=mask_id, seed=seed), model, seqs, options=quiet())
         return tr.module.mask_hidden_scaled.detach().clone()
 
     a = start(3, 0)
@@ -229,14 +234,14 @@ def test_resume_after_interruption_gives_the_uninterrupted_state(tiny_llama, tmp
     model = tiny_llama(hidden=32, layers=4)
     seqs = tiny_sequences(model, n=5)
     cfg = tiny_cfg(mode=mode, steps=6)
-    full = Trainer(cfg, model, seqs, out_dir=tmp_path / "full", progress=False, verbose=False)
+    full = Trainer(cfg, model, seqs, options=quiet(out_dir=tmp_path / "full"))
     full.train()
-    part = Trainer(cfg, model, seqs, out_dir=tmp_path / "part", progress=False, verbose=False)
+    part = Trainer(cfg, model, seqs, options=quiet(out_dir=tmp_path / "part"))
     res = part.train(stop_after=3)
     assert res.stopped_by == "stop_after" and res.steps_done == 3
     with pytest.raises(PeagleError, match="resume"):
-        Trainer(cfg, model, seqs, out_dir=tmp_path / "part", progress=False, verbose=False)
-    again = Trainer(cfg, model, seqs, out_dir=tmp_path / "part", resume=True, progress=False, verbose=False)
+        Trainer(cfg, model, seqs, options=quiet(out_dir=tmp_path / "part"))
+    again = Trainer(cfg, model, seqs, options=quiet(out_dir=tmp_path / "part", resume=True))
     assert again.step == 3
     again.train()
     a, b = full.module.state_dict(), again.module.state_dict()
@@ -280,8 +285,7 @@ def test_frozen_mask_hidden_variants_stay_fixed(tiny_llama, variant):
     model = tiny_llama(hidden=32, layers=4)
     seqs = tiny_sequences(model, n=3)
     torch.manual_seed(0)
-    trainer = Trainer(tiny_cfg(steps=3, mask_hidden=variant, mask_embedding="frozen"), model, seqs,
-                      progress=False, verbose=False)
+    trainer = Trainer(tiny_cfg(steps=3, mask_hidden=variant, mask_embedding="frozen"), model, seqs, options=quiet())
     before = trainer.module.head.mask_hidden.detach().clone()
     row = trainer.module.mask_embedding.detach().clone()
     trainer.train()
@@ -302,7 +306,8 @@ def test_evaluate_head_reports_acceptance_and_checks_losslessness(tiny_llama, by
     model = tiny_llama(hidden=32, layers=4, vocab=300)
     seqs = tiny_sequences(model, n=3)
     res = train_head(tiny_cfg(steps=2, num_depths=3), model, seqs, progress=False, verbose=False)
-    ev = evaluate_head(model, byte_tokenizer, res.head, ["hi", "abc"], ks=(1, 3), max_new_tokens=8, progress=False)
+    ev = evaluate_head(model, byte_tokenizer, res.head, ["hi", "abc"], EvalSettings(ks=(1, 3), max_new_tokens=8),
+                       progress=False)
     assert ev["lossless"] is True and set(ev["acceptance_length"]) == {1, 3}
     assert all(1.0 <= v <= k + 1 for k, v in ev["acceptance_length"].items())
     assert len(ev["per_position_acceptance"][3]) == 3
@@ -316,11 +321,11 @@ def test_distill_is_greedy_and_resumes_without_redoing_prompts(tiny_llama, byte_
     model = tiny_llama(hidden=32, layers=2, vocab=300)
     prompts = ["hello", "a longer prompt here", "x"]
     out = tmp_path / "d.jsonl"
-    distill(model, byte_tokenizer, prompts[:2], out, max_new_tokens=6, batch_size=2, progress=False)
+    distill(model, byte_tokenizer, prompts[:2], out, DistillSettings(max_new_tokens=6, batch_size=2), progress=False)
     calls = []
     real = TransformersEngine.generate
     monkeypatch.setattr(TransformersEngine, "generate", lambda self, p, n: calls.append(len(p)) or real(self, p, n))
-    recs = distill(model, byte_tokenizer, prompts, out, max_new_tokens=6, batch_size=2, progress=False)
+    recs = distill(model, byte_tokenizer, prompts, out, DistillSettings(max_new_tokens=6, batch_size=2), progress=False)
     assert calls == [1]  # only the new prompt
     meta, again = read_distilled(out)
     assert again == recs and meta["max_new_tokens"] == 6
@@ -333,7 +338,7 @@ def test_distill_is_greedy_and_resumes_without_redoing_prompts(tiny_llama, byte_
         greedy = greedy[: greedy.index(eos) + 1] if eos in greedy else greedy
         assert r["input_ids"][r["prompt_len"]:] == greedy
     with pytest.raises(PeagleError, match="other settings"):
-        distill(model, byte_tokenizer, prompts, out, max_new_tokens=7, progress=False)
+        distill(model, byte_tokenizer, prompts, out, DistillSettings(max_new_tokens=7), progress=False)
 
 
 def test_distilled_file_gz_round_trips_byte_stable_and_damage_is_one_error(tmp_path):
@@ -374,7 +379,7 @@ def test_draft_vocab_keeps_frequent_and_required_ids_and_round_trips():
 def test_draft_vocab_matches_the_heads_d2t_t2d(tiny_llama):
     model = tiny_llama(hidden=32, layers=4)
     seqs = tiny_sequences(model, n=3)
-    trainer = Trainer(tiny_cfg(draft_vocab_size=40), model, seqs, progress=False, verbose=False)
+    trainer = Trainer(tiny_cfg(draft_vocab_size=40), model, seqs, options=quiet())
     head = trainer.module.head
     d2t, t2d = d2t_t2d(trainer.draft_ids, model.config.vocab_size)
     assert torch.equal(head.d2t, d2t) and torch.equal(head.t2d, t2d)
@@ -419,8 +424,8 @@ def test_each_process_extracts_only_its_shard_of_the_features(tiny_llama, tmp_pa
                for i in range(5)]
     extracted = []
     real = sq.extract_features
-    monkeypatch.setattr(sq, "extract_features", lambda m, seqs, out, **kw: (extracted.append(len(seqs)),
-                                                                            real(m, seqs, out, **kw))[1])
+    monkeypatch.setattr(sq, "extract_features", lambda m, seqs, out, *a, **kw: (extracted.append(len(seqs)),
+                                                                                real(m, seqs, out, *a, **kw))[1])
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.setenv("PEAGLE_FEATURE_WAIT_S", "0.2")
     monkeypatch.setenv("RANK", "1")  # rank 1 first: it writes its shard (2 of 5), then waits for rank 0's in vain
@@ -444,7 +449,7 @@ def test_scaled_training_parameters_sync_exactly_into_the_plain_head(tiny_llama)
     seqs = tiny_sequences(model, n=3)
     for s in seqs:  # taps of very different scales, as in real targets
         s["taps"] = s["taps"] * torch.logspace(-1, 3, s["taps"].shape[1])
-    trainer = Trainer(tiny_cfg(steps=2), model, seqs, progress=False, verbose=False)
+    trainer = Trainer(tiny_cfg(steps=2), model, seqs, options=quiet())
     trainer.train()
     module = trainer.module
     head = module.sync_head()
@@ -464,13 +469,12 @@ def _eval_loss(trainer, seqs, seed=5):
 def test_init_from_continues_the_saved_head_with_a_fresh_optimizer(tiny_llama, tmp_path):
     model = tiny_llama(hidden=32, layers=4)
     seqs = tiny_sequences(model, n=4)
-    first = Trainer(tiny_cfg(steps=8), model, seqs, out_dir=tmp_path / "a", progress=False, verbose=False)
+    first = Trainer(tiny_cfg(steps=8), model, seqs, options=quiet(out_dir=tmp_path / "a"))
     first.train()
     (tmp_path / "a" / "training.json").write_text(json.dumps(
         {"config": {"init_from": None}, "steps_done": 8, "tokens_seen": first.tokens_seen, "train_time_s": 1.0}))
-    fresh = Trainer(tiny_cfg(steps=8, seed=1), model, seqs, progress=False, verbose=False)
-    cont = Trainer(tiny_cfg(steps=8, seed=1, init_from=str(tmp_path / "a")), model, seqs, progress=False,
-                   verbose=False)
+    fresh = Trainer(tiny_cfg(steps=8, seed=1), model, seqs, options=quiet())
+    cont = Trainer(tiny_cfg(steps=8, seed=1, init_from=str(tmp_path / "a")), model, seqs, options=quiet())
     saved = PEagleDrafter.from_pretrained(tmp_path / "a", target=model)
     for name, p in saved.state_dict().items():  # the continuation starts exactly at the saved (bf16) head
         torch.testing.assert_close(cont.module.head.state_dict()[name], p, rtol=1e-6, atol=1e-6, msg=name)
@@ -482,25 +486,22 @@ def test_init_from_continues_the_saved_head_with_a_fresh_optimizer(tiny_llama, t
 def test_init_from_refuses_another_shape_naming_the_mismatch(tiny_llama, tmp_path):
     model = tiny_llama(hidden=32, layers=4)
     seqs = tiny_sequences(model, n=3)
-    Trainer(tiny_cfg(steps=1), model, seqs, out_dir=tmp_path / "a", progress=False, verbose=False).train()
+    Trainer(tiny_cfg(steps=1), model, seqs, options=quiet(out_dir=tmp_path / "a")).train()
     with pytest.raises(PeagleError, match=r"num_hidden_layers: head 1, this run 2.*--layers"):
-        Trainer(tiny_cfg(layers=2, init_from=str(tmp_path / "a")), model, seqs, progress=False, verbose=False)
+        Trainer(tiny_cfg(layers=2, init_from=str(tmp_path / "a")), model, seqs, options=quiet())
     with pytest.raises(PeagleError, match="mode: head 'parallel', this run 'sequential'"):
-        Trainer(tiny_cfg(mode="sequential", init_from=str(tmp_path / "a")), model, seqs, progress=False,
-                verbose=False)
+        Trainer(tiny_cfg(mode="sequential", init_from=str(tmp_path / "a")), model, seqs, options=quiet())
     other = tiny_llama(hidden=32, layers=4, seed=7)  # same shape, other weights
     with pytest.raises(PeagleError, match="target_fingerprint"):
-        Trainer(tiny_cfg(init_from=str(tmp_path / "a")), other, tiny_sequences(other, n=3), progress=False,
-                verbose=False)
+        Trainer(tiny_cfg(init_from=str(tmp_path / "a")), other, tiny_sequences(other, n=3), options=quiet())
     with pytest.raises(PeagleError, match="not a head directory"):
-        Trainer(tiny_cfg(init_from=str(tmp_path / "nothing")), model, seqs, progress=False, verbose=False)
+        Trainer(tiny_cfg(init_from=str(tmp_path / "nothing")), model, seqs, options=quiet())
 
 
 def test_snapshots_are_named_by_cumulative_tokens_and_load(tiny_llama, tmp_path):
     model = tiny_llama(hidden=32, layers=4)
     seqs = tiny_sequences(model, n=4)
-    tr = Trainer(tiny_cfg(steps=6, snapshot_every_tokens=100), model, seqs, out_dir=tmp_path, progress=False,
-                 verbose=False)
+    tr = Trainer(tiny_cfg(steps=6, snapshot_every_tokens=100), model, seqs, options=quiet(out_dir=tmp_path))
     tr.train()
     snaps = sorted((tmp_path / "checkpoint" / "snapshots").iterdir())
     counts = [int(p.name.split("-")[1]) for p in snaps]
@@ -582,8 +583,7 @@ def test_accelerate_is_the_one_code_path_on_a_single_cpu_process(tiny_llama, tmp
     from accelerate.optimizer import AcceleratedOptimizer
 
     model = tiny_llama(hidden=32, layers=4)
-    tr = Trainer(tiny_cfg(steps=2, save_every=1), model, tiny_sequences(model, n=3), out_dir=tmp_path,
-                 progress=False, verbose=False)
+    tr = Trainer(tiny_cfg(steps=2, save_every=1), model, tiny_sequences(model, n=3), options=quiet(out_dir=tmp_path))
     assert isinstance(tr.acc, Accelerator) and tr.world == 1 and tr.is_main
     assert isinstance(tr.opt, AcceleratedOptimizer) and tr.model_for_step is tr.module  # one process: no DDP wrap
     res = tr.train()
@@ -595,12 +595,12 @@ def test_a_state_saved_with_the_dropped_accelerate_setting_still_resumes(tiny_ll
     """Checkpoints written while TrainConfig had ``accelerate`` ("auto" / "no") resume: the field is gone."""
     model = tiny_llama(hidden=32, layers=4)
     seqs = tiny_sequences(model, n=3)
-    Trainer(tiny_cfg(steps=4), model, seqs, out_dir=tmp_path, progress=False, verbose=False).train(stop_after=2)
+    Trainer(tiny_cfg(steps=4), model, seqs, options=quiet(out_dir=tmp_path)).train(stop_after=2)
     path = tmp_path / "checkpoint" / "state.pt"
     st = torch.load(path, weights_only=False)
     st["config"]["accelerate"] = "no"
     torch.save(st, path)
-    again = Trainer(tiny_cfg(steps=4), model, seqs, out_dir=tmp_path, resume=True, progress=False, verbose=False)
+    again = Trainer(tiny_cfg(steps=4), model, seqs, options=quiet(out_dir=tmp_path, resume=True))
     assert again.step == 2 and again.train().steps_done == 4
 
 

@@ -6,7 +6,7 @@ from .. import lock, validate
 from ..errors import PeagleError
 from ..features.format import TAPS_DTYPES
 from ..features.taps import check_tap_layers
-from ..features.writer import extract_features
+from ..features.writer import ExtractionSettings, extract_features
 from ..prompts import chat_ids, load_train_prompts
 from ..target_args import TargetPeek, add_target_options, check_target_options, load_cli_target
 from ..training.distill import MAX_SEQ_LEN, read_distilled, select_split
@@ -84,6 +84,6 @@ def _run_cli(args):
         if sequences is None:
             sequences = [chat_ids(tok, p) for p in load_train_prompts(args.prompts)]
         taps = [int(t) for t in args.taps.split(",")] if args.taps else None
-        extract_features(model, sequences, args.out, tap_layers=taps, shard_size=args.shard_size,
-                         taps_dtype=TAPS_DTYPES[args.store_dtype], topk=args.topk, target=target,
-                         batch_tokens=args.batch_tokens)
+        extract_features(model, sequences, args.out, ExtractionSettings(
+            tap_layers=taps, shard_size=args.shard_size, taps_dtype=TAPS_DTYPES[args.store_dtype], topk=args.topk,
+            batch_tokens=args.batch_tokens, target=target))

@@ -10,9 +10,9 @@ For every sequence of token ids, one target forward gives, per position ``t``:
 
 Offline, :func:`extract_features` streams these to a directory of shards (``shard-00000.safetensors``, ...) plus a
 ``manifest.json``. Taps are stored in **bfloat16 by default** (half the disk of float32; the drafter's ``fc``
-reads them through a matmul that tolerates bf16 rounding); pass ``taps_dtype=torch.float32`` for exact copies.
-Writes are atomic (temporary name, then ``os.replace``), so a run killed at any moment can be restarted with the
-same arguments: complete shards are skipped, a half-written one is never taken for complete.
+reads them through a matmul that tolerates bf16 rounding); pass ``ExtractionSettings(taps_dtype=torch.float32)``
+for exact copies. Writes are atomic (temporary name, then ``os.replace``), so a run killed at any moment can be
+restarted with the same arguments: complete shards are skipped, a half-written one is never taken for complete.
 
 Online, :func:`online_features` yields the same per-sequence dicts straight from the target: zero disk, one
 target forward per sequence per epoch. :func:`disk_cost_table` puts numbers on that trade-off.
@@ -42,10 +42,11 @@ from .format import (FORMAT, FORMAT_VERSION, ID_BYTES, MANIFEST, PER_TOKEN_KEYS,
                      dtype_bytes, read_manifest, shard_name, taps_dtype_name)
 from .online import batch_features, length_batches, online_features, sequence_features
 from .reader import FeatureDataset, iter_shards, load_features
-from .writer import ExtractionResult, extract_features
+from .writer import ExtractionResult, ExtractionSettings, extract_features
 
 __all__ = ["COST_DATASETS", "COST_MODELS", "FORMAT", "FORMAT_VERSION", "ID_BYTES", "MANIFEST",
-           "PER_TOKEN_KEYS", "TAP_CONVENTION", "TAPS_DTYPES", "ExtractionResult", "FeatureDataset", "batch_features", "bytes_per_token",
+           "PER_TOKEN_KEYS", "TAP_CONVENTION", "TAPS_DTYPES", "ExtractionResult", "ExtractionSettings",
+           "FeatureDataset", "batch_features", "bytes_per_token",
            "length_batches",
            "disk_cost_table", "dtype_bytes", "estimate_bytes", "extract_features", "format_bytes",
            "format_cost_table", "iter_shards", "load_features", "online_features", "read_manifest",

@@ -16,7 +16,7 @@ from ..drafter.vocab import pick_mask_token_id
 from .config import MASK_EMBEDDING_VARIANTS, MASK_HIDDEN_VARIANTS, TrainConfig
 from .distributed import check_world_size
 from .elements import Depth, RowPlan, plan_row
-from .evaluate import evaluate_head
+from .evaluate import EvalSettings, evaluate_head
 from .heldout import depth_accuracy
 from .mask import full_training_mask, training_mask
 from .objective import DraftTrainer, mask_hidden_seed, soft_cross_entropy, tap_rms
@@ -24,5 +24,5 @@ from .packing import PackedRows
 from .records import final_accuracy, write_training_record
 from .sequences import check_data_target, prepare_sequences
 from .state import check_resume_config, resume_tolerance
-from .trainer import Trainer, TrainResult, lr_factor, precision_probe, train_head
+from .trainer import Trainer, TrainerOptions, TrainResult, lr_factor, precision_probe, train_head
 from .quick import QuickSizes, draft_vocab_size_for, ensure_head, train_quick_head

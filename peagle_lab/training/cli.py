@@ -23,14 +23,14 @@ from ..precision import dtype_name
 from ..prompts import humaneval_prompts
 from ..settings import display_path, seed_everything
 from .config import TrainConfig, check_config_fits_target
-from .evaluate import evaluate_head
+from .evaluate import EvalSettings, evaluate_head
 from ..environment import environment
 from .records import final_accuracy, write_training_record
 from .sequences import check_data_target, prepare_sequences
 from ..features.taps import check_tap_layers, default_tap_layers
 from .state import STATE_FILE, check_resume_config, read_state
 from .stream import shard_sequences
-from .trainer import Trainer, check_target_settings, precision_probe
+from .trainer import Trainer, TrainerOptions, check_target_settings, precision_probe
 
 
 def _flag_kwargs(f: dataclasses.Field, hint) -> dict:
@@ -204,6 +204,20 @@ def _run_cli(args):
         _train_locked(args, cfg, meta, records, held_out)
 
 
+@dataclasses.dataclass
+class _TrainingData:
+    """The training sequences with their features, and what the record says of them."""
+
+    seqs: typing.Any  # a list of sequences, or the stream of :func:`.stream.shard_sequences`
+    lengths: list[int]
+    prompt_lens: list[int]
+    seconds: float  # to compute or read the features
+
+    @property
+    def tokens(self) -> int:
+        return sum(self.lengths)
+
+
 def _train_locked(args, cfg, meta, records, held_out):
     from ..target_args import load_cli_target
 
@@ -211,6 +225,28 @@ def _train_locked(args, cfg, meta, records, held_out):
     model, tok, target = load_cli_target(args)
     check_data_target(meta, model, args.data)
     check_config_fits_target(cfg, model, target)
+    data = _training_data(args, cfg, model, records)
+    probe = precision_probe(cfg, model, data.seqs, tok) if args.probe_precision else None
+    if probe:
+        print(f"[train] tokens/s: float32 {probe['float32']}, bf16 autocast {probe['bfloat16']}")
+    trainer = Trainer(cfg, model, data.seqs, tok, TrainerOptions(out_dir=args.out, state_dir=args.state_dir,
+                                                                 resume=args.resume, overwrite=args.overwrite))
+    print(f"[train] {len(data.seqs)} sequences ({data.tokens:,} tokens; {held_out} records of other splits left "
+          f"out), features in {data.seconds:.0f} s; loss {cfg.loss}; autocast {trainer.autocast}; draft vocabulary {trainer.draft_ids.numel()} ids, coverage {trainer.coverage:.4f}; "
+          f"mask token id {trainer.mask_token_id}")
+    res = trainer.train()
+    if not trainer.is_main:
+        return
+    record = _training_record(args, meta, held_out, data, trainer, res, probe)
+    if args.eval_prompts or args.eval_val_prompts:
+        _evaluate_saved_head(args, model, tok, record)
+    write_training_record(args.out, record)
+    print(f"[train] head and TRAINING.md written to {args.out}")
+
+
+def _training_data(args, cfg, model, records) -> _TrainingData:
+    """The training sequences: streamed from the --features shards (``--stream``), else in memory (read from the
+    shards, extracted into them first where missing, or computed online)."""
     t0 = time.perf_counter()
     if args.features is None and int(os.environ.get("WORLD_SIZE", "1") or 1) > 1:
         # several processes: each extracts its shard of the features once (bf16 shards on disk) and reads the
@@ -226,58 +262,55 @@ def _train_locked(args, cfg, meta, records, held_out):
         seqs = prepare_sequences(model, records, cfg.tap_layers, args.features, max_seq_len=cfg.max_seq_len,
                                  topk=topk)
         lengths, prompt_lens = [len(s["input_ids"]) for s in seqs], [s["prompt_len"] for s in seqs]
-    feature_s = time.perf_counter() - t0
-    feature_tokens = sum(lengths)
-    probe = precision_probe(cfg, model, seqs, tok) if args.probe_precision else None
-    if probe:
-        print(f"[train] tokens/s: float32 {probe['float32']}, bf16 autocast {probe['bfloat16']}")
-    trainer = Trainer(cfg, model, seqs, tokenizer=tok, out_dir=args.out, state_dir=args.state_dir,
-                      resume=args.resume, overwrite=args.overwrite)
-    print(f"[train] {len(seqs)} sequences ({feature_tokens:,} tokens; {held_out} records of other splits left "
-          f"out), features in {feature_s:.0f} s; loss {cfg.loss}; autocast {trainer.autocast}; draft vocabulary {trainer.draft_ids.numel()} ids, coverage {trainer.coverage:.4f}; "
-          f"mask token id {trainer.mask_token_id}")
-    res = trainer.train()
-    if not trainer.is_main:
-        return
+    return _TrainingData(seqs, lengths, prompt_lens, time.perf_counter() - t0)
+
+
+def _training_record(args, meta, held_out, data: _TrainingData, trainer, res, probe) -> dict:
+    """training.json's record of the run (the evaluations are added to it after)."""
+    cfg, feature_s = trainer.cfg, data.seconds
     record = dict(
         command="peagle-lab " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
         config=asdict(cfg), mask_token_id=trainer.mask_token_id,
-        data=dict(file=display_path(args.data), sequences=len(seqs), tokens=feature_tokens, split=args.split,
-                  records=args.records, left_out=held_out, response_tokens=sum(n - p for n, p in zip(lengths, prompt_lens)),
+        data=dict(file=display_path(args.data), sequences=len(data.seqs), tokens=data.tokens, split=args.split,
+                  records=args.records, left_out=held_out,
+                  response_tokens=sum(n - p for n, p in zip(data.lengths, data.prompt_lens)),
                   distill=dict((k, meta.get(k)) for k in ("target", "max_new_tokens", "decoding"))),
         features=dict(source=f"offline shards ({display_path(args.features)}"
                       + (", streamed)" if args.stream else ")") if args.features
                       else "online (target forward once, kept in memory)", seconds=round(feature_s, 1),
-                      tokens_per_s=round(feature_tokens / max(feature_s, 1e-9), 1)),
+                      tokens_per_s=round(data.tokens / max(feature_s, 1e-9), 1)),
         tokens_seen=res.info["tokens_seen"], tokens_per_s=res.info["tokens_per_s"], autocast=res.info["autocast"],
         precision_probe=probe,
         draft_vocab=dict(size=int(trainer.draft_ids.numel()), coverage=round(trainer.coverage, 5)),
         steps_done=res.steps_done, train_time_s=round(res.train_time_s, 1), feature_time_s=round(feature_s, 1),
-        stopped_by=res.stopped_by, machine=environment(model=model), final_train_accuracy=final_accuracy(res.log),
-        note=args.note, eval=None)
+        stopped_by=res.stopped_by, machine=environment(model=trainer.model),
+        final_train_accuracy=final_accuracy(res.log), note=args.note, eval=None)
     if args.init_from:
         record["history"] = history_of(args.init_from)
         record["warm_restart"] = ("weights, draft vocabulary and mask token from the --init-from head; optimizer "
                                   "moments and the lr schedule (with warm-up) start afresh")
         record["cumulative"] = cumulative(record["history"], summary(record, args.out))
-    if args.eval_prompts or args.eval_val_prompts:
-        ks = eval_ks(args)
-        # evaluate what ships: the saved (bf16) checkpoint, loaded as users load it
-        head = PEagleDrafter.from_pretrained(args.out, target=model, device=next(model.parameters()).device,
-                                             dtype=next(model.parameters()).dtype)
-        from ..prompts import chat_records
+    return record
 
-        sets = [("eval", "code", humaneval_prompts(args.eval_prompts) if args.eval_prompts else None),
-                ("eval_val", "chat", chat_records(args.eval_val_prompts) if args.eval_val_prompts else None)]
-        for key, suite, prompts in sets:
-            if not prompts:
-                continue
-            t1 = time.perf_counter()
-            record[key] = evaluate_head(model, tok, head, prompts, ks, max_new_tokens=args.eval_max_new_tokens)
-            record[key]["wall_s"] = round(time.perf_counter() - t1, 1)
-            record[key]["dtype"] = dtype_name(next(model.parameters()).dtype)
-            record[key]["suite"] = suite
-            record[key]["prompt_set"] = "HumanEval" if suite == "code" else "held-out split of the scale mix"
-            print(f"[{key}] acceptance length per K:", record[key]["acceptance_length"])
-    write_training_record(args.out, record)
-    print(f"[train] head and TRAINING.md written to {args.out}")
+
+def _evaluate_saved_head(args, model, tok, record: dict) -> None:
+    """The --eval-prompts (code suite) and --eval-val-prompts (chat suite) evaluations of the saved head, into
+    ``record["eval"]`` and ``record["eval_val"]``."""
+    from ..prompts import chat_records
+
+    settings = EvalSettings(ks=tuple(eval_ks(args)), max_new_tokens=args.eval_max_new_tokens)
+    # evaluate what ships: the saved (bf16) checkpoint, loaded as users load it
+    head = PEagleDrafter.from_pretrained(args.out, target=model, device=next(model.parameters()).device,
+                                         dtype=next(model.parameters()).dtype)
+    sets = [("eval", "code", humaneval_prompts(args.eval_prompts) if args.eval_prompts else None),
+            ("eval_val", "chat", chat_records(args.eval_val_prompts) if args.eval_val_prompts else None)]
+    for key, suite, prompts in sets:
+        if not prompts:
+            continue
+        t1 = time.perf_counter()
+        record[key] = evaluate_head(model, tok, head, prompts, settings)
+        record[key]["wall_s"] = round(time.perf_counter() - t1, 1)
+        record[key]["dtype"] = dtype_name(next(model.parameters()).dtype)
+        record[key]["suite"] = suite
+        record[key]["prompt_set"] = "HumanEval" if suite == "code" else "held-out split of the scale mix"
+        print(f"[{key}] acceptance length per K:", record[key]["acceptance_length"])

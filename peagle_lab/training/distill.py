@@ -21,6 +21,7 @@ import io
 import json
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from .. import lock, validate
@@ -227,34 +228,50 @@ def _free_index(i: int, taken: set[int]) -> int:
     return index
 
 
-def distill(model, tokenizer, prompts: list, out_path, max_new_tokens: int = 160, batch_size: int = 16,
-            system: str | None = None, progress: bool = True, target: str = "", engine=None,
-            overwrite: bool = False) -> list[dict]:
-    """Let the target answer every prompt (greedy) and save prompt + response token ids to ``out_path``.
+@dataclass(frozen=True)
+class DistillSettings:
+    """How :func:`distill` asks the target: ``max_new_tokens`` per answer, after the chat template with ``system``
+    as its system message (``None``: the template's own), ``batch_size`` prompts per engine call and per atomic
+    rewrite of the file; ``target``: the name recorded in the file (default: the model's own)."""
+
+    max_new_tokens: int = 160
+    batch_size: int = 16
+    system: str | None = None
+    target: str = ""
+
+
+def _context(model) -> int | None:
+    """The target's context length (``max_position_embeddings``; ``None`` when its config has none)."""
+    return getattr(getattr(model, "config", None), "max_position_embeddings", None)
+
+
+def distill(model, tokenizer, prompts: list, out_path, settings: DistillSettings | None = None, engine=None,
+            overwrite: bool = False, progress: bool = True) -> list[dict]:
+    """Let the target answer every prompt (greedy) and save prompt + response token ids to ``out_path``, as
+    ``settings`` say (:class:`DistillSettings`; its defaults when ``None``).
 
     ``prompts``: strings, or records with ``prompt`` and an optional ``history`` of earlier turns.
     ``engine``: what writes the answers (:mod:`.distill_engines`; default: transformers' generate on
-    ``model``); ``model`` is still what the file's target identity is taken from. ``batch_size`` prompts go to the
-    engine at a time, and the file is rewritten atomically after each batch (``*.jsonl.gz`` is stored compressed).
-    Resumable and append-only: records already in ``out_path`` (same prompt, same target and settings) are kept
-    and skipped, so an interrupted run loses at most one batch; records of other prompts stay in the file;
+    ``model``); ``model`` is still what the file's target identity is taken from. ``settings.batch_size`` prompts go
+    to the engine at a time, and the file is rewritten atomically after each batch (``*.jsonl.gz`` is stored
+    compressed). Resumable and append-only: records already in ``out_path`` (same prompt, same target and settings)
+    are kept and skipped, so an interrupted run loses at most one batch; records of other prompts stay in the file;
     ``overwrite=True`` starts over (it says how many records it drops). The file is locked for the run
     (:mod:`peagle_lab.lock`: one writer per file). Returns the records of ``prompts``, in prompt order.
     """
-    validate.positive_int(batch_size, "batch_size", "--batch-size")
-    context = getattr(getattr(model, "config", None), "max_position_embeddings", None)
-    validate.max_new_tokens(max_new_tokens, context)
+    settings = settings or DistillSettings()
+    validate.positive_int(settings.batch_size, "batch_size", "--batch-size")
+    validate.max_new_tokens(settings.max_new_tokens, _context(model))
     if not prompts:
         raise PeagleError("No prompts to distill. Fix: pass at least one prompt (--prompts N with N >= 1, or a "
                           "prompts file with records).")
     out_path = Path(out_path)
     with lock.hold(out_path):
-        return _distill(model, tokenizer, prompts, out_path, max_new_tokens, batch_size, system, progress, target,
-                        engine, overwrite, context)
+        return _distill(model, tokenizer, prompts, out_path, settings, engine, overwrite, progress)
 
 
-def _distill(model, tokenizer, prompts, out_path: Path, max_new_tokens, batch_size, system, progress, target,
-             engine, overwrite, context) -> list[dict]:
+def _distill(model, tokenizer, prompts, out_path: Path, s: DistillSettings, engine, overwrite: bool,
+             progress: bool) -> list[dict]:
     from .distill_engines import TransformersEngine
 
     from tqdm.auto import tqdm
@@ -264,21 +281,21 @@ def _distill(model, tokenizer, prompts, out_path: Path, max_new_tokens, batch_si
     eos_ids = {int(eos)} if isinstance(eos, int) else {int(e) for e in eos}
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(eos_ids)
     engine = engine or TransformersEngine(model, pad_id, eos_ids)
-    meta = dict(format=FORMAT, version=VERSION, target=target or str(getattr(model.config, "_name_or_path", "")),
+    meta = dict(format=FORMAT, version=VERSION, target=s.target or str(getattr(model.config, "_name_or_path", "")),
                 target_fingerprint=target_fingerprint(model), target_identity=target_identity(model),
-                max_new_tokens=max_new_tokens, system=system,
+                max_new_tokens=s.max_new_tokens, system=s.system,
                 decoding="greedy", chat_template=True)
     done, kept = _resume(out_path, meta, prompts, overwrite)
     taken = {r["index"] for r in [*kept, *done.values()]}
     todo = [i for i in range(len(prompts)) if i not in done]
-    encoded = encode_prompts(tokenizer, prompts, todo, system, max_new_tokens, context)
+    encoded = encode_prompts(tokenizer, prompts, todo, s.system, s.max_new_tokens, _context(model))
     todo.sort(key=lambda i: len(encoded[i]))  # similar lengths together: little padding
     bar = tqdm(total=len(prompts), initial=len(done), desc="distill", unit="prompt", disable=not progress)
     t0, new_tokens = time.perf_counter(), 0
     try:
-        for start in range(0, len(todo), batch_size):
-            batch = todo[start:start + batch_size]
-            responses = engine.generate([encoded[i] for i in batch], max_new_tokens)
+        for start in range(0, len(todo), s.batch_size):
+            batch = todo[start:start + s.batch_size]
+            responses = engine.generate([encoded[i] for i in batch], s.max_new_tokens)
             for i, resp in zip(batch, responses):
                 done[i] = dict(index=_free_index(i, taken), prompt_sha=prompt_sha(prompts[i]), prompt_len=len(encoded[i]),
                                input_ids=encoded[i] + resp, finished=bool(resp and resp[-1] in eos_ids))
@@ -315,7 +332,8 @@ def distilled_data(model, tokenizer, n: int | None, target: str, max_new_tokens:
             return shipped, meta, records[:n], True
     out = results_dir() / "distill" / f"{Path(str(target)).name}.jsonl"
     prompts = load_train_prompts(n)
-    distill(model, tokenizer, prompts, out, max_new_tokens=max_new_tokens, progress=progress, target=target)
+    distill(model, tokenizer, prompts, out, DistillSettings(max_new_tokens=max_new_tokens, target=target),
+            progress=progress)
     meta, records = read_distilled(out)
     return out, meta, records[:n], False
 
@@ -421,7 +439,7 @@ def _run_locked(args, prompts):
     batch_size = batch_size or (256 if engine_name == "vllm" else 16)
     t0 = time.perf_counter()
     before = _response_tokens(args.out)
-    out = distill(model, tok, prompts, args.out, args.max_new_tokens, batch_size, args.system, target=target,
+    out = distill(model, tok, prompts, args.out, DistillSettings(args.max_new_tokens, batch_size, args.system, target),
                   engine=engine, overwrite=args.overwrite)
     dt = time.perf_counter() - t0
     resp = sum(len(r["input_ids"]) - r["prompt_len"] for r in out)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import dataclass
 
 from tqdm.auto import tqdm
 
@@ -28,20 +29,35 @@ def dtype_str(dtype) -> str:
     return dtype_name(dtype)
 
 
-def evaluate_head(model, tokenizer, head: PEagleDrafter, prompts: list[str], ks=(1, 2, 3, 4, 5, 6, 7, 8),
-                  mode: str | None = None, max_new_tokens: int = 128, progress: bool = True,
-                  check_lossless: bool = True, reference: dict | None = None, template: str = "chat") -> dict:
-    """Greedy speculative decoding of ``prompts`` (texts or prompt records, chat template) at every K in ``ks``;
-    checks every output against plain greedy decoding: identical in float32 on a CPU; in bfloat16 / float16, and in
-    float32 on a GPU, identical or diverging only at a near-tie (``divergence.tie_bound``; each divergence is
-    reported with its logit margin). A divergence beyond the bound raises :class:`NotLossless` with the numbers. Returns acceptance length per K (pooled over prompts: 1 + accepted / rounds)
-    and per-position acceptance ``P(slot j accepted | slots < j accepted)``.
+@dataclass(frozen=True)
+class EvalSettings:
+    """How :func:`evaluate_head` decodes: at every K in ``ks``, ``max_new_tokens`` per prompt, the head drafting in
+    ``mode`` (default: its own), prompts laid out by ``template`` (:func:`peagle_lab.prompts.template_ids`;
+    ``"chat"``, the one heads are trained with, unless measuring a mismatch); ``check_lossless``: compare every
+    output with plain greedy decoding."""
+
+    ks: tuple[int, ...] = (1, 2, 3, 4, 5, 6, 7, 8)
+    max_new_tokens: int = 128
+    mode: str | None = None
+    template: str = "chat"
+    check_lossless: bool = True
+
+
+def evaluate_head(model, tokenizer, head: PEagleDrafter, prompts: list[str], settings: EvalSettings | None = None,
+                  reference: dict | None = None, progress: bool = True) -> dict:
+    """Greedy speculative decoding of ``prompts`` (texts or prompt records, chat template) at every K in
+    ``settings.ks`` (:class:`EvalSettings`; its defaults when ``None``); checks every output against plain greedy
+    decoding: identical in float32 on a CPU; in bfloat16 / float16, and in float32 on a GPU, identical or diverging
+    only at a near-tie (``divergence.tie_bound``; each divergence is reported with its logit margin). A divergence
+    beyond the bound raises :class:`NotLossless` with the numbers. Returns acceptance length per K (pooled over
+    prompts: 1 + accepted / rounds) and per-position acceptance ``P(slot j accepted | slots < j accepted)``.
 
     ``reference``: a dict reused across calls to keep the plain greedy outputs (one target pass per prompt
-    instead of one per prompt and head). ``template``: the prompt layout (:func:`peagle_lab.prompts.template_ids`;
-    ``"chat"``, the one heads are trained with, unless measuring a mismatch)."""
+    instead of one per prompt and head)."""
+    s = settings or EvalSettings()
+    ks, max_new_tokens, template, check_lossless = s.ks, s.max_new_tokens, s.template, s.check_lossless
     runner = TargetRunner(model, head.config.aux_hidden_state_layer_ids)
-    drafter = HeadDrafter(head, mode)
+    drafter = HeadDrafter(head, s.mode)
     eos = tokenizer.eos_token_id
     per_k = {k: SpecStats(k=k) for k in ks}
     times = {k: 0.0 for k in ks}

@@ -48,7 +48,7 @@ def train_quick_head(kind: str, model, tokenizer, target, sizes: QuickSizes | No
     from ..drafter.heads import trained_head_dir
     from .config import TrainConfig
     from .sequences import prepare_sequences
-    from .trainer import Trainer
+    from .trainer import Trainer, TrainerOptions
 
     sizes = sizes or QuickSizes.from_env()
     records = distilled_records(model, tokenizer, sizes.prompts, str(target), progress=progress)
@@ -60,8 +60,8 @@ def train_quick_head(kind: str, model, tokenizer, target, sizes: QuickSizes | No
     final.parent.mkdir(parents=True, exist_ok=True)
     staging = tempfile.mkdtemp(prefix=f".{kind}.", dir=final.parent)
     try:
-        Trainer(cfg, model, seqs, tokenizer=tokenizer, out_dir=os.path.join(staging, "head"), progress=progress,
-                verbose=False).train()
+        Trainer(cfg, model, seqs, tokenizer, TrainerOptions(out_dir=os.path.join(staging, "head"), progress=progress,
+                                                            verbose=False)).train()
         if final.exists():
             shutil.rmtree(final)
         os.replace(os.path.join(staging, "head"), final)

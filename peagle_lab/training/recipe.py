@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..atomic import write_figure, write_json, write_text
@@ -22,7 +23,7 @@ from ..errors import PeagleError
 from ..hardware import load_average
 from ..prompts import load_scale_records
 from ..target_args import add_target_options, load_cli_target
-from . import TrainConfig, depth_accuracy, evaluate_head, prepare_sequences, train_head
+from . import EvalSettings, TrainConfig, depth_accuracy, evaluate_head, prepare_sequences, train_head
 
 # the shipped heads' recipe: small steps (512 tokens) so that short runs still take hundreds of steps
 BASELINE = dict(layers=1, draft_vocab_size=8192, lr=3e-3, num_depths=8, freeze_lm_head=False, batch_tokens=512,
@@ -52,24 +53,54 @@ def read_runs(out_dir) -> list[dict]:
         raise PeagleError(f"{path} is damaged ({e}). Fix: delete its last line (or the file) and run again.") from e
 
 
-def run_recipe(model, tokenizer, sequences, val_prompts, out_dir, budget_s: float = 240.0, k: int = 7,
-               max_new_tokens: int = 64, variants: dict | None = None, base: dict | None = None,
-               progress: bool = True, machine: dict | None = None, held_out: list | None = None,
-               suite: str = "val") -> list[dict]:
-    """Train and score every variant not yet in ``out_dir/runs.jsonl``; returns all runs.
+@dataclass(frozen=True)
+class Scoring:
+    """What every recipe run and curve point is scored by: greedy acceptance length at ``k`` on the held-out
+    ``prompts``, ``max_new_tokens`` each; ``suite`` names the prompt set in the records (``val``: the first of the
+    mix's val split; ``chat`` / ``code``: the bench's suites)."""
+
+    prompts: list
+    k: int = 7
+    max_new_tokens: int = 64
+    suite: str = "val"
+
+    def evaluate(self, model, tokenizer, head, reference: dict, progress: bool) -> dict:
+        """:func:`evaluate_head` at ``k`` (``reference``: plain greedy outputs shared across heads)."""
+        return evaluate_head(model, tokenizer, head, self.prompts,
+                             EvalSettings(ks=(self.k,), max_new_tokens=self.max_new_tokens), reference=reference,
+                             progress=progress)
+
+
+@dataclass(frozen=True)
+class RecipePlan:
+    """The runs of a recipe sweep: ``variants`` (name -> the settings it changes; default :data:`VARIANTS`), each
+    trained for ``budget_s`` seconds on the baseline settings overridden by ``base``, the budget included
+    (``schedule="steps", steps=N`` for an equal-token budget instead of equal time). ``held_out``: sequences never
+    trained on (prepared like the training ones); each run then also records its per-depth accuracy on them
+    (:func:`peagle_lab.training.depth_accuracy`)."""
+
+    budget_s: float = 240.0
+    variants: dict | None = None
+    base: dict | None = None
+    held_out: list | None = None
+
+
+def run_recipe(model, tokenizer, sequences, scoring: Scoring, out_dir, plan: RecipePlan | None = None,
+               machine: dict | None = None, progress: bool = True) -> list[dict]:
+    """Train and score (``scoring``) every run of ``plan`` (:class:`RecipePlan`; its defaults when ``None``) not
+    yet in ``out_dir/runs.jsonl``; returns all runs. ``machine``: the environment, recorded with each run.
 
     ``sequences``: the training sequences, or ``{data name: sequences}`` when the variants compare training sets
-    (a variant's ``data`` key names its set; the first set is the default). ``base`` overrides the baseline
-    settings, the budget included (``schedule="steps", steps=N`` for an equal-token budget instead of equal time).
-    ``held_out``: sequences never trained on (prepared like ``sequences``); each run then also records its
-    per-depth accuracy on them (:func:`peagle_lab.training.depth_accuracy`). ``suite``: the name of the scored
-    prompt set, recorded (``val``: the first of the mix's val split; ``chat`` / ``code``: the bench's suites).
+    (a variant's ``data`` key names its set; the first set is the default).
     """
 
     out_dir = Path(out_dir)
-    variants = VARIANTS if variants is None else variants
-    base = dict(BASELINE, **(base or {}))
+    plan = plan or RecipePlan()
+    variants = VARIANTS if plan.variants is None else plan.variants
+    base = dict(BASELINE, **(plan.base or {}))
     data_sets = sequences if isinstance(sequences, dict) else {"default": sequences}
+    held_out = plan.held_out
+    k = scoring.k
     runs = read_runs(out_dir)
     done = {r["name"] for r in runs}
     reference: dict = {}  # plain greedy outputs, shared by every run's evaluation
@@ -80,12 +111,11 @@ def run_recipe(model, tokenizer, sequences, val_prompts, out_dir, budget_s: floa
         data = settings.pop("data", next(iter(data_sets)))
         if data not in data_sets:
             raise PeagleError(f"run {name!r} asks for training data {data!r}; there are {list(data_sets)}.")
-        cfg = TrainConfig(**dict(dict(mode="parallel", steps=10**9, time_budget_s=budget_s, schedule="time",
+        cfg = TrainConfig(**dict(dict(mode="parallel", steps=10**9, time_budget_s=plan.budget_s, schedule="time",
                                       save_every=0, warmup_steps=20), **settings))
-        res = train_head(cfg, model, data_sets[data], tokenizer=tokenizer, progress=progress, verbose=False)
+        res = train_head(cfg, model, data_sets[data], tokenizer, progress=progress, verbose=False)
         head = res.head.to(next(model.parameters()).dtype)
-        ev = evaluate_head(model, tokenizer, head, val_prompts, ks=(k,), max_new_tokens=max_new_tokens,
-                           reference=reference, progress=progress)
+        ev = scoring.evaluate(model, tokenizer, head, reference, progress)
         held = depth_accuracy(res.head, held_out) if held_out else None
         acc = [r["acc"] for r in res.log[-10:]]
         runs.append(dict(
@@ -95,7 +125,7 @@ def run_recipe(model, tokenizer, sequences, val_prompts, out_dir, budget_s: floa
             autocast=res.info["autocast"], draft_vocab_coverage=round(res.info["draft_vocab_coverage"], 4),
             train_acc_depth0=_mean([a[0] for a in acc]), train_acc_depth1=_mean([a[1] for a in acc if len(a) > 1]),
             k=k, acceptance_length=ev["acceptance_length"][k], per_position=ev["per_position_acceptance"][k],
-            val_prompts=len(val_prompts), suite=suite, max_new_tokens=max_new_tokens,
+            val_prompts=len(scoring.prompts), suite=scoring.suite, max_new_tokens=scoring.max_new_tokens,
             divergences=len(ev["divergences"]),
             load_average_1m=(load_average() or [None])[0], machine=machine,
             **(dict(heldout_acc=held["accuracy"], heldout_elements=held["elements"],
@@ -158,15 +188,16 @@ def recipe_markdown(runs: list[dict]) -> str:
 
 
 # ------------------------------------------------------------------------------------------ the curve
-def learning_curve(model, tokenizer, snapshot_dirs, val_prompts, out_path, k: int = 7, max_new_tokens: int = 64,
-                   progress: bool = True, extra_points: list[dict] | None = None) -> list[dict]:
-    """Held-out acceptance length at ``K`` of each snapshot (``tokens-N`` directories, N = training tokens seen),
-    resumable: points already in ``out_path`` are kept."""
+def learning_curve(model, tokenizer, snapshot_dirs, scoring: Scoring, out_path, progress: bool = True,
+                   extra_points: list[dict] | None = None) -> list[dict]:
+    """Held-out acceptance length (``scoring``) of each snapshot (``tokens-N`` directories, N = training tokens
+    seen), resumable: points already in ``out_path`` are kept."""
 
     out_path = Path(out_path)
     points = json.loads(out_path.read_text())["points"] if out_path.exists() else []
     have = {(p["run"], p["snapshot"]) for p in points}
     reference: dict = {}
+    k = scoring.k
     dev, dtype = next(model.parameters()).device, next(model.parameters()).dtype
     for d in sorted(Path(s) for s in snapshot_dirs):
         owner = d.parent.parent  # HEAD/checkpoint/snapshots/tokens-N, or STATE_DIR/snapshots/tokens-N
@@ -174,13 +205,12 @@ def learning_curve(model, tokenizer, snapshot_dirs, val_prompts, out_path, k: in
         if (run, d.name) in have:
             continue
         head = PEagleDrafter.from_pretrained(d, target=model, device=dev, dtype=dtype)
-        ev = evaluate_head(model, tokenizer, head, val_prompts, ks=(k,), max_new_tokens=max_new_tokens,
-                           reference=reference, progress=progress)
+        ev = scoring.evaluate(model, tokenizer, head, reference, progress)
         points.append(dict(snapshot=d.name, run=run, mode=head.config.mode,
                            tokens_seen=int(d.name.split("-")[1]), acceptance_length=ev["acceptance_length"][k],
                            per_position=ev["per_position_acceptance"][k]))
         points.sort(key=lambda p: (p["mode"], p["tokens_seen"]))
-        write_json(out_path, dict(k=k, val_prompts=len(val_prompts), max_new_tokens=max_new_tokens,
+        write_json(out_path, dict(k=k, val_prompts=len(scoring.prompts), max_new_tokens=scoring.max_new_tokens,
                                   points=points + (extra_points or [])), indent=1)
     return points
 
@@ -266,6 +296,12 @@ def scored_prompts(suite: str, n: int) -> list:
     return chat_records(n) if suite == "chat" else load_scale_records("val")[:n]
 
 
+def scoring_from_args(args) -> Scoring:
+    """The :class:`Scoring` of the ``-K``, ``--val-prompts``, ``--suite`` and ``--max-new-tokens`` options."""
+    return Scoring(scored_prompts(args.suite, args.val_prompts), k=args.K, max_new_tokens=args.max_new_tokens,
+                   suite=args.suite)
+
+
 def _run_recipe_cli(args):
     variants = VARIANTS
     if args.only:
@@ -276,15 +312,13 @@ def _run_recipe_cli(args):
         variants = {n: VARIANTS[n] for n in names}
     model, tok, _ = load_cli_target(args)
     seqs = _train_sequences(args, model)
-    runs = run_recipe(model, tok, seqs, scored_prompts(args.suite, args.val_prompts), args.out,
-                      budget_s=args.budget, k=args.K, max_new_tokens=args.max_new_tokens, variants=variants,
-                      machine=environment(model=model), suite=args.suite)
+    runs = run_recipe(model, tok, seqs, scoring_from_args(args), args.out,
+                      RecipePlan(budget_s=args.budget, variants=variants), machine=environment(model=model))
     print(recipe_markdown(runs))
 
 
 def _run_curve_cli(args):
     model, tok, _ = load_cli_target(args)
-    points = learning_curve(model, tok, args.snapshots, scored_prompts(args.suite, args.val_prompts), args.out,
-                            k=args.K, max_new_tokens=args.max_new_tokens)
+    points = learning_curve(model, tok, args.snapshots, scoring_from_args(args), args.out)
     for p in points:
         print(f"{p['mode']:10s} {p['tokens_seen']:>10,} tokens  AL {p['acceptance_length']:.3f}")

@@ -15,7 +15,7 @@ from tqdm.auto import tqdm
 
 from .distill import MAX_SEQ_LEN
 from ..errors import PeagleError
-from ..features import extract_features, load_features, read_manifest, sequence_features
+from ..features import ExtractionSettings, extract_features, load_features, read_manifest, sequence_features
 from ..features.identity import recorded_target_problem, target_fingerprint, target_identity
 from ..features.taps import check_tap_layers, default_tap_layers
 
@@ -101,8 +101,8 @@ def _cached_features(model, ids: list[list[int]], root: Path, tap_layers, progre
         mine = f"part-{tag}-r{rank}of{world}" if f"part-{tag}-r{rank}of{world}" in parts else (
             f"part-{tag}" if rank == 0 else None)
         if mine in parts:
-            extract_features(model, [todo[k] for k in parts[mine]], root / mine, tap_layers=tap_layers,
-                             progress=progress, topk=topk, batch_tokens=EXTRACT_BATCH_TOKENS)
+            extract_features(model, [todo[k] for k in parts[mine]], root / mine, ExtractionSettings(
+                tap_layers=tap_layers, topk=topk, batch_tokens=EXTRACT_BATCH_TOKENS), progress=progress)
         for name in parts:
             _wait_complete(root / name)
             for f in load_features(root / name):

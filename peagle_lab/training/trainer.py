@@ -77,38 +77,80 @@ def check_target_settings(cfg: TrainConfig, vocab_size: int, tokenizer=None) -> 
                           draft_vocab_always(mask, tokenizer) if mask is not None else ())
 
 
+@dataclass(frozen=True)
+class TrainerOptions:
+    """Where a :class:`Trainer` writes and what it prints. With ``out_dir`` the head is saved there
+    (``config.json`` + ``model.safetensors``) and the training state (weights, optimizer, step, data cursor, RNG) to
+    ``state_dir`` (default ``out_dir/checkpoint``) every ``save_every`` steps, when the time budget ends and on
+    Ctrl-C; ``resume=True`` continues from it; ``overwrite=True`` starts afresh over a head or state already there
+    (without either, one there is refused). ``progress``: the progress bar; ``verbose``: the run's messages."""
+
+    out_dir: str | Path | None = None
+    state_dir: str | Path | None = None
+    resume: bool = False
+    overwrite: bool = False
+    progress: bool = True
+    verbose: bool = True
+
+
 class Trainer:
-    """``Trainer(cfg, model, sequences, out_dir=...).train()``.
+    """``Trainer(cfg, model, sequences, tokenizer, TrainerOptions(out_dir=...)).train()``.
 
     ``model``: the frozen target (its embeddings, norm and lm_head start the head). ``sequences``: from
     :func:`prepare_sequences` (in memory), or :func:`~peagle_lab.training.stream.shard_sequences` (streamed from
-    feature shards). With ``out_dir`` the head is saved there (``config.json`` + ``model.safetensors``)
-    and the training state (weights, optimizer, step, data cursor, RNG) to ``state_dir`` (default
-    ``out_dir/checkpoint``) every ``save_every`` steps, when the time budget ends and on Ctrl-C;
-    ``resume=True`` continues from it. ``log`` rows also go to ``state_dir/train_log.jsonl``.
+    feature shards). ``options``: where the head and the training state go, resume or overwrite, output
+    (:class:`TrainerOptions`; its defaults when ``None``). ``log`` rows also go to ``state_dir/train_log.jsonl``.
+    ``draft_ids``: the draft vocabulary (default: the most frequent labels, or the ``init_from`` head's).
     """
 
-    def __init__(self, cfg: TrainConfig, model, sequences: list[dict], tokenizer=None, out_dir=None,
-                 state_dir=None, resume: bool = False, progress: bool = True, draft_ids=None, verbose: bool = True,
-                 overwrite: bool = False):
+    def __init__(self, cfg: TrainConfig, model, sequences: list[dict], tokenizer=None,
+                 options: TrainerOptions | None = None, draft_ids=None):
+        options = options or TrainerOptions()
         self.cfg, self.model, self.seqs = cfg, model, sequences
         if not sequences:
             raise PeagleError("No training sequences. Fix: pass distilled records (--num-sequences >= 1, a --data "
                               "file with records of the --split).")
         if cfg.init_from is None:
             check_target_settings(cfg, model.config.vocab_size, tokenizer)
-        self.out_dir = Path(out_dir) if out_dir else None
-        self.state_dir = Path(state_dir) if state_dir else (self.out_dir / "checkpoint" if self.out_dir else None)
-        self.progress, self.verbose = progress, verbose
-        self.acc = make_accelerator(next(model.parameters()).device)
+        self._setup_output(options)
+        self._setup_device()
+        source = self._init_source(model) if cfg.init_from else None
+        self._setup_vocab(tokenizer, source, draft_ids)
+        self._build_module(source)
+        self.opt = self._optimizer()
+        # sequences streamed from shards (training.stream) pack their own rows; a list is packed in memory
+        self.rows = (sequences.rows(cfg.row_tokens, cfg.seed) if hasattr(sequences, "rows")
+                     else PackedRows(sequences, cfg.row_tokens, cfg.seed))
+        self.gen = torch.Generator().manual_seed(cfg.seed + 1)  # COD sampling
+        self.step, self.elapsed, self.log, self.tokens_seen = 0, 0.0, [], 0
+        # tokens seen by the heads this one continues (snapshots are named by the cumulative count)
+        self.tokens_before = 0
+        if cfg.init_from:
+            self.tokens_before = int(cumulative(history_of(cfg.init_from), dict(tokens_seen=0))["tokens_seen"] or 0)
+        self._start(options)
+        self.model_for_step, self.opt = self.acc.prepare(self.module, self.opt)
+
+    # ---- setup steps (in __init__'s order) ----
+    def _setup_output(self, options: TrainerOptions) -> None:
+        self.out_dir = Path(options.out_dir) if options.out_dir else None
+        self.state_dir = (Path(options.state_dir) if options.state_dir
+                          else (self.out_dir / "checkpoint" if self.out_dir else None))
+        self.progress, self.verbose = options.progress, options.verbose
+
+    def _setup_device(self) -> None:
+        """The accelerator (device, processes) and the training precision."""
+        self.acc = make_accelerator(next(self.model.parameters()).device)
         self.device = self.acc.device
         self.rank, self.world = self.acc.process_index, self.acc.num_processes
         self.is_main = self.acc.is_main_process
-        check_world_size(cfg, self.world)
+        check_world_size(self.cfg, self.world)
         # bf16 autocast where the hardware multiplies bf16 natively (CUDA sm_80+, AMX, AVX512-BF16); fp32 elsewhere
-        self.autocast = resolve_dtype(cfg.autocast, self.device, warn=verbose, training=True)
-        self.fingerprint = target_identity(model)  # the same for the fp32 and the bf16 copy of a target
-        source = self._init_source(model) if cfg.init_from else None
+        self.autocast = resolve_dtype(self.cfg.autocast, self.device, warn=self.verbose, training=True)
+        self.fingerprint = target_identity(self.model)  # the same for the fp32 and the bf16 copy of a target
+
+    def _setup_vocab(self, tokenizer, source: PEagleDrafter | None, draft_ids) -> None:
+        """The mask token and the draft vocabulary: the ``init_from`` head's, else the given or chosen ones."""
+        cfg = self.cfg
         if source is not None:
             if cfg.mask_token_id is not None and cfg.mask_token_id != source.config.mask_token_id:
                 raise PeagleError(f"--mask-token-id {cfg.mask_token_id} differs from the --init-from head's "
@@ -121,13 +163,16 @@ class Trainer:
             raise PeagleError("TrainConfig.mask_token_id is unset and no tokenizer was given to pick one. "
                               "Fix: pass tokenizer=... or mask_token_id=<an unused token id>.")
         self.mask_token_id = int(mask_id)
-        V = model.config.vocab_size
+        V = self.model.config.vocab_size
         if draft_ids is None:
             draft_ids, self.coverage = self._draft_vocab(V, tokenizer)
         else:
             self.coverage = coverage(self._label_counts(V), draft_ids, V)
         self.draft_ids = torch.as_tensor(draft_ids, dtype=torch.long)
 
+    def _build_module(self, source: PEagleDrafter | None) -> None:
+        """The head, started from the target (and loaded from the ``init_from`` head), in its trainable wrapper."""
+        cfg, model = self.cfg, self.model
         torch.manual_seed(cfg.seed)
         hcfg = PEagleConfig.from_target(
             model.config, num_hidden_layers=cfg.layers, draft_vocab_size=self.draft_ids.numel(),
@@ -139,41 +184,42 @@ class Trainer:
         head.set_draft_vocab(self.draft_ids)
         head.init_from_target(model, self.draft_ids)
         self.module = DraftTrainer(head, cfg.mode, cfg.mask_hidden, cfg.mask_embedding,
-                                   tap_scale=tap_rms(sequences), seed=cfg.seed, loss=cfg.loss).to(self.device)
+                                   tap_scale=tap_rms(self.seqs), seed=cfg.seed, loss=cfg.loss).to(self.device)
         if source is not None:
             self.module.load_head(source.to(self.device))
         if cfg.freeze_lm_head:
             head.lm_head.weight.requires_grad_(False)
             head.norm.weight.requires_grad_(False)
+
+    def _optimizer(self) -> torch.optim.AdamW:
+        """AdamW over the trainable parameters: weight decay on matrices only, the lr of lm_head and the final
+        norm (started from the target's) scaled by ``lm_head_lr_ratio``."""
+        cfg, head = self.cfg, self.module.head
         pretrained = {id(p) for p in (head.lm_head.weight, head.norm.weight)}
         groups = {}
         for p in self.module.parameters():
             if p.requires_grad:
                 key = (id(p) in pretrained, p.dim() >= 2)
                 groups.setdefault(key, []).append(p)
-        self.opt = torch.optim.AdamW(
+        return torch.optim.AdamW(
             [{"params": ps, "weight_decay": cfg.weight_decay if matrix else 0.0,
               "lr_ratio": cfg.lm_head_lr_ratio if pre else 1.0} for (pre, matrix), ps in sorted(groups.items())],
             lr=cfg.lr, betas=cfg.betas)
-        # sequences streamed from shards (training.stream) pack their own rows; a list is packed in memory
-        self.rows = (sequences.rows(cfg.row_tokens, cfg.seed) if hasattr(sequences, "rows")
-                     else PackedRows(sequences, cfg.row_tokens, cfg.seed))
-        self.gen = torch.Generator().manual_seed(cfg.seed + 1)  # COD sampling
-        self.step, self.elapsed, self.log, self.tokens_seen = 0, 0.0, [], 0
-        # tokens seen by the heads this one continues (snapshots are named by the cumulative count)
-        self.tokens_before = 0
-        if cfg.init_from:
-            self.tokens_before = int(cumulative(history_of(cfg.init_from), dict(tokens_seen=0))["tokens_seen"] or 0)
-        if resume:
+
+    def _start(self, options: TrainerOptions) -> None:
+        """Resume the saved state, or refuse to start over a head or state already there unless ``overwrite``;
+        then trim the log to the starting step."""
+        if options.resume:
             self._load_state()
-        elif self.state_dir is not None and (self.state_dir / STATE_FILE).exists() and not overwrite:
-            raise PeagleError(f"{self.state_dir} already holds a training state. Fix: pass resume=True (`--resume`) "
-                              "to continue it, --overwrite to start afresh over it, or another --out / --state-dir.")
-        if not resume and not overwrite and self.out_dir is not None and (self.out_dir / "config.json").exists():
+        elif self.state_dir is not None and (self.state_dir / STATE_FILE).exists() and not options.overwrite:
+            raise PeagleError(f"{self.state_dir} already holds a training state. Fix: pass "
+                              "TrainerOptions(resume=True) (`--resume`) to continue it, --overwrite to start afresh "
+                              "over it, or another --out / --state-dir.")
+        if (not options.resume and not options.overwrite and self.out_dir is not None
+                and (self.out_dir / "config.json").exists()):
             raise PeagleError(f"{self.out_dir} already holds a head. Fix: --resume to continue its training state, "
                               "--overwrite to replace it, or another --out.")
         self._trim_log()
-        self.model_for_step, self.opt = self.acc.prepare(self.module, self.opt)
 
     def _init_source(self, model) -> PEagleDrafter:
         cfg = self.cfg
@@ -386,7 +432,7 @@ def precision_probe(cfg: TrainConfig, model, sequences, tokenizer=None, rounds: 
     each, interleaved (fp32, bf16, fp32, ...), on the run's own settings and data; the median step of each."""
     trainers = {name: Trainer(replace(cfg, autocast=name, steps=rounds + 1, time_budget_s=None, schedule="steps",
                                       init_from=None, snapshot_every_tokens=None), model, sequences,
-                              tokenizer=tokenizer, progress=False, verbose=False)
+                              tokenizer, TrainerOptions(progress=False, verbose=False))
                 for name in ("float32", "bfloat16")}
     rates = {name: [] for name in trainers}
     for r in range(rounds + 1):  # the first step of each is a warm-up
@@ -399,7 +445,7 @@ def precision_probe(cfg: TrainConfig, model, sequences, tokenizer=None, rounds: 
         rounds=rounds, batch_tokens=cfg.batch_tokens, threads=torch.get_num_threads())
 
 
-def train_head(cfg: TrainConfig, model, sequences, tokenizer=None, **kw) -> TrainResult:
-    """Convenience: ``Trainer(cfg, model, sequences, tokenizer, **kw).train()``."""
-    stop_after = kw.pop("stop_after", None)
-    return Trainer(cfg, model, sequences, tokenizer=tokenizer, **kw).train(stop_after=stop_after)
+def train_head(cfg: TrainConfig, model, sequences, tokenizer=None, stop_after: int | None = None,
+               **options) -> TrainResult:
+    """Convenience: ``Trainer(cfg, model, sequences, tokenizer, TrainerOptions(**options)).train(stop_after)``."""
+    return Trainer(cfg, model, sequences, tokenizer, TrainerOptions(**options)).train(stop_after=stop_after)

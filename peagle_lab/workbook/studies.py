@@ -22,12 +22,12 @@ from __future__ import annotations
 
 import torch
 
-from ..training.distill import distill, read_distilled, select_split
+from ..training.distill import DistillSettings, distill, read_distilled, select_split
 from ..environment import environment
 from ..errors import PeagleError
 from .human_answers import human_records, stdlib_tasks
 from ..prompts import load_scale_records
-from ..training.recipe import recipe_markdown, run_recipe
+from ..training.recipe import RecipePlan, Scoring, recipe_markdown, run_recipe
 from ..target_args import add_target_options, load_cli_target
 from ..training import prepare_sequences
 
@@ -94,7 +94,7 @@ def study_inputs(name: str, model, tokenizer, num_sequences: int, distilled: str
     train = [t for t in tasks if t["split"] == "train"][:num_sequences]
     val = [t["prompt"] for t in tasks if t["split"] == "val"][:val_prompts]
     answers = distill(model, tokenizer, [t["prompt"] for t in train], work_dir / "stdlib-target.jsonl",
-                      max_new_tokens=160, batch_size=16, progress=progress, target=target)
+                      DistillSettings(max_new_tokens=160, batch_size=16, target=target), progress=progress)
     human = human_records(tokenizer, train, max_answer_tokens=160)
     data = {"target": prepare_sequences(model, answers, progress=progress),
             "human": prepare_sequences(model, human, progress=progress)}
@@ -135,8 +135,9 @@ def _run_cli(args):
         records, _ = select_split(records, "val")
         held_out = prepare_sequences(model, records[:HELD_OUT_SEQUENCES], progress=False)
         machine["held_out_sequences"] = len(held_out)
-    runs = run_recipe(model, tok, data, val, out, k=args.K, max_new_tokens=args.max_new_tokens, variants=variants,
-                      base=dict(BASE, steps=args.steps), machine=machine, held_out=held_out)
+    runs = run_recipe(model, tok, data, Scoring(val, k=args.K, max_new_tokens=args.max_new_tokens), out,
+                      RecipePlan(variants=variants, base=dict(BASE, steps=args.steps), held_out=held_out),
+                      machine=machine)
     print(recipe_markdown(runs))
 
 

@@ -12,7 +12,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: conftest's tiny model
 from conftest import make_tiny_llama  # noqa: E402
 
-from peagle_lab.training import PackedRows, TrainConfig, Trainer, prepare_sequences  # noqa: E402
+from peagle_lab.training import PackedRows, TrainConfig, Trainer, TrainerOptions, prepare_sequences  # noqa: E402
 
 
 def main():
@@ -47,8 +47,8 @@ def main():
         return rows
 
     PackedRows.next_rows = spy
-    tr = Trainer(cfg, model, seqs, out_dir=Path(args.out) / "head", progress=False, verbose=False,
-                 resume=args.resume, overwrite=not args.resume)
+    tr = Trainer(cfg, model, seqs, options=TrainerOptions(out_dir=Path(args.out) / "head", resume=args.resume,
+                                                          overwrite=not args.resume, progress=False, verbose=False))
     tr.train(stop_after=args.stop_after)
     Path(args.out, f"rank{rank}.json").write_text(json.dumps(dict(
         world=tr.world, losses=[r["loss"] for r in tr.log], rows=seen, writes=writes, step=tr.step)))
