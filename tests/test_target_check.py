@@ -4,7 +4,6 @@ extracted from another target. And the one rule that picks the head for a target
 
 from __future__ import annotations
 
-import json
 
 import pytest
 import torch
