@@ -17,7 +17,8 @@ from ..timer import summarize, synchronize, time_once, time_repeated
 from .drafting import drafting_cost
 from .e2e import ASSISTED_NOT_RUN, end_to_end
 from .files import check_results_dir, committed_results, e2e_stem, load_results, result_suites, write_results
-from .inputs import fresh_head, head_description, load_head_or_fresh
+from ..drafter.heads import fresh_head, head_description
+from .inputs import load_head_or_fresh
 from .lossless import lossless_note, lossless_regime
 from .methods import Method, MethodRun, head_method, hf_method, plain_method, spec_stats_dict
 from .oracle import PRESETS, conditional_from_unconditional, constant_rate_for, oracle_method, oracle_rates
