@@ -19,7 +19,8 @@ from .e2e import ASSISTED_NOT_RUN, end_to_end
 from .files import check_results_dir, committed_results, e2e_stem, load_results, result_suites, write_results
 from ..drafter.heads import fresh_head, head_description
 from .inputs import load_head_or_fresh
-from .lossless import lossless_note, lossless_regime
+from ..decoding.divergence import lossless_regime
+from .lossless import lossless_note
 from .methods import Method, MethodRun, head_method, hf_method, plain_method, spec_stats_dict
 from .oracle import PRESETS, conditional_from_unconditional, constant_rate_for, oracle_method, oracle_rates
 from .suites import SUITES, chat_records, suite_list, suite_of, suite_prompts

@@ -9,11 +9,11 @@ from typing import Callable, Sequence
 
 import torch
 
-from ..decoding.divergence import BF16_TIE_ULPS, first_divergence
+from ..decoding.divergence import BF16_TIE_ULPS, first_divergence, lossless_regime
 from ..errors import PeagleError
 from ..decoding.target_runner import TargetRunner
 from .inputs import as_prompt_ids, describe_head
-from .lossless import lossless_note, lossless_regime, regime_label
+from .lossless import lossless_note, regime_label
 from .methods import Method, head_method, hf_method, plain_method, rounds_of
 from .oracle import ORACLE_LABEL, oracle_method, oracle_rates
 from .suites import DEFAULT_SUITE, suite_prompts
@@ -136,19 +136,12 @@ def end_to_end(model, tokenizer=None, *, parallel_head=None, sequential_head=Non
             if progress:
                 progress(f"end to end: repeat {r + 1}/{repeats}, prompt {i + 1}/{len(prompt_ids)}")
 
-    summary, profile = aggregate(methods, runs)
     regime = lossless_regime(dtype, device)
-
-    def ok(x):  # fp32 on a CPU: token for token; else identical, or first divergence at a near-tie of the plain run
-        if x["identical_to_reference"]:
-            return True
-        return regime != "exact" and x["divergence"] is not None and x["divergence"]["near_tie"]
-
-    lossless = {m.name: all(ok(x) for x in runs if x["method"] == m.name) for m in methods}
+    summary, profile = aggregate(methods, runs, regime)
+    lossless = {row["method"]: row["lossless"] for row in summary}
     for row in summary:
         rows = [x for x in runs if x["method"] == row["method"]]
         divs = [x["divergence"] for x in rows if x["divergence"] is not None]
-        row["lossless"] = lossless[row["method"]]
         row["lossless_regime"] = regime
         row["divergences"] = len(divs)
         row["max_divergence_margin"] = rounded(max(d["margin"] for d in divs), 5) if divs else None

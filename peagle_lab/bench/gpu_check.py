@@ -162,8 +162,7 @@ def stage_loop(out: Path, dry_run: bool, ks=range(1, 9), prompts: int = 3, new_t
     import torch
 
     from ..precision import dtype_name
-    from ..bench.lossless import lossless_regime
-    from ..decoding.divergence import first_divergence
+    from ..decoding.divergence import first_divergence, is_lossless, lossless_regime
     from ..decoding.draft_sources import HeadDrafter
     from ..drafter import PEagleConfig, PEagleDrafter
     from ..models import load_target
@@ -199,8 +198,9 @@ def stage_loop(out: Path, dry_run: bool, ks=range(1, 9), prompts: int = 3, new_t
                     if d is not None:
                         divs.append(dict(mode=mode, k=k, prompt=text[:30], **d.as_dict()))
         name = dtype_name(dtype)
-        result[name] = {"runs": rows, "regime": lossless_regime(dtype, dev), "divergences": divs,
-                        "near_ties_only": all(d["near_tie"] for d in divs)}
+        regime = lossless_regime(dtype, dev)
+        result[name] = {"runs": rows, "regime": regime, "divergences": divs,
+                        "near_ties_only": is_lossless(divs, regime)}
         del model, head, runner
     bad = [k for k, v in result.items() if not v["near_ties_only"]]
     if bad:

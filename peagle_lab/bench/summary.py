@@ -4,14 +4,17 @@ measured heads as points)."""
 
 from __future__ import annotations
 
+from ..decoding.divergence import is_lossless
 from ..timer import summarize
+from .lossless import run_divergence
 from .methods import Method
 from .record import rounded
 from .suites import suite_of
 
 
-def aggregate(methods: list[Method], runs: list[dict]):
-    """Per-method summary rows and per-round time profiles, from the per-run rows of ONE run."""
+def aggregate(methods: list[Method], runs: list[dict], regime: str):
+    """Per-method summary rows and per-round time profiles, from the per-run rows of ONE run; ``lossless``: the
+    verdict on each method's runs in ``regime`` (:func:`peagle_lab.decoding.divergence.is_lossless`)."""
     by = {m.name: [x for x in runs if x["method"] == m.name] for m in methods}
     plain = by["plain"]
     plain_tps = sum(x["new_tokens"] for x in plain) / sum(x["seconds"] for x in plain)
@@ -48,7 +51,7 @@ def aggregate(methods: list[Method], runs: list[dict]):
                "seconds": rounded(secs, 4), "tokens_per_s": rounded(tps, 3), "speedup": rounded(tps / plain_tps, 4),
                "speedup_median_per_prompt": rounded(sp["median"], 4), "speedup_iqr": rounded(sp["iqr"], 4),
                "decode_speedup": None,
-               "lossless": all(x["identical_to_reference"] for x in rows),
+               "lossless": is_lossless([run_divergence(x) for x in rows], regime),
                "identical_to_plain": all(x["identical_to_plain"] for x in rows)}
         stats = [x["stats"] for x in rows if x["stats"] and x["stats"].get("k")]
         if stats:  # our speculative loop: exact accounting from SpecStats' counts

@@ -8,8 +8,7 @@ import math
 
 from tqdm.auto import tqdm
 
-from ..bench.lossless import lossless_regime
-from ..decoding.divergence import first_divergence
+from ..decoding.divergence import first_divergence, is_lossless, lossless_regime
 from ..errors import PeagleError
 from ..precision import dtype_name
 from ..decoding.draft_sources import HeadDrafter
@@ -34,8 +33,9 @@ def evaluate_head(model, tokenizer, head: PEagleDrafter, prompts: list[str], ks=
     """Greedy speculative decoding of ``prompts`` (texts or prompt records, chat template) at every K in ``ks``;
     checks every output against plain greedy decoding: identical in float32 on a CPU; in bfloat16 / float16, and in
     float32 on a GPU, identical or diverging only at a near-tie (``divergence.tie_bound``; each divergence is
-    reported with its logit margin). A divergence beyond the bound raises :class:`NotLossless` with the numbers. Returns acceptance length per K (pooled over prompts: 1 + accepted / rounds)
-    and per-position acceptance ``P(slot j accepted | slots < j accepted)``.
+    reported with its logit margin). A divergence ``divergence.lossless_verdict`` refuses raises :class:`NotLossless`
+    with the numbers. Returns acceptance length per K (pooled over prompts: 1 + accepted / rounds) and per-position
+    acceptance ``P(slot j accepted | slots < j accepted)``.
 
     ``reference``: a dict reused across calls to keep the plain greedy outputs (one target pass per prompt
     instead of one per prompt and head). ``template``: the prompt layout (:func:`peagle_lab.prompts.template_ids`;
@@ -48,6 +48,7 @@ def evaluate_head(model, tokenizer, head: PEagleDrafter, prompts: list[str], ks=
     tokens, divergences = 0, []
     param = next(model.parameters())
     dtype, device = param.dtype, param.device
+    regime = lossless_regime(dtype, device)
     bar = tqdm(total=len(prompts) * (len(ks) + 1), desc=f"eval {drafter.mode}", disable=not progress)
     for item in prompts:  # a prompt text, or a prompt record (with a multi-turn history)
         text, history = record_messages(item)
@@ -66,7 +67,7 @@ def evaluate_head(model, tokenizer, head: PEagleDrafter, prompts: list[str], ks=
             res = speculative_generate(runner, drafter, ids, k, max_new_tokens, eos_ids=eos)
             if check_lossless and res.tokens != base:
                 div = first_divergence(res.tokens, plain, dtype, device)
-                if not div.near_tie:
+                if not is_lossless([div], regime):
                     raise NotLossless(div.message(f" at K={k} ({dtype_str(dtype)} on {device.type}) for prompt "
                                                   f"{text[:60]!r}") + ". Fix: report it with this line; "
                                       "`peagle-lab generate --check --dtype float32 --device cpu` reproduces a loop bug")
@@ -77,7 +78,7 @@ def evaluate_head(model, tokenizer, head: PEagleDrafter, prompts: list[str], ks=
     bar.close()
     return dict(
         mode=drafter.mode, prompts=len(prompts), max_new_tokens=max_new_tokens, new_tokens=tokens,
-        lossless=(True if lossless_regime(dtype, device) == "exact" else "near-tie") if check_lossless else None,
+        lossless=(True if regime == "exact" else "near-tie") if check_lossless else None,
         divergences=divergences,
         acceptance_length={k: round(per_k[k].acceptance_length, 4) for k in ks},
         # None: slot never reached (every earlier slot was rejected first)
