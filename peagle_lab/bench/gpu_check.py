@@ -360,6 +360,7 @@ def real_size_head(model, draft_vocab: int, k: int, device, dtype):
 def stage_timing(out: Path, dry_run: bool, ks=(1, 3, 5, 7, 8), repeats: int = 10, prompt_tokens: int = 512) -> dict:
     import torch
 
+    from ..bench.config import BenchConfig
     from ..bench.drafting import drafting_cost
     from ..precision import dtype_name
 
@@ -373,7 +374,8 @@ def stage_timing(out: Path, dry_run: bool, ks=(1, 3, 5, 7, 8), repeats: int = 10
     build_s = time.perf_counter() - t0
     gen = torch.Generator().manual_seed(0)
     prompt = torch.randint(10, shape["vocab_size"], (prompt_tokens,), generator=gen).tolist()
-    doc = drafting_cost(head, model, prompt_ids=prompt, ks=ks, repeats=repeats, warmup=2 if dry_run else 3)
+    cfg = BenchConfig(prompts=[prompt], draft_ks=list(ks), draft_repeats=repeats, draft_warmup=2 if dry_run else 3)
+    doc = drafting_cost(head, model, cfg)
     params = sum(p.numel() for p in model.parameters())
     doc["config"] |= {"target_shape": shape, "target_params": params, "dtype": dtype_name(dtype),
                       "build_s": round(build_s, 2), "weights": "random (meta init + to_empty)"}
