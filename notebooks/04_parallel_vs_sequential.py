@@ -147,7 +147,8 @@ for mode in ("parallel", "sequential"):
 DRAFT_KS = settings.pick(list(range(1, 11)), [1, 2, 4, 8])
 DRAFT_REPEATS = settings.pick(10, 5)
 
-dc = bench.drafting_cost(par_head, runner, prompt_ids=prompt, ks=DRAFT_KS, repeats=DRAFT_REPEATS)
+dc = bench.drafting_cost(par_head, runner, bench.BenchConfig(prompts=[prompt], draft_ks=DRAFT_KS,
+                                                             draft_repeats=DRAFT_REPEATS))
 print("hardware:", dc["env"]["hardware"], "| timer:", dc["env"]["timer"],
       "| load:", dc["env"]["loadavg_start"], "->", dc["env"]["loadavg_end"])
 display(Markdown(bench.format_table(dc["rows"], ["k", "parallel_ms", "parallel_iqr_ms", "sequential_ms",
@@ -180,8 +181,9 @@ MAX_NEW = settings.pick(48, 24)
 PAR_KS = settings.pick([1, 2, 4, 7], [1, 2, 4])
 SEQ_KS = settings.pick([1, 2, 3, 4], [1, 2])
 
-e2e = bench.end_to_end(model, tokenizer, parallel_head=par_head, sequential_head=seq_head, parallel_ks=PAR_KS,
-                       sequential_ks=SEQ_KS, n_prompts=N_PROMPTS, max_new_tokens=MAX_NEW, pld_ks=[10])
+E2E = bench.BenchConfig(ks_parallel=PAR_KS, ks_sequential=SEQ_KS, n_prompts=N_PROMPTS, max_new_tokens=MAX_NEW,
+                        pld_ks=[10], oracle_ks=[], repeats=1)
+e2e = bench.end_to_end(model, tokenizer, E2E, parallel_head=par_head, sequential_head=seq_head)
 print("hardware:", e2e["env"]["hardware"], "| load:", e2e["env"]["loadavg_start"], "->", e2e["env"]["loadavg_end"])
 display(Markdown(bench.format_table(e2e["methods"], [
     "method", "tokens_per_s", "speedup", "speedup_iqr", "acceptance_length", "decode_speedup", "ideal_speedup",

@@ -10,7 +10,7 @@ import torch
 
 from conftest import make_tiny_llama
 from peagle_lab import bench
-from peagle_lab.bench.cli import parse_ks
+from peagle_lab.bench.config import BenchConfig, parse_ks
 from peagle_lab.errors import PeagleError
 
 PROMPTS = [[5, 17, 33, 17, 33, 40, 41, 17, 33, 40], [9, 10, 11, 12, 9, 10, 11]]
@@ -30,8 +30,9 @@ def heads(target):
 
 @pytest.fixture(scope="module")
 def e2e(target, heads):
-    return bench.end_to_end(target, None, parallel_head=heads[0], sequential_head=heads[1], parallel_ks=[1, 3],
-                            sequential_ks=[2], prompts=PROMPTS, max_new_tokens=10, pld_ks=[3], eos_id=2)
+    cfg = BenchConfig(ks_parallel=[1, 3], ks_sequential=[2], prompts=PROMPTS, max_new_tokens=10, pld_ks=[3],
+                      oracle_ks=[], eos_id=2)
+    return bench.end_to_end(target, None, cfg, parallel_head=heads[0], sequential_head=heads[1])
 
 
 def test_summarize_gives_median_and_interquartile_range():
@@ -57,7 +58,8 @@ def test_environment_names_hardware_threads_versions_and_load():
 
 
 def test_drafting_cost_times_both_modes_per_k_and_records_the_environment(target, heads):
-    dc = bench.drafting_cost(heads[0], target, prompt_ids=PROMPTS[0], ks=[1, 3], repeats=3, warmup=1)
+    dc = bench.drafting_cost(heads[0], target, BenchConfig(prompts=PROMPTS[:1], draft_ks=[1, 3], draft_repeats=3,
+                                                           draft_warmup=1))
     assert [r["k"] for r in dc["rows"]] == [1, 3]
     for r in dc["rows"]:
         assert r["parallel_ms"] > 0 and r["sequential_ms"] > 0 and r["verify_ms"] > 0
@@ -106,8 +108,9 @@ def test_a_method_that_changes_the_output_is_flagged_as_not_lossless(target, hea
 
     bad = bench.Method("broken", "other", None, broken)
     with pytest.warns(UserWarning, match="LOSSLESSNESS BROKEN"):
-        res = bench.end_to_end(target, None, parallel_head=heads[0], parallel_ks=[2], prompts=PROMPTS[:1],
-                               max_new_tokens=8, pld_ks=[], hf_greedy=False, extra_methods=[bad], eos_id=2)
+        cfg = BenchConfig(ks_parallel=[2], prompts=PROMPTS[:1], max_new_tokens=8, pld_ks=[], oracle_ks=[],
+                          hf_greedy=False, eos_id=2)
+        res = bench.end_to_end(target, None, cfg, parallel_head=heads[0], extra_methods=[bad])
     assert res["all_lossless"] is False and res["lossless"]["broken"] is False
     assert res["lossless"]["p-eagle K=2"] is True
     assert any("LOSSLESSNESS BROKEN" in n for n in res["notes"])
@@ -115,7 +118,8 @@ def test_a_method_that_changes_the_output_is_flagged_as_not_lossless(target, hea
 
 
 def test_write_results_writes_json_csv_and_plots_that_load_back(tmp_path, e2e, target, heads):
-    dc = bench.drafting_cost(heads[0], target, prompt_ids=PROMPTS[0], ks=[1, 2], repeats=2, warmup=0)
+    dc = bench.drafting_cost(heads[0], target, BenchConfig(prompts=PROMPTS[:1], draft_ks=[1, 2], draft_repeats=2,
+                                                           draft_warmup=0))
     files = bench.write_results({"drafting_cost": dc, "end_to_end": e2e}, tmp_path)
     names = {p.name for p in files.values()}
     assert {"drafting_cost.json", "drafting_cost.csv", "end_to_end.json", "end_to_end.csv", "end_to_end_runs.csv",

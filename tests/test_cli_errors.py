@@ -110,9 +110,8 @@ def test_every_train_config_field_is_a_train_flag():
     import argparse
     import dataclasses
 
+    from peagle_lab.flags import add_config_flags, flag_field
     from peagle_lab.training import TrainConfig
-    from peagle_lab.training.cli import add_config_flags
-    from peagle_lab.training.config import flag_field
 
     dests = {a.dest for a in _train_parser().train._actions}
     assert {f.name for f in dataclasses.fields(TrainConfig)} <= dests  # `target` comes from --target
@@ -142,6 +141,80 @@ def test_train_flags_build_the_config_with_the_dataclass_defaults(tmp_path):
     assert (cfg.num_depths, cfg.time_budget_s, cfg.schedule, cfg.draft_vocab_size) == (4, 60.0, "time", None)
     assert (cfg.weight_decay, cfg.betas, cfg.tap_layers, cfg.freeze_lm_head, cfg.grad_clip) == (
         0.1, (0.8, 0.9), (1, 2, 3), True, 0.5)
+
+
+# ---- `peagle-lab bench`'s flags are made from BenchConfig's fields ----
+def _bench_parser():
+    import argparse
+
+    from peagle_lab.bench.cli import register_cli
+
+    ap = argparse.ArgumentParser(prog="peagle-lab")
+    sub = ap.add_subparsers()
+    register_cli(sub)
+    ap.bench = sub.choices["bench"]
+    return ap
+
+
+def test_every_bench_config_field_is_a_bench_flag():
+    import argparse
+    import dataclasses
+
+    from peagle_lab.bench.config import BenchConfig
+    from peagle_lab.flags import add_config_flags, flag_field
+
+    dests = {a.dest for a in _bench_parser().bench._actions}
+    fields = dataclasses.fields(BenchConfig)
+    assert {f.name for f in fields if f.metadata.get("cli", True)} <= dests
+    # no flag of its own: the target options every command shares, and the settings only Python passes
+    assert {f.name for f in fields if not f.metadata.get("cli", True)} - dests == {
+        "prompts", "eos_id", "hf_greedy", "warmup", "draft_warmup", "new_slots", "verify"}
+
+    @dataclasses.dataclass
+    class Wider(BenchConfig):  # a new field is a new flag, with no second edit
+        temperature: float = flag_field(0.0, "a new setting")
+
+    p = argparse.ArgumentParser()
+    add_config_flags(p, Wider)
+    assert p.parse_args(["--temperature", "0.5"]).temperature == 0.5
+    assert "a new setting" in p.format_help()
+
+
+def test_bench_flags_build_the_config_with_the_dataclass_defaults(monkeypatch):
+    from dataclasses import asdict
+
+    from peagle_lab.bench.cli import config_from_args
+    from peagle_lab.bench.config import FULL, QUICK, BenchConfig
+
+    monkeypatch.delenv("PEAGLE_CI", raising=False)
+    parse = _bench_parser().parse_args
+    cfg = config_from_args(parse(["bench"]))
+    assert asdict(cfg) == asdict(BenchConfig())
+    assert (cfg.ks_parallel, cfg.n_prompts, cfg.draft_repeats) == (tuple(FULL["ks_parallel"]), 24, 15)
+    cfg = config_from_args(parse(["bench", "--quick", "-n", "3", "--ks-parallel", "1-3,6", "--oracle-ks", "none",
+                                  "--skip-drafting", "--no-plots", "--target", "t", "--dtype", "float32"]))
+    assert (cfg.quick, cfg.n_prompts, cfg.ks_parallel, cfg.oracle_ks) == (True, 3, (1, 2, 3, 6), ())
+    assert (cfg.ks_sequential, cfg.max_new_tokens) == (tuple(QUICK["ks_sequential"]), QUICK["max_new_tokens"])
+    assert (cfg.skip_drafting, cfg.no_plots, cfg.target, cfg.dtype) == (True, True, "t", "float32")
+    assert config_from_args(parse(["bench", "--ci"])).quick
+    monkeypatch.setenv("PEAGLE_CI", "1")  # CI sizes without the flag
+    assert asdict(config_from_args(parse(["bench"]))) == asdict(BenchConfig(quick=True))
+
+
+@pytest.mark.parametrize("settings, message", [
+    (dict(repeats=0), r"repeats must be an integer >= 1.*--repeats"),
+    (dict(n_prompts=0), r"n_prompts must be an integer >= 1.*-n/--n-prompts"),
+    (dict(ks_parallel=[0, 2]), r"ks_parallel must hold integers >= 1.*--ks-parallel"),
+    (dict(new_slots=0), r"new_slots must be an integer >= 1.*BenchConfig\(new_slots=...\)"),
+    (dict(suite="mtbench"), "Unknown suite 'mtbench'"),
+    (dict(oracle_accept="1.7"), "--oracle-accept '1.7'"),
+    (dict(skip_drafting=True, skip_e2e=True), "leave nothing to measure"),
+    (dict(parallel_head="none"), "needs a parallel head")])
+def test_a_bench_config_that_measures_nothing_is_refused_when_made(settings, message):
+    from peagle_lab.bench.config import BenchConfig
+
+    with pytest.raises(PeagleError, match=message):
+        BenchConfig(**settings)
 
 
 def test_shipped_training_commands_rebuild_their_recorded_config():

@@ -84,14 +84,16 @@ def test_the_bench_shows_the_oracle_beside_the_real_heads(target):
     torch.manual_seed(0)
     head = bench.fresh_head(target, "parallel", mask_token_id=3)
     prompts = [make_random_ids(length=8, seed=s)[0].tolist() for s in range(2)]
-    e2e = bench.end_to_end(target, None, parallel_head=head, parallel_ks=[3], prompts=prompts, max_new_tokens=30,
-                           pld_ks=[], hf_greedy=False, oracle_ks=[3], oracle_accept="0.9", eos_id=None)
+    e2e = bench.end_to_end(target, None, bench.BenchConfig(ks_parallel=[3], prompts=prompts, max_new_tokens=30,
+                                                           pld_ks=[], hf_greedy=False, oracle_ks=[3],
+                                                           oracle_accept="0.9"), parallel_head=head)
     row = next(m for m in e2e["methods"] if m["family"] == "oracle")
     assert row["method"] == "oracle (acceptance 0.9) K=3" and row["lossless"] is True
     assert row["acceptance_length"] > next(m for m in e2e["methods"] if m["family"] == "p-eagle")["acceptance_length"]
     assert e2e["config"]["oracle_rates"] == [0.9] and e2e["config"]["oracle_ks"] == [3]
-    paper = bench.end_to_end(target, None, parallel_head=head, parallel_ks=[2], prompts=prompts[:1],
-                             max_new_tokens=12, pld_ks=[], hf_greedy=False, oracle_ks=[2], eos_id=None)
+    paper = bench.end_to_end(target, None, bench.BenchConfig(ks_parallel=[2], prompts=prompts[:1], max_new_tokens=12,
+                                                             pld_ks=[], hf_greedy=False, oracle_ks=[2]),
+                             parallel_head=head)
     assert any(m["method"] == "oracle (paper's acceptance) K=2" for m in paper["methods"])
 
 

@@ -206,3 +206,24 @@ def test_agreement_of_engines_is_identical_or_near_ties_only():
     assert not agreement([[[5, 6, 7]], [[5, 9, 7]]], [plain], torch.float32, "cpu")["near_ties_only"]
     bug = agreement([[[5, 6, 7]], [[5, 6, 1]]], [plain], torch.float32, "cuda")
     assert not bug["near_ties_only"] and "NOT only near-ties" in bug["note"]
+
+
+def test_one_lossless_verdict_for_every_claim():
+    from peagle_lab.bench.lossless import lossless_note, run_divergence
+    from peagle_lab.decoding.divergence import (LOSSLESS, NEAR_TIES_ONLY, NOT_LOSSLESS, is_lossless, lossless_regime,
+                                                lossless_verdict)
+
+    tie, bug = Divergence(3, 0.0, 0.25, 7, 8), {"near_tie": False, "margin": 2.0}
+    assert lossless_regime(torch.float32, "cpu") == "exact" and lossless_regime(torch.bfloat16, "cpu") == "near-tie"
+    assert lossless_regime(torch.float32, "cuda") == "near-tie"
+    assert lossless_verdict([None, None], "exact") == lossless_verdict([], "near-tie") == LOSSLESS
+    assert lossless_verdict([None, tie], "near-tie") == NEAR_TIES_ONLY
+    assert lossless_verdict([tie.as_dict()], "near-tie") == NEAR_TIES_ONLY  # a result file's record reads the same
+    assert lossless_verdict([tie], "exact") == NOT_LOSSLESS  # fp32 on a CPU: token for token
+    assert lossless_verdict([tie, bug], "near-tie") == NOT_LOSSLESS and not is_lossless([bug], "near-tie")
+    # an end-to-end run row: its reference decides identity, its divergence from plain greedy the near-tie
+    assert run_divergence({"identical_to_reference": True, "divergence": bug}) is None
+    assert run_divergence({"identical_to_reference": False, "divergence": None}) == {"near_tie": False}
+    assert lossless_note("exact", 2, [tie.as_dict()]) == "exact: 1/2 outputs DIFFER"
+    assert lossless_note("near-tie", 2, [tie.as_dict()]).endswith("largest margin 0")
+    assert lossless_note("near-tie", 2, [bug | {"near_tie": False}]).endswith("(NOT a near-tie)")

@@ -6,19 +6,23 @@ rotating order), so drift in the machine's speed hits all of them alike, and eve
 decoding measured in the same run; every speculative output compared with plain greedy token for token; every
 result carries its environment record (``record``). Timers: :mod:`peagle_lab.timer`.
 
-One concept per module: ``inputs`` (prompts, heads), ``suites`` (the prompt suites: code, chat), ``drafting``
+One concept per module: ``config`` (:class:`BenchConfig`, the settings of a run, its flags and sizes),
+``inputs`` (prompts, heads), ``suites`` (the prompt suites: code, chat), ``drafting``
 (drafting cost), ``methods``, ``oracle`` (the engine at a published acceptance) and ``e2e`` (end to end),
 ``lossless``, ``summary``, ``files``, ``readme``, ``plots``, ``suite``
 (all of it), ``cli`` (``peagle-lab bench``).
 """
 
 from ..jsonsafe import json_safe
+from .config import FULL, QUICK, BenchConfig
 from ..timer import summarize, synchronize, time_once, time_repeated
 from .drafting import drafting_cost
 from .e2e import ASSISTED_NOT_RUN, end_to_end
 from .files import check_results_dir, committed_results, e2e_stem, load_results, result_suites, write_results
-from .inputs import fresh_head, head_description, load_head_or_fresh
-from .lossless import lossless_note, lossless_regime
+from ..drafter.heads import fresh_head, head_description
+from .inputs import load_head_or_fresh
+from ..decoding.divergence import lossless_regime
+from .lossless import lossless_note
 from .methods import Method, MethodRun, head_method, hf_method, plain_method, spec_stats_dict
 from .oracle import PRESETS, conditional_from_unconditional, constant_rate_for, oracle_method, oracle_rates
 from .suites import SUITES, chat_records, suite_list, suite_of, suite_prompts
@@ -27,5 +31,5 @@ from .plots import (draw_plots, plot_acceptance, plot_break_even, plot_drafting_
 from .readme import format_table, results_readme
 from ..environment import environment
 from .record import SCHEMA, finish_environment
-from .suite import FULL, QUICK, run_benchmark
+from .suite import run_benchmark
 from .summary import aggregate, break_even_inputs, headline, hosts_table, speedup_model, verify_and_draft_ratio

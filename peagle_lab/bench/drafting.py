@@ -5,7 +5,7 @@ scale; the calls are interleaved within every repeat."""
 from __future__ import annotations
 
 import statistics
-from typing import Callable, Sequence
+from typing import Callable
 
 import torch
 
@@ -15,46 +15,42 @@ from ..decoding.sampling import Sampling
 from ..decoding.slots import Slots
 from ..decoding.target_runner import TargetRunner
 from ..timer import summarize, time_once
+from .config import BenchConfig
 from .inputs import as_prompt_ids, default_prompt_ids, describe_head, model_of, target_runner
 from ..environment import environment
 from .record import SCHEMA, finish_environment, rounded
 
 
 @torch.no_grad()
-def drafting_cost(head, runner_or_model, prompt_ids=None, tokenizer=None, ks: Sequence[int] = range(1, 11),
-                  repeats: int = 20, warmup: int = 3, new_slots: int = 2, verify: bool = True,
+def drafting_cost(head, runner_or_model, cfg: BenchConfig, tokenizer=None,
                   progress: Callable[[str], None] | None = None) -> dict:
-    """Per-round drafter latency: parallel (ONE pass over ``new_slots`` + K-1 mask slots) vs sequential (K passes).
+    """Per-round drafter latency: parallel (ONE pass over ``cfg.new_slots`` + K-1 mask slots) vs sequential (K
+    passes), for each K in ``cfg.draft_ks``.
 
-    Realistic context: the target prefills a real prompt (HumanEval 0 by default), the drafter's cache holds
-    that prompt, and one timed round is ``propose()`` with the last ``new_slots`` context slots as "newly
-    committed" (what a round sees after ~1 accepted draft), exactly as the speculative loop calls it. Parallel
-    and sequential calls (and, with ``verify``, the target's verification of K+1 tokens) are interleaved within
-    every repeat, in alternating order. Returns a dict with per-K summaries and ``ratio_seq_over_par``.
+    Realistic context: the target prefills a real prompt (the first of ``cfg.prompts``, else HumanEval 0), the
+    drafter's cache holds that prompt, and one timed round is ``propose()`` with the last ``cfg.new_slots`` context
+    slots as "newly committed" (what a round sees after ~1 accepted draft), exactly as the speculative loop calls
+    it. After ``cfg.draft_warmup`` untimed rounds per K, ``cfg.draft_repeats`` repeats: parallel and sequential
+    calls (and, with ``cfg.verify``, the target's verification of K+1 tokens) interleaved within every repeat, in
+    alternating order. Returns a dict with per-K summaries and ``ratio_seq_over_par``.
     """
     model = model_of(runner_or_model)
     runner = runner_or_model if isinstance(runner_or_model, TargetRunner) else target_runner(model, head)
     device = runner.device
-    dtype = next(head.parameters()).dtype
-    env = environment(device, dtype)
-    if prompt_ids is None:
-        prompt_ids = default_prompt_ids(tokenizer, 1)[0]
-    prompt = as_prompt_ids([prompt_ids], tokenizer)[0]
-    ks = [int(k) for k in ks]
-    if not ks or min(ks) < 1:
-        raise PeagleError(f"ks must be a non-empty list of K >= 1, got {ks}.")
-    if not 1 <= new_slots < len(prompt):
+    env = environment(device, next(head.parameters()).dtype)
+    prompt = as_prompt_ids(cfg.prompts[:1] if cfg.prompts else default_prompt_ids(tokenizer, 1), tokenizer)[0]
+    ks, new_slots, verify = list(cfg.draft_ks), cfg.new_slots, cfg.verify
+    if not new_slots < len(prompt):
         raise PeagleError(f"new_slots={new_slots} must be in [1, prompt length {len(prompt)}).")
     draft_fn, verify_fn = _round_fns(head, runner, prompt, new_slots)
-    samples, vsamples, step_samples = _time_rounds(draft_fn, verify_fn, ks, repeats, warmup, verify, device,
-                                                   progress)
+    samples, vsamples, step_samples = _time_rounds(draft_fn, verify_fn, ks, cfg, device, progress)
     runner.reset()
     start = len(prompt) - new_slots  # the drafter's cache holds the slots before the newly committed ones
 
     rows = [_row(k, samples, vsamples, step_samples, verify) for k in ks]
     out = {
         "schema": SCHEMA, "kind": "drafting_cost", "env": finish_environment(env),
-        "config": {"ks": ks, "repeats": repeats, "warmup": warmup, "new_slots": new_slots,
+        "config": {"ks": ks, "repeats": cfg.draft_repeats, "warmup": cfg.draft_warmup, "new_slots": new_slots,
                    "prompt_tokens": len(prompt), "drafter_cache_slots": start,
                    "head": describe_head(head),
                    "target_layers": model.config.num_hidden_layers},
@@ -96,9 +92,10 @@ def _round_fns(head, runner, prompt, new_slots):
     return draft_fn, verify_fn
 
 
-def _time_rounds(draft_fn, verify_fn, ks, repeats, warmup, verify, device, progress):
+def _time_rounds(draft_fn, verify_fn, ks, cfg: BenchConfig, device, progress):
     """Interleaved timings: ``{(mode, k): [s]}`` per drafting round, ``{k: [s]}`` per verification of K+1
     tokens, ``[s]`` per plain decode step (the order of the two modes alternates)."""
+    repeats, warmup, verify = cfg.draft_repeats, cfg.draft_warmup, cfg.verify
     samples = {(m, k): [] for m in ("parallel", "sequential") for k in ks}
     vsamples, step_samples = {k: [] for k in ks}, []
     for k in ks:  # warm-up

@@ -162,8 +162,7 @@ def stage_loop(out: Path, dry_run: bool, ks=range(1, 9), prompts: int = 3, new_t
     import torch
 
     from ..precision import dtype_name
-    from ..bench.lossless import lossless_regime
-    from ..decoding.divergence import first_divergence
+    from ..decoding.divergence import first_divergence, is_lossless, lossless_regime
     from ..decoding.draft_sources import HeadDrafter
     from ..drafter import PEagleConfig, PEagleDrafter
     from ..models import load_target
@@ -199,8 +198,9 @@ def stage_loop(out: Path, dry_run: bool, ks=range(1, 9), prompts: int = 3, new_t
                     if d is not None:
                         divs.append(dict(mode=mode, k=k, prompt=text[:30], **d.as_dict()))
         name = dtype_name(dtype)
-        result[name] = {"runs": rows, "regime": lossless_regime(dtype, dev), "divergences": divs,
-                        "near_ties_only": all(d["near_tie"] for d in divs)}
+        regime = lossless_regime(dtype, dev)
+        result[name] = {"runs": rows, "regime": regime, "divergences": divs,
+                        "near_ties_only": is_lossless(divs, regime)}
         del model, head, runner
     bad = [k for k, v in result.items() if not v["near_ties_only"]]
     if bad:
@@ -360,6 +360,7 @@ def real_size_head(model, draft_vocab: int, k: int, device, dtype):
 def stage_timing(out: Path, dry_run: bool, ks=(1, 3, 5, 7, 8), repeats: int = 10, prompt_tokens: int = 512) -> dict:
     import torch
 
+    from ..bench.config import BenchConfig
     from ..bench.drafting import drafting_cost
     from ..precision import dtype_name
 
@@ -373,7 +374,8 @@ def stage_timing(out: Path, dry_run: bool, ks=(1, 3, 5, 7, 8), repeats: int = 10
     build_s = time.perf_counter() - t0
     gen = torch.Generator().manual_seed(0)
     prompt = torch.randint(10, shape["vocab_size"], (prompt_tokens,), generator=gen).tolist()
-    doc = drafting_cost(head, model, prompt_ids=prompt, ks=ks, repeats=repeats, warmup=2 if dry_run else 3)
+    cfg = BenchConfig(prompts=[prompt], draft_ks=list(ks), draft_repeats=repeats, draft_warmup=2 if dry_run else 3)
+    doc = drafting_cost(head, model, cfg)
     params = sum(p.numel() for p in model.parameters())
     doc["config"] |= {"target_shape": shape, "target_params": params, "dtype": dtype_name(dtype),
                       "build_s": round(build_s, 2), "weights": "random (meta init + to_empty)"}
@@ -404,7 +406,7 @@ def run_stage(name: str, out: Path, dry_run: bool, extra: dict) -> int:
     return 0 if ok else 1
 
 
-def main(argv=None) -> int:
+def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="gpu_check", description=__doc__.split("\n\n")[0])
     p.add_argument("--dry-run", action="store_true", default=os.environ.get("PEAGLE_GPU_DRY_RUN") == "1",
                    help="the same stages on the CPU at tiny sizes (also PEAGLE_GPU_DRY_RUN=1)")
@@ -417,7 +419,11 @@ def main(argv=None) -> int:
                    help=f"seconds for all stages together (default {TOTAL_BUDGET_S}; x{DRY_RUN_SLACK} for a dry run)")
     p.add_argument("--in-process", action="store_true",
                    help="run the stages one after the other in this process (no per-stage time limit; the dry-run test)")
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv=None) -> int:
+    args = _parser().parse_args(argv)
     if args.budget is None:
         args.budget = TOTAL_BUDGET_S * (DRY_RUN_SLACK if args.dry_run else 1)
     if args.run_notebook:
@@ -429,68 +435,78 @@ def main(argv=None) -> int:
              "pytest_args": shlex.split(args.pytest_args) if args.pytest_args else None}
     if args.stage:
         return run_stage(args.stage, out, args.dry_run, extra)
-
     names = [s for s in args.stages.split(",") if s]
     unknown = sorted(set(names) - set(STAGES))
     if unknown:
         print(f"gpu_check: error: unknown stages {unknown}. Fix: --stages from {','.join(STAGES)}", file=sys.stderr)
         return 2
+    return _run_stages(names, out, args, extra)
+
+
+def _run_stages(names: list[str], out: Path, args, extra: dict) -> int:
+    """The stages in turn, each within its limit and what is left of ``args.budget`` (in this process with
+    ``--in-process``, else each in its own): progress to stdout and ``OUT/gpu_check.log``, the summary to
+    ``OUT/results.json``."""
     start = time.monotonic()
-    log = open(out / "gpu_check.log", "a")
     summary = {"out": str(out), "dry_run": args.dry_run, "budget_s": args.budget, "stages": {}}
+    with open(out / "gpu_check.log", "a") as log:
+        def say(msg):
+            line = f"[gpu_check {time.monotonic() - start:6.1f} s] {msg}"
+            print(line, flush=True)
+            log.write(line + "\n")
+            log.flush()
 
-    def say(msg):
-        line = f"[gpu_check {time.monotonic() - start:6.1f} s] {msg}"
-        print(line, flush=True)
-        log.write(line + "\n")
-        log.flush()
-
-    for name in names:
-        left = args.budget - (time.monotonic() - start)
-        limit = min(STAGES[name] * (DRY_RUN_SLACK if args.dry_run else 1), left)
-        if limit < 5:
-            summary["stages"][name] = {"ok": False, "error": "not run: the total time budget is spent"}
-            say(f"{name}: not run (budget spent)")
-            continue
-        say(f"{name}: start (limit {limit:.0f} s)")
-        path = out / f"{name}.json"
-        if args.in_process:
-            run_stage(name, out, args.dry_run, extra)
-            doc = json.loads(path.read_text())
+        for name in names:
+            left = args.budget - (time.monotonic() - start)
+            limit = min(STAGES[name] * (DRY_RUN_SLACK if args.dry_run else 1), left)
+            if limit < 5:
+                summary["stages"][name] = {"ok": False, "error": "not run: the total time budget is spent"}
+                say(f"{name}: not run (budget spent)")
+                continue
+            say(f"{name}: start (limit {limit:.0f} s)")
+            if args.in_process:
+                run_stage(name, out, args.dry_run, extra)
+                doc = json.loads((out / f"{name}.json").read_text())
+            else:
+                doc = _run_stage_process(name, out, args, limit, log)
             summary["stages"][name] = {k: doc.get(k) for k in ("ok", "seconds", "error")}
             say(f"{name}: {'ok' if doc['ok'] else 'FAILED: ' + str(doc['error'])[:200]} ({doc['seconds']} s)")
-            continue
-        cmd = [sys.executable, "-m", "peagle_lab.bench.gpu_check", "--stage", name, *(["--dry-run"] if args.dry_run
-                                                                                      else [])]
-        if args.notebooks_dir:
-            cmd += ["--notebooks-dir", args.notebooks_dir]
-        if args.pytest_args:
-            cmd += ["--pytest-args", args.pytest_args]
-        env = dict(os.environ, OUT=str(out),
-                   PYTHONPATH=os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]))
-        t0 = time.monotonic()
-        path.unlink(missing_ok=True)  # what the stage writes now, never an earlier run's
-        try:
-            proc = subprocess.run(cmd, cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, timeout=limit)
-            rc = proc.returncode
-        except subprocess.TimeoutExpired:
-            rc = "timeout"
-        doc = json.loads(path.read_text()) if path.exists() else None
-        if rc == "timeout" or doc is None:
-            partial = out / f"{name}-partial.json"
-            doc = {"stage": name, "ok": False, "seconds": round(time.monotonic() - t0, 1),
-                   "result": json.loads(partial.read_text()) if partial.exists() else None,
-                   "error": f"timed out after {limit:.0f} s" if rc == "timeout" else f"exit {rc}, no result"}
-            _write(path, doc)
-        summary["stages"][name] = {k: doc.get(k) for k in ("ok", "seconds", "error")}
-        say(f"{name}: {'ok' if doc['ok'] else 'FAILED: ' + str(doc['error'])[:200]} ({doc['seconds']} s)")
-    summary["total_s"] = round(time.monotonic() - start, 1)
-    summary["ok"] = all(s.get("ok") for s in summary["stages"].values())
-    _write(out / "results.json", summary)
-    say(f"done in {summary['total_s']} s: {'all stages ok' if summary['ok'] else 'some stages FAILED'}; "
-        f"results in {out}")
-    log.close()
+        summary["total_s"] = round(time.monotonic() - start, 1)
+        summary["ok"] = all(s.get("ok") for s in summary["stages"].values())
+        _write(out / "results.json", summary)
+        say(f"done in {summary['total_s']} s: {'all stages ok' if summary['ok'] else 'some stages FAILED'}; "
+            f"results in {out}")
     return 0 if summary["ok"] else 1
+
+
+def _run_stage_process(name: str, out: Path, args, limit: float, log) -> dict:
+    """Stage ``name`` in a process of its own, killed after ``limit`` seconds, its output into ``log``: the
+    stage's ``OUT/<name>.json`` document (for a stage that timed out or wrote none, one saying so, with its
+    ``<name>-partial.json`` rows when it kept some)."""
+    cmd = [sys.executable, "-m", "peagle_lab.bench.gpu_check", "--stage", name, *(["--dry-run"] if args.dry_run
+                                                                                  else [])]
+    if args.notebooks_dir:
+        cmd += ["--notebooks-dir", args.notebooks_dir]
+    if args.pytest_args:
+        cmd += ["--pytest-args", args.pytest_args]
+    env = dict(os.environ, OUT=str(out),
+               PYTHONPATH=os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]))
+    t0 = time.monotonic()
+    path = out / f"{name}.json"
+    path.unlink(missing_ok=True)  # what the stage writes now, never an earlier run's
+    try:
+        proc = subprocess.run(cmd, cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, timeout=limit)
+        rc = proc.returncode
+    except subprocess.TimeoutExpired:
+        rc = "timeout"
+    doc = json.loads(path.read_text()) if path.exists() else None
+    if rc == "timeout" or doc is None:
+        partial = out / f"{name}-partial.json"
+        doc = {"stage": name, "ok": False, "seconds": round(time.monotonic() - t0, 1),
+               "result": json.loads(partial.read_text()) if partial.exists() else None,
+               "error": f"timed out after {limit:.0f} s" if rc == "timeout" else f"exit {rc}, no result"}
+        _write(path, doc)
+    return doc
 
 
 if __name__ == "__main__":

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import torch
 
-from ..drafter import PEagleConfig, PEagleDrafter
 from ..errors import PeagleError
 from ..prompts import chat_ids, humaneval_prompts
 from ..decoding.target_runner import TargetRunner
-from ..drafter.vocab import mask_token_id_for
+from ..drafter.heads import head_description, head_for_target
 
 
 def model_of(runner_or_model):
@@ -45,42 +44,16 @@ def as_prompt_ids(prompts, tokenizer) -> list[list[int]]:
     return out
 
 
-def head_description(head, source: str) -> dict:
-    """What a result records of a head: where it came from, its mode, shape, trained K, taps and mask token."""
-    c = head.config
-    return {"source": source, "mode": c.mode, "num_hidden_layers": c.num_hidden_layers,
-            "trained_k": c.num_speculative_tokens, "draft_vocab_size": c.draft_vocab_size,
-            "taps": list(c.aux_hidden_state_layer_ids), "mask_token_id": c.mask_token_id,
-            "params": sum(p.numel() for p in head.parameters())}
-
-
 def describe_head(head):
     """:func:`head_description` of a head given to a measurement (None for no head)."""
     return None if head is None else head_description(head, getattr(head, "_bench_source", "given"))
 
 
-def fresh_head(model, mode: str = "parallel", mask_token_id: int | None = None, num_hidden_layers: int = 1,
-               tokenizer=None):
-    """An UNTRAINED head shaped for ``model`` (target embeddings, norm and lm_head; random layers). Its drafting
-    cost is that of a trained head of the same shape; its acceptance is not.
-
-    ``mask_token_id``: default :func:`peagle_lab.drafter.vocab.mask_token_id_for` (picked from ``tokenizer``, or
-    from the tokenizer saved beside the model), as training picks it."""
-    if mask_token_id is None:
-        mask_token_id = mask_token_id_for(model, tokenizer, untrained=True)
-    cfg = PEagleConfig.from_target(model.config, mask_token_id=mask_token_id, mode=mode,
-                                   num_hidden_layers=num_hidden_layers)
-    device = next(model.parameters()).device
-    return PEagleDrafter(cfg).init_from_target(model).to(device).eval()
-
-
 def load_head_or_fresh(kind_or_path, model, mode: str | None = None, tokenizer=None, allow_fresh: bool = True):
-    """``(head, description)``: :func:`peagle_lab.heads.head_for_target` (the shipped head when it fits the target,
-    else the one trained here for it, else, with ``allow_fresh``, a freshly initialised untrained one).
+    """``(head, description)``: :func:`peagle_lab.drafter.heads.head_for_target` (the shipped head when it fits
+    the target, else the one trained here for it, else, with ``allow_fresh``, a freshly initialised untrained one).
 
     ``kind_or_path``: ``'parallel'`` / ``'sequential'``, a directory, or ``'fresh'``. ``tokenizer`` picks a fresh
     head's mask token (default: the tokenizer saved beside the model).
     """
-    from ..drafter.heads import head_for_target
-
     return head_for_target(kind_or_path, model, tokenizer=tokenizer, mode=mode, allow_fresh=allow_fresh)

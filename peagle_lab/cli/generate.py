@@ -7,8 +7,8 @@ import sys
 from pathlib import Path
 
 from .. import validate
-from ..bench.lossless import lossless_note, lossless_regime, regime_label
-from ..decoding.divergence import first_divergence
+from ..bench.lossless import lossless_note, regime_label
+from ..decoding.divergence import first_divergence, is_lossless, lossless_regime
 from ..decoding.draft_sources import HeadDrafter
 from ..drafter.checkpoint import check_head_dir
 from ..drafter.heads import SHIPPED, head_for_target
@@ -89,7 +89,7 @@ def run(args):
             report["identical_to_plain_greedy"] = base.tokens == res.tokens
             report["lossless_regime"] = regime
             report["divergence"] = div.as_dict() if div else None
-            report["lossless"] = div is None or (regime != "exact" and div.near_tie)
+            report["lossless"] = is_lossless([div], regime)
             report["lossless_note"] = lossless_note(regime, 1, [div.as_dict()] if div else [],
                                                      regime_label(model.dtype, runner.device))
             report["plain_tokens_per_s"] = round(base.tokens_per_s, 2)

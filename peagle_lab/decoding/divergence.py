@@ -15,6 +15,9 @@ GPU: cuBLAS picks other kernels (tiling, split-K reductions) for 1 row and for K
 differ in their last bits and a near-exact tie may flip. There a divergence counts as a near-tie up to
 FP32_GPU_TIE_RELATIVE of the top logit (2**-11: 0.016 logits at |z| = 32, far below the margins of several logits at
 which a wrong acceptance rule diverges); every divergence is reported with its margin either way.
+
+:func:`lossless_verdict` is the one rule every lossless claim (the benchmark, ``generate --check``, head
+evaluation, the explorer, the GPU check, engine agreement) is made with.
 """
 
 from __future__ import annotations
@@ -29,6 +32,16 @@ from ..errors import PeagleError
 BF16_TIE_ULPS = 4
 FP32_GPU_TIE_RELATIVE = 2.0 ** -11
 _SIGNIFICANT_BITS = {torch.bfloat16: 8, torch.float16: 11}
+
+
+LOSSLESS, NEAR_TIES_ONLY, NOT_LOSSLESS = "lossless", "near-ties only", "not lossless"
+
+
+def lossless_regime(dtype, device="cpu") -> str:
+    """``exact`` (fp32 on a CPU: token for token) or ``near-tie`` (bf16 / fp16, and fp32 on a GPU: divergences only
+    where the plain run's top-2 logits are within the bound of :func:`tie_bound`)."""
+    exact = dtype in (torch.float32, torch.float64) and torch.device(device).type == "cpu"
+    return "exact" if exact else "near-tie"
 
 
 def tie_bound(dtype, top_logit: float, device="cpu") -> float:
@@ -66,6 +79,24 @@ class Divergence:
                 "near_tie": self.near_tie, "token": self.got, "plain_token": self.plain}
 
 
+def lossless_verdict(divergences, regime: str) -> str:
+    """Whether the runs of one method are lossless: ``divergences`` holds, per run, None where its output equals its
+    reference, else its first divergence from plain greedy (a :class:`Divergence` or its ``as_dict()``); ``regime``
+    is :func:`lossless_regime`'s. ``LOSSLESS``: every output identical; ``NEAR_TIES_ONLY``: in the ``near-tie``
+    regime, every divergence at a near-tie of the plain run; ``NOT_LOSSLESS``: any divergence in the ``exact``
+    regime, or one that is no near-tie."""
+    found = [d for d in divergences if d is not None]
+    if not found:
+        return LOSSLESS
+    near_ties = all(d.near_tie if isinstance(d, Divergence) else d["near_tie"] for d in found)
+    return NEAR_TIES_ONLY if regime != "exact" and near_ties else NOT_LOSSLESS
+
+
+def is_lossless(divergences, regime: str) -> bool:
+    """:func:`lossless_verdict` is ``LOSSLESS`` or ``NEAR_TIES_ONLY``."""
+    return lossless_verdict(divergences, regime) != NOT_LOSSLESS
+
+
 def first_divergence(tokens, plain, dtype, device="cpu") -> Divergence | None:
     """Where ``tokens`` first differ from the plain greedy run ``plain`` (a ``speculative.GenerationResult``;
     None when identical), with the plain run's logit margin there and the near-tie bound of ``dtype`` on
@@ -89,13 +120,13 @@ def agreement(output_sets, plains, dtype, device="cpu") -> dict:
 
     ``output_sets``: one list of token lists per run, prompt by prompt; ``plains``: our plain greedy
     ``GenerationResult`` of each prompt (with its logit margins). ``identical``: every run gives the same tokens
-    for every prompt. Otherwise each output is held against our plain run by the near-tie rule of ``dtype`` on
-    ``device`` (:func:`tie_bound`): ``near_ties_only`` when every divergence lies within the bound; ``note`` says
-    it in one line with the largest margin."""
+    for every prompt. Otherwise each output is held against our plain run by :func:`lossless_verdict` in the regime
+    of ``dtype`` on ``device``: ``near_ties_only`` when it holds; ``note`` says it in one line with the largest
+    margin."""
     identical = all(run[i] == output_sets[0][i] for run in output_sets for i in range(len(plains)))
     divs = [d for run in output_sets for toks, plain in zip(run, plains)
             if (d := first_divergence(toks, plain, dtype, device)) is not None]
-    ok = all(d.near_tie for d in divs)
+    ok = is_lossless(divs, lossless_regime(dtype, device))
     if identical:
         note = "identical"
     elif not divs:

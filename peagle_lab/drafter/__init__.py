@@ -6,7 +6,7 @@
 * :mod:`.checkpoint`: ``save_pretrained`` / ``from_pretrained`` in vLLM's eagle3 names (docs/checkpoint-format.md);
 * :mod:`.context`: the ``mask_hidden='context'`` variant at inference (:func:`drafting_head`);
 * :mod:`.vocab`: the draft vocabulary (``d2t`` / ``t2d``) and the mask token;
-* :mod:`.heads`: the shipped heads and ``load_head``.
+* :mod:`.heads`: the shipped heads, ``load_head``, fresh (untrained) heads and the head for a target.
 
 ``from peagle_lab.drafter import PEagleConfig, PEagleDrafter`` is all most code needs.
 """

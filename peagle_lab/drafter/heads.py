@@ -6,7 +6,10 @@ to choose a head:
    fingerprint it was trained on);
 2. else the head trained here for this target, ``$PEAGLE_RESULTS/heads/<target>/<kind>`` (notebooks 00-06 train
    a small one there on the spot when there is none: :func:`peagle_lab.training.quick.ensure_head`);
-3. else, only where the caller allows it, a freshly initialised head, labelled untrained (timing only).
+3. else, only where the caller allows it, a freshly initialised head (:func:`fresh_head`), labelled untrained
+   (timing only).
+
+:func:`head_description` is what every result records of the head it used.
 """
 
 from __future__ import annotations
@@ -14,8 +17,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from .config import read_config_json, taps_of
+from .config import PEagleConfig, read_config_json, taps_of
 from .network import PEagleDrafter
+from .vocab import mask_token_id_for
 from ..errors import PeagleError
 from ..precision import dtype_name
 from ..settings import data_dir
@@ -104,6 +108,30 @@ def head_fit_problems(path, model) -> list[str]:
     return problems
 
 
+def head_description(head, source: str) -> dict:
+    """What a result records of a head: where it came from, its mode, shape, trained K, taps and mask token."""
+    c = head.config
+    return {"source": source, "mode": c.mode, "num_hidden_layers": c.num_hidden_layers,
+            "trained_k": c.num_speculative_tokens, "draft_vocab_size": c.draft_vocab_size,
+            "taps": list(c.aux_hidden_state_layer_ids), "mask_token_id": c.mask_token_id,
+            "params": sum(p.numel() for p in head.parameters())}
+
+
+def fresh_head(model, mode: str = "parallel", mask_token_id: int | None = None, num_hidden_layers: int = 1,
+               tokenizer=None):
+    """An UNTRAINED head shaped for ``model`` (target embeddings, norm and lm_head; random layers). Its drafting
+    cost is that of a trained head of the same shape; its acceptance is not.
+
+    ``mask_token_id``: default :func:`peagle_lab.drafter.vocab.mask_token_id_for` (picked from ``tokenizer``, or
+    from the tokenizer saved beside the model), as training picks it."""
+    if mask_token_id is None:
+        mask_token_id = mask_token_id_for(model, tokenizer, untrained=True)
+    cfg = PEagleConfig.from_target(model.config, mask_token_id=mask_token_id, mode=mode,
+                                   num_hidden_layers=num_hidden_layers)
+    device = next(model.parameters()).device
+    return PEagleDrafter(cfg).init_from_target(model).to(device).eval()
+
+
 def head_for_target(kind, model, tokenizer=None, target=None, allow_fresh: bool = True, mode: str | None = None,
                     device=None, dtype=None, announce: bool = False):
     """``(head, info)``: THE head for this target (the rule in this module's docstring).
@@ -111,10 +139,9 @@ def head_for_target(kind, model, tokenizer=None, target=None, allow_fresh: bool 
     ``kind``: ``'parallel'`` / ``'sequential'`` (shipped head if it fits, else the one trained here, else fresh
     when ``allow_fresh``), ``'fresh'`` (an untrained head, asked for), or a head directory (it must fit: a head
     that does not is one clear error naming the target, the problem and the fix). ``info`` is what results record
-    (:func:`peagle_lab.bench.inputs.head_description`) plus ``origin`` (``shipped`` / ``trained here`` /
+    (:func:`head_description`) plus ``origin`` (``shipped`` / ``trained here`` /
     ``given`` / ``fresh``), ``path`` and ``note``: one line saying why the shipped head was not used (or "").
     ``mode``: a fresh head's drafting mode (default: ``kind`` when it is one, else parallel)."""
-    from ..bench.inputs import fresh_head, head_description
     from ..settings import display_path
 
     target = target or getattr(model, "name_or_path", "") or "this target"

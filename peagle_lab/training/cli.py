@@ -8,12 +8,12 @@ import os
 import shlex
 import sys
 import time
-import types
 import typing
 from dataclasses import asdict
 from pathlib import Path
 
 from .. import lock, validate
+from ..flags import add_config_flags, given_config_flags
 from .distill import read_distilled, select_split
 from ..drafter import PEagleDrafter
 from ..errors import PeagleError
@@ -31,55 +31,6 @@ from ..features.taps import check_tap_layers, default_tap_layers
 from .state import STATE_FILE, check_resume_config, read_state
 from .stream import shard_sequences
 from .trainer import Trainer, TrainerOptions, check_target_settings, precision_probe
-
-
-def _flag_kwargs(f: dataclasses.Field, hint) -> dict:
-    """argparse keywords for one dataclass field, from its type and metadata. Every flag defaults to None ("not
-    given"): the dataclass default applies then (see :func:`config_from_args`)."""
-    meta = f.metadata
-    kw = dict(dest=f.name, default=None, help=meta.get("help"))
-    if (f.default is not dataclasses.MISSING and f.default not in (None, "") and hint is not bool
-            and "default" not in (kw["help"] or "")):
-        kw["help"] = f"{kw['help'] or ''} (default: {_show(f.default)})".lstrip()
-    args = [a for a in typing.get_args(hint) if a is not type(None)]
-    base = args[0] if typing.get_origin(hint) in (typing.Union, types.UnionType) and len(args) == 1 else hint
-    if base is bool:
-        return kw | dict(action="store_true")
-    if typing.get_origin(base) is tuple:
-        items = typing.get_args(base)
-        nargs = "+" if len(items) == 2 and items[1] is Ellipsis else len(items)
-        kw |= dict(type=items[0], nargs=nargs)
-    elif base in (int, float, str):
-        kw["type"] = base
-    else:
-        raise TypeError(f"{f.name}: no command-line type for {hint!r}")
-    for key in ("choices", "metavar"):
-        if key in meta:
-            kw[key] = meta[key]
-    return kw
-
-
-def _show(v):
-    return " ".join(map(str, v)) if isinstance(v, tuple) else v
-
-
-def add_config_flags(p, cls) -> None:
-    """One flag per field of the dataclass ``cls`` (``--field-name``, or the ``flag`` / ``short`` its metadata
-    names), typed from its annotation (bool: a switch; tuple: several values), with its help and choices; fields
-    with ``cli=False`` in their metadata get none."""
-    hints = typing.get_type_hints(cls)
-    for f in dataclasses.fields(cls):
-        if not f.metadata.get("cli", True):
-            continue
-        names = [f.metadata["short"]] if "short" in f.metadata else []
-        names.append(f.metadata.get("flag", "--" + f.name.replace("_", "-")))
-        p.add_argument(*names, **_flag_kwargs(f, hints[f.name]))
-
-
-def given_config_flags(args, cls) -> dict:
-    """The fields of ``cls`` whose flags were given on the command line."""
-    return {f.name: getattr(args, f.name) for f in dataclasses.fields(cls)
-            if f.metadata.get("cli", True) and getattr(args, f.name, None) is not None}
 
 
 def register_cli(sub):

@@ -1,25 +1,20 @@
 """The settings of one training run: :class:`TrainConfig` (checked when made; ``asdict`` of it is what a
-checkpoint and ``training.json`` record; its fields' metadata makes the ``peagle-lab train`` flags)."""
+checkpoint and ``training.json`` record; its fields' metadata makes the ``peagle-lab train`` flags, through
+:mod:`peagle_lab.flags`)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from .. import validate
 from .distill import MAX_SEQ_LEN
 from ..errors import PeagleError
+from ..flags import flag_field
 from ..precision import choice_name
 
 
 MASK_HIDDEN_VARIANTS = ("learned", "zeros", "context", "random")
 MASK_EMBEDDING_VARIANTS = ("learned", "frozen")
-
-
-def flag_field(default, help=None, **cli):
-    """A :class:`TrainConfig` field and its ``peagle-lab train`` flag (:func:`peagle_lab.training.cli.add_config_flags`
-    makes one per field from this metadata): ``help``; ``flag`` (default ``--field-name``), ``short``, ``choices``,
-    ``metavar``; ``cli=False``: no flag (another option sets it)."""
-    return field(default=default, metadata=dict(help=help, **cli))
 
 
 SCHEDULES = ("steps", "time")

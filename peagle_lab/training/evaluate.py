@@ -9,8 +9,7 @@ from dataclasses import dataclass
 
 from tqdm.auto import tqdm
 
-from ..bench.lossless import lossless_regime
-from ..decoding.divergence import first_divergence
+from ..decoding.divergence import first_divergence, is_lossless, lossless_regime
 from ..errors import PeagleError
 from ..precision import dtype_name
 from ..decoding.draft_sources import HeadDrafter
@@ -43,14 +42,25 @@ class EvalSettings:
     check_lossless: bool = True
 
 
+def _plain_run(runner, ids, key: tuple, reference: dict | None, eos):
+    """The plain greedy run of ``ids`` (``key``: its text, history, length and template), kept in ``reference``."""
+    if reference is not None and key in reference:
+        return reference[key]
+    plain = plain_generate(runner, ids, key[2], eos_ids=eos)
+    if reference is not None:
+        reference[key] = plain
+    return plain
+
+
 def evaluate_head(model, tokenizer, head: PEagleDrafter, prompts: list[str], settings: EvalSettings | None = None,
                   reference: dict | None = None, progress: bool = True) -> dict:
     """Greedy speculative decoding of ``prompts`` (texts or prompt records, chat template) at every K in
     ``settings.ks`` (:class:`EvalSettings`; its defaults when ``None``); checks every output against plain greedy
     decoding: identical in float32 on a CPU; in bfloat16 / float16, and in float32 on a GPU, identical or diverging
     only at a near-tie (``divergence.tie_bound``; each divergence is reported with its logit margin). A divergence
-    beyond the bound raises :class:`NotLossless` with the numbers. Returns acceptance length per K (pooled over
-    prompts: 1 + accepted / rounds) and per-position acceptance ``P(slot j accepted | slots < j accepted)``.
+    that ``divergence.lossless_verdict`` refuses raises :class:`NotLossless` with the numbers. Returns acceptance
+    length per K (pooled over prompts: 1 + accepted / rounds) and per-position acceptance
+    ``P(slot j accepted | slots < j accepted)``.
 
     ``reference``: a dict reused across calls to keep the plain greedy outputs (one target pass per prompt
     instead of one per prompt and head)."""
@@ -64,17 +74,12 @@ def evaluate_head(model, tokenizer, head: PEagleDrafter, prompts: list[str], set
     tokens, divergences = 0, []
     param = next(model.parameters())
     dtype, device = param.dtype, param.device
+    regime = lossless_regime(dtype, device)
     bar = tqdm(total=len(prompts) * (len(ks) + 1), desc=f"eval {drafter.mode}", disable=not progress)
     for item in prompts:  # a prompt text, or a prompt record (with a multi-turn history)
         text, history = record_messages(item)
         ids = template_ids(tokenizer, text, template, history)
-        key = (text, json.dumps(history), max_new_tokens, template)
-        if reference is None or key not in reference:
-            plain = plain_generate(runner, ids, max_new_tokens, eos_ids=eos)
-            if reference is not None:
-                reference[key] = plain
-        else:
-            plain = reference[key]
+        plain = _plain_run(runner, ids, (text, json.dumps(history), max_new_tokens, template), reference, eos)
         base = plain.tokens
         tokens += len(base)
         bar.update(1)
@@ -82,7 +87,7 @@ def evaluate_head(model, tokenizer, head: PEagleDrafter, prompts: list[str], set
             res = speculative_generate(runner, drafter, ids, k, max_new_tokens, eos_ids=eos)
             if check_lossless and res.tokens != base:
                 div = first_divergence(res.tokens, plain, dtype, device)
-                if not div.near_tie:
+                if not is_lossless([div], regime):
                     raise NotLossless(div.message(f" at K={k} ({dtype_str(dtype)} on {device.type}) for prompt "
                                                   f"{text[:60]!r}") + ". Fix: report it with this line; "
                                       "`peagle-lab generate --check --dtype float32 --device cpu` reproduces a loop bug")
@@ -93,7 +98,7 @@ def evaluate_head(model, tokenizer, head: PEagleDrafter, prompts: list[str], set
     bar.close()
     return dict(
         mode=drafter.mode, prompts=len(prompts), max_new_tokens=max_new_tokens, new_tokens=tokens,
-        lossless=(True if lossless_regime(dtype, device) == "exact" else "near-tie") if check_lossless else None,
+        lossless=(True if regime == "exact" else "near-tie") if check_lossless else None,
         divergences=divergences,
         acceptance_length={k: round(per_k[k].acceptance_length, 4) for k in ks},
         # None: slot never reached (every earlier slot was rejected first)

@@ -17,7 +17,7 @@ from typing import Callable
 import torch
 
 from . import viz
-from ..decoding.divergence import first_divergence
+from ..decoding.divergence import first_divergence, is_lossless, lossless_regime
 from ..decoding.draft_sources import HeadDrafter
 from ..drafter import PEagleConfig, PEagleDrafter
 from ..errors import PeagleError, require
@@ -110,19 +110,18 @@ class ExploreRun:
     plain_seconds: float | None = None
     divergence: object = None  # divergence.Divergence vs plain greedy, or None
     dtype: str = "float32"
+    regime: str = "exact"  # divergence.lossless_regime of the target's dtype and device
     hardware: str = ""
     notes: list = field(default_factory=list)
     done: bool = False
 
     @property
     def lossless(self) -> bool | None:
-        """Greedy only: identical to plain greedy decoding's output (fp32), or in bf16 identical or first
-        different at a near-tie of the plain run (None when not comparable)."""
+        """Greedy only: :func:`~peagle_lab.decoding.divergence.is_lossless` of the output against plain greedy
+        decoding's in the run's regime (None when not comparable)."""
         if self.temperature > 0 or self.plain_tokens is None:
             return None
-        if self.tokens == self.plain_tokens:
-            return True
-        return self.dtype != "float32" and self.divergence is not None and self.divergence.near_tie
+        return is_lossless([None if self.tokens == self.plain_tokens else self.divergence], self.regime)
 
     @property
     def speedup(self) -> float | None:
@@ -215,6 +214,7 @@ def run_generation(model, tokenizer, head, prompt: str = DEFAULT_PROMPT, k: int 
             param = next(model.parameters())
             run.divergence = first_divergence(run.tokens, plain, param.dtype, param.device)
     run.dtype = dtype_name(next(model.parameters()).dtype)
+    run.regime = lossless_regime(next(model.parameters()).dtype, next(model.parameters()).device)
     run.hardware = describe(next(model.parameters()).device)
     run.done = True
     if on_update is not None:
