@@ -29,7 +29,7 @@ def positive_int(value, name: str, flag: str | None = None, minimum: int = 1, ma
 
 
 def record_range(text, flag: str = "--records") -> slice:
-    """``A:B`` (either end may be left out, as in Python): a slice of the records, in file order."""
+    """``A:B`` (either end may be left out, as in Python): a slice of the records, in prompt order."""
     try:
         a, b = (int(x) if x.strip() else None for x in str(text).split(":"))
     except ValueError:

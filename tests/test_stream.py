@@ -170,3 +170,32 @@ def test_a_distilled_file_extracted_in_record_slices_trains_on_any_slice(tmp_pat
     assert rc == 0, capsys.readouterr().err
     record = json.loads((tmp_path / "h" / "training.json").read_text())
     assert record["data"]["sequences"] == 4 and record["data"]["records"] == "2:6"
+
+
+def test_streamed_training_extracts_what_no_part_holds_then_streams(tmp_path, tiny_llama, byte_tokenizer, capsys):
+    import json
+
+    from peagle_lab.cli import main
+
+    model = tiny_llama(hidden=32, layers=4, vocab=len(byte_tokenizer))
+    model.save_pretrained(tmp_path / "target")
+    byte_tokenizer.save_pretrained(tmp_path / "target")
+    data = tmp_path / "distilled.jsonl"
+    meta = {"format": "peagle-lab-distill", "version": 1, "target": "tiny", "max_new_tokens": 8, "system": None,
+            "decoding": "greedy"}
+    gen = torch.Generator().manual_seed(3)
+    lines = [json.dumps({"meta": meta})] + [json.dumps(
+        {"index": i, "prompt_sha": f"p{i}", "prompt_len": 3, "finished": True,
+         "input_ids": torch.randint(4, 200, (10 + i,), generator=gen).tolist()}) for i in range(6)]
+    data.write_text("\n".join(lines) + "\n")
+    target = ["--target", str(tmp_path / "target"), "--device", "cpu", "--dtype", "float32"]
+    feats = tmp_path / "feats"
+    assert main(["extract", "--distilled", str(data), "--records", "0:4", "--out", str(feats / "part-a"),
+                 *target]) == 0, capsys.readouterr().err
+    rc = main(["train", "--data", str(data), "--out", str(tmp_path / "h"), "--features", str(feats), "--stream",
+               "--steps", "1", "--batch-tokens", "32", "--row-tokens", "32", "--mask-token-id", "3",
+               "--draft-vocab-size", "0", *target])
+    assert rc == 0, capsys.readouterr().err
+    new = [p for p in feats.glob("part-*") if p.name != "part-a"]
+    assert len(new) == 1 and json.loads((new[0] / "manifest.json").read_text())["num_sequences"] == 2
+    assert json.loads((tmp_path / "h" / "training.json").read_text())["data"]["sequences"] == 6

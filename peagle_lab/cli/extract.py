@@ -23,7 +23,7 @@ def register_cli(sub):
     p.add_argument("--split", choices=["train", "val", "all"], default="all",
                    help="with --distilled: the prompts of this split of the scale mix (default all)")
     p.add_argument("--records", default=None, metavar="START:END",
-                   help="with --distilled: only these records of the split, in file order (default all); extract "
+                   help="with --distilled: only these records of the split, in prompt order (default all); extract "
                         "a large file in slices, one --out DIR/part-NAME each, and train on them as they complete")
     p.add_argument("--taps", default=None, help="tap layer ids, e.g. 2,15,27 (default: vLLM's 2, L//2, L-3)")
     p.add_argument("--shard-size", type=int, default=64, help="sequences per shard (default 64)")

@@ -26,7 +26,7 @@ from .config import TrainConfig, check_config_fits_target
 from .evaluate import EvalSettings, evaluate_head
 from ..environment import environment
 from .records import final_accuracy, write_training_record
-from .sequences import check_data_target, prepare_sequences
+from .sequences import check_data_target, extract_missing, prepare_sequences
 from ..features.taps import check_tap_layers, default_tap_layers
 from .state import STATE_FILE, check_resume_config, read_state
 from .stream import shard_sequences
@@ -40,7 +40,7 @@ def register_cli(sub):
     p.add_argument("--data", required=True, help="distilled sequences (JSONL from `peagle-lab distill`)")
     p.add_argument("--num-sequences", type=int, default=None, help="use the first N sequences (default: all)")
     p.add_argument("--records", default=None, metavar="START:END",
-                   help="only these records of the split, in file order (default all; before --num-sequences): "
+                   help="only these records of the split, in prompt order (default all; before --num-sequences): "
                         "fresh slices of a growing distilled file for successive --init-from runs")
     p.add_argument("--split", choices=["train", "val", "all"], default="train",
                    help="prompts of the scale mix to train on (default train: the held-out 5%% never trained on)")
@@ -50,7 +50,7 @@ def register_cli(sub):
                    help="feature shard directory (extracted there when missing); default: online, cached in memory")
     p.add_argument("--stream", action="store_true",
                    help="read the --features shards as training goes (shuffled by shard and within a window of "
-                        "sequences), never all in memory; the shards must hold every training sequence")
+                        "sequences), never all in memory; sequences no complete part holds are extracted into a new part first")
     p.add_argument("--out", required=True, help="head directory to write (config.json + model.safetensors)")
     p.add_argument("--state-dir", default=None, help="training state + log (default: OUT/checkpoint)")
     p.add_argument("--resume", action="store_true", help="continue from the state in --state-dir")
@@ -206,8 +206,10 @@ def _training_data(args, cfg, model, records) -> _TrainingData:
     topk = cfg.topk_logits if cfg.loss == "kl" else 0
     if args.stream:  # read from the shards as training goes, never all in memory
         L = model.config.num_hidden_layers
-        seqs = shard_sequences(args.features, records, cfg.max_seq_len,
-                               check_tap_layers(cfg.tap_layers or default_tap_layers(L), L), topk)
+        taps = check_tap_layers(cfg.tap_layers or default_tap_layers(L), L)
+        extract_missing(model, [list(r["input_ids"])[:cfg.max_seq_len] for r in records], args.features, taps,
+                        topk=topk)
+        seqs = shard_sequences(args.features, records, cfg.max_seq_len, taps, topk)
         lengths, prompt_lens = seqs.lengths, seqs.prompt_lens
     else:
         seqs = prepare_sequences(model, records, cfg.tap_layers, args.features, max_seq_len=cfg.max_seq_len,

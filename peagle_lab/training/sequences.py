@@ -57,8 +57,9 @@ def _seq_key(ids) -> str:
     return hashlib.sha256(torch.as_tensor(ids, dtype=torch.int32).numpy().tobytes()).hexdigest()
 
 
-def _cached_features(model, ids: list[list[int]], root: Path, tap_layers, progress: bool, topk: int = 0) -> list[dict]:
-    found: dict[str, dict] = {}
+def _complete_parts(model, root: Path, tap_layers, topk: int) -> list[Path]:
+    """The complete ``part-*`` directories of ``root`` holding at least ``topk`` logits per token, each checked:
+    ``tap_layers`` and the target are those of this training (a rank's part counts once its whole group is)."""
     complete = []
     for part in sorted(root.glob("part-*")):
         try:
@@ -74,6 +75,7 @@ def _cached_features(model, ids: list[list[int]], root: Path, tap_layers, progre
         m = _RANK_PART.match(part.name)
         if m:
             groups.setdefault((m["tag"], int(m["w"])), set()).add(int(m["r"]))
+    parts = []
     for part, man in complete:
         m = _RANK_PART.match(part.name)
         if m and groups[(m["tag"], int(m["w"]))] != set(range(int(m["w"]))):
@@ -86,28 +88,51 @@ def _cached_features(model, ids: list[list[int]], root: Path, tap_layers, progre
             raise PeagleError(f"{part} holds features extracted from another target ({man.get('target')!r}: "
                               f"{other}). Fix: use another --features directory for this target (features are "
                               "the target's own hidden states and labels).")
+        parts.append(part)
+    return parts
+
+
+def extract_missing(model, ids: list[list[int]], root, tap_layers, progress: bool = True, topk: int = 0) -> int:
+    """Extract into a new part of the feature cache ``root`` the sequences of ``ids`` that no complete part holds
+    (under torchrun each process extracts its share and waits for the others'); returns how many were missing. So
+    extraction can start on the sequences distilled so far, and later runs only add what is new."""
+    from .stream import _shard_ids
+
+    root = Path(root)
+    have = set()
+    for part in _complete_parts(model, root, tap_layers, topk):
+        for entry in read_manifest(part)["shards"]:
+            have.update(_seq_key(s) for s in _shard_ids(part / entry["file"]))
+    keys = [_seq_key(s) for s in ids]
+    missing = list(dict.fromkeys(k for k in keys if k not in have))
+    if not missing:
+        return 0
+    todo = dict(zip(keys, ids))
+    tag = hashlib.sha256(("".join(missing) + (f"topk{topk}" if topk else "")).encode()).hexdigest()[:12]
+    world, rank = _world_rank()
+    if world == 1 or len(missing) < world:  # too few to share: the first process extracts them
+        parts = {f"part-{tag}": missing}
+    else:  # several processes: each extracts its own shard of what is missing, then reads the others'
+        parts = {f"part-{tag}-r{r}of{world}": missing[r::world] for r in range(world) if missing[r::world]}
+    mine = f"part-{tag}-r{rank}of{world}" if f"part-{tag}-r{rank}of{world}" in parts else (
+        f"part-{tag}" if rank == 0 else None)
+    if mine in parts:
+        extract_features(model, [todo[k] for k in parts[mine]], root / mine,
+                         ExtractionSettings(tap_layers=tap_layers, topk=topk, batch_tokens=EXTRACT_BATCH_TOKENS),
+                         progress=progress)
+    for name in parts:
+        _wait_complete(root / name)
+    return len(missing)
+
+
+def _cached_features(model, ids: list[list[int]], root: Path, tap_layers, progress: bool, topk: int = 0) -> list[dict]:
+    """The features of ``ids`` read from the cache ``root``, extracted into it first where missing."""
+    extract_missing(model, ids, root, tap_layers, progress, topk)
+    found: dict[str, dict] = {}
+    for part in _complete_parts(model, root, tap_layers, topk):
         for f in load_features(part):
             found[_seq_key(f["input_ids"])] = f
-    keys = [_seq_key(s) for s in ids]
-    missing = list(dict.fromkeys(k for k in keys if k not in found))
-    if missing:
-        todo = dict(zip(keys, ids))
-        tag = hashlib.sha256(("".join(missing) + (f"topk{topk}" if topk else "")).encode()).hexdigest()[:12]
-        world, rank = _world_rank()
-        if world == 1 or len(missing) < world:  # too few to share: the first process extracts them
-            parts = {f"part-{tag}": missing}
-        else:  # several processes: each extracts its own shard of what is missing, then reads the others'
-            parts = {f"part-{tag}-r{r}of{world}": missing[r::world] for r in range(world) if missing[r::world]}
-        mine = f"part-{tag}-r{rank}of{world}" if f"part-{tag}-r{rank}of{world}" in parts else (
-            f"part-{tag}" if rank == 0 else None)
-        if mine in parts:
-            extract_features(model, [todo[k] for k in parts[mine]], root / mine, ExtractionSettings(
-                tap_layers=tap_layers, topk=topk, batch_tokens=EXTRACT_BATCH_TOKENS), progress=progress)
-        for name in parts:
-            _wait_complete(root / name)
-            for f in load_features(root / name):
-                found[_seq_key(f["input_ids"])] = f
-    return [found[k] for k in keys]
+    return [found[_seq_key(s)] for s in ids]
 
 
 _RANK_PART = re.compile(r"^part-(?P<tag>[0-9a-f]+)-r(?P<r>\d+)of(?P<w>\d+)$")
