@@ -1,15 +1,32 @@
 """Readers of a feature directory for training: :class:`FeatureDataset` (random access), :func:`iter_shards` (one
-list of per-sequence dicts per shard), :func:`load_features` (everything as one list)."""
+list of per-sequence dicts per shard), :func:`load_features` (everything as one list), :func:`shard_ids` (a shard's
+token ids without its taps) and :func:`sequence_key` (how a cache of parts finds a sequence)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Iterator
 
+import hashlib
+
 import torch
 
 from ..errors import PeagleError
 from .format import read_manifest
+
+
+def sequence_key(ids) -> str:
+    """The key of a token-id sequence in a cache of feature parts: the SHA-256 of its ids as int32."""
+    return hashlib.sha256(torch.as_tensor(ids, dtype=torch.int32).numpy().tobytes()).hexdigest()
+
+
+def shard_ids(path) -> list[torch.Tensor]:
+    """The token ids of every sequence of a shard, read without its taps."""
+    from safetensors import safe_open
+
+    with safe_open(str(path), framework="pt") as f:
+        offsets, ids = f.get_tensor("offsets").tolist(), f.get_tensor("input_ids")
+    return [ids[a:b] for a, b in zip(offsets[:-1], offsets[1:])]
 
 
 def _complete_manifest(out_dir, allow_incomplete: bool) -> dict:

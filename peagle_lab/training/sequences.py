@@ -16,6 +16,7 @@ from tqdm.auto import tqdm
 from .distill import MAX_SEQ_LEN
 from ..errors import PeagleError
 from ..features import ExtractionSettings, extract_features, load_features, read_manifest, sequence_features
+from ..features.reader import sequence_key, shard_ids
 from ..features.identity import recorded_target_problem, target_fingerprint, target_identity
 from ..features.taps import check_tap_layers, default_tap_layers
 
@@ -51,10 +52,6 @@ def prepare_sequences(model, records, tap_layers=None, features_dir=None, taps_d
             seq |= dict(topk_values=f["topk_values"][:, :topk].float(), topk_indices=f["topk_indices"][:, :topk].long())
         out.append(seq)
     return out
-
-
-def _seq_key(ids) -> str:
-    return hashlib.sha256(torch.as_tensor(ids, dtype=torch.int32).numpy().tobytes()).hexdigest()
 
 
 def _complete_parts(model, root: Path, tap_layers, topk: int) -> list[Path]:
@@ -96,14 +93,12 @@ def extract_missing(model, ids: list[list[int]], root, tap_layers, progress: boo
     """Extract into a new part of the feature cache ``root`` the sequences of ``ids`` that no complete part holds
     (under torchrun each process extracts its share and waits for the others'); returns how many were missing. So
     extraction can start on the sequences distilled so far, and later runs only add what is new."""
-    from .stream import _shard_ids
-
     root = Path(root)
     have = set()
     for part in _complete_parts(model, root, tap_layers, topk):
         for entry in read_manifest(part)["shards"]:
-            have.update(_seq_key(s) for s in _shard_ids(part / entry["file"]))
-    keys = [_seq_key(s) for s in ids]
+            have.update(sequence_key(s) for s in shard_ids(part / entry["file"]))
+    keys = [sequence_key(s) for s in ids]
     missing = list(dict.fromkeys(k for k in keys if k not in have))
     if not missing:
         return 0
@@ -131,8 +126,8 @@ def _cached_features(model, ids: list[list[int]], root: Path, tap_layers, progre
     found: dict[str, dict] = {}
     for part in _complete_parts(model, root, tap_layers, topk):
         for f in load_features(part):
-            found[_seq_key(f["input_ids"])] = f
-    return [found[_seq_key(s)] for s in ids]
+            found[sequence_key(f["input_ids"])] = f
+    return [found[sequence_key(s)] for s in ids]
 
 
 _RANK_PART = re.compile(r"^part-(?P<tag>[0-9a-f]+)-r(?P<r>\d+)of(?P<w>\d+)$")

@@ -18,18 +18,10 @@ import torch
 from .distill import MAX_SEQ_LEN
 from ..errors import PeagleError
 from ..features.format import read_manifest
+from ..features.reader import sequence_key, shard_ids
 from .packing import PackedRows
 
 WINDOW = 256  # sequences shuffled together: the memory bound, in sequences (plus the shards they span)
-
-
-def _shard_ids(path: Path) -> list[torch.Tensor]:
-    """The token ids of every sequence of a shard, read without its taps."""
-    from safetensors import safe_open
-
-    with safe_open(str(path), framework="pt") as f:
-        offsets, ids = f.get_tensor("offsets").tolist(), f.get_tensor("input_ids")
-    return [ids[a:b] for a, b in zip(offsets[:-1], offsets[1:])]
 
 
 def _load_shard(path: Path, rows: set[int], topk: int) -> dict[int, dict]:
@@ -152,8 +144,6 @@ def shard_sequences(features_dir, records, max_seq_len: int = MAX_SEQ_LEN, tap_l
     """:class:`ShardSequences` of the distilled ``records`` (cut to ``max_seq_len`` as training cuts them) in the
     complete parts of ``features_dir`` (``part-*`` directories, or the directory itself) holding at least ``topk``
     logits per token; every record must be there (the fix names the extraction command)."""
-    from .sequences import _seq_key
-
     root = Path(features_dir)
     parts = [root] if (root / "manifest.json").exists() else sorted(root.glob("part-*"))
     shards, where = [], {}
@@ -169,12 +159,12 @@ def shard_sequences(features_dir, records, max_seq_len: int = MAX_SEQ_LEN, tap_l
                               "another --features directory for other tap layers.")
         for entry in man["shards"]:
             shards.append(part / entry["file"])
-            for row, ids in enumerate(_shard_ids(shards[-1])):
-                where.setdefault(_seq_key(ids), (len(shards) - 1, row))
+            for row, ids in enumerate(shard_ids(shards[-1])):
+                where.setdefault(sequence_key(ids), (len(shards) - 1, row))
     items, lengths, prompt_lens, missing = [], [], [], 0
     for rec in records:
         ids = list(rec["input_ids"])[:max_seq_len]
-        loc = where.get(_seq_key(ids))
+        loc = where.get(sequence_key(ids))
         if loc is None:
             missing += 1
             continue
