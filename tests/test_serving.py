@@ -254,7 +254,7 @@ def test_speculative_config_refuses_a_native_checkpoint(tmp_path, target_dir):
 
 def test_server_command_binds_loopback_and_carries_the_speculative_config(tmp_path, target_dir):
     out = serving.export_vllm(make_head(tmp_path / "native", target_dir), tmp_path / "vllm", target=target_dir)
-    cmd = serving.server_command(target_dir, out, 3, port=8123, max_model_len=256)
+    cmd = serving.server_command(target_dir, serving.Speculation(out, 3), port=8123, max_model_len=256)
     assert cmd[1:3] == ["-m", "vllm.entrypoints.openai.api_server"]
     assert cmd[cmd.index("--host") + 1] == "127.0.0.1" and cmd[cmd.index("--port") + 1] == "8123"
     spec = json.loads(cmd[cmd.index("--speculative-config") + 1])
@@ -327,10 +327,10 @@ def test_vllm_serves_an_exported_parallel_head_losslessly(tmp_path):
 
     params = SamplingParams(temperature=0.0, max_tokens=16, ignore_eos=True)
     results = {}
-    for name, head in (("plain", None), ("peagle", out)):
-        llm = serving.make_llm(tdir, head, k=3, max_model_len=256)
+    for name, spec in (("plain", None), ("peagle", serving.Speculation(out, k=3))):
+        llm = serving.make_llm(tdir, spec, max_model_len=256)
         results[name] = [list(o.outputs[0].token_ids) for o in llm.generate(prompts, params, use_tqdm=False)]
-        if head is not None:
+        if spec is not None:
             metrics = serving.spec_metrics(llm)
         del llm
     assert results["peagle"] == results["plain"]
@@ -357,11 +357,12 @@ def test_serving_sweep_with_real_vllm_servers_survives_an_over_long_request(tmp_
     servers = {}
     try:
         servers["plain"] = serving.serve(tdir, max_model_len=512, log_path=tmp_path / "plain.log")
-        servers["peagle"] = serving.serve(tdir, head, k=3, max_model_len=512, log_path=tmp_path / "peagle.log")
+        servers["peagle"] = serving.serve(tdir, serving.Speculation(head, k=3), max_model_len=512,
+                                          log_path=tmp_path / "peagle.log")
         with pytest.raises(PeagleError, match=f"port {servers['plain'].url.split(':')[-1].split('/')[0]}"):
             serve_sweep.check_port_free(int(servers["plain"].url.split(":")[-1].split("/")[0]))
-        doc = serve_sweep.sweep(servers, prompts, tmp_path / "sweep", concurrencies=(1, 2), requests_per_level=4,
-                                max_tokens=8, repeats=1, progress=False)
+        doc = serve_sweep.sweep(servers, prompts, tmp_path / "sweep", serve_sweep.Load(
+            concurrencies=(1, 2), requests_per_level=4, max_tokens=8, repeats=1), progress=False)
     finally:
         for s in servers.values():
             s.stop()

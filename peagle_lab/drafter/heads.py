@@ -95,7 +95,7 @@ def head_fit_problems(path, model) -> list[str]:
 
 
 def head_for_target(kind, model, tokenizer=None, target=None, allow_fresh: bool = True, mode: str | None = None,
-                    device=None, dtype=None, announce: bool = False):
+                    announce: bool = False):
     """``(head, info)``: THE head for this target (the rule in this module's docstring).
 
     ``kind``: ``'parallel'`` / ``'sequential'`` (shipped head if it fits, else the one trained here, else fresh
@@ -103,7 +103,8 @@ def head_for_target(kind, model, tokenizer=None, target=None, allow_fresh: bool 
     that does not is one clear error naming the target, the problem and the fix). ``info`` is what results record
     (:func:`peagle_lab.bench.inputs.head_description`) plus ``origin`` (``shipped`` / ``trained here`` /
     ``given`` / ``fresh``), ``path`` and ``note``: one line saying why the shipped head was not used (or "").
-    ``mode``: a fresh head's drafting mode (default: ``kind`` when it is one, else parallel)."""
+    ``mode``: a fresh head's drafting mode (default: ``kind`` when it is one, else parallel). A loaded head runs on
+    the target's device in its dtype (:func:`load_head`); ``announce``: say so on stderr when that converts it."""
     from ..bench.inputs import fresh_head, head_description
     from ..settings import display_path
 
@@ -118,7 +119,7 @@ def head_for_target(kind, model, tokenizer=None, target=None, allow_fresh: bool 
             raise PeagleError(f"The head {display_path(path)} cannot serve the target {target_slug(target)}: "
                               + "; ".join(problems) + ". Fix: train a head for this target (`peagle-lab train "
                               "--target ...`), or pass 'parallel' / 'sequential' to use the head for this target.")
-        head = load_head(path, model, device=device, dtype=dtype, announce=announce)
+        head = load_head(path, model, announce=announce)
         return head, dict(head_description(head, display_path(path)), origin="given", path=str(path),
                           note="")
     mode = mode or (kind if kind in KINDS else "parallel")
@@ -127,14 +128,14 @@ def head_for_target(kind, model, tokenizer=None, target=None, allow_fresh: bool 
         shipped = SHIPPED[kind]
         problems = head_fit_problems(shipped, model) if (shipped / "config.json").exists() else ["not installed"]
         if not problems:
-            head = load_head(shipped, model, device=device, dtype=dtype, announce=announce)
+            head = load_head(shipped, model, announce=announce)
             return head, dict(head_description(head, display_path(shipped)), origin="shipped",
                               path=str(shipped), note="")
         note = (f"the shipped {kind} head ({shipped.name}) does not fit {target_slug(target)}: "
                 + "; ".join(problems))
         here = trained_head_dir(target, kind)
         if (here / "config.json").exists() and not head_fit_problems(here, model):
-            head = load_head(here, model, device=device, dtype=dtype, announce=announce)
+            head = load_head(here, model, announce=announce)
             return head, dict(head_description(head, f"trained here ({display_path(here)})"), origin="trained here",
                               path=str(here), note=note + f"; using the head trained here, "
                                                                      f"{display_path(here)}")
@@ -143,8 +144,6 @@ def head_for_target(kind, model, tokenizer=None, target=None, allow_fresh: bool 
                               f"here ({display_path(here)}). Fix: train one (`peagle-lab train --target ... --mode "
                               f"{kind} --out {display_path(here)}`, or run notebook 03), or pass --{kind}-head DIR.")
     head = fresh_head(model, mode=mode, tokenizer=tokenizer)
-    if device is not None or dtype is not None:
-        head = head.to(device=device, dtype=dtype)
     if kind == "fresh":
         why = "requested"
     else:
