@@ -180,15 +180,14 @@ print(f"t2d: {t2d.dtype}, {t2d.numel():,} entries (one per target id), True at {
 
 # %%
 # NBVAL_CHECK_OUTPUT
-import json
-
 from safetensors.torch import load_file
 
+from peagle_lab.drafter import PEagleConfig
 from peagle_lab.errors import PeagleError
 from peagle_lab.drafter.heads import SHIPPED
 from peagle_lab.serving.validation import validate_head
 
-shipped_cfg = json.loads((SHIPPED["parallel"] / "config.json").read_text())
+shipped_cfg = PEagleConfig.from_dir(SHIPPED["parallel"])
 tensors = load_file(SHIPPED["parallel"] / "model.safetensors")
 tensors["lm_head.weight"] = tensors["lm_head.weight"][:-96]  # 96 rows fewer than the draft vocabulary
 try:
@@ -410,7 +409,7 @@ from peagle_lab.drafter.heads import SHIPPED
 records_ = {}
 for kind, path in SHIPPED.items():
     records_[kind] = json.loads((path / "training.json").read_text())
-    c = PEagleConfig.from_json_dict(json.loads((path / "config.json").read_text()))
+    c = PEagleConfig.from_dir(path)
     size = sum(f.stat().st_size for f in path.iterdir() if f.is_file()) / 1e6
     print(f"{path.name}: mode={c.mode}, trained K={c.num_speculative_tokens}, {c.num_hidden_layers} layer(s), "
           f"draft vocabulary {c.draft_vocab_size}, mask token {c.mask_token_id}, "

@@ -62,7 +62,6 @@ from peagle_lab import models, settings
 
 # %%
 import json
-import warnings
 from pathlib import Path
 
 from IPython.display import Image, Markdown, display
@@ -123,9 +122,7 @@ def one_round(mode, k=4, new_slots=2):
     passes = []
     hook = par_head.register_forward_hook(lambda mod, args, out: passes.append(args[0].shape[1]))
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            drafts, _ = drafter.propose(slots.tail(new_slots), k, Sampling())
+        drafts, _ = drafter.propose(slots.tail(new_slots), k, Sampling())
     finally:
         hook.remove()
     return drafts, passes

@@ -229,18 +229,19 @@ print(f"our loop: {ours.rounds} rounds on {LOOP_DEVICE} in {LOOP_DTYPE}; its tar
 import time
 
 
-def run_engine(head=None):
-    # start an engine, warm it up, time one greedy batch; return outputs, timings and spec metrics
+def run_engine(spec=None):
+    # start an engine (speculating as spec says), warm it up, time one greedy batch; return outputs, timings and
+    # spec metrics
     t0 = time.perf_counter()
-    llm = serving.make_llm(target_dir, head, k=K, parallel=True, max_model_len=2048, dtype=LOOP_DTYPE)
+    llm = serving.make_llm(target_dir, spec, max_model_len=2048, dtype=LOOP_DTYPE)
     start_s = time.perf_counter() - t0
     llm.generate(vllm_prompts[:1], warmup, use_tqdm=False)
-    before = serving.spec_metrics(llm) if head else None
+    before = serving.spec_metrics(llm) if spec else None
     t0 = time.perf_counter()
     outs = llm.generate(vllm_prompts, greedy, use_tqdm=False)
     gen_s = time.perf_counter() - t0
     result = {"ids": [list(o.outputs[0].token_ids) for o in outs], "text": [o.outputs[0].text for o in outs],
-              "start_s": start_s, "gen_s": gen_s, "metrics": serving.spec_metrics(llm, since=before) if head else None}
+              "start_s": start_s, "gen_s": gen_s, "metrics": serving.spec_metrics(llm, since=before) if spec else None}
     del llm
     gc.collect()
     return result
@@ -263,7 +264,7 @@ else:
           f"CI sizes on this target), {sum(map(len, ids))} tokens")
 
 # %%
-peagle = run_engine(vllm_dir)
+peagle = run_engine(serving.Speculation(vllm_dir, k=K, parallel=True))
 print(f"P-EAGLE engine (K={K}, parallel drafting): start {peagle['start_s']:.0f} s, "
       f"{sum(map(len, peagle['ids']))} tokens in {peagle['gen_s']:.1f} s")
 
@@ -321,14 +322,16 @@ import sys
 
 from peagle_lab.settings import display_path
 
-line = " ".join(shlex.quote(c) for c in serving.server_command(target_dir, vllm_dir, K, port=8000, max_model_len=2048))
+line = " ".join(shlex.quote(c) for c in serving.server_command(target_dir, serving.Speculation(vllm_dir, K), port=8000,
+                                                                 max_model_len=2048))
 for path in (vllm_dir, target_dir):  # shown relative to the checkout or as ~/..., not as this machine's paths
     line = line.replace(str(path), display_path(path))
 print(line.replace(sys.executable, "python"))
 
 # %%
 question = "Write a Python function that checks whether a string is a palindrome."
-srv = serving.serve(target_dir, vllm_dir, k=K, max_model_len=2048, log_path=WORK / "server.log", dtype=LOOP_DTYPE)
+srv = serving.serve(target_dir, serving.Speculation(vllm_dir, k=K), max_model_len=2048, log_path=WORK / "server.log",
+                    dtype=LOOP_DTYPE)
 try:
     print(f"server ready at {srv.url} after {srv.started_s:.0f} s")
     try:

@@ -46,7 +46,7 @@ from peagle_lab import models, settings
 from IPython.display import HTML, display
 
 from peagle_lab.workbook import report, viz
-from peagle_lab.workbook.explorer import available_heads, explorer, get_head, run_generation
+from peagle_lab.workbook.explorer import GenerationSettings, available_heads, explorer, get_head, run_generation
 
 K = 4
 MAX_NEW = settings.pick(64, 12)
@@ -76,7 +76,7 @@ ex
 # %%
 # NBVAL_IGNORE_OUTPUT
 head_name = HEADS[0]
-run = run_generation(model, tokenizer, get_head(head_name, model), k=K, max_new_tokens=MAX_NEW,
+run = run_generation(model, tokenizer, get_head(head_name, model), GenerationSettings(k=K, max_new_tokens=MAX_NEW),
                      head_name=head_name)
 report.record(f"acceptance_length_k{K}_{head_name}", round(run.stats.acceptance_length, 3))
 print(f"head: {head_name} | mode: {run.mode}")

@@ -47,7 +47,7 @@ def test_sequential_head_exports_without_parallel_drafting(tmp_path, target_dir)
     head = make_head(tmp_path / "head", target_dir, mode="sequential")
     out = serving.export_vllm(head, tmp_path / "out", target=target_dir)
     assert "parallel_drafting" not in serving.speculative_config(out)
-    cmd = serving.server_command(target_dir, out, 3)
+    cmd = serving.server_command(target_dir, serving.Speculation(out, 3))
     assert "parallel_drafting" not in cmd[cmd.index("--speculative-config") + 1]
 
 

@@ -120,6 +120,26 @@ def test_full_vocabulary_head_works_without_d2t(tiny_llama, tmp_path):
     assert loaded.config.draft_vocab_size == target.config.vocab_size
 
 
+@pytest.mark.parametrize("layers, draft_vocab, shared", [(1, None, True), (2, 64, False), (3, 64, True)])
+def test_the_checkpoint_layout_from_the_config_is_the_networks(tiny_llama, layers, draft_vocab, shared):
+    """check_head_dir reads the expected tensors off the config (drafter.checkpoint builds no network): they are
+    the ones a head of that config stores."""
+    from peagle_lab.drafter.checkpoint import _as_stored, state_shapes
+
+    head = make_head(tiny_llama(), layers=layers, draft_vocab=draft_vocab, shared=shared)
+    assert state_shapes(head.config) == {k: tuple(v.shape) for k, v in head.state_dict().items()}
+    stored = {k: tuple(v.shape) for k, v in head.export_state_dict().items()}
+    assert _as_stored(head.config, state_shapes(head.config), lambda shape: shape[1:]) == stored
+
+
+def test_disagreeing_mask_token_ids_are_refused_by_name(tiny_llama):
+    d = make_head(tiny_llama()).config.to_json_dict()
+    with pytest.raises(PeagleError, match=r"mask token ids disagree \(\{'mask_token_id': 3, 'ptd_token_id': 4\}\)"):
+        PEagleConfig.from_json_dict({**d, "ptd_token_id": 4})
+    with pytest.raises(PeagleError, match="'pard_token' must be an integer token id"):
+        PEagleConfig.from_json_dict({**d, "pard_token": [3]})
+
+
 def test_head_for_another_vocabulary_or_hidden_size_is_refused(tiny_llama, tmp_path):
     target = tiny_llama()
     other_vocab = tiny_llama(vocab=128)

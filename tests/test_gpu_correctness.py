@@ -103,7 +103,7 @@ def test_sweep_servers_split_the_gpu_memory(monkeypatch):
     shared = sweep.server_settings(on_gpu=True)
     assert shared == {"gpu_memory_utilization": 0.45}
     plain = server.server_command("T", port=8000, on_gpu=True, **shared)
-    spec = server.server_command("T", "H", 7, port=8001, on_gpu=True, **shared)
+    spec = server.server_command("T", engine.Speculation("H", 7), port=8001, on_gpu=True, **shared)
     for cmd in (plain, spec):
         i = cmd.index("--gpu-memory-utilization")
         assert float(cmd[i + 1]) == 0.45

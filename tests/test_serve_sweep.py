@@ -85,8 +85,8 @@ def test_a_level_is_bounded_and_records_refusals_without_stopping(servers):
 
 
 def test_sweep_alternates_configs_writes_files_and_reports_ratios(servers, tmp_path):
-    doc = serve_sweep.sweep(servers, PROMPTS[:1], tmp_path, concurrencies=(1, 4), requests_per_level=8,
-                            max_tokens=4, repeats=2, progress=False, meta=dict(host="test"))
+    load = serve_sweep.Load(concurrencies=(1, 4), requests_per_level=8, max_tokens=4, repeats=2)
+    doc = serve_sweep.sweep(servers, PROMPTS[:1], tmp_path, load, progress=False, meta=dict(host="test"))
     names = [(r["repeat"], r["concurrency"], r["config"]) for r in doc["rows"]]
     assert names == [(0, 1, "plain"), (0, 1, "peagle"), (0, 4, "plain"), (0, 4, "peagle"),
                      (1, 1, "plain"), (1, 1, "peagle"), (1, 4, "plain"), (1, 4, "peagle")]
@@ -112,8 +112,8 @@ def test_an_interrupted_sweep_keeps_the_levels_it_finished(servers, tmp_path, mo
 
     monkeypatch.setattr(serve_sweep, "run_level", flaky)
     with pytest.raises(KeyboardInterrupt):
-        serve_sweep.sweep(servers, PROMPTS[:1], tmp_path, concurrencies=(1, 4), requests_per_level=4,
-                          max_tokens=3, repeats=1, progress=False)
+        serve_sweep.sweep(servers, PROMPTS[:1], tmp_path, serve_sweep.Load(
+            concurrencies=(1, 4), requests_per_level=4, max_tokens=3, repeats=1), progress=False)
     doc = json.loads((tmp_path / serve_sweep.RESULTS_JSON).read_text())
     assert len(doc["rows"]) == 2 and doc["meta"]["complete"] is False
 

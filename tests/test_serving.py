@@ -132,6 +132,40 @@ def test_export_casts_to_the_requested_dtype_but_keeps_d2t_integer(tmp_path, tar
     assert json.loads((out / "config.json").read_text())["torch_dtype"] == "bfloat16"
 
 
+# the export of the shipped P-EAGLE head for the embedded target (float32), byte for byte as vLLM reads it
+SHIPPED_EXPORT_CONFIG = {
+    "architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama", "hidden_size": 576, "num_hidden_layers": 1,
+    "num_attention_heads": 9, "num_key_value_heads": 3, "head_dim": 64, "intermediate_size": 1536,
+    "hidden_act": "silu", "rms_norm_eps": 9.999999747378752e-06, "rope_theta": 100000.0,
+    "max_position_embeddings": 8192, "vocab_size": 49152, "draft_vocab_size": 4096, "target_hidden_size": 576,
+    "eagle_aux_hidden_state_layer_ids": [2, 15, 27], "mask_token_id": 16, "ptd_token_id": 16,
+    "tie_word_embeddings": False, "torch_dtype": "float32", "num_aux_hidden_states": 3,
+    "eagle_config": {"eagle_aux_hidden_state_layer_ids": [2, 15, 27], "use_aux_hidden_state": True},
+    "dtype": "float32", "rope_parameters": {"rope_theta": 100000.0, "rope_type": "default"},
+    "peagle_export": {"source": None, "target": None, "mode": "parallel", "num_speculative_tokens": 8,
+                      "embed_materialised_from_target": True},
+}
+
+
+def test_the_shipped_head_exports_to_the_same_config_json(tmp_path):
+    """The shipped head against a stand-in of the embedded target (its config.json fields the export reads, and an
+    embedding of its shape): the exported config.json, bytes and key order included."""
+    from peagle_lab.drafter.heads import shipped_head_path
+    from peagle_lab.settings import display_path
+
+    head, target = shipped_head_path("parallel"), tmp_path / "target"
+    target.mkdir()
+    (target / "config.json").write_text(json.dumps({
+        "architectures": ["LlamaForCausalLM"], "dtype": "float32", "hidden_size": 576, "num_hidden_layers": 30,
+        "rope_parameters": {"rope_theta": 100000.0, "rope_type": "default"}, "vocab_size": 49152}))
+    save_file({"model.embed_tokens.weight": torch.zeros(49152, 576, dtype=torch.bfloat16)},
+              str(target / "model.safetensors"))
+    out = serving.export_vllm(head, tmp_path / "vllm", target=target)
+    expected = json.loads(json.dumps(SHIPPED_EXPORT_CONFIG))
+    expected["peagle_export"].update(source=display_path(head), target=str(target))
+    assert (out / "config.json").read_text() == json.dumps(expected, indent=2) + "\n"
+
+
 # -------------------------------------------------------------------------------------------------- errors
 def test_missing_mask_hidden_is_refused_with_the_fix(tmp_path, target_dir):
     native = make_head(tmp_path / "native", target_dir)
@@ -165,6 +199,13 @@ def test_unsorted_taps_are_refused_because_vllm_sorts_them(tmp_path, target_dir)
     native = make_head(tmp_path / "native", target_dir)
     _edit(native, cfg_fn=lambda c: c.update(eagle_aux_hidden_state_layer_ids=[3, 0, 2]))
     with pytest.raises(PeagleError, match="ascending"):
+        serving.export_vllm(native, tmp_path / "vllm", target=target_dir)
+
+
+def test_rope_parameters_that_build_no_rotary_embedding_are_refused(tmp_path, target_dir):
+    native = make_head(tmp_path / "native", target_dir)
+    _edit(native, cfg_fn=lambda c: c.update(rope_parameters={"rope_type": "llama3"}))  # no factor
+    with pytest.raises(PeagleError, match=r"(?s)cannot be served by vLLM.*cannot build the rotary embedding"):
         serving.export_vllm(native, tmp_path / "vllm", target=target_dir)
 
 
@@ -213,7 +254,7 @@ def test_speculative_config_refuses_a_native_checkpoint(tmp_path, target_dir):
 
 def test_server_command_binds_loopback_and_carries_the_speculative_config(tmp_path, target_dir):
     out = serving.export_vllm(make_head(tmp_path / "native", target_dir), tmp_path / "vllm", target=target_dir)
-    cmd = serving.server_command(target_dir, out, 3, port=8123, max_model_len=256)
+    cmd = serving.server_command(target_dir, serving.Speculation(out, 3), port=8123, max_model_len=256)
     assert cmd[1:3] == ["-m", "vllm.entrypoints.openai.api_server"]
     assert cmd[cmd.index("--host") + 1] == "127.0.0.1" and cmd[cmd.index("--port") + 1] == "8123"
     spec = json.loads(cmd[cmd.index("--speculative-config") + 1])
@@ -286,10 +327,10 @@ def test_vllm_serves_an_exported_parallel_head_losslessly(tmp_path):
 
     params = SamplingParams(temperature=0.0, max_tokens=16, ignore_eos=True)
     results = {}
-    for name, head in (("plain", None), ("peagle", out)):
-        llm = serving.make_llm(tdir, head, k=3, max_model_len=256)
+    for name, spec in (("plain", None), ("peagle", serving.Speculation(out, k=3))):
+        llm = serving.make_llm(tdir, spec, max_model_len=256)
         results[name] = [list(o.outputs[0].token_ids) for o in llm.generate(prompts, params, use_tqdm=False)]
-        if head is not None:
+        if spec is not None:
             metrics = serving.spec_metrics(llm)
         del llm
     assert results["peagle"] == results["plain"]
@@ -316,11 +357,12 @@ def test_serving_sweep_with_real_vllm_servers_survives_an_over_long_request(tmp_
     servers = {}
     try:
         servers["plain"] = serving.serve(tdir, max_model_len=512, log_path=tmp_path / "plain.log")
-        servers["peagle"] = serving.serve(tdir, head, k=3, max_model_len=512, log_path=tmp_path / "peagle.log")
+        servers["peagle"] = serving.serve(tdir, serving.Speculation(head, k=3), max_model_len=512,
+                                          log_path=tmp_path / "peagle.log")
         with pytest.raises(PeagleError, match=f"port {servers['plain'].url.split(':')[-1].split('/')[0]}"):
             serve_sweep.check_port_free(int(servers["plain"].url.split(":")[-1].split("/")[0]))
-        doc = serve_sweep.sweep(servers, prompts, tmp_path / "sweep", concurrencies=(1, 2), requests_per_level=4,
-                                max_tokens=8, repeats=1, progress=False)
+        doc = serve_sweep.sweep(servers, prompts, tmp_path / "sweep", serve_sweep.Load(
+            concurrencies=(1, 2), requests_per_level=4, max_tokens=8, repeats=1), progress=False)
     finally:
         for s in servers.values():
             s.stop()

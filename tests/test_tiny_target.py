@@ -118,7 +118,7 @@ def test_vllms_offline_engine_serves_the_tiny_target_with_its_head_losslessly(ti
     vdir = serving.export_vllm(head.save_pretrained(tmp_path / "head", dtype=torch.float32), tmp_path / "vllm",
                                target=str(tiny))
     prompts = [chat_ids(tok, p) for p in ("Write a Python function.", "Explain recursion.")]
-    llm = serving.make_llm(str(tiny), vdir, k=3, parallel=True, max_model_len=512)
+    llm = serving.make_llm(str(tiny), serving.Speculation(vdir, k=3, parallel=True), max_model_len=512)
     outs = llm.generate([{"prompt_token_ids": p} for p in prompts], SamplingParams(temperature=0.0, max_tokens=12),
                         use_tqdm=False)
     metrics = serving.spec_metrics(llm)

@@ -135,12 +135,12 @@ def test_explorer_without_ipywidgets_names_the_install_command(monkeypatch):
 
 
 def test_run_generation_accounts_for_every_token_and_is_lossless(tiny_llama, byte_tokenizer):
-    from peagle_lab.workbook.explorer import fresh_head, run_generation
+    from peagle_lab.workbook.explorer import GenerationSettings, fresh_head, run_generation
 
     model = tiny_llama(vocab=len(byte_tokenizer), hidden=32, layers=4)
     head = fresh_head(model, mask_token_id=16)
     updates = []
-    run = run_generation(model, byte_tokenizer, head, "hi", k=3, mode="parallel", max_new_tokens=10,
+    run = run_generation(model, byte_tokenizer, head, GenerationSettings("hi", k=3, mode="parallel", max_new_tokens=10),
                          on_update=lambda r: updates.append((len(r.tokens), r.done)))
     assert len(run.sources) == len(run.tokens) == len(run.plain_tokens)
     assert run.lossless is True
@@ -152,9 +152,9 @@ def test_run_generation_accounts_for_every_token_and_is_lossless(tiny_llama, byt
 
 
 def test_sequential_mode_with_sampling_runs(tiny_llama, byte_tokenizer):
-    from peagle_lab.workbook.explorer import fresh_head, run_generation
+    from peagle_lab.workbook.explorer import GenerationSettings, fresh_head, run_generation
 
     model = tiny_llama(vocab=len(byte_tokenizer))
-    run = run_generation(model, byte_tokenizer, fresh_head(model, mask_token_id=16), "hi", k=2, mode="sequential",
-                         temperature=0.8, max_new_tokens=6, baseline=False)
+    settings = GenerationSettings("hi", k=2, mode="sequential", temperature=0.8, max_new_tokens=6, baseline=False)
+    run = run_generation(model, byte_tokenizer, fresh_head(model, mask_token_id=16), settings)
     assert len(run.tokens) == len(run.sources) and run.lossless is None

@@ -1,9 +1,11 @@
 """The drafter's checkpoint: a directory with ``config.json`` and ``model.safetensors`` under vLLM's eagle3 names
 (docs/checkpoint-format.md), written by :func:`save_pretrained` and read back by :func:`load_pretrained`.
 
-Embeddings shared with the target are stored as one ``mask_embedding`` row; ``d2t`` / ``t2d`` (the draft-vocabulary
-maps, :mod:`.vocab`) are stored only for a reduced draft vocabulary. :class:`~.network.PEagleDrafter`'s
-``export_state_dict`` / ``save_pretrained`` / ``from_pretrained`` call these functions."""
+The tensors and their shapes follow from the config alone (:func:`drafter_shapes`, :func:`state_shapes`), so a head
+directory is checked (:func:`check_head_dir`) without building a network. Embeddings shared with the target are
+stored as one ``mask_embedding`` row; ``d2t`` / ``t2d`` (the draft-vocabulary maps, :mod:`.vocab`) are stored only
+for a reduced draft vocabulary (:func:`_as_stored`). :class:`~.network.PEagleDrafter`'s ``export_state_dict`` /
+``save_pretrained`` / ``from_pretrained`` call these functions; this module imports no network."""
 
 from __future__ import annotations
 
@@ -19,20 +21,53 @@ from .config import _FIX, CONFIG, WEIGHTS, PEagleConfig
 from ..precision import dtype_name
 
 
+def drafter_shapes(cfg: PEagleConfig) -> dict[str, tuple[int, ...]]:
+    """The Llama drafter's tensors that vLLM builds from the config (``fc``, the layers, ``norm``, ``lm_head``)
+    and their shapes."""
+    h, nh, nkv, hd = cfg.hidden_size, cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
+    inter, dv = cfg.intermediate_size, cfg.draft_vocab_size
+    shapes = {"fc.weight": (h, cfg.num_taps * cfg.target_hidden_size), "norm.weight": (h,), "lm_head.weight": (dv, h)}
+    for i in range(cfg.num_hidden_layers):
+        p = "midlayer." if i == 0 else f"layers.{i}."
+        qkv_in = 2 * h if i == 0 else h  # the first layer attends over [embeddings, hidden]
+        shapes.update({
+            p + "input_layernorm.weight": (h,), p + "post_attention_layernorm.weight": (h,),
+            p + "self_attn.q_proj.weight": (nh * hd, qkv_in), p + "self_attn.k_proj.weight": (nkv * hd, qkv_in),
+            p + "self_attn.v_proj.weight": (nkv * hd, qkv_in), p + "self_attn.o_proj.weight": (h, nh * hd),
+            p + "mlp.gate_proj.weight": (inter, h), p + "mlp.up_proj.weight": (inter, h),
+            p + "mlp.down_proj.weight": (h, inter),
+        })
+        if i == 0:
+            shapes[p + "hidden_norm.weight"] = (h,)
+    return shapes
+
+
+def state_shapes(cfg: PEagleConfig) -> dict[str, tuple[int, ...]]:
+    """The shape of every entry of a :class:`~.network.PEagleDrafter`'s ``state_dict()`` for ``cfg``: the
+    drafter's tensors, the embeddings, ``mask_hidden`` (the mask slots' hidden state before ``fc``) and the
+    vocabulary maps."""
+    return {"embed_tokens.weight": (cfg.vocab_size, cfg.hidden_size), **drafter_shapes(cfg),
+            "mask_hidden": (1, 1, cfg.num_taps * cfg.target_hidden_size),
+            "d2t": (cfg.draft_vocab_size,), "t2d": (cfg.vocab_size,)}
+
+
+def _as_stored(cfg: PEagleConfig, state: dict, mask_row) -> dict:
+    """The checkpoint's entries of ``state`` (a state dict, or its shapes): embeddings shared with the target become
+    their mask row (``mask_row(embeddings)``), the vocabulary maps are left out for the full vocabulary."""
+    out = {}
+    for k, v in state.items():
+        if k == "embed_tokens.weight" and cfg.embed_shared_with_target:
+            out["mask_embedding"] = mask_row(v)
+        elif k not in ("d2t", "t2d") or cfg.draft_vocab_size != cfg.vocab_size:
+            out[k] = v
+    return out
+
+
 def export_state_dict(model) -> dict[str, torch.Tensor]:
     """``model``'s weights under vLLM's eagle3 names: the shared embeddings as their ``mask_embedding`` row, no
     ``d2t`` / ``t2d`` for the full vocabulary."""
     cfg = model.config
-    out = {}
-    for k, v in model.state_dict().items():
-        if k == "embed_tokens.weight" and cfg.embed_shared_with_target:
-            out["mask_embedding"] = v[cfg.mask_token_id].clone()
-            continue
-        if k == "t2d" or k == "d2t":
-            if cfg.draft_vocab_size == cfg.vocab_size:
-                continue
-        out[k] = v
-    return out
+    return _as_stored(cfg, model.state_dict(), lambda emb: emb[cfg.mask_token_id].clone())
 
 
 def save_pretrained(model, path, dtype: torch.dtype | None = torch.bfloat16) -> Path:
@@ -47,8 +82,7 @@ def save_pretrained(model, path, dtype: torch.dtype | None = torch.bfloat16) -> 
         if dtype is not None and v.is_floating_point():
             v = v.to(dtype)
         tensors[k] = v.contiguous()
-    cfg = model.config.to_json_dict()
-    cfg["torch_dtype"] = dtype_name(dtype or torch.float32)
+    cfg = model.config.to_json_dict(torch_dtype=dtype_name(dtype or torch.float32))
     meta = {"format": "pt", **_shape_record(model.config)}
     atomic_write(path / WEIGHTS, lambda f: save_file(tensors, f, metadata=meta))
     write_json(path / CONFIG, cfg)
@@ -97,10 +131,7 @@ def check_head_dir(path) -> PEagleConfig:
             raise PeagleError(f"{path}: config.json says {flag} = {getattr(cfg, key)!r} but its weights were trained "
                               f"with {recorded[key]!r} ({source}): config and weights come from different heads. "
                               f"Fix: put the config.json of those weights back, or point at the right head.")
-    from .network import PEagleDrafter
-
-    with torch.device("meta"):
-        expected = {k: tuple(v.shape) for k, v in export_state_dict(PEagleDrafter(cfg)).items()}
+    expected = _as_stored(cfg, state_shapes(cfg), lambda shape: shape[1:])
     _check_tensors(path, shapes, expected, optional={"t2d"})
     return cfg
 

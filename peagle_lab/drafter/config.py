@@ -3,9 +3,10 @@ trained for), built from a target (:meth:`PEagleConfig.from_target`), written to
 vLLM's eagle3 layout (our own fields under ``"peagle"``), checked field by field (:func:`validate_config_dict`)
 and the RoPE description (:func:`normalise_rope_parameters`).
 
-This module is the one reader of a head's ``config.json`` (:func:`read_config_json`, :meth:`PEagleConfig.from_dir`)
-and the one place its name variants are resolved: the mask token id (:data:`MASK_ID_KEYS`, :func:`mask_token_id_of`)
-and the tapped layers (:func:`taps_of`)."""
+This module is the one reader of a head's ``config.json`` (:func:`read_config_json`, :meth:`PEagleConfig.from_dir`,
+:func:`stored_dtype_name`) and the one place its name variants are resolved: the mask token id (:data:`MASK_ID_KEYS`,
+:func:`mask_token_id_of`) and the tapped layers (:func:`taps_of`). Everything else, the vLLM export and its checks
+too, takes a :class:`PEagleConfig`."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from ..settings import display_path
 
 WEIGHTS = "model.safetensors"
 CONFIG = "config.json"
+EAGLE3_ARCH = "LlamaForCausalLMEagle3"  # the architecture vLLM builds an eagle3 drafter from
 # vLLM reads the mask token id under any of these names, in this order; the head writes the first two
 MASK_ID_KEYS = ("mask_token_id", "ptd_token_id", "pard_token")
 
@@ -40,6 +42,12 @@ def read_config_json(head_dir) -> dict:
     return d
 
 
+def stored_dtype_name(head_dir) -> str | None:
+    """The dtype name a head directory's weights are stored in (its config.json's ``torch_dtype``; None when the
+    config does not say)."""
+    return read_config_json(head_dir).get("torch_dtype")
+
+
 def mask_token_id_of(d: dict):
     """The mask token id of a config dict: the value of the first of :data:`MASK_ID_KEYS` that is set (None when
     none is; its type is checked by :func:`validate_config_dict`)."""
@@ -50,9 +58,14 @@ def taps_of(d: dict) -> list[int] | None:
     """The tapped target layers of a config dict: ``eagle_aux_hidden_state_layer_ids`` at the top level, else
     under ``eagle_config`` (vLLM's fallback); None when neither is set. The values are as written (their type is
     checked by :func:`validate_config_dict` and the callers)."""
-    taps = d.get("eagle_aux_hidden_state_layer_ids") or (d.get("eagle_config") or {}).get(
-        "eagle_aux_hidden_state_layer_ids")
+    taps = _taps_as_written(d)
     return None if taps is None else list(taps)
+
+
+def _taps_as_written(d: dict):
+    # the value under either name, unchecked (validate_config_dict checks it)
+    return d.get("eagle_aux_hidden_state_layer_ids") or (d.get("eagle_config") or {}).get(
+        "eagle_aux_hidden_state_layer_ids")
 
 
 @dataclass
@@ -154,10 +167,25 @@ class PEagleConfig:
             **kw,
         )
 
+    def target_problems(self, target_config) -> list[str]:
+        """Why this head cannot read the target whose (transformers) config is ``target_config``: vocabulary,
+        hidden size, tapped layers (empty: it fits)."""
+        problems = []
+        if target_config.vocab_size != self.vocab_size:
+            problems.append(f"vocabulary {self.vocab_size} (head) vs {target_config.vocab_size} (target)")
+        if target_config.hidden_size != self.target_hidden_size:
+            problems.append(f"hidden size {self.target_hidden_size} (head) vs {target_config.hidden_size} (target)")
+        layers = target_config.num_hidden_layers
+        bad_taps = [t for t in self.aux_hidden_state_layer_ids if not 0 <= t < layers]
+        if bad_taps:
+            problems.append(f"tap layers {bad_taps} do not exist in a {layers}-layer target")
+        return problems
+
     # ----- config.json (vLLM eagle3 layout + our fields under "peagle") -----
-    def to_json_dict(self) -> dict:
-        return {
-            "architectures": ["LlamaForCausalLMEagle3"],
+    def to_json_dict(self, torch_dtype: str | None = None) -> dict:
+        """The head's ``config.json``; ``torch_dtype``: the dtype name its weights are stored in, written last."""
+        d = {
+            "architectures": [EAGLE3_ARCH],
             "model_type": "llama",
             "hidden_size": self.hidden_size,
             "num_hidden_layers": self.num_hidden_layers,
@@ -185,6 +213,9 @@ class PEagleConfig:
                 **self.extra,
             },
         }
+        if torch_dtype is not None:
+            d["torch_dtype"] = torch_dtype
+        return d
 
     @classmethod
     def from_dir(cls, head_dir) -> "PEagleConfig":
@@ -255,11 +286,13 @@ def validate_config_dict(d) -> None:
         v = d.get(name)
         if v is not None and (not isinstance(v, (int, float)) or isinstance(v, bool) or not v > 0):
             raise PeagleError(f"config.json field {name!r} must be a positive number, got {v!r}. {_FIX}")
-    mask = mask_token_id_of(d)
-    if mask is not None and (not isinstance(mask, int) or isinstance(mask, bool)):
-        raise PeagleError(f"config.json field 'mask_token_id' must be an integer token id, got {mask!r}. {_FIX}")
-    taps = d.get("eagle_aux_hidden_state_layer_ids") or (d.get("eagle_config") or {}).get(
-        "eagle_aux_hidden_state_layer_ids")
+    ids = {k: d[k] for k in MASK_ID_KEYS if d.get(k) is not None}  # the mask token id under each of its names
+    for name, v in ids.items():
+        if not isinstance(v, int) or isinstance(v, bool):
+            raise PeagleError(f"config.json field {name!r} must be an integer token id, got {v!r}. {_FIX}")
+    if len(set(ids.values())) > 1:
+        raise PeagleError(f"config.json: the mask token ids disagree ({ids}): a head is trained with one. {_FIX}")
+    taps = _taps_as_written(d)
     if taps is not None and (not isinstance(taps, list) or not taps
                              or not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in taps)):
         raise PeagleError(f"config.json field 'eagle_aux_hidden_state_layer_ids' must be a list of layer ids >= 0, "
@@ -317,7 +350,7 @@ def normalise_rope_parameters(params, rope_theta: float, max_position_embeddings
     llama3 / yarn / longrope (default: ``max_position_embeddings``). ``None`` (a config.json without the field)
     is plain RoPE with ``rope_theta``."""
     if params is None:
-        params = {}
+        params = {"rope_theta": rope_theta}
     if not isinstance(params, dict):
         raise PeagleError(f"rope_parameters must be a dict (rope_type, rope_theta, factor, ...), got {params!r}. "
                           f"{_FIX}")

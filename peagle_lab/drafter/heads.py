@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from .config import PEagleConfig, read_config_json, taps_of
+from .config import PEagleConfig, stored_dtype_name
 from .network import PEagleDrafter
 from .vocab import mask_token_id_for
 from ..errors import PeagleError
@@ -88,21 +88,11 @@ def head_fit_problems(path, model) -> list[str]:
     from ..features.identity import target_identity
 
     try:
-        cfg = read_config_json(path)
+        cfg = PEagleConfig.from_dir(path)
     except PeagleError as exc:
-        return [f"no readable config.json ({str(exc).split('. Fix:')[0]})"]
-    tcfg = model.config
-    problems = []
-    if cfg.get("vocab_size") != tcfg.vocab_size:
-        problems.append(f"vocabulary {cfg.get('vocab_size')} (head) vs {tcfg.vocab_size} (target)")
-    hidden = cfg.get("target_hidden_size") or cfg.get("hidden_size")
-    if hidden != tcfg.hidden_size:
-        problems.append(f"hidden size {hidden} (head) vs {tcfg.hidden_size} (target)")
-    taps = taps_of(cfg) or []
-    bad = [t for t in taps if not (isinstance(t, int) and 0 <= t < tcfg.num_hidden_layers)]
-    if bad:
-        problems.append(f"tap layers {bad} do not exist in a {tcfg.num_hidden_layers}-layer target")
-    recorded = (cfg.get("peagle") or {}).get("target_fingerprint")
+        return [f"no usable config.json ({str(exc).split('. Fix:')[0]})"]
+    problems = cfg.target_problems(model.config)
+    recorded = cfg.extra.get("target_fingerprint")
     if not problems and recorded and recorded != target_identity(model):
         problems.append(f"trained on another target (fingerprint {recorded}, this target {target_identity(model)})")
     return problems
@@ -133,7 +123,7 @@ def fresh_head(model, mode: str = "parallel", mask_token_id: int | None = None, 
 
 
 def head_for_target(kind, model, tokenizer=None, target=None, allow_fresh: bool = True, mode: str | None = None,
-                    device=None, dtype=None, announce: bool = False):
+                    announce: bool = False):
     """``(head, info)``: THE head for this target (the rule in this module's docstring).
 
     ``kind``: ``'parallel'`` / ``'sequential'`` (shipped head if it fits, else the one trained here, else fresh
@@ -141,7 +131,8 @@ def head_for_target(kind, model, tokenizer=None, target=None, allow_fresh: bool 
     that does not is one clear error naming the target, the problem and the fix). ``info`` is what results record
     (:func:`head_description`) plus ``origin`` (``shipped`` / ``trained here`` /
     ``given`` / ``fresh``), ``path`` and ``note``: one line saying why the shipped head was not used (or "").
-    ``mode``: a fresh head's drafting mode (default: ``kind`` when it is one, else parallel)."""
+    ``mode``: a fresh head's drafting mode (default: ``kind`` when it is one, else parallel). A loaded head runs on
+    the target's device in its dtype (:func:`load_head`); ``announce``: say so on stderr when that converts it."""
     from ..settings import display_path
 
     target = target or getattr(model, "name_or_path", "") or "this target"
@@ -155,7 +146,7 @@ def head_for_target(kind, model, tokenizer=None, target=None, allow_fresh: bool 
             raise PeagleError(f"The head {display_path(path)} cannot serve the target {target_slug(target)}: "
                               + "; ".join(problems) + ". Fix: train a head for this target (`peagle-lab train "
                               "--target ...`), or pass 'parallel' / 'sequential' to use the head for this target.")
-        head = load_head(path, model, device=device, dtype=dtype, announce=announce)
+        head = load_head(path, model, announce=announce)
         return head, dict(head_description(head, display_path(path)), origin="given", path=str(path),
                           note="")
     mode = mode or (kind if kind in KINDS else "parallel")
@@ -164,14 +155,14 @@ def head_for_target(kind, model, tokenizer=None, target=None, allow_fresh: bool 
         shipped = SHIPPED[kind]
         problems = head_fit_problems(shipped, model) if (shipped / "config.json").exists() else ["not installed"]
         if not problems:
-            head = load_head(shipped, model, device=device, dtype=dtype, announce=announce)
+            head = load_head(shipped, model, announce=announce)
             return head, dict(head_description(head, display_path(shipped)), origin="shipped",
                               path=str(shipped), note="")
         note = (f"the shipped {kind} head ({shipped.name}) does not fit {target_slug(target)}: "
                 + "; ".join(problems))
         here = trained_head_dir(target, kind)
         if (here / "config.json").exists() and not head_fit_problems(here, model):
-            head = load_head(here, model, device=device, dtype=dtype, announce=announce)
+            head = load_head(here, model, announce=announce)
             return head, dict(head_description(head, f"trained here ({display_path(here)})"), origin="trained here",
                               path=str(here), note=note + f"; using the head trained here, "
                                                                      f"{display_path(here)}")
@@ -180,8 +171,6 @@ def head_for_target(kind, model, tokenizer=None, target=None, allow_fresh: bool 
                               f"here ({display_path(here)}). Fix: train one (`peagle-lab train --target ... --mode "
                               f"{kind} --out {display_path(here)}`, or run notebook 03), or pass --{kind}-head DIR.")
     head = fresh_head(model, mode=mode, tokenizer=tokenizer)
-    if device is not None or dtype is not None:
-        head = head.to(device=device, dtype=dtype)
     if kind == "fresh":
         why = "requested"
     else:
@@ -205,7 +194,7 @@ def load_head(name_or_path, target, device=None, dtype=None, announce: bool = Fa
     device = device or next(target.parameters()).device
     dtype = dtype or next(target.parameters()).dtype
     head = PEagleDrafter.from_pretrained(path, target=target, device=device, dtype=dtype)
-    stored = read_config_json(path).get("torch_dtype")  # the head has loaded: its config.json reads
+    stored = stored_dtype_name(path)  # the head has loaded: its config.json reads
     run = dtype_name(dtype)
     if stored and stored != run and announce:
         import sys

@@ -214,15 +214,7 @@ class PEagleDrafter(nn.Module):
         return draft_ids_from_d2t(self.d2t)
 
     def _check_target_dims(self, tcfg):
-        c = self.config
-        problems = []
-        if tcfg.vocab_size != c.vocab_size:
-            problems.append(f"vocabulary {c.vocab_size} (head) vs {tcfg.vocab_size} (target)")
-        if tcfg.hidden_size != c.target_hidden_size:
-            problems.append(f"hidden size {c.target_hidden_size} (head) vs {tcfg.hidden_size} (target)")
-        bad_taps = [t for t in c.aux_hidden_state_layer_ids if not 0 <= t < tcfg.num_hidden_layers]
-        if bad_taps:
-            problems.append(f"tap layers {bad_taps} do not exist in a {tcfg.num_hidden_layers}-layer target")
+        problems = self.config.target_problems(tcfg)
         if problems:
             raise PeagleError(
                 "This drafter head does not fit the target: " + "; ".join(problems) +

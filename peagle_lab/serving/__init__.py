@@ -4,10 +4,10 @@ server (``server``), read the spec-decode counters (``metrics``), and load the s
 (``sweep``). vllm is imported only where it is used: it is an optional package.
 """
 
-from .engine import (VLLM_INSTALL_CPU, VLLM_INSTALL_GPU, check_gpu_memory, engine_kwargs, make_llm, require_vllm,
-                     spec_metrics, speculative_config)
-from .export import EAGLE3_ARCH, export_target, export_vllm, read_head, target_embedding
+from .engine import (VLLM_INSTALL_CPU, VLLM_INSTALL_GPU, Speculation, check_gpu_memory, engine_kwargs, make_llm,
+                     require_vllm, spec_metrics, speculative_config)
+from ..drafter.config import EAGLE3_ARCH
+from .export import export_target, export_vllm, read_head, target_embedding
 from .metrics import parse_prometheus, spec_metrics_from_prometheus, summarise_spec
 from .server import Server, client_snippet, serve, server_command
-from ..drafter.config import mask_token_id_of
-from .validation import expected_shapes, validate_head
+from .validation import validate_head

