@@ -9,7 +9,6 @@ before it accepted). vLLM reports unconditional rates (accepted at slot j / roun
 
 from __future__ import annotations
 
-import warnings
 
 from ..decoding.draft_sources import HeadDrafter, RatedOracleDrafter
 from ..errors import PeagleError
@@ -97,9 +96,7 @@ def oracle_method(runner, head, rates, k: int, eos_id=None, label: str = ORACLE_
             references[key] = list(prompt) + plain_generate(runner, prompt, max_new, eos_ids=eos_id).tokens
         for _ in range(ORACLE_ATTEMPTS):
             drafter.reference = references[key]
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                res = speculative_generate(runner, drafter, prompt, k, max_new, eos_ids=eos_id)
+            res = speculative_generate(runner, drafter, prompt, k, max_new, eos_ids=eos_id)
             if list(prompt) + res.tokens == references[key]:
                 break
             references[key] = list(prompt) + res.tokens  # the continuation this engine verifies
