@@ -92,6 +92,31 @@ def byte_tokenizer():
     return make_byte_tokenizer()
 
 
+@pytest.fixture
+def tiny_distilled(tmp_path, byte_tokenizer):
+    """Factory: ``tiny_distilled(n=6, base_len=12, seed=0)`` -> ``(data, target_args)``: a tiny Llama target saved
+    under ``tmp_path/target`` with the byte tokenizer, ``n`` distilled records of random ids (record ``i`` has
+    ``base_len + i`` tokens, a 3-token prompt) in ``tmp_path/distilled.jsonl``, and the CLI options naming that
+    target (CPU, float32)."""
+    import json
+
+    def make(n: int = 6, base_len: int = 12, seed: int = 0):
+        model = make_tiny_llama(hidden=32, layers=4, vocab=len(byte_tokenizer))
+        model.save_pretrained(tmp_path / "target")
+        byte_tokenizer.save_pretrained(tmp_path / "target")
+        data = tmp_path / "distilled.jsonl"
+        meta = {"format": "peagle-lab-distill", "version": 1, "target": "tiny", "max_new_tokens": 8, "system": None,
+                "decoding": "greedy"}
+        gen = torch.Generator().manual_seed(seed)
+        lines = [json.dumps({"meta": meta})] + [json.dumps(
+            {"index": i, "prompt_sha": f"p{i}", "prompt_len": 3, "finished": True,
+             "input_ids": torch.randint(4, 200, (base_len + i,), generator=gen).tolist()}) for i in range(n)]
+        data.write_text("\n".join(lines) + "\n")
+        return data, ["--target", str(tmp_path / "target"), "--device", "cpu", "--dtype", "float32"]
+
+    return make
+
+
 @pytest.fixture(scope="session")
 def smollm2():
     """``(model, tokenizer)`` of the embedded SmolLM2-135M-Instruct, loaded once per session (CPU, fp32).

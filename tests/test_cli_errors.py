@@ -94,16 +94,21 @@ def test_training_on_data_distilled_from_another_target_is_refused(tmp_path, tin
 
 
 # ---- `peagle-lab train`'s flags are made from TrainConfig's fields ----
-def _train_parser():
+def _parser(command: str):
+    """The top-level parser with ``command`` registered from its module; ``.sub`` is that command's parser."""
     import argparse
+    import importlib
 
-    from peagle_lab.training.cli import register_cli
-
+    module = {"train": "peagle_lab.training.cli", "bench": "peagle_lab.bench.cli"}[command]
     ap = argparse.ArgumentParser(prog="peagle-lab")
     sub = ap.add_subparsers()
-    register_cli(sub)
-    ap.train = sub.choices["train"]
+    importlib.import_module(module).register_cli(sub)
+    ap.sub = sub.choices[command]
     return ap
+
+
+def _train_parser():
+    return _parser("train")
 
 
 def test_every_train_config_field_is_a_train_flag():
@@ -113,7 +118,7 @@ def test_every_train_config_field_is_a_train_flag():
     from peagle_lab.flags import add_config_flags, flag_field
     from peagle_lab.training import TrainConfig
 
-    dests = {a.dest for a in _train_parser().train._actions}
+    dests = {a.dest for a in _train_parser().sub._actions}
     assert {f.name for f in dataclasses.fields(TrainConfig)} <= dests  # `target` comes from --target
 
     @dataclasses.dataclass
@@ -145,15 +150,7 @@ def test_train_flags_build_the_config_with_the_dataclass_defaults(tmp_path):
 
 # ---- `peagle-lab bench`'s flags are made from BenchConfig's fields ----
 def _bench_parser():
-    import argparse
-
-    from peagle_lab.bench.cli import register_cli
-
-    ap = argparse.ArgumentParser(prog="peagle-lab")
-    sub = ap.add_subparsers()
-    register_cli(sub)
-    ap.bench = sub.choices["bench"]
-    return ap
+    return _parser("bench")
 
 
 def test_every_bench_config_field_is_a_bench_flag():
@@ -163,7 +160,7 @@ def test_every_bench_config_field_is_a_bench_flag():
     from peagle_lab.bench.config import BenchConfig
     from peagle_lab.flags import add_config_flags, flag_field
 
-    dests = {a.dest for a in _bench_parser().bench._actions}
+    dests = {a.dest for a in _bench_parser().sub._actions}
     fields = dataclasses.fields(BenchConfig)
     assert {f.name for f in fields if f.metadata.get("cli", True)} <= dests
     # no flag of its own: the target options every command shares, and the settings only Python passes

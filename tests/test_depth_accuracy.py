@@ -4,25 +4,11 @@ from __future__ import annotations
 
 import json
 
-import torch
-
 from peagle_lab.cli import main
 
 
-def test_depth_accuracy_scores_each_head_on_the_split_and_writes_the_host(tmp_path, tiny_llama, byte_tokenizer,
-                                                                          capsys):
-    model = tiny_llama(hidden=32, layers=4, vocab=len(byte_tokenizer))
-    model.save_pretrained(tmp_path / "target")
-    byte_tokenizer.save_pretrained(tmp_path / "target")
-    data = tmp_path / "distilled.jsonl"
-    meta = {"format": "peagle-lab-distill", "version": 1, "target": "tiny", "max_new_tokens": 8, "system": None,
-            "decoding": "greedy"}
-    gen = torch.Generator().manual_seed(2)
-    lines = [json.dumps({"meta": meta})] + [json.dumps(
-        {"index": i, "prompt_sha": f"p{i}", "prompt_len": 3, "finished": True,
-         "input_ids": torch.randint(4, 200, (12 + i,), generator=gen).tolist()}) for i in range(5)]
-    data.write_text("\n".join(lines) + "\n")
-    target = ["--target", str(tmp_path / "target"), "--device", "cpu", "--dtype", "float32"]
+def test_depth_accuracy_scores_each_head_on_the_split_and_writes_the_host(tmp_path, tiny_distilled, capsys):
+    data, target = tiny_distilled(5, 12, 2)
     heads = []
     for layers in (1, 2):
         heads.append(str(tmp_path / f"h{layers}"))

@@ -104,23 +104,12 @@ def test_sequences_missing_from_the_shards_are_named_with_the_fix(setup):
         shard_sequences(root, records, topk=4)
 
 
-def test_the_train_command_streams_extracted_shards_with_soft_targets(tmp_path, tiny_llama, byte_tokenizer, capsys):
+def test_the_train_command_streams_extracted_shards_with_soft_targets(tmp_path, tiny_distilled, capsys):
     import json
 
     from peagle_lab.cli import main
 
-    model = tiny_llama(hidden=32, layers=4, vocab=len(byte_tokenizer))
-    model.save_pretrained(tmp_path / "target")
-    byte_tokenizer.save_pretrained(tmp_path / "target")
-    data = tmp_path / "distilled.jsonl"
-    meta = {"format": "peagle-lab-distill", "version": 1, "target": "tiny", "max_new_tokens": 8, "system": None,
-            "decoding": "greedy"}
-    gen = torch.Generator().manual_seed(0)
-    lines = [json.dumps({"meta": meta})] + [json.dumps(
-        {"index": i, "prompt_sha": f"p{i}", "prompt_len": 3, "finished": True,
-         "input_ids": torch.randint(4, 200, (12 + i,), generator=gen).tolist()}) for i in range(6)]
-    data.write_text("\n".join(lines) + "\n")
-    target = ["--target", str(tmp_path / "target"), "--device", "cpu", "--dtype", "float32"]
+    data, target = tiny_distilled(6, 12, 0)
     assert main(["train", "--data", str(data), "--out", str(tmp_path / "h0"), "--stream", *target]) == 2
     assert "--features" in capsys.readouterr().err
     feats = tmp_path / "feats"
@@ -137,23 +126,12 @@ def test_the_train_command_streams_extracted_shards_with_soft_targets(tmp_path, 
     assert record["data"]["sequences"] == 6 and record["steps_done"] == 2
 
 
-def test_a_distilled_file_extracted_in_record_slices_trains_on_any_slice(tmp_path, tiny_llama, byte_tokenizer, capsys):
+def test_a_distilled_file_extracted_in_record_slices_trains_on_any_slice(tmp_path, tiny_distilled, capsys):
     import json
 
     from peagle_lab.cli import main
 
-    model = tiny_llama(hidden=32, layers=4, vocab=len(byte_tokenizer))
-    model.save_pretrained(tmp_path / "target")
-    byte_tokenizer.save_pretrained(tmp_path / "target")
-    data = tmp_path / "distilled.jsonl"
-    meta = {"format": "peagle-lab-distill", "version": 1, "target": "tiny", "max_new_tokens": 8, "system": None,
-            "decoding": "greedy"}
-    gen = torch.Generator().manual_seed(1)
-    lines = [json.dumps({"meta": meta})] + [json.dumps(
-        {"index": i, "prompt_sha": f"p{i}", "prompt_len": 3, "finished": True,
-         "input_ids": torch.randint(4, 200, (10 + i,), generator=gen).tolist()}) for i in range(7)]
-    data.write_text("\n".join(lines) + "\n")
-    target = ["--target", str(tmp_path / "target"), "--device", "cpu", "--dtype", "float32"]
+    data, target = tiny_distilled(7, 10, 1)
     feats = tmp_path / "feats"
     for rows, name in (("0:4", "part-a"), ("4:", "part-b")):
         assert main(["extract", "--distilled", str(data), "--records", rows, "--out", str(feats / name),
@@ -172,23 +150,12 @@ def test_a_distilled_file_extracted_in_record_slices_trains_on_any_slice(tmp_pat
     assert record["data"]["sequences"] == 4 and record["data"]["records"] == "2:6"
 
 
-def test_streamed_training_extracts_what_no_part_holds_then_streams(tmp_path, tiny_llama, byte_tokenizer, capsys):
+def test_streamed_training_extracts_what_no_part_holds_then_streams(tmp_path, tiny_distilled, capsys):
     import json
 
     from peagle_lab.cli import main
 
-    model = tiny_llama(hidden=32, layers=4, vocab=len(byte_tokenizer))
-    model.save_pretrained(tmp_path / "target")
-    byte_tokenizer.save_pretrained(tmp_path / "target")
-    data = tmp_path / "distilled.jsonl"
-    meta = {"format": "peagle-lab-distill", "version": 1, "target": "tiny", "max_new_tokens": 8, "system": None,
-            "decoding": "greedy"}
-    gen = torch.Generator().manual_seed(3)
-    lines = [json.dumps({"meta": meta})] + [json.dumps(
-        {"index": i, "prompt_sha": f"p{i}", "prompt_len": 3, "finished": True,
-         "input_ids": torch.randint(4, 200, (10 + i,), generator=gen).tolist()}) for i in range(6)]
-    data.write_text("\n".join(lines) + "\n")
-    target = ["--target", str(tmp_path / "target"), "--device", "cpu", "--dtype", "float32"]
+    data, target = tiny_distilled(6, 10, 3)
     feats = tmp_path / "feats"
     assert main(["extract", "--distilled", str(data), "--records", "0:4", "--out", str(feats / "part-a"),
                  *target]) == 0, capsys.readouterr().err
