@@ -21,8 +21,9 @@ from ..settings import display_path
 WEIGHTS = "model.safetensors"
 CONFIG = "config.json"
 EAGLE3_ARCH = "LlamaForCausalLMEagle3"  # the architecture vLLM builds an eagle3 drafter from
-# vLLM reads the mask token id under any of these names, in this order; the head writes the first two
-MASK_ID_KEYS = ("mask_token_id", "ptd_token_id", "pard_token")
+# vLLM (0.32) reads the mask token id under any of these names, in this order; the head writes mask_token_id and
+# ptd_token_id (a config whose names disagree is refused, so the order only decides which name is reported first)
+MASK_ID_KEYS = ("mask_token_id", "pard_token", "ptd_token_id")
 
 
 def read_config_json(head_dir) -> dict:
@@ -231,7 +232,7 @@ class PEagleConfig:
             taps = taps_of(d)
             mask_id = mask_token_id_of(d)
             if mask_id is None:
-                raise PeagleError("config.json has no mask token id (mask_token_id / ptd_token_id / pard_token). "
+                raise PeagleError("config.json has no mask token id (mask_token_id / pard_token / ptd_token_id). "
                                   "Fix: add \"mask_token_id\": <id> to config.json.")
             rope = d.get("rope_parameters") or d.get("rope_scaling") or None  # rope_scaling: the older HF name
             return cls(
