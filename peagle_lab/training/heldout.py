@@ -76,7 +76,7 @@ def _run_cli(args):
     seqs = prepare_sequences(model, records[: args.sequences])
     rows = []
     for h in args.heads:
-        head = PEagleDrafter.from_pretrained(h, target=model)
+        head = PEagleDrafter.from_pretrained(h, target=model, device=next(model.parameters()).device)
         acc = depth_accuracy(head, seqs)
         rows.append(dict(head=display_path(h), layers=head.config.num_hidden_layers, mode=head.config.mode, **acc))
         print(f"{display_path(h)} ({head.config.num_hidden_layers} layer(s)): "
