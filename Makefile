@@ -49,7 +49,7 @@ TEST_RESULTS ?= $(CURDIR)/build/test-results
 MODEL := $(PEAGLE_CACHE)/SmolLM2-135M-Instruct/config.json
 
 NOTEBOOKS := $(wildcard notebooks/*.ipynb)
-# --nbval-lax: only cells marked `# NBVAL_CHECK_OUTPUT` are compared, every cell must run without error.
+# --nbval-lax: only cells tagged `nbval-check-output` are compared, every cell must run without error.
 # --nbval-current-env: the kernel is this venv's Python, whatever kernelspec the notebook was saved with.
 NBVAL_ARGS := --nbval-lax --nbval-current-env --nbval-cell-timeout=1200
 PYTEST_ARGS ?=

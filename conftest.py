@@ -7,7 +7,7 @@ extra), instead of failing on their first cell. Where vLLM is installed they run
 Checked outputs on any target: a cell tagged ``smollm2-fact`` (``# %% tags=["smollm2-fact"]`` in the notebook's
 .py) prints facts of the embedded SmolLM2-135M (its shape, its tokens, its answers); its saved output is compared
 only when ``PEAGLE_TARGET`` is that target. On another target (CI's second pass, ``make test-tiny-target``) the
-cell must still run without error, and every other ``# NBVAL_CHECK_OUTPUT`` cell, a fact that holds for any
+cell must still run without error, and every other cell tagged ``nbval-check-output``, a fact that holds for any
 target, is compared as usual.
 """
 

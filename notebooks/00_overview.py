@@ -73,8 +73,7 @@ draw_drafting_schemes(k=4);
 # %%
 model, tokenizer = models.load_target(TARGET, device=DEVICE, dtype=torch.float32)
 
-# %% tags=["smollm2-fact"]
-# NBVAL_CHECK_OUTPUT
+# %% tags=["smollm2-fact", "nbval-check-output"]
 from peagle_lab.features.taps import default_tap_layers
 
 cfg = model.config
@@ -120,8 +119,7 @@ for _ in range(REPEATS):
     times.append(time.perf_counter() - t0)
 print(tokenizer.decode(answer))
 
-# %% tags=["smollm2-fact"]
-# NBVAL_CHECK_OUTPUT
+# %% tags=["smollm2-fact", "nbval-check-output"]
 print(f"prompt: {prompt_ids.shape[1]} tokens; first 8 answer tokens: {answer[:8].tolist()}")
 print([tokenizer.decode([t]) for t in answer[:8]])
 

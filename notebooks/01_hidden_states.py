@@ -40,8 +40,7 @@ model, tokenizer = models.load_target(TARGET, device=DEVICE, dtype=torch.float32
 # reads 3H numbers per position (its `fc` layer projects them back to H). vLLM's default taps for an L-layer
 # target are layers 2, L//2 and L-3: a low, a middle and a high layer.
 
-# %% tags=["smollm2-fact"]
-# NBVAL_CHECK_OUTPUT
+# %% tags=["smollm2-fact", "nbval-check-output"]
 from peagle_lab.prompts import chat_ids
 from peagle_lab.features.taps import default_tap_layers, target_forward
 
@@ -66,8 +65,7 @@ print(f"input_ids {tuple(x.shape)}  taps {tuple(out.taps.shape)} (= 3 x {H})  lo
 #
 # The cell checks all of it with hooks on the decoder layers, in the same forward that produces the taps.
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 seen, last = {}, {}
 
 
@@ -123,8 +121,7 @@ ax.legend();
 # %% [markdown]
 # Cosine similarity between the three taps, averaged over positions: how much of the same information they carry.
 
-# %% tags=["smollm2-fact"]
-# NBVAL_CHECK_OUTPUT
+# %% tags=["smollm2-fact", "nbval-check-output"]
 sim = cosine_matrix(states, skip_first=1)
 tap_sim = sim[list(TAPS)][:, list(TAPS)]
 for i, row in zip(TAPS, tap_sim.tolist()):
@@ -158,8 +155,7 @@ for i in rows:
     print(f"{name:>9}: {guesses}")
 print("first answer token:", repr(tokenizer.decode(top[L, :1])))
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 lens_probs, lens_top = logit_lens(model, states[L], k=1)
 print("lens on the last layer's output == the model's own prediction, at every position:",
       torch.equal(lens_top[:, 0], out.logits[0].argmax(-1)))
@@ -176,8 +172,7 @@ print("lens on the last layer's output == the model's own prediction, at every p
 # huge disk) or run the target during training (*online*: no disk, a target forward per step). Per token,
 # offline costs 3 x H x 2 bytes in bfloat16 plus two int32 ids (the token and the target's greedy label).
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 from peagle_lab import features
 
 print(features.format_cost_table(features.disk_cost_table()))
@@ -226,8 +221,7 @@ except PeagleError as err:
 # %% [markdown]
 # Training reads it back as one dict of tensors per sequence (`FeatureDataset`, `iter_shards`, `load_features`).
 
-# %% tags=["smollm2-fact"]
-# NBVAL_CHECK_OUTPUT
+# %% tags=["smollm2-fact", "nbval-check-output"]
 ds = FeatureDataset(out_dir)
 rec = ds[0]
 print({k: (tuple(v.shape), str(v.dtype)) for k, v in sorted(rec.items())})

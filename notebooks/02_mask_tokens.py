@@ -59,8 +59,7 @@ from peagle_lab import models, settings
 # context and the mask slots before it. Everything a deep slot knows about *which* token to guess comes
 # through attention to the context: the stand-ins only say "I am slot j".
 
-# %%
-# NBVAL_IGNORE_OUTPUT
+# %% tags=["nbval-ignore-output"]
 from peagle_lab.drafter import PEagleConfig, PEagleDrafter
 from peagle_lab.decoding.draft_sources import HeadDrafter
 from peagle_lab.decoding.sampling import Sampling
@@ -70,8 +69,7 @@ from peagle_lab.training import pick_mask_token_id
 
 model, tokenizer = models.load_target(TARGET, device=DEVICE, dtype=torch.float32)
 
-# %% tags=["smollm2-fact"]
-# NBVAL_CHECK_OUTPUT
+# %% tags=["smollm2-fact", "nbval-check-output"]
 MASK_ID = pick_mask_token_id(tokenizer)
 print(f"mask token: id {MASK_ID} = {tokenizer.convert_ids_to_tokens(MASK_ID)!r} "
       "(a special token that never occurs in chat text)")
@@ -92,8 +90,7 @@ for j in range(2, K + 1):
 # last K rows. (The head is untrained here: the drafts are not good, the mechanics are exact.)
 # `HeadDrafter.propose` (in `peagle_lab.decoding.draft_sources`) is the code that does this in the loop.
 
-# %% tags=["smollm2-fact"]
-# NBVAL_CHECK_OUTPUT
+# %% tags=["smollm2-fact", "nbval-check-output"]
 torch.manual_seed(0)
 cfg = PEagleConfig.from_target(model.config, mask_token_id=MASK_ID, num_speculative_tokens=K)
 head = PEagleDrafter(cfg).init_from_target(model).to(DEVICE).eval()
@@ -130,8 +127,7 @@ print("K drafts = argmax of the last K rows, as HeadDrafter.propose drafts them:
 # fewer at each deeper depth (nested: a rollout kept at depth d exists at
 # every depth before it), which makes training K depths much cheaper than K times one depth.
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 import matplotlib.pyplot as plt
 
 from peagle_lab.training import full_training_mask, plan_row
@@ -204,8 +200,7 @@ plt.show()
 # committed per host (`peagle-lab study mask --out data/recipe/<host>/mask`, resumable). First a small live
 # run through the same code (two variants, a few steps: it shows the machinery, not the answer):
 
-# %%
-# NBVAL_IGNORE_OUTPUT
+# %% tags=["nbval-ignore-output"]
 from peagle_lab.training import recipe
 from peagle_lab.workbook import studies
 from peagle_lab.training.distill import distilled_records
@@ -238,8 +233,7 @@ for r in live:
 # sequence, with the P-EAGLE head for this target (the shipped one for the embedded target): the training elements of three anchors at every depth, against one
 # drafter pass per anchor (context slots `0..a`, then `K - 1` mask slots).
 
-# %%
-# NBVAL_IGNORE_OUTPUT
+# %% tags=["nbval-ignore-output"]
 from peagle_lab.drafter.heads import head_for_target
 from peagle_lab.training import TrainConfig, Trainer, TrainerOptions
 
@@ -270,15 +264,13 @@ with torch.no_grad():
             worst = max(worst, float((train_logits[d][i] - draft_logits[n - 1 + d].to(train_logits[d].device)).abs().max()))
 print(f"largest logit difference, training element vs one-pass draft: {worst:.1e}")
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 print("training elements equal the one-pass draft (within 1e-4):", worst < 1e-4)
 
 # %% [markdown]
 # ## The committed study
 
-# %%
-# NBVAL_IGNORE_OUTPUT
+# %% tags=["nbval-ignore-output"]
 import math
 
 from IPython.display import Markdown, display
@@ -312,8 +304,7 @@ if rows:
 # the drafter's slot-1 accuracy (16-20% accepted) is. What would separate them: heads trained an order of
 # magnitude longer, so that deep slots are accepted often; far more held-out rounds at slots 2-3; more seeds.
 
-# %%
-# NBVAL_IGNORE_OUTPUT
+# %% tags=["nbval-ignore-output"]
 from peagle_lab.workbook import report
 
 for row in rows:

@@ -55,14 +55,12 @@ from peagle_lab import models, settings
 # reasoning; no HumanEval problem among them); the shipped file holds the target's answers to all 465 of them
 # (distillation runs the shortest prompts first; an interrupted run resumes where it stopped).
 
-# %%
-# NBVAL_IGNORE_OUTPUT
+# %% tags=["nbval-ignore-output"]
 from peagle_lab.training.distill import distilled_data, distilled_records, read_distilled, shipped_distilled_path
 
 model, tokenizer = models.load_target(TARGET, device=DEVICE, dtype=torch.float32)
 
-# %% tags=["smollm2-fact"]
-# NBVAL_CHECK_OUTPUT
+# %% tags=["smollm2-fact", "nbval-check-output"]
 path, meta, records, shipped = distilled_data(model, tokenizer, None if models.is_default_target(TARGET)
                                               else settings.pick(32, 8), TARGET, progress=False)
 if not shipped:
@@ -84,8 +82,7 @@ print(tokenizer.decode(r["input_ids"][r["prompt_len"]:])[:300])
 # code writing, completion from a signature and docstring, explanation, chat, short reasoning, multi-turn), whose
 # 5% held-out split is never trained on and measures acceptance on unseen prompts of the same kinds.
 
-# %%
-# NBVAL_IGNORE_OUTPUT
+# %% tags=["nbval-ignore-output"]
 from collections import Counter
 
 from peagle_lab.training.distill import select_split
@@ -113,8 +110,7 @@ print("prompt kinds:", dict(Counter(m["category"] for m in mix)))
 # target at inference as they are when serving. The labels are the target's own greedy tokens in both arms:
 # only the text the head reads differs.
 
-# %%
-# NBVAL_IGNORE_OUTPUT
+# %% tags=["nbval-ignore-output"]
 from IPython.display import Markdown, display
 
 from peagle_lab.workbook import studies
@@ -142,8 +138,7 @@ display(Markdown(studies.summary_markdown(sd_runs)))
 # fraction of the target's tokens in the data that the draft vocabulary can still produce; a token outside it
 # can never be drafted (still lossless: the target verifies every draft).
 
-# %% tags=["smollm2-fact"]
-# NBVAL_CHECK_OUTPUT
+# %% tags=["smollm2-fact", "nbval-check-output"]
 from peagle_lab.training import pick_mask_token_id
 from peagle_lab.drafter.vocab import build_draft_vocab, count_tokens, coverage
 
@@ -163,8 +158,7 @@ for size in [n for n in (1024, 2048, 4096, 8192, 16384) if n < V] + [V]:
 # A toy draft vocabulary of 8 ids shows the two maps a checkpoint carries and vLLM reads: draft id `i` stands for
 # target id `i + d2t[i]`, and `t2d` marks, over the whole target vocabulary, the ids the head can emit.
 
-# %% tags=["smollm2-fact"]
-# NBVAL_CHECK_OUTPUT
+# %% tags=["smollm2-fact", "nbval-check-output"]
 from peagle_lab.drafter.vocab import d2t_t2d
 
 toy = build_draft_vocab(counts, 8, V, always=(MASK_ID, tokenizer.eos_token_id))
@@ -178,8 +172,7 @@ print(f"t2d: {t2d.dtype}, {t2d.numel():,} entries (one per target id), True at {
 # another `--draft-vocab-size` than its config says, or a truncated file) is refused by the export check, which
 # names the tensor and both shapes, before vLLM would fail on it or draft from the wrong rows:
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 from safetensors.torch import load_file
 
 from peagle_lab.drafter import PEagleConfig
@@ -208,8 +201,7 @@ except PeagleError as exc:
 # drop-token* sampling (from PARD), keeps every anchor at depth 0 and a shrinking share deeper (70%, 49%, ...,
 # never under 20%), each deeper set drawn from the one above: the deep slots cost a fraction of the compute.
 
-# %%
-# NBVAL_IGNORE_OUTPUT
+# %% tags=["nbval-ignore-output"]
 from peagle_lab.drafter.heads import target_slug
 from peagle_lab.settings import results_dir
 from peagle_lab.training import (TrainConfig, Trainer, TrainerOptions, draft_vocab_size_for, final_accuracy, plan_row,
@@ -229,8 +221,7 @@ print(f"{len(seqs)} sequences, {sum(len(s['input_ids']) for s in seqs):,} tokens
 # them to 8 significant bits. The cell does all three on the same few sequences: one online pass, and an
 # extraction in each dtype, read back.
 
-# %%
-# NBVAL_IGNORE_OUTPUT
+# %% tags=["nbval-ignore-output"]
 import tempfile
 import time
 from pathlib import Path
@@ -264,8 +255,7 @@ for r in rows:
 # taps with the settings and seeds of the mask study's learned variant (notebook 02), whose taps are fp32 (in both
 # arms the training arithmetic itself runs in bf16 autocast: only the stored inputs differ):
 
-# %%
-# NBVAL_IGNORE_OUTPUT
+# %% tags=["nbval-ignore-output"]
 st_host, st_runs = studies.committed("storage")
 mk_host, mk_runs = studies.committed("mask")
 print(committed_label("The storage study", st_host))
@@ -281,8 +271,7 @@ display(Markdown(studies.summary_markdown(fp32_arm + st_runs)))
 # sequence is used: the right choice when the features of the data set would not fit on disk (notebook 01's
 # table), the slower one when they do.
 
-# %% tags=["smollm2-fact"]
-# NBVAL_CHECK_OUTPUT
+# %% tags=["smollm2-fact", "nbval-check-output"]
 plan = plan_row(seqs[:2], num_depths=8, ratio=0.7, min_ratio=0.2, generator=torch.Generator().manual_seed(0))
 print(f"a row of 2 sequences ({len(plan.x)} tokens): elements per depth {[len(d.g) for d in plan.depths]}, "
       f"{sum(len(d.g) for d in plan.depths)} in all")
@@ -306,8 +295,7 @@ print(f"depth 0 trains {int(plan.depths[0].loss.sum())} anchors (response positi
 # To show resume, the run below is interrupted halfway (`stop_after`) and a fresh `Trainer` continues it
 # from the checkpoint; a third run, never interrupted, shows that the result is the same.
 
-# %%
-# NBVAL_IGNORE_OUTPUT
+# %% tags=["nbval-ignore-output"]
 import shutil
 
 OUT = results_dir() / "nb03" / "head"
@@ -323,15 +311,13 @@ resumed_at = second.step
 res = second.train()
 print(f"draft vocabulary {res.info['draft_vocab_size']} ids, coverage {res.info['draft_vocab_coverage']:.4f}")
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 print("first run stopped by:", part.stopped_by, "| second run resumed where it stopped:",
       resumed_at == part.steps_done, "| finished all steps:", res.steps_done == cfg.steps)
 print("head directory:", sorted(p.name for p in OUT.iterdir()))
 print("training state:", sorted(p.name for p in (OUT / "checkpoint").iterdir()))
 
-# %%
-# NBVAL_IGNORE_OUTPUT
+# %% tags=["nbval-ignore-output"]
 straight = Trainer(cfg, model, seqs, tokenizer, TrainerOptions(progress=False, verbose=False)).train()
 by_step = {r["step"]: r["loss"] for r in res.log}
 loss_gap = max(abs(r["loss"] - by_step[r["step"]]) for r in straight.log)
@@ -340,16 +326,14 @@ weight_gap = max(float((a.float() - b.float()).abs().max())
 print(f"uninterrupted vs interrupted + resumed, {len(straight.log)} steps: largest loss difference {loss_gap:.1e}, "
       f"largest weight difference {weight_gap:.1e}")
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 from peagle_lab.training import resume_tolerance
 
 # CPU kernels are deterministic; CUDA's backward adds with atomics in a varying order (resume_tolerance says how much)
 loss_tol, weight_tol = resume_tolerance(next(model.parameters()).device)
 print("the resumed run is the uninterrupted run:", loss_gap < loss_tol and weight_gap < weight_tol)
 
-# %%
-# NBVAL_IGNORE_OUTPUT
+# %% tags=["nbval-ignore-output"]
 import math
 
 import matplotlib.pyplot as plt
@@ -399,8 +383,7 @@ for name, n in own.items():
 # same distilled data with the same wall-time budget. Both are small: bf16 weights, a draft vocabulary, and the
 # mask embedding stored as one row (the other rows are the target's).
 
-# %% tags=["smollm2-fact"]
-# NBVAL_CHECK_OUTPUT
+# %% tags=["smollm2-fact", "nbval-check-output"]
 import json
 
 from peagle_lab.drafter import PEagleConfig
@@ -436,8 +419,7 @@ for kind, rec in records_.items():
 # on the spot) each draft in their own mode at three K on HumanEval prompts (greedy; every output checked against
 # plain greedy decoding).
 
-# %%
-# NBVAL_IGNORE_OUTPUT
+# %% tags=["nbval-ignore-output"]
 from peagle_lab.prompts import humaneval_prompts
 from peagle_lab.training import EvalSettings, ensure_head, evaluate_head
 
@@ -453,12 +435,10 @@ live = {kind: evaluate_head(model, tokenizer, head, prompts, EvalSettings(ks=KS,
 for kind, ev in live.items():
     print(f"{kind:10s} " + "  ".join(f"K={k}: {v:.2f}" for k, v in ev["acceptance_length"].items()))
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 print("every speculative output identical to plain greedy:", all(ev["lossless"] for ev in live.values()))
 
-# %%
-# NBVAL_IGNORE_OUTPUT
+# %% tags=["nbval-ignore-output"]
 fig, axes = plt.subplots(1, 2, figsize=(13, 4.5))
 names = {"parallel": "P-EAGLE (parallel)", "sequential": "EAGLE-3 (sequential)"}
 for kind in heads:
@@ -476,8 +456,7 @@ for ax in axes:
 plt.tight_layout()
 plt.show()
 
-# %%
-# NBVAL_IGNORE_OUTPUT
+# %% tags=["nbval-ignore-output"]
 from IPython.display import Markdown, display
 
 par, seq = (records_[k]["eval"]["acceptance_length"] for k in ("parallel", "sequential"))
@@ -508,8 +487,7 @@ display(Markdown("\n".join(lines)))
 # no template, and the template with another system message. The target's answers change with the layout
 # (it continues text instead of answering, or answers in another voice); the head still expects the old ones.
 
-# %%
-# NBVAL_IGNORE_OUTPUT
+# %% tags=["nbval-ignore-output"]
 from peagle_lab.prompts import OTHER_SYSTEM, load_scale_records
 
 tmpl_prompts = [r["prompt"] for r in load_scale_records("val") if not r.get("history")][: settings.pick(2, 1)]
@@ -523,8 +501,7 @@ for t, ev in tmpl.items():
     pp = " ".join("  - " if x is None else f"{x:.2f}" for x in ev["per_position_acceptance"][TK])
     print(f"{layout[t]:58s} acceptance length at K={TK}: {ev['acceptance_length'][TK]:.2f}   per slot: {pp}")
 
-# %%
-# NBVAL_IGNORE_OUTPUT
+# %% tags=["nbval-ignore-output"]
 drop = {t: tmpl["chat"]["acceptance_length"][TK] - ev["acceptance_length"][TK] for t, ev in tmpl.items()}
 display(Markdown(
     f"**Reading it.** Against the template it was trained on, the head's acceptance length changes by "
@@ -567,8 +544,7 @@ display(Markdown(
 # * **the learning curve**: acceptance length of the long run's snapshots against the training tokens it had
 #   seen: `peagle-lab curve HEAD/checkpoint/snapshots/tokens-* --out data/recipe/<host>/curve.json`.
 
-# %%
-# NBVAL_IGNORE_OUTPUT
+# %% tags=["nbval-ignore-output"]
 from peagle_lab.training import recipe
 
 hosts = sorted(p.parent.name for p in (settings.data_dir() / "recipe").glob("*/runs.jsonl"))
@@ -588,8 +564,7 @@ if runs:
     display(Markdown(f"Differences larger than the baseline's seed-to-seed spread ({noise:.3f}):\n\n"
                      + ("\n".join(lines) if lines else "- none: at this budget no setting separates from noise")))
 
-# %%
-# NBVAL_IGNORE_OUTPUT
+# %% tags=["nbval-ignore-output"]
 curve_path = settings.data_dir() / "recipe" / hosts[-1] / recipe.CURVE_FILE if hosts else None
 points = json.loads(curve_path.read_text())["points"] if curve_path and curve_path.exists() else []
 if points:
@@ -610,8 +585,7 @@ if points:
 # GPUs, on far more data, for 20-120B targets; the recipe runs above show which settings move acceptance at this
 # budget, and the curve shows that the budget itself is the lever that matters most here.
 
-# %%
-# NBVAL_IGNORE_OUTPUT
+# %% tags=["nbval-ignore-output"]
 from peagle_lab.workbook import report
 
 report.record("nb03_train_steps", res.steps_done)

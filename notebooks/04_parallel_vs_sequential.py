@@ -103,8 +103,7 @@ for role, info in (("P-EAGLE (parallel)", par_info), ("EAGLE-3 (sequential)", se
 # passes and the slots each pass carries. (The drafter first takes the prompt's slots once; here only the
 # round itself, with 2 newly committed slots, is counted.)
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 from peagle_lab.decoding.draft_sources import HeadDrafter
 from peagle_lab.decoding.sampling import Sampling
 from peagle_lab.decoding.slots import Slots
@@ -221,8 +220,7 @@ print(f"{len(divs)} divergent outputs of {len(e2e['runs'])}; assisted generation
 # P-EAGLE at K=3, at a margin of 0. The cell reruns that prompt with the same head, in bf16 and in fp32 (a fresh fp32 copy of the
 # target), and at the first differing token prints what the plain run's logits say.
 
-# %%
-# NBVAL_IGNORE_OUTPUT
+# %% tags=["nbval-ignore-output"]
 from peagle_lab.decoding.divergence import first_divergence
 from peagle_lab.decoding.speculative import plain_generate, speculative_generate
 
@@ -291,8 +289,7 @@ for m in e2e["methods"]:
         rates = " ".join("  - " if r is None else f"{r:.2f}" for r in m["per_position_acceptance"])
         print(f"{m['method']:14s} AL {m['acceptance_length']:.2f}   per position: {rates}")
 
-# %%
-# NBVAL_IGNORE_OUTPUT
+# %% tags=["nbval-ignore-output"]
 heads = [m for m in e2e["methods"] if m["family"] in ("p-eagle", "eagle3")]
 best_head = max(heads, key=lambda m: m["speedup"])
 pld = next((m for m in e2e["methods"] if m["family"] == "prompt-lookup"), None)

@@ -49,8 +49,7 @@ WORK = results_dir() / "05_vllm_deploy"
 WORK.mkdir(parents=True, exist_ok=True)
 print(f"target={TARGET} device={DEVICE or 'auto'} ci={CI} prompts={N_PROMPTS} max_tokens={MAX_TOKENS}")
 
-# %%
-# NBVAL_IGNORE_OUTPUT
+# %% tags=["nbval-ignore-output"]
 import platform
 
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")  # vLLM's engine logs are long; set INFO to see them
@@ -87,8 +86,7 @@ from peagle_lab.models import load_target
 target_dir = serving.export_target(target=TARGET)  # a plain HF directory vLLM loads (the converted cache)
 model, tok = load_target(TARGET, device=DEVICE, dtype=torch.float32)
 
-# %% tags=["smollm2-fact"]
-# NBVAL_CHECK_OUTPUT
+# %% tags=["smollm2-fact", "nbval-check-output"]
 L, H, V = model.config.num_hidden_layers, model.config.hidden_size, model.config.vocab_size
 print(f"target: {L} layers, hidden {H}, vocab {V}")
 
@@ -129,8 +127,7 @@ print()
 for name in ("embed_tokens.weight", "fc.weight", "mask_hidden", "midlayer.self_attn.q_proj.weight", "lm_head.weight"):
     print(f"{name:34s} {shapes[name]}")
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 # Facts that hold for any head exported for this target.
 taps = vcfg["eagle_aux_hidden_state_layer_ids"]
 print("taps ascending, inside the target:", taps == sorted(set(taps)) and all(0 <= t < L for t in taps))
@@ -150,8 +147,7 @@ print("other rows = the target's embedding:", torch.allclose(emb[others], model.
 # only its `draft_vocab_size` ids, and draft id `i` stands for target id `i + d2t[i]` (`03_train_head` builds
 # the map on screen):
 
-# %% tags=["smollm2-fact"]
-# NBVAL_CHECK_OUTPUT
+# %% tags=["smollm2-fact", "nbval-check-output"]
 with safe_open(str(vllm_dir / "model.safetensors"), "pt") as f:
     d2t = f.get_tensor("d2t")
 print(f"d2t: {tuple(d2t.shape)} {d2t.dtype}, one offset per draft id ({vcfg['draft_vocab_size']} of {V:,} "
@@ -163,8 +159,7 @@ for i in (0, 1, 2, 100, len(d2t) - 1):
 # %% [markdown]
 # Mistakes are caught before a 40-second engine start, with the cause and the fix:
 
-# %% tags=["smollm2-fact"]
-# NBVAL_CHECK_OUTPUT
+# %% tags=["smollm2-fact", "nbval-check-output"]
 import shutil
 
 from peagle_lab.errors import PeagleError
@@ -268,8 +263,7 @@ peagle = run_engine(serving.Speculation(vllm_dir, k=K, parallel=True))
 print(f"P-EAGLE engine (K={K}, parallel drafting): start {peagle['start_s']:.0f} s, "
       f"{sum(map(len, peagle['ids']))} tokens in {peagle['gen_s']:.1f} s")
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 from peagle_lab.decoding.divergence import agreement
 
 # identical, or (GPU: other kernels for 1 and K+1 rows) apart only at near-ties of our plain run, with the margins
@@ -299,8 +293,7 @@ print(f"rounds: vLLM {vm['drafts']}  ours {ours.rounds}")
 same = agreement([ours_ids, plain["ids"]], ours_plain, LOOP_DTYPE, LOOP_DEVICE)
 print("our loop's tokens identical to vLLM's:", same["identical"] or same["note"])
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 from peagle_lab.workbook import report
 
 agree = abs(vm["acceptance_length"] - ours.acceptance_length) <= 0.05 * ours.acceptance_length
@@ -350,8 +343,7 @@ print(f"reply ({via}):\n{answer}")
 print(f"\n/metrics: drafts={server_metrics['drafts']} draft_tokens={server_metrics['draft_tokens']} "
       f"accepted={server_metrics['accepted']} acceptance length={server_metrics['acceptance_length']:.3f}")
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 print("bound to loopback only:", srv.url.startswith("http://127.0.0.1:"))
 print("spec-decode counters exported on /metrics:", server_metrics["drafts"] > 0)
 print("server stopped cleanly:", exit_code == 0 and srv.proc.poll() is not None)
@@ -371,8 +363,7 @@ print(serving.client_snippet())
 # many tokens before speculation breaks even; the published heads were measured on GPUs with 20-120B targets at
 # batch size 1, where verification costs little more than one decode step.
 
-# %%
-# NBVAL_IGNORE_OUTPUT
+# %% tags=["nbval-ignore-output"]
 n_tokens = sum(map(len, plain["ids"]))
 rows = [("engine start (s)", plain["start_s"], peagle["start_s"]),
         ("generation (s)", plain["gen_s"], peagle["gen_s"]),
@@ -385,8 +376,7 @@ print(f"speed-up: {speedup:.2f}x at acceptance length {vm['acceptance_length']:.
       f"{N_PROMPTS} prompts batched, {os.cpu_count()} CPU cores, torch threads {torch.get_num_threads()}")
 _ = report.record("vllm_speedup", round(speedup, 3))
 
-# %%
-# NBVAL_IGNORE_OUTPUT
+# %% tags=["nbval-ignore-output"]
 from IPython.display import Markdown, display
 
 display(Markdown(
@@ -420,8 +410,7 @@ display(Markdown(
 # forward gets cheaper per GPU while the drafter's stays the same, so the drafter's share of a round grows (GPU
 # only: the CPU build does not run tensor parallelism here).
 
-# %%
-# NBVAL_IGNORE_OUTPUT
+# %% tags=["nbval-ignore-output"]
 import json
 
 import matplotlib.pyplot as plt
@@ -445,8 +434,7 @@ for path in sweeps:
     serve_sweep.plot_sweep(doc)
     plt.show()
 
-# %%
-# NBVAL_IGNORE_OUTPUT
+# %% tags=["nbval-ignore-output"]
 from IPython.display import Markdown, display
 
 if sweeps:

@@ -73,8 +73,7 @@ ex
 #
 # The same loop without widgets: greedy, the first head on offer, in the mode it was trained for.
 
-# %%
-# NBVAL_IGNORE_OUTPUT
+# %% tags=["nbval-ignore-output"]
 head_name = HEADS[0]
 run = run_generation(model, tokenizer, get_head(head_name, model), GenerationSettings(k=K, max_new_tokens=MAX_NEW),
                      head_name=head_name)
@@ -83,15 +82,13 @@ print(f"head: {head_name} | mode: {run.mode}")
 display(HTML(run.html(tokenizer)))
 print(run.summary())
 
-# %%
-# NBVAL_IGNORE_OUTPUT
+# %% tags=["nbval-ignore-output"]
 fig = viz.plot_per_position_acceptance(
     run.stats.conditional_acceptance,
     title=f"{head_name} head, {run.mode} drafting, K={K}: acceptance length {run.stats.acceptance_length:.2f}")
 print("saved", settings.display_path(viz.save_figure(fig, "06_explorer_per_position")))
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["nbval-check-output"]
 print("every token has a source:", len(run.sources) == len(run.tokens))
 print("the first token comes from the target:", run.sources[0] == viz.TARGET)
 print("speculative output == plain greedy output:", run.lossless)

@@ -33,3 +33,15 @@ def test_every_notebook_is_saved_with_the_peagle_lab_kernel(path):
     """The kernel `make setup` and docs/sagemaker.md install; another name opens on a Python without the project."""
     assert nbformat.read(path, as_version=4).metadata["kernelspec"]["name"] == "peagle-lab"
     assert "name: peagle-lab" in path.with_suffix(".py").read_text().split("# ---", 2)[1]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_nbval_markers_are_cell_tags_kept_in_both_files(path):
+    """`nbval-check-output` / `nbval-ignore-output` are cell tags (`# %% tags=[...]` in the .py), never comments in
+    the code, and the .py and the .ipynb carry the same tags."""
+    text = jupytext.read(path.with_suffix(".py"))
+    nb = nbformat.read(path, as_version=4)
+    for cell in nb.cells:
+        assert "NBVAL_" not in cell.source, f"{path.name}: an nbval comment marker; make it a cell tag"
+    assert [c.metadata.get("tags", []) for c in text.cells] == [c.metadata.get("tags", []) for c in nb.cells]
+    assert any("nbval-check-output" in c.metadata.get("tags", []) for c in nb.cells)
