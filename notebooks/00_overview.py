@@ -163,7 +163,7 @@ for key, value in [("target_params", n_params), ("greedy_tokens_per_s", round(to
 # %% [markdown]
 # The ratio above is the price of one verification: a round that drafts 8 tokens must get more than that many
 # tokens accepted (on average) before speculation is faster than plain decoding here. On a GPU at batch 1 the
-# ratio is close to 1; on a CPU in fp32 it is about 2 (notebook 04 measures it for every K, in fp32 and bf16).
+# ratio is close to 1; on a CPU in fp32 it is about 2 (notebook 05 measures it for every K, in fp32 and bf16).
 
 # %% [markdown]
 # ## One speculative round, written out
@@ -238,9 +238,9 @@ print(f"same tokens as the package's loop: {tokens == package.tokens[:NEW_TOKENS
 # | `01_hidden_states` | What does the drafter read: the three tapped layers, their cost on disk, extraction |
 # | `02_mask_tokens` | How one pass drafts K tokens: mask token, `mask_hidden`, the attention layout |
 # | `03_train_head` | Training a P-EAGLE head: self-distilled data, COD (conditional drop-token) sampling, per-depth loss |
-# | `04_parallel_vs_sequential` | Parallel vs sequential drafting: acceptance, drafting cost, end-to-end speed, losslessness |
-# | `05_vllm_deploy` | Export to vLLM's eagle3 format and serve with `parallel_drafting`; speculation under load |
-# | `06_explorer` | Watch drafts being accepted token by token, with any prompt, head and K |
+# | `05_parallel_vs_sequential` | Parallel vs sequential drafting: acceptance, drafting cost, end-to-end speed, losslessness |
+# | `06_vllm_deploy` | Export to vLLM's eagle3 format and serve with `parallel_drafting`; speculation under load |
+# | `07_explorer` | Watch drafts being accepted token by token, with any prompt, head and K |
 #
 # ### The nine questions users of EAGLE, SpecForge and vLLM keep asking, and where each is answered
 #

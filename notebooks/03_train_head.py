@@ -467,11 +467,11 @@ lines = [f"- SmolLM2-135M's shipped heads, recorded acceptance length at K=7: P-
          f"(P-EAGLE best at K={best_par}: {par[best_par]:.2f}; EAGLE-3 best at K={best_seq}: {seq[best_seq]:.2f})."]
 if par[k7] >= seq[k7]:
     lines.append("- The parallel head accepts at least as much per round as the sequential one at K=7, and drafts "
-                 "all 7 tokens in one pass instead of 7 (notebook 04 measures what that costs).")
+                 "all 7 tokens in one pass instead of 7 (notebook 05 measures what that costs).")
 else:
     lines.append(f"- The sequential head accepts more per round at K=7 ({seq[k7] - par[k7]:.2f} tokens): it sees "
                  "each drafted token, the parallel head only mask slots. The parallel head's advantage is cost: "
-                 "one drafter pass per round instead of K (notebook 04).")
+                 "one drafter pass per round instead of K (notebook 05).")
 target_al = 3.0
 lines.append(f"- Goal for the P-EAGLE head: acceptance length >= {target_al} at K=7; recorded {par[k7]:.2f} "
              + ("(reached)." if par[k7] >= target_al else "(not reached with this CPU budget; more data, steps, "

@@ -22,11 +22,11 @@ def results(monkeypatch, tmp_path):
 
 def test_record_then_load_round_trips_numbers_from_numpy_and_torch(results):
     assert report.load() == {}
-    assert report.record("acceptance_length", 2.5, notebook="04_parallel_vs_sequential") == 2.5
-    report.record("speedup", np.float32(1.25), notebook="04_parallel_vs_sequential")
+    assert report.record("acceptance_length", 2.5, notebook="05_parallel_vs_sequential") == 2.5
+    report.record("speedup", np.float32(1.25), notebook="05_parallel_vs_sequential")
     report.record("per_depth", torch.tensor([0.5, 0.25]), notebook="03_train_head")
     assert report.load() == {
-        "04_parallel_vs_sequential": {"acceptance_length": 2.5, "speedup": 1.25},
+        "05_parallel_vs_sequential": {"acceptance_length": 2.5, "speedup": 1.25},
         "03_train_head": {"per_depth": [0.5, 0.25]},
     }
     assert json.loads((results / "summary.json").read_text()) == report.load()
@@ -38,9 +38,9 @@ def test_notebook_name_comes_from_the_runner_or_jupyter(monkeypatch, tmp_path):
     # jupyter_server sets an absolute path
     monkeypatch.setenv("JPY_SESSION_NAME", str(tmp_path / "peagle-lab" / "notebooks" / "02_mask_tokens.ipynb"))
     assert report.current_notebook() == "02_mask_tokens"
-    monkeypatch.setenv("PEAGLE_NOTEBOOK", "05_vllm_deploy")
+    monkeypatch.setenv("PEAGLE_NOTEBOOK", "06_vllm_deploy")
     report.record("engine_start_s", 39)
-    assert report.load() == {"05_vllm_deploy": {"engine_start_s": 39}}
+    assert report.load() == {"06_vllm_deploy": {"engine_start_s": 39}}
 
 
 def test_clear_forgets_one_notebook_only():

@@ -115,7 +115,7 @@ def stage_env(out: Path, dry_run: bool) -> dict:
         rec |= {"gpu": torch.cuda.get_device_name(dev), "capability": list(torch.cuda.get_device_capability(dev)),
                 "gpus": torch.cuda.device_count(), "free_gib": round(free / 2**30, 2),
                 "total_gib": round(total / 2**30, 2), "tf32_matmul": torch.backends.cuda.matmul.allow_tf32}
-        try:  # would a vLLM engine start now, at vLLM's default memory share? (the check notebook 05 runs)
+        try:  # would a vLLM engine start now, at vLLM's default memory share? (the check notebook 06 runs)
             from ..serving.engine import check_gpu_memory
 
             check_gpu_memory(free, total)

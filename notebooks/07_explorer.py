@@ -14,7 +14,7 @@
 # ---
 
 # %% [markdown]
-# # 06 · Explorer: watch speculative decoding token by token
+# # 07 · Explorer: watch speculative decoding token by token
 #
 # Type a prompt, choose **K** (how many tokens the drafter proposes per round), the **head** and the **drafting
 # mode**, and press **Generate**. The target verifies the K drafts in one forward pass and keeps the longest
@@ -86,7 +86,7 @@ print(run.summary())
 fig = viz.plot_per_position_acceptance(
     run.stats.conditional_acceptance,
     title=f"{head_name} head, {run.mode} drafting, K={K}: acceptance length {run.stats.acceptance_length:.2f}")
-print("saved", settings.display_path(viz.save_figure(fig, "06_explorer_per_position")))
+print("saved", settings.display_path(viz.save_figure(fig, "07_explorer_per_position")))
 
 # %% tags=["nbval-check-output"]
 print("every token has a source:", len(run.sources) == len(run.tokens))

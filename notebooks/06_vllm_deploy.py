@@ -14,7 +14,7 @@
 # ---
 
 # %% [markdown]
-# # 05 · Serve a P-EAGLE head with vLLM
+# # 06 · Serve a P-EAGLE head with vLLM
 #
 # Notebooks 01-04 built and measured a P-EAGLE drafter with our own loop. This notebook deploys it with
 # **vLLM**, the engine the published P-EAGLE heads are served with, and checks that the deployment computes the
@@ -45,7 +45,7 @@ seed_everything(0)
 
 N_PROMPTS = pick(4, 2)  # HumanEval prompts
 MAX_TOKENS = pick(64, 24)  # new tokens per prompt
-WORK = results_dir() / "05_vllm_deploy"
+WORK = results_dir() / "06_vllm_deploy"
 WORK.mkdir(parents=True, exist_ok=True)
 print(f"target={TARGET} device={DEVICE or 'auto'} ci={CI} prompts={N_PROMPTS} max_tokens={MAX_TOKENS}")
 
@@ -359,7 +359,7 @@ print(serving.client_snippet())
 #
 # Both engines generated the same tokens for the same prompts, one batch each, after a warm-up. Read the ratio, not
 # the absolute numbers, and mind the setting: vLLM's CPU engine runs the target in fp32, where verifying K+1
-# tokens costs 1.6-2.2 decode steps on these CPUs (notebook 04 measures it), so a round must accept about that
+# tokens costs 1.6-2.2 decode steps on these CPUs (notebook 05 measures it), so a round must accept about that
 # many tokens before speculation breaks even; the published heads were measured on GPUs with 20-120B targets at
 # batch size 1, where verification costs little more than one decode step.
 
@@ -382,7 +382,7 @@ from IPython.display import Markdown, display
 display(Markdown(
     f"**Reading it.** vLLM ran the {N_PROMPTS} prompts as one batch, so every target pass carried {N_PROMPTS} "
     f"sequences: {N_PROMPTS} positions per decode step without the head, {N_PROMPTS * (K + 1)} per verification "
-    f"with it (K={K}, plus the drafter's pass). Notebook 04 measures what K+1 positions cost against one at "
+    f"with it (K={K}, plus the drafter's pass). Notebook 05 measures what K+1 positions cost against one at "
     f"batch size 1 in fp32 on these CPUs (1.6-2.2 decode steps); a pass over {N_PROMPTS} sequences has more "
     f"arithmetic still, and {vm['acceptance_length']:.2f} accepted tokens per round buy {speedup:.2f}x here. At "
     "batch size 1 on a GPU the same verification costs about one decode step, and the "
@@ -396,7 +396,7 @@ display(Markdown(
 # weights, and verifying K+1 tokens costs little more than one token. With many requests in flight the batch
 # already fills the compute, verifying every request's K+1 tokens costs nearly K+1 times as much, and the rejected
 # drafts are pure overhead. On this CPU our own loop measures one verification of K+1 tokens at about 2 decode
-# steps in fp32 (notebook 04); inside vLLM's engine, whose fixed cost per step is larger, one request still
+# steps in fp32 (notebook 05); inside vLLM's engine, whose fixed cost per step is larger, one request still
 # breaks even (the sweep's first row), and the sweep shows how load takes even that away.
 #
 # `peagle-lab serve-sweep` measures it: two OpenAI-compatible servers on 127.0.0.1 (plain, and with the P-EAGLE

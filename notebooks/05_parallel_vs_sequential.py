@@ -14,7 +14,7 @@
 # ---
 
 # %% [markdown]
-# # 04 · Parallel vs sequential drafting: measure it
+# # 05 · Parallel vs sequential drafting: measure it
 #
 # What this notebook shows:
 #
@@ -324,11 +324,11 @@ bench.plot_round_profile(e2e);
 # %% [markdown]
 # ## Save the run
 #
-# JSON (with the environment record), CSV and the PNG plots go to `$PEAGLE_RESULTS/bench/nb04/`
+# JSON (with the environment record), CSV and the PNG plots go to `$PEAGLE_RESULTS/bench/nb05/`
 # (default `./results`).
 
 # %%
-out_dir = settings.results_dir() / "bench" / "nb04"
+out_dir = settings.results_dir() / "bench" / "nb05"
 files = bench.write_results({"drafting_cost": dc, "end_to_end": e2e}, out_dir)
 print(settings.display_path(out_dir), sorted(p.name for p in files.values()))
 h = bench.headline({"drafting_cost": dc, "end_to_end": e2e})
