@@ -70,7 +70,7 @@ print("heads on offer:", HEADS, "| K:", K, "| max new tokens:", MAX_NEW)
 # exactly as the target's). The heads on offer are the shipped ones in `data/heads/`; a checkout without them
 # falls back to an untrained head and says so (grey almost everywhere, acceptance length close to 1). The
 # shipped heads are small and trained on a CPU budget, so expect mostly single green tokens: slot 1 accepted
-# about a third of the time, deeper slots rarely (notebook 03 shows why, and what more training buys).
+# in a minority of rounds, deeper slots more rarely still (notebooks 03 and 04 show why, and what more training buys).
 
 # %%
 ex = explorer(model, tokenizer, k=K, max_new_tokens=MAX_NEW)
@@ -89,6 +89,15 @@ report.record(f"acceptance_length_k{K}_{head_name}", round(run.stats.acceptance_
 print(f"head: {head_name} | mode: {run.mode}")
 display(HTML(run.html(tokenizer)))
 print(run.summary())
+regime = "exact: fp32 on a CPU, token for token" if run.regime == "exact" else \
+    f"near-tie: {run.dtype} on {DEVICE}, identical or a divergence at a near-tie"
+print(f"\nlossless check, {regime}:")
+if run.tokens == run.plain_tokens:
+    print(f"  identical to plain greedy decoding, all {len(run.tokens)} tokens")
+else:
+    d = run.divergence
+    print(f"  diverges from token {d.position} on; plain top-2 margin there {d.margin:.3f}, near-tie bound "
+          f"{d.bound:.3f} -> {'a near-tie: lossless in this regime' if run.lossless else 'NOT a near-tie: not lossless'}")
 regime = "exact: fp32 on a CPU, token for token" if run.regime == "exact" else \
     f"near-tie: {run.dtype} on {DEVICE}, identical or a divergence at a near-tie"
 print(f"\nlossless check, {regime}:")
