@@ -249,8 +249,8 @@ print(f"{len(per_round)} rounds (target forwards after the prefill), tokens per 
 
 # %% [markdown]
 # Now the same prompt through the package's loop, and through the package's plain greedy decoding, which also
-# records the logit margin at every token. In fp32 on a CPU both comparisons must print "identical"; on a GPU
-# (or in bf16) a difference may appear, and then the margin printed decides whether it is a near-tie.
+# records the logit margin at every token. In fp32 on a CPU the last line must read "identical"; on a GPU (or in
+# bf16) a difference may appear, and then the margin it prints decides whether it is a near-tie.
 
 # %%
 from peagle_lab.decoding.divergence import first_divergence, lossless_regime
