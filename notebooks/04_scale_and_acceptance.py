@@ -131,10 +131,10 @@ for kind, rec in records_.items():
 report.record("shipped_heads_lossless", all(ev["lossless"] for ev in live.values()));
 
 # %% [markdown]
-# **Reading it.** Both panels flatten after the first few K: a slot is only counted when every slot before it
-# was accepted, and past slot 2 or 3 the heads are rarely still right, so a deeper draft adds almost nothing per
-# round. The left panel (the record, more prompts) is the one to compare the two heads on; the right one (this
-# run's small sample) moves by a few hundredths from one prompt to the next. Whichever head accepts more per
+# **Reading it.** Both panels rise little past the first few K: a slot is only counted when every slot before
+# it was accepted, and past slot 2 or 3 the heads are rarely still right, so a deeper draft adds little per
+# round. The left panel (the record, more prompts) is the one to compare the two heads on; the right one is
+# this run's small sample, which a single prompt more or less can move. Whichever head accepts more per
 # round in the record, the parallel head drafts all K tokens in one pass and the sequential head in K passes:
 # notebook 05 measures what that difference costs. Why the deep slots fail is the next section's question.
 
