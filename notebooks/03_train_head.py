@@ -16,20 +16,22 @@
 # %% [markdown]
 # # 03 · Train a P-EAGLE head
 #
-# The whole recipe, end to end, on this machine:
+# **Goal:** train a P-EAGLE head on this machine, seeing each ingredient built in view: the target's own answers,
+# the draft vocabulary, the tapped features, and one training row holding every depth at once.
 #
-# 1. **data**: training prompts, answered by the target itself (self-distillation);
-# 2. **draft vocabulary**: the tokens the head may propose, by frequency;
-# 3. **features**: the target's three tapped hidden states and its greedy labels, for every position;
+# The plan, one section each:
+#
+# 1. **data**: training prompts, answered by the target itself (self-distillation; should it? question 7);
+# 2. **draft vocabulary**: the tokens the head may propose, and the `d2t` / `t2d` maps by hand (question 6);
+# 3. **features**: the target's three tapped hidden states and its greedy labels (online or offline, bf16 or
+#    fp32? question 2);
 # 4. **training**: all anchors and depths of a packed row in a few forward passes (COD, the training mask from
-#    notebook 02), per-depth loss and accuracy, checkpoints, resume;
-# 5. **the shipped heads**: a P-EAGLE head (parallel, K=8) and an EAGLE-3-style head (sequential) trained on the
-#    same data with the same wall-time budget, compared by acceptance length per K on HumanEval prompts.
+#    notebook 02), per-depth loss and accuracy, checkpoints, resume.
 #
 # The training run here is small (minutes on a CPU); the shipped heads were trained with the same code from the
-# command line (`peagle-lab distill`, `peagle-lab train`), and their record says exactly how.
+# command line (`peagle-lab distill`, `peagle-lab train`), and notebook 04 reads their record.
 
-# %%
+# %% tags=["nbval-ignore-output"]
 # Parameters come from the environment: PEAGLE_TARGET (default: the embedded SmolLM2-135M-Instruct),
 # PEAGLE_DEVICE (default: cuda if present, else cpu), PEAGLE_CI=1 (small sizes, same code path).
 from peagle_lab.workbook.notebook import start
@@ -38,6 +40,9 @@ TARGET, DEVICE, CI = start(seed=0)
 
 import torch
 from peagle_lab import models, settings
+from peagle_lab.training.distill import distilled_data, distilled_records, read_distilled, shipped_distilled_path
+
+model, tokenizer = models.load_target(TARGET, device=DEVICE, dtype=torch.float32)
 
 # %% [markdown]
 # ## 1 · Data: the target answers the training prompts
@@ -51,14 +56,11 @@ from peagle_lab import models, settings
 # peagle-lab distill --out data/distill/smollm2-135m.jsonl --max-new-tokens 160 --batch-size 32
 # ```
 #
-# For the embedded target that file ships with the repository. The prompts are project-written (coding, chat,
-# reasoning; no HumanEval problem among them); the shipped file holds the target's answers to all 465 of them
-# (distillation runs the shortest prompts first; an interrupted run resumes where it stopped).
-
-# %% tags=["nbval-ignore-output"]
-from peagle_lab.training.distill import distilled_data, distilled_records, read_distilled, shipped_distilled_path
-
-model, tokenizer = models.load_target(TARGET, device=DEVICE, dtype=torch.float32)
+# For the embedded target that file ships with the repository (project-written prompts: coding, chat, reasoning;
+# no HumanEval problem among them). The first cell reads it and shows one prompt and the target's answer; the
+# second reads the larger **scale mix** the shipped heads are trained on (`data/prompts/scale.jsonl`: code
+# writing, completion from a signature and docstring, explanation, chat, short reasoning, multi-turn), whose 5%
+# held-out split is never trained on and measures acceptance on unseen prompts of the same kinds.
 
 # %% tags=["smollm2-fact", "nbval-check-output"]
 path, meta, records, shipped = distilled_data(model, tokenizer, None if models.is_default_target(TARGET)
@@ -77,17 +79,11 @@ print(tokenizer.decode(r["input_ids"][: r["prompt_len"]]))
 print("--- the target's answer (first 300 characters) ---")
 print(tokenizer.decode(r["input_ids"][r["prompt_len"]:])[:300])
 
-# %% [markdown]
-# The shipped heads are trained on more: the **scale mix** (`data/prompts/scale.jsonl`, written for this project:
-# code writing, completion from a signature and docstring, explanation, chat, short reasoning, multi-turn), whose
-# 5% held-out split is never trained on and measures acceptance on unseen prompts of the same kinds.
-
 # %% tags=["nbval-ignore-output"]
 from collections import Counter
 
 from peagle_lab.training.distill import select_split
 from peagle_lab.prompts import load_scale_records
-
 from peagle_lab.workbook.notebook import committed_label
 
 scale_path = shipped_distilled_path("smollm2-135m-scale")
@@ -120,14 +116,13 @@ print(committed_label("The self-distillation study", sd_host))
 display(Markdown(studies.summary_markdown(sd_runs)))
 
 # %% [markdown]
-# **Reading it.** On SmolLM2-135M, at the same budget (160 steps, about 134k training tokens), the head trained on the target's own
-# answers accepts 1.38 tokens per round on the held-out prompts, the one trained on the human answers 1.25: a gap
-# of 0.13, more than twice the largest spread between two seeds (0.05). The gap is largest at slot 1 (0.33
-# against 0.23 accepted): the head learns to predict the target from text the target writes, and the
-# library's own source is not written the way the target writes (section 1 shows a target answer: prose around
-# the code; the library's functions are bare code). So yes: let the target
-# regenerate the answers (`peagle-lab distill`) when you can afford its generation; the labels come from the
-# target in both cases, the text is what distillation buys.
+# **Reading it.** Compare the two rows of the table above at the same budget (their tokens seen match): the head
+# trained on the target's own answers accepts more per round on the held-out prompts than the one trained on the
+# human answers, and the gap is larger than the seed spread of either arm, so it is not run-to-run noise. Most of
+# the gap is at slot 1. The head learns to predict the target from text the target writes, and the library's
+# own source is not written the way the target writes. So yes: let the target regenerate the answers
+# (`peagle-lab distill`) when you can afford its generation; the labels come from the target in both arms, the
+# text is what distillation buys.
 
 # %% [markdown]
 # ## 2 · Draft vocabulary
@@ -157,6 +152,11 @@ for size in [n for n in (1024, 2048, 4096, 8192, 16384) if n < V] + [V]:
 #
 # A toy draft vocabulary of 8 ids shows the two maps a checkpoint carries and vLLM reads: draft id `i` stands for
 # target id `i + d2t[i]`, and `t2d` marks, over the whole target vocabulary, the ids the head can emit.
+#
+# The head's `lm_head` must have one row per draft id. A checkpoint where it does not (a head trained with
+# another `--draft-vocab-size` than its config says, or a truncated file) is refused by the export check, which
+# names the tensor and both shapes, before vLLM would fail on it or draft from the wrong rows: the second cell
+# cuts 96 rows off the shipped head's `lm_head` and shows the refusal.
 
 # %% tags=["smollm2-fact", "nbval-check-output"]
 from peagle_lab.drafter.vocab import d2t_t2d
@@ -166,11 +166,6 @@ d2t, t2d = d2t_t2d(toy, V)
 for i, (tid, off) in enumerate(zip(toy.tolist(), d2t.tolist())):
     print(f"draft id {i}: target id {tid:>5} = {i} + d2t[{i}] (= {off:>5})   {tokenizer.decode([tid])!r}")
 print(f"t2d: {t2d.dtype}, {t2d.numel():,} entries (one per target id), True at {t2d.nonzero().flatten().tolist()}")
-
-# %% [markdown]
-# The head's `lm_head` must have one row per draft id. A checkpoint where it does not (a head trained with
-# another `--draft-vocab-size` than its config says, or a truncated file) is refused by the export check, which
-# names the tensor and both shapes, before vLLM would fail on it or draft from the wrong rows:
 
 # %% tags=["nbval-check-output"]
 from safetensors.torch import load_file
@@ -194,12 +189,7 @@ except PeagleError as exc:
 # For every position `t` of every sequence: the three tapped residual streams `h_t` (3H; taps
 # `eagle_aux_hidden_state_layer_ids`) and the target's greedy label `y_t`. They come from one forward pass of
 # the frozen target per sequence, computed once and kept (here in a cache of `peagle_lab.features` shards under
-# `$PEAGLE_RESULTS/features/`: both notebooks and both heads reuse it).
-#
-# A packed row holds several sequences. Its depth-0 elements are all its positions; depth d keeps a COD sample of
-# the anchors (response positions), each predicting the target's token `d + 1` steps ahead. COD, *conditional
-# drop-token* sampling (from PARD), keeps every anchor at depth 0 and a shrinking share deeper (70%, 49%, ...,
-# never under 20%), each deeper set drawn from the one above: the deep slots cost a fraction of the compute.
+# `$PEAGLE_RESULTS/features/`, which later runs reuse).
 
 # %% tags=["nbval-ignore-output"]
 from peagle_lab.drafter.heads import target_slug
@@ -264,22 +254,51 @@ fp32_arm = [dict(r, name=r["name"].replace("learned (P-EAGLE)", "float32 taps"))
 display(Markdown(studies.summary_markdown(fp32_arm + st_runs)))
 
 # %% [markdown]
-# **Reading it.** On SmolLM2-135M, trained on bf16 taps, the head accepts 1.210 tokens per round against 1.211 on fp32 taps: a
-# difference of 0.001, against spreads of 0.004-0.027 between two seeds. Rounding the stored taps to bf16 costs
-# nothing measurable in acceptance here and halves the disk (the bytes per token above), which is why the shipped
-# heads were trained on offline bf16 shards. Online features trade that disk for a target forward each time a
-# sequence is used: the right choice when the features of the data set would not fit on disk (notebook 01's
-# table), the slower one when they do.
+# **Reading it.** The two arms of the table above differ only in the stored taps. Their difference in held-out
+# acceptance is far smaller than the seed spread of either arm: rounding the stored taps to bf16 costs nothing
+# measurable here, and halves the disk (the bytes per token in the cell before), which is why the shipped heads
+# were trained on offline bf16 shards. Online features trade that disk for a target forward each time a sequence
+# is used: the right choice when the features of the data set would not fit on disk (notebook 01's table), the
+# slower one when they do.
+
+# %% [markdown]
+# ## 4 · Training
+#
+# ### One training row
+#
+# A packed row holds several sequences. Its depth-0 elements are all its positions; depth d keeps a COD sample of
+# the anchors (response positions), each predicting the target's token `d + 1` steps ahead. COD, *conditional
+# drop-token* sampling (from PARD), keeps every anchor at depth 0 and a shrinking share deeper (`ratio`, then
+# `ratio`^2, ..., never under `min_ratio`), each deeper set drawn from the one above: the deep slots cost a
+# fraction of the compute. The cell below plans one row of two sequences and prints its element count per depth.
+#
+# ### Exercise: predict the size of a row
+#
+# Set `RATIO = 0.5` (keep half at each depth) and predict the elements per depth and in all, then run the cell.
+# Then try `NUM_DEPTHS = 4`.
+#
+# <details><summary>Answer</summary>
+#
+# Depth 0 is unchanged (every position of the row). Each deeper depth keeps about `RATIO` times the anchors of
+# the depth above (rounded), until the floor `MIN_RATIO` x anchors is reached, after which it stays flat: with
+# 0.5 the counts halve (about 1/2, 1/4, ... of the anchors) and hit the 20% floor from depth 3 on, so the row
+# holds fewer elements in all than with 0.7. With `NUM_DEPTHS = 4` the list has four entries: the same first
+# four, and the total is smaller by the depths dropped. The number of elements is what a training step costs,
+# so COD is what makes training K depths cost less than K times one depth.
+#
+# </details>
 
 # %% tags=["smollm2-fact", "nbval-check-output"]
-plan = plan_row(seqs[:2], num_depths=8, ratio=0.7, min_ratio=0.2, generator=torch.Generator().manual_seed(0))
+RATIO, MIN_RATIO, NUM_DEPTHS = 0.7, 0.2, 8  # the shipped recipe's COD; change one and predict
+plan = plan_row(seqs[:2], num_depths=NUM_DEPTHS, ratio=RATIO, min_ratio=MIN_RATIO,
+                generator=torch.Generator().manual_seed(0))
 print(f"a row of 2 sequences ({len(plan.x)} tokens): elements per depth {[len(d.g) for d in plan.depths]}, "
       f"{sum(len(d.g) for d in plan.depths)} in all")
 print(f"depth 0 trains {int(plan.depths[0].loss.sum())} anchors (response positions + the last prompt position); "
       f"its other {int((~plan.depths[0].loss).sum())} elements are context only")
 
 # %% [markdown]
-# ## 4 · Training
+# ### Train, interrupt, resume
 #
 # `peagle_lab.training.Trainer` (and `peagle-lab train` on the command line): AdamW, linear warm-up then cosine
 # decay, gradient clipping, gradient accumulation over packed rows, bf16 autocast where the hardware multiplies
@@ -311,12 +330,6 @@ resumed_at = second.step
 res = second.train()
 print(f"draft vocabulary {res.info['draft_vocab_size']} ids, coverage {res.info['draft_vocab_coverage']:.4f}")
 
-# %% tags=["nbval-check-output"]
-print("first run stopped by:", part.stopped_by, "| second run resumed where it stopped:",
-      resumed_at == part.steps_done, "| finished all steps:", res.steps_done == cfg.steps)
-print("head directory:", sorted(p.name for p in OUT.iterdir()))
-print("training state:", sorted(p.name for p in (OUT / "checkpoint").iterdir()))
-
 # %% tags=["nbval-ignore-output"]
 straight = Trainer(cfg, model, seqs, tokenizer, TrainerOptions(progress=False, verbose=False)).train()
 by_step = {r["step"]: r["loss"] for r in res.log}
@@ -329,6 +342,10 @@ print(f"uninterrupted vs interrupted + resumed, {len(straight.log)} steps: large
 # %% tags=["nbval-check-output"]
 from peagle_lab.training import resume_tolerance
 
+print("first run stopped by:", part.stopped_by, "| second run resumed where it stopped:",
+      resumed_at == part.steps_done, "| finished all steps:", res.steps_done == cfg.steps)
+print("head directory:", sorted(p.name for p in OUT.iterdir()))
+print("training state:", sorted(p.name for p in (OUT / "checkpoint").iterdir()))
 # CPU kernels are deterministic; CUDA's backward adds with atomics in a varying order (resume_tolerance says how much)
 loss_tol, weight_tol = resume_tolerance(next(model.parameters()).device)
 print("the resumed run is the uninterrupted run:", loss_gap < loss_tol and weight_gap < weight_tol)
@@ -355,241 +372,41 @@ plt.show()
 print("per-depth accuracy at the end:", acc)
 print(f"loss at step 1: {log[0]['loss']:.2f} (ln {cfg.draft_vocab_size} = {math.log(cfg.draft_vocab_size):.2f})")
 
-# %% [markdown]
-# What was trained: one decoder layer whose attention reads `[embedding, fused hidden]` (2H), the `fc` that fuses
-# the three taps, `mask_hidden`, the mask token's embedding row, and the final norm and lm_head over the draft
-# vocabulary. The embedding table itself is the target's and is not counted as the head's.
-
-# %%
 head = res.head
-print(head)
 own = {n: p.numel() for n, p in head.named_parameters() if n != "embed_tokens.weight"}
-print(f"\n{sum(own.values()) / 1e6:.2f} M parameters of its own (embedding table of "
+print(f"\nthe head: {sum(own.values()) / 1e6:.2f} M parameters of its own (embedding table of "
       f"{head.embed_tokens.weight.numel() / 1e6:.1f} M shared with the target, one row learned):")
 for name, n in own.items():
     print(f"  {name:45s} {n:>10,}")
 
 # %% [markdown]
-# A few minutes on a CPU teach the head little: slot 1 starts to work, the deep slots barely. The shipped heads
-# below had more data and time (their `TRAINING.md` says how much).
+# **Reading it.** The loss starts above the uniform guess's and falls within a few steps. A run this short
+# teaches the head little: whatever accuracy it reaches sits at depth 0 (slot 1, the token right after the
+# anchor, predicted from the target's own features of the anchor); the deeper depths, which see only mask
+# slots, learn slower. Notebook 04 shows what far more training buys at each depth.
 #
-# ## 5 · The shipped heads
-#
-# `data/heads/smollm2-135m-peagle` (P-EAGLE: parallel, trained for K=8) and `data/heads/smollm2-135m-eagle3`
-# (EAGLE-3 style, trained with the *training-time test*: during training the head is unrolled over its own
-# outputs exactly as at inference, depth d reading the head's own state from depth d-1 instead of the target's
-# features, so it learns to keep drafting from its own imperfect guesses) were trained by the command in their
-# `TRAINING.md`, on the
-# same distilled data with the same wall-time budget. Both are small: bf16 weights, a draft vocabulary, and the
-# mask embedding stored as one row (the other rows are the target's).
-
-# %% tags=["smollm2-fact", "nbval-check-output"]
-import json
-
-from peagle_lab.drafter import PEagleConfig
-from peagle_lab.drafter.heads import SHIPPED
-
-records_ = {}
-for kind, path in SHIPPED.items():
-    records_[kind] = json.loads((path / "training.json").read_text())
-    c = PEagleConfig.from_dir(path)
-    size = sum(f.stat().st_size for f in path.iterdir() if f.is_file()) / 1e6
-    print(f"{path.name}: mode={c.mode}, trained K={c.num_speculative_tokens}, {c.num_hidden_layers} layer(s), "
-          f"draft vocabulary {c.draft_vocab_size}, mask token {c.mask_token_id}, "
-          f"embeddings shared with the target: {c.embed_shared_with_target}, {size:.0f} MB on disk")
-print()
-for kind, rec in records_.items():
-    m = rec["machine"]
-    where = f" on {m['host']}" if m.get("host") else ""
-    seen = (f", {rec['tokens_seen']:,} tokens seen ({rec['autocast']}, {rec['tokens_per_s']:.0f} tokens/s)"
-            if rec.get("tokens_seen") else "")
-    print(f"{kind:10s} recorded: {rec['train_time_s']:.0f} s of training{where}, {rec['steps_done']} steps, "
-          f"{rec['data']['sequences']} sequences{seen}")
-    for key in ("eval", "eval_val"):
-        if rec.get(key):
-            ev = rec[key]
-            where = "HumanEval" if key == "eval" else "held-out"
-            print(f"           {where:9s} ({ev['prompts']} prompts): "
-                  + "  ".join(f"K={k}: {v:.2f}" for k, v in ev["acceptance_length"].items()))
-
-# %% [markdown]
-# The numbers above are the record of the production run on SmolLM2-135M: acceptance length per K, the K sweep of
-# question 3 (section 7 reads it). Now measure again, here, on a smaller sample (a few minutes on a CPU): the
-# heads for this target (the shipped ones for the embedded target; for another target, small heads trained here
-# on the spot) each draft in their own mode at three K on HumanEval prompts (greedy; every output checked against
-# plain greedy decoding).
-
-# %% tags=["nbval-ignore-output"]
-from peagle_lab.prompts import humaneval_prompts
-from peagle_lab.training import EvalSettings, ensure_head, evaluate_head
-
-print(committed_label("The records above"))
-heads = {kind: ensure_head(kind, model, tokenizer, TARGET)[0] for kind in SHIPPED}
-
-KS = settings.pick([1, 4, 8], [1, 8])
-prompts = humaneval_prompts(settings.pick(2, 1))
-MAX_NEW = settings.pick(48, 24)
-reference = {}
-live = {kind: evaluate_head(model, tokenizer, head, prompts, EvalSettings(ks=KS, max_new_tokens=MAX_NEW),
-                            reference=reference, progress=False) for kind, head in heads.items()}
-for kind, ev in live.items():
-    print(f"{kind:10s} " + "  ".join(f"K={k}: {v:.2f}" for k, v in ev["acceptance_length"].items()))
-
-# %% tags=["nbval-check-output"]
-print("every speculative output identical to plain greedy:", all(ev["lossless"] for ev in live.values()))
-
-# %% tags=["nbval-ignore-output"]
-fig, axes = plt.subplots(1, 2, figsize=(13, 4.5))
-names = {"parallel": "P-EAGLE (parallel)", "sequential": "EAGLE-3 (sequential)"}
-for kind in heads:
-    rec = records_[kind]["eval"]
-    ks = [int(k) for k in rec["acceptance_length"]]
-    axes[0].plot(ks, list(rec["acceptance_length"].values()), marker="o", label=names[kind])
-    axes[1].plot(KS, [live[kind]["acceptance_length"][k] for k in KS], marker="o", label=names[kind])
-axes[0].set_title(f"recorded (SmolLM2-135M): {records_['parallel']['eval']['prompts']} HumanEval prompts, "
-                  f"{records_['parallel']['eval']['max_new_tokens']} new tokens")
-axes[1].set_title(f"this run: {len(prompts)} HumanEval prompt(s), {MAX_NEW} new tokens")
-for ax in axes:
-    ax.set(xlabel="K (draft tokens per round)", ylabel="acceptance length (incl. bonus token)")
-    ax.grid(alpha=0.3)
-    ax.legend()
-plt.tight_layout()
-plt.show()
-
-# %% tags=["nbval-ignore-output"]
-from IPython.display import Markdown, display
-
-par, seq = (records_[k]["eval"]["acceptance_length"] for k in ("parallel", "sequential"))
-best_par = max(par, key=par.get)
-best_seq = max(seq, key=seq.get)
-k7 = "7"
-lines = [f"- SmolLM2-135M's shipped heads, recorded acceptance length at K=7: P-EAGLE **{par[k7]:.2f}**, EAGLE-3 **{seq[k7]:.2f}** "
-         f"(P-EAGLE best at K={best_par}: {par[best_par]:.2f}; EAGLE-3 best at K={best_seq}: {seq[best_seq]:.2f})."]
-if par[k7] >= seq[k7]:
-    lines.append("- The parallel head accepts at least as much per round as the sequential one at K=7, and drafts "
-                 "all 7 tokens in one pass instead of 7 (notebook 05 measures what that costs).")
-else:
-    lines.append(f"- The sequential head accepts more per round at K=7 ({seq[k7] - par[k7]:.2f} tokens): it sees "
-                 "each drafted token, the parallel head only mask slots. The parallel head's advantage is cost: "
-                 "one drafter pass per round instead of K (notebook 05).")
-target_al = 3.0
-lines.append(f"- Goal for the P-EAGLE head: acceptance length >= {target_al} at K=7; recorded {par[k7]:.2f} "
-             + ("(reached)." if par[k7] >= target_al else "(not reached with this CPU budget; more data, steps, "
-                "or a second drafter layer on a GPU are the levers)."))
-display(Markdown("\n".join(lines)))
-
-# %% [markdown]
-# ### Your own model and its chat template (question 1)
-#
-# A head learns what the target says after the prompt layout it was trained with: here the target's own chat
-# template, applied in one place (`prompts.chat_ids`) for distillation, training, evaluation and serving. The
-# cell serves the P-EAGLE head for this target held-out prompts in three layouts: the trained one, the bare text with
-# no template, and the template with another system message. The target's answers change with the layout
-# (it continues text instead of answering, or answers in another voice); the head still expects the old ones.
-
-# %% tags=["nbval-ignore-output"]
-from peagle_lab.prompts import OTHER_SYSTEM, load_scale_records
-
-tmpl_prompts = [r["prompt"] for r in load_scale_records("val") if not r.get("history")][: settings.pick(2, 1)]
-TK = 4
-tmpl = {t: evaluate_head(model, tokenizer, heads["parallel"], tmpl_prompts,
-                         EvalSettings(ks=(TK,), max_new_tokens=settings.pick(40, 16), template=t), progress=False)
-        for t in ("chat", "plain", "system")}
-layout = {"chat": "chat template (as trained)", "plain": "no template (bare text)",
-          "system": f"chat template, system message {OTHER_SYSTEM[:24]!r}..."}
-for t, ev in tmpl.items():
-    pp = " ".join("  - " if x is None else f"{x:.2f}" for x in ev["per_position_acceptance"][TK])
-    print(f"{layout[t]:58s} acceptance length at K={TK}: {ev['acceptance_length'][TK]:.2f}   per slot: {pp}")
-
-# %% tags=["nbval-ignore-output"]
-drop = {t: tmpl["chat"]["acceptance_length"][TK] - ev["acceptance_length"][TK] for t, ev in tmpl.items()}
-display(Markdown(
-    f"**Reading it.** Against the template it was trained on, the head's acceptance length changes by "
-    f"{-drop['plain']:+.2f} tokens per round served without a template, and by {-drop['system']:+.2f} with another "
-    "system message. "
-    "The fix is the one this project applies everywhere: distill, train and serve with one template. For your own "
-    "model, distill with its own chat template (`peagle-lab distill --target DIR`, the tokenizer's template), "
-    "and serve the head behind the same one (vLLM applies the tokenizer's template to chat requests)."))
-
-# %% [markdown]
-# ## 6 · Past one machine
-#
-# The same trainer runs in several processes (DDP through accelerate). Every process walks the same stream of
-# packed rows and COD samples and trains on its share of each step; `--batch-tokens` is the global batch, so two
-# processes follow one process's loss curve (`tests/test_distributed.py` checks that on a CPU with gloo, and that a
-# run saved at one world size resumes at another). On 8 GPUs, for a 7-8B target (hidden 4096, 32 layers):
-#
-# ```bash
-# peagle-lab extract --distilled DATA --split train --out FEATURES/part-train --max-seq-len 2048   # once (24 KiB/token)
-# torchrun --nproc_per_node 8 -m peagle_lab.cli train --data DATA --features FEATURES --out HEAD \
-#     --mode parallel -K 8 --layers 1 --draft-vocab-size 32768 --autocast bfloat16 --max-seq-len 2048 \
-#     --row-tokens 4096 --batch-tokens 65536 --lr 5e-4 --warmup-steps 200 --time-budget 36000 --steps 1000000
-# accelerate launch --multi_gpu --num_processes 8 -m peagle_lab.cli train ...    # the same, through accelerate
-# ```
-#
-# Every process loads the target on its own GPU (`cuda:LOCAL_RANK`); `--max-seq-len` (default 1024) must cover the
-# longest sequences (1,500 tokens here). Offline features of an 8B target cost 3 x 4096 x 2 B = 24 KiB per token in bf16 (notebook 01's table: 68k
-# sequences of 1.5k tokens are 2.5 TB), so large runs usually compute them online instead (no `--features`).
-
-# %% [markdown]
-# ## 7 · Why is my acceptance length below the paper's? (question 3)
-#
-# Because acceptance is bought with data and training, and a CPU buys little of either. Two experiments on this
-# project's own data measure how much each lever moves it (both run from the command line; their results are
-# committed per host, and the cells below read them):
-#
-# * **the recipe**: short runs with the same wall-clock budget, each changing one setting from the shipped
-#   recipe, judged by acceptance length at K=7 on the **held-out** prompts (5% of the scale mix, never trained
-#   on): `peagle-lab recipe --data ... --out data/recipe/<host>`;
-# * **the learning curve**: acceptance length of the long run's snapshots against the training tokens it had
-#   seen: `peagle-lab curve HEAD/checkpoint/snapshots/tokens-* --out data/recipe/<host>/curve.json`.
-
-# %% tags=["nbval-ignore-output"]
-from peagle_lab.training import recipe
-
-hosts = sorted(p.parent.name for p in (settings.data_dir() / "recipe").glob("*/runs.jsonl"))
-runs = recipe.read_runs(settings.data_dir() / "recipe" / hosts[-1]) if hosts else []
-print(committed_label("The recipe runs and the learning curve", hosts[-1] if hosts else None))
-display(Markdown(recipe.recipe_markdown(runs)))
-if runs:
-    base = next(r for r in runs if r["name"] == "baseline")
-    noise = recipe.noise(runs) or 0.0
-    lines = []
-    for r in sorted(runs, key=lambda r: -r["acceptance_length"]):
-        d = r["acceptance_length"] - base["acceptance_length"]
-        if r["name"].startswith("baseline") or abs(d) <= noise:
-            continue
-        lines.append(f"- **{r['name']}**: {d:+.3f} against the baseline ({r['tokens_seen']:,} tokens seen in "
-                     f"the budget, the baseline {base['tokens_seen']:,})")
-    display(Markdown(f"Differences larger than the baseline's seed-to-seed spread ({noise:.3f}):\n\n"
-                     + ("\n".join(lines) if lines else "- none: at this budget no setting separates from noise")))
-
-# %% tags=["nbval-ignore-output"]
-curve_path = settings.data_dir() / "recipe" / hosts[-1] / recipe.CURVE_FILE if hosts else None
-points = json.loads(curve_path.read_text())["points"] if curve_path and curve_path.exists() else []
-if points:
-    recipe.plot_curve(points, title=f"SmolLM2-135M: held-out acceptance length at K=7 ({hosts[-1]})")
-    plt.show()
-    par_pts = [p for p in points if p["mode"] == "parallel"]
-    need = recipe.extrapolate(par_pts, 2.5)
-    last = par_pts[-1]
-    print(f"P-EAGLE: {last['acceptance_length']:.2f} after {last['tokens_seen']:,} tokens; a log-linear fit "
-          + (f"reaches 2.5 at about {need:,.0f} tokens seen." if need else "is not rising: no budget estimate."))
-
-# %% [markdown]
-# **Reading it.** Acceptance grows with the training tokens, slowly: the curve rises by roughly a tenth of a token
-# per round each time the tokens seen grow several-fold, and the shipped heads stop at about 1.5M tokens. The fit's
-# budget for 2.5 is a straight line carried far beyond its data: read it as "orders of magnitude more training
-# than a CPU gives", not as a plan. The K sweep of section 5 is flat for the same reason: slots beyond the
-# second are rarely reached, so a deeper draft adds little. The paper's 3.94 at K=7 comes from heads trained on
-# GPUs, on far more data, for 20-120B targets; the recipe runs above show which settings move acceptance at this
-# budget, and the curve shows that the budget itself is the lever that matters most here.
+# What was trained (the parameter list above): one decoder layer whose attention reads `[embedding, fused
+# hidden]` (2H), the `fc` that fuses the three taps, `mask_hidden`, the mask token's embedding row, and the final
+# norm and lm_head over the draft vocabulary. The embedding table itself is the target's and is not counted as
+# the head's.
 
 # %% tags=["nbval-ignore-output"]
 from peagle_lab.workbook import report
 
 report.record("nb03_train_steps", res.steps_done)
-report.record("nb03_final_depth_accuracy", final_accuracy(res.log, last=max(len(res.log) // 4, 1)))
-for kind, rec in records_.items():
-    report.record(f"shipped_{kind}_acceptance_length", rec["eval"]["acceptance_length"])
-report.record("shipped_heads_lossless", all(ev["lossless"] for ev in live.values()));
+report.record("nb03_final_depth_accuracy", final_accuracy(res.log, last=max(len(res.log) // 4, 1)));
+
+# %% [markdown]
+# ## What we saw
+#
+# - The training text is the target's own answers (self-distillation), and the committed study shows why: at
+#   the same budget, a head trained on them accepts more on held-out prompts than one trained on human text.
+# - The draft vocabulary keeps the tokens the target uses; `d2t` / `t2d` map draft ids to target ids, and a
+#   head whose `lm_head` does not match its draft vocabulary is refused before it is served.
+# - Features are the three tapped hidden states plus the greedy label; offline bf16 shards are read back far
+#   faster than the target forward they replace, at no measurable cost in acceptance.
+# - One packed row trains every depth at once, COD keeping a shrinking share of anchors deeper; training
+#   resumes from its checkpoint to the same result as an uninterrupted run.
+#
+# Next, `04_scale_and_acceptance`: the shipped heads trained on far more tokens, what that buys per depth,
+# a head for your own model (shown on a second architecture), and why acceptance stays below the paper's.
