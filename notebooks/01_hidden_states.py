@@ -213,19 +213,27 @@ from peagle_lab import features
 print(features.format_cost_table(features.disk_cost_table()))
 one_state = features.estimate_bytes(68_000 * 1_500, 4096, n_taps=1)
 print(f"\none stored state (EAGLE-1/2), Llama-3.1-8B, ShareGPT-like: {features.format_bytes(one_state)}")
+per_token = one_state / (68_000 * 1_500)
+print(f"740 GB at the same {per_token:,.0f} B/token is {740e9 / per_token / 1e6:.0f}M tokens, "
+      f"{740e9 / per_token / 68_000:,.0f} per sequence instead of 1,500")
 
 # %% [markdown]
-# The table prices full training sets, not what this notebook stores (the last line: the same 8B set with the
-# single state EAGLE-1 and -2 stored, the setting for which EAGLE's authors quoted 740 GB). Even the 135M target (its first row)
-# needs hundreds of gigabytes for a ShareGPT-sized set; the 8B and 20B targets need terabytes, and long context
-# multiplies it. Only small sets are worth storing: the slice extracted below takes megabytes. That is why
+# The table prices full training sets, not what this notebook stores. The line under it: the same 8B set with
+# the single state EAGLE-1 and -2 stored, the setting for which EAGLE's authors quoted 740 GB. The two figures
+# assume the same 2-byte state of hidden size 4096; they differ in the token count. Ours is a round upper figure
+# (every one of the 68k sequences a full 1,500 tokens); the last line turns 740 GB back into the tokens it
+# implies at our bytes per token: somewhat shorter sequences on average. Same order of magnitude either way:
+# hundreds of gigabytes for one state, terabytes for EAGLE-3's three (the table's 8B rows). Even the 135M
+# target (its first row) needs hundreds of gigabytes for a ShareGPT-sized set; the 8B and 20B targets need
+# terabytes, and long context multiplies it. Only small sets are worth storing: the slice extracted below takes megabytes. That is why
 # SpecForge, speculators and P-EAGLE's own recipes train online or keep only a small offline set. Top-k target
 # logits (for a KL loss) add 8 bytes per kept logit per token.
 #
 # ## Extracting features for training
 #
 # `extract_features` runs the target over a set of sequences and writes shards of safetensors with a manifest:
-# taps in **bfloat16** by default (half of float32), token ids and greedy labels as int32. It prints the
+# taps in **bfloat16** by default (half of float32), token ids and greedy labels as int32 on disk (the reader
+# hands them back as int64, PyTorch's dtype for indices, as the reading cell below shows). It prints the
 # estimate before and the real size after. Here: a slice of the training prompts, chat-templated, without
 # responses (notebook 03 lets the target write the responses first: self-distillation).
 

@@ -322,9 +322,12 @@ if rows:
 
 # %% [markdown]
 # **Reading it: a null result, and what it means.** Hold the mean column against the seed-spread column: on
-# SmolLM2-135M, at this budget (the steps and tokens in the table), the five stand-ins differ from one another by
-# about as much as two seeds of one variant do, so the study cannot separate them; P-EAGLE's learned
-# `mask_hidden` is not distinguishable from a frozen random vector here. The per-position columns say why: a
+# SmolLM2-135M, at this budget (the steps and tokens in the table), some pairs of means differ by more than the
+# seed spreads of their two arms (learned against zeros, for one), but every difference between the means is
+# small in absolute terms, a few hundredths of a token per round, and of the size of the largest seed spread in
+# the table (the run-to-run noise under it). With two seeds per arm, one arm's spread is itself a rough estimate,
+# so the study cannot rank the stand-ins; P-EAGLE's learned `mask_hidden` is not distinguishable from a frozen
+# random vector here. The per-position columns say why: a
 # stand-in acts only from slot 2 on, slot 2 is reached only in rounds where slot 1 was accepted (the slot-1
 # column: a minority of rounds), and of those only a small share accept slot 2 (the slot-2 column). So here the
 # stand-in is not what limits acceptance; the drafter's slot-1 accuracy is. What would separate them: heads

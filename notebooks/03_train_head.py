@@ -123,8 +123,7 @@ display(Markdown(studies.summary_markdown(sd_runs)))
 # own source is not written the way the target writes. So yes: let the target regenerate the answers
 # (`peagle-lab distill`) when you can afford its generation; the labels come from the target in both arms, the
 # text is what distillation buys.
-
-# %% [markdown]
+#
 # ## 2 · Draft vocabulary
 #
 # The head's LM head only needs the tokens the target actually produces: a smaller output layer is cheaper to
@@ -260,8 +259,7 @@ display(Markdown(studies.summary_markdown(fp32_arm + st_runs)))
 # were trained on offline bf16 shards. Online features trade that disk for a target forward each time a sequence
 # is used: the right choice when the features of the data set would not fit on disk (notebook 01's table), the
 # slower one when they do.
-
-# %% [markdown]
+#
 # ## 4 · Training
 #
 # ### One training row
@@ -298,6 +296,38 @@ print(f"depth 0 trains {int(plan.depths[0].loss.sum())} anchors (response positi
       f"its other {int((~plan.depths[0].loss).sum())} elements are context only")
 
 # %% [markdown]
+# ### The loss of one row, by hand
+#
+# What a training step computes, on the row just planned. The head (untrained, as a run starts) runs over the
+# planned elements depth by depth (`run_depths`: depth 0 reads the fused taps of every position, depth d >= 1 a
+# mask slot per kept anchor, each depth attending through notebook 02's training mask). Each depth's
+# cross-entropy is taken over its trained anchors against the target's greedy token d + 1 steps past the anchor,
+# mapped into the draft vocabulary (a label outside it is skipped); the loss is the mean over depths, each depth
+# weighted equally. The trainer does exactly this for every packed row of every step (`DraftTrainer.forward` in
+# `training/objective.py`, the last line compares), then backpropagates.
+
+# %% tags=["nbval-ignore-output"]
+import torch.nn.functional as F
+
+cfg = TrainConfig(mode="parallel", num_depths=8, layers=1, draft_vocab_size=draft_vocab_size_for(model, 8192),
+                  steps=settings.pick(30, 6),
+                  warmup_steps=settings.pick(6, 1), lr=2e-3, batch_tokens=settings.pick(1024, 256), row_tokens=512,
+                  mask_token_id=MASK_ID, save_every=settings.pick(10, 2), seed=0, target=TARGET)
+module = Trainer(cfg, model, seqs, tokenizer, TrainerOptions(progress=False, verbose=False)).module  # head + loss
+row = plan.to(module.tap_scale.device)
+with torch.no_grad():
+    logits, _ = module.run_depths(row)  # per depth: (elements, draft vocabulary) logits
+    by_hand = []
+    for d, (el, lg) in enumerate(zip(row.depths, logits)):
+        labels = module.t2d_index[row.y[el.flat]]  # the target's token d + 1 past the anchor, as a draft id (-1: none)
+        keep = el.loss & (labels >= 0)
+        by_hand.append(F.cross_entropy(lg[keep].float(), labels[keep]))
+        print(f"depth {d}: {len(el.flat):4d} elements, {int(el.loss.sum()):4d} trained anchors, "
+              f"{int(keep.sum()):4d} with a label in the draft vocabulary, cross-entropy {by_hand[-1]:.3f}")
+    loss, _ = module(row)
+print(f"mean over depths {torch.stack(by_hand).mean():.4f}; DraftTrainer.forward on the same row {loss:.4f}")
+
+# %% [markdown]
 # ### Train, interrupt, resume
 #
 # `peagle_lab.training.Trainer` (and `peagle-lab train` on the command line): AdamW, linear warm-up then cosine
@@ -319,10 +349,6 @@ import shutil
 
 OUT = results_dir() / "nb03" / "head"
 shutil.rmtree(OUT.parent, ignore_errors=True)
-cfg = TrainConfig(mode="parallel", num_depths=8, layers=1, draft_vocab_size=draft_vocab_size_for(model, 8192),
-                  steps=settings.pick(30, 6),
-                  warmup_steps=settings.pick(6, 1), lr=2e-3, batch_tokens=settings.pick(1024, 256), row_tokens=512,
-                  mask_token_id=MASK_ID, save_every=settings.pick(10, 2), seed=0, target=TARGET)
 first = Trainer(cfg, model, seqs, tokenizer, TrainerOptions(out_dir=OUT))
 part = first.train(stop_after=cfg.steps // 2)  # an interruption halfway
 second = Trainer(cfg, model, seqs, tokenizer, TrainerOptions(out_dir=OUT, resume=True))

@@ -128,15 +128,29 @@ plt.tight_layout()
 plt.show()
 for kind, rec in records_.items():
     report.record(f"shipped_{kind}_acceptance_length", rec["eval"]["acceptance_length"])
+held = {kind: (rec.get("eval_val") or {}).get("acceptance_length", {}).get("7") for kind, rec in records_.items()}
+if None not in held.values():
+    lead, other = sorted(held, key=held.get, reverse=True)
+    print(f"on these held-out prompts, at K=7, {names[lead]} accepts more per round "
+          f"({held[lead]:.2f} vs {held[other]:.2f})" if held[lead] > held[other] else
+          f"on these held-out prompts, at K=7, the two heads accept the same per round ({held[lead]:.2f})")
 report.record("shipped_heads_lossless", all(ev["lossless"] for ev in live.values()));
 
 # %% [markdown]
 # **Reading it.** Both panels rise little past the first few K: a slot is only counted when every slot before
 # it was accepted, and past slot 2 or 3 the heads are rarely still right, so a deeper draft adds little per
 # round. The left panel (the record, more prompts) is the one to compare the two heads on; the right one is
-# this run's small sample, which a single prompt more or less can move. Whichever head accepts more per
-# round in the record, the parallel head drafts all K tokens in one pass and the sequential head in K passes:
-# notebook 05 measures what that difference costs. Why the deep slots fail is the next section's question.
+# this run's small sample, which a single prompt more or less can move. The last line names the head that
+# accepts more on the recorded held-out prompts at K=7.
+#
+# Notebook 00 quoted the blog's figures, P-EAGLE ahead at K=7. Where the EAGLE-3 head leads here instead, that
+# does not contradict them; it is what a small budget favours. The EAGLE-3 head's training-time test trains
+# every depth on the state it will really have at inference, its own output from the depth before; the parallel
+# head's deep slots see only the mask stand-ins and must guess several tokens ahead from the anchor's features
+# alone, which on a budget this small they have barely learned (section 2). P-EAGLE's published advantage is
+# in drafting cost at equal acceptance: one pass for all K tokens instead of K, with a 2-4 layer head trained on
+# far more data than this CPU run. Notebook 05 measures what one pass against K passes is worth, whichever head
+# leads here. Why the deep slots fail is the next section's question.
 
 # %% [markdown]
 # ## 2 · What training at scale buys
@@ -177,19 +191,27 @@ for name in dict.fromkeys(p["run"] for p in curve + deeper):
     pp = ", ".join("-" if x is None else f"{x:.2f}" for x in last["per_position"][:4])
     print(f"{name:12s} last snapshot: {last['tokens_seen']:>10,} tokens, AL {last['acceptance_length']:.3f}, "
           f"P(accept) slots 1-4: {pp}")
+fresh = [p for p in deeper if p["run"] == "exp-L1"]
+shipped_al = (records_["parallel"].get("eval_val") or {}).get("acceptance_length", {}).get("7")
+if fresh and shipped_al is not None:
+    al = max(fresh, key=lambda p: p["tokens_seen"])["acceptance_length"]
+    print(f"\nexp-L1's last snapshot (AL {al:.3f}) vs the shipped P-EAGLE head's held-out record at K=7 "
+          f"({shipped_al:.2f}): {'exp-L1' if al > shipped_al else 'the shipped head'} is higher")
 
 # %% [markdown]
 # Acceptance length at K is `1 + p1 + p1 p2 + ... + p1...pK` (`p_j` the chance that slot j is accepted once
 # the slots before it were): a slot only counts when every slot before it was right. So the depth at which a
 # head stops being accurate caps what it can accept. The next cell reads the held-out **accuracy per depth** of
-# the shipped P-EAGLE head and the three deeper-experiment heads, and computes, for the paper's acceptance
-# length at K=7, the acceptance per slot it would need if every slot were accepted equally often. (The heads are
+# the shipped P-EAGLE head and the three deeper-experiment heads, and computes, for the acceptance length at
+# K=7 that the vLLM blog reports for P-EAGLE on GPT-OSS-20B (notebook 00), the acceptance per slot it would need
+# if every slot were accepted equally often. The blog measured it on HumanEval, our curves on held-out prompts of
+# the scale mix: read it as an order of magnitude to aim at, not a like-for-like target. (The heads are
 # named as they were when `depth_accuracy.json` was measured; section 1 says which head is shipped now.)
 
 # %% tags=["nbval-ignore-output"]
 from peagle_lab.training import recipe
 
-PAPER_AL, PAPER_K = 3.94, 7  # P-EAGLE paper, K=7 (large targets, GPU-trained heads)
+PAPER_AL, PAPER_K = 3.94, 7  # the vLLM P-EAGLE blog: GPT-OSS-20B on HumanEval, K=7 (a GPU-trained head)
 
 depth_path = RECIPE_DIR / HOST / "deeper" / "depth_accuracy.json" if HOST else None
 dacc = json.loads(depth_path.read_text()) if depth_path and depth_path.is_file() else {"heads": []}
@@ -210,7 +232,7 @@ def al_constant(p, k):  # acceptance length when every slot is accepted with pro
 
 
 need = next(p / 1000 for p in range(1000) if al_constant(p / 1000, PAPER_K) >= PAPER_AL)
-print(f"\nthe paper's AL {PAPER_AL} at K={PAPER_K} needs every slot accepted with p = {need:.2f}")
+print(f"\nthe blog's AL {PAPER_AL} at K={PAPER_K} (HumanEval) needs every slot accepted with p = {need:.2f}")
 par_pts = [p for p in curve if p["mode"] == "parallel"]
 for goal in (2.0, PAPER_AL):
     budget = recipe.extrapolate(par_pts, goal)
@@ -223,13 +245,18 @@ for goal in (2.0, PAPER_AL):
 # target's features of the anchor; slots 2..K read only mask slots and have learned little beyond which tokens
 # are common. That is why the K sweep of section 1 is flat.
 #
+# The right panel's `exp-L1` is a 1-layer P-EAGLE head like the shipped one, trained from scratch on freshly
+# distilled data of the scale mix; the shipped head has its own data and training history (section 1's
+# cumulative record, continued runs). The last line of the cell says which of the two is ahead on the same
+# held-out measure: a comparison of two training histories, not of two architectures.
+#
 # What more tokens buy: the learning curves rise roughly in a straight line on the log axis, a small step each
 # time the tokens seen grow several-fold, and the accuracy plot shows where it goes: the heads differ mostly at
 # slot 1, hardly at the deep slots. Of the three heads trained side by side, the 1-layer head saw the most
 # tokens in the wall time (more layers make each step slower on this CPU) and is ahead at slot 1 and on the
 # curve: a deeper head has not been trained long enough here to show what it can do.
 #
-# What the paper's acceptance would need: every slot accepted at the rate printed above, far above the deep
+# What the blog's acceptance would need: every slot accepted at the rate printed above, far above the deep
 # slots' accuracy here, and the log-linear fit puts that orders of magnitude beyond the tokens seen. Read the fit
 # as "far more training than a CPU gives", not as a plan: it is a straight line carried far beyond its data.
 
@@ -353,19 +380,24 @@ print("speculative output lossless against plain greedy:",
 from peagle_lab.prompts import OTHER_SYSTEM, load_scale_records
 
 tmpl_prompts = [r["prompt"] for r in load_scale_records("val") if not r.get("history")][: settings.pick(2, 1)]
-TK = 4
+TK, TMPL_NEW = 4, settings.pick(40, 16)
 tmpl = {t: evaluate_head(model, tokenizer, heads["parallel"], tmpl_prompts,
-                         EvalSettings(ks=(TK,), max_new_tokens=settings.pick(40, 16), template=t), progress=False)
+                         EvalSettings(ks=(TK,), max_new_tokens=TMPL_NEW, template=t), progress=False)
         for t in ("chat", "plain", "system")}
 layout = {"chat": "chat template (as trained)", "plain": "no template (bare text)",
           "system": f"chat template, system message {OTHER_SYSTEM[:24]!r}..."}
+print(f"{len(tmpl_prompts)} held-out prompt(s) x {TMPL_NEW} new tokens per layout")
 for t, ev in tmpl.items():
     pp = " ".join("  - " if x is None else f"{x:.2f}" for x in ev["per_position_acceptance"][TK])
     print(f"{layout[t]:58s} acceptance length at K={TK}: {ev['acceptance_length'][TK]:.2f}   per slot: {pp}")
 
 # %% [markdown]
 # **Reading it.** Compare each row above with the first (the template the head was trained on): a row whose
-# acceptance length is lower is what the mismatch costs, and the per-slot rates show where. The fix is the one
+# acceptance length is lower is what the mismatch costs, and the per-slot rates show where. Mind the sample
+# (its size is printed above the rows): a few prompts x a few dozen tokens are a handful of drafting rounds per
+# layout, so one round more or less accepted moves a row by tenths. Only a row far below the first is evidence
+# (bare text can be, where the target may continue the text instead of answering); a small gap is within that
+# noise, and more prompts (`settings.pick` in the cell) would be needed to call it. The fix is the one
 # this project applies everywhere: distill, train and serve with one template. For your own model, distill with
 # its own chat template (`peagle-lab distill --target DIR`, the tokenizer's template, as the tiny target did
 # above), and serve the head behind the same one (vLLM applies the tokenizer's template to chat requests).
