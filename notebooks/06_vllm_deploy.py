@@ -480,21 +480,24 @@ for r in gpu["rows"]:
 #   under tensor parallelism (the target's pass gets cheaper per GPU, the drafter's share of a round grows).
 
 # %% [markdown]
-# ### Exercise: change K, predict the counters
+# ### Exercise: change K, predict the rounds
 #
-# vLLM's spec-decode counters have a fixed shape for a given `num_speculative_tokens` K: `num_draft_tokens` =
+# Part of vLLM's spec-decode counters is bookkeeping, fixed by `num_speculative_tokens` K: `num_draft_tokens` =
 # K x `num_drafts`, and the per-position counter (`vllm:spec_decode_num_accepted_tokens_per_pos_total`) has one
-# entry per draft slot. Our loop keeps the same counters, and takes seconds instead of an engine start. Set `EX_K`
-# below to 2 or 7 and predict, before you run it: how many per-position rates, how many draft tokens per round,
-# and whether the acceptance length moves much. (To see it in vLLM itself, pass the same K to
-# `run_engine(serving.Speculation(vllm_dir, k=EX_K, parallel=True))`: a minute per engine start.)
+# entry per draft slot; the cell prints both, true by construction. What is measured is how many drafts the target
+# accepts, and so how many rounds (target verifications) the same output costs. Our loop keeps the same counters,
+# and takes seconds instead of an engine start. Set `EX_K` below to 2 or 7 (default: the K above) and predict,
+# before you run it: for the same prompt and token budget, how do the number of rounds and the acceptance length
+# change? (To see it in vLLM itself, pass the same K to `run_engine(serving.Speculation(vllm_dir, k=EX_K,
+# parallel=True))`: a minute per engine start.)
 #
 # <details><summary>Answer</summary>
 #
-# The per-position list has exactly `EX_K` entries, and draft tokens = `EX_K` x rounds, whatever the prompts:
-# vLLM drafts K tokens every round (our loop trims only the last round at the token budget). The acceptance length
-# moves little with K for this head: the deep slots are rarely reached (their rates are low or empty), and it can
-# never exceed K+1. Shrinking K to 2 cuts the list to two rates and loses almost nothing on this head.
+# The rounds are about the new tokens divided by the acceptance length, so they fall only as far as the acceptance
+# length rises. For this head it moves little with K: the deep slots are rarely accepted (their per-position rates
+# low or empty), so a larger K adds draft tokens to every round but hardly any accepted ones, and the number of
+# rounds stays about the same; K=2 loses little, although it caps the acceptance length at 3 (K+1). A head whose
+# deep slots were accepted often would need visibly fewer rounds at a larger K.
 #
 # </details>
 

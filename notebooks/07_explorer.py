@@ -69,8 +69,9 @@ print("heads on offer:", HEADS, "| K:", K, "| max new tokens:", MAX_NEW)
 # mode and compare the times; raise the temperature (fewer drafts are accepted, and the output stays distributed
 # exactly as the target's). The heads on offer are the shipped ones in `data/heads/`; a checkout without them
 # falls back to an untrained head and says so (grey almost everywhere, acceptance length close to 1). The
-# shipped heads are small and trained on a CPU budget, so expect mostly single green tokens: slot 1 accepted
-# in a minority of rounds, deeper slots more rarely still (notebooks 03 and 04 show why, and what more training buys).
+# shipped heads are small and trained on a CPU budget, so expect short runs of colour: the bars show how often each
+# slot was accepted on your prompt, and the deep slots less often than the first (notebooks 03 and 04 show why, and
+# what more training buys).
 
 # %%
 ex = explorer(model, tokenizer, k=K, max_new_tokens=MAX_NEW)
@@ -79,7 +80,11 @@ ex
 # %% [markdown]
 # ## One fixed run (no clicking needed)
 #
-# The same loop without widgets: greedy, the first head on offer, in the mode it was trained for.
+# The same loop without widgets: greedy, the first head on offer, in the mode it was trained for. The summary
+# gives two rates. The **acceptance length** is as in `00_overview`: tokens committed per verification forward
+# (per round). The "tokens per forward" line divides all generated tokens by all target forwards, the prefill
+# included, which produced the first token; it is the lower of the two, and approaches the acceptance length as the
+# output grows.
 
 # %% tags=["nbval-ignore-output"]
 head_name = HEADS[0]
@@ -147,8 +152,10 @@ for kind, text in PROMPTS.items():
 #
 # What the course showed: a P-EAGLE drafter reads the target's hidden states (`01_hidden_states`), drafts K tokens in
 # one pass with mask tokens and a shared hidden state (`02_mask_tokens`), is trained on the target's own outputs
-# (`03_train_head`), and its acceptance grows with data and depth (`04_scale_and_acceptance`); its drafting cost stays
-# flat in K while EAGLE-3's grows, which on hardware where verification is nearly free is what decides the speed-up
+# (`03_train_head`), and what data and depth buy at a CPU budget (`04_scale_and_acceptance`: more data helps slowly,
+# a deeper head is not better at equal training time); its drafting cost stays flat in K while EAGLE-3's grows, so on
+# the GPU timings, where verification is nearly free, P-EAGLE's round is the cheaper one at equal acceptance (a
+# model: no head ran there), while on a CPU with these heads the measured acceptance decides which is faster
 # (`05_parallel_vs_sequential`); the same head serves in vLLM with `parallel_drafting` and the same acceptance
 # (`06_vllm_deploy`); and decoding stays lossless in the exact sense the course uses throughout.
 #

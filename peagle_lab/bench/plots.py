@@ -60,7 +60,7 @@ def plot_drafting_cost(dc: dict, path=None):
     ax.set_ylim(bottom=0)
     ratio = [r["ratio_seq_over_par"] for r in rows]
     ax2.plot(ks, ratio, marker="o", color="tab:red", label="sequential / parallel")
-    ax2.plot(ks, ks, ls=":", color="gray", label="limit: K (a pass costs the same at any width)")
+    ax2.plot(ks, ks, ls=":", color="gray", label="y = K (K passes against one, equal cost per pass)")
     ax2.set_xlabel("K")
     ax2.set_ylabel("latency ratio")
     ax2.set_title("How much cheaper parallel drafting is")

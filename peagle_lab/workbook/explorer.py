@@ -159,7 +159,7 @@ def _summary_lines(run: ExploreRun, html: bool = True) -> str:
     lines = [
         f"acceptance length {b(f'{s.acceptance_length:.2f}')} (K={run.k}, {run.mode} drafting, "
         f"ceiling {run.k + 1})",
-        f"{len(run.tokens)} tokens in {s.rounds + 1} target forwards "
+        f"{len(run.tokens)} tokens in {s.rounds + 1} target forwards, the prefill included "
         f"({len(run.tokens) / max(s.rounds + 1, 1):.2f} tokens per forward)",
     ]
     if run.done:
