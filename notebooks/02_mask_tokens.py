@@ -350,7 +350,8 @@ report.record("mask_live_divergences", sum(r["divergences"] for r in live));
 # - Training packs every anchor's rollout into one masked computation: each element sees its context (depth-0
 #   elements up to its anchor) and its own rollout, nothing else (the mask above equals its rule), and it
 #   gives the same logits as the one-pass draft.
-# - Whether the stand-in is learned or not made no measurable difference at this budget (the committed study):
-#   what limits a small head is slot 1, which is what training has to raise.
+# - The stand-ins did not separate at this budget (the committed study): some gaps exceed two seeds' spread, but
+#   all are a few hundredths of a token per round, within the noise the other studies measured; what limits a
+#   small head is slot 1, which is what training has to raise.
 #
 # Next: `03_train_head`, training a P-EAGLE head: the data, the draft vocabulary, COD and the per-depth loss.

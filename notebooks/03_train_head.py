@@ -238,7 +238,7 @@ for r in rows:
           f"largest error {r['err']:.1e} (relative to the largest tap)")
 
 # %% [markdown]
-# Reading back runs thousands of times faster than the target forward it replaces, at 3 x H x 2 bytes per
+# Reading back runs more than a thousand times faster than the target forward it replaces (the two rates above), at 3 x H x 2 bytes per
 # token in bf16 (notebook 01 has the table for larger targets), and bf16 rounds each tap by at most one part in
 # 2^8. Does that rounding cost acceptance? The storage study (`peagle-lab study storage`) trains on bf16
 # taps with the settings and seeds of the mask study's learned variant (notebook 02), whose taps are fp32 (in both

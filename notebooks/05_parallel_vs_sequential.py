@@ -280,7 +280,7 @@ print("assisted generation:", e2e["assisted_generation"].split(":")[0])
 # ### "Speculative decoding changed my greedy output" (question 9)
 #
 # The committed bf16 run (`data/results/cpu-epyc-avx512bf16-2c/bfloat16`) diverged on HumanEval prompt 1 with
-# P-EAGLE at K=3, at a margin of 0. The cell reruns that prompt with the same head, in bf16 and in fp32 (a fresh fp32 copy of the
+# P-EAGLE at K=3, at a near-tie (the cell prints the committed position and margin). The cell reruns that prompt with the same head, in bf16 and in fp32 (a fresh fp32 copy of the
 # target), and at the first differing token prints what the plain run's logits say.
 
 # %% tags=["nbval-ignore-output"]
@@ -504,7 +504,7 @@ for c in curves:
 
 # %% [markdown]
 # **Where speculation pays.** On this CPU it pays only where verification is cheap: in the bf16 rows (a CPU with bf16
-# units) the heads' best speed-ups stay close to 1; in the fp32 rows, whose rounds cost the most decode steps in the
+# units) the heads' best speed-ups are modest (the bf16 rows of the table above); in the fp32 rows, whose rounds cost the most decode steps in the
 # printout above, they fall below 1: the shipped heads' acceptance lengths do not reach that break-even. The line
 # above the side-by-side table says which suites are committed. Where only one is, its column is the whole story for
 # this host; where both are, compare them: prompt lookup gains as much as the answers copy the prompt, which
@@ -515,8 +515,11 @@ for c in curves:
 # round at K=7 costs visibly more decode steps than P-EAGLE's (the two GPU lines). Those lines are a model that
 # assumes both heads accept equally: at equal acceptance P-EAGLE's line is the higher one, and a deep draft is
 # affordable only in parallel. No head ran on the GPU; on this CPU, with these heads, the measured tables above
-# say which is faster (in the runs so far EAGLE-3 has been as fast or faster, because its head accepts more per
-# round: check this run's rows).
+# say which is faster: compare the two heads' best rows against the noise yardstick (hf-greedy); where their
+# gap is smaller than that, neither is faster. One caution on the GPU figures: they time transformers' eager
+# loop at batch 1 on random weights, where a decode step of an 8B model is dominated by launching each layer's
+# kernels from Python, not by reading its 16 GB of weights; a serving engine with CUDA graphs (vLLM) has a much
+# shorter step, so drafting's share of the round, and with it P-EAGLE's advantage, would be larger there.
 #
 # ### Exercise: change K, predict the drafting cost
 #
@@ -550,7 +553,7 @@ print(f"K={EX_K}: parallel {par_ms:.2f} ms (1 pass) | sequential {seq_ms:.2f} ms
 #   method passed the lossless check in the regime the cell named: identical token for token in fp32 on a CPU, in
 #   bf16 identical or diverging at a near-tie whose margin is printed.
 # - Whether speculation pays is decided by the round's cost in decode steps against the head's acceptance length:
-#   on this CPU only bf16 gets the round cheap enough, and then only just; per suite the committed table shows
+#   on this CPU only bf16 gets the round cheap enough, and the gain is modest; per suite the committed table shows
 #   which prompts the methods help most. On the GPU timings, verification is nearly free and drafting is the
 #   variable part: there P-EAGLE's round is the cheaper one at equal acceptance (a model: no head ran on the GPU).
 #   On this CPU, with these heads, the measured table says which is faster, and it comes down to acceptance.

@@ -147,8 +147,8 @@ for kind, text in PROMPTS.items():
 #
 # - In the fixed run, the colours show where the drafter's slots landed and where the target added its own token;
 #   the summary gives the acceptance length against its ceiling of K+1, and the lossless check names its regime.
-# - The exercise compared two kinds of prompt under the same head and K: acceptance depends on how predictable the
-#   text is, not only on the head.
+# - The exercise compared two kinds of prompt under the same head and K: one prompt each cannot rank kinds of
+#   text; the bench's two suites in `05_parallel_vs_sequential` do, with 24 prompts each.
 #
 # What the course showed: a P-EAGLE drafter reads the target's hidden states (`01_hidden_states`), drafts K tokens in
 # one pass with mask tokens and a shared hidden state (`02_mask_tokens`), is trained on the target's own outputs
