@@ -94,15 +94,6 @@ report.record(f"acceptance_length_k{K}_{head_name}", round(run.stats.acceptance_
 print(f"head: {head_name} | mode: {run.mode}")
 display(HTML(run.html(tokenizer)))
 print(run.summary())
-regime = "exact: fp32 on a CPU, token for token" if run.regime == "exact" else \
-    f"near-tie: {run.dtype} on {DEVICE}, identical or a divergence at a near-tie"
-print(f"\nlossless check, {regime}:")
-if run.tokens == run.plain_tokens:
-    print(f"  identical to plain greedy decoding, all {len(run.tokens)} tokens")
-else:
-    d = run.divergence
-    print(f"  diverges from token {d.position} on; plain top-2 margin there {d.margin:.3f}, near-tie bound "
-          f"{d.bound:.3f} -> {'a near-tie: lossless in this regime' if run.lossless else 'NOT a near-tie: not lossless'}")
 
 # %% tags=["nbval-ignore-output"]
 fig = viz.plot_per_position_acceptance(

@@ -153,6 +153,11 @@ class ExploreRun:
         return _summary_lines(self, html=False)
 
 
+# the two regimes of divergence.lossless_regime, in the words the course defines them with (notebook 00)
+REGIME_WORDS = {"exact": "exact regime: fp32 on a CPU, token for token",
+                "near-tie": "near-tie regime: identical, or a divergence at a near-tie whose margin is given"}
+
+
 def _summary_lines(run: ExploreRun, html: bool = True) -> str:
     s = run.stats
     b = (lambda x: f"<b>{x}</b>") if html else (lambda x: x)
@@ -168,8 +173,10 @@ def _summary_lines(run: ExploreRun, html: bool = True) -> str:
             lines.append(f"plain decoding, same run: {run.plain_seconds:.2f} s "
                          f"({len(run.plain_tokens) / run.plain_seconds:.1f} tok/s) -> speed-up "
                          f"{b(f'{run.speedup:.2f}x')}")
+        if run.lossless is not None:
+            lines.append(f"lossless check, {REGIME_WORDS[run.regime]} ({run.dtype}):")
         if run.lossless is not None and run.tokens == run.plain_tokens:
-            lines.append("identical to plain greedy output: yes")
+            lines.append(f"identical to plain greedy output: yes, all {len(run.tokens)} tokens")
         elif run.lossless is not None:
             d = run.divergence
             lines.append(f"identical to plain greedy output: no, from token {d.position} on" +
