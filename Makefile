@@ -53,16 +53,19 @@ NOTEBOOKS := $(wildcard notebooks/*.ipynb)
 # --nbval-current-env: the kernel is this venv's Python, whatever kernelspec the notebook was saved with.
 NBVAL_ARGS := --nbval-lax --nbval-current-env --nbval-cell-timeout=1200
 PYTEST_ARGS ?=
-# The second target of `make test`: a tiny random Qwen3 of another shape (`peagle-lab make-tiny-target`), on which
-# every notebook runs again (cells tagged smollm2-fact, facts of the embedded SmolLM2, are not compared there).
-TINY_TARGET ?= $(PEAGLE_CACHE)/tiny-qwen3
+# The second target of `make test`: a tiny random GPT-OSS (`peagle-lab make-tiny-target --arch gpt-oss`: sliding and
+# full attention layers alternating, attention sinks, experts; the architecture of the published P-EAGLE heads), on
+# which every notebook runs again (cells tagged smollm2-fact, facts of the embedded SmolLM2, are not compared there).
+# TINY_ARCH=qwen3 or qwen3-moe runs the pass on the other tiny architectures (the CLI tests cover all three).
+TINY_ARCH ?= gpt-oss
+TINY_TARGET ?= $(PEAGLE_CACHE)/tiny-$(TINY_ARCH)
 
 .PHONY: help setup env lab test test-tiny-target jupyter chromium clean gpu-check
 
 help:
 	@echo "make lab      set up, then run every notebook headless (build/workbook/: executed notebooks, HTML, SUMMARY.md)"
 	@echo "make test     set up, then run unit tests and validate the notebooks (PEAGLE_CI=1 sizes), on SmolLM2 and"
-	@echo "              again on a tiny Qwen3-shaped target (make test-tiny-target: only that second pass)"
+	@echo "              again on a tiny GPT-OSS target (make test-tiny-target: only that second pass)"
 	@echo "make jupyter  set up, then open JupyterLab on the peagle-lab kernel"
 	@echo "make setup    only create/update $(VENV), the Jupyter kernel, Chromium and the converted default model"
 	@echo "make gpu-check  on a CUDA machine: the GPU check (scripts/gpu_check.sh, under 8 minutes)"
@@ -137,7 +140,7 @@ lab: env
 # Every notebook again on the tiny target (CI sizes; built in seconds, offline, kept between runs); a shell snippet
 # shared by `test` and `test-tiny-target`, leaving its exit status in $$rc2.
 TINY_PASS = t0=$$SECONDS; \
-	$(PY) -m peagle_lab.cli make-tiny-target --out "$(TINY_TARGET)"; rc2=$$?; \
+	$(PY) -m peagle_lab.cli make-tiny-target --arch $(TINY_ARCH) --out "$(TINY_TARGET)"; rc2=$$?; \
 	if [ $$rc2 -eq 0 ]; then \
 	  PEAGLE_CI=1 PEAGLE_TARGET="$(TINY_TARGET)" PEAGLE_RESULTS="$(TEST_RESULTS)/tiny-target" $(PY) -m pytest \
 	    $(NBVAL_ARGS) notebooks/ -p no:cacheprovider $(PYTEST_ARGS); rc2=$$?; \

@@ -154,7 +154,7 @@ def load_kwargs(device, dtype) -> dict:
 
 def load_target(name_or_path: str | None = None, device: str | None = None, dtype=None):
     """Return ``(model, tokenizer)`` in eval mode on ``device``, in ``dtype``. A target no head can serve here (no
-    chat template, not a Llama-family decoder, a sliding-window cache: :mod:`peagle_lab.target_check`) is refused
+    chat template, not a Llama-family decoder, layers with a running state: :mod:`peagle_lab.target_check`) is refused
     before its weights are read.
 
     ``dtype``: a torch dtype, ``"auto"`` / ``"float32"`` / ``"bfloat16"``, or ``None`` for ``$PEAGLE_DTYPE``
@@ -190,6 +190,8 @@ def load_target(name_or_path: str | None = None, device: str | None = None, dtyp
         tok = AutoTokenizer.from_pretrained(path)
         target_check.check_chat_template(tok, shown)
         model = AutoModelForCausalLM.from_pretrained(path, **load_kwargs(dev, dtype))
+    except PeagleError:
+        raise  # already one line with its fix
     except (OSError, ValueError) as exc:
         raise PeagleError(
             f"Could not load target '{path}': {exc}\nFix: pass a local model directory, set HF_HOME to a "

@@ -6,8 +6,8 @@ and the fix:
 - a **Llama-family decoder layout**: ``model.model.layers`` (decoder layers that take the residual stream, whose
   input is what a tap reads), ``model.model.norm`` (RMSNorm), token embeddings and an lm_head, RMS-norm and
   attention-head fields in the config (the head is built from them: ``PEagleConfig.from_target``);
-- a **KV cache the loop can roll back**: no sliding-window or stateful layers
-  (:func:`peagle_lab.decoding.target_runner.check_cache_rollback`).
+- a **KV cache the loop can roll back**: attention layers only (full, sliding-window, chunked), no layer with a
+  running state (:func:`peagle_lab.decoding.target_runner.check_cache_rollback`).
 
 Whether a given head fits the target (vocabulary, hidden size, taps, fingerprint) is
 :func:`peagle_lab.drafter.heads.head_fit_problems`.

@@ -1,17 +1,22 @@
-"""A second target for CI and for trying the workbook on another shape: a tiny, randomly initialised Qwen3
-(``Qwen3ForCausalLM``: q/k norm, tied embeddings, grouped-query attention) with its own byte-level BPE vocabulary
-trained on the project's prompts and a ChatML chat template, built offline in seconds and saved as a plain
-Hugging Face folder (``config.json``, ``model.safetensors``, tokenizer files with ``chat_template``) that
-``PEAGLE_TARGET=<dir>``, every ``peagle-lab`` command and vLLM load.
+"""Tiny targets for CI and for trying the workbook on other shapes, built offline in seconds from random weights,
+each with its own byte-level BPE vocabulary trained on the project's prompts and its own chat template, saved as a
+plain Hugging Face folder (``config.json``, ``model.safetensors``, tokenizer files with ``chat_template``) that
+``PEAGLE_TARGET=<dir>``, every ``peagle-lab`` command and vLLM load. Three architectures (``--arch``):
 
-Everything that can differ from the embedded SmolLM2-135M does: architecture (Qwen3 vs Llama), hidden size (256
-vs 576), layers (8 vs 30), heads (4 query / 2 KV vs 9 / 3), head dim (64, given explicitly, vs 64 derived),
-vocabulary (its own 3,072 ids vs 49,152), mask token (``<|mask|>``, id 3, vs 16), tied embeddings, RoPE theta.
-The weights are random, so its answers are noise; what it proves is that nothing in the workbook assumes
-SmolLM2's shape. Seeded: the same seed gives the same files, byte for byte.
+- ``qwen3``: ``Qwen3ForCausalLM`` (q/k norm, tied embeddings, grouped-query attention), ChatML template;
+- ``gpt-oss``: ``GptOssForCausalLM``, the architecture of the published P-EAGLE heads' headline target: layers
+  alternating sliding-window (window 16) and full attention, attention sinks, a mixture of experts (4 experts,
+  top-2), untied embeddings, a harmony-style template (``<|start|>role<|message|>...<|end|>``);
+- ``qwen3-moe``: ``Qwen3MoeForCausalLM`` (Qwen3-Coder-30B-A3B's architecture): 8 experts, top-2, on every layer.
 
-    peagle-lab make-tiny-target --out build/tiny-qwen3
-    PEAGLE_TARGET=build/tiny-qwen3 PEAGLE_CI=1 make test
+Everything that can differ from the embedded SmolLM2-135M does: architecture, hidden size (256 vs 576), layers,
+heads, head dim (64, given explicitly), vocabulary (its own 3,072 ids vs 49,152), mask token (``<|mask|>``, the last
+special token, vs 16), RoPE. The weights are random, so the answers are noise; what a tiny target proves is that
+nothing in the workbook assumes SmolLM2's shape, and (GPT-OSS) that the loop stays lossless past a sliding window.
+Seeded: the same arch and seed give the same files, byte for byte.
+
+    peagle-lab make-tiny-target --arch gpt-oss --out build/tiny-gpt-oss
+    PEAGLE_TARGET=build/tiny-gpt-oss PEAGLE_CI=1 make test
 """
 
 from __future__ import annotations
@@ -29,9 +34,30 @@ CHATML_TEMPLATE = (
     "{%- endfor %}"
     "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
 )
+HARMONY_TEMPLATE = (
+    "{%- for message in messages %}"
+    "{{- '<|start|>' + message['role'] + '<|message|>' + message['content'] + '<|end|>' }}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|start|>assistant<|message|>' }}{%- endif %}"
+)
 # ids 0..3 in this order: the padding/end-of-text token, ChatML's two markers, and a token that never occurs in
 # chat text (the mask token a head for this target picks: vocab.pick_mask_token_id takes the last such one)
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|mask|>")
+HARMONY_SPECIAL_TOKENS = ("<|endoftext|>", "<|start|>", "<|message|>", "<|end|>", "<|mask|>")
+
+
+@dataclass(frozen=True)
+class Chat:
+    """A tiny target's chat format: its special tokens (ids 0.., the mask token last), template, end of turn."""
+
+    specials: tuple[str, ...]
+    template: str
+    eos: str
+
+
+CHATS = {"chatml": Chat(SPECIAL_TOKENS, CHATML_TEMPLATE, "<|im_end|>"),
+         "harmony": Chat(HARMONY_SPECIAL_TOKENS, HARMONY_TEMPLATE, "<|end|>")}
+ARCHS = ("qwen3", "gpt-oss", "qwen3-moe")
 MARKER = "peagle_tiny_target.json"  # what was built and how, beside the model
 
 
@@ -50,6 +76,25 @@ class TinyTargetSpec:
     rope_theta: float = 1_000_000.0
     initializer_range: float = 0.05  # wider than transformers' 0.02: peakier logits, fewer exact ties
     seed: int = 0
+    arch: str = "qwen3"
+    sliding_window: int = 16  # gpt-oss: its sliding layers see the last 16 positions (prompts are longer)
+    num_experts: int = 8  # the MoE architectures
+    num_experts_per_tok: int = 2
+
+    @property
+    def chat(self) -> Chat:
+        return CHATS["harmony" if self.arch == "gpt-oss" else "chatml"]
+
+
+def spec_for(arch: str = "qwen3", seed: int = 0) -> TinyTargetSpec:
+    """The default tiny target of ``arch`` (one of :data:`ARCHS`)."""
+    if arch not in ARCHS:
+        raise PeagleError(f"Unknown tiny-target architecture {arch!r}. Fix: pick one of {', '.join(ARCHS)}.")
+    if arch == "gpt-oss":
+        return TinyTargetSpec(arch=arch, seed=seed, num_hidden_layers=4, num_experts=4, intermediate_size=256)
+    if arch == "qwen3-moe":
+        return TinyTargetSpec(arch=arch, seed=seed, num_hidden_layers=6, intermediate_size=128)
+    return TinyTargetSpec(seed=seed)
 
 
 CORPUS_PROMPTS = 6000  # enough text for a few thousand merges; the whole 30k-prompt mix only makes the build slower
@@ -70,39 +115,58 @@ def prompt_texts(limit: int = CORPUS_PROMPTS) -> list[str]:
     return texts[:limit]
 
 
-def train_tokenizer(texts: list[str], vocab_size: int):
-    """A byte-level BPE tokenizer of ``vocab_size`` ids (special tokens first) with the ChatML template."""
+def train_tokenizer(texts: list[str], vocab_size: int, chat: Chat = CHATS["chatml"]):
+    """A byte-level BPE tokenizer of ``vocab_size`` ids (``chat``'s special tokens first) with ``chat``'s template."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
     backend = Tokenizer(models.BPE())
     backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     backend.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=list(SPECIAL_TOKENS), show_progress=False,
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=list(chat.specials), show_progress=False,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
     backend.train_from_iterator(texts, trainer=trainer)
-    tok = PreTrainedTokenizerFast(tokenizer_object=backend, eos_token="<|im_end|>", pad_token="<|endoftext|>",
-                                  additional_special_tokens=["<|im_start|>", "<|mask|>"])
-    tok.chat_template = CHATML_TEMPLATE
+    others = [t for t in chat.specials if t not in (chat.eos, "<|endoftext|>")]
+    tok = PreTrainedTokenizerFast(tokenizer_object=backend, eos_token=chat.eos, pad_token="<|endoftext|>",
+                                  additional_special_tokens=others)
+    tok.chat_template = chat.template
     return tok
 
 
-def build_model(spec: TinyTargetSpec, vocab_size: int, eos_id: int, pad_id: int):
-    """A randomly initialised ``Qwen3ForCausalLM`` of ``spec``'s shape, fp32, from ``spec.seed``."""
-    import torch
-    from transformers import Qwen3Config, Qwen3ForCausalLM
+def _config(spec: TinyTargetSpec, vocab_size: int, eos_id: int, pad_id: int):
+    """The transformers config of ``spec``'s architecture and shape."""
+    from transformers import GptOssConfig, Qwen3Config, Qwen3MoeConfig
 
-    config = Qwen3Config(vocab_size=vocab_size, hidden_size=spec.hidden_size,
-                         intermediate_size=spec.intermediate_size, num_hidden_layers=spec.num_hidden_layers,
-                         num_attention_heads=spec.num_attention_heads,
-                         num_key_value_heads=spec.num_key_value_heads, head_dim=spec.head_dim,
-                         max_position_embeddings=spec.max_position_embeddings, tie_word_embeddings=True,
-                         rope_parameters={"rope_type": "default", "rope_theta": spec.rope_theta},
-                         initializer_range=spec.initializer_range, rms_norm_eps=1e-6, use_sliding_window=False,
-                         bos_token_id=None, eos_token_id=eos_id, pad_token_id=pad_id, dtype="float32")
+    common = dict(vocab_size=vocab_size, hidden_size=spec.hidden_size, num_hidden_layers=spec.num_hidden_layers,
+                  num_attention_heads=spec.num_attention_heads, num_key_value_heads=spec.num_key_value_heads,
+                  head_dim=spec.head_dim, max_position_embeddings=spec.max_position_embeddings,
+                  initializer_range=spec.initializer_range, rms_norm_eps=1e-6, bos_token_id=None,
+                  eos_token_id=eos_id, pad_token_id=pad_id, dtype="float32")
+    rope = {"rope_type": "default", "rope_theta": spec.rope_theta}
+    if spec.arch == "gpt-oss":
+        kinds = ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(spec.num_hidden_layers)]
+        return GptOssConfig(**common, intermediate_size=spec.intermediate_size, layer_types=kinds,
+                            sliding_window=spec.sliding_window, num_local_experts=spec.num_experts,
+                            num_experts_per_tok=spec.num_experts_per_tok, tie_word_embeddings=False,
+                            rope_parameters=rope)
+    if spec.arch == "qwen3-moe":
+        return Qwen3MoeConfig(**common, intermediate_size=spec.intermediate_size * 4,
+                              moe_intermediate_size=spec.intermediate_size, num_experts=spec.num_experts,
+                              num_experts_per_tok=spec.num_experts_per_tok, decoder_sparse_step=1, mlp_only_layers=[],
+                              tie_word_embeddings=False, rope_parameters=rope, use_sliding_window=False)
+    return Qwen3Config(**common, intermediate_size=spec.intermediate_size, tie_word_embeddings=True,
+                       rope_parameters=rope, use_sliding_window=False)
+
+
+def build_model(spec: TinyTargetSpec, vocab_size: int, eos_id: int, pad_id: int):
+    """A randomly initialised causal LM of ``spec``'s architecture and shape, fp32, from ``spec.seed``."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    config = _config(spec, vocab_size, eos_id, pad_id)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(spec.seed)
-        model = Qwen3ForCausalLM(config).to(torch.float32).eval()
+        model = AutoModelForCausalLM.from_config(config).to(torch.float32).eval()
     model.generation_config.eos_token_id = eos_id
     model.generation_config.pad_token_id = pad_id
     model.generation_config.bos_token_id = None
@@ -120,7 +184,7 @@ def make_tiny_target(out, spec: TinyTargetSpec = TinyTargetSpec(), overwrite: bo
     out = Path(out)
     if out.exists():
         marker = out / MARKER
-        same = marker.is_file() and json.loads(marker.read_text()).get("spec") == asdict(spec)
+        same = marker.is_file() and _recorded_spec(marker) == asdict(spec)
         if same and not overwrite:
             return out
         if not overwrite:
@@ -130,7 +194,7 @@ def make_tiny_target(out, spec: TinyTargetSpec = TinyTargetSpec(), overwrite: bo
             raise PeagleError(f"{out} is not a tiny target built here (no {MARKER}): refusing to replace it. "
                               "Fix: pass another --out.")
     texts = prompt_texts()
-    tok = train_tokenizer(texts, spec.vocab_size)
+    tok = train_tokenizer(texts, spec.vocab_size, spec.chat)
     model = build_model(spec, len(tok), tok.eos_token_id, tok.pad_token_id)
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
@@ -145,10 +209,10 @@ def make_tiny_target(out, spec: TinyTargetSpec = TinyTargetSpec(), overwrite: bo
             if bars:
                 hf_logging.enable_progress_bar()
         tok.save_pretrained(staging)
-        record = {"spec": asdict(spec), "architecture": "Qwen3ForCausalLM", "vocab_size": len(tok),
+        record = {"spec": asdict(spec), "architecture": type(model).__name__, "vocab_size": len(tok),
                   "mask_token": "<|mask|>", "mask_token_id": tok.convert_tokens_to_ids("<|mask|>"),
                   "corpus": f"data/prompts/*.jsonl, first {CORPUS_PROMPTS} prompts", "corpus_prompts": len(texts),
-                  "command": "peagle-lab make-tiny-target"}
+                  "command": f"peagle-lab make-tiny-target --arch {spec.arch}"}
         (staging / MARKER).write_text(json.dumps(record, indent=1) + "\n")
         os.chmod(staging, 0o777 & ~_umask())
         for f in staging.iterdir():  # the usual permissions, not the temporary files' 0600
@@ -161,21 +225,24 @@ def make_tiny_target(out, spec: TinyTargetSpec = TinyTargetSpec(), overwrite: bo
     return out
 
 
+def _recorded_spec(marker: Path) -> dict:
+    """The spec a tiny target was built with (fields added since it was built take their defaults)."""
+    return {**asdict(TinyTargetSpec()), **(json.loads(marker.read_text()).get("spec") or {})}
+
+
 def _umask() -> int:
     from .atomic import umask
 
     return umask()
 
 
-def is_tiny_target(path) -> bool:
-    """Whether ``path`` is a directory built by :func:`make_tiny_target`."""
-    return (Path(str(path)).expanduser() / MARKER).is_file()
-
-
 # ------------------------------------------------------------------------------------------ CLI
 def register_cli(sub):
     p = sub.add_parser("make-tiny-target",
-                       help="build a tiny random Qwen3 target (own BPE vocabulary, ChatML template) for CI")
+                       help="build a tiny random target (Qwen3, GPT-OSS or Qwen3-MoE; own BPE vocabulary and chat "
+                            "template) for CI")
+    p.add_argument("--arch", choices=ARCHS, default="qwen3",
+                   help="architecture: qwen3 (default), gpt-oss (sliding + full attention, sinks, MoE), qwen3-moe")
     p.add_argument("--out", required=True, help="output directory (a Hugging Face model folder)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random weights (default 0)")
     p.add_argument("--overwrite", action="store_true", help="replace a tiny target built with other settings")
@@ -186,10 +253,10 @@ def _run_cli(args):
     import time
 
     t0 = time.perf_counter()
-    out = make_tiny_target(args.out, TinyTargetSpec(seed=args.seed), overwrite=args.overwrite)
+    out = make_tiny_target(args.out, spec_for(args.arch, args.seed), overwrite=args.overwrite)
     rec = json.loads((out / MARKER).read_text())
     s = rec["spec"]
-    print(f"{out}: Qwen3ForCausalLM, {s['num_hidden_layers']} layers, hidden {s['hidden_size']}, "
+    print(f"{out}: {rec['architecture']}, {s['num_hidden_layers']} layers, hidden {s['hidden_size']}, "
           f"{s['num_attention_heads']} heads ({s['num_key_value_heads']} KV), vocab {rec['vocab_size']}, "
           f"mask token {rec['mask_token']} = {rec['mask_token_id']}; {time.perf_counter() - t0:.1f} s")
     return 0

@@ -3,7 +3,6 @@ sampling preserves the target's distribution (chi-square), and bad input fails c
 
 import itertools
 import json
-import warnings
 
 import pytest
 import torch
@@ -331,51 +330,6 @@ def test_seeded_cpu_sampling_acceptance_is_unchanged(seed, k, temperature, top_p
     assert spec.accept_sampling(drafts, q, logits, sampling, new) == _old_accept_sampling(drafts, q, logits,
                                                                                           sampling, old)
     assert torch.equal(new.get_state(), old.get_state())
-
-
-# ------------------------------------------------------------------------------------ cache rollback
-def _tiny(config_cls, **kw):
-    base = dict(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=4, num_attention_heads=4,
-                num_key_value_heads=2, max_position_embeddings=256)
-    return config_cls(**(base | kw))
-
-
-def _sliding_configs():
-    from transformers import GptOssConfig, MistralConfig, Qwen2Config
-
-    return {
-        "mistral-window": _tiny(MistralConfig, sliding_window=16),
-        "qwen2-use-sliding-window": _tiny(Qwen2Config, use_sliding_window=True, sliding_window=16,
-                                          max_window_layers=2),
-        "gpt-oss-alternating": _tiny(GptOssConfig, sliding_window=16, num_local_experts=2, num_experts_per_tok=1),
-    }
-
-
-@pytest.mark.parametrize("name", ["mistral-window", "qwen2-use-sliding-window", "gpt-oss-alternating"])
-def test_sliding_window_targets_are_refused_with_the_limitation_and_the_fix(name):
-    from transformers import AutoModelForCausalLM
-
-    cfg = _sliding_configs()[name]
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        model = AutoModelForCausalLM.from_config(cfg)
-    with pytest.raises(PeagleError, match="roll back") as err:
-        TargetRunner(model)
-    assert "Fix:" in str(err.value) and ">= max_position_embeddings" in str(err.value)
-    with pytest.raises(PeagleError, match=r"sliding.*window.*16 < max_position_embeddings=256"):
-        target_runner.check_cache_rollback(cfg)
-
-
-def test_global_in_effect_windows_and_full_attention_targets_are_accepted():
-    from transformers import MistralConfig, Qwen2Config
-
-    target_runner.check_cache_rollback(make_tiny_llama().config)
-    target_runner.check_cache_rollback(_tiny(MistralConfig, sliding_window=None))
-    target_runner.check_cache_rollback(_tiny(MistralConfig, sliding_window=256))  # window >= max positions: never evicts
-    target_runner.check_cache_rollback(_tiny(Qwen2Config, use_sliding_window=False, sliding_window=16))
-    with pytest.raises(PeagleError, match="linear_attention"):
-        target_runner.check_cache_rollback(type("Cfg", (), dict(layer_types=["full_attention", "linear_attention"],
-                                                       max_position_embeddings=256))())
 
 
 # ------------------------------------------------------------------------------------ rounds, slots, statistics

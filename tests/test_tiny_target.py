@@ -1,6 +1,6 @@
-"""The second target: a tiny random Qwen3 of its own shape and vocabulary (``peagle-lab make-tiny-target``), and
-every command of the CLI end to end on it at tiny sizes (distill, extract, train, generate --check, bench,
-export-vllm, vLLM's offline engine)."""
+"""The tiny targets (``peagle-lab make-tiny-target --arch qwen3|gpt-oss|qwen3-moe``): random weights, their own
+shape, vocabulary and chat template; every command of the CLI end to end on each at tiny sizes (distill, extract,
+train, generate --check, bench, export-vllm), and vLLM's offline engine serving their heads."""
 
 from __future__ import annotations
 
@@ -10,13 +10,46 @@ import pytest
 import torch
 
 from peagle_lab.cli import main
-from peagle_lab.tiny_target import SPECIAL_TOKENS, TinyTargetSpec, build_model, make_tiny_target, prompt_texts, \
-    train_tokenizer
+from peagle_lab.tiny_target import ARCHS, MARKER, SPECIAL_TOKENS, TinyTargetSpec, build_model, make_tiny_target, \
+    prompt_texts, spec_for, train_tokenizer
 
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     return make_tiny_target(tmp_path_factory.mktemp("tiny") / "tiny-qwen3")
+
+
+@pytest.fixture(scope="module", params=ARCHS)
+def any_tiny(request, tmp_path_factory):
+    """Each tiny target in turn: (arch, directory)."""
+    arch = request.param
+    if arch == "qwen3":
+        return arch, request.getfixturevalue("tiny")
+    return arch, make_tiny_target(tmp_path_factory.mktemp("tiny") / f"tiny-{arch}", spec_for(arch))
+
+
+@pytest.mark.slow
+def test_the_tiny_gpt_oss_has_the_seeds_architecture(any_tiny):
+    """GPT-OSS: sliding and full layers alternating (window shorter than a chat prompt), attention sinks, experts,
+    untied embeddings, a harmony-style template; Qwen3-MoE: experts on every layer."""
+    from peagle_lab.drafter.vocab import pick_mask_token_id
+    from peagle_lab.models import load_target
+    from peagle_lab.prompts import chat_ids
+
+    arch, path = any_tiny
+    model, tok = load_target(str(path), device="cpu", dtype=torch.float32)
+    c = model.config
+    ids = chat_ids(tok, "Write a Python function that reverses a string, with a docstring and a test.")
+    assert pick_mask_token_id(tok) == tok.convert_tokens_to_ids("<|mask|>") == len(tok.all_special_tokens) - 1
+    assert json.loads((path / MARKER).read_text())["spec"]["arch"] == arch
+    if arch == "gpt-oss":
+        assert type(model).__name__ == "GptOssForCausalLM" and not c.tie_word_embeddings
+        assert c.layer_types == ["sliding_attention", "full_attention"] * 2 and c.sliding_window < len(ids)
+        assert hasattr(model.model.layers[0].self_attn, "sinks") and c.num_local_experts == 4
+        assert tok.decode(ids).startswith("<|start|>user<|message|>Write a Python")
+    elif arch == "qwen3-moe":
+        assert type(model).__name__ == "Qwen3MoeForCausalLM" and c.num_experts == 8 and c.num_experts_per_tok == 2
+        assert c.decoder_sparse_step == 1 and not c.mlp_only_layers
 
 
 @pytest.mark.slow
@@ -67,7 +100,9 @@ def test_an_existing_tiny_target_is_kept_and_another_folder_is_never_replaced(ti
 
 
 @pytest.mark.slow
-def test_every_cli_command_runs_end_to_end_on_the_tiny_target(tiny, tmp_path, monkeypatch, capsys):
+def test_every_cli_command_runs_end_to_end_on_each_tiny_target(any_tiny, tmp_path, monkeypatch, capsys):
+    arch, tiny = any_tiny
+    mask_id = json.loads((tiny / MARKER).read_text())["mask_token_id"]
     monkeypatch.setenv("PEAGLE_RESULTS", str(tmp_path / "results"))
     t = ["--target", str(tiny), "--device", "cpu", "--dtype", "float32", "--threads", "1"]
     data, feats, head = tmp_path / "d.jsonl", tmp_path / "feats", tmp_path / "head"
@@ -78,10 +113,10 @@ def test_every_cli_command_runs_end_to_end_on_the_tiny_target(tiny, tmp_path, mo
                  "--mode", "parallel", "-K", "4", "--draft-vocab-size", "512", "--steps", "2", "--warmup-steps", "1",
                  "--batch-tokens", "128", "--row-tokens", "128", *t]) == 0
     cfg = json.loads((head / "config.json").read_text())
-    assert cfg["vocab_size"] == 3072 and cfg["draft_vocab_size"] == 512 and cfg["mask_token_id"] == 3
+    assert cfg["vocab_size"] == 3072 and cfg["draft_vocab_size"] == 512 and cfg["mask_token_id"] == mask_id
     capsys.readouterr()
-    assert main(["generate", "Write a Python function.", "--head", str(head), "--max-new-tokens", "12", "--check",
-                 "--json", *t]) == 0
+    assert main(["generate", "Write a Python function.", "--head", str(head), "--max-new-tokens", "40", "--check",
+                 "--json", *t]) == 0  # 40 tokens: past the GPT-OSS window
     report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert report["identical_to_plain_greedy"] is True and report["lossless"] is True
     # no head fits this target under the default name: generate says so and labels the untrained head
@@ -93,10 +128,10 @@ def test_every_cli_command_runs_end_to_end_on_the_tiny_target(tiny, tmp_path, mo
                  "--draft-repeats", "1", "--no-plots", "--out", str(tmp_path / "bench"), *t]) == 0
     assert json.loads((tmp_path / "bench" / "end_to_end.json").read_text())["all_lossless"] is True
     assert main(["bench", "--quick", "--skip-e2e", "--out", str(tmp_path / "bench2"), *t]) == 2  # no head: refused
-    assert "No parallel head for the target tiny-qwen3" in capsys.readouterr().err
+    assert f"No parallel head for the target {tiny.name}" in capsys.readouterr().err
     assert main(["export-vllm", str(head), str(tmp_path / "vllm"), "--target", str(tiny)]) == 0
     vcfg = json.loads((tmp_path / "vllm" / "config.json").read_text())
-    assert vcfg["draft_vocab_size"] == 512 and vcfg["mask_token_id"] == 3
+    assert vcfg["draft_vocab_size"] == 512 and vcfg["mask_token_id"] == mask_id
 
 
 @pytest.mark.slow

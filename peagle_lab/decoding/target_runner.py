@@ -1,5 +1,6 @@
 """The target side of speculative decoding: :class:`TargetRunner` (the target model with its own KV cache,
-positions advancing, rollback by ``crop``) and :func:`check_cache_rollback` (which targets can be rolled back)."""
+positions advancing, rollback by ``crop``) and :func:`check_cache_rollback` (which targets can be rolled back:
+every attention layer, full, sliding-window or chunked; nothing with a running state)."""
 
 from __future__ import annotations
 
@@ -61,50 +62,30 @@ class TargetRunner:
             self.length = n
 
 
+# Attention layer types whose state is one key/value pair per position: the PositionCache keeps every position
+# (never evicts), and the model's own attention mask applies the window or chunk, so a crop rolls them back exactly.
+ROLLBACK_LAYER_TYPES = ("full_attention", "sliding_attention", "chunked_attention")
+
+
 def check_cache_rollback(config) -> None:
-    """Refuse a target whose KV cache ``TargetRunner.crop`` cannot roll back: sliding-window (or chunked)
-    attention layers keep only their last ``window`` positions, so after a rejected draft the evicted positions
-    cannot come back and the next verification would attend to the wrong keys (output no longer equal to plain
-    decoding); other non-attention layer types (linear attention, convolutions, state-space layers) keep a running
-    state a crop does not rewind.
+    """Refuse a target whose state ``TargetRunner.crop`` cannot roll back.
 
-    Rule: every layer in ``layer_types`` is ``full_attention``, or is ``sliding_attention`` / ``chunked_attention``
-    with a window (``sliding_window`` / ``attention_chunk_size``) >= ``max_position_embeddings`` (never evicts:
-    global in effect); without ``layer_types``, an integer ``sliding_window`` below ``max_position_embeddings`` makes
-    every layer sliding unless ``use_sliding_window`` is False (Mistral / Qwen2 style)."""
+    The loop's :class:`~peagle_lab.kv_cache.PositionCache` keeps the keys and values of every position and reports
+    itself as a full cache, so transformers' mask functions apply a layer's window (``sliding_attention``,
+    GPT-OSS / Mistral / Gemma style) or chunk (``chunked_attention``) to absolute positions: the attention is the
+    model's own, and rolling back is setting the length, as for full attention. Attention sinks are a per-head
+    logit, not state. What keeps a running state instead of per-position keys (linear attention, convolutions,
+    state-space / recurrent layers) cannot be cropped and is refused, in one line naming the layer types."""
     cfg = config.get_text_config() if hasattr(config, "get_text_config") else config
-    max_pos = getattr(cfg, "max_position_embeddings", None)
-
-    def evicts(window):
-        return isinstance(window, int) and not isinstance(window, bool) and window > 0 and (
-            max_pos is None or window < max_pos)
-
-    sliding, chunk = getattr(cfg, "sliding_window", None), getattr(cfg, "attention_chunk_size", None)
     layer_types = list(getattr(cfg, "layer_types", None) or [])
-    problems = []
-    if layer_types:
-        windowed = {"sliding_attention": ("sliding_window", sliding), "chunked_attention": ("attention_chunk_size",
-                                                                                            chunk)}
-        for kind in dict.fromkeys(layer_types):
-            layers = [i for i, t in enumerate(layer_types) if t == kind]
-            if kind == "full_attention":
-                continue
-            if kind in windowed:
-                name, window = windowed[kind]
-                if evicts(window):
-                    problems.append(f"{len(layers)} '{kind}' layer(s) (e.g. layer {layers[0]}) with {name}={window} "
-                                    f"< max_position_embeddings={max_pos}")
-            else:
-                problems.append(f"{len(layers)} '{kind}' layer(s) (e.g. layer {layers[0]}), which keep a running "
-                                "state instead of a per-position KV cache")
-    elif evicts(sliding) and getattr(cfg, "use_sliding_window", True) is not False:
-        problems.append(f"sliding_window={sliding} < max_position_embeddings={max_pos} on every layer")
-    if problems:
+    stateful = {}
+    for i, kind in enumerate(layer_types):
+        if kind not in ROLLBACK_LAYER_TYPES:
+            stateful.setdefault(kind, []).append(i)
+    if stateful:
+        kinds = "; ".join(f"{len(ids)} '{kind}' layer(s) (e.g. layer {ids[0]})" for kind, ids in stateful.items())
         raise PeagleError(
-            "This target cannot be used for speculative decoding here: " + "; ".join(problems) + ". A sliding-window "
-            "(or stateful) cache drops what a rejected draft needs restored, and TargetRunner.crop can only roll back "
-            "a full-attention KV cache, so the output would no longer equal plain decoding. Accepted: full-attention "
-            "layers, and windows >= max_position_embeddings (global in effect). Fix: use a full-attention target "
-            "(Llama, Qwen3, SmolLM2, ...); or, when prompt plus output always fit in the window, load the target "
-            "with max_position_embeddings <= sliding_window (or use_sliding_window=False where the model was trained "
-            "with global attention); or serve it with vLLM (serving.export_vllm), which manages its own KV cache.")
+            f"{kinds} keep a running state that cannot be rolled back after a rejected draft (only "
+            f"{', '.join(ROLLBACK_LAYER_TYPES)} layers can), so speculative output would no longer equal plain "
+            "decoding. Fix: use an attention-only target (Llama, Qwen3, GPT-OSS, Mistral, SmolLM2, ...), or serve "
+            "this one with vLLM (serving.export_vllm), which manages its own state.")
