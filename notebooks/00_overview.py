@@ -197,6 +197,10 @@ for key, value in [("target_params", n_params), ("greedy_tokens_per_s", round(to
 # 4. add the **bonus** token: the target's choice right after the accepted prefix;
 # 5. **roll back** the target's KV cache to the accepted length (the rejected drafts' entries are dropped).
 #
+# The cache keeps the keys and values of every position, also for a target with sliding-window layers (GPT-OSS):
+# the model's own attention mask applies the window, and nothing a rolled-back round needs has been evicted.
+# (`DynamicCache(config=model.config)` would give such layers a cache that evicts, and its `crop` would fail.)
+#
 # The first round prints the shape of every tensor it touches.
 
 # %%
@@ -214,7 +218,7 @@ drafter = HeadDrafter(head)
 
 def speculate(K, show=False):
     """Greedy speculative decoding of NEW_TOKENS tokens, K drafts a round: (tokens, tokens committed per round)."""
-    cache = DynamicCache(config=model.config)
+    cache = DynamicCache()  # keeps every position (the model's mask applies any sliding window): crop rolls back
     with torch.no_grad():
         out = model(prompt_ids, past_key_values=cache, output_hidden_states=True)  # prefill
         tokens = [int(out.logits[0, -1].argmax())]

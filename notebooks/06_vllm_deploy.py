@@ -321,13 +321,23 @@ try:
     for path in (vllm_dir, target_dir):  # shown relative to the checkout or as ~/..., not as this machine's paths
         line = line.replace(str(path), display_path(path))
     print(line.replace(sys.executable, "python"), "\n")
+    # vLLM renders a GPT-OSS chat with the harmony encoder of the real GPT-OSS vocabulary (ids above 200,000); a
+    # target of that architecture with a vocabulary of its own (the tiny GPT-OSS) gets the prompt already rendered
+    # by its own chat template, through /v1/completions
+    harmony_elsewhere = model.config.model_type == "gpt_oss" and model.config.vocab_size < 200_000
     try:
         from openai import OpenAI
 
         client = OpenAI(base_url=srv.url, api_key="EMPTY")
-        reply = client.chat.completions.create(model=srv.model, messages=[{"role": "user", "content": question}],
-                                               max_tokens=MAX_TOKENS, temperature=0.0)
-        answer, via = reply.choices[0].message.content, "openai client"
+        if harmony_elsewhere:
+            text = tok.apply_chat_template([{"role": "user", "content": question}], tokenize=False,
+                                           add_generation_prompt=True)
+            reply = client.completions.create(model=srv.model, prompt=text, max_tokens=MAX_TOKENS, temperature=0.0)
+            answer, via = reply.choices[0].text, "openai client, /v1/completions"
+        else:
+            reply = client.chat.completions.create(model=srv.model, messages=[{"role": "user", "content": question}],
+                                                   max_tokens=MAX_TOKENS, temperature=0.0)
+            answer, via = reply.choices[0].message.content, "openai client"
     except ImportError:
         answer, via = srv.chat([{"role": "user", "content": question}], max_tokens=MAX_TOKENS)["choices"][0]["message"]["content"], "urllib"
     server_metrics = srv.metrics()

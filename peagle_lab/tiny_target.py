@@ -6,7 +6,7 @@ plain Hugging Face folder (``config.json``, ``model.safetensors``, tokenizer fil
 - ``qwen3``: ``Qwen3ForCausalLM`` (q/k norm, tied embeddings, grouped-query attention), ChatML template;
 - ``gpt-oss``: ``GptOssForCausalLM``, the architecture of the published P-EAGLE heads' headline target: layers
   alternating sliding-window (window 16) and full attention, attention sinks, a mixture of experts (4 experts,
-  top-2), untied embeddings, a harmony-style template (``<|start|>role<|message|>...<|end|>``);
+  top-2), GPT-OSS's YaRN RoPE, untied embeddings, a harmony-style template (``<|start|>role<|message|>...<|end|>``);
 - ``qwen3-moe``: ``Qwen3MoeForCausalLM`` (Qwen3-Coder-30B-A3B's architecture): 8 experts, top-2, on every layer.
 
 Everything that can differ from the embedded SmolLM2-135M does: architecture, hidden size (256 vs 576), layers,
@@ -145,10 +145,13 @@ def _config(spec: TinyTargetSpec, vocab_size: int, eos_id: int, pad_id: int):
     rope = {"rope_type": "default", "rope_theta": spec.rope_theta}
     if spec.arch == "gpt-oss":
         kinds = ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(spec.num_hidden_layers)]
-        return GptOssConfig(**common, intermediate_size=spec.intermediate_size, layer_types=kinds,
+        # GPT-OSS's own RoPE (YaRN, factor 32 over 4,096 positions: 131,072), as vLLM's GptOss reads it
+        yarn = {**GptOssConfig().rope_parameters, "rope_theta": spec.rope_theta}
+        return GptOssConfig(**{**common, "max_position_embeddings": 32 * yarn["original_max_position_embeddings"]},
+                            intermediate_size=spec.intermediate_size, layer_types=kinds,
                             sliding_window=spec.sliding_window, num_local_experts=spec.num_experts,
                             num_experts_per_tok=spec.num_experts_per_tok, tie_word_embeddings=False,
-                            rope_parameters=rope)
+                            rope_parameters=yarn)
     if spec.arch == "qwen3-moe":
         return Qwen3MoeConfig(**common, intermediate_size=spec.intermediate_size * 4,
                               moe_intermediate_size=spec.intermediate_size, num_experts=spec.num_experts,

@@ -11,8 +11,9 @@ import math
 from pathlib import Path
 
 from ..atomic import atomic_write, write_json, write_text
+from ..decoding.divergence import lossless_regime
 from ..errors import PeagleError
-from ..precision import dtype_name, host_slug
+from ..precision import dtype_name, host_slug, resolve_dtype
 from .plots import draw_plots
 from .readme import results_readme
 from ..jsonsafe import json_safe
@@ -27,11 +28,19 @@ def e2e_stem(suite: str) -> str:
 
 
 def result_suites(results: dict) -> dict:
-    """``{suite: end-to-end result}`` of a results dict (``results["suites"]``, or its one ``end_to_end``)."""
-    if results.get("suites"):
-        return results["suites"]
-    e2e = results.get("end_to_end")
-    return {suite_of(e2e): e2e} if e2e else {}
+    """``{suite: end-to-end result}`` of a results dict (``results["suites"]``, or its one ``end_to_end``); a result
+    written before its lossless regime was recorded gets the regime of its dtype and device."""
+    suites = results.get("suites")
+    if not suites:
+        e2e = results.get("end_to_end")
+        suites = {suite_of(e2e): e2e} if e2e else {}
+    for e2e in suites.values():
+        if "lossless_regime" not in e2e:
+            env = e2e.get("env") or {}
+            device = env.get("device") or "cpu"
+            dtype = resolve_dtype(env.get("dtype") or "float32", device, warn=False)
+            e2e["lossless_regime"] = lossless_regime(dtype, device)
+    return suites
 
 
 DRAFT_CSV_COLUMNS = ["k", "parallel_ms", "parallel_iqr_ms", "sequential_ms", "sequential_iqr_ms",
