@@ -319,3 +319,40 @@ def test_head_for_target_names_the_published_head_of_the_seeds_targets(monkeypat
     monkeypatch.setattr(heads_mod, "cached_head", lambda hub_id: cached)
     head, info = head_for_target("parallel", target, target="openai/gpt-oss-20b", allow_fresh=False)
     assert (info["origin"], info["source"]) == ("published", "amazon/GPT-OSS-20B-P-EAGLE")
+
+
+# ------------------------------------------------------------------------------------------ the CLI, before the target
+@pytest.fixture
+def no_model_load(monkeypatch):
+    import peagle_lab.models as models
+
+    def boom(*a, **k):
+        raise AssertionError("a model was loaded before the head was checked")
+
+    monkeypatch.setattr(models, "load_target", boom)
+
+
+def test_generate_with_a_hub_id_offline_is_one_error_line_before_the_target_loads(no_model_load, capsys,
+                                                                                   monkeypatch):
+    from peagle_lab.cli import main
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    rc = main(["generate", "hi", "--head", "amazon/GPT-OSS-20B-P-EAGLE"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1, err
+    assert "hf download amazon/GPT-OSS-20B-P-EAGLE --local-dir" in err[0] and "--head heads/" in err[0]
+
+
+def test_generate_refuses_a_misfit_head_before_the_target_loads(no_model_load, capsys, tmp_path, byte_tokenizer):
+    from peagle_lab.cli import main
+
+    vocab = len(byte_tokenizer)
+    make_tiny_llama(hidden=32, layers=4, vocab=vocab).save_pretrained(tmp_path / "target")
+    byte_tokenizer.save_pretrained(tmp_path / "target")
+    small = make_tiny_llama(hidden=16, layers=2, heads=2, kv_heads=1, vocab=50)
+    head = write_published(random_head(small.config, layers=1), tmp_path / "other", taps=True)
+    capsys.readouterr()  # the target's save bars
+    rc = main(["generate", "hi", "--head", str(head), "--target", str(tmp_path / "target")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1, err
+    assert f"vocabulary 50 (head) vs {vocab} (target)" in err[0] and "hidden size 16 (head) vs 32 (target)" in err[0]
