@@ -356,3 +356,14 @@ def test_generate_refuses_a_misfit_head_before_the_target_loads(no_model_load, c
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1, err
     assert f"vocabulary 50 (head) vs {vocab} (target)" in err[0] and "hidden size 16 (head) vs 32 (target)" in err[0]
+
+
+def test_vllm_takes_a_published_layout_head_as_it_is(tmp_path):
+    head = random_head(_llama().config, layers=2)
+    path = write_published(head, tmp_path / "published", taps=True)
+    assert serving.speculative_config(path, 7) == {"method": "eagle3", "model": str(path),
+                                                   "num_speculative_tokens": 7, "parallel_drafting": True}
+    d = published_config(head, taps=True)
+    del d["ptd_token_id"]
+    (path / "config.json").write_text(json.dumps(d))
+    assert "parallel_drafting" not in serving.speculative_config(path, 3)  # no mask token: an EAGLE-3 head
