@@ -367,3 +367,39 @@ def test_vllm_takes_a_published_layout_head_as_it_is(tmp_path):
     del d["ptd_token_id"]
     (path / "config.json").write_text(json.dumps(d))
     assert "parallel_drafting" not in serving.speculative_config(path, 3)  # no mask token: an EAGLE-3 head
+
+
+@pytest.mark.parametrize("layers", [2, 4])
+def test_heads_trained_here_export_and_load_both_ways_with_identical_logits(tmp_path, layers):
+    from peagle_lab.training import TrainConfig, prepare_sequences, train_head
+
+    target = make_tiny_llama(hidden=32, layers=4, vocab=96)
+    target.save_pretrained(tmp_path / "target")
+    gen = torch.Generator().manual_seed(0)
+    records = [{"input_ids": torch.randint(4, 96, (22,), generator=gen).tolist(), "prompt_len": 5} for _ in range(4)]
+    cfg = TrainConfig(num_depths=4, layers=layers, draft_vocab_size=None, steps=3, lr=3e-3, warmup_steps=1,
+                      batch_tokens=48, row_tokens=48, mask_token_id=MASK, save_every=0, seed=0, autocast="float32")
+    trained = train_head(cfg, target, prepare_sequences(target, records, progress=False), out_dir=tmp_path / "head",
+                         progress=False, verbose=False)
+    native = PEagleDrafter.from_pretrained(tmp_path / "head", target=target)  # as trained, stored in bf16
+    assert native.config.num_hidden_layers == layers and trained.head.config.num_hidden_layers == layers
+    want = logits(native, 96, 96, k=4)
+    exported = serving.export_vllm(tmp_path / "head", tmp_path / "vllm", target=tmp_path / "target")
+    assert torch.equal(logits(PEagleDrafter.from_pretrained(exported, target=target), 96, 96, k=4), want)
+    published = write_published(native, tmp_path / "published", taps=True)  # vLLM's layers.0. names
+    back = PEagleDrafter.from_pretrained(published, target=target)
+    assert torch.equal(logits(back, 96, 96, k=4), want)
+    back.config.target = str(tmp_path / "target")
+    again = serving.export_vllm(back.save_pretrained(tmp_path / "resaved", dtype=torch.float32), tmp_path / "vllm2")
+    assert torch.equal(logits(PEagleDrafter.from_pretrained(again, target=target), 96, 96, k=4), want)
+
+
+def test_a_speculators_eagle3_config_reads_as_vllm_reads_it():
+    head = random_head(_llama().config, layers=1, taps=(1, 4, 6))
+    d = speculators_config(head, kind="eagle3", k=3)
+    del d["norm_before_residual"], d["mask_token_id"]
+    cfg = PEagleConfig.from_json_dict(d)
+    assert (cfg.mode, cfg.norm_before_residual, cfg.num_speculative_tokens) == ("sequential", True, 3)  # vLLM's default
+    assert cfg.aux_hidden_state_layer_ids == (1, 4, 6)
+    with pytest.raises(PeagleError, match="speculators 'dflash' head"):
+        PEagleConfig.from_json_dict({**d, "speculators_model_type": "dflash"})
