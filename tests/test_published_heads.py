@@ -403,3 +403,13 @@ def test_a_speculators_eagle3_config_reads_as_vllm_reads_it():
     assert cfg.aux_hidden_state_layer_ids == (1, 4, 6)
     with pytest.raises(PeagleError, match="speculators 'dflash' head"):
         PEagleConfig.from_json_dict({**d, "speculators_model_type": "dflash"})
+
+
+def test_a_published_heads_trained_k_comes_from_its_model_card(tmp_path):
+    target = _llama()
+    head = random_head(target.config, layers=1)
+    cache = write_published(head, tmp_path / "models--amazon--GPT-OSS-20B-P-EAGLE" / "snapshots" / "abc", taps=True)
+    local = write_published(head, tmp_path / "heads" / "gpt-oss-120b-p-eagle", taps=True)
+    other = write_published(head, tmp_path / "heads" / "mine", taps=True)
+    assert [heads_mod.load_head(p, target).config.num_speculative_tokens for p in (cache, local, other)] == [10, 8, 8]
+    assert hub.card_trained_k(local) == 8 and hub.card_trained_k(other) is None  # other's 8 is the default

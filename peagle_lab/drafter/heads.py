@@ -23,8 +23,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from .config import PEagleConfig, stored_dtype_name
-from .hub import cached_head, fetch_hint, head_path, published_head_for
+from .config import PEagleConfig, read_config_json, stored_dtype_name
+from .hub import cached_head, card_trained_k, fetch_hint, head_path, published_head_for
 from .network import PEagleDrafter
 from .vocab import mask_token_id_for
 from ..errors import PeagleError
@@ -252,6 +252,9 @@ def load_head(name_or_path, target, device=None, dtype=None, announce: bool = Fa
     dtype = dtype or next(target.parameters()).dtype
     head = PEagleDrafter.from_pretrained(path, target=target, device=device, dtype=dtype)
     stored = stored_dtype_name(path)  # the head has loaded: its config.json reads
+    raw = read_config_json(path)
+    if "peagle" not in raw and "speculators_config" not in raw and card_trained_k(path):
+        head.config.num_speculative_tokens = card_trained_k(path)  # a published head: its card says it
     run = dtype_name(dtype)
     if stored and stored != run and announce:
         import sys

@@ -19,6 +19,9 @@ PUBLISHED_HEADS = {
     "openai/gpt-oss-120b": "amazon/gpt-oss-120b-p-eagle",
     "Qwen/Qwen3-Coder-30B-A3B-Instruct": "amazon/Qwen3-Coder-30B-A3B-Instruct-P-EAGLE",
 }
+# the K (parallel tokens) each published head was trained for, as its model card states it (the config.json does
+# not say); heads whose card gives none are absent
+PUBLISHED_TRAINED_K = {"amazon/GPT-OSS-20B-P-EAGLE": 10, "amazon/gpt-oss-120b-p-eagle": 8}
 _HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
 # what a head directory needs from the hub (config, weights, the card)
 _HEAD_FILES = ["config.json", "*.safetensors", "*.safetensors.index.json", "README.md"]
@@ -31,6 +34,18 @@ def published_head_for(target) -> str | None:
     for tid, head in PUBLISHED_HEADS.items():
         if name.lower() == tid.lower() or Path(name).name.lower() == tid.split("/")[1].lower():
             return head
+    return None
+
+
+def card_trained_k(path) -> int | None:
+    """The K a published head was trained for, by its model card (:data:`PUBLISHED_TRAINED_K`), for a head
+    directory that is a copy of it: a hub cache folder (``models--amazon--GPT-OSS-20B-P-EAGLE/...``) or a folder
+    named like the repository (``--local-dir .../GPT-OSS-20B-P-EAGLE``); None for any other head."""
+    parts = [p.lower() for p in Path(str(path)).parts]
+    for hub_id, k in PUBLISHED_TRAINED_K.items():
+        name, cache = hub_id.split("/")[1].lower(), "models--" + hub_id.replace("/", "--").lower()
+        if name in parts or cache in parts:
+            return k
     return None
 
 
