@@ -413,3 +413,51 @@ def test_a_published_heads_trained_k_comes_from_its_model_card(tmp_path):
     other = write_published(head, tmp_path / "heads" / "mine", taps=True)
     assert [heads_mod.load_head(p, target).config.num_speculative_tokens for p in (cache, local, other)] == [10, 8, 8]
     assert hub.card_trained_k(local) == 8 and hub.card_trained_k(other) is None  # other's 8 is the default
+
+
+# ------------------------------------------------------------------------------------------ vLLM reads it the same way
+@pytest.mark.vllm
+@pytest.mark.slow
+def test_vllm_and_our_loop_draft_the_same_from_a_published_layout_head(tmp_path, smollm2):
+    """The shipped P-EAGLE head rewritten as the published heads are stored (layers.0., ptd_token_id only, no
+    taps: vLLM's default (2, 15, 27) for SmolLM2's 30 layers): vLLM and our loop give the same greedy tokens and
+    the same acceptance counts on the same prompts and K."""
+    pytest.importorskip("vllm")
+    from peagle_lab.decoding.speculative import SpecStats
+    from peagle_lab.drafter.heads import SHIPPED
+    from peagle_lab.prompts import chat_ids
+
+    model, tok = smollm2
+    tdir = serving.export_target()
+    exported = serving.export_vllm(SHIPPED["parallel"], tmp_path / "vllm", target=tdir)
+    d = json.loads((exported / "config.json").read_text())
+    keep = {k: v for k, v in d.items() if k not in ("peagle_export", "eagle_config", "num_aux_hidden_states",
+                                                     "eagle_aux_hidden_state_layer_ids", "mask_token_id")}
+    published = tmp_path / "published"
+    published.mkdir()
+    (published / "config.json").write_text(json.dumps(keep))
+    w = load_file(str(exported / "model.safetensors"))
+    save_file({("layers.0." + k[len("midlayer."):] if k.startswith("midlayer.") else k): v for k, v in w.items()},
+              str(published / "model.safetensors"))
+    head, _ = head_for_target(str(published), model)
+    assert head.config.aux_hidden_state_layer_ids == (2, 15, 27) and head.config.mask_token_id == d["ptd_token_id"]
+    k, n = 3, 24
+    prompts = [chat_ids(tok, q) for q in ("Write a Python function that reverses a list.", "What is 12 * 7?")]
+    runner, ours, ours_ids = TargetRunner(model, head.config.aux_hidden_state_layer_ids), SpecStats(k=k), []
+    for ids in prompts:
+        res = speculative_generate(runner, HeadDrafter(head, "parallel"), ids, k, n)
+        ours_ids.append(res.tokens)
+        for a in res.stats.accepted:
+            ours.add_round(a, k)
+    from vllm import SamplingParams
+
+    llm = serving.make_llm(tdir, serving.Speculation(published, k=k), max_model_len=512, dtype=torch.float32)
+    outs = llm.generate([{"prompt_token_ids": p} for p in prompts],
+                        SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True), use_tqdm=False)
+    metrics = serving.spec_metrics(llm)
+    del llm
+    print(f"acceptance length: vLLM {metrics['acceptance_length']:.3f}, ours {ours.acceptance_length:.3f} "
+          f"({metrics['drafts']:.0f} vs {ours.rounds} rounds)")
+    assert [list(o.outputs[0].token_ids) for o in outs] == ours_ids
+    assert metrics["accepted"] > 0
+    assert abs(metrics["acceptance_length"] - ours.acceptance_length) <= 0.05 * ours.acceptance_length
