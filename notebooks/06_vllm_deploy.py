@@ -454,28 +454,49 @@ for r in gpu["rows"]:
 # %% [markdown]
 # ## 8 · Recipe: the published P-EAGLE heads on a GPU
 #
-# The same three steps with real models (vLLM 0.16 or newer: `pip install "vllm>=0.16"`). The heads are already in
-# vLLM's layout; no export needed.
+# The same three steps with real models. The heads are already in vLLM's layout; no export needed. Each figure
+# below is the one the head's model card (on the Hugging Face hub) or the vLLM P-EAGLE blog post gives; where
+# neither gives one, the recipe says so instead of guessing.
+#
+# | head | target | layers, trained for | served at (`num_speculative_tokens`) | source |
+# |---|---|---|---|---|
+# | `amazon/GPT-OSS-20B-P-EAGLE` | `openai/gpt-oss-20b` | 4 layers, 10 parallel tokens | 7 | its model card (and the blog's K=7 runs) |
+# | `amazon/gpt-oss-120b-p-eagle` | `openai/gpt-oss-120b` | 4 layers, 8 parallel tokens | 5 | its model card |
+# | `amazon/Qwen3-Coder-30B-A3B-Instruct-P-EAGLE` | `Qwen/Qwen3-Coder-30B-A3B-Instruct` | see the model card | see the model card | - |
+#
+# * **vLLM version**: `"parallel_drafting": true` is in vLLM from v0.16.0 (PR #32887, "Unified Parallel
+#   Drafting", which the blog post announces): `pip install "vllm>=0.16"`.
+# * **GPT-OSS needs the KV-cache-group fix** (GPT-OSS-20B model card): GPT-OSS mixes sliding-window and full
+#   attention, and vLLM must put the drafter's layers in a KV-cache group of their own; a vLLM without that fix
+#   stops at startup in `validate_same_kv_cache_group`. The card says: apply the fix from its pull request, or use
+#   a vLLM release that includes it (see the model card for the link).
+# * **Measured by the card**: GPT-OSS-120B at K=5, `max-new-token` 2048: acceptance length 2.68 (MT-Bench), 3.15
+#   (HumanEval), 3.55 (GSM-8K). The cards' full command lines add serving flags (fp8 KV cache, batch and
+#   CUDA-graph sizes, a FlashInfer MoE switch): see the model cards; the lines below keep what speculation needs.
 #
 # ```bash
-# # GPT-OSS-20B, 4-layer head trained for 10 parallel tokens, served at K=7.
-# # GPT-OSS mixes sliding-window and full attention: needs a vLLM with the KV-cache-group fix for drafters,
-# # else startup fails in validate_same_kv_cache_group.
+# # GPT-OSS-20B: trained for 10 parallel tokens, served at K=7 (model card)
 # vllm serve openai/gpt-oss-20b \
 #   --speculative-config '{"method": "eagle3", "model": "amazon/GPT-OSS-20B-P-EAGLE", "num_speculative_tokens": 7, "parallel_drafting": true}'
 #
-# # GPT-OSS-120B, served at K=5 (model card: acceptance length 2.68 MT-Bench, 3.15 HumanEval, 3.55 GSM-8K)
+# # GPT-OSS-120B: trained for 8, served at K=5 (model card)
 # vllm serve openai/gpt-oss-120b \
 #   --speculative-config '{"method": "eagle3", "model": "amazon/gpt-oss-120b-p-eagle", "num_speculative_tokens": 5, "parallel_drafting": true}'
 #
-# # Qwen3-Coder-30B-A3B-Instruct: take K from the model card (sweep 3/5/7 if it gives none)
+# # Qwen3-Coder-30B-A3B-Instruct: K as its model card gives it
+# K=...  # num_speculative_tokens from the model card of amazon/Qwen3-Coder-30B-A3B-Instruct-P-EAGLE
 # vllm serve Qwen/Qwen3-Coder-30B-A3B-Instruct \
-#   --speculative-config '{"method": "eagle3", "model": "amazon/Qwen3-Coder-30B-A3B-Instruct-P-EAGLE", "num_speculative_tokens": 5, "parallel_drafting": true}'
+#   --speculative-config "{\"method\": \"eagle3\", \"model\": \"amazon/Qwen3-Coder-30B-A3B-Instruct-P-EAGLE\", \"num_speculative_tokens\": $K, \"parallel_drafting\": true}"
 # ```
 #
 # From Python, `serving.make_llm("openai/gpt-oss-20b", ...)` needs an exported directory; for a published head pass
 # the config yourself: `vllm.LLM(model="openai/gpt-oss-20b", speculative_config={"method": "eagle3", "model":
 # "amazon/GPT-OSS-20B-P-EAGLE", "num_speculative_tokens": 7, "parallel_drafting": True})`.
+#
+# Our own loop reads the published heads too (any head in vLLM's eagle3 layout, docs/checkpoint-format.md):
+# `peagle-lab generate "..." --target openai/gpt-oss-20b --head amazon/GPT-OSS-20B-P-EAGLE --check`, and the same
+# `--head` for `bench`, the explorer and `serve`. A hub id is downloaded where the hub is reachable; offline, fetch
+# it first (`hf download amazon/GPT-OSS-20B-P-EAGLE --local-dir heads/GPT-OSS-20B-P-EAGLE`) and pass the folder.
 #
 # Checklist when it does not behave:
 #

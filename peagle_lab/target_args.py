@@ -53,6 +53,7 @@ class TargetPeek:
                               "model directory or a Hugging Face id that is available here (--target).") from exc
         text = getattr(self.config, "text_config", None)
         cfg = self.config if getattr(self.config, "vocab_size", None) or text is None else text
+        self.text_config = cfg  # the language model's config (vocabulary, hidden size, layers)
         self.vocab_size = int(cfg.vocab_size)
         self.context = getattr(cfg, "max_position_embeddings", None)
         self.num_layers = getattr(cfg, "num_hidden_layers", None)

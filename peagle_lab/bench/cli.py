@@ -46,8 +46,7 @@ def check_cli(args) -> BenchConfig:
     """Every argument, the environment, the heads given as folders (config against weights) and the results
     folder (writable, not another host's or dtype's, not overwritten without --overwrite), before the target
     loads: the run's config, its ``out`` the results folder."""
-    from ..drafter.checkpoint import check_head_dir
-    from ..drafter.heads import SHIPPED
+    from ..drafter.heads import check_head_spec
     from ..prompts import chat_records, humaneval_prompts
     from .files import check_results_dir
 
@@ -59,10 +58,8 @@ def check_cli(args) -> BenchConfig:
     for role, spec in (("parallel", cfg.parallel_head), ("sequential", cfg.sequential_head)):
         if spec in ("none", "fresh"):
             continue
-        path = SHIPPED.get(spec, Path(spec))
-        if path.exists():
-            check_head_dir(path)
-        elif not cfg.allow_fresh:
+        path = check_head_spec(spec)  # a hub id is fetched, a directory checked against its config
+        if not path.exists() and not cfg.allow_fresh:
             raise PeagleError(f"No {role} head at {path}. Fix: pass --{role}-head DIR, train one (`peagle-lab "
                               "train`), or add --allow-fresh to time an untrained head.")
     name = cfg.name or f"{Path(str(cfg.target or target_name())).name}-{datetime.now():%Y%m%d-%H%M%S}"

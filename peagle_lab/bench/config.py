@@ -61,9 +61,9 @@ class BenchConfig:
 
     parallel_head: str = flag_field(
         "parallel", "P-EAGLE head: 'parallel' (the head for this target: shipped if it fits, else the one trained "
-        "here under $PEAGLE_RESULTS/heads/<target>/), a directory, or 'fresh' (untrained, timing only)")
+        "here under $PEAGLE_RESULTS/heads/<target>/), a directory or hub id, or 'fresh' (untrained, timing only)")
     sequential_head: str = flag_field(
-        "sequential", "EAGLE-3 head: 'sequential' (the head for this target, as above), a directory, 'fresh', or "
+        "sequential", "EAGLE-3 head: 'sequential' (the head for this target, as above), a directory or hub id, 'fresh', or "
         "'none'")
     allow_fresh: bool = flag_field(False, "use an untrained head when no head fits the target (otherwise that is an "
                                           "error)")

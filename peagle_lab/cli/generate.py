@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 
 from .. import validate
 from ..bench.lossless import lossless_note, regime_label
 from ..decoding.divergence import first_divergence, is_lossless, lossless_regime
 from ..decoding.draft_sources import HeadDrafter
-from ..drafter.checkpoint import check_head_dir
-from ..drafter.heads import SHIPPED, head_for_target
+from ..drafter.heads import check_head_spec, head_for_target
 from ..jsonsafe import json_safe
 from ..precision import dtype_name
 from ..prompts import chat_ids
@@ -25,8 +23,10 @@ def register_cli(sub):
     p = sub.add_parser("generate", help="generate with a P-EAGLE / EAGLE-3 head and print statistics")
     p.add_argument("prompt", help="user message (the target's chat template is applied)")
     p.add_argument("--head", default="parallel",
-                   help="head directory, or 'parallel' / 'sequential': the head for this target (the shipped one if it "
-                        "fits, else the one trained here, else an untrained one, labelled) (default: parallel)")
+                   help="head directory or Hugging Face hub id (vLLM's eagle3 layout: ours, speculators', the published "
+                        "P-EAGLE heads), or 'parallel' / 'sequential': the head for this target (the shipped one if it "
+                        "fits, else the published one when cached, else the one trained here, else an untrained one, "
+                        "labelled) (default: parallel)")
     p.add_argument("-k", "--num-speculative-tokens", type=int, default=None, dest="k",
                    help="K drafts per round (default: what the head was trained for)")
     p.add_argument("--mode", choices=["parallel", "sequential"], default=None,
@@ -51,10 +51,10 @@ def check_args(args) -> None:
     validate.top_p(args.top_p)
     validate.text(args.prompt, "The prompt", "pass a non-empty prompt")
     check_target_options(args)
-    path = SHIPPED.get(str(args.head), Path(str(args.head)))
-    if path.exists():  # a missing head is named by load_head
-        check_head_dir(path)
+    head = check_head_spec(args.head)  # a missing head is named by load_head
     peek = TargetPeek(args.target)
+    if head.exists():  # and a head given by directory or hub id fits the target, before the target loads
+        check_head_spec(args.head, peek.text_config)
     validate.max_new_tokens(args.max_new_tokens, peek.context)
     validate.prompt_length(len(chat_ids(peek.tokenizer, args.prompt)), args.max_new_tokens, peek.context)
 

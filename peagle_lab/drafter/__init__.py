@@ -6,6 +6,8 @@
 * :mod:`.checkpoint`: ``save_pretrained`` / ``from_pretrained`` in vLLM's eagle3 names (docs/checkpoint-format.md);
 * :mod:`.context`: the ``mask_hidden='context'`` variant at inference (:func:`drafting_head`);
 * :mod:`.vocab`: the draft vocabulary (``d2t`` / ``t2d``) and the mask token;
+* :mod:`.layouts`: the head layouts other writers use (speculators, the published heads), read as vLLM reads them;
+* :mod:`.hub`: heads given by hub id, and the P-EAGLE heads published for the seed's targets;
 * :mod:`.heads`: the shipped heads, ``load_head``, fresh (untrained) heads and the head for a target.
 
 ``from peagle_lab.drafter import PEagleConfig, PEagleDrafter`` is all most code needs.

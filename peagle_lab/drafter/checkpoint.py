@@ -1,5 +1,7 @@
 """The drafter's checkpoint: a directory with ``config.json`` and ``model.safetensors`` under vLLM's eagle3 names
-(docs/checkpoint-format.md), written by :func:`save_pretrained` and read back by :func:`load_pretrained`.
+(docs/checkpoint-format.md), written by :func:`save_pretrained` and read back by :func:`load_pretrained`, which reads
+a head in vLLM's eagle3 layout whatever wrote it (:mod:`.layouts`: ``layers.0.`` or ``midlayer.``, ``d2t`` / ``t2d``
+or none, the embeddings stored or shared with the target, ``mask_hidden`` for a parallel head).
 
 The tensors and their shapes follow from the config alone (:func:`drafter_shapes`, :func:`state_shapes`), so a head
 directory is checked (:func:`check_head_dir`) without building a network. Embeddings shared with the target are
@@ -18,6 +20,7 @@ from ..atomic import atomic_write, write_json
 from ..errors import PeagleError
 from .vocab import t2d_from_d2t
 from .config import _FIX, CONFIG, WEIGHTS, PEagleConfig
+from .layouts import canonical_tensors
 from ..precision import dtype_name
 
 
@@ -107,17 +110,11 @@ def _recorded_shape(path: Path, metadata: dict) -> tuple[dict, str]:
     return {"mode": rec.get("mode"), "num_hidden_layers": rec.get("layers")}, "training.json"
 
 
-def check_head_dir(path) -> PEagleConfig:
-    """A head directory whose weights match its config, checked without loading a tensor (config.json, the
-    safetensors header, training.json): the config is valid; the mode and layer count the weights were trained
-    with are the config's; every tensor is there with the shape the config gives it. Returns the config."""
+def _stored_shapes(path: Path) -> tuple[dict, dict]:
+    """``({name: shape}, metadata)`` of a head's weights file, under this package's names
+    (:func:`.layouts.canonical_tensors`), read from the safetensors header only."""
     from safetensors import SafetensorError, safe_open
 
-    path = Path(path)
-    if not (path / CONFIG).is_file() or not (path / WEIGHTS).is_file():
-        raise PeagleError(f"{path} is not a drafter checkpoint: it needs {CONFIG} and {WEIGHTS}. "
-                          "Fix: point at a directory written by PEagleDrafter.save_pretrained / `peagle-lab train`.")
-    cfg = PEagleConfig.from_dir(path)
     try:
         with safe_open(str(path / WEIGHTS), "pt") as fh:
             shapes = {k: tuple(fh.get_slice(k).get_shape()) for k in fh.keys()}
@@ -125,40 +122,83 @@ def check_head_dir(path) -> PEagleConfig:
     except (SafetensorError, OSError, ValueError) as exc:
         raise PeagleError(f"{path / WEIGHTS} cannot be read ({exc}): the checkpoint is corrupt or truncated. "
                           "Fix: re-export or retrain the head.") from None
+    return _mask_hidden_as_stored(canonical_tensors(shapes, str(path)), lambda shape, n: (1, 1, n)), metadata
+
+
+def _mask_hidden_as_stored(stored: dict, reshape) -> dict:
+    """``mask_hidden`` stored as (3H,), (1, 3H) or (1, 1, 3H) (vLLM reads any of them: ``view(1, -1)``) becomes
+    (1, 1, 3H): ``reshape(value, 3H)``."""
+    v = stored.get("mask_hidden")
+    shape = tuple(v) if isinstance(v, tuple) else tuple(getattr(v, "shape", ()))
+    if v is not None and len(shape) in (1, 2, 3) and all(n == 1 for n in shape[:-1]):
+        stored["mask_hidden"] = reshape(v, shape[-1])
+    return stored
+
+
+def _expected_stored(cfg: PEagleConfig) -> tuple[dict, set]:
+    """``({name: shape}, optional names)`` of the checkpoint of a head with config ``cfg``: what this package
+    writes, where ``d2t`` (full vocabulary), ``t2d``, ``embed_tokens.weight`` (absent: shared with the target, as
+    in vLLM) and, for an EAGLE-3 (sequential) head, ``mask_hidden`` may also be absent."""
+    expected = _as_stored(cfg, state_shapes(cfg), lambda shape: shape[1:])
+    expected.update(d2t=(cfg.draft_vocab_size,), t2d=(cfg.vocab_size,))
+    optional = {"t2d"} | ({"d2t"} if cfg.draft_vocab_size == cfg.vocab_size else set())
+    if not cfg.embed_shared_with_target:
+        optional.add("embed_tokens.weight")
+    if cfg.mode == "sequential":
+        optional.add("mask_hidden")
+    return expected, optional
+
+
+def check_head_dir(path) -> PEagleConfig:
+    """A head directory whose weights match its config, checked without loading a tensor (config.json, the
+    safetensors header, training.json): the config is valid; the mode and layer count the weights were trained
+    with are the config's; every tensor is there with the shape the config gives it. Returns the config."""
+    path = Path(path)
+    if not (path / CONFIG).is_file() or not (path / WEIGHTS).is_file():
+        raise PeagleError(f"{path} is not a drafter checkpoint: it needs {CONFIG} and {WEIGHTS}. "
+                          "Fix: point at a directory written by PEagleDrafter.save_pretrained / `peagle-lab train`.")
+    cfg = PEagleConfig.from_dir(path)
+    shapes, metadata = _stored_shapes(path)
     recorded, source = _recorded_shape(path, metadata)
     for key, flag in (("mode", "peagle.mode"), ("num_hidden_layers", "num_hidden_layers")):
         if recorded.get(key) is not None and recorded[key] != getattr(cfg, key):
             raise PeagleError(f"{path}: config.json says {flag} = {getattr(cfg, key)!r} but its weights were trained "
                               f"with {recorded[key]!r} ({source}): config and weights come from different heads. "
                               f"Fix: put the config.json of those weights back, or point at the right head.")
-    expected = _as_stored(cfg, state_shapes(cfg), lambda shape: shape[1:])
-    _check_tensors(path, shapes, expected, optional={"t2d"})
+    expected, optional = _expected_stored(cfg)
+    _check_tensors(path, shapes, expected, optional=optional)
     return cfg
 
 
-def load_pretrained(cls, path, target=None, device=None, dtype=torch.float32):
-    """Load a head directory as a ``cls`` (:class:`~.network.PEagleDrafter`). ``target`` (the HF model) is needed
-    when embeddings are shared with it; every mismatch between config and weights is one clear error."""
+def read_tensors(path) -> dict[str, torch.Tensor]:
+    """The tensors of a head directory's weights file under this package's names, whatever wrote it
+    (:func:`.layouts.canonical_tensors`; ``mask_hidden`` as (1, 1, 3H))."""
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
     path = Path(path)
-    cfg = check_head_dir(path)
     try:
         sd = load_file(str(path / WEIGHTS))
     except (SafetensorError, OSError, ValueError) as exc:
         raise PeagleError(f"{path / WEIGHTS} cannot be read ({exc}): the checkpoint is corrupt or truncated. "
                           "Fix: re-export or retrain the head.") from exc
+    return _mask_hidden_as_stored(canonical_tensors(sd, str(path)), lambda t, n: t.reshape(1, 1, n))
+
+
+def load_pretrained(cls, path, target=None, device=None, dtype=torch.float32):
+    """Load a head directory as a ``cls`` (:class:`~.network.PEagleDrafter`). ``target`` (the HF model) is needed
+    when embeddings are shared with it, and sets the taps of a head whose config names none (vLLM's default for
+    the target's layer count); every mismatch between config and weights is one clear error."""
+    path = Path(path)
+    cfg = check_head_dir(path)
+    sd = read_tensors(path)
+    if target is not None:
+        cfg.with_target_taps(target.config.num_hidden_layers)
     model = cls(cfg)
     if target is not None:
         model.check_compatible(target)
     expected = model.state_dict()
-    if "mask_embedding" in sd:
-        if target is None:
-            raise PeagleError(f"{path} shares token embeddings with its target: pass target=... to load it.")
-        emb = target.get_input_embeddings().weight.detach().cpu().float().clone()
-        emb[cfg.mask_token_id] = sd.pop("mask_embedding").float()
-        sd["embed_tokens.weight"] = emb
+    _fill_shared(cfg, sd, target, path)
     if "d2t" not in sd and cfg.draft_vocab_size == cfg.vocab_size:
         sd["d2t"] = expected["d2t"]
         sd["t2d"] = expected["t2d"]
@@ -166,10 +206,24 @@ def load_pretrained(cls, path, target=None, device=None, dtype=torch.float32):
         sd.setdefault("t2d", t2d_from_d2t(sd["d2t"], cfg.vocab_size, fix=_FIX))
     else:
         sd.setdefault("t2d", expected["t2d"])
+    sd.setdefault("mask_hidden", torch.zeros_like(expected["mask_hidden"]))  # an EAGLE-3 head has none
     _check_tensors(path, {k: tuple(v.shape) for k, v in sd.items()},
                    {k: tuple(v.shape) for k, v in expected.items()})
     model.load_state_dict({k: v.to(expected[k].dtype) for k, v in sd.items()})
     return model.to(device=device, dtype=dtype).eval() if device else model.to(dtype=dtype).eval()
+
+
+def _fill_shared(cfg: PEagleConfig, sd: dict, target, path: Path) -> None:
+    """Embeddings shared with the target: the target's, with the stored ``mask_embedding`` row when there is one
+    (a head without either takes the target's as they are, as vLLM does)."""
+    if "embed_tokens.weight" in sd:
+        return
+    if target is None:
+        raise PeagleError(f"{path} shares token embeddings with its target: pass target=... to load it.")
+    emb = target.get_input_embeddings().weight.detach().cpu().float().clone()
+    if "mask_embedding" in sd:
+        emb[cfg.mask_token_id] = sd.pop("mask_embedding").float()
+    sd["embed_tokens.weight"] = emb
 
 
 def _check_tensors(path, shapes: dict, expected: dict, optional=()) -> None:

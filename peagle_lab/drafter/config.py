@@ -4,9 +4,11 @@ vLLM's eagle3 layout (our own fields under ``"peagle"``), checked field by field
 and the RoPE description (:func:`normalise_rope_parameters`).
 
 This module is the one reader of a head's ``config.json`` (:func:`read_config_json`, :meth:`PEagleConfig.from_dir`,
-:func:`stored_dtype_name`) and the one place its name variants are resolved: the mask token id (:data:`MASK_ID_KEYS`,
-:func:`mask_token_id_of`) and the tapped layers (:func:`taps_of`). Everything else, the vLLM export and its checks
-too, takes a :class:`PEagleConfig`."""
+:func:`stored_dtype_name`), whatever wrote it (the layouts of :mod:`.layouts`: ours, speculators', the published
+heads'), and the one place its name variants are resolved: the mask token id (:data:`MASK_ID_KEYS`,
+:func:`mask_token_id_of`) and the tapped layers (:func:`taps_of`; none written: vLLM's default for the target's
+layer count, :meth:`PEagleConfig.with_target_taps`). Everything else, the vLLM export and its checks too, takes a
+:class:`PEagleConfig`."""
 
 from __future__ import annotations
 
@@ -17,13 +19,16 @@ from pathlib import Path
 from ..errors import PeagleError
 from ..features.taps import check_tap_layers, default_tap_layers
 from ..settings import display_path
+from .layouts import check_supported, flat_config
 
 WEIGHTS = "model.safetensors"
 CONFIG = "config.json"
 EAGLE3_ARCH = "LlamaForCausalLMEagle3"  # the architecture vLLM builds an eagle3 drafter from
-# vLLM (0.32) reads the mask token id under any of these names, in this order; the head writes mask_token_id and
-# ptd_token_id (a config whose names disagree is refused, so the order only decides which name is reported first)
-MASK_ID_KEYS = ("mask_token_id", "pard_token", "ptd_token_id")
+# vLLM reads the mask token id under any of these names (the parallel-drafting proposer: dflash_config.mask_token_id,
+# mask_token_id, pard_token, ptd_token_id; speculators' peagle mask_token_id becomes pard_token); the head writes
+# mask_token_id and ptd_token_id (a config whose names disagree is refused, so the order only decides which name is
+# reported first)
+MASK_ID_KEYS = ("mask_token_id", "pard_token", "ptd_token_id", "dflash_config.mask_token_id")
 
 
 def read_config_json(head_dir) -> dict:
@@ -49,10 +54,22 @@ def stored_dtype_name(head_dir) -> str | None:
     return read_config_json(head_dir).get("torch_dtype")
 
 
+def mask_token_ids(d: dict) -> dict:
+    """``{name: id}`` for every one of :data:`MASK_ID_KEYS` that is set in a config dict (a dotted name is a field
+    of the object named before the dot)."""
+    out = {}
+    for key in MASK_ID_KEYS:
+        outer, _, inner = key.rpartition(".")
+        holder = d.get(outer) if outer else d
+        if isinstance(holder, dict) and holder.get(inner) is not None:
+            out[key] = holder[inner]
+    return out
+
+
 def mask_token_id_of(d: dict):
     """The mask token id of a config dict: the value of the first of :data:`MASK_ID_KEYS` that is set (None when
     none is; its type is checked by :func:`validate_config_dict`)."""
-    return next((d[k] for k in MASK_ID_KEYS if d.get(k) is not None), None)
+    return next(iter(mask_token_ids(d).values()), None)
 
 
 def taps_of(d: dict) -> list[int] | None:
@@ -80,7 +97,8 @@ class PEagleConfig:
     head_dim: int | None = None
     draft_vocab_size: int | None = None  # None: full target vocabulary
     target_hidden_size: int | None = None
-    aux_hidden_state_layer_ids: tuple[int, ...] = (2, 15, 27)
+    # () : none written in config.json: vLLM's default for the target's layer count (:meth:`with_target_taps`)
+    aux_hidden_state_layer_ids: tuple[int, ...] = ()
     mask_token_id: int = 0
     rms_norm_eps: float = 1e-5
     rope_theta: float = 10000.0
@@ -91,6 +109,8 @@ class PEagleConfig:
     embed_shared_with_target: bool = True  # all rows but the mask row equal the target's
     target: str = ""
     extra: dict = field(default_factory=dict)
+    # vLLM's norm_before_residual: layer 0's residual is hidden_norm(hidden) instead of hidden
+    norm_before_residual: bool = False
     # the target's RoPE (transformers' / vLLM's ``rope_parameters``: rope_type, rope_theta, factor, ...); its
     # rope_theta, when given, is the one used (as in transformers). None (a config.json without the field): plain
     # RoPE with ``rope_theta``
@@ -117,7 +137,15 @@ class PEagleConfig:
 
     @property
     def num_taps(self) -> int:
-        return len(self.aux_hidden_state_layer_ids)
+        """How many target states ``fc`` reads: the taps given, else vLLM's three."""
+        return len(self.aux_hidden_state_layer_ids) or 3
+
+    def with_target_taps(self, num_layers: int) -> "PEagleConfig":
+        """This config with its taps set: as written, else (none written) vLLM's default for a target of
+        ``num_layers`` layers (:func:`~peagle_lab.features.taps.default_tap_layers`: 2, L//2, L-3)."""
+        if not self.aux_hidden_state_layer_ids:
+            self.aux_hidden_state_layer_ids = tuple(default_tap_layers(num_layers))
+        return self
 
     def llama_config(self, rope_parameters: dict | None = None):
         """A transformers ``LlamaConfig`` of the head's shape (hidden size, heads, MLP, norms, ``rope_parameters``):
@@ -177,7 +205,8 @@ class PEagleConfig:
         if target_config.hidden_size != self.target_hidden_size:
             problems.append(f"hidden size {self.target_hidden_size} (head) vs {target_config.hidden_size} (target)")
         layers = target_config.num_hidden_layers
-        bad_taps = [t for t in self.aux_hidden_state_layer_ids if not 0 <= t < layers]
+        taps = self.aux_hidden_state_layer_ids or default_tap_layers(layers)
+        bad_taps = [t for t in taps if not 0 <= t < layers]
         if bad_taps:
             problems.append(f"tap layers {bad_taps} do not exist in a {layers}-layer target")
         return problems
@@ -202,7 +231,7 @@ class PEagleConfig:
             "vocab_size": self.vocab_size,
             "draft_vocab_size": self.draft_vocab_size,
             "target_hidden_size": self.target_hidden_size,
-            "eagle_aux_hidden_state_layer_ids": list(self.aux_hidden_state_layer_ids),
+            "eagle_aux_hidden_state_layer_ids": list(self.aux_hidden_state_layer_ids) or None,
             "mask_token_id": self.mask_token_id,
             "ptd_token_id": self.mask_token_id,
             "tie_word_embeddings": False,
@@ -214,9 +243,11 @@ class PEagleConfig:
                 **self.extra,
             },
         }
+        if self.norm_before_residual:
+            d["norm_before_residual"] = True
         if torch_dtype is not None:
             d["torch_dtype"] = torch_dtype
-        return d
+        return {k: v for k, v in d.items() if v is not None}
 
     @classmethod
     def from_dir(cls, head_dir) -> "PEagleConfig":
@@ -225,15 +256,16 @@ class PEagleConfig:
 
     @classmethod
     def from_json_dict(cls, d: dict) -> "PEagleConfig":
+        """The config of a config.json dict in any of the layouts of :mod:`.layouts` (checked field by field; what
+        this drafter does not compute is refused)."""
+        d = flat_config(d) if isinstance(d, dict) else d
         validate_config_dict(d)
+        check_supported(d)
         d = {k: v for k, v in d.items() if v is not None}  # an explicit null means: the default
         try:
             p = dict(d.get("peagle", {}))
             taps = taps_of(d)
-            mask_id = mask_token_id_of(d)
-            if mask_id is None:
-                raise PeagleError("config.json has no mask token id (mask_token_id / pard_token / ptd_token_id). "
-                                  "Fix: add \"mask_token_id\": <id> to config.json.")
+            mode, mask_id = _mode_and_mask_id(d, p)
             rope = d.get("rope_parameters") or d.get("rope_scaling") or None  # rope_scaling: the older HF name
             return cls(
                 hidden_size=d["hidden_size"],
@@ -245,21 +277,34 @@ class PEagleConfig:
                 num_hidden_layers=d.get("num_hidden_layers", 1),
                 draft_vocab_size=d.get("draft_vocab_size"),
                 target_hidden_size=d.get("target_hidden_size"),
-                aux_hidden_state_layer_ids=tuple(taps) if taps else (2, 15, 27),
+                aux_hidden_state_layer_ids=tuple(taps or ()),
                 mask_token_id=mask_id,
                 rms_norm_eps=d.get("rms_norm_eps", 1e-5),
                 rope_theta=d.get("rope_theta", (rope or {}).get("rope_theta", 10000.0)),
                 max_position_embeddings=d.get("max_position_embeddings", 8192),
                 rope_parameters=rope,
-                mode=p.pop("mode", "parallel"),
+                mode=mode,
                 num_speculative_tokens=p.pop("num_speculative_tokens", 8),
                 embed_shared_with_target=p.pop("embed_shared_with_target", False),
                 target=p.pop("target", ""),
                 extra=p,
+                norm_before_residual=bool(d.get("norm_before_residual", False)),
             )
         except KeyError as exc:
             raise PeagleError(f"Drafter config.json lacks the field {exc}: not a P-EAGLE/EAGLE-3 head config. {_FIX}"
                               ) from exc
+
+
+def _mode_and_mask_id(d: dict, p: dict) -> tuple[str, int]:
+    """The drafting mode a head was trained for (``peagle.mode``; a head that does not say: parallel when it has a
+    mask token, else sequential, an EAGLE-3 head) and its mask token id (0, unused, for an EAGLE-3 head without
+    one). Pops ``mode`` from ``p``; a parallel head without a mask token is refused."""
+    mask_id = mask_token_id_of(d)
+    mode = p.pop("mode", "parallel" if mask_id is not None else "sequential")
+    if mask_id is None and mode == "parallel":
+        raise PeagleError("config.json has no mask token id (" + " / ".join(MASK_ID_KEYS) + "). Fix: add "
+                          "\"mask_token_id\": <id> to config.json.")
+    return mode, 0 if mask_id is None else mask_id
 
 
 _INT_FIELDS = {"hidden_size": True, "num_attention_heads": True, "intermediate_size": True, "vocab_size": True,
@@ -287,7 +332,7 @@ def validate_config_dict(d) -> None:
         v = d.get(name)
         if v is not None and (not isinstance(v, (int, float)) or isinstance(v, bool) or not v > 0):
             raise PeagleError(f"config.json field {name!r} must be a positive number, got {v!r}. {_FIX}")
-    ids = {k: d[k] for k in MASK_ID_KEYS if d.get(k) is not None}  # the mask token id under each of its names
+    ids = mask_token_ids(d)  # the mask token id under each of its names
     for name, v in ids.items():
         if not isinstance(v, int) or isinstance(v, bool):
             raise PeagleError(f"config.json field {name!r} must be an integer token id, got {v!r}. {_FIX}")

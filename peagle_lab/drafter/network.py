@@ -133,6 +133,7 @@ class DecoderLayer(nn.Module):
         super().__init__()
         H = cfg.hidden_size
         self.first = first
+        self.norm_before_residual = cfg.norm_before_residual  # vLLM's option: layer 0's residual is normed
         self.input_layernorm = RMSNorm(H, cfg.rms_norm_eps)
         if first:
             self.hidden_norm = RMSNorm(H, cfg.rms_norm_eps)
@@ -142,8 +143,9 @@ class DecoderLayer(nn.Module):
 
     def forward(self, embeds, hidden, residual, cos, sin, mask, cache, layer):
         if self.first:
-            residual = hidden
-            x = torch.cat([self.input_layernorm(embeds), self.hidden_norm(hidden)], dim=-1)
+            normed = self.hidden_norm(hidden)
+            residual = normed if self.norm_before_residual else hidden
+            x = torch.cat([self.input_layernorm(embeds), normed], dim=-1)
         else:
             residual = hidden + residual
             x = self.input_layernorm(residual)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from ..environment import environment
 from ..drafter.heads import shipped_head_path
+from ..drafter.hub import head_path
 from ..precision import host_slug
 from ..prompts import chat_messages, humaneval_prompts
 from ..settings import data_dir, display_path
@@ -22,7 +23,8 @@ from .sweep import PLOT, Load, check_port_free, plot_sweep, server_settings, swe
 
 def register_cli(sub):
     p = sub.add_parser("export-vllm", help="convert a head directory into a vLLM eagle3 drafter directory")
-    p.add_argument("head", help="native head directory (PEagleDrafter.save_pretrained / `peagle-lab train`)")
+    p.add_argument("head", help="head directory (PEagleDrafter.save_pretrained / `peagle-lab train`, or any head in "
+                   "vLLM's eagle3 layout) or hub id")
     p.add_argument("out", help="output directory (config.json + model.safetensors for vLLM)")
     p.add_argument("--target", default=None, help="target name/dir/HF id (default: the head's own)")
     p.add_argument("--dtype", default=None, choices=["float32", "bfloat16", "float16"],
@@ -31,7 +33,8 @@ def register_cli(sub):
     p.set_defaults(func=_cli_export)
 
     s = sub.add_parser("serve", help="OpenAI-compatible vLLM server on 127.0.0.1 with a P-EAGLE head")
-    s.add_argument("--head", default=None, help="EXPORTED head dir (export-vllm); none: plain decoding")
+    s.add_argument("--head", default=None, help="a head in vLLM's layout: an EXPORTED head dir (export-vllm) or a "
+                   "published head's hub id; none: plain decoding")
     s.add_argument("--target", default=None, help="target dir or HF id (default: $PEAGLE_TARGET / embedded)")
     s.add_argument("-k", "--num-speculative-tokens", type=int, default=None, dest="k")
     s.add_argument("--sequential", action="store_true", default=None,
@@ -43,7 +46,8 @@ def register_cli(sub):
 
     w = sub.add_parser("serve-sweep", help="vLLM server with and without the P-EAGLE head at 1/4/16 concurrent "
                                            "requests: tokens/s, latency, acceptance length")
-    w.add_argument("--head", default="parallel", help="head directory or 'parallel' (the shipped P-EAGLE head)")
+    w.add_argument("--head", default="parallel", help="head directory or hub id, or 'parallel' (the shipped P-EAGLE "
+                   "head)")
     w.add_argument("-K", type=int, default=7)
     w.add_argument("--concurrency", default="1,4,16")
     w.add_argument("--requests", type=int, default=None, help="requests per level (default max(2c, 8))")
@@ -58,14 +62,15 @@ def register_cli(sub):
 def _cli_export(args):
     check_export_paths(args.head, args.out, args.overwrite)
     with lock.hold(args.out):
-        out = export_vllm(args.head, args.out, target=args.target, dtype=args.dtype, overwrite=args.overwrite)
+        out = export_vllm(head_path(args.head), args.out, target=args.target, dtype=args.dtype, overwrite=args.overwrite)
     print(f"vLLM drafter written to {out}")
     print(json.dumps(speculative_config(out), indent=2))
 
 
 def _cli_serve(args):
     target = export_target(target=args.target)
-    spec = None if args.head is None else Speculation(args.head, args.k, None if args.sequential is None else False)
+    head = None if args.head is None else head_path(args.head)  # a hub id: its copy in the Hugging Face cache
+    spec = None if head is None else Speculation(str(head), args.k, None if args.sequential is None else False)
     if args.print_command:
         cmd = server_command(target, spec, args.port, "peagle-target", max_model_len=args.max_model_len)
         print(" ".join(_shell_quote(c) for c in cmd))
@@ -91,7 +96,7 @@ def _cli_sweep(args):
     if args.port is not None:
         check_port_free(args.port)
         check_port_free(args.port + 1)
-    head = shipped_head_path(args.head) if args.head in ("parallel", "sequential") else Path(args.head)
+    head = shipped_head_path(args.head) if args.head in ("parallel", "sequential") else head_path(args.head)
     out = Path(args.out) if args.out else data_dir() / "results" / host_slug("cuda" if _on_gpu() else "cpu") / "serving"
     with lock.hold(out):
         _sweep_locked(args, conc, head, out)

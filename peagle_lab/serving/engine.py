@@ -10,7 +10,7 @@ from pathlib import Path
 
 import torch
 
-from ..drafter.config import EAGLE3_ARCH, WEIGHTS, mask_token_id_of, read_config_json
+from ..drafter.config import WEIGHTS, mask_token_id_of, read_config_json
 from ..errors import PeagleError
 from ..precision import dtype_name
 from .export import export_target
@@ -60,14 +60,17 @@ def speculative_config(head_dir, k: int | None = None, parallel: bool | None = N
     cfg = read_config_json(head_dir)
     with safe_open(str(head_dir / WEIGHTS), "pt") as f:
         names = set(f.keys())
-    if "mask_embedding" in names or "t2d" in names or EAGLE3_ARCH not in (cfg.get("architectures") or []):
+    # a native head: its config keeps our "peagle" block, its weights may hold only the mask row of the embeddings
+    # (vLLM reads the other layouts: an export, the published heads, speculators' heads; it ignores t2d)
+    if "mask_embedding" in names or "peagle" in cfg:
         raise PeagleError(f"{head_dir} is a native peagle-lab checkpoint, not a vLLM export. "
                           "Fix: serving.export_vllm(head_dir, out_dir) and pass out_dir.")
     if parallel and ("mask_hidden" not in names or mask_token_id_of(cfg) is None):
         raise PeagleError(f"{head_dir} has no mask_hidden / mask_token_id: it cannot draft in parallel. "
                           "Fix: parallel=False (sequential EAGLE-3 drafting) or export a P-EAGLE head.")
-    if parallel is None:
-        parallel = (cfg.get("peagle_export") or {}).get("mode", "parallel") == "parallel"
+    if parallel is None:  # an export says its mode; another head drafts in parallel when it has a mask token
+        default = "parallel" if mask_token_id_of(cfg) is not None else "sequential"
+        parallel = (cfg.get("peagle_export") or {}).get("mode", default) == "parallel"
     trained_k = (cfg.get("peagle_export") or {}).get("num_speculative_tokens")
     k = int(k or trained_k or 3)
     spec = {"method": "eagle3", "model": str(head_dir), "num_speculative_tokens": k}

@@ -32,7 +32,7 @@ import torch
 
 from .. import lock
 from ..atomic import umask
-from ..drafter.checkpoint import check_head_dir, drafter_shapes
+from ..drafter.checkpoint import check_head_dir, drafter_shapes, read_tensors
 from ..drafter.config import CONFIG, WEIGHTS, PEagleConfig
 from ..errors import PeagleError
 from ..models import resolve_target, target_name
@@ -42,24 +42,15 @@ from .validation import validate_head
 
 
 def read_head(head_dir) -> tuple[PEagleConfig, dict[str, torch.Tensor]]:
-    """(config, tensors) of a drafter directory (native or exported)."""
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
-
+    """(config, tensors) of a drafter directory in vLLM's eagle3 layout, whatever wrote it (native, exported,
+    speculators, a published head): the one reader, :mod:`peagle_lab.drafter.checkpoint`."""
     head_dir = Path(head_dir)
-    w_path = head_dir / WEIGHTS
-    if not (head_dir / CONFIG).exists() or not w_path.exists():
+    if not (head_dir / CONFIG).exists() or not (head_dir / WEIGHTS).exists():
         raise PeagleError(
             f"{head_dir} is not a drafter checkpoint: it needs {CONFIG} and {WEIGHTS}. "
             "Fix: pass the directory written by PEagleDrafter.save_pretrained()."
         )
-    cfg = PEagleConfig.from_dir(head_dir)
-    try:
-        tensors = load_file(str(w_path))
-    except (SafetensorError, OSError, ValueError) as exc:
-        raise PeagleError(f"{w_path} cannot be read ({exc}): the head is truncated or damaged. Fix: re-save or "
-                          "retrain the head.") from exc
-    return cfg, tensors
+    return PEagleConfig.from_dir(head_dir), read_tensors(head_dir)
 
 
 def _target_dir(target) -> Path:
@@ -155,6 +146,8 @@ def _export(head_dir: Path, out_dir: Path, target, dtype) -> Path:
     cfg, tensors = read_head(head_dir)
     target = target or cfg.target or target_name()
     tcfg = _target_config(_target_dir(target))
+    if isinstance(tcfg.get("num_hidden_layers"), int):  # a head that names no taps: vLLM's default for this target
+        cfg.with_target_taps(tcfg["num_hidden_layers"])
     validate_head(cfg, tensors, tcfg)  # what vLLM needs, each problem with its vLLM-specific fix
     check_head_dir(head_dir)  # and the mode / layers the weights were trained with: vLLM would serve another function
     dtype = _export_dtype(dtype, tcfg, tensors)
