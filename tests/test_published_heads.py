@@ -110,6 +110,29 @@ def test_published_layout_4_layer_k10_head_loads_with_its_logits_and_drafts_loss
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("taps", [True, False])
+def test_published_layout_4_layer_k10_head_drafts_losslessly_for_gpt_oss_past_its_window(tmp_path, taps):
+    """GPT-OSS, the published heads' target: sliding and full layers, sinks, experts; prompt and output longer
+    than the window."""
+    from test_sliding_window import WINDOW, make_tiny_gpt_oss
+
+    target = make_tiny_gpt_oss(layers=8)
+    ref = random_head(target.config, layers=4, draft_vocab=64)
+    head, _ = head_for_target(str(write_published(ref, tmp_path / "published", taps=taps)), target)
+    c = head.config
+    assert (c.num_hidden_layers, c.mask_token_id, c.mode, c.aux_hidden_state_layer_ids) == (4, MASK, "parallel",
+                                                                                            (2, 4, 5))
+    width = 3 * target.config.hidden_size
+    assert torch.equal(logits(head, c.vocab_size, width), logits(ref, c.vocab_size, width))
+    runner = TargetRunner(target, c.aux_hidden_state_layer_ids)
+    prompt = list(range(10, 10 + 3 * WINDOW))
+    base = plain_generate(runner, prompt, 4 * WINDOW)
+    for mode in ("parallel", "sequential"):
+        res = speculative_generate(runner, HeadDrafter(head, mode), prompt, 10, 4 * WINDOW)
+        assert res.tokens == base.tokens, mode
+
+
+@pytest.mark.slow
 def test_published_head_for_another_vocabulary_hidden_size_or_depth_is_refused_naming_both_sides(qwen3, tmp_path):
     small = make_tiny_llama(hidden=32, layers=4, vocab=96)
     path = write_published(random_head(small.config, layers=2), tmp_path / "other")

@@ -24,14 +24,14 @@ from conftest import make_random_ids
 WINDOW = 8
 
 
-def make_tiny_gpt_oss(vocab=96, window=WINDOW, seed=0, sharpen=1.0):
-    """An eval-mode fp32 ``GptOssForCausalLM``: layers alternate sliding (``window``) and full attention, with
+def make_tiny_gpt_oss(vocab=96, window=WINDOW, seed=0, sharpen=1.0, layers=4):
+    """An eval-mode fp32 ``GptOssForCausalLM``: ``layers`` alternate sliding (``window``) and full attention, with
     attention sinks and 4 experts (top-2); random weights from ``seed``."""
     from transformers import GptOssConfig, GptOssForCausalLM
 
-    cfg = GptOssConfig(vocab_size=vocab, hidden_size=32, intermediate_size=32, num_hidden_layers=4,
+    cfg = GptOssConfig(vocab_size=vocab, hidden_size=32, intermediate_size=32, num_hidden_layers=layers,
                        num_attention_heads=4, num_key_value_heads=2, head_dim=8, sliding_window=window,
-                       layer_types=["sliding_attention", "full_attention"] * 2, num_local_experts=4,
+                       layer_types=["sliding_attention", "full_attention"] * (layers // 2), num_local_experts=4,
                        num_experts_per_tok=2, max_position_embeddings=512, initializer_range=0.2,
                        rope_parameters={"rope_type": "default", "rope_theta": 10000.0}, tie_word_embeddings=False,
                        bos_token_id=1, eos_token_id=2, pad_token_id=0)
