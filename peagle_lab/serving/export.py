@@ -145,6 +145,7 @@ def check_export_paths(head_dir, out_dir, overwrite: bool) -> tuple[Path, Path]:
     if out_dir.resolve() == head_dir.resolve():
         raise PeagleError(f"export-vllm would write over its own input {head_dir}. Fix: give another output "
                           "directory, e.g. build/vllm_head.")
+    validate.disjoint(head_dir, out_dir, "HEAD", "OUT")
     if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())) and not overwrite:
         raise PeagleError(f"{out_dir} exists and is not empty. Fix: --overwrite to replace its contents (only the "
                           "export is left there), or another output directory.")

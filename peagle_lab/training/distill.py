@@ -121,7 +121,8 @@ def read_distilled(path, vocab_size: int | None = None) -> tuple[dict, list[dict
             continue
         try:
             obj = json.loads(line)
-        except json.JSONDecodeError as exc:
+        except (json.JSONDecodeError, RecursionError) as exc:
+            exc = exc if isinstance(exc, json.JSONDecodeError) else "nested too deeply"
             raise PeagleError(f"{path}:{lineno} is not JSON ({exc}): the file is damaged. Fix: repair or remove that "
                               "line, or distill again into a new --out.") from None
         if isinstance(obj, dict) and "meta" in obj:
