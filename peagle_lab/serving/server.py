@@ -30,6 +30,7 @@ def check_port_free(port: int, host: str = "127.0.0.1") -> None:
         answering = s.connect_ex((host, port)) == 0
     if not answering:
         with socket.socket() as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as servers bind: past closed connections
             try:
                 s.bind((host, port))
                 return
