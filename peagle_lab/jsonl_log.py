@@ -52,8 +52,10 @@ def heal(path) -> int:
 def append_row(path, row: dict) -> None:
     """Append ``row`` as one line, after healing a torn end; a full disk is one error (the rows before are kept)."""
     from .atomic import write_errors
+    from .lock import verify
 
     path = Path(path)
+    verify()  # never under a lock a cleanup took away
     try:
         heal(path)
         with open(path, "a", encoding="utf-8") as fh:

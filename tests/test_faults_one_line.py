@@ -279,3 +279,32 @@ def test_a_history_of_the_wrong_shape_is_named(tmp_path, history, message):
     (tmp_path / "p.jsonl").write_text(json.dumps({"prompt": "hi", "history": history}) + "\n")
     with pytest.raises(PeagleError, match=f"p.jsonl:1 .*{message}"):
         load_train_records(tmp_path / "p.jsonl")
+
+
+def test_a_full_disk_at_the_first_state_leaves_no_head_that_looks_complete(tmp_path, monkeypatch):
+    """torch.save fails (a full disk) at the first save: one error, and --out holds no head without its state."""
+    import peagle_lab.training.trainer as trainer_mod
+    from peagle_lab.training import Trainer
+    from conftest import make_tiny_llama
+    from test_training import quiet, tiny_cfg, tiny_sequences
+
+    def full(obj, path):
+        atomic.atomic_write(path, lambda tmp: (_ for _ in ()).throw(
+            RuntimeError("PytorchStreamWriter failed writing file data/0: file write failed")))
+
+    monkeypatch.setattr(trainer_mod, "atomic_torch_save", full)
+    model = make_tiny_llama(hidden=32, layers=4)
+    with pytest.raises(PeagleError, match="disk may be full"):
+        Trainer(tiny_cfg(steps=3, save_every=1), model, tiny_sequences(model, n=3),
+                options=quiet(out_dir=tmp_path / "h")).train()
+    assert not (tmp_path / "h" / "model.safetensors").exists()
+
+
+def test_distill_overwrite_replaces_a_damaged_out_and_without_it_the_damage_is_named_first(
+        no_long_work, capsys, target, tmp_path):
+    from test_checked_first import reaches_long_work
+
+    argv = base("distill", target, tmp_path) + ["--prompts-file", str(prompts_file(tmp_path / "p.jsonl", ["hi"]))]
+    (tmp_path / "d.jsonl").write_text('{"meta": {"format": "x"}}\n{not json\n')
+    assert "d.jsonl:2 is not JSON" in one_error_line(capsys, argv)
+    reaches_long_work(capsys, argv + ["--overwrite"])

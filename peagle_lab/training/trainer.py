@@ -295,11 +295,11 @@ class Trainer:
     def save(self):
         if not self.is_main:
             return
-        if self.out_dir is not None:
-            self.save_head(self.out_dir)
-        if self.state_dir is not None:
+        if self.state_dir is not None:  # the state first: a full disk never leaves a newer head without its state
             self.state_dir.mkdir(parents=True, exist_ok=True)
             atomic_torch_save(self.state_dict(), self.state_dir / STATE_FILE)
+        if self.out_dir is not None:
+            self.save_head(self.out_dir)
 
     def save_head(self, path):
         head = self.module.sync_head()
