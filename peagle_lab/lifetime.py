@@ -48,11 +48,11 @@ def supervised(cmd: list[str]) -> list[str]:
 
 
 def spawn(cmd: list[str], **popen_kw) -> subprocess.Popen:
-    """Start ``supervised(cmd)`` in a session of its own with a parent-death signal and a stdin pipe from this
-    process (kept open, never written: its end is the signal). Stop it with ``os.killpg(proc.pid, SIGINT)``."""
-    proc = subprocess.Popen(supervised(cmd), stdin=subprocess.PIPE, start_new_session=True,
-                            preexec_fn=set_parent_death_signal, **popen_kw)
-    return proc
+    """Start ``supervised(cmd)`` in a session of its own with a stdin pipe from this process (kept open, never
+    written: its end is the signal). The supervisor sets its parent-death signal itself, then checks that its
+    parent is still this process (no ``preexec_fn``: unsafe in a process with threads, as torch's). Stop it with
+    ``os.killpg(proc.pid, SIGINT)``."""
+    return subprocess.Popen(supervised(cmd), stdin=subprocess.PIPE, start_new_session=True, **popen_kw)
 
 
 # ------------------------------------------------------------------------------------------ the process table

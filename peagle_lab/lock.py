@@ -136,10 +136,12 @@ def _open_nofollow(output: Path, path: Path) -> int:
                               f"Fix: delete the link {path} (and check who made it).") from None
         raise PeagleError(f"Cannot create the lock {path} for {output} ({exc.strerror or exc}). Fix: choose a "
                           "writable output path.") from exc
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_nlink > 1:
         os.close(fd)
-        raise PeagleError(f"The lock path {path} of {output} is not a regular file. Fix: remove it, or write to "
-                          "another output path.")
+        what = "is not a regular file" if not stat.S_ISREG(st.st_mode) else "is a hard link to another file"
+        raise PeagleError(f"The lock path {path} of {output} {what}: a run never writes through it. Fix: remove "
+                          f"{path}, or write to another output path.")
     return fd
 
 
@@ -210,8 +212,8 @@ def acquire(output) -> bool:
     try:
         _write_holder(fd, output, path, me)
     except PeagleError:
+        _drop_lock_file(path, made)  # while still holding it
         os.close(fd)
-        _drop_lock_file(path, made)
         raise
     _held[key] = [fd, 1, made, output]
     return True

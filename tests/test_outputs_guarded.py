@@ -4,7 +4,8 @@ parametrized over it, so a new command gets them all by adding its row.
 
 - an output that is a symlink is refused in one line (outputs are never written through links, everywhere alike);
 - an output that is, contains or lies inside the command's input is refused in one line, the input untouched;
-- a symlink or a non-regular file at the output's lock path is refused in one line, the link's target untouched;
+- a symlink, a hard link or a non-regular file at the output's lock path is refused in one line, the file it
+  names untouched;
 - a user's files that merely look temporary (``.NAME.mine.tmp``, ``.NAME.old/``, ``NAME/sub/.notes.txt.tmp``) are
   never swept; only this tool's marked leftovers of a dead run are.
 
@@ -133,10 +134,16 @@ def test_a_symlink_at_the_lock_path_is_refused_and_its_target_untouched(no_long_
 
 
 @pytest.mark.parametrize("name", sorted(WRITERS))
-def test_a_fifo_at_the_lock_path_is_refused(no_long_work, capsys, target, tmp_path, name):
+def test_a_fifo_or_a_hard_link_at_the_lock_path_is_refused(no_long_work, capsys, target, tmp_path, name):
     argv, out = command(name, target, tmp_path)
     os.mkfifo(lock.lock_path(out))
     assert "not a regular file" in one_error_line(capsys, argv)
+    lock.lock_path(out).unlink()
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    os.link(victim, lock.lock_path(out))
+    assert "hard link" in one_error_line(capsys, argv)
+    assert victim.read_text() == "precious\n"
 
 
 # ------------------------------------------------------------------------------------------------ the sweep
