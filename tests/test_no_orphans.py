@@ -202,3 +202,28 @@ def test_the_parent_death_signal_is_set_on_linux():
             "libc.prctl(2, ctypes.byref(v), 0, 0, 0); print(v.value)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=ENV, check=True)
     assert int(out.stdout) == signal.SIGTERM
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+@pytest.mark.real_model
+def test_a_killed_serve_leaves_no_vllm_process_behind():
+    """The real thing once: `peagle-lab serve` (plain, the embedded target) killed with -9 once it is ready; its
+    api_server, EngineCore and workers are gone and the port is free."""
+    pytest.importorskip("vllm")
+    port = free_port()
+    cmd = subprocess.Popen([sys.executable, "-m", "peagle_lab.cli", "serve", "--port", str(port),
+                            "--max-model-len", "256"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                           env=dict(ENV, VLLM_CPU_KVCACHE_SPACE="1"))
+    lines = []
+    for line in cmd.stdout:
+        lines.append(line)
+        if line.startswith("serving "):
+            break
+    assert cmd.poll() is None, "".join(lines[-20:])
+    tree = list(lifetime.descendants(cmd.pid))
+    assert len(tree) >= 3, tree  # supervisor, api_server, EngineCore (and more)
+    os.kill(cmd.pid, signal.SIGKILL)
+    cmd.wait()
+    assert wait_gone(tree, timeout=60) == []
+    check_port_free(port)
