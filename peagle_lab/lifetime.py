@@ -57,13 +57,14 @@ def spawn(cmd: list[str], **popen_kw) -> subprocess.Popen:
 
 # ------------------------------------------------------------------------------------------ the process table
 def _stat(pid: int) -> tuple[int, int, int] | None:
-    """``(parent pid, process group, start time)`` of ``pid`` from /proc, or None when it is gone."""
+    """``(parent pid, process group, start time)`` of ``pid`` from /proc, or None when it is gone (or a zombie:
+    ended, waiting for its parent to collect its exit code)."""
     try:
         raw = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
     fields = raw[raw.rfind(")") + 2:].split()
-    return int(fields[1]), int(fields[2]), int(fields[19])
+    return None if fields[0] == "Z" else (int(fields[1]), int(fields[2]), int(fields[19]))
 
 
 def _all_pids() -> list[int]:

@@ -2,6 +2,7 @@
 :data:`WRITERS` declares each command's output argument (and its input, where it reads one), and every test here is
 parametrized over it, so a new command gets them all by adding its row.
 
+- an output inside a file, behind a symlink loop or in a read-only folder is refused in one line;
 - an output that is a symlink is refused in one line (outputs are never written through links, everywhere alike);
 - an output that is, contains or lies inside the command's input is refused in one line, the input untouched;
 - a symlink, a hard link or a non-regular file at the output's lock path is refused in one line, the file it
@@ -16,6 +17,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -79,6 +81,44 @@ def runs_to_long_work(argv, capsys) -> str:
     with pytest.raises(ReachedLongWork):
         main(argv)
     return capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------------------------------ unwritable outputs
+@pytest.mark.parametrize("name", sorted(WRITERS))
+def test_an_output_inside_a_file_or_a_symlink_loop_is_refused_first(no_long_work, capsys, target, tmp_path, name):
+    argv, _ = command(name, target, tmp_path)
+    i = WRITERS[name].out(argv)
+    (tmp_path / "a-file").write_text("x")
+    argv[i] = str(tmp_path / "a-file" / "out")
+    assert "is a file" in one_error_line(capsys, argv)
+    os.symlink(tmp_path / "loop", tmp_path / "loop")
+    argv[i] = str(tmp_path / "loop" / "out")
+    assert "loop" in one_error_line(capsys, argv).lower()
+
+
+def _read_only_folder(tmp_path):
+    """A folder no file can be created in: a chmod'ed one for a normal user; for root (who writes anywhere a mode
+    allows nothing) the kernel's /sys, which refuses new files."""
+    if os.geteuid() != 0:
+        ro = tmp_path / "ro"
+        ro.mkdir()
+        ro.chmod(0o555)
+        return ro
+    try:
+        fd, name = tempfile.mkstemp(dir="/sys")
+    except OSError:
+        return "/sys"
+    os.close(fd)
+    os.remove(name)
+    pytest.skip("no read-only folder on this machine")
+
+
+@pytest.mark.parametrize("name", sorted(WRITERS))
+def test_a_read_only_output_is_refused_before_the_long_part(no_long_work, capsys, target, tmp_path, name):
+    ro = _read_only_folder(tmp_path)
+    argv, _ = command(name, target, tmp_path)
+    argv[WRITERS[name].out(argv)] = f"{ro}/out"
+    assert "cannot write in" in one_error_line(capsys, argv)
 
 
 # ------------------------------------------------------------------------------------------------ symlinked outputs
