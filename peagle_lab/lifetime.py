@@ -10,9 +10,10 @@ Two tools, both Linux-first (vLLM runs on Linux) and harmless elsewhere:
   process dies, however it dies. When the parent dies, or the server ends, it clears the whole group (SIGTERM, then
   SIGKILL after a grace period) and exits with the server's code. (The kernel sends the parent-death signal when
   the *thread* that started the supervisor ends: start servers from a thread that lives as long as they should.)
-- :class:`DescendantGuard` is for an engine started inside this process (``vllm.LLM`` forks or spawns an
-  EngineCore and its workers, whose parent-death handling is their own): a watchdog process notes this process's
-  descendants twice a second and kills them when this process dies without saying it is done.
+- :class:`DescendantGuard` (one per process: :func:`guard_descendants`) is for an engine started inside this
+  process (``vllm.LLM`` forks or spawns an EngineCore and its workers, whose parent-death handling is their own):
+  a watchdog process notes this process's descendants twice a second and kills them when this process ends
+  without saying it is done.
 """
 
 from __future__ import annotations
@@ -167,6 +168,19 @@ class DescendantGuard:
 
     def __exit__(self, *exc):
         self.close()
+
+
+_process_guard: dict[int, DescendantGuard] = {}  # pid -> its guard (a forked child gets its own)
+
+
+def guard_descendants() -> DescendantGuard:
+    """This process's one :class:`DescendantGuard`, started on first use and never closed: whatever engine
+    processes this process started end with it, however it ends (an in-process ``vllm.LLM``, in the CLI or a
+    notebook's kernel)."""
+    pid = os.getpid()
+    if pid not in _process_guard or _process_guard[pid].proc.poll() is not None:
+        _process_guard[pid] = DescendantGuard()
+    return _process_guard[pid]
 
 
 def watch(root: int) -> int:

@@ -5,7 +5,7 @@ server whose own processes listen on the port.
 The server is a cheap stand-in for vLLM's (a Python HTTP server answering ``/health`` that starts a child of its
 own, as vLLM's api_server starts its EngineCore), run through the very code ``serve`` uses
 (:func:`peagle_lab.serving.server.start_server`). The in-process engine of ``distill --engine vllm`` is stood in for
-by a child and grandchild under the same :class:`~peagle_lab.lifetime.DescendantGuard` the engine uses."""
+by a child and grandchild under the same guard the engine uses (:func:`~peagle_lab.lifetime.guard_descendants`)."""
 
 from __future__ import annotations
 
@@ -158,8 +158,8 @@ def test_an_in_process_engines_children_die_with_the_command(sig):
     under the DescendantGuard they end when the command is killed."""
     code = textwrap.dedent("""
         import subprocess, sys, time
-        from peagle_lab.lifetime import DescendantGuard
-        guard = DescendantGuard()
+        from peagle_lab.lifetime import guard_descendants
+        guard_descendants()  # what VllmEngine and make_llm start before vllm.LLM
         core = subprocess.Popen([sys.executable, "-c",
                                  "import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', "
                                  "'import time; time.sleep(600)']); time.sleep(600)"])
@@ -223,3 +223,12 @@ def test_a_killed_serve_leaves_no_vllm_process_behind():
     cmd.wait()
     assert wait_gone(tree, timeout=60) == []
     check_port_free(port)
+
+
+def test_a_process_has_one_guard_and_it_ends_with_the_process():
+    code = ("from peagle_lab.lifetime import guard_descendants as g; a = g(); b = g(); "
+            "print(a is b, a.proc.pid, flush=True)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=ENV, check=True)
+    same, watchdog = out.stdout.split()
+    assert same == "True"
+    assert wait_gone([int(watchdog)], timeout=10) == []

@@ -75,7 +75,8 @@ def check_serve_args(args) -> None:
 
 
 def check_sweep_args(args) -> list[int]:
-    """serve-sweep's numbers, before anything starts: the concurrencies (1..1024 each)."""
+    """serve-sweep's numbers, before anything starts: K, the concurrencies (1..1024 each), requests, tokens,
+    repeats, prompts, and the two ports (free); returns the concurrencies."""
     validate.num_speculative_tokens(args.K)
     try:
         conc = [int(c) for c in str(args.concurrency).split(",") if c.strip()]
