@@ -1,6 +1,10 @@
 """The one way this project writes a file: to a temporary name beside it, flushed to disk, then renamed over the
 final name (``os.replace`` is atomic), with the usual permissions (``0666 & ~umask``, as ``open`` would give).
-A reader never sees half a file, and a run killed mid-write leaves the previous version in place."""
+A reader never sees half a file, and a run killed mid-write leaves the previous version in place.
+
+Every temporary name this project makes carries its mark (:func:`peagle_lab.lock.temp_prefix`: ``.<name>.peagle-tmp-<host>-<pid>-``),
+so the sweep of what a killed run left (:func:`peagle_lab.lock.sweep`) removes only files this tool made, never a
+user's ``.<name>.mine.tmp``, and never one of a live run."""
 
 from __future__ import annotations
 
@@ -10,7 +14,9 @@ import tempfile
 from pathlib import Path
 from typing import Callable
 
+from . import lock
 from .errors import PeagleError
+from .lock import temp_prefix
 
 
 def umask() -> int:
@@ -19,12 +25,28 @@ def umask() -> int:
     return mask
 
 
+def write_errors() -> tuple[type, ...]:
+    """What a writer raises when the disk is full or gone: OSError, and what torch.save (RuntimeError "failed
+    writing file") and safetensors (SafetensorError, no OSError) raise instead."""
+    try:
+        from safetensors import SafetensorError
+    except ImportError:  # pragma: no cover - safetensors comes with transformers
+        return OSError, RuntimeError
+    return OSError, RuntimeError, SafetensorError
+
+
 def atomic_write(path, write: Callable[[str], None]) -> Path:
-    """Call ``write(tmp_path)`` to produce the file, then move it to ``path`` atomically."""
+    """Call ``write(tmp_path)`` to produce the file, then move it to ``path`` atomically. A symlink at ``path`` is
+    refused (outputs are never written through links), and so is a write under a lock this process no longer holds
+    (:func:`peagle_lab.lock.verify`)."""
     path = Path(path)
+    lock.verify()
+    if path.is_symlink():
+        raise PeagleError(f"{path} is a symlink; outputs are never written through a link. Fix: remove the link or "
+                          "give the real path.")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=temp_prefix(path), suffix=".tmp")
     except OSError as exc:
         raise PeagleError(f"Cannot write {path} ({exc.strerror or exc}). Fix: choose a writable directory.") from exc
     os.close(fd)
@@ -33,9 +55,11 @@ def atomic_write(path, write: Callable[[str], None]) -> Path:
         with open(tmp, "rb+") as fh:
             os.fsync(fh.fileno())
         os.chmod(tmp, 0o666 & ~umask())
+        lock.verify()
         os.replace(tmp, path)
-    except OSError as exc:
-        raise PeagleError(f"Could not write {path} ({exc.strerror or exc}): the disk may be full or read-only. "
+    except write_errors() as exc:
+        reason = getattr(exc, "strerror", None) or str(exc).splitlines()[0][:200]
+        raise PeagleError(f"Could not write {path} ({reason}): the disk may be full or read-only. "
                           "Fix: free space or choose another directory; the previous file, if any, is intact.") from exc
     finally:
         if os.path.exists(tmp):

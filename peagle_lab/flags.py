@@ -5,9 +5,12 @@ given. A new field is a new flag, with no second edit."""
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import types
 import typing
+
+from .errors import PeagleError
 
 
 def flag_field(default, help=None, **cli):
@@ -40,7 +43,7 @@ def _flag_kwargs(f: dataclasses.Field, hint) -> dict:
     args = [a for a in typing.get_args(hint) if a is not type(None)]
     base = args[0] if typing.get_origin(hint) in (typing.Union, types.UnionType) and len(args) == 1 else hint
     if "type" in meta:
-        kw["type"] = meta["type"]
+        kw["type"] = _flag_type(meta["type"])
     elif base is bool:
         return kw | dict(action="store_true")
     elif typing.get_origin(base) is tuple:
@@ -55,6 +58,18 @@ def _flag_kwargs(f: dataclasses.Field, hint) -> dict:
         if key in meta:
             kw[key] = meta[key]
     return kw
+
+
+def _flag_type(parse):
+    """``parse`` for argparse: its PeagleError's message (the range, the fix) becomes argparse's error line."""
+    def typed(text):
+        try:
+            return parse(text)
+        except PeagleError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    typed.__name__ = getattr(parse, "__name__", "value")
+    return typed
 
 
 def _show(v):

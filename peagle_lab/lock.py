@@ -2,6 +2,14 @@
 train ``--out`` / ``--state-dir``, extract ``--out``, export-vllm's output, bench's results folder) for the whole
 run, and sweeps what an interrupted run of it left behind.
 
+The lock file is opened without following links: a symlink or anything but a regular file at the lock path is
+refused, so a planted link cannot make a run truncate the file it points to. The holder checks (:func:`verify`,
+before every atomic write and on release) that the path still names the file it locked: if a cleanup deleted or
+replaced it, another run may have taken the output, and this run stops before writing, naming what happened.
+
+Temporary files carry this tool's mark (:func:`temp_prefix`); the sweep removes only marked ones, made on this host
+by a process that is gone, beside the output or directly inside an output folder (never deeper in a user's tree).
+
 The lock is ``.<name>.lock`` beside the output: ``fcntl.flock`` on it decides who holds it (the kernel drops the
 lock when its process dies, so a killed run never blocks the next one), and the file holds the holder's pid, host,
 command and start time, for the error a second run gets and for the line that says a dead run's lock was taken
@@ -16,18 +24,44 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import glob
+import hashlib
 import json
 import os
 import shlex
 import shutil
 import socket
+import stat
 import sys
 import time
 from pathlib import Path
 
 from .errors import PeagleError
 
-_held: dict[str, list] = {}  # lock path -> [fd, depth, folders made for the lock]
+_held: dict[str, list] = {}  # lock path -> [fd, depth, folders made for the lock, output]
+
+TEMP_TAG = "peagle-tmp"
+
+
+def host_mark() -> str:
+    """This host, as 8 hex digits (a host name may hold dots and dashes; the mark must not)."""
+    return hashlib.sha256(socket.gethostname().encode("utf-8", "replace")).hexdigest()[:8]
+
+
+def temp_prefix(path) -> str:
+    """The start of every temporary name made for ``path``: ``.<name>.peagle-tmp-<host>-<pid>-`` (then a random
+    part and ``.tmp``), which says which tool, host and process made it."""
+    return f".{Path(path).name}.{TEMP_TAG}-{host_mark()}-{os.getpid()}-"
+
+
+def temp_owner(name: str) -> tuple[str, int] | None:
+    """``(host mark, pid)`` of a temporary name :func:`temp_prefix` made, else None (not this tool's)."""
+    if not name.startswith(".") or not name.endswith(".tmp") or f".{TEMP_TAG}-" not in name:
+        return None
+    parts = name.rsplit(f".{TEMP_TAG}-", 1)[1].split("-")
+    if len(parts) < 3 or len(parts[0]) != 8 or not parts[1].isdigit():
+        return None
+    return parts[0], int(parts[1])
 
 
 def lock_path(output) -> Path:
@@ -91,15 +125,39 @@ def _missing_folders(path: Path) -> list[Path]:
     return out
 
 
+def _open_nofollow(output: Path, path: Path) -> int:
+    """``path`` opened read-write (created when missing) without following a link; a regular file, else refused."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
+    except OSError as exc:
+        if path.is_symlink():
+            raise PeagleError(f"The lock path {path} of {output} is a symlink: a run never writes through it. "
+                              f"Fix: delete the link {path} (and check who made it).") from None
+        raise PeagleError(f"Cannot create the lock {path} for {output} ({exc.strerror or exc}). Fix: choose a "
+                          "writable output path.") from exc
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_nlink > 1:
+        os.close(fd)
+        what = "is not a regular file" if not stat.S_ISREG(st.st_mode) else "is a hard link to another file"
+        raise PeagleError(f"The lock path {path} of {output} {what}: a run never writes through it. Fix: remove "
+                          f"{path}, or write to another output path.")
+    return fd
+
+
+def _same_file(fd: int, path: Path) -> bool:
+    """``path`` (not followed) still names the file open at ``fd``."""
+    try:
+        a, b = os.fstat(fd), os.lstat(path)
+    except FileNotFoundError:
+        return False
+    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
+
+
 def _open_locked(output: Path, path: Path) -> int:
     """A descriptor of ``path`` with the exclusive flock held, or a PeagleError naming the holder."""
     for _ in range(20):  # another run may remove the lock file between our open and our flock: open it again
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        except OSError as exc:
-            raise PeagleError(f"Cannot create the lock {path} for {output} ({exc.strerror or exc}). Fix: choose a "
-                              "writable output path.") from exc
+        fd = _open_nofollow(output, path)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -107,15 +165,22 @@ def _open_locked(output: Path, path: Path) -> int:
             os.close(fd)
             raise PeagleError(f"{output} is being written by another run ({describe(holder)}). Fix: wait until it "
                               "ends, or write to another output path.") from None
-        try:
-            same = os.fstat(fd).st_ino == os.stat(path).st_ino
-        except FileNotFoundError:
-            same = False
-        if same:
+        if _same_file(fd, path):
             return fd
         os.close(fd)
     raise PeagleError(f"Could not lock {output}: its lock file {path} keeps changing. Fix: check which runs write "
                       "to it.")
+
+
+def _write_holder(fd: int, output: Path, path: Path, record: dict) -> None:
+    try:
+        os.ftruncate(fd, 0)
+        os.lseek(fd, 0, os.SEEK_SET)
+        os.write(fd, (json.dumps(record) + "\n").encode("utf-8"))
+        os.fsync(fd)
+    except OSError as exc:
+        raise PeagleError(f"Cannot write the lock {path} of {output} ({exc.strerror or exc}): the disk may be full. "
+                          "Fix: free space or choose another output path; nothing was written yet.") from None
 
 
 def acquire(output) -> bool:
@@ -144,12 +209,31 @@ def acquire(output) -> bool:
             "no longer running"
         print(f"peagle-lab: taking over the lock of {output} left by a run that ended without releasing it "
               f"({describe(previous)}; {state})", file=sys.stderr)
-    os.ftruncate(fd, 0)
-    os.lseek(fd, 0, os.SEEK_SET)
-    os.write(fd, (json.dumps(me) + "\n").encode("utf-8"))
-    os.fsync(fd)
-    _held[key] = [fd, 1, made]
+    try:
+        _write_holder(fd, output, path, me)
+    except PeagleError:
+        _drop_lock_file(path, made)  # while still holding it
+        os.close(fd)
+        raise
+    _held[key] = [fd, 1, made, output]
     return True
+
+
+def _drop_lock_file(path: Path, made: list[Path]) -> None:
+    with contextlib.suppress(OSError):
+        path.unlink()
+    _remove_empty(made)
+
+
+def verify() -> None:
+    """Every lock this process holds is still the file at its path: else a cleanup deleted or replaced it, another
+    run may now write the output, and this run must not write (raises PeagleError naming the output)."""
+    for key, (fd, _, _, output) in list(_held.items()):
+        if not _same_file(fd, Path(key)):
+            raise PeagleError(f"The lock {key} of {output} was deleted or replaced while this run held it (a cleanup "
+                              "script, `git clean -X`?): another run may be writing it now, so this run stopped "
+                              "before its next write; what it wrote before is kept. Fix: make sure no other run "
+                              "writes it, then run again (it resumes), and keep .*.lock files out of cleanups.")
 
 
 def _remove_empty(folders: list[Path]) -> None:
@@ -171,21 +255,27 @@ def release(output) -> None:
     if entry[1] > 0:
         return
     del _held[key]
-    with contextlib.suppress(FileNotFoundError):
-        path.unlink()  # while still holding it: a run waiting on the old file opens the path again
+    if _same_file(entry[0], path):  # never another run's lock, which took the path after ours was removed
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()  # while still holding it: a run waiting on the old file opens the path again
     os.close(entry[0])
     _remove_empty(entry[2])
 
 
+def _ours_and_dead(p: Path) -> bool:
+    owner = temp_owner(p.name)
+    return owner is not None and owner[0] == host_mark() and not _pid_alive(owner[1])
+
+
 def leftovers(output) -> list[Path]:
-    """What an interrupted write of ``output`` leaves: temporary files and folders of :mod:`.atomic`
-    (``.<name>.*.tmp``) and of export-vllm (its staging folder, ``.<name>.old``) beside it, and the temporary
-    files of :mod:`.atomic` anywhere inside it when it is a folder."""
+    """What an interrupted write of ``output`` left: this tool's marked temporary files and folders
+    (:func:`temp_prefix`: atomic writes, export-vllm's staging and old folders) beside it, and directly inside it
+    when it is a folder, made on this host by a process no longer running."""
     output = Path(output)
-    found = [*output.parent.glob(f".{output.name}.*.tmp"), *output.parent.glob(f".{output.name}.old")]
+    found = list(output.parent.glob(f".{glob.escape(output.name)}.{TEMP_TAG}-*.tmp"))
     if output.is_dir() and not output.is_symlink():
-        found += [p for p in output.rglob(".*.tmp") if p.name.count(".") >= 3]
-    return sorted(set(found))
+        found += output.glob(f".*.{TEMP_TAG}-*.tmp")
+    return sorted({p for p in found if _ours_and_dead(p)})
 
 
 def sweep(output) -> int:

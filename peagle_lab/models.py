@@ -30,7 +30,7 @@ def cache_dir() -> Path:
     """Where converted checkpoints and downloaded wheels live (``$PEAGLE_CACHE`` overrides).
 
     Only the path: nothing is created here; the writers below make the directories they write into."""
-    return Path(os.environ.get("PEAGLE_CACHE", Path.home() / ".cache" / "peagle-lab"))
+    return Path(env_value("PEAGLE_CACHE") or Path.home() / ".cache" / "peagle-lab")
 
 
 def local_rank_device(device, env=None) -> torch.device:
@@ -59,7 +59,14 @@ def pick_device(device: str | None = None) -> torch.device:
 
 def target_name() -> str:
     """The target chosen for the notebooks: ``$PEAGLE_TARGET`` or the embedded default."""
-    return os.environ.get("PEAGLE_TARGET", DEFAULT_TARGET)
+    return env_value("PEAGLE_TARGET") or DEFAULT_TARGET
+
+
+def env_value(name: str) -> str | None:
+    """An environment variable's value; empty or blank counts as unset (``PEAGLE_CACHE=`` must not make the current
+    folder the cache)."""
+    value = os.environ.get(name)
+    return value if value is not None and value.strip() else None
 
 
 def is_default_target(name_or_path: str | None = None) -> bool:

@@ -71,6 +71,11 @@ def load_train_records(path: str | Path | None = None) -> list[dict]:
             rec = json.loads(line)
             if not isinstance(rec, dict) or not isinstance(rec.get("prompt"), str):
                 raise ValueError("no 'prompt' string")
+            if rec.get("history") is not None and history_problem(rec["history"]):
+                raise ValueError(history_problem(rec["history"]))
+        except RecursionError:
+            raise PeagleError(f"{path}:{lineno} is nested too deeply to be a prompt record. Fix: one flat JSON object "
+                              "with a 'prompt' string per line.") from None
         except ValueError as exc:
             raise PeagleError(
                 f"{path}:{lineno} is not a prompt record ({exc}). "
@@ -158,12 +163,23 @@ def humaneval_overlap(texts: list[str], numbers_only_ok: bool = True) -> list[tu
     return hits
 
 
+def history_problem(history) -> str | None:
+    """Why ``history`` is not a list of earlier turns ``{"role": "user"|"assistant", "content": str}`` (None when
+    it is one)."""
+    if not isinstance(history, list):
+        return (f"history must be a list of turns {{'role': 'user'|'assistant', 'content': str}}, got a "
+                f"{type(history).__name__}")
+    for i, m in enumerate(history):
+        if not isinstance(m, dict) or m.get("role") not in ("user", "assistant") or not isinstance(m.get("content"), str):
+            return f"history turn {i} must be {{'role': 'user'|'assistant', 'content': str}}, got {str(m)[:80]!r}"
+    return None
+
+
 def chat_messages(user_text: str, system: str | None = None, history: list[dict] | None = None) -> list[dict]:
     """The message list for one user turn (with an optional system message and earlier turns)."""
     messages = [{"role": "system", "content": system}] if system else []
-    for m in history or []:
-        if not isinstance(m, dict) or m.get("role") not in ("user", "assistant") or not isinstance(m.get("content"), str):
-            raise PeagleError(f"history entries must be {{'role': 'user'|'assistant', 'content': str}}, got {m!r}.")
+    if history is not None and history_problem(history):
+        raise PeagleError(f"{history_problem(history)}. Fix: give history as a list of such turns, or none.")
     return messages + list(history or []) + [{"role": "user", "content": user_text}]
 
 

@@ -28,6 +28,14 @@ def positive_int(value, name: str, flag: str | None = None, minimum: int = 1, ma
     return value
 
 
+SEED_MAX = 2**32 - 1  # numpy's limit (torch takes 64 bits; a seed must work for both)
+
+
+def seed(value, flag: str = "--seed") -> int:
+    """A random seed: an integer in ``[0, 2**32 - 1]``."""
+    return positive_int(value, "seed", flag, 0, SEED_MAX)
+
+
 def record_range(text, flag: str = "--records") -> slice:
     """``A:B`` (either end may be left out, as in Python): a slice of the records, in prompt order."""
     try:
@@ -132,7 +140,7 @@ def device(name, source: str = "--device") -> torch.device:
 
 
 def writable(path, flag: str, folder: bool) -> Path:
-    """``path`` can be written: no symlink loop, no file where a folder must be, and its folder (or the nearest
+    """``path`` can be written: not a symlink itself (refused everywhere alike), no symlink loop, no file where a folder must be, and its folder (or the nearest
     existing one above it) accepts a new file (tried, not guessed from the mode bits). ``folder``: ``path`` is a
     folder the run writes into (else a file)."""
     path = Path(path)
@@ -140,6 +148,9 @@ def writable(path, flag: str, folder: bool) -> Path:
         path.resolve(strict=False)
     except (RuntimeError, OSError) as exc:  # a symlink loop (RuntimeError before Python 3.13, OSError after)
         raise PeagleError(f"{flag} {path}: {exc}. Fix: remove the symlink loop or choose another path.") from None
+    if path.is_symlink():
+        raise PeagleError(f"{flag} {path} is a symlink (to {os.readlink(path)}); outputs are never written through "
+                          "a link. Fix: give the real path.")
     if path.exists() and path.is_dir() != folder:
         kind = "a folder" if path.is_dir() else "a file"
         raise PeagleError(f"{flag} {path} is {kind}, a {'folder' if folder else 'file'} is needed. Fix: choose "
@@ -169,3 +180,16 @@ def prompt_length(n_prompt: int, n_new: int, context: int | None) -> None:
     if context and n_prompt + n_new > context:
         raise PeagleError(f"The prompt ({n_prompt} tokens) plus --max-new-tokens {n_new} exceeds the target's "
                           f"context of {context} positions. Fix: --max-new-tokens {context - n_prompt} or less.")
+
+
+def disjoint(source, output, source_flag: str, output_flag: str) -> None:
+    """``output`` neither is, nor contains, nor lies inside ``source`` (links resolved): writing it (and, with
+    ``--overwrite``, clearing it) must never touch the input. A source that is no path (a hub id, a shipped
+    head's name) is never in the way."""
+    if not Path(source).exists():
+        return
+    src, out = Path(source).resolve(), Path(output).resolve()
+    if src == out or src.is_relative_to(out) or out.is_relative_to(src):
+        how = "is" if src == out else "contains" if src.is_relative_to(out) else "lies inside"
+        raise PeagleError(f"{output_flag} {output} {how} the input {source_flag} {source}: writing it could destroy "
+                          f"the input. Fix: give {output_flag} a path outside {source_flag}, and not above it.")

@@ -172,13 +172,25 @@ def test_interruption_inside_a_shard_leaves_no_shard_behind(model, reference, tm
     assert _files(out) == _files(reference)
 
 
+def _left_by_a_dead_run(name: str) -> str:
+    """The temporary name atomic_write gives ``name`` in a process of this host that has ended."""
+    import subprocess
+    import sys
+
+    from peagle_lab import lock
+
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return lock.temp_prefix(name).rsplit("-", 2)[0] + f"-{proc.pid}-k1ll3d.tmp"
+
+
 def test_partial_and_unlisted_files_are_never_taken_for_complete(model, reference, tmp_path):
     out = tmp_path / "damaged"
     with pytest.raises(KeyboardInterrupt):
         _extract(model, _prompts(), out, on_shard=lambda i, p: (_ for _ in ()).throw(KeyboardInterrupt()))
     # A write killed half-way leaves a temporary file; a kill between os.replace and the manifest update leaves a
     # complete-looking shard the manifest does not list; a damaged listed shard has the wrong size.
-    (out / ".shard-00001.safetensors.k1ll3d.tmp").write_bytes(b"half a shard")
+    (out / _left_by_a_dead_run("shard-00001.safetensors")).write_bytes(b"half a shard")
     (out / "shard-00002.safetensors").write_bytes(b"not listed in the manifest")
     (out / "shard-00000.safetensors").write_bytes(b"truncated")
     result = _extract(model, _prompts(), out)
@@ -326,8 +338,8 @@ def test_leftovers_of_a_killed_atomic_write_are_swept_on_the_rerun(model, refere
     out = tmp_path / "killed"
     with pytest.raises(KeyboardInterrupt):
         _extract(model, _prompts(), out, on_shard=lambda i, p: (_ for _ in ()).throw(KeyboardInterrupt()))
-    (out / ".shard-00001.safetensors.k1ll3d.tmp").write_bytes(b"half a shard")
-    (out / ".manifest.json.k1ll3d.tmp").write_text("{")
+    (out / _left_by_a_dead_run("shard-00001.safetensors")).write_bytes(b"half a shard")
+    (out / _left_by_a_dead_run("manifest.json")).write_text("{")
     _extract(model, _prompts(), out)
     assert _files(out) == _files(reference)
 

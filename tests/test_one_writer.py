@@ -44,6 +44,18 @@ def holder_process(output) -> subprocess.Popen:
     return proc
 
 
+def dead_pid() -> int:
+    """The pid of a process that has ended (what a killed run's temporary names carry)."""
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def left_by(output, pid: int, rest: str = "k3j4") -> str:
+    """The name of a temporary file that process ``pid`` of this host made for ``output``."""
+    return lock.temp_prefix(output).rsplit("-", 2)[0] + f"-{pid}-{rest}.tmp"
+
+
 @pytest.fixture
 def tiny():
     tok = make_byte_tokenizer(CHATML_TEMPLATE)
@@ -248,12 +260,14 @@ def test_leftovers_of_a_killed_run_are_swept_by_the_next_run_of_that_output(tmp_
     out = tmp_path / "head"
     out.mkdir()
     (out / "config.json").write_text("{}")
-    left = [tmp_path / ".head.k3j4.tmp", out / ".model.safetensors.abc123.tmp", tmp_path / ".head.old"]
+    pid = dead_pid()
+    left = [tmp_path / left_by(out, pid), out / left_by("model.safetensors", pid, "abc123"),
+            tmp_path / left_by(out, pid, "old")]
     left[0].mkdir()
     (left[0] / "model.safetensors").write_bytes(b"x" * 1000)  # export-vllm's staging folder
     left[1].write_bytes(b"half a file")  # atomic.py's temporary file
     left[2].mkdir()
-    other = tmp_path / ".other.x1.tmp"  # another output's: not ours to remove
+    other = tmp_path / left_by("other", pid)  # another output's: not ours to remove
     other.write_text("keep")
     with lock.hold(out):
         pass
@@ -263,9 +277,9 @@ def test_leftovers_of_a_killed_run_are_swept_by_the_next_run_of_that_output(tmp_
 
 def test_a_live_writers_temporary_files_are_never_swept(tmp_path):
     out = tmp_path / "d.jsonl"
-    tmp = tmp_path / ".d.jsonl.live.tmp"
-    tmp.write_text("being written")
     proc = holder_process(out)
+    tmp = tmp_path / left_by(out, proc.pid)
+    tmp.write_text("being written")
     try:
         with pytest.raises(PeagleError, match="another run"):
             with lock.hold(out):
@@ -282,7 +296,7 @@ def test_an_export_killed_mid_write_leaves_nothing_after_the_next_export(tmp_pat
     target = tmp_path / "target"
     make_tiny_llama(hidden=32, layers=4, heads=4, kv_heads=2, vocab=96).save_pretrained(target)
     head = make_head(tmp_path / "head", target)
-    staging = tmp_path / ".vllm.q8x2.tmp"  # what a killed export leaves (its temporary folder)
+    staging = tmp_path / left_by("vllm", dead_pid())  # what a killed export leaves (its temporary folder)
     staging.mkdir()
     (staging / "model.safetensors").write_bytes(b"\0" * 4096)
     from peagle_lab.serving import export_vllm
@@ -304,7 +318,7 @@ def test_a_training_killed_in_its_first_state_write_resumes_without_duplicate_ro
     state = tmp_path / "h" / "checkpoint"
     state.mkdir(parents=True)
     (state / "train_log.jsonl").write_text(json.dumps({"step": 1, "loss": 9.0, "acc": [0.0]}) + "\n")
-    (state / ".state.pt.d83k.tmp").write_bytes(b"PK\x03\x04 half a zip")
+    (state / left_by("state.pt", dead_pid())).write_bytes(b"PK\x03\x04 half a zip")
     Trainer(tiny_cfg(steps=3, save_every=1), model, seqs, options=quiet(out_dir=tmp_path / "h", resume=True)).train()
     steps = [json.loads(line)["step"] for line in (state / "train_log.jsonl").read_text().splitlines()]
     assert steps == [1, 2, 3]

@@ -233,8 +233,9 @@ def test_misshaped_tensor_is_named(tmp_path, target_dir):
 
 
 def test_not_a_checkpoint_directory_is_refused(tmp_path, target_dir):
+    (tmp_path / "not-a-head").mkdir()
     with pytest.raises(PeagleError, match="not a drafter checkpoint"):
-        serving.export_vllm(tmp_path, tmp_path / "vllm", target=target_dir)
+        serving.export_vllm(tmp_path / "not-a-head", tmp_path / "vllm", target=target_dir)
 
 
 # -------------------------------------------------------------------------------------------------- config

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 
 from .. import validate
+from ..validate import MAX_K
 from ..errors import PeagleError
 from ..flags import flag_field, flag_of
 from .oracle import oracle_rates
@@ -32,13 +33,13 @@ def parse_ks(text: str) -> list[int]:
                 continue
             if "-" in part:
                 a, b = part.split("-", 1)
-                out.update(range(int(a), int(b) + 1))
+                out.update(range(int(a), min(int(b), MAX_K + 1) + 1))  # past MAX_K: refused below
             else:
                 out.add(int(part))
     except ValueError as exc:
         raise PeagleError(f"Cannot read K list {text!r}: use e.g. '1-8' or '1,2,4'.") from exc
-    if not out or min(out) < 1:
-        raise PeagleError(f"K list {text!r} must hold integers >= 1.")
+    if not out or min(out) < 1 or max(out) > MAX_K:
+        raise PeagleError(f"K list {text!r} must hold integers in 1..{MAX_K}. Fix: e.g. '1-8' or '1,2,4'.")
     return sorted(out)
 
 

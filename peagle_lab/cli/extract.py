@@ -51,6 +51,8 @@ def check_cli(args):
     if args.prompts is not None:
         validate.positive_int(args.prompts, "prompts", "--prompts")
     validate.writable(args.out, "--out", folder=True)
+    if args.distilled:
+        validate.disjoint(args.distilled, args.out, "--distilled", "--out")
     peek = TargetPeek(args.target)
     validate.positive_int(args.topk, "topk", "--topk", 0, peek.vocab_size)
     if args.taps:
@@ -58,7 +60,7 @@ def check_cli(args):
             taps = [int(t) for t in args.taps.split(",")]
         except ValueError:
             raise PeagleError(f"--taps {args.taps!r} is not a list of layer ids. Fix: --taps 2,15,27.") from None
-        check_tap_layers(taps, peek.num_layers)
+        check_tap_layers(taps, peek.num_layers, "--taps")
     rows = validate.record_range(args.records) if args.records is not None else slice(None)
     if not args.distilled:
         if args.records is not None:

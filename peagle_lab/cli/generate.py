@@ -49,6 +49,7 @@ def check_args(args) -> None:
     validate.max_new_tokens(args.max_new_tokens)
     validate.temperature(args.temperature)
     validate.top_p(args.top_p)
+    validate.seed(args.seed)
     validate.text(args.prompt, "The prompt", "pass a non-empty prompt")
     check_target_options(args)
     head = check_head_spec(args.head)  # a missing head is named by load_head

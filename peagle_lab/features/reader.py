@@ -4,10 +4,11 @@ token ids without its taps) and :func:`sequence_key` (how a cache of parts finds
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 from pathlib import Path
 from typing import Iterator
 
-import hashlib
 
 import torch
 
@@ -20,11 +21,27 @@ def sequence_key(ids) -> str:
     return hashlib.sha256(torch.as_tensor(ids, dtype=torch.int32).numpy().tobytes()).hexdigest()
 
 
+@contextlib.contextmanager
+def reading_shard(path):
+    """Around the read of a feature shard: a missing, truncated or damaged one (OSError, SafetensorError, a tensor
+    missing) is one error naming it and how to rebuild it."""
+    from safetensors import SafetensorError
+
+    try:
+        yield
+    except (OSError, SafetensorError, KeyError, RuntimeError) as exc:
+        what = "is missing" if isinstance(exc, FileNotFoundError) else "is truncated or damaged"
+        detail = str(exc).splitlines()[0][:160] if str(exc) else type(exc).__name__
+        raise PeagleError(f"The feature shard {path} {what} ({detail}). "
+                          f"Fix: run the same `peagle-lab extract ... --out {Path(path).parent}` again: it rewrites "
+                          "missing and truncated shards and keeps the others.") from None
+
+
 def shard_ids(path) -> list[torch.Tensor]:
     """The token ids of every sequence of a shard, read without its taps."""
     from safetensors import safe_open
 
-    with safe_open(str(path), framework="pt") as f:
+    with reading_shard(path), safe_open(str(path), framework="pt") as f:
         offsets, ids = f.get_tensor("offsets").tolist(), f.get_tensor("input_ids")
     return [ids[a:b] for a, b in zip(offsets[:-1], offsets[1:])]
 
@@ -56,8 +73,9 @@ def _split(tensors: dict, offsets: torch.Tensor, taps_dtype) -> list[dict]:
 def _load_shard(path: Path) -> tuple[dict, torch.Tensor]:
     from safetensors.torch import load_file
 
-    tensors = load_file(str(path))
-    return tensors, tensors.pop("offsets")
+    with reading_shard(path):
+        tensors = load_file(str(path))
+        return tensors, tensors.pop("offsets")
 
 
 def iter_shards(out_dir, taps_dtype=None, allow_incomplete: bool = False) -> Iterator[list[dict]]:

@@ -25,7 +25,10 @@ def default_tap_layers(num_layers: int) -> tuple[int, int, int]:
     return taps
 
 
-def check_tap_layers(tap_layers, num_layers: int) -> tuple[int, ...]:
+def check_tap_layers(tap_layers, num_layers: int, flag: str | None = None) -> tuple[int, ...]:
+    """Tap ids in ``[0, num_layers)``; a list the user gave (``flag``: where, e.g. ``--taps``) must also be
+    distinct and ascending, the order the features and the head store them in (a shallow test model's default
+    may repeat one)."""
     taps = tuple(int(t) for t in tap_layers)
     bad = [t for t in taps if not 0 <= t < num_layers]
     if bad:
@@ -34,6 +37,10 @@ def check_tap_layers(tap_layers, num_layers: int) -> tuple[int, ...]:
             f"residual stream entering layer i, so it must be in [0, {num_layers - 1}]. Fix: choose ids in range, "
             f"e.g. the default {default_tap_layers(num_layers)}."
         )
+    if flag is not None and (not taps or any(a >= b for a, b in zip(taps, taps[1:]))):
+        raise PeagleError(f"{flag} {','.join(map(str, taps))}: tap layer ids must be distinct and ascending. Fix: "
+                          f"{flag} {','.join(map(str, sorted(set(taps))))} (vLLM's default here: "
+                          f"{','.join(map(str, default_tap_layers(num_layers)))}).")
     return taps
 
 

@@ -14,11 +14,12 @@ from ..drafter.hub import head_path
 from ..precision import host_slug
 from ..prompts import chat_messages, humaneval_prompts
 from ..settings import data_dir, display_path
-from .. import lock
+from .. import lock, validate
+from ..errors import PeagleError
 from .export import check_export_paths, export_target, export_vllm
 from .engine import Speculation, _on_gpu, speculative_config
-from .server import client_snippet, serve, server_command
-from .sweep import PLOT, Load, check_port_free, plot_sweep, server_settings, sweep
+from .server import check_port_free, client_snippet, serve, server_command
+from .sweep import PLOT, Load, plot_sweep, server_settings, sweep
 
 
 def register_cli(sub):
@@ -67,7 +68,41 @@ def _cli_export(args):
     print(json.dumps(speculative_config(out), indent=2))
 
 
+def check_serve_args(args) -> None:
+    """serve's numbers, before anything starts: K, the port (and that nothing answers there), the model length."""
+    if args.k is not None:
+        validate.num_speculative_tokens(args.k)
+    validate.positive_int(args.port, "port", "--port", 1, 65535)
+    validate.positive_int(args.max_model_len, "max_model_len", "--max-model-len", 16, 1 << 20)
+    if not args.print_command:
+        check_port_free(args.port)
+
+
+def check_sweep_args(args) -> list[int]:
+    """serve-sweep's numbers, before anything starts: K, the concurrencies (1..1024 each), requests, tokens,
+    repeats, prompts, and the two ports (free); returns the concurrencies."""
+    validate.num_speculative_tokens(args.K)
+    try:
+        conc = [int(c) for c in str(args.concurrency).split(",") if c.strip()]
+    except ValueError:
+        conc = []
+    if not conc:
+        raise PeagleError(f"--concurrency {args.concurrency!r} is not a list of integers. Fix: --concurrency 1,4,16.")
+    for c in conc:
+        validate.positive_int(c, "concurrency", "--concurrency", 1, 1024)
+    if args.requests is not None:
+        validate.positive_int(args.requests, "requests", "--requests")
+    for name in ("max_tokens", "repeats", "prompts"):
+        validate.positive_int(getattr(args, name), name, "--" + name.replace("_", "-"))
+    if args.port is not None:
+        validate.positive_int(args.port, "port", "--port", 1, 65534)
+        check_port_free(args.port)
+        check_port_free(args.port + 1)
+    return conc
+
+
 def _cli_serve(args):
+    check_serve_args(args)
     target = export_target(target=args.target)
     head = None if args.head is None else head_path(args.head)  # a hub id: its copy in the Hugging Face cache
     spec = None if head is None else Speculation(str(head), args.k, None if args.sequential is None else False)
@@ -92,11 +127,16 @@ def _shell_quote(s: str) -> str:
 
 
 def _cli_sweep(args):
+<<<<<<< HEAD
     conc = [int(c) for c in args.concurrency.split(",")]
     if args.port is not None:
         check_port_free(args.port)
         check_port_free(args.port + 1)
     head = shipped_head_path(args.head) if args.head in ("parallel", "sequential") else head_path(args.head)
+=======
+    conc = check_sweep_args(args)
+    head = shipped_head_path(args.head) if args.head in ("parallel", "sequential") else Path(args.head)
+>>>>>>> c35
     out = Path(args.out) if args.out else data_dir() / "results" / host_slug("cuda" if _on_gpu() else "cpu") / "serving"
     with lock.hold(out):
         _sweep_locked(args, conc, head, out)

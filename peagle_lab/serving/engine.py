@@ -12,6 +12,7 @@ import torch
 
 from ..drafter.config import WEIGHTS, mask_token_id_of, read_config_json
 from ..errors import PeagleError
+from ..lifetime import guard_descendants
 from ..precision import dtype_name
 from .export import export_target
 from .metrics import spec_diff, summarise_spec
@@ -122,6 +123,7 @@ def make_llm(target_dir=None, spec: Speculation | None = None, **kw):
     if spec is not None:
         kw.setdefault("speculative_config", speculative_config(spec.head_dir, spec.k, spec.parallel))
     check_vllm_fits(kw.get("gpu_memory_utilization"))
+    guard_descendants()  # its EngineCore and workers end with this process, kill -9 included
     return vllm.LLM(model=model_arg(target_dir), **engine_kwargs(**kw))
 
 

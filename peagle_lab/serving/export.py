@@ -31,7 +31,7 @@ from pathlib import Path
 import torch
 
 from .. import lock
-from ..atomic import umask
+from ..atomic import umask, write_errors
 from ..drafter.checkpoint import check_head_dir, drafter_shapes, read_tensors
 from ..drafter.config import CONFIG, WEIGHTS, PEagleConfig
 from ..errors import PeagleError
@@ -136,6 +136,7 @@ def check_export_paths(head_dir, out_dir, overwrite: bool) -> tuple[Path, Path]:
     if out_dir.resolve() == head_dir.resolve():
         raise PeagleError(f"export-vllm would write over its own input {head_dir}. Fix: give another output "
                           "directory, e.g. build/vllm_head.")
+    validate.disjoint(head_dir, out_dir, "HEAD", "OUT")
     if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())) and not overwrite:
         raise PeagleError(f"{out_dir} exists and is not empty. Fix: --overwrite to replace its contents (only the "
                           "export is left there), or another output directory.")
@@ -214,24 +215,26 @@ def _write_swapped(out: dict, new: dict, out_dir: Path) -> None:
     from safetensors.torch import save_file
 
     out_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(dir=out_dir.parent, prefix=f".{out_dir.name}.", suffix=".tmp"))
+    staging = Path(tempfile.mkdtemp(dir=out_dir.parent, prefix=lock.temp_prefix(out_dir), suffix=".tmp"))
     try:
         save_file(out, str(staging / WEIGHTS), metadata={"format": "pt"})
         (staging / CONFIG).write_text(json.dumps(new, indent=2) + "\n")
         for f in staging.iterdir():
             os.chmod(f, 0o666 & ~umask())
         os.chmod(staging, 0o777 & ~umask())
+        lock.verify()
         if out_dir.exists():
-            old = out_dir.with_name(f".{out_dir.name}.old")
+            old = out_dir.with_name(lock.temp_prefix(out_dir) + "old.tmp")
             shutil.rmtree(old, ignore_errors=True)
             os.replace(out_dir, old)
             os.replace(staging, out_dir)
             shutil.rmtree(old, ignore_errors=True)
         else:
             os.replace(staging, out_dir)
-    except OSError as exc:
-        raise PeagleError(f"Could not write the export to {out_dir} ({exc}). Fix: choose a writable directory."
-                          ) from exc
+    except write_errors() as exc:
+        raise PeagleError(f"Could not write the export to {out_dir} ({str(exc).splitlines()[0][:200]}): the disk "
+                          "may be full. Fix: free space or choose another directory; the previous export, if any, "
+                          "is intact.") from exc
     finally:
         shutil.rmtree(staging, ignore_errors=True)
 

@@ -16,9 +16,30 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .. import lifetime
 from ..errors import PeagleError
 from .engine import Speculation, check_vllm_fits, engine_kwargs, model_arg, require_vllm, speculative_config
 from .metrics import spec_metrics_from_prometheus
+
+
+def check_port_free(port: int, host: str = "127.0.0.1") -> None:
+    """Refuse a port another process listens on or answers at, naming it (vLLM would fail later, deep in its
+    start-up, while the other program kept answering in its place)."""
+    with socket.socket() as s:
+        s.settimeout(1.0)
+        answering = s.connect_ex((host, port)) == 0
+    if not answering:
+        with socket.socket() as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as servers bind: past closed connections
+            try:
+                s.bind((host, port))
+                return
+            except OSError as e:
+                reason = e.strerror
+    else:
+        reason = "something answers there"
+    raise PeagleError(f"port {port} on {host} is already in use ({reason}). Fix: stop what listens there (an "
+                      "earlier `peagle-lab serve`?), or pass another --port (or none: a free one is picked).")
 
 
 def _free_port() -> int:
@@ -75,6 +96,8 @@ class Server:
         if self._log is not None:
             self._log.close()
             self._log = None
+        if self.proc.stdin is not None and not self.proc.stdin.closed:
+            self.proc.stdin.close()
         return self.proc.returncode
 
     def __enter__(self):
@@ -118,7 +141,7 @@ def server_command(target_dir, spec: Speculation | None = None, port: int = 8000
 def serve(target_dir=None, spec: Speculation | None = None, port: int | None = None, served_name: str = "peagle-target",
           timeout: float = 600.0, log_path=None, **kw) -> Server:
     """Start the OpenAI-compatible server on 127.0.0.1 (speculating as ``spec`` says when given) and wait until
-    ``/health`` answers.
+    its own ``/health`` answers (:func:`start_server`).
 
     Returns a Server with ``.url`` (``http://127.0.0.1:PORT/v1``), ``.chat()``, ``.metrics()``, ``.stop()``.
     """
@@ -127,11 +150,19 @@ def serve(target_dir=None, spec: Speculation | None = None, port: int | None = N
     target_dir = model_arg(target_dir)
     port = port or _free_port()
     cmd = server_command(target_dir, spec, port, served_name, **kw)
+    return start_server(cmd, port, served_name, timeout, log_path)
+
+
+def start_server(cmd: list[str], port: int, served_name: str, timeout: float = 600.0, log_path=None) -> Server:
+    """Run ``cmd`` (a server that listens on 127.0.0.1:``port``) under :func:`peagle_lab.lifetime.spawn`, so it
+    dies with this process, ``kill -9`` included; return once ``/health`` answers from a socket this server's own
+    processes listen on (not another program's on the same port), or raise with its log's tail."""
+    check_port_free(port)
     log_path = Path(log_path or tempfile.mkstemp(prefix="vllm-server-", suffix=".log")[1])
     log = open(log_path, "w")
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    proc = lifetime.spawn(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
     server = Server(proc, f"http://127.0.0.1:{port}/v1", served_name, log_path, _log=log)
     while True:
         if proc.poll() is not None:
@@ -140,15 +171,53 @@ def serve(target_dir=None, spec: Speculation | None = None, port: int | None = N
                                f"Log ({log_path}):\n{server.log_tail()}")
         try:
             server.get("/health", timeout=2)
-            break
+            if proc.poll() is None and listens_in_tree(proc.pid, port):
+                break
         except OSError:
             pass
         if time.perf_counter() - t0 > timeout:
             server.stop()
             raise TimeoutError(f"vLLM server not ready after {timeout:.0f} s. Log:\n{server.log_tail()}")
-        time.sleep(1.0)
+        time.sleep(0.5)
     server.started_s = time.perf_counter() - t0
     return server
+
+
+def _listening_inodes(port: int) -> set[str]:
+    """Socket inodes listening on TCP ``port`` (Linux /proc/net/tcp and tcp6)."""
+    found = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            rows = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            f = row.split()
+            if len(f) > 9 and f[3] == "0A" and int(f[1].rsplit(":", 1)[1], 16) == port:
+                found.add(f[9])
+    return found
+
+
+def listens_in_tree(root: int, port: int) -> bool:
+    """Whether ``root`` or a process below it holds the socket listening on ``port``: proof that ``/health``
+    answered from this server, not from another program on that port. True where /proc cannot tell (not Linux):
+    the port was found free before the start."""
+    if not Path("/proc/net/tcp").exists():
+        return True
+    inodes = _listening_inodes(port)
+    for pid in [root, *lifetime.descendants(root)]:
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                link = os.readlink(f"/proc/{pid}/fd/{fd}")
+            except OSError:
+                continue
+            if link.startswith("socket:[") and link[8:-1] in inodes:
+                return True
+    return False
 
 
 def client_snippet(url: str = "http://127.0.0.1:8000/v1", model: str = "peagle-target") -> str:

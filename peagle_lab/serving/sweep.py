@@ -13,7 +13,6 @@ level, so an interrupted sweep leaves the levels it finished.
 from __future__ import annotations
 
 import json
-import socket
 import statistics
 import threading
 import time
@@ -25,6 +24,7 @@ from pathlib import Path
 
 from ..atomic import write_figure, write_json, write_text
 from ..errors import PeagleError
+from .server import check_port_free  # noqa: F401 (serve-sweep checks both ports first)
 
 CONFIGS = ("plain", "peagle")
 RESULTS_JSON, RESULTS_CSV, PLOT = "serving_sweep.json", "serving_sweep.csv", "serving_sweep.png"
@@ -40,16 +40,6 @@ def server_settings(on_gpu: bool, servers: int = len(CONFIGS), dtype=None) -> di
     if on_gpu:
         kw["gpu_memory_utilization"] = round(VLLM_GPU_UTILIZATION / servers, 3)
     return kw
-
-
-def check_port_free(port: int, host: str = "127.0.0.1") -> None:
-    """Refuse a port another process listens on, naming it (vLLM would fail later, deep in its start-up)."""
-    with socket.socket() as s:
-        try:
-            s.bind((host, port))
-        except OSError as e:
-            raise PeagleError(f"port {port} on {host} is already in use ({e.strerror}). Fix: stop what listens "
-                              f"there, or pass another --port (or none: a free one is picked).") from e
 
 
 def _percentile(xs: list[float], q: float) -> float | None:

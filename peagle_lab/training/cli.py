@@ -99,12 +99,7 @@ def check_cli(args):
         validate.positive_int(getattr(args, name), name, "--" + name.replace("_", "-"), 0)
     validate.max_new_tokens(args.eval_max_new_tokens)
     eval_ks(args)
-    out = Path(args.out)
-    state = Path(args.state_dir) if args.state_dir else out / "checkpoint"
-    validate.writable(out, "--out", folder=True)
-    validate.writable(state, "--state-dir", folder=True)
-    if args.features:
-        validate.writable(args.features, "--features", folder=True)
+    out, state = _check_paths(args)
     if not args.resume and not args.overwrite:  # never replace work silently
         if (out / "config.json").exists():
             raise PeagleError(f"{out} already holds a head. Fix: --resume to continue its training state, "
@@ -123,7 +118,7 @@ def check_cli(args):
     else:
         check_target_settings(cfg, peek.vocab_size, peek.tokenizer)
     if cfg.tap_layers and peek.num_layers:
-        check_tap_layers(cfg.tap_layers, peek.num_layers)
+        check_tap_layers(cfg.tap_layers, peek.num_layers, "--tap-layers")
     meta, records = read_distilled(args.data, peek.vocab_size)
     records, held_out = select_split(records, args.split)
     if args.records is not None:
@@ -133,6 +128,23 @@ def check_cli(args):
         raise PeagleError(f"{args.data} holds no records of the split {args.split!r}. Fix: --split all, or distill "
                           "prompts of that split first.")
     return cfg, meta, records, held_out
+
+
+def _check_paths(args) -> tuple[Path, Path]:
+    """``(--out, --state-dir)``: writable, and neither holds nor lies in an input (--data, --features,
+    --init-from)."""
+    out = Path(args.out)
+    state = Path(args.state_dir) if args.state_dir else out / "checkpoint"
+    validate.writable(out, "--out", folder=True)
+    validate.writable(state, "--state-dir", folder=True)
+    if args.features:
+        validate.writable(args.features, "--features", folder=True)
+    inputs = [(args.data, "--data"), (args.features, "--features"), (getattr(args, "init_from", None), "--init-from")]
+    for path, flag in ((out, "--out"), (state, "--state-dir")):
+        for source, source_flag in inputs:
+            if source:
+                validate.disjoint(source, path, source_flag, flag)
+    return out, state
 
 
 def eval_ks(args) -> list[int]:

@@ -110,7 +110,7 @@ class TrainConfig:
         validate.positive_int(self.max_seq_len, "max_seq_len", "--max-seq-len", 2)
         validate.positive_int(self.warmup_steps, "warmup_steps", "--warmup-steps", 0)
         validate.positive_int(self.save_every, "save_every", "--save-every", 0)
-        validate.positive_int(self.seed, "seed", "--seed", 0)
+        validate.seed(self.seed)
         validate.finite(self.lr, "lr", "--lr", low=0, low_open=True, high=1)
         validate.finite(self.lm_head_lr_ratio, "lm_head_lr_ratio", "--lm-head-lr-ratio", low=0)
         validate.finite(self.min_lr_ratio, "min_lr_ratio", "--min-lr-ratio", low=0, high=1)

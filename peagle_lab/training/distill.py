@@ -121,7 +121,8 @@ def read_distilled(path, vocab_size: int | None = None) -> tuple[dict, list[dict
             continue
         try:
             obj = json.loads(line)
-        except json.JSONDecodeError as exc:
+        except (json.JSONDecodeError, RecursionError) as exc:
+            exc = exc if isinstance(exc, json.JSONDecodeError) else "nested too deeply"
             raise PeagleError(f"{path}:{lineno} is not JSON ({exc}): the file is damaged. Fix: repair or remove that "
                               "line, or distill again into a new --out.") from None
         if isinstance(obj, dict) and "meta" in obj:
@@ -399,6 +400,8 @@ def check_cli(args) -> list:
         validate.positive_int(args.prompts, "prompts", "--prompts")
     check_target_options(args)
     validate.writable(args.out, "--out", folder=False)
+    if Path(args.out).is_file() and not args.overwrite:
+        read_distilled(args.out)  # a damaged --out is named now, not after the target loads
     recs = load_train_records(args.prompts_file)
     if not recs:
         raise PeagleError(f"{args.prompts_file or 'the prompts file'} holds no prompts. Fix: pass a JSONL file with "
@@ -452,6 +455,10 @@ def _run_locked(args, prompts):
 
 
 def _response_tokens(path) -> int:
+    """The response tokens ``path`` holds (0 for none, or for a damaged file that --overwrite replaces)."""
     if not Path(path).is_file():
         return 0
-    return sum(len(r["input_ids"]) - r["prompt_len"] for r in read_distilled(path)[1])
+    try:
+        return sum(len(r["input_ids"]) - r["prompt_len"] for r in read_distilled(path)[1])
+    except PeagleError:
+        return 0

@@ -15,6 +15,7 @@ import time
 import torch
 
 from ..errors import PeagleError
+from ..lifetime import guard_descendants
 from ..precision import dtype_name
 
 ENGINES = ("auto", "vllm", "transformers")
@@ -81,7 +82,9 @@ class TransformersEngine:
 
 
 class VllmEngine:
-    """An offline ``vllm.LLM`` on the target directory: the engine batches and schedules the prompts itself."""
+    """An offline ``vllm.LLM`` on the target directory: the engine batches and schedules the prompts itself. Its
+    EngineCore and worker processes are watched by this process's :func:`~peagle_lab.lifetime.guard_descendants`: they end with
+    this process however it ends."""
 
     name = "vllm"
 
@@ -94,6 +97,7 @@ class VllmEngine:
         t0 = time.perf_counter()
         kw = engine_kwargs(max_model_len=max_model_len, seed=seed, disable_log_stats=True)
         kw["dtype"] = dtype_name(dtype)
+        guard_descendants()  # the engine's processes die with this one, kill -9 included
         self.llm = vllm.LLM(model=target_dir, **kw)
         self.start_s = time.perf_counter() - t0
 

@@ -8,7 +8,6 @@ of the target's embedding table included, which this state leaves out (it is reb
 
 from __future__ import annotations
 
-import json
 import pickle
 from pathlib import Path
 
@@ -16,6 +15,7 @@ import torch
 
 from ..atomic import atomic_write
 from ..errors import PeagleError
+from ..jsonl_log import read_rows
 from .objective import DraftTrainer
 
 
@@ -25,17 +25,9 @@ LOG_FILE = "train_log.jsonl"
 
 def read_log(path: Path) -> list[dict]:
     """The rows of a training log (``train_log.jsonl``, appended one line per step). A last line cut short by a
-    crash in mid-write is dropped: the resumed run writes that step again."""
-    rows = []
-    lines = Path(path).read_text().splitlines()
-    for i, line in enumerate(lines):
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            if i < len(lines) - 1:
-                raise PeagleError(f"{path} is damaged at line {i + 1}. Fix: delete the log (the checkpoint keeps "
-                                  "the state) or restore it.") from None
-    return rows
+    crash in mid-write is left out (:func:`peagle_lab.jsonl_log.read_rows`): the resumed run writes that step
+    again."""
+    return read_rows(path)
 
 
 def read_state(path: Path) -> dict:

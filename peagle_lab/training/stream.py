@@ -18,7 +18,7 @@ import torch
 from .distill import MAX_SEQ_LEN
 from ..errors import PeagleError
 from ..features.format import read_manifest
-from ..features.reader import sequence_key, shard_ids
+from ..features.reader import reading_shard, sequence_key, shard_ids
 from .packing import PackedRows
 
 WINDOW = 256  # sequences shuffled together: the memory bound, in sequences (plus the shards they span)
@@ -28,8 +28,9 @@ def _load_shard(path: Path, rows: set[int], topk: int) -> dict[int, dict]:
     """The training dicts of ``rows`` of a shard (taps as float32; top-k logits cut to ``topk`` when asked)."""
     from safetensors.torch import load_file
 
-    t = load_file(str(path))
-    off = t["offsets"].tolist()
+    with reading_shard(path):
+        t = load_file(str(path))
+        off = t["offsets"].tolist()
     out = {}
     for r in rows:
         a, b = off[r], off[r + 1]
@@ -83,7 +84,7 @@ class ShardSequences:
         from safetensors import safe_open
 
         for shard, idx in self._by_shard():
-            with safe_open(str(self.shards[shard]), framework="pt") as f:
+            with reading_shard(self.shards[shard]), safe_open(str(self.shards[shard]), framework="pt") as f:
                 off, labels = f.get_tensor("offsets").tolist(), f.get_tensor("greedy_next")
             for i in idx:
                 row = self.items[i][1]

@@ -32,6 +32,7 @@ from .distributed import check_world_size, make_accelerator
 from .elements import plan_row
 from .objective import DraftTrainer, tap_rms
 from .packing import PackedRows
+from ..jsonl_log import append_row, heal
 from .state import (LOG_FILE, STATE_FILE, atomic_torch_save, check_resume_config, read_log, read_state,
                     trainable_state)
 
@@ -284,6 +285,8 @@ class Trainer:
         log_path = self.state_dir / LOG_FILE if self.state_dir is not None else None
         if log_path is None or not log_path.exists():
             return
+        if self.is_main:
+            heal(log_path)  # a torn last row (a crash, a full disk) is cut before this run appends
         rows = read_log(log_path)
         self.log = [r for r in rows if r["step"] <= self.step]
         if self.is_main and len(self.log) < len(rows):  # every process reads the log; only rank 0 writes files
@@ -292,11 +295,11 @@ class Trainer:
     def save(self):
         if not self.is_main:
             return
-        if self.out_dir is not None:
-            self.save_head(self.out_dir)
-        if self.state_dir is not None:
+        if self.state_dir is not None:  # the state first: a full disk never leaves a newer head without its state
             self.state_dir.mkdir(parents=True, exist_ok=True)
             atomic_torch_save(self.state_dict(), self.state_dir / STATE_FILE)
+        if self.out_dir is not None:
+            self.save_head(self.out_dir)
 
     def save_head(self, path):
         head = self.module.sync_head()
@@ -401,8 +404,7 @@ class Trainer:
                 row["loss"] = round(row["loss"], 4)
                 self.log.append(row)
                 if log_path is not None and (self.step % cfg.log_every == 0 or self.step == cfg.steps):
-                    with open(log_path, "a") as fh:
-                        fh.write(json.dumps(row) + "\n")
+                    append_row(log_path, row)
                 bar.update(1)
                 bar.set_postfix(loss=f"{row['loss']:.3f}", acc0=row["acc"][0], accK=row["acc"][-1],
                                 tok_s=f"{self.tokens_seen / max(self.elapsed, 1e-9):.0f}")
