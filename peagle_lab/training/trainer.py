@@ -42,7 +42,7 @@ class TrainResult:
     log: list[dict]
     steps_done: int
     train_time_s: float
-    stopped_by: str  # "steps", "time_budget", "stop_after", "interrupt"
+    stopped_by: str  # "steps", "time_budget", "epochs", "stop_after", "interrupt"
     out_dir: Path | None = None
     info: dict = field(default_factory=dict)
 
@@ -385,6 +385,9 @@ class Trainer:
                     if self._all_agree(self.elapsed + est > cfg.time_budget_s):
                         stopped_by = "time_budget"
                         break
+                if cfg.epochs is not None and self.rows.epochs_done() >= cfg.epochs:
+                    stopped_by = "epochs"
+                    break
                 if stop_after is not None and done_here >= stop_after:
                     stopped_by = "stop_after"
                     break
@@ -423,6 +426,7 @@ class Trainer:
         return TrainResult(self.module.sync_head(), self.log, self.step, self.elapsed, stopped_by, self.out_dir,
                            dict(draft_vocab_size=int(self.draft_ids.numel()), draft_vocab_coverage=self.coverage,
                                 mask_token_id=self.mask_token_id, tokens_seen=self.tokens_seen,
+                                epochs_done=round(self.rows.epochs_done(), 3),
                                 tokens_per_s=round(self.tokens_seen / max(self.elapsed, 1e-9), 1),
                                 autocast=dtype_name(self.autocast)))
 
