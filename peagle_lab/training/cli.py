@@ -28,7 +28,7 @@ from .config import TrainConfig, check_config_fits_target
 from .evaluate import EvalSettings, evaluate_head
 from ..environment import environment
 from .records import final_accuracy, write_training_record
-from .sequences import check_data_target, extract_missing, prepare_sequences
+from .sequences import OnlineFeatures, check_data_target, extract_missing, prepare_sequences
 from ..features.taps import check_tap_layers, default_tap_layers
 from .state import STATE_FILE, check_resume_config, read_state
 from .stream import shard_sequences
@@ -235,8 +235,8 @@ def _training_data(args, cfg, model, records) -> _TrainingData:
         # online: batched target forwards; a bf16 target's taps are kept in bf16 (the same values, half the memory)
         dtype = next(model.parameters()).dtype
         seqs = prepare_sequences(model, records, cfg.tap_layers, args.features, max_seq_len=cfg.max_seq_len,
-                                 topk=topk, taps_dtype=dtype if dtype == torch.bfloat16 else torch.float32,
-                                 batch_tokens=args.online_batch_tokens)
+                                 topk=topk, online=OnlineFeatures(dtype if dtype == torch.bfloat16 else torch.float32,
+                                                                  args.online_batch_tokens))
         lengths, prompt_lens = [len(s["input_ids"]) for s in seqs], [s["prompt_len"] for s in seqs]
     return _TrainingData(seqs, lengths, prompt_lens, time.perf_counter() - t0)
 

@@ -368,6 +368,18 @@ class Trainer:
         with lock.hold(self.out_dir if self.is_main else None, self.state_dir if self.is_main else None):
             return self._train(stop_after)
 
+    def _stop_reason(self, step_times: list[float], stop_asked: bool) -> str | None:
+        """Why the loop stops before the next step: the time budget (the next step, at the median step time,
+        would pass it), the epochs asked for, or ``stop_asked``; ``None`` to go on."""
+        cfg = self.cfg
+        if cfg.time_budget_s is not None:
+            est = sorted(step_times)[len(step_times) // 2] if step_times else 0.0
+            if self._all_agree(self.elapsed + est > cfg.time_budget_s):
+                return "time_budget"
+        if cfg.epochs is not None and self.rows.epochs_done() >= cfg.epochs:
+            return "epochs"
+        return "stop_after" if stop_asked else None
+
     def _train(self, stop_after: int | None) -> TrainResult:
         cfg = self.cfg
         self.module.train()
@@ -380,16 +392,9 @@ class Trainer:
         stopped_by, done_here, step_times = "steps", 0, []
         try:
             while self.step < cfg.steps:
-                if cfg.time_budget_s is not None:
-                    est = sorted(step_times)[len(step_times) // 2] if step_times else 0.0
-                    if self._all_agree(self.elapsed + est > cfg.time_budget_s):
-                        stopped_by = "time_budget"
-                        break
-                if cfg.epochs is not None and self.rows.epochs_done() >= cfg.epochs:
-                    stopped_by = "epochs"
-                    break
-                if stop_after is not None and done_here >= stop_after:
-                    stopped_by = "stop_after"
+                reason = self._stop_reason(step_times, stop_after is not None and done_here >= stop_after)
+                if reason:
+                    stopped_by = reason
                     break
                 t0 = time.perf_counter()
                 row = self._train_step()
