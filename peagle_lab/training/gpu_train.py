@@ -13,7 +13,8 @@
   the other on the distilled file with online features (batched target forwards, bf16) for a fixed time each,
   as many epochs as that time allows; the heads (trainable tensors only: the embeddings shared with the target are
   left out, as every checkpoint here does) with their training records packed into one tar cut into parts of at
-  most 16 MiB, plus ``GPU_TRAINING.md`` / ``gpu_train.json`` / ``gpu_train.log``: at most 8 files in ``$OUT``;
+  most 16 MiB with the training logs, plus ``GPU_TRAINING.md`` and ``gpu_train.json``: at most 8 files in ``$OUT``
+  (a 4-layer and a 1-layer head of SmolLM2-135M's shape with a 4,096-id draft vocabulary: about 52 MB, 4 parts);
 * ``unpack`` (here): the returned parts checked, joined and unpacked into head folders, each checked;
 * ``dry-run``: every step above on the CPU at tiny sizes (a tiny target in place of the GGUF, a few training
   steps): the test suite runs it.
@@ -40,7 +41,7 @@ MiB = 1 << 20
 CARRY_PART_BYTES = 60 * MiB  # one run carries at most 64 MiB: a part, its manifest and the gguf wheel
 RETURN_PART_BYTES = 16 * MiB
 RETURN_FILES = 8
-RETURN_EXTRA = ("parts.json", "GPU_TRAINING.md", "gpu_train.json", "gpu_train.log")
+RETURN_EXTRA = ("parts.json", "GPU_TRAINING.md", "gpu_train.json")
 HEAD_FILES = ("config.json", "model.safetensors", "training.json", "TRAINING.md")
 DATA = "data/distill/smollm2-135m-scale.jsonl.gz"
 # name -> the head's own flags: the reference trainers' 4-layer P-EAGLE head, the shipped EAGLE-3 head's shape
@@ -63,7 +64,7 @@ class RunSettings:
     out: Path
     work: Path
     data: str = DATA
-    budget_s: float = 150.0
+    budget_s: float = 60.0
     epochs: float | None = None
     dry_run: bool = False
     extra: list[str] = field(default_factory=list)
@@ -156,7 +157,7 @@ def safe_untar(path: Path, dest: Path) -> Path:
             if m.name.startswith("/") or ".." in Path(m.name).parts or not (m.isfile() or m.isdir()):
                 raise PeagleError(f"{path.name} holds {m.name!r}, outside its folder or not a plain file. Fix: "
                                   "pack it again with this module.")
-        tar.extractall(dest)
+        tar.extractall(dest, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
     return dest
 
 
@@ -227,12 +228,13 @@ def head_summary(head_dir: Path) -> dict:
                 precision=rec["autocast"], final_train_accuracy=rec["final_train_accuracy"])
 
 
-def pack_heads(s: RunSettings, codes: dict, timings: dict) -> list[Path]:
-    """The trained heads (config, weights, training records; no optimizer state) in one tar cut into parts of at
-    most 16 MiB in ``out``, beside the manifest, GPU_TRAINING.md, gpu_train.json and gpu_train.log: at most 8
-    files (refused, with the fix, when more would be needed). Returns the files written."""
+def pack_heads(s: RunSettings, codes: dict, timings: dict, carried: dict) -> list[Path]:
+    """The trained heads (config, weights, training records; no optimizer state) and the training logs in one tar
+    cut into parts of at most 16 MiB in ``out``, beside the manifest, GPU_TRAINING.md and gpu_train.json: at most
+    8 files (refused, with the fix, when more would be needed). Returns the files written."""
     bundle = s.work / "bundle" / "heads"
     shutil.rmtree(bundle.parent, ignore_errors=True)
+    shutil.copytree(s.work / "logs", bundle / "logs")
     heads = {}
     for name, code in codes.items():
         src = s.work / "heads" / name
@@ -251,18 +253,20 @@ def pack_heads(s: RunSettings, codes: dict, timings: dict) -> list[Path]:
                           f"{RETURN_FILES} a run returns. Fix: fewer --layers or a smaller --draft-vocab-size.")
     s.out.mkdir(parents=True, exist_ok=True)
     split_file(tar_path, s.out, part_bytes, kind="tar", folders=False)
-    doc = dict(heads=heads, exit_codes=codes, timings_s=timings, data=s.data, budget_s=s.budget_s,
-               dry_run=s.dry_run)
+    failed = {n: (s.work / "logs" / f"train-{n}.log").read_text().splitlines()[-15:] for n, c in codes.items() if c}
+    doc = dict(heads=heads, exit_codes=codes, failed_log_tails=failed, timings_s=timings, data=s.data,
+               budget_s=s.budget_s, dry_run=s.dry_run,
+               target=dict(file=carried["file"], bytes=carried["bytes"], sha256=carried["sha256"]))
     write_json(s.out / "gpu_train.json", doc, indent=1)
     write_text(s.out / "GPU_TRAINING.md", training_markdown(doc))
-    logs = [f"== {p.name}\n" + p.read_text()[-20000:] for p in sorted((s.work / "logs").glob("*.log"))]
-    write_text(s.out / "gpu_train.log", "\n".join(logs))
     return sorted(p for p in s.out.iterdir() if p.is_file())
 
 
 def training_markdown(doc: dict) -> str:
     """GPU_TRAINING.md: per head the hardware, distinct tokens against tokens seen, epochs, layers and time."""
     lines = ["# Heads trained on a GPU (scripts/gpu_train.sh)", "",
+             f"Target: `{doc['target']['file']}` ({doc['target']['bytes']:,} bytes, sha256 "
+             f"{doc['target']['sha256']}), carried in checksummed parts. "
              f"Data: `{doc['data']}`, online features (batched target forwards), "
              + ("dry run: CPU, float32, tiny sizes, two epochs per head" if doc["dry_run"] else
                 f"bf16, {doc['budget_s']:.0f} s of training per head")
@@ -273,9 +277,9 @@ def training_markdown(doc: dict) -> str:
         lines.append(f"| {name} ({h['mode']}) | {h['layers']} | {h['K']} | {h['hardware']} | {h['distinct_tokens']:,} | "
                      f"{h['tokens_seen']:,} | {h['epochs']} | {h['train_time_s']:.0f} | {h['tokens_per_s']:.0f} | "
                      f"{h['feature_time_s']:.0f} | {h['stopped_by']} |")
-    failed = [n for n, c in doc["exit_codes"].items() if c != 0]
-    if failed:
-        lines += ["", f"Failed (see gpu_train.log): {', '.join(failed)}."]
+    for name, tail in doc["failed_log_tails"].items():
+        lines += ["", f"{name} failed (its whole log: heads/logs/train-{name}.log in the tar); the end of it:", "",
+                  "```", *tail, "```"]
     return "\n".join(lines) + "\n"
 
 
@@ -286,7 +290,7 @@ def run(s: RunSettings) -> int:
     timings["target"] = time.perf_counter() - t0
     print(f"[gpu_train] target rebuilt from the carried parts in {timings['target']:.0f} s: {target}", flush=True)
     codes = train_heads(s, target)
-    files = pack_heads(s, codes, timings)
+    files = pack_heads(s, codes, timings, read_manifest(s.carry))
     print(f"[gpu_train] {len(files)} files in {s.out}: " + ", ".join(p.name for p in files), flush=True)
     return 0 if all(c == 0 for c in codes.values()) else 1
 
@@ -294,7 +298,7 @@ def run(s: RunSettings) -> int:
 # ------------------------------------------------------------------------------------------------ here: unpack
 def unpack(returned: Path, dest: Path) -> list[Path]:
     """The heads of a run's returned files: parts checked, joined and unpacked into ``dest/<name>``, each head
-    checked (config against weights). Returns the head folders."""
+    checked (config against weights), the training logs into ``dest/logs``. Returns the head folders."""
     import tempfile
 
     from ..drafter.checkpoint import check_head_dir
@@ -305,6 +309,10 @@ def unpack(returned: Path, dest: Path) -> list[Path]:
         safe_untar(joined, Path(tmp) / "x")
         heads = []
         for head in sorted((Path(tmp) / "x" / "heads").iterdir()):
+            if head.name == "logs":
+                shutil.rmtree(dest / "logs", ignore_errors=True)
+                os.replace(head, dest / "logs")
+                continue
             check_head_dir(head)
             final = dest / head.name
             shutil.rmtree(final, ignore_errors=True)
@@ -368,7 +376,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--out", default=os.environ.get("OUT") or "build/gpu-train/out")
     r.add_argument("--work", default="build/gpu-train")
     r.add_argument("--data", default=DATA)
-    r.add_argument("--budget", type=float, default=150.0, help="seconds of training per head (default 150)")
+    r.add_argument("--budget", type=float, default=60.0, help="seconds of training per head (default 60)")
     r.add_argument("--epochs", type=float, default=None, help="stop a head after this many epochs")
     u = sub.add_parser("unpack", help="here: the returned parts checked, joined, unpacked into head folders")
     u.add_argument("--from", dest="src", required=True)
