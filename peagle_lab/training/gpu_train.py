@@ -14,7 +14,8 @@
   as many epochs as that time allows; the heads (trainable tensors only: the embeddings shared with the target are
   left out, as every checkpoint here does) with their training records packed into one tar cut into parts of at
   most 16 MiB with the training logs, plus ``GPU_TRAINING.md`` and ``gpu_train.json``: at most 8 files in ``$OUT``
-  (a 4-layer and a 1-layer head of SmolLM2-135M's shape with a 4,096-id draft vocabulary: about 52 MB, 4 parts);
+  (else build/gpu-train/out/GPU_TRAINING.md and the rest). A 4-layer and a 1-layer head of SmolLM2-135M's shape
+  with a 4,096-id draft vocabulary weigh about 52 MB: 4 parts;
 * ``unpack`` (here): the returned parts checked, joined and unpacked into head folders, each checked;
 * ``dry-run``: every step above on the CPU at tiny sizes (a tiny target in place of the GGUF, a few training
   steps): the test suite runs it.
