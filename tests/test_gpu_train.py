@@ -111,6 +111,21 @@ def test_the_carried_gguf_wheel_installs_offline_and_comes_first_on_the_path(tmp
     assert out.startswith("True " + site)
 
 
+def test_without_pip_the_carried_wheel_is_imported_from_its_zip(tmp_path, monkeypatch):
+    import importlib.util
+
+    (tmp_path / "carry" / "1").mkdir(parents=True)
+    wheel = _fake_gguf_wheel(tmp_path)
+    os.replace(wheel, tmp_path / "carry" / "1" / wheel.name)
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "pip" else real(name, *a))
+    entry = gpu_train.install_gguf(tmp_path / "carry", tmp_path / "work")
+    assert entry == str(tmp_path / "carry" / "1" / wheel.name) and not (tmp_path / "work").exists()
+    out = subprocess.run([sys.executable, "-c", "import gguf; print(gguf.CARRIED)"], env=dict(os.environ,
+                         PYTHONPATH=entry), capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "True"
+
+
 # ------------------------------------------------------------------------------------------------ the dry run
 @pytest.fixture(scope="module")
 def dry(tmp_path_factory):
@@ -264,3 +279,21 @@ def test_the_real_gguf_in_two_carried_parts_converts_to_the_package_checkpoint(t
     finally:
         os.environ.pop("PEAGLE_CACHE") if saved is None else os.environ.update(PEAGLE_CACHE=saved)
     assert sha256_of(converted) == sha256_of(convert_default() / "model.safetensors")
+
+
+def test_continuing_a_head_on_its_own_records_is_called_a_further_epoch(dry, tmp_path, capsys):
+    from peagle_lab.cli import main
+
+    work, _ = dry
+    head = work / "unpacked" / "eagle3"  # trained on all 8 records of the dry run's file
+    argv = ["train", "--data", str(work / "src" / "distilled.jsonl"), "--split", "all", "--records", "2:6",
+            "--init-from", str(head), "--out", str(tmp_path / "again"), "--target", str(work / "gpu" / "target" /
+            "tiny-target"), "--mode", "sequential", "-K", "8", "--steps", "1", "--device", "cpu", "--dtype",
+            "float32", "--batch-tokens", "64", "--row-tokens", "64"]
+    assert main(argv) in (0, None)
+    out = capsys.readouterr().out
+    assert "records 2:6 of" in out and "already trained on by eagle3: this run is a further epoch" in out
+    rec = json.loads((tmp_path / "again" / "training.json").read_text())
+    assert rec["data"]["seen_before"] == [{"head": "eagle3", "records": "2:6"}]
+    assert rec["distinct_tokens"] == rec["data"]["tokens"] and rec["tokens_seen"] >= 64
+    assert "further epoch over them, not fresh data" in (tmp_path / "again" / "TRAINING.md").read_text()

@@ -43,6 +43,7 @@ CARRY_PART_BYTES = 60 * MiB  # one run carries at most 64 MiB: a part, its manif
 RETURN_PART_BYTES = 16 * MiB
 RETURN_FILES = 8
 RETURN_EXTRA = ("parts.json", "GPU_TRAINING.md", "gpu_train.json")
+LOG_CHARS = 256_000  # the end of each training log travels back
 HEAD_FILES = ("config.json", "model.safetensors", "training.json", "TRAINING.md")
 DATA = "data/distill/smollm2-135m-scale.jsonl.gz"
 # name -> the head's own flags: the reference trainers' 4-layer P-EAGLE head, the shipped EAGLE-3 head's shape
@@ -131,7 +132,8 @@ def rebuild_target(carry: Path, work: Path) -> str:
 
 def install_gguf(carry: Path, work: Path) -> str:
     """The carried ``gguf`` wheel installed (no network, no dependencies: numpy, pyyaml and tqdm come with
-    transformers) into ``work/site``; returns that folder ('' when no wheel is carried and gguf is importable)."""
+    transformers) into ``work/site``; returns that folder, or the wheel itself where pip is missing ('' when no
+    wheel is carried and gguf is importable): what goes first on the converting process's path."""
     wheels = sorted(Path(carry).glob("*/gguf-*.whl"))
     if not wheels:
         import importlib.util
@@ -140,6 +142,10 @@ def install_gguf(carry: Path, work: Path) -> str:
             return ""
         raise PeagleError(f"no gguf wheel under {carry} and gguf is not installed. Fix: carry the folder "
                           "`carry-target` wrote part 1 into (it holds the wheel).")
+    import importlib.util
+
+    if importlib.util.find_spec("pip") is None:
+        return str(wheels[-1])  # no pip here: a pure-Python wheel imports from its zip file as it is
     site = work / "site"
     cmd = [sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--upgrade", "--target",
            str(site), str(wheels[-1])]
@@ -235,7 +241,10 @@ def pack_heads(s: RunSettings, codes: dict, timings: dict, carried: dict) -> lis
     8 files (refused, with the fix, when more would be needed). Returns the files written."""
     bundle = s.work / "bundle" / "heads"
     shutil.rmtree(bundle.parent, ignore_errors=True)
-    shutil.copytree(s.work / "logs", bundle / "logs")
+    (bundle / "logs").mkdir(parents=True)
+    for log in sorted((s.work / "logs").glob("*.log")):  # the end of each: progress bars make long logs
+        text = log.read_text(errors="replace")
+        write_text(bundle / "logs" / log.name, text[-LOG_CHARS:])
     heads = {}
     for name, code in codes.items():
         src = s.work / "heads" / name
