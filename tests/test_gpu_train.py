@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 import zipfile
@@ -156,13 +157,14 @@ def test_a_failing_trainer_is_reported_and_the_run_still_writes_its_record(dry, 
     os.chdir(REPO)
     try:
         settings = gpu_train.RunSettings(carry=work / "carry", out=tmp_path / "out", work=tmp_path / "w",
-                                         data=str(work / "src" / "distilled.jsonl"), dry_run=True, extra=["--lr", "5"])
+                                         data=str(work / "src" / "distilled.jsonl"), dry_run=True,
+                                         extra=["--split", "val"])  # no record of the file is in the val split
         assert gpu_train.run(settings) == 1
     finally:
         os.chdir(cwd)
     doc = json.loads((tmp_path / "out" / "gpu_train.json").read_text())
     assert doc["exit_codes"] == {"peagle": 1, "eagle3": 1} and doc["heads"] == {}
-    assert any("--lr" in line for line in doc["failed_log_tails"]["peagle"])
+    assert any("no records of the split 'val'" in line for line in doc["failed_log_tails"]["peagle"])
     assert "peagle failed" in (tmp_path / "out" / "GPU_TRAINING.md").read_text()
 
 
@@ -217,6 +219,16 @@ def test_run_with_a_part_missing_stops_before_loading_anything(dry, tmp_path):
     with pytest.raises(PeagleError, match=r"tiny-target\.tar\.part2 is missing .*found none"):
         gpu_train.run(settings)
     assert not (tmp_path / "w" / "heads").exists() and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("extra, said", [(["--budgte", "60"], "--budgte 60: neither a flag of `run`"),
+                                         (["--lr", "5"], "--lr"), (["--layers", "x"], "not valid")])
+def test_train_flags_are_checked_before_the_target_is_touched(tmp_path, extra, said):
+    settings = gpu_train.RunSettings(carry=tmp_path / "nothing-carried", out=tmp_path / "o", work=tmp_path / "w",
+                                     extra=extra)
+    with pytest.raises(PeagleError, match=re.escape(said)):
+        gpu_train.run(settings)
+    assert not (tmp_path / "w").exists()
 
 
 def test_the_command_line_answers_a_missing_part_with_one_error_line(tmp_path, capsys):

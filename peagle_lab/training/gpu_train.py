@@ -168,20 +168,49 @@ def safe_untar(path: Path, dest: Path) -> Path:
     return dest
 
 
+def head_argvs(s: RunSettings, target: str) -> dict[str, list[str]]:
+    """``{name: the peagle-lab train arguments of that head}``."""
+    flags = DRY_FLAGS if s.dry_run else [*GPU_FLAGS, "--steps", "100000000", "--time-budget", str(s.budget_s)]
+    if s.epochs:
+        flags = [*flags, "--epochs", str(s.epochs)]
+    how = "dry run on the CPU, float32" if s.dry_run else f"{s.budget_s:.0f} s budget, bf16"
+    return {name: ["train", "--data", s.data, "--out", str(s.work / "heads" / name), "--target", target,
+                   "--overwrite", "--eval-prompts", "0", "--eval-val-prompts", "0", *own, *flags, *s.extra,
+                   "--note", f"scripts/gpu_train.sh: {name}, online features, {how}"] for name, own in HEADS.items()}
+
+
+def _train_parser() -> argparse.ArgumentParser:
+    from .cli import register_cli
+
+    parser = argparse.ArgumentParser(prog="peagle-lab train", exit_on_error=False)
+    register_cli(parser.add_subparsers(dest="cmd"))
+    return parser
+
+
+def check_train_flags(s: RunSettings) -> None:
+    """Every head's ``peagle-lab train`` flags read and their settings checked before anything is joined,
+    converted or loaded: a mistyped flag passed on to the trainers stops the run here, not after the conversion."""
+    from .cli import config_from_args
+
+    for name, argv in head_argvs(s, "smollm2-135m").items():
+        try:
+            args, unknown = _train_parser().parse_known_args(argv)
+        except (argparse.ArgumentError, SystemExit) as exc:
+            raise PeagleError(f"the {name} head's train flags are not valid ({exc}). Fix: see `peagle-lab train "
+                              "--help` for the flags `run` passes on.") from None
+        if unknown:
+            raise PeagleError(f"{' '.join(unknown)}: neither a flag of `run` nor of `peagle-lab train`. Fix: see "
+                              "`python -m peagle_lab.training.gpu_train run --help` and `peagle-lab train --help`.")
+        config_from_args(args)
+
+
 def train_heads(s: RunSettings, target: str) -> dict:
     """Both heads trained one after the other (one GPU: side by side each would get half of it) by
     ``peagle-lab train``, each with its output in ``work/logs/train-<name>.log``. Returns ``{name: exit code}``
     (0 done, 1 failed: the error is the log's last line)."""
     (s.work / "logs").mkdir(parents=True, exist_ok=True)
-    flags = DRY_FLAGS if s.dry_run else [*GPU_FLAGS, "--steps", "100000000", "--time-budget", str(s.budget_s)]
-    if s.epochs:
-        flags = [*flags, "--epochs", str(s.epochs)]
-    how = "dry run on the CPU, float32" if s.dry_run else f"{s.budget_s:.0f} s budget, bf16"
     codes = {}
-    for name, own in HEADS.items():
-        argv = ["train", "--data", s.data, "--out", str(s.work / "heads" / name), "--target", target, "--overwrite",
-                "--eval-prompts", "0", "--eval-val-prompts", "0", *own, *flags, *s.extra,
-                "--note", f"scripts/gpu_train.sh: {name}, online features, {how}"]
+    for name, argv in head_argvs(s, target).items():
         codes[name] = _train_one(argv, s.work / "logs" / f"train-{name}.log")
         print(f"[gpu_train] {name}: {'done' if codes[name] == 0 else 'failed'} (log: train-{name}.log)", flush=True)
     return codes
@@ -193,10 +222,7 @@ def _train_one(argv: list[str], log_path: Path) -> int:
     import contextlib
     import traceback
 
-    from .cli import register_cli
-
-    parser = argparse.ArgumentParser(prog="peagle-lab")
-    register_cli(parser.add_subparsers(dest="cmd"))
+    parser = _train_parser()
     saved = sys.argv
     with open(log_path, "w") as log, contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
         try:
@@ -295,6 +321,7 @@ def training_markdown(doc: dict) -> str:
 
 def run(s: RunSettings) -> int:
     """The GPU run: target from the carried parts, both heads trained, the heads and records written to ``out``."""
+    check_train_flags(s)
     timings, t0 = {}, time.perf_counter()
     target = rebuild_target(s.carry, s.work)
     timings["target"] = time.perf_counter() - t0
