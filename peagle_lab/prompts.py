@@ -31,6 +31,13 @@ def scale_file() -> Path:
     return data_path("prompts", "scale.jsonl")
 
 
+def offmix_file() -> Path:
+    """The off-mix suite ``<data>/prompts/offmix.jsonl``: prompts written apart from the mix, in styles its waves
+    lack (terse, typos, multi-turn, real-world requests, long context, Rust / Go / SQL / bash / JavaScript / C++);
+    no head trains on them."""
+    return data_path("prompts", "offmix.jsonl")
+
+
 def _take(items: list, n: int | None, what: str) -> list:
     if n is None:
         return items
@@ -141,6 +148,23 @@ def _shingles(text: str, n: int = 6) -> set[tuple[str, ...]]:
     return {tuple(words[i:i + n]) for i in range(len(words) - n + 1)}
 
 
+def shared_runs(texts: list[str], corpus: list[str], n: int = 6) -> list[tuple[int, str]]:
+    """``(index, run)`` for every text of ``texts`` that repeats a text of ``corpus`` (same words, case and
+    punctuation aside) or shares an ``n``-word run with one: a near duplicate."""
+    whole = {" ".join(_words(t)) for t in corpus}
+    runs = set().union(*(_shingles(t, n) for t in corpus)) if corpus else set()
+    hits = []
+    for i, text in enumerate(texts):
+        if " ".join(_words(text)) in whole:
+            hits.append((i, "the same text"))
+            continue
+        words = _words(text)
+        run = next((words[j:j + n] for j in range(len(words) - n + 1) if tuple(words[j:j + n]) in runs), None)
+        if run:  # the first shared run, in the text's order
+            hits.append((i, " ".join(run)))
+    return hits
+
+
 def humaneval_overlap(texts: list[str], numbers_only_ok: bool = True) -> list[tuple[int, str]]:
     """``(index, reason)`` for every text that overlaps a HumanEval problem: it shares a 6-word run with one
     (signature + docstring; runs of numbers alone, such as example lists, are allowed with ``numbers_only_ok``) or
@@ -229,6 +253,14 @@ def kind_of(category: str | None) -> str:
     if category in ("chat", "multi_turn"):
         return "chat"
     return "code" if category == "coding" or category.startswith("code") else "reasoning"
+
+
+def offmix_records(n: int | None = None) -> list[dict]:
+    """The first ``n`` prompts of the off-mix suite (:func:`offmix_file`): chat, reasoning and code in turn."""
+    records = load_train_records(offmix_file())
+    if n is not None and n > len(records):
+        raise PeagleError(f"The offmix suite has {len(records)} prompts; {n} asked. Fix: -n {len(records)} or fewer.")
+    return records[:n]
 
 
 def chat_records(n: int | None = None) -> list[dict]:

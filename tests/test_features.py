@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from peagle_lab.features import writer as feature_writer
+from peagle_lab.features import online as feature_online
 from peagle_lab import features as F
 from peagle_lab.errors import PeagleError
 from peagle_lab.features.taps import default_tap_layers, target_forward
@@ -163,10 +163,10 @@ def test_interruption_inside_a_shard_leaves_no_shard_behind(model, reference, tm
             raise RuntimeError("killed")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(feature_writer, "batch_features", flaky)  # where the writer finds it
+    monkeypatch.setattr(feature_online, "batch_features", flaky)  # where the writer's batching finds it
     with pytest.raises(RuntimeError, match="killed"):
         _extract(model, _prompts(), out)
-    monkeypatch.setattr(feature_writer, "batch_features", real)
+    monkeypatch.setattr(feature_online, "batch_features", real)
     assert sorted(p.name for p in out.iterdir()) == [F.MANIFEST, "shard-00000.safetensors"]
     _extract(model, _prompts(), out)
     assert _files(out) == _files(reference)

@@ -26,7 +26,7 @@ def register_cli(sub):
     p = sub.add_parser("bench", help="benchmark drafting cost and end-to-end speed-ups (JSON, CSV, PNG)",
                        description="Drafting cost (parallel vs sequential per K) and end-to-end greedy decoding per "
                                    "prompt suite (code: HumanEval; chat: held-out chat, reasoning and code questions "
-                                   "of the prompt mix): plain, P-EAGLE, EAGLE-3, an oracle at the paper's acceptance, "
+                                   "of the prompt mix; offmix: prompts written apart from the mix): plain, P-EAGLE, EAGLE-3, an oracle at the paper's acceptance, "
                                    "transformers greedy and prompt-lookup.")
     add_config_flags(p, BenchConfig)
     add_target_options(p)
@@ -47,14 +47,14 @@ def check_cli(args) -> BenchConfig:
     folder (writable, not another host's or dtype's, not overwritten without --overwrite), before the target
     loads: the run's config, its ``out`` the results folder."""
     from ..drafter.heads import check_head_spec
-    from ..prompts import chat_records, humaneval_prompts
     from .files import check_results_dir
+    from .suites import suite_records
 
     device, dtype = check_target_options(args)
     cfg = config_from_args(args)
     if args.n_prompts is not None:  # no more than a suite holds
         for suite in cfg.suites:
-            humaneval_prompts(cfg.n_prompts) if suite == "code" else chat_records(cfg.n_prompts)
+            suite_records(suite, cfg.n_prompts)
     for role, spec in (("parallel", cfg.parallel_head), ("sequential", cfg.sequential_head)):
         if spec in ("none", "fresh"):
             continue

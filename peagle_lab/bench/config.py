@@ -73,8 +73,9 @@ class BenchConfig:
     draft_ks: tuple[int, ...] | None = flag_field(None, "K values for the drafting cost (full: 1-10)", type=parse_ks)
     pld_ks: tuple[int, ...] | None = flag_field(None, "prompt_lookup_num_tokens values (default: 10)", type=parse_ks)
     suite: str = flag_field(DEFAULT_SUITE, "prompt suite(s) end to end: code (HumanEval), chat (held-out split of the "
-                                           "prompt mix) or all (both, results per suite; default code)",
-                            choices=["code", "chat", "all"])
+                                           "prompt mix), offmix (prompts written apart from the mix, in other "
+                                           "styles) or all (code and chat, results per suite; default code)",
+                            choices=["code", "chat", "offmix", "all"])
     n_prompts: int | None = flag_field(None, "prompts per suite (full: 24)", short="-n")
     oracle_ks: tuple[int, ...] | None = flag_field(
         None, "K values of the oracle drafter (true greedy continuation at set per-position acceptance, charged one "

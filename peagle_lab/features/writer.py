@@ -23,7 +23,7 @@ from ..errors import PeagleError
 from .cost import bytes_per_token, estimate_bytes, format_bytes
 from .format import (FORMAT, FORMAT_VERSION, MANIFEST, PER_TOKEN_KEYS, TAP_CONVENTION,
                      dtype_bytes, read_manifest, shard_name, taps_dtype_name)
-from .online import batch_features, length_batches
+from .online import ordered_features
 from .identity import target_fingerprint, target_identity
 from ..settings import display_path
 from .taps import check_tap_layers, default_tap_layers
@@ -265,12 +265,4 @@ def _write_shards(model, plan: _Plan, s: ExtractionSettings, out_dir: Path, mani
 
 def _shard_records(model, chunk: list[torch.Tensor], tap_layers, s: ExtractionSettings, bar) -> list[dict]:
     """The features of one shard's sequences, in their order (batched by length when ``s.batch_tokens``)."""
-    records: list = [None] * len(chunk)
-    groups = (length_batches([len(x) for x in chunk], s.batch_tokens) if s.batch_tokens
-              else [[i] for i in range(len(chunk))])
-    for group in groups:
-        feats = batch_features(model, [chunk[i] for i in group], tap_layers, s.taps_dtype, s.topk)
-        for i, rec in zip(group, feats):
-            records[i] = rec
-        bar.update(sum(len(chunk[i]) for i in group))
-    return records
+    return ordered_features(model, chunk, tap_layers, s.taps_dtype, s.topk, s.batch_tokens, bar.update)

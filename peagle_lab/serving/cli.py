@@ -127,16 +127,8 @@ def _shell_quote(s: str) -> str:
 
 
 def _cli_sweep(args):
-<<<<<<< HEAD
-    conc = [int(c) for c in args.concurrency.split(",")]
-    if args.port is not None:
-        check_port_free(args.port)
-        check_port_free(args.port + 1)
-    head = shipped_head_path(args.head) if args.head in ("parallel", "sequential") else head_path(args.head)
-=======
     conc = check_sweep_args(args)
-    head = shipped_head_path(args.head) if args.head in ("parallel", "sequential") else Path(args.head)
->>>>>>> c35
+    head = shipped_head_path(args.head) if args.head in ("parallel", "sequential") else head_path(args.head)
     out = Path(args.out) if args.out else data_dir() / "results" / host_slug("cuda" if _on_gpu() else "cpu") / "serving"
     with lock.hold(out):
         _sweep_locked(args, conc, head, out)

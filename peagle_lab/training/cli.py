@@ -12,12 +12,14 @@ import typing
 from dataclasses import asdict
 from pathlib import Path
 
+import torch
+
 from .. import lock, validate
 from ..flags import add_config_flags, given_config_flags
 from .distill import read_distilled, select_split
 from ..drafter import PEagleDrafter
 from ..errors import PeagleError
-from .lineage import cumulative, head_config, history_of, summary
+from .lineage import cumulative, head_config, history_of, seen_before, summary
 from ..models import target_name
 from ..precision import dtype_name
 from ..prompts import humaneval_prompts
@@ -26,7 +28,7 @@ from .config import TrainConfig, check_config_fits_target
 from .evaluate import EvalSettings, evaluate_head
 from ..environment import environment
 from .records import final_accuracy, write_training_record
-from .sequences import check_data_target, extract_missing, prepare_sequences
+from .sequences import OnlineFeatures, check_data_target, extract_missing, prepare_sequences
 from ..features.taps import check_tap_layers, default_tap_layers
 from .state import STATE_FILE, check_resume_config, read_state
 from .stream import shard_sequences
@@ -48,6 +50,8 @@ def register_cli(sub):
                    help="first measure training tokens/s in float32 and in bf16 autocast (recorded), then train")
     p.add_argument("--features", default=None,
                    help="feature shard directory (extracted there when missing); default: online, cached in memory")
+    p.add_argument("--online-batch-tokens", type=int, default=0, metavar="N",
+                   help="online features: padded tokens per target forward (0: one sequence per forward)")
     p.add_argument("--stream", action="store_true",
                    help="read the --features shards as training goes (shuffled by shard and within a window of "
                         "sequences), never all in memory; sequences no complete part holds are extracted into a new part first")
@@ -93,6 +97,7 @@ def check_cli(args):
 
     cfg = config_from_args(args)
     check_target_options(args)
+    validate.positive_int(args.online_batch_tokens, "online_batch_tokens", "--online-batch-tokens", 0)
     if args.num_sequences is not None:
         validate.positive_int(args.num_sequences, "num_sequences", "--num-sequences")
     for name in ("eval_prompts", "eval_val_prompts"):
@@ -197,14 +202,29 @@ def _train_locked(args, cfg, meta, records, held_out):
     print(f"[train] {len(data.seqs)} sequences ({data.tokens:,} tokens; {held_out} records of other splits left "
           f"out), features in {data.seconds:.0f} s; loss {cfg.loss}; autocast {trainer.autocast}; draft vocabulary {trainer.draft_ids.numel()} ids, coverage {trainer.coverage:.4f}; "
           f"mask token id {trainer.mask_token_id}")
+    repeated = _records_seen_before(args, cfg, len(records))
     res = trainer.train()
     if not trainer.is_main:
         return
     record = _training_record(args, meta, held_out, data, trainer, res, probe)
+    record["data"]["seen_before"] = repeated
     if args.eval_prompts or args.eval_val_prompts:
         _evaluate_saved_head(args, model, tok, record)
     write_training_record(args.out, record)
     print(f"[train] head and TRAINING.md written to {args.out}")
+
+
+def _records_seen_before(args, cfg, sequences: int) -> list[dict]:
+    """The --init-from heads that already trained on records of this run (same file, split, overlapping range),
+    said aloud: continuing on them is a further epoch, not fresh data."""
+    if not cfg.init_from:
+        return []
+    this = dict(data=display_path(args.data), split=args.split, records=args.records, sequences=sequences)
+    repeated = seen_before(history_of(cfg.init_from), this)
+    for r in repeated:
+        print(f"[train] records {r['records']} of {this['data']} (split {args.split}) were already trained on by "
+              f"{r['head']}: this run is a further epoch over them, not fresh data")
+    return repeated
 
 
 def _training_data(args, cfg, model, records) -> _TrainingData:
@@ -224,8 +244,11 @@ def _training_data(args, cfg, model, records) -> _TrainingData:
         seqs = shard_sequences(args.features, records, cfg.max_seq_len, taps, topk)
         lengths, prompt_lens = seqs.lengths, seqs.prompt_lens
     else:
+        # online: batched target forwards; a bf16 target's taps are kept in bf16 (the same values, half the memory)
+        dtype = next(model.parameters()).dtype
         seqs = prepare_sequences(model, records, cfg.tap_layers, args.features, max_seq_len=cfg.max_seq_len,
-                                 topk=topk)
+                                 topk=topk, online=OnlineFeatures(dtype if dtype == torch.bfloat16 else torch.float32,
+                                                                  args.online_batch_tokens))
         lengths, prompt_lens = [len(s["input_ids"]) for s in seqs], [s["prompt_len"] for s in seqs]
     return _TrainingData(seqs, lengths, prompt_lens, time.perf_counter() - t0)
 
@@ -244,7 +267,9 @@ def _training_record(args, meta, held_out, data: _TrainingData, trainer, res, pr
                       + (", streamed)" if args.stream else ")") if args.features
                       else "online (target forward once, kept in memory)", seconds=round(feature_s, 1),
                       tokens_per_s=round(data.tokens / max(feature_s, 1e-9), 1)),
-        tokens_seen=res.info["tokens_seen"], tokens_per_s=res.info["tokens_per_s"], autocast=res.info["autocast"],
+        tokens_seen=res.info["tokens_seen"], distinct_tokens=data.tokens,
+        epochs=round(res.info["tokens_seen"] / max(data.tokens, 1), 2),
+        tokens_per_s=res.info["tokens_per_s"], autocast=res.info["autocast"],
         precision_probe=probe,
         draft_vocab=dict(size=int(trainer.draft_ids.numel()), coverage=round(trainer.coverage, 5)),
         steps_done=res.steps_done, train_time_s=round(res.train_time_s, 1), feature_time_s=round(feature_s, 1),

@@ -40,6 +40,8 @@ class TrainConfig:
     steps: int = flag_field(1000, "optimizer steps")
     time_budget_s: float | None = flag_field(None, "seconds of training, then stop and save", flag="--time-budget",
                                        metavar="SECONDS")
+    epochs: float | None = flag_field(None, "passes over the training sequences, then stop and save (with --steps and "
+                                            "--time-budget: whichever comes first)")
     schedule: str = flag_field("steps", "cosine over steps or over the time budget (CLI default: time when "
                                   "--time-budget is given)", choices=SCHEDULES)
     lr: float = flag_field(2e-3, "peak learning rate")
@@ -124,6 +126,8 @@ class TrainConfig:
             validate.finite(b, f"betas[{i}]", "--betas", low=0, high=1, high_open=True)
         if self.time_budget_s is not None:
             validate.finite(self.time_budget_s, "time_budget_s", "--time-budget", low=0, low_open=True)
+        if self.epochs is not None:
+            validate.finite(self.epochs, "epochs", "--epochs", low=0, low_open=True)
         if self.draft_vocab_size is not None:
             validate.positive_int(self.draft_vocab_size, "draft_vocab_size", "--draft-vocab-size", 1)
         if self.mask_token_id is not None:

@@ -8,6 +8,7 @@ appends the head's own record to ``history`` so the new record states cumulative
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 
 from ..drafter import CONFIG, PEagleConfig
@@ -68,8 +69,10 @@ def read_record(head_dir) -> dict | None:
 def summary(record: dict, head_dir) -> dict:
     """One history entry: what a run added (data, tokens, steps, time, where, how)."""
     c = record.get("config") or {}
-    return dict(head=Path(head_dir).name, command=record.get("command"), data=(record.get("data") or {}).get("file"),
-                sequences=(record.get("data") or {}).get("sequences"), tokens_seen=record.get("tokens_seen"),
+    data = record.get("data") or {}
+    return dict(head=Path(head_dir).name, command=record.get("command"), data=data.get("file"),
+                split=data.get("split"), records=data.get("records"),
+                sequences=data.get("sequences"), tokens_seen=record.get("tokens_seen"),
                 steps=record.get("steps_done"), train_time_s=record.get("train_time_s"),
                 autocast=record.get("autocast") or c.get("autocast"),
                 host=(record.get("machine") or {}).get("host"), init_from=c.get("init_from"))
@@ -91,4 +94,50 @@ def cumulative(history: list[dict], this_run: dict) -> dict:
         vals = [r.get(key) for r in runs]
         out[key] = None if any(v is None for v in vals) else round(sum(vals), 1)
     out["runs"] = len(runs)
+    return out
+
+
+def _flag_value(command: str | None, flag: str) -> str | None:
+    """The value of ``flag`` in a recorded command line (``None`` when absent or unreadable)."""
+    try:
+        words = shlex.split(command or "")
+    except ValueError:
+        return None
+    return next((words[i + 1] for i, w in enumerate(words[:-1]) if w == flag), None)
+
+
+def trained_span(entry: dict) -> tuple[str | None, str, int, int | None] | None:
+    """``(data file, split, first record, end record)`` a history entry trained on: from its own fields, else from its
+    recorded command line (entries written before the split and range were recorded); ``None`` when unknown."""
+    if not entry.get("data"):
+        return None
+    split = entry.get("split") or _flag_value(entry.get("command"), "--split") or "train"
+    records = entry.get("records") or _flag_value(entry.get("command"), "--records")
+    start = 0
+    end = None
+    if records:
+        a, _, b = str(records).partition(":")
+        start, end = int(a or 0), (int(b) if b.strip() else None)
+    if entry.get("sequences") is not None:
+        end = start + int(entry["sequences"]) if end is None else min(end, start + int(entry["sequences"]))
+    return entry["data"], split, start, end
+
+
+def seen_before(history: list[dict], this_run: dict) -> list[dict]:
+    """The earlier runs of ``history`` that trained on records this run trains on again (same file, same split,
+    overlapping record ranges): continuing on them is a further epoch over data already seen, not fresh data.
+    ``this_run``: a :func:`summary` of the run. Each entry: ``head`` and the overlapping ``records`` ``A:B``."""
+    mine = trained_span(this_run)
+    if mine is None:
+        return []
+    file, split, start, end = mine
+    out = []
+    for h in history:
+        theirs = trained_span(h)
+        if theirs is None or theirs[0] != file or theirs[1] != split:
+            continue
+        lo = max(start, theirs[2])
+        hi = min(x for x in (end, theirs[3]) if x is not None) if (end, theirs[3]) != (None, None) else None
+        if hi is None or hi > lo:
+            out.append(dict(head=h.get("head"), records=f"{lo}:{'' if hi is None else hi}"))
     return out

@@ -60,6 +60,10 @@ class PackedRows:
             tokens += sum(len(s["input_ids"]) for s in row)
         return rows
 
+    def epochs_done(self) -> float:
+        """Passes over the sequences so far: completed epochs plus the fraction of the current one."""
+        return self.epoch + self.pos / max(self._epoch_len(), 1)
+
     def state_dict(self):
         return {"epoch": self.epoch, "pos": self.pos}
 

@@ -34,6 +34,7 @@ def write_training_record(out_dir, record: dict) -> None:
              f"{record['feature_time_s']:.0f} s, stopped by {record['stopped_by']}",
              *([f"- tokens seen: {record['tokens_seen']:,} ({record['tokens_per_s']:.0f} tokens/s), precision "
                 f"{record['autocast']} (`--autocast {c.get('autocast', 'auto')}`)"] if record.get("tokens_seen") else []),
+             *_epoch_lines(record),
              *([f"- training tokens/s measured side by side on this run's data: float32 "
                 f"{record['precision_probe']['float32']:.0f}, bf16 autocast {record['precision_probe']['bfloat16']:.0f}"]
                if record.get("precision_probe") else []),
@@ -47,6 +48,18 @@ def write_training_record(out_dir, record: dict) -> None:
         lines[-1:-1] = [f"- note: {record['note']}"]
     lines += _history_lines(record) + _eval_lines(record)
     write_text(out_dir / "TRAINING.md", "\n".join(lines))
+
+
+def _epoch_lines(record: dict) -> list[str]:
+    """TRAINING.md's count of distinct tokens against tokens seen, and the records earlier runs already saw."""
+    lines = []
+    if record.get("distinct_tokens"):
+        lines.append(f"- distinct tokens: {record['distinct_tokens']:,}; tokens seen / distinct tokens: "
+                     f"{record.get('epochs')} epochs")
+    for r in (record.get("data") or {}).get("seen_before") or []:
+        lines.append(f"- records {r['records']} were already trained on by {r['head']}: this run is a further epoch "
+                     "over them, not fresh data")
+    return lines
 
 
 def _history_lines(record: dict) -> list[str]:

@@ -8,6 +8,7 @@ import hashlib
 import os
 import re
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -15,7 +16,8 @@ from tqdm.auto import tqdm
 
 from .distill import MAX_SEQ_LEN
 from ..errors import PeagleError
-from ..features import ExtractionSettings, extract_features, load_features, read_manifest, sequence_features
+from ..features import ExtractionSettings, extract_features, load_features, read_manifest
+from ..features.online import ordered_features
 from ..features.reader import sequence_key, shard_ids
 from ..features.identity import recorded_target_problem, target_fingerprint, target_identity
 from ..features.taps import check_tap_layers, default_tap_layers
@@ -24,14 +26,24 @@ from ..features.taps import check_tap_layers, default_tap_layers
 EXTRACT_BATCH_TOKENS = 2048  # padded tokens per target forward when the cache extracts missing sequences
 
 
-def prepare_sequences(model, records, tap_layers=None, features_dir=None, taps_dtype=torch.float32,
+@dataclass(frozen=True)
+class OnlineFeatures:
+    """How :func:`prepare_sequences` computes features online: the taps' dtype kept in memory, and
+    ``batch_tokens`` > 0 for target forwards over several sequences of similar length (at most that many padded
+    tokens each; 0: one sequence per forward)."""
+
+    taps_dtype: torch.dtype = torch.float32
+    batch_tokens: int = 0
+
+
+def prepare_sequences(model, records, tap_layers=None, features_dir=None, online: OnlineFeatures = OnlineFeatures(),
                       max_seq_len: int = MAX_SEQ_LEN, progress: bool = True, topk: int = 0) -> list[dict]:
     """Training sequences with the frozen target's features: ``[{input_ids, taps, labels, prompt_len}]``, plus
     ``topk_values`` / ``topk_indices`` (T, ``topk``) of the target's logits when ``topk`` > 0 (the soft targets
     of ``--loss kl``).
 
     ``records``: distilled records (``input_ids`` list, ``prompt_len``). Without ``features_dir`` the features
-    are computed online once and kept in memory. With it, ``features_dir`` is a cache of feature directories
+    are computed online once and kept in memory (``online``: :class:`OnlineFeatures`). With it, ``features_dir`` is a cache of feature directories
     written by :func:`peagle_lab.features.extract_features` (``part-*``): sequences found in any complete part
     (holding at least ``topk`` logits per token) are read from disk, the missing ones are extracted into a new part first. So extraction can start on the
     sequences distilled so far and later runs only add what is new; both heads read the same features.
@@ -42,8 +54,8 @@ def prepare_sequences(model, records, tap_layers=None, features_dir=None, taps_d
     if features_dir is not None:
         feats = _cached_features(model, ids, Path(features_dir), tap_layers, progress, topk)
     else:
-        feats = [sequence_features(model, s, tap_layers, taps_dtype, topk)
-                 for s in tqdm(ids, desc="features", unit="seq", disable=not progress)]
+        with tqdm(total=sum(map(len, ids)), desc="features", unit="tok", disable=not progress) as bar:
+            feats = ordered_features(model, ids, tap_layers, online.taps_dtype, topk, online.batch_tokens, bar.update)
     out = []
     for rec, f in zip(records, feats):
         seq = dict(input_ids=f["input_ids"].long(), taps=f["taps"], labels=f["greedy_next"].long(),

@@ -43,7 +43,7 @@ class TrainResult:
     log: list[dict]
     steps_done: int
     train_time_s: float
-    stopped_by: str  # "steps", "time_budget", "stop_after", "interrupt"
+    stopped_by: str  # "steps", "time_budget", "epochs", "stop_after", "interrupt"
     out_dir: Path | None = None
     info: dict = field(default_factory=dict)
 
@@ -371,6 +371,18 @@ class Trainer:
         with lock.hold(self.out_dir if self.is_main else None, self.state_dir if self.is_main else None):
             return self._train(stop_after)
 
+    def _stop_reason(self, step_times: list[float], stop_asked: bool) -> str | None:
+        """Why the loop stops before the next step: the time budget (the next step, at the median step time,
+        would pass it), the epochs asked for, or ``stop_asked``; ``None`` to go on."""
+        cfg = self.cfg
+        if cfg.time_budget_s is not None:
+            est = sorted(step_times)[len(step_times) // 2] if step_times else 0.0
+            if self._all_agree(self.elapsed + est > cfg.time_budget_s):
+                return "time_budget"
+        if cfg.epochs is not None and self.rows.epochs_done() >= cfg.epochs:
+            return "epochs"
+        return "stop_after" if stop_asked else None
+
     def _train(self, stop_after: int | None) -> TrainResult:
         cfg = self.cfg
         self.module.train()
@@ -383,13 +395,9 @@ class Trainer:
         stopped_by, done_here, step_times = "steps", 0, []
         try:
             while self.step < cfg.steps:
-                if cfg.time_budget_s is not None:
-                    est = sorted(step_times)[len(step_times) // 2] if step_times else 0.0
-                    if self._all_agree(self.elapsed + est > cfg.time_budget_s):
-                        stopped_by = "time_budget"
-                        break
-                if stop_after is not None and done_here >= stop_after:
-                    stopped_by = "stop_after"
+                reason = self._stop_reason(step_times, stop_after is not None and done_here >= stop_after)
+                if reason:
+                    stopped_by = reason
                     break
                 t0 = time.perf_counter()
                 row = self._train_step()
@@ -425,6 +433,7 @@ class Trainer:
         return TrainResult(self.module.sync_head(), self.log, self.step, self.elapsed, stopped_by, self.out_dir,
                            dict(draft_vocab_size=int(self.draft_ids.numel()), draft_vocab_coverage=self.coverage,
                                 mask_token_id=self.mask_token_id, tokens_seen=self.tokens_seen,
+                                epochs_done=round(self.rows.epochs_done(), 3),
                                 tokens_per_s=round(self.tokens_seen / max(self.elapsed, 1e-9), 1),
                                 autocast=dtype_name(self.autocast)))
 
