@@ -82,6 +82,7 @@ def ensure_head(kind: str, model, tokenizer, target, sizes: QuickSizes | None = 
         if info["note"]:
             print(info["note"])
         return head, info
+    del head  # the untrained head is not kept beside the trainer (an 8B target's head is 1.6 GB in bf16)
     sizes = sizes or QuickSizes.from_env()
     print(info["note"].replace(UNTRAINED_NOTE, f"training a small {kind} head here ({sizes.prompts} distilled "
                                                f"prompts, {sizes.steps} steps)"))
@@ -90,3 +91,20 @@ def ensure_head(kind: str, model, tokenizer, target, sizes: QuickSizes | None = 
     head, info = head_for_target(kind, model, tokenizer=tokenizer, target=target, allow_fresh=False)
     print(f"trained in {time.perf_counter() - t0:.0f} s: {info['source']}")
     return head, info
+
+
+def ensure_heads(kinds, model, tokenizer, target, sizes: QuickSizes | None = None) -> dict:
+    """``{kind: (head, info)}`` of :func:`ensure_head` for each of ``kinds``, with every missing head trained
+    before any head is kept: one trainer at a time and no head beside it (a notebook's peak on a 24 GiB GPU,
+    :mod:`peagle_lab.workbook.memory_plan`)."""
+    from ..drafter.heads import head_for_target
+    from ..memory import release
+
+    for kind in kinds:
+        head, info = head_for_target(kind, model, tokenizer=tokenizer, target=target)
+        missing = info["origin"] == "fresh"
+        del head
+        if missing:
+            ensure_head(kind, model, tokenizer, target, sizes)  # trains and saves it; the head is dropped here
+        release()
+    return {kind: ensure_head(kind, model, tokenizer, target, sizes) for kind in kinds}
