@@ -371,10 +371,10 @@ by_step = {r["step"]: r["loss"] for r in res.log}
 loss_gap = max(abs(r["loss"] - by_step[r["step"]]) for r in straight.log)
 weight_gap = max(float((a.float().cpu() - b.float()).abs().max())
                  for a, b in zip(straight.head.state_dict().values(), res.head.state_dict().values()))
-del straight
-release()
 print(f"uninterrupted vs interrupted + resumed, {len(straight.log)} steps: largest loss difference {loss_gap:.1e}, "
       f"largest weight difference {weight_gap:.1e}")
+del straight
+release()
 
 # %% tags=["nbval-check-output"]
 from peagle_lab.training import resume_tolerance

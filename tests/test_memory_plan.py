@@ -166,3 +166,10 @@ def test_memory_plan_command_prints_every_notebook(tmp_path, capsys, cfg_8b):
     assert len(rows) == len(memory_plan.PHASES) and all(r.startswith("fits") for r in rows)
     assert main(["memory-plan", "--target", str(tmp_path), "--gpu-gib", "16"]) == 0
     assert any(line.startswith("OVER") for line in capsys.readouterr().out.splitlines())
+
+
+def test_the_readmes_8b_figure_is_the_plans(cfg_8b):
+    readme = (NOTEBOOKS.parent / "README.md").read_text()
+    quoted = float(re.search(r"the peak, ([0-9.]+) GiB", readme).group(1))
+    peaks = memory_plan.notebook_peaks(cfg_8b, torch.bfloat16, gpu_bytes=24 * GIB)
+    assert quoted == round(max(p.total for p in peaks) / GIB, 1)
