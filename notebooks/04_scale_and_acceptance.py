@@ -287,6 +287,13 @@ for goal in (2.0, PAPER_AL):
 # distillation, training, evaluation and serving. The next cells show it on a second architecture: the tiny
 # Qwen3 target the package builds offline in seconds (`peagle-lab make-tiny-target`: q/k norm, tied embeddings,
 # grouped-query attention, its own vocabulary and a ChatML template; random weights, so its answers are noise).
+#
+# For your own model the notebooks make a small head on the spot when none is stored: it shows the mechanics, not a
+# speed-up (a few dozen prompts; acceptance length near 1). A head worth timing comes from one command on a GPU,
+# `PEAGLE_TARGET=<your model> bash scripts/gpu_heads.sh`: it distils 4,000 prompts of the scale mix with your model
+# (`PEAGLE_HEAD_PROMPTS`), extracts bf16 features to shards once, trains both heads from the streamed shards for
+# 150 s each (`PEAGLE_GPU_BUDGET`), evaluates them, and installs them where every notebook looks
+# (`$PEAGLE_RESULTS/heads/<target>/`).
 
 # %% tags=["nbval-check-output"]
 from peagle_lab.settings import results_dir
