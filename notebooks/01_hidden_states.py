@@ -31,9 +31,9 @@ from peagle_lab.workbook.notebook import start
 TARGET, DEVICE, CI = start(seed=0)
 
 import torch
-from peagle_lab import models, settings
+from peagle_lab import models, precision, settings
 
-model, tokenizer = models.load_target(TARGET, device=DEVICE, dtype=torch.float32)
+model, tokenizer = models.load_target(TARGET, device=DEVICE, dtype=precision.course_dtype(DEVICE))
 
 # %% [markdown]
 # ## One forward, three taps

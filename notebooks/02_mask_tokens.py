@@ -34,7 +34,7 @@ from peagle_lab.workbook.notebook import start
 TARGET, DEVICE, CI = start(seed=0)
 
 import torch
-from peagle_lab import models, settings
+from peagle_lab import models, precision, settings
 from peagle_lab.drafter import PEagleConfig, PEagleDrafter
 from peagle_lab.decoding.draft_sources import HeadDrafter
 from peagle_lab.decoding.sampling import Sampling
@@ -42,7 +42,7 @@ from peagle_lab.decoding.slots import Slots
 from peagle_lab.features.taps import target_forward
 from peagle_lab.training import pick_mask_token_id
 
-model, tokenizer = models.load_target(TARGET, device=DEVICE, dtype=torch.float32)
+model, tokenizer = models.load_target(TARGET, device=DEVICE, dtype=precision.course_dtype(DEVICE))
 
 # %% [markdown]
 # ## Why slots 2..K need stand-ins
@@ -261,6 +261,7 @@ for r in live:
 
 # %% tags=["nbval-ignore-output"]
 from peagle_lab.drafter.heads import head_for_target
+from peagle_lab.memory import release
 from peagle_lab.training import TrainConfig, Trainer, TrainerOptions
 
 K_CHECK = 4
@@ -273,6 +274,7 @@ if par_info["note"]:  # the shipped head does not fit this target
 cfg = TrainConfig(mode="parallel", num_depths=K_CHECK, layers=1, steps=1, save_every=0, autocast="float32",
                   draft_vocab_size=par_head.config.draft_vocab_size if trained else draft_vocab_size_for(model, 4096),
                   init_from=par_info["path"] if trained else None, target=TARGET)
+del par_head  # its config is read; the trainer loads the head from its directory (one copy on the device)
 check = Trainer(cfg, model, [seq], tokenizer, TrainerOptions(progress=False, verbose=False))
 module = check.module.eval()
 plan = plan_row([seq], K_CHECK, ratio=1.0, min_ratio=1.0)  # every anchor at every depth
@@ -289,6 +291,8 @@ with torch.no_grad():
             i = int((plan.depths[d].anchor_pos == a).nonzero())
             worst = max(worst, float((train_logits[d][i] - draft_logits[n - 1 + d].to(train_logits[d].device)).abs().max()))
 print(f"largest logit difference, training element vs one-pass draft: {worst:.1e}")
+del check, module, head, train_logits  # the trainer and its head go before the next cells
+release()
 
 # %% tags=["nbval-check-output"]
 print("training elements equal the one-pass draft (within 1e-4):", worst < 1e-4)

@@ -39,10 +39,10 @@ from peagle_lab.workbook.notebook import start
 TARGET, DEVICE, CI = start(seed=0)
 
 import torch
-from peagle_lab import models, settings
+from peagle_lab import models, precision, settings
 from peagle_lab.training.distill import distilled_data, distilled_records, read_distilled, shipped_distilled_path
 
-model, tokenizer = models.load_target(TARGET, device=DEVICE, dtype=torch.float32)
+model, tokenizer = models.load_target(TARGET, device=DEVICE, dtype=precision.course_dtype(DEVICE))
 
 # %% [markdown]
 # ## 1 · Data: the target answers the training prompts
@@ -193,6 +193,7 @@ except PeagleError as exc:
 # %% tags=["nbval-ignore-output"]
 from peagle_lab.drafter.heads import target_slug
 from peagle_lab.settings import results_dir
+from peagle_lab.memory import release
 from peagle_lab.training import (TrainConfig, Trainer, TrainerOptions, draft_vocab_size_for, final_accuracy, plan_row,
                                  prepare_sequences)
 
@@ -326,6 +327,8 @@ with torch.no_grad():
               f"{int(keep.sum()):4d} with a label in the draft vocabulary, cross-entropy {by_hand[-1]:.3f}")
     loss, _ = module(row)
 print(f"mean over depths {torch.stack(by_hand).mean():.4f}; DraftTrainer.forward on the same row {loss:.4f}")
+del module, logits  # one head in training at a time: an 8B target's head and its optimizer take ~7 GB
+release()
 
 # %% [markdown]
 # ### Train, interrupt, resume
@@ -351,19 +354,27 @@ OUT = results_dir() / "nb03" / "head"
 shutil.rmtree(OUT.parent, ignore_errors=True)
 first = Trainer(cfg, model, seqs, tokenizer, TrainerOptions(out_dir=OUT))
 part = first.train(stop_after=cfg.steps // 2)  # an interruption halfway
+part.head = None  # only the interrupted run's record is read below: its head and optimizer are freed
+del first
+release()
 second = Trainer(cfg, model, seqs, tokenizer, TrainerOptions(out_dir=OUT, resume=True))
 resumed_at = second.step
 res = second.train()
+del second  # the trained head stays in res.head; the optimizer goes
+res.head.cpu()  # beside the next trainer, the finished head waits in RAM
+release()
 print(f"draft vocabulary {res.info['draft_vocab_size']} ids, coverage {res.info['draft_vocab_coverage']:.4f}")
 
 # %% tags=["nbval-ignore-output"]
 straight = Trainer(cfg, model, seqs, tokenizer, TrainerOptions(progress=False, verbose=False)).train()
 by_step = {r["step"]: r["loss"] for r in res.log}
 loss_gap = max(abs(r["loss"] - by_step[r["step"]]) for r in straight.log)
-weight_gap = max(float((a.float() - b.float()).abs().max())
+weight_gap = max(float((a.float().cpu() - b.float()).abs().max())
                  for a, b in zip(straight.head.state_dict().values(), res.head.state_dict().values()))
 print(f"uninterrupted vs interrupted + resumed, {len(straight.log)} steps: largest loss difference {loss_gap:.1e}, "
       f"largest weight difference {weight_gap:.1e}")
+del straight
+release()
 
 # %% tags=["nbval-check-output"]
 from peagle_lab.training import resume_tolerance

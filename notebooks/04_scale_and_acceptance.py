@@ -43,10 +43,10 @@ import matplotlib.pyplot as plt
 import torch
 from IPython.display import Markdown, display
 
-from peagle_lab import models, settings
+from peagle_lab import models, precision, settings
 from peagle_lab.workbook.notebook import committed_label
 
-model, tokenizer = models.load_target(TARGET, device=DEVICE, dtype=torch.float32)
+model, tokenizer = models.load_target(TARGET, device=DEVICE, dtype=precision.course_dtype(DEVICE))
 RECIPE_DIR = settings.data_dir() / "recipe"
 HOST = max((p.parent.name for p in RECIPE_DIR.glob("*/curve.json")), default=None)  # the last host with a curve
 
@@ -103,9 +103,10 @@ for kind, row in heldout.items():
 
 # %% tags=["nbval-ignore-output"]
 from peagle_lab.prompts import humaneval_prompts
-from peagle_lab.training import EvalSettings, ensure_head, evaluate_head
+from peagle_lab.training import EvalSettings, ensure_heads, evaluate_head
 
-heads = {kind: ensure_head(kind, model, tokenizer, TARGET)[0] for kind in SHIPPED}
+# a missing head is made (one trainer at a time, no head beside it) before both are loaded
+heads = {kind: h for kind, (h, _) in ensure_heads(SHIPPED, model, tokenizer, TARGET).items()}
 KS = settings.pick([1, 4, 8], [1, 8])
 prompts = humaneval_prompts(settings.pick(2, 1))
 MAX_NEW = settings.pick(48, 24)
@@ -286,13 +287,20 @@ for goal in (2.0, PAPER_AL):
 # distillation, training, evaluation and serving. The next cells show it on a second architecture: the tiny
 # Qwen3 target the package builds offline in seconds (`peagle-lab make-tiny-target`: q/k norm, tied embeddings,
 # grouped-query attention, its own vocabulary and a ChatML template; random weights, so its answers are noise).
+#
+# For your own model the notebooks make a small head on the spot when none is stored: it shows the mechanics, not a
+# speed-up (a few dozen prompts; acceptance length near 1). A head worth timing comes from one command on a GPU,
+# `PEAGLE_TARGET=<your model> bash scripts/gpu_heads.sh`: it distils 4,000 prompts of the scale mix with your model
+# (`PEAGLE_HEAD_PROMPTS`), extracts bf16 features to shards once, trains both heads from the streamed shards for
+# 150 s each (`PEAGLE_GPU_BUDGET`), evaluates them, and installs them where every notebook looks
+# (`$PEAGLE_RESULTS/heads/<target>/`).
 
 # %% tags=["nbval-check-output"]
 from peagle_lab.settings import results_dir
 from peagle_lab.tiny_target import make_tiny_target
 
 tiny_dir = make_tiny_target(results_dir() / "nb04" / "tiny-qwen3")  # kept when already built
-tiny, tiny_tok = models.load_target(str(tiny_dir), device=DEVICE, dtype=torch.float32)
+tiny, tiny_tok = models.load_target(str(tiny_dir), device=DEVICE, dtype=precision.course_dtype(DEVICE))
 tc = tiny.config
 print(f"{type(tiny).__name__}: {tc.num_hidden_layers} layers, hidden {tc.hidden_size}, {tc.num_attention_heads} "
       f"query / {tc.num_key_value_heads} KV heads, head dim {tc.head_dim}, vocabulary {tc.vocab_size:,}, tied "
@@ -382,9 +390,9 @@ runner = TargetRunner(tiny, tiny_head.config.aux_hidden_state_layer_ids)
 ids = chat_ids(tiny_tok, QUESTION)
 plain = plain_generate(runner, list(ids), 24, eos_ids=None)
 spec = speculative_generate(runner, HeadDrafter(tiny_head, "parallel"), list(ids), 4, 24, eos_ids=None)
-div = first_divergence(spec.tokens, plain, torch.float32, DEVICE)
+div = first_divergence(spec.tokens, plain, tiny.dtype, DEVICE)
 print("speculative output lossless against plain greedy:",
-      is_lossless([div.as_dict()] if div else [], lossless_regime(torch.float32, DEVICE)))
+      is_lossless([div.as_dict()] if div else [], lossless_regime(tiny.dtype, DEVICE)))
 
 # %% [markdown]
 # ### A template mismatch

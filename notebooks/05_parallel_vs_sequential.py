@@ -46,7 +46,8 @@ import json
 
 from IPython.display import Markdown, display
 
-from peagle_lab import bench, precision
+from peagle_lab import bench, memory, precision
+from peagle_lab.memory import release
 from peagle_lab.workbook import report
 from peagle_lab.hardware import describe
 from peagle_lab.prompts import chat_ids, humaneval_prompts
@@ -89,10 +90,10 @@ print(describe(DEVICE))
 # their drafting *cost* is real and their acceptance low.
 
 # %%
-from peagle_lab.training import ensure_head
+from peagle_lab.training import ensure_heads
 
-par_head, par_info = ensure_head("parallel", model, tokenizer, TARGET)
-seq_head, seq_info = ensure_head("sequential", model, tokenizer, TARGET)
+made = ensure_heads(("parallel", "sequential"), model, tokenizer, TARGET)  # any missing one made first, alone
+(par_head, par_info), (seq_head, seq_info) = made["parallel"], made["sequential"]
 par_head._bench_source, seq_head._bench_source = par_info["source"], seq_info["source"]
 for role, info in (("P-EAGLE (parallel)", par_info), ("EAGLE-3 (sequential)", seq_info)):
     print(f"{role:22s} {info['source']}: {info.get('num_hidden_layers')} layer(s), "
@@ -298,14 +299,25 @@ for run in committed_bf16["runs"]:
         q9_pos = d["position"]
 q9_ids = chat_ids(tokenizer, humaneval_prompts(2)[1])
 Q9_K, Q9_NEW = 3, max(settings.pick(64, 24), q9_pos + 8)  # one prompt: run past the committed divergence
-fp32_model = model if DTYPE == torch.float32 else models.load_target(TARGET, device=DEVICE, dtype=torch.float32)[0]
+# a second copy of the target in the other dtype, where it fits beside this one (an 8B target in fp32 is 32 GB)
+fp32_need = memory.weights_bytes(model.config, torch.float32)
+if DTYPE == torch.float32:
+    fp32_model = model
+elif memory.fits(fp32_need, DEVICE):
+    fp32_model = models.load_target(TARGET, device=DEVICE, dtype=torch.float32)[0]
+else:
+    fp32_model = None
+    print(f"float32 : not run here: its copy of the target needs {memory.gib(fp32_need)}, more than the GPU has free "
+          f"beside the {precision.dtype_name(DTYPE)} one (on a CPU, float32 is where the loop is exact)")
 if DTYPE == torch.bfloat16:
     bf16_model = model
-else:  # this run is fp32: a bf16 copy for the comparison
+else:  # this run is fp32 (or fp16): a bf16 copy for the comparison
     import copy
 
-    bf16_model = copy.deepcopy(fp32_model).to(torch.bfloat16)
+    bf16_model = copy.deepcopy(model).to(torch.bfloat16)
 for dtype, m in ((torch.bfloat16, bf16_model), (torch.float32, fp32_model)):
+    if m is None:
+        continue
     head, _ = bench.load_head_or_fresh("parallel", m, mode="parallel")
     r = TargetRunner(m, head.config.aux_hidden_state_layer_ids)
     plain = plain_generate(r, q9_ids, Q9_NEW, eos_ids=tokenizer.eos_token_id)
@@ -323,6 +335,8 @@ for dtype, m in ((torch.bfloat16, bf16_model), (torch.float32, fp32_model)):
     print(f"          plain top-1 logit {plain.top_logits[p]:.3f}, margin to the second {div.margin:.3f}; near-tie bound "
           f"{div.bound:.3f} ({name} on {torch.device(DEVICE).type}, divergence.tie_bound): "
           + ("a near-tie" if div.near_tie else "NOT a near-tie"))
+del fp32_model, bf16_model, m, head, r  # `model` stays; the other dtype's copy is freed
+release()
 
 # %% [markdown]
 # Where bf16 diverges (the committed run, and the live one when it does: how many tokens it runs and the CPU's

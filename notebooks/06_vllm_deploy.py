@@ -84,9 +84,10 @@ print("CPU:", platform.processor() or platform.machine(), "| cores:", os.cpu_cou
 
 # %%
 from peagle_lab.models import load_target
+from peagle_lab.precision import course_dtype
 
 target_dir = serving.export_target(target=TARGET)  # a plain HF directory vLLM loads (the converted cache)
-model, tok = load_target(TARGET, device=DEVICE, dtype=torch.float32)
+model, tok = load_target(TARGET, device=DEVICE, dtype=course_dtype(DEVICE))
 from pathlib import Path
 
 from peagle_lab.settings import display_path
@@ -535,7 +536,7 @@ for r in gpu["rows"]:
 # %%
 EX_K = K  # try 2 or 7
 
-model, tok = load_target(TARGET, device=DEVICE, dtype=torch.float32)
+model, tok = load_target(TARGET, device=DEVICE, dtype=course_dtype(DEVICE))
 ex_head, _ = ensure_head("parallel", model, tok, TARGET)
 ex = SpecStats(k=EX_K)
 ex_runner = TargetRunner(model, ex_head.config.aux_hidden_state_layer_ids)

@@ -193,7 +193,7 @@ def load_target(name_or_path: str | None = None, device: str | None = None, dtyp
     try:
         from transformers import AutoConfig
 
-        from . import target_check
+        from . import memory, target_check
 
         shown = str(name_or_path or target_name())
         config = AutoConfig.from_pretrained(path)
@@ -201,6 +201,7 @@ def load_target(name_or_path: str | None = None, device: str | None = None, dtyp
         target_check.check_on_meta(config, shown)
         tok = AutoTokenizer.from_pretrained(path)
         target_check.check_chat_template(tok, shown)
+        memory.check_target_fits(config, dtype, dev, shown)  # a GPU too small: one line, before the weights
         model = AutoModelForCausalLM.from_pretrained(path, **load_kwargs(dev, dtype))
     except PeagleError:
         raise  # already one line with its fix

@@ -109,6 +109,18 @@ def resolve_dtype(dtype=None, device="cpu", warn: bool = True, training: bool = 
     return _TORCH[name]
 
 
+def course_dtype(device=None) -> torch.dtype:
+    """The dtype the workbook's notebooks load their target in: ``$PEAGLE_DTYPE`` when it is set; else float32 on
+    a CPU, where speculative decoding reproduces plain greedy decoding token for token (a property of fp32 CPU
+    kernels, which the chapters teach there), and :func:`auto_dtype` on CUDA (bf16 on sm_80+, fp16 before), where
+    float32 would double the memory (32 GB for an 8B target) and buy no exactness (the GPU's kernels round
+    differently in every shape; see ``decoding.divergence``). ``None``: CUDA when present, else the CPU."""
+    if os.environ.get("PEAGLE_DTYPE"):
+        return resolve_dtype(None, device or "cpu")
+    dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    return torch.float32 if dev.type == "cpu" else resolve_dtype("auto", dev)
+
+
 def dtype_name(dtype) -> str:
     """The one dtype name of the project: ``torch.bfloat16`` (or the text ``"torch.bfloat16"``) -> ``"bfloat16"``,
     as results, records and config.json (``torch_dtype``) write it."""

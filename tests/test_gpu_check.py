@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from peagle_lab.bench import gpu_check
 
@@ -28,6 +31,7 @@ def test_gpu_check_dry_run_records_every_stage(tmp_path, monkeypatch):
     rc = gpu_check.main(["--dry-run", "--in-process", "--notebooks-dir", str(nbs),
                          "--pytest-args", "tests/test_gpu_correctness.py -k each_rank"])
     summary = json.loads((out / "results.json").read_text())
+    assert summary["notebooks"] == ["00_ok", "01_broken", "02_serve"] and summary["commit"]
     assert rc == 1 and summary["dry_run"] and not summary["ok"]  # the broken notebook fails its stage ...
     assert list(summary["stages"]) == list(gpu_check.STAGES)  # ... and every stage after it still ran
     failed = {k for k, v in summary["stages"].items() if not v["ok"]}
@@ -114,3 +118,54 @@ def test_results_never_name_the_machines_own_folder(tmp_path, monkeypatch):
     monkeypatch.delenv("OUT")
     assert gpu_check.shown_path(REPO / "build" / "gpu-check" / "x") == "build/gpu-check/x"
     assert gpu_check.shown_path(tmp_path / "elsewhere") == "elsewhere"
+
+
+def test_a_notebook_out_of_the_stages_time_fails_the_stage(tmp_path):
+    nbs = tmp_path / "nbs"
+    nbs.mkdir()
+    (nbs / "00_ok.py").write_text("# %%\nprint('ok')\n")
+    (tmp_path / "target").mkdir()
+    (tmp_path / "target" / "config.json").write_text("{}")
+    with pytest.raises(RuntimeError, match="notebooks failed: \\['00_ok'\\]"):
+        gpu_check.stage_notebooks(tmp_path, True, notebooks_dir=nbs, deadline_s=1, target=tmp_path / "target")
+    rows = json.loads((tmp_path / "notebooks.json").read_text())
+    assert rows["00_ok"] == {"status": "failed", "error": "not run: out of the stage's time"}
+
+
+def test_widgets_stand_in_where_ipywidgets_is_missing(monkeypatch, capsys):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "ipywidgets" else real(name, *a))
+    saved = sys.modules.pop("ipywidgets", None)
+    try:
+        gpu_check._widgets_shim()
+        from peagle_lab.errors import require
+
+        w = require("ipywidgets", "pip install ipywidgets")
+        slider = w.IntSlider(value=4, min=1, max=10, layout=w.Layout(width="50%"))
+        slider.observe(print, names="value")
+        assert slider.value == 4 and "IntSlider" in repr(slider) and isinstance(w.VBox([slider]), gpu_check._Widget)
+    finally:
+        sys.modules.pop("ipywidgets", None)
+        if saved is not None:
+            sys.modules["ipywidgets"] = saved
+
+
+def test_the_env_stage_records_the_driver_against_the_wheels_cuda(monkeypatch):
+    def fake_run(cmd, **kw):
+        return subprocess.CompletedProcess(cmd, 0, stdout="550.54.15\n", stderr="")
+
+    monkeypatch.setattr(gpu_check.subprocess, "run", fake_run)
+    rec = gpu_check.driver_record("2.13.0", "13.0", False)
+    assert rec["driver"] == "550.54.15" and rec["driver_needed_by_torch"] == "580.65"
+    assert "TORCH_CUDA=cu126" in rec["driver_problem"]
+    assert gpu_check.driver_record("2.13.0", "13.0", True)["driver_problem"] is None
+
+
+def test_results_are_stamped_with_the_commit(monkeypatch):
+    monkeypatch.setenv("PEAGLE_COMMIT", "abc123")
+    assert gpu_check.commit_stamp() == "abc123"
+    monkeypatch.delenv("PEAGLE_COMMIT")
+    stamp = gpu_check.commit_stamp()
+    assert re.fullmatch(r"[0-9a-f]{40}(\+changes)?|unknown \(no git\)", stamp), stamp

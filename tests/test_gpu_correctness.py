@@ -114,10 +114,15 @@ def test_sweep_servers_split_the_gpu_memory(monkeypatch):
 
 
 def test_vllm_runs_in_our_loops_dtype_when_told():
-    gpu = engine.engine_kwargs(on_gpu=True, dtype=torch.float32)
-    assert gpu["dtype"] == "float32" and "enforce_eager" not in gpu
-    assert "dtype" not in engine.engine_kwargs(on_gpu=True)  # no dtype given: vLLM's auto, on purpose
+    gpu = engine.engine_kwargs(on_gpu=True, dtype=torch.bfloat16)
+    assert gpu["dtype"] == "bfloat16" and "enforce_eager" not in gpu
     assert engine.engine_kwargs(on_gpu=False)["dtype"] == "float32"
+
+
+@pytest.mark.parametrize("capability, expected", [((9, 0), "bfloat16"), ((8, 6), "bfloat16"), ((7, 5), "float16")])
+def test_vllm_on_a_gpu_runs_in_the_gpus_dtype_not_the_checkpoints(monkeypatch, capability, expected):
+    monkeypatch.setattr(engine, "cuda_capability", lambda dev: capability)
+    assert engine.engine_kwargs(on_gpu=True)["dtype"] == expected  # never vLLM's auto (fp32 for an fp32 checkpoint)
 
 
 def test_vllm_memory_check_names_both_numbers():

@@ -15,7 +15,9 @@ REPO = Path(__file__).resolve().parents[1]
 @pytest.mark.slow
 @pytest.mark.real_model
 def test_gpu_heads_dry_run_on_cpu(tmp_path):
-    env = dict(os.environ, PEAGLE_GPU_DRY_RUN="1", PEAGLE_PYTHON=sys.executable, OMP_NUM_THREADS="1")
+    env = dict(os.environ, PEAGLE_GPU_DRY_RUN="1", PEAGLE_PYTHON=sys.executable, OMP_NUM_THREADS="1",
+               PEAGLE_RESULTS=str(tmp_path / "results"))
+    env.pop("PEAGLE_TARGET", None)
     out = tmp_path / "gpu"
     run = subprocess.run(["bash", "scripts/gpu_heads.sh", str(out)], cwd=REPO, env=env, capture_output=True,
                          text=True, timeout=600)
@@ -29,6 +31,12 @@ def test_gpu_heads_dry_run_on_cpu(tmp_path):
         assert rec["features"]["source"].startswith("offline shards")
         assert set(rec["eval"]["acceptance_length"]) == {"1", "3"} and rec["eval_val"]["prompt_set"].startswith("held")
         assert (out / name / "TRAINING.md").exists() and (out / name / "model.safetensors").exists()
+    # installed where head_for_target looks for a head trained here for this target, without the training state
+    for kind, name in (("parallel", "peagle"), ("sequential", "eagle3")):
+        installed = tmp_path / "results" / "heads" / "smollm2-135m" / kind
+        assert (installed / "model.safetensors").read_bytes() == (out / name / "model.safetensors").read_bytes()
+        assert not (installed / "checkpoint").exists()
+    assert "--stream" in (REPO / "scripts" / "gpu_heads.sh").read_text()
     shards = list((out / "features").glob("part-*"))
     assert [p.name for p in shards] == ["part-train"]  # the trainers found every sequence there: no second part
 

@@ -125,3 +125,47 @@ def test_a_port_in_use_is_named():
         port = s.getsockname()[1]
         with pytest.raises(PeagleError, match=f"port {port} on 127.0.0.1 is already in use"):
             serve_sweep.check_port_free(port)
+
+
+# ------------------------------------------------------------------------------------------------ the sweep's head
+@pytest.fixture(scope="module")
+def tiny_qwen3(tmp_path_factory):
+    from peagle_lab.tiny_target import make_tiny_target
+
+    return make_tiny_target(tmp_path_factory.mktemp("tiny") / "tiny-qwen3")
+
+
+def test_the_sweep_refuses_a_target_without_a_head_in_one_line(tiny_qwen3, tmp_path, monkeypatch):
+    from peagle_lab.serving.cli import sweep_head
+
+    monkeypatch.setenv("PEAGLE_RESULTS", str(tmp_path))  # no head trained here for it
+    with pytest.raises(PeagleError) as err:
+        sweep_head("parallel", str(tiny_qwen3))
+    assert "\n" not in str(err.value) and "No parallel head for the target tiny-qwen3" in str(err.value)
+
+
+def test_the_sweep_refuses_the_shipped_smollm2_head_for_another_target(tiny_qwen3):
+    from peagle_lab.drafter.heads import shipped_head_path
+    from peagle_lab.serving.cli import sweep_head
+
+    with pytest.raises(PeagleError, match="cannot serve the target tiny-qwen3: vocabulary"):
+        sweep_head(str(shipped_head_path("parallel")), str(tiny_qwen3))
+
+
+def test_the_sweep_command_stops_before_any_server_starts(tiny_qwen3, tmp_path, monkeypatch, capsys):
+    from peagle_lab.cli import main
+    from peagle_lab.serving import cli as serving_cli
+
+    monkeypatch.setenv("PEAGLE_RESULTS", str(tmp_path))
+    monkeypatch.setattr(serving_cli, "serve", lambda *a, **k: pytest.fail("a server started"))
+    assert main(["serve-sweep", "--target", str(tiny_qwen3), "--out", str(tmp_path / "out")]) == 2
+    assert "No parallel head for the target tiny-qwen3" in capsys.readouterr().err
+
+
+@pytest.mark.real_model
+def test_the_sweep_takes_the_shipped_head_for_the_embedded_target():
+    from peagle_lab.drafter.heads import shipped_head_path
+    from peagle_lab.serving.cli import sweep_head
+
+    assert sweep_head("parallel") == shipped_head_path("parallel")
+    assert sweep_head("sequential") == shipped_head_path("sequential")

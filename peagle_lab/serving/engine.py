@@ -13,7 +13,7 @@ import torch
 from ..drafter.config import WEIGHTS, mask_token_id_of, read_config_json
 from ..errors import PeagleError
 from ..lifetime import guard_descendants
-from ..precision import dtype_name
+from ..precision import auto_dtype, cuda_capability, dtype_name
 from .export import export_target
 from .metrics import spec_diff, summarise_spec
 
@@ -80,11 +80,18 @@ def speculative_config(head_dir, k: int | None = None, parallel: bool | None = N
     return spec
 
 
+def gpu_engine_dtype() -> torch.dtype:
+    """The dtype an engine runs in on this machine's GPU when none is asked for: ``precision.auto_dtype`` of it
+    (bf16 on sm_80+, fp16 on T4 / V100), named explicitly rather than left to vLLM's ``auto``, which follows the
+    checkpoint's dtype (float32 for an fp32 checkpoint: twice the memory and a fallback attention kernel)."""
+    return auto_dtype("cuda", cuda_capability("cuda"))
+
+
 def engine_kwargs(max_model_len: int = 1024, kv_cache_gib: float = 1.0, seed: int = 0, dtype=None,
                   on_gpu: bool | None = None, **kw) -> dict:
-    """CPU-safe defaults (float32, eager, small KV cache, stats on for spec metrics); GPU keeps vLLM's, except
-    ``dtype``: pass the dtype our own loop runs in (``torch.float32`` or ``"float32"``), so that vLLM and our loop
-    compute in the same precision (vLLM's ``auto`` serves an fp32 checkpoint in bf16, fp16 on T4/V100).
+    """CPU-safe defaults (float32, eager, small KV cache, stats on for spec metrics); on a GPU vLLM's own, in the
+    GPU's dtype (:func:`gpu_engine_dtype`). ``dtype``: the dtype our own loop runs in, where the two are compared
+    (``torch.bfloat16`` or ``"bfloat16"``), so that vLLM and our loop compute in the same precision.
     ``gpu_memory_utilization`` and every other vLLM engine argument pass through ``kw``."""
     on_gpu = _on_gpu() if on_gpu is None else on_gpu
     base = {"max_model_len": max_model_len, "seed": seed, "disable_log_stats": False}
@@ -92,6 +99,8 @@ def engine_kwargs(max_model_len: int = 1024, kv_cache_gib: float = 1.0, seed: in
         base.update({"dtype": "float32", "enforce_eager": True})
         if not os.environ.get("VLLM_CPU_KVCACHE_SPACE"):
             base["kv_cache_memory_bytes"] = int(kv_cache_gib * _GiB)
+    elif dtype is None:
+        base["dtype"] = dtype_name(gpu_engine_dtype())
     if dtype is not None:
         base["dtype"] = dtype_name(dtype)
     base.update(kw)

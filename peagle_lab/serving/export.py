@@ -79,6 +79,25 @@ def _target_config(tdir: Path) -> dict:
     return cfg.get("text_config", cfg) if "hidden_size" not in cfg else cfg
 
 
+SINGLE_FILE = "model.safetensors"
+
+
+def _hub_file(target, fname: str) -> Path:
+    """One file of a hub target's checkpoint (from the local hub cache when it is there), or one line naming the
+    file, the target and what to do."""
+    try:
+        from huggingface_hub import hf_hub_download
+
+        return Path(hf_hub_download(str(target), fname))
+    except Exception as exc:  # noqa: BLE001 - missing file, no network, offline mode: the same answer
+        raise PeagleError(
+            f"The target {target}'s weights file {fname} is not available here ({type(exc).__name__}: "
+            f"{str(exc).splitlines()[0] if str(exc) else 'no detail'}); the export reads the target's embedding "
+            f"from it (model.safetensors, or the shard model.safetensors.index.json names). Fix: download the "
+            f"target (`huggingface-cli download {target} --include '*.json' '*.safetensors'`) and pass --target "
+            f"<that directory>, or allow the hub (unset HF_HUB_OFFLINE).") from None
+
+
 def target_embedding(target) -> torch.Tensor:
     """The target's input embedding matrix (vocab, H), read from its safetensors without loading the model."""
     from safetensors import safe_open
@@ -91,12 +110,12 @@ def target_embedding(target) -> torch.Tensor:
         files = [wmap[name]] if name else []
     else:
         files, name = sorted(p.name for p in tdir.glob("*.safetensors")), None
+        if not files and not Path(resolve_target(str(target))).is_dir():
+            files = [SINGLE_FILE]  # a hub target without an index keeps its weights in one file
     for fname in files:
         fpath = tdir / fname
         if not fpath.exists():  # hub target: fetch just this shard
-            from huggingface_hub import hf_hub_download
-
-            fpath = Path(hf_hub_download(str(target), fname))
+            fpath = _hub_file(target, fname)
         with safe_open(str(fpath), "pt") as f:
             key = name if name in f.keys() else next((k for k in f.keys() if k.endswith("embed_tokens.weight")), None)
             if key:

@@ -25,4 +25,4 @@ from .records import final_accuracy, write_training_record
 from .sequences import check_data_target, prepare_sequences
 from .state import check_resume_config, resume_tolerance
 from .trainer import Trainer, TrainerOptions, TrainResult, lr_factor, precision_probe, train_head
-from .quick import QuickSizes, draft_vocab_size_for, ensure_head, train_quick_head
+from .quick import QuickSizes, draft_vocab_size_for, ensure_head, ensure_heads, train_quick_head

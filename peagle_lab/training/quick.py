@@ -2,7 +2,8 @@
 prompts (:func:`peagle_lab.training.distill.distilled_records`), train briefly (:class:`.trainer.Trainer`), save it where
 :func:`peagle_lab.drafter.heads.head_for_target` finds it (``$PEAGLE_RESULTS/heads/<target>/<kind>``). Sizes come from
 the environment (``PEAGLE_CI=1``: tiny). The notebooks call :func:`ensure_head` so that each runs on its own,
-on any target."""
+on any target. Such a head is a demonstration (:data:`ON_THE_SPOT`); ``scripts/gpu_heads.sh`` makes heads worth
+timing for a target and installs them in the same place."""
 
 from __future__ import annotations
 
@@ -12,6 +13,12 @@ import tempfile
 from dataclasses import dataclass
 
 from ..settings import pick
+
+
+# what a head made on the spot is, said wherever one is made
+ON_THE_SPOT = ("an on-the-spot head that shows the mechanics, not a speed-up (expect an acceptance length near "
+               "1). A head worth timing: `PEAGLE_TARGET=<this target> bash "
+               "scripts/gpu_heads.sh` on a GPU")
 
 
 @dataclass(frozen=True)
@@ -82,11 +89,30 @@ def ensure_head(kind: str, model, tokenizer, target, sizes: QuickSizes | None = 
         if info["note"]:
             print(info["note"])
         return head, info
+    del head  # the untrained head is not kept beside the trainer (an 8B target's head is 1.6 GB in bf16)
     sizes = sizes or QuickSizes.from_env()
     print(info["note"].replace(UNTRAINED_NOTE, f"training a small {kind} head here ({sizes.prompts} distilled "
-                                               f"prompts, {sizes.steps} steps)"))
+                                               f"prompts, {sizes.steps} steps, {sizes.steps * sizes.batch_tokens:,} "
+                                               f"tokens): {ON_THE_SPOT}"))
     t0 = time.perf_counter()
     train_quick_head(kind, model, tokenizer, target, sizes)
     head, info = head_for_target(kind, model, tokenizer=tokenizer, target=target, allow_fresh=False)
     print(f"trained in {time.perf_counter() - t0:.0f} s: {info['source']}")
     return head, info
+
+
+def ensure_heads(kinds, model, tokenizer, target, sizes: QuickSizes | None = None) -> dict:
+    """``{kind: (head, info)}`` of :func:`ensure_head` for each of ``kinds``, with every missing head trained
+    before any head is kept: one trainer at a time and no head beside it (a notebook's peak on a 24 GiB GPU,
+    :mod:`peagle_lab.workbook.memory_plan`)."""
+    from ..drafter.heads import head_for_target
+    from ..memory import release
+
+    for kind in kinds:
+        head, info = head_for_target(kind, model, tokenizer=tokenizer, target=target)
+        missing = info["origin"] == "fresh"
+        del head
+        if missing:
+            ensure_head(kind, model, tokenizer, target, sizes)  # trains and saves it; the head is dropped here
+        release()
+    return {kind: ensure_head(kind, model, tokenizer, target, sizes) for kind in kinds}

@@ -11,6 +11,8 @@ updated after every verification round, and the time beside plain decoding measu
 
 from __future__ import annotations
 
+import html
+
 import time
 from dataclasses import dataclass, field
 from typing import Callable
@@ -52,6 +54,20 @@ def default_target():
     if _TARGET is None:
         _TARGET = load_target(device="cpu")
     return _TARGET
+
+
+def target_words(model) -> tuple[str, str]:
+    """How the explorer names ``model`` (the embedded target, or the target's own name) and says that it has no
+    trained head."""
+    from ..drafter.heads import target_slug
+    from ..models import is_default_target
+
+    name = getattr(model, "name_or_path", "") or ""
+    if not name or is_default_target(name):
+        return "the embedded target (SmolLM2-135M-Instruct)", "No shipped head in <code>data/heads/</code> yet"
+    slug = html.escape(target_slug(name))
+    return (f"the target <code>{slug}</code>", f"No trained head for <code>{slug}</code> (the shipped heads are "
+            "SmolLM2-135M's), none trained here yet")
 
 
 def available_heads(model=None) -> list[str]:
@@ -289,14 +305,16 @@ class Explorer:
         self.button.on_click(lambda _: self.generate())
 
         fresh_only = self.heads == [FRESH]
+        target, missing = target_words(model)
         note = ("<div style='background:#fff4d6; border:1px solid #e8c66a; padding:4px 8px; border-radius:4px;'>"
-                "No shipped head in <code>data/heads/</code> yet: this uses a <b>freshly initialised (untrained) "
-                "head</b>, so almost no draft is accepted (acceptance length close to 1). Train one in notebook 03 "
-                "or pass <code>heads=[path]</code>.</div>") if fresh_only else ""
+                f"{missing}: this uses a <b>freshly initialised (untrained) head</b>, so almost no draft is accepted "
+                "(acceptance length close to 1). Make one on a GPU (<code>PEAGLE_TARGET=... bash "
+                "scripts/gpu_heads.sh</code>), a small one in notebook 03, or pass <code>heads=[path]</code>.</div>"
+                ) if fresh_only else ""
         title = w.HTML("<h3 style='margin:4px 0;'>P-EAGLE explorer: speculative decoding, token by token</h3>"
                        "<div style='font-size:12px; color:#555;'>Each token is coloured by where it came from: a "
                        "draft accepted at slot j, or the token the target adds after each verification (bonus). "
-                       f"Runs on {next(model.parameters()).device} with the embedded target.</div>" + note)
+                       f"Runs on {next(model.parameters()).device} with {target}.</div>" + note)
         self.widget = w.VBox([
             title, self.prompt,
             w.HBox([self.k, self.max_new]), w.HBox([self.head, self.temperature]),
