@@ -313,6 +313,8 @@ _ = report.record("vllm_greedy_identical", peagle["ids"] == plain["ids"])
 import shlex
 import sys
 
+from transformers import AutoConfig
+
 question = "Write a Python function that checks whether a string is a palindrome."
 srv = serving.serve(target_dir, serving.Speculation(vllm_dir, k=K), max_model_len=2048, log_path=WORK / "server.log",
                     dtype=LOOP_DTYPE)
@@ -325,7 +327,8 @@ try:
     # vLLM renders a GPT-OSS chat with the harmony encoder of the real GPT-OSS vocabulary (ids above 200,000); a
     # target of that architecture with a vocabulary of its own (the tiny GPT-OSS) gets the prompt already rendered
     # by its own chat template, through /v1/completions
-    harmony_elsewhere = model.config.model_type == "gpt_oss" and model.config.vocab_size < 200_000
+    target_config = AutoConfig.from_pretrained(target_dir)
+    harmony_elsewhere = target_config.model_type == "gpt_oss" and target_config.vocab_size < 200_000
     try:
         from openai import OpenAI
 
