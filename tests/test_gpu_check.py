@@ -44,6 +44,9 @@ def test_gpu_check_dry_run_records_every_stage(tmp_path, monkeypatch):
     timing = json.loads((out / "timing.json").read_text())["result"]
     assert [r["k"] for r in timing["rows"]] == [1, 3] and timing["decode_step_ms"] > 0
     assert all(r["parallel_ms"] > 0 and r["verify_ratio"] > 0 for r in timing["rows"])
+    memory = json.loads((out / "memory.json").read_text())["result"]
+    assert [r["phase"] for r in memory["rows"]] == ["target + forward", "target + trainer", "target + 2 head + loop"]
+    assert all(r["plan_mib"] > 0 and r["measured_mib"] is None for r in memory["rows"])  # CPU: nothing to measure
     unit = json.loads((out / "unit_tests.json").read_text())["result"]
     assert unit["counts"]["passed"] >= 5
     assert (out / "gpu_check.log").read_text().count(": start") == len(gpu_check.STAGES)
@@ -169,3 +172,9 @@ def test_results_are_stamped_with_the_commit(monkeypatch):
     monkeypatch.delenv("PEAGLE_COMMIT")
     stamp = gpu_check.commit_stamp()
     assert re.fullmatch(r"[0-9a-f]{40}(\+changes)?|unknown \(no git\)", stamp), stamp
+
+
+def test_the_stages_fit_eight_minutes():
+    assert sum(gpu_check.STAGES.values()) <= gpu_check.TOTAL_BUDGET_S
+    limit = int(re.search(r"^LIMIT=(\d+)$", (REPO / "scripts" / "gpu_check.sh").read_text(), re.M).group(1))
+    assert gpu_check.TOTAL_BUDGET_S < limit < 8 * 60

@@ -13,11 +13,13 @@ next one runs (``scripts/gpu_check.sh`` is the entry point):
 4. ``loop``: greedy speculative decoding on the device against plain greedy decoding, K in 1, 2, 3, 5, 8, parallel and
    sequential drafting: fp32 held to the near-tie rule (``divergence.tie_bound``), bf16 with every divergence's
    margin;
-5. ``notebooks``: every ``notebooks/*.py`` (jupytext percent format) run as a script on the device against the tiny
+5. ``memory``: the notebooks' loads with Llama-3.1-8B's shapes on a 24 GiB cap (:func:`stage_memory`), measured
+   beside the memory plan;
+6. ``notebooks``: every ``notebooks/*.py`` (jupytext percent format) run as a script on the device against the tiny
    target at CI sizes; a notebook that needs vLLM where it is not installed is skipped with that reason (ipywidgets
    has stand-ins, so the explorer's code runs); a notebook that fails, times out or is not reached in the stage's
    time fails the stage;
-6. ``timing``: one parallel drafting pass against K sequential passes, and verifying K+1 tokens against decoding one,
+7. ``timing``: one parallel drafting pass against K sequential passes, and verifying K+1 tokens against decoding one,
    on a randomly initialised target and head of a real size (Llama-3.1-8B's shapes in bf16; built on the meta device
    and materialised on the GPU with ``to_empty``), timed with CUDA events (``bench.drafting.drafting_cost``).
 
@@ -44,8 +46,8 @@ from pathlib import Path
 from ..settings import REPO_ROOT
 
 # name -> seconds it may take on the GPU; their sum stays under 8 minutes with the start-up of each process
-STAGES = {"env": 30, "tiny_target": 30, "unit_tests": 70, "loop": 80, "notebooks": 200, "timing": 60}
-TOTAL_BUDGET_S = 470
+STAGES = {"env": 20, "tiny_target": 20, "unit_tests": 60, "loop": 60, "memory": 40, "notebooks": 200, "timing": 50}
+TOTAL_BUDGET_S = 450
 DRY_RUN_SLACK = 4  # a dry run's limits are this many times longer: a small shared CPU imports torch slowly
 # Unit tests that import nothing beyond torch, transformers, accelerate, pytest, matplotlib and tokenizers at
 # module level; the markers leave out what needs SmolLM2, vLLM, a browser, several processes or minutes of CPU.
@@ -447,6 +449,91 @@ def real_size_head(model, draft_vocab: int, k: int, device, dtype):
     return head.to(dtype).eval().requires_grad_(False)
 
 
+MEMORY_CAP_GIB = 24  # the cards the memory plan is held to (A10G, L4)
+
+
+def _peak_of(build, dev) -> float | None:
+    """MiB allocated on ``dev`` at the peak of ``build()`` (None off CUDA), everything it made freed after."""
+    import gc
+
+    import torch
+
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)
+        torch.cuda.reset_peak_memory_stats(dev)
+    held = build()
+    peak = torch.cuda.max_memory_allocated(dev) / 2**20 if dev.type == "cuda" else None
+    del held
+    gc.collect()
+    if dev.type == "cuda":
+        torch.cuda.empty_cache()
+    return None if peak is None else round(peak, 1)
+
+
+def _memory_phases(model, dev, dtype, draft_vocab: int) -> dict:
+    """The memory plan's phases built for real beside ``model``: one forward keeping every hidden state, a head in
+    training after one AdamW step (weights, gradients, both moments), two inference heads with a KV cache."""
+    import torch
+
+    from ..training.objective import DraftTrainer
+    from ..workbook import memory_plan as plan
+
+    def forward():
+        with torch.no_grad():
+            return model(torch.zeros(1, plan.SEQUENCE_TOKENS, dtype=torch.long, device=dev), output_hidden_states=True)
+
+    def trainer():
+        head = real_size_head(model, draft_vocab, plan.DEPTHS, dev, torch.float32).requires_grad_(True)
+        module = DraftTrainer(head, "parallel").to(dev)
+        params = [p for p in module.parameters() if p.requires_grad]
+        for p in params:
+            p.grad = torch.zeros_like(p)
+        opt = torch.optim.AdamW(params)
+        opt.step()
+        return module, opt
+
+    def loop():
+        heads = [real_size_head(model, draft_vocab, plan.DEPTHS, dev, dtype) for _ in range(2)]
+        with torch.no_grad():
+            out = model(torch.zeros(1, plan.CONTEXT_TOKENS, dtype=torch.long, device=dev), use_cache=True)
+            verify = model(torch.zeros(1, plan.DEPTHS + 1, dtype=torch.long, device=dev),
+                           past_key_values=out.past_key_values, use_cache=True)
+        return heads, out, verify
+
+    return {"target + forward": _peak_of(forward, dev), "target + trainer": _peak_of(trainer, dev),
+            "target + 2 head + loop": _peak_of(loop, dev)}
+
+
+def stage_memory(out: Path, dry_run: bool) -> dict:
+    """The notebooks' loads on a 24 GiB card, replayed: Llama-3.1-8B's shapes (DRY_SIZE in a dry run) in the dtype
+    ``auto`` picks, materialised on the device under a 24 GiB cap (``set_per_process_memory_fraction``), then each
+    phase of :mod:`peagle_lab.workbook.memory_plan` built for real (:func:`_memory_phases`). Per phase the measured
+    peak beside the plan's estimate; running out of memory under the cap fails the stage."""
+    import torch
+    from transformers import LlamaConfig
+
+    from ..precision import dtype_name, resolve_dtype
+    from ..workbook import memory_plan as plan
+
+    dev = device_of(dry_run)
+    dtype = resolve_dtype("auto", dev, warn=False) if dev.type == "cuda" else torch.float32
+    shape = DRY_SIZE if dry_run else REAL_SIZE
+    cap = MEMORY_CAP_GIB * 2**30
+    if dev.type == "cuda":
+        torch.cuda.set_per_process_memory_fraction(min(1.0, cap / torch.cuda.mem_get_info(dev)[1]), dev)
+    model = real_size_target(shape, dev, dtype)
+    measured = _memory_phases(model, dev, dtype, min(plan.DRAFT_VOCAB, shape["vocab_size"] // 2))
+    sizes = plan.part_sizes(LlamaConfig(**shape), dtype, cap)
+    rows = [{"phase": name, "measured_mib": mib,
+             "plan_mib": round(sum(int(c or 1) * sizes[n] for c, _, n in (i.rpartition(" ") for i in
+                                                                        name.split(" + "))) / 2**20, 1)}
+            for name, mib in measured.items()]
+    return {"device": str(dev), "dtype": dtype_name(dtype), "cap_gib": MEMORY_CAP_GIB,
+            "shape": "Llama-3.1-8B" if not dry_run else "dry-run", "rows": rows,
+            "note": "measured: torch.cuda.max_memory_allocated per phase (CUDA only); the trainer's row leaves out "
+                    "a training step's activations, which the plan adds"}
+
+
 def stage_timing(out: Path, dry_run: bool, ks=(1, 3, 5, 7, 8), repeats: int = 10, prompt_tokens: int = 512) -> dict:
     import torch
 
@@ -478,7 +565,8 @@ def stage_timing(out: Path, dry_run: bool, ks=(1, 3, 5, 7, 8), repeats: int = 10
 
 
 STAGE_FUNCS = {"env": stage_env, "tiny_target": stage_tiny_target, "unit_tests": stage_unit_tests,
-               "loop": stage_loop, "notebooks": stage_notebooks, "timing": stage_timing}
+               "loop": stage_loop, "memory": stage_memory, "notebooks": stage_notebooks,
+               "timing": stage_timing}
 
 
 # ------------------------------------------------------------------------------------------------ driver
