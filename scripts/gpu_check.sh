@@ -2,7 +2,8 @@
 # The GPU check: on a machine with one CUDA GPU and no network, in under 8 minutes, with only torch, transformers,
 # accelerate, pytest, matplotlib and tokenizers installed (no Jupyter, no vLLM, no SmolLM2 weights, no data/heads):
 # builds a tiny target, runs the unit tests that apply, the speculative loop on CUDA (fp32 and bf16, near-tie rule),
-# every notebook's source as a script against the tiny target, and times drafting and verification on a random
+# the notebooks' loads with Llama-3.1-8B's shapes under a 24 GiB cap, every notebook's source cell by cell against
+# the tiny target (checked cells compared with the saved outputs), and times drafting and verification on a random
 # target and head of Llama-3.1-8B's shapes in bf16 (peagle_lab/bench/gpu_check.py says what each stage does).
 #
 #   bash scripts/gpu_check.sh                 # results in $OUT, else build/gpu-check/<host>/

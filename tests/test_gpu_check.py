@@ -149,6 +149,10 @@ def test_widgets_stand_in_where_ipywidgets_is_missing(monkeypatch, capsys):
         slider = w.IntSlider(value=4, min=1, max=10, layout=w.Layout(width="50%"))
         slider.observe(print, names="value")
         assert slider.value == 4 and "IntSlider" in repr(slider) and isinstance(w.VBox([slider]), gpu_check._Widget)
+        assert not hasattr(w, "__file__")  # a module attribute is not a widget (inspect walks every module's file)
+        import inspect
+
+        assert inspect.getmodule(test_widgets_stand_in_where_ipywidgets_is_missing) is not None
     finally:
         sys.modules.pop("ipywidgets", None)
         if saved is not None:

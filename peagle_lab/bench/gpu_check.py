@@ -15,8 +15,9 @@ next one runs (``scripts/gpu_check.sh`` is the entry point):
    margin;
 5. ``memory``: the notebooks' loads with Llama-3.1-8B's shapes on a 24 GiB cap (:func:`stage_memory`), measured
    beside the memory plan;
-6. ``notebooks``: every ``notebooks/*.py`` (jupytext percent format) run as a script on the device against the tiny
-   target at CI sizes; a notebook that needs vLLM where it is not installed is skipped with that reason (ipywidgets
+6. ``notebooks``: every ``notebooks/*.py`` (jupytext percent format) run cell by cell on the device against the tiny
+   target at CI sizes, the cells tagged ``nbval-check-output`` compared with the saved ``.ipynb`` outputs as
+   ``make test`` compares them; a notebook that needs vLLM where it is not installed is skipped with that reason (ipywidgets
    has stand-ins, so the explorer's code runs); a notebook that fails, times out or is not reached in the stage's
    time fails the stage;
 7. ``timing``: one parallel drafting pass against K sequential passes, and verifying K+1 tokens against decoding one,
@@ -311,7 +312,12 @@ def _widgets_shim() -> None:
 
     mod = types.ModuleType("ipywidgets")
     mod.__spec__ = ModuleSpec("ipywidgets", None)
-    mod.__getattr__ = lambda name: (lambda *a, **k: _Widget(*a, _kind=name, **k))
+    def widget_class(name):
+        if name.startswith("__"):  # module attributes (__file__, __path__, ...): a plain module has none
+            raise AttributeError(name)
+        return lambda *a, **k: _Widget(*a, _kind=name, **k)
+
+    mod.__getattr__ = widget_class
     sys.modules["ipywidgets"] = mod
     print("[gpu_check] ipywidgets is not installed: stand-in widgets (the code runs, nothing to click)")
 
