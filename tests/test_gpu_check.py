@@ -44,6 +44,9 @@ def test_gpu_check_dry_run_records_every_stage(tmp_path, monkeypatch):
     timing = json.loads((out / "timing.json").read_text())["result"]
     assert [r["k"] for r in timing["rows"]] == [1, 3] and timing["decode_step_ms"] > 0
     assert all(r["parallel_ms"] > 0 and r["verify_ratio"] > 0 for r in timing["rows"])
+    engines = json.loads((out / "vllm.json").read_text())["result"]
+    assert len(engines["engines"]) == 3 and {e["dtype"] for e in engines["engines"]} == {"float32"}  # CPU: fp32
+    assert engines["split_shares"] == {} and "vllm" not in sys.modules or sys.modules["vllm"].__version__ != "stand-in"
     memory = json.loads((out / "memory.json").read_text())["result"]
     assert [r["phase"] for r in memory["rows"]] == ["target + forward", "target + trainer", "target + 2 head + loop"]
     assert all(r["plan_mib"] > 0 and r["measured_mib"] is None for r in memory["rows"])  # CPU: nothing to measure
@@ -214,3 +217,16 @@ def test_notebook_cells_are_compared_with_the_saved_outputs(tmp_path, monkeypatc
     problems = gpu_check.saved_output_problems([([], ""), (["nbval-check-output"], "x is 2\n20\n")],
                                                bad.with_suffix(".ipynb"), default_target=False)
     assert len(problems) == 1 and "code cell 1" in problems[0] and "'x is 3' vs 'x is 2'" in problems[0]
+
+
+def test_the_vllm_stand_in_refuses_a_start_without_its_share_free(monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda *a: (10 * 2**30, 24 * 2**30))
+    fake = gpu_check.vllm_stand_in()
+    with pytest.raises(RuntimeError, match="0.9 of the GPU asked, 10.0 GiB free"):
+        fake.LLM(model="t", dtype="bfloat16")
+    assert fake.records == []
+    params = fake.SamplingParams(temperature=0.0, max_tokens=8)
+    assert params.max_tokens == 8

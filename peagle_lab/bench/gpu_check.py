@@ -13,14 +13,16 @@ next one runs (``scripts/gpu_check.sh`` is the entry point):
 4. ``loop``: greedy speculative decoding on the device against plain greedy decoding, K in 1, 2, 3, 5, 8, parallel and
    sequential drafting: fp32 held to the near-tie rule (``divergence.tie_bound``), bf16 with every divergence's
    margin;
-5. ``memory``: the notebooks' loads with Llama-3.1-8B's shapes on a 24 GiB cap (:func:`stage_memory`), measured
+5. ``vllm``: notebook 06's engine and the serving sweep's two engines started through our code with a stand-in
+   ``vllm`` module (:func:`stage_vllm`): their dtype and the free memory at each start;
+6. ``memory``: the notebooks' loads with Llama-3.1-8B's shapes on a 24 GiB cap (:func:`stage_memory`), measured
    beside the memory plan;
-6. ``notebooks``: every ``notebooks/*.py`` (jupytext percent format) run cell by cell on the device against the tiny
+7. ``notebooks``: every ``notebooks/*.py`` (jupytext percent format) run cell by cell on the device against the tiny
    target at CI sizes, the cells tagged ``nbval-check-output`` compared with the saved ``.ipynb`` outputs as
    ``make test`` compares them; a notebook that needs vLLM where it is not installed is skipped with that reason (ipywidgets
    has stand-ins, so the explorer's code runs); a notebook that fails, times out or is not reached in the stage's
    time fails the stage;
-7. ``timing``: one parallel drafting pass against K sequential passes, and verifying K+1 tokens against decoding one,
+8. ``timing``: one parallel drafting pass against K sequential passes, and verifying K+1 tokens against decoding one,
    on a randomly initialised target and head of a real size (Llama-3.1-8B's shapes in bf16; built on the meta device
    and materialised on the GPU with ``to_empty``), timed with CUDA events (``bench.drafting.drafting_cost``).
 
@@ -47,7 +49,8 @@ from pathlib import Path
 from ..settings import REPO_ROOT
 
 # name -> seconds it may take on the GPU; their sum stays under 8 minutes with the start-up of each process
-STAGES = {"env": 20, "tiny_target": 20, "unit_tests": 60, "loop": 60, "memory": 40, "notebooks": 200, "timing": 50}
+STAGES = {"env": 20, "tiny_target": 20, "unit_tests": 55, "loop": 60, "vllm": 20, "memory": 35, "notebooks": 200,
+          "timing": 40}
 TOTAL_BUDGET_S = 450
 DRY_RUN_SLACK = 4  # a dry run's limits are this many times longer: a small shared CPU imports torch slowly
 # Unit tests that import nothing beyond torch, transformers, accelerate, pytest, matplotlib and tokenizers at
@@ -532,6 +535,78 @@ def real_size_head(model, draft_vocab: int, k: int, device, dtype):
     return head.to(dtype).eval().requires_grad_(False)
 
 
+def vllm_stand_in() -> types.ModuleType:
+    """A ``vllm`` module for a machine without vLLM: ``LLM`` records its arguments and the free memory at its start
+    and, on CUDA, refuses to start when ``gpu_memory_utilization`` (vLLM's default 0.9) of the GPU is not free and
+    otherwise reserves that share with a tensor, as vLLM's engine does; ``SamplingParams`` keeps its arguments."""
+    import torch
+
+    mod = types.ModuleType("vllm")
+    mod.__version__, mod.records = "stand-in", []
+
+    class LLM:
+        def __init__(self, model, **kw):
+            util = kw.get("gpu_memory_utilization", 0.9)
+            rec = {"model": str(model), **{k: v for k, v in kw.items() if k != "speculative_config"},
+                   "speculative_config": kw.get("speculative_config")}
+            if torch.cuda.is_available():
+                free, total = torch.cuda.mem_get_info()
+                rec |= {"free_gib_at_start": round(free / 2**30, 2), "asked_gib": round(util * total / 2**30, 2)}
+                if free < util * total:
+                    raise RuntimeError(f"stand-in vLLM: {util:g} of the GPU asked, {free / 2**30:.1f} GiB free")
+                self.reserved = torch.empty(int(util * total * 0.95), dtype=torch.uint8, device="cuda")
+            mod.records.append(rec)
+
+    mod.LLM = LLM
+    mod.SamplingParams = lambda **kw: types.SimpleNamespace(**kw)
+    return mod
+
+
+def stage_vllm(out: Path, dry_run: bool) -> dict:
+    """vLLM's engines as the project starts them, on this device, with :func:`vllm_stand_in` (the check's machine
+    has no vLLM): notebook 06's engine after our loop's copy of the target is freed, in our loop's dtype; then the
+    serving sweep's two engines side by side at their split shares. Holds: on CUDA the engines run in the GPU's dtype
+    (never float32) and each finds its share free at its start."""
+    before = sys.modules.get("vllm")
+    sys.modules["vllm"] = fake = vllm_stand_in()
+    try:
+        return _vllm_engines(out, dry_run, fake)
+    finally:  # the stand-in never outlives the stage (in-process runs share sys.modules)
+        sys.modules.pop("vllm", None)
+        if before is not None:
+            sys.modules["vllm"] = before
+
+
+def _vllm_engines(out: Path, dry_run: bool, fake) -> dict:
+    """:func:`stage_vllm`'s engines, started with the stand-in ``fake`` in place."""
+    from ..memory import release
+    from ..models import load_target
+    from ..precision import course_dtype, dtype_name
+    from ..serving import engine, sweep
+
+    dev = device_of(dry_run)
+    target = out / "tiny-target"
+    if not (target / "config.json").exists():
+        build_tiny_target(target)
+    model, _ = load_target(str(target), device=str(dev), dtype=course_dtype(dev))
+    loop_dtype = model.dtype
+    del model  # notebook 06 frees its copy before the engine starts
+    release()
+    llm = engine.make_llm(target, dtype=loop_dtype, max_model_len=256)
+    del llm
+    release()
+    shares = sweep.server_settings(dev.type == "cuda")
+    engine.check_vllm_fits(shares.get("gpu_memory_utilization"))
+    both = [fake.LLM(model=str(target), **engine.engine_kwargs(max_model_len=256, **shares)) for _ in range(2)]
+    del both
+    release()
+    dtypes = [r["dtype"] for r in fake.records]
+    if dev.type == "cuda" and "float32" in dtypes:
+        raise RuntimeError(f"a vLLM engine on CUDA in float32: {dtypes}")
+    return {"device": str(dev), "loop_dtype": dtype_name(loop_dtype), "engines": fake.records,
+            "split_shares": shares}
+
+
 MEMORY_CAP_GIB = 24  # the cards the memory plan is held to (A10G, L4)
 
 
@@ -648,7 +723,7 @@ def stage_timing(out: Path, dry_run: bool, ks=(1, 3, 5, 7, 8), repeats: int = 10
 
 
 STAGE_FUNCS = {"env": stage_env, "tiny_target": stage_tiny_target, "unit_tests": stage_unit_tests,
-               "loop": stage_loop, "memory": stage_memory, "notebooks": stage_notebooks,
+               "loop": stage_loop, "vllm": stage_vllm, "memory": stage_memory, "notebooks": stage_notebooks,
                "timing": stage_timing}
 
 
