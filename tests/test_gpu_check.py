@@ -43,6 +43,7 @@ def test_gpu_check_dry_run_records_every_stage(tmp_path, monkeypatch):
     assert loop["bfloat16"]["near_ties_only"] and loop["float32"]["runs"] == 4
     timing = json.loads((out / "timing.json").read_text())["result"]
     assert [r["k"] for r in timing["rows"]] == [1, 3] and timing["decode_step_ms"] > 0
+    assert timing["cuda_graphs"] == {"skipped": "CUDA only"}
     assert all(r["parallel_ms"] > 0 and r["verify_ratio"] > 0 for r in timing["rows"])
     engines = json.loads((out / "vllm.json").read_text())["result"]
     assert len(engines["engines"]) == 3 and {e["dtype"] for e in engines["engines"]} == {"float32"}  # CPU: fp32
@@ -230,3 +231,18 @@ def test_the_vllm_stand_in_refuses_a_start_without_its_share_free(monkeypatch):
     assert fake.records == []
     params = fake.SamplingParams(temperature=0.0, max_tokens=8)
     assert params.max_tokens == 8
+
+
+def test_static_cache_steps_compute_what_the_dynamic_cache_does(tiny_llama):
+    """The steps the CUDA-graph timing captures: n tokens after the prompt in a static cache give the logits of
+    the same tokens after the same prompt in an ordinary forward."""
+    import torch
+
+    model = tiny_llama()
+    prompt = [5, 9, 17, 3, 40, 22]
+    steps = gpu_check.static_steps(model, prompt, (1, 4))
+    with torch.no_grad():
+        for n, step in steps.items():
+            full = model(torch.tensor([prompt + [0] * n])).logits[0, -n:]
+            assert torch.allclose(step()[0], full, atol=1e-5), n
+            assert torch.allclose(step()[0], full, atol=1e-5)  # replayed at the same positions: the same again

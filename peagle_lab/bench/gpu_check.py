@@ -23,6 +23,8 @@ next one runs (``scripts/gpu_check.sh`` is the entry point):
    has stand-ins, so the explorer's code runs); a notebook that fails, times out or is not reached in the stage's
    time fails the stage;
 8. ``timing``: one parallel drafting pass against K sequential passes, and verifying K+1 tokens against decoding one,
+   and the decode step and the verification over a static KV cache eager and as CUDA graphs (:func:`graph_timings`,
+   what a serving engine runs),
    on a randomly initialised target and head of a real size (Llama-3.1-8B's shapes in bf16; built on the meta device
    and materialised on the GPU with ``to_empty``), timed with CUDA events (``bench.drafting.drafting_cost``).
 
@@ -692,6 +694,75 @@ def stage_memory(out: Path, dry_run: bool) -> dict:
                     "a training step's activations, which the plan adds"}
 
 
+def static_steps(model, prompt: list[int], ns):
+    """A static KV cache holding ``prompt`` and, per ``n`` in ``ns``, a function running the target on ``n`` new
+    tokens after it (1: a decode step; K+1: a verification) at fixed positions and shapes, as a CUDA graph needs."""
+    import torch
+    from transformers import StaticCache
+
+    dev = next(model.parameters()).device
+    cache = StaticCache(config=model.config, max_cache_len=len(prompt) + max(ns) + 1)
+    with torch.no_grad():
+        model(input_ids=torch.tensor([prompt], device=dev), past_key_values=cache, use_cache=True,
+              cache_position=torch.arange(len(prompt), device=dev))
+
+    # transformers 5 advances each layer's write position (a tensor) in place: rewound before every step, in place
+    # too, so a step (and a graph of it) always writes the same slots
+    rewind = [layer.cumulative_length for layer in getattr(cache, "layers", [])
+              if isinstance(getattr(layer, "cumulative_length", None), torch.Tensor)]
+
+    def step_for(n):
+        x = torch.zeros(1, n, dtype=torch.long, device=dev)
+        pos = torch.arange(len(prompt), len(prompt) + n, device=dev)
+
+        def step():
+            for counter in rewind:
+                counter.fill_(len(prompt))
+            return model(input_ids=x, past_key_values=cache, cache_position=pos, use_cache=True).logits
+
+        return step
+
+    return {n: step_for(n) for n in ns}
+
+
+def _cuda_ms(fn, repeats: int) -> float:
+    import torch
+
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(repeats):
+        fn()
+    end.record()
+    torch.cuda.synchronize()
+    return round(start.elapsed_time(end) / repeats, 3)
+
+
+def graph_timings(model, prompt: list[int], ns, repeats: int = 20) -> dict:
+    """ms per target forward of ``n`` tokens over a static KV cache, eager and replayed as a CUDA graph (what a
+    serving engine with CUDA graphs runs), back to back with no other synchronisation: ``{n: {eager_ms, graph_ms,
+    eager_over_graph}}``. CUDA only."""
+    import torch
+
+    rows = {}
+    with torch.no_grad():
+        for n, step in static_steps(model, prompt, ns).items():
+            for _ in range(3):
+                step()
+            eager = _cuda_ms(step, repeats)
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                for _ in range(3):
+                    step()
+            torch.cuda.current_stream().wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                step()
+            replay = _cuda_ms(graph.replay, repeats)
+            rows[n] = {"eager_ms": eager, "graph_ms": replay, "eager_over_graph": round(eager / replay, 2)}
+    return rows
+
+
 def stage_timing(out: Path, dry_run: bool, ks=(1, 3, 5, 7, 8), repeats: int = 10, prompt_tokens: int = 512) -> dict:
     import torch
 
@@ -717,9 +788,15 @@ def stage_timing(out: Path, dry_run: bool, ks=(1, 3, 5, 7, 8), repeats: int = 10
     _write(out / "timing_drafting_cost.json", doc)
     rows = [{k: r.get(k) for k in ("k", "parallel_ms", "sequential_ms", "ratio_seq_over_par", "verify_ms",
                                     "verify_ratio")} for r in doc["rows"]]
+    graphs = {"skipped": "CUDA only"}
+    if dev.type == "cuda":
+        try:  # recorded beside the eager figures; a capture this torch / transformers cannot do is said, not fatal
+            graphs = graph_timings(model, prompt, (1, max(ks) + 1))
+        except Exception as exc:  # noqa: BLE001
+            graphs = {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
     return {"target_params": params, "dtype": doc["config"]["dtype"], "prompt_tokens": prompt_tokens,
             "decode_step_ms": doc.get("target_step_ms"), "rows": rows, "timer": doc["env"].get("timer"),
-            "build_s": round(build_s, 2)}
+            "build_s": round(build_s, 2), "cuda_graphs": graphs}
 
 
 STAGE_FUNCS = {"env": stage_env, "tiny_target": stage_tiny_target, "unit_tests": stage_unit_tests,
