@@ -43,7 +43,14 @@ def test_gpu_check_dry_run_records_every_stage(tmp_path, monkeypatch):
     assert loop["bfloat16"]["near_ties_only"] and loop["float32"]["runs"] == 4
     timing = json.loads((out / "timing.json").read_text())["result"]
     assert [r["k"] for r in timing["rows"]] == [1, 3] and timing["decode_step_ms"] > 0
+    assert timing["cuda_graphs"] == {"skipped": "CUDA only"}
     assert all(r["parallel_ms"] > 0 and r["verify_ratio"] > 0 for r in timing["rows"])
+    engines = json.loads((out / "vllm.json").read_text())["result"]
+    assert len(engines["engines"]) == 3 and {e["dtype"] for e in engines["engines"]} == {"float32"}  # CPU: fp32
+    assert engines["split_shares"] == {} and "vllm" not in sys.modules or sys.modules["vllm"].__version__ != "stand-in"
+    memory = json.loads((out / "memory.json").read_text())["result"]
+    assert [r["phase"] for r in memory["rows"]] == ["target + forward", "target + trainer", "target + 2 head + loop"]
+    assert all(r["plan_mib"] > 0 and r["measured_mib"] is None for r in memory["rows"])  # CPU: nothing to measure
     unit = json.loads((out / "unit_tests.json").read_text())["result"]
     assert unit["counts"]["passed"] >= 5
     assert (out / "gpu_check.log").read_text().count(": start") == len(gpu_check.STAGES)
@@ -146,6 +153,10 @@ def test_widgets_stand_in_where_ipywidgets_is_missing(monkeypatch, capsys):
         slider = w.IntSlider(value=4, min=1, max=10, layout=w.Layout(width="50%"))
         slider.observe(print, names="value")
         assert slider.value == 4 and "IntSlider" in repr(slider) and isinstance(w.VBox([slider]), gpu_check._Widget)
+        assert not hasattr(w, "__file__")  # a module attribute is not a widget (inspect walks every module's file)
+        import inspect
+
+        assert inspect.getmodule(test_widgets_stand_in_where_ipywidgets_is_missing) is not None
     finally:
         sys.modules.pop("ipywidgets", None)
         if saved is not None:
@@ -169,3 +180,69 @@ def test_results_are_stamped_with_the_commit(monkeypatch):
     monkeypatch.delenv("PEAGLE_COMMIT")
     stamp = gpu_check.commit_stamp()
     assert re.fullmatch(r"[0-9a-f]{40}(\+changes)?|unknown \(no git\)", stamp), stamp
+
+
+def test_the_stages_fit_eight_minutes():
+    assert sum(gpu_check.STAGES.values()) <= gpu_check.TOTAL_BUDGET_S
+    limit = int(re.search(r"^LIMIT=(\d+)$", (REPO / "scripts" / "gpu_check.sh").read_text(), re.M).group(1))
+    assert gpu_check.TOTAL_BUDGET_S < limit < 8 * 60
+
+
+def _pair(folder: Path, saved_line: str) -> Path:
+    """A percent-format notebook and its .ipynb: a markdown cell, an unchecked cell, a checked one."""
+    src = ('# ---\n# jupyter: x\n# ---\n\n# %% [markdown]\n# # Title\n\n# %%\nx = 2\nprint("anything")\n\n'
+           '# %% tags=["nbval-check-output"]\nprint("x is", x)\nx * 10\n')
+    cell = lambda tags, outputs: {"cell_type": "code", "metadata": {"tags": tags}, "outputs": outputs,
+                                  "source": "", "execution_count": 1}
+    nb = {"cells": [{"cell_type": "markdown", "metadata": {}, "source": "# Title"},
+                    cell([], [{"output_type": "stream", "name": "stdout", "text": ["something else\n"]}]),
+                    cell(["nbval-check-output"], [
+                        {"output_type": "stream", "name": "stdout", "text": [saved_line]},
+                        {"output_type": "execute_result", "data": {"text/plain": ["20"]}, "metadata": {},
+                         "execution_count": 1}])],
+          "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    (folder / "00_pair.ipynb").write_text(json.dumps(nb))
+    path = folder / "00_pair.py"
+    path.write_text(src)
+    return path
+
+
+def test_notebook_cells_are_compared_with_the_saved_outputs(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    path = _pair(tmp_path, "x is 2\n")
+    assert [t for t, _ in gpu_check.code_cells(path.read_text())] == [[], ["nbval-check-output"]]
+    gpu_check.run_notebook_source(path)  # the checked cell prints what was saved (the unchecked one need not)
+    bad = _pair(tmp_path, "x is 3\n")
+    with pytest.raises(SystemExit):
+        gpu_check.run_notebook_source(bad)
+    problems = gpu_check.saved_output_problems([([], ""), (["nbval-check-output"], "x is 2\n20\n")],
+                                               bad.with_suffix(".ipynb"), default_target=False)
+    assert len(problems) == 1 and "code cell 1" in problems[0] and "'x is 3' vs 'x is 2'" in problems[0]
+
+
+def test_the_vllm_stand_in_refuses_a_start_without_its_share_free(monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda *a: (10 * 2**30, 24 * 2**30))
+    fake = gpu_check.vllm_stand_in()
+    with pytest.raises(RuntimeError, match="0.9 of the GPU asked, 10.0 GiB free"):
+        fake.LLM(model="t", dtype="bfloat16")
+    assert fake.records == []
+    params = fake.SamplingParams(temperature=0.0, max_tokens=8)
+    assert params.max_tokens == 8
+
+
+def test_static_cache_steps_compute_what_the_dynamic_cache_does(tiny_llama):
+    """The steps the CUDA-graph timing captures: n tokens after the prompt in a static cache give the logits of
+    the same tokens after the same prompt in an ordinary forward."""
+    import torch
+
+    model = tiny_llama()
+    prompt = [5, 9, 17, 3, 40, 22]
+    steps = gpu_check.static_steps(model, prompt, (1, 4))
+    with torch.no_grad():
+        for n, step in steps.items():
+            full = model(torch.tensor([prompt + [0] * n])).logits[0, -n:]
+            assert torch.allclose(step()[0], full, atol=1e-5), n
+            assert torch.allclose(step()[0], full, atol=1e-5)  # replayed at the same positions: the same again

