@@ -1,5 +1,5 @@
 """Bad targets and mismatched artefacts, refused in one line before any long work: no chat template, a layout that
-is not Llama-family, a sliding-window cache, a head (or draft vocabulary) that does not fit the target, features
+is not Llama-family, layers with a running state (linear attention), a head (or draft vocabulary) that does not fit the target, features
 extracted from another target. And the one rule that picks the head for a target (heads.head_for_target)."""
 
 from __future__ import annotations
@@ -39,15 +39,27 @@ def test_a_target_without_chat_template_is_refused_before_its_weights_load(tmp_p
     _one_line_naming(exc, out, "no chat template")
 
 
-def test_a_sliding_window_target_is_refused_from_its_config_alone(tmp_path):
-    from transformers import MistralConfig
+def test_a_target_with_linear_attention_layers_is_refused_from_its_config_alone_in_one_line(tmp_path):
+    from transformers import Qwen3NextConfig
 
-    cfg = MistralConfig(vocab_size=300, hidden_size=32, intermediate_size=64, num_hidden_layers=4,
-                        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256, sliding_window=16)
+    cfg = Qwen3NextConfig(vocab_size=300, hidden_size=32, intermediate_size=64, num_hidden_layers=4,
+                          num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=256)
     out = _save(tmp_path, config=cfg)  # no weights: refused before reading any
     with pytest.raises(PeagleError) as exc:
         load_target(str(out), device="cpu", dtype=torch.float32)
-    _one_line_naming(exc, out, "sliding_window=16")
+    _one_line_naming(exc, out, "3 'linear_attention' layer(s)", "running state")
+    assert str(exc.value).count("Fix:") == 1 and "\n" not in str(exc.value)
+
+
+def test_a_sliding_window_target_passes_the_config_checks(tmp_path):
+    from transformers import MistralConfig
+
+    from peagle_lab import target_check
+
+    cfg = MistralConfig(vocab_size=300, hidden_size=32, intermediate_size=64, num_hidden_layers=4,
+                        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256, sliding_window=16)
+    target_check.check_config(cfg, "mistral-window")
+    target_check.check_on_meta(cfg, "mistral-window")
 
 
 def test_a_target_that_is_not_llama_family_is_refused_from_its_config_alone(tmp_path):
