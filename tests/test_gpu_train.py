@@ -113,18 +113,23 @@ def test_the_carried_gguf_wheel_installs_offline_and_comes_first_on_the_path(tmp
 
 
 def test_without_pip_the_carried_wheel_is_imported_from_its_zip(tmp_path, monkeypatch):
-    import importlib.util
-
     (tmp_path / "carry" / "1").mkdir(parents=True)
     wheel = _fake_gguf_wheel(tmp_path)
     os.replace(wheel, tmp_path / "carry" / "1" / wheel.name)
-    real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "pip" else real(name, *a))
+    monkeypatch.setattr(gpu_train, "have_pip", lambda: False)
     entry = gpu_train.install_gguf(tmp_path / "carry", tmp_path / "work")
     assert entry == str(tmp_path / "carry" / "1" / wheel.name) and not (tmp_path / "work").exists()
     out = subprocess.run([sys.executable, "-c", "import gguf; print(gguf.CARRIED)"], env=dict(os.environ,
                          PYTHONPATH=entry), capture_output=True, text=True, check=True).stdout
     assert out.strip() == "True"
+
+
+def test_asking_for_pip_leaves_setuptools_importable_in_the_same_process():
+    """vLLM imports setuptools lazily; asking for pip through the import system would make setuptools' shim serve
+    the standard library's distutils to this process, and that import would then fail."""
+    code = ("from peagle_lab.training.gpu_train import have_pip; assert have_pip(); import setuptools, "
+            "distutils.core; assert '_distutils' in distutils.core.__file__, distutils.core.__file__")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO)
 
 
 # ------------------------------------------------------------------------------------------------ the dry run

@@ -131,6 +131,19 @@ def rebuild_target(carry: Path, work: Path) -> str:
     return "smollm2-135m"
 
 
+def have_pip() -> bool:
+    """Whether pip is installed, asked of the installed distributions: ``importlib.util.find_spec("pip")`` would
+    make setuptools' distutils shim hand this process the standard library's distutils from then on (setuptools
+    does that for pip), and a later ``import setuptools`` (vLLM, torch's cpp_extension) would fail."""
+    from importlib import metadata
+
+    try:
+        metadata.version("pip")
+    except metadata.PackageNotFoundError:
+        return False
+    return True
+
+
 def install_gguf(carry: Path, work: Path) -> str:
     """The carried ``gguf`` wheel installed (no network, no dependencies: numpy, pyyaml and tqdm come with
     transformers) into ``work/site``; returns that folder, or the wheel itself where pip is missing ('' when no
@@ -143,7 +156,7 @@ def install_gguf(carry: Path, work: Path) -> str:
             return ""
         raise PeagleError(f"no gguf wheel under {carry} and gguf is not installed. Fix: carry the folder "
                           "`carry-target` wrote part 1 into (it holds the wheel).")
-    if importlib.util.find_spec("pip") is None:
+    if not have_pip():
         return str(wheels[-1])  # no pip here: a pure-Python wheel imports from its zip file as it is
     site = work / "site"
     cmd = [sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--upgrade", "--target",
