@@ -208,7 +208,13 @@ def _pair(folder: Path, saved_line: str) -> Path:
 
 
 def test_notebook_cells_are_compared_with_the_saved_outputs(tmp_path, monkeypatch):
+    import IPython.display
+
+    # run_notebook_source is made for a process of its own: what it sets (working folder, matplotlib backend, the
+    # display hook) is put back after the test, or the notebook kernels started later in this session inherit it
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MPLBACKEND", "Agg")
+    monkeypatch.setattr(IPython.display, "display", IPython.display.display)
     path = _pair(tmp_path, "x is 2\n")
     assert [t for t, _ in gpu_check.code_cells(path.read_text())] == [[], ["nbval-check-output"]]
     gpu_check.run_notebook_source(path)  # the checked cell prints what was saved (the unchecked one need not)
