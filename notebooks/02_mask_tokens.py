@@ -105,6 +105,141 @@ mine = head.draft_to_target_ids()[logits[0, n - 1:].argmax(-1)]
 print("K drafts = argmax of the last K rows, as HeadDrafter.propose drafts them:", mine.tolist() == drafts.tolist())
 
 # %% [markdown]
+# ## The drafter from scratch
+#
+# Everything above used the package's `PEagleDrafter`. Here is the whole network in plain PyTorch, about 60
+# lines, loaded with the **shipped P-EAGLE head's weights** (`data/heads/smollm2-135m-peagle`, read with the
+# package's checkpoint reader) and checked against the package's module on the same input. The shipped heads have
+# one decoder layer (EAGLE-3's first layer); the pieces:
+#
+# - `fc`: the three tapped residual streams of the target, concatenated (3H), projected to H;
+# - the decoder layer, whose attention reads **2H** = `[input_layernorm(token embedding), hidden_norm(hidden)]`:
+#   the only place the token and the target's state meet; its residual stream is the hidden state;
+# - the **mask row** of the embedding table (slots 2..K's token) and **`mask_hidden`** (slots 2..K's 3H state,
+#   through the same `fc`): P-EAGLE's two learned stand-ins, shared by every mask slot;
+# - the final norm, `lm_head` over the **draft vocabulary** (a few thousand frequent ids), and `d2t`, which maps a
+#   draft id back to a target id (`target = draft + d2t[draft]`).
+
+# %%
+import torch.nn.functional as F
+
+from peagle_lab.drafter.checkpoint import read_tensors
+
+
+class ScratchDrafter:
+    """A one-layer EAGLE-3 / P-EAGLE drafter for one sequence, from the head's tensors (vLLM's eagle3 names)."""
+
+    def __init__(self, cfg, W, target_embed):
+        assert cfg.num_hidden_layers == 1, "written for the shipped heads' one decoder layer"
+        self.cfg, self.W = cfg, {k: v.float() if v.is_floating_point() else v for k, v in W.items()}
+        self.embed = target_embed.float().clone()  # the head shares the target's embeddings ...
+        if "mask_embedding" in W:  # ... except the mask token's row, which it learned
+            self.embed[cfg.mask_token_id] = self.W["mask_embedding"]
+        self.target_id = torch.arange(cfg.draft_vocab_size, device=self.embed.device) + W["d2t"]  # draft -> target
+
+    def norm(self, x, name):  # RMSNorm (Llama's)
+        return self.W[name] * x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.cfg.rms_norm_eps)
+
+    def rope(self, x, pos):  # rotate dimension pairs (i, i + d/2) by pos * theta^(-2i/d)
+        d = x.shape[-1]
+        inv = self.cfg.rope_theta ** (-torch.arange(0, d, 2, device=x.device).float() / d)
+        ang = torch.cat([pos[:, None] * inv] * 2, -1)
+        return x * ang.cos() + torch.cat([-x[..., d // 2:], x[..., :d // 2]], -1) * ang.sin()
+
+    def fuse(self, taps):  # (T, 3H) target taps -> (T, H)
+        return taps.float() @ self.W["fc.weight"].T
+
+    def forward(self, tokens, hidden, pos):
+        """tokens (T,), fused hidden (T, H), positions (T,) -> draft-vocab logits (T, Vd), prenorm state (T, H)."""
+        c, W, L = self.cfg, self.W, "midlayer."
+        T, nh, nkv, hd = len(tokens), c.num_attention_heads, c.num_key_value_heads, c.head_dim
+        # the 2H attention input: [normed token embedding, normed hidden]; the residual stream is the hidden
+        x = torch.cat([self.norm(self.embed[tokens], L + "input_layernorm.weight"),
+                       self.norm(hidden, L + "hidden_norm.weight")], -1)
+        residual = self.norm(hidden, L + "hidden_norm.weight") if c.norm_before_residual else hidden
+        q = (x @ W[L + "self_attn.q_proj.weight"].T).view(T, nh, hd).transpose(0, 1)
+        k = (x @ W[L + "self_attn.k_proj.weight"].T).view(T, nkv, hd).transpose(0, 1)
+        v = (x @ W[L + "self_attn.v_proj.weight"].T).view(T, nkv, hd).transpose(0, 1)
+        q, k = self.rope(q, pos.float()), self.rope(k, pos.float())
+        k, v = k.repeat_interleave(nh // nkv, 0), v.repeat_interleave(nh // nkv, 0)  # grouped-query attention
+        causal = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
+        att = (q @ k.transpose(1, 2) / hd ** 0.5).masked_fill(~causal, float("-inf")).softmax(-1)
+        residual = (att @ v).transpose(0, 1).reshape(T, nh * hd) @ W[L + "self_attn.o_proj.weight"].T + residual
+        y = self.norm(residual, L + "post_attention_layernorm.weight")
+        mlp = F.silu(y @ W[L + "mlp.gate_proj.weight"].T) * (y @ W[L + "mlp.up_proj.weight"].T)
+        prenorm = mlp @ W[L + "mlp.down_proj.weight"].T + residual
+        return self.norm(prenorm, "norm.weight") @ W["lm_head.weight"].T, prenorm
+
+    def draft_parallel(self, context, taps, K):
+        """P-EAGLE: ONE pass drafts K tokens. Slot 1 = [emb(last token), h_context] (the last context slot);
+        slots 2..K = [mask embedding, fc(mask_hidden)], at the next positions."""
+        n = len(context)
+        tokens = torch.cat([context, context.new_full((K - 1,), self.cfg.mask_token_id)])
+        hidden = torch.cat([self.fuse(taps), self.fuse(self.W["mask_hidden"].view(1, -1)).expand(K - 1, -1)])
+        logits, _ = self.forward(tokens, hidden, torch.arange(n + K - 1, device=tokens.device))
+        return logits[n - 1:], self.target_id[logits[n - 1:].argmax(-1)]  # the last K rows are drafts 1..K
+
+    def draft_sequential(self, context, taps, K):
+        """EAGLE-3: K passes; each appends one slot holding the token just drafted and the drafter's OWN prenorm
+        state of the slot before (no target state exists there), then drafts from the new last row."""
+        tokens, hidden, drafts = context, self.fuse(taps), []
+        for _ in range(K):
+            logits, prenorm = self.forward(tokens, hidden, torch.arange(len(tokens), device=tokens.device))
+            drafts.append(self.target_id[logits[-1].argmax()])
+            tokens, hidden = torch.cat([tokens, drafts[-1].view(1)]), torch.cat([hidden, prenorm[-1:]])
+        return torch.stack(drafts)
+
+# %% [markdown]
+# Load each shipped head both ways (float32 on both sides) and draft K tokens after the prompt above. P-EAGLE
+# (`data/heads/smollm2-135m-peagle`): the one-pass draft, from scratch against `PEagleDrafter.one_pass_logits`;
+# the logits of the K draft rows must agree to float32 rounding and the drafts must be the same target ids.
+# EAGLE-3 (`data/heads/smollm2-135m-eagle3`, same shape, trained for sequential drafting): `draft_sequential`
+# against the package's sequential drafting (`HeadDrafter(head, "sequential")`, which keeps a KV cache and runs
+# one new slot per pass; the from-scratch version re-runs the whole sequence each pass: the same numbers, by
+# causality). On a target the shipped heads do not fit, the head for that target (trained here, or an untrained
+# one) stands in: the checks hold for any weights. The prompt is raw code, not a chat turn like the heads'
+# training data, so the drafts need not be good ones: what is checked is that both sides compute the same.
+
+# %% tags=["nbval-ignore-output"]
+from peagle_lab.drafter.heads import head_for_target
+
+
+def both_drafters(kind):
+    """(package head in float32, ScratchDrafter from the same weights, where the weights came from)."""
+    head, info = head_for_target(kind, model, tokenizer, TARGET)
+    head = head.float().eval()
+    W = read_tensors(info["path"]) if info["path"] else head.export_state_dict()
+    W = {k: v.to(DEVICE) for k, v in W.items()}
+    W.setdefault("d2t", head.d2t)
+    W.setdefault("mask_hidden", head.mask_hidden.detach())  # an EAGLE-3 head stores none (never used)
+    emb = W.get("embed_tokens.weight", model.get_input_embeddings().weight.detach())
+    return head, ScratchDrafter(head.config, W, emb), info["source"]
+
+
+context, taps_f = ids[0, 1:], taps.float()  # the prompt's drafter slots, as in the cells above
+pkg, scratch, source = both_drafters("parallel")
+pkg3, scratch3, source3 = both_drafters("sequential")
+with torch.no_grad():
+    par_logits, par_drafts = scratch.draft_parallel(context, taps_f, K)
+    pkg_logits = pkg.one_pass_logits(context, taps_f, K)[n - 1:]
+    seq_drafts = scratch3.draft_sequential(context, taps_f, K)
+    seq_pkg, _ = HeadDrafter(pkg3, "sequential").propose(Slots(context.tolist(), taps_f), K, Sampling())
+gap = (par_logits - pkg_logits).abs().max().item()
+print(f"P-EAGLE head {source}: fc {scratch.W['fc.weight'].shape[1]} -> {scratch.W['fc.weight'].shape[0]}, "
+      f"draft vocabulary {scratch.W['lm_head.weight'].shape[0]}, mask token {pkg.config.mask_token_id}")
+print(f"  largest |logit difference| over the {K} draft rows, from scratch vs PEagleDrafter: {gap:.1e}")
+print(f"  one pass drafts {tokenizer.decode(par_drafts)!r}")
+print(f"EAGLE-3 head {source3}: {K} passes draft {tokenizer.decode(seq_drafts)!r}, "
+      f"the package's {tokenizer.decode(seq_pkg)!r}")
+
+# %% tags=["nbval-check-output"]
+print("P-EAGLE from scratch equals PEagleDrafter (logits within 1e-4, same drafts):",
+      torch.allclose(par_logits, pkg_logits, rtol=0, atol=1e-4)
+      and par_drafts.tolist() == pkg.to_target_logits(pkg_logits).argmax(-1).tolist())
+print("EAGLE-3 sequential drafting from scratch equals HeadDrafter's (same K drafts):",
+      seq_drafts.tolist() == seq_pkg.tolist())
+
+# %% [markdown]
 # ## What a slot may see, in training
 #
 # Training must show every slot exactly what it will see at inference, for many rounds at once. A training

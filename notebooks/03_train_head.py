@@ -189,6 +189,13 @@ except PeagleError as exc:
 # `eagle_aux_hidden_state_layer_ids`) and the target's greedy label `y_t`. They come from one forward pass of
 # the frozen target per sequence, computed once and kept (here in a cache of `peagle_lab.features` shards under
 # `$PEAGLE_RESULTS/features/`, which later runs reuse).
+#
+# ### Online or offline, bf16 or fp32? (question 2)
+#
+# Offline features are computed once and read back for every epoch and every head; online features cost one
+# target forward each time a sequence is used, and no disk. Storing the taps in bf16 halves the disk and rounds
+# them to 8 significant bits. The cell prepares the training sequences, then does all three on a few of them:
+# one online pass, and an extraction in each dtype, read back.
 
 # %% tags=["nbval-ignore-output"]
 from peagle_lab.drafter.heads import target_slug
@@ -203,15 +210,6 @@ seqs = prepare_sequences(model, train_records, features_dir=results_dir() / "fea
                          progress=False)
 print(f"{len(seqs)} sequences, {sum(len(s['input_ids']) for s in seqs):,} tokens, taps {tuple(seqs[0]['taps'].shape[1:])}")
 
-# %% [markdown]
-# ### Online or offline, bf16 or fp32? (question 2)
-#
-# Offline features are computed once and read back for every epoch and every head; online features cost one
-# target forward each time a sequence is used, and no disk. Storing the taps in bf16 halves the disk and rounds
-# them to 8 significant bits. The cell does all three on the same few sequences: one online pass, and an
-# extraction in each dtype, read back.
-
-# %% tags=["nbval-ignore-output"]
 import tempfile
 import time
 from pathlib import Path
@@ -305,7 +303,7 @@ print(f"depth 0 trains {int(plan.depths[0].loss.sum())} anchors (response positi
 # cross-entropy is taken over its trained anchors against the target's greedy token d + 1 steps past the anchor,
 # mapped into the draft vocabulary (a label outside it is skipped); the loss is the mean over depths, each depth
 # weighted equally. The trainer does exactly this for every packed row of every step (`DraftTrainer.forward` in
-# `training/objective.py`, the last line compares), then backpropagates.
+# `training/objective.py`; the check after the next cell compares), then backpropagates.
 
 # %% tags=["nbval-ignore-output"]
 import torch.nn.functional as F
@@ -329,6 +327,64 @@ with torch.no_grad():
 print(f"mean over depths {torch.stack(by_hand).mean():.4f}; DraftTrainer.forward on the same row {loss:.4f}")
 del module, logits  # one head in training at a time: an 8B target's head and its optimizer take ~7 GB
 release()
+
+# %% [markdown]
+# ### EAGLE-3's training, unrolled by hand: the training-time test
+#
+# A sequential (EAGLE-3) head drafts slot 2 from its **own** output: the token it drafted and its own prenorm
+# state of slot 1, not the target's. Training it on the target's states alone would teach it inputs it never
+# sees when drafting, so EAGLE-3 trains with the *training-time test*: for every anchor `a` it unrolls K steps as
+# drafting does, each step appending one slot that holds the data's next token and the drafter's own prenorm state
+# of the step before; step `d` predicts the target's token `d + 1` past the anchor. The package computes all
+# anchors of a step in one pass (`run_depths` in sequential mode, through the training mask); the cell below
+# unrolls each anchor of a short sequence on its own, with plain calls of the head (the shipped EAGLE-3 head when
+# it fits the target, else a fresh one: the check holds for any weights), and compares the logits of every
+# element and the loss (each depth's cross-entropy over its anchors, then the mean over depths).
+
+# %% tags=["nbval-ignore-output"]
+from dataclasses import replace
+
+from peagle_lab.drafter.heads import head_for_target
+
+seq_head, seq_info = head_for_target("sequential", model, tokenizer, TARGET)
+fits = seq_info["origin"] != "fresh"
+D = 4  # steps (depths) unrolled
+ttt_cfg = replace(cfg, mode="sequential", num_depths=D, init_from=seq_info["path"] if fits else None,
+                  draft_vocab_size=seq_head.config.draft_vocab_size if fits else cfg.draft_vocab_size)
+del seq_head
+ttt = Trainer(ttt_cfg, model, seqs, tokenizer, TrainerOptions(progress=False, verbose=False)).module.eval()
+L = seqs[0]["prompt_len"] + 16  # the prompt and 16 response tokens
+short = dict(seqs[0], input_ids=seqs[0]["input_ids"][:L], labels=seqs[0]["labels"][:L], taps=seqs[0]["taps"][:L])
+ttt_plan = plan_row([short], D, ratio=1.0, min_ratio=1.0)  # every anchor at every depth
+with torch.no_grad():
+    ttt_logits, _ = ttt.run_depths(ttt_plan)
+    ttt_loss, _ = ttt(ttt_plan)
+    head = ttt.sync_head()
+    x, y, h = (short[k].to(DEVICE) for k in ("input_ids", "labels", "taps"))
+    ttt_worst, ce = 0.0, [[] for _ in range(D)]
+    for a in ttt_plan.depths[0].anchor_pos[ttt_plan.depths[0].loss].tolist():
+        tokens, hidden = x[1:a + 2], head.fuse(h[:a + 1].float())  # context slots 0..a: x_{t+1}, fc(h_t)
+        for d in range(min(D, L - a - 1)):  # step d sits at position a + d and predicts y_{a+d+1}
+            logits, prenorm = head(tokens[None], hidden[None], torch.arange(a + d + 1, device=DEVICE)[None])
+            i = int((ttt_plan.depths[d].anchor_pos == a).nonzero())
+            ttt_worst = max(ttt_worst, (logits[0, -1] - ttt_logits[d][i]).abs().max().item())
+            label = ttt.t2d_index[y[a + d + 1]]  # as a draft id; -1: outside the draft vocabulary, skipped
+            if label >= 0:
+                ce[d].append(F.cross_entropy(logits[0, -1].float(), label))
+            # the training-time test: the next slot holds the data's next token and the drafter's OWN state
+            tokens, hidden = torch.cat([tokens, x[a + d + 2:a + d + 3]]), torch.cat([hidden, prenorm[0, -1:]])
+ttt_by_hand = torch.stack([torch.stack(c).mean() for c in ce if c]).mean().item()
+print(f"EAGLE-3 head {seq_info['source']}, {L} tokens, {D} steps: elements per depth "
+      f"{[len(el.g) for el in ttt_plan.depths]}; largest logit difference, unrolled vs run_depths {ttt_worst:.1e}; "
+      f"loss by hand {ttt_by_hand:.4f}, DraftTrainer.forward {ttt_loss:.4f}")
+del ttt, head, ttt_logits
+release()
+
+# %% tags=["nbval-check-output"]
+print("P-EAGLE row: the loss by hand equals DraftTrainer.forward (within 1e-4):",
+      abs(torch.stack(by_hand).mean().item() - loss.item()) < 1e-4)
+print("EAGLE-3 training-time test: the unroll by hand equals the sequential objective (logits and loss within 1e-4):",
+      ttt_worst < 1e-4 and abs(ttt_by_hand - ttt_loss.item()) < 1e-4)
 
 # %% [markdown]
 # ### Train, interrupt, resume
@@ -416,6 +472,11 @@ print(f"\nthe head: {sum(own.values()) / 1e6:.2f} M parameters of its own (embed
 for name, n in own.items():
     print(f"  {name:45s} {n:>10,}")
 
+from peagle_lab.workbook import report
+
+report.record("nb03_train_steps", res.steps_done)
+report.record("nb03_final_depth_accuracy", acc)
+
 # %% [markdown]
 # **Reading it.** The loss starts above the uniform guess's and falls within a few steps. A run this short
 # teaches the head little: whatever accuracy it reaches sits at depth 0 (slot 1, the token right after the
@@ -426,12 +487,6 @@ for name, n in own.items():
 # hidden]` (2H), the `fc` that fuses the three taps, `mask_hidden`, the mask token's embedding row, and the final
 # norm and lm_head over the draft vocabulary. The embedding table itself is the target's and is not counted as
 # the head's.
-
-# %% tags=["nbval-ignore-output"]
-from peagle_lab.workbook import report
-
-report.record("nb03_train_steps", res.steps_done)
-report.record("nb03_final_depth_accuracy", final_accuracy(res.log, last=max(len(res.log) // 4, 1)));
 
 # %% [markdown]
 # ## What we saw
