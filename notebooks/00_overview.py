@@ -60,8 +60,8 @@ from peagle_lab import models, precision, settings
 # Why: verification runs the target over K+1 rows in one pass, plain decoding over 1 row at a time. The maths is
 # the same, but the kernels for 1 row and for K+1 rows block and reduce the sums differently, so their logits
 # differ in the last bits. In fp32 on a CPU those differences stay far below any margin between two logits and the
-# outputs are identical (the test suite holds it for every K); in bf16 (8 significant bits), or with a GPU's
-# kernels, a near-tie can flip, and from there the two outputs are two equally valid greedy
+# outputs are identical (the test suite holds it for K = 1 to 8, both shipped heads); in bf16 (8 significant
+# bits), or with a GPU's kernels, a near-tie can flip, and from there the two outputs are two equally valid greedy
 # continuations. A divergence at a margin of several logits would be a bug. Notebook `05_parallel_vs_sequential`
 # measures this in bf16. Notebooks 00-04 and 06 load the target in fp32 on a CPU, where exactness is on offer, and
 # in the GPU's own dtype on CUDA (bf16 on A100 / A10G / L4 / H100 and newer, fp16 on a T4: `precision.course_dtype`),
@@ -180,10 +180,12 @@ for key, value in [("target_params", n_params), ("greedy_tokens_per_s", round(to
     record(key, value, notebook="00_overview")
 
 # %% [markdown]
-# The ratio above is the price of one verification, in units of one decoding step: a round that drafts 8 tokens
-# must commit more tokens than that ratio (on average) before speculation beats plain decoding on this machine.
-# On a GPU at batch 1 it sits close to 1; on a CPU in fp32 it is well above 1, which is why notebook
-# `05_parallel_vs_sequential` measures it for every K, in fp32 and bf16.
+# The ratio above is the price of one verification of 8 drafts, in units of one decoding step: a round that
+# drafts 8 tokens must commit more tokens than that ratio on average (plus the drafter's own cost) before
+# speculation beats plain decoding on this machine. On a GPU at batch 1, where a forward is bound by reading the
+# weights (above), the ratio is expected to be close to 1; on a CPU the arithmetic counts, and the printed ratio is
+# the one that holds here. Notebook `05_parallel_vs_sequential` measures this ratio for every K, in bf16; the
+# round below measures the end result for one K.
 #
 # ## One speculative round, written out
 #
@@ -191,7 +193,7 @@ for key, value in [("target_params", n_params), ("greedy_tokens_per_s", round(to
 # head for this target as the drafter (the shipped one for the embedded target; for another target, one trained
 # here on the spot, in a few seconds at CI sizes). The one convention to know is the **EAGLE shift**: drafter
 # slot t holds token t+1 together with the target's tapped hidden states at position t (the state that
-# predicted it). Each round:
+# predicted it; the *taps* are three layers' hidden states concatenated, 3 x H wide, notebook 01). Each round:
 #
 # 1. **draft** K tokens in one drafter pass (`drafter.propose`; it also rolls back its own cache);
 # 2. **verify**: one target forward over the last committed token and the K drafts;
@@ -203,7 +205,10 @@ for key, value in [("target_params", n_params), ("greedy_tokens_per_s", round(to
 # the model's own attention mask applies the window, and nothing a rolled-back round needs has been evicted.
 # (`DynamicCache(config=model.config)` would give such layers a cache that evicts, and its `crop` would fail.)
 #
-# The first round prints the shape of every tensor it touches.
+# The first round prints the shape of every tensor it touches. A word on names, used the same way in every
+# chapter: *slot t* is the drafter's position t (above); a round's K drafts are *draft 1..K*, and "slot j" of a
+# round means the slot that drafts token j; training counts the same drafts by *depth*, 0-based: draft j (slot j)
+# is depth j - 1 (notebooks 02 and 03).
 
 # %%
 from transformers import DynamicCache
@@ -266,8 +271,15 @@ from peagle_lab.decoding.target_runner import TargetRunner
 runner = TargetRunner(model, head.config.aux_hidden_state_layer_ids)
 package = speculative_generate(runner, HeadDrafter(head), prompt_ids[0], k=K, max_new_tokens=NEW_TOKENS)
 plain = plain_generate(runner, prompt_ids[0], NEW_TOKENS)
+print(f"head: {head_info['source']} ({head_info['origin']}; trained for K={head_info['trained_k']}, "
+      f"{head_info['num_hidden_layers']} layer, draft vocabulary {head_info['draft_vocab_size']})")
 print(f"acceptance length {sum(per_round) / len(per_round):.2f} by hand, "
-      f"{package.stats.acceptance_length:.2f} in the package's loop")
+      f"{package.stats.acceptance_length:.2f} in the package's loop (this prompt, K={K}, {NEW_TOKENS} new tokens, "
+      f"{str(model.dtype).split('.')[-1]})")
+speedup = plain.seconds / package.seconds
+verdict = "pays" if speedup > 1.05 else "loses" if speedup < 0.95 else "breaks even (within 5%)"
+print(f"wall time, the package's loops, one run each: plain {plain.seconds:.2f} s, speculative {package.seconds:.2f} s "
+      f"-> {speedup:.2f}x: speculation {verdict} here")
 print("hand-written == package's loop:", tokens == package.tokens[:NEW_TOKENS])
 print(f"regime: {lossless_regime(model.dtype, DEVICE)} ({model.dtype} on {DEVICE})")
 div = first_divergence(tokens, plain, model.dtype, DEVICE)
@@ -275,10 +287,15 @@ print("hand-written vs plain greedy:", "identical" if div is None else div.messa
 
 # %% [markdown]
 # The hand-written round and the package's loop commit the same tokens, in the same number of rounds. Against
-# plain greedy decoding the line above reads "identical" in fp32 on a CPU; the speculative run only changed how
-# many target forwards the answer cost. The acceptance length, tokens committed per target forward, is the
-# quantity the rest of the course tries to raise. (The per-position view, the probability that slot j is
-# accepted given that slots before it were, is `nan` for a slot no round reached; notebook 05 prints it.)
+# plain greedy decoding the last line reads "identical" in fp32 on a CPU; the speculative run only changed how
+# many target forwards the answer cost. Whether that saved time is the wall-time line: speculation pays only when
+# the acceptance length (tokens committed per target forward) beats what a round costs in decoding steps (the
+# verification ratio measured above, plus the drafter's pass); the line states the verdict for this prompt and K.
+# The acceptance length is the quantity the rest of the course tries to raise. The figure above is one prompt at
+# one K: other chapters print other values for the same head, on other prompts, K, output lengths and dtypes;
+# `05_parallel_vs_sequential`, "The acceptance ledger", lists every acceptance length the course prints for the
+# shipped heads with what it was measured on. (The per-position view, the probability that draft j is accepted
+# given that drafts before it were, is `nan` for a draft no round reached; notebook 05 prints it.)
 #
 # ### Exercise: change K
 #
@@ -290,8 +307,10 @@ print("hand-written vs plain greedy:", "identical" if div is None else div.messa
 # The acceptance length can never exceed K + 1, so K = 1 caps it at 2, and each round commits 1 or 2 tokens.
 # Raising K helps only as far as deep drafts get accepted: with the small shipped head most rounds commit 1 or
 # 2 tokens (the `tokens per round` list above), so from K = 2 on the number of rounds hardly moves, while each
-# verification gets more expensive (K + 1 rows) and the drafter's deep slots (beyond the K it was trained for)
-# are rarely right. The tokens do not change: fp32 on a CPU, identical to plain greedy for every K.
+# verification gets more expensive (K + 1 rows) and the drafter's deep drafts are rarely right (beyond the K the
+# head was trained for, printed above, they were never trained at all). The tokens do not change: the cell's last
+# output says so for the K you ran, and the test suite checks it for K = 1 to 8 with both shipped heads on two HumanEval
+# prompts (fp32 on a CPU).
 #
 # </details>
 
@@ -337,8 +356,9 @@ print(f"K={K_TRY}: {len(rounds_try)} rounds, acceptance length {sum(rounds_try) 
 #   loop agree token for token.
 # - Lossless means: identical to plain greedy in fp32 on a CPU (the comparison above); in bf16 or on a GPU,
 #   identical or a divergence at a near-tie, reported with its logit margin.
-# - Speculation pays only when the acceptance length beats the cost of a verification relative to one
-#   decoding step (the ratio measured above); with the small shipped head the rounds above mostly commit one or
-#   two tokens, so raising acceptance is what the rest of the course is about.
+# - Speculation pays only when the acceptance length beats the cost of a round in decoding steps (the
+#   verification ratio measured above, plus the drafter); the wall-time line states whether it paid for this
+#   prompt and K, and the `tokens per round` list shows how few tokens the small shipped head's rounds commit, so
+#   raising acceptance is what the rest of the course is about.
 #
 # Next: `01_hidden_states`, the features every EAGLE-3 and P-EAGLE drafter is built on.

@@ -161,7 +161,11 @@ for i in rows:
     name = f"tap {i}" if i in TAPS else ("out" if i == L else f"layer {i}")
     guesses = "  ".join(f"{tokenizer.decode([t])!r} {p:.2f}" for p, t in zip(probs[i].tolist(), top[i].tolist()))
     print(f"{name:>9}: {guesses}")
-print("first answer token:", repr(tokenizer.decode(top[L, :1])))
+print("current token (the prompt's last):", repr(tokenizer.decode(ids[-1:])),
+      "| first answer token:", repr(tokenizer.decode(top[L, :1])))
+first_top = next(i for i in range(L + 1) if top[i, 0] == top[L, 0])
+print(f"the model's choice is the lens's top-1 first at {'the output' if first_top == L else f'layer {first_top}'} "
+      f"(of {L} layers)")
 
 # %% tags=["nbval-check-output"]
 lens_probs, lens_top = logit_lens(model, states[L], k=1)
@@ -169,10 +173,10 @@ print("lens on the last layer's output == the model's own prediction, at every p
       torch.equal(lens_top[:, 0], out.logits[0].argmax(-1)))
 
 # %% [markdown]
-# With the embedded target: the input of layer 0 is the token embedding itself, so the lens reads back the
-# current token. The low tap guesses punctuation, the middle one generic sentence openers, the high tap
-# answer openers; the model's actual choice (a code fence) appears only after the last layers. Each tap holds
-# a different view of "what comes next", and the drafter gets all three.
+# Read the rows top to bottom. The input of layer 0 is the token embedding itself, so the lens reads back the
+# current token (the prompt's last token, printed). The three taps each put their own guess on top, and the
+# model's actual choice reaches the top of the lens only at the layer the last line names. Each tap holds a
+# different view of "what comes next", and the drafter gets all three.
 #
 # ### Exercise: tap other layers
 #

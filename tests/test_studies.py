@@ -52,3 +52,17 @@ def test_a_run_naming_an_unknown_training_set_is_refused(tmp_path):
     with pytest.raises(PeagleError, match="training data 'nope'"):
         recipe.run_recipe(None, None, {"float32": []}, recipe.Scoring([]), tmp_path,
                           recipe.RecipePlan(variants={"v": dict(data="nope")}))
+
+
+def test_the_verdict_lists_only_pairs_apart_by_more_than_both_seed_spreads_and_the_rounds_behind_each_rate():
+    runs = [_run("a (seed 0)", {"seed": 0}, 1.20), _run("a (seed 1)", {"seed": 1}, 1.26),
+            _run("b (seed 0)", {"x": 1, "seed": 0}, 1.40), _run("b (seed 1)", {"x": 1, "seed": 1}, 1.41),
+            _run("c (seed 0)", {"x": 2, "seed": 0}, 1.22), _run("c (seed 1)", {"x": 2, "seed": 1}, 1.30)]
+    lines = studies.verdict_lines(runs)
+    assert lines[0] == "separated (gap in mean AL beyond both seed spreads): 2 of 3 pairs"
+    # largest gap first; a vs c (0.03) is within c's spread (0.08), so it is not listed
+    assert lines[1].startswith("  b > a by 0.175") and lines[2].startswith("  b > c by 0.145")
+    # 2 prompts x 8 tokens / AL 1.23 = 13 rounds reach slot 1; 20% of them slot 2; 10% of those slot 3
+    assert lines[3] == ("a: slots 1 / 2 / 3 accepted at 0.20 / 0.10 / -, reached in at most about 13 / 3 / 0 "
+                        "rounds per run")
+    assert studies.verdict_lines([_run("a (seed 0)", {"seed": 0}, 1.2)]) == []  # one seed: no spread to judge by
