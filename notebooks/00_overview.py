@@ -78,7 +78,7 @@ from peagle_lab import models, precision, settings
 # - **P-EAGLE** drafts **in parallel**: slot 1 gets the new token and the target's features, slots 2..K get a
 #   mask token and one shared learned vector (`mask_hidden`). One drafter pass gives all K drafts, so a
 #   larger K costs almost nothing extra. It trains all K depths at once on COD samples (*conditional drop-token*:
-#   every position at depth 1, a shrinking nested share deeper; notebook 02 draws it).
+#   every position at depth 0 (slot 1), a shrinking nested share deeper; notebook 02 draws it).
 #
 # The vLLM blog reports, for GPT-OSS-20B on one B200 at batch 1, 1.55x the speed of EAGLE-3 on HumanEval
 # (acceptance length 3.94 vs 3.03 at K=7). This workbook rebuilds the method on a model small enough for a laptop.

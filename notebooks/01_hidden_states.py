@@ -108,7 +108,8 @@ print("hidden_states[L] == final_norm(output of last layer):", torch.equal(hs[L]
 #
 # `residual_stream` collects the input of every layer, plus the last layer's output before the final norm.
 # The first position is special: it acts as an *attention sink*, with a far larger norm than the others, so the
-# comparisons below leave it out.
+# comparisons below leave it out. In the figure its norm moves in jumps between some layers, down as well as up,
+# while the mean of the other positions grows slowly: the three taps see the sink at very different scales.
 
 # %%
 import matplotlib.pyplot as plt

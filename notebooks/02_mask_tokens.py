@@ -21,8 +21,10 @@
 # training.
 #
 # Plan: why slots 2..K need stand-ins; the one-pass inputs built by hand, checked against the package's
-# drafter; the training attention mask, drawn and checked against its rule, with an exercise on K; a check that
-# training computes exactly what the one-pass draft computes; and an equal-budget study of the stand-in itself
+# drafter; the drafter itself written from scratch with the shipped heads' weights (P-EAGLE's one pass and
+# EAGLE-3's K passes), checked against the package; the training attention mask, drawn and checked against its
+# rule, with an exercise on K; a check that training computes what the one-pass draft computes (to float
+# rounding); and an equal-budget study of the stand-in itself
 # (the learned `mask_hidden` against zeros, a copy of the context state, a frozen random vector, a frozen token
 # embedding), measured by acceptance in the real speculative loop with two seeds per variant.
 
@@ -46,6 +48,9 @@ model, tokenizer = models.load_target(TARGET, device=DEVICE, dtype=precision.cou
 
 # %% [markdown]
 # ## Why slots 2..K need stand-ins
+#
+# Names, as in notebook 00: *slot t* is the drafter's position t; in a round, *slot j* (j = 1..K) is the slot
+# that drafts token j, and training counts the same slots by *depth* d = j - 1 (0-based).
 #
 # An EAGLE drafter slot takes two inputs: a **token** and a **hidden state** from the target. With the EAGLE
 # shift, slot `t` holds token `x[t+1]` and the target's fused taps `fc(h_t)` at position `t`. At the end of a
@@ -101,7 +106,7 @@ print(f"taps h_0..h_{n - 1}: {tuple(taps.shape)} (3 x {model.config.hidden_size}
 print(f"one forward pass: input_ids {tuple(inp.shape)}, hidden {tuple(hidden.shape)} -> logits {tuple(logits.shape)}")
 print(f"attention: plain causal over the {n + K - 1} slots, a ({n + K - 1}, {n + K - 1}) lower-triangular mask; "
       f"the drafts are rows {n - 1}..{n + K - 2}")
-mine = head.draft_to_target_ids()[logits[0, n - 1:].argmax(-1)]
+mine = head.draft_to_target_ids()[logits[0, n - 1:].argmax(-1)]  # draft-vocabulary ids -> target ids (d2t)
 print("K drafts = argmax of the last K rows, as HeadDrafter.propose drafts them:", mine.tolist() == drafts.tolist())
 
 # %% [markdown]
@@ -244,11 +249,12 @@ print("EAGLE-3 sequential drafting from scratch equals HeadDrafter's (same K dra
 #
 # Training must show every slot exactly what it will see at inference, for many rounds at once. A training
 # **element** `(a, d)` is "anchor `a`, depth `d`": a round whose last context slot is `a` (it holds
-# `x[a+1]`, `fc(h_a)`), and its draft slot `d` (depth 0 = draft 1). It sits at position `a + d` and learns the
-# target's greedy token at `a + d + 1`.
+# `x[a+1]`, `fc(h_a)`), and its slot at depth `d`, which drafts token `d + 1` of the round (depth 0 = slot 1). It
+# sits at position `a + d` and learns the target's greedy token at `a + d + 1`.
 #
-# At inference, slot `d` of the round after anchor `a` attends to the context slots `0..a` (the drafter's KV
-# cache) and to the mask slots `1..d` of its own round. So in training, `(a, d)` may attend to
+# At inference, the depth-`d` slot of the round after anchor `a` attends to the context slots `0..a` (the
+# drafter's KV cache) and to the mask slots at depths `1..d` of its own round. So in training, `(a, d)` may
+# attend to
 #
 # - the **depth-0 elements with anchor ≤ a** of the same sequence (the context), and
 # - the elements of **its own rollout**: `(a, d')` with `d' ≤ d`.
@@ -259,6 +265,12 @@ print("EAGLE-3 sequential drafting from scratch equals HeadDrafter's (same K dra
 # COD (*conditional drop-token* sampling, from PARD, an earlier parallel-drafting method; P-EAGLE trains with it) keeps all anchors at depth 0 and
 # fewer at each deeper depth (nested: a rollout kept at depth d exists at
 # every depth before it), which makes training K depths much cheaper than K times one depth.
+#
+# The cell plans toy rows with `plan_row(sequences, num_depths, ratio, min_ratio)`: each sequence carries its
+# `prompt_len` (only the last prompt position and the response positions are anchors, so depth 0 has more
+# elements than the deeper depths); COD keeps a share `ratio` of the anchors at depth 1, `ratio`² at depth 2 and
+# so on, never below a share `min_ratio` (an anchor too near the end of its sequence has no label that deep
+# and drops out; notebook 03 sizes a real row).
 
 # %% tags=["nbval-check-output"]
 import matplotlib.pyplot as plt
@@ -357,9 +369,15 @@ print(f"training, T=12, every anchor: elements per depth {[len(d.g) for d in pla
 # before j accepted)`. Each variant is trained twice, with two seeds: the spread between the seeds of one
 # variant is the run-to-run noise, the yardstick for any difference between variants.
 #
-# The full study takes about an hour on one CPU core, so it runs from the command line and its results are
-# committed per host (`peagle-lab study mask --out data/recipe/<host>/mask`, resumable). First a small live
-# run through the same code (two variants, a few steps: it shows the machinery, not the answer):
+# The study's table has one row per variant: **held-out AL (mean)**, the acceptance length averaged over the two
+# seeds; **seed spread**, the larger minus the smaller of the two seeds' acceptance lengths; **tokens seen**, the
+# training tokens per run (the budget); **P(accept) slots 1 / 2 / 3**, the per-position acceptance of slots 1-3
+# (depths 0-2), averaged over the seeds; the line under it gives K, the held-out prompts and new tokens, the
+# steps, and the largest seed spread of the table.
+#
+# The full study trains ten heads (its training time is printed with it below), so it runs from the command line
+# and its results are committed per host (`peagle-lab study mask --out data/recipe/<host>/mask`, resumable).
+# First a small live run through the same code (two variants, a few steps: it shows the machinery, not the answer):
 
 # %% tags=["nbval-ignore-output"]
 from peagle_lab.training import recipe
@@ -447,6 +465,9 @@ print(committed_label("The mask stand-in study", mask_host))
 display(Markdown(studies.summary_markdown(mask_runs)))
 rows = studies.summarize(mask_runs)
 if rows:
+    print(f"{len(mask_runs)} runs, {sum(r['seconds'] for r in mask_runs) / 60:.0f} min of training in all; "
+          f"training data (taps dtype): {sorted({r.get('data', '?') for r in mask_runs})}")
+    print("\n".join(studies.verdict_lines(mask_runs)))
     fig, ax = plt.subplots(figsize=(7.5, 3.8))
     for row in rows:
         group = [r for r in mask_runs if r["name"].rsplit(" (seed", 1)[0] == row["setting"]]
@@ -460,18 +481,17 @@ if rows:
     plt.show()
 
 # %% [markdown]
-# **Reading it: a null result, and what it means.** Hold the mean column against the seed-spread column: on
-# SmolLM2-135M, at this budget (the steps and tokens in the table), some pairs of means differ by more than the
-# seed spreads of their two arms (learned against zeros, for one), but every difference between the means is
-# small in absolute terms, a few hundredths of a token per round, and of the size of the largest seed spread in
-# the table (the run-to-run noise under it). With two seeds per arm, one arm's spread is itself a rough estimate,
-# so the study cannot rank the stand-ins; P-EAGLE's learned `mask_hidden` is not distinguishable from a frozen
-# random vector here. The per-position columns say why: a
-# stand-in acts only from slot 2 on, slot 2 is reached only in rounds where slot 1 was accepted (the slot-1
-# column: a minority of rounds), and of those only a small share accept slot 2 (the slot-2 column). So here the
-# stand-in is not what limits acceptance; the drafter's slot-1 accuracy is. What would separate them: heads
-# trained an order of magnitude longer, so that deep slots are accepted often; far more held-out rounds at
-# slots 2-3; more seeds.
+# **Reading it.** The lines under the table state what the study supports, on the held-out prompts and at the
+# budget of its caption line (the steps and tokens seen in the table): the "separated" pairs are the only ones
+# whose gap exceeds the seed spread of both arms, and the size of each gap is printed beside it. That is a partial
+# ranking with two seeds per arm (a spread from two seeds is itself a rough estimate of the noise), and the
+# gaps are small beside the acceptance lengths themselves. A pair that is not listed is not separated by this
+# study. The stand-in enters drafting at slot 2, but it is trained together with the shared weights, so the
+# slot-1 column moves between variants too. The round counts say how much each rate rests on: slot 2 is reached
+# only in rounds whose slot 1 was accepted, slot 3 in fewer still, so the slot-2 and slot-3 rates rest on far
+# fewer rounds than slot 1, and a difference there is weaker evidence than the same difference at slot 1. What
+# limits acceptance here is slot 1. What would separate the stand-ins further: heads trained an order of
+# magnitude longer, so that deep slots are accepted often; far more held-out rounds at slots 2-3; more seeds.
 
 # %% tags=["nbval-ignore-output"]
 from peagle_lab.workbook import report
@@ -488,9 +508,13 @@ report.record("mask_live_divergences", sum(r["divergences"] for r in live));
 #   over `n + K - 1` slots gives all K drafts (the hand-built pass above equals the package's drafter).
 # - Training packs every anchor's rollout into one masked computation: each element sees its context (depth-0
 #   elements up to its anchor) and its own rollout, nothing else (the mask above equals its rule), and it
-#   gives the same logits as the one-pass draft.
-# - The stand-ins did not separate at this budget (the committed study): some gaps exceed two seeds' spread, but
-#   all are a few hundredths of a token per round, within the noise the other studies measured; what limits a
-#   small head is slot 1, which is what training has to raise.
+#   gives the one-pass draft's logits to float rounding (the largest difference printed).
+# - The drafter is small enough to write out: `fc` over the taps, one decoder layer with a 2H attention input,
+#   the mask row and `mask_hidden`, the norm, `lm_head` over the draft vocabulary and `d2t`; the from-scratch
+#   version with the shipped weights gives the package's logits (P-EAGLE's one pass) and drafts (EAGLE-3's K
+#   passes).
+# - The committed study separates only the stand-in pairs it lists (gap beyond both seeds' spread, two seeds per
+#   arm), by small margins at this budget; what limits a small head is slot 1, which is what training has to
+#   raise.
 #
 # Next: `03_train_head`, training a P-EAGLE head: the data, the draft vocabulary, COD and the per-depth loss.

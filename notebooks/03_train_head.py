@@ -57,10 +57,12 @@ model, tokenizer = models.load_target(TARGET, device=DEVICE, dtype=precision.cou
 # ```
 #
 # For the embedded target that file ships with the repository (project-written prompts: coding, chat, reasoning;
-# no HumanEval problem among them). The first cell reads it and shows one prompt and the target's answer; the
-# second reads the larger **scale mix** the shipped heads are trained on (`data/prompts/scale.jsonl`: code
-# writing, completion from a signature and docstring, explanation, chat, short reasoning, multi-turn), whose 5%
-# held-out split is never trained on and measures acceptance on unseen prompts of the same kinds.
+# no HumanEval problem among them). The first cell reads it and shows one prompt and the target's answer. The
+# second reads the larger **scale mix** of prompts (`data/prompts/scale.jsonl`: code writing, completion from a
+# signature and docstring, explanation, chat, short reasoning, multi-turn) and a first self-distilled part of it,
+# whose held-out split is never trained on and measures acceptance on unseen prompts of the same kinds; then it
+# lists, run by run, what each shipped head was trained on, from the head's own record (`training.json`, the
+# same record as its `TRAINING.md`): the data file, the records, the tokens seen.
 
 # %% tags=["smollm2-fact", "nbval-check-output"]
 path, meta, records, shipped = distilled_data(model, tokenizer, None if models.is_default_target(TARGET)
@@ -81,6 +83,7 @@ print(tokenizer.decode(r["input_ids"][r["prompt_len"]:])[:300])
 
 # %% tags=["nbval-ignore-output"]
 from collections import Counter
+from pathlib import Path
 
 from peagle_lab.training.distill import select_split
 from peagle_lab.prompts import load_scale_records
@@ -96,6 +99,23 @@ print(f"{scale_path.name}: {len(scale):,} of {len(mix):,} prompts answered, "
       f"{len(train_part):,} train / {held:,} held-out")
 print("prompt kinds:", dict(Counter(m["category"] for m in mix)))
 
+import json
+import re
+
+from peagle_lab.drafter.heads import SHIPPED
+
+for kind, head_dir in SHIPPED.items():
+    rec = json.loads((head_dir / "training.json").read_text())
+    runs = rec.get("history", []) + [dict(head=head_dir.name, data=rec["data"]["file"], command=rec["command"],
+                                          sequences=rec["data"]["sequences"], tokens_seen=rec["tokens_seen"])]
+    print(f"{head_dir.name} ({kind}), {len(runs)} training run(s), each continuing the one before:")
+    for r in runs:
+        span = re.search(r"--records (\S+)", r.get("command", ""))
+        split = re.search(r"--split (\S+)", r.get("command", ""))
+        print(f"  {r['head']}: {r['sequences']:,} sequences of {Path(r['data']).name}"
+              f"{f', split {split.group(1)}' if split else ''}{f', records {span.group(1)}' if span else ''}; "
+              f"{r['tokens_seen']:,} tokens seen")
+
 # %% [markdown]
 # ### Should the target write the answers itself? (question 7)
 #
@@ -104,7 +124,9 @@ print("prompt kinds:", dict(Counter(m["category"] for m in mix)))
 # library's own source) and once by the target (`peagle-lab distill`). A head is trained on each for the same
 # number of tokens, two seeds each, and both are scored on held-out prompts of the same kind, answered by the
 # target at inference as they are when serving. The labels are the target's own greedy tokens in both arms:
-# only the text the head reads differs.
+# only the text the head reads differs. The table's columns are those of notebook 02's mask study (held-out AL,
+# seed spread: the larger minus the smaller seed, tokens seen, per-position acceptance of slots 1-3); the lines
+# under it say which gaps exceed both seeds' spreads and how many rounds reach each slot.
 
 # %% tags=["nbval-ignore-output"]
 from IPython.display import Markdown, display
@@ -114,13 +136,19 @@ from peagle_lab.workbook import studies
 sd_host, sd_runs = studies.committed("self-distill")
 print(committed_label("The self-distillation study", sd_host))
 display(Markdown(studies.summary_markdown(sd_runs)))
+if sd_runs:
+    seen = [r["tokens_seen"] for r in sd_runs]
+    print(f"tokens seen per run: {min(seen):,} to {max(seen):,} "
+          f"({100 * (max(seen) - min(seen)) / min(seen):.1f}% apart; the same {sd_runs[0]['steps']} steps each)")
+    print("\n".join(studies.verdict_lines(sd_runs)))
 
 # %% [markdown]
-# **Reading it.** Compare the two rows of the table above at the same budget (their tokens seen match): the head
-# trained on the target's own answers accepts more per round on the held-out prompts than the one trained on the
-# human answers, and the gap is larger than the seed spread of either arm, so it is not run-to-run noise. Most of
-# the gap is at slot 1. The head learns to predict the target from text the target writes, and the library's
-# own source is not written the way the target writes. So yes: let the target regenerate the answers
+# **Reading it.** The two arms ran the same number of optimizer steps, their tokens seen within the percentage
+# printed, on the held-out prompts of the caption. The verdict lines say whether the gap between them exceeds the
+# seed spread of both arms, by how much, and which arm is ahead; the slot lines show at which slot the two
+# differ, and on how many rounds each rate rests. With the committed runs the head trained on the target's own
+# answers is the one ahead: it learns to predict the target from text the target writes, and the library's own
+# source is not written the way the target writes. So let the target regenerate the answers
 # (`peagle-lab distill`) when you can afford its generation; the labels come from the target in both arms, the
 # text is what distillation buys.
 #
@@ -235,13 +263,15 @@ print(f"{len(few)} sequences, {n_tok:,} tokens")
 for r in rows:
     print(f"{r['way']:34s} {n_tok / r['seconds']:>10,.0f} tokens/s   disk {r['disk'] / n_tok:>7,.0f} B/token   "
           f"largest error {r['err']:.1e} (relative to the largest tap)")
+print(f"reading back the bf16 shards: {rows[0]['seconds'] / rows[2]['seconds']:,.0f}x the online rate")
 
 # %% [markdown]
-# Reading back runs more than a thousand times faster than the target forward it replaces (the two rates above), at 3 x H x 2 bytes per
-# token in bf16 (notebook 01 has the table for larger targets), and bf16 rounds each tap by at most one part in
-# 2^8. Does that rounding cost acceptance? The storage study (`peagle-lab study storage`) trains on bf16
-# taps with the settings and seeds of the mask study's learned variant (notebook 02), whose taps are fp32 (in both
-# arms the training arithmetic itself runs in bf16 autocast: only the stored inputs differ):
+# Reading back runs many times faster than the target forward it replaces (the last line: the ratio of the two
+# rates), at 3 x H x 2 bytes per token in bf16 (notebook 01 has the table for larger targets), and bf16 rounds
+# each tap by at most one part in 2^8. Does that rounding cost acceptance? The storage study (`peagle-lab study
+# storage`) trains on bf16 taps with the settings and seeds of the mask study's learned variant (notebook 02),
+# whose taps are fp32 (the table's "float32 taps" arm; in both arms the training arithmetic itself runs in bf16
+# autocast: only the stored inputs differ):
 
 # %% tags=["nbval-ignore-output"]
 st_host, st_runs = studies.committed("storage")
@@ -250,11 +280,15 @@ print(committed_label("The storage study", st_host))
 fp32_arm = [dict(r, name=r["name"].replace("learned (P-EAGLE)", "float32 taps"))
             for r in mk_runs if r["name"].startswith("learned (P-EAGLE)")]
 display(Markdown(studies.summary_markdown(fp32_arm + st_runs)))
+print("training data (taps dtype) per arm:", {r["name"]: r.get("data") for r in fp32_arm + st_runs})
+print("\n".join(studies.verdict_lines(fp32_arm + st_runs)))
 
 # %% [markdown]
-# **Reading it.** The two arms of the table above differ only in the stored taps. Their difference in held-out
-# acceptance is far smaller than the seed spread of either arm: rounding the stored taps to bf16 costs nothing
-# measurable here, and halves the disk (the bytes per token in the cell before), which is why the shipped heads
+# **Reading it.** The two arms of the table above differ only in the stored taps (the line under it prints each
+# run's data set, named by its taps dtype). The verdict line says whether their gap in held-out acceptance
+# exceeds the seed spread of both arms; with the committed runs it does not: rounding the
+# stored taps to bf16 costs nothing this study can measure, and halves the disk (the bytes per token in the cell
+# before), which is why the shipped heads
 # were trained on offline bf16 shards. Online features trade that disk for a target forward each time a sequence
 # is used: the right choice when the features of the data set would not fit on disk (notebook 01's table), the
 # slower one when they do.
@@ -396,6 +430,10 @@ print("EAGLE-3 training-time test: the unroll by hand equals the sequential obje
 # and saves. The same code runs under `torchrun` / `accelerate launch` on several processes (README: "Several
 # processes").
 #
+# This run keeps a draft vocabulary of 8192 ids (`draft_vocab_size_for(model, 8192)`: at most the target's
+# vocabulary), larger than the shipped heads' (their `config.json`): the coverage table above shows what each size
+# keeps, and a larger one costs a larger `lm_head`.
+#
 # Expect the loss to **start above ln(8192) = 9.0**, the loss of a uniform guess over the draft vocabulary: the
 # head starts with the target's own lm_head and final norm, which turn the untrained fused hidden state into a
 # confident distribution, and a confident wrong guess costs more than a uniform one.
@@ -463,7 +501,12 @@ axes[2].set(xlabel="draft slot (depth + 1)", ylabel="top-1 accuracy", title="acc
 plt.tight_layout()
 plt.show()
 print("per-depth accuracy at the end:", acc)
-print(f"loss at step 1: {log[0]['loss']:.2f} (ln {cfg.draft_vocab_size} = {math.log(cfg.draft_vocab_size):.2f})")
+peak = max(log, key=lambda r: r["loss"])
+below = next((r["step"] for r in log if r["loss"] < math.log(cfg.draft_vocab_size)), None)
+print(f"loss at step 1: {log[0]['loss']:.2f} (ln {cfg.draft_vocab_size} = {math.log(cfg.draft_vocab_size):.2f}); "
+      f"highest {peak['loss']:.2f} at step {peak['step']} (warm-up: {cfg.warmup_steps} steps); "
+      + (f"first below the uniform guess at step {below}" if below is not None
+         else f"not below the uniform guess within the {len(log)} steps"))
 
 head = res.head
 own = {n: p.numel() for n, p in head.named_parameters() if n != "embed_tokens.weight"}
@@ -477,11 +520,28 @@ from peagle_lab.workbook import report
 report.record("nb03_train_steps", res.steps_done)
 report.record("nb03_final_depth_accuracy", acc)
 
+from peagle_lab.training.evaluate import EvalSettings, evaluate_head
+
+K_EVAL = 4
+ev = evaluate_head(model, tokenizer, head.to(DEVICE, next(model.parameters()).dtype).eval(),
+                   load_scale_records("val")[: settings.pick(2, 1)],
+                   EvalSettings(ks=(K_EVAL,), max_new_tokens=settings.pick(48, 16)), progress=False)
+print(f"\nthe head just trained, drafting in the speculative loop: acceptance length "
+      f"{ev['acceptance_length'][K_EVAL]:.2f} at K={K_EVAL} over {ev['rounds'][K_EVAL]} rounds ({ev['prompts']} "
+      f"held-out prompt(s) of the scale mix x {ev['max_new_tokens']} new tokens, {str(model.dtype).split('.')[-1]}); "
+      f"per-position acceptance {ev['per_position_acceptance'][K_EVAL]}; output identical to plain greedy: "
+      f"{ev['lossless']}")
+
 # %% [markdown]
-# **Reading it.** The loss starts above the uniform guess's and falls within a few steps. A run this short
-# teaches the head little: whatever accuracy it reaches sits at depth 0 (slot 1, the token right after the
-# anchor, predicted from the target's own features of the anchor); the deeper depths, which see only mask
-# slots, learn slower. Notebook 04 shows what far more training buys at each depth.
+# **Reading it.** The loss starts above the uniform guess's (the `loss at step 1` line); in the first steps it
+# can climb further while the warm-up raises the learning rate to its peak, and then it falls: the same line
+# names its highest step and the step at which it first drops below the uniform guess, if it does in this run. A run this short teaches
+# the head little, and the per-depth accuracy line says where it sits: depth 0 (slot 1, the token right after
+# the anchor, predicted from the target's own features of the anchor) learns first; the deeper depths, which see
+# only mask slots, learn slower. The last line puts the head to work: drafting in the real speculative loop on
+# held-out prompts, its acceptance length (with the rounds it rests on) is what this little training buys, and
+# the output is still the target's own. Notebook 04 shows what far more training buys at each depth, and notebook
+# 05's acceptance ledger lists the acceptance lengths of the shipped heads.
 #
 # What was trained (the parameter list above): one decoder layer whose attention reads `[embedding, fused
 # hidden]` (2H), the `fc` that fuses the three taps, `mask_hidden`, the mask token's embedding row, and the final
@@ -492,13 +552,17 @@ report.record("nb03_final_depth_accuracy", acc)
 # ## What we saw
 #
 # - The training text is the target's own answers (self-distillation), and the committed study shows why: at
-#   the same budget, a head trained on them accepts more on held-out prompts than one trained on human text.
+#   the same number of steps, the head trained on them accepts more on held-out prompts than one trained on human
+#   text, by more than the seed spread of either arm (the verdict line).
 # - The draft vocabulary keeps the tokens the target uses; `d2t` / `t2d` map draft ids to target ids, and a
 #   head whose `lm_head` does not match its draft vocabulary is refused before it is served.
 # - Features are the three tapped hidden states plus the greedy label; offline bf16 shards are read back far
-#   faster than the target forward they replace, at no measurable cost in acceptance.
-# - One packed row trains every depth at once, COD keeping a shrinking share of anchors deeper; training
-#   resumes from its checkpoint to the same result as an uninterrupted run.
+#   faster than the target forward they replace (the two rates printed), at no cost in acceptance the storage
+#   study can measure.
+# - One packed row trains every depth at once, COD keeping a shrinking share of anchors deeper; the loss of a row
+#   computed by hand equals the trainer's, and EAGLE-3's training-time test, unrolled by hand (each step feeding
+#   the drafter's own state back), equals the package's sequential objective. Training resumes from its
+#   checkpoint to the same result as an uninterrupted run, and the head it trains drafts in the real loop.
 #
 # Next, `04_scale_and_acceptance`: the shipped heads trained on far more tokens, what that buys per depth,
 # a head for your own model (shown on a second architecture), and why acceptance stays below the paper's.

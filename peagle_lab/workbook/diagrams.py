@@ -56,7 +56,9 @@ def draw_drafting_schemes(k: int = 4, target_cost: float = 1.0, drafter_cost: fl
     for i in (1, 2):
         ax.text(end[i] + 0.08, lanes[i][1] + h / 2, f"1 to {k + 1} tokens\n(accepted drafts + 1)", va="center",
                 fontsize=8, color="crimson")
-    ax.set_xlim(-2.2, (k + 1) * target_cost + 0.2)
+    ax.set_xlim(-2.2, (k + 1) * target_cost + 0.2)  # the room left of 0 holds the lane names
+    ax.set_xticks([j * target_cost for j in range(k + 2)], [str(j) for j in range(k + 2)])  # time starts at 0
+    ax.spines["bottom"].set_bounds(0, (k + 1) * target_cost)
     ax.set_ylim(-0.35, 3.6)
     ax.set_yticks([])
     ax.set_xlabel("time (units of one target forward; illustrative)")
