@@ -129,6 +129,7 @@ print("K drafts = argmax of the last K rows, as HeadDrafter.propose drafts them:
 import torch.nn.functional as F
 
 from peagle_lab.drafter.checkpoint import read_tensors
+from peagle_lab.drafter.network import RotaryTables  # only for a target with a scaled RoPE (not SmolLM2)
 
 
 class ScratchDrafter:
@@ -149,7 +150,10 @@ class ScratchDrafter:
         d = x.shape[-1]
         inv = self.cfg.rope_theta ** (-torch.arange(0, d, 2, device=x.device).float() / d)
         ang = torch.cat([pos[:, None] * inv] * 2, -1)
-        return x * ang.cos() + torch.cat([-x[..., d // 2:], x[..., :d // 2]], -1) * ang.sin()
+        cos, sin = ang.cos(), ang.sin()
+        if self.cfg.rope_parameters.get("rope_type", "default") != "default":  # a scaled RoPE (yarn, llama3):
+            cos, sin = (t[0, 0] for t in RotaryTables(self.cfg)(pos[None].long(), torch.float32))  # its tables
+        return x * cos + torch.cat([-x[..., d // 2:], x[..., :d // 2]], -1) * sin
 
     def fuse(self, taps):  # (T, 3H) target taps -> (T, H)
         return taps.float() @ self.W["fc.weight"].T
