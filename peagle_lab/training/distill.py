@@ -304,8 +304,9 @@ def _distill(model, tokenizer, prompts, out_path: Path, s: DistillSettings, engi
     eos_ids = {int(eos)} if isinstance(eos, int) else {int(e) for e in eos}
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(eos_ids)
     engine = engine or TransformersEngine(model, pad_id, eos_ids)
+    fingerprint, identity = _identities(model)
     meta = dict(format=FORMAT, version=VERSION, target=s.target or str(getattr(model.config, "_name_or_path", "")),
-                **dict(zip(("target_fingerprint", "target_identity"), _identities(model))),
+                target_fingerprint=fingerprint, target_identity=identity,
                 max_new_tokens=s.max_new_tokens, system=s.system,
                 decoding="greedy", chat_template=True)
     done, kept = _resume(out_path, meta, prompts, overwrite)
