@@ -59,13 +59,19 @@ class TargetPeek:
         self.num_layers = getattr(cfg, "num_hidden_layers", None)
 
 
-def load_cli_target(args):
-    """Apply --threads, then load --target on --device: ``(model, tokenizer, target name)``."""
+def apply_target_options(args) -> tuple[torch.device, torch.dtype]:
+    """Apply --threads and say the dtype chosen for --device (with its warning): ``(device, dtype)``."""
     device, dtype = check_target_options(args)
     if getattr(args, "threads", None):
         torch.set_num_threads(args.threads)
     dtype = resolve_dtype(getattr(args, "dtype", None), device)  # again, with its warning
     print(f"[peagle-lab] dtype: {describe_choice(dtype, device, getattr(args, 'dtype', None))}", file=sys.stderr)
+    return device, dtype
+
+
+def load_cli_target(args):
+    """Apply --threads, then load --target on --device: ``(model, tokenizer, target name)``."""
+    device, dtype = apply_target_options(args)
     # models.load_target, looked up when called (tests replace it)
     model, tokenizer = models.load_target(args.target, device=device, dtype=dtype)
     return model, tokenizer, args.target or models.target_name()

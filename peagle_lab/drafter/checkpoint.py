@@ -18,7 +18,7 @@ import torch
 
 from ..atomic import atomic_write, write_json
 from ..errors import PeagleError
-from .vocab import t2d_from_d2t
+from .vocab import t2d_from_d2t, unset_maps
 from .config import _FIX, CONFIG, WEIGHTS, PEagleConfig
 from .layouts import canonical_tensors
 from ..precision import dtype_name
@@ -191,25 +191,29 @@ def load_pretrained(cls, path, target=None, device=None, dtype=torch.float32):
     the target's layer count); every mismatch between config and weights is one clear error."""
     path = Path(path)
     cfg = check_head_dir(path)
-    sd = read_tensors(path)
+    # copies in memory of their own: the module keeps these tensors, and the file's are views at any offset of its
+    # buffer (unaligned memory takes other kernels, which round differently)
+    sd = {k: v.clone(memory_format=torch.contiguous_format) for k, v in read_tensors(path).items()}
     if target is not None:
         cfg.with_target_taps(target.config.num_hidden_layers)
-    model = cls(cfg)
+    with torch.device("meta"):  # shapes and dtypes only: no random init, no memory the checkpoint then replaces
+        model = cls(cfg)
     if target is not None:
         model.check_compatible(target)
     expected = model.state_dict()
     _fill_shared(cfg, sd, target, path)
+    d2t, t2d = unset_maps(cfg.draft_vocab_size, cfg.vocab_size)
     if "d2t" not in sd and cfg.draft_vocab_size == cfg.vocab_size:
-        sd["d2t"] = expected["d2t"]
-        sd["t2d"] = expected["t2d"]
+        sd["d2t"], sd["t2d"] = d2t, t2d
     if "d2t" in sd and tuple(sd["d2t"].shape) == tuple(expected["d2t"].shape):
         sd.setdefault("t2d", t2d_from_d2t(sd["d2t"], cfg.vocab_size, fix=_FIX))
     else:
-        sd.setdefault("t2d", expected["t2d"])
-    sd.setdefault("mask_hidden", torch.zeros_like(expected["mask_hidden"]))  # an EAGLE-3 head has none
+        sd.setdefault("t2d", t2d)
+    sd.setdefault("mask_hidden", torch.zeros_like(expected["mask_hidden"], device="cpu"))  # EAGLE-3 has none
     _check_tensors(path, {k: tuple(v.shape) for k, v in sd.items()},
                    {k: tuple(v.shape) for k, v in expected.items()})
-    model.load_state_dict({k: v.to(expected[k].dtype) for k, v in sd.items()})
+    # assign: the module takes these tensors in place of its meta ones
+    model.load_state_dict({k: v.to(expected[k].dtype) for k, v in sd.items()}, assign=True)
     return model.to(device=device, dtype=dtype).eval() if device else model.to(dtype=dtype).eval()
 
 

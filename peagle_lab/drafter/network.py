@@ -26,7 +26,7 @@ from torch import nn
 
 from ..errors import PeagleError
 from ..kv_cache import DrafterCache
-from .vocab import d2t_t2d, draft_ids_from_d2t
+from .vocab import d2t_t2d, draft_ids_from_d2t, unset_maps
 from . import checkpoint
 from .config import _FIX, PEagleConfig
 
@@ -81,7 +81,8 @@ class RotaryTables:
 
     def _transformers_rotary(self, cfg):
         try:
-            rotary = _rotary_embedding(cfg.llama_config(self.params))
+            with torch.device("cpu"):  # real tables even when the head is built on the meta device
+                rotary = _rotary_embedding(cfg.llama_config(self.params))
         except (KeyError, ValueError, TypeError) as exc:
             raise PeagleError(f"rope_parameters {self.params} cannot build the rotary embedding ({exc!r}): a field "
                               f"that rope_type {self.params['rope_type']!r} needs is missing or wrong. {_FIX}") from exc
@@ -171,9 +172,9 @@ class PEagleDrafter(nn.Module):
         self.layers = nn.ModuleDict({str(i): DecoderLayer(cfg, first=False) for i in range(1, cfg.num_hidden_layers)})
         self.norm = RMSNorm(H, cfg.rms_norm_eps)
         self.lm_head = nn.Linear(H, cfg.draft_vocab_size, bias=False)
-        self.register_buffer("d2t", torch.zeros(cfg.draft_vocab_size, dtype=torch.long))
-        self.register_buffer("t2d", torch.ones(cfg.vocab_size, dtype=torch.bool)
-                             if cfg.draft_vocab_size == cfg.vocab_size else torch.zeros(cfg.vocab_size, dtype=torch.bool))
+        d2t, t2d = unset_maps(cfg.draft_vocab_size, cfg.vocab_size)
+        self.register_buffer("d2t", d2t)
+        self.register_buffer("t2d", t2d)
         self._init_weights()
 
     def _init_weights(self):

@@ -155,6 +155,14 @@ def d2t_t2d(draft_ids: torch.Tensor, vocab_size: int) -> tuple[torch.Tensor, tor
     return d2t, _kept(draft_ids, vocab_size)
 
 
+def unset_maps(draft_vocab_size: int, vocab_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``d2t`` and ``t2d`` before a draft vocabulary is set: zero offsets, and every target id kept when the draft
+    vocabulary is the whole vocabulary (none otherwise)."""
+    d2t = torch.zeros(draft_vocab_size, dtype=torch.long)
+    t2d = torch.full((vocab_size,), draft_vocab_size == vocab_size, dtype=torch.bool)
+    return d2t, t2d
+
+
 def _kept(draft_ids: torch.Tensor, vocab_size: int) -> torch.Tensor:
     t2d = torch.zeros(vocab_size, dtype=torch.bool)
     t2d[draft_ids] = True

@@ -5,25 +5,97 @@ record them to refuse mixing targets."""
 from __future__ import annotations
 
 import hashlib
+import json
+from pathlib import Path
 
 import torch
+
+_EMBED = "embed_tokens.weight"  # the input embedding of every Llama-family decoder, however deep its prefix
+_ROWS = 8  # the embedding rows the identities read
+
+
+def _digest(tensors, bf16: bool) -> str:
+    """The one rule of both identities: sha256 over the tensors as float32 (rounded to bfloat16 first when
+    ``bf16``), 16 hex digits."""
+    h = hashlib.sha256()
+    for t in tensors:
+        t = t.detach()
+        h.update((t.to(torch.bfloat16) if bf16 else t).float().cpu().numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
+def _model_tensors(model) -> tuple[torch.Tensor, torch.Tensor]:
+    return model.get_input_embeddings().weight[:_ROWS], model.model.norm.weight
 
 
 def target_fingerprint(model) -> str:
     """A cheap identity of the target's weights (first embedding rows + final norm), to refuse mixed resumes."""
-    h = hashlib.sha256()
-    for t in (model.get_input_embeddings().weight[:8], model.model.norm.weight):
-        h.update(t.detach().float().cpu().numpy().tobytes())
-    return h.hexdigest()[:16]
+    return _digest(_model_tensors(model), bf16=False)
 
 
 def target_identity(model) -> str:
     """Like :func:`target_fingerprint`, but the same whatever dtype the target was loaded in (the tensors are
     rounded to bfloat16 first): which model, not which copy. Training checks data and heads with it."""
-    h = hashlib.sha256()
-    for t in (model.get_input_embeddings().weight[:8], model.model.norm.weight):
-        h.update(t.detach().to(torch.bfloat16).float().cpu().numpy().tobytes())
-    return h.hexdigest()[:16]
+    return _digest(_model_tensors(model), bf16=True)
+
+
+def checkpoint_identities(model_dir, dtype: torch.dtype) -> tuple[str, str] | None:
+    """``(target_fingerprint, target_identity)`` of the target in ``model_dir`` as loaded in ``dtype``, read from
+    its safetensors without loading the model: only the first embedding rows and the final norm are read
+    (through ``model.safetensors.index.json`` when sharded). ``None`` when the directory holds no safetensors
+    or those two tensors cannot be told by name; then the model has to be loaded to fingerprint it."""
+    tensors = _checkpoint_tensors(Path(model_dir))
+    if tensors is None:
+        return None
+    loaded = [t.to(dtype) for t in tensors]  # what from_pretrained(dtype=...) holds
+    return _digest(loaded, bf16=False), _digest(loaded, bf16=True)
+
+
+def _weight_map(model_dir: Path) -> dict[str, Path] | None:
+    """Tensor name -> the safetensors file that holds it (``None``: no safetensors checkpoint here)."""
+    from safetensors import safe_open
+
+    index = model_dir / "model.safetensors.index.json"
+    if index.is_file():
+        try:
+            files = json.loads(index.read_text())["weight_map"]
+        except (ValueError, KeyError, TypeError):
+            return None
+        return {name: model_dir / file for name, file in files.items()}
+    single = model_dir / "model.safetensors"
+    if not single.is_file():
+        return None
+    with safe_open(str(single), framework="pt") as f:
+        return {name: single for name in f.keys()}
+
+
+def _tensor_names(names) -> tuple[str, str] | None:
+    """The input embedding and the final norm among a checkpoint's tensor names: the one ``*embed_tokens.weight``
+    and the ``norm.weight`` beside it (``model.`` for Llama, Qwen, Mistral, GPT-OSS; ``model.language_model.``
+    and the like for wrapped decoders). ``None`` when there is not exactly one such pair."""
+    embeds = [n for n in names if n == _EMBED or n.endswith("." + _EMBED)]
+    if len(embeds) != 1:
+        return None
+    norm = embeds[0][: -len(_EMBED)] + "norm.weight"
+    return (embeds[0], norm) if norm in names else None
+
+
+def _checkpoint_tensors(model_dir: Path) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """The first embedding rows and the final norm as stored, or ``None`` (see :func:`checkpoint_identities`)."""
+    from safetensors import safe_open
+
+    files = _weight_map(model_dir) if model_dir.is_dir() else None
+    pair = _tensor_names(set(files)) if files else None
+    if pair is None or not all(files[n].is_file() for n in pair):
+        return None
+    with safe_open(str(files[pair[0]]), framework="pt") as f:
+        emb = f.get_slice(pair[0])
+        if len(emb.get_shape()) != 2:
+            return None
+        rows = emb[:_ROWS]
+    with safe_open(str(files[pair[1]]), framework="pt") as f:
+        norm = f.get_tensor(pair[1])
+    return (rows, norm) if norm.dim() == 1 and norm.shape[0] == rows.shape[1] else None
 
 
 def recorded_target_problem(record: dict, model) -> str | None:

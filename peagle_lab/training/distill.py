@@ -24,13 +24,14 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import lock, validate
+from .. import lock, models, validate
 from ..atomic import atomic_write
 from ..errors import PeagleError
-from ..features.identity import target_fingerprint, target_identity
+from ..features.identity import checkpoint_identities, target_fingerprint, target_identity
 from ..prompts import chat_ids, load_scale_records, load_train_prompts, load_train_records, record_messages
 from ..settings import data_path, results_dir
-from ..target_args import TargetPeek, add_target_options, check_target_options, load_cli_target
+from ..target_args import TargetPeek, add_target_options, apply_target_options, check_target_options, \
+    load_cli_target
 from .distill_engines import ENGINES
 
 FORMAT = "peagle-lab-distill"
@@ -241,6 +242,23 @@ class DistillSettings:
     target: str = ""
 
 
+@dataclass(frozen=True)
+class TargetFiles:
+    """The target as :func:`distill` needs it when an engine writes the answers, without its weights: its
+    ``config`` and its identities read from its checkpoint (:func:`~peagle_lab.features.identity.checkpoint_identities`)."""
+
+    config: object
+    fingerprint: str
+    identity: str
+
+
+def _identities(model) -> tuple[str, str]:
+    """``(target_fingerprint, target_identity)`` of a loaded target or a :class:`TargetFiles`."""
+    if isinstance(model, TargetFiles):
+        return model.fingerprint, model.identity
+    return target_fingerprint(model), target_identity(model)
+
+
 def _context(model) -> int | None:
     """The target's context length (``max_position_embeddings``; ``None`` when its config has none)."""
     return getattr(getattr(model, "config", None), "max_position_embeddings", None)
@@ -253,7 +271,8 @@ def distill(model, tokenizer, prompts: list, out_path, settings: DistillSettings
 
     ``prompts``: strings, or records with ``prompt`` and an optional ``history`` of earlier turns.
     ``engine``: what writes the answers (:mod:`.distill_engines`; default: transformers' generate on
-    ``model``); ``model`` is still what the file's target identity is taken from. ``settings.batch_size`` prompts go
+    ``model``); ``model`` is still what the file's target identity is taken from (a :class:`TargetFiles` when the
+    engine is given and the weights need not load). ``settings.batch_size`` prompts go
     to the engine at a time, and the file is rewritten atomically after each batch (``*.jsonl.gz`` is stored
     compressed). Resumable and append-only: records already in ``out_path`` (same prompt, same target and settings)
     are kept and skipped, so an interrupted run loses at most one batch; records of other prompts stay in the file;
@@ -266,6 +285,9 @@ def distill(model, tokenizer, prompts: list, out_path, settings: DistillSettings
     if not prompts:
         raise PeagleError("No prompts to distill. Fix: pass at least one prompt (--prompts N with N >= 1, or a "
                           "prompts file with records).")
+    if engine is None and isinstance(model, TargetFiles):
+        raise PeagleError("distill got the target's files but no engine to answer with. Fix: pass engine=... "
+                          "(e.g. a VllmEngine), or the loaded target as model.")
     out_path = Path(out_path)
     with lock.hold(out_path):
         return _distill(model, tokenizer, prompts, out_path, settings, engine, overwrite, progress)
@@ -282,8 +304,9 @@ def _distill(model, tokenizer, prompts, out_path: Path, s: DistillSettings, engi
     eos_ids = {int(eos)} if isinstance(eos, int) else {int(e) for e in eos}
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(eos_ids)
     engine = engine or TransformersEngine(model, pad_id, eos_ids)
+    fingerprint, identity = _identities(model)
     meta = dict(format=FORMAT, version=VERSION, target=s.target or str(getattr(model.config, "_name_or_path", "")),
-                target_fingerprint=target_fingerprint(model), target_identity=target_identity(model),
+                target_fingerprint=fingerprint, target_identity=identity,
                 max_new_tokens=s.max_new_tokens, system=s.system,
                 decoding="greedy", chat_template=True)
     done, kept = _resume(out_path, meta, prompts, overwrite)
@@ -426,19 +449,19 @@ def _run_locked(args, prompts):
 
     batch_size = args.batch_size
     engine_name = args.engine
-    if engine_name == "vllm":  # the target's weights stay on the CPU: the GPU is vLLM's
-        args.device = "cpu"
-    model, tok, target = load_cli_target(args)
     engine = None
     if engine_name == "vllm":
         from ..serving.engine import model_arg
 
+        tdir = model_arg(args.target)
+        model, tok, target, dtype = _vllm_side_target(args, tdir)
         eos = tok.eos_token_id
         eos_ids = {int(eos)} if isinstance(eos, int) else {int(e) for e in eos}
-        engine = VllmEngine(model_arg(args.target), eos_ids, MAX_SEQ_LEN + args.max_new_tokens,
-                            next(model.parameters()).dtype)
+        engine = VllmEngine(tdir, eos_ids, MAX_SEQ_LEN + args.max_new_tokens, dtype)
         print(f"[peagle-lab] distill: vLLM {engine.version} engine started in {engine.start_s:.0f} s",
               file=sys.stderr)
+    else:
+        model, tok, target = load_cli_target(args)
     batch_size = batch_size or (256 if engine_name == "vllm" else 16)
     t0 = time.perf_counter()
     before = _response_tokens(args.out)
@@ -452,6 +475,38 @@ def _run_locked(args, prompts):
     print(f"{len(out)} sequences, {sum(len(r['input_ids']) for r in out):,} tokens ({resp:,} response tokens, "
           f"{sum(r['finished'] for r in out)} ended with EOS) in {args.out}{others}; {dt:.0f} s, "
           f"{new / dt:.0f} new response tokens/s ({engine_name})")
+
+
+def _checkpoint_dir(tdir: str) -> Path | None:
+    """The local directory of the target vLLM loads: ``tdir`` itself, or a hub id's snapshot in the local
+    Hugging Face cache (``None`` when it is not there)."""
+    if Path(tdir).is_dir():
+        return Path(tdir)
+    try:
+        from huggingface_hub import snapshot_download
+
+        return Path(snapshot_download(tdir, local_files_only=True))
+    except (OSError, ValueError):  # not cached here, or not a hub id
+        return None
+
+
+def _vllm_side_target(args, tdir: str):
+    """What the vLLM path needs of the target, without its weights where its checkpoint allows:
+    ``(TargetFiles or the loaded model, tokenizer, target name, dtype)``. The dtype is the one the target would be
+    loaded in on the CPU (its identities are the ones such a copy has); the GPU is vLLM's."""
+    args.device = "cpu"
+    _, dtype = apply_target_options(args)
+    local = _checkpoint_dir(tdir)
+    ids = checkpoint_identities(local, dtype) if local is not None else None
+    if ids is None:
+        print(f"[peagle-lab] distill: no safetensors embedding (*embed_tokens.weight) and final norm found in "
+              f"{local or tdir}: loading the target on the CPU to fingerprint it", file=sys.stderr)
+        model, tok = models.load_target(args.target, device="cpu", dtype=dtype)
+        return model, tok, args.target or models.target_name(), dtype
+    peek = TargetPeek(args.target)
+    if peek.tokenizer.pad_token_id is None:
+        peek.tokenizer.pad_token = peek.tokenizer.eos_token
+    return TargetFiles(peek.config, *ids), peek.tokenizer, args.target or models.target_name(), dtype
 
 
 def _response_tokens(path) -> int:
