@@ -374,7 +374,9 @@ print("server stopped cleanly:", exit_code == 0 and srv.proc.poll() is not None)
 # Both engines generated the same tokens for the same prompts, one batch each, after a warm-up. Read the ratio, not
 # the absolute numbers, and mind the setting: vLLM ran the prompts as one batch, so every target pass carried all of
 # them, and with the head every verification carried K+1 positions per prompt. vLLM's CPU engine runs the target in
-# fp32, where notebook 05 measures verifying K+1 tokens at well over one decode step on these CPUs.
+# fp32, where 05's committed fp32 runs record verifying K+1 tokens at well over one decode step on these CPUs (its
+# host table's `verify_ratio_k7`). The cell measures the same thing in vLLM's own time: what one batched round costs
+# in plain steps, against the tokens it yields.
 
 # %% tags=["nbval-ignore-output"]
 n_tokens = sum(map(len, plain["ids"]))
@@ -426,8 +428,9 @@ ledger.record(chapter="06", what="vLLM server, one chat request", head=head_dir.
 # %% [markdown]
 # ## 7 · Under load: why the speed-up shrinks with concurrency (question 8)
 #
-# Speculation turns idle compute into tokens: on a GPU at batch size 1 a decode step is bound by reading the
-# weights, and verifying K+1 tokens costs little more than one token. With many requests in flight the batch
+# Speculation turns idle compute into tokens: at batch size 1 a decode step leaves most of a GPU's arithmetic idle
+# (it waits on reading the weights, or in an eager loop on launching kernels), so verifying K+1 tokens costs little
+# more than one token. With many requests in flight the batch
 # already fills the compute, verifying every request's K+1 tokens costs nearly K+1 times as much, and the rejected
 # drafts are pure overhead. The sweep below measures how load changes the ratio on this CPU.
 #
@@ -438,6 +441,9 @@ ledger.record(chapter="06", what="vLLM server, one chat request", head=head_dir.
 # ```bash
 # peagle-lab serve-sweep --concurrency 1,4,16 --max-tokens 64 --repeats 2   # -> data/results/<host>/serving/
 # ```
+#
+# The sweep ran at its own K (printed with it) on its own prompts and requests, so its acceptance length differs
+# from sections 3-4's: both have their rows, with their settings, in 05's acceptance ledger.
 #
 # On several GPUs vLLM also shards the target with tensor parallelism (`--tensor-parallel-size N`); the CPU build does
 # not run it here. What we have instead is one GPU's batch-1 timings at Llama-3.1-8B's shapes
@@ -623,7 +629,8 @@ _ = gc.collect()
 # - The speed-up is the acceptance length over the round's cost in plain steps, both measured here: in vLLM's fp32
 #   CPU engine the round costs more steps than the shipped head accepts tokens, and the serving sweep showed the
 #   ratio shrink further as concurrent requests fill the compute. The GPU timings (eager, random weights) showed
-#   why batch size 1 on a large target is where speculation pays; tensor parallelism is argued from them.
+#   that at batch size 1 on an 8B-shaped target verifying K+1 tokens costs little more than one decode step, the
+#   condition under which speculation can pay; tensor parallelism is argued from them, not measured.
 # - Every acceptance length printed here (vLLM, our loop, the server, the sweep) has its row in 05's ledger.
 #
 # Next, `07_explorer`: type a prompt and watch, token by token, which tokens the drafter's slots supplied and which

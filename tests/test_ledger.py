@@ -93,3 +93,9 @@ def test_the_course_ledger_joins_committed_files_and_recorded_rows_in_chapter_or
     assert rows[1]["prompts"] == 4  # requests over the repeats
     assert ledger.spread_lines(rows) == ["p: 1.30 (06, vLLM serving sweep, 1 concurrent (committed), K=7) to "
                                          "1.50 (07, live, best speed-up, K=4)"]
+
+
+def test_prompt_lookup_is_set_against_the_better_head():
+    run = e2e(*RUN["methods"], method("prompt-lookup K=10", "prompt-lookup", 10, 1.6, 2.0))
+    assert "it beats the better head (1.20x)" in payoff.lookup_line(run)
+    assert payoff.lookup_line(RUN) is None

@@ -61,7 +61,19 @@ def oracle_line(e2e: dict) -> str | None:
             f"speed-up {o['speedup']:.2f}x")
 
 
+def lookup_line(e2e: dict) -> str | None:
+    """Prompt lookup (no trained drafter) against the better head, where the run has it."""
+    pl = best(e2e, "prompt-lookup")
+    heads = [m for m in (best(e2e, f) for f in NAMES) if m]
+    if not (pl and heads):
+        return None
+    top = max(heads, key=lambda m: m["speedup"])
+    word = "beats" if pl["speedup"] > top["speedup"] else "does not beat"
+    return (f"prompt lookup (no training, K={pl['k']}): {pl['speedup']:.2f}x, acceptance length "
+            f"{pl['acceptance_length']:.2f}; it {word} the better head ({top['speedup']:.2f}x)")
+
+
 def lines(e2e: dict) -> list[str]:
     """Everything above, one sentence a line."""
     out = head_lines(e2e) + [verdict(e2e)]
-    return out + [x for x in [oracle_line(e2e)] if x]
+    return out + [x for x in [lookup_line(e2e), oracle_line(e2e)] if x]
