@@ -615,7 +615,7 @@ live_rows = ledger.bench_rows(e2e, "05", f"this run's end to end ({'CI size' if 
 for r in live_rows:
     ledger.record(**r)
 rows = ledger.course_rows(data_dir(), SHIPPED, settings.REPO_ROOT)
-display(Markdown(bench.format_table(rows, ledger.COLUMNS)))
+display(Markdown(ledger.markdown(rows)))
 print("\n".join(ledger.spread_lines(rows)))
 missing = sorted({"00", "04", "06", "07"} - {r["chapter"] for r in ledger.recorded()})
 print("live rows not recorded in this results folder yet:", ", ".join(missing) or "none")

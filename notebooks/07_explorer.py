@@ -163,10 +163,8 @@ for kind, text in PROMPTS.items():
 # %% tags=["nbval-ignore-output"]
 from IPython.display import Markdown
 
-from peagle_lab.bench import format_table
-
 rows = ledger.course_rows(settings.data_dir(), SHIPPED, settings.REPO_ROOT)
-display(Markdown(format_table(rows, ledger.COLUMNS)))
+display(Markdown(ledger.markdown(rows)))
 print("\n".join(ledger.spread_lines(rows)))
 
 # %% [markdown]

@@ -99,3 +99,11 @@ def test_prompt_lookup_is_set_against_the_better_head():
     run = e2e(*RUN["methods"], method("prompt-lookup K=10", "prompt-lookup", 10, 1.6, 2.0))
     assert "it beats the better head (1.20x)" in payoff.lookup_line(run)
     assert payoff.lookup_line(RUN) is None
+
+
+def test_a_live_sweep_keeps_one_row_per_k_and_the_table_shows_three_decimals():
+    row = ledger.bench_rows(RUN, "04", "sweep")[0]
+    for k, al in ((1, 1.25), (8, 1.5)):
+        ledger.record(**(row | {"k": k, "acceptance_length": al}))
+    assert [(r["k"], r["acceptance_length"]) for r in ledger.recorded()] == [(1, 1.25), (8, 1.5)]
+    assert "| 1.250 |" in ledger.markdown(ledger.recorded())

@@ -17,6 +17,8 @@ import json
 from pathlib import Path
 
 from ..bench.files import committed_results, result_suites
+from ..bench.readme import format_table
+from ..serving.engine import engine_kwargs
 from ..errors import PeagleError
 from . import report
 
@@ -38,7 +40,7 @@ def row(**fields) -> dict:
 def record(**fields) -> dict:
     """Store a live run's row for the running notebook (``report.record`` under ``ledger:<what>``); returns it."""
     r = row(**fields)
-    return report.record(f"{PREFIX}{r['head']}:{r['what']}", r)
+    return report.record(f"{PREFIX}{r['head']}:{r['what']}:K={r['k']}", r)
 
 
 def recorded() -> list[dict]:
@@ -104,10 +106,25 @@ def serving_rows(results_root: Path) -> list[dict]:
                 rows.append(row(chapter="06", what=f"vLLM serving sweep, {conc} concurrent (committed)",
                                 head=meta["head"], host=meta["host"], prompt_set="serving sweep requests",
                                 prompts=sum(r.get("ok", 0) for r in runs), new_tokens=meta.get("max_tokens"), k=meta["k"],
-                                dtype=meta.get("dtype") or (meta.get("environment") or {}).get("dtype") or
-                                "vLLM CPU engine default", rounds=None,
+                                dtype=_serving_dtype(meta), rounds=None,
                                 acceptance_length=round(sum(r["acceptance_length"] for r in runs) / len(runs), 4)))
     return rows
+
+
+def _serving_dtype(meta: dict) -> str:
+    """The dtype a sweep's servers ran in: recorded, else the engine's default for the sweep's device."""
+    env = meta.get("environment") or {}
+    recorded_dtype = meta.get("dtype") or env.get("dtype")
+    if recorded_dtype:
+        return str(recorded_dtype)
+    on_gpu = env.get("device") == "cuda"
+    return f"{engine_kwargs(on_gpu=on_gpu).get('dtype', 'auto')} (the engine's default)"
+
+
+def markdown(rows: list[dict]) -> str:
+    """The ledger as a markdown table, acceptance lengths to 3 decimals."""
+    shown = [r | {"acceptance_length": f"{r['acceptance_length']:.3f}"} for r in rows]
+    return format_table(shown, COLUMNS)
 
 
 def spread(rows: list[dict]) -> dict[str, tuple[dict, dict]]:
