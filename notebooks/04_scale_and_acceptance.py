@@ -164,8 +164,8 @@ report.record("shipped_heads_lossless", all(ev["lossless"] for ev in live.values
 
 # %% [markdown]
 # **Reading it.** A slot is only counted when every slot before it was accepted. Compare the two heads on the
-# left panel (the committed held-out comparison at K=3 and 7: 8 prompts x 64 tokens, a few hundred rounds, and
-# fewer at each deeper slot); the right one is this run's small sample of HumanEval prompts (its rounds printed
+# left panel (the committed held-out comparison at K=3 and 7, on the prompts and tokens its header line prints: a
+# few hundred rounds in all, and fewer at each deeper slot); the right one is this run's small sample of HumanEval prompts (its rounds printed
 # beside each figure), which a single prompt more or less can move. The per-slot rates printed under the held-out
 # figures say how each head's acceptance is made: where a head's rates past slot 2 or 3 are low, a deeper draft
 # adds little per round and its K sweep is flat; where they stay high, its acceptance keeps rising with K. The last
@@ -238,7 +238,11 @@ if l1 and held["parallel"] is not None:
 # the shipped P-EAGLE head and the three deeper-experiment heads, and computes, for the acceptance length at
 # K=7 that the vLLM blog reports for P-EAGLE on GPT-OSS-20B (notebook 00), the acceptance per slot it would need
 # if every slot were accepted equally often. The blog measured it on HumanEval, our curves on held-out prompts of
-# the scale mix: read it as an order of magnitude to aim at, not a like-for-like target. (The heads are
+# the scale mix: read it as an order of magnitude to aim at, not a like-for-like target. The accuracy per depth is
+# measured at every anchor of held-out distilled sequences, with the true tokens before it; acceptance counts the
+# rounds of a live decoding, whose anchors are wherever the previous round ended. The two need not agree: a slot-1
+# acceptance rate above the depth-0 accuracy (section 1's per-slot lines against the plot below) is no
+# contradiction. (The heads are
 # named as they were when `depth_accuracy.json` was measured; section 1 says which head is shipped now.)
 
 # %% tags=["nbval-ignore-output"]

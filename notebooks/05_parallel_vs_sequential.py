@@ -506,6 +506,11 @@ side.append({"": "lossless"} | {s: f"{e['all_lossless']} ({e['lossless_regime']}
                                    f"{max([m.get('max_divergence_margin') or 0 for m in e['methods']]):.3f})"
                                 for s, e in per_suite.items()})
 display(Markdown(bench.format_table(side, [""] + list(per_suite))))
+if {"code", "chat"} <= set(per_suite):
+    for family, name in payoff.NAMES.items():
+        c, h = payoff.best(per_suite["code"], family), payoff.best(per_suite["chat"], family)
+        print(f"{name}: chat vs code, best speed-up {h['speedup']:.2f}x vs {c['speedup']:.2f}x, acceptance length "
+              f"{h['acceptance_length']:.2f} vs {c['acceptance_length']:.2f}")
 
 gpu = json.loads((data_dir() / "results" / "gpu-h200" / "gpu-check" / "timing.json").read_text())["result"]
 step = gpu["decode_step_ms"]
@@ -578,7 +583,7 @@ for c in curves:
 # fp32 rows of the host table are below 1. In bf16 (a CPU with bf16 units) a round costs little more than one
 # step and the heads' best rows are modest gains; the payoff cell at the top states each against its noise band.
 # Per suite: prompt lookup gains as much as the answers copy the prompt, which HumanEval answers do (signature,
-# names), while the heads do at least as well on the `chat` suite as on `code` (the side-by-side table).
+# names); for the heads, the lines under the side-by-side table compare the two suites where both are committed.
 #
 # The GPU timings do not change that picture: their verification ratio and P-EAGLE's round in decode steps are
 # about those of the bf16 CPU rows (the last lines of the printout compare them). What they show is the other

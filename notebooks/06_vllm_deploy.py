@@ -420,8 +420,8 @@ ledger.record(chapter="06", what="vLLM server, one chat request", head=head_dir.
 # **Reading it.** The last line is the verdict and its reason, both measured in this run: a speculative round pays
 # only where the tokens it yields (the acceptance length) exceed what it costs in plain decoding steps. In vLLM's
 # fp32 CPU engine a batched round (every prompt's K+1 positions verified in one pass, plus the drafter) costs the
-# number of plain steps printed above, more than the shipped head's acceptance length, so the engine with the head
-# is slower; the same split holds in our own loop (05: fp32 rounds cost the most decode steps, and the fp32 rows of
+# number of plain steps printed above; where that is more than the head's acceptance length, the engine with the
+# head is slower, by their ratio. The same split holds in our own loop (05: fp32 rounds cost the most decode steps, and the fp32 rows of
 # its host table are below 1). A fp32 pass on a small CPU model is far from the "K+1 tokens for the price of one"
 # a large target at batch size 1 on a GPU gets. Section 7 measures how the ratio moves with load.
 
@@ -517,12 +517,14 @@ print(f"\ntensor parallelism: {n_heads} attention heads -> sizes vLLM accepts {t
 # The GPU table shows the other side: at batch size 1 on an 8B-shaped target, verifying K+1 tokens costs only a
 # little more than one decode step (eager mode, random weights: a cost measurement, not a served head).
 #
-# **Tensor parallelism is argued, not measured** where no size fits this machine (the last line of the cell):
-# sharding a target over N
-# GPUs divides its decode and verification time, while the drafter, a small model usually replicated on every
-# GPU, is not made faster; so its share of a round (the last two columns of the GPU table) grows, and with it the
-# cost of each round. P-EAGLE's one drafting pass keeps that share small at every K; EAGLE-3's K passes make it grow
-# with K. The GPU table measures the shares at one GPU; their growth under sharding is the argument's step.
+# **Tensor parallelism is argued, not measured** where no size fits this machine (the last line of the cell).
+# Sharding a large target over N GPUs divides the weights each GPU reads per pass, so its decode and verification
+# passes get faster. vLLM shards the drafter the same way (`draft_tensor_parallel_size`, by default the target's,
+# or 1), but a one-layer drafter has little to divide: its pass is bound by per-pass overhead, and sharding adds an
+# all-reduce per layer to every pass. So the drafter's share of a round (the last two columns of the GPU table, at
+# one GPU) grows under sharding, and with it the cost of each round: for P-EAGLE one pass's worth per round, for
+# EAGLE-3 K passes' worth. The GPU table measures the shares at one GPU; their growth under sharding is the
+# argument's step, which a machine with several GPUs would measure (`--tensor-parallel-size`).
 
 # %% [markdown]
 # ## 8 · Recipe: the published P-EAGLE heads on a GPU

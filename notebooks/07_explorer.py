@@ -135,9 +135,9 @@ print("lossless (identical, or in a near-tie regime a near-tie divergence; see t
 #
 # The common intuition says code: keywords, indentation, names that repeat from the signature and closing brackets
 # make the target's next tokens easier to guess, while open-ended prose has many plausible continuations. For these
-# heads the measurement does not back it: 05's committed suites (24 prompts each) show them accepting at least as
-# much on the chat mix as on HumanEval code (their rows in the acceptance ledger below), because they were trained on
-# that mix, not on code alone. One prompt of each kind, as here, is a few dozen rounds and cannot rank kinds of
+# heads the measurement does not back it: 05's committed suites (24 prompts each) do not show code ahead (05 prints,
+# per head, the best speed-up and acceptance length on each suite; their rows are in the acceptance ledger below):
+# the heads were trained on the chat mix, not on code alone. One prompt of each kind, as here, is a few dozen rounds and cannot rank kinds of
 # text either way: the cell's rounds say how small the sample is; compare several prompts of each kind.
 #
 # </details>
