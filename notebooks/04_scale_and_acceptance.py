@@ -115,7 +115,9 @@ from peagle_lab.workbook import ledger
 HOST_NOW = precision.host_slug(DEVICE)
 
 # a missing head is made (one trainer at a time, no head beside it) before both are loaded
-heads = {kind: h for kind, (h, _) in ensure_heads(SHIPPED, model, tokenizer, TARGET).items()}
+made = ensure_heads(SHIPPED, model, tokenizer, TARGET)
+heads = {kind: h for kind, (h, _) in made.items()}
+head_names = {kind: str(info["source"]).rstrip("/").split("/")[-1] for kind, (_, info) in made.items()}
 KS = settings.pick([1, 4, 8], [1, 8])
 prompts = humaneval_prompts(settings.pick(2, 1))
 MAX_NEW = settings.pick(48, 24)
@@ -125,8 +127,8 @@ live = {kind: evaluate_head(model, tokenizer, head, prompts, EvalSettings(ks=KS,
 for kind, ev in live.items():
     print(f"{kind:10s} " + "  ".join(f"K={k}: {v:.2f} ({ev['rounds'][k]} rounds)" for k, v in ev["acceptance_length"].items()))
     for k, al in ev["acceptance_length"].items():
-        ledger.record(chapter="04", what=f"live K sweep, {len(prompts)} HumanEval prompt(s)", head=SHIPPED[kind].name
-                      if kind in SHIPPED else kind, host=HOST_NOW, prompt_set="code: HumanEval", prompts=len(prompts),
+        ledger.record(chapter="04", what=f"live K sweep, {len(prompts)} HumanEval prompt(s)", head=head_names[kind],
+                      host=HOST_NOW, prompt_set="code: HumanEval", prompts=len(prompts),
                       new_tokens=MAX_NEW, k=k, dtype=precision.dtype_name(next(model.parameters()).dtype),
                       rounds=ev["rounds"][k], acceptance_length=al)
 
@@ -438,7 +440,12 @@ layout = {"chat": "chat template (as trained)", "plain": "no template (bare text
 print(f"{len(tmpl_prompts)} held-out prompt(s) x {TMPL_NEW} new tokens per layout")
 for t, ev in tmpl.items():
     pp = " ".join("  - " if x is None else f"{x:.2f}" for x in ev["per_position_acceptance"][TK])
-    print(f"{layout[t]:58s} acceptance length at K={TK}: {ev['acceptance_length'][TK]:.2f}   per slot: {pp}")
+    print(f"{layout[t]:58s} acceptance length at K={TK}: {ev['acceptance_length'][TK]:.2f} over "
+          f"{ev['rounds'][TK]} rounds   per slot: {pp}")
+    ledger.record(chapter="04", what=f"template: {layout[t][:40]}", head=head_names["parallel"], host=HOST_NOW,
+                  prompt_set="held-out split", prompts=len(tmpl_prompts), new_tokens=TMPL_NEW, k=TK,
+                  dtype=precision.dtype_name(next(model.parameters()).dtype), rounds=ev["rounds"][TK],
+                  acceptance_length=ev["acceptance_length"][TK])
 
 # %% [markdown]
 # **Reading it.** Compare each row above with the first (the template the head was trained on): a row whose

@@ -105,7 +105,8 @@ from peagle_lab.workbook import ledger
 
 def ledger_row(what, r, prompt_set):
     """This chapter's row in 05's acceptance ledger, from a finished run."""
-    return ledger.record(chapter="07", what=what, head=SHIPPED[head_name].name if head_name in SHIPPED else head_name,
+    shipped = head_name in SHIPPED and models.is_default_target(TARGET)
+    return ledger.record(chapter="07", what=what, head=SHIPPED[head_name].name if shipped else f"{head_name} ({TARGET})",
                          host=precision.host_slug(DEVICE), prompt_set=prompt_set, prompts=1,
                          new_tokens=len(r.tokens), k=K, dtype=precision.dtype_name(next(model.parameters()).dtype),
                          rounds=r.stats.rounds, acceptance_length=round(r.stats.acceptance_length, 4))
