@@ -1,0 +1,154 @@
+"""The acceptance ledger: one table of every acceptance length the course prints for the shipped heads.
+
+Each row says what was measured (chapter, head, host, prompt set, number of prompts, new tokens per prompt, K,
+dtype, rounds) beside the figure, so the spread between chapters can be read off the settings. Rows come from two
+places, never from typed-in numbers:
+
+* the committed results the chapters read: ``data/recipe/<host>/heldout_compare.json`` (04's held-out comparison),
+  ``data/results/<host>/<dtype>/end_to_end[_<suite>].json`` (05's bench suites) and
+  ``data/results/<host>/serving/serving_sweep.json`` (06's serving sweep);
+* the live runs, which a chapter stores with :func:`record` in ``$PEAGLE_RESULTS/summary.json`` (the workbook
+  summary, :mod:`peagle_lab.workbook.report`) under a key starting with ``ledger:``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ..bench.files import committed_results, result_suites
+from ..bench.readme import format_table
+from ..serving.engine import engine_kwargs
+from ..errors import PeagleError
+from . import report
+
+PREFIX = "ledger:"
+COLUMNS = ["chapter", "what", "head", "host", "prompt_set", "prompts", "new_tokens", "k", "dtype", "rounds",
+           "acceptance_length"]
+FAMILY_HEAD = {"p-eagle": "P-EAGLE", "eagle3": "EAGLE-3"}
+
+
+def row(**fields) -> dict:
+    """One ledger row; every column of :data:`COLUMNS` must be given (``None`` where a source does not say)."""
+    missing = [c for c in COLUMNS if c not in fields]
+    unknown = [c for c in fields if c not in COLUMNS]
+    if missing or unknown:
+        raise PeagleError(f"ledger row: missing {missing}, unknown {unknown}. Fix: pass exactly {COLUMNS}")
+    return {c: fields[c] for c in COLUMNS}
+
+
+def record(**fields) -> dict:
+    """Store a live run's row for the running notebook (``report.record`` under ``ledger:<what>``); returns it."""
+    r = row(**fields)
+    return report.record(f"{PREFIX}{r['head']}:{r['what']}:K={r['k']}", r)
+
+
+def recorded() -> list[dict]:
+    """The rows the chapters recorded in this results folder (``summary.json``), in chapter order."""
+    rows = [value for book in report.load().values() for key, value in book.items() if key.startswith(PREFIX)]
+    return sorted(rows, key=lambda r: str(r["chapter"]))
+
+
+def heldout_rows(compare_path: Path, shipped: dict[str, Path], repo_root: Path) -> list[dict]:
+    """04's committed held-out comparison: the shipped heads' rows, one per K (rounds: not recorded there)."""
+    if not Path(compare_path).is_file():
+        return []
+    compare = json.loads(Path(compare_path).read_text())
+    rows = []
+    for kind, path in shipped.items():
+        rel = Path(path).relative_to(repo_root).as_posix()
+        found = next((r for r in reversed(compare["rows"]) if r["path"] == rel), None)
+        for k, al in (found or {}).get("acceptance_length", {}).items():
+            rows.append(row(chapter="04", what="held-out comparison (committed)", head=Path(path).name,
+                            host=compare.get("host"), prompt_set="held-out split (no head trained on it)",
+                            prompts=len(compare.get("prompts", [])), new_tokens=compare.get("max_new_tokens"),
+                            k=int(k), dtype=compare.get("dtype"), rounds=None, acceptance_length=al))
+    return rows
+
+
+def bench_rows(e2e: dict, chapter: str, what: str, host: str | None = None) -> list[dict]:
+    """One end-to-end bench result: per head, the row at the K of its best speed-up (what the tables print)."""
+    cfg, env = e2e.get("config", {}), e2e.get("env", {})
+    rows = []
+    for family, name in FAMILY_HEAD.items():
+        methods = [m for m in e2e.get("methods", []) if m["family"] == family and m.get("speedup") is not None]
+        if not methods:
+            continue
+        m = max(methods, key=lambda r: r["speedup"])
+        head = Path(((cfg.get(f"{'parallel' if family == 'p-eagle' else 'sequential'}_head")) or {}).get(
+            "source") or name).name
+        rows.append(row(chapter=chapter, what=f"{what}, best speed-up", head=head,
+                        host=host or env.get("host"), prompt_set=f"{cfg.get('suite') or 'code'}: "
+                        f"{cfg.get('prompts') or 'HumanEval'}", prompts=cfg.get("n_prompts"),
+                        new_tokens=cfg.get("max_new_tokens"), k=m["k"], dtype=env.get("dtype"),
+                        rounds=m.get("rounds"), acceptance_length=m["acceptance_length"]))
+    return rows
+
+
+def committed_bench_rows(results_root: Path) -> list[dict]:
+    """05's committed bench runs, every host, dtype and suite."""
+    rows = []
+    for c in committed_results(results_root):
+        for suite, e2e in result_suites(c["results"]).items():
+            rows += bench_rows(e2e, "05", f"bench `{suite}` suite, {c['dir']} (committed)", host=c["host"])
+    return rows
+
+
+def serving_rows(results_root: Path) -> list[dict]:
+    """06's committed serving sweeps: vLLM's acceptance length per concurrency, pooled over the repeats."""
+    rows = []
+    for path in sorted(Path(results_root).glob("*/serving/serving_sweep.json")):
+        sweep = json.loads(path.read_text())
+        meta = sweep["meta"]
+        for conc in meta["concurrencies"]:
+            runs = [r for r in sweep["rows"] if r["concurrency"] == conc and r.get("acceptance_length")]
+            if runs:
+                rows.append(row(chapter="06", what=f"vLLM serving sweep, {conc} concurrent (committed)",
+                                head=meta["head"], host=meta["host"], prompt_set="serving sweep requests",
+                                prompts=sum(r.get("ok", 0) for r in runs), new_tokens=meta.get("max_tokens"), k=meta["k"],
+                                dtype=_serving_dtype(meta), rounds=None,
+                                acceptance_length=round(sum(r["acceptance_length"] for r in runs) / len(runs), 4)))
+    return rows
+
+
+def _serving_dtype(meta: dict) -> str:
+    """The dtype a sweep's servers ran in: recorded, else the engine's default for the sweep's device."""
+    env = meta.get("environment") or {}
+    recorded_dtype = meta.get("dtype") or env.get("dtype")
+    if recorded_dtype:
+        return str(recorded_dtype)
+    on_gpu = env.get("device") == "cuda"
+    return f"{engine_kwargs(on_gpu=on_gpu).get('dtype', 'auto')} (the engine's default)"
+
+
+def markdown(rows: list[dict]) -> str:
+    """The ledger as a markdown table, acceptance lengths to 3 decimals."""
+    shown = [r | {"acceptance_length": f"{r['acceptance_length']:.3f}"} for r in rows]
+    return format_table(shown, COLUMNS)
+
+
+def spread(rows: list[dict]) -> dict[str, tuple[dict, dict]]:
+    """Per head, its lowest and highest row."""
+    out = {}
+    for r in rows:
+        lo, hi = out.get(r["head"], (r, r))
+        out[r["head"]] = (min(lo, r, key=lambda x: x["acceptance_length"]),
+                          max(hi, r, key=lambda x: x["acceptance_length"]))
+    return out
+
+
+def course_rows(data_dir: Path, shipped: dict[str, Path], repo_root: Path) -> list[dict]:
+    """The whole ledger: the committed rows (04's held-out comparisons of every host, 05's bench suites, 06's
+    serving sweeps) and every row the chapters recorded, in chapter order."""
+    data_dir = Path(data_dir)
+    rows = [r for path in sorted(data_dir.glob("recipe/*/heldout_compare.json"))
+            for r in heldout_rows(path, shipped, repo_root)]
+    rows += committed_bench_rows(data_dir / "results") + serving_rows(data_dir / "results")
+    return sorted(rows + recorded(), key=lambda r: str(r["chapter"]))
+
+
+def spread_lines(rows: list[dict]) -> list[str]:
+    """Per head, one line: its lowest and highest figure with where each comes from."""
+    return [f"{head}: {lo['acceptance_length']:.2f} ({lo['chapter']}, {lo['what']}, K={lo['k']}) to "
+            f"{hi['acceptance_length']:.2f} ({hi['chapter']}, {hi['what']}, K={hi['k']})"
+            for head, (lo, hi) in spread(rows).items()]

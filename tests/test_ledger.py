@@ -1,0 +1,109 @@
+"""The acceptance ledger (workbook.ledger) and the payoff sentences (workbook.payoff): rows read from results
+files and the workbook summary, never typed in; verdicts computed against the run's own noise band."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from peagle_lab.errors import PeagleError
+from peagle_lab.workbook import ledger, payoff
+
+
+@pytest.fixture(autouse=True)
+def results(monkeypatch, tmp_path):
+    monkeypatch.setenv("PEAGLE_RESULTS", str(tmp_path / "results"))
+    monkeypatch.delenv("PEAGLE_NOTEBOOK", raising=False)
+    monkeypatch.delenv("JPY_SESSION_NAME", raising=False)
+
+
+def method(name, family, k, speedup, al, rounds=10, iqr=0.1):
+    return {"method": name, "family": family, "k": k, "speedup": speedup, "speedup_iqr": iqr,
+            "acceptance_length": al, "rounds": rounds}
+
+
+def e2e(*methods, suite="code"):
+    return {"config": {"suite": suite, "prompts": "HumanEval", "n_prompts": 3, "max_new_tokens": 16,
+                       "parallel_head": {"source": "heads/p"}, "sequential_head": {"source": "heads/s"}},
+            "env": {"host": "cpu-x", "dtype": "bfloat16"}, "methods": list(methods)}
+
+
+RUN = e2e(method("plain", "plain", None, 1.0, 1.0), method("p-eagle K=1", "p-eagle", 1, 1.10, 1.3, rounds=40),
+          method("p-eagle K=4", "p-eagle", 4, 1.20, 1.5, rounds=30), method("eagle3 K=2", "eagle3", 2, 1.05, 1.6),
+          method("hf-greedy", "hf-greedy", None, 0.98, 1.0))
+
+
+def test_a_row_missing_a_column_is_refused_naming_it():
+    with pytest.raises(PeagleError, match=r"missing \['rounds'"):
+        ledger.row(**{c: 1 for c in ledger.COLUMNS if c != "rounds"})
+
+
+def test_bench_rows_take_each_head_at_its_best_speedup_with_its_rounds_and_settings():
+    rows = ledger.bench_rows(RUN, "05", "test")
+    assert [(r["head"], r["k"], r["acceptance_length"], r["rounds"]) for r in rows] == [("p", 4, 1.5, 30),
+                                                                                        ("s", 2, 1.6, 10)]
+    assert rows[0]["prompts"] == 3 and rows[0]["new_tokens"] == 16 and rows[0]["dtype"] == "bfloat16"
+
+
+def test_recorded_rows_come_back_from_the_summary_in_chapter_order():
+    row = ledger.bench_rows(RUN, "07", "later")[0]
+    ledger.record(**row)
+    ledger.record(**(row | {"chapter": "04", "what": "earlier"}))
+    assert [r["chapter"] for r in ledger.recorded()] == ["04", "07"]
+
+
+def test_heldout_rows_read_the_shipped_head_by_its_path(tmp_path):
+    path = tmp_path / "compare.json"
+    path.write_text(json.dumps({"host": "h", "prompts": ["a", "b"], "max_new_tokens": 64, "dtype": "bfloat16",
+                                "rows": [{"path": "heads/p", "acceptance_length": {"3": 1.1, "7": 1.2}},
+                                         {"path": "heads/other", "acceptance_length": {"7": 9.0}}]}))
+    rows = ledger.heldout_rows(path, {"parallel": tmp_path / "heads" / "p"}, tmp_path)
+    assert [(r["k"], r["acceptance_length"], r["prompts"]) for r in rows] == [(3, 1.1, 2), (7, 1.2, 2)]
+    assert ledger.heldout_rows(tmp_path / "absent.json", {}, tmp_path) == []
+
+
+def test_the_verdict_says_inside_the_band_when_the_gap_is_smaller_than_hf_greedys_distance_from_1():
+    assert "faster than EAGLE-3 (best K=2) by 0.150x, outside the noise band 0.020" in payoff.verdict(RUN)
+    close = e2e(method("p-eagle K=2", "p-eagle", 2, 1.10, 1.4), method("eagle3 K=1", "eagle3", 1, 1.11, 1.4),
+                method("hf-greedy", "hf-greedy", None, 0.95, 1.0))
+    assert "slower than EAGLE-3 (best K=1) by 0.010x, inside the noise band 0.050" in payoff.verdict(close)
+
+
+def test_a_best_k_of_1_is_said_not_to_test_parallel_drafting():
+    k1 = e2e(method("p-eagle K=1", "p-eagle", 1, 1.2, 1.4), method("eagle3 K=2", "eagle3", 2, 1.1, 1.4))
+    assert "at K=1 parallel and sequential drafting are one and the same" in payoff.verdict(k1)
+    assert "one and the same" not in payoff.verdict(RUN)
+
+
+def test_the_course_ledger_joins_committed_files_and_recorded_rows_in_chapter_order(tmp_path):
+    data = tmp_path / "data"
+    (data / "recipe" / "h").mkdir(parents=True)
+    (data / "recipe" / "h" / "heldout_compare.json").write_text(json.dumps(
+        {"host": "h", "prompts": ["a"], "max_new_tokens": 8, "dtype": "float32",
+         "rows": [{"path": "heads/p", "acceptance_length": {"7": 1.4}}]}))
+    (data / "results" / "h" / "serving").mkdir(parents=True)
+    (data / "results" / "h" / "serving" / "serving_sweep.json").write_text(json.dumps(
+        {"meta": {"host": "h", "head": "p", "k": 7, "max_tokens": 8, "concurrencies": [1]},
+         "rows": [{"config": "peagle", "concurrency": 1, "ok": 2, "acceptance_length": 1.2},
+                  {"config": "peagle", "concurrency": 1, "ok": 2, "acceptance_length": 1.4}]}))
+    ledger.record(**ledger.bench_rows(RUN, "07", "live")[0])
+    rows = ledger.course_rows(data, {"parallel": tmp_path / "heads" / "p"}, tmp_path)
+    assert [(r["chapter"], r["acceptance_length"]) for r in rows] == [("04", 1.4), ("06", 1.3), ("07", 1.5)]
+    assert rows[1]["prompts"] == 4  # requests over the repeats
+    assert ledger.spread_lines(rows) == ["p: 1.30 (06, vLLM serving sweep, 1 concurrent (committed), K=7) to "
+                                         "1.50 (07, live, best speed-up, K=4)"]
+
+
+def test_prompt_lookup_is_set_against_the_better_head():
+    run = e2e(*RUN["methods"], method("prompt-lookup K=10", "prompt-lookup", 10, 1.6, 2.0))
+    assert "it beats the better head (1.20x)" in payoff.lookup_line(run)
+    assert payoff.lookup_line(RUN) is None
+
+
+def test_a_live_sweep_keeps_one_row_per_k_and_the_table_shows_three_decimals():
+    row = ledger.bench_rows(RUN, "04", "sweep")[0]
+    for k, al in ((1, 1.25), (8, 1.5)):
+        ledger.record(**(row | {"k": k, "acceptance_length": al}))
+    assert [(r["k"], r["acceptance_length"]) for r in ledger.recorded()] == [(1, 1.25), (8, 1.5)]
+    assert "| 1.250 |" in ledger.markdown(ledger.recorded())
