@@ -282,9 +282,11 @@ verdict = "pays" if speedup > 1.05 else "loses" if speedup < 0.95 else "breaks e
 print(f"wall time, the package's loops, one run each: plain {plain.seconds:.2f} s, speculative {package.seconds:.2f} s "
       f"-> {speedup:.2f}x: speculation {verdict} here")
 print("hand-written == package's loop:", tokens == package.tokens[:NEW_TOKENS])
-ledger.record(chapter="00", what="the hand-written round's prompt", head=str(head_info["source"]).rstrip("/").split("/")[-1],
+ledger.record(chapter="00", what="the hand-written round's prompt",
+              head=str(head_info["source"]).rstrip("/").split("/")[-1],
               host=precision.host_slug(DEVICE), prompt_set="one chat prompt (prime check)", prompts=1,
-              new_tokens=NEW_TOKENS, k=K, dtype=precision.dtype_name(model.dtype), rounds=package.stats.rounds, acceptance_length=package.stats.acceptance_length)
+              new_tokens=NEW_TOKENS, k=K, dtype=precision.dtype_name(model.dtype), rounds=package.stats.rounds,
+              acceptance_length=package.stats.acceptance_length)
 print(f"regime: {lossless_regime(model.dtype, DEVICE)} ({model.dtype} on {DEVICE})")
 div = first_divergence(tokens, plain, model.dtype, DEVICE)
 print("hand-written vs plain greedy:", "identical" if div is None else div.message())
