@@ -492,7 +492,7 @@ def test_init_from_refuses_another_shape_naming_the_mismatch(tiny_llama, tmp_pat
     with pytest.raises(PeagleError, match="mode: head 'parallel', this run 'sequential'"):
         Trainer(tiny_cfg(mode="sequential", init_from=str(tmp_path / "a")), model, seqs, options=quiet())
     other = tiny_llama(hidden=32, layers=4, seed=7)  # same shape, other weights
-    with pytest.raises(PeagleError, match="target_fingerprint"):
+    with pytest.raises(PeagleError, match="trained on another target"):
         Trainer(tiny_cfg(init_from=str(tmp_path / "a")), other, tiny_sequences(other, n=3), options=quiet())
     with pytest.raises(PeagleError, match="not a head directory"):
         Trainer(tiny_cfg(init_from=str(tmp_path / "nothing")), model, seqs, options=quiet())

@@ -85,6 +85,10 @@ def _taps_as_written(d: dict):
     return d.get("eagle_aux_hidden_state_layer_ids") or (d.get("eagle_config") or {}).get(
         "eagle_aux_hidden_state_layer_ids")
 
+# peagle.<this>: the target_identity of the target a head was trained on; heads that store it under
+# OLD_TARGET_IDENTITY_FIELD are read the same (:meth:`PEagleConfig.target_record`)
+TARGET_IDENTITY_FIELD = "target_identity"
+OLD_TARGET_IDENTITY_FIELD = "target_fingerprint"
 
 @dataclass
 class PEagleConfig:
@@ -195,6 +199,13 @@ class PEagleConfig:
             rope_parameters={**rope, "rope_theta": theta},
             **kw,
         )
+
+    def target_record(self) -> dict:
+        """What the head records of the target it was trained on, as :func:`~peagle_lab.features.identity.
+        recorded_target_problem` reads it: ``{"target_identity": ...}`` from ``peagle.target_identity`` (a head
+        that names it ``peagle.target_fingerprint`` is read the same), or ``{}`` when it records none."""
+        value = self.extra.get(TARGET_IDENTITY_FIELD) or self.extra.get(OLD_TARGET_IDENTITY_FIELD)
+        return {"target_identity": value} if value else {}
 
     def target_problems(self, target_config) -> list[str]:
         """Why this head cannot read the target whose (transformers) config is ``target_config``: vocabulary,

@@ -91,17 +91,17 @@ def trained_head_dir(target, kind: str) -> Path:
 
 def head_fit_problems(path, model) -> list[str]:
     """Why the head in ``path`` cannot read ``model`` (empty: it fits): vocabulary, hidden size, tap layers, and
-    the target fingerprint the head records (``peagle.target_fingerprint``, :func:`identity.target_identity`)."""
-    from ..features.identity import target_identity
+    the target the head records (:meth:`PEagleConfig.target_record`, :func:`identity.recorded_target_problem`)."""
+    from ..features.identity import recorded_target_problem
 
     try:
         cfg = PEagleConfig.from_dir(path)
     except PeagleError as exc:
         return [f"no usable config.json ({str(exc).split('. Fix:')[0]})"]
     problems = cfg.target_problems(model.config)
-    recorded = cfg.extra.get("target_fingerprint")
-    if not problems and recorded and recorded != target_identity(model):
-        problems.append(f"trained on another target (fingerprint {recorded}, this target {target_identity(model)})")
+    other = None if problems else recorded_target_problem(cfg.target_record(), model)
+    if other:
+        problems.append(f"trained on another target ({other})")
     return problems
 
 

@@ -27,7 +27,7 @@ from pathlib import Path
 from .. import lock, validate
 from ..atomic import atomic_write
 from ..errors import PeagleError
-from ..features.identity import target_fingerprint, target_identity
+from ..features.identity import holds_float32, identity_problem, recorded_target_problem, target_identities
 from ..prompts import chat_ids, load_scale_records, load_train_prompts, load_train_records, record_messages
 from ..settings import data_path, results_dir
 from ..target_args import TargetPeek, add_target_options, check_target_options, load_cli_target
@@ -184,7 +184,8 @@ def encode_prompts(tokenizer, prompts: list, indices, system, max_new_tokens: in
     return encoded
 
 
-def _resume(out_path: Path, meta: dict, prompts: list, overwrite: bool) -> tuple[dict[int, dict], list[dict]]:
+def _resume(out_path: Path, meta: dict, prompts: list, overwrite: bool,
+            float32: bool) -> tuple[dict[int, dict], list[dict]]:
     """What ``out_path`` already holds: ``(done, kept)``, ``done`` = prompt position -> its record (matched by
     prompt, not by position: another prompts file or order finds them), ``kept`` = the records of other prompts,
     which stay in the file. Anything that would drop records (other settings, a damaged file) is refused unless
@@ -204,9 +205,9 @@ def _resume(out_path: Path, meta: dict, prompts: list, overwrite: bool) -> tuple
                   file=sys.stderr)
         return {}, []
     diff = {k: (old_meta.get(k), meta[k]) for k in _RESUME_KEYS if old_meta.get(k) != meta[k]}
-    who = "target_identity" if old_meta.get("target_identity") else "target_fingerprint"
-    if old_meta.get(who) != meta[who]:  # an old file made by a bf16 copy of the same target is refused too
-        diff[who] = (old_meta.get(who), meta[who])
+    other = identity_problem(old_meta, meta, float32)
+    if other:
+        diff["target"] = other
     if diff:
         raise PeagleError(f"{out_path} holds {len(old)} sequences made with other settings {diff}. Fix: write to "
                           f"another --out, or --overwrite to drop those {len(old)} records and start over.")
@@ -283,10 +284,10 @@ def _distill(model, tokenizer, prompts, out_path: Path, s: DistillSettings, engi
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(eos_ids)
     engine = engine or TransformersEngine(model, pad_id, eos_ids)
     meta = dict(format=FORMAT, version=VERSION, target=s.target or str(getattr(model.config, "_name_or_path", "")),
-                target_fingerprint=target_fingerprint(model), target_identity=target_identity(model),
+                **target_identities(model),
                 max_new_tokens=s.max_new_tokens, system=s.system,
                 decoding="greedy", chat_template=True)
-    done, kept = _resume(out_path, meta, prompts, overwrite)
+    done, kept = _resume(out_path, meta, prompts, overwrite, holds_float32(model))
     taken = {r["index"] for r in [*kept, *done.values()]}
     todo = [i for i in range(len(prompts)) if i not in done]
     encoded = encode_prompts(tokenizer, prompts, todo, s.system, s.max_new_tokens, _context(model))
@@ -327,9 +328,7 @@ def distilled_data(model, tokenizer, n: int | None, target: str, max_new_tokens:
     shipped = shipped_distilled_path(target)
     if shipped.is_file():
         meta, records = read_distilled(shipped)
-        mine = (meta.get("target_identity") and meta["target_identity"] == target_identity(model)) or \
-            meta.get("target_fingerprint") == target_fingerprint(model)
-        if mine and (n is None or len(records) >= n):
+        if recorded_target_problem(meta, model) is None and (n is None or len(records) >= n):
             return shipped, meta, records[:n], True
     out = results_dir() / "distill" / f"{Path(str(target)).name}.jsonl"
     prompts = load_train_prompts(n)

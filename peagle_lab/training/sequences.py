@@ -19,7 +19,7 @@ from ..errors import PeagleError
 from ..features import ExtractionSettings, extract_features, load_features, read_manifest
 from ..features.online import ordered_features
 from ..features.reader import sequence_key, shard_ids
-from ..features.identity import recorded_target_problem, target_fingerprint, target_identity
+from ..features.identity import recorded_target_problem
 from ..features.taps import check_tap_layers, default_tap_layers
 
 
@@ -170,18 +170,9 @@ def _wait_complete(part: Path) -> None:
 
 
 def check_data_target(meta: dict, model, path) -> None:
-    """Refuse distilled data whose meta names another target. ``target_identity`` does not depend on the dtype
-    the target was loaded in; a file without it carries only the exact ``target_fingerprint``, which
-    is comparable only with a float32 copy of the target (a bf16 copy has other bits), so they are checked then."""
-    if meta.get("target_identity"):
-        ok, theirs, mine = meta["target_identity"] == target_identity(model), meta["target_identity"], \
-            target_identity(model)
-    elif meta.get("target_fingerprint") and next(model.parameters()).dtype == torch.float32:
-        ok, theirs, mine = meta["target_fingerprint"] == target_fingerprint(model), meta["target_fingerprint"], \
-            target_fingerprint(model)
-    else:
-        return
-    if not ok:
-        raise PeagleError(f"{path} was distilled from another target (fingerprint {theirs}, this target {mine}, "
-                          f"{meta.get('target')!r}). Fix: train with the target it was distilled from (--target), "
-                          "or distill again with this one.")
+    """Refuse distilled data whose meta names another target (:func:`~peagle_lab.features.identity.identity_problem`
+    decides)."""
+    other = recorded_target_problem(meta, model)
+    if other:
+        raise PeagleError(f"{path} was distilled from another target ({other}, {meta.get('target')!r}). Fix: train "
+                          "with the target it was distilled from (--target), or distill again with this one.")
