@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import PeagleError
-from ..features.taps import check_tap_layers, default_tap_layers
+from ..features.taps import check_tap_layers, default_tap_layers, tap_range_problem
 from ..settings import display_path
 from .layouts import check_supported, flat_config
 
@@ -208,19 +208,17 @@ class PEagleConfig:
         return {"target_identity": value} if value else {}
 
     def target_problems(self, target_config) -> list[str]:
-        """Why this head cannot read the target whose (transformers) config is ``target_config``: vocabulary,
-        hidden size, tapped layers (empty: it fits)."""
+        """The one rule of "this head fits this target": why this head cannot read the target whose config is
+        ``target_config`` (transformers' config, or anything with its ``vocab_size``, ``hidden_size`` and
+        ``num_hidden_layers``): vocabulary, hidden size, tapped layers (empty: it fits)."""
         problems = []
         if target_config.vocab_size != self.vocab_size:
             problems.append(f"vocabulary {self.vocab_size} (head) vs {target_config.vocab_size} (target)")
         if target_config.hidden_size != self.target_hidden_size:
             problems.append(f"hidden size {self.target_hidden_size} (head) vs {target_config.hidden_size} (target)")
         layers = target_config.num_hidden_layers
-        taps = self.aux_hidden_state_layer_ids or default_tap_layers(layers)
-        bad_taps = [t for t in taps if not 0 <= t < layers]
-        if bad_taps:
-            problems.append(f"tap layers {bad_taps} do not exist in a {layers}-layer target")
-        return problems
+        taps = tap_range_problem(self.aux_hidden_state_layer_ids or default_tap_layers(layers), layers)
+        return problems + ([taps] if taps else [])
 
     # ----- config.json (vLLM eagle3 layout + our fields under "peagle") -----
     def to_json_dict(self, torch_dtype: str | None = None) -> dict:
