@@ -114,7 +114,7 @@ def test_a_draft_vocabulary_larger_than_the_target_is_refused_before_features(tm
     model = make_tiny_llama(vocab=96)
     with pytest.raises(PeagleError, match=r"target tiny: --draft-vocab-size 4096 exceeds its vocabulary of 96"):
         check_config_fits_target(TrainConfig(draft_vocab_size=4096), model, "tiny")
-    with pytest.raises(PeagleError, match=r"tap layers \[7\]"):
+    with pytest.raises(PeagleError, match=r"tap layer ids \[7\] are out of range"):
         check_config_fits_target(TrainConfig(tap_layers=(0, 1, 7), draft_vocab_size=64), model, "tiny")
     check_config_fits_target(TrainConfig(draft_vocab_size=96), model, "tiny")
 
