@@ -340,3 +340,27 @@ def test_a_resumed_log_drops_the_rows_after_the_saved_state(tmp_path):
     Trainer(tiny_cfg(steps=6, save_every=2), model, seqs, options=quiet(out_dir=tmp_path / "h", resume=True)).train()
     steps = [json.loads(line)["step"] for line in log.read_text().splitlines()]
     assert steps == [1, 2, 3, 4, 5, 6]
+
+
+def test_a_directory_is_swapped_in_whole_or_the_old_one_stays(tmp_path):
+    from peagle_lab.atomic import atomic_directory
+
+    out = tmp_path / "out"
+    with atomic_directory(out) as staging:
+        (staging / "a.txt").write_text("one")
+    assert (out / "a.txt").read_text() == "one"
+    assert oct(out.stat().st_mode & 0o777) == oct(0o777 & ~_umask())  # not mkdtemp's 0700
+    with pytest.raises(RuntimeError, match="stopped half way"):
+        with atomic_directory(out) as staging:
+            (staging / "a.txt").write_text("two")
+            raise RuntimeError("stopped half way")
+    assert (out / "a.txt").read_text() == "one" and sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+    with atomic_directory(out) as staging:
+        (staging / "b.txt").write_text("three")
+    assert sorted(p.name for p in out.iterdir()) == ["b.txt"] and sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask

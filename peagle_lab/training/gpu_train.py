@@ -352,6 +352,7 @@ def unpack(returned: Path, dest: Path) -> list[Path]:
     checked (config against weights), the training logs into ``dest/logs``. Returns the head folders."""
     import tempfile
 
+    from ..atomic import swap_in_directory
     from ..drafter.checkpoint import check_head_dir
 
     dest.mkdir(parents=True, exist_ok=True)
@@ -361,13 +362,11 @@ def unpack(returned: Path, dest: Path) -> list[Path]:
         heads = []
         for head in sorted((Path(tmp) / "x" / "heads").iterdir()):
             if head.name == "logs":
-                shutil.rmtree(dest / "logs", ignore_errors=True)
-                os.replace(head, dest / "logs")
+                swap_in_directory(head, dest / "logs")
                 continue
             check_head_dir(head)
             final = dest / head.name
-            shutil.rmtree(final, ignore_errors=True)
-            os.replace(head, final)
+            swap_in_directory(head, final)
             heads.append(final)
     return heads
 

@@ -7,11 +7,9 @@ timing for a target and installs them in the same place."""
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
 from dataclasses import dataclass
 
+from ..atomic import atomic_directory
 from ..settings import pick
 
 
@@ -64,16 +62,8 @@ def train_quick_head(kind: str, model, tokenizer, target, sizes: QuickSizes | No
                       steps=sizes.steps, warmup_steps=max(1, sizes.steps // 10), lr=2e-3,
                       batch_tokens=sizes.batch_tokens, row_tokens=512, save_every=0, seed=0, target=str(target))
     final = trained_head_dir(target, kind)
-    final.parent.mkdir(parents=True, exist_ok=True)
-    staging = tempfile.mkdtemp(prefix=f".{kind}.", dir=final.parent)
-    try:
-        Trainer(cfg, model, seqs, tokenizer, TrainerOptions(out_dir=os.path.join(staging, "head"), progress=progress,
-                                                            verbose=False)).train()
-        if final.exists():
-            shutil.rmtree(final)
-        os.replace(os.path.join(staging, "head"), final)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+    with atomic_directory(final) as staging:
+        Trainer(cfg, model, seqs, tokenizer, TrainerOptions(out_dir=staging, progress=progress, verbose=False)).train()
     return final
 
 
