@@ -218,7 +218,7 @@ def stage_loop(out: Path, dry_run: bool, ks=(1, 2, 3, 5, 8), prompts: int = 2, n
     from ..precision import dtype_name
     from ..decoding.divergence import first_divergence, is_lossless, lossless_regime
     from ..decoding.draft_sources import HeadDrafter
-    from ..drafter import PEagleConfig, PEagleDrafter
+    from ..drafter.heads import fresh_head
     from ..models import load_target
     from ..prompts import chat_ids
     from ..decoding.speculative import plain_generate, speculative_generate
@@ -235,11 +235,9 @@ def stage_loop(out: Path, dry_run: bool, ks=(1, 2, 3, 5, 8), prompts: int = 2, n
     result = {}
     for dtype in (torch.float32, torch.bfloat16):
         model, tok = load_target(str(path), device=str(dev), dtype=dtype)
-        torch.manual_seed(0)
-        cfg = PEagleConfig.from_target(model.config, mask_token_id=tok.convert_tokens_to_ids("<|mask|>"),
-                                       num_speculative_tokens=max(ks))
-        head = PEagleDrafter(cfg).init_from_target(model).to(dev, dtype).eval()
-        runner = TargetRunner(model, cfg.aux_hidden_state_layer_ids)
+        head = fresh_head(model, mask_token_id=tok.convert_tokens_to_ids("<|mask|>"), seed=0,
+                          num_speculative_tokens=max(ks)).to(dev, dtype)
+        runner = TargetRunner(model, head.config.aux_hidden_state_layer_ids)
         rows, divs = 0, []
         for text in texts:
             ids = chat_ids(tok, text)

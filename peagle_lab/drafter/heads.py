@@ -23,6 +23,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
+import torch
+
 from .config import PEagleConfig, read_config_json, stored_dtype_name
 from .hub import cached_head, card_trained_k, fetch_hint, head_path, published_head_for
 from .network import PEagleDrafter
@@ -135,18 +137,24 @@ def head_description(head, source: str) -> dict:
 
 
 def fresh_head(model, mode: str = "parallel", mask_token_id: int | None = None, num_hidden_layers: int = 1,
-               tokenizer=None):
-    """An UNTRAINED head shaped for ``model`` (target embeddings, norm and lm_head; random layers). Its drafting
-    cost is that of a trained head of the same shape; its acceptance is not.
+               tokenizer=None, seed: int | None = None, num_speculative_tokens: int = 8):
+    """The one factory of an UNTRAINED head shaped for ``model`` (target embeddings, norm and lm_head; random
+    layers), on the target's device. Its drafting cost is that of a trained head of the same shape; its acceptance
+    is not.
 
     ``mask_token_id``: default :func:`peagle_lab.drafter.vocab.mask_token_id_for` (picked from ``tokenizer``, or
-    from the tokenizer saved beside the model), as training picks it."""
+    from the tokenizer saved beside the model), as training picks it. ``seed``: the random layers drawn from
+    ``torch.manual_seed(seed)`` without touching the caller's random state (None: from the current state)."""
     if mask_token_id is None:
         mask_token_id = mask_token_id_for(model, tokenizer, untrained=True)
     cfg = PEagleConfig.from_target(model.config, mask_token_id=mask_token_id, mode=mode,
-                                   num_hidden_layers=num_hidden_layers)
+                                   num_hidden_layers=num_hidden_layers, num_speculative_tokens=num_speculative_tokens)
     device = next(model.parameters()).device
-    return PEagleDrafter(cfg).init_from_target(model).to(device).eval()
+    with torch.random.fork_rng(devices=[], enabled=seed is not None):
+        if seed is not None:
+            torch.manual_seed(seed)
+        head = PEagleDrafter(cfg).init_from_target(model)
+    return head.to(device).eval()
 
 
 def head_for_target(kind, model, tokenizer=None, target=None, allow_fresh: bool = True, mode: str | None = None,
