@@ -310,3 +310,15 @@ def test_cli_bench_runs_both_suites_with_the_oracle_and_refuses_a_bad_rate_first
     assert "suite chat" in capsys.readouterr().out
     assert main(common + ["--oracle-accept", "1.7", "--out", str(tmp_path / "bad")]) == 2
     assert "oracle-accept" in capsys.readouterr().err and not (tmp_path / "bad").exists()
+
+
+def test_one_reading_of_integer_lists_serves_every_flag():
+    from peagle_lab.validate import int_list
+
+    assert int_list("2, 15,27", "--taps", "2,15,27") == [2, 15, 27]
+    assert int_list("1-3,6", "--eval-ks", "1,2") == [1, 2, 3, 6]
+    assert int_list("-1,4", "--x", "1") == [-1, 4]
+    assert len(int_list("1-999999999", "--x", "1")) == 4096
+    for bad in ("", " , ", "a", "1,x", "1-"):
+        with pytest.raises(PeagleError, match=r"--x .* is not a list of integers\. Fix: --x 1\."):
+            int_list(bad, "--x", "1")

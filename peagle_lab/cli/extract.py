@@ -56,11 +56,7 @@ def check_cli(args):
     peek = TargetPeek(args.target)
     validate.positive_int(args.topk, "topk", "--topk", 0, peek.vocab_size)
     if args.taps:
-        try:
-            taps = [int(t) for t in args.taps.split(",")]
-        except ValueError:
-            raise PeagleError(f"--taps {args.taps!r} is not a list of layer ids. Fix: --taps 2,15,27.") from None
-        check_tap_layers(taps, peek.num_layers, "--taps")
+        check_tap_layers(validate.int_list(args.taps, "--taps", "2,15,27"), peek.num_layers, "--taps")
     rows = validate.record_range(args.records) if args.records is not None else slice(None)
     if not args.distilled:
         if args.records is not None:
@@ -85,7 +81,7 @@ def _run_cli(args):
         model, tok, target = load_cli_target(args)
         if sequences is None:
             sequences = [chat_ids(tok, p) for p in load_train_prompts(args.prompts)]
-        taps = [int(t) for t in args.taps.split(",")] if args.taps else None
+        taps = validate.int_list(args.taps, "--taps", "2,15,27") if args.taps else None
         extract_features(model, sequences, args.out, ExtractionSettings(
             tap_layers=taps, shard_size=args.shard_size, taps_dtype=TAPS_DTYPES[args.store_dtype], topk=args.topk,
             batch_tokens=args.batch_tokens, target=target))
