@@ -23,6 +23,7 @@ from .layouts import check_supported, flat_config
 
 WEIGHTS = "model.safetensors"
 CONFIG = "config.json"
+TRAINING_RECORD = "training.json"  # beside them in a head trained here: how it was trained (training/records.py)
 EAGLE3_ARCH = "LlamaForCausalLMEagle3"  # the architecture vLLM builds an eagle3 drafter from
 # vLLM reads the mask token id under any of these names (the parallel-drafting proposer: dflash_config.mask_token_id,
 # mask_token_id, pard_token, ptd_token_id; speculators' peagle mask_token_id becomes pard_token); the head writes

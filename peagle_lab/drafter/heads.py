@@ -40,20 +40,16 @@ SHIPPED_NAMES = {
 }
 
 
-def heads_dir() -> Path:
-    """``<data>/heads`` (``settings.data_dir()``: ``$PEAGLE_DATA`` or the checkout's ``data/``)."""
-    return data_dir() / "heads"
-
-
 class _ShippedHeads(Mapping):
-    """``{kind: head directory}`` of the shipped heads, resolved when read (so ``$PEAGLE_DATA`` is honoured and
+    """The one way to a shipped head: ``{kind: head directory}`` under ``<data>/heads`` (``settings.data_dir()``:
+    ``$PEAGLE_DATA`` or the checkout's ``data/``), resolved when read (so ``$PEAGLE_DATA`` is honoured and
     importing this module needs no data). Unknown keys raise ``KeyError`` before any data is looked up, so
     ``SHIPPED.get(some_path, Path(some_path))`` works without a data directory."""
 
     def __getitem__(self, kind):
         if kind not in SHIPPED_NAMES:
             raise KeyError(kind)
-        return heads_dir() / SHIPPED_NAMES[kind]
+        return data_dir() / "heads" / SHIPPED_NAMES[kind]
 
     def __iter__(self):
         return iter(SHIPPED_NAMES)
@@ -66,10 +62,6 @@ class _ShippedHeads(Mapping):
 
 
 SHIPPED = _ShippedHeads()
-
-
-def shipped_head_path(kind: str) -> Path:
-    return SHIPPED[kind]
 
 
 KINDS = ("parallel", "sequential")

@@ -12,10 +12,11 @@ import shlex
 from pathlib import Path
 
 from ..drafter import CONFIG, PEagleConfig
+from ..drafter.config import TRAINING_RECORD
 from ..errors import PeagleError
 from ..settings import display_path
 
-RECORD = "training.json"
+RECORD = TRAINING_RECORD
 
 
 def check_compatible(source, wanted: dict, path) -> None:

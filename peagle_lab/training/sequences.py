@@ -18,12 +18,12 @@ from .distill import MAX_SEQ_LEN
 from ..errors import PeagleError
 from ..features import ExtractionSettings, extract_features, load_features, read_manifest
 from ..features.online import ordered_features
+from ..features.writer import BATCH_TOKENS
 from ..features.reader import sequence_key, shard_ids
 from ..features.identity import recorded_target_problem
 from ..features.taps import check_tap_layers, default_tap_layers
 
 
-EXTRACT_BATCH_TOKENS = 2048  # padded tokens per target forward when the cache extracts missing sequences
 
 
 @dataclass(frozen=True)
@@ -125,7 +125,7 @@ def extract_missing(model, ids: list[list[int]], root, tap_layers, progress: boo
         f"part-{tag}" if rank == 0 else None)
     if mine in parts:
         extract_features(model, [todo[k] for k in parts[mine]], root / mine,
-                         ExtractionSettings(tap_layers=tap_layers, topk=topk, batch_tokens=EXTRACT_BATCH_TOKENS),
+                         ExtractionSettings(tap_layers=tap_layers, topk=topk, batch_tokens=BATCH_TOKENS),
                          progress=progress)
     for name in parts:
         _wait_complete(root / name)
