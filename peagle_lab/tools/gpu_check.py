@@ -474,7 +474,7 @@ def stage_notebooks(out: Path, dry_run: bool, notebooks_dir: Path | None = None,
             rows[nb.stem] = {"status": "failed", "error": "not run: out of the stage's time"}
             continue
         t0 = time.monotonic()
-        cmd = [sys.executable, "-m", "peagle_lab.bench.gpu_check", "--run-notebook", str(nb.resolve())]
+        cmd = [sys.executable, "-m", "peagle_lab.tools.gpu_check", "--run-notebook", str(nb.resolve())]
         try:
             proc = subprocess.run(cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=left)
             rc, text = proc.returncode, proc.stdout + proc.stderr
@@ -896,7 +896,7 @@ def _run_stage_process(name: str, out: Path, args, limit: float, log) -> dict:
     """Stage ``name`` in a process of its own, killed after ``limit`` seconds, its output into ``log``: the
     stage's ``OUT/<name>.json`` document (for a stage that timed out or wrote none, one saying so, with its
     ``<name>-partial.json`` rows when it kept some)."""
-    cmd = [sys.executable, "-m", "peagle_lab.bench.gpu_check", "--stage", name, *(["--dry-run"] if args.dry_run
+    cmd = [sys.executable, "-m", "peagle_lab.tools.gpu_check", "--stage", name, *(["--dry-run"] if args.dry_run
                                                                                   else [])]
     if args.notebooks_dir:
         cmd += ["--notebooks-dir", args.notebooks_dir]
