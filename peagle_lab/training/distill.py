@@ -157,11 +157,6 @@ def select_split(records: list[dict], split: str) -> tuple[list[dict], int]:
     return kept, len(records) - len(kept)
 
 
-def load_distilled(path, n: int | None = None) -> list[dict]:
-    """The first ``n`` distilled records (all when ``None``): dicts with ``input_ids`` (list) and ``prompt_len``."""
-    return read_distilled(path)[1][:n]
-
-
 # ------------------------------------------------------------------------------------------ distillation
 def encode_prompts(tokenizer, prompts: list, indices, system, max_new_tokens: int, context: int | None
                    ) -> dict[int, list[int]]:
