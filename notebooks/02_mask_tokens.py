@@ -229,7 +229,7 @@ print(f"training, T=12, every anchor: elements per depth {[len(d.g) for d in pla
 # %% tags=["nbval-ignore-output"]
 from peagle_lab.training import recipe
 from peagle_lab.workbook import studies
-from peagle_lab.training.distill import distilled_records
+from peagle_lab.distill.data import distilled_records
 from peagle_lab.drafter.heads import target_slug
 from peagle_lab.prompts import load_scale_records
 from peagle_lab.settings import results_dir

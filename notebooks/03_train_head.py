@@ -40,7 +40,7 @@ TARGET, DEVICE, CI = start(seed=0)
 
 import torch
 from peagle_lab import models, precision, settings
-from peagle_lab.training.distill import distilled_data, distilled_records, read_distilled, shipped_distilled_path
+from peagle_lab.distill.data import distilled_data, distilled_records, read_distilled, shipped_distilled_path
 
 model, tokenizer = models.load_target(TARGET, device=DEVICE, dtype=precision.course_dtype(DEVICE))
 
@@ -82,7 +82,7 @@ print(tokenizer.decode(r["input_ids"][r["prompt_len"]:])[:300])
 # %% tags=["nbval-ignore-output"]
 from collections import Counter
 
-from peagle_lab.training.distill import select_split
+from peagle_lab.distill.data import select_split
 from peagle_lab.prompts import load_scale_records
 from peagle_lab.workbook.notebook import committed_label
 

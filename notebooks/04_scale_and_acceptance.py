@@ -364,7 +364,7 @@ from pathlib import Path
 
 from peagle_lab.prompts import load_train_prompts
 from peagle_lab.training import TrainConfig, Trainer, TrainerOptions, prepare_sequences
-from peagle_lab.training.distill import DistillSettings, distill
+from peagle_lab.distill.data import DistillSettings, distill
 
 with tempfile.TemporaryDirectory() as tmp:
     tiny_records = distill(tiny, tiny_tok, load_train_prompts(settings.pick(8, 4)), Path(tmp) / "tiny.jsonl",

@@ -17,7 +17,7 @@ import torch
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from peagle_lab.cli import main
-from peagle_lab.training.distill import FORMAT, prompt_sha
+from peagle_lab.distill.data import FORMAT, prompt_sha
 
 from conftest import CHATML_TEMPLATE, make_byte_tokenizer, make_tiny_llama
 

@@ -190,7 +190,7 @@ def test_a_missing_or_truncated_shard_is_one_line_naming_it_and_how_to_rebuild(t
 # ------------------------------------------------------------------------------------------------ nested JSON
 def test_deeply_nested_json_in_a_prompts_or_distilled_file_is_one_line(tmp_path):
     from peagle_lab.prompts import load_train_records
-    from peagle_lab.training.distill import read_distilled
+    from peagle_lab.distill.data import read_distilled
 
     deep = "[" * 100_000 + "]" * 100_000
     (tmp_path / "p.jsonl").write_text(deep + "\n")

@@ -21,7 +21,7 @@ import pytest
 import torch
 
 from peagle_lab import lock
-from peagle_lab.training.distill import DistillSettings, distill, read_distilled
+from peagle_lab.distill.data import DistillSettings, distill, read_distilled
 from peagle_lab.errors import PeagleError
 
 from conftest import CHATML_TEMPLATE, make_byte_tokenizer, make_tiny_llama

@@ -14,7 +14,7 @@ import pytest
 from peagle_lab.drafter import heads
 from peagle_lab import prompts, settings
 from peagle_lab.workbook import report
-from peagle_lab.training.distill import shipped_distilled_path
+from peagle_lab.distill.data import shipped_distilled_path
 from peagle_lab.errors import PeagleError
 
 REPO = Path(__file__).resolve().parents[1]

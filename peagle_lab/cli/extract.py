@@ -11,7 +11,7 @@ from ..features.taps import check_tap_layers
 from ..features.writer import BATCH_TOKENS, ExtractionSettings, extract_features
 from ..prompts import chat_ids, load_train_prompts
 from ..target_args import TargetPeek, add_target_options, check_target_options, load_cli_target
-from ..training.distill import MAX_SEQ_LEN, read_distilled, select_split
+from ..distill.data import MAX_SEQ_LEN, read_distilled, select_split
 
 
 def register_cli(sub):

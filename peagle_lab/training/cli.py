@@ -16,7 +16,7 @@ import torch
 
 from .. import lock, validate
 from ..flags import add_config_flags, given_config_flags
-from .distill import read_distilled, select_split
+from ..distill.data import read_distilled, select_split
 from ..drafter import PEagleDrafter
 from ..errors import PeagleError
 from .lineage import cumulative, head_config, history_of, seen_before, summary

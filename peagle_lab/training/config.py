@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .. import validate
-from .distill import MAX_SEQ_LEN
+from ..distill.data import MAX_SEQ_LEN
 from ..errors import PeagleError
 from ..flags import flag_field
 from ..precision import choice_name

@@ -379,7 +379,7 @@ def tiny_distilled(target_dir: Path, path: Path, count: int = 8) -> Path:
 
     from ..prompts import chat_ids
     from ..tiny_target import prompt_texts
-    from .distill import FORMAT, VERSION
+    from ..distill.data import FORMAT, VERSION
 
     tok = AutoTokenizer.from_pretrained(target_dir)
     texts = prompt_texts()[: 2 * count]

@@ -60,7 +60,7 @@ def _run_cli(args):
     from ..errors import PeagleError
     from ..settings import display_path
     from ..target_args import TargetPeek, load_cli_target
-    from .distill import read_distilled, select_split
+    from ..distill.data import read_distilled, select_split
     from .sequences import prepare_sequences
 
     validate.positive_int(args.sequences, "sequences", "--sequences")

@@ -1,5 +1,5 @@
 """A small head for a target that has none, made on the spot through the same code as every head: distil a few
-prompts (:func:`peagle_lab.training.distill.distilled_records`), train briefly (:class:`.trainer.Trainer`), save it where
+prompts (:func:`peagle_lab.distill.data.distilled_records`), train briefly (:class:`.trainer.Trainer`), save it where
 :func:`peagle_lab.drafter.heads.head_for_target` finds it (``$PEAGLE_RESULTS/heads/<target>/<kind>``). Sizes come from
 the environment (``PEAGLE_CI=1``: tiny). The notebooks call :func:`ensure_head` so that each runs on its own,
 on any target. Such a head is a demonstration (:data:`ON_THE_SPOT`); ``scripts/gpu_heads.sh`` makes heads worth
@@ -49,7 +49,7 @@ def train_quick_head(kind: str, model, tokenizer, target, sizes: QuickSizes | No
     """Distil ``sizes.prompts`` prompts with ``model`` and train a 1-layer ``kind`` head on them; save it to
     :func:`peagle_lab.drafter.heads.trained_head_dir` (written beside it, then renamed: a half-trained head is never
     found there). Returns the head directory."""
-    from .distill import distilled_records
+    from ..distill.data import distilled_records
     from ..drafter.heads import trained_head_dir
     from .config import TrainConfig
     from .sequences import prepare_sequences

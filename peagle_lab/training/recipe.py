@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..atomic import write_json, write_text
-from .distill import read_distilled, select_split
+from ..distill.data import read_distilled, select_split
 from ..drafter import PEagleDrafter
 from ..environment import environment
 from ..errors import PeagleError

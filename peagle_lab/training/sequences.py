@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from .distill import MAX_SEQ_LEN
+from ..distill.data import MAX_SEQ_LEN
 from ..errors import PeagleError
 from ..features import ExtractionSettings, extract_features, load_features, read_manifest
 from ..features.online import ordered_features

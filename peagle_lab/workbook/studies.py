@@ -10,7 +10,7 @@ run-to-run noise:
   to the draft vocabulary, as EAGLE-3, SpecForge and speculators train), float32, also scored by per-depth
   accuracy on distilled sequences of the held-out prompts;
 - ``self-distill``: the same prompts (functions of the Python standard library) answered by people (the library's
-  source) against answered by the target itself (:func:`peagle_lab.training.distill.distill`), scored on held-out
+  source) against answered by the target itself (:func:`peagle_lab.distill.data.distill`), scored on held-out
   prompts of the same kind answered by the target at inference, as they are when serving.
 
 Every run has the same budget in optimizer steps (tokens seen), not in seconds, so a loaded machine changes the
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..training.distill import DistillSettings, distill, read_distilled, select_split
+from ..distill.data import DistillSettings, distill, read_distilled, select_split
 from ..environment import environment
 from ..errors import PeagleError
 from .human_answers import human_records, stdlib_tasks

@@ -31,7 +31,7 @@ from ..features.identity import holds_float32, identity_problem, recorded_target
 from ..prompts import chat_ids, load_scale_records, load_train_prompts, load_train_records, record_messages
 from ..settings import data_path, results_dir
 from ..target_args import TargetPeek, add_target_options, check_target_options, load_cli_target
-from .distill_engines import ENGINES
+from .engines import ENGINES
 
 FORMAT = "peagle-lab-distill"
 VERSION = 1
@@ -248,7 +248,7 @@ def distill(model, tokenizer, prompts: list, out_path, settings: DistillSettings
     ``settings`` say (:class:`DistillSettings`; its defaults when ``None``).
 
     ``prompts``: strings, or records with ``prompt`` and an optional ``history`` of earlier turns.
-    ``engine``: what writes the answers (:mod:`.distill_engines`; default: transformers' generate on
+    ``engine``: what writes the answers (:mod:`.engines`; default: transformers' generate on
     ``model``); ``model`` is still what the file's target identity is taken from. ``settings.batch_size`` prompts go
     to the engine at a time, and the file is rewritten atomically after each batch (``*.jsonl.gz`` is stored
     compressed). Resumable and append-only: records already in ``out_path`` (same prompt, same target and settings)
@@ -269,7 +269,7 @@ def distill(model, tokenizer, prompts: list, out_path, settings: DistillSettings
 
 def _distill(model, tokenizer, prompts, out_path: Path, s: DistillSettings, engine, overwrite: bool,
              progress: bool) -> list[dict]:
-    from .distill_engines import TransformersEngine
+    from .engines import TransformersEngine
 
     from tqdm.auto import tqdm
 
@@ -386,7 +386,7 @@ def check_cli(args) -> list:
     """Every argument, the environment, the output path and every prompt (tokenized with the target's tokenizer,
     against its context), before the target's weights load: the prompts to distill (``args.engine`` becomes the
     engine chosen)."""
-    from .distill_engines import choose_engine
+    from .engines import choose_engine
 
     if args.batch_size is not None:
         validate.positive_int(args.batch_size, "batch_size", "--batch-size")
@@ -416,7 +416,7 @@ def _run_cli(args):
 
 
 def _run_locked(args, prompts):
-    from .distill_engines import VllmEngine
+    from .engines import VllmEngine
 
     batch_size = args.batch_size
     engine_name = args.engine
