@@ -109,7 +109,7 @@ print("prompt kinds:", dict(Counter(m["category"] for m in mix)))
 # %% tags=["nbval-ignore-output"]
 from IPython.display import Markdown, display
 
-from peagle_lab.workbook import studies
+from peagle_lab.experiments import studies
 
 sd_host, sd_runs = studies.committed("self-distill")
 print(committed_label("The self-distillation study", sd_host))

@@ -222,7 +222,7 @@ if fresh and shipped_al is not None:
 # named as they were when `depth_accuracy.json` was measured; section 1 says which head is shipped now.)
 
 # %% tags=["nbval-ignore-output"]
-from peagle_lab.training import recipe
+from peagle_lab.experiments import recipe
 
 PAPER_AL, PAPER_K = 3.94, 7  # the vLLM P-EAGLE blog: GPT-OSS-20B on HumanEval, K=7 (a GPU-trained head)
 
@@ -461,7 +461,7 @@ for t, ev in tmpl.items():
 # similar budget), and reads the table against the larger.
 
 # %% tags=["nbval-ignore-output"]
-from peagle_lab.workbook import studies
+from peagle_lab.experiments import studies
 
 runs = recipe.read_runs(RECIPE_DIR / HOST) if HOST else []
 print(committed_label("The recipe runs", HOST))

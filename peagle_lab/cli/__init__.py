@@ -19,7 +19,7 @@ from ..settings import prefer_passive_omp_wait
 # since they import torch (so `import peagle_lab.cli` itself must not)
 _MODULES = ["peagle_lab.cli.prepare", "peagle_lab.cli.generate", "peagle_lab.cli.extract",
             "peagle_lab.distill.data", "peagle_lab.training.cli", "peagle_lab.bench.cli", "peagle_lab.serving.cli",
-            "peagle_lab.training.recipe", "peagle_lab.training.heldout", "peagle_lab.workbook.studies", "peagle_lab.tiny_target",
+            "peagle_lab.experiments.recipe", "peagle_lab.experiments.heldout", "peagle_lab.experiments.studies", "peagle_lab.tiny_target",
             "peagle_lab.workbook.memory_plan"]
 
 

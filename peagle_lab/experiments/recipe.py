@@ -23,7 +23,8 @@ from ..errors import PeagleError
 from ..hardware import load_average
 from ..prompts import load_scale_records
 from ..target_args import add_target_options, load_cli_target
-from . import EvalSettings, TrainConfig, depth_accuracy, evaluate_head, prepare_sequences, train_head
+from ..training import EvalSettings, TrainConfig, evaluate_head, prepare_sequences, train_head
+from .heldout import depth_accuracy
 
 # the shipped heads' recipe: small steps (512 tokens) so that short runs still take hundreds of steps
 BASELINE = dict(layers=1, draft_vocab_size=8192, lr=3e-3, num_depths=8, freeze_lm_head=False, batch_tokens=512,
