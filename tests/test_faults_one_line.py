@@ -20,7 +20,7 @@ import torch
 from peagle_lab import atomic, jsonl_log, lock
 from peagle_lab.errors import PeagleError
 
-from test_checked_first import base, no_long_work, one_error_line, prompts_file, target  # noqa: F401
+from test_checked_first import base, one_error_line, prompts_file, target  # noqa: F401
 
 ENV = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(__file__).resolve().parents[1]),
                                                    os.environ.get("PYTHONPATH", "")]))

@@ -192,7 +192,7 @@ def test_dropping_records_needs_overwrite_and_says_how_many(tmp_path, tiny, caps
 
 
 def test_distill_cli_with_a_smaller_prompt_count_keeps_the_file(tmp_path, capsys):
-    """The issue's case: `distill --prompts 1` over a 2-record --out used to rewrite it down to 1 record."""
+    """`distill --prompts 1` over a 2-record --out keeps both records."""
     from peagle_lab.cli import main
 
     tok = make_byte_tokenizer(CHATML_TEMPLATE)
