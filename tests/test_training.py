@@ -484,9 +484,13 @@ def test_init_from_continues_the_saved_head_with_a_fresh_optimizer(tiny_llama, t
 
 
 def test_init_from_refuses_another_shape_naming_the_mismatch(tiny_llama, tmp_path):
+    from peagle_lab.features.identity import target_identity
+
     model = tiny_llama(hidden=32, layers=4)
     seqs = tiny_sequences(model, n=3)
     Trainer(tiny_cfg(steps=1), model, seqs, options=quiet(out_dir=tmp_path / "a")).train()
+    recorded = json.loads((tmp_path / "a" / "config.json").read_text())["peagle"]
+    assert recorded["target_identity"] == target_identity(model) and "target_fingerprint" not in recorded
     with pytest.raises(PeagleError, match=r"num_hidden_layers: head 1, this run 2.*--layers"):
         Trainer(tiny_cfg(layers=2, init_from=str(tmp_path / "a")), model, seqs, options=quiet())
     with pytest.raises(PeagleError, match="mode: head 'parallel', this run 'sequential'"):
