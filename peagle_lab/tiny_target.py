@@ -25,6 +25,7 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from .atomic import atomic_directory
 from .errors import PeagleError
 from .settings import data_path
 
@@ -180,10 +181,6 @@ def make_tiny_target(out, spec: TinyTargetSpec = TinyTargetSpec(), overwrite: bo
     """Build the tiny target into the directory ``out`` (written under a temporary name, then renamed: a
     half-built target is never picked up); return ``out``. An existing ``out`` is kept when it was built with
     the same ``spec``, refused otherwise unless ``overwrite``."""
-    import os
-    import shutil
-    import tempfile
-
     out = Path(out)
     if out.exists():
         marker = out / MARKER
@@ -199,9 +196,7 @@ def make_tiny_target(out, spec: TinyTargetSpec = TinyTargetSpec(), overwrite: bo
     texts = prompt_texts()
     tok = train_tokenizer(texts, spec.vocab_size, spec.chat)
     model = build_model(spec, len(tok), tok.eos_token_id, tok.pad_token_id)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
+    with atomic_directory(out) as staging:
         from transformers.utils import logging as hf_logging
 
         bars = hf_logging.is_progress_bar_enabled()
@@ -217,26 +212,12 @@ def make_tiny_target(out, spec: TinyTargetSpec = TinyTargetSpec(), overwrite: bo
                   "corpus": f"data/prompts/*.jsonl, first {CORPUS_PROMPTS} prompts", "corpus_prompts": len(texts),
                   "command": f"peagle-lab make-tiny-target --arch {spec.arch}"}
         (staging / MARKER).write_text(json.dumps(record, indent=1) + "\n")
-        os.chmod(staging, 0o777 & ~_umask())
-        for f in staging.iterdir():  # the usual permissions, not the temporary files' 0600
-            os.chmod(f, 0o666 & ~_umask())
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(staging, out)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
     return out
 
 
 def _recorded_spec(marker: Path) -> dict:
     """The spec a tiny target was built with (fields added since it was built take their defaults)."""
     return {**asdict(TinyTargetSpec()), **(json.loads(marker.read_text()).get("spec") or {})}
-
-
-def _umask() -> int:
-    from .atomic import umask
-
-    return umask()
 
 
 # ------------------------------------------------------------------------------------------ CLI

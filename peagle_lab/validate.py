@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import tempfile
 from pathlib import Path
 
@@ -46,6 +47,26 @@ def record_range(text, flag: str = "--records") -> slice:
     if (a is not None and a < 0) or (b is not None and b < 0) or (a is not None and b is not None and b <= a):
         raise PeagleError(f"{flag} {text!r} is empty or negative. Fix: {flag} START:END with 0 <= START < END.")
     return slice(a, b)
+
+
+def int_list(text, flag: str, example: str) -> list[int]:
+    """The one reading of a comma-separated list of integers a flag takes (``"2,15,27"``; ``"1-3,6"``: a range
+    is both ends and what lies between, at most 4,096 values), in the order written. Anything else, or nothing, is
+    one line naming ``flag`` and a valid ``example``."""
+    out: list[int] = []
+    try:
+        for part in str(text).split(","):
+            span = re.fullmatch(r"\s*(-?\d+)\s*-\s*(-?\d+)\s*", part)
+            if span:
+                a, b = int(span[1]), int(span[2])
+                out.extend(range(a, min(b, a + 4095) + 1))
+            elif part.strip():
+                out.append(int(part))
+    except ValueError:
+        out = []
+    if not out:
+        raise PeagleError(f"{flag} {text!r} is not a list of integers. Fix: {flag} {example}.")
+    return out
 
 
 def num_speculative_tokens(k, limit: int = MAX_K) -> int:

@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 from peagle_lab.atomic import write_json
-from peagle_lab.training.distill import MAX_SEQ_LEN, read_distilled, select_split
+from peagle_lab.distill.data import MAX_SEQ_LEN, read_distilled, select_split
 from peagle_lab.environment import environment
 from peagle_lab.features import ExtractionSettings, extract_features
 from peagle_lab.hardware import load_average

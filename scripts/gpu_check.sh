@@ -4,7 +4,7 @@
 # builds a tiny target, runs the unit tests that apply, the speculative loop on CUDA (fp32 and bf16, near-tie rule),
 # the notebooks' loads with Llama-3.1-8B's shapes under a 24 GiB cap, every notebook's source cell by cell against
 # the tiny target (checked cells compared with the saved outputs), and times drafting and verification on a random
-# target and head of Llama-3.1-8B's shapes in bf16 (peagle_lab/bench/gpu_check.py says what each stage does).
+# target and head of Llama-3.1-8B's shapes in bf16 (peagle_lab/tools/gpu_check.py says what each stage does).
 #
 #   bash scripts/gpu_check.sh                 # results in $OUT, else build/gpu-check/<host>/
 #   bash scripts/gpu_check.sh --dry-run       # the same stages on the CPU at tiny sizes (the test suite runs this)
@@ -20,4 +20,4 @@ export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 HF_HUB_OF
 LIMIT=470
 for a in "$@"; do [ "$a" = --dry-run ] && LIMIT=1880; done
 [ "${PEAGLE_GPU_DRY_RUN:-0}" = 1 ] && LIMIT=1880
-exec timeout --kill-after=10 "$LIMIT" "$PY" -m peagle_lab.bench.gpu_check "$@"
+exec timeout --kill-after=10 "$LIMIT" "$PY" -m peagle_lab.tools.gpu_check "$@"

@@ -410,10 +410,10 @@ def build_scale(core: list[dict], seed: int = SEED) -> list[dict]:
 
     head = [{**r, "split": prompt_mix._split(r["prompt"])} for r in core]
     first = prompt_mix.build(seed, {r["prompt"] for r in core})
-    import prompt_wave3
+    import prompt_more_tasks
 
     second = prompt_mix.build_wave2(seed, {r["prompt"] for r in head + first if "history" not in r})
-    third = prompt_wave3.build_wave3(seed, {r["prompt"] for r in head + first + second if "history" not in r})
+    third = prompt_more_tasks.build_more_tasks(seed, {r["prompt"] for r in head + first + second if "history" not in r})
     return head + first + second + _no_humaneval(third)
 
 

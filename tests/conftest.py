@@ -135,6 +135,29 @@ def smollm2_bf16():
     return load_target("smollm2-135m", device="cpu", dtype=torch.bfloat16)
 
 
+class ReachedLongWork(Exception):
+    """Raised by the replaced model loader and export writer (:func:`no_long_work`): the checks let this input
+    through to the long part."""
+
+
+@pytest.fixture
+def no_long_work(monkeypatch):
+    """The one bad-input fixture: loading a target and writing an export raise :class:`ReachedLongWork`, so a test
+    sees whether a command's checks stop bad input before any long work; the environment's device, dtype and CI
+    settings are cleared."""
+    import peagle_lab.models as models
+    import peagle_lab.serving.export as export
+
+    def reached(*a, **k):
+        raise ReachedLongWork
+
+    monkeypatch.setattr(models, "load_target", reached)
+    monkeypatch.setattr(export, "_export", reached)
+    for var in ("PEAGLE_DEVICE", "PEAGLE_DTYPE", "PEAGLE_CI"):
+        monkeypatch.delenv(var, raising=False)
+    return reached
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if {"smollm2", "smollm2_bf16"} & set(getattr(item, "fixturenames", ())):

@@ -116,7 +116,7 @@ def test_resume_with_other_settings_names_each_field(tmp_path, change):
 
 
 def test_a_distilled_record_without_input_ids_is_named(tmp_path):
-    from peagle_lab.training.distill import FORMAT, read_distilled
+    from peagle_lab.distill.data import FORMAT, read_distilled
 
     path = tmp_path / "d.jsonl"
     path.write_text(json.dumps({"meta": {"format": FORMAT}}) + "\n" + json.dumps({"index": 0, "prompt_len": 3}) + "\n")
@@ -125,7 +125,7 @@ def test_a_distilled_record_without_input_ids_is_named(tmp_path):
 
 
 def test_distill_rejects_batch_size_zero():
-    from peagle_lab.training.distill import DistillSettings, distill
+    from peagle_lab.distill.data import DistillSettings, distill
 
     with pytest.raises(PeagleError, match="batch_size"):
         distill(None, None, ["hi"], "unused.jsonl", DistillSettings(batch_size=0))

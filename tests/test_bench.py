@@ -185,7 +185,6 @@ def test_fresh_heads_take_their_mask_token_from_the_tokenizer(tmp_path):
     assert free != 16 and pick_mask_token_id(tok) == free
     model = make_tiny_llama(vocab=len(tok))
     assert bench.fresh_head(model, tokenizer=tok).config.mask_token_id == free
-    assert explorer.fresh_head(model, tokenizer=tok).config.mask_token_id == free
     assert bench.fresh_head(model, mask_token_id=5).config.mask_token_id == 5  # an explicit id still wins
     with pytest.raises(PeagleError, match="tokenizer"):  # a bare model and no tokenizer: nothing to pick from
         bench.fresh_head(model)
@@ -198,6 +197,17 @@ def test_fresh_heads_take_their_mask_token_from_the_tokenizer(tmp_path):
     assert head.config.mask_token_id == free and desc["mask_token_id"] == free
     explorer._HEADS.clear()
     assert explorer.get_head(explorer.FRESH, saved).config.mask_token_id == free
+
+
+def test_a_seeded_fresh_head_is_the_same_head_and_leaves_the_random_state_alone():
+    model = make_tiny_llama(vocab=64)
+    torch.manual_seed(1)
+    before = torch.random.get_rng_state()
+    a, b = bench.fresh_head(model, mask_token_id=3, seed=7), bench.fresh_head(model, mask_token_id=3, seed=7)
+    assert torch.equal(torch.random.get_rng_state(), before)
+    assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
+    c = bench.fresh_head(model, mask_token_id=3, seed=8)
+    assert not all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), c.state_dict().values()))
 
 
 def test_an_untrained_head_still_gets_a_mask_token_when_the_tokenizer_has_no_free_one(byte_tokenizer):
@@ -300,3 +310,15 @@ def test_cli_bench_runs_both_suites_with_the_oracle_and_refuses_a_bad_rate_first
     assert "suite chat" in capsys.readouterr().out
     assert main(common + ["--oracle-accept", "1.7", "--out", str(tmp_path / "bad")]) == 2
     assert "oracle-accept" in capsys.readouterr().err and not (tmp_path / "bad").exists()
+
+
+def test_one_reading_of_integer_lists_serves_every_flag():
+    from peagle_lab.validate import int_list
+
+    assert int_list("2, 15,27", "--taps", "2,15,27") == [2, 15, 27]
+    assert int_list("1-3,6", "--eval-ks", "1,2") == [1, 2, 3, 6]
+    assert int_list("-1,4", "--x", "1") == [-1, 4]
+    assert len(int_list("1-999999999", "--x", "1")) == 4096
+    for bad in ("", " , ", "a", "1,x", "1-"):
+        with pytest.raises(PeagleError, match=r"--x .* is not a list of integers\. Fix: --x 1\."):
+            int_list(bad, "--x", "1")

@@ -1,7 +1,8 @@
 """Every input is checked before the long part: a bad argument, environment value, path, prompt, distilled row,
 training state or head ends in ONE line ``peagle-lab: error: <what>. Fix: <what to do>`` (exit 2) before the
 target's weights load; a good one reaches the long part. "Before the long part" is observed: the model loader
-(``models.load_target``, export's writer) is replaced by one that raises :class:`ReachedLongWork`.
+(``models.load_target``, export's writer) is replaced by one that raises ``ReachedLongWork`` (conftest's
+``no_long_work``, the one bad-input fixture).
 
 The target is a tiny random Llama saved with a byte-level tokenizer (vocabulary 259, context 64 positions)."""
 
@@ -17,15 +18,11 @@ import torch
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from peagle_lab.cli import main
-from peagle_lab.training.distill import FORMAT, prompt_sha
+from peagle_lab.distill.data import FORMAT, prompt_sha
 
-from conftest import CHATML_TEMPLATE, make_byte_tokenizer, make_tiny_llama
+from conftest import CHATML_TEMPLATE, ReachedLongWork, make_byte_tokenizer, make_tiny_llama
 
 CONTEXT = 64
-
-
-class ReachedLongWork(Exception):
-    """Raised by the replaced model loader: the checks let this input through."""
 
 
 @pytest.fixture(scope="module")
@@ -35,21 +32,6 @@ def target(tmp_path_factory):
     make_tiny_llama(hidden=32, layers=4, vocab=len(tok), max_positions=CONTEXT).save_pretrained(path)
     tok.save_pretrained(path)
     return path
-
-
-@pytest.fixture
-def no_long_work(monkeypatch):
-    import peagle_lab.models as models
-    import peagle_lab.serving.export as export
-
-    def reached(*a, **k):
-        raise ReachedLongWork
-
-    monkeypatch.setattr(models, "load_target", reached)
-    monkeypatch.setattr(export, "_export", reached)
-    for var in ("PEAGLE_DEVICE", "PEAGLE_DTYPE", "PEAGLE_CI"):
-        monkeypatch.delenv(var, raising=False)
-    return reached
 
 
 def one_error_line(capsys, argv) -> str:
@@ -98,7 +80,7 @@ def base(cmd, target, tmp_path):
     raise ValueError(cmd)
 
 
-# ---------------------------------------------------------------------------------------- the cases of the issue
+# ------------------------------------------------------------------------------- damaged inputs, named first
 DAMAGED_ROWS = {
     "ids as strings": dict(input_ids=["40", "41", "42"]),
     "negative id": dict(input_ids=[40, -1, 42]),

@@ -9,16 +9,6 @@ from peagle_lab.cli import main
 from peagle_lab.errors import PeagleError
 
 
-@pytest.fixture
-def no_model_load(monkeypatch):
-    import peagle_lab.models as models
-
-    def boom(*a, **k):
-        raise AssertionError("a model was loaded before the arguments were checked")
-
-    monkeypatch.setattr(models, "load_target", boom)
-
-
 CASES = [
     (["-k", "0"], "K .*1..64"),
     (["-k", "1000", "--max-new-tokens", "8"], "K .*1..64"),
@@ -33,7 +23,7 @@ CASES = [
 
 
 @pytest.mark.parametrize("extra, message", CASES)
-def test_generate_rejects_bad_arguments_before_loading(no_model_load, capsys, extra, message):
+def test_generate_rejects_bad_arguments_before_loading(no_long_work, capsys, extra, message):
     rc = main(["generate", "hi", *extra])
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2
@@ -42,12 +32,12 @@ def test_generate_rejects_bad_arguments_before_loading(no_model_load, capsys, ex
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
-def test_cuda_on_a_cpu_only_machine_is_one_line(no_model_load, capsys):
+def test_cuda_on_a_cpu_only_machine_is_one_line(no_long_work, capsys):
     assert main(["generate", "hi", "--device", "cuda"]) == 2
     assert "no CUDA GPU" in capsys.readouterr().err
 
 
-def test_float16_is_for_cuda_only(no_model_load, capsys):
+def test_float16_is_for_cuda_only(no_long_work, capsys):
     rc = main(["generate", "hi", "--dtype", "float16", "--device", "cpu"])
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and "CUDA only" in err[0] and "--dtype" in err[0], err
@@ -56,7 +46,7 @@ def test_float16_is_for_cuda_only(no_model_load, capsys):
     assert exc.value.code == 2
 
 
-def test_debug_shows_the_traceback(no_model_load):
+def test_debug_shows_the_traceback(no_long_work):
     with pytest.raises(PeagleError, match="K "):
         main(["generate", "hi", "-k", "0", "--debug"])
 
@@ -243,14 +233,14 @@ def test_bad_train_flag_values_name_the_flag(capsys, extra, message):
     assert exc.value.code == 2 and message in capsys.readouterr().err
 
 
-def test_inconsistent_train_settings_are_one_line_before_loading(no_model_load, tmp_path, capsys):
+def test_inconsistent_train_settings_are_one_line_before_loading(no_long_work, tmp_path, capsys):
     rc = main(["train", "--data", "d.jsonl", "--out", str(tmp_path / "h"), "--schedule", "time"])
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and "time_budget_s" in err[0], err
     assert not (tmp_path / "h").exists()
 
 
-def test_extract_cuts_where_train_does_and_refuses_a_length_below_two(no_model_load, capsys, tmp_path):
+def test_extract_cuts_where_train_does_and_refuses_a_length_below_two(no_long_work, capsys, tmp_path):
     rc = main(["extract", "--out", str(tmp_path / "f"), "--max-seq-len", "1"])
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and "max_seq_len must be an integer >= 2, got 1" in err[0] and "Fix:" in err[0]

@@ -20,7 +20,7 @@ import torch
 from peagle_lab import atomic, jsonl_log, lock
 from peagle_lab.errors import PeagleError
 
-from test_checked_first import base, no_long_work, one_error_line, prompts_file, target  # noqa: F401
+from test_checked_first import base, one_error_line, prompts_file, target  # noqa: F401
 
 ENV = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(__file__).resolve().parents[1]),
                                                    os.environ.get("PYTHONPATH", "")]))
@@ -190,7 +190,7 @@ def test_a_missing_or_truncated_shard_is_one_line_naming_it_and_how_to_rebuild(t
 # ------------------------------------------------------------------------------------------------ nested JSON
 def test_deeply_nested_json_in_a_prompts_or_distilled_file_is_one_line(tmp_path):
     from peagle_lab.prompts import load_train_records
-    from peagle_lab.training.distill import read_distilled
+    from peagle_lab.distill.data import read_distilled
 
     deep = "[" * 100_000 + "]" * 100_000
     (tmp_path / "p.jsonl").write_text(deep + "\n")
@@ -230,12 +230,12 @@ def test_serve_sweep_checks_its_numbers_before_starting(capsys, tmp_path, extra,
     assert message in one_error_line(capsys, ["serve-sweep", "--out", str(tmp_path / "s"), *extra])
 
 
-@pytest.mark.parametrize("cmd, taps", [("extract", "2,2,2"), ("extract", "3,1"), ("train", "3 1 2"),
-                                       ("train", "1 1")])
+@pytest.mark.parametrize("cmd, taps", [("extract", ["--taps", "2,2,2"]), ("extract", ["--tap-layers", "3,1"]),
+                                       ("extract", ["--tap-layers", "3", "1"]), ("train", ["--tap-layers", "3", "1", "2"]),
+                                       ("train", ["--tap-layers", "1", "1"])])
 def test_tap_lists_must_be_distinct_and_ascending(no_long_work, capsys, target, tmp_path, cmd, taps):
-    flag = "--taps" if cmd == "extract" else "--tap-layers"
-    argv = base(cmd, target, tmp_path) + ([flag, taps] if cmd == "extract" else [flag, *taps.split()])
-    assert "must be distinct and ascending" in one_error_line(capsys, argv)
+    line = one_error_line(capsys, base(cmd, target, tmp_path) + taps)
+    assert "must be distinct and ascending" in line and "--tap-layers" in line
 
 
 @pytest.mark.parametrize("ks", ["1-100", "0,2", "65"])

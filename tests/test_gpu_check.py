@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from peagle_lab.bench import gpu_check
+from peagle_lab.tools import gpu_check
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -97,7 +97,7 @@ class _Engine:
 @pytest.fixture
 def vllm_distill(tmp_path, monkeypatch):
     """``distill --engine vllm`` on a tiny target with vLLM stood in: ``(argv, target directory)``."""
-    from peagle_lab.training import distill_engines
+    from peagle_lab.distill import engines as distill_engines
 
     tok = make_byte_tokenizer(CHATML_TEMPLATE)
     make_tiny_llama(hidden=32, layers=2, vocab=len(tok), max_positions=128).save_pretrained(tmp_path / "target")
@@ -114,7 +114,7 @@ def vllm_distill(tmp_path, monkeypatch):
 def test_distill_with_vllm_records_the_targets_identities_without_loading_it(vllm_distill, monkeypatch, tmp_path):
     from peagle_lab import models
     from peagle_lab.cli import main
-    from peagle_lab.training.distill import read_distilled
+    from peagle_lab.distill.data import read_distilled
 
     argv, target = vllm_distill
     monkeypatch.setattr(models, "load_target", lambda *a, **k: pytest.fail("the target was loaded"))
@@ -129,8 +129,8 @@ def test_distill_with_vllm_loads_the_target_and_says_so_when_its_files_cannot_fi
         vllm_distill, monkeypatch, tmp_path, capsys):
     from peagle_lab import models
     from peagle_lab.cli import main
-    from peagle_lab.training import distill as distill_mod
-    from peagle_lab.training.distill import read_distilled
+    from peagle_lab.distill import data as distill_mod
+    from peagle_lab.distill.data import read_distilled
 
     argv, target = vllm_distill
     loads = []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import json
 import math
 from pathlib import Path
@@ -34,15 +35,47 @@ def test_json_safe_names_what_it_cannot_write():
         json_safe({"x": object()})
 
 
-def test_there_is_one_cleaner(monkeypatch, tmp_path):
-    from peagle_lab import bench
-    from peagle_lab.workbook import report
-    from peagle_lab.bench import files
+def _cleaners(sources: dict[str, str]) -> list[str]:
+    """The functions in ``sources`` (module -> code) that clean values for JSON: they go down into dicts
+    (``isinstance(x, dict)``, calling themselves) and test floats for NaN or infinity."""
+    found = []
+    for module, code in sources.items():
+        for fn in ast.walk(ast.parse(code)):
+            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            calls = [n for n in ast.walk(fn) if isinstance(n, ast.Call)]
+            called = {getattr(c.func, "attr", getattr(c.func, "id", None)) for c in calls}
+            into_dicts = any(getattr(c.func, "id", None) == "isinstance" and len(c.args) == 2 and
+                             "dict" in ast.dump(c.args[1]) for c in calls)
+            if into_dicts and fn.name in called and called & {"isnan", "isinf", "isfinite"}:
+                found.append(f"{module}.{fn.name}")
+    return found
 
-    assert bench.json_safe is files.json_safe is json_safe
+
+def _package_sources() -> dict[str, str]:
+    from peagle_lab.settings import PACKAGE_DIR
+
+    return {".".join(p.relative_to(PACKAGE_DIR.parent).with_suffix("").parts): p.read_text()
+            for p in sorted(PACKAGE_DIR.rglob("*.py"))}
+
+
+def test_there_is_one_cleaner():
+    assert _cleaners(_package_sources()) == ["peagle_lab.jsonsafe.json_safe"]
+
+
+def test_a_second_cleaner_is_found():
+    second = "import math\ndef tidy(x):\n    if isinstance(x, dict):\n        return {k: tidy(v) for k, v in x.items()}\n" \
+             "    return None if math.isnan(x) else x\n"
+    assert _cleaners({**_package_sources(), "peagle_lab.bench.extra": second}) == [
+        "peagle_lab.jsonsafe.json_safe", "peagle_lab.bench.extra.tidy"]
+
+
+def test_the_notebooks_summary_is_strict_json_with_paths_as_text(monkeypatch, tmp_path):
+    from peagle_lab.workbook import report
+
     monkeypatch.setenv("PEAGLE_RESULTS", str(tmp_path))
-    report.record("nan", float("nan"), notebook="nb")  # was written as a bare NaN: invalid JSON
-    report.record("where", tmp_path / "x", notebook="nb")  # was refused
+    report.record("nan", float("nan"), notebook="nb")  # strict JSON has no NaN
+    report.record("where", tmp_path / "x", notebook="nb")
     assert json.loads((tmp_path / "summary.json").read_text(), parse_constant=pytest.fail) == {
         "nb": {"nan": None, "where": str(tmp_path / "x")}}
 
@@ -50,7 +83,8 @@ def test_there_is_one_cleaner(monkeypatch, tmp_path):
 # -- the environment record ----------------------------------------------------------------------------------------
 
 # What the readers of committed results use: bench/readme.py, bench/plots.py, bench/summary.py, bench/files.py
-# (ENV_CSV_KEYS), training/records.py (TRAINING.md), training/recipe.py, workbook/studies.py, training/lineage.py.
+# (ENV_CSV_KEYS), training/records.py (TRAINING.md), experiments/recipe.py, experiments/studies.py,
+# training/lineage.py.
 _READ_KEYS = {"host", "hardware", "device", "cpu", "gpu", "cuda", "cpu_count", "torch_threads", "dtype", "torch",
               "transformers", "python", "platform", "git_commit", "timer", "timestamp_utc", "omp_wait_policy",
               "loadavg_start", "loadavg_end", "load_average_1m", "start_epoch_s", "isa_flags", "bf16_units",
@@ -74,6 +108,33 @@ def test_the_benchmark_and_the_training_record_the_same_environment(tiny_llama):
     if cpuinfo.is_file() and " avx2" in cpuinfo.read_text():
         assert "avx2" in flags
     json.dumps(json_safe(machine), allow_nan=False)
+
+
+def _environment_writers(sources: dict[str, str]) -> dict[str, str]:
+    """Module -> where the ``environment`` it calls comes from: ``"peagle_lab.environment"`` when imported from
+    it, else ``"own"`` (defined there or taken elsewhere)."""
+    out = {}
+    for module, code in sources.items():
+        tree = ast.parse(code)
+        calls = any(isinstance(n, ast.Call) and getattr(n.func, "id", None) == "environment" for n in ast.walk(tree))
+        defines = any(isinstance(n, ast.FunctionDef) and n.name == "environment" for n in ast.walk(tree))
+        imported = any(isinstance(n, ast.ImportFrom) and (n.module or "").split(".")[-1] == "environment" and
+                       any(a.name == "environment" for a in n.names) for n in ast.walk(tree))
+        if module != "peagle_lab.environment" and (calls or defines):
+            out[module] = "peagle_lab.environment" if imported and not defines else "own"
+    return out
+
+
+def test_every_writer_records_the_environment_with_the_one_function():
+    writers = _environment_writers(_package_sources())
+    assert {"peagle_lab.bench.drafting", "peagle_lab.bench.e2e", "peagle_lab.training.cli"} <= set(writers)
+    assert {m: w for m, w in writers.items() if w != "peagle_lab.environment"} == {}
+
+
+def test_a_writer_with_its_own_environment_is_found():
+    own = "import platform\ndef environment():\n    return {'host': platform.node()}\nrecord = environment()\n"
+    writers = _environment_writers({**_package_sources(), "peagle_lab.bench.extra": own})
+    assert writers["peagle_lab.bench.extra"] == "own"
 
 
 def test_committed_training_records_render_with_their_machine_and_with_todays(tmp_path, tiny_llama):

@@ -21,7 +21,7 @@ import pytest
 import torch
 
 from peagle_lab import lock
-from peagle_lab.training.distill import DistillSettings, distill, read_distilled
+from peagle_lab.distill.data import DistillSettings, distill, read_distilled
 from peagle_lab.errors import PeagleError
 
 from conftest import CHATML_TEMPLATE, make_byte_tokenizer, make_tiny_llama
@@ -192,7 +192,7 @@ def test_dropping_records_needs_overwrite_and_says_how_many(tmp_path, tiny, caps
 
 
 def test_distill_cli_with_a_smaller_prompt_count_keeps_the_file(tmp_path, capsys):
-    """The issue's case: `distill --prompts 1` over a 2-record --out used to rewrite it down to 1 record."""
+    """`distill --prompts 1` over a 2-record --out keeps both records."""
     from peagle_lab.cli import main
 
     tok = make_byte_tokenizer(CHATML_TEMPLATE)
@@ -340,3 +340,27 @@ def test_a_resumed_log_drops_the_rows_after_the_saved_state(tmp_path):
     Trainer(tiny_cfg(steps=6, save_every=2), model, seqs, options=quiet(out_dir=tmp_path / "h", resume=True)).train()
     steps = [json.loads(line)["step"] for line in log.read_text().splitlines()]
     assert steps == [1, 2, 3, 4, 5, 6]
+
+
+def test_a_directory_is_swapped_in_whole_or_the_old_one_stays(tmp_path):
+    from peagle_lab.atomic import atomic_directory
+
+    out = tmp_path / "out"
+    with atomic_directory(out) as staging:
+        (staging / "a.txt").write_text("one")
+    assert (out / "a.txt").read_text() == "one"
+    assert oct(out.stat().st_mode & 0o777) == oct(0o777 & ~_umask())  # not mkdtemp's 0700
+    with pytest.raises(RuntimeError, match="stopped half way"):
+        with atomic_directory(out) as staging:
+            (staging / "a.txt").write_text("two")
+            raise RuntimeError("stopped half way")
+    assert (out / "a.txt").read_text() == "one" and sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+    with atomic_directory(out) as staging:
+        (staging / "b.txt").write_text("three")
+    assert sorted(p.name for p in out.iterdir()) == ["b.txt"] and sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask

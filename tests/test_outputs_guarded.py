@@ -26,8 +26,8 @@ import pytest
 
 from peagle_lab import lock
 
-from test_checked_first import (ReachedLongWork, base, no_long_work, one_error_line, prompts_file,  # noqa: F401
-                                target)
+from conftest import ReachedLongWork
+from test_checked_first import base, one_error_line, prompts_file, target  # noqa: F401
 
 
 @dataclass(frozen=True)

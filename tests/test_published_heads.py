@@ -145,7 +145,7 @@ def test_published_head_for_another_vocabulary_hidden_size_or_depth_is_refused_n
     cfg = published_config(deep, taps=True)
     cfg["eagle_aux_hidden_state_layer_ids"] = [2, 20, 37]
     path = write_published(deep, tmp_path / "deep", config=cfg)
-    with pytest.raises(PeagleError, match=r"tap layers \[20, 37\] do not exist in a 8-layer target"):
+    with pytest.raises(PeagleError, match=r"tap layer ids \[20, 37\] are out of range for a target with 8 layers"):
         head_for_target(str(path), qwen3)
 
 

@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from peagle_lab.training import recipe
+from peagle_lab.experiments import recipe
 from peagle_lab.errors import PeagleError
 from peagle_lab.training import TrainConfig, Trainer
 
@@ -59,7 +59,7 @@ def test_extrapolation_inverts_a_log_linear_curve():
 def test_recipe_scores_the_val_split_or_either_bench_suite():
     from peagle_lab.prompts import chat_records
     from peagle_lab.prompts import humaneval_prompts, load_scale_records
-    from peagle_lab.training.recipe import scored_prompts
+    from peagle_lab.experiments.recipe import scored_prompts
 
     assert scored_prompts("val", 3) == load_scale_records("val")[:3]
     assert scored_prompts("chat", 3) == chat_records(3)

@@ -145,11 +145,11 @@ def test_the_sweep_refuses_a_target_without_a_head_in_one_line(tiny_qwen3, tmp_p
 
 
 def test_the_sweep_refuses_the_shipped_smollm2_head_for_another_target(tiny_qwen3):
-    from peagle_lab.drafter.heads import shipped_head_path
+    from peagle_lab.drafter.heads import SHIPPED
     from peagle_lab.serving.cli import sweep_head
 
     with pytest.raises(PeagleError, match="cannot serve the target tiny-qwen3: vocabulary"):
-        sweep_head(str(shipped_head_path("parallel")), str(tiny_qwen3))
+        sweep_head(str(SHIPPED["parallel"]), str(tiny_qwen3))
 
 
 def test_the_sweep_command_stops_before_any_server_starts(tiny_qwen3, tmp_path, monkeypatch, capsys):
@@ -164,8 +164,8 @@ def test_the_sweep_command_stops_before_any_server_starts(tiny_qwen3, tmp_path, 
 
 @pytest.mark.real_model
 def test_the_sweep_takes_the_shipped_head_for_the_embedded_target():
-    from peagle_lab.drafter.heads import shipped_head_path
+    from peagle_lab.drafter.heads import SHIPPED
     from peagle_lab.serving.cli import sweep_head
 
-    assert sweep_head("parallel") == shipped_head_path("parallel")
-    assert sweep_head("sequential") == shipped_head_path("sequential")
+    assert sweep_head("parallel") == SHIPPED["parallel"]
+    assert sweep_head("sequential") == SHIPPED["sequential"]

@@ -150,10 +150,10 @@ SHIPPED_EXPORT_CONFIG = {
 def test_the_shipped_head_exports_to_the_same_config_json(tmp_path):
     """The shipped head against a stand-in of the embedded target (its config.json fields the export reads, and an
     embedding of its shape): the exported config.json, bytes and key order included."""
-    from peagle_lab.drafter.heads import shipped_head_path
+    from peagle_lab.drafter.heads import SHIPPED
     from peagle_lab.settings import display_path
 
-    head, target = shipped_head_path("parallel"), tmp_path / "target"
+    head, target = SHIPPED["parallel"], tmp_path / "target"
     target.mkdir()
     (target / "config.json").write_text(json.dumps({
         "architectures": ["LlamaForCausalLM"], "dtype": "float32", "hidden_size": 576, "num_hidden_layers": 30,
@@ -213,7 +213,7 @@ def test_vocab_mismatch_with_the_target_is_refused(tmp_path, target_dir):
     other = tmp_path / "other_target"
     make_tiny_llama(hidden=32, layers=4, heads=4, kv_heads=2, vocab=128).save_pretrained(other)
     native = make_head(tmp_path / "native", target_dir)
-    with pytest.raises(PeagleError, match="vocab mismatch.*96.*128"):
+    with pytest.raises(PeagleError, match=r"vocabulary 96 \(head\) vs 128 \(target\)"):
         serving.export_vllm(native, tmp_path / "vllm", target=other)
 
 
@@ -221,7 +221,7 @@ def test_hidden_size_mismatch_with_the_target_is_refused(tmp_path, target_dir):
     other = tmp_path / "wide_target"
     make_tiny_llama(hidden=64, layers=4, heads=4, kv_heads=2, vocab=96).save_pretrained(other)
     native = make_head(tmp_path / "native", target_dir)
-    with pytest.raises(PeagleError, match="hidden-size mismatch"):
+    with pytest.raises(PeagleError, match=r"hidden size 32 \(head\) vs 64 \(target\)"):
         serving.export_vllm(native, tmp_path / "vllm", target=other)
 
 
@@ -348,11 +348,11 @@ def test_serving_sweep_with_real_vllm_servers_survives_an_over_long_request(tmp_
     a request longer than the model length is refused by the server and the level goes on."""
     pytest.importorskip("vllm")
     from peagle_lab.serving import sweep as serve_sweep
-    from peagle_lab.drafter.heads import shipped_head_path
+    from peagle_lab.drafter.heads import SHIPPED
     from peagle_lab.models import convert_default
 
     tdir = serving.export_target(target=str(convert_default()))
-    head = serving.export_vllm(shipped_head_path("parallel"), tmp_path / "head", target=tdir)
+    head = serving.export_vllm(SHIPPED["parallel"], tmp_path / "head", target=tdir)
     long = [{"role": "user", "content": "word " * 1500}]  # > max_model_len 512 tokens
     prompts = [[{"role": "user", "content": "Write a Python function that reverses a string."}], long]
     servers = {}

@@ -14,7 +14,7 @@ import pytest
 from peagle_lab.drafter import heads
 from peagle_lab import prompts, settings
 from peagle_lab.workbook import report
-from peagle_lab.training.distill import shipped_distilled_path
+from peagle_lab.distill.data import shipped_distilled_path
 from peagle_lab.errors import PeagleError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -43,7 +43,6 @@ def test_peagle_data_points_every_reader_elsewhere(monkeypatch, tmp_path):
     assert prompts.scale_file() == tmp_path / "prompts" / "scale.jsonl"
     assert dict(heads.SHIPPED) == {"parallel": tmp_path / "heads" / "smollm2-135m-peagle",
                                    "sequential": tmp_path / "heads" / "smollm2-135m-eagle3"}
-    assert heads.heads_dir() == tmp_path / "heads"
     assert shipped_distilled_path("smollm2-135m") == tmp_path / "distill" / "smollm2-135m.jsonl"
 
 
@@ -63,7 +62,7 @@ def test_an_install_without_data_says_how_to_get_it(monkeypatch, no_data_env, tm
     with pytest.raises(PeagleError, match="PEAGLE_DATA"):
         prompts.load_train_prompts(1)
     with pytest.raises(PeagleError, match="PEAGLE_DATA"):
-        heads.shipped_head_path("parallel")
+        heads.SHIPPED["parallel"]
     # a head given by path, or an unknown key, needs no data directory
     assert heads.SHIPPED.get(str(tmp_path / "mine"), "given") == "given"
     monkeypatch.chdir(tmp_path)

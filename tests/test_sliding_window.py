@@ -11,7 +11,7 @@ import warnings
 import pytest
 import torch
 
-from peagle_lab.decoding import target_runner
+from peagle_lab import kv_cache
 from peagle_lab.decoding.draft_sources import DraftSource, HeadDrafter, OracleDrafter
 from peagle_lab.decoding.sampling import Sampling
 from peagle_lab.decoding.speculative import plain_generate, speculative_generate
@@ -161,14 +161,14 @@ def test_layers_with_a_running_state_are_refused_in_one_line():
     cfg = type("Cfg", (), dict(layer_types=["full_attention", "linear_attention", "linear_attention", "mamba"],
                                max_position_embeddings=256))()
     with pytest.raises(PeagleError) as err:
-        target_runner.check_cache_rollback(cfg)
+        kv_cache.check_cache_rollback(cfg)
     msg = str(err.value)
     assert "2 'linear_attention' layer(s) (e.g. layer 1)" in msg and "1 'mamba' layer(s) (e.g. layer 3)" in msg
     assert msg.count("Fix:") == 1 and "\n" not in msg
 
 
 def test_attention_layers_of_every_kind_are_accepted(gpt_oss):
-    target_runner.check_cache_rollback(gpt_oss.config)
-    target_runner.check_cache_rollback(make_tiny_mistral().config)
+    kv_cache.check_cache_rollback(gpt_oss.config)
+    kv_cache.check_cache_rollback(make_tiny_mistral().config)
     cfg = type("Cfg", (), dict(layer_types=["chunked_attention", "full_attention"], attention_chunk_size=8))()
-    target_runner.check_cache_rollback(cfg)
+    kv_cache.check_cache_rollback(cfg)

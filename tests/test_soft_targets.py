@@ -9,7 +9,8 @@ import torch
 import torch.nn.functional as F
 
 from peagle_lab.errors import PeagleError
-from peagle_lab.training import (TrainConfig, depth_accuracy, plan_row, prepare_sequences, soft_cross_entropy,
+from peagle_lab.experiments.heldout import depth_accuracy
+from peagle_lab.training import (TrainConfig, plan_row, prepare_sequences, soft_cross_entropy,
                                  train_head)
 
 MASK_ID = 3

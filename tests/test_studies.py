@@ -3,8 +3,8 @@ distilled format, the training sets a run may name."""
 
 import pytest
 
-from peagle_lab.training import recipe
-from peagle_lab.workbook import studies
+from peagle_lab.experiments import recipe
+from peagle_lab.experiments import studies
 from peagle_lab.errors import PeagleError
 from peagle_lab.workbook.human_answers import human_records, stdlib_tasks
 

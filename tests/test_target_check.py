@@ -94,12 +94,13 @@ def test_a_head_of_another_vocabulary_is_one_line_naming_target_problem_and_fix(
         head_for_target(path, model, target="tiny")
 
 
-def test_a_head_trained_on_another_target_of_the_same_shape_is_refused_by_fingerprint(tmp_path):
+@pytest.mark.parametrize("field", ["target_identity", "target_fingerprint"])  # heads naming it target_fingerprint are read too
+def test_a_head_trained_on_another_target_of_the_same_shape_is_refused_by_fingerprint(tmp_path, field):
     from peagle_lab.drafter.heads import head_fit_problems, head_for_target
     from peagle_lab.features.identity import target_identity
 
     a, b = make_tiny_llama(seed=0), make_tiny_llama(seed=1)
-    path = _head_dir(tmp_path, a, "head-a", extra={"target_fingerprint": target_identity(a)})
+    path = _head_dir(tmp_path, a, "head-a", extra={field: target_identity(a)})
     assert head_fit_problems(path, a) == []
     assert "another target" in head_fit_problems(path, b)[0]
     with pytest.raises(PeagleError, match="fingerprint"):
@@ -113,7 +114,7 @@ def test_a_draft_vocabulary_larger_than_the_target_is_refused_before_features(tm
     model = make_tiny_llama(vocab=96)
     with pytest.raises(PeagleError, match=r"target tiny: --draft-vocab-size 4096 exceeds its vocabulary of 96"):
         check_config_fits_target(TrainConfig(draft_vocab_size=4096), model, "tiny")
-    with pytest.raises(PeagleError, match=r"tap layers \[7\]"):
+    with pytest.raises(PeagleError, match=r"tap layer ids \[7\] are out of range"):
         check_config_fits_target(TrainConfig(tap_layers=(0, 1, 7), draft_vocab_size=64), model, "tiny")
     check_config_fits_target(TrainConfig(draft_vocab_size=96), model, "tiny")
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from peagle_lab.training.cod import cod_sample, cod_sizes
-from peagle_lab.training.distill import DistillSettings, distill, read_distilled
+from peagle_lab.distill.data import DistillSettings, distill, read_distilled
 from peagle_lab.decoding.draft_sources import HeadDrafter
 from peagle_lab.drafter import PEagleDrafter
 from peagle_lab.errors import PeagleError
@@ -315,7 +315,7 @@ def test_evaluate_head_reports_acceptance_and_checks_losslessness(tiny_llama, by
 
 # ------------------------------------------------------------------------------------------ distillation
 def test_distill_is_greedy_and_resumes_without_redoing_prompts(tiny_llama, byte_tokenizer, tmp_path, monkeypatch):
-    from peagle_lab.training.distill_engines import TransformersEngine
+    from peagle_lab.distill.engines import TransformersEngine
     from peagle_lab.prompts import chat_ids
 
     model = tiny_llama(hidden=32, layers=2, vocab=300)
@@ -342,7 +342,7 @@ def test_distill_is_greedy_and_resumes_without_redoing_prompts(tiny_llama, byte_
 
 
 def test_distilled_file_gz_round_trips_byte_stable_and_damage_is_one_error(tmp_path):
-    from peagle_lab.training.distill import _write_atomic
+    from peagle_lab.distill.data import _write_atomic
 
     meta = {"format": "peagle-lab-distill", "version": 1, "target": "t"}
     recs = [{"index": i, "prompt_sha": str(i), "prompt_len": 1, "input_ids": [1, 2, i], "finished": True}
@@ -484,15 +484,19 @@ def test_init_from_continues_the_saved_head_with_a_fresh_optimizer(tiny_llama, t
 
 
 def test_init_from_refuses_another_shape_naming_the_mismatch(tiny_llama, tmp_path):
+    from peagle_lab.features.identity import target_identity
+
     model = tiny_llama(hidden=32, layers=4)
     seqs = tiny_sequences(model, n=3)
     Trainer(tiny_cfg(steps=1), model, seqs, options=quiet(out_dir=tmp_path / "a")).train()
+    recorded = json.loads((tmp_path / "a" / "config.json").read_text())["peagle"]
+    assert recorded["target_identity"] == target_identity(model) and "target_fingerprint" not in recorded
     with pytest.raises(PeagleError, match=r"num_hidden_layers: head 1, this run 2.*--layers"):
         Trainer(tiny_cfg(layers=2, init_from=str(tmp_path / "a")), model, seqs, options=quiet())
     with pytest.raises(PeagleError, match="mode: head 'parallel', this run 'sequential'"):
         Trainer(tiny_cfg(mode="sequential", init_from=str(tmp_path / "a")), model, seqs, options=quiet())
     other = tiny_llama(hidden=32, layers=4, seed=7)  # same shape, other weights
-    with pytest.raises(PeagleError, match="target_fingerprint"):
+    with pytest.raises(PeagleError, match="trained on another target"):
         Trainer(tiny_cfg(init_from=str(tmp_path / "a")), other, tiny_sequences(other, n=3), options=quiet())
     with pytest.raises(PeagleError, match="not a head directory"):
         Trainer(tiny_cfg(init_from=str(tmp_path / "nothing")), model, seqs, options=quiet())
@@ -533,7 +537,7 @@ def test_autocast_auto_follows_the_hardware_and_is_recorded(tiny_llama, monkeypa
 
 
 def test_select_split_holds_out_the_val_prompts():
-    from peagle_lab.training.distill import prompt_sha, select_split
+    from peagle_lab.distill.data import prompt_sha, select_split
     from peagle_lab.prompts import load_scale_records
 
     recs = load_scale_records()[:400]

@@ -135,7 +135,8 @@ def test_explorer_without_ipywidgets_names_the_install_command(monkeypatch):
 
 
 def test_run_generation_accounts_for_every_token_and_is_lossless(tiny_llama, byte_tokenizer):
-    from peagle_lab.workbook.explorer import GenerationSettings, fresh_head, run_generation
+    from peagle_lab.drafter.heads import fresh_head
+    from peagle_lab.workbook.explorer import GenerationSettings, run_generation
 
     model = tiny_llama(vocab=len(byte_tokenizer), hidden=32, layers=4)
     head = fresh_head(model, mask_token_id=16)
@@ -152,7 +153,8 @@ def test_run_generation_accounts_for_every_token_and_is_lossless(tiny_llama, byt
 
 
 def test_sequential_mode_with_sampling_runs(tiny_llama, byte_tokenizer):
-    from peagle_lab.workbook.explorer import GenerationSettings, fresh_head, run_generation
+    from peagle_lab.drafter.heads import fresh_head
+    from peagle_lab.workbook.explorer import GenerationSettings, run_generation
 
     model = tiny_llama(vocab=len(byte_tokenizer))
     settings = GenerationSettings("hi", k=2, mode="sequential", temperature=0.8, max_new_tokens=6, baseline=False)

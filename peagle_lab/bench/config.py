@@ -24,23 +24,11 @@ K_LISTS = ("ks_parallel", "ks_sequential", "draft_ks", "pld_ks", "oracle_ks")
 
 
 def parse_ks(text: str) -> list[int]:
-    """``"1-8"``, ``"1,2,4"`` or ``"1-3,6"`` -> sorted unique ints."""
-    out = set()
-    try:
-        for part in str(text).split(","):
-            part = part.strip()
-            if not part:
-                continue
-            if "-" in part:
-                a, b = part.split("-", 1)
-                out.update(range(int(a), min(int(b), MAX_K + 1) + 1))  # past MAX_K: refused below
-            else:
-                out.add(int(part))
-    except ValueError as exc:
-        raise PeagleError(f"Cannot read K list {text!r}: use e.g. '1-8' or '1,2,4'.") from exc
-    if not out or min(out) < 1 or max(out) > MAX_K:
+    """``"1-8"``, ``"1,2,4"`` or ``"1-3,6"`` (:func:`peagle_lab.validate.int_list`) -> sorted unique ints."""
+    out = sorted(set(validate.int_list(text, "the K list", "'1-8' or '1,2,4'")))
+    if min(out) < 1 or max(out) > MAX_K:
         raise PeagleError(f"K list {text!r} must hold integers in 1..{MAX_K}. Fix: e.g. '1-8' or '1,2,4'.")
-    return sorted(out)
+    return out
 
 
 def parse_ks_or_none(text: str) -> list[int]:

@@ -1,40 +1,42 @@
 """``peagle-lab`` command: prepare, extract, distill, train, generate, bench, export-vllm, serve.
 
-Each subcommand lives beside the code it drives: a module offers ``register_cli(subparsers)`` (``prepare``,
-``extract`` and ``generate`` here, in :mod:`.prepare`, :mod:`.extract` and :mod:`.generate`); this package
-imports the commands, they never import it (their shared target options are :mod:`peagle_lab.target_args`).
+Each command family's module offers ``register_cli(subparsers)`` (``prepare``, ``extract`` and ``generate`` here,
+in :mod:`.prepare`, :mod:`.extract` and :mod:`.generate`; the others beside the code they drive, all named in
+:func:`_command_modules`); this package imports the commands, they never import it (their shared target options
+are :mod:`peagle_lab.target_args`).
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import os
 import sys
 
 from ..errors import PeagleError
 from ..settings import prefer_passive_omp_wait
 
-# module -> the subcommands it registers, imported only to build the parser: after main() set the OpenMP policy,
-# since they import torch (so `import peagle_lab.cli` itself must not)
-_MODULES = ["peagle_lab.cli.prepare", "peagle_lab.cli.generate", "peagle_lab.cli.extract",
-            "peagle_lab.training.distill", "peagle_lab.training.cli", "peagle_lab.bench.cli", "peagle_lab.serving.cli",
-            "peagle_lab.training.recipe", "peagle_lab.training.heldout", "peagle_lab.workbook.studies", "peagle_lab.tiny_target",
-            "peagle_lab.workbook.memory_plan"]
+def _command_modules() -> list:
+    """Each command family's module, in the order ``--help`` lists them: imported here, when the parser is built
+    (after main() set the OpenMP policy: they import torch, so ``import peagle_lab.cli`` itself must not)."""
+    from .. import tiny_target
+    from ..bench import cli as bench
+    from ..distill import data as distill
+    from ..experiments import heldout, recipe, studies
+    from ..serving import cli as serving
+    from ..training import cli as train
+    from ..workbook import memory_plan
+    from . import extract, generate, prepare
+
+    return [prepare, generate, extract, distill, train, bench, serving, recipe, heldout, studies, tiny_target,
+            memory_plan]
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="peagle-lab", description=__doc__.splitlines()[0],
                                      epilog="--debug (anywhere) or PEAGLE_DEBUG=1: show tracebacks of errors")
     sub = parser.add_subparsers(dest="command", required=True)
-    for name in _MODULES:
-        try:
-            mod = importlib.import_module(name)
-        except ImportError as exc:  # an optional dependency missing: the other commands still work
-            print(f"[peagle-lab] {name} unavailable: {exc}", file=sys.stderr)
-            continue
-        if hasattr(mod, "register_cli"):
-            mod.register_cli(sub)
+    for module in _command_modules():
+        module.register_cli(sub)
     return parser
 
 

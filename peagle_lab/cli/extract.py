@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import argparse
+
 from .. import lock, validate
 from ..errors import PeagleError
 from ..features.format import TAPS_DTYPES
 from ..features.taps import check_tap_layers
-from ..features.writer import ExtractionSettings, extract_features
+from ..features.writer import BATCH_TOKENS, ExtractionSettings, extract_features
 from ..prompts import chat_ids, load_train_prompts
 from ..target_args import TargetPeek, add_target_options, check_target_options, load_cli_target
-from ..training.distill import MAX_SEQ_LEN, read_distilled, select_split
+from ..distill.data import MAX_SEQ_LEN, read_distilled, select_split
 
 
 def register_cli(sub):
@@ -25,11 +27,13 @@ def register_cli(sub):
     p.add_argument("--records", default=None, metavar="START:END",
                    help="with --distilled: only these records of the split, in prompt order (default all); extract "
                         "a large file in slices, one --out DIR/part-NAME each, and train on them as they complete")
-    p.add_argument("--taps", default=None, help="tap layer ids, e.g. 2,15,27 (default: vLLM's 2, L//2, L-3)")
+    p.add_argument("--tap-layers", nargs="+", default=None, dest="taps", metavar="TAP_LAYERS",
+                   help="tap layer ids, e.g. 2 15 27 or 2,15,27 (default: vLLM's 2, L//2, L-3)")
+    p.add_argument("--taps", type=lambda text: [text], dest="taps", help=argparse.SUPPRESS)  # train's spelling above
     p.add_argument("--shard-size", type=int, default=64, help="sequences per shard (default 64)")
-    p.add_argument("--batch-tokens", type=int, default=2048,
+    p.add_argument("--batch-tokens", type=int, default=BATCH_TOKENS,
                    help="padded tokens per target forward: sequences of similar length batched together (default "
-                        "2048; 0: one sequence per forward)")
+                        f"{BATCH_TOKENS}; 0: one sequence per forward)")
     p.add_argument("--store-dtype", default="bfloat16", choices=sorted(TAPS_DTYPES), help="taps dtype on disk")
     p.add_argument("--topk-logits", "--topk", type=int, default=0, dest="topk",
                    help="also store the target's top-k logits, the soft targets of `train --loss kl` (default 0; "
@@ -56,11 +60,7 @@ def check_cli(args):
     peek = TargetPeek(args.target)
     validate.positive_int(args.topk, "topk", "--topk", 0, peek.vocab_size)
     if args.taps:
-        try:
-            taps = [int(t) for t in args.taps.split(",")]
-        except ValueError:
-            raise PeagleError(f"--taps {args.taps!r} is not a list of layer ids. Fix: --taps 2,15,27.") from None
-        check_tap_layers(taps, peek.num_layers, "--taps")
+        check_tap_layers(_tap_layers(args), peek.num_layers, "--tap-layers")
     rows = validate.record_range(args.records) if args.records is not None else slice(None)
     if not args.distilled:
         if args.records is not None:
@@ -85,7 +85,12 @@ def _run_cli(args):
         model, tok, target = load_cli_target(args)
         if sequences is None:
             sequences = [chat_ids(tok, p) for p in load_train_prompts(args.prompts)]
-        taps = [int(t) for t in args.taps.split(",")] if args.taps else None
+        taps = _tap_layers(args) if args.taps else None
         extract_features(model, sequences, args.out, ExtractionSettings(
             tap_layers=taps, shard_size=args.shard_size, taps_dtype=TAPS_DTYPES[args.store_dtype], topk=args.topk,
             batch_tokens=args.batch_tokens, target=target))
+
+
+def _tap_layers(args) -> list[int]:
+    """--tap-layers as given: ``2 15 27`` (train's form) or ``2,15,27``."""
+    return validate.int_list(",".join(args.taps), "--tap-layers", "2 15 27")

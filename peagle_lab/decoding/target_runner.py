@@ -1,13 +1,12 @@
 """The target side of speculative decoding: :class:`TargetRunner` (the target model with its own KV cache,
-positions advancing, rollback by ``crop``) and :func:`check_cache_rollback` (which targets can be rolled back:
-every attention layer, full, sliding-window or chunked; nothing with a running state)."""
+positions advancing, rollback by ``crop``), which refuses what it cannot roll back
+(:func:`peagle_lab.kv_cache.check_cache_rollback`)."""
 
 from __future__ import annotations
 
 import torch
 
-from ..errors import PeagleError
-from ..kv_cache import PositionCache
+from ..kv_cache import PositionCache, check_cache_rollback
 from ..features.taps import check_tap_layers, default_tap_layers, target_forward
 
 
@@ -60,32 +59,3 @@ class TargetRunner:
         if remove > 0:
             self.cache.crop(-remove)
             self.length = n
-
-
-# Attention layer types whose state is one key/value pair per position: the PositionCache keeps every position
-# (never evicts), and the model's own attention mask applies the window or chunk, so a crop rolls them back exactly.
-ROLLBACK_LAYER_TYPES = ("full_attention", "sliding_attention", "chunked_attention")
-
-
-def check_cache_rollback(config) -> None:
-    """Refuse a target whose state ``TargetRunner.crop`` cannot roll back.
-
-    The loop's :class:`~peagle_lab.kv_cache.PositionCache` keeps the keys and values of every position and reports
-    itself as a full cache, so transformers' mask functions apply a layer's window (``sliding_attention``,
-    GPT-OSS / Mistral / Gemma style) or chunk (``chunked_attention``) to absolute positions: the attention is the
-    model's own, and rolling back is setting the length, as for full attention. Attention sinks are a per-head
-    logit, not state. What keeps a running state instead of per-position keys (linear attention, convolutions,
-    state-space / recurrent layers) cannot be cropped and is refused, in one line naming the layer types."""
-    cfg = config.get_text_config() if hasattr(config, "get_text_config") else config
-    layer_types = list(getattr(cfg, "layer_types", None) or [])
-    stateful = {}
-    for i, kind in enumerate(layer_types):
-        if kind not in ROLLBACK_LAYER_TYPES:
-            stateful.setdefault(kind, []).append(i)
-    if stateful:
-        kinds = "; ".join(f"{len(ids)} '{kind}' layer(s) (e.g. layer {ids[0]})" for kind, ids in stateful.items())
-        raise PeagleError(
-            f"{kinds} keep a running state that cannot be rolled back after a rejected draft (only "
-            f"{', '.join(ROLLBACK_LAYER_TYPES)} layers can), so speculative output would no longer equal plain "
-            "decoding. Fix: use an attention-only target (Llama, Qwen3, GPT-OSS, Mistral, SmolLM2, ...), or serve "
-            "this one with vLLM (serving.export_vllm), which manages its own state.")

@@ -19,7 +19,7 @@ import torch
 from ..atomic import atomic_write, write_json
 from ..errors import PeagleError
 from .vocab import t2d_from_d2t, unset_maps
-from .config import _FIX, CONFIG, WEIGHTS, PEagleConfig
+from .config import _FIX, CONFIG, TRAINING_RECORD, WEIGHTS, PEagleConfig
 from .layouts import canonical_tensors
 from ..precision import dtype_name
 
@@ -104,10 +104,10 @@ def _recorded_shape(path: Path, metadata: dict) -> tuple[dict, str]:
         return {"mode": metadata["peagle_mode"], "num_hidden_layers": int(metadata.get("num_hidden_layers", 0))
                 or None}, f"{WEIGHTS} (metadata)"
     try:
-        rec = json.loads((path / "training.json").read_text()).get("config") or {}
+        rec = json.loads((path / TRAINING_RECORD).read_text()).get("config") or {}
     except (OSError, ValueError, AttributeError):
         return {}, ""
-    return {"mode": rec.get("mode"), "num_hidden_layers": rec.get("layers")}, "training.json"
+    return {"mode": rec.get("mode"), "num_hidden_layers": rec.get("layers")}, TRAINING_RECORD
 
 
 def _stored_shapes(path: Path) -> tuple[dict, dict]:

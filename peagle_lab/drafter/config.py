@@ -17,12 +17,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import PeagleError
-from ..features.taps import check_tap_layers, default_tap_layers
+from ..features.taps import check_tap_layers, default_tap_layers, tap_range_problem
 from ..settings import display_path
 from .layouts import check_supported, flat_config
 
 WEIGHTS = "model.safetensors"
 CONFIG = "config.json"
+TRAINING_RECORD = "training.json"  # beside them in a head trained here: how it was trained (training/records.py)
 EAGLE3_ARCH = "LlamaForCausalLMEagle3"  # the architecture vLLM builds an eagle3 drafter from
 # vLLM reads the mask token id under any of these names (the parallel-drafting proposer: dflash_config.mask_token_id,
 # mask_token_id, pard_token, ptd_token_id; speculators' peagle mask_token_id becomes pard_token); the head writes
@@ -85,6 +86,10 @@ def _taps_as_written(d: dict):
     return d.get("eagle_aux_hidden_state_layer_ids") or (d.get("eagle_config") or {}).get(
         "eagle_aux_hidden_state_layer_ids")
 
+# peagle.<this>: the target_identity of the target a head was trained on; heads that store it under
+# OLD_TARGET_IDENTITY_FIELD are read the same (:meth:`PEagleConfig.target_record`)
+TARGET_IDENTITY_FIELD = "target_identity"
+OLD_TARGET_IDENTITY_FIELD = "target_fingerprint"
 
 @dataclass
 class PEagleConfig:
@@ -196,20 +201,25 @@ class PEagleConfig:
             **kw,
         )
 
+    def target_record(self) -> dict:
+        """What the head records of the target it was trained on, as :func:`~peagle_lab.features.identity.
+        recorded_target_problem` reads it: ``{"target_identity": ...}`` from ``peagle.target_identity`` (a head
+        that names it ``peagle.target_fingerprint`` is read the same), or ``{}`` when it records none."""
+        value = self.extra.get(TARGET_IDENTITY_FIELD) or self.extra.get(OLD_TARGET_IDENTITY_FIELD)
+        return {"target_identity": value} if value else {}
+
     def target_problems(self, target_config) -> list[str]:
-        """Why this head cannot read the target whose (transformers) config is ``target_config``: vocabulary,
-        hidden size, tapped layers (empty: it fits)."""
+        """The one rule of "this head fits this target": why this head cannot read the target whose config is
+        ``target_config`` (transformers' config, or anything with its ``vocab_size``, ``hidden_size`` and
+        ``num_hidden_layers``): vocabulary, hidden size, tapped layers (empty: it fits)."""
         problems = []
         if target_config.vocab_size != self.vocab_size:
             problems.append(f"vocabulary {self.vocab_size} (head) vs {target_config.vocab_size} (target)")
         if target_config.hidden_size != self.target_hidden_size:
             problems.append(f"hidden size {self.target_hidden_size} (head) vs {target_config.hidden_size} (target)")
         layers = target_config.num_hidden_layers
-        taps = self.aux_hidden_state_layer_ids or default_tap_layers(layers)
-        bad_taps = [t for t in taps if not 0 <= t < layers]
-        if bad_taps:
-            problems.append(f"tap layers {bad_taps} do not exist in a {layers}-layer target")
-        return problems
+        taps = tap_range_problem(self.aux_hidden_state_layer_ids or default_tap_layers(layers), layers)
+        return problems + ([taps] if taps else [])
 
     # ----- config.json (vLLM eagle3 layout + our fields under "peagle") -----
     def to_json_dict(self, torch_dtype: str | None = None) -> dict:

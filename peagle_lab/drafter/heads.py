@@ -23,13 +23,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
+import torch
+
 from .config import PEagleConfig, read_config_json, stored_dtype_name
 from .hub import cached_head, card_trained_k, fetch_hint, head_path, published_head_for
 from .network import PEagleDrafter
 from .vocab import mask_token_id_for
 from ..errors import PeagleError
 from ..precision import dtype_name
-from ..settings import data_dir
+from ..settings import DEFAULT_TARGET, data_dir
 
 # kind -> directory name under <data>/heads
 SHIPPED_NAMES = {
@@ -38,20 +40,16 @@ SHIPPED_NAMES = {
 }
 
 
-def heads_dir() -> Path:
-    """``<data>/heads`` (``settings.data_dir()``: ``$PEAGLE_DATA`` or the checkout's ``data/``)."""
-    return data_dir() / "heads"
-
-
 class _ShippedHeads(Mapping):
-    """``{kind: head directory}`` of the shipped heads, resolved when read (so ``$PEAGLE_DATA`` is honoured and
+    """The one way to a shipped head: ``{kind: head directory}`` under ``<data>/heads`` (``settings.data_dir()``:
+    ``$PEAGLE_DATA`` or the checkout's ``data/``), resolved when read (so ``$PEAGLE_DATA`` is honoured and
     importing this module needs no data). Unknown keys raise ``KeyError`` before any data is looked up, so
     ``SHIPPED.get(some_path, Path(some_path))`` works without a data directory."""
 
     def __getitem__(self, kind):
         if kind not in SHIPPED_NAMES:
             raise KeyError(kind)
-        return heads_dir() / SHIPPED_NAMES[kind]
+        return data_dir() / "heads" / SHIPPED_NAMES[kind]
 
     def __iter__(self):
         return iter(SHIPPED_NAMES)
@@ -66,18 +64,12 @@ class _ShippedHeads(Mapping):
 SHIPPED = _ShippedHeads()
 
 
-def shipped_head_path(kind: str) -> Path:
-    return SHIPPED[kind]
-
-
 KINDS = ("parallel", "sequential")
 UNTRAINED_NOTE = "using an UNTRAINED head: timing only, acceptance near 1"
 
 
 def target_slug(target) -> str:
     """A folder name for a target: the embedded default's name, else the last part of its id or path."""
-    from ..models import DEFAULT_TARGET
-
     name = str(target or DEFAULT_TARGET)
     return DEFAULT_TARGET if name == "default" else (Path(name.rstrip("/")).name or DEFAULT_TARGET)
 
@@ -91,17 +83,17 @@ def trained_head_dir(target, kind: str) -> Path:
 
 def head_fit_problems(path, model) -> list[str]:
     """Why the head in ``path`` cannot read ``model`` (empty: it fits): vocabulary, hidden size, tap layers, and
-    the target fingerprint the head records (``peagle.target_fingerprint``, :func:`identity.target_identity`)."""
-    from ..features.identity import target_identity
+    the target the head records (:meth:`PEagleConfig.target_record`, :func:`identity.recorded_target_problem`)."""
+    from ..features.identity import recorded_target_problem
 
     try:
         cfg = PEagleConfig.from_dir(path)
     except PeagleError as exc:
         return [f"no usable config.json ({str(exc).split('. Fix:')[0]})"]
     problems = cfg.target_problems(model.config)
-    recorded = cfg.extra.get("target_fingerprint")
-    if not problems and recorded and recorded != target_identity(model):
-        problems.append(f"trained on another target (fingerprint {recorded}, this target {target_identity(model)})")
+    other = None if problems else recorded_target_problem(cfg.target_record(), model)
+    if other:
+        problems.append(f"trained on another target ({other})")
     return problems
 
 
@@ -135,18 +127,24 @@ def head_description(head, source: str) -> dict:
 
 
 def fresh_head(model, mode: str = "parallel", mask_token_id: int | None = None, num_hidden_layers: int = 1,
-               tokenizer=None):
-    """An UNTRAINED head shaped for ``model`` (target embeddings, norm and lm_head; random layers). Its drafting
-    cost is that of a trained head of the same shape; its acceptance is not.
+               tokenizer=None, seed: int | None = None, num_speculative_tokens: int = 8):
+    """The one factory of an UNTRAINED head shaped for ``model`` (target embeddings, norm and lm_head; random
+    layers), on the target's device. Its drafting cost is that of a trained head of the same shape; its acceptance
+    is not.
 
     ``mask_token_id``: default :func:`peagle_lab.drafter.vocab.mask_token_id_for` (picked from ``tokenizer``, or
-    from the tokenizer saved beside the model), as training picks it."""
+    from the tokenizer saved beside the model), as training picks it. ``seed``: the random layers drawn from
+    ``torch.manual_seed(seed)`` without touching the caller's random state (None: from the current state)."""
     if mask_token_id is None:
         mask_token_id = mask_token_id_for(model, tokenizer, untrained=True)
     cfg = PEagleConfig.from_target(model.config, mask_token_id=mask_token_id, mode=mode,
-                                   num_hidden_layers=num_hidden_layers)
+                                   num_hidden_layers=num_hidden_layers, num_speculative_tokens=num_speculative_tokens)
     device = next(model.parameters()).device
-    return PEagleDrafter(cfg).init_from_target(model).to(device).eval()
+    with torch.random.fork_rng(devices=[], enabled=seed is not None):
+        if seed is not None:
+            torch.manual_seed(seed)
+        head = PEagleDrafter(cfg).init_from_target(model)
+    return head.to(device).eval()
 
 
 def head_for_target(kind, model, tokenizer=None, target=None, allow_fresh: bool = True, mode: str | None = None,

@@ -98,18 +98,38 @@ def _checkpoint_tensors(model_dir: Path) -> tuple[torch.Tensor, torch.Tensor] | 
     return (rows, norm) if norm.dim() == 1 and norm.shape[0] == rows.shape[1] else None
 
 
-def recorded_target_problem(record: dict, model) -> str | None:
-    """Why ``record`` (a manifest or meta dict with ``target_identity`` and / or ``target_fingerprint``) was made
-    with another target than ``model``, or None when it was made with this one (or records nothing).
+def target_identities(model) -> dict:
+    """What a file records of the target it was made with: ``target_fingerprint`` and ``target_identity``."""
+    return dict(target_fingerprint=target_fingerprint(model), target_identity=target_identity(model))
 
-    ``target_identity`` is compared when recorded; a record with only the exact ``target_fingerprint`` matches this
-    copy's fingerprint or its bf16 rounding (the fingerprint of a bf16 copy of the same weights is their
-    ``target_identity``)."""
+
+def holds_float32(model) -> bool:
+    """Whether ``model``'s weights are float32, the copy whose fingerprint every other copy's can be told from."""
+    try:
+        return next(model.parameters()).dtype == torch.float32
+    except (AttributeError, StopIteration, TypeError):
+        return False
+
+
+def recorded_target_problem(record: dict, model) -> str | None:
+    """Why ``record`` (a manifest, meta or head config dict with ``target_identity`` and / or
+    ``target_fingerprint``) was made with another target than ``model``, or None when it was made with this one
+    (or records nothing): :func:`identity_problem` with ``model``'s identities."""
+    return identity_problem(record, target_identities(model), holds_float32(model))
+
+
+def identity_problem(record: dict, mine: dict, float32: bool) -> str | None:
+    """The one rule of "made with this target": why ``record`` names another target than the one whose
+    :func:`target_identities` are ``mine`` (None: the same target, or nothing recorded).
+
+    ``target_identity`` is compared when recorded (it does not depend on the dtype). A record with only the exact
+    ``target_fingerprint`` matches this copy's fingerprint or its bf16 rounding (the fingerprint of a bf16 copy of
+    the same weights is their ``target_identity``); any other fingerprint is another target only when this copy is
+    float32 (``float32``): a rounded copy cannot tell a float32 copy of the same weights from another model."""
     theirs_id, theirs_fp = record.get("target_identity"), record.get("target_fingerprint")
     if theirs_id:
-        mine = target_identity(model)
-        return None if theirs_id == mine else f"target fingerprint {theirs_id}, this target {mine}"
-    if theirs_fp:
-        mine_fp, mine_id = target_fingerprint(model), target_identity(model)
-        return None if theirs_fp in (mine_fp, mine_id) else f"target fingerprint {theirs_fp}, this target {mine_fp}"
+        mine_id = mine["target_identity"]
+        return None if theirs_id == mine_id else f"target fingerprint {theirs_id}, this target {mine_id}"
+    if theirs_fp and float32 and theirs_fp not in (mine["target_fingerprint"], mine["target_identity"]):
+        return f"target fingerprint {theirs_fp}, this target {mine['target_fingerprint']}"
     return None

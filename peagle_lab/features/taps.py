@@ -25,17 +25,22 @@ def default_tap_layers(num_layers: int) -> tuple[int, int, int]:
     return taps
 
 
+def tap_range_problem(tap_layers, num_layers: int) -> str | None:
+    """Why ``tap_layers`` cannot be tapped in a ``num_layers``-layer target (None: every id is a layer)."""
+    bad = [int(t) for t in tap_layers if not 0 <= int(t) < num_layers]
+    return f"tap layer ids {bad} are out of range for a target with {num_layers} layers" if bad else None
+
+
 def check_tap_layers(tap_layers, num_layers: int, flag: str | None = None) -> tuple[int, ...]:
     """Tap ids in ``[0, num_layers)``; a list the user gave (``flag``: where, e.g. ``--taps``) must also be
     distinct and ascending, the order the features and the head store them in (a shallow test model's default
     may repeat one)."""
     taps = tuple(int(t) for t in tap_layers)
-    bad = [t for t in taps if not 0 <= t < num_layers]
-    if bad:
+    problem = tap_range_problem(taps, num_layers)
+    if problem:
         raise PeagleError(
-            f"Tap layer ids {bad} are out of range for a target with {num_layers} layers: a tap id i means the "
-            f"residual stream entering layer i, so it must be in [0, {num_layers - 1}]. Fix: choose ids in range, "
-            f"e.g. the default {default_tap_layers(num_layers)}."
+            f"{problem[0].upper()}{problem[1:]}: a tap id i means the residual stream entering layer i, so it must be "
+            f"in [0, {num_layers - 1}]. Fix: choose ids in range, e.g. the default {default_tap_layers(num_layers)}."
         )
     if flag is not None and (not taps or any(a >= b for a, b in zip(taps, taps[1:]))):
         raise PeagleError(f"{flag} {','.join(map(str, taps))}: tap layer ids must be distinct and ascending. Fix: "

@@ -97,6 +97,7 @@ def _shard_is_complete(out_dir: Path, entry: dict) -> bool:
     path = out_dir / entry["file"]
     return path.is_file() and path.stat().st_size == entry["bytes"]
 
+BATCH_TOKENS = 2048  # padded tokens per forward of `peagle-lab extract` and of the training feature cache
 
 @dataclass(frozen=True)
 class ExtractionSettings:
@@ -104,7 +105,8 @@ class ExtractionSettings:
     sequences per shard, taps as ``taps_dtype`` on disk, the target's top-``topk`` logits (0: none), and the name
     of the ``target`` recorded in the manifest (default: the model's own). ``batch_tokens`` > 0: several sequences
     of a shard per target forward (:func:`.online.length_batches`: similar lengths together, at most
-    ``batch_tokens`` padded tokens per forward); 0: one sequence per forward. The features are the same up to the
+    ``batch_tokens`` padded tokens per forward; the command line and the feature cache use :data:`BATCH_TOKENS`);
+    0 (the default here, bit for bit what :func:`.online.online_features` computes): one sequence per forward. The features are the same up to the
     rounding of differently shaped products (a shard's sequences keep their order), so it is not a setting a
     resumed run must repeat."""
 

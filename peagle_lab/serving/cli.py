@@ -13,7 +13,6 @@ from ..precision import host_slug
 from ..prompts import chat_messages, humaneval_prompts
 from ..settings import data_dir, display_path
 from .. import lock, validate
-from ..errors import PeagleError
 from ..drafter.hub import head_path
 from .export import check_export_paths, export_target, export_vllm
 from .engine import Speculation, _on_gpu, speculative_config
@@ -84,12 +83,7 @@ def check_sweep_args(args) -> list[int]:
     """serve-sweep's numbers, before anything starts: K, the concurrencies (1..1024 each), requests, tokens,
     repeats, prompts, and the two ports (free); returns the concurrencies."""
     validate.num_speculative_tokens(args.K)
-    try:
-        conc = [int(c) for c in str(args.concurrency).split(",") if c.strip()]
-    except ValueError:
-        conc = []
-    if not conc:
-        raise PeagleError(f"--concurrency {args.concurrency!r} is not a list of integers. Fix: --concurrency 1,4,16.")
+    conc = validate.int_list(args.concurrency, "--concurrency", "1,4,16")
     for c in conc:
         validate.positive_int(c, "concurrency", "--concurrency", 1, 1024)
     if args.requests is not None:

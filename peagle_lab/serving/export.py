@@ -23,15 +23,13 @@ Everything is validated before vLLM sees it, with errors that name the fix.
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import tempfile
 from pathlib import Path
 
 import torch
 
 from .. import lock
-from ..atomic import umask, write_errors
+from ..atomic import atomic_directory
 from ..drafter.checkpoint import check_head_dir, drafter_shapes, read_tensors
 from ..drafter.config import CONFIG, WEIGHTS, PEagleConfig
 from ..errors import PeagleError
@@ -233,29 +231,9 @@ def _write_swapped(out: dict, new: dict, out_dir: Path) -> None:
     """Write the export beside ``out_dir`` first, then swap it in (a reader never sees half an export)."""
     from safetensors.torch import save_file
 
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(dir=out_dir.parent, prefix=lock.temp_prefix(out_dir), suffix=".tmp"))
-    try:
+    with atomic_directory(out_dir, what=f"the export to {out_dir}") as staging:
         save_file(out, str(staging / WEIGHTS), metadata={"format": "pt"})
         (staging / CONFIG).write_text(json.dumps(new, indent=2) + "\n")
-        for f in staging.iterdir():
-            os.chmod(f, 0o666 & ~umask())
-        os.chmod(staging, 0o777 & ~umask())
-        lock.verify()
-        if out_dir.exists():
-            old = out_dir.with_name(lock.temp_prefix(out_dir) + "old.tmp")
-            shutil.rmtree(old, ignore_errors=True)
-            os.replace(out_dir, old)
-            os.replace(staging, out_dir)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(staging, out_dir)
-    except write_errors() as exc:
-        raise PeagleError(f"Could not write the export to {out_dir} ({str(exc).splitlines()[0][:200]}): the disk "
-                          "may be full. Fix: free space or choose another directory; the previous export, if any, "
-                          "is intact.") from exc
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
 
 
 def export_target(out_dir=None, target=None) -> Path:

@@ -7,13 +7,14 @@ fields, the mask token id and its range) and its tensors."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import torch
 
 from ..drafter.checkpoint import drafter_shapes
 from ..drafter.config import PEagleConfig
 from ..drafter.vocab import d2t_in_vocab
 from ..errors import PeagleError
-from ..features.taps import check_tap_layers
 
 
 def validate_head(cfg: PEagleConfig, tensors: dict[str, torch.Tensor], target_cfg: dict | None = None,
@@ -103,18 +104,8 @@ def _rope_problems(cfg: PEagleConfig) -> list[str]:
 
 
 def _target_problems(cfg: PEagleConfig, target_cfg: dict) -> list[str]:
-    """Agreement with the target: taps in range, the same vocabulary and hidden size."""
-    problems = []
-    tl, th, tv = target_cfg["num_hidden_layers"], target_cfg["hidden_size"], target_cfg["vocab_size"]
-    try:
-        check_tap_layers(cfg.aux_hidden_state_layer_ids, tl)
-    except PeagleError as exc:
-        problems.append(str(exc))
-    if cfg.vocab_size != tv:
-        problems.append(f"vocab mismatch: the head has vocab_size {cfg.vocab_size}, the target {tv}. Fix: train the "
-                        "head for this target (same tokenizer) or pass the right target")
-    if cfg.hidden_size != th:  # the config keeps hidden_size == target_hidden_size
-        problems.append(f"hidden-size mismatch: the head's hidden_size {cfg.hidden_size} differs from the target's "
-                        f"{th}; vLLM feeds target-width embeddings and sizes the mask slots' hidden state from it. "
-                        "Fix: build the head with hidden_size = the target's")
-    return problems
+    """Agreement with the target (:meth:`PEagleConfig.target_problems`: taps in range, the same vocabulary and
+    hidden size; vLLM feeds target-width embeddings and sizes the mask slots' hidden state from it)."""
+    fit = cfg.target_problems(SimpleNamespace(**target_cfg))
+    return [f"{p}. Fix: train the head for this target (same tokenizer, hidden size and layers) or pass the right "
+            "target" for p in fit]

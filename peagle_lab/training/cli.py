@@ -16,7 +16,7 @@ import torch
 
 from .. import lock, validate
 from ..flags import add_config_flags, given_config_flags
-from .distill import read_distilled, select_split
+from ..distill.data import read_distilled, select_split
 from ..drafter import PEagleDrafter
 from ..errors import PeagleError
 from .lineage import cumulative, head_config, history_of, seen_before, summary
@@ -155,13 +155,7 @@ def _check_paths(args) -> tuple[Path, Path]:
 def eval_ks(args) -> list[int]:
     """The K values of --eval-ks (1..64 each)."""
 
-    try:
-        ks = [int(k) for k in str(args.eval_ks).split(",") if k.strip()]
-    except ValueError:
-        raise PeagleError(f"--eval-ks {args.eval_ks!r} is not a list of integers. Fix: --eval-ks 1,2,4,8.") from None
-    if not ks:
-        raise PeagleError("--eval-ks is empty. Fix: --eval-ks 1,2,4,8.")
-    return [validate.num_speculative_tokens(k) for k in ks]
+    return [validate.num_speculative_tokens(k) for k in validate.int_list(args.eval_ks, "--eval-ks", "1,2,4,8")]
 
 
 def _run_cli(args):

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .. import validate
-from .distill import MAX_SEQ_LEN
+from ..distill.data import MAX_SEQ_LEN
 from ..errors import PeagleError
 from ..flags import flag_field
 from ..precision import choice_name
@@ -140,16 +140,17 @@ def check_config_fits_target(cfg: TrainConfig, model, target) -> None:
     """Before any feature is computed: the draft vocabulary, taps, mask token and ``init_from`` head of ``cfg``
     must fit the target (one line naming the target, what does not fit and the fix)."""
     from ..drafter.heads import head_fit_problems, target_slug
+    from ..features.taps import tap_range_problem
 
     tc = model.config
     name = target_slug(target)
     if cfg.draft_vocab_size is not None and cfg.draft_vocab_size > tc.vocab_size:
         raise PeagleError(f"target {name}: --draft-vocab-size {cfg.draft_vocab_size} exceeds its vocabulary of "
                           f"{tc.vocab_size} ids. Fix: --draft-vocab-size {tc.vocab_size} or less.")
-    bad = [t for t in (cfg.tap_layers or ()) if not 0 <= t < tc.num_hidden_layers]
-    if bad:
-        raise PeagleError(f"target {name}: tap layers {bad} do not exist in its {tc.num_hidden_layers} layers. "
-                          f"Fix: --tap-layers within 0..{tc.num_hidden_layers - 1} (or leave the default).")
+    taps = tap_range_problem(cfg.tap_layers or (), tc.num_hidden_layers)
+    if taps:
+        raise PeagleError(f"target {name}: {taps}. Fix: --tap-layers within 0..{tc.num_hidden_layers - 1} (or leave "
+                          "the default).")
     if cfg.mask_token_id is not None and not 0 <= cfg.mask_token_id < tc.vocab_size:
         raise PeagleError(f"target {name}: --mask-token-id {cfg.mask_token_id} is outside its vocabulary of "
                           f"{tc.vocab_size} ids. Fix: an unused special token of its tokenizer (or leave the default).")

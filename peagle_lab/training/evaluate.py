@@ -24,10 +24,6 @@ class NotLossless(PeagleError):
     bound: a bug of the loop, not rounding."""
 
 
-def dtype_str(dtype) -> str:
-    return dtype_name(dtype)
-
-
 @dataclass(frozen=True)
 class EvalSettings:
     """How :func:`evaluate_head` decodes: at every K in ``ks``, ``max_new_tokens`` per prompt, the head drafting in
@@ -88,7 +84,7 @@ def evaluate_head(model, tokenizer, head: PEagleDrafter, prompts: list[str], set
             if check_lossless and res.tokens != base:
                 div = first_divergence(res.tokens, plain, dtype, device)
                 if not is_lossless([div], regime):
-                    raise NotLossless(div.message(f" at K={k} ({dtype_str(dtype)} on {device.type}) for prompt "
+                    raise NotLossless(div.message(f" at K={k} ({dtype_name(dtype)} on {device.type}) for prompt "
                                                   f"{text[:60]!r}") + ". Fix: report it with this line; "
                                       "`peagle-lab generate --check --dtype float32 --device cpu` reproduces a loop bug")
                 divergences.append(dict(k=k, prompt=text[:60], **div.as_dict()))

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..atomic import write_json, write_text
+from ..drafter.config import CONFIG, TRAINING_RECORD, WEIGHTS
 from ..errors import PeagleError
 from ..parts import check_parts, join_parts, read_manifest, split_file
 
@@ -44,7 +45,7 @@ RETURN_PART_BYTES = 16 * MiB
 RETURN_FILES = 8
 RETURN_EXTRA = ("parts.json", "GPU_TRAINING.md", "gpu_train.json")
 LOG_CHARS = 256_000  # the end of each training log travels back
-HEAD_FILES = ("config.json", "model.safetensors", "training.json", "TRAINING.md")
+HEAD_FILES = (CONFIG, WEIGHTS, TRAINING_RECORD, "TRAINING.md")
 DATA = "data/distill/smollm2-135m-scale.jsonl.gz"
 # name -> the head's own flags: the reference trainers' 4-layer P-EAGLE head, the shipped EAGLE-3 head's shape
 HEADS = {"peagle": ["--mode", "parallel", "-K", "8", "--layers", "4"],
@@ -264,7 +265,7 @@ def _free_device_memory() -> None:
 # ------------------------------------------------------------------------------------------------ GPU: send back
 def head_summary(head_dir: Path) -> dict:
     """What GPU_TRAINING.md says of one head, read from its training.json."""
-    rec = json.loads((head_dir / "training.json").read_text())
+    rec = json.loads((head_dir / TRAINING_RECORD).read_text())
     c, m = rec["config"], rec["machine"]
     return dict(mode=c["mode"], layers=c["layers"], K=c["num_depths"], hardware=m.get("gpu") or m.get("hardware"),
                 host=m.get("host"), distinct_tokens=rec.get("distinct_tokens"), tokens_seen=rec["tokens_seen"],
@@ -352,6 +353,7 @@ def unpack(returned: Path, dest: Path) -> list[Path]:
     checked (config against weights), the training logs into ``dest/logs``. Returns the head folders."""
     import tempfile
 
+    from ..atomic import swap_in_directory
     from ..drafter.checkpoint import check_head_dir
 
     dest.mkdir(parents=True, exist_ok=True)
@@ -361,13 +363,11 @@ def unpack(returned: Path, dest: Path) -> list[Path]:
         heads = []
         for head in sorted((Path(tmp) / "x" / "heads").iterdir()):
             if head.name == "logs":
-                shutil.rmtree(dest / "logs", ignore_errors=True)
-                os.replace(head, dest / "logs")
+                swap_in_directory(head, dest / "logs")
                 continue
             check_head_dir(head)
             final = dest / head.name
-            shutil.rmtree(final, ignore_errors=True)
-            os.replace(head, final)
+            swap_in_directory(head, final)
             heads.append(final)
     return heads
 
@@ -379,7 +379,7 @@ def tiny_distilled(target_dir: Path, path: Path, count: int = 8) -> Path:
 
     from ..prompts import chat_ids
     from ..tiny_target import prompt_texts
-    from .distill import FORMAT, VERSION
+    from ..distill.data import FORMAT, VERSION
 
     tok = AutoTokenizer.from_pretrained(target_dir)
     texts = prompt_texts()[: 2 * count]

@@ -12,10 +12,11 @@ import shlex
 from pathlib import Path
 
 from ..drafter import CONFIG, PEagleConfig
+from ..drafter.config import TRAINING_RECORD
 from ..errors import PeagleError
 from ..settings import display_path
 
-RECORD = "training.json"
+RECORD = TRAINING_RECORD
 
 
 def check_compatible(source, wanted: dict, path) -> None:
@@ -23,15 +24,14 @@ def check_compatible(source, wanted: dict, path) -> None:
 
     ``source``: the head's :class:`~peagle_lab.drafter.PEagleConfig`; ``wanted``: the run's values of any of
     ``mode``, ``num_hidden_layers``, ``draft_vocab_size``, ``hidden_size``, ``vocab_size``,
-    ``aux_hidden_state_layer_ids``, ``target_fingerprint`` (``None`` = not asked for).
+    ``aux_hidden_state_layer_ids`` (``None`` = not asked for).
     """
     have = dict(mode=source.mode, num_hidden_layers=source.num_hidden_layers,
                 draft_vocab_size=source.draft_vocab_size, hidden_size=source.hidden_size,
-                vocab_size=source.vocab_size, aux_hidden_state_layer_ids=list(source.aux_hidden_state_layer_ids),
-                target_fingerprint=source.extra.get("target_fingerprint"))
+                vocab_size=source.vocab_size, aux_hidden_state_layer_ids=list(source.aux_hidden_state_layer_ids))
     flags = dict(mode="--mode", num_hidden_layers="--layers", draft_vocab_size="--draft-vocab-size",
                  aux_hidden_state_layer_ids="the target's tap layers", hidden_size="the target (hidden size)",
-                 vocab_size="the target (vocabulary)", target_fingerprint="the target (weights)")
+                 vocab_size="the target (vocabulary)")
     problems = []
     for key, want in wanted.items():
         if want is None or have.get(key) is None:

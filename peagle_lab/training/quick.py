@@ -1,5 +1,5 @@
 """A small head for a target that has none, made on the spot through the same code as every head: distil a few
-prompts (:func:`peagle_lab.training.distill.distilled_records`), train briefly (:class:`.trainer.Trainer`), save it where
+prompts (:func:`peagle_lab.distill.data.distilled_records`), train briefly (:class:`.trainer.Trainer`), save it where
 :func:`peagle_lab.drafter.heads.head_for_target` finds it (``$PEAGLE_RESULTS/heads/<target>/<kind>``). Sizes come from
 the environment (``PEAGLE_CI=1``: tiny). The notebooks call :func:`ensure_head` so that each runs on its own,
 on any target. Such a head is a demonstration (:data:`ON_THE_SPOT`); ``scripts/gpu_heads.sh`` makes heads worth
@@ -7,11 +7,9 @@ timing for a target and installs them in the same place."""
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
 from dataclasses import dataclass
 
+from ..atomic import atomic_directory
 from ..settings import pick
 
 
@@ -51,7 +49,7 @@ def train_quick_head(kind: str, model, tokenizer, target, sizes: QuickSizes | No
     """Distil ``sizes.prompts`` prompts with ``model`` and train a 1-layer ``kind`` head on them; save it to
     :func:`peagle_lab.drafter.heads.trained_head_dir` (written beside it, then renamed: a half-trained head is never
     found there). Returns the head directory."""
-    from .distill import distilled_records
+    from ..distill.data import distilled_records
     from ..drafter.heads import trained_head_dir
     from .config import TrainConfig
     from .sequences import prepare_sequences
@@ -64,16 +62,8 @@ def train_quick_head(kind: str, model, tokenizer, target, sizes: QuickSizes | No
                       steps=sizes.steps, warmup_steps=max(1, sizes.steps // 10), lr=2e-3,
                       batch_tokens=sizes.batch_tokens, row_tokens=512, save_every=0, seed=0, target=str(target))
     final = trained_head_dir(target, kind)
-    final.parent.mkdir(parents=True, exist_ok=True)
-    staging = tempfile.mkdtemp(prefix=f".{kind}.", dir=final.parent)
-    try:
-        Trainer(cfg, model, seqs, tokenizer, TrainerOptions(out_dir=os.path.join(staging, "head"), progress=progress,
-                                                            verbose=False)).train()
-        if final.exists():
-            shutil.rmtree(final)
-        os.replace(os.path.join(staging, "head"), final)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+    with atomic_directory(final) as staging:
+        Trainer(cfg, model, seqs, tokenizer, TrainerOptions(out_dir=staging, progress=progress, verbose=False)).train()
     return final
 
 

@@ -6,12 +6,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..atomic import write_json, write_text
+from ..drafter.config import TRAINING_RECORD
 
 
 def write_training_record(out_dir, record: dict) -> None:
     """``training.json`` (everything) and ``TRAINING.md`` (the same for people) in the head directory."""
     out_dir = Path(out_dir)
-    write_json(out_dir / "training.json", record, indent=2)
+    write_json(out_dir / TRAINING_RECORD, record, indent=2)
     c = record["config"]
     what = "P-EAGLE: slots 2..K are mask slots" if c["mode"] == "parallel" else "EAGLE-3 training-time test"
     m = record["machine"]

@@ -14,16 +14,16 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from .distill import MAX_SEQ_LEN
+from ..distill.data import MAX_SEQ_LEN
 from ..errors import PeagleError
 from ..features import ExtractionSettings, extract_features, load_features, read_manifest
 from ..features.online import ordered_features
+from ..features.writer import BATCH_TOKENS
 from ..features.reader import sequence_key, shard_ids
-from ..features.identity import recorded_target_problem, target_fingerprint, target_identity
+from ..features.identity import recorded_target_problem
 from ..features.taps import check_tap_layers, default_tap_layers
 
 
-EXTRACT_BATCH_TOKENS = 2048  # padded tokens per target forward when the cache extracts missing sequences
 
 
 @dataclass(frozen=True)
@@ -125,7 +125,7 @@ def extract_missing(model, ids: list[list[int]], root, tap_layers, progress: boo
         f"part-{tag}" if rank == 0 else None)
     if mine in parts:
         extract_features(model, [todo[k] for k in parts[mine]], root / mine,
-                         ExtractionSettings(tap_layers=tap_layers, topk=topk, batch_tokens=EXTRACT_BATCH_TOKENS),
+                         ExtractionSettings(tap_layers=tap_layers, topk=topk, batch_tokens=BATCH_TOKENS),
                          progress=progress)
     for name in parts:
         _wait_complete(root / name)
@@ -170,18 +170,9 @@ def _wait_complete(part: Path) -> None:
 
 
 def check_data_target(meta: dict, model, path) -> None:
-    """Refuse distilled data whose meta names another target. ``target_identity`` does not depend on the dtype
-    the target was loaded in; a file without it carries only the exact ``target_fingerprint``, which
-    is comparable only with a float32 copy of the target (a bf16 copy has other bits), so they are checked then."""
-    if meta.get("target_identity"):
-        ok, theirs, mine = meta["target_identity"] == target_identity(model), meta["target_identity"], \
-            target_identity(model)
-    elif meta.get("target_fingerprint") and next(model.parameters()).dtype == torch.float32:
-        ok, theirs, mine = meta["target_fingerprint"] == target_fingerprint(model), meta["target_fingerprint"], \
-            target_fingerprint(model)
-    else:
-        return
-    if not ok:
-        raise PeagleError(f"{path} was distilled from another target (fingerprint {theirs}, this target {mine}, "
-                          f"{meta.get('target')!r}). Fix: train with the target it was distilled from (--target), "
-                          "or distill again with this one.")
+    """Refuse distilled data whose meta names another target (:func:`~peagle_lab.features.identity.identity_problem`
+    decides)."""
+    other = recorded_target_problem(meta, model)
+    if other:
+        raise PeagleError(f"{path} was distilled from another target ({other}, {meta.get('target')!r}). Fix: train "
+                          "with the target it was distilled from (--target), or distill again with this one.")

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from .distill import MAX_SEQ_LEN
+from ..distill.data import MAX_SEQ_LEN
 from ..errors import PeagleError
 from ..features.format import read_manifest
 from ..features.reader import reading_shard, sequence_key, shard_ids

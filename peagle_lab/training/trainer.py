@@ -22,7 +22,7 @@ from .. import lock, validate
 from ..atomic import write_text
 from ..drafter import PEagleConfig, PEagleDrafter
 from ..errors import PeagleError
-from ..features.identity import target_identity
+from ..features.identity import recorded_target_problem, target_identity
 from .lineage import check_compatible, cumulative, head_config, history_of
 from ..precision import dtype_name, resolve_dtype
 from ..settings import display_path
@@ -147,7 +147,7 @@ class Trainer:
         check_world_size(self.cfg, self.world)
         # bf16 autocast where the hardware multiplies bf16 natively (CUDA sm_80+, AMX, AVX512-BF16); fp32 elsewhere
         self.autocast = resolve_dtype(self.cfg.autocast, self.device, warn=self.verbose, training=True)
-        self.fingerprint = target_identity(self.model)  # the same for the fp32 and the bf16 copy of a target
+        self.identity = target_identity(self.model)  # the same for the fp32 and the bf16 copy of a target
 
     def _setup_vocab(self, tokenizer, source: PEagleDrafter | None, draft_ids) -> None:
         """The mask token and the draft vocabulary: the ``init_from`` head's, else the given or chosen ones."""
@@ -180,7 +180,7 @@ class Trainer:
             aux_layer_ids=cfg.tap_layers, mask_token_id=self.mask_token_id, mode=cfg.mode,
             num_speculative_tokens=cfg.num_depths, embed_shared_with_target=True, target=cfg.target,
             extra=dict(mask_hidden_variant=cfg.mask_hidden, mask_embedding_variant=cfg.mask_embedding,
-                       draft_vocab_coverage=round(self.coverage, 5), target_fingerprint=self.fingerprint))
+                       draft_vocab_coverage=round(self.coverage, 5), target_identity=self.identity))
         head = PEagleDrafter(hcfg)
         head.set_draft_vocab(self.draft_ids)
         head.init_from_target(model, self.draft_ids)
@@ -230,8 +230,12 @@ class Trainer:
         V = model.config.vocab_size
         check_compatible(src.config, dict(
             mode=cfg.mode, num_hidden_layers=cfg.layers, draft_vocab_size=cfg.draft_vocab_size or V,
-            hidden_size=model.config.hidden_size, vocab_size=V, target_fingerprint=self.fingerprint,
+            hidden_size=model.config.hidden_size, vocab_size=V,
             aux_hidden_state_layer_ids=cfg.tap_layers), path)
+        other = recorded_target_problem(src.config.target_record(), model)
+        if other:
+            raise PeagleError(f"--init-from {path} was trained on another target ({other}). Fix: start from a head "
+                              "trained for this target, or leave --init-from out.")
         return src
 
     # ---- draft vocabulary ----

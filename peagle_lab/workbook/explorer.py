@@ -17,15 +17,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-import torch
-
 from . import viz
 from ..decoding.divergence import first_divergence, is_lossless, lossless_regime
 from ..decoding.draft_sources import HeadDrafter
-from ..drafter import PEagleConfig, PEagleDrafter
 from ..errors import PeagleError, require
 from ..hardware import describe
-from ..drafter.heads import head_for_target, SHIPPED
+from ..drafter.heads import fresh_head, head_for_target, SHIPPED
 from ..models import load_target
 from ..precision import dtype_name
 from ..prompts import chat_ids
@@ -33,7 +30,6 @@ from ..decoding.sampling import make_generator, Sampling
 from ..settings import pick
 from ..decoding.speculative import iter_rounds, plain_generate, SpecStats
 from ..decoding.target_runner import TargetRunner
-from ..drafter.vocab import mask_token_id_for
 
 FRESH = "fresh"
 HEAD_LABELS = {
@@ -85,27 +81,13 @@ def available_heads(model=None) -> list[str]:
     return kinds + [FRESH]
 
 
-def fresh_head(model, seed: int = 0, tokenizer=None, mask_token_id: int | None = None):
-    """An untrained P-EAGLE head shaped for ``model`` (embeddings, norm and lm_head copied from it). Its mask token:
-    ``mask_token_id``, else picked from ``tokenizer`` (default: the one saved beside the model) as training does
-    (:func:`peagle_lab.drafter.vocab.pick_mask_token_id`; 16, ``<empty_output>``, for SmolLM2)."""
-
-    if mask_token_id is None:
-        mask_token_id = mask_token_id_for(model, tokenizer, untrained=True)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        cfg = PEagleConfig.from_target(model.config, mask_token_id=mask_token_id, num_speculative_tokens=10)
-        head = PEagleDrafter(cfg).init_from_target(model)
-    return head.to(next(model.parameters()).device).eval()
-
-
 def get_head(name, model, tokenizer=None):
     """``'parallel'`` / ``'sequential'`` (shipped), ``'fresh'`` (untrained; ``tokenizer`` picks its mask token) or
     a head directory; cached."""
     key = (id(model), str(name))
     if key not in _HEADS:
-        _HEADS[key] = fresh_head(model, tokenizer=tokenizer) if name == FRESH else head_for_target(
-            name, model, tokenizer=tokenizer, allow_fresh=False)[0]
+        _HEADS[key] = fresh_head(model, tokenizer=tokenizer, seed=0, num_speculative_tokens=10) if name == FRESH \
+            else head_for_target(name, model, tokenizer=tokenizer, allow_fresh=False)[0]
     return _HEADS[key]
 
 

@@ -3,7 +3,7 @@ answers?"): tasks made from the Python standard library's own functions.
 
 Each task asks for one function, by its name, signature and the first paragraph of its docstring; the human
 answer is that function's source as its authors wrote it. The same prompts answered by the target
-(:func:`peagle_lab.training.distill.distill`) give the self-distilled arm, so the two training sets differ only in
+(:func:`peagle_lab.distill.data.distill`) give the self-distilled arm, so the two training sets differ only in
 who wrote the answers. The tasks are read from the interpreter that runs them (nothing is downloaded or stored); the Python
 version is part of every result (its environment record). Split ``val`` (about 8%, by a hash of the task id) is held out from training.
 """

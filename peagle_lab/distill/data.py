@@ -24,15 +24,18 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
+
 from .. import lock, models, validate
 from ..atomic import atomic_write
 from ..errors import PeagleError
-from ..features.identity import checkpoint_identities, target_fingerprint, target_identity
+from ..features.identity import checkpoint_identities, holds_float32, identity_problem, recorded_target_problem, \
+    target_identities
 from ..prompts import chat_ids, load_scale_records, load_train_prompts, load_train_records, record_messages
 from ..settings import data_path, results_dir
 from ..target_args import TargetPeek, add_target_options, apply_target_options, check_target_options, \
     load_cli_target
-from .distill_engines import ENGINES
+from .engines import ENGINES
 
 FORMAT = "peagle-lab-distill"
 VERSION = 1
@@ -158,11 +161,6 @@ def select_split(records: list[dict], split: str) -> tuple[list[dict], int]:
     return kept, len(records) - len(kept)
 
 
-def load_distilled(path, n: int | None = None) -> list[dict]:
-    """The first ``n`` distilled records (all when ``None``): dicts with ``input_ids`` (list) and ``prompt_len``."""
-    return read_distilled(path)[1][:n]
-
-
 # ------------------------------------------------------------------------------------------ distillation
 def encode_prompts(tokenizer, prompts: list, indices, system, max_new_tokens: int, context: int | None
                    ) -> dict[int, list[int]]:
@@ -185,7 +183,8 @@ def encode_prompts(tokenizer, prompts: list, indices, system, max_new_tokens: in
     return encoded
 
 
-def _resume(out_path: Path, meta: dict, prompts: list, overwrite: bool) -> tuple[dict[int, dict], list[dict]]:
+def _resume(out_path: Path, meta: dict, prompts: list, overwrite: bool,
+            float32: bool) -> tuple[dict[int, dict], list[dict]]:
     """What ``out_path`` already holds: ``(done, kept)``, ``done`` = prompt position -> its record (matched by
     prompt, not by position: another prompts file or order finds them), ``kept`` = the records of other prompts,
     which stay in the file. Anything that would drop records (other settings, a damaged file) is refused unless
@@ -205,9 +204,9 @@ def _resume(out_path: Path, meta: dict, prompts: list, overwrite: bool) -> tuple
                   file=sys.stderr)
         return {}, []
     diff = {k: (old_meta.get(k), meta[k]) for k in _RESUME_KEYS if old_meta.get(k) != meta[k]}
-    who = "target_identity" if old_meta.get("target_identity") else "target_fingerprint"
-    if old_meta.get(who) != meta[who]:  # an old file made by a bf16 copy of the same target is refused too
-        diff[who] = (old_meta.get(who), meta[who])
+    other = identity_problem(old_meta, meta, float32)
+    if other:
+        diff["target"] = other
     if diff:
         raise PeagleError(f"{out_path} holds {len(old)} sequences made with other settings {diff}. Fix: write to "
                           f"another --out, or --overwrite to drop those {len(old)} records and start over.")
@@ -250,13 +249,19 @@ class TargetFiles:
     config: object
     fingerprint: str
     identity: str
+    float32: bool = False
 
 
-def _identities(model) -> tuple[str, str]:
-    """``(target_fingerprint, target_identity)`` of a loaded target or a :class:`TargetFiles`."""
+def _identities(model) -> dict:
+    """``target_fingerprint`` and ``target_identity`` of a loaded target or a :class:`TargetFiles`."""
     if isinstance(model, TargetFiles):
-        return model.fingerprint, model.identity
-    return target_fingerprint(model), target_identity(model)
+        return dict(target_fingerprint=model.fingerprint, target_identity=model.identity)
+    return target_identities(model)
+
+
+def _holds_float32(model) -> bool:
+    """Whether the target's weights (loaded, or as a :class:`TargetFiles` would load them) are float32."""
+    return model.float32 if isinstance(model, TargetFiles) else holds_float32(model)
 
 
 def _context(model) -> int | None:
@@ -270,7 +275,7 @@ def distill(model, tokenizer, prompts: list, out_path, settings: DistillSettings
     ``settings`` say (:class:`DistillSettings`; its defaults when ``None``).
 
     ``prompts``: strings, or records with ``prompt`` and an optional ``history`` of earlier turns.
-    ``engine``: what writes the answers (:mod:`.distill_engines`; default: transformers' generate on
+    ``engine``: what writes the answers (:mod:`.engines`; default: transformers' generate on
     ``model``); ``model`` is still what the file's target identity is taken from (a :class:`TargetFiles` when the
     engine is given and the weights need not load). ``settings.batch_size`` prompts go
     to the engine at a time, and the file is rewritten atomically after each batch (``*.jsonl.gz`` is stored
@@ -295,7 +300,7 @@ def distill(model, tokenizer, prompts: list, out_path, settings: DistillSettings
 
 def _distill(model, tokenizer, prompts, out_path: Path, s: DistillSettings, engine, overwrite: bool,
              progress: bool) -> list[dict]:
-    from .distill_engines import TransformersEngine
+    from .engines import TransformersEngine
 
     from tqdm.auto import tqdm
 
@@ -304,12 +309,11 @@ def _distill(model, tokenizer, prompts, out_path: Path, s: DistillSettings, engi
     eos_ids = {int(eos)} if isinstance(eos, int) else {int(e) for e in eos}
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(eos_ids)
     engine = engine or TransformersEngine(model, pad_id, eos_ids)
-    fingerprint, identity = _identities(model)
     meta = dict(format=FORMAT, version=VERSION, target=s.target or str(getattr(model.config, "_name_or_path", "")),
-                target_fingerprint=fingerprint, target_identity=identity,
+                **_identities(model),
                 max_new_tokens=s.max_new_tokens, system=s.system,
                 decoding="greedy", chat_template=True)
-    done, kept = _resume(out_path, meta, prompts, overwrite)
+    done, kept = _resume(out_path, meta, prompts, overwrite, _holds_float32(model))
     taken = {r["index"] for r in [*kept, *done.values()]}
     todo = [i for i in range(len(prompts)) if i not in done]
     encoded = encode_prompts(tokenizer, prompts, todo, s.system, s.max_new_tokens, _context(model))
@@ -350,9 +354,7 @@ def distilled_data(model, tokenizer, n: int | None, target: str, max_new_tokens:
     shipped = shipped_distilled_path(target)
     if shipped.is_file():
         meta, records = read_distilled(shipped)
-        mine = (meta.get("target_identity") and meta["target_identity"] == target_identity(model)) or \
-            meta.get("target_fingerprint") == target_fingerprint(model)
-        if mine and (n is None or len(records) >= n):
+        if recorded_target_problem(meta, model) is None and (n is None or len(records) >= n):
             return shipped, meta, records[:n], True
     out = results_dir() / "distill" / f"{Path(str(target)).name}.jsonl"
     prompts = load_train_prompts(n)
@@ -415,7 +417,7 @@ def check_cli(args) -> list:
     """Every argument, the environment, the output path and every prompt (tokenized with the target's tokenizer,
     against its context), before the target's weights load: the prompts to distill (``args.engine`` becomes the
     engine chosen)."""
-    from .distill_engines import choose_engine
+    from .engines import choose_engine
 
     if args.batch_size is not None:
         validate.positive_int(args.batch_size, "batch_size", "--batch-size")
@@ -445,7 +447,7 @@ def _run_cli(args):
 
 
 def _run_locked(args, prompts):
-    from .distill_engines import VllmEngine
+    from .engines import VllmEngine
 
     batch_size = args.batch_size
     engine_name = args.engine
@@ -492,9 +494,9 @@ def _checkpoint_dir(tdir: str) -> Path | None:
 
 def _vllm_side_target(args, tdir: str):
     """What the vLLM path needs of the target, without its weights where its checkpoint allows:
-    ``(TargetFiles or the loaded model, tokenizer, target name, dtype)``. The dtype is the one the target would be
-    loaded in on the CPU (its identities are the ones such a copy has); the GPU is vLLM's."""
-    args.device = "cpu"
+    ``(TargetFiles or the loaded model, tokenizer, target name, dtype)``. The dtype is the one vLLM runs the target
+    in on --device (bf16 on a recent GPU, the CPU's choice on a CPU), and the identities are those of such a copy;
+    a target that must load to be fingerprinted loads on the CPU."""
     _, dtype = apply_target_options(args)
     local = _checkpoint_dir(tdir)
     ids = checkpoint_identities(local, dtype) if local is not None else None
@@ -506,7 +508,8 @@ def _vllm_side_target(args, tdir: str):
     peek = TargetPeek(args.target)
     if peek.tokenizer.pad_token_id is None:
         peek.tokenizer.pad_token = peek.tokenizer.eos_token
-    return TargetFiles(peek.config, *ids), peek.tokenizer, args.target or models.target_name(), dtype
+    name = args.target or models.target_name()
+    return TargetFiles(peek.config, *ids, float32=dtype == torch.float32), peek.tokenizer, name, dtype
 
 
 def _response_tokens(path) -> int:

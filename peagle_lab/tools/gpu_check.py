@@ -218,7 +218,7 @@ def stage_loop(out: Path, dry_run: bool, ks=(1, 2, 3, 5, 8), prompts: int = 2, n
     from ..precision import dtype_name
     from ..decoding.divergence import first_divergence, is_lossless, lossless_regime
     from ..decoding.draft_sources import HeadDrafter
-    from ..drafter import PEagleConfig, PEagleDrafter
+    from ..drafter.heads import fresh_head
     from ..models import load_target
     from ..prompts import chat_ids
     from ..decoding.speculative import plain_generate, speculative_generate
@@ -235,11 +235,9 @@ def stage_loop(out: Path, dry_run: bool, ks=(1, 2, 3, 5, 8), prompts: int = 2, n
     result = {}
     for dtype in (torch.float32, torch.bfloat16):
         model, tok = load_target(str(path), device=str(dev), dtype=dtype)
-        torch.manual_seed(0)
-        cfg = PEagleConfig.from_target(model.config, mask_token_id=tok.convert_tokens_to_ids("<|mask|>"),
-                                       num_speculative_tokens=max(ks))
-        head = PEagleDrafter(cfg).init_from_target(model).to(dev, dtype).eval()
-        runner = TargetRunner(model, cfg.aux_hidden_state_layer_ids)
+        head = fresh_head(model, mask_token_id=tok.convert_tokens_to_ids("<|mask|>"), seed=0,
+                          num_speculative_tokens=max(ks)).to(dev, dtype)
+        runner = TargetRunner(model, head.config.aux_hidden_state_layer_ids)
         rows, divs = 0, []
         for text in texts:
             ids = chat_ids(tok, text)
@@ -476,7 +474,7 @@ def stage_notebooks(out: Path, dry_run: bool, notebooks_dir: Path | None = None,
             rows[nb.stem] = {"status": "failed", "error": "not run: out of the stage's time"}
             continue
         t0 = time.monotonic()
-        cmd = [sys.executable, "-m", "peagle_lab.bench.gpu_check", "--run-notebook", str(nb.resolve())]
+        cmd = [sys.executable, "-m", "peagle_lab.tools.gpu_check", "--run-notebook", str(nb.resolve())]
         try:
             proc = subprocess.run(cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=left)
             rc, text = proc.returncode, proc.stdout + proc.stderr
@@ -898,7 +896,7 @@ def _run_stage_process(name: str, out: Path, args, limit: float, log) -> dict:
     """Stage ``name`` in a process of its own, killed after ``limit`` seconds, its output into ``log``: the
     stage's ``OUT/<name>.json`` document (for a stage that timed out or wrote none, one saying so, with its
     ``<name>-partial.json`` rows when it kept some)."""
-    cmd = [sys.executable, "-m", "peagle_lab.bench.gpu_check", "--stage", name, *(["--dry-run"] if args.dry_run
+    cmd = [sys.executable, "-m", "peagle_lab.tools.gpu_check", "--stage", name, *(["--dry-run"] if args.dry_run
                                                                                   else [])]
     if args.notebooks_dir:
         cmd += ["--notebooks-dir", args.notebooks_dir]

@@ -1,6 +1,6 @@
-"""The third wave of the scale prompt mix: about 27,000 prompts written for this project from lists, templates and
-seeded random data, appended after the first two waves (every earlier index keeps its prompt and its distilled
-answer).
+"""More tasks for the scale prompt mix: about 27,000 prompts written for this project from lists, templates and
+seeded random data, appended after ``prompt_mix``'s two parts (every earlier index keeps its prompt and its
+distilled answer).
 
 Kinds, as in :mod:`prompt_mix`: ``code_write`` (new tasks, and every task with a constraint), ``code_complete``
 (function stubs built from verbs, objects and conditions), ``code_explain`` (small programs with random literals:
@@ -314,7 +314,7 @@ def _data(rng: random.Random, n: int) -> list[str]:
     return list(out)
 
 
-def build_wave3(seed: int, exclude: set[str]) -> list[dict]:
+def build_more_tasks(seed: int, exclude: set[str]) -> list[dict]:
     """The third wave's records (ids ``<kind>-w3-NNNNN``), in a seeded order, without any text in ``exclude``."""
     rng = random.Random(seed + 3)
     kinds = {

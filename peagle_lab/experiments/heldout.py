@@ -10,8 +10,8 @@ import copy
 import torch
 
 from ..drafter import PEagleDrafter
-from .elements import plan_row
-from .objective import DraftTrainer
+from ..training.elements import plan_row
+from ..training.objective import DraftTrainer
 
 
 @torch.no_grad()
@@ -60,8 +60,8 @@ def _run_cli(args):
     from ..errors import PeagleError
     from ..settings import display_path
     from ..target_args import TargetPeek, load_cli_target
-    from .distill import read_distilled, select_split
-    from .sequences import prepare_sequences
+    from ..distill.data import read_distilled, select_split
+    from ..training.sequences import prepare_sequences
 
     validate.positive_int(args.sequences, "sequences", "--sequences")
     for h in args.heads:

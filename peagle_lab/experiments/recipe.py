@@ -15,15 +15,16 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..atomic import write_figure, write_json, write_text
-from .distill import read_distilled, select_split
+from ..atomic import write_json, write_text
+from ..distill.data import read_distilled, select_split
 from ..drafter import PEagleDrafter
 from ..environment import environment
 from ..errors import PeagleError
 from ..hardware import load_average
 from ..prompts import load_scale_records
 from ..target_args import add_target_options, load_cli_target
-from . import EvalSettings, TrainConfig, depth_accuracy, evaluate_head, prepare_sequences, train_head
+from ..training import EvalSettings, TrainConfig, evaluate_head, prepare_sequences, train_head
+from .heldout import depth_accuracy
 
 # the shipped heads' recipe: small steps (512 tokens) so that short runs still take hundreds of steps
 BASELINE = dict(layers=1, draft_vocab_size=8192, lr=3e-3, num_depths=8, freeze_lm_head=False, batch_tokens=512,
@@ -228,26 +229,6 @@ def extrapolate(points: list[dict], target_al: float) -> float | None:
     if b <= 0:
         return None
     return math.exp(mx + (target_al - my) / b)
-
-
-def plot_curve(points: list[dict], path=None, title: str = ""):
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6.4, 3.6))
-    for mode in sorted({p["mode"] for p in points}):
-        ps = [p for p in points if p["mode"] == mode]
-        ax.plot([p["tokens_seen"] for p in ps], [p["acceptance_length"] for p in ps], "o-",
-                label="P-EAGLE" if mode == "parallel" else "EAGLE-3")
-    ax.set_xscale("log")
-    ax.set_xlabel("training tokens seen")
-    ax.set_ylabel("held-out acceptance length")
-    ax.set_title(title or "Acceptance length against training tokens")
-    ax.grid(alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    if path is not None:
-        write_figure(path, fig)
-    return fig
 
 
 # ------------------------------------------------------------------------------------------ CLI

@@ -1,5 +1,5 @@
 """Three equal-budget studies, each a question users ask, answered by short training runs of the recipe runner
-(:func:`peagle_lab.training.recipe.run_recipe`) with two seeds per setting, so that every difference is read against the
+(:func:`peagle_lab.experiments.recipe.run_recipe`) with two seeds per setting, so that every difference is read against the
 run-to-run noise:
 
 - ``mask``: which stand-in the parallel slots 2..K get (learned ``mask_hidden`` and mask embedding, as P-EAGLE,
@@ -10,7 +10,7 @@ run-to-run noise:
   to the draft vocabulary, as EAGLE-3, SpecForge and speculators train), float32, also scored by per-depth
   accuracy on distilled sequences of the held-out prompts;
 - ``self-distill``: the same prompts (functions of the Python standard library) answered by people (the library's
-  source) against answered by the target itself (:func:`peagle_lab.training.distill.distill`), scored on held-out
+  source) against answered by the target itself (:func:`peagle_lab.distill.data.distill`), scored on held-out
   prompts of the same kind answered by the target at inference, as they are when serving.
 
 Every run has the same budget in optimizer steps (tokens seen), not in seconds, so a loaded machine changes the
@@ -24,12 +24,12 @@ from dataclasses import dataclass
 
 import torch
 
-from ..training.distill import DistillSettings, distill, read_distilled, select_split
+from ..distill.data import DistillSettings, distill, read_distilled, select_split
 from ..environment import environment
 from ..errors import PeagleError
-from .human_answers import human_records, stdlib_tasks
+from ..workbook.human_answers import human_records, stdlib_tasks
 from ..prompts import load_scale_records
-from ..training.recipe import RecipePlan, Scoring, recipe_markdown, run_recipe
+from .recipe import RecipePlan, Scoring, recipe_markdown, run_recipe
 from ..target_args import add_target_options, load_cli_target
 from ..training import prepare_sequences
 
@@ -161,7 +161,7 @@ def _run_cli(args):
 def committed(name: str) -> tuple[str | None, list[dict]]:
     """``(host, runs)`` of study ``name`` committed under ``<data>/recipe/<host>/<name>/`` (the last host in
     name order that has it; ``(None, [])`` when none has)."""
-    from ..training.recipe import read_runs
+    from .recipe import read_runs
     from ..settings import data_dir
 
     hosts = sorted(p.parent.parent.name for p in (data_dir() / "recipe").glob(f"*/{name}/runs.jsonl"))
@@ -171,7 +171,7 @@ def committed(name: str) -> tuple[str | None, list[dict]]:
 def summarize(runs: list[dict]) -> list[dict]:
     """One row per setting (its seeds pooled): mean held-out acceptance length, the seeds' spread, tokens seen,
     mean per-position acceptance of slots 1-3, in the order the settings ran."""
-    from ..training.recipe import seed_groups
+    from .recipe import seed_groups
 
     rows = []
     for group in seed_groups(runs).values():
@@ -193,7 +193,7 @@ def _mean_or_none(xs):
 
 def summary_markdown(runs: list[dict]) -> str:
     """The summary as a table, with the run-to-run noise it must be read against."""
-    from ..training.recipe import noise
+    from .recipe import noise
 
     rows = summarize(runs)
     if not rows:
