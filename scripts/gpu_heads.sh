@@ -31,12 +31,11 @@ TARGET=${PEAGLE_TARGET:-}
 TGT=(); [ -n "$TARGET" ] && TGT=(--target "$TARGET")
 
 if [ "${PEAGLE_GPU_DRY_RUN:-0}" = 1 ]; then
-  DEVICE=cpu; PROMPTS=6; MAX_NEW=12; BATCH=6; BUDGET=4; STEP_TOKENS=256; ROW_TOKENS=256; DRAFT_VOCAB=512
+  DEVICE=cpu; PROMPTS=6; MAX_NEW=12; BATCH=6; BUDGET=4; STEP_TOKENS=256; ROW_TOKENS=256
   EVAL_HE=1; EVAL_VAL=1; EVAL_NEW=8; KS=1,3
   PY=${PEAGLE_PYTHON:-python}
 else
   DEVICE=cuda; PROMPTS=${PEAGLE_HEAD_PROMPTS:-4000}; MAX_NEW=384; BATCH=256; BUDGET=${PEAGLE_GPU_BUDGET:-150}; STEP_TOKENS=16384
-  DRAFT_VOCAB=8192
   ROW_TOKENS=4096; EVAL_HE=10; EVAL_VAL=20; EVAL_NEW=96; KS=1,3,5,7
   if [ -n "${PEAGLE_PYTHON:-}" ]; then
     PY=$PEAGLE_PYTHON
@@ -76,7 +75,7 @@ stamp "extract features of the train split once, for both heads"
 train() {  # mode name extra...
   local mode=$1 name=$2; shift 2
   "${CLI[@]}" train --mode "$mode" --data "$OUT/distill.jsonl" --features "$OUT/features" --out "$OUT/$name" \
-    --time-budget "$BUDGET" --steps 1000000 --draft-vocab-size "$DRAFT_VOCAB" --batch-tokens "$STEP_TOKENS" --row-tokens "$ROW_TOKENS" \
+    --time-budget "$BUDGET" --steps 1000000 --draft-vocab-size 8192 --batch-tokens "$STEP_TOKENS" --row-tokens "$ROW_TOKENS" \
     --stream --autocast bfloat16 --snapshot-every-tokens 500000 --eval-prompts "$EVAL_HE" --eval-val-prompts "$EVAL_VAL" \
     --eval-max-new-tokens "$EVAL_NEW" --eval-ks "$KS" --overwrite "${COMMON[@]}" "$@" \
     > "$OUT/logs/train-$name.log" 2>&1

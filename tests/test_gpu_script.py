@@ -13,13 +13,11 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.slow
+@pytest.mark.real_model
 def test_gpu_heads_dry_run_on_cpu(tmp_path):
-    """The dry run on the tiny GPT-OSS: the script's steps are the same for any target."""
-    from peagle_lab.tiny_target import make_tiny_target, spec_for
-
-    tiny = make_tiny_target(tmp_path / "tiny-gpt-oss", spec_for("gpt-oss"))
     env = dict(os.environ, PEAGLE_GPU_DRY_RUN="1", PEAGLE_PYTHON=sys.executable, OMP_NUM_THREADS="1",
-               PEAGLE_RESULTS=str(tmp_path / "results"), PEAGLE_TARGET=str(tiny))
+               PEAGLE_RESULTS=str(tmp_path / "results"))
+    env.pop("PEAGLE_TARGET", None)
     out = tmp_path / "gpu"
     run = subprocess.run(["bash", "scripts/gpu_heads.sh", str(out)], cwd=REPO, env=env, capture_output=True,
                          text=True, timeout=1500)
@@ -35,7 +33,7 @@ def test_gpu_heads_dry_run_on_cpu(tmp_path):
         assert (out / name / "TRAINING.md").exists() and (out / name / "model.safetensors").exists()
     # installed where head_for_target looks for a head trained here for this target, without the training state
     for kind, name in (("parallel", "peagle"), ("sequential", "eagle3")):
-        installed = tmp_path / "results" / "heads" / "tiny-gpt-oss" / kind
+        installed = tmp_path / "results" / "heads" / "smollm2-135m" / kind
         assert (installed / "model.safetensors").read_bytes() == (out / name / "model.safetensors").read_bytes()
         assert not (installed / "checkpoint").exists()
     assert "--stream" in (REPO / "scripts" / "gpu_heads.sh").read_text()
