@@ -1,17 +1,21 @@
 """The experiment commands: ``peagle-lab recipe`` and ``curve`` (:mod:`peagle_lab.experiments.recipe`),
-``depth-accuracy`` (:mod:`peagle_lab.experiments.heldout`) and ``study`` (:mod:`peagle_lab.experiments.studies`)."""
+``depth-accuracy`` (:mod:`peagle_lab.experiments.heldout`), ``study`` (:mod:`peagle_lab.experiments.studies`) and
+``compare-heads`` (:mod:`peagle_lab.experiments.compare`)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from .. import validate
+import torch
+
+from .. import models, validate
 from ..atomic import write_json
 from ..distill.data import read_distilled, select_split
 from ..drafter import PEagleDrafter
 from ..drafter.checkpoint import check_head_dir
 from ..environment import environment
 from ..errors import PeagleError
+from ..experiments import compare
 from ..experiments.heldout import depth_accuracy
 from ..experiments.recipe import VARIANTS, RecipePlan, Scoring, learning_curve, recipe_markdown, run_recipe, \
     scored_prompts
@@ -22,10 +26,11 @@ from ..training import prepare_sequences
 
 
 def register_cli(sub):
-    """recipe, curve, depth-accuracy and study, in the order ``--help`` lists them."""
+    """recipe, curve, depth-accuracy, study and compare-heads, in the order ``--help`` lists them."""
     _register_recipe(sub)
     _register_depth_accuracy(sub)
     _register_study(sub)
+    _register_compare_heads(sub)
 
 
 def _train_sequences(args, model):
@@ -166,3 +171,38 @@ def _run_study(args):
                       RecipePlan(variants=variants, base=dict(BASE, steps=args.steps), held_out=held_out),
                       machine=machine)
     print(recipe_markdown(runs))
+
+
+def _register_compare_heads(sub):
+    p = sub.add_parser("compare-heads", help="heads compared on held-out prompts none of them trained on (greedy, "
+                                             "bf16 target, 8 prompts x 64 tokens, K=3 and K=7) into a JSON table")
+    p.add_argument("out", metavar="OUT", help="table to write (rows already there, on the same prompts, are kept; a row of the "
+                               "same name is replaced)")
+    p.add_argument("heads", nargs="+", metavar="NAME=HEAD_DIR", help="a row's name and its head directory")
+    p.set_defaults(func=_run_compare_heads)
+
+
+def head_pairs(pairs: list[str]) -> list[tuple[str, str]]:
+    """``NAME=HEAD_DIR`` arguments as ``(name, directory)``: each with a name and a directory, no name twice."""
+    heads = []
+    for pair in pairs:
+        name, eq, path = pair.partition("=")
+        if not eq or not name.strip() or not path.strip():
+            raise PeagleError(f"{pair!r}: expected NAME=HEAD_DIR. Fix: e.g. "
+                              "'shipped P-EAGLE=data/heads/smollm2-135m-peagle'.")
+        if name in {n for n, _ in heads}:
+            raise PeagleError(f"the name {name!r} is given twice. Fix: one NAME per row of the table.")
+        heads.append((name, path))
+    return heads
+
+
+def _run_compare_heads(args):
+    heads = head_pairs(args.heads)
+    for _, path in heads:
+        check_head_dir(path)
+    validate.writable(args.out, "OUT", folder=False)
+    prompts = compare.held_out_prompts()
+    compare.start_table(args.out, prompts, [n for n, _ in heads])  # a table of other prompts is refused now
+    torch.set_num_threads(1)
+    model, tok = models.load_target(dtype=getattr(torch, compare.DTYPE))[:2]
+    compare.compare_heads(model, tok, heads, args.out, prompts)
