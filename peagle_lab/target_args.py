@@ -1,7 +1,6 @@
 """The options every command that loads the target shares (``--target``, ``--device``, ``--threads``,
-``--dtype``) and the one function that applies them. The commands' ``register_cli`` / ``_run_cli`` (generate,
-extract, distill, train, bench, recipe, ...) import them from here, never from :mod:`peagle_lab.cli`, which imports
-the commands."""
+``--dtype``) and the one function that applies them, on the ground floor so that every command module of
+:mod:`peagle_lab.cli` (generate, extract, distill, train, bench, recipe, ...) and the rooms below share them."""
 
 from __future__ import annotations
 

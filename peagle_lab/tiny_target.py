@@ -218,29 +218,3 @@ def make_tiny_target(out, spec: TinyTargetSpec = TinyTargetSpec(), overwrite: bo
 def _recorded_spec(marker: Path) -> dict:
     """The spec a tiny target was built with (fields added since it was built take their defaults)."""
     return {**asdict(TinyTargetSpec()), **(json.loads(marker.read_text()).get("spec") or {})}
-
-
-# ------------------------------------------------------------------------------------------ CLI
-def register_cli(sub):
-    p = sub.add_parser("make-tiny-target",
-                       help="build a tiny random target (Qwen3, GPT-OSS or Qwen3-MoE; own BPE vocabulary and chat "
-                            "template) for CI")
-    p.add_argument("--arch", choices=ARCHS, default="qwen3",
-                   help="architecture: qwen3 (default), gpt-oss (sliding + full attention, sinks, MoE), qwen3-moe")
-    p.add_argument("--out", required=True, help="output directory (a Hugging Face model folder)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the random weights (default 0)")
-    p.add_argument("--overwrite", action="store_true", help="replace a tiny target built with other settings")
-    p.set_defaults(func=_run_cli)
-
-
-def _run_cli(args):
-    import time
-
-    t0 = time.perf_counter()
-    out = make_tiny_target(args.out, spec_for(args.arch, args.seed), overwrite=args.overwrite)
-    rec = json.loads((out / MARKER).read_text())
-    s = rec["spec"]
-    print(f"{out}: {rec['architecture']}, {s['num_hidden_layers']} layers, hidden {s['hidden_size']}, "
-          f"{s['num_attention_heads']} heads ({s['num_key_value_heads']} KV), vocab {rec['vocab_size']}, "
-          f"mask token {rec['mask_token']} = {rec['mask_token_id']}; {time.perf_counter() - t0:.1f} s")
-    return 0

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Train a 4-layer P-EAGLE head and a 1-layer EAGLE-3 head on a GPU machine with no network that takes at most
-# 64 MiB per run and returns at most 8 files of 16 MiB (peagle_lab/training/gpu_train.py says what each step does).
+# 64 MiB per run and returns at most 8 files of 16 MiB (peagle_lab/cli/gpu_train.py says what each step does).
 #
 #   bash scripts/gpu_train.sh carry-target          # here: build/gpu-carry/{1,2}: the GGUF in two checksummed parts
 #                                                   #       (the gguf wheel beside part 1)
@@ -18,6 +18,6 @@ PY=${PEAGLE_PYTHON:-python3}
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 if [ "${1:-}" = --dry-run ]; then
   shift
-  exec "$PY" -m peagle_lab.training.gpu_train dry-run "$@"
+  exec "$PY" -m peagle_lab.cli.gpu_train dry-run "$@"
 fi
-exec "$PY" -m peagle_lab.training.gpu_train "$@"
+exec "$PY" -m peagle_lab.cli.gpu_train "$@"

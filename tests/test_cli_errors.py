@@ -89,7 +89,7 @@ def _parser(command: str):
     import argparse
     import importlib
 
-    module = {"train": "peagle_lab.training.cli", "bench": "peagle_lab.bench.cli"}[command]
+    module = {"train": "peagle_lab.cli.train", "bench": "peagle_lab.cli.bench"}[command]
     ap = argparse.ArgumentParser(prog="peagle-lab")
     sub = ap.add_subparsers()
     importlib.import_module(module).register_cli(sub)
@@ -125,7 +125,7 @@ def test_train_flags_build_the_config_with_the_dataclass_defaults(tmp_path):
     from dataclasses import asdict
 
     from peagle_lab.training import TrainConfig
-    from peagle_lab.training.cli import config_from_args
+    from peagle_lab.cli.train import config_from_args
 
     base = ["train", "--data", "d.jsonl", "--out", str(tmp_path / "h"), "--target", "t"]
     cfg = config_from_args(_train_parser().parse_args(base))
@@ -170,7 +170,7 @@ def test_every_bench_config_field_is_a_bench_flag():
 def test_bench_flags_build_the_config_with_the_dataclass_defaults(monkeypatch):
     from dataclasses import asdict
 
-    from peagle_lab.bench.cli import config_from_args
+    from peagle_lab.cli.bench import config_from_args
     from peagle_lab.bench.config import FULL, QUICK, BenchConfig
 
     monkeypatch.delenv("PEAGLE_CI", raising=False)
@@ -211,7 +211,7 @@ def test_shipped_training_commands_rebuild_their_recorded_config():
     from dataclasses import asdict
 
     from peagle_lab.settings import REPO_ROOT
-    from peagle_lab.training.cli import config_from_args
+    from peagle_lab.cli.train import config_from_args
 
     records = sorted((REPO_ROOT / "data" / "heads").glob("**/training.json"))
     if not records:

@@ -1,4 +1,4 @@
-"""The GPU training run (peagle_lab/training/gpu_train.py, scripts/gpu_train.sh): files carried in checksummed
+"""The GPU training run (peagle_lab/cli/gpu_train.py, scripts/gpu_train.sh): files carried in checksummed
 parts, its dry run on the CPU end to end, and what its training records say (distinct tokens against tokens seen,
 epochs, records an earlier run already trained on)."""
 
@@ -18,7 +18,7 @@ import torch
 
 from peagle_lab.errors import PeagleError
 from peagle_lab.parts import check_parts, join_parts, read_manifest, split_file
-from peagle_lab.training import gpu_train
+from peagle_lab.cli import gpu_train
 from peagle_lab.training.lineage import seen_before, summary
 from peagle_lab.training.records import _epoch_lines
 
@@ -127,7 +127,7 @@ def test_without_pip_the_carried_wheel_is_imported_from_its_zip(tmp_path, monkey
 def test_asking_for_pip_leaves_setuptools_importable_in_the_same_process():
     """vLLM imports setuptools lazily; asking for pip through the import system would make setuptools' shim serve
     the standard library's distutils to this process, and that import would then fail."""
-    code = ("from peagle_lab.training.gpu_train import have_pip; assert have_pip(); import setuptools, "
+    code = ("from peagle_lab.cli.gpu_train import have_pip; assert have_pip(); import setuptools, "
             "distutils.core; assert '_distutils' in distutils.core.__file__, distutils.core.__file__")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO)
 

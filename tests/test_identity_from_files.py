@@ -129,7 +129,7 @@ def test_distill_with_vllm_loads_the_target_and_says_so_when_its_files_cannot_fi
         vllm_distill, monkeypatch, tmp_path, capsys):
     from peagle_lab import models
     from peagle_lab.cli import main
-    from peagle_lab.distill import data as distill_mod
+    from peagle_lab.cli import distill as distill_mod
     from peagle_lab.distill.data import read_distilled
 
     argv, target = vllm_distill

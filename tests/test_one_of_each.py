@@ -127,7 +127,7 @@ def _environment_writers(sources: dict[str, str]) -> dict[str, str]:
 
 def test_every_writer_records_the_environment_with_the_one_function():
     writers = _environment_writers(_package_sources())
-    assert {"peagle_lab.bench.drafting", "peagle_lab.bench.e2e", "peagle_lab.training.cli"} <= set(writers)
+    assert {"peagle_lab.bench.drafting", "peagle_lab.bench.e2e", "peagle_lab.cli.train"} <= set(writers)
     assert {m: w for m, w in writers.items() if w != "peagle_lab.environment"} == {}
 
 

@@ -136,7 +136,7 @@ def tiny_qwen3(tmp_path_factory):
 
 
 def test_the_sweep_refuses_a_target_without_a_head_in_one_line(tiny_qwen3, tmp_path, monkeypatch):
-    from peagle_lab.serving.cli import sweep_head
+    from peagle_lab.cli.serve import sweep_head
 
     monkeypatch.setenv("PEAGLE_RESULTS", str(tmp_path))  # no head trained here for it
     with pytest.raises(PeagleError) as err:
@@ -146,7 +146,7 @@ def test_the_sweep_refuses_a_target_without_a_head_in_one_line(tiny_qwen3, tmp_p
 
 def test_the_sweep_refuses_the_shipped_smollm2_head_for_another_target(tiny_qwen3):
     from peagle_lab.drafter.heads import SHIPPED
-    from peagle_lab.serving.cli import sweep_head
+    from peagle_lab.cli.serve import sweep_head
 
     with pytest.raises(PeagleError, match="cannot serve the target tiny-qwen3: vocabulary"):
         sweep_head(str(SHIPPED["parallel"]), str(tiny_qwen3))
@@ -154,7 +154,7 @@ def test_the_sweep_refuses_the_shipped_smollm2_head_for_another_target(tiny_qwen
 
 def test_the_sweep_command_stops_before_any_server_starts(tiny_qwen3, tmp_path, monkeypatch, capsys):
     from peagle_lab.cli import main
-    from peagle_lab.serving import cli as serving_cli
+    from peagle_lab.cli import serve as serving_cli
 
     monkeypatch.setenv("PEAGLE_RESULTS", str(tmp_path))
     monkeypatch.setattr(serving_cli, "serve", lambda *a, **k: pytest.fail("a server started"))
@@ -165,7 +165,7 @@ def test_the_sweep_command_stops_before_any_server_starts(tiny_qwen3, tmp_path, 
 @pytest.mark.real_model
 def test_the_sweep_takes_the_shipped_head_for_the_embedded_target():
     from peagle_lab.drafter.heads import SHIPPED
-    from peagle_lab.serving.cli import sweep_head
+    from peagle_lab.cli.serve import sweep_head
 
     assert sweep_head("parallel") == SHIPPED["parallel"]
     assert sweep_head("sequential") == SHIPPED["sequential"]

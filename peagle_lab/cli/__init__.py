@@ -1,9 +1,9 @@
 """``peagle-lab`` command: prepare, extract, distill, train, generate, bench, export-vllm, serve.
 
-Each command family's module offers ``register_cli(subparsers)`` (``prepare``, ``extract`` and ``generate`` here,
-in :mod:`.prepare`, :mod:`.extract` and :mod:`.generate`; the others beside the code they drive, all named in
-:func:`_command_modules`); this package imports the commands, they never import it (their shared target options
-are :mod:`peagle_lab.target_args`).
+Every command lives in this package, one module per family (:func:`_command_modules`): its options
+(``register_cli(subparsers)``), its checks before a target loads and the run it drives, calling the library
+rooms below, which never import this package (the target options every command shares are
+:mod:`peagle_lab.target_args`).
 """
 
 from __future__ import annotations
@@ -18,17 +18,9 @@ from ..settings import prefer_passive_omp_wait
 def _command_modules() -> list:
     """Each command family's module, in the order ``--help`` lists them: imported here, when the parser is built
     (after main() set the OpenMP policy: they import torch, so ``import peagle_lab.cli`` itself must not)."""
-    from .. import tiny_target
-    from ..bench import cli as bench
-    from ..distill import data as distill
-    from ..experiments import heldout, recipe, studies
-    from ..serving import cli as serving
-    from ..training import cli as train
-    from ..workbook import memory_plan
-    from . import extract, generate, prepare
+    from . import bench, distill, experiments, extract, generate, prepare, serve, targets, train
 
-    return [prepare, generate, extract, distill, train, bench, serving, recipe, heldout, studies, tiny_target,
-            memory_plan]
+    return [prepare, generate, extract, distill, train, bench, serve, experiments, targets]
 
 
 def build_parser() -> argparse.ArgumentParser:

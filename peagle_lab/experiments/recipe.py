@@ -16,14 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..atomic import write_json, write_text
-from ..distill.data import read_distilled, select_split
 from ..drafter import PEagleDrafter
-from ..environment import environment
 from ..errors import PeagleError
 from ..hardware import load_average
 from ..prompts import load_scale_records
-from ..target_args import add_target_options, load_cli_target
-from ..training import EvalSettings, TrainConfig, evaluate_head, prepare_sequences, train_head
+from ..training import EvalSettings, TrainConfig, evaluate_head, train_head
 from .heldout import depth_accuracy
 
 # the shipped heads' recipe: small steps (512 tokens) so that short runs still take hundreds of steps
@@ -231,43 +228,7 @@ def extrapolate(points: list[dict], target_al: float) -> float | None:
     return math.exp(mx + (target_al - my) / b)
 
 
-# ------------------------------------------------------------------------------------------ CLI
-def _train_sequences(args, model):
-    _, records = read_distilled(args.data)
-    records, _ = select_split(records, "train")
-    return prepare_sequences(model, records[: args.num_sequences], features_dir=args.features)
-
-
-def register_cli(sub):
-    p = sub.add_parser("recipe", help="equal-budget training runs, one setting changed each, scored on held-out")
-    p.add_argument("--data", required=True, help="distilled sequences (their train split is used)")
-    p.add_argument("--features", default=None, help="feature shard directory (default: online, in memory)")
-    p.add_argument("--num-sequences", type=int, default=None)
-    p.add_argument("--out", required=True, help="results directory (runs.jsonl, RECIPE.md); resumes")
-    p.add_argument("--budget", type=float, default=240.0, help="training seconds per run")
-    p.add_argument("--only", default=None, help="comma-separated run names (default: all of recipe.VARIANTS)")
-    _eval_options(p)
-    add_target_options(p)
-    p.set_defaults(func=_run_recipe_cli)
-
-    c = sub.add_parser("curve", help="held-out acceptance length of training snapshots (tokens-N directories)")
-    c.add_argument("snapshots", nargs="+", help="snapshot directories (e.g. HEAD/checkpoint/snapshots/tokens-*)")
-    c.add_argument("--out", required=True, help="curve JSON to write (resumes: points already there are kept)")
-    _eval_options(c)
-    add_target_options(c)
-    c.set_defaults(func=_run_curve_cli)
-
-
-def _eval_options(p):
-    p.add_argument("-K", type=int, default=7, help="draft length scored (default 7)")
-    p.add_argument("--val-prompts", type=int, default=12, help="held-out prompts scored")
-    p.add_argument("--suite", choices=["val", "chat", "code"], default="val",
-                   help="held-out prompts scored: val (the first N of the mix's val split, as the committed runs), "
-                        "chat (the bench's chat suite: its val split, chat, reasoning and code in turn) or code "
-                        "(HumanEval, evaluation only)")
-    p.add_argument("--max-new-tokens", type=int, default=64)
-
-
+# ------------------------------------------------------------------------------------------ scoring
 def scored_prompts(suite: str, n: int) -> list:
     """The held-out prompts a recipe run or curve point is scored on (see ``--suite``)."""
     from ..prompts import chat_records, humaneval_prompts
@@ -275,31 +236,3 @@ def scored_prompts(suite: str, n: int) -> list:
     if suite == "code":
         return humaneval_prompts(n)
     return chat_records(n) if suite == "chat" else load_scale_records("val")[:n]
-
-
-def scoring_from_args(args) -> Scoring:
-    """The :class:`Scoring` of the ``-K``, ``--val-prompts``, ``--suite`` and ``--max-new-tokens`` options."""
-    return Scoring(scored_prompts(args.suite, args.val_prompts), k=args.K, max_new_tokens=args.max_new_tokens,
-                   suite=args.suite)
-
-
-def _run_recipe_cli(args):
-    variants = VARIANTS
-    if args.only:
-        names = [n.strip() for n in args.only.split(",")]
-        unknown = [n for n in names if n not in VARIANTS]
-        if unknown:
-            raise PeagleError(f"unknown recipe run(s) {unknown}. Fix: --only any of {list(VARIANTS)}.")
-        variants = {n: VARIANTS[n] for n in names}
-    model, tok, _ = load_cli_target(args)
-    seqs = _train_sequences(args, model)
-    runs = run_recipe(model, tok, seqs, scoring_from_args(args), args.out,
-                      RecipePlan(budget_s=args.budget, variants=variants), machine=environment(model=model))
-    print(recipe_markdown(runs))
-
-
-def _run_curve_cli(args):
-    model, tok, _ = load_cli_target(args)
-    points = learning_curve(model, tok, args.snapshots, scoring_from_args(args), args.out)
-    for p in points:
-        print(f"{p['mode']:10s} {p['tokens_seen']:>10,} tokens  AL {p['acceptance_length']:.3f}")

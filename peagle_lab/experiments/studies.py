@@ -25,12 +25,9 @@ from dataclasses import dataclass
 import torch
 
 from ..distill.data import DistillSettings, distill, read_distilled, select_split
-from ..environment import environment
 from ..errors import PeagleError
 from ..workbook.human_answers import human_records, stdlib_tasks
 from ..prompts import load_scale_records
-from .recipe import RecipePlan, Scoring, recipe_markdown, run_recipe
-from ..target_args import add_target_options, load_cli_target
 from ..training import prepare_sequences
 
 SEEDS = (0, 1)
@@ -115,46 +112,6 @@ def study_inputs(name: str, model, tokenizer, sources: StudyData, work_dir, prog
     data = {"target": prepare_sequences(model, answers, progress=progress),
             "human": prepare_sequences(model, human, progress=progress)}
     return data, val, with_seeds(SELF_DISTILL_VARIANTS)
-
-
-def register_cli(sub):
-    p = sub.add_parser("study", help="an equal-budget study with two seeds per setting: mask stand-ins, bf16 vs "
-                                     "fp32 storage, self-distilled vs human answers")
-    p.add_argument("name", choices=STUDIES)
-    p.add_argument("--out", required=True, help="results directory (runs.jsonl, RECIPE.md); resumes")
-    p.add_argument("--data", default="data/distill/smollm2-135m-scale.jsonl",
-                   help="distilled sequences for the mask and storage studies (their train split)")
-    p.add_argument("--num-sequences", type=int, default=400)
-    p.add_argument("--steps", type=int, default=BASE["steps"], help="optimizer steps per run (equal budget)")
-    p.add_argument("-K", type=int, default=7, help="draft length scored (default 7)")
-    p.add_argument("--val-prompts", type=int, default=16, help="held-out prompts scored")
-    p.add_argument("--max-new-tokens", type=int, default=64)
-    p.add_argument("--features", default=None,
-                   help="feature cache directory for the soft-targets study (default: online, in memory)")
-    add_target_options(p)
-    p.set_defaults(func=_run_cli)
-
-
-def _run_cli(args):
-    from pathlib import Path
-
-    model, tok, target = load_cli_target(args)
-    out = Path(args.out)
-    sources = StudyData(args.data, args.num_sequences, args.val_prompts, args.features)
-    data, val, variants = study_inputs(args.name, model, tok, sources, out, target=target)
-    machine = dict(environment(model=model), study=args.name,
-                   sequences={k: len(v) for k, v in data.items()},
-                   tokens={k: sum(len(s["input_ids"]) for s in v) for k, v in data.items()})
-    held_out = None
-    if args.name == "soft-targets":  # per-depth accuracy on distilled sequences of the held-out prompts
-        _, records = read_distilled(args.data)
-        records, _ = select_split(records, "val")
-        held_out = prepare_sequences(model, records[:HELD_OUT_SEQUENCES], progress=False)
-        machine["held_out_sequences"] = len(held_out)
-    runs = run_recipe(model, tok, data, Scoring(val, k=args.K, max_new_tokens=args.max_new_tokens), out,
-                      RecipePlan(variants=variants, base=dict(BASE, steps=args.steps), held_out=held_out),
-                      machine=machine)
-    print(recipe_markdown(runs))
 
 
 # ------------------------------------------------------------------------------------------ reading a study

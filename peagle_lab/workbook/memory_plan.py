@@ -25,7 +25,6 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..errors import PeagleError
 from ..training.cod import cod_sizes
 from ..memory import GIB, dtype_bytes, forward_bytes, gib, kv_cache_bytes, weights_bytes
 
@@ -147,33 +146,3 @@ def plan_lines(config, dtype: torch.dtype, gpu_bytes: int, vllm_share: float = V
     lines.append(f"vLLM: {problem}" if problem else f"vLLM: its {vllm_share:g} share holds the target, the head and "
                                                     "a KV cache")
     return lines
-
-
-def register_cli(sub) -> None:
-    p = sub.add_parser("memory-plan", help="what each notebook holds on the GPU at its peak, for a target and dtype "
-                                           "(read from its config alone: no weights, no GPU)")
-    p.add_argument("--target", default=None, help="HF id or local path (default: $PEAGLE_TARGET or the embedded model)")
-    p.add_argument("--dtype", default="bfloat16", choices=["float32", "bfloat16", "float16"],
-                   help="the dtype the target loads in (default bfloat16: what auto picks on CUDA sm_80+)")
-    p.add_argument("--gpu-gib", type=float, default=24.0, help="the GPU's memory in GiB (default 24: A10G, L4)")
-    p.set_defaults(func=_cli)
-
-
-def _cli(args) -> int:
-    from transformers import AutoConfig
-
-    from .. import validate
-    from ..models import resolve_target, target_name
-
-    validate.finite(args.gpu_gib, "gpu_gib", "--gpu-gib", low=0, low_open=True)
-    try:
-        config = AutoConfig.from_pretrained(resolve_target(args.target))
-    except (OSError, ValueError) as exc:
-        raise PeagleError(f"no config for target {args.target or target_name()}: {exc}. Fix: a local model "
-                          "directory or a hub id reachable from here (only its config.json is read).") from None
-    dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[args.dtype]
-    print(f"target {args.target or target_name()} in {args.dtype} on a {args.gpu_gib:g} GiB GPU (estimates; CUDA's "
-          "context, ~0.5 GiB, comes on top):")
-    for line in plan_lines(config, dtype, int(args.gpu_gib * GIB)):
-        print(line)
-    return 0

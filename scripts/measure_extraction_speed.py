@@ -4,7 +4,7 @@ together, ``--batch-tokens`` padded tokens per forward), on the embedded target 
 distilled scale mix's train split; the two interleaved per repeat (so drift in the machine's load hits both),
 medians reported with the environment (host, threads, load before and after).
 
-    python scripts/extraction_speed.py OUT.json [--sequences 16] [--repeats 3] [--batch-tokens 2048] [--dtype D]
+    python scripts/measure_extraction_speed.py OUT.json [--sequences 16] [--repeats 3] [--batch-tokens 2048] [--dtype D]
 """
 
 import argparse

@@ -14,10 +14,10 @@ from ..prompts import chat_messages, humaneval_prompts
 from ..settings import data_dir, display_path
 from .. import lock, validate
 from ..drafter.hub import head_path
-from .export import check_export_paths, export_target, export_vllm
-from .engine import Speculation, _on_gpu, speculative_config
-from .server import check_port_free, client_snippet, serve, server_command
-from .sweep import PLOT, Load, plot_sweep, server_settings, sweep
+from ..serving.export import check_export_paths, export_target, export_vllm
+from ..serving.engine import Speculation, _on_gpu, speculative_config
+from ..serving.server import check_port_free, client_snippet, serve, server_command
+from ..serving.sweep import PLOT, Load, plot_sweep, server_settings, sweep
 
 
 def register_cli(sub):

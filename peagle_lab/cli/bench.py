@@ -16,10 +16,10 @@ from ..models import target_name
 from ..precision import dtype_name
 from ..settings import is_ci, results_dir, seed_everything
 from ..target_args import add_target_options, check_target_options, load_cli_target
-from .config import BenchConfig
-from .inputs import load_head_or_fresh
-from .readme import format_table
-from .suite import run_benchmark
+from ..bench.config import BenchConfig
+from ..bench.inputs import load_head_or_fresh
+from ..bench.readme import format_table
+from ..bench.suite import run_benchmark
 
 
 def register_cli(sub):
@@ -47,8 +47,8 @@ def check_cli(args) -> BenchConfig:
     folder (writable, not another host's or dtype's, not overwritten without --overwrite), before the target
     loads: the run's config, its ``out`` the results folder."""
     from ..drafter.heads import check_head_spec
-    from .files import check_results_dir
-    from .suites import suite_records
+    from ..bench.files import check_results_dir
+    from ..bench.suites import suite_records
 
     device, dtype = check_target_options(args)
     cfg = config_from_args(args)
