@@ -76,6 +76,21 @@ def make_tiny_gpt_oss(vocab=96, window=WINDOW, seed=0, sharpen=1.0, layers=4):
     return model
 
 
+def make_random_head(target, mode="parallel", seed=0, layers=1, draft_vocab=None):
+    """The test head: an eval-mode P-EAGLE head for ``target`` drafting in ``mode`` (mask token 3, K = 8), its
+    layers drawn from ``seed`` and initialised from the target; with ``draft_vocab``, a random sorted draft
+    vocabulary of that many tokens (drawn after the layers)."""
+    from peagle_lab.drafter import PEagleConfig, PEagleDrafter
+
+    torch.manual_seed(seed)
+    cfg = PEagleConfig.from_target(target.config, num_hidden_layers=layers, mask_token_id=3, mode=mode,
+                                   draft_vocab_size=draft_vocab, num_speculative_tokens=8)
+    head = PEagleDrafter(cfg).init_from_target(target).eval()
+    if draft_vocab:
+        head.set_draft_vocab(torch.randperm(target.config.vocab_size)[:draft_vocab].sort().values)
+    return head
+
+
 def make_random_ids(batch=1, length=8, vocab=96, seed=0, low=3):
     """Random token ids in ``[low, vocab)`` (ids below ``low`` are pad/bos/eos in the tiny configs)."""
     gen = torch.Generator().manual_seed(seed)

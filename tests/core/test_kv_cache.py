@@ -10,7 +10,7 @@ from peagle_lab.kv_cache import DrafterCache, PositionBuffer, PositionCache
 from peagle_lab.decoding.speculative import iter_rounds, plain_generate
 from peagle_lab.decoding.target_runner import TargetRunner
 
-from conftest import make_random_ids, make_tiny_llama
+from conftest import make_random_head, make_random_ids, make_tiny_llama
 
 # prefill, verifications of K+1 tokens, rollbacks to the accepted length: what the loop does to the target cache
 SCRIPT = [("forward", 7), ("forward", 5), ("crop", 9), ("forward", 4), ("crop", 13), ("forward", 1),
@@ -81,15 +81,9 @@ def test_a_buffer_grows_by_doubling_keeps_its_contents_and_rolls_back_by_length(
     assert k.data_ptr() == buf.k.data_ptr()  # a view of the buffer, not a copy
 
 
-def _tiny_head(target, layers=2):
-    torch.manual_seed(0)
-    cfg = PEagleConfig.from_target(target.config, num_hidden_layers=layers, mask_token_id=3)
-    return PEagleDrafter(cfg).init_from_target(target).eval()
-
-
 def test_drafter_cache_in_pieces_with_a_rollback_equals_one_pass():
     target = make_tiny_llama()
-    head = _tiny_head(target)
+    head = make_random_head(target, layers=2)
     T, H = 11, target.config.hidden_size
     ids, hidden, pos = torch.randint(0, 96, (1, T)), torch.randn(1, T, H), torch.arange(T)[None]
     with torch.no_grad():
@@ -106,7 +100,7 @@ def test_drafter_cache_in_pieces_with_a_rollback_equals_one_pass():
 
 def test_drafter_cache_keeps_gradients_flowing_for_training():
     target = make_tiny_llama()
-    head = _tiny_head(target).train()
+    head = make_random_head(target, layers=2).train()
     T, H = 6, target.config.hidden_size
     ids, hidden, pos = torch.randint(0, 96, (1, T)), torch.randn(1, T, H), torch.arange(T)[None]
     weight = head.midlayer.self_attn.k_proj.weight

@@ -14,10 +14,10 @@ from peagle_lab.decoding.draft_sources import DraftSource, HeadDrafter, OracleDr
 from peagle_lab.decoding.sampling import Sampling
 from peagle_lab.decoding.speculative import plain_generate, speculative_generate
 from peagle_lab.decoding.target_runner import TargetRunner
-from peagle_lab.drafter import PEagleConfig, PEagleDrafter
 from peagle_lab.errors import PeagleError
 
-from conftest import WINDOW, make_random_ids, make_tiny_gpt_oss
+from conftest import WINDOW, make_random_head, make_random_ids, make_tiny_gpt_oss
+
 
 def make_tiny_mistral(window=WINDOW, seed=0):
     from transformers import MistralConfig, MistralForCausalLM
@@ -27,13 +27,6 @@ def make_tiny_mistral(window=WINDOW, seed=0):
                         max_position_embeddings=512, bos_token_id=1, eos_token_id=2, pad_token_id=0)
     torch.manual_seed(seed)
     return MistralForCausalLM(cfg).to(torch.float32).eval().requires_grad_(False)
-
-
-def random_head(target, mode, seed=0, layers=1):
-    torch.manual_seed(seed)
-    cfg = PEagleConfig.from_target(target.config, num_hidden_layers=layers, mask_token_id=3, mode=mode,
-                                   num_speculative_tokens=8)
-    return PEagleDrafter(cfg).init_from_target(target).eval()
 
 
 class PartlyRightOracle(DraftSource):
@@ -97,7 +90,7 @@ def test_the_window_is_applied_not_ignored(gpt_oss, reference):
 def test_greedy_speculative_output_equals_plain_greedy_past_the_window(gpt_oss, reference, mode, k):
     prompt, tokens = reference
     runner = TargetRunner(gpt_oss)
-    res = speculative_generate(runner, HeadDrafter(random_head(gpt_oss, mode, seed=k)), prompt, k, NEW)
+    res = speculative_generate(runner, HeadDrafter(make_random_head(gpt_oss, mode, seed=k)), prompt, k, NEW)
     assert res.tokens == tokens
     partly = speculative_generate(runner, PartlyRightOracle(prompt + tokens, 96, seed=k), prompt, k, NEW)
     assert partly.tokens == tokens
@@ -121,7 +114,7 @@ def test_speculative_sampling_past_the_window_preserves_the_target_distribution(
     target = make_tiny_gpt_oss(vocab=12, window=2, seed=5, sharpen=6.0)
     prompt = [4, 7, 9, 5, 6]  # longer than the window: the two sampled tokens attend through it
     sampling = Sampling(1.0)
-    head = random_head(target, "parallel", seed=3)
+    head = make_random_head(target, "parallel", seed=3)
     with torch.no_grad():
         head.lm_head.weight.mul_(40.0)  # a confident but wrong head: many rejections, many rollbacks
     probs = exact_two_token_distribution(target, prompt, sampling)

@@ -17,17 +17,7 @@ from peagle_lab.decoding.sampling import Sampling
 from peagle_lab.decoding.speculative import plain_generate, speculative_generate
 from peagle_lab.decoding.target_runner import TargetRunner
 
-from conftest import make_random_ids, make_tiny_llama
-
-
-def random_head(target, mode, seed=0, layers=1, draft_vocab=None):
-    torch.manual_seed(seed)
-    cfg = PEagleConfig.from_target(target.config, num_hidden_layers=layers, mask_token_id=3, mode=mode,
-                                   draft_vocab_size=draft_vocab, num_speculative_tokens=8)
-    head = PEagleDrafter(cfg).init_from_target(target).eval()
-    if draft_vocab:
-        head.set_draft_vocab(torch.randperm(target.config.vocab_size)[:draft_vocab].sort().values)
-    return head
+from conftest import make_random_head, make_random_ids, make_tiny_llama
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -40,7 +30,7 @@ def test_greedy_speculative_output_equals_plain_greedy(seed, prompt_len, k, mode
     prompt = make_random_ids(length=prompt_len, seed=seed)[0].tolist()
     base = plain_generate(runner, prompt, 24)
     if kind == "head":
-        drafter = HeadDrafter(random_head(target, mode, seed, layers, draft_vocab))
+        drafter = HeadDrafter(make_random_head(target, mode, seed, layers, draft_vocab))
     elif kind == "oracle":
         drafter = OracleDrafter(prompt + base.tokens, target.config.vocab_size)
     else:
@@ -146,7 +136,7 @@ def test_speculative_sampling_preserves_the_target_distribution(name, factory, k
         target.lm_head.weight.mul_(8.0)
     prompt = [4, 7, 9]
     if factory is None:
-        head = random_head(target, "parallel", seed=3)
+        head = make_random_head(target, "parallel", seed=3)
         with torch.no_grad():
             head.lm_head.weight.mul_(40.0)  # a confident but wrong head
         drafter_factory = lambda: HeadDrafter(head)  # noqa: E731
@@ -176,14 +166,14 @@ def test_the_chi_square_check_catches_a_wrong_acceptance_rule(monkeypatch):
 def test_bad_inputs_fail_with_a_clear_message():
     target = make_tiny_llama()
     runner = TargetRunner(target)
-    head = random_head(target, "parallel")
+    head = make_random_head(target, "parallel")
     with pytest.raises(PeagleError, match=r"K \(num_speculative_tokens\) must be an integer 1..64"):
         speculative_generate(runner, HeadDrafter(head), [5, 6], 0, 4)
     with pytest.raises(PeagleError, match="prompt is empty"):
         speculative_generate(runner, HeadDrafter(head), [], 2, 4)
     with pytest.raises(PeagleError, match="taps"):
         speculative_generate(TargetRunner(target, tap_layers=(0, 1, 2)), HeadDrafter(head), [5, 6], 2, 4)
-    other = random_head(make_tiny_llama(vocab=128), "parallel")
+    other = make_random_head(make_tiny_llama(vocab=128), "parallel")
     with pytest.raises(PeagleError, match="vocabulary"):
         speculative_generate(runner, HeadDrafter(other), [5, 6], 2, 4)
     with pytest.raises(PeagleError, match="mode"):
@@ -193,7 +183,7 @@ def test_bad_inputs_fail_with_a_clear_message():
 def test_k_above_the_trained_depth_is_noted_and_still_runs_losslessly():
     target = make_tiny_llama()
     runner = TargetRunner(target)
-    head = random_head(target, "parallel")
+    head = make_random_head(target, "parallel")
     prompt = [5, 6, 7]
     base = plain_generate(runner, prompt, 12)
     drafter = HeadDrafter(head)
@@ -309,7 +299,7 @@ def test_acceptance_maths_stays_on_the_logits_device(monkeypatch):
     # and a whole sampled generation with a head: drafting, acceptance and the bonus token, no CPU copies
     target = make_tiny_llama()
     runner = TargetRunner(target)
-    res = speculative_generate(runner, HeadDrafter(random_head(target, "parallel")), [5, 6, 7], 3, 10,
+    res = speculative_generate(runner, HeadDrafter(make_random_head(target, "parallel")), [5, 6, 7], 3, 10,
                                sampling=Sampling(1.0), gen=sampling_rules.make_generator(runner.device, 0))
     assert len(res.tokens) == 10
 
@@ -339,7 +329,7 @@ def test_iter_rounds_yields_the_prefill_then_one_record_per_verification():
     target = make_tiny_llama(seed=3)
     runner = TargetRunner(target)
     prompt = make_random_ids(length=5, seed=4)[0].tolist()
-    drafter = HeadDrafter(random_head(target, "sequential", seed=1))
+    drafter = HeadDrafter(make_random_head(target, "sequential", seed=1))
     rounds = list(iter_rounds(runner, drafter, prompt, 3, 17))
     res = speculative_generate(runner, drafter, prompt, 3, 17)
     assert all(isinstance(r, Round) for r in rounds)
@@ -372,7 +362,7 @@ def test_slots_state_the_eagle_shift_and_propose_takes_them():
         Slots([1, 2], torch.randn(3, 6))
     # HeadDrafter.propose(slots, ...) drafts from the slots' tokens and taps: the same as from the explicit ones
     target = make_tiny_llama()
-    head = random_head(target, "parallel")
+    head = make_random_head(target, "parallel")
     runner = TargetRunner(target)
     prompt = [5, 6, 7, 8]
     logits, taps = runner.forward(prompt)
