@@ -70,6 +70,11 @@ def test_notebook_stage_skips_what_needs_a_missing_package_and_runs_the_rest(tmp
     assert "ran on cpu" in (tmp_path / "notebooks" / "00_ok.log").read_text()
 
 
+def test_every_unit_test_file_the_gpu_check_runs_exists():
+    missing = [path for path in gpu_check.UNIT_TESTS if not (REPO / path).is_file()]
+    assert not missing, f"UNIT_TESTS names files that are not in tests/: {missing}"
+
+
 def test_gpu_check_script_refuses_an_unknown_stage(tmp_path):
     env = dict(os.environ, OUT=str(tmp_path), PEAGLE_PYTHON=sys.executable)
     run = subprocess.run(["bash", "scripts/gpu_check.sh", "--stages", "env,warp"], cwd=REPO, env=env,
