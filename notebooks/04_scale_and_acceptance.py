@@ -463,7 +463,7 @@ for t, ev in tmpl.items():
 #
 # The same trainer runs in several processes (DDP through accelerate). Every process walks the same stream of
 # packed rows and COD samples and trains on its share of each step; `--batch-tokens` is the global batch, so two
-# processes follow one process's loss curve (`tests/test_distributed.py` checks that on a CPU with gloo, and that a
+# processes follow one process's loss curve (`tests/training/test_distributed.py` checks that on a CPU with gloo, and that a
 # run saved at one world size resumes at another). On 8 GPUs, for a 7-8B target (hidden 4096, 32 layers):
 #
 # ```bash

@@ -69,7 +69,7 @@ print("heads on offer:", HEADS, "| K:", K, "| max new tokens:", MAX_NEW)
 # Things to try: raise K and watch the deep slots' bars fall; run the same head in parallel and in sequential
 # mode and compare the times; raise the temperature (fewer drafts are accepted; the loop then accepts drafts by the
 # speculative-sampling rule, which keeps the output distributed as the target's: the course runs greedy decoding
-# only, and the package's tests check that rule, `tests/test_speculative.py`). The heads on offer are the shipped ones in `data/heads/`; a checkout without them
+# only, and the package's tests check that rule, `tests/decoding/test_speculative.py`). The heads on offer are the shipped ones in `data/heads/`; a checkout without them
 # falls back to an untrained head and says so (grey almost everywhere, acceptance length close to 1). The
 # shipped heads are small and trained on a CPU budget, so expect short runs of colour: the bars show how often each
 # slot was accepted on your prompt, and the deep slots less often than the first (notebooks 03 and 04 show why, and

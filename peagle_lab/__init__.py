@@ -1,7 +1,7 @@
 """peagle-lab: learn, measure and deploy P-EAGLE parallel drafting for speculative decoding.
 
-The rooms, floor by floor from the ground (docs/architecture.md; ``tests/test_structure.py`` holds that no module
-imports a room above its own): the basics at the top of the package (settings, models, prompts, precision,
+The rooms, floor by floor from the ground (docs/architecture.md; ``tests/project/test_structure.py`` holds that no
+module imports a room above its own): the basics at the top of the package (settings, models, prompts, precision,
 atomic writes, locks, the KV caches, argument checks, errors, ...); ``features`` (the target's taps and labels);
 ``drafter`` (the head, its config and checkpoint); ``decoding`` (draft, verify, accept, roll back); then side by
 side ``distill`` (the training data), ``training`` (the P-EAGLE objective and the loop), ``bench`` (real-size

@@ -4,7 +4,7 @@ Kinds (the field ``kind``), towards what people ask a small instruct model:
 
 * ``code_write``    -- "write code that ..." in several languages and phrasings;
 * ``code_complete`` -- complete a function from its signature and docstring (HumanEval's *style*: none of its
-  problems; ``tests/test_prompts.py`` checks the overlap);
+  problems; ``tests/core/test_prompts.py`` checks the overlap);
 * ``code_explain``  -- explain, review or fix a short snippet;
 * ``chat``          -- explanations, advice, emails, plans, summaries;
 * ``reasoning``     -- short word problems with numbers from a fixed seed, and logic questions;

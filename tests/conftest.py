@@ -14,6 +14,8 @@ from peagle_lab.settings import prefer_passive_omp_wait
 
 prefer_passive_omp_wait()  # before torch loads OpenMP (importing peagle_lab alone does not set it)
 
+import warnings  # noqa: E402
+
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
@@ -46,6 +48,47 @@ def make_tiny_llama(hidden=32, layers=4, heads=4, kv_heads=2, vocab=96, seed=0, 
     model = LlamaForCausalLM(config).to(torch.float32).eval()
     model.requires_grad_(False)
     return model
+
+
+WINDOW = 8  # the sliding window of the tiny GPT-OSS target
+
+
+def make_tiny_gpt_oss(vocab=96, window=WINDOW, seed=0, sharpen=1.0, layers=4):
+    """An eval-mode fp32 ``GptOssForCausalLM``: ``layers`` alternate sliding (``window``) and full attention, with
+    attention sinks and 4 experts (top-2); random weights from ``seed``."""
+    from transformers import GptOssConfig, GptOssForCausalLM
+
+    cfg = GptOssConfig(vocab_size=vocab, hidden_size=32, intermediate_size=32, num_hidden_layers=layers,
+                       num_attention_heads=4, num_key_value_heads=2, head_dim=8, sliding_window=window,
+                       layer_types=["sliding_attention", "full_attention"] * (layers // 2), num_local_experts=4,
+                       num_experts_per_tok=2, max_position_embeddings=512, initializer_range=0.2,
+                       rope_parameters={"rope_type": "default", "rope_theta": 10000.0}, tie_word_embeddings=False,
+                       bos_token_id=1, eos_token_id=2, pad_token_id=0)
+    torch.manual_seed(seed)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = GptOssForCausalLM(cfg).to(torch.float32).eval()
+    with torch.no_grad():
+        for layer in model.model.layers:  # sinks that matter: the softmax gives them a visible share
+            layer.self_attn.sinks.normal_(0.0, 1.0)
+        model.lm_head.weight.mul_(sharpen)
+    model.requires_grad_(False)
+    return model
+
+
+def make_random_head(target, mode="parallel", seed=0, layers=1, draft_vocab=None):
+    """The test head: an eval-mode P-EAGLE head for ``target`` drafting in ``mode`` (mask token 3, K = 8), its
+    layers drawn from ``seed`` and initialised from the target; with ``draft_vocab``, a random sorted draft
+    vocabulary of that many tokens (drawn after the layers)."""
+    from peagle_lab.drafter import PEagleConfig, PEagleDrafter
+
+    torch.manual_seed(seed)
+    cfg = PEagleConfig.from_target(target.config, num_hidden_layers=layers, mask_token_id=3, mode=mode,
+                                   draft_vocab_size=draft_vocab, num_speculative_tokens=8)
+    head = PEagleDrafter(cfg).init_from_target(target).eval()
+    if draft_vocab:
+        head.set_draft_vocab(torch.randperm(target.config.vocab_size)[:draft_vocab].sort().values)
+    return head
 
 
 def make_random_ids(batch=1, length=8, vocab=96, seed=0, low=3):

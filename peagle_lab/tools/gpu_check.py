@@ -57,9 +57,9 @@ TOTAL_BUDGET_S = 450
 DRY_RUN_SLACK = 4  # a dry run's limits are this many times longer: a small shared CPU imports torch slowly
 # Unit tests that import nothing beyond torch, transformers, accelerate, pytest, matplotlib and tokenizers at
 # module level; the markers leave out what needs SmolLM2, vLLM, a browser, several processes or minutes of CPU.
-UNIT_TESTS = ["tests/test_gpu_correctness.py", "tests/test_precision.py", "tests/test_models.py",
-              "tests/test_kv_cache.py", "tests/test_drafter.py", "tests/test_training.py", "tests/test_lens.py",
-              "tests/test_cli_errors.py"]
+UNIT_TESTS = ["tests/tools/test_gpu_correctness.py", "tests/core/test_precision.py", "tests/core/test_models.py",
+              "tests/core/test_kv_cache.py", "tests/drafter/test_drafter.py", "tests/training/test_training.py",
+              "tests/workbook/test_lens.py", "tests/cli/test_cli_errors.py"]
 UNIT_MARKERS = "not real_model and not vllm and not browser and not distributed and not slow"
 # Llama-3.1-8B's shapes: the real-size timing's target (random weights, bf16)
 REAL_SIZE = dict(hidden_size=4096, num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8,

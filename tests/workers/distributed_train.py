@@ -1,5 +1,5 @@
 """One process of a multi-process training run (launched by torchrun or accelerate launch from
-tests/test_distributed.py): a tiny target and tiny sequences, the real Trainer, and a record of what it did."""
+tests/training/test_distributed.py): a tiny target and tiny sequences, the real Trainer, and a record of what it did."""
 
 import argparse
 import json
