@@ -142,3 +142,21 @@ def test_distill_with_vllm_loads_the_target_and_says_so_when_its_files_cannot_fi
     assert loads == [dict(device="cpu", dtype=torch.float32)]
     meta, _ = read_distilled(tmp_path / "d.jsonl")
     assert (meta["target_fingerprint"], meta["target_identity"]) == _loaded(target, torch.float32)
+
+
+def test_distill_with_vllm_on_a_gpu_runs_the_engine_in_the_gpus_dtype_not_the_cpus(vllm_distill, monkeypatch,
+                                                                                   tmp_path):
+    """On an sm_90 GPU (stood in) with --dtype auto, vLLM gets bf16 and the file records a bf16 copy's identities."""
+    from peagle_lab import models, precision
+    from peagle_lab.cli import main
+    from peagle_lab.distill.data import read_distilled
+
+    argv, target = vllm_distill
+    argv = [a for a in argv if a not in ("--dtype", "float32")] + ["--dtype", "auto", "--device", "cuda"]
+    monkeypatch.setattr(models, "pick_device", lambda device=None: torch.device(device or "cuda"))
+    monkeypatch.setattr(precision, "cuda_capability", lambda device=None: (9, 0))
+    monkeypatch.setattr(models, "load_target", lambda *a, **k: pytest.fail("the target was loaded"))
+    assert main(argv) == 0
+    assert _Engine.started == [(str(target), torch.bfloat16)]
+    meta, _ = read_distilled(tmp_path / "d.jsonl")
+    assert (meta["target_fingerprint"], meta["target_identity"]) == _loaded(target, torch.bfloat16)
