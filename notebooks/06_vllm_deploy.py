@@ -197,14 +197,10 @@ except PeagleError as err:
 # vLLM's engine (which asks for 90% of the GPU's memory) would not start beside them.
 
 # %%
-from vllm import SamplingParams
-
 from peagle_lab.prompts import chat_ids, humaneval_prompts
 
 prompt_ids = [chat_ids(tok, p) for p in humaneval_prompts(N_PROMPTS)]
 vllm_prompts = [{"prompt_token_ids": ids} for ids in prompt_ids]
-greedy = SamplingParams(temperature=0.0, max_tokens=MAX_TOKENS)
-warmup = SamplingParams(temperature=0.0, max_tokens=8)
 print(len(prompt_ids), "prompts,", sum(map(len, prompt_ids)), "prompt tokens")
 
 import gc
@@ -231,40 +227,18 @@ if torch.cuda.is_available():
 print(f"our loop: {ours.rounds} rounds on {LOOP_DEVICE} in {LOOP_DTYPE}; its target and head freed")
 
 # %%
-import time
+from peagle_lab.serving.agreement import speculation_agreement
 
-from peagle_lab.serving.agreement import PLAIN_ENGINE_ARGS, SCORED_LOGPROBS, plain_runs, speculation_agreement
-
-scored = SamplingParams(temperature=0.0, max_tokens=MAX_TOKENS, logprobs=SCORED_LOGPROBS)
-
-
-def run_engine(spec=None):
-    # start an engine (speculating as spec says), warm it up, time one greedy batch; return outputs, timings and
-    # spec metrics. The plain engine returns raw logits as its logprobs and scores the batch once more, untimed:
-    # its top-2 logits at every token give the margin of any divergence of the run with the head.
-    t0 = time.perf_counter()
-    llm = serving.make_llm(target_dir, spec, max_model_len=2048, dtype=LOOP_DTYPE,
-                           **({} if spec else PLAIN_ENGINE_ARGS))
-    start_s = time.perf_counter() - t0
-    llm.generate(vllm_prompts[:1], warmup, use_tqdm=False)
-    before = serving.spec_metrics(llm) if spec else None
-    t0 = time.perf_counter()
-    outs = llm.generate(vllm_prompts, greedy, use_tqdm=False)
-    gen_s = time.perf_counter() - t0
-    result = {"ids": [list(o.outputs[0].token_ids) for o in outs], "text": [o.outputs[0].text for o in outs],
-              "start_s": start_s, "gen_s": gen_s, "metrics": serving.spec_metrics(llm, since=before) if spec else None,
-              "runs": None if spec else plain_runs(llm.generate(vllm_prompts, scored, use_tqdm=False))}
-    del llm
-    gc.collect()
-    return result
-
-
-plain = run_engine()
+# start an engine, warm it up, time one greedy batch, free it: outputs, timings and, the plain engine without a head
+# (spec=None), its top-2 raw logits at every token (the margin of any divergence of the run with the head)
+plain = serving.timed_greedy_batch(target_dir, vllm_prompts, MAX_TOKENS, spec=None, dtype=LOOP_DTYPE)
 print(f"plain engine: start {plain['start_s']:.0f} s, {sum(map(len, plain['ids']))} tokens in "
       f"{plain['gen_s']:.1f} s")
 
 # %%
-peagle = run_engine(serving.Speculation(vllm_dir, k=K, parallel=True))
+# the same with the head (K drafts a round, parallel drafting): its spec-decode counters of the timed batch
+peagle = serving.timed_greedy_batch(target_dir, vllm_prompts, MAX_TOKENS, dtype=LOOP_DTYPE,
+                                    spec=serving.Speculation(vllm_dir, k=K, parallel=True))
 print(f"P-EAGLE engine (K={K}, parallel drafting): start {peagle['start_s']:.0f} s, "
       f"{sum(map(len, peagle['ids']))} tokens in {peagle['gen_s']:.1f} s")
 print(plain["text"][0][:400])
@@ -592,8 +566,8 @@ print(f"\ntensor parallelism: {n_heads} attention heads -> sizes vLLM accepts {t
 # accepts, and so how many rounds (target verifications) the same output costs. Our loop keeps the same counters,
 # and takes seconds instead of an engine start. Set `EX_K` below to 2 or 7 (default: the K above) and predict,
 # before you run it: for the same prompt and token budget, how do the number of rounds and the acceptance length
-# change? (To see it in vLLM itself, pass the same K to `run_engine(serving.Speculation(vllm_dir, k=EX_K,
-# parallel=True))`: a minute per engine start.)
+# change? (To see it in vLLM itself, pass `spec=serving.Speculation(vllm_dir, k=EX_K, parallel=True)` to
+# `serving.timed_greedy_batch`: a minute per engine start.)
 #
 # <details><summary>Answer</summary>
 #
