@@ -248,6 +248,7 @@ if l1 and held["parallel"] is not None:
 # named as they were when `depth_accuracy.json` was measured; section 1 says which head is shipped now.)
 
 # %% tags=["nbval-ignore-output"]
+from peagle_lab import bench
 from peagle_lab.experiments import recipe
 
 PAPER_AL, PAPER_K = 3.94, 7  # the vLLM P-EAGLE blog: GPT-OSS-20B on HumanEval, K=7 (a GPU-trained head)
@@ -265,12 +266,8 @@ ax.grid(alpha=0.3)
 ax.legend(fontsize=8)
 plt.show()
 
-
-def al_constant(p, k):  # acceptance length when every slot is accepted with probability p
-    return sum(p ** j for j in range(k + 1))
-
-
-need = next(p / 1000 for p in range(1000) if al_constant(p / 1000, PAPER_K) >= PAPER_AL)
+# the rate p at which every slot, accepted with probability p, reaches that AL: 1 + p + p^2 + ... + p^K = AL
+need = bench.constant_rate_for(PAPER_AL, PAPER_K)
 print(f"\nthe blog's AL {PAPER_AL} at K={PAPER_K} (HumanEval) needs every slot accepted with p = {need:.2f}")
 par_pts = [p for p in curve if p["mode"] == "parallel"]
 for goal in (2.0, PAPER_AL):

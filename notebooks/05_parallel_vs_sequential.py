@@ -175,27 +175,22 @@ for mode in ("parallel", "sequential"):
           f"-> drafts of shape {tuple(drafts.shape)}")
 
 # %% tags=["nbval-ignore-output"]
-import statistics
-import time
+from peagle_lab.timer import summarize, time_repeated
 
 
 def time_round(mode, k, repeats=9):
-    """Median milliseconds of one drafting round (`propose` after 2 new slots), and the input shape of each pass."""
+    """Median milliseconds of one drafting round (`propose` after 2 new slots), and the input shape of each pass.
+    The package's timer: one warm-up call, then `repeats` timed ones (CUDA events on a GPU, perf_counter on a CPU)."""
     drafter = HeadDrafter(par_head, mode)
     drafter.propose(slots, 1, Sampling())
-    shapes, times = [], []
+    shapes = []
     hook = par_head.register_forward_hook(lambda mod, args, out: shapes.append(tuple(args[0].shape)))
     try:
         with torch.no_grad():
-            for i in range(repeats + 1):  # the first is a warm-up
-                t0 = time.perf_counter()
-                drafter.propose(slots.tail(2), k, Sampling())
-                if torch.device(DEVICE).type == "cuda":
-                    torch.cuda.synchronize()
-                times.append(time.perf_counter() - t0)
+            times = time_repeated(lambda: drafter.propose(slots.tail(2), k, Sampling()), DEVICE, repeats, warmup=1)
     finally:
         hook.remove()
-    return statistics.median(times[1:]) * 1e3, shapes[:len(shapes) // (repeats + 1)]
+    return summarize(times)["median"] * 1e3, shapes[:len(shapes) // (repeats + 1)]
 
 
 for k in (1, 4, 8):
@@ -217,18 +212,9 @@ for k in (1, 4, 8):
 DRAFT_KS = settings.pick(list(range(1, 11)), [1, 2, 4, 8])
 DRAFT_REPEATS = settings.pick(10, 5)
 
-def load_line(env):
-    """The 1-minute load average at a run's start and end against its cores; a warning when the load exceeds them."""
-    start, end, cores = env.get("loadavg_start"), env.get("loadavg_end"), env.get("cpu_cores_usable")
-    loads = [x[0] for x in (start, end) if x]
-    warn = " - WARNING: load above the cores, the timings are shared with other work" if (
-        loads and cores and max(loads) > cores) else ""
-    return f"load (1 min) {start[0] if start else '?'} -> {end[0] if end else '?'} on {cores or '?'} cores{warn}"
-
-
 dc = bench.drafting_cost(par_head, runner, bench.BenchConfig(prompts=[prompt], draft_ks=DRAFT_KS,
                                                              draft_repeats=DRAFT_REPEATS))
-print("hardware:", dc["env"]["hardware"], "| timer:", dc["env"]["timer"], "|", load_line(dc["env"]))
+print("hardware:", dc["env"]["hardware"], "| timer:", dc["env"]["timer"], "|", bench.load_line(dc["env"]))
 display(Markdown(bench.format_table(dc["rows"], ["k", "parallel_ms", "parallel_iqr_ms", "sequential_ms",
                                                  "sequential_iqr_ms", "ratio_seq_over_par", "verify_ms",
                                                  "verify_ratio"])))
@@ -279,7 +265,7 @@ SEQ_KS = settings.pick([1, 2, 3, 4], [1, 2])
 E2E = bench.BenchConfig(ks_parallel=PAR_KS, ks_sequential=SEQ_KS, n_prompts=N_PROMPTS, max_new_tokens=MAX_NEW,
                         pld_ks=[10], oracle_ks=[], repeats=1)
 e2e = bench.end_to_end(model, tokenizer, E2E, parallel_head=par_head, sequential_head=seq_head)
-print("hardware:", e2e["env"]["hardware"], "|", load_line(e2e["env"]))
+print("hardware:", e2e["env"]["hardware"], "|", bench.load_line(e2e["env"]))
 display(Markdown(bench.format_table(e2e["methods"], [
     "method", "tokens_per_s", "speedup", "speedup_iqr", "acceptance_length", "decode_speedup", "ideal_speedup",
     "efficiency", "lossless_note"])))
@@ -568,7 +554,7 @@ bench.plot_break_even(curves, points, k=7);
 for c in curves:
     cost = c["verify_ratio"] + c["draft_ratio"]
     print(f"{c['label']:44s} round = {cost:.2f} steps: break-even AL {cost:.2f}; 2x needs AL {2 * cost:.2f}"
-          + (f" | {load_line(c['env'])}" if c.get("env") else " | GPU timings, no head run"))
+          + (f" | {bench.load_line(c['env'])}" if c.get("env") else " | GPU timings, no head run"))
     if cost < 1:  # a round is a verification pass at least as wide as one decode step, plus drafting
         print(f"{'':44s} FLAG: a round measured cheaper than one plain decode step is impossible: load noise "
               "between the timings, not a result (left as measured, not clamped)")

@@ -31,14 +31,21 @@ def conditional_from_unconditional(rates) -> list[float]:
     return out
 
 
+def constant_rate_acceptance_length(rate: float, k: int) -> float:
+    """The acceptance length when every one of ``k`` slots is accepted with the same conditional ``rate``:
+    ``1 + rate + rate^2 + ... + rate^k`` (the target's own token, then slot j reached and accepted)."""
+    return sum(rate ** j for j in range(k + 1))
+
+
 def constant_rate_for(acceptance_length: float, k: int) -> float:
-    """The per-position rate ``c`` with ``1 + c + c^2 + ... + c^k = acceptance_length`` (bisection)."""
+    """The per-position rate ``c`` with ``1 + c + c^2 + ... + c^k = acceptance_length`` (bisection): the inverse of
+    :func:`constant_rate_acceptance_length`."""
     if not 1.0 <= acceptance_length <= k + 1:
         raise PeagleError(f"An acceptance length of {acceptance_length} is impossible at K={k} (1..{k + 1}).")
     lo, hi = 0.0, 1.0
     for _ in range(60):
         c = (lo + hi) / 2
-        if 1 + sum(c ** j for j in range(1, k + 1)) < acceptance_length:
+        if constant_rate_acceptance_length(c, k) < acceptance_length:
             lo = c
         else:
             hi = c

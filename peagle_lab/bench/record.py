@@ -1,7 +1,8 @@
 """What every benchmark result carries: its schema tag, numbers rounded for the record (NaN and inf as None), and
 the environment record (:func:`peagle_lab.environment.environment`: hardware, threads, dtype, library versions,
-git commit, the load average at the start) completed at the end by :func:`finish_environment`: a timing without
-its machine means little. JSON-safe values: :func:`peagle_lab.jsonsafe.json_safe`."""
+git commit, the load average at the start) completed at the end by :func:`finish_environment`, read in one
+line by :func:`load_line`: a timing without its machine means little. JSON-safe values:
+:func:`peagle_lab.jsonsafe.json_safe`."""
 
 from __future__ import annotations
 
@@ -30,3 +31,13 @@ def finish_environment(env: dict) -> dict:
     starts, ends = env.get("loadavg_start"), env["loadavg_end"]
     env["quiet"] = bool(starts and ends and starts[0] < 1.0 and ends[0] < 1.0) if env["device"] == "cpu" else None
     return env
+
+
+def load_line(env: dict) -> str:
+    """The 1-minute load average at a run's start and end against its usable cores, with a warning when the load
+    exceeds them (the timings were then shared with other work)."""
+    start, end, cores = env.get("loadavg_start"), env.get("loadavg_end"), env.get("cpu_cores_usable")
+    loads = [x[0] for x in (start, end) if x]
+    warn = " - WARNING: load above the cores, the timings are shared with other work" if (
+        loads and cores and max(loads) > cores) else ""
+    return f"load (1 min) {start[0] if start else '?'} -> {end[0] if end else '?'} on {cores or '?'} cores{warn}"

@@ -57,6 +57,15 @@ def test_environment_names_hardware_threads_versions_and_load():
     assert env["wall_s"] >= 0
 
 
+def test_the_load_line_warns_only_when_the_load_exceeds_the_usable_cores():
+    quiet = bench.load_line({"loadavg_start": [0.5, 0.4, 0.3], "loadavg_end": [1.2, 0.5, 0.3], "cpu_cores_usable": 2})
+    assert quiet == "load (1 min) 0.5 -> 1.2 on 2 cores"
+    busy = bench.load_line({"loadavg_start": [0.5, 0.4, 0.3], "loadavg_end": [3.5, 1.0, 0.5], "cpu_cores_usable": 2})
+    assert busy.startswith("load (1 min) 0.5 -> 3.5 on 2 cores") and "WARNING: load above the cores" in busy
+    unknown = bench.load_line({"loadavg_start": [9.0, 1, 1], "loadavg_end": None})  # a run not finished, no core count
+    assert unknown == "load (1 min) 9.0 -> ? on ? cores"
+
+
 def test_drafting_cost_times_both_modes_per_k_and_records_the_environment(target, heads):
     dc = bench.drafting_cost(heads[0], target, BenchConfig(prompts=PROMPTS[:1], draft_ks=[1, 3], draft_repeats=3,
                                                            draft_warmup=1))

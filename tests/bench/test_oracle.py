@@ -80,6 +80,16 @@ def test_oracle_rates_read_presets_lists_and_the_papers_figure_per_suite():
         RatedOracleDrafter([0.5, -0.1], 96)
 
 
+def test_a_constant_rates_acceptance_length_and_the_rate_for_a_length_are_inverses():
+    assert bench.constant_rate_acceptance_length(0.0, 7) == 1.0  # only the target's own token
+    assert bench.constant_rate_acceptance_length(1.0, 7) == 8.0  # every slot accepted
+    assert bench.constant_rate_acceptance_length(0.5, 2) == pytest.approx(1.75)
+    for al, k in ((3.94, 7), (3.70, 7), (1.5, 1), (2.2, 4)):
+        assert bench.constant_rate_acceptance_length(bench.constant_rate_for(al, k), k) == pytest.approx(al, abs=1e-3)
+    with pytest.raises(PeagleError):
+        bench.constant_rate_for(9.0, 7)
+
+
 def test_the_bench_shows_the_oracle_beside_the_real_heads(target):
     torch.manual_seed(0)
     head = bench.fresh_head(target, "parallel", mask_token_id=3)
