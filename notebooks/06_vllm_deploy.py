@@ -524,7 +524,9 @@ print(f"\ntensor parallelism: {n_heads} attention heads -> sizes vLLM accepts {t
 # size 1), while every speculative request's K+1 verified positions now compete for arithmetic the batch already
 # uses, and rejected drafts are pure cost. Speculation sells idle compute, and a large batch has none to sell.
 # The GPU table shows the other side: at batch size 1 on an 8B-shaped target, verifying K+1 tokens costs only a
-# little more than one decode step (eager mode, random weights: a cost measurement, not a served head).
+# little more than one decode step (eager mode, random weights: a cost measurement, not a served head; in that
+# eager loop a step is dominated by launching each layer's kernels from Python, as 05 says, so the table does not show
+# whether weight reads or launches make verification cheap on a tuned engine).
 #
 # **Tensor parallelism is argued, not measured** where no size fits this machine (the last line of the cell).
 # Sharding a large target over N GPUs divides the weights each GPU reads per pass, so its decode and verification
