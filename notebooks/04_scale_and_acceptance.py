@@ -209,8 +209,9 @@ report.record("shipped_heads_lossless", all(ev["lossless"] for ev in live.values
 #   held-out acceptance length at K=7 of the long P-EAGLE and EAGLE-3 runs' snapshots (the shipped heads' runs
 #   when it was measured) against the training tokens they had seen, cumulative over continued runs;
 # * **the deeper heads** (`deeper/`): P-EAGLE heads with 1, 2 and 4 decoder layers trained from scratch side by
-#   side for one wall-time budget on the same data (this run printed exp-L1's, 2400 s; L2's and L4's times are not
-#   printed here, only their smaller tokens seen), with their own learning curves, and their accuracy at every
+#   side for one wall-time budget on the same data (this run printed exp-L1's, 2400 s; the cell does not print L2's and
+#   L4's, which their records give: 2399.5, 2398.5 and 2396.2 s, each stopped by the time budget,
+#   `deeper/training-L1.json`, `-L2`, `-L4`), with their own learning curves, and their accuracy at every
 #   depth measured on held-out sequences (`peagle-lab depth-accuracy`: every anchor at every depth).
 
 # %% tags=["nbval-ignore-output"]
