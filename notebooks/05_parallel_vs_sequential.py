@@ -445,7 +445,7 @@ for line in payoff.lines(e2e):
 #
 # The "noise band" in those lines is |hf-greedy - 1|: how far the baseline's total time moved on its own in that
 # run. It says nothing of the spread over prompts: it came out tiny here (this run printed 0.002) while the per-prompt
-# IQRs are tens of times larger, so "outside the noise band" is necessary for a verdict, not sufficient.
+# IQRs are many times larger, so "outside the noise band" is necessary for a verdict, not sufficient.
 # Compare the `speedup` column with `prompt-lookup`: copying spans of the prompt needs no training,
 # and HumanEval answers repeat the prompt's signature and names. The heads' `efficiency` (measured / ideal) says how
 # much of what the measured round costs allow the loop delivers; where it is close to 1, what limits the speed-up is
