@@ -244,9 +244,9 @@ print(f"740 GB at the same {per_token:,.0f} B/token is {740e9 / per_token / 1e6:
 #
 # `extract_features` runs the target over a set of sequences and writes shards of safetensors with a manifest:
 # taps in **bfloat16** by default (half of float32; `03_train_head` compares training from bf16 and from fp32
-# taps, and its committed studies and 02's say which taps dtype each used), token ids and greedy labels as int32 on disk (the reader
-# hands them back as int64, PyTorch's dtype for indices, as the reading cell below shows). It prints the
-# estimate before and the real size after. Here: a slice of the training prompts, chat-templated, without
+# taps, and its committed studies and 02's say which taps dtype each used), token ids and greedy labels as int32
+# on disk (the reader hands them back as int64, PyTorch's dtype for indices, as the reading cell below shows). It
+# prints the estimate before and the real size after. Here: a slice of the training prompts, chat-templated, without
 # responses (notebook 03 lets the target write the responses first: self-distillation).
 
 # %%
