@@ -341,10 +341,12 @@ plt.show()
 # <details><summary>Answer</summary>
 #
 # Inference: one pass over `n + K - 1` slots (n context slots, K - 1 mask slots), as the K = 4 line printed; at
-# K = 2 and 8 you should see 2 fewer and 4 more slots. Each extra draft adds one row and the causal mask grows to `(n + K - 1)²`; it is still one drafter pass. Training: each extra depth
+# K = 2 and 8 you should see 2 fewer and 4 more slots. Each extra draft adds one row and the causal mask grows
+# to `(n + K - 1)²`; it is still one drafter pass. Training: each extra depth
 # adds one block of elements, a little smaller than the one before (an anchor near the end of the sequence has
 # no label `d` tokens ahead; at K = 4 the printed counts fall by one per depth), so expect the elements to grow
-# about linearly with K and the mask, elements x elements, about quadratically. That is why COD keeps fewer anchors at each deeper depth.
+# about linearly with K and the mask, elements x elements, about quadratically. That is why COD keeps fewer
+# anchors at each deeper depth.
 #
 # </details>
 
@@ -499,8 +501,8 @@ if rows:
 # precision (learned vs frozen mask embedding, 0.020 beside a spread of 0.020 in the lines printed above) is not
 # a separation you can see, so read that pair as borderline. The finding worth keeping: the frozen **random**
 # vector scored as high as the learned `mask_hidden` (1.209 against 1.211 printed above, a gap below both seed
-# spreads), so at this budget learning the stand-in bought nothing measurable over a fixed random one; what
-# separates is having a distinct vector at all (random and learned both beat zeros by a printed gap). That is a partial
+# spreads), so at this budget learning the stand-in bought nothing measurable over a fixed random one (both beat
+# zeros and the copy of h_context by the gaps printed above). That is a partial
 # ranking with two seeds per arm (a spread from two seeds is itself a rough estimate of the noise), and the
 # gaps are small beside the acceptance lengths themselves. A pair that is not listed is not separated by this
 # study. The stand-in enters drafting at slot 2, but it is trained together with the shared weights, so the
