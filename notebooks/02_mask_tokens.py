@@ -344,7 +344,7 @@ plt.show()
 # K = 2 and 8 you should see 2 fewer and 4 more slots. Each extra draft adds one row and the causal mask grows
 # to `(n + K - 1)²`; it is still one drafter pass. Training: each extra depth
 # adds one block of elements, a little smaller than the one before (an anchor near the end of the sequence has
-# no label `d` tokens ahead; at K = 4 the printed counts fall by one per depth), so expect the elements to grow
+# no label `d` tokens ahead; at K = 4 the printed counts shrink depth by depth), so expect the elements to grow
 # about linearly with K and the mask, elements x elements, about quadratically. That is why COD keeps fewer
 # anchors at each deeper depth.
 #
