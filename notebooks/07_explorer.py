@@ -191,8 +191,9 @@ print("\n".join(ledger.spread_lines(rows)))
 #
 # What the course showed: a P-EAGLE drafter reads the target's hidden states (`01_hidden_states`), drafts K tokens in
 # one pass with mask tokens and a shared hidden state (`02_mask_tokens`), is trained on the target's own outputs
-# (`03_train_head`), and what data and depth buy at a CPU budget (a training time of hours on a CPU; `04_scale_and_acceptance`: more data helps slowly;
-# at equal wall time a deeper head saw fewer tokens and scored lower); its drafting cost stays flat in K while
+# (`03_train_head`), and what data and depth buy at a CPU budget (a training time of hours on a CPU;
+# `04_scale_and_acceptance`: more data helps slowly; at equal wall time a deeper head saw fewer tokens and scored
+# lower); its drafting cost stays flat in K while
 # EAGLE-3's grows, which on the GPU timings (eager, random weights) makes P-EAGLE's round the cheaper one at every
 # K above 1 that 05's GPU table measures. On a CPU with these heads, read the live speed-ups printed (this
 # chapter's fixed run above, 05's payoff lines): in the execution shipped with the course, on a CPU without native
