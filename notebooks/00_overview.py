@@ -55,7 +55,9 @@ from peagle_lab import models, precision, settings
 #
 # Three indices recur in the course: **draft j** (j = 1..K) is the j-th drafted token of a round; **depth** is the
 # same thing counted from 0 (draft j is depth j-1, the word the training code uses); a drafter **slot** is one input
-# position of the drafter (slot t of the sequence; in a P-EAGLE round, draft j is read from the j-th new slot).
+# position of the drafter (slot t of the sequence; "slot j" of a round is the slot that drafts token j). K itself
+# is the number of drafts per round when serving; a head also has the K it was trained for, printed with the head,
+# and may be served at another K.
 #
 # ### Lossless, exactly
 #
@@ -222,10 +224,8 @@ for key, value in [("target_params", n_params), ("greedy_tokens_per_s", round(to
 # the model's own attention mask applies the window, and nothing a rolled-back round needs has been evicted.
 # (`DynamicCache(config=model.config)` would give such layers a cache that evicts, and its `crop` would fail.)
 #
-# The first round prints the shape of every tensor it touches. A word on names, used the same way in every
-# chapter: *slot t* is the drafter's position t (above); a round's K drafts are *draft 1..K*, and "slot j" of a
-# round means the slot that drafts token j; training counts the same drafts by *depth*, 0-based: draft j (slot j)
-# is depth j - 1 (notebooks 02 and 03).
+# The first round prints the shape of every tensor it touches. The names (slot t, draft j, depth j - 1) are those
+# defined under "Speculative decoding" above, used the same way in every chapter.
 
 # %%
 from transformers import DynamicCache
