@@ -23,8 +23,8 @@
 # speculative round written out by hand and checked against the package's loop and plain greedy decoding; an
 # exercise on K; a map of the course.
 #
-# Where the numbers come from: chapters 00-03 and 07 measure live on your machine; chapters 02-06 also read
-# committed results measured on other machines, and every such figure is labelled with its host (a slug such as
+# Where the numbers come from: every chapter measures live on your machine, and chapters 02-07 also show
+# committed results measured on other machines, each labelled with its host (a slug such as
 # `cpu-epyc-avx512bf16-2c`), so a live number and a committed one beside it may come from different CPUs.
 
 # %%
