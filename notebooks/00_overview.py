@@ -97,7 +97,8 @@ from peagle_lab import models, precision, settings
 #   larger K costs almost nothing extra. It trains all K depths at once on COD samples (*conditional drop-token*:
 #   every position at depth 0 (slot 1), a shrinking nested share deeper; notebook 02 draws it).
 #
-# The vLLM blog reports, for GPT-OSS-20B on one B200 at batch 1, 1.55x the speed of EAGLE-3 on HumanEval
+# The vLLM blog (post "P-EAGLE", 2026-03-13; the method's paper is arXiv 2602.01469) reports, for GPT-OSS-20B on
+# one B200 at batch 1, 1.55x the speed of EAGLE-3 on HumanEval
 # (acceptance length 3.94 vs 3.03 at K=7). This workbook rebuilds the method on a model small enough for a laptop.
 
 # %%

@@ -90,7 +90,8 @@ ex
 # included, which produced the first token; it is the lower of the two, and approaches the acceptance length as the
 # output grows. The acceptance length is committed tokens after the first over rounds, so any 64-token run that
 # takes the same number of rounds prints the same value whatever the prompt: when 06 prints the same rounds and
-# acceptance length on other prompts, it is the same count, not a copied number.
+# acceptance length on other prompts, it is the same count, not a copied number. The plain decoding speed printed
+# here need not equal 00's or 05's: the prompt, the output length and the machine's load differ from run to run.
 
 # %% tags=["nbval-ignore-output"]
 head_name = HEADS[0]
