@@ -78,8 +78,9 @@ from peagle_lab import models, precision, settings
 # equally valid greedy continuations. A divergence at a margin of several logits would be a bug. Notebook `05_parallel_vs_sequential`
 # checks losslessness live in the dtype your machine runs (fp32 on a CPU without native bf16), quotes one committed
 # bf16 near-tie divergence from another machine with its margin, and reruns that prompt here in bf16 and fp32.
-# Lossless keeps the target's answer, right or wrong: the plain greedy answer below is not correct code (with the
-# embedded target it returns `False` for every integer above 2), and speculation reproduces it exactly.
+# Lossless keeps the target's answer, right or wrong: the plain greedy answer below is not correct code (in this
+# run, with the embedded target, it returns `False` for every integer above 2), and speculation reproduces it
+# exactly.
 # Notebooks 00-04 and 06 load the target in fp32 on a CPU, where exactness is on offer, and
 # in the GPU's own dtype on CUDA (bf16 on A100 / A10G / L4 / H100 and newer, fp16 on a T4: `precision.course_dtype`),
 # where fp32 would double the memory (32 GB for an 8B target) and still round differently from shape to shape.
@@ -315,7 +316,7 @@ print("hand-written vs plain greedy:", "identical" if div is None else div.messa
 # many target forwards the answer cost. Whether that saved time is the wall-time line: speculation pays only when
 # the acceptance length (tokens committed per target forward) beats what a round costs in decoding steps (the
 # verification ratio measured above, plus the drafter's pass). The line states the verdict for this prompt and K:
-# this run printed 0.61x, "speculation loses here" (the acceptance length, below 1.5, is under the ratio measured
+# this run printed 0.61x, "speculation loses here" (its acceptance length is under the verification ratio measured
 # above); on another machine or under another load read your own line.
 # The acceptance length is the quantity the rest of the course tries to raise. The figure above is one prompt at
 # one K: other chapters print other values for the same head, on other prompts, K, output lengths and dtypes;
