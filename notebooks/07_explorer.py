@@ -166,7 +166,7 @@ for kind, text in PROMPTS.items():
     ledger_row(f"exercise, {kind} prompt", r, f"one {kind} prompt")
 
 # %% [markdown]
-# ## The acceptance ledger, complete
+# ## The acceptance ledger, every chapter's rows
 #
 # The table of 05, now with the rows every chapter records in this results folder (this chapter's included; a
 # bench run contributes its best-speed-up row, not every K it ran, and not every figure the course prints is
@@ -187,8 +187,8 @@ print("\n".join(ledger.spread_lines(rows)))
 # - The exercise compared two kinds of prompt under the same head and K: one prompt each cannot rank kinds of
 #   text, and the course has no run that does: this machine's 05 run has the code suite only, and the one
 #   committed machine with both suites gives each head's best row at a different K on each.
-# - The acceptance ledger, complete now that every chapter has run, puts this chapter's figures beside the
-#   larger samples, with the settings that explain why they differ (05 explains the spread).
+# - The acceptance ledger, with every chapter's recorded rows now that every chapter has run, puts this
+#   chapter's figures beside the larger samples, with the settings that explain why they differ (05 explains the spread).
 #
 # What the course showed: a P-EAGLE drafter reads the target's hidden states (`01_hidden_states`), drafts K tokens in
 # one pass with mask tokens and a shared hidden state (`02_mask_tokens`), is trained on the target's own outputs
