@@ -75,8 +75,8 @@ from peagle_lab import models, precision, settings
 # differ in the last bits. In fp32 on a CPU those differences stay far below any margin between two logits and the
 # outputs are identical (`tests/decoding/test_speculative.py` holds it for K = 1 to 8, both shipped heads); in
 # bf16 (8 significant bits), or with a GPU's kernels, a near-tie can flip, and from there the two outputs are two
-# equally valid greedy continuations. A divergence at a margin of several logits would be a bug. Notebook `05_parallel_vs_sequential`
-# checks losslessness live in the dtype your machine runs (fp32 on a CPU without native bf16), quotes one committed
+# equally valid greedy continuations. A divergence at a margin of several logits would be a bug. Notebook
+# `05_parallel_vs_sequential` checks losslessness live in the dtype your machine runs (fp32 on a CPU without native bf16), quotes one committed
 # bf16 near-tie divergence from another machine with its margin, and reruns that prompt here in bf16 and fp32.
 # Lossless keeps the target's answer, right or wrong: the plain greedy answer below is not correct code (in this
 # run, with the embedded target, it returns `False` for every integer above 2), and speculation reproduces it
@@ -336,7 +336,7 @@ print("hand-written vs plain greedy:", "identical" if div is None else div.messa
 #
 # The acceptance length can never exceed K + 1, so at K = 1 you will see at most 2 per round and an acceptance
 # length at most 2. Raising K helps only as far as deep drafts get accepted: with the small shipped head most rounds
-# commit 1 or 2 tokens (the `tokens per round` list above, which has few values above 3), so expect the number of
+# commit 1 or 2 tokens (the `tokens per round` list above, which has few values above 2), so expect the number of
 # rounds at K = 10 to be close to the K = 5 count above, not far below it, while each
 # verification gets more expensive (K + 1 rows) and the drafter's deep drafts are rarely right (beyond the K the
 # head was trained for, printed above, they were never trained at all). The tokens do not change: the cell's last
