@@ -76,11 +76,11 @@ from peagle_lab import models, precision, settings
 # outputs are identical (`tests/decoding/test_speculative.py` holds it for K = 1 to 8, both shipped heads); in
 # bf16 (8 significant bits), or with a GPU's kernels, a near-tie can flip, and from there the two outputs are two
 # equally valid greedy continuations. A divergence at a margin of several logits would be a bug. Notebook
-# `05_parallel_vs_sequential` checks losslessness live in the dtype your machine runs (fp32 on a CPU without native bf16), quotes one committed
-# bf16 near-tie divergence from another machine with its margin, and reruns that prompt here in bf16 and fp32.
-# Lossless keeps the target's answer, right or wrong: the plain greedy answer below is not correct code (in this
-# run, with the embedded target, it returns `False` for every integer above 2), and speculation reproduces it
-# exactly.
+# `05_parallel_vs_sequential` checks losslessness live in the dtype your machine runs (fp32 on a CPU without native
+# bf16), quotes one committed bf16 near-tie divergence from another machine with its margin, and reruns that prompt
+# here in bf16 and fp32. Lossless keeps the target's answer, right or wrong: the plain greedy answer below is not
+# correct code (in this run, with the embedded target, it returns `False` for every integer above 2), and
+# speculation reproduces it exactly.
 # Notebooks 00-04 and 06 load the target in fp32 on a CPU, where exactness is on offer, and
 # in the GPU's own dtype on CUDA (bf16 on A100 / A10G / L4 / H100 and newer, fp16 on a T4: `precision.course_dtype`),
 # where fp32 would double the memory (32 GB for an 8B target) and still round differently from shape to shape.
