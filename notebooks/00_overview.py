@@ -22,6 +22,10 @@
 # Plan: the idea and what P-EAGLE changes; the target model and its plain greedy answer, with its speed; one
 # speculative round written out by hand and checked against the package's loop and plain greedy decoding; an
 # exercise on K; a map of the course.
+#
+# Where the numbers come from: every chapter measures live on your machine, and chapters 02-07 also show
+# committed results measured on other machines, each labelled with its host (a slug such as
+# `cpu-epyc-avx512bf16-2c`), so a live number and a committed one beside it may come from different CPUs.
 
 # %%
 # Parameters come from the environment: PEAGLE_TARGET (default: the embedded SmolLM2-135M-Instruct),
@@ -36,15 +40,24 @@ from peagle_lab import models, precision, settings
 # %% [markdown]
 # ## Speculative decoding
 #
-# At batch size 1 an LLM forward pass on a GPU is limited by reading the weights, not by arithmetic: a forward
-# over 5 new tokens costs little more than a forward over 1. Speculative decoding exploits this. (On a CPU the
-# arithmetic counts more; section "How fast" below measures the ratio on the machine at hand.)
+# At batch size 1 a forward pass of a large LLM on a GPU, run with a serving engine's fused kernels, is typically
+# limited by reading the weights, not by arithmetic: a forward over 5 new tokens costs little more than a forward
+# over 1. Speculative decoding exploits this. (This course does not measure that mechanism: its only GPU timings,
+# quoted in `05_parallel_vs_sequential`, are eager-mode transformers with random weights, where launching each
+# layer's kernels from Python dominates instead; they too find verifying K+1 tokens costs little more than one.
+# On a CPU the arithmetic counts more; section "How fast" below measures the ratio on the machine at hand.)
 #
 # 1. A cheap **drafter** proposes K tokens `d1..dK`.
 # 2. The **target** checks all of them in **one** forward pass.
 # 3. It keeps the longest prefix of drafts equal to its own choice, plus one token of its own (the *bonus*).
 #
 # Each round yields 1 to K+1 tokens; their mean is the **acceptance length** (1.00 for plain decoding).
+#
+# Three indices recur in the course: **draft j** (j = 1..K) is the j-th drafted token of a round; **depth** is the
+# same thing counted from 0 (draft j is depth j-1, the word the training code uses); a drafter **slot** is one input
+# position of the drafter (slot t of the sequence; "slot j" of a round is the slot that drafts token j). K itself
+# is the number of drafts per round when serving; a head also has the K it was trained for, printed with the head,
+# and may be served at another K.
 #
 # ### Lossless, exactly
 #
@@ -60,10 +73,15 @@ from peagle_lab import models, precision, settings
 # Why: verification runs the target over K+1 rows in one pass, plain decoding over 1 row at a time. The maths is
 # the same, but the kernels for 1 row and for K+1 rows block and reduce the sums differently, so their logits
 # differ in the last bits. In fp32 on a CPU those differences stay far below any margin between two logits and the
-# outputs are identical (the test suite holds it for K = 1 to 8, both shipped heads); in bf16 (8 significant
-# bits), or with a GPU's kernels, a near-tie can flip, and from there the two outputs are two equally valid greedy
-# continuations. A divergence at a margin of several logits would be a bug. Notebook `05_parallel_vs_sequential`
-# measures this in bf16. Notebooks 00-04 and 06 load the target in fp32 on a CPU, where exactness is on offer, and
+# outputs are identical (`tests/decoding/test_speculative.py` holds it for K = 1 to 8, both shipped heads); in
+# bf16 (8 significant bits), or with a GPU's kernels, a near-tie can flip, and from there the two outputs are two
+# equally valid greedy continuations. A divergence at a margin of several logits would be a bug. Notebook
+# `05_parallel_vs_sequential` checks losslessness live in the dtype your machine runs (fp32 on a CPU without native
+# bf16), quotes one committed bf16 near-tie divergence from another machine with its margin, and reruns that prompt
+# here in bf16 and fp32. Lossless keeps the target's answer, right or wrong: the plain greedy answer below is not
+# correct code (in this run, with the embedded target, it returns `False` for every integer above 2), and
+# speculation reproduces it exactly.
+# Notebooks 00-04 and 06 load the target in fp32 on a CPU, where exactness is on offer, and
 # in the GPU's own dtype on CUDA (bf16 on A100 / A10G / L4 / H100 and newer, fp16 on a T4: `precision.course_dtype`),
 # where fp32 would double the memory (32 GB for an 8B target) and still round differently from shape to shape.
 
@@ -80,7 +98,8 @@ from peagle_lab import models, precision, settings
 #   larger K costs almost nothing extra. It trains all K depths at once on COD samples (*conditional drop-token*:
 #   every position at depth 0 (slot 1), a shrinking nested share deeper; notebook 02 draws it).
 #
-# The vLLM blog reports, for GPT-OSS-20B on one B200 at batch 1, 1.55x the speed of EAGLE-3 on HumanEval
+# The vLLM blog (post "P-EAGLE", 2026-03-13; the method's paper is arXiv 2602.01469) reports, for GPT-OSS-20B on
+# one B200 at batch 1, 1.55x the speed of EAGLE-3 on HumanEval
 # (acceptance length 3.94 vs 3.03 at K=7). This workbook rebuilds the method on a model small enough for a laptop.
 
 # %%
@@ -184,8 +203,10 @@ for key, value in [("target_params", n_params), ("greedy_tokens_per_s", round(to
 # drafts 8 tokens must commit more tokens than that ratio on average (plus the drafter's own cost) before
 # speculation beats plain decoding on this machine. On a GPU at batch 1, where a forward is bound by reading the
 # weights (above), the ratio is expected to be close to 1; on a CPU the arithmetic counts, and the printed ratio is
-# the one that holds here. Notebook `05_parallel_vs_sequential` measures this ratio for every K, in bf16; the
-# round below measures the end result for one K.
+# the one that holds here. Notebook `05_parallel_vs_sequential` measures this ratio again for K = 1 to 10 (its
+# `verify_ratio` column, in your machine's dtype), and quotes committed ratios from other machines, bf16 among them;
+# a second timing under a different load gives a somewhat different ratio than this cell's, so compare them as
+# the same quantity measured twice. The round below measures the end result for one K.
 #
 # ## One speculative round, written out
 #
@@ -205,10 +226,8 @@ for key, value in [("target_params", n_params), ("greedy_tokens_per_s", round(to
 # the model's own attention mask applies the window, and nothing a rolled-back round needs has been evicted.
 # (`DynamicCache(config=model.config)` would give such layers a cache that evicts, and its `crop` would fail.)
 #
-# The first round prints the shape of every tensor it touches. A word on names, used the same way in every
-# chapter: *slot t* is the drafter's position t (above); a round's K drafts are *draft 1..K*, and "slot j" of a
-# round means the slot that drafts token j; training counts the same drafts by *depth*, 0-based: draft j (slot j)
-# is depth j - 1 (notebooks 02 and 03).
+# The first round prints the shape of every tensor it touches. The names (slot t, draft j, depth j - 1) are those
+# defined under "Speculative decoding" above, used the same way in every chapter.
 
 # %%
 from transformers import DynamicCache
@@ -296,27 +315,33 @@ print("hand-written vs plain greedy:", "identical" if div is None else div.messa
 # plain greedy decoding the last line reads "identical" in fp32 on a CPU; the speculative run only changed how
 # many target forwards the answer cost. Whether that saved time is the wall-time line: speculation pays only when
 # the acceptance length (tokens committed per target forward) beats what a round costs in decoding steps (the
-# verification ratio measured above, plus the drafter's pass); the line states the verdict for this prompt and K.
+# verification ratio measured above, plus the drafter's pass). The line states the verdict for this prompt and K:
+# this run printed 0.61x, "speculation loses here" (its acceptance length is under the verification ratio measured
+# above); on another machine or under another load read your own line.
 # The acceptance length is the quantity the rest of the course tries to raise. The figure above is one prompt at
 # one K: other chapters print other values for the same head, on other prompts, K, output lengths and dtypes;
-# `05_parallel_vs_sequential`, "The acceptance ledger", lists every acceptance length the course prints for the
-# shipped heads with what it was measured on. (The per-position view, the probability that draft j is accepted
-# given that drafts before it were, is `nan` for a draft no round reached; notebook 05 prints it.)
+# `05_parallel_vs_sequential`, "The acceptance ledger", gathers the acceptance lengths that the chapters record
+# for the shipped heads (for a bench run, its best-speed-up row), each with what it was measured on; not every
+# figure printed in the course is in it (this chapter's exercise below, for one). (The per-position view, the
+# probability that draft j is accepted given that drafts before it were, has no value for a draft no round
+# reached: printed as `nan`, `None` or `-` depending on the table; notebook 05 prints it.)
 #
 # ### Exercise: change K
 #
-# In the cell below, set `K_TRY` to 1, then to 10. Before running, predict: how many rounds (target forwards)
-# the 16 or 48 tokens take, and the acceptance length. Does the answer change?
+# In the cell below, set `K_TRY` to 1, then to 10, and re-run it each time. Before running, predict: how many
+# rounds (target forwards) the 16 or 48 tokens take, and the acceptance length. Does the answer change? (The saved
+# output is of `K_TRY = 2`; the answer below says what to expect at 1 and 10, not what was run.)
 #
 # <details><summary>Answer</summary>
 #
-# The acceptance length can never exceed K + 1, so K = 1 caps it at 2, and each round commits 1 or 2 tokens.
-# Raising K helps only as far as deep drafts get accepted: with the small shipped head most rounds commit 1 or
-# 2 tokens (the `tokens per round` list above), so from K = 2 on the number of rounds hardly moves, while each
+# The acceptance length can never exceed K + 1, so at K = 1 you will see at most 2 per round and an acceptance
+# length at most 2. Raising K helps only as far as deep drafts get accepted: with the small shipped head most rounds
+# commit 1 or 2 tokens (the `tokens per round` list above, which has few values above 2), so expect the number of
+# rounds at K = 10 to be close to the K = 5 count above, not far below it, while each
 # verification gets more expensive (K + 1 rows) and the drafter's deep drafts are rarely right (beyond the K the
 # head was trained for, printed above, they were never trained at all). The tokens do not change: the cell's last
-# output says so for the K you ran, and the test suite checks it for K = 1 to 8 with both shipped heads on two HumanEval
-# prompts (fp32 on a CPU).
+# output says so for the K you ran, and `tests/decoding/test_speculative.py` checks it for K = 1 to 8 with both
+# shipped heads on two HumanEval prompts (fp32 on a CPU).
 #
 # </details>
 

@@ -64,7 +64,9 @@ print("equal to the package's target_forward taps:", torch.equal(taps, out.taps)
 # %% [markdown]
 # ## Which state is "tap i"?
 #
-# Two conventions meet here, and a drafter trained on one and served with the other silently loses accuracy.
+# Two conventions meet here. A drafter trained on one and served with the other reads states one layer off, and
+# nothing raises an error (the course does not measure how much acceptance that costs; the check below is what
+# keeps the two in line).
 #
 # - **vLLM** (`eagle_aux_hidden_state_layer_ids`): tap `i` is the residual stream **entering** decoder layer `i`.
 # - **transformers** (`output_hidden_states=True`): `hidden_states[0]` is the embedding output and
@@ -183,15 +185,18 @@ print("lens on the last layer's output == the model's own prediction, at every p
 #
 # The cell below reads every position of the prompt through the logit lens at each layer of `MY_TAPS` and
 # counts how often the lens's top token equals the model's own next token. It runs with vLLM's taps. Change
-# `MY_TAPS` to `(1, 2, 3)`, then to `(L - 4, L - 3, L - 2)`. Predict first: which tap agrees most often, and
-# which set would you rather give a drafter?
+# `MY_TAPS` to `(1, 2, 3)`, then to `(L - 4, L - 3, L - 2)`, and re-run it each time. Predict first: which tap
+# agrees most often, and which set would you rather give a drafter? (The saved output is of vLLM's taps only; the
+# answer says what to expect from the other two sets, not what was run.)
 #
 # <details><summary>Answer</summary>
 #
-# Agreement grows with depth: the low and middle layers almost never agree (layer 0 is the current token's own
-# embedding, and the lens reads back the current token); agreement climbs over the last third of the layers
-# and reaches every position only at the output. Three late layers would agree most and still be a poor
-# choice: they are nearly parallel (the similarity map above), so they add little to one another, and the
+# With vLLM's taps this run printed agreement rising with depth (the low and middle taps almost never agree, the
+# late tap about half the time). Expect the same pattern from the other sets: `(1, 2, 3)` near zero (layer 0 is
+# the current token's own embedding, and the lens reads back the current token), and three late layers the
+# highest agreement of the three sets, since the lens reaches every position only at the output. The logit lens
+# predicts they would still be a poor choice for a drafter, though the course trains no drafter on other taps to
+# measure it: they are nearly parallel (the similarity map above), so they add little to one another, and the
 # drafter loses the low-level view of the token and its context. vLLM's spread (low, middle, high) trades a
 # little next-token signal for three different views; the drafter learns its own read-out through `fc`.
 #
@@ -231,15 +236,17 @@ print(f"740 GB at the same {per_token:,.0f} B/token is {740e9 / per_token / 1e6:
 # hundreds of gigabytes for one state, terabytes for EAGLE-3's three (the table's 8B rows). Even the 135M
 # target (its first row) needs hundreds of gigabytes for a ShareGPT-sized set; the 8B and 20B targets need
 # terabytes, and long context multiplies it. Only small sets are worth storing: the slice extracted below takes megabytes. That is why
-# SpecForge, speculators and P-EAGLE's own recipes train online or keep only a small offline set. Top-k target
+# SpecForge (SGLang's training framework for EAGLE drafters), speculators (the vLLM project's library for
+# speculator models) and P-EAGLE's own recipes train online or keep only a small offline set. Top-k target
 # logits (for a KL loss) add 8 bytes per kept logit per token.
 #
 # ## Extracting features for training
 #
 # `extract_features` runs the target over a set of sequences and writes shards of safetensors with a manifest:
-# taps in **bfloat16** by default (half of float32), token ids and greedy labels as int32 on disk (the reader
-# hands them back as int64, PyTorch's dtype for indices, as the reading cell below shows). It prints the
-# estimate before and the real size after. Here: a slice of the training prompts, chat-templated, without
+# taps in **bfloat16** by default (half of float32; `03_train_head` compares training from bf16 and from fp32
+# taps, and its committed studies and 02's say which taps dtype each used), token ids and greedy labels as int32
+# on disk (the reader hands them back as int64, PyTorch's dtype for indices, as the reading cell below shows). It
+# prints the estimate before and the real size after. Here: a slice of the training prompts, chat-templated, without
 # responses (notebook 03 lets the target write the responses first: self-distillation).
 
 # %%

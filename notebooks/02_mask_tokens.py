@@ -24,7 +24,8 @@
 # drafter; the drafter itself written from scratch with the shipped heads' weights (P-EAGLE's one pass and
 # EAGLE-3's K passes), checked against the package; the training attention mask, drawn and checked against its
 # rule, with an exercise on K; a check that training computes what the one-pass draft computes (to float
-# rounding); and an equal-budget study of the stand-in itself
+# rounding); and an equal-budget study (the same optimizer steps and training tokens for every variant) of the
+# stand-in itself
 # (the learned `mask_hidden` against zeros, a copy of the context state, a frozen random vector, a frozen token
 # embedding), measured by acceptance in the real speculative loop with two seeds per variant.
 
@@ -67,8 +68,10 @@ model, tokenizer = models.load_target(TARGET, device=DEVICE, dtype=precision.cou
 # P-EAGLE fills them with a **mask token** (one embedding row, learned) and **one shared hidden state**
 # `mask_hidden` (a learned 3H vector, passed through `fc` like real taps). Positions still advance
 # (`start + j`), so the rotary embedding tells the slots apart, and causal attention lets slot j read the whole
-# context and the mask slots before it. Everything a deep slot knows about *which* token to guess comes
-# through attention to the context: the stand-ins only say "I am slot j".
+# context and the mask slots before it. Every mask slot gets the same stand-ins (the same `<mask>` row and the
+# same `fc(mask_hidden)`), so the stand-ins only say "I am a mask slot"; which slot it is, j, comes only from its
+# rotary position, and everything a deep slot knows about *which* token to guess comes through attention to the
+# context.
 
 # %% tags=["smollm2-fact", "nbval-check-output"]
 MASK_ID = pick_mask_token_id(tokenizer)
@@ -330,17 +333,20 @@ plt.show()
 # ### Exercise: more parallel slots
 #
 # The cell below sizes both layouts for `K_TRY` drafts: the one-pass draft at inference (the prompt above) and
-# the training mask of one toy sequence of 12 tokens with every anchor kept. Set `K_TRY` to 2, then to 8.
+# the training mask of one toy sequence of 12 tokens with every anchor kept. Set `K_TRY` to 2, then to 8, and
+# re-run it each time (the saved output is of `K_TRY = 4`; the answer says what to expect, not what was run).
 # Predict first: how many slots the inference pass has, and how the number of training elements and the size
 # of the training mask grow with K.
 #
 # <details><summary>Answer</summary>
 #
-# Inference: one pass over `n + K - 1` slots (n context slots, K - 1 mask slots), so each extra draft adds one
-# row and the causal mask grows to `(n + K - 1)²`; it is still one drafter pass. Training: each extra depth
+# Inference: one pass over `n + K - 1` slots (n context slots, K - 1 mask slots), as the K = 4 line printed; at
+# K = 2 and 8 you should see 2 fewer and 4 more slots. Each extra draft adds one row and the causal mask grows
+# to `(n + K - 1)²`; it is still one drafter pass. Training: each extra depth
 # adds one block of elements, a little smaller than the one before (an anchor near the end of the sequence has
-# no label `d` tokens ahead), so the elements grow about linearly with K and the mask, elements x elements,
-# about quadratically. That is why COD keeps fewer anchors at each deeper depth.
+# no label `d` tokens ahead; at K = 4 the printed counts shrink depth by depth), so expect the elements to grow
+# about linearly with K and the mask, elements x elements, about quadratically. That is why COD keeps fewer
+# anchors at each deeper depth.
 #
 # </details>
 
@@ -381,7 +387,10 @@ print(f"training, T=12, every anchor: elements per depth {[len(d.g) for d in pla
 #
 # The full study trains ten heads (its training time is printed with it below), so it runs from the command line
 # and its results are committed per host (`peagle-lab study mask --out data/recipe/<host>/mask`, resumable).
-# First a small live run through the same code (two variants, a few steps: it shows the machinery, not the answer):
+# First a small live run through the same code (two variants, a few steps: it shows the machinery, not the answer).
+# It first lets the target write the answers to a few training prompts (self-distillation, explained in
+# `03_train_head`) and extracts their taps in bf16 (01's default, the `Extracting` lines); the committed study's
+# caption prints the taps dtype it trained from, and `03_train_head` compares training from bf16 and fp32 taps:
 
 # %% tags=["nbval-ignore-output"]
 from peagle_lab.experiments import recipe
@@ -486,8 +495,14 @@ if rows:
 
 # %% [markdown]
 # **Reading it.** The lines under the table state what the study supports, on the held-out prompts and at the
-# budget of its caption line (the steps and tokens seen in the table): the "separated" pairs are the only ones
-# whose gap exceeds the seed spread of both arms, and the size of each gap is printed beside it. That is a partial
+# budget of its caption line (here budget means training tokens seen, the table's column, at the caption's steps):
+# the "separated" pairs are the only ones whose gap exceeds the seed spread of both arms, and the size of each gap
+# is printed beside it. The code compares unrounded values; a gap that equals a seed spread at the printed
+# precision (learned vs frozen mask embedding, 0.020 beside a spread of 0.020 in the lines printed above) is not
+# a separation you can see, so read that pair as borderline. The finding worth keeping: the frozen **random**
+# vector scored as high as the learned `mask_hidden` (1.209 against 1.211 printed above, a gap below both seed
+# spreads), so at this budget learning the stand-in bought nothing measurable over a fixed random one (both beat
+# zeros and the copy of h_context by the gaps printed above). That is a partial
 # ranking with two seeds per arm (a spread from two seeds is itself a rough estimate of the noise), and the
 # gaps are small beside the acceptance lengths themselves. A pair that is not listed is not separated by this
 # study. The stand-in enters drafting at slot 2, but it is trained together with the shared weights, so the
@@ -518,7 +533,8 @@ report.record("mask_live_divergences", sum(r["divergences"] for r in live));
 #   version with the shipped weights gives the package's logits (P-EAGLE's one pass) and drafts (EAGLE-3's K
 #   passes).
 # - The committed study separates only the stand-in pairs it lists (gap beyond both seeds' spread, two seeds per
-#   arm), by small margins at this budget; what limits a small head is slot 1, which is what training has to
+#   arm, one of them borderline), by small margins at this budget (tokens seen); a frozen random stand-in matched
+#   the learned `mask_hidden`; what limits a small head is slot 1, which is what training has to
 #   raise.
 #
 # Next: `03_train_head`, training a P-EAGLE head: the data, the draft vocabulary, COD and the per-depth loss.

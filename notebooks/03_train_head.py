@@ -59,7 +59,8 @@ model, tokenizer = models.load_target(TARGET, device=DEVICE, dtype=precision.cou
 # For the embedded target that file ships with the repository (project-written prompts: coding, chat, reasoning;
 # no HumanEval problem among them). The first cell reads it and shows one prompt and the target's answer. The
 # second reads the larger **scale mix** of prompts (`data/prompts/scale.jsonl`: code writing, completion from a
-# signature and docstring, explanation, chat, short reasoning, multi-turn) and a first self-distilled part of it,
+# signature and docstring, explanation, chat, short reasoning, multi-turn, and `data`: small tables to convert or
+# query; the printed `prompt kinds` count each) and a first self-distilled part of it,
 # whose held-out split is never trained on and measures acceptance on unseen prompts of the same kinds; then it
 # lists, run by run, what each shipped head was trained on, from the head's own record (`training.json`, the
 # same record as its `TRAINING.md`): the data file, the records, the tokens seen.
@@ -119,14 +120,18 @@ for kind, head_dir in SHIPPED.items():
 # %% [markdown]
 # ### Should the target write the answers itself? (question 7)
 #
-# An equal-budget experiment answers it (`peagle-lab study self-distill`, results committed per host). The same
-# prompts, each asking for one function of Python's standard library, are answered once by people (the
-# library's own source) and once by the target (`peagle-lab distill`). A head is trained on each for the same
+# An equal-budget experiment (the same optimizer steps per run; the tokens seen are printed under the table)
+# answers it (`peagle-lab study self-distill`, results committed per host). The same prompts, each asking for one
+# function of Python's standard library, are answered once by people (the library's own source: the table's
+# `human answers` row) and once by the target (`peagle-lab distill`). A head is trained on each for the same
 # number of tokens, two seeds each, and both are scored on held-out prompts of the same kind, answered by the
 # target at inference as they are when serving. The labels are the target's own greedy tokens in both arms:
 # only the text the head reads differs. The table's columns are those of notebook 02's mask study (held-out AL,
 # seed spread: the larger minus the smaller seed, tokens seen, per-position acceptance of slots 1-3); the lines
-# under it say which gaps exceed both seeds' spreads and how many rounds reach each slot.
+# under it say which gaps exceed both seeds' spreads and how many rounds reach each slot. Its acceptance lengths
+# are not comparable with 02's mask study, although the caption lines read alike: the training data (these
+# stdlib-function answers) and the held-out prompts differ, which is why this study's target's-own-answers arm
+# and 02's learned arm, both standard P-EAGLE heads at the same steps, print different acceptance lengths.
 
 # %% tags=["nbval-ignore-output"]
 from IPython.display import Markdown, display
@@ -288,8 +293,9 @@ print("\n".join(studies.verdict_lines(fp32_arm + st_runs)))
 # run's data set, named by its taps dtype). The verdict line says whether their gap in held-out acceptance
 # exceeds the seed spread of both arms; with the committed runs it does not: rounding the
 # stored taps to bf16 costs nothing this study can measure, and halves the disk (the bytes per token in the cell
-# before), which is why the shipped heads
-# were trained on offline bf16 shards. Online features trade that disk for a target forward each time a sequence
+# before), which is why bf16 is the default for stored taps (notebook 01). (The shipped heads' records, printed
+# at the top of this chapter and in 04, name their data files and training precision, the bf16 autocast, but not
+# the dtype of the taps they read.) Online features trade that disk for a target forward each time a sequence
 # is used: the right choice when the features of the data set would not fit on disk (notebook 01's table), the
 # slower one when they do.
 #
@@ -297,24 +303,28 @@ print("\n".join(studies.verdict_lines(fp32_arm + st_runs)))
 #
 # ### One training row
 #
-# A packed row holds several sequences. Its depth-0 elements are all its positions; depth d keeps a COD sample of
-# the anchors (response positions), each predicting the target's token `d + 1` steps ahead. COD, *conditional
+# A packed row holds several sequences. Its depth-0 elements are all its positions but the last of each sequence
+# (which has no next token: 446 of the 448 printed below); of those, the anchors are trained (response positions
+# and the last prompt position) and the rest are context only. Depth d keeps a COD sample of
+# the anchors, each predicting the target's token `d + 1` steps ahead. COD, *conditional
 # drop-token* sampling (from PARD), keeps every anchor at depth 0 and a shrinking share deeper (`ratio`, then
 # `ratio`^2, ..., never under `min_ratio`), each deeper set drawn from the one above: the deep slots cost a
 # fraction of the compute. The cell below plans one row of two sequences and prints its element count per depth.
 #
 # ### Exercise: predict the size of a row
 #
-# Set `RATIO = 0.5` (keep half at each depth) and predict the elements per depth and in all, then run the cell.
-# Then try `NUM_DEPTHS = 4`.
+# Set `RATIO = 0.5` (keep half at each depth) and predict the elements per depth and in all, then re-run the cell.
+# Then try `NUM_DEPTHS = 4`. (The saved output is of `RATIO = 0.7`, eight depths; the answer says what to expect,
+# not what was run.)
 #
 # <details><summary>Answer</summary>
 #
-# Depth 0 is unchanged (every position of the row). Each deeper depth keeps about `RATIO` times the anchors of
-# the depth above (rounded), until the floor `MIN_RATIO` x anchors is reached, after which it stays flat: with
-# 0.5 the counts halve (about 1/2, 1/4, ... of the anchors) and hit the 20% floor from depth 3 on, so the row
-# holds fewer elements in all than with 0.7. With `NUM_DEPTHS = 4` the list has four entries: the same first
-# four, and the total is smaller by the depths dropped. The number of elements is what a training step costs,
+# Depth 0 should not change (every position with a next token). Each deeper depth keeps about `RATIO` times the
+# anchors of the depth above (rounded), until the floor `MIN_RATIO` x anchors is reached, after which it stays
+# flat (the 0.7 run printed the flat tail). With 0.5 expect the counts to halve (about 1/2, 1/4, ... of the
+# anchors) and to hit the 20% floor from depth 3 on (0.5³ = 0.125 is under 0.2), so the row should hold fewer
+# elements in all than the 0.7 run printed. With `NUM_DEPTHS = 4` expect four entries, about the first
+# four above, and a total smaller by the depths dropped. The number of elements is what a training step costs,
 # so COD is what makes training K depths cost less than K times one depth.
 #
 # </details>
@@ -540,7 +550,8 @@ print(f"\nthe head just trained, drafting in the speculative loop: acceptance le
 # the anchor, predicted from the target's own features of the anchor) learns first; the deeper depths, which see
 # only mask slots, learn slower. The last line puts the head to work: drafting in the real speculative loop on
 # held-out prompts, its acceptance length (with the rounds it rests on) is what this little training buys, and
-# the output is still the target's own. Notebook 04 shows what far more training buys at each depth, and notebook
+# the output is still the target's own. In its per-position list, `None` marks a draft no round reached (05 prints
+# the same as `-`). Notebook 04 shows what far more training buys at each depth, and notebook
 # 05's acceptance ledger lists the acceptance lengths of the shipped heads.
 #
 # What was trained (the parameter list above): one decoder layer whose attention reads `[embedding, fused
