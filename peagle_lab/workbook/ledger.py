@@ -21,6 +21,7 @@ from ..bench.readme import format_table
 from ..serving.engine import engine_kwargs
 from ..errors import PeagleError
 from . import report
+from .payoff import best
 
 PREFIX = "ledger:"
 COLUMNS = ["chapter", "what", "head", "host", "prompt_set", "prompts", "new_tokens", "k", "dtype", "rounds",
@@ -71,10 +72,9 @@ def bench_rows(e2e: dict, chapter: str, what: str, host: str | None = None) -> l
     cfg, env = e2e.get("config", {}), e2e.get("env", {})
     rows = []
     for family, name in FAMILY_HEAD.items():
-        methods = [m for m in e2e.get("methods", []) if m["family"] == family and m.get("speedup") is not None]
-        if not methods:
+        m = best(e2e, family)
+        if m is None:
             continue
-        m = max(methods, key=lambda r: r["speedup"])
         head = Path(((cfg.get(f"{'parallel' if family == 'p-eagle' else 'sequential'}_head")) or {}).get(
             "source") or name).name
         rows.append(row(chapter=chapter, what=f"{what}, best speed-up", head=head,
