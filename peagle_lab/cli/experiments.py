@@ -19,7 +19,7 @@ from ..experiments import compare
 from ..experiments.heldout import depth_accuracy
 from ..experiments.recipe import VARIANTS, RecipePlan, Scoring, learning_curve, recipe_markdown, run_recipe, \
     scored_prompts
-from ..experiments.studies import BASE, HELD_OUT_SEQUENCES, STUDIES, StudyData, study_inputs
+from ..experiments.studies import BASE, HELD_OUT_SEQUENCES, HELD_OUT_STUDIES, STUDIES, StudyData, study_inputs
 from ..settings import display_path
 from ..target_args import TargetPeek, add_target_options, load_cli_target
 from ..training import prepare_sequences
@@ -137,7 +137,7 @@ def _run_depth_accuracy(args):
 
 def _register_study(sub):
     p = sub.add_parser("study", help="an equal-budget study with two seeds per setting: mask stand-ins, bf16 vs "
-                                     "fp32 storage, self-distilled vs human answers")
+                                     "fp32 storage, self-distilled vs human answers, soft targets, what feeds the deep slots")
     p.add_argument("name", choices=STUDIES)
     p.add_argument("--out", required=True, help="results directory (runs.jsonl, RECIPE.md); resumes")
     p.add_argument("--data", default="data/distill/smollm2-135m-scale.jsonl",
@@ -148,7 +148,8 @@ def _register_study(sub):
     p.add_argument("--val-prompts", type=int, default=16, help="held-out prompts scored")
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--features", default=None,
-                   help="feature cache directory for the soft-targets study (default: online, in memory)")
+                   help="feature cache directory for the soft-targets and deep-slots studies (default: online, "
+                        "in memory)")
     add_target_options(p)
     p.set_defaults(func=_run_study)
 
@@ -162,7 +163,7 @@ def _run_study(args):
                    sequences={k: len(v) for k, v in data.items()},
                    tokens={k: sum(len(s["input_ids"]) for s in v) for k, v in data.items()})
     held_out = None
-    if args.name == "soft-targets":  # per-depth accuracy on distilled sequences of the held-out prompts
+    if args.name in HELD_OUT_STUDIES:  # per-depth accuracy on distilled sequences of the held-out prompts
         _, records = read_distilled(args.data)
         records, _ = select_split(records, "val")
         held_out = prepare_sequences(model, records[:HELD_OUT_SEQUENCES], progress=False)

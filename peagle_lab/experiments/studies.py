@@ -9,6 +9,9 @@ run-to-run noise:
 - ``soft-targets``: ``--loss ce`` (the target's greedy token) against ``--loss kl`` (its top-32 logits restricted
   to the draft vocabulary, as EAGLE-3, SpecForge and speculators train), float32, also scored by per-depth
   accuracy on distilled sequences of the held-out prompts;
+- ``deep-slots``: what feeds the deep slots: COD's retention (depth d trains on max(0.7^d, 0.2) of the anchors,
+  as speculators) against every anchor at every depth, and the acceptance-aligned ``--loss lk`` against ``--loss
+  ce``, float32, also scored by per-depth accuracy on distilled sequences of the held-out prompts;
 - ``self-distill``: the same prompts (functions of the Python standard library) answered by people (the library's
   source) against answered by the target itself (:func:`peagle_lab.distill.data.distill`), scored on held-out
   prompts of the same kind answered by the target at inference, as they are when serving.
@@ -48,10 +51,18 @@ SOFT_TOPK = 32
 SOFT_TARGET_VARIANTS = {"ce (greedy labels)": dict(loss="ce", autocast="float32"),
                         f"kl (top-{SOFT_TOPK} soft targets)": dict(loss="kl", topk_logits=SOFT_TOPK,
                                                                     autocast="float32")}
+# what feeds the deep slots: the default (COD 0.7 / 0.2, greedy labels) against keeping every anchor at every
+# depth, and against the acceptance-aligned loss; float32 so that the settings differ in nothing else
+DEEP_SLOT_VARIANTS = {"ce, COD 0.7 / 0.2 (default)": dict(loss="ce", autocast="float32"),
+                      "ce, every anchor at every depth": dict(loss="ce", cod_ratio=1.0, cod_min_ratio=1.0,
+                                                              autocast="float32"),
+                      "lk, COD 0.7 / 0.2": dict(loss="lk", autocast="float32")}
 HELD_OUT_SEQUENCES = 40  # distilled val-split sequences scored for per-depth accuracy (soft-targets study)
 # equal-token budget: 160 steps x 512 tokens (about 82k tokens, minutes per run on one CPU core)
 BASE = dict(schedule="steps", steps=160, time_budget_s=None, draft_vocab_size=4096, lr=3e-3, warmup_steps=16)
-STUDIES = ("mask", "storage", "self-distill", "soft-targets")
+STUDIES = ("mask", "storage", "self-distill", "soft-targets", "deep-slots")
+# the studies also scored by per-depth accuracy on distilled sequences of held-out prompts
+HELD_OUT_STUDIES = ("soft-targets", "deep-slots")
 
 
 def with_seeds(variants: dict, seeds=SEEDS, seed_major: bool = False) -> dict:
@@ -87,15 +98,15 @@ def study_inputs(name: str, model, tokenizer, sources: StudyData, work_dir, prog
     if name not in STUDIES:
         raise PeagleError(f"unknown study {name!r}. Fix: one of {list(STUDIES)}.")
     n, val_prompts = sources.num_sequences, sources.val_prompts
-    if name == "soft-targets":
+    if name in HELD_OUT_STUDIES:
         _, records = read_distilled(sources.distilled)
         records, _ = select_split(records, "train")
-        seqs = prepare_sequences(model, records[:n], progress=progress, topk=SOFT_TOPK,
-                                 features_dir=sources.features_dir)
+        seqs = prepare_sequences(model, records[:n], progress=progress, topk=SOFT_TOPK if name == "soft-targets"
+                                 else 0, features_dir=sources.features_dir)
         if sources.features_dir is not None:  # the cache stores bf16 taps: train on them as float32
             seqs = [dict(s, taps=s["taps"].float()) for s in seqs]
-        return ({"float32": seqs}, load_scale_records("val")[:val_prompts],
-                with_seeds(SOFT_TARGET_VARIANTS, seed_major=True))
+        variants = SOFT_TARGET_VARIANTS if name == "soft-targets" else DEEP_SLOT_VARIANTS
+        return {"float32": seqs}, load_scale_records("val")[:val_prompts], with_seeds(variants, seed_major=True)
     if name in ("mask", "storage"):
         _, records = read_distilled(sources.distilled)
         records, _ = select_split(records, "train")

@@ -18,7 +18,7 @@ MASK_EMBEDDING_VARIANTS = ("learned", "frozen")
 
 
 SCHEDULES = ("steps", "time")
-LOSSES = ("ce", "kl")
+LOSSES = ("ce", "kl", "lk")
 
 
 def _flag(name: str) -> str:
@@ -56,7 +56,10 @@ class TrainConfig:
     max_seq_len: int = flag_field(MAX_SEQ_LEN, "longest sequence trained on (longer ones are cut)")
     loss: str = flag_field("ce", "ce: cross-entropy to the target's greedy token; kl: soft cross-entropy (KL up to a "
                            "constant) to the target's top-k distribution restricted to the draft vocabulary, "
-                           "positions whose target top-1 is outside it masked", choices=LOSSES)
+                           "positions whose target top-1 is outside it masked; lk: acceptance-aligned, "
+                           "lam*CE + (1-lam)*(1 - q(y)) with q(y) the head's probability of the greedy token (the "
+                           "chance a token drawn from the head is accepted) and lam = exp(-3 * mean q(y)), so the "
+                           "weight moves from CE to acceptance as the depth learns", choices=LOSSES)
     topk_logits: int = flag_field(32, "k of the target's top-k logits the kl loss learns from (read from the feature "
                                       "shards, or computed online)")
     cod_ratio: float = flag_field(0.7, "COD: depth d trains on ratio**d of the anchors")
@@ -89,7 +92,7 @@ class TrainConfig:
             raise PeagleError(f"mask_embedding must be one of {MASK_EMBEDDING_VARIANTS}, got {self.mask_embedding!r}. "
                               "Fix: --mask-embedding learned.")
         if self.loss not in LOSSES:
-            raise PeagleError(f"loss must be one of {LOSSES}, got {self.loss!r}. Fix: --loss ce or --loss kl.")
+            raise PeagleError(f"loss must be one of {LOSSES}, got {self.loss!r}. Fix: --loss ce, kl or lk.")
         if self.loss == "kl" and self.topk_logits < 1:
             raise PeagleError(f"--loss kl needs --topk-logits >= 1, got {self.topk_logits}.")
         if self.schedule not in SCHEDULES:

@@ -6,7 +6,9 @@ depth (:func:`~peagle_lab.training.mask.training_mask`). Loss: cross-entropy of 
 ``y`` mapped into the draft vocabulary (labels outside it are masked), averaged per depth, every depth weighted
 equally; per-depth top-1 accuracy is logged (a label outside the draft vocabulary counts as a miss: that is what
 acceptance will see). With ``loss="kl"`` (``--loss kl``) the hard label gives way to the target's distribution:
-:func:`soft_cross_entropy` against its top-k logits restricted to the draft vocabulary, on the same positions.
+:func:`soft_cross_entropy` against its top-k logits restricted to the draft vocabulary, on the same positions;
+with ``loss="lk"`` (``--loss lk``) the greedy label's cross-entropy is blended with the acceptance probability
+(:func:`lk_hybrid`).
 
 Trainable: ``fc``, ``mask_hidden`` (variant ``learned``), the decoder layers, ``norm``, ``lm_head`` (started from
 the target's), and the mask token's embedding row only (variant ``learned``; every other row stays the target's,
@@ -173,8 +175,8 @@ class DraftTrainer(nn.Module):
                 loss = torch.where(valid, soft, 0.0).sum() / n_valid.clamp(min=1)
             else:
                 ce = F.cross_entropy(logits.float(), torch.where(valid, draft_labels, -100), ignore_index=-100,
-                                     reduction="sum")
-                loss = ce / n_valid.clamp(min=1)
+                                     reduction="none")
+                loss = lk_hybrid(ce, valid, n_valid) if self.loss_kind == "lk" else ce.sum() / n_valid.clamp(min=1)
             depth_losses.append(loss)
             with torch.no_grad():
                 n = keep.sum()
@@ -193,6 +195,24 @@ class DraftTrainer(nn.Module):
             if p.requires_grad:
                 loss = loss + 0.0 * p.sum()
         return loss, metrics
+
+
+# lk's weight on the cross-entropy: exp(-LK_ETA * mean acceptance probability) (0.74 at 0.1, 0.26 at 0.45)
+LK_ETA = 3.0
+
+
+def lk_hybrid(ce_rows, valid, n_valid):
+    """The acceptance-aligned loss of one depth (``--loss lk``), from its per-row cross-entropies against the greedy
+    labels (0 on rows that do not count). ``q(y) = exp(-ce)`` is the chance that a token drawn from the head is the
+    target's greedy token, i.e. is accepted: the loss is ``lam * CE + (1 - lam) * (1 - mean q(y))`` with ``lam =
+    exp(-LK_ETA * mean q(y))`` taken as a constant. CE's gradient is large where q(y) is near 0 (tokens the head
+    cannot yet predict); the acceptance term's is largest where q(y) is middling (tokens it nearly has), so as the
+    depth learns the weight moves to the tokens that would turn into accepted drafts."""
+    n = n_valid.clamp(min=1)
+    ce = ce_rows.sum() / n
+    accept = torch.where(valid, torch.exp(-ce_rows), 0.0).sum() / n
+    lam = torch.exp(-LK_ETA * accept.detach())
+    return lam * ce + (1 - lam) * (1 - accept)
 
 
 def soft_cross_entropy(draft_logits, topk_values, topk_draft_ids, reduction: str = "mean"):

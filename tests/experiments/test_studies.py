@@ -66,3 +66,19 @@ def test_the_verdict_lists_only_pairs_apart_by_more_than_both_seed_spreads_and_t
     assert lines[3] == ("a: slots 1 / 2 / 3 accepted at 0.20 / 0.10 / -, reached in at most about 13 / 3 / 0 "
                         "rounds per run")
     assert studies.verdict_lines([_run("a (seed 0)", {"seed": 0}, 1.2)]) == []  # one seed: no spread to judge by
+
+
+def test_the_deep_slot_settings_differ_from_the_default_in_one_thing_each_and_are_valid_configs():
+    from peagle_lab.experiments.studies import BASE, DEEP_SLOT_VARIANTS, with_seeds
+    from peagle_lab.training import TrainConfig
+
+    default, *others = DEEP_SLOT_VARIANTS.values()
+    for other in others:
+        changed = {k for k in default.keys() | other.keys() if default.get(k) != other.get(k)}
+        assert changed in ({"loss"}, {"cod_ratio", "cod_min_ratio"}), changed
+    runs = with_seeds(DEEP_SLOT_VARIANTS, seed_major=True)
+    assert len(runs) == 6 and [r["seed"] for r in runs.values()] == [0, 0, 0, 1, 1, 1]
+    for settings in runs.values():
+        cfg = TrainConfig(**dict(BASE, **settings))
+        if cfg.cod_ratio == 1.0:
+            assert cfg.cod_min_ratio == 1.0, "every anchor at every depth"
