@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import argparse
 
+import dataclasses
+
 from .. import lock, validate
 from ..errors import PeagleError
+from ..flags import add_config_flags, given_config_flags
 from ..features.format import TAPS_DTYPES
 from ..features.taps import check_tap_layers
-from ..features.writer import BATCH_TOKENS, ExtractionSettings, extract_features
+from ..features.writer import ExtractionSettings, extract_features
 from ..prompts import chat_ids, load_train_prompts
 from ..target_args import TargetPeek, add_target_options, check_target_options, load_cli_target
 from ..distill.data import MAX_SEQ_LEN, read_distilled, select_split
@@ -30,14 +33,8 @@ def register_cli(sub):
     p.add_argument("--tap-layers", nargs="+", default=None, dest="taps", metavar="TAP_LAYERS",
                    help="tap layer ids, e.g. 2 15 27 or 2,15,27 (default: vLLM's 2, L//2, L-3)")
     p.add_argument("--taps", type=lambda text: [text], dest="taps", help=argparse.SUPPRESS)  # train's spelling above
-    p.add_argument("--shard-size", type=int, default=64, help="sequences per shard (default 64)")
-    p.add_argument("--batch-tokens", type=int, default=BATCH_TOKENS,
-                   help="padded tokens per target forward: sequences of similar length batched together (default "
-                        f"{BATCH_TOKENS}; 0: one sequence per forward)")
+    add_config_flags(p, ExtractionSettings)  # --shard-size, --topk-logits, --batch-tokens: one default each
     p.add_argument("--store-dtype", default="bfloat16", choices=sorted(TAPS_DTYPES), help="taps dtype on disk")
-    p.add_argument("--topk-logits", "--topk", type=int, default=0, dest="topk",
-                   help="also store the target's top-k logits, the soft targets of `train --loss kl` (default 0; "
-                        "k x 8 bytes per token: float32 value + int32 id)")
     p.add_argument("--max-seq-len", type=int, default=MAX_SEQ_LEN,
                    help=f"cut --distilled sequences here, as `train --max-seq-len` does (default {MAX_SEQ_LEN})")
     add_target_options(p)
@@ -49,16 +46,17 @@ def check_cli(args):
     within the target's vocabulary (read from its config.json), before the target's weights load: the token id
     sequences to extract, or None for the training prompts (templated once the tokenizer is loaded)."""
     check_target_options(args)
-    validate.positive_int(args.shard_size, "shard_size", "--shard-size")
+    s = settings_of(args)
+    validate.positive_int(s.shard_size, "shard_size", "--shard-size")
     validate.positive_int(args.max_seq_len, "max_seq_len", "--max-seq-len", 2)
-    validate.positive_int(args.batch_tokens, "batch_tokens", "--batch-tokens", 0)
+    validate.positive_int(s.batch_tokens, "batch_tokens", "--batch-tokens", 0)
     if args.prompts is not None:
         validate.positive_int(args.prompts, "prompts", "--prompts")
     validate.writable(args.out, "--out", folder=True)
     if args.distilled:
         validate.disjoint(args.distilled, args.out, "--distilled", "--out")
     peek = TargetPeek(args.target)
-    validate.positive_int(args.topk, "topk", "--topk", 0, peek.vocab_size)
+    validate.positive_int(s.topk, "topk", "--topk", 0, peek.vocab_size)
     if args.taps:
         check_tap_layers(_tap_layers(args), peek.num_layers, "--tap-layers")
     rows = validate.record_range(args.records) if args.records is not None else slice(None)
@@ -86,9 +84,13 @@ def _run_cli(args):
         if sequences is None:
             sequences = [chat_ids(tok, p) for p in load_train_prompts(args.prompts)]
         taps = _tap_layers(args) if args.taps else None
-        extract_features(model, sequences, args.out, ExtractionSettings(
-            tap_layers=taps, shard_size=args.shard_size, taps_dtype=TAPS_DTYPES[args.store_dtype], topk=args.topk,
-            batch_tokens=args.batch_tokens, target=target))
+        extract_features(model, sequences, args.out, dataclasses.replace(
+            settings_of(args), tap_layers=taps, taps_dtype=TAPS_DTYPES[args.store_dtype], target=target))
+
+
+def settings_of(args) -> ExtractionSettings:
+    """The extraction's settings from the flags given (:class:`ExtractionSettings`' defaults for the rest)."""
+    return ExtractionSettings(**given_config_flags(args, ExtractionSettings))
 
 
 def _tap_layers(args) -> list[int]:

@@ -20,6 +20,7 @@ import torch
 from .. import lock
 from ..atomic import atomic_write, write_json
 from ..errors import PeagleError
+from ..flags import flag_field
 from .cost import bytes_per_token, estimate_bytes, format_bytes
 from .format import (FORMAT, FORMAT_VERSION, MANIFEST, PER_TOKEN_KEYS, TAP_CONVENTION,
                      dtype_bytes, read_manifest, shard_name, taps_dtype_name)
@@ -97,25 +98,27 @@ def _shard_is_complete(out_dir: Path, entry: dict) -> bool:
     path = out_dir / entry["file"]
     return path.is_file() and path.stat().st_size == entry["bytes"]
 
-BATCH_TOKENS = 2048  # padded tokens per forward of `peagle-lab extract` and of the training feature cache
-
 @dataclass(frozen=True)
 class ExtractionSettings:
     """What an extraction stores: the ``tap_layers`` (default: EAGLE-3's low, middle and high layer), ``shard_size``
     sequences per shard, taps as ``taps_dtype`` on disk, the target's top-``topk`` logits (0: none), and the name
     of the ``target`` recorded in the manifest (default: the model's own). ``batch_tokens`` > 0: several sequences
     of a shard per target forward (:func:`.online.length_batches`: similar lengths together, at most
-    ``batch_tokens`` padded tokens per forward; the command line and the feature cache use :data:`BATCH_TOKENS`);
-    0 (the default here, bit for bit what :func:`.online.online_features` computes): one sequence per forward. The features are the same up to the
-    rounding of differently shaped products (a shard's sequences keep their order), so it is not a setting a
-    resumed run must repeat."""
+    ``batch_tokens`` padded tokens per forward; the training feature cache batches this way); 0 (the default, here
+    and on the command line: bit for bit what :func:`.online.online_features` computes): one sequence per forward.
+    Batched features are the same up to the rounding of differently shaped products (a shard's sequences keep
+    their order), so it is not a setting a resumed run must repeat. The fields with a flag are
+    ``peagle-lab extract``'s options (:func:`peagle_lab.flags.add_config_flags`): one default, one help."""
 
-    tap_layers: tuple[int, ...] | None = None
-    shard_size: int = 64
-    taps_dtype: torch.dtype = torch.bfloat16
-    topk: int = 0
-    batch_tokens: int = 0
-    target: str | None = None
+    tap_layers: tuple[int, ...] | None = flag_field(None, cli=False)  # --tap-layers: 2 15 27 or 2,15,27
+    shard_size: int = flag_field(64, "sequences per shard")
+    taps_dtype: torch.dtype = flag_field(torch.bfloat16, cli=False)  # --store-dtype: by name
+    topk: int = flag_field(0, "also store the target's top-k logits, the soft targets of `train --loss kl` (k x 8 "
+                              "bytes per token: float32 value + int32 id)", flag="--topk-logits", aliases=("--topk",))
+    batch_tokens: int = flag_field(0, "padded tokens per target forward: sequences of similar length batched "
+                                      "together, for GPUs (0: one sequence per forward, the features bit for bit "
+                                      "those of a forward of each alone)")
+    target: str | None = flag_field(None, cli=False)  # the --target option's name
 
 
 def extract_features(model, sequences: Sequence, out_dir, settings: ExtractionSettings | None = None,

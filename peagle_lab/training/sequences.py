@@ -18,12 +18,11 @@ from ..distill.data import MAX_SEQ_LEN
 from ..errors import PeagleError
 from ..features import ExtractionSettings, extract_features, load_features, read_manifest
 from ..features.online import ordered_features
-from ..features.writer import BATCH_TOKENS
 from ..features.reader import sequence_key, shard_ids
 from ..features.identity import recorded_target_problem
 from ..features.taps import check_tap_layers, default_tap_layers
 
-
+CACHE_BATCH_TOKENS = 2048  # padded tokens per target forward when the training feature cache extracts
 
 
 @dataclass(frozen=True)
@@ -125,7 +124,7 @@ def extract_missing(model, ids: list[list[int]], root, tap_layers, progress: boo
         f"part-{tag}" if rank == 0 else None)
     if mine in parts:
         extract_features(model, [todo[k] for k in parts[mine]], root / mine,
-                         ExtractionSettings(tap_layers=tap_layers, topk=topk, batch_tokens=BATCH_TOKENS),
+                         ExtractionSettings(tap_layers=tap_layers, topk=topk, batch_tokens=CACHE_BATCH_TOKENS),
                          progress=progress)
     for name in parts:
         _wait_complete(root / name)

@@ -291,6 +291,22 @@ def test_cli_extracts_the_first_training_prompts(tmp_path, monkeypatch, tiny_lla
     assert len(ds) == 3 and ds.tap_layers == [1, 3, 5] and ds.manifest["taps_dtype"] == "bfloat16"
 
 
+def test_extract_flags_default_to_the_settings_defaults_and_reach_the_settings():
+    """``extract``'s --batch-tokens, --shard-size and --topk-logits are ExtractionSettings' fields: one default."""
+    from peagle_lab.cli import build_parser
+    from peagle_lab.cli.extract import settings_of
+
+    parser = build_parser()
+    default = settings_of(parser.parse_args(["extract", "--out", "x"]))
+    assert default == F.ExtractionSettings() and default.batch_tokens == F.ExtractionSettings().batch_tokens
+    given = settings_of(parser.parse_args(["extract", "--out", "x", "--batch-tokens", "512", "--topk", "4",
+                                           "--shard-size", "8"]))
+    assert (given.batch_tokens, given.topk, given.shard_size) == (512, 4, 8)
+    sub = next(a for a in parser._subparsers._group_actions[0].choices["extract"]._actions
+               if a.dest == "batch_tokens")
+    assert sub.help.endswith(f"(default: {F.ExtractionSettings().batch_tokens})")  # the help states that default
+
+
 # -- the real embedded target ---------------------------------------------------------------------------------------
 
 def test_real_target_taps_and_greedy_token(smollm2):

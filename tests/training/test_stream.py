@@ -114,7 +114,7 @@ def test_the_train_command_streams_extracted_shards_with_soft_targets(tmp_path, 
     assert "--features" in capsys.readouterr().err
     feats = tmp_path / "feats"
     assert main(["extract", "--distilled", str(data), "--split", "train", "--out", str(feats / "part-train"),
-                 "--topk-logits", "4", "--shard-size", "2", *target]) == 0
+                 "--topk-logits", "4", "--shard-size", "2", "--batch-tokens", "2048", *target]) == 0
     man = json.loads((feats / "part-train" / "manifest.json").read_text())
     assert man["topk"] == 4 and man["topk_bytes_per_token"] == 32 and man["batch_tokens"] == 2048
     rc = main(["train", "--data", str(data), "--out", str(tmp_path / "h"), "--features", str(feats), "--stream",
