@@ -76,15 +76,16 @@ def make_tiny_gpt_oss(vocab=96, window=WINDOW, seed=0, sharpen=1.0, layers=4):
     return model
 
 
-def make_random_head(target, mode="parallel", seed=0, layers=1, draft_vocab=None):
-    """The test head: an eval-mode P-EAGLE head for ``target`` drafting in ``mode`` (mask token 3, K = 8), its
-    layers drawn from ``seed`` and initialised from the target; with ``draft_vocab``, a random sorted draft
-    vocabulary of that many tokens (drawn after the layers)."""
+def make_random_head(target, mode="parallel", seed=0, layers=1, draft_vocab=None, mask_token=3, k=8, **config):
+    """The test head: an eval-mode P-EAGLE head for ``target`` drafting in ``mode`` (mask token ``mask_token``,
+    K = ``k``), its layers drawn from ``seed`` and initialised from the target; with ``draft_vocab``, a random
+    sorted draft vocabulary of that many tokens (drawn after the layers); ``config``: more
+    ``PEagleConfig.from_target`` fields (``extra=...``)."""
     from peagle_lab.drafter import PEagleConfig, PEagleDrafter
 
     torch.manual_seed(seed)
-    cfg = PEagleConfig.from_target(target.config, num_hidden_layers=layers, mask_token_id=3, mode=mode,
-                                   draft_vocab_size=draft_vocab, num_speculative_tokens=8)
+    cfg = PEagleConfig.from_target(target.config, num_hidden_layers=layers, mask_token_id=mask_token, mode=mode,
+                                   draft_vocab_size=draft_vocab, num_speculative_tokens=k, **config)
     head = PEagleDrafter(cfg).init_from_target(target).eval()
     if draft_vocab:
         head.set_draft_vocab(torch.randperm(target.config.vocab_size)[:draft_vocab].sort().values)

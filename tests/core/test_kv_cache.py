@@ -5,7 +5,6 @@ import torch
 from transformers import DynamicCache
 
 from peagle_lab.decoding.draft_sources import HeadDrafter
-from peagle_lab.drafter import PEagleConfig, PEagleDrafter
 from peagle_lab.kv_cache import DrafterCache, PositionBuffer, PositionCache
 from peagle_lab.decoding.speculative import iter_rounds, plain_generate
 from peagle_lab.decoding.target_runner import TargetRunner
@@ -47,9 +46,7 @@ def test_target_logits_and_taps_equal_the_dynamic_cache_path():
 
 def test_target_and_drafter_buffers_are_not_reallocated_across_rounds():
     target = make_tiny_llama(seed=1)
-    cfg = PEagleConfig.from_target(target.config, num_hidden_layers=2, mask_token_id=3, num_speculative_tokens=4)
-    torch.manual_seed(0)
-    drafter = HeadDrafter(PEagleDrafter(cfg).init_from_target(target).eval())
+    drafter = HeadDrafter(make_random_head(target, layers=2, k=4))
     runner = TargetRunner(target)
     prompt = make_random_ids(length=8, seed=2)[0].tolist()
     seen = []

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from conftest import make_byte_tokenizer, make_tiny_llama
+from conftest import make_byte_tokenizer, make_random_head, make_tiny_llama
 from peagle_lab.errors import PeagleError
 from peagle_lab.models import load_target
 
@@ -78,10 +78,7 @@ def test_a_llama_family_target_with_a_template_loads(tmp_path):
 
 
 def _head_dir(tmp_path, model, name, **cfg):
-    from peagle_lab.drafter import PEagleConfig, PEagleDrafter
-
-    head = PEagleDrafter(PEagleConfig.from_target(model.config, mask_token_id=5, **cfg)).init_from_target(model)
-    return head.save_pretrained(tmp_path / name)
+    return make_random_head(model, mask_token=5, **cfg).save_pretrained(tmp_path / name)
 
 
 def test_a_head_of_another_vocabulary_is_one_line_naming_target_problem_and_fix(tmp_path):

@@ -11,7 +11,6 @@ from scipy.stats import chisquare
 
 from peagle_lab.decoding import sampling as sampling_rules, speculative as spec, target_runner
 from peagle_lab.decoding.draft_sources import DraftSource, HeadDrafter, OracleDrafter, RandomDrafter
-from peagle_lab.drafter import PEagleConfig, PEagleDrafter
 from peagle_lab.errors import PeagleError
 from peagle_lab.decoding.sampling import Sampling
 from peagle_lab.decoding.speculative import plain_generate, speculative_generate
@@ -204,8 +203,7 @@ def test_real_target_every_k_both_modes_on_humaneval_prompts(smollm2):
         if SHIPPED[mode].exists():
             heads[mode] = load_head(mode, model)
         else:
-            cfg = PEagleConfig.from_target(model.config, mask_token_id=16, mode=mode)
-            heads[mode] = PEagleDrafter(cfg).init_from_target(model).eval()
+            heads[mode] = make_random_head(model, mode, mask_token=16)
     runner = TargetRunner(model, heads["parallel"].config.aux_hidden_state_layer_ids)
     for text in humaneval_prompts(2):
         prompt = chat_ids(tok, text)

@@ -13,6 +13,8 @@ from peagle_lab import models, timer
 from peagle_lab.errors import PeagleError
 from peagle_lab.serving import engine, server, sweep
 
+from conftest import make_random_head
+
 GiB = 1 << 30
 
 
@@ -135,11 +137,9 @@ def test_one_pass_logits_moves_cpu_inputs_to_the_heads_device(tiny_llama):
     """Notebook 02's "trained as it drafts" cell feeds CPU features to a head the Trainer may have put on CUDA: the
     helper it calls moves them. A head on the 'meta' device stands in for CUDA; torch lets meta and CPU tensors
     mix, so SameDevice makes every op refuse operands on two devices, as CUDA kernels do."""
-    from peagle_lab.drafter import PEagleConfig, PEagleDrafter
-
     target = tiny_llama(hidden=16, layers=2)
-    cfg = PEagleConfig.from_target(target.config, mask_token_id=5, num_speculative_tokens=3)
-    head = PEagleDrafter(cfg).init_from_target(target).eval()
+    head = make_random_head(target, mask_token=5, k=3)
+    cfg = head.config
     ids, taps = torch.tensor([7, 8, 9, 10]), torch.randn(4, 3 * 16, dtype=torch.bfloat16)
     with torch.no_grad():
         on_cpu = head.one_pass_logits(ids, taps, 3)
