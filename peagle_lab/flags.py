@@ -1,7 +1,7 @@
 """Settings dataclasses whose fields are command-line flags (:class:`peagle_lab.training.TrainConfig`,
-:class:`peagle_lab.bench.config.BenchConfig`): a field made with :func:`flag_field` carries its flag's help and
-names; :func:`add_config_flags` makes the flags of a dataclass, :func:`given_config_flags` reads back the ones
-given. A new field is a new flag, with no second edit."""
+:class:`peagle_lab.bench.config.BenchConfig`, :class:`peagle_lab.features.writer.ExtractionSettings`): a field
+made with :func:`flag_field` carries its flag's help and names; :func:`add_config_flags` makes the flags of a
+dataclass, :func:`given_config_flags` reads back the ones given. A new field is a new flag, with no second edit."""
 
 from __future__ import annotations
 

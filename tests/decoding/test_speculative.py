@@ -9,7 +9,7 @@ import torch
 from hypothesis import given, HealthCheck, settings, strategies as st
 from scipy.stats import chisquare
 
-from peagle_lab.decoding import sampling as sampling_rules, speculative as spec, target_runner
+from peagle_lab.decoding import sampling as sampling_rules, speculative as spec
 from peagle_lab.decoding.draft_sources import DraftSource, HeadDrafter, OracleDrafter, RandomDrafter
 from peagle_lab.errors import PeagleError
 from peagle_lab.decoding.sampling import Sampling

@@ -215,17 +215,17 @@ def _pair(folder: Path, saved_line: str) -> Path:
 def test_notebook_cells_are_compared_with_the_saved_outputs(tmp_path, monkeypatch):
     import IPython.display
 
-    # run_notebook_source is made for a process of its own: what it sets (working folder, matplotlib backend, the
-    # display hook) is put back after the test, or the notebook kernels started later in this session inherit it
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("MPLBACKEND", "Agg")
+    # run_notebook_source is made for a process of its own: the display hook it replaces is put back after the test
+    # (the run itself restores the working folder and the environment it sets)
     monkeypatch.setattr(IPython.display, "display", IPython.display.display)
+    here, backend = Path.cwd(), os.environ.get("MPLBACKEND")
     path = _pair(tmp_path, "x is 2\n")
     gpu_check.run_notebook_source(path, tmp_path / "out")  # the checked cell prints what was saved (the unchecked
     assert (tmp_path / "out" / "00_pair.ipynb").is_file()  # one need not); the executed copy is kept
     bad = _pair(tmp_path, "x is 3\n")
     with pytest.raises(SystemExit):
         gpu_check.run_notebook_source(bad, tmp_path / "out")
+    assert Path.cwd() == here and os.environ.get("MPLBACKEND") == backend
     problems = gpu_check.saved_output_problems([([], ""), (["nbval-check-output"], "x is 2\n20\n")],
                                                bad.with_suffix(".ipynb"), default_target=False)
     assert len(problems) == 1 and "code cell 1" in problems[0] and "'x is 3' vs 'x is 2'" in problems[0]
