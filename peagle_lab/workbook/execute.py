@@ -58,8 +58,8 @@ class NotebookFailed(PeagleError):
         self.notebook, self.cell, self.error, self.copy, self.seconds = notebook, cell, error, copy, seconds
         first = next((line.strip() for line in source.splitlines() if line.strip()), "")
         where = f"code cell {cell} (`{first[:60]}`)" if cell else "before its first cell"
-        super().__init__(f"{display_path(notebook)} stopped at {where}: {error}. Fix: run that cell in Jupyter "
-                         f"to see the whole traceback (the executed copy {display_path(copy)} keeps it).")
+        super().__init__(f"{display_path(notebook)} stopped at {where}: {error}. Fix: read the traceback in the "
+                         f"executed copy {display_path(copy)}, mend that cell (or what it calls) and run it again.")
 
 
 def switches(name: str, ci: bool | None = None, in_process: bool = False) -> dict[str, str]:
