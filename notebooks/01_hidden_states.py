@@ -306,7 +306,9 @@ for key, value in [("extract_tokens_per_s", round(result.tokens_per_s, 1)), ("ex
 #   = transformers' `hidden_states[i]` (never `hidden_states[L]`, which comes after the final norm). Three taps
 #   side by side are 3H numbers per token, the drafter's input.
 # - The three taps overlap but are far from copies of each other (their cosine similarities, printed above, sit
-#   well below the near-1 of neighbouring layers), and the logit lens reads a different guess from each.
+#   well below the near-1 of neighbouring layers), and the logit lens reads a different guess from each; its
+#   agreement with the model's next token rises with depth (0%, 2% and 49% for vLLM's taps in the exercise), so
+#   only the late tap already carries much of the answer, and the low and middle taps add other views.
 # - Offline features cost 3 x H x 2 bytes per token (the table): fine for the slices the workbook trains on,
 #   hundreds of gigabytes to terabytes for ShareGPT-sized data. Extraction is resumable and atomic; the reader
 #   hands training a dict per sequence.
