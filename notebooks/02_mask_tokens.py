@@ -74,9 +74,14 @@ model, tokenizer = models.load_target(TARGET, device=DEVICE, dtype=precision.cou
 # context.
 
 # %% tags=["smollm2-fact", "nbval-check-output"]
+from peagle_lab.distill.data import read_distilled, shipped_distilled_path
+
 MASK_ID = pick_mask_token_id(tokenizer)
-print(f"mask token: id {MASK_ID} = {tokenizer.convert_ids_to_tokens(MASK_ID)!r} "
-      "(a special token that never occurs in chat text)")
+print(f"mask token: id {MASK_ID} = {tokenizer.convert_ids_to_tokens(MASK_ID)!r} (a special token of the tokenizer)")
+if shipped_distilled_path(TARGET).exists():  # the training text of notebook 03, for the embedded target
+    _, train_text = read_distilled(shipped_distilled_path(TARGET))
+    print(f"it occurs {sum(list(r['input_ids']).count(MASK_ID) for r in train_text)} times in the "
+          f"{len(train_text)} training sequences of {shipped_distilled_path(TARGET).name}")
 
 committed = tokenizer("def add(a, b):\n    return", add_special_tokens=False)["input_ids"]
 n, K = len(committed) - 1, 4  # drafter context slots 0..n-1; draft K tokens
