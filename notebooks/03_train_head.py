@@ -159,13 +159,13 @@ if sd_runs:
 # %% [markdown]
 # **Reading it.** The two arms ran the same number of optimizer steps, their tokens seen within the percentage
 # printed, on the held-out prompts of the caption. The verdict lines say whether the gap between them exceeds the
-# seed spread of both arms, by how much, and which arm is ahead; the slot lines show at which slot the two
-# differ, and on how many rounds each rate rests. Verdict: the head trained on the target's own answers is
-# ahead, 1.380 against 1.245 tokens per round in the committed table, a gap of 0.135, beyond both arms' seed
-# spreads (0.052 and 0.006), and its slot-1 rate is the higher one (0.33 against 0.23): it learns to predict the target from text the target writes, and the library's own
-# source is not written the way the target writes. So let the target regenerate the answers
-# (`peagle-lab distill`) when you can afford its generation; the labels come from the target in both arms, the
-# text is what distillation buys.
+# seed spread of both arms, by how much, and which arm is ahead; the slot lines show at which slot the two differ,
+# and on how many rounds each rate rests. Verdict: the head trained on the target's own answers is ahead, 1.380
+# against 1.245 tokens per round in the committed table, a gap of 0.135, beyond both arms' seed spreads (0.052 and
+# 0.006), and its slot-1 rate is the higher one (0.33 against 0.23): it learns to predict the target from text the
+# target writes, and the library's own source is not written the way the target writes. So let the target
+# regenerate the answers (`peagle-lab distill`) when you can afford its generation; the labels come from the
+# target in both arms, the text is what distillation buys.
 #
 # ## 2 · Draft vocabulary
 #
@@ -398,7 +398,8 @@ print(f"a row of 2 sequences ({len(plan.x)} tokens): depth 0 trains {int(plan.de
 # query may read is notebook 02's training-mask rule, written here as one boolean expression: the same sequence,
 # and either a depth-0 key with anchor `<= a` (the context) or a key of its own rollout. The building blocks are
 # the package's decoder layer, rotary tables, final norm and `lm_head` (notebook 02 wrote the same layer out in
-# plain PyTorch); `RowCache` stands in for the package's `DrafterCache`. The trainer runs this as
+# plain PyTorch); `RowCache` stands in for the package's `DrafterCache`; `tr.fuse` and `tr.mask_slot_hidden` are
+# the head's `fc` as the trainer holds it (in units of the taps' scale: the same function). The trainer runs this as
 # `DraftTrainer.run_depths` (`training/objective.py`, with the mask from `training/mask.py`); the check cell
 # after the EAGLE-3 unroll compares the logits.
 #
@@ -668,13 +669,13 @@ print(f"\nthe head just trained, drafting in the speculative loop: acceptance le
 # - Features are the three tapped hidden states plus the greedy label; offline bf16 shards are read back far
 #   faster than the target forward they replace (the two rates printed), at no cost in acceptance the storage
 #   study can measure.
-# - One packed row trains every depth at once, COD keeping a shrinking, nested share of anchors deeper. Both
-#   halves of the trainer's core were written here in a few dozen lines and match the package: the COD plan of
-#   a row (the same elements at every depth as `plan_row`, given the same seed) and the depth-by-depth forward
-#   through one KV cache with the training mask (the logits of `run_depths`, the largest difference printed);
-#   the loss of a row computed from them equals the trainer's, and EAGLE-3's training-time test, unrolled by hand (each step feeding
-#   the drafter's own state back), equals the package's sequential objective. Training resumes from its
-#   checkpoint to the same result as an uninterrupted run, and the head it trains drafts in the real loop.
+# - One packed row trains every depth at once, COD keeping a shrinking, nested share of anchors deeper. Both halves
+#   of the trainer's core were written here in a few dozen lines and match the package: the COD plan of a row (the
+#   same elements at every depth as `plan_row`, given the same seed) and the depth-by-depth forward through one KV
+#   cache with the training mask (the logits of `run_depths`, the largest difference printed); the loss of a row
+#   computed from them equals the trainer's, and EAGLE-3's training-time test, unrolled by hand (each step feeding
+#   the drafter's own state back), equals the package's sequential objective. Training resumes from its checkpoint
+#   to the same result as an uninterrupted run, and the head it trains drafts in the real loop.
 #
 # Next, `04_scale_and_acceptance`: the shipped heads trained on far more tokens, what that buys per depth,
 # a head for your own model (shown on a second architecture), and why acceptance stays below the paper's.
