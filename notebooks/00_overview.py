@@ -216,7 +216,8 @@ for key, value in [("target_params", n_params), ("greedy_tokens_per_s", round(to
 # slot t holds token t+1 together with the target's tapped hidden states at position t (the state that
 # predicted it; the *taps* are three layers' hidden states concatenated, 3 x H wide, notebook 01). Each round:
 #
-# 1. **draft** K tokens in one drafter pass (`drafter.propose`; it also rolls back its own cache);
+# 1. **draft** K tokens in one drafter pass (`drafter.propose`; it also rolls back its own cache; notebook 02
+#    builds that pass by hand and writes the drafter itself from scratch);
 # 2. **verify**: one target forward over the last committed token and the K drafts;
 # 3. **accept** the longest prefix of drafts equal to the target's own greedy choices;
 # 4. add the **bonus** token: the target's choice right after the accepted prefix;
