@@ -177,10 +177,10 @@ print("lens on the last layer's output == the model's own prediction, at every p
 
 # %% [markdown]
 # Read the rows top to bottom. The input of layer 0 is the token embedding itself, so the lens reads back the
-# current token (the prompt's last token, printed: `'\n'`). The three taps each put their own guess on top
-# (`' ('`, `' I'`, `' Here'`), and the model's actual choice (three backticks, opening a code block) reaches the
-# top of the lens only at the layer the last line names: the output itself, not even layer 29. Each tap holds a
-# different view of "what comes next", and the drafter gets all three.
+# current token (the prompt's last token, printed). With the embedded target: that token is `'\n'`, the three
+# taps each put their own guess on top (`' ('`, `' I'`, `' Here'`), and the model's actual choice (three
+# backticks, opening a code block) reaches the top of the lens only at the layer the last line names: the output
+# itself, not even layer 29. Each tap holds a different view of "what comes next", and the drafter gets all three.
 #
 # ### Exercise: tap other layers
 #
