@@ -177,38 +177,38 @@ print("lens on the last layer's output == the model's own prediction, at every p
 
 # %% [markdown]
 # Read the rows top to bottom. The input of layer 0 is the token embedding itself, so the lens reads back the
-# current token (the prompt's last token, printed). The three taps each put their own guess on top, and the
-# model's actual choice reaches the top of the lens only at the layer the last line names. Each tap holds a
-# different view of "what comes next", and the drafter gets all three.
+# current token (the prompt's last token, printed). With the embedded target: that token is `'\n'`, the three
+# taps each put their own guess on top (`' ('`, `' I'`, `' Here'`), and the model's actual choice (three
+# backticks, opening a code block) reaches the top of the lens only at the layer the last line names: the output
+# itself, not even layer 29. Each tap holds a different view of "what comes next", and the drafter gets all three.
 #
 # ### Exercise: tap other layers
 #
-# The cell below reads every position of the prompt through the logit lens at each layer of `MY_TAPS` and
-# counts how often the lens's top token equals the model's own next token. It runs with vLLM's taps. Change
-# `MY_TAPS` to `(1, 2, 3)`, then to `(L - 4, L - 3, L - 2)`, and re-run it each time. Predict first: which tap
-# agrees most often, and which set would you rather give a drafter? (The saved output is of vLLM's taps only; the
-# answer says what to expect from the other two sets, not what was run.)
+# The cell below reads every position of the prompt through the logit lens at each layer of a tap set and
+# counts how often the lens's top token equals the model's own next token: vLLM's taps, then `(1, 2, 3)`, then
+# `(L - 4, L - 3, L - 2)`. Predict first: which tap agrees most often, and which set would you rather give a
+# drafter? Then edit the sets and try others.
 #
 # <details><summary>Answer</summary>
 #
-# With vLLM's taps this run printed agreement rising with depth (the low and middle taps almost never agree, the
-# late tap about half the time). Expect the same pattern from the other sets: `(1, 2, 3)` near zero (layer 0 is
-# the current token's own embedding, and the lens reads back the current token), and three late layers the
-# highest agreement of the three sets, since the lens reaches every position only at the output. The logit lens
-# predicts they would still be a poor choice for a drafter, though the course trains no drafter on other taps to
-# measure it: they are nearly parallel (the similarity map above), so they add little to one another, and the
-# drafter loses the low-level view of the token and its context. vLLM's spread (low, middle, high) trades a
-# little next-token signal for three different views; the drafter learns its own read-out through `fc`.
+# Agreement rises with depth. vLLM's low and middle taps almost never agree (0% and 2% in the saved run) and its
+# late tap about half the time (49%); the three early layers `(1, 2, 3)` agree almost never (0-2%: near the
+# embedding, the lens mostly reads back the current token); the three late layers agree most (34-51%), since the
+# lens reaches every position only at the output. Most next-token signal is not the same as the best drafter
+# input, though, and the course trains no drafter on other taps to measure it: three late layers are nearly
+# parallel (the similarity map above), so they add little to one another, and the drafter would lose the
+# low-level view of the token and its context. vLLM's spread (low, middle, high) trades a little next-token
+# signal for three different views; the drafter learns its own read-out through `fc`.
 #
 # </details>
 
 # %%
-MY_TAPS = TAPS  # try (1, 2, 3), then (L - 4, L - 3, L - 2)
-_, lens_top = logit_lens(model, states[list(MY_TAPS), 1:], k=1)  # (taps, T - 1, 1); position 0 left out
 own_choice = out.logits[0, 1:].argmax(-1)
-for i, row in zip(MY_TAPS, lens_top[..., 0]):
-    print(f"tap {i:2d}: lens top-1 == the model's next token at {(row == own_choice).float().mean():.0%} "
-          f"of {len(row)} positions")
+for MY_TAPS in (TAPS, (1, 2, 3), (L - 4, L - 3, L - 2)):  # vLLM's, then the exercise's two sets; edit to try others
+    _, lens_top = logit_lens(model, states[list(MY_TAPS), 1:], k=1)  # (taps, T - 1, 1); position 0 left out
+    agree = [f"tap {i}: {(row == own_choice).float().mean():.0%}" for i, row in zip(MY_TAPS, lens_top[..., 0])]
+    print(f"taps {tuple(MY_TAPS)}: lens top-1 == the model's next token at  " + ",  ".join(agree)
+          + f"  (of {len(own_choice)} positions)")
 
 # %% [markdown]
 # ## What offline features cost on disk
@@ -307,7 +307,9 @@ for key, value in [("extract_tokens_per_s", round(result.tokens_per_s, 1)), ("ex
 #   = transformers' `hidden_states[i]` (never `hidden_states[L]`, which comes after the final norm). Three taps
 #   side by side are 3H numbers per token, the drafter's input.
 # - The three taps overlap but are far from copies of each other (their cosine similarities, printed above, sit
-#   well below the near-1 of neighbouring layers), and the logit lens reads a different guess from each.
+#   well below the near-1 of neighbouring layers), and the logit lens reads a different guess from each; its
+#   agreement with the model's next token rises with depth (0%, 2% and 49% for vLLM's taps in the exercise), so
+#   only the late tap already carries much of the answer, and the low and middle taps add other views.
 # - Offline features cost 3 x H x 2 bytes per token (the table): fine for the slices the workbook trains on,
 #   hundreds of gigabytes to terabytes for ShareGPT-sized data. Extraction is resumable and atomic; the reader
 #   hands training a dict per sequence.

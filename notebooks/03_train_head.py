@@ -61,9 +61,11 @@ model, tokenizer = models.load_target(TARGET, device=DEVICE, dtype=precision.cou
 # second reads the larger **scale mix** of prompts (`data/prompts/scale.jsonl`: code writing, completion from a
 # signature and docstring, explanation, chat, short reasoning, multi-turn, and `data`: small tables to convert or
 # query; the printed `prompt kinds` count each) and a first self-distilled part of it,
-# whose held-out split is never trained on and measures acceptance on unseen prompts of the same kinds; then it
-# lists, run by run, what each shipped head was trained on, from the head's own record (`training.json`, the
-# same record as its `TRAINING.md`): the data file, the records, the tokens seen.
+# whose held-out split is never trained on and measures acceptance on unseen prompts of the same kinds, then the
+# whole mix self-distilled (the `.jsonl.gz` line, stored compressed), the file the shipped heads were trained
+# on. Last it lists, run by run, what each shipped head was trained on, from the head's own record
+# (`training.json`, the same record as its `TRAINING.md`): the data file, the split, the records (`a:b`, the
+# slice of the train split a run read), the tokens seen.
 
 # %% tags=["smollm2-fact", "nbval-check-output"]
 path, meta, records, shipped = distilled_data(model, tokenizer, None if models.is_default_target(TARGET)
@@ -99,6 +101,12 @@ print(f"{scale_path.name}: {len(scale):,} of {len(mix):,} prompts answered, "
       f"{sum(len(r['input_ids']) for r in scale):,} tokens, {scale_path.stat().st_size / 1e6:.1f} MB; "
       f"{len(train_part):,} train / {held:,} held-out")
 print("prompt kinds:", dict(Counter(m["category"] for m in mix)))
+full_path = scale_path.with_name(scale_path.name + ".gz")  # the whole mix, self-distilled
+if full_path.exists():
+    _, full = read_distilled(full_path)
+    print(f"{full_path.name}: {len(full):,} of {len(mix):,} prompts answered, "
+          f"{sum(len(r['input_ids']) for r in full):,} tokens, {full_path.stat().st_size / 1e6:.1f} MB (compressed)")
+    del full
 
 import json
 import re
@@ -124,8 +132,9 @@ for kind, head_dir in SHIPPED.items():
 # answers it (`peagle-lab study self-distill`, results committed per host). The same prompts, each asking for one
 # function of Python's standard library, are answered once by people (the library's own source: the table's
 # `human answers` row) and once by the target (`peagle-lab distill`). A head is trained on each for the same
-# number of tokens, two seeds each, and both are scored on held-out prompts of the same kind, answered by the
-# target at inference as they are when serving. The labels are the target's own greedy tokens in both arms:
+# number of optimizer steps (the tokens seen differ slightly, by the percentage printed), two seeds each, and
+# both are scored on held-out prompts of the same kind, answered by the target at inference as they are when
+# serving. The labels are the target's own greedy tokens in both arms:
 # only the text the head reads differs. The table's columns are those of notebook 02's mask study (held-out AL,
 # seed spread: the larger minus the smaller seed, tokens seen, per-position acceptance of slots 1-3); the lines
 # under it say which gaps exceed both seeds' spreads and how many rounds reach each slot. Its acceptance lengths
@@ -150,12 +159,13 @@ if sd_runs:
 # %% [markdown]
 # **Reading it.** The two arms ran the same number of optimizer steps, their tokens seen within the percentage
 # printed, on the held-out prompts of the caption. The verdict lines say whether the gap between them exceeds the
-# seed spread of both arms, by how much, and which arm is ahead; the slot lines show at which slot the two
-# differ, and on how many rounds each rate rests. With the committed runs the head trained on the target's own
-# answers is the one ahead: it learns to predict the target from text the target writes, and the library's own
-# source is not written the way the target writes. So let the target regenerate the answers
-# (`peagle-lab distill`) when you can afford its generation; the labels come from the target in both arms, the
-# text is what distillation buys.
+# seed spread of both arms, by how much, and which arm is ahead; the slot lines show at which slot the two differ,
+# and on how many rounds each rate rests. Verdict: the head trained on the target's own answers is ahead, 1.380
+# against 1.245 tokens per round in the committed table, a gap of 0.135, beyond both arms' seed spreads (0.052 and
+# 0.006), and its slot-1 rate is the higher one (0.33 against 0.23): it learns to predict the target from text the
+# target writes, and the library's own source is not written the way the target writes. So let the target
+# regenerate the answers (`peagle-lab distill`) when you can afford its generation; the labels come from the
+# target in both arms, the text is what distillation buys.
 #
 # ## 2 · Draft vocabulary
 #
@@ -291,7 +301,8 @@ print("\n".join(studies.verdict_lines(fp32_arm + st_runs)))
 # %% [markdown]
 # **Reading it.** The two arms of the table above differ only in the stored taps (the line under it prints each
 # run's data set, named by its taps dtype). The verdict line says whether their gap in held-out acceptance
-# exceeds the seed spread of both arms; with the committed runs it does not: rounding the
+# exceeds the seed spread of both arms. Verdict: it does not (1.210 for bf16 taps against 1.211 for float32
+# taps in the committed table, a gap of 0.001 beside seed spreads of 0.027 and 0.004): rounding the
 # stored taps to bf16 costs nothing this study can measure, and halves the disk (the bytes per token in the cell
 # before), which is why bf16 is the default for stored taps (notebook 01). (The shipped heads' records, printed
 # at the top of this chapter and in 04, name their data files and training precision, the bf16 autocast, but not
@@ -301,53 +312,137 @@ print("\n".join(studies.verdict_lines(fp32_arm + st_runs)))
 #
 # ## 4 · Training
 #
-# ### One training row
+# ### One training row, planned by hand
 #
-# A packed row holds several sequences. Its depth-0 elements are all its positions but the last of each sequence
-# (which has no next token: 446 of the 448 printed below); of those, the anchors are trained (response positions
-# and the last prompt position) and the rest are context only. Depth d keeps a COD sample of
-# the anchors, each predicting the target's token `d + 1` steps ahead. COD, *conditional
-# drop-token* sampling (from PARD), keeps every anchor at depth 0 and a shrinking share deeper (`ratio`, then
-# `ratio`^2, ..., never under `min_ratio`), each deeper set drawn from the one above: the deep slots cost a
-# fraction of the compute. The cell below plans one row of two sequences and prints its element count per depth.
+# A packed row holds several sequences, one after the other (positions restart with each). Its **depth-0
+# elements** are all its positions but the last of each sequence (which has no next token: 446 of the 448 tokens
+# printed below); of those, the **anchors** are trained (the response positions and the last prompt position)
+# and the rest are context only. Depth `d >= 1` keeps a sample of the anchors, each element `(a, d)` sitting at
+# position `a + d` and predicting the target's token `d + 1` steps past its anchor, `y[a+d+1]`; an anchor too near
+# its sequence's end has no such label and drops out. The sample is **COD** (*conditional drop-token*, from
+# PARD): depth `d` keeps `round(anchors x max(ratio^d, min_ratio))` of them, drawn at random from the anchors
+# kept at depth `d - 1`, so the sets are nested (a rollout kept at depth d exists at every depth before it) and
+# the deep depths cost a fraction of the compute.
+#
+# The cell writes that planning in about 25 lines (`plan_row_by_hand`) and checks it against the package's
+# `plan_row` (`training/elements.py` and `training/cod.py`), which the trainer calls for every row: given the same
+# seeded generator, both must pick the same elements at every depth, with the same positions and labels.
 #
 # ### Exercise: predict the size of a row
 #
-# Set `RATIO = 0.5` (keep half at each depth) and predict the elements per depth and in all, then re-run the cell.
-# Then try `NUM_DEPTHS = 4`. (The saved output is of `RATIO = 0.7`, eight depths; the answer says what to expect,
-# not what was run.)
+# The cell plans one row of two sequences with the shipped recipe's COD (`RATIO = 0.7`, floor `MIN_RATIO = 0.2`,
+# 8 depths), then with `RATIO = 0.5`, then with 4 depths. Predict first: the elements per depth and in all for
+# each. Then edit the settings and try others.
 #
 # <details><summary>Answer</summary>
 #
-# Depth 0 should not change (every position with a next token). Each deeper depth keeps about `RATIO` times the
-# anchors of the depth above (rounded), until the floor `MIN_RATIO` x anchors is reached, after which it stays
-# flat (the 0.7 run printed the flat tail). With 0.5 expect the counts to halve (about 1/2, 1/4, ... of the
-# anchors) and to hit the 20% floor from depth 3 on (0.5³ = 0.125 is under 0.2), so the row should hold fewer
-# elements in all than the 0.7 run printed. With `NUM_DEPTHS = 4` expect four entries, about the first
-# four above, and a total smaller by the depths dropped. The number of elements is what a training step costs,
-# so COD is what makes training K depths cost less than K times one depth.
+# Depth 0 does not change (446: every position with a next token), nor do the 320 trained anchors. With 0.7 each
+# deeper depth keeps about 0.7 times the one above (222, 154, 107, 74 in the saved run), until the floor, 20% of
+# the anchors (64, less the few near a sequence's end), holds it flat (60, 60, 60). With 0.5 the counts halve
+# (159, 78) and hit the floor from depth 3 on (0.5³ = 0.125 is under 0.2), so the row holds fewer elements in all
+# (993 against 1,183). With 4 depths the row has the first four entries of the 8-depth row, exactly (the same
+# seed draws the same subsets in the same order), and 929 elements. The number of elements is what a training
+# step costs, so COD is what makes training K depths cost less than K times one depth.
 #
 # </details>
 
 # %% tags=["smollm2-fact", "nbval-check-output"]
-RATIO, MIN_RATIO, NUM_DEPTHS = 0.7, 0.2, 8  # the shipped recipe's COD; change one and predict
-plan = plan_row(seqs[:2], num_depths=NUM_DEPTHS, ratio=RATIO, min_ratio=MIN_RATIO,
-                generator=torch.Generator().manual_seed(0))
-print(f"a row of 2 sequences ({len(plan.x)} tokens): elements per depth {[len(d.g) for d in plan.depths]}, "
-      f"{sum(len(d.g) for d in plan.depths)} in all")
-print(f"depth 0 trains {int(plan.depths[0].loss.sum())} anchors (response positions + the last prompt position); "
-      f"its other {int((~plan.depths[0].loss).sum())} elements are context only")
+def plan_row_by_hand(row, num_depths, ratio, min_ratio, generator):
+    """A packed row's training elements, depth by depth: one dict of tensors per depth (g: the element's index among
+    depth 0's; seq; anchor_pos a; pos a + d; flat: where x_{a+d+1} and its label y_{a+d+1} sit in the row)."""
+    seq, pos, flat, end, anchor, off = [], [], [], [], [], 0
+    for s_id, s in enumerate(row):  # sequences of 2+ tokens, packed one after the other; positions restart
+        T = len(s["input_ids"])
+        t = torch.arange(T - 1)  # every position with a next token is a depth-0 element
+        seq.append(torch.full((T - 1,), s_id))
+        pos.append(t)
+        flat.append(off + t + 1)
+        end.append(torch.full((T - 1,), off + T))  # one past the sequence's last token
+        anchor.append(t >= s["prompt_len"] - 1)  # trained: the response positions and the last prompt position
+        off += T
+    seq, pos, flat, end, anchor = (torch.cat(v) for v in (seq, pos, flat, end, anchor))
+    depths = [dict(g=torch.arange(len(seq)), seq=seq, anchor_pos=pos, pos=pos, flat=flat, loss=anchor)]
+    anchors = anchor.nonzero().squeeze(1)  # depth-0 indices of the anchors
+    kept = torch.arange(len(anchors))  # COD: the anchors kept at the depth before (all, at depth 0)
+    for d in range(1, num_depths):
+        n = max(1, round(len(anchors) * max(ratio ** d, min_ratio)))  # a share ratio^d, never under the floor
+        kept = kept[torch.randperm(len(kept), generator=generator)[:n]].sort().values  # nested in the depth before
+        g = anchors[kept]
+        g = g[flat[g] + d < end[g]]  # the label y_{a+d+1} must exist: anchors near a sequence's end drop out
+        if len(g) == 0:
+            break
+        depths.append(dict(g=g, seq=seq[g], anchor_pos=pos[g], pos=pos[g] + d, flat=flat[g] + d))
+    return depths
+
+
+MIN_RATIO = 0.2
+for RATIO, NUM_DEPTHS in ((0.7, 8), (0.5, 8), (0.7, 4)):  # the shipped recipe, then the exercise; edit to try others
+    mine = plan_row_by_hand(seqs[:2], NUM_DEPTHS, RATIO, MIN_RATIO, generator=torch.Generator().manual_seed(0))
+    pkg = plan_row(seqs[:2], NUM_DEPTHS, RATIO, MIN_RATIO, generator=torch.Generator().manual_seed(0))
+    same = len(mine) == len(pkg.depths) and all(torch.equal(m[k], getattr(p, k))
+                                                for m, p in zip(mine, pkg.depths) for k in m)
+    print(f"COD {RATIO} (floor {MIN_RATIO}), {NUM_DEPTHS} depths: elements per depth {[len(m['g']) for m in mine]}, "
+          f"{sum(len(m['g']) for m in mine):,} in all; by hand == plan_row: {same}")
+plan = plan_row(seqs[:2], 8, 0.7, MIN_RATIO, generator=torch.Generator().manual_seed(0))  # the row used below
+print(f"a row of 2 sequences ({len(plan.x)} tokens): depth 0 trains {int(plan.depths[0].loss.sum())} anchors "
+      f"(response positions + the last prompt position); its other {int((~plan.depths[0].loss).sum())} elements "
+      f"are context only")
 
 # %% [markdown]
-# ### The loss of one row, by hand
+# ### The training forward, depth by depth, by hand
 #
-# What a training step computes, on the row just planned. The head (untrained, as a run starts) runs over the
-# planned elements depth by depth (`run_depths`: depth 0 reads the fused taps of every position, depth d >= 1 a
-# mask slot per kept anchor, each depth attending through notebook 02's training mask). Each depth's
-# cross-entropy is taken over its trained anchors against the target's greedy token d + 1 steps past the anchor,
-# mapped into the draft vocabulary (a label outside it is skipped); the loss is the mean over depths, each depth
-# weighted equally. The trainer does exactly this for every packed row of every step (`DraftTrainer.forward` in
-# `training/objective.py`; the check after the next cell compares), then backpropagates.
+# What a training step computes on that row. The head (untrained, as a run starts) runs over the planned elements
+# **depth by depth through one drafter KV cache**: depth 0 reads every position (token `x[t+1]`, the fused taps
+# of `t`); depth `d >= 1` adds one mask slot per kept anchor (the mask token and `fc(mask_hidden)`, notebook 02),
+# whose keys and values are appended to the same cache, so later depths attend to earlier ones. Which keys a
+# query may read is notebook 02's training-mask rule, written here as one boolean expression: the same sequence,
+# and either a depth-0 key with anchor `<= a` (the context) or a key of its own rollout. The building blocks are
+# the package's decoder layer, rotary tables, final norm and `lm_head` (notebook 02 wrote the same layer out in
+# plain PyTorch); `RowCache` stands in for the package's `DrafterCache`; `tr.fuse` and `tr.mask_slot_hidden` are
+# the head's `fc` as the trainer holds it (in units of the taps' scale: the same function). The trainer runs this as
+# `DraftTrainer.run_depths` (`training/objective.py`, with the mask from `training/mask.py`); the check cell
+# after the EAGLE-3 unroll compares the logits.
+#
+# Then the loss: each depth's cross-entropy over its trained anchors against the target's greedy token `d + 1`
+# steps past the anchor, mapped into the draft vocabulary (a label outside it is skipped); the loss is the mean
+# over depths, each depth weighted equally. The trainer does exactly this for every packed row of every step
+# (`DraftTrainer.forward`), then backpropagates.
+
+# %%
+class RowCache:
+    """ONE drafter KV cache for the whole row: each depth appends its keys and values after the depths before."""
+
+    def __init__(self):
+        self.k, self.v = {}, {}
+
+    def update(self, layer, k, v):  # the attention of `layer` calls this with the new slots' (1, heads, Q, hd)
+        if layer in self.k:
+            k, v = torch.cat([self.k[layer], k], dim=2), torch.cat([self.v[layer], v], dim=2)
+        self.k[layer], self.v[layer] = k, v
+        return k, v  # the queries attend over every key cached so far, through the mask
+
+
+def run_depths_by_hand(tr, plan):
+    """Draft-vocabulary logits of every element, depth by depth (parallel mode, learned stand-ins)."""
+    head, cache, out = tr.head, RowCache(), []
+    ks, ka, kd = (torch.zeros(0, dtype=torch.long, device=plan.x.device) for _ in range(3))  # who each key is
+    for d, el in enumerate(plan.depths):
+        if d == 0:  # every position t: token x_{t+1} with the fused taps of t
+            ids, hidden = plan.x[el.flat], tr.fuse(plan.taps.to(tr.fc_weight.dtype))
+        else:  # one mask slot per kept anchor: the mask token with fc(mask_hidden)
+            ids = torch.full_like(el.pos, head.config.mask_token_id)
+            hidden = tr.mask_slot_hidden().reshape(1, -1).expand(len(ids), -1)
+        ks, ka = torch.cat([ks, el.seq]), torch.cat([ka, el.anchor_pos])  # the keys this depth adds to the cache
+        kd = torch.cat([kd, torch.full_like(el.seq, d)])
+        s, a = el.seq[:, None], el.anchor_pos[:, None]
+        # notebook 02's rule: same sequence, and a depth-0 key with anchor <= a or a key of the query's own rollout
+        mask = (ks == s) & (((kd == 0) & (ka <= a)) | ((kd > 0) & (ka == a)))
+        cos, sin = head.rotary(el.pos[None], hidden.dtype)  # RoPE at position a + d
+        h, residual = hidden[None], None
+        for i, layer in enumerate(head.decoder_layers):  # the package's decoder layer, written out in notebook 02
+            h, residual = layer(head.embed_tokens(ids)[None], h, residual, cos, sin, mask[None, None], cache, i)
+        out.append(head.lm_head(head.norm(h + residual))[0])  # final norm, lm_head over the draft vocabulary
+    return out
 
 # %% tags=["nbval-ignore-output"]
 import torch.nn.functional as F
@@ -359,7 +454,9 @@ cfg = TrainConfig(mode="parallel", num_depths=8, layers=1, draft_vocab_size=draf
 module = Trainer(cfg, model, seqs, tokenizer, TrainerOptions(progress=False, verbose=False)).module  # head + loss
 row = plan.to(module.tap_scale.device)
 with torch.no_grad():
-    logits, _ = module.run_depths(row)  # per depth: (elements, draft vocabulary) logits
+    logits = run_depths_by_hand(module, row)  # per depth: (elements, draft vocabulary) logits
+    pkg_logits, _ = module.run_depths(row)
+    fwd_gap = max((m - p).abs().max().item() for m, p in zip(logits, pkg_logits))
     by_hand = []
     for d, (el, lg) in enumerate(zip(row.depths, logits)):
         labels = module.t2d_index[row.y[el.flat]]  # the target's token d + 1 past the anchor, as a draft id (-1: none)
@@ -368,8 +465,9 @@ with torch.no_grad():
         print(f"depth {d}: {len(el.flat):4d} elements, {int(el.loss.sum()):4d} trained anchors, "
               f"{int(keep.sum()):4d} with a label in the draft vocabulary, cross-entropy {by_hand[-1]:.3f}")
     loss, _ = module(row)
+print(f"largest logit difference, by hand vs DraftTrainer.run_depths: {fwd_gap:.1e}")
 print(f"mean over depths {torch.stack(by_hand).mean():.4f}; DraftTrainer.forward on the same row {loss:.4f}")
-del module, logits  # one head in training at a time: an 8B target's head and its optimizer take ~7 GB
+del module, logits, pkg_logits  # one head in training at a time: an 8B target's head and its optimizer take ~7 GB
 release()
 
 # %% [markdown]
@@ -425,6 +523,8 @@ del ttt, head, ttt_logits
 release()
 
 # %% tags=["nbval-check-output"]
+print("P-EAGLE row: the depth-by-depth forward by hand equals DraftTrainer.run_depths (logits within 1e-4):",
+      fwd_gap < 1e-4)
 print("P-EAGLE row: the loss by hand equals DraftTrainer.forward (within 1e-4):",
       abs(torch.stack(by_hand).mean().item() - loss.item()) < 1e-4)
 print("EAGLE-3 training-time test: the unroll by hand equals the sequential objective (logits and loss within 1e-4):",
@@ -469,7 +569,6 @@ res.head.cpu()  # beside the next trainer, the finished head waits in RAM
 release()
 print(f"draft vocabulary {res.info['draft_vocab_size']} ids, coverage {res.info['draft_vocab_coverage']:.4f}")
 
-# %% tags=["nbval-ignore-output"]
 straight = Trainer(cfg, model, seqs, tokenizer, TrainerOptions(progress=False, verbose=False)).train()
 by_step = {r["step"]: r["loss"] for r in res.log}
 loss_gap = max(abs(r["loss"] - by_step[r["step"]]) for r in straight.log)
@@ -570,10 +669,13 @@ print(f"\nthe head just trained, drafting in the speculative loop: acceptance le
 # - Features are the three tapped hidden states plus the greedy label; offline bf16 shards are read back far
 #   faster than the target forward they replace (the two rates printed), at no cost in acceptance the storage
 #   study can measure.
-# - One packed row trains every depth at once, COD keeping a shrinking share of anchors deeper; the loss of a row
-#   computed by hand equals the trainer's, and EAGLE-3's training-time test, unrolled by hand (each step feeding
-#   the drafter's own state back), equals the package's sequential objective. Training resumes from its
-#   checkpoint to the same result as an uninterrupted run, and the head it trains drafts in the real loop.
+# - One packed row trains every depth at once, COD keeping a shrinking, nested share of anchors deeper. Both halves
+#   of the trainer's core were written here in a few dozen lines and match the package: the COD plan of a row (the
+#   same elements at every depth as `plan_row`, given the same seed) and the depth-by-depth forward through one KV
+#   cache with the training mask (the logits of `run_depths`, the largest difference printed); the loss of a row
+#   computed from them equals the trainer's, and EAGLE-3's training-time test, unrolled by hand (each step feeding
+#   the drafter's own state back), equals the package's sequential objective. Training resumes from its checkpoint
+#   to the same result as an uninterrupted run, and the head it trains drafts in the real loop.
 #
 # Next, `04_scale_and_acceptance`: the shipped heads trained on far more tokens, what that buys per depth,
 # a head for your own model (shown on a second architecture), and why acceptance stays below the paper's.
