@@ -109,14 +109,22 @@ def _sharded_time(fn) -> float:
     return float(t)
 
 
+def _all_reduce_ms(hidden: int, repeats: int) -> float:
+    """Median ms of one all-reduce of a decode step's hidden state (what each layer pays twice when sharded)."""
+    buf = torch.zeros(1, 1, hidden)
+    return summarize([_sharded_time(lambda: dist.all_reduce(buf)) * 1e3 for _ in range(max(repeats, 5))])["median"]
+
+
 def _measure(rank: int, world: int, cfg: TensorParallelConfig) -> dict:
     """Every rank's part of the run; rank 0 returns the samples (ms) per TP size and call, and the logits gap."""
-    from ..drafter.heads import load_head
+    from ..drafter.heads import check_head_spec, load_head
+    from ..settings import display_path
     from ..models import load_target
     from ..prompts import chat_ids, humaneval_prompts
 
     model, tok = load_target(cfg.target, device="cpu", dtype=torch.float32)
     head = load_head(cfg.head, model, dtype=torch.float32)
+    head._bench_source = display_path(check_head_spec(cfg.head))
     prompt = chat_ids(tok, humaneval_prompts(1)[0])[:cfg.prompt_tokens]
     whole = copy.deepcopy(model) if rank == 0 else None
     gap = shard_gap(model, prompt, rank, world)  # model is now this rank's shard
@@ -137,6 +145,7 @@ def _measure(rank: int, world: int, cfg: TensorParallelConfig) -> dict:
                     samples[size][call].append(s * 1e3)
             dist.barrier()
     return {"samples": samples, "logits_max_abs_diff": gap, "prompt_tokens": len(prompt),
+            "all_reduce_ms": _all_reduce_ms(model.config.hidden_size, cfg.repeats),
             "head": describe_head(head), "target": _shape(model.config, world)}
 
 
@@ -171,6 +180,8 @@ def run_tensor_parallel(cfg: TensorParallelConfig, env: dict) -> dict:
         "rows": rows,
         "speedup_of_tp": {c: rounded(rows[0][f"{c}_ms"] / rows[1][f"{c}_ms"], 3) for c in CALLS},
         "logits_max_abs_diff": rounded(got["logits_max_abs_diff"], 8),
+        "all_reduce_ms": rounded(got["all_reduce_ms"], 3),
+        "all_reduces_per_pass": 2 * got["target"]["layers"],
         "raw_ms": {str(size): {c: [rounded(x, 3) for x in v] for c, v in s.items()}
                    for size, s in got["samples"].items()},
     }

@@ -54,7 +54,8 @@ def test_a_tp_size_that_cannot_run_is_one_line_with_the_fix(size, cores, needle)
 
 
 @pytest.mark.parametrize("flags, needle", [(["--tp", "4"], "does not split"), (["--tp", "1"], "nothing to compare"),
-                                           (["--K", "0"], "--K 0 is below 1")])
+                                           (["--K", "0"], "--K 0 is below 1"),
+                                           (["--head", "./no-such-head"], "No drafter head")])
 def test_the_command_refuses_bad_sizes_before_any_process_starts(flags, needle, capsys, no_long_work, tmp_path):
     assert main(["bench-tensor-parallel", *flags, "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip()
@@ -89,5 +90,6 @@ def test_the_results_file_holds_both_tp_sizes_with_the_drafters_share(tmp_path, 
             assert row[f"{mode}_draft_share"] == pytest.approx(draft / (draft + verify), abs=1e-3)
         assert all(len(res["raw_ms"][str(row["tp"])][c]) == 2 for c in tp.CALLS)
     assert res["logits_max_abs_diff"] < 1e-3
+    assert res["all_reduce_ms"] > 0 and res["all_reduces_per_pass"] == 60  # 30 layers, after o_proj and down_proj
     assert main(["bench-tensor-parallel", "--out", str(tmp_path)]) == 2  # no silent overwrite
     assert "--overwrite" in capsys.readouterr().err
