@@ -18,9 +18,9 @@ from ..settings import prefer_passive_omp_wait
 def _command_modules() -> list:
     """Each command family's module, in the order ``--help`` lists them: imported here, when the parser is built
     (after main() set the OpenMP policy: they import torch, so ``import peagle_lab.cli`` itself must not)."""
-    from . import bench, distill, experiments, extract, generate, prepare, serve, targets, train
+    from . import bench, distill, experiments, extract, generate, prepare, serve, targets, tensor_parallel, train
 
-    return [prepare, generate, extract, distill, train, bench, serve, experiments, targets]
+    return [prepare, generate, extract, distill, train, bench, tensor_parallel, serve, experiments, targets]
 
 
 def build_parser() -> argparse.ArgumentParser:
