@@ -44,9 +44,10 @@
 # figure read from this host's committed full-size run (the nearest host's where this one has none): the drafting
 # cost against K, each head's best K with its speed-up and how many rounds reached and accepted each slot, whether
 # any head pays, which head is faster prompt by prompt, and what the paper's acceptance would pay on these round
-# costs. How to read it: parallel drafting's cost is flat in K, which is the mechanism, and it is real here. The
-# CPU-trained P-EAGLE head accepts less than the EAGLE-3 head, because its deep slots are rarely reached and more
-# rarely accepted (the accepted/reached counts), so it cannot turn a cheap deep draft into tokens. On a CPU
+# costs. How to read it: parallel drafting's cost is nearly flat in K, which is the mechanism, and it is real
+# here. The CPU-trained P-EAGLE head accepts less than the EAGLE-3 head (a little on these prompts, the box's
+# acceptance lengths; by more on 04's held-out comparison), and its deep slots are rarely reached and more rarely
+# accepted (the accepted/reached counts), so it cannot turn a cheap deep draft into tokens. On a CPU
 # without native bf16 (fp32) every head's speed-up is below 1x: a verification costs about two decode steps, more
 # than either head's acceptance length. A head with the paper's acceptance would pay on the same round costs (the
 # box's last line, and the oracle row of the live run below, which replays that acceptance through the real loop).
