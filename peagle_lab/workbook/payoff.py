@@ -5,6 +5,8 @@ paper's acceptance, replayed on this machine's round costs) would pay."""
 
 from __future__ import annotations
 
+from statistics import median
+
 from ..bench.files import result_suites
 from ..bench.oracle import constant_rate_acceptance_length, oracle_rates
 
@@ -113,7 +115,7 @@ def paired_line(e2e: dict) -> str | None:
     gaps = paired_gaps(e2e)
     if not gaps:
         return None
-    lo, hi, mid = min(gaps), max(gaps), sorted(gaps)[len(gaps) // 2]
+    lo, hi, mid = min(gaps), max(gaps), median(gaps)
     word = ("P-EAGLE faster on every prompt" if lo > 0 else "EAGLE-3 faster on every prompt" if hi < 0 else
             "the order changes from prompt to prompt, so neither head is shown faster")
     return (f"paired per prompt (P-EAGLE minus EAGLE-3, each at its best K, {len(gaps)} prompt(s)): "

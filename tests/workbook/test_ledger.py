@@ -165,3 +165,7 @@ def test_every_k_keeps_each_heads_whole_sweep_and_marks_the_best_row():
     rows = ledger.bench_rows(RUN, "05", "live", every_k=True)
     assert [(r["head"], r["k"], r["what"]) for r in rows] == [
         ("p", 1, "live, K sweep"), ("p", 4, "live, best speed-up"), ("s", 2, "live, best speed-up")]
+
+
+def test_the_paired_median_of_an_even_count_is_the_mean_of_the_middle_two():
+    assert "(median +0.150x)" in payoff.paired_line(paired_run([0.1, 0.2]))
