@@ -80,7 +80,7 @@ print("heads on offer:", HEADS, "| K:", K, "| max new tokens:", MAX_NEW)
 # %%
 ex = explorer(model, tokenizer, k=K, max_new_tokens=MAX_NEW)
 # what a static copy cannot draw, in words: the widget's controls and their starting values
-print(f"The explorer (needs a live kernel): a prompt box (the prime-check prompt to start); K slider "
+print(f"The explorer (needs a live kernel): a prompt box (starting with {ex.prompt.value[:60]!r}); K slider "
       f"{ex.k.min}..{ex.k.max}, at {ex.k.value}; max-tokens slider at {ex.max_new.value}; head {HEADS}; "
       f"drafting mode parallel (P-EAGLE) or sequential (EAGLE-3); temperature {ex.temperature.min}..{ex.temperature.max}"
       f", at {ex.temperature.value}; a Generate button. Output: the coloured text, the summary and the per-slot bars, "
