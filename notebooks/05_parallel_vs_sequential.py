@@ -36,7 +36,7 @@
 # 5. the payoff: the committed full-size runs (each host's suites) side by side, and the GPU timings;
 # 6. the break-even picture: speed-up against acceptance length;
 # 7. the acceptance ledger: the shipped heads' committed acceptance lengths and the live rows recorded before
-#    this chapter's ledger cell runs (00's round, 04's, and this chapter's best-speed-up rows), in one table.
+#    this chapter's ledger cell runs (00's round, 04's rows, and every K of this chapter's end-to-end run), in one table.
 #
 # Everything here is `peagle_lab.bench`; the same run from a shell is `peagle-lab bench` (see the end).
 #
@@ -341,7 +341,9 @@ print("assisted generation:", e2e["assisted_generation"].split(":")[0])
 #
 # The committed bf16 run (`data/results/cpu-epyc-avx512bf16-2c/bfloat16`) diverged on HumanEval prompt 1 with
 # P-EAGLE at K=3, at a near-tie (the cell prints the committed position and margin). The cell reruns that prompt with the same head, in bf16 and in fp32 (a fresh fp32 copy of the
-# target), and at the first differing token prints what the plain run's logits say.
+# target). Where a rerun differs from plain greedy, the cell prints what the plain run's logits say at the first
+# differing token; where it does not (fp32 on a CPU always, bf16 depending on the CPU's kernels), it prints the
+# smallest top-2 margin the plain run passed on the way.
 
 # %% tags=["nbval-ignore-output"]
 from peagle_lab.decoding.divergence import first_divergence
