@@ -31,7 +31,8 @@
 # 1. one round, both ways, by hand: passes, shapes, milliseconds;
 # 2. the drafting cost per round for K = 1, 2, ... (`bench.drafting_cost`);
 # 3. end to end on HumanEval prompts: plain decoding, P-EAGLE and EAGLE-3 over a K sweep, transformers'
-#    `generate` and its prompt-lookup decoding; the lossless check, in its two regimes;
+#    `generate` and its prompt-lookup decoding, and the oracle (the paper's acceptance replayed through the
+#    loop); the lossless check, in its two regimes;
 # 4. where a round's time goes;
 # 5. the payoff: the committed full-size runs (each host's suites) side by side, and the GPU timings;
 # 6. the break-even picture: speed-up against acceptance length;
