@@ -279,7 +279,8 @@ print(f"acceptance length  vLLM {vm['acceptance_length']:.3f}   ours {ours.accep
 print("per position (P(accepted | previous accepted)):")
 print("  vLLM", [round(x, 3) for x in vm["conditional_acceptance"]])
 print("  ours", [round(x, 3) for x in ours.conditional_acceptance])
-print(f"rounds: vLLM {vm['drafts']}  ours {ours.rounds}")
+print(f"rounds: vLLM {vm['drafts']}  ours {ours.rounds}; ours accepted/reached per slot: "
+      + " ".join(f"{a}/{n}" for a, n in zip(ours.accepted_at, ours.attempted_at)))
 from peagle_lab.decoding.divergence import agreement
 
 same = agreement([ours_ids, plain["ids"]], ours_plain, LOOP_DTYPE, LOOP_DEVICE, same_kernels=False)  # two engines
