@@ -110,9 +110,12 @@ print(f"\nheld-out comparison ({len(compare.get('prompts', []))} prompts x {comp
 for kind, row in heldout.items():
     if row:
         print(f"  {SHIPPED[kind].name}: " + "  ".join(f"K={k}: {v:.3f}" for k, v in row["acceptance_length"].items()))
-        k_max = max(row["per_position"], key=int)
-        print(f"    per slot 1..{k_max} at K={k_max}: "
-              + " ".join("-" if x is None else f"{x:.2f}" for x in row["per_position"][k_max]))
+        for k, rates in row["per_position"].items():  # the AL each K's per-slot rates give: 1 + p1 + p1 p2 + ...
+            reach = [1.0]
+            for x in rates:
+                reach.append(reach[-1] * (x or 0.0))
+            print(f"    K={k}: per slot 1..{k}: " + " ".join("-" if x is None else f"{x:.4f}" for x in rates)
+                  + f" -> 1 + " + " + ".join(f"{r:.4f}" for r in reach[1:] if r) + f" = {sum(reach):.3f}")
 
 # %% [markdown]
 # Now a live measurement, here, on a smaller sample and other prompts (a few minutes on a CPU): the heads for this
@@ -183,16 +186,26 @@ report.record("shipped_heads_lossless", all(ev["lossless"] for ev in live.values
 # round count is not recorded, the ledger's `rounds` column reads `-`); the right one is this run's small sample of HumanEval prompts (its rounds printed
 # beside each figure), which a single prompt more or less can move. The per-slot rates printed under the held-out
 # figures say how each head's acceptance is made: where a head's rates past slot 2 or 3 are low, a deeper draft
-# adds little per round and its K sweep is flat; where they stay high, its acceptance keeps rising with K. The verdict: EAGLE-3 accepts more, on both
-# measures: held out at K=7 this run printed 2.53 against 1.90, and in this run's live sweep EAGLE-3 is ahead at
-# every K (1.38, 1.49, 1.54 against 1.29, 1.38, 1.38 at K=1, 4, 8). The two figures differ from 05's and 06's
+# adds little per round and its K sweep is flat; where they stay high, its acceptance keeps rising with K. The
+# verdict: EAGLE-3 accepts more held out (2.53 against 1.90 at K=7, the committed line above), and the live sweep's
+# line says, K by K, which head is ahead on this run's small sample. The two figures differ from 05's and 06's
 # for the same heads because the prompts, output length, K, dtype and sample differ: 05's ledger lists the
 # committed ones and the live rows recorded before 05 runs; 07 prints the full ledger.
+#
+# **Why the P-EAGLE head reads 1.895 at both K=3 and K=7.** Not because no round reached slot 4: at K=7 the
+# printed rates show slot 4 accepted in 0.3846 of the rounds that reached it and slot 5 reached (0.0000, so none
+# accepted). Each K's line adds up its own rates (the reach of slot j is the product of the rates up to j), and
+# the two sums come out the same to the third decimal: the K=7 run's slot-1 and slot-2 rates are a little lower
+# than the K=3 run's (the rounds are not the same rounds: a round that accepts more at K=7 starts the next one
+# elsewhere in the text), and that loss cancels what slots 4 and 5 add. It is a coincidence of two different sets of rates. The file
+# keeps the rates, not the round counts, so the recorded 1.895 (committed tokens over rounds, the last round
+# cut short by the token budget) differs from the sum of rates in the third decimal.
 #
 # Notebook 00 quoted the blog's figures: P-EAGLE ahead at K=7 in acceptance too (3.94 against EAGLE-3's 3.03 on
 # GPT-OSS-20B), from a 4-layer head trained on GPUs on far more data than this CPU run. Where the EAGLE-3 head leads
 # here instead, two things can explain it, and this course does not separate them: it had the larger cumulative
-# budget (the record above: this run printed 1.23x the wall time, 1.05x the tokens seen), and its training-time test teaches every depth on the state it will really have at
+# budget (the `cumulative budgets` line above: EAGLE-3's wall time and tokens seen over P-EAGLE's), and its
+# training-time test teaches every depth on the state it will really have at
 # inference, its own output from the depth before, while the parallel head's deep slots see only the mask stand-ins
 # and must guess several tokens ahead from the anchor's features alone, which they have barely learned (section 2's accuracy per depth). The learning curves do not show this
 # gap: their P-EAGLE and EAGLE-3 runs stay close (this run printed `peagle-cont` AL 1.391, `eagle3-cont` 1.447), so
@@ -370,13 +383,13 @@ for name, tok in (("tiny Qwen3", tiny_tok), ("this run's target", tokenizer)):
 #
 # ### Exercise: which layers are tapped?
 #
-# Set `N_LAYERS = 16`, then `N_LAYERS = 4`, and predict the three tapped layers before running the cell.
+# The cell prints the taps for 16 layers, for 4 layers and for the tiny target's own depth (`EX_LAYERS`; put your
+# own depths there). Predict the three tapped layers of each before reading its lines.
 #
 # <details><summary>Answer</summary>
 #
-# This run ran the cell as shipped and printed `8 layers -> taps (2, 4, 5)`; the 16- and 4-layer figures below
-# follow from the rule and are not printed here: run the cell to check them. The taps are vLLM's EAGLE-3 default, the residual stream entering layers `2`, `N_LAYERS // 2` and
-# `N_LAYERS - 3` (SmolLM2's 30 layers give 2, 15, 27; the tiny target's 8 give 2, 4, 5). With 16 layers:
+# The taps are vLLM's EAGLE-3 default, the residual stream entering layers `2`, `L // 2` and
+# `L - 3` for a target of L layers (SmolLM2's 30 layers give 2, 15, 27; the tiny target's 8 give 2, 4, 5). With 16 layers:
 # 2, 8, 13. With 4 layers that rule gives 2, 2, 1, not three increasing layers, so a shallow target is tapped at
 # the inputs of its first, middle and last layer instead: 0, 2, 3. The rest of the head's shape does not change:
 # it depends on the hidden size and heads, not on the depth.
@@ -389,12 +402,12 @@ import copy
 from peagle_lab.drafter.config import default_tap_layers
 from peagle_lab.training import pick_mask_token_id
 
-N_LAYERS = tc.num_hidden_layers  # the tiny target's 8: change it and predict the taps
-shape = copy.deepcopy(tc)
-shape.num_hidden_layers = N_LAYERS
+EX_LAYERS = (16, 4, tc.num_hidden_layers)  # the tiny target's own depth last
+for n_layers in EX_LAYERS:
+    print(f"{n_layers} layers -> taps {default_tap_layers(n_layers)}")
+print(f"SmolLM2's 30 layers -> {default_tap_layers(30)}")
 TINY_MASK = pick_mask_token_id(tiny_tok)
-tiny_cfg = PEagleConfig.from_target(shape, mask_token_id=TINY_MASK, num_speculative_tokens=4)
-print(f"{N_LAYERS} layers -> taps {default_tap_layers(N_LAYERS)}; SmolLM2's 30 layers -> {default_tap_layers(30)}")
+tiny_cfg = PEagleConfig.from_target(copy.deepcopy(tc), mask_token_id=TINY_MASK, num_speculative_tokens=4)
 print(f"head for the tiny target: hidden {tiny_cfg.hidden_size}, {tiny_cfg.num_attention_heads} / "
       f"{tiny_cfg.num_key_value_heads} heads, head dim {tiny_cfg.head_dim}, vocabulary {tiny_cfg.vocab_size:,}, "
       f"taps {tiny_cfg.aux_hidden_state_layer_ids}, mask token {TINY_MASK} = "

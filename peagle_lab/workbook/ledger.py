@@ -67,21 +67,24 @@ def heldout_rows(compare_path: Path, shipped: dict[str, Path], repo_root: Path) 
     return rows
 
 
-def bench_rows(e2e: dict, chapter: str, what: str, host: str | None = None) -> list[dict]:
-    """One end-to-end bench result: per head, the row at the K of its best speed-up (what the tables print)."""
+def bench_rows(e2e: dict, chapter: str, what: str, host: str | None = None, every_k: bool = False) -> list[dict]:
+    """One end-to-end bench result: per head, the row at the K of its best speed-up (what the tables print), or
+    with ``every_k`` one row per K it ran (the best one marked)."""
     cfg, env = e2e.get("config", {}), e2e.get("env", {})
     rows = []
     for family, name in FAMILY_HEAD.items():
-        m = best(e2e, family)
-        if m is None:
+        top = best(e2e, family)
+        if top is None:
             continue
         head = Path(((cfg.get(f"{'parallel' if family == 'p-eagle' else 'sequential'}_head")) or {}).get(
             "source") or name).name
-        rows.append(row(chapter=chapter, what=f"{what}, best speed-up", head=head,
-                        host=host or env.get("host"), prompt_set=f"{cfg.get('suite') or 'code'}: "
-                        f"{cfg.get('prompts') or 'HumanEval'}", prompts=cfg.get("n_prompts"),
-                        new_tokens=cfg.get("max_new_tokens"), k=m["k"], dtype=env.get("dtype"),
-                        rounds=m.get("rounds"), acceptance_length=m["acceptance_length"]))
+        ms = [m for m in e2e["methods"] if m["family"] == family] if every_k else [top]
+        for m in ms:
+            rows.append(row(chapter=chapter, what=f"{what}, {'best speed-up' if m is top else 'K sweep'}",
+                            head=head, host=host or env.get("host"), prompt_set=f"{cfg.get('suite') or 'code'}: "
+                            f"{cfg.get('prompts') or 'HumanEval'}", prompts=cfg.get("n_prompts"),
+                            new_tokens=cfg.get("max_new_tokens"), k=m["k"], dtype=env.get("dtype"),
+                            rounds=m.get("rounds"), acceptance_length=m["acceptance_length"]))
     return rows
 
 

@@ -5,6 +5,11 @@ paper's acceptance, replayed on this machine's round costs) would pay."""
 
 from __future__ import annotations
 
+from statistics import median
+
+from ..bench.files import result_suites
+from ..bench.oracle import constant_rate_acceptance_length, oracle_rates
+
 NAMES = {"p-eagle": "P-EAGLE", "eagle3": "EAGLE-3"}
 
 
@@ -73,7 +78,120 @@ def lookup_line(e2e: dict) -> str | None:
             f"{pl['acceptance_length']:.2f}; it {word} the better head ({top['speedup']:.2f}x)")
 
 
+def slot_counts(e2e: dict, method: str) -> list[tuple[int, int]]:
+    """Per slot j (from 1): ``(accepted, reached)`` rounds summed over the method's runs, the sample behind each
+    conditional rate (empty where the runs do not record them)."""
+    counts: list[list[int]] = []
+    for run in e2e.get("runs", []):
+        if run["method"] != method:
+            continue
+        stats = run.get("stats") or {}
+        for j, (a, n) in enumerate(zip(stats.get("accepted_at", []), stats.get("attempted_at", []))):
+            counts += [[0, 0]] * (j + 1 - len(counts))
+            counts[j] = [counts[j][0] + a, counts[j][1] + n]
+    return [(a, n) for a, n in counts]
+
+
+def slots_text(e2e: dict, method: str) -> str:
+    """``accepted/reached`` per slot, e.g. ``60/120 12/60 0/12``."""
+    return " ".join(f"{a}/{n}" for a, n in slot_counts(e2e, method)) or "not recorded"
+
+
+def paired_gaps(e2e: dict) -> list[float]:
+    """Per prompt: P-EAGLE's speed-up minus EAGLE-3's on that prompt, each head at its best K (empty where a head
+    or the per-prompt runs are missing)."""
+    p, s = best(e2e, "p-eagle"), best(e2e, "eagle3")
+    if not (p and s):
+        return []
+    per: dict = {}
+    for run in e2e.get("runs", []):
+        if run["method"] in (p["method"], s["method"]) and run.get("speedup_vs_plain") is not None:
+            per.setdefault((run.get("repeat", 0), run["prompt"]), {})[run["method"]] = run["speedup_vs_plain"]
+    return [v[p["method"]] - v[s["method"]] for v in per.values() if len(v) == 2]
+
+
+def paired_line(e2e: dict) -> str | None:
+    """The heads' order prompt by prompt: the range of the paired gaps, and whether it keeps one sign."""
+    gaps = paired_gaps(e2e)
+    if not gaps:
+        return None
+    lo, hi, mid = min(gaps), max(gaps), median(gaps)
+    word = ("P-EAGLE faster on every prompt" if lo > 0 else "EAGLE-3 faster on every prompt" if hi < 0 else
+            "the order changes from prompt to prompt, so neither head is shown faster")
+    return (f"paired per prompt (P-EAGLE minus EAGLE-3, each at its best K, {len(gaps)} prompt(s)): "
+            f"{lo:+.3f}x to {hi:+.3f}x (median {mid:+.3f}x): {word}")
+
+
+def paper_round_pay(dc: dict, k: int = 7, suite: str = "code") -> dict | None:
+    """What the paper's acceptance would pay on a drafting-cost run's round costs at K=k: its acceptance length
+    (the blog's figure as a constant per-slot rate, :mod:`peagle_lab.bench.oracle`), a P-EAGLE round (one drafter
+    pass + verifying K+1 tokens) in decode steps, and the ideal speed-up, their ratio (no loop overhead)."""
+    row = next((r for r in dc.get("rows", []) if r["k"] == k), None)
+    if row is None or not dc.get("target_step_ms"):
+        return None
+    rates, source = oracle_rates("paper", suite)
+    al = constant_rate_acceptance_length(rates[0], k)
+    steps = (row["parallel_ms"] + row["verify_ms"]) / dc["target_step_ms"]
+    return {"k": k, "acceptance_length": al, "round_steps": steps, "ideal_speedup": al / steps, "source": source}
+
+
 def lines(e2e: dict) -> list[str]:
     """Everything above, one sentence a line."""
     out = head_lines(e2e) + [verdict(e2e)]
-    return out + [x for x in [lookup_line(e2e), oracle_line(e2e)] if x]
+    return out + [x for x in [paired_line(e2e), lookup_line(e2e), oracle_line(e2e)] if x]
+
+
+def host_run(committed: list[dict], host: str, dtype: str) -> dict:
+    """The committed results folder to read for ``host``: its own (the nearest host's where it has none), in
+    ``dtype`` where it has one, newest first."""
+    with_suites = [c for c in committed if result_suites(c["results"])]
+    mine = [c for c in with_suites if c["host"] == host] or with_suites
+    newest = lambda c: max(e["env"].get("timestamp_utc", "") for e in result_suites(c["results"]).values())
+    return max(mine, key=lambda c: (c["dtype"] == dtype, newest(c)))
+
+
+def _cost_line(dc: dict) -> str:
+    rows = dc["rows"]
+    par = [r["parallel_ms"] for r in rows]
+    lo, hi = rows[0], rows[-1]
+    return (f"**Drafting cost** (K={lo['k']} to {hi['k']}): a parallel round {min(par):.1f} to {max(par):.1f} ms, "
+            f"nearly flat in K (one drafter pass); a sequential round {lo['sequential_ms']:.1f} to "
+            f"{hi['sequential_ms']:.1f} ms, one pass per draft ({hi['ratio_seq_over_par']:.1f}x the parallel round "
+            f"at K={hi['k']}).")
+
+
+def _head_line(e2e: dict, family: str) -> str | None:
+    m = best(e2e, family)
+    if not m:
+        return None
+    same = " (at K=1 parallel and sequential drafting are the same single pass)" if m["k"] == 1 else ""
+    return (f"**{NAMES[family]}** best at K={m['k']}{same}: {m['speedup']:.2f}x (per-prompt IQR "
+            f"{m['speedup_iqr']:.2f}), acceptance length {m['acceptance_length']:.2f}; rounds accepted/reached per "
+            f"slot 1..K: {slots_text(e2e, m['method'])}.")
+
+
+def box(e2e: dict, dc: dict | None, where: str, oracle: tuple[str, dict] | None = None) -> str:
+    """The payoff in one boxed paragraph (a markdown blockquote), every figure read from the results given: the
+    drafting cost against K, each head's best row with its per-slot round counts, the speed verdict, the heads'
+    order prompt by prompt, and what the paper's acceptance would pay (on these round costs, and replayed through
+    the loop where ``oracle = (where, e2e)`` holds an oracle row)."""
+    heads = [m for m in (best(e2e, f) for f in NAMES) if m]
+    band = noise_band(e2e)
+    speed = ("every head's best speed-up is below 1x: with these heads speculation loses to plain decoding here"
+             if heads and max(m["speedup"] for m in heads) < 1 else
+             f"the better head reaches {max((m['speedup'] for m in heads), default=0):.2f}x")
+    dc = dc or {"rows": []}  # a run without its drafting-cost part: no cost line, no paper line
+    out = [f"**What this machine shows, and what it cannot** ({where})"] + ([_cost_line(dc)] if dc["rows"] else [])
+    out += [x for x in (_head_line(e2e, f) for f in NAMES) if x]
+    out.append(f"**Speed**: {speed}" + (f" (noise band, hf-greedy's distance from 1: {band:.3f})." if band is not None
+                                        else "."))
+    out.append(f"**Which head is faster**: {paired_line(e2e) or verdict(e2e)}.")
+    pay = dc["rows"] and paper_round_pay(dc, 7 if any(r["k"] == 7 for r in dc["rows"]) else dc["rows"][-1]["k"],
+                                         (e2e.get("config") or {}).get("suite") or "code")
+    if pay:
+        out.append(f"**The paper's acceptance** (acceptance length {pay['acceptance_length']:.2f} at K={pay['k']}: "
+                   f"{pay['source']}) on these round costs ({pay['round_steps']:.2f} decode steps per P-EAGLE round) "
+                   f"would pay {pay['ideal_speedup']:.2f}x at best (no loop overhead)"
+                   + (f"; replayed through the loop on {oracle[0]}: {oracle_line(oracle[1])}." if oracle and
+                      oracle_line(oracle[1]) else "."))
+    return "\n>\n".join("> " + x for x in out)

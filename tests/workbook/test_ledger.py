@@ -107,3 +107,65 @@ def test_a_live_sweep_keeps_one_row_per_k_and_the_table_shows_three_decimals():
         ledger.record(**(row | {"k": k, "acceptance_length": al}))
     assert [(r["k"], r["acceptance_length"]) for r in ledger.recorded()] == [(1, 1.25), (8, 1.5)]
     assert "| 1.250 |" in ledger.markdown(ledger.recorded())
+
+
+def paired_run(gaps):
+    """RUN with per-prompt runs whose P-EAGLE (K=4) minus EAGLE-3 (K=2) speed-ups are ``gaps``."""
+    runs = []
+    for i, g in enumerate(gaps):
+        runs += [{"prompt": i, "method": "p-eagle K=4", "speedup_vs_plain": 1.0 + g,
+                  "stats": {"accepted_at": [2, 1, 0, 0], "attempted_at": [4, 2, 1, 0]}},
+                 {"prompt": i, "method": "eagle3 K=2", "speedup_vs_plain": 1.0}]
+    return RUN | {"runs": runs}
+
+
+def test_the_paired_line_names_a_faster_head_only_when_every_prompt_agrees():
+    assert "P-EAGLE faster on every prompt" in payoff.paired_line(paired_run([0.1, 0.2]))
+    assert "+0.100x to +0.200x" in payoff.paired_line(paired_run([0.1, 0.2]))
+    assert "neither head is shown faster" in payoff.paired_line(paired_run([-0.05, 0.2]))
+    assert payoff.paired_line(RUN) is None
+
+
+def test_slot_counts_sum_accepted_and_reached_rounds_over_the_prompts():
+    assert payoff.slot_counts(paired_run([0.1, 0.2]), "p-eagle K=4") == [(4, 8), (2, 4), (0, 2), (0, 0)]
+    assert payoff.slots_text(RUN, "p-eagle K=4") == "not recorded"
+
+
+def test_the_paper_acceptance_pays_its_length_over_a_round_in_decode_steps():
+    dc = {"target_step_ms": 10.0, "rows": [{"k": 7, "parallel_ms": 5.0, "verify_ms": 15.0}]}
+    pay = payoff.paper_round_pay(dc, 7)
+    assert pay["acceptance_length"] == pytest.approx(3.94, abs=1e-3)
+    assert pay["round_steps"] == 2.0 and pay["ideal_speedup"] == pytest.approx(1.97, abs=1e-3)
+    assert payoff.paper_round_pay(dc, 3) is None
+
+
+def test_the_box_quotes_cost_slots_speed_and_order_from_the_results():
+    dc = {"target_step_ms": 10.0, "rows": [{"k": 1, "parallel_ms": 2.0, "sequential_ms": 2.0, "verify_ms": 12.0,
+                                             "ratio_seq_over_par": 1.0},
+                                            {"k": 7, "parallel_ms": 3.0, "sequential_ms": 14.0, "verify_ms": 15.0,
+                                             "ratio_seq_over_par": 4.7}]}
+    slow = paired_run([-0.05, 0.2])
+    slow["methods"] = [m | {"speedup": m["speedup"] - 0.5} for m in slow["methods"]]
+    text = payoff.box(slow, dc, "here")
+    assert text.startswith("> **What this machine shows") and "2.0 to 3.0 ms" in text and "4.7x" in text
+    assert "4/8 2/4 0/2 0/0" in text and "below 1x" in text and "neither head is shown faster" in text
+    assert "1.80 decode steps" in text
+
+
+def test_host_run_prefers_this_hosts_folder_in_this_dtype():
+    def folder(host, dtype, stamp):
+        return {"host": host, "dtype": dtype, "dir": f"{host}/{dtype}",
+                "results": {"end_to_end": RUN | {"env": {"timestamp_utc": stamp}}}}
+    committed = [folder("a", "float32", "2"), folder("a", "bfloat16", "1"), folder("b", "float32", "3")]
+    assert payoff.host_run(committed, "a", "bfloat16")["dir"] == "a/bfloat16"
+    assert payoff.host_run(committed, "c", "float32")["dir"] == "b/float32"
+
+
+def test_every_k_keeps_each_heads_whole_sweep_and_marks_the_best_row():
+    rows = ledger.bench_rows(RUN, "05", "live", every_k=True)
+    assert [(r["head"], r["k"], r["what"]) for r in rows] == [
+        ("p", 1, "live, K sweep"), ("p", 4, "live, best speed-up"), ("s", 2, "live, best speed-up")]
+
+
+def test_the_paired_median_of_an_even_count_is_the_mean_of_the_middle_two():
+    assert "(median +0.150x)" in payoff.paired_line(paired_run([0.1, 0.2]))
