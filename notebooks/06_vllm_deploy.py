@@ -544,8 +544,9 @@ for path in sorted((data_dir() / "results").glob("*/tensor-parallel/tensor_paral
 # where P-EAGLE pays it once. The table's last line gives this CPU's verdict: here the target's passes get
 # *slower* under sharding, because each all-reduce over gloo on 2 shared cores costs about a millisecond (the
 # table's header line), 60 of them outweigh the half of a pass's arithmetic that sharding saves, and the 2 ranks
-# share the cores with everything else; the drafter's share moves only a little. So this machine measures the
-# mechanism's cost (the all-reduces) but cannot show its gain; on GPUs joined by NVLink an all-reduce takes tens
+# share the cores with everything else. The drafter's share follows the target: it can grow only where sharding
+# makes the target's passes faster, which is not the case here (the last line says in which direction it moved).
+# So this machine measures the mechanism's cost (the all-reduces) but cannot show its gain; on GPUs joined by NVLink an all-reduce takes tens
 # of microseconds, which is where sharding speeds the target and the argument's step (a growing drafter share)
 # would show. What the table does show at both sizes is the gap between the two modes: EAGLE-3's K drafter
 # passes are a several times larger share of a round than P-EAGLE's one.
