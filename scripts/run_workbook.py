@@ -54,10 +54,8 @@ def run_one(path: Path, out_dir: Path, timeout: int, kernel: str, html: bool) ->
     import nbformat
 
     from peagle_lab.errors import PeagleError
-    from peagle_lab.workbook import report
     from peagle_lab.workbook.execute import NotebookFailed, execute
 
-    report.clear(path.stem)
     status, error, start = "ok", "", time.perf_counter()
     try:
         done = execute(path, out_dir, mode="kernel", timeout=timeout, kernel=kernel)
@@ -144,6 +142,12 @@ def main(argv=None) -> int:
         print(f"No notebooks in {args.notebooks}", file=sys.stderr)
         return 1
     args.out.mkdir(parents=True, exist_ok=True)
+    from peagle_lab.workbook import report
+
+    # every notebook of this run forgets its earlier records first: a chapter that reads what later ones record
+    # (05's ledger) then sees only this run's rows, never a previous run's
+    for path in notebooks:
+        report.clear(path.stem)
 
     rows = []
     for i, path in enumerate(notebooks, 1):
@@ -152,8 +156,6 @@ def main(argv=None) -> int:
         rows.append(row)
         print(f"    {row['status']} in {row['seconds']:.1f} s, {row['figures']} figures"
               + (f": {row['error']}" if row["error"] else ""), flush=True)
-
-    from peagle_lab.workbook import report
 
     summary = write_summary(rows, args.out, report.load())
     failed = [r["name"] for r in rows if r["status"] != "ok"]

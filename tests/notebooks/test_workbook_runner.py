@@ -124,3 +124,30 @@ def test_stderr_and_progress_widgets_leave_the_saved_notebook(tmp_path):
     assert [o.get("text") or o["data"]["text/plain"] for o in kept] == [
         "result 42\n", "VBox(children=(HTML(value='explorer'),))"]
     assert "UserWarning" in log.read_text() and "0/40" in log.read_text()
+
+
+def test_a_workbook_run_forgets_every_chapters_earlier_records_before_the_first_runs(tmp_path, results, monkeypatch):
+    from peagle_lab.workbook import report
+
+    spec = importlib.util.spec_from_file_location("run_workbook", SCRIPT)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    books = tmp_path / "books"
+    books.mkdir()
+    for name in ("01_a", "02_b"):
+        _pair(books, name, ["x = 1"])
+        report.record("stale", 1, notebook=name)
+    report.record("kept", 1, notebook="other")
+    seen = {}
+
+    def fake_run(path, out_dir, timeout, kernel, html):
+        seen[path.stem] = sorted(report.load())  # what a chapter reading the summary would find
+        report.record("fresh", 2, notebook=path.stem)
+        return {"name": path.stem, "status": "ok", "seconds": 0.0, "figures": 0, "error": ""}
+
+    monkeypatch.setattr(script, "run_one", fake_run)
+    monkeypatch.setenv("OMP_WAIT_POLICY", os.environ.get("OMP_WAIT_POLICY", "PASSIVE"))
+    monkeypatch.setenv("PEAGLE_RESULTS", os.environ["PEAGLE_RESULTS"])
+    assert script.main(["--notebooks", str(books), "--out", str(tmp_path / "out"), "--no-html"]) == 0
+    assert seen == {"01_a": ["other"], "02_b": ["01_a", "other"]}, "a later chapter's stale rows were visible"
+    assert report.load()["02_b"] == {"fresh": 2}
