@@ -274,8 +274,9 @@ print("EAGLE-3 sequential drafting from scratch equals HeadDrafter's (same K dra
 # `peagle_lab.training` computes the elements depth by depth through one drafter KV cache: depth 0 for every
 # position of the row, then depth 1 for the anchors, and so on, with this mask passed explicitly
 # (`training_mask`). Several sequences share a row: elements never see another sequence, positions restart.
-# COD (*conditional drop-token* sampling, from PARD, an earlier parallel-drafting method; P-EAGLE trains with it) keeps all anchors at depth 0 and
-# fewer at each deeper depth (nested: a rollout kept at depth d exists at
+# COD (*conditional drop-token* sampling; P-EAGLE takes it from PARD, an earlier method in which a small draft
+# model drafts several tokens in one pass, mask tokens standing in for the ones not yet known) keeps all anchors
+# at depth 0 and fewer at each deeper depth (nested: a rollout kept at depth d exists at
 # every depth before it), which makes training K depths much cheaper than K times one depth.
 #
 # The cell plans toy rows with `plan_row(sequences, num_depths, ratio, min_ratio)`: each sequence carries its
