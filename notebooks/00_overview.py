@@ -89,7 +89,8 @@ from peagle_lab import models, precision, settings
 # ## EAGLE-3 and P-EAGLE
 #
 # - **EAGLE** drafters are one small transformer layer that reads the target's hidden states, not just tokens.
-# - **EAGLE-3** reads three layers of the target (low, middle, high), concatenated (3H) and projected to H.
+# - **EAGLE-3** reads three layers of the target (low, middle, high), concatenated (3H) and projected to H;
+#   these three layers are the *taps* (their hidden states, the *tapped* features; notebook 01 extracts them).
 #   It drafts **sequentially**: K tokens cost K drafter passes. It is trained with a *training-time test*: during
 #   training the head is unrolled over its own drafts as at inference (depth d reads the head's own state from
 #   depth d-1, not the target's), so it learns to keep drafting from its own imperfect guesses.
@@ -101,6 +102,11 @@ from peagle_lab import models, precision, settings
 # The vLLM blog (post "P-EAGLE", 2026-03-13; the method's paper is arXiv 2602.01469) reports, for GPT-OSS-20B on
 # one B200 at batch 1, 1.55x the speed of EAGLE-3 on HumanEval
 # (acceptance length 3.94 vs 3.03 at K=7). This workbook rebuilds the method on a model small enough for a laptop.
+#
+# The timing diagram below is illustrative, drawn for a GPU at batch 1: verifying K=4 drafts costs about 1.3
+# target forwards, and both speculative rounds finish well before plain decoding's 5 tokens. A CPU can do the
+# opposite; section "How fast" prints the verification cost measured on your machine, and the round after it
+# whether speculation pays here.
 
 # %%
 from peagle_lab.workbook.diagrams import draw_drafting_schemes
@@ -165,7 +171,8 @@ print([tokenizer.decode([t]) for t in answer[:8]])
 # ## How fast, and why speculation can pay
 #
 # Decoding speed (median of the repeats), then the core fact speculative decoding rests on: with the prompt
-# in the KV cache, one forward over 9 new tokens (what verifying K=8 drafts costs) against one forward over 1.
+# in the KV cache, one forward over 6 and over 9 new tokens (what verifying K=5 and K=8 drafts costs) against
+# one forward over 1.
 
 # %%
 import copy
@@ -180,7 +187,7 @@ print(f"greedy decoding: {tok_s:.1f} tokens/s ({NEW_TOKENS} tokens, median of {R
 with torch.no_grad():
     cache = model(prompt_ids, use_cache=True).past_key_values
     step = {}
-    for n in (1, 9):
+    for n in (1, 6, 9):
         new = answer[:n].reshape(1, -1)
         runs = []
         for _ in range(settings.pick(7, 3)):
@@ -191,22 +198,21 @@ with torch.no_grad():
             synchronize(DEVICE)
             runs.append(time.perf_counter() - t0)
         step[n] = statistics.median(runs)
-print(f"forward over 1 new token: {1e3 * step[1]:.1f} ms; over 9: {1e3 * step[9]:.1f} ms "
-      f"(ratio {step[9] / step[1]:.2f}x for 9x the tokens)")
+print(f"forward over 1 new token: {1e3 * step[1]:.1f} ms; over 6: {1e3 * step[6]:.1f} ms "
+      f"(ratio {step[6] / step[1]:.2f}x); over 9: {1e3 * step[9]:.1f} ms (ratio {step[9] / step[1]:.2f}x)")
+print(f"the timing diagram above draws a K=4 verification at 1.3 decoding steps; on this machine verifying K=5 "
+      f"drafts costs {step[6] / step[1]:.2f} steps, K=8 drafts {step[9] / step[1]:.2f}")
 print(hardware.describe(DEVICE))
 for key, value in [("target_params", n_params), ("greedy_tokens_per_s", round(tok_s, 2)),
                    ("forward_9_vs_1_ratio", round(step[9] / step[1], 3)), ("hardware", hardware.describe(DEVICE))]:
     record(key, value, notebook="00_overview")
 
 # %% [markdown]
-# The ratio above is the price of one verification of 8 drafts, in units of one decoding step: a round that
-# drafts 8 tokens must commit more tokens than that ratio on average (plus the drafter's own cost) before
-# speculation beats plain decoding on this machine. On a GPU at batch 1, where a forward is bound by reading the
-# weights (above), the ratio is expected to be close to 1; on a CPU the arithmetic counts, and the printed ratio is
-# the one that holds here. Notebook `05_parallel_vs_sequential` measures this ratio again for K = 1 to 10 (its
-# `verify_ratio` column, in your machine's dtype), and quotes committed ratios from other machines, bf16 among them;
-# a second timing under a different load gives a somewhat different ratio than this cell's, so compare them as
-# the same quantity measured twice. The round below measures the end result for one K.
+# Each ratio is the price of one verification in decoding steps: a round must commit more tokens than that on
+# average (plus the drafter's own cost) before speculation beats plain decoding on this machine. On a GPU at
+# batch 1 the ratio is expected near 1; on a CPU the arithmetic counts. Notebook `05_parallel_vs_sequential`
+# measures it again for K = 1 to 10; a second timing gives a somewhat different value, the same quantity measured
+# twice.
 #
 # ## One speculative round, written out
 #
@@ -301,6 +307,8 @@ speedup = plain.seconds / package.seconds
 verdict = "pays" if speedup > 1.05 else "loses" if speedup < 0.95 else "breaks even (within 5%)"
 print(f"wall time, the package's loops, one run each: plain {plain.seconds:.2f} s, speculative {package.seconds:.2f} s "
       f"-> {speedup:.2f}x: speculation {verdict} here")
+print(f"tokens committed per target forward {package.stats.acceptance_length:.2f} against the K={K} "
+      f"verification's cost of {step[K + 1] / step[1]:.2f} decoding steps, measured above" if K + 1 in step else "")
 print("hand-written == package's loop:", tokens == package.tokens[:NEW_TOKENS])
 ledger.record(chapter="00", what="the hand-written round's prompt",
               head=str(head_info["source"]).rstrip("/").split("/")[-1],
@@ -317,16 +325,14 @@ print("hand-written vs plain greedy:", "identical" if div is None else div.messa
 # many target forwards the answer cost. Whether that saved time is the wall-time line: speculation pays only when
 # the acceptance length (tokens committed per target forward) beats what a round costs in decoding steps (the
 # verification ratio measured above, plus the drafter's pass). The line states the verdict for this prompt and K
-# with its speed-up. In fp32 on this course's CPU it reads "loses": the acceptance length printed (under 1.5) is
-# well below the 9-vs-1 verification ratio printed above (about 2), so each round costs more decoding steps than
-# it commits tokens. On another machine, dtype or load, read your own two numbers the same way.
-# The acceptance length is the quantity the rest of the course tries to raise. The figure above is one prompt at
-# one K: other chapters print other values for the same head, on other prompts, K, output lengths and dtypes;
-# `05_parallel_vs_sequential`, "The acceptance ledger", gathers the acceptance lengths that the chapters record
-# for the shipped heads (for a bench run, its best-speed-up row), each with what it was measured on; not every
-# figure printed in the course is in it (this chapter's exercise below, for one). (The per-position view, the
-# probability that draft j is accepted given that drafts before it were, has no value for a draft no round
-# reached: printed as `nan`, `None` or `-` depending on the table; notebook 05 prints it.)
+# with its speed-up, and the line after it the two numbers behind it: where the acceptance length is below the
+# verification's cost in decoding steps, each round costs more than it commits, and speculation loses.
+# The acceptance length is the quantity the rest of the course tries to raise. This is one prompt at one K; other
+# chapters print other values for the same head on other prompts, K and dtypes. `05_parallel_vs_sequential`, "The
+# acceptance ledger", gathers the acceptance lengths the chapters record, each with what it was measured on,
+# this chapter's round and its exercise rows among them. (The per-position view, the probability that draft j
+# is accepted given that the drafts before it were, has no value for a draft no round reached: printed as `nan`,
+# `None` or `-` depending on the table; notebook 05 prints it.)
 #
 # ### Exercise: change K
 #
@@ -400,9 +406,8 @@ print(f"(K={K}, above: {len(per_round)} rounds, acceptance length {sum(per_round
 # - Lossless means: identical to plain greedy in fp32 on a CPU (the comparison above); in bf16 or on a GPU,
 #   identical or a divergence at a near-tie, reported with its logit margin.
 # - Speculation pays only when the acceptance length beats the cost of a round in decoding steps (the
-#   verification ratio measured above, plus the drafter). In fp32 on this course's CPU it loses: the shipped
-#   head commits under 1.5 tokens per round against a verification ratio of about 2 (the wall-time line gives
-#   the slowdown). The exercise shows why a larger K does not rescue it: K = 10 takes as many rounds as K = 5,
+#   verification ratio measured above, plus the drafter); the round's two printed lines compare them on your
+#   machine and give the speed-up. The exercise shows why a larger K does not rescue it: K = 10 takes as many rounds as K = 5,
 #   since no round accepts more than 3 drafts. Raising acceptance is what the rest of the course is about.
 #
 # Next: `01_hidden_states`, the features every EAGLE-3 and P-EAGLE drafter is built on.

@@ -65,7 +65,8 @@ model, tokenizer = models.load_target(TARGET, device=DEVICE, dtype=precision.cou
 # whole mix self-distilled (the `.jsonl.gz` line, stored compressed), the file the shipped heads were trained
 # on. Last it lists, run by run, what each shipped head was trained on, from the head's own record
 # (`training.json`, the same record as its `TRAINING.md`): the data file, the split, the records (`a:b`, the
-# slice of the train split a run read), the tokens seen.
+# slice of the train split a run read), the tokens seen in that run alone, then their sum over the runs (the
+# cumulative count that 04's learning curves plot on their x axis).
 
 # %% tags=["smollm2-fact", "nbval-check-output"]
 path, meta, records, shipped = distilled_data(model, tokenizer, None if models.is_default_target(TARGET)
@@ -123,7 +124,8 @@ for kind, head_dir in SHIPPED.items():
         split = re.search(r"--split (\S+)", r.get("command", ""))
         print(f"  {r['head']}: {r['sequences']:,} sequences of {Path(r['data']).name}"
               f"{f', split {split.group(1)}' if split else ''}{f', records {span.group(1)}' if span else ''}; "
-              f"{r['tokens_seen']:,} tokens seen")
+              f"{r['tokens_seen']:,} tokens seen in this run")
+    print(f"  cumulative: {sum(r['tokens_seen'] or 0 for r in runs):,} tokens seen over the {len(runs)} run(s)")
 
 # %% [markdown]
 # ### Should the target write the answers itself? (question 7)

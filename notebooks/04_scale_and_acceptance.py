@@ -197,9 +197,10 @@ report.record("shipped_heads_lossless", all(ev["lossless"] for ev in live.values
 # accepted). Each K's line adds up its own rates (the reach of slot j is the product of the rates up to j), and
 # the two sums come out the same to the third decimal: the K=7 run's slot-1 and slot-2 rates are a little lower
 # than the K=3 run's (the rounds are not the same rounds: a round that accepts more at K=7 starts the next one
-# elsewhere in the text), and that loss cancels what slots 4 and 5 add. It is a coincidence of two different sets of rates. The file
-# keeps the rates, not the round counts, so the recorded 1.895 (committed tokens over rounds, the last round
-# cut short by the token budget) differs from the sum of rates in the third decimal.
+# elsewhere in the text), and that loss cancels what slots 4 and 5 add: a coincidence of two sets of rates.
+# The recorded value (committed tokens over rounds, each prompt's last round cut short by the token budget) and the
+# sum of rates (the `=` value) are two estimates of one quantity; the lines above show how far apart they are:
+# in the third decimal for P-EAGLE, in the second for EAGLE-3.
 #
 # Notebook 00 quoted the blog's figures: P-EAGLE ahead at K=7 in acceptance too (3.94 against EAGLE-3's 3.03 on
 # GPT-OSS-20B), from a 4-layer head trained on GPUs on far more data than this CPU run. Where the EAGLE-3 head leads
@@ -207,9 +208,10 @@ report.record("shipped_heads_lossless", all(ev["lossless"] for ev in live.values
 # budget (the `cumulative budgets` line above: EAGLE-3's wall time and tokens seen over P-EAGLE's), and its
 # training-time test teaches every depth on the state it will really have at
 # inference, its own output from the depth before, while the parallel head's deep slots see only the mask stand-ins
-# and must guess several tokens ahead from the anchor's features alone, which they have barely learned (section 2's accuracy per depth). The learning curves do not show this
-# gap: their P-EAGLE and EAGLE-3 runs stay close (this run printed `peagle-cont` AL 1.391, `eagle3-cont` 1.447), so
-# they do not explain the gap between the shipped heads' held-out figures.
+# and must guess several tokens ahead from the anchor's features alone, which they have barely learned (section 2's
+# accuracy per depth). Section 2's learning curves come from earlier long runs, not the shipped heads' runs; their
+# P-EAGLE and EAGLE-3 runs stay close at equal tokens seen (their last-snapshot lines there), so they do not show
+# the shipped heads' gap.
 # Whatever the acceptance, P-EAGLE's other advantage is the drafting cost: one pass for all K tokens instead of
 # K; notebook 05 measures what that is worth. Why the deep slots fail is the next section's question.
 
@@ -219,8 +221,9 @@ report.record("shipped_heads_lossless", all(ev["lossless"] for ev in live.values
 # Two committed experiments on this target, run from the command line, read here:
 #
 # * **the learning curve** (`peagle-lab curve HEAD/checkpoint/snapshots/tokens-* --out .../curve.json`): the
-#   held-out acceptance length at K=7 of the long P-EAGLE and EAGLE-3 runs' snapshots (the shipped heads' runs
-#   when it was measured) against the training tokens they had seen, cumulative over continued runs;
+#   held-out acceptance length at K=7 of snapshots of two long runs, P-EAGLE (`peagle`, continued as
+#   `peagle-cont`) and EAGLE-3 (`eagle3`, `eagle3-cont`), trained on the first 1M-token mix and continued on more
+#   data: earlier runs than the shipped heads', against the tokens seen, cumulative over the continuation;
 # * **the deeper heads** (`deeper/`): P-EAGLE heads with 1, 2 and 4 decoder layers trained from scratch side by
 #   side for one wall-time budget on the same data (this run printed exp-L1's, 2400 s; the cell does not print L2's and
 #   L4's, which their records give: 2399.5, 2398.5 and 2396.2 s, each stopped by the time budget,
@@ -275,15 +278,18 @@ if l1 and held["parallel"] is not None:
 # measured at every anchor of held-out distilled sequences, with the true tokens before it; acceptance counts the
 # rounds of a live decoding, whose anchors are wherever the previous round ended. The two need not agree: a slot-1
 # acceptance rate above the depth-0 accuracy (section 1's per-slot lines against the plot below) is no
-# contradiction. One head, one name: `exp-L1` (the curve), `peagle-L1` (the
-# accuracy plot) and `smollm2-135m-peagle-fresh` (the shipped P-EAGLE head's first run in its record) are the same
-# 1-layer head; `exp-L2` = `peagle-L2`, `exp-L4` = `peagle-L4`. In the curve, `peagle` and `eagle3` are the first
-# long runs on the 1M-token mix and `-cont` (`peagle-cont`, `eagle3-cont`) the same run continued (`--init-from`) on
-# more data, tokens counted over both.
+# contradiction.
+#
+# **Names.** The 1-layer deeper-experiment head is one head under three names: `exp-L1` in the curve,
+# `peagle-L1` in the accuracy plot, and `smollm2-135m-peagle-fresh`, the shipped P-EAGLE head's first run in its
+# record (likewise `exp-L2` = `peagle-L2`, `exp-L4` = `peagle-L4`). Its curve ends at its last snapshot, taken
+# before the run stopped: the record's tokens seen (section 1) are the whole run's.
 
 # %% tags=["nbval-ignore-output"]
 from peagle_lab import bench
 from peagle_lab.experiments import recipe
+
+import math
 
 PAPER_AL, PAPER_K = 3.94, 7  # the vLLM P-EAGLE blog: GPT-OSS-20B on HumanEval, K=7 (a GPU-trained head)
 
@@ -306,8 +312,11 @@ print(f"\nthe blog's AL {PAPER_AL} at K={PAPER_K} (HumanEval) needs every slot a
 par_pts = [p for p in curve if p["mode"] == "parallel"]
 for goal in (2.0, PAPER_AL):
     budget = recipe.extrapolate(par_pts, goal)
+    last = max((p["tokens_seen"] for p in par_pts), default=0)
     print(f"a log-linear fit through the P-EAGLE curve reaches AL {goal} at "
-          + (f"about {budget:.0e} tokens seen" if budget else "no budget (the curve is not rising)"))
+          + (f"about {budget:.0e} tokens seen, {math.log10(budget / last):.0f} orders of magnitude past its last "
+             f"point ({last:,}): a line carried beyond its data, not a forecast" if budget and last else
+             "no budget (the curve is not rising)"))
 
 # %% [markdown]
 # **Reading it.** Does accuracy fall with depth? Not gradually: in the plot above it drops from depth 0 (slot 1)
@@ -321,22 +330,16 @@ for goal in (2.0, PAPER_AL):
 # line of the cell puts the two on the same measure, the held-out comparison's prompts (the curves score on other
 # prompts, so their values are not on that scale): what the continuation's fresh tokens bought.
 #
-# What more tokens buy: the learning curves rise roughly in a straight line on the log axis, a small step each
-# time the tokens seen grow several-fold, and the accuracy plot shows where it goes: the heads differ mostly at
-# depth 0, hardly at the deep ones. Of the three heads trained side by side, the 1-layer head saw the most
-# tokens in the wall time (more layers make each step slower on this CPU), and on the right panel it is ahead at
-# equal tokens seen too: at this scale a deeper head is both slower and no better per token; whether it overtakes
-# with far more training is not measured here.
+# What more tokens buy: on the left panel both long runs go from about 1.14 to about 1.4 while the tokens seen
+# grow 25-fold, not steadily: flat over the first two snapshots, a dip at the first continued snapshot, a fall at
+# the last (the last-snapshot lines). The accuracy plot shows the heads differ mostly at depth 0. Of the three
+# heads trained side by side, the 1-layer head saw the most tokens in the wall time and is ahead at equal tokens
+# seen too (right panel): at this scale a deeper head is slower and no better per token.
 #
-# What the blog's acceptance would need: every slot accepted at the rate printed above, far above the deep
-# slots' accuracy here, and the log-linear fit puts that orders of magnitude beyond the tokens seen. Read the fit
-# as "far more training than a CPU gives", not as a plan: it is a straight line carried far beyond its data.
-# The curve's points are the earlier long runs, trained on the first 1M-token mix and scored on their own
-# evaluation prompts; the held-out comparison of section 1 uses other prompts (8 that no head trained on, 64
-# tokens each). Only `exp-L1` is measured on both, and scores higher on the held-out prompts (this run printed
-# 1.512 on the curve, 1.737 held out). The two measures are not on one scale: compare heads within one of them (the
-# last line of the curves cell does, for exp-L1 and the shipped head). The fit's "AL 2.0" is on the curve's scale,
-# so the shipped head's held-out 1.895 says nothing about how close it is to that point.
+# The blog's acceptance would need every slot accepted at the rate printed above, far above the deep slots'
+# accuracy here. The curves score on the runs' own evaluation prompts, the held-out comparison of section 1 on
+# other prompts: compare heads within one measure (the curves cell's last line does, for exp-L1 and the shipped
+# head), so the fit's "AL 2.0" says nothing about how close the shipped head's held-out figure is to it.
 
 # %% [markdown]
 # ## 3 · Your own model and its chat template (question 1)
@@ -541,7 +544,10 @@ display(Markdown(recipe.recipe_markdown(runs)))
 study_noise = max((recipe.noise(studies.committed(n)[1]) or 0.0) for n in ("mask", "storage", "self-distill"))
 own_noise = recipe.noise(runs) or 0.0
 noise = max(own_noise, study_noise)
-print(f"noise: the recipe's own seed spread {own_noise:.3f}, the studies' largest {study_noise:.3f}; "
+seeds = [r["tokens_seen"] for r in runs if r["name"].startswith("baseline")]
+mixed = (f" (its two baseline seeds saw {min(seeds):,} and {max(seeds):,} tokens in the same wall time, "
+         f"{100 * (max(seeds) / min(seeds) - 1):.0f}% apart: seed and budget together)" if len(seeds) == 2 else "")
+print(f"noise: the recipe's own seed spread {own_noise:.3f}{mixed}, the studies' largest {study_noise:.3f}; "
       f"read against {noise:.3f}")
 if runs:
     base = next(r for r in runs if r["name"] == "baseline")
@@ -555,17 +561,12 @@ if runs:
                                                        if abs(d) > own_noise else "")))
 
 # %% [markdown]
-# **Reading it.** The verdict of this run's print: only `4 layers` (-0.065) is beyond both noise estimates, and it
-# saw half the baseline's tokens; every other setting is within the studies' noise 0.052, so none is established.
-# The recipe's own noise estimate rests on one pair of seeds, the studies' on several, so the
-# larger one is the safe yardstick: a setting marked "beyond both noise estimates" above is one to act on; one
-# beyond the recipe's own spread but within the studies' is a lead that two more seeds would confirm or not.
-# A setting that saw far fewer tokens than the baseline (more layers, a larger draft vocabulary) confounds its own
-# effect with the budget's: a gap beyond the noise there says the setting is too slow for this budget. Note what the column of tokens seen says: at a
-# fixed wall time, a setting that makes each step slower (more layers, a larger draft vocabulary) also sees fewer
-# tokens, and section 2 showed that tokens seen is the lever that matters most here. The paper's acceptance comes
-# from heads trained on GPUs, on far more data, for 20-120B targets: on this CPU, the honest answer to question 3
-# is the learning curve.
+# **Reading it.** Only `4 layers` is beyond both noise estimates (its line above), and it saw far fewer tokens
+# than the baseline, so it confounds the setting with the budget; every other setting is within the studies'
+# noise, so none is established. Tokens seen alone do not order the rows either: settings that saw more tokens
+# than the baseline score lower, within the noise (the tokens printed on each line). The paper's acceptance comes
+# from heads trained on GPUs on far more data, for 20-120B targets; on this CPU the answer to question 3 is the
+# learning curve of section 2.
 
 # %% [markdown]
 # ## What we saw
@@ -580,7 +581,7 @@ if runs:
 #   own taps and head shape from its config, a few training steps, and a lossless speculative round; serving
 #   with a different template than the one trained on is measured against the trained one on a small sample.
 # - The recipe runs, read against two noise estimates: only the 4-layer head (fewer tokens in the same wall time)
-#   is beyond both; tokens seen move acceptance most.
+#   is beyond both, with far fewer tokens seen; no other setting is separated from the noise.
 #
 # Next, `05_parallel_vs_sequential`: what one drafting round costs for the parallel and the sequential head, and
 # the speed-up those costs and these acceptance lengths give.

@@ -184,7 +184,8 @@ def summary_markdown(runs: list[dict]) -> str:
 
 def verdict_lines(runs: list[dict]) -> list[str]:
     """What a study's table supports, in words: the pairs of settings (two seeds or more each) whose gap in mean
-    acceptance length exceeds the seed spread of both, largest gap first (a pair not listed is not separated),
+    acceptance length exceeds the seed spread of both at the printed precision (three decimals: a gap that prints
+    equal to a spread is not beyond it), largest gap first (a pair not listed is not separated),
     then per setting the rounds that reach slots 1-3 beside the rates that rest on them. The round counts are
     estimated from the caption's prompts x new tokens, the acceptance length and the per-position rates: an upper
     bound, since an answer that ends early has fewer rounds."""
@@ -196,7 +197,7 @@ def verdict_lines(runs: list[dict]) -> list[str]:
         for b in rows[i + 1:]:
             hi, lo = (a, b) if a["acceptance_length"] >= b["acceptance_length"] else (b, a)
             gap = hi["acceptance_length"] - lo["acceptance_length"]
-            if gap > max(hi["seed_spread"], lo["seed_spread"]):
+            if round(gap, 3) > round(max(hi["seed_spread"], lo["seed_spread"]), 3):
                 pairs.append((gap, hi, lo))
     total = len(rows) * (len(rows) - 1) // 2
     lines = [f"separated (gap in mean AL beyond both seed spreads): {len(pairs)} of {total} pairs"]

@@ -68,6 +68,13 @@ def test_the_verdict_lists_only_pairs_apart_by_more_than_both_seed_spreads_and_t
     assert studies.verdict_lines([_run("a (seed 0)", {"seed": 0}, 1.2)]) == []  # one seed: no spread to judge by
 
 
+def test_a_gap_that_prints_equal_to_a_seed_spread_is_not_counted_as_beyond_it():
+    # gap 1.2302 - 1.2098 = 0.0204 > spread 0.0196 in full precision, yet both print as 0.020
+    runs = [_run("a (seed 0)", {"seed": 0}, 1.2204), _run("a (seed 1)", {"seed": 1}, 1.2400),
+            _run("b (seed 0)", {"x": 1, "seed": 0}, 1.2098), _run("b (seed 1)", {"x": 1, "seed": 1}, 1.2098)]
+    assert studies.verdict_lines(runs)[0] == "separated (gap in mean AL beyond both seed spreads): 0 of 1 pairs"
+
+
 def test_the_deep_slot_settings_differ_from_the_default_in_one_thing_each_and_are_valid_configs():
     from peagle_lab.experiments.studies import BASE, DEEP_SLOT_VARIANTS, with_seeds
     from peagle_lab.training import TrainConfig
