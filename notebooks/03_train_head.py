@@ -117,15 +117,20 @@ from peagle_lab.drafter.heads import SHIPPED
 for kind, head_dir in SHIPPED.items():
     rec = json.loads((head_dir / "training.json").read_text())
     runs = rec.get("history", []) + [dict(head=head_dir.name, data=rec["data"]["file"], command=rec["command"],
-                                          sequences=rec["data"]["sequences"], tokens_seen=rec["tokens_seen"])]
+                                          sequences=rec["data"]["sequences"], tokens_seen=rec["tokens_seen"],
+                                          distinct_tokens=rec["data"].get("tokens"))]
     print(f"{head_dir.name} ({kind}), {len(runs)} training run(s), each continuing the one before:")
     for r in runs:
         span = re.search(r"--records (\S+)", r.get("command", ""))
         split = re.search(r"--split (\S+)", r.get("command", ""))
         print(f"  {r['head']}: {r['sequences']:,} sequences of {Path(r['data']).name}"
               f"{f', split {split.group(1)}' if split else ''}{f', records {span.group(1)}' if span else ''}; "
-              f"{r['tokens_seen']:,} tokens seen in this run")
-    print(f"  cumulative: {sum(r['tokens_seen'] or 0 for r in runs):,} tokens seen over the {len(runs)} run(s)")
+              f"{r['distinct_tokens'] or 0:,} distinct tokens, {r['tokens_seen']:,} tokens seen in this run"
+              + (f" ({r['tokens_seen'] / r['distinct_tokens']:.2f} epochs)" if r.get("distinct_tokens") else ""))
+    cum = rec.get("cumulative") or {}
+    print(f"  cumulative: {sum(r['tokens_seen'] or 0 for r in runs):,} tokens seen over the {len(runs)} run(s)"
+          + (f", {cum['distinct_tokens']:,} distinct tokens ({cum['epochs']} epochs: runs on the same records "
+             "count once)" if cum.get("distinct_tokens") else ""))
 
 # %% [markdown]
 # ### Should the target write the answers itself? (question 7)

@@ -93,7 +93,9 @@ for kind, path in SHIPPED.items():
     print(f"  last run:   {rec['tokens_seen']:>10,} tokens seen, {rec['steps_done']:,} steps, "
           f"{rec['train_time_s']:.0f} s, {rec['data']['sequences']:,} sequences, precision {rec['autocast']}")
     print(f"  cumulative: {cum['tokens_seen']:>10,} tokens seen, {cum['steps']:,} steps, {cum['train_time_s']:.0f} s "
-          f"over {cum['runs']} run(s)   (full record: {path.name}/TRAINING.md)")
+          f"over {cum['runs']} run(s)" + (f", {cum['distinct_tokens']:,} distinct tokens, {cum['epochs']} epochs"
+                                          if cum.get("distinct_tokens") else "")
+          + f"   (full record: {path.name}/TRAINING.md)")
 
 # the committed held-out comparison: every head on the same held-out prompts no head trained on
 compare = json.loads((RECIPE_DIR / HOST / "heldout_compare.json").read_text()) if HOST else {"rows": []}

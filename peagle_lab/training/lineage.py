@@ -72,7 +72,8 @@ def summary(record: dict, head_dir) -> dict:
     data = record.get("data") or {}
     return dict(head=Path(head_dir).name, command=record.get("command"), data=data.get("file"),
                 split=data.get("split"), records=data.get("records"),
-                sequences=data.get("sequences"), tokens_seen=record.get("tokens_seen"),
+                sequences=data.get("sequences"), distinct_tokens=record.get("distinct_tokens") or data.get("tokens"),
+                tokens_seen=record.get("tokens_seen"),
                 steps=record.get("steps_done"), train_time_s=record.get("train_time_s"),
                 autocast=record.get("autocast") or c.get("autocast"),
                 host=(record.get("machine") or {}).get("host"), init_from=c.get("init_from"))
@@ -87,13 +88,19 @@ def history_of(head_dir) -> list[dict]:
 
 
 def cumulative(history: list[dict], this_run: dict) -> dict:
-    """Totals over the history plus this run (``None`` where an earlier run did not record the figure)."""
+    """Totals over the history plus this run (``None`` where an earlier run did not record the figure): tokens
+    seen, steps, seconds, runs, distinct tokens and epochs (tokens seen / distinct tokens)."""
     runs = history + [this_run]
     out = {}
     for key in ("tokens_seen", "steps", "train_time_s"):
         vals = [r.get(key) for r in runs]
         out[key] = None if any(v is None for v in vals) else round(sum(vals), 1)
     out["runs"] = len(runs)
+    # distinct tokens: each run's training records once (runs on the same file, split and records count once)
+    spans = {(r.get("data"), r.get("split"), r.get("records")): r.get("distinct_tokens") for r in runs}
+    out["distinct_tokens"] = None if any(v is None for v in spans.values()) else sum(spans.values())
+    out["epochs"] = (round(out["tokens_seen"] / out["distinct_tokens"], 2)
+                     if out["tokens_seen"] and out["distinct_tokens"] else None)
     return out
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from ..atomic import write_json, write_text
 from ..drafter.config import TRAINING_RECORD
+from .lineage import _flag_value
 
 
 def write_training_record(out_dir, record: dict) -> None:
@@ -54,9 +55,11 @@ def write_training_record(out_dir, record: dict) -> None:
 def _epoch_lines(record: dict) -> list[str]:
     """TRAINING.md's count of distinct tokens against tokens seen, and the records earlier runs already saw."""
     lines = []
-    if record.get("distinct_tokens"):
-        lines.append(f"- distinct tokens: {record['distinct_tokens']:,}; tokens seen / distinct tokens: "
-                     f"{record.get('epochs')} epochs")
+    distinct = record.get("distinct_tokens") or (record.get("data") or {}).get("tokens")
+    if distinct:
+        epochs = record.get("epochs") or (round(record["tokens_seen"] / distinct, 2) if record.get("tokens_seen")
+                                          else None)
+        lines.append(f"- distinct tokens: {distinct:,}; tokens seen / distinct tokens: {epochs} epochs")
     for r in (record.get("data") or {}).get("seen_before") or []:
         lines.append(f"- records {r['records']} were already trained on by {r['head']}: this run is a further epoch "
                      "over them, not fresh data")
@@ -68,13 +71,20 @@ def _history_lines(record: dict) -> list[str]:
     if not record.get("history"):
         return []
     cum = record.get("cumulative") or {}
+    over = (f" over {cum['distinct_tokens']:,} distinct tokens ({cum.get('epochs')} epochs)"
+            if cum.get("distinct_tokens") else "")
     lines = ["## History", "", f"Continued (`--init-from`) from earlier runs; {record.get('warm_restart')}. "
-             f"Cumulative over {cum.get('runs')} runs: {cum.get('tokens_seen')} tokens seen, "
+             f"Cumulative over {cum.get('runs')} runs: {cum.get('tokens_seen')} tokens seen{over}, "
              f"{cum.get('steps')} steps, {cum.get('train_time_s')} s of training.", "",
-             "| run | data | tokens seen | steps | training s | precision | host |", "|---|---|---|---|---|---|---|"]
+             "| run | data | records | distinct tokens | tokens seen | epochs | steps | training s | precision | host |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for h in record["history"]:
-        lines.append(f"| {h.get('head')} | {h.get('data')} | {h.get('tokens_seen')} | {h.get('steps')} | "
-                     f"{h.get('train_time_s')} | {h.get('autocast')} | {h.get('host')} |")
+        distinct, seen = h.get("distinct_tokens"), h.get("tokens_seen")
+        epochs = round(seen / distinct, 2) if distinct and seen else "-"
+        records = h.get("records") or _flag_value(h.get("command"), "--records") or "all"
+        lines.append(f"| {h.get('head')} | {h.get('data')} | {records} | {distinct or '-'} | "
+                     f"{seen} | {epochs} | {h.get('steps')} | {h.get('train_time_s')} | {h.get('autocast')} | "
+                     f"{h.get('host')} |")
     lines.append("")
     return lines
 

@@ -314,3 +314,22 @@ def test_continuing_a_head_on_its_own_records_is_called_a_further_epoch(dry, tmp
     assert rec["data"]["seen_before"] == [{"head": "eagle3", "records": "2:6"}]
     assert rec["distinct_tokens"] == rec["data"]["tokens"] and rec["tokens_seen"] >= 64
     assert "further epoch over them, not fresh data" in (tmp_path / "again" / "TRAINING.md").read_text()
+
+
+def test_a_continued_heads_record_counts_distinct_tokens_and_epochs_per_run_and_in_all():
+    from peagle_lab.training.lineage import cumulative
+    from peagle_lab.training.records import _history_lines
+
+    first = summary({"data": {"file": "d.jsonl.gz", "split": "train", "records": "0:6000", "tokens": 1000},
+                     "tokens_seen": 1500, "steps_done": 3, "train_time_s": 2.0}, "a")
+    again = dict(first, head="b", tokens_seen=500)  # a further epoch over the same records: counted once
+    this = dict(data="d.jsonl.gz", split="train", records="6000:12000", distinct_tokens=3000, tokens_seen=4000,
+                steps=8, train_time_s=5.0)
+    cum = cumulative([first, again], this)
+    assert cum["distinct_tokens"] == 4000 and cum["tokens_seen"] == 6000 and cum["epochs"] == 1.5
+    md = "\n".join(_history_lines(dict(history=[first, again], cumulative=cum, warm_restart="fresh optimizer")))
+    assert "6000 tokens seen over 4,000 distinct tokens (1.5 epochs)" in md
+    assert "| a | d.jsonl.gz | 0:6000 | 1000 | 1500 | 1.5 |" in md
+    assert cumulative([dict(first, distinct_tokens=None)], this)["epochs"] is None  # unknown, not guessed
+    lines = _epoch_lines(dict(data=dict(tokens=1000), tokens_seen=2500))  # a record from before the field
+    assert lines == ["- distinct tokens: 1,000; tokens seen / distinct tokens: 2.5 epochs"]
