@@ -502,7 +502,9 @@ report.record("hardware", dc["env"]["hardware"]);
 # `chat` the held-out split of the project's prompt mix (chat, reasoning and code questions), and `offmix` prompts
 # written apart from the mix (`data/prompts/offmix.jsonl`: terse, with typos, multi-turn, long context, code in
 # other languages), run only when named; one `end_to_end[_<suite>].json` each. The committed runs' plain tokens/s
-# differs from this run's live end-to-end (other prompts, output length and machine load), even on the same host.
+# and drafting times differ from this run's live ones even on the same host (other prompts, torch threads, output
+# length and machine load): the two `drafting cost` lines under the side-by-side table print both with their
+# settings.
 #
 # The cell prints every host's headline row (`verify_ratio_k7`: verifying 8 tokens over one decode step;
 # `best_p_eagle`, `best_eagle3`, `prompt_lookup`: each method's best speed-up with its K and acceptance length; `load`:

@@ -208,9 +208,10 @@ def box(e2e: dict, dc: dict | None, where: str, oracle: tuple[str, dict] | None 
                                          (e2e.get("config") or {}).get("suite") or "code")
     if pay:
         out.append(f"**The paper's acceptance** (acceptance length {pay['acceptance_length']:.2f} at K={pay['k']}: "
-                   f"{pay['source']}) on these round costs ({pay['round_steps']:.2f} decode steps per P-EAGLE round) "
-                   f"would pay {pay['ideal_speedup']:.2f}x at best (no loop overhead)"
-                   + (f"; replayed through the loop on {oracle[0]}: {oracle_line(oracle[1])}." if oracle and
+                   f"{pay['source']}) on this run's round costs ({pay['round_steps']:.2f} decode steps per P-EAGLE "
+                   f"round) would pay {pay['ideal_speedup']:.2f}x at best (no loop overhead)"
+                   + (f"; replayed through the loop on {oracle[0]}, at that run's own round costs: "
+                      f"{oracle_line(oracle[1])}." if oracle and
                       oracle_line(oracle[1]) else "."))
     return "\n>\n".join("> " + x for x in out)
 
