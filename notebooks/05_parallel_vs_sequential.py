@@ -424,9 +424,9 @@ release()
 # accepted it over the rounds that reached it, and a deep slot reached in a handful of them can read 0.00 or 1.00
 # by chance. A slot shown as `-` (`nan` in the raw
 # statistics, `None` in the JSON) was never reached: in every round some earlier slot was rejected first, so
-# the rate has no rounds to count (0 of 0), which is not the same as a rate of 0. The oracle line also prints the
-# acceptance length a constant-rate loop reaches with this run's token budget (the last round of an answer drafts
-# only what the budget leaves). The last lines state this run's
+# the rate has no rounds to count (0 of 0), which is not the same as a rate of 0. The oracle's line below also
+# prints the acceptance length a constant-rate loop reaches with this run's token budget (the last round of an
+# answer drafts only what the budget leaves). The last lines state this run's
 # verdicts: each head against 1 and against the noise band (hf-greedy's distance from 1), the heads' order prompt
 # by prompt, prompt lookup, the oracle, and each head's best K in words:
 
@@ -439,11 +439,6 @@ for m in e2e["methods"]:
         rates = " ".join("  - " if r is None else f"{r:.2f}" for r in m["per_position_acceptance"])
         print(f"{m['method']:14s} AL {m['acceptance_length']:.2f} over {m['rounds']} rounds   per slot 1..K: {rates}"
               f"   (accepted/reached: {payoff.slots_text(e2e, m['method'])})")
-    if m["family"] == "oracle":
-        cut = payoff.budget_acceptance_length(bench.oracle_rates("paper")[0][0], m["k"], MAX_NEW)
-        print(f"{'':14s} its per-slot rate targets AL {bench.constant_rate_acceptance_length(bench.oracle_rates('paper')[0][0], m['k']):.2f}; "
-              f"with {MAX_NEW} new tokens per answer the budget cuts it to {cut:.2f}; the rest is the sampling spread "
-              f"of {m['rounds']} rounds and answers ending early")
 print("\nthis run (" + f"{N_PROMPTS} HumanEval prompts x {MAX_NEW} new tokens):")
 for line in payoff.lines(e2e):
     print("  " + line)

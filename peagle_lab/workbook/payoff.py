@@ -82,8 +82,14 @@ def oracle_line(e2e: dict) -> str | None:
     o = best(e2e, "oracle")
     if not o:
         return None
+    cfg = e2e.get("config") or {}
+    rate = oracle_rates("paper", cfg.get("suite") or "code")[0][0]
+    n, k = cfg.get("max_new_tokens"), o["k"]
+    cut = (f"; its per-slot rate targets {constant_rate_acceptance_length(rate, k):.2f}, which answers of {n} new "
+           f"tokens cut to {budget_acceptance_length(rate, k, n):.2f} (the last round drafts what the budget leaves); "
+           f"the remaining difference is the spread of {o.get('rounds')} rounds and answers ending early" if n else "")
     return (f"oracle (the paper's acceptance replayed, K={o['k']}): acceptance length {o['acceptance_length']:.2f}, "
-            f"speed-up {o['speedup']:.2f}x")
+            f"speed-up {o['speedup']:.2f}x" + cut)
 
 
 def lookup_line(e2e: dict) -> str | None:

@@ -186,3 +186,9 @@ def test_a_token_budget_cuts_the_constant_rate_acceptance_length_and_long_answer
     assert payoff.budget_acceptance_length(0.5, 7, 2) == pytest.approx(1.5)  # one token left: one draft
     short, long = (payoff.budget_acceptance_length(0.8, 7, n) for n in (48, 100000))
     assert short < long == pytest.approx(constant_rate_acceptance_length(0.8, 7), rel=1e-3)
+
+
+def test_the_oracle_line_gives_the_acceptance_length_its_rate_reaches_within_the_token_budget():
+    run = e2e(method("oracle K=7", "oracle", 7, 1.5, 3.4, rounds=42))
+    line = payoff.oracle_line(run)
+    assert "targets 3.94" in line and "answers of 16 new tokens cut to" in line and "42 rounds" in line
