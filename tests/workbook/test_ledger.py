@@ -75,7 +75,8 @@ def test_the_verdict_line_names_the_faster_head_by_the_same_rule_as_the_paired_l
     assert "+0.150x, outside the noise band 0.020; which head is faster: P-EAGLE faster" in payoff.verdict(RUN)
     close = e2e(method("p-eagle K=2", "p-eagle", 2, 1.10, 1.4), method("eagle3 K=1", "eagle3", 1, 1.11, 1.4),
                 method("hf-greedy", "hf-greedy", None, 0.95, 1.0))
-    assert "-0.010x, inside the noise band 0.050; which head is faster: neither head is shown faster" in payoff.verdict(close)
+    assert ("-0.010x, inside the noise band 0.050; which head is faster: neither head is shown faster"
+            in payoff.verdict(close))
     assert "EAGLE-3 faster on every prompt" in payoff.verdict(paired_run([-0.1, -0.2]))
 
 
