@@ -46,12 +46,15 @@
 # cost against K, each head's best K with its speed-up and how many rounds reached and accepted each slot, whether
 # any head pays, which head is faster prompt by prompt, and what the paper's acceptance would pay on these round
 # costs. How to read it: parallel drafting's cost is nearly flat in K, which is the mechanism, and it is real
-# here. The CPU-trained P-EAGLE head accepts less than the EAGLE-3 head (a little on these prompts, the box's
-# acceptance lengths; by more on 04's held-out comparison), and its deep slots are rarely reached and more rarely
-# accepted (the accepted/reached counts), so it cannot turn a cheap deep draft into tokens. On a CPU
-# without native bf16 (fp32) every head's speed-up is below 1x: a verification costs about two decode steps, more
-# than either head's acceptance length. A head with the paper's acceptance would pay on the same round costs (the
-# box's last line, and the oracle row of the live run below, which replays that acceptance through the real loop).
+# here. The CPU-trained P-EAGLE head accepts less than the EAGLE-3 head on 04's held-out comparison (same K), and
+# its deep slots are rarely reached and more rarely accepted (the accepted/reached counts; a slot's `reached` is the
+# previous slot's `accepted` less the answers whose last round the token budget cut to fewer drafts), so it cannot
+# turn a cheap deep draft into tokens. On a CPU without native bf16 (fp32) every head's speed-up is below 1x: a
+# verification costs about two decode steps, more than either head's acceptance length. The **noise band** is
+# |hf-greedy - 1|: how far transformers' own greedy `generate`, the same work as the plain loop, lands from 1.
+# The box's last line is what the paper's acceptance would pay on this host's committed round costs; the replay
+# through the loop it quotes ran on the host it names, whose rounds cost fewer decode steps, so it may exceed this
+# host's bound.
 # At K=1 parallel and sequential drafting are the same computation (one drafter pass for one draft): a head whose
 # best K is 1 gains nothing from drafting in parallel; parallel drafting pays only where the best K is above 1,
 # and more the deeper it is.
@@ -311,8 +314,9 @@ print(f"plain loop: {plain_row['t_step_ms']:.1f} ms per decode step (loop timer)
 #   differently blocked kernels; every layer rounds to 8 significant bits, so the two paths' logits differ by
 #   a few units in the last place (ulps). Where the plain run's top-2 logits are that close, the two may pick
 #   different tokens. Each divergence is reported with the plain run's top-1 minus top-2 margin there; it
-#   counts as a near-tie when the margin is within `BF16_TIE_ULPS` ulps of the top logit (a test shows that
-#   an off-by-one acceptance rule diverges far outside it). Lossless here means: identical, or a divergence at a
+#   counts as a near-tie when the margin is within `BF16_TIE_ULPS` ulps of the top logit (the test
+#   `test_bf16_check_catches_a_wrong_acceptance_rule` in `tests/core/test_precision.py` shows that an off-by-one
+#   acceptance rule diverges far outside it). Lossless here means: identical, or a divergence at a
 #   near-tie, printed with its margin.
 #
 # The cell names the regime, then gives each method's verdict with its counts and every divergence's margin.
@@ -420,7 +424,9 @@ release()
 # accepted it over the rounds that reached it, and a deep slot reached in a handful of them can read 0.00 or 1.00
 # by chance. A slot shown as `-` (`nan` in the raw
 # statistics, `None` in the JSON) was never reached: in every round some earlier slot was rejected first, so
-# the rate has no rounds to count (0 of 0), which is not the same as a rate of 0. The last lines state this run's
+# the rate has no rounds to count (0 of 0), which is not the same as a rate of 0. The oracle's line below also
+# prints the acceptance length a constant-rate loop reaches with this run's token budget (the last round of an
+# answer drafts only what the budget leaves). The last lines state this run's
 # verdicts: each head against 1 and against the noise band (hf-greedy's distance from 1), the heads' order prompt
 # by prompt, prompt lookup, the oracle, and each head's best K in words:
 
@@ -443,25 +449,17 @@ for family, name in payoff.NAMES.items():
         "drafting" if k == 1 else f"a round of {k} drafts, one drafter pass in parallel mode against {k} in sequential"))
 
 # %% [markdown]
-# **Reading it.** The lines above state this run's verdicts; read them in this order. First the speed of each head
-# against 1 (in fp32 on this CPU every live speed-up for a head came out below 1x in the executions so far; the
-# lines say where this one landed). Then the best K of each head and what it means: at K=1 the two drafting modes
-# are the same pass, so only a best K above 1 lets the P-EAGLE head use its flat drafting cost, and the
-# accepted/reached counts show why the deep slots add little: few rounds reach them. Then which head is faster:
-# the `paired per prompt` line compares the two heads on each prompt (each at its best K). Where that range
-# crosses 0 the order changes from prompt to prompt and neither head is shown faster, whatever the gap between
-# their pooled speed-ups and the noise band say; the committed run at the top reads the same way. That is how the
-# committed and the live verdicts, which have come out in opposite orders, are reconciled: neither is
-# established. Prompt lookup's line says whether it beats the better head; the oracle line says what the paper's
-# acceptance pays through the same loop on the same round costs.
+# **Reading it.** First each head's speed against 1. Then its best K: at K=1 the two drafting modes are the same
+# pass, so only a best K above 1 lets P-EAGLE use its flat drafting cost. Then which head is faster, by one rule
+# (`payoff.order`): a head is faster only if it is faster on every prompt, each at its best K; the verdict line
+# and the `paired per prompt` line both print its answer. With 2 or 3 prompts that is weak evidence either way, and
+# the committed box at the top applies the same rule to its own run. The noise band (hf-greedy's drift) is
+# smaller than the spread over prompts (`speedup_iqr`), so it is not the test for the order.
 #
-# The "noise band" in those lines is |hf-greedy - 1|: how far transformers' own greedy `generate`, the same work
-# as the plain loop, moved from it in this run. It measures the baseline's timing drift, not the spread over
-# prompts (the `speedup_iqr` column), which can be many times larger; so "outside the noise band" is necessary for
-# a verdict, not sufficient, and the paired per-prompt line is the test this chapter uses for the heads' order.
 # The heads' `efficiency` (measured / ideal) says how much of what the measured round costs allow the loop
 # delivers; where it is close to 1, what limits the speed-up is the acceptance length per unit of round cost, not
-# the implementation. A deeper K helps P-EAGLE only as far as the deep slots are accepted; it costs EAGLE-3 one
+# the implementation. It can read above 1 because the ideal uses the mean round costs, and the timing noise of a
+# few rounds lands on either side. A deeper K helps P-EAGLE only as far as the deep slots are accepted; it costs EAGLE-3 one
 # more drafter pass per slot.
 #
 # ## Where a round's time goes
@@ -499,7 +497,9 @@ report.record("hardware", dc["env"]["hardware"]);
 # `chat` the held-out split of the project's prompt mix (chat, reasoning and code questions), and `offmix` prompts
 # written apart from the mix (`data/prompts/offmix.jsonl`: terse, with typos, multi-turn, long context, code in
 # other languages), run only when named; one `end_to_end[_<suite>].json` each. The committed runs' plain tokens/s
-# differs from this run's live end-to-end (other prompts, output length and machine load), even on the same host.
+# and drafting times differ from this run's live ones even on the same host (other prompts, torch threads, output
+# length and machine load): the two `drafting cost` lines under the side-by-side table print both with their
+# settings.
 #
 # The cell prints every host's headline row (`verify_ratio_k7`: verifying 8 tokens over one decode step;
 # `best_p_eagle`, `best_eagle3`, `prompt_lookup`: each method's best speed-up with its K and acceptance length; `load`:
@@ -540,6 +540,14 @@ side.append({"": "lossless"} | {s: f"{e['all_lossless']} ({e['lossless_regime']}
                                    f"{max([m.get('max_divergence_margin') or 0 for m in e['methods']]):.3f})"
                                 for s, e in per_suite.items()})
 display(Markdown(bench.format_table(side, [""] + list(per_suite))))
+cdc = host_run["results"].get("drafting_cost")
+if cdc:  # the same drafting cost, committed and live: what differs between the two runs
+    def dc_line(d):
+        hi, e = d["rows"][-1], d["env"]
+        return (f"K={hi['k']} parallel {hi['parallel_ms']:.1f} ms, sequential {hi['sequential_ms']:.1f} ms, "
+                f"{e.get('torch_threads')} torch thread(s), {d['config'].get('prompt_tokens')} prompt tokens, "
+                f"{d['config'].get('repeats')} repeats, {bench.load_line(e)}")
+    print(f"drafting cost, committed {host_run['dir']}: {dc_line(cdc)}\ndrafting cost, live here: {dc_line(dc)}")
 for c in committed:  # every committed suite: each head against 1 with its per-prompt IQR, and the paired order
     for suite, e in result_suites(c["results"]).items():
         print(f"{c['dir']} `{suite}`:\n  " + "\n  ".join(payoff.head_lines(e) + [payoff.paired_line(e) or
@@ -578,7 +586,9 @@ display(Markdown(bench.format_table(gpu_rows, ["k", "parallel_ms", "sequential_m
 # costs of the GPU table at K=7, one parallel pass or seven sequential ones; no head was run there. Next to each CPU
 # line the cell prints its run's load average at start and end against the cores. A round is at least one target
 # pass as wide as a decode step, so a line whose round comes out below one step is flagged as load noise (the
-# decode step and the round were timed under different load), and left as measured.
+# decode step and the round were timed under different load), and left as measured. Lines of nearly equal round
+# cost lie on top of each other, so a legend entry may have no visible line of its own: the printout below gives
+# every line's round cost.
 
 # %%
 def loop_line(e2e_res, label, k=None):
@@ -613,6 +623,14 @@ for c in curves:
     if cost < 1:  # a round is a verification pass at least as wide as one decode step, plus drafting
         print(f"{'':44s} FLAG: a round measured cheaper than one plain decode step is impossible: load noise "
               "between the timings, not a result (left as measured, not clamped)")
+for c in committed:  # the round of the box and host table (drafting-cost run) against this line's (the loop's own)
+    cdc, line = c["results"].get("drafting_cost"), next((x for x in curves if x["label"].startswith(c["dir"] + ",")), None)
+    r7 = cdc and next((r for r in cdc["rows"] if r["k"] == 7), None)
+    if r7 and line:
+        print(f"{c['dir']}: K=7 round {(r7['parallel_ms'] + r7['verify_ms']) / cdc['target_step_ms']:.2f} steps, "
+              f"verify ratio {r7['verify_ms'] / cdc['target_step_ms']:.2f} in its drafting-cost run (isolated passes, "
+              f"the box and host table); {line['verify_ratio'] + line['draft_ratio']:.2f} and {line['verify_ratio']:.2f}"
+              " in its end-to-end loop (median round over prompts, this line)")
 for c in curves:
     if "bfloat16" in c["label"]:
         print(f"verify(K+1) / step at K=7: {c['label']} {c['verify_ratio']:.2f} | GPU, eager, random weights "
@@ -641,14 +659,11 @@ for c in curves:
 #
 # ## The acceptance ledger
 #
-# The shipped heads' acceptance lengths in one table, built from the files the chapters write or read. It holds
-# the committed results (04's held-out comparison, 05's bench suites, 06's serving sweep) and the live rows recorded
-# in the workbook summary (`$PEAGLE_RESULTS/summary.json`) before this cell runs: 00's hand-written round (not its
-# exercise, which 00 does not record), 04's live K sweep and template rows, and every K of this chapter's end-to-end
-# run for both heads (`K sweep`, the best one marked `best speed-up`). The committed bench suites enter with each
-# head's best-speed-up row only; their other K are in the side-by-side runs' files. 06's and 07's live rows are
-# recorded when those chapters run (the cell's last line says which chapters have not run yet); 07 prints the
-# ledger with all of them. `rounds` is the sample size (verification rounds pooled over the prompts; `-` where the
+# The shipped heads' acceptance lengths in one table, built from the files the chapters write or read: the
+# committed results (04's held-out comparison, 05's bench suites at each head's best speed-up, 06's serving sweep)
+# and the live rows of chapters 00 to 05 recorded in `$PEAGLE_RESULTS/summary.json` (00's round and exercise, 04's
+# rows, every K of this chapter's run). Rows of 06 and 07 are left out here (`course_rows(..., through="05")`),
+# even where an earlier execution left them in the folder; 07 prints the full ledger. `rounds` is the sample size (verification rounds pooled over the prompts; `-` where the
 # source does not record it: 04's held-out comparison keeps per-slot rates, not counts, and 04 shows why its
 # P-EAGLE row reads 1.895 at both K=3 and K=7).
 #
@@ -668,11 +683,11 @@ live_rows = ledger.bench_rows(e2e, "05", f"this run's end to end ({'CI size' if 
                               host=precision.host_slug(DEVICE), every_k=True)
 for r in live_rows:
     ledger.record(**r)
-rows = ledger.course_rows(data_dir(), SHIPPED, settings.REPO_ROOT)
+rows = ledger.course_rows(data_dir(), SHIPPED, settings.REPO_ROOT, through="05")
 display(Markdown(ledger.markdown(rows)))
 print("\n".join(ledger.spread_lines(rows)))
-missing = sorted({"00", "04", "06", "07"} - {r["chapter"] for r in ledger.recorded()})
-print("live rows not recorded in this results folder yet:", ", ".join(missing) or "none")
+missing = sorted({"00", "04"} - {r["chapter"] for r in ledger.recorded("05")})
+print("chapters before this one with no live rows in this results folder:", ", ".join(missing) or "none")
 
 # %% [markdown]
 # ### Exercise: change K, predict the drafting cost
@@ -713,16 +728,17 @@ print("ratio as a fraction of K:", ", ".join(f"K={k}: {r / k:.2f}" for k, r in e
 # - Whether speculation pays is decided by the round's cost in decode steps against the head's acceptance length:
 #   in fp32 neither head pays on this CPU (the payoff box and this run's end-to-end lines say where each landed
 #   against 1x), and prompt lookup's line says whether it beats both; only the bf16 CPU's committed rows are
-#   above 1, modest, with per-prompt IQRs as wide as the gains. Which head is faster is not established: the
-#   paired per-prompt lines, committed and live, show the order changing from prompt to prompt. Where a head is
-#   best at K=1 its gain owes nothing to parallel drafting (one pass either way).
+#   above 1, modest, with per-prompt IQRs as wide as the gains. Which head is faster: the paired per-prompt lines
+#   say which head, if any, is faster on every prompt; with 2 or 3 prompts (live) that is weak evidence. Where a
+#   head is best at K=1 its gain owes nothing to parallel drafting (one pass either way).
 # - What the method would pay with the paper's acceptance: the oracle row (the real loop at the blog's per-slot
-#   acceptance, charged a real parallel pass) and the break-even lines' last figure; the gap between those and the
-#   heads' rows is acceptance, which is what a CPU training budget did not buy (04).
+#   rate, charged a real parallel pass; short answers cut its acceptance length below the rate's target, as its
+#   line prints) and the break-even lines' last figure; the gap between those and the heads' rows is acceptance,
+#   which is what a CPU training budget did not buy (04).
 # - On the GPU timings (eager, random weights) verification costs about what it costs in bf16 here; what grows
 #   with K is EAGLE-3's drafting, K passes against P-EAGLE's one: a cost model, no head ran there.
-# - The ledger gathers the committed acceptance lengths and the live rows recorded so far (07 prints the full
-#   one), with the settings that explain their spread.
+# - The ledger gathers the committed acceptance lengths and the live rows of chapters 00 to 05 (07 prints the
+#   full one), with the settings that explain their spread.
 #
 # The same from a shell:
 #

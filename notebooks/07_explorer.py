@@ -114,7 +114,7 @@ from peagle_lab.workbook import ledger
 
 
 def ledger_row(what, r, prompt_set):
-    """This chapter's row in 05's acceptance ledger, from a finished run."""
+    """This chapter's row in the acceptance ledger (printed below), from a finished run."""
     shipped = head_name in SHIPPED and models.is_default_target(TARGET)
     return ledger.record(chapter="07", what=what, head=SHIPPED[head_name].name if shipped else f"{head_name} ({TARGET})",
                          host=precision.host_slug(DEVICE), prompt_set=prompt_set, prompts=1,
@@ -123,7 +123,7 @@ def ledger_row(what, r, prompt_set):
 
 
 ledger_row("fixed run", run, "the explorer's default prompt")
-print(f"(one prompt, {run.stats.rounds} rounds: its row in 05's acceptance ledger sits beside the larger samples)")
+print(f"(one prompt, {run.stats.rounds} rounds: its row in the ledger below sits beside the larger samples)")
 
 # %% tags=["nbval-ignore-output"]
 fig = viz.plot_per_position_acceptance(
@@ -147,8 +147,8 @@ print("lossless (identical, or in a near-tie regime a near-tie divergence; see t
 # The common intuition says code: keywords, indentation, names that repeat from the signature and closing brackets
 # make the target's next tokens easier to guess, while open-ended prose has many plausible continuations. The
 # course has no measurement that settles it for these heads. This machine's run of 05 has the code suite only
-# (its per-suite line prints `not committed: chat, offmix`, `offmix` being the off-mix suite: chat, reasoning and
-# code prompts written apart from the training mix). 05's
+# (its per-suite line prints `not committed: chat, offmix`, `offmix` being prompts written apart
+# from the training mix: terse, with typos, multi-turn, long context, code in other languages). 05's
 # host table has both suites for one committed machine (`cpu-epyc-avx512bf16-2c`, bf16), but only as each head's
 # best-speed-up row, at a different K on each suite, which the course warns not to compare: there the P-EAGLE
 # head's code and chat acceptance lengths are close, and the EAGLE-3 head's chat row is the higher. The heads were
@@ -191,11 +191,10 @@ for c in committed:  # 05's committed runs that hold both suites: each head's be
 # %% [markdown]
 # ## The acceptance ledger, every chapter's rows
 #
-# The table of 05, now with the rows every chapter records in this results folder (this chapter's included): the
-# acceptance lengths chapters 04 to 07 print for the shipped heads in their tables and lines (not the points of
-# 05's break-even figure), with these limits: 05's live run enters with
-# every K it ran, a committed bench suite with each head's best-speed-up row, 06's committed sweep per
-# concurrency, and of chapter 00 only its hand-written round (not its exercise). Compare a figure only with rows whose prompt set, output length, K, dtype and rounds agree.
+# 05's table (which stops at chapter 05), now with every chapter's recorded rows, 06's and this chapter's
+# included: 00's round and exercise, 04's rows, every K of 05's live run, 06's live rows, the committed bench
+# suites (each head's best-speed-up row) and 06's committed sweep per concurrency. Compare a figure only with rows
+# whose prompt set, output length, K, dtype and rounds agree.
 
 # %% tags=["nbval-ignore-output"]
 from IPython.display import Markdown
@@ -232,7 +231,7 @@ else:
 # - The exercise compared two kinds of prompt under the same head and K: one prompt each cannot rank kinds of
 #   text, and the course has no run that does: this machine's 05 run has the code suite only, and the one
 #   committed machine with both suites gives each head's best row at a different K on each.
-# - The acceptance ledger, with every chapter's recorded rows now that every chapter has run, puts this
+# - The acceptance ledger, with every chapter's recorded rows (00 to 07), puts this
 #   chapter's figures beside the larger samples, with the settings that explain why they differ (05 explains the spread).
 #
 # What the course showed: a P-EAGLE drafter reads the target's hidden states (`01_hidden_states`), drafts K tokens in
@@ -242,9 +241,10 @@ else:
 # lower); its drafting cost stays flat in K while EAGLE-3's grows (the box's first line), and on the GPU timings
 # (eager, random weights) that makes P-EAGLE's round the cheaper one at every K above 1 that 05's GPU table
 # measures. On this CPU with these heads the box says the rest: the P-EAGLE head accepts less than the EAGLE-3 head
-# (its deep slots reached in few rounds and accepted in fewer, the accepted/reached counts), every head's speed-up
-# in fp32 is below 1x, the paired per-prompt line shows neither head faster on every prompt, and the paper's
-# acceptance would pay on the same round costs (its last line). What a CPU budget did not buy is acceptance, not
+# on 04's held-out comparison (its deep slots reached in few rounds and accepted in fewer, the accepted/reached
+# counts), every head's speed-up in fp32 is below 1x, the paired per-prompt lines say which head, if any, was
+# faster on every prompt (with a few prompts, weak evidence either way), and the paper's acceptance would pay on
+# this host's round costs (its last line). What a CPU budget did not buy is acceptance, not
 # the mechanism. The same head serves in vLLM with `parallel_drafting` and the same acceptance
 # (`06_vllm_deploy`); and decoding stays lossless in the exact sense the course uses throughout.
 #

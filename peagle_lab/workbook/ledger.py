@@ -44,9 +44,12 @@ def record(**fields) -> dict:
     return report.record(f"{PREFIX}{r['head']}:{r['what']}:K={r['k']}", r)
 
 
-def recorded() -> list[dict]:
-    """The rows the chapters recorded in this results folder (``summary.json``), in chapter order."""
+def recorded(through: str | None = None) -> list[dict]:
+    """The rows the chapters recorded in this results folder (``summary.json``), in chapter order; with ``through``
+    (a chapter number such as ``"05"``) only the chapters up to it, which run before it in the workbook's order,
+    so rows a later chapter left in the folder from an earlier execution are not shown."""
     rows = [value for book in report.load().values() for key, value in book.items() if key.startswith(PREFIX)]
+    rows = [r for r in rows if through is None or str(r["chapter"]) <= str(through)]
     return sorted(rows, key=lambda r: str(r["chapter"]))
 
 
@@ -140,14 +143,14 @@ def spread(rows: list[dict]) -> dict[str, tuple[dict, dict]]:
     return out
 
 
-def course_rows(data_dir: Path, shipped: dict[str, Path], repo_root: Path) -> list[dict]:
-    """The whole ledger: the committed rows (04's held-out comparisons of every host, 05's bench suites, 06's
-    serving sweeps) and every row the chapters recorded, in chapter order."""
+def course_rows(data_dir: Path, shipped: dict[str, Path], repo_root: Path, through: str | None = None) -> list[dict]:
+    """The ledger: the committed rows (04's held-out comparisons of every host, 05's bench suites, 06's serving
+    sweeps) and the rows the chapters recorded (only chapters up to ``through`` when given), in chapter order."""
     data_dir = Path(data_dir)
     rows = [r for path in sorted(data_dir.glob("recipe/*/heldout_compare.json"))
             for r in heldout_rows(path, shipped, repo_root)]
     rows += committed_bench_rows(data_dir / "results") + serving_rows(data_dir / "results")
-    return sorted(rows + recorded(), key=lambda r: str(r["chapter"]))
+    return sorted(rows + recorded(through), key=lambda r: str(r["chapter"]))
 
 
 def spread_lines(rows: list[dict]) -> list[str]:

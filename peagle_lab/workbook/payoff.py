@@ -44,17 +44,37 @@ def head_lines(e2e: dict) -> list[str]:
     return lines
 
 
+def order(e2e: dict) -> str:
+    """The one rule for which head is faster, each at its best K: with per-prompt runs, a head is faster only when
+    it is faster on every prompt (the paired gaps keep one sign); without them, only when the gap between the best
+    speed-ups lies outside the noise band."""
+    gaps = paired_gaps(e2e)
+    if gaps:
+        lo, hi = min(gaps), max(gaps)
+    else:
+        p, s, band = best(e2e, "p-eagle"), best(e2e, "eagle3"), noise_band(e2e)
+        if not (p and s):
+            return "one of the two heads did not run"
+        gap = p["speedup"] - s["speedup"]
+        lo = hi = gap if band is not None and abs(gap) > band else 0.0
+    if lo > 0:
+        return "P-EAGLE faster" + (" on every prompt" if gaps else "")
+    if hi < 0:
+        return "EAGLE-3 faster" + (" on every prompt" if gaps else "")
+    return ("the order changes from prompt to prompt, so neither head is shown faster" if gaps else
+            "neither head is shown faster")
+
+
 def verdict(e2e: dict) -> str:
-    """Which head is faster at its best K, by how much, against the noise band."""
+    """The gap between the heads' best speed-ups, against the noise band, and the order :func:`order` decides."""
     p, s = best(e2e, "p-eagle"), best(e2e, "eagle3")
     if not (p and s):
         return "one of the two heads did not run"
     gap = p["speedup"] - s["speedup"]
-    word = "faster" if gap > 0 else "slower" if gap < 0 else "as fast as"
-    return (f"P-EAGLE (best K={p['k']}) is {word} than EAGLE-3 (best K={s['k']}) by {abs(gap):.3f}x, "
-            + _band_word(gap, noise_band(e2e)) + ("" if p["k"] != 1 else
-                                                  "; at K=1 parallel and sequential drafting are one and the same "
-                                                  "drafter pass, so that row does not test parallel drafting"))
+    return (f"best speed-ups, P-EAGLE (K={p['k']}) minus EAGLE-3 (K={s['k']}): {gap:+.3f}x, "
+            + _band_word(gap, noise_band(e2e)) + f"; which head is faster: {order(e2e)}"
+            + ("" if p["k"] != 1 else "; at K=1 parallel and sequential drafting are one and the same drafter pass, "
+                                      "so that row does not test parallel drafting"))
 
 
 def oracle_line(e2e: dict) -> str | None:
@@ -62,8 +82,14 @@ def oracle_line(e2e: dict) -> str | None:
     o = best(e2e, "oracle")
     if not o:
         return None
+    cfg = e2e.get("config") or {}
+    rate = oracle_rates("paper", cfg.get("suite") or "code")[0][0]
+    n, k = cfg.get("max_new_tokens"), o["k"]
+    cut = (f"; its per-slot rate targets {constant_rate_acceptance_length(rate, k):.2f}, which answers of {n} new "
+           f"tokens cut to {budget_acceptance_length(rate, k, n):.2f} (the last round drafts what the budget leaves); "
+           f"the remaining difference is the spread of {o.get('rounds')} rounds and answers ending early" if n else "")
     return (f"oracle (the paper's acceptance replayed, K={o['k']}): acceptance length {o['acceptance_length']:.2f}, "
-            f"speed-up {o['speedup']:.2f}x")
+            f"speed-up {o['speedup']:.2f}x" + cut)
 
 
 def lookup_line(e2e: dict) -> str | None:
@@ -116,10 +142,8 @@ def paired_line(e2e: dict) -> str | None:
     if not gaps:
         return None
     lo, hi, mid = min(gaps), max(gaps), median(gaps)
-    word = ("P-EAGLE faster on every prompt" if lo > 0 else "EAGLE-3 faster on every prompt" if hi < 0 else
-            "the order changes from prompt to prompt, so neither head is shown faster")
     return (f"paired per prompt (P-EAGLE minus EAGLE-3, each at its best K, {len(gaps)} prompt(s)): "
-            f"{lo:+.3f}x to {hi:+.3f}x (median {mid:+.3f}x): {word}")
+            f"{lo:+.3f}x to {hi:+.3f}x (median {mid:+.3f}x): {order(e2e)}")
 
 
 def paper_round_pay(dc: dict, k: int = 7, suite: str = "code") -> dict | None:
@@ -190,8 +214,23 @@ def box(e2e: dict, dc: dict | None, where: str, oracle: tuple[str, dict] | None 
                                          (e2e.get("config") or {}).get("suite") or "code")
     if pay:
         out.append(f"**The paper's acceptance** (acceptance length {pay['acceptance_length']:.2f} at K={pay['k']}: "
-                   f"{pay['source']}) on these round costs ({pay['round_steps']:.2f} decode steps per P-EAGLE round) "
-                   f"would pay {pay['ideal_speedup']:.2f}x at best (no loop overhead)"
-                   + (f"; replayed through the loop on {oracle[0]}: {oracle_line(oracle[1])}." if oracle and
+                   f"{pay['source']}) on this run's round costs ({pay['round_steps']:.2f} decode steps per P-EAGLE "
+                   f"round) would pay {pay['ideal_speedup']:.2f}x at best (no loop overhead)"
+                   + (f"; replayed through the loop on {oracle[0]}, at that run's own round costs: "
+                      f"{oracle_line(oracle[1])}." if oracle and
                       oracle_line(oracle[1]) else "."))
     return "\n>\n".join("> " + x for x in out)
+
+
+def budget_acceptance_length(rate: float, k: int, max_new_tokens: int) -> float:
+    """The acceptance length a loop with a constant per-slot ``rate`` reaches in answers of ``max_new_tokens``
+    (pooled, expected): the prefill gives the first token and each round drafts only as many tokens as the budget
+    leaves, so the last rounds of an answer are cut short and the figure falls below
+    :func:`~peagle_lab.bench.oracle.constant_rate_acceptance_length` (its limit for long answers)."""
+    rounds, accepted = [0.0], [0.0]  # expected rounds and accepted drafts with r tokens left, r = 0, 1, ...
+    for r in range(1, max_new_tokens):
+        kr = min(k, r)
+        probs = [rate ** a * (1 - rate) for a in range(kr)] + [rate ** kr]
+        rounds.append(1 + sum(p * rounds[max(r - a - 1, 0)] for a, p in enumerate(probs)))
+        accepted.append(sum(p * (a + accepted[max(r - a - 1, 0)]) for a, p in enumerate(probs)))
+    return 1 + accepted[-1] / rounds[-1] if max_new_tokens > 1 else float("nan")

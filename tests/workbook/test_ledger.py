@@ -53,6 +53,14 @@ def test_recorded_rows_come_back_from_the_summary_in_chapter_order():
     assert [r["chapter"] for r in ledger.recorded()] == ["04", "07"]
 
 
+def test_a_ledger_through_a_chapter_leaves_out_rows_later_chapters_left_in_the_folder():
+    row = ledger.bench_rows(RUN, "05", "live")[0]
+    for chapter in ("00", "05", "06", "07"):
+        ledger.record(**(row | {"chapter": chapter, "what": f"run of {chapter}"}))
+    assert [r["chapter"] for r in ledger.recorded("05")] == ["00", "05"]
+    assert [r["chapter"] for r in ledger.recorded()] == ["00", "05", "06", "07"]
+
+
 def test_heldout_rows_read_the_shipped_head_by_its_path(tmp_path):
     path = tmp_path / "compare.json"
     path.write_text(json.dumps({"host": "h", "prompts": ["a", "b"], "max_new_tokens": 64, "dtype": "bfloat16",
@@ -63,11 +71,13 @@ def test_heldout_rows_read_the_shipped_head_by_its_path(tmp_path):
     assert ledger.heldout_rows(tmp_path / "absent.json", {}, tmp_path) == []
 
 
-def test_the_verdict_says_inside_the_band_when_the_gap_is_smaller_than_hf_greedys_distance_from_1():
-    assert "faster than EAGLE-3 (best K=2) by 0.150x, outside the noise band 0.020" in payoff.verdict(RUN)
+def test_the_verdict_line_names_the_faster_head_by_the_same_rule_as_the_paired_line():
+    assert "+0.150x, outside the noise band 0.020; which head is faster: P-EAGLE faster" in payoff.verdict(RUN)
     close = e2e(method("p-eagle K=2", "p-eagle", 2, 1.10, 1.4), method("eagle3 K=1", "eagle3", 1, 1.11, 1.4),
                 method("hf-greedy", "hf-greedy", None, 0.95, 1.0))
-    assert "slower than EAGLE-3 (best K=1) by 0.010x, inside the noise band 0.050" in payoff.verdict(close)
+    assert ("-0.010x, inside the noise band 0.050; which head is faster: neither head is shown faster"
+            in payoff.verdict(close))
+    assert "EAGLE-3 faster on every prompt" in payoff.verdict(paired_run([-0.1, -0.2]))
 
 
 def test_a_best_k_of_1_is_said_not_to_test_parallel_drafting():
@@ -91,6 +101,7 @@ def test_the_course_ledger_joins_committed_files_and_recorded_rows_in_chapter_or
     rows = ledger.course_rows(data, {"parallel": tmp_path / "heads" / "p"}, tmp_path)
     assert [(r["chapter"], r["acceptance_length"]) for r in rows] == [("04", 1.4), ("06", 1.3), ("07", 1.5)]
     assert rows[1]["prompts"] == 4  # requests over the repeats
+    assert [r["chapter"] for r in ledger.course_rows(data, {}, tmp_path, through="06")] == ["06"]
     assert ledger.spread_lines(rows) == ["p: 1.30 (06, vLLM serving sweep, 1 concurrent (committed), K=7) to "
                                          "1.50 (07, live, best speed-up, K=4)"]
 
@@ -169,3 +180,16 @@ def test_every_k_keeps_each_heads_whole_sweep_and_marks_the_best_row():
 
 def test_the_paired_median_of_an_even_count_is_the_mean_of_the_middle_two():
     assert "(median +0.150x)" in payoff.paired_line(paired_run([0.1, 0.2]))
+
+
+def test_a_token_budget_cuts_the_constant_rate_acceptance_length_and_long_answers_reach_it():
+    from peagle_lab.bench.oracle import constant_rate_acceptance_length
+    assert payoff.budget_acceptance_length(0.5, 7, 2) == pytest.approx(1.5)  # one token left: one draft
+    short, long = (payoff.budget_acceptance_length(0.8, 7, n) for n in (48, 100000))
+    assert short < long == pytest.approx(constant_rate_acceptance_length(0.8, 7), rel=1e-3)
+
+
+def test_the_oracle_line_gives_the_acceptance_length_its_rate_reaches_within_the_token_budget():
+    run = e2e(method("oracle K=7", "oracle", 7, 1.5, 3.4, rounds=42))
+    line = payoff.oracle_line(run)
+    assert "targets 3.94" in line and "answers of 16 new tokens cut to" in line and "42 rounds" in line
