@@ -441,7 +441,7 @@ print(f"(K={K}, above: {len(per_round)} rounds, acceptance length {sum(per_round
 # | 5. How do I convert a head for vLLM? | `06_vllm_deploy`, the export (`d2t`, the config vLLM reads) |
 # | 6. What are `d2t`, `t2d` and the draft vocabulary? | `03_train_head`, `d2t` and `t2d` |
 # | 7. Should the target regenerate the training answers? | `03_train_head`, self-distillation |
-# | 8. Why no speed-up at large batch, and what does tensor parallelism do? | `06_vllm_deploy`: load measured (committed sweep); tensor parallelism measured on this CPU (sharding slowed the target here), its effect on GPUs argued |
+# | 8. Why no speed-up at large batch, and what does tensor parallelism do? | `06_vllm_deploy`: load measured (committed sweep); tensor parallelism measured on this CPU by `peagle-lab bench-tensor-parallel` and read from its committed results (sharding slowed the target here), its effect on GPUs argued |
 # | 9. Speculative decoding changed my greedy output! | `00_overview`, "Lossless, exactly"; `05_parallel_vs_sequential`, losslessness |
 
 # %% [markdown]

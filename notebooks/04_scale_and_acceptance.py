@@ -188,7 +188,8 @@ report.record("shipped_heads_lossless", all(ev["lossless"] for ev in live.values
 # round count is not recorded, the ledger's `rounds` column reads `-`); the right one is this run's small sample of HumanEval prompts (its rounds printed
 # beside each figure), which a single prompt more or less can move. The per-slot rates printed under the held-out
 # figures say how each head's acceptance is made: where a head's rates past slot 2 or 3 are low, a deeper draft
-# adds little per round and its K sweep is flat; where they stay high, its acceptance keeps rising with K. The
+# adds little per round and its K sweep levels off after the first few K; where they stay high, its acceptance
+# keeps rising with K. The
 # verdict: EAGLE-3 accepts more held out (2.53 against 1.90 at K=7, the committed line above), and the live sweep's
 # line says, K by K, which head is ahead on this run's small sample. The two figures differ from 05's and 06's
 # for the same heads because the prompts, output length, K, dtype and sample differ: 05's ledger lists the
@@ -212,8 +213,9 @@ report.record("shipped_heads_lossless", all(ev["lossless"] for ev in live.values
 # inference, its own output from the depth before, while the parallel head's deep slots see only the mask stand-ins
 # and must guess several tokens ahead from the anchor's features alone, which they have barely learned (section 2's
 # accuracy per depth). Section 2's learning curves come from earlier long runs, not the shipped heads' runs; their
-# P-EAGLE and EAGLE-3 runs stay close at equal tokens seen (their last-snapshot lines there), so they do not show
-# the shipped heads' gap.
+# P-EAGLE and EAGLE-3 runs differ by about 0.05 in acceptance length at equal tokens seen (their last-snapshot
+# lines there), about the course's largest seed spread, with EAGLE-3's slots 2-4 accepted more often; a gap of
+# that size does not show the shipped heads' 0.6.
 # Whatever the acceptance, P-EAGLE's other advantage is the drafting cost: one pass for all K tokens instead of
 # K; notebook 05 measures what that is worth. Why the deep slots fail is the next section's question.
 
@@ -227,8 +229,8 @@ report.record("shipped_heads_lossless", all(ev["lossless"] for ev in live.values
 #   `peagle-cont`) and EAGLE-3 (`eagle3`, `eagle3-cont`), trained on the first 1M-token mix and continued on more
 #   data: earlier runs than the shipped heads', against the tokens seen, cumulative over the continuation;
 # * **the deeper heads** (`deeper/`): P-EAGLE heads with 1, 2 and 4 decoder layers trained from scratch side by
-#   side for one wall-time budget on the same data (this run printed exp-L1's, 2400 s; the cell does not print L2's and
-#   L4's, which their records give: 2399.5, 2398.5 and 2396.2 s, each stopped by the time budget,
+#   side for one wall-time budget on the same data (this run printed exp-L1's budget, 2400 s; their records give
+#   the seconds each ran, L1 2399.5, L2 2398.5 and L4 2396.2 s, each stopped by the time budget,
 #   `deeper/training-L1.json`, `-L2`, `-L4`), with their own learning curves, and their accuracy at every
 #   depth measured on held-out sequences (`peagle-lab depth-accuracy`: every anchor at every depth).
 
@@ -488,7 +490,8 @@ for t, ev in tmpl.items():
                   acceptance_length=ev["acceptance_length"][TK])
 
 # %% [markdown]
-# **Reading it.** The verdict on this sample (this run printed 2 prompts x 40 tokens): bare text costs
+# **Reading it.** The verdict on this sample (this run printed 2 prompts x up to 40 tokens; an answer that ends
+# early has fewer, so compare each row's rounds x acceptance length for the tokens it covers): bare text costs
 # everything (1.00, no draft accepted in 42 rounds, against 1.52 for the trained template), which is evidence of a
 # mismatch; the other system message reads 1.34, a gap this sample cannot establish. Compare each row above with the first (the template the head was trained on): a row whose
 # acceptance length is lower is what the mismatch costs, and the per-slot rates show where. Mind the sample

