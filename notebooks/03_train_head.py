@@ -16,20 +16,20 @@
 # %% [markdown]
 # # 03 · Train a P-EAGLE head
 #
-# **Goal:** train a P-EAGLE head on this machine, seeing each ingredient built in view: the target's own answers,
+# **Goal:** train a P-EAGLE head on this machine, building each ingredient in view: the target's own answers,
 # the draft vocabulary, the tapped features, and one training row holding every depth at once.
 #
 # The plan, one section each:
 #
-# 1. **data**: training prompts, answered by the target itself (self-distillation; should it? question 7);
-# 2. **draft vocabulary**: the tokens the head may propose, and the `d2t` / `t2d` maps by hand (question 6);
-# 3. **features**: the target's three tapped hidden states and its greedy labels (online or offline, bf16 or
-#    fp32? question 2);
-# 4. **training**: all anchors and depths of a packed row in a few forward passes (COD, the training mask from
-#    notebook 02), per-depth loss and accuracy, checkpoints, resume.
+# 1. **data**: training prompts answered by the target itself (should it? question 7);
+# 2. **draft vocabulary**: the tokens the head may propose, and the `d2t` / `t2d` maps (question 6);
+# 3. **features**: the target's tapped hidden states and greedy labels (online or offline, bf16 or fp32?
+#    question 2);
+# 4. **training**: every depth of a packed row in one step, the per-depth loss, checkpoints and resume.
 #
-# The training run here is small (minutes on a CPU); the shipped heads were trained with the same code from the
-# command line (`peagle-lab distill`, `peagle-lab train`), and notebook 04 reads their record.
+# Depth is 0-based: depth d trains draft slot d + 1. Live cells run on this machine (float32 on a CPU) and their
+# losses vary a little between runs; the studies are read from `data/`, trained once on the host their caption
+# names. The shipped heads were trained with the same code (`peagle-lab distill`, `peagle-lab train`).
 
 # %% tags=["nbval-ignore-output"]
 # Parameters come from the environment: PEAGLE_TARGET (default: the embedded SmolLM2-135M-Instruct),
@@ -47,26 +47,19 @@ model, tokenizer = models.load_target(TARGET, device=DEVICE, dtype=precision.cou
 # %% [markdown]
 # ## 1 · Data: the target answers the training prompts
 #
-# A drafter is trained to guess what **this target** will say next, so the training text should be the target's
-# own text. `peagle-lab distill` applies the chat template (`prompts.chat_ids`, the one place it is applied),
-# lets the target answer greedily, batched with left padding and a KV cache, and writes prompt + response
-# token ids to a JSONL file after every batch (atomically; a restarted run skips the prompts already done):
+# A drafter learns to guess what **this target** says next, so it should train on the target's own text.
+# `peagle-lab distill` applies the chat template, lets the target answer greedily, and writes prompt + response
+# token ids to a JSONL file, resumably:
 #
 # ```bash
 # peagle-lab distill --out data/distill/smollm2-135m.jsonl --max-new-tokens 160 --batch-size 32
 # ```
 #
-# For the embedded target that file ships with the repository (project-written prompts: coding, chat, reasoning;
-# no HumanEval problem among them). The first cell reads it and shows one prompt and the target's answer. The
-# second reads the larger **scale mix** of prompts (`data/prompts/scale.jsonl`: code writing, completion from a
-# signature and docstring, explanation, chat, short reasoning, multi-turn, and `data`: small tables to convert or
-# query; the printed `prompt kinds` count each) and a first self-distilled part of it,
-# whose held-out split is never trained on and measures acceptance on unseen prompts of the same kinds, then the
-# whole mix self-distilled (the `.jsonl.gz` line, stored compressed), the file the shipped heads were trained
-# on. Last it lists, run by run, what each shipped head was trained on, from the head's own record
-# (`training.json`, the same record as its `TRAINING.md`): the data file, the split, the records (`a:b`, the
-# slice of the train split a run read), the tokens seen in that run alone, then their sum over the runs (the
-# cumulative count that 04's learning curves plot on their x axis).
+# The first cell reads that file (shipped for the embedded target) and shows one prompt with its answer. The
+# second reads the larger **scale mix** of prompts (`data/prompts/scale.jsonl`, eight kinds, from code writing to
+# small data tables), whose held-out split is never trained on, and the whole mix self-distilled (the
+# `.jsonl.gz`). Then it lists, from each shipped head's record (`training.json`), the runs that trained it: data,
+# records, and tokens seen per run and in all (the x axis of 04's learning curves).
 
 # %% tags=["smollm2-fact", "nbval-check-output"]
 path, meta, records, shipped = distilled_data(model, tokenizer, None if models.is_default_target(TARGET)
@@ -135,19 +128,13 @@ for kind, head_dir in SHIPPED.items():
 # %% [markdown]
 # ### Should the target write the answers itself? (question 7)
 #
-# An equal-budget experiment (the same optimizer steps per run; the tokens seen are printed under the table)
-# answers it (`peagle-lab study self-distill`, results committed per host). The same prompts, each asking for one
-# function of Python's standard library, are answered once by people (the library's own source: the table's
-# `human answers` row) and once by the target (`peagle-lab distill`). A head is trained on each for the same
-# number of optimizer steps (the tokens seen differ slightly, by the percentage printed), two seeds each, and
-# both are scored on held-out prompts of the same kind, answered by the target at inference as they are when
-# serving. The labels are the target's own greedy tokens in both arms:
-# only the text the head reads differs. The table's columns are those of notebook 02's mask study (held-out AL,
-# seed spread: the larger minus the smaller seed, tokens seen, per-position acceptance of slots 1-3); the lines
-# under it say which gaps exceed both seeds' spreads and how many rounds reach each slot. Its acceptance lengths
-# are not comparable with 02's mask study, although the caption lines read alike: the training data (these
-# stdlib-function answers) and the held-out prompts differ, which is why this study's target's-own-answers arm
-# and 02's learned arm, both standard P-EAGLE heads at the same steps, print different acceptance lengths.
+# An equal-budget study (`peagle-lab study self-distill`) answers it. The same prompts, each asking for one
+# function of Python's standard library, are answered once by people (the library's own source: the `human
+# answers` row) and once by the target. A head is trained on each for the same number of steps, two seeds each,
+# and scored on held-out prompts. The labels are the target's greedy tokens in both arms: only the text the head
+# reads differs. The columns are those of notebook 02's mask study (held-out AL, seed spread, tokens seen,
+# acceptance of slots 1 / 2 / 3); the data and held-out prompts differ from 02's, so the acceptance lengths are
+# not comparable across the two studies.
 
 # %% tags=["nbval-ignore-output"]
 from IPython.display import Markdown, display
@@ -164,23 +151,17 @@ if sd_runs:
     print("\n".join(studies.verdict_lines(sd_runs)))
 
 # %% [markdown]
-# **Reading it.** The two arms ran the same number of optimizer steps, their tokens seen within the percentage
-# printed, on the held-out prompts of the caption. The verdict lines say whether the gap between them exceeds the
-# seed spread of both arms, by how much, and which arm is ahead; the slot lines show at which slot the two differ,
-# and on how many rounds each rate rests. Verdict: the head trained on the target's own answers is ahead, 1.380
-# against 1.245 tokens per round in the committed table, a gap of 0.135, beyond both arms' seed spreads (0.052 and
-# 0.006), and its slot-1 rate is the higher one (0.33 against 0.23): it learns to predict the target from text the
-# target writes, and the library's own source is not written the way the target writes. So let the target
-# regenerate the answers (`peagle-lab distill`) when you can afford its generation; the labels come from the
-# target in both arms, the text is what distillation buys.
+# **Reading it.** The target's own answers win: 1.380 against 1.245 tokens per round, a gap of 0.135, beyond both
+# seed spreads (0.052 and 0.006), and slot 1 is accepted at 0.33 against 0.23 (in at most about 742 and 823 rounds
+# per run). The library's source is not written the way the target writes, so let the target regenerate the
+# answers when you can afford the generation.
 #
 # ## 2 · Draft vocabulary
 #
-# The head's LM head only needs the tokens the target actually produces: a smaller output layer is cheaper to
-# run and to train. `vocab.build_draft_vocab` keeps the most frequent target ids (plus the mask token and EOS,
-# always); the checkpoint stores the map as `d2t` (draft id -> target id offset) and `t2d`. Coverage is the
-# fraction of the target's tokens in the data that the draft vocabulary can still produce; a token outside it
-# can never be drafted (still lossless: the target verifies every draft).
+# The head only needs to propose the tokens the target actually writes, and a smaller output layer is cheaper to
+# run and train. `vocab.build_draft_vocab` keeps the most frequent target ids, plus the mask token and EOS.
+# **Coverage** is the share of the target's response tokens that the draft vocabulary can still produce; a token
+# outside it can never be drafted, which costs acceptance but never correctness (the target verifies every draft).
 
 # %% tags=["smollm2-fact", "nbval-check-output"]
 from peagle_lab.training import pick_mask_token_id
@@ -197,15 +178,15 @@ for size in [n for n in (1024, 2048, 4096, 8192, 16384) if n < V] + [V]:
           f"(lm_head {size * model.config.hidden_size / 1e6:5.1f} M parameters)")
 
 # %% [markdown]
+# **Reading it.** 4,096 draft ids, the shipped heads' size, cover 99.61% of the target's response tokens with an
+# `lm_head` of 2.4 M parameters instead of 28.3 M.
+#
 # ### `d2t` and `t2d`, by hand (question 6)
 #
-# A toy draft vocabulary of 8 ids shows the two maps a checkpoint carries and vLLM reads: draft id `i` stands for
-# target id `i + d2t[i]`, and `t2d` marks, over the whole target vocabulary, the ids the head can emit.
-#
-# The head's `lm_head` must have one row per draft id. A checkpoint where it does not (a head trained with
-# another `--draft-vocab-size` than its config says, or a truncated file) is refused by the export check, which
-# names the tensor and both shapes, before vLLM would fail on it or draft from the wrong rows: the second cell
-# cuts 96 rows off the shipped head's `lm_head` and shows the refusal.
+# A checkpoint carries two maps that vLLM reads: draft id `i` stands for target id `i + d2t[i]`, and `t2d` marks
+# the target ids the head can emit. A toy draft vocabulary of 8 ids shows both. The `lm_head` must have one row
+# per draft id: the second cell cuts 96 rows off the shipped head's, and the export check refuses it, naming the
+# tensor and both shapes, before vLLM would fail or draft from the wrong rows.
 
 # %% tags=["smollm2-fact", "nbval-check-output"]
 from peagle_lab.drafter.vocab import d2t_t2d
@@ -235,17 +216,15 @@ except PeagleError as exc:
 # %% [markdown]
 # ## 3 · Features
 #
-# For every position `t` of every sequence: the three tapped residual streams `h_t` (3H; taps
-# `eagle_aux_hidden_state_layer_ids`) and the target's greedy label `y_t`. They come from one forward pass of
-# the frozen target per sequence, computed once and kept (here in a cache of `peagle_lab.features` shards under
-# `$PEAGLE_RESULTS/features/`, which later runs reuse).
+# For every position `t` the trainer needs the three tapped residual streams `h_t` (3H) and the target's greedy
+# label `y_t`. Both come from one forward pass of the frozen target per sequence, cached as shards under
+# `$PEAGLE_RESULTS/features/` for later runs.
 #
 # ### Online or offline, bf16 or fp32? (question 2)
 #
-# Offline features are computed once and read back for every epoch and every head; online features cost one
-# target forward each time a sequence is used, and no disk. Storing the taps in bf16 halves the disk and rounds
-# them to 8 significant bits. The cell prepares the training sequences, then does all three on a few of them:
-# one online pass, and an extraction in each dtype, read back.
+# Offline features are computed once and read back for every epoch and every head; online features cost a target
+# forward each time a sequence is used, but no disk. Storing the taps in bf16 halves the disk and keeps 8
+# significant bits. The cell prepares the training sequences, then tries all three ways on a few of them.
 
 # %% tags=["nbval-ignore-output"]
 from peagle_lab.drafter.heads import target_slug
@@ -288,12 +267,11 @@ for r in rows:
 print(f"reading back the bf16 shards: {rows[0]['seconds'] / rows[2]['seconds']:,.0f}x the online rate")
 
 # %% [markdown]
-# Reading back runs many times faster than the target forward it replaces (the last line: the ratio of the two
-# rates), at 3 x H x 2 bytes per token in bf16 (notebook 01 has the table for larger targets), and bf16 rounds
-# each tap by at most one part in 2^8. Does that rounding cost acceptance? The storage study (`peagle-lab study
-# storage`) trains on bf16 taps with the settings and seeds of the mask study's learned variant (notebook 02),
-# whose taps are fp32 (the table's "float32 taps" arm; in both arms the training arithmetic itself runs in bf16
-# autocast: only the stored inputs differ):
+# **Reading it.** Reading features back is orders of magnitude faster than the target forward it replaces (the
+# last line prints the ratio), and bf16 halves the disk (3,465 against 6,921 bytes per token) at a largest error
+# of about 2e-3 of the largest tap. Does that rounding cost acceptance? The storage study (`peagle-lab study
+# storage`) retrains the mask study's learned variant (notebook 02, float32 taps) on bf16 taps, with the same
+# settings and seeds:
 
 # %% tags=["nbval-ignore-output"]
 st_host, st_runs = studies.committed("storage")
@@ -306,50 +284,36 @@ print("training data (taps dtype) per arm:", {r["name"]: r.get("data") for r in 
 print("\n".join(studies.verdict_lines(fp32_arm + st_runs)))
 
 # %% [markdown]
-# **Reading it.** The two arms of the table above differ only in the stored taps (the line under it prints each
-# run's data set, named by its taps dtype). The verdict line says whether their gap in held-out acceptance
-# exceeds the seed spread of both arms. Verdict: it does not (1.210 for bf16 taps against 1.211 for float32
-# taps in the committed table, a gap of 0.001 beside seed spreads of 0.027 and 0.004): rounding the
-# stored taps to bf16 costs nothing this study can measure, and halves the disk (the bytes per token in the cell
-# before), which is why bf16 is the default for stored taps (notebook 01). (The shipped heads' records, printed
-# at the top of this chapter and in 04, name their data files and training precision, the bf16 autocast, but not
-# the dtype of the taps they read.) Online features trade that disk for a target forward each time a sequence
-# is used: the right choice when the features of the data set would not fit on disk (notebook 01's table), the
-# slower one when they do.
+# **Reading it.** bf16 taps cost nothing measurable: AL 1.210 against 1.211 for float32 taps, a gap of 0.001
+# beside seed spreads of 0.027 and 0.004. That is why bf16 is the default for stored taps (notebook 01); online
+# features pay off only when the features would not fit on disk.
 #
 # ## 4 · Training
 #
 # ### One training row, planned by hand
 #
-# A packed row holds several sequences, one after the other (positions restart with each). Its **depth-0
-# elements** are all its positions but the last of each sequence (which has no next token: 446 of the 448 tokens
-# printed below); of those, the **anchors** are trained (the response positions and the last prompt position)
-# and the rest are context only. Depth `d >= 1` keeps a sample of the anchors, each element `(a, d)` sitting at
-# position `a + d` and predicting the target's token `d + 1` steps past its anchor, `y[a+d+1]`; an anchor too near
-# its sequence's end has no such label and drops out. The sample is **COD** (*conditional drop-token*, from
-# PARD): depth `d` keeps `round(anchors x max(ratio^d, min_ratio))` of them, drawn at random from the anchors
-# kept at depth `d - 1`, so the sets are nested (a rollout kept at depth d exists at every depth before it) and
-# the deep depths cost a fraction of the compute.
-#
-# The cell writes that planning in about 25 lines (`plan_row_by_hand`) and checks it against the package's
-# `plan_row` (`training/elements.py` and `training/cod.py`), which the trainer calls for every row: given the same
-# seeded generator, both must pick the same elements at every depth, with the same positions and labels.
+# A packed row holds several sequences back to back, positions restarting with each. Its **depth-0 elements** are
+# all positions with a next token; the **anchors** among them (the last prompt position and the response) are
+# trained, the rest are context. Element `(a, d)` sits at position `a + d` and predicts `y[a+d+1]`; an anchor too
+# near its sequence's end drops out. **COD** (notebook 02) picks the anchors of depth `d ≥ 1`: it keeps
+# `round(anchors × max(ratio^d, min_ratio))` of those kept at depth `d - 1`, so the sets are nested and the deep
+# depths cost a fraction of depth 0. The cell writes this in about 25 lines (`plan_row_by_hand`) and checks that,
+# with the same seed, the package's `plan_row` picks the same elements at every depth.
 #
 # ### Exercise: predict the size of a row
 #
 # The cell plans one row of two sequences with the shipped recipe's COD (`RATIO = 0.7`, floor `MIN_RATIO = 0.2`,
-# 8 depths), then with `RATIO = 0.5`, then with 4 depths. Predict first: the elements per depth and in all for
-# each. Then edit the settings and try others.
+# 8 depths), then with `RATIO = 0.5`, then with 4 depths. Predict the elements per depth and in all for each,
+# then try other settings.
 #
 # <details><summary>Answer</summary>
 #
-# Depth 0 does not change (446: every position with a next token), nor do the 320 trained anchors. With 0.7 each
-# deeper depth keeps about 0.7 times the one above (222, 154, 107, 74 in the saved run), until the floor, 20% of
-# the anchors (64, less the few near a sequence's end), holds it flat (60, 60, 60). With 0.5 the counts halve
-# (159, 78) and hit the floor from depth 3 on (0.5³ = 0.125 is under 0.2), so the row holds fewer elements in all
-# (993 against 1,183). With 4 depths the row has the first four entries of the 8-depth row, exactly (the same
-# seed draws the same subsets in the same order), and 929 elements. The number of elements is what a training
-# step costs, so COD is what makes training K depths cost less than K times one depth.
+# Depth 0 never changes: 446 elements (every position with a next token), 320 of them trained anchors. With 0.7
+# each deeper depth keeps about 0.7 times the one above (222, 154, 107, 74) until the floor, 20% of the anchors
+# (64, less the few near a sequence's end), holds it at 60: 1,183 elements in all. With 0.5 the counts halve
+# (159, 78) and reach the floor from depth 3 on (0.5³ = 0.125 < 0.2): 993 in all. With 4 depths the row is the
+# first four entries of the 8-depth row, since the same seed draws the same subsets: 929 in all. A step costs
+# what its elements cost, so COD makes K depths far cheaper than K times one.
 #
 # </details>
 
@@ -398,22 +362,15 @@ print(f"a row of 2 sequences ({len(plan.x)} tokens): depth 0 trains {int(plan.de
 # %% [markdown]
 # ### The training forward, depth by depth, by hand
 #
-# What a training step computes on that row. The head (untrained, as a run starts) runs over the planned elements
-# **depth by depth through one drafter KV cache**: depth 0 reads every position (token `x[t+1]`, the fused taps
-# of `t`); depth `d >= 1` adds one mask slot per kept anchor (the mask token and `fc(mask_hidden)`, notebook 02),
-# whose keys and values are appended to the same cache, so later depths attend to earlier ones. Which keys a
-# query may read is notebook 02's training-mask rule, written here as one boolean expression: the same sequence,
-# and either a depth-0 key with anchor `<= a` (the context) or a key of its own rollout. The building blocks are
-# the package's decoder layer, rotary tables, final norm and `lm_head` (notebook 02 wrote the same layer out in
-# plain PyTorch); `RowCache` stands in for the package's `DrafterCache`; `tr.fuse` and `tr.mask_slot_hidden` are
-# the head's `fc` as the trainer holds it (in units of the taps' scale: the same function). The trainer runs this as
-# `DraftTrainer.run_depths` (`training/objective.py`, with the mask from `training/mask.py`); the check cell
-# after the EAGLE-3 unroll compares the logits.
+# A training step runs the head (untrained here, as a run starts) over the planned elements **depth by depth
+# through one drafter KV cache**. Depth 0 reads every position (token `x[t+1]`, fused taps of `t`); each deeper
+# depth adds one mask slot per kept anchor, whose keys and values join the same cache. Which keys a query may
+# read is notebook 02's rule, here one boolean expression; the layers are the package's, and `RowCache` stands
+# in for its KV cache.
 #
-# Then the loss: each depth's cross-entropy over its trained anchors against the target's greedy token `d + 1`
-# steps past the anchor, mapped into the draft vocabulary (a label outside it is skipped); the loss is the mean
-# over depths, each depth weighted equally. The trainer does exactly this for every packed row of every step
-# (`DraftTrainer.forward`), then backpropagates.
+# The loss is each depth's cross-entropy over its trained anchors against the target's token `d + 1` past the
+# anchor (labels outside the draft vocabulary are skipped), averaged over the depths. The second cell compares
+# logits and loss with the trainer's `run_depths` and `forward`.
 
 # %%
 class RowCache:
@@ -478,17 +435,18 @@ del module, logits, pkg_logits  # one head in training at a time: an 8B target's
 release()
 
 # %% [markdown]
+# **Reading it.** The hand-written forward and loss match the trainer's (the check cell below tests them against
+# 1e-4). The untrained head's cross-entropies sit far above a uniform guess's ln(8192) = 9.0; section "Train,
+# interrupt, resume" says why.
+#
 # ### EAGLE-3's training, unrolled by hand: the training-time test
 #
-# A sequential (EAGLE-3) head drafts slot 2 from its **own** output: the token it drafted and its own prenorm
-# state of slot 1, not the target's. Training it on the target's states alone would teach it inputs it never
-# sees when drafting, so EAGLE-3 trains with the *training-time test*: for every anchor `a` it unrolls K steps as
-# drafting does, each step appending one slot that holds the data's next token and the drafter's own prenorm state
-# of the step before; step `d` predicts the target's token `d + 1` past the anchor. The package computes all
-# anchors of a step in one pass (`run_depths` in sequential mode, through the training mask); the cell below
-# unrolls each anchor of a short sequence on its own, with plain calls of the head (the shipped EAGLE-3 head when
-# it fits the target, else a fresh one: the check holds for any weights), and compares the logits of every
-# element and the loss (each depth's cross-entropy over its anchors, then the mean over depths).
+# A sequential (EAGLE-3) head drafts slot 2 from its **own** output: the token it drafted and its own state at
+# slot 1. Trained on the target's states alone, it would never see such inputs, so EAGLE-3 trains with the
+# *training-time test*: for each anchor it unrolls K steps as drafting does, each appending the data's next token
+# and the drafter's own state from the step before. The package batches all anchors of a step (`run_depths`,
+# sequential mode); the cell unrolls each anchor of a short sequence on its own with the shipped EAGLE-3 head and
+# compares every logit and the loss.
 
 # %% tags=["nbval-ignore-output"]
 from dataclasses import replace
@@ -540,23 +498,17 @@ print("EAGLE-3 training-time test: the unroll by hand equals the sequential obje
 # %% [markdown]
 # ### Train, interrupt, resume
 #
-# `peagle_lab.training.Trainer` (and `peagle-lab train` on the command line): AdamW, linear warm-up then cosine
-# decay, gradient clipping, gradient accumulation over packed rows, bf16 autocast where the hardware multiplies
-# bf16 natively (a GPU, or a CPU with AMX / AVX512-BF16) and fp32 elsewhere, checkpoints (the head directory plus
-# optimizer, step, data cursor and RNG state, written atomically) and resume, a time budget that stops cleanly
-# and saves. The same code runs under `torchrun` / `accelerate launch` on several processes (README: "Several
-# processes").
+# `peagle_lab.training.Trainer` (and `peagle-lab train`): AdamW, warm-up then cosine decay, gradient clipping and
+# accumulation, bf16 autocast where the hardware multiplies bf16 natively and fp32 elsewhere, atomic checkpoints
+# (head, optimizer, step, data cursor, RNG state) with resume, and a time budget. The same code runs on several
+# processes under `torchrun` / `accelerate launch` (README: "Several processes").
 #
-# This run keeps a draft vocabulary of 8192 ids (`draft_vocab_size_for(model, 8192)`: at most the target's
-# vocabulary), larger than the shipped heads' (their `config.json`): the coverage table above shows what each size
-# keeps, and a larger one costs a larger `lm_head`.
+# This run uses 8,192 draft ids, more than the shipped heads' 4,096. Expect the loss to **start above ln(8192) =
+# 9.0**, a uniform guess's loss: the head starts with the target's own `lm_head` and final norm, which make
+# confident predictions from the untrained fused state, and a confident wrong guess costs more than a uniform one.
 #
-# Expect the loss to **start above ln(8192) = 9.0**, the loss of a uniform guess over the draft vocabulary: the
-# head starts with the target's own lm_head and final norm, which turn the untrained fused hidden state into a
-# confident distribution, and a confident wrong guess costs more than a uniform one.
-#
-# To show resume, the run below is interrupted halfway (`stop_after`) and a fresh `Trainer` continues it
-# from the checkpoint; a third run, never interrupted, shows that the result is the same.
+# The run is interrupted halfway (`stop_after`), a fresh `Trainer` resumes it from the checkpoint, and a third,
+# uninterrupted run must give the same result.
 
 # %% tags=["nbval-ignore-output"]
 import shutil
@@ -649,40 +601,29 @@ print(f"\nthe head just trained, drafting in the speculative loop: acceptance le
       f"{ev['lossless']}")
 
 # %% [markdown]
-# **Reading it.** The loss starts above the uniform guess's (the `loss at step 1` line); in the first steps it
-# can climb further while the warm-up raises the learning rate to its peak, and then it falls: the same line
-# names its highest step and the step at which it first drops below the uniform guess, if it does in this run. A run this short teaches
-# the head little, and the per-depth accuracy line says where it sits: depth 0 (slot 1, the token right after
-# the anchor, predicted from the target's own features of the anchor) learns first; the deeper depths, which see
-# only mask slots, learn slower. The last line puts the head to work: drafting in the real speculative loop on
-# held-out prompts, its acceptance length (with the rounds it rests on) is what this little training buys, and
-# the output is still the target's own. In its per-position list, `None` marks a draft no round reached (05 prints
-# the same as `-`). Notebook 04 shows what far more training buys at each depth, and notebook
-# 05's acceptance ledger lists the acceptance lengths of the shipped heads.
+# **Reading it.** Thirty steps teach the head a little, mostly at depth 0, whose final accuracy is several times
+# that of the deeper depths (they see only mask slots). The loss starts above the uniform guess and falls below it
+# within the run (the line under the plots gives the steps). Drafting in the real
+# loop on held-out prompts, the head reaches an acceptance length only a little above 1, and its output is
+# identical to plain greedy; `None` marks a slot no round reached. Notebook 04 shows what far more training buys.
 #
-# What was trained (the parameter list above): one decoder layer whose attention reads `[embedding, fused
-# hidden]` (2H), the `fc` that fuses the three taps, `mask_hidden`, the mask token's embedding row, and the final
-# norm and lm_head over the draft vocabulary. The embedding table itself is the target's and is not counted as
-# the head's.
+# What was trained (the parameter list): `fc`, one decoder layer with a 2H attention input, `mask_hidden`, the
+# mask token's embedding row, the final norm and `lm_head` over the draft vocabulary, 9.81 M parameters in all;
+# the embedding table is the target's and is not counted.
 
 # %% [markdown]
 # ## What we saw
 #
-# - The training text is the target's own answers (self-distillation), and the committed study shows why: at
-#   the same number of steps, the head trained on them accepts more on held-out prompts than one trained on human
-#   text, by more than the seed spread of either arm (the verdict line).
-# - The draft vocabulary keeps the tokens the target uses; `d2t` / `t2d` map draft ids to target ids, and a
+# - The training text is the target's own answers: in the committed study a head trained on them accepts 1.380
+#   tokens per round against 1.245 for human text, beyond both seed spreads.
+# - 4,096 draft ids cover 99.61% of the target's response tokens; `d2t` / `t2d` map them to target ids, and a
 #   head whose `lm_head` does not match its draft vocabulary is refused before it is served.
-# - Features are the three tapped hidden states plus the greedy label; offline bf16 shards are read back far
-#   faster than the target forward they replace (the two rates printed), at no cost in acceptance the storage
-#   study can measure.
-# - One packed row trains every depth at once, COD keeping a shrinking, nested share of anchors deeper. Both halves
-#   of the trainer's core were written here in a few dozen lines and match the package: the COD plan of a row (the
-#   same elements at every depth as `plan_row`, given the same seed) and the depth-by-depth forward through one KV
-#   cache with the training mask (the logits of `run_depths`, the largest difference printed); the loss of a row
-#   computed from them equals the trainer's, and EAGLE-3's training-time test, unrolled by hand (each step feeding
-#   the drafter's own state back), equals the package's sequential objective. Training resumes from its checkpoint
-#   to the same result as an uninterrupted run, and the head it trains drafts in the real loop.
+# - Offline bf16 features read back orders of magnitude faster than the target forward, at no acceptance cost
+#   the storage study can measure (1.210 against 1.211).
+# - One packed row trains every depth at once. The COD plan, the depth-by-depth forward and the loss, written by
+#   hand, match the package, and so does EAGLE-3's training-time test.
+# - Training resumes from its checkpoint to the same result as an uninterrupted run, and the head it trains
+#   drafts in the real loop with output identical to plain greedy.
 #
-# Next, `04_scale_and_acceptance`: the shipped heads trained on far more tokens, what that buys per depth,
-# a head for your own model (shown on a second architecture), and why acceptance stays below the paper's.
+# Next, `04_scale_and_acceptance`: the shipped heads trained on far more tokens, what that buys per depth, a head
+# for your own model, and why acceptance stays below the paper's.

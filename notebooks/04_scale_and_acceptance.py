@@ -16,26 +16,25 @@
 # %% [markdown]
 # # 04 · Scale and acceptance
 #
-# **Live or committed.** Live on your machine: section 1's HumanEval K sweep and section 3 (the tiny target, the
-# template mismatch). Committed from another CPU (`cpu-epyc-avx512bf16-2c`, files under `data/`): the shipped heads'
-# records and held-out comparison (section 1), the learning curves and depth accuracy (section 2), the recipe runs
-# (section 5).
+# **Goal:** learn what a head's acceptance length is made of and what raises it: training tokens, head depth and
+# prompt layout, and why this CPU-trained head stays far below the paper's.
 #
-# **Goal:** know what a head's acceptance length is made of and what raises it: how much training, how deep
-# the accurate slots reach, which prompt layout, and how far this CPU-trained head is from the paper's.
+# **Two kinds of figures.** *Committed* figures were measured once on another CPU (`cpu-epyc-avx512bf16-2c`, in
+# bfloat16) and are read from files under `data/`: they are the same on every rerun. *Live* figures (section 1's
+# HumanEval sweep, section 3) are measured here, in float32, on a few prompts, and move a little from run to run.
+# Compare two figures only when prompts, output length, K and dtype agree (05's acceptance ledger lists them).
 #
-# The plan, one section each:
+# **Terms.** The *acceptance length* is the tokens committed per verification round, the bonus token included.
+# *Slot j* is the j-th draft of a round, counted from 1; training counts *depths* from 0, so slot j is depth j-1. A
+# slot's *rate* is the share of the rounds reaching it in which it was accepted.
 #
-# 1. **the shipped heads**: a P-EAGLE head and an EAGLE-3-style head whose last runs trained on the same distilled
-#    records and whose earlier runs did not (section 1 says which data each run saw), each with its own cumulative
-#    wall time and tokens seen (the record prints both), their committed held-out acceptance, and a small live
-#    measurement here on other prompts (HumanEval) and other K;
-# 2. **what training at scale buys**: acceptance against training tokens seen, and accuracy per depth of heads
-#    with 1, 2 and 4 layers;
-# 3. **your own model and its chat template** (question 1), shown on a second architecture built in seconds,
-#    and what a template mismatch costs;
-# 4. **past one machine**: the same trainer on several GPUs;
-# 5. **why is my acceptance length below the paper's?** (question 3): the recipe runs, read against their noise.
+# The plan:
+#
+# 1. **The shipped heads**: their training records, their held-out acceptance, and a live check.
+# 2. **What training at scale buys**: acceptance against tokens seen; accuracy per depth for 1, 2 and 4 layers.
+# 3. **Your own model and its chat template** (question 1), and what a template mismatch costs.
+# 4. **Past one machine**: the same trainer on several GPUs.
+# 5. **Why is my acceptance length below the paper's?** (question 3): the recipe runs against their noise.
 
 # %% tags=["nbval-ignore-output"]
 # Parameters come from the environment: PEAGLE_TARGET (default: the embedded SmolLM2-135M-Instruct),
@@ -60,22 +59,17 @@ HOST = max((p.parent.name for p in RECIPE_DIR.glob("*/curve.json")), default=Non
 # %% [markdown]
 # ## 1 · The shipped heads
 #
-# `drafter/heads.py` names the shipped heads (`SHIPPED`): a P-EAGLE head (parallel, trained for K=8) and an
-# EAGLE-3-style head (sequential, trained with the *training-time test*: during training the head is unrolled
-# over its own outputs exactly as at inference, depth d reading the head's own state from depth d-1 instead of
-# the target's features, so it learns to keep drafting from its own imperfect guesses). Both were trained by the
-# command in their `TRAINING.md`, continued from earlier heads (`--init-from`). Two distilled files are involved:
-# `data/distill/smollm2-135m-scale.jsonl`, the first mix of about 1M tokens (the one 03 distils), and
-# `data/distill/smollm2-135m-scale.jsonl.gz`, the 5.85M-token scale mix (`TRAINING.md`). The P-EAGLE head's first run
-# (`smollm2-135m-peagle-fresh`, 2399.5 s in `TRAINING.md`) saw records 0:6000 of the 5.85M-token mix, its last run records 6000:12000.
-# The EAGLE-3 head's first two runs saw the 1M-token mix, its last run records 6000:12000 of the 5.85M-token mix. So
-# only the last runs share data.
-# Their `training.json` records each run: the cell prints the last run and the **cumulative** total over all its
-# runs, which is the number that says how much training the head has had, and compares the two heads' totals:
-# **budget** here means wall time: both last runs had a 4000 s time budget and stopped at 3999 s, and saw about
-# the same tokens (2,717,661 and 2,760,430, `TRAINING.md`); their histories differ in both wall time and tokens
-# seen (the cell prints the two ratios). 05's acceptance ledger lists this chapter's figures with their settings:
-# the committed held-out rows and the live rows this chapter records.
+# The course ships two 1-layer heads for SmolLM2-135M, both trained for K=8 (`drafter/heads.py`, `SHIPPED`): a
+# P-EAGLE head that drafts in parallel, and an EAGLE-3-style head that drafts sequentially. The EAGLE-3 head is
+# trained with the *training-time test*: it is unrolled over its own outputs as at inference, so each depth learns
+# to draft from the head's own previous guess.
+#
+# Each head was trained in several runs, each continuing the one before (`--init-from`; the commands are in each
+# head's `TRAINING.md`). The last runs match: 4000 s each, on the same records (6000:12000 of the 5.85M-token mix,
+# `data/distill/smollm2-135m-scale.jsonl.gz`), about 2.7M tokens each. The earlier runs differ: P-EAGLE's first run
+# saw records 0:6000 of that mix, EAGLE-3's first two the 1M-token mix of notebook 03
+# (`data/distill/smollm2-135m-scale.jsonl`). The cell prints each head's last run and its **cumulative** total, the
+# ratio of the two totals, and then the committed held-out acceptance with the per-slot rates behind it.
 
 # %% tags=["nbval-ignore-output"]
 from peagle_lab.drafter import PEagleConfig
@@ -120,10 +114,8 @@ for kind, row in heldout.items():
                   + f" -> 1 + " + " + ".join(f"{r:.4f}" for r in reach[1:] if r) + f" = {sum(reach):.3f}")
 
 # %% [markdown]
-# Now a live measurement, here, on a smaller sample and other prompts (a few minutes on a CPU): the heads for this
-# target (the shipped ones for the embedded target; for another target, small heads trained here on the spot) each
-# draft in their own mode at a few K on HumanEval prompts (greedy; every output checked against plain greedy
-# decoding). It is not a re-measurement of the held-out figures: other prompts, K and sample, so other numbers.
+# Now a live check on other prompts: each head drafts in its own mode at a few K on HumanEval prompts, greedy,
+# and every output is compared with plain greedy decoding.
 
 # %% tags=["nbval-ignore-output"]
 from peagle_lab.prompts import humaneval_prompts
@@ -180,59 +172,41 @@ if None not in held.values():
     print(f"on these held-out prompts, at K=7, {names[lead]} accepts more per round "
           f"({held[lead]:.2f} vs {held[other]:.2f})" if held[lead] > held[other] else
           f"on these held-out prompts, at K=7, the two heads accept the same per round ({held[lead]:.2f})")
+if set(live) == set(names):
+    lead_at = {k: [live[kind]["acceptance_length"][k] for kind in ("parallel", "sequential")] for k in KS}
+    print(f"this run, {len(prompts)} HumanEval prompt(s): " + ", ".join(
+        f"K={k}: " + ("a tie" if abs(p - s) < 5e-3 else f"{names['sequential' if s > p else 'parallel']} ahead "
+                      f"({max(p, s):.2f} vs {min(p, s):.2f})") for k, (p, s) in lead_at.items()))
 report.record("shipped_heads_lossless", all(ev["lossless"] for ev in live.values()));
 
 # %% [markdown]
-# **Reading it.** A slot is only counted when every slot before it was accepted. Compare the two heads on the
-# left panel (the committed held-out comparison at K=3 and 7, on the prompts and tokens its header line prints; its
-# round count is not recorded, the ledger's `rounds` column reads `-`); the right one is this run's small sample of HumanEval prompts (its rounds printed
-# beside each figure), which a single prompt more or less can move. The per-slot rates printed under the held-out
-# figures say how each head's acceptance is made: where a head's rates past slot 2 or 3 are low, a deeper draft
-# adds little per round and its K sweep levels off after the first few K; where they stay high, its acceptance
-# keeps rising with K. The
-# verdict: EAGLE-3 accepts more held out (2.53 against 1.90 at K=7, the committed line above), and the live sweep's
-# line says, K by K, which head is ahead on this run's small sample. The two figures differ from 05's and 06's
-# for the same heads because the prompts, output length, K, dtype and sample differ: 05's ledger lists the
-# committed ones and the live rows recorded before 05 runs; 07 prints the full ledger.
+# **Reading it.** EAGLE-3 accepts more on the held-out prompts: 2.53 tokens per round at K=7 against 1.90 for
+# P-EAGLE. The per-slot rates say why. P-EAGLE wins slot 1 (0.62 against 0.50 at K=7), but its rate falls to 0.34
+# and 0.24 at slots 2 and 3, while EAGLE-3's stays between 0.62 and 0.85 up to slot 7. So P-EAGLE's acceptance stops
+# growing after K=3 and EAGLE-3's keeps rising (2.125 at K=3, 2.53 at K=7). The live line repeats the comparison on a
+# few HumanEval prompts; at a few dozen rounds per K it checks the direction, not the size of the gap.
 #
-# **Why the P-EAGLE head reads 1.895 at both K=3 and K=7.** Not because no round reached slot 4: at K=7 the
-# printed rates show slot 4 accepted in 0.3846 of the rounds that reached it and slot 5 reached (0.0000, so none
-# accepted). Each K's line adds up its own rates (the reach of slot j is the product of the rates up to j), and
-# the two sums come out the same to the third decimal: the K=7 run's slot-1 and slot-2 rates are a little lower
-# than the K=3 run's (the rounds are not the same rounds: a round that accepts more at K=7 starts the next one
-# elsewhere in the text), and that loss cancels what slots 4 and 5 add: a coincidence of two sets of rates.
-# The recorded value (committed tokens over rounds, each prompt's last round cut short by the token budget) and the
-# sum of rates (the `=` value) are two estimates of one quantity; the lines above show how far apart they are:
-# in the third decimal for P-EAGLE, in the second for EAGLE-3.
+# P-EAGLE's equal 1.895 at K=3 and K=7 is a coincidence: at K=7 slots 1-2 did a little worse and slots 4-5 made up
+# the loss. The `=` sums rebuild each figure from its rates, a little above the recorded value because each answer's
+# last round is cut short by the token budget.
 #
-# Notebook 00 quoted the blog's figures: P-EAGLE ahead at K=7 in acceptance too (3.94 against EAGLE-3's 3.03 on
-# GPT-OSS-20B), from a 4-layer head trained on GPUs on far more data than this CPU run. Where the EAGLE-3 head leads
-# here instead, two things can explain it, and this course does not separate them: it had the larger cumulative
-# budget (the `cumulative budgets` line above: EAGLE-3's wall time and tokens seen over P-EAGLE's), and its
-# training-time test teaches every depth on the state it will really have at
-# inference, its own output from the depth before, while the parallel head's deep slots see only the mask stand-ins
-# and must guess several tokens ahead from the anchor's features alone, which they have barely learned (section 2's
-# accuracy per depth). Section 2's learning curves come from earlier long runs, not the shipped heads' runs; their
-# P-EAGLE and EAGLE-3 runs differ by about 0.05 in acceptance length at equal tokens seen (their last-snapshot
-# lines there), about the course's largest seed spread, with EAGLE-3's slots 2-4 accepted more often; a gap of
-# that size does not show the shipped heads' 0.6.
-# Whatever the acceptance, P-EAGLE's other advantage is the drafting cost: one pass for all K tokens instead of
-# K; notebook 05 measures what that is worth. Why the deep slots fail is the next section's question.
+# **Why the order is the reverse of the paper's.** The vLLM blog (quoted in 00) has P-EAGLE ahead at K=7, 3.94
+# against 3.03 on GPT-OSS-20B, with a 4-layer head trained on GPUs on far more data. Here two things favour EAGLE-3,
+# and the course does not separate them: it had more training (1.23x the wall time, 1.05x the tokens), and its
+# training-time test teaches every depth from the state it will really see, while P-EAGLE's deep slots see only mask
+# tokens. Section 2 shows how little those slots have learned. P-EAGLE's own advantage is cost, one drafter pass for
+# all K tokens instead of K; notebook 05 measures it.
 
 # %% [markdown]
 # ## 2 · What training at scale buys
 #
-# Two committed experiments on this target, run from the command line, read here:
+# Two committed experiments on this target, both scored by held-out acceptance length at K=7:
 #
-# * **the learning curve** (`peagle-lab curve HEAD/checkpoint/snapshots/tokens-* --out .../curve.json`): the
-#   held-out acceptance length at K=7 of snapshots of two long runs, P-EAGLE (`peagle`, continued as
-#   `peagle-cont`) and EAGLE-3 (`eagle3`, `eagle3-cont`), trained on the first 1M-token mix and continued on more
-#   data: earlier runs than the shipped heads', against the tokens seen, cumulative over the continuation;
-# * **the deeper heads** (`deeper/`): P-EAGLE heads with 1, 2 and 4 decoder layers trained from scratch side by
-#   side for one wall-time budget on the same data (this run printed exp-L1's budget, 2400 s; their records give
-#   the seconds each ran, L1 2399.5, L2 2398.5 and L4 2396.2 s, each stopped by the time budget,
-#   `deeper/training-L1.json`, `-L2`, `-L4`), with their own learning curves, and their accuracy at every
-#   depth measured on held-out sequences (`peagle-lab depth-accuracy`: every anchor at every depth).
+# * **The learning curves** (`peagle-lab curve`): snapshots of two long runs, P-EAGLE (`peagle`, continued as
+#   `peagle-cont`) and EAGLE-3 (`eagle3`, `eagle3-cont`), against cumulative tokens seen. These are earlier runs than
+#   the shipped heads, trained on the 1M-token mix and then on more data.
+# * **The deeper heads** (`deeper/`): P-EAGLE heads with 1, 2 and 4 decoder layers, trained from scratch side by side
+#   on the same data for the same 2400 s (`exp-L1`, `exp-L2`, `exp-L4`).
 
 # %% tags=["nbval-ignore-output"]
 def read_points(path):
@@ -270,24 +244,15 @@ if l1 and held["parallel"] is not None:
           f"{'exp-L1' if al > held['parallel'] else 'the shipped head'} is higher")
 
 # %% [markdown]
-# Acceptance length at K is `1 + p1 + p1 p2 + ... + p1...pK` (`p_j` the chance that slot j is accepted once
-# the slots before it were; slots count from 1, the training's depths from 0, so slot j is depth j-1): a slot only
-# counts when every slot before it was right. The per-slot rates above are shares of the rounds that reached each
-# slot; the deep slots are reached in few rounds, so a 0.00 or 0.50 there can be one or two rounds. So the depth at which a
-# head stops being accurate caps what it can accept. The next cell reads the held-out **accuracy per depth** of
-# the shipped P-EAGLE head and the three deeper-experiment heads, and computes, for the acceptance length at
-# K=7 that the vLLM blog reports for P-EAGLE on GPT-OSS-20B (notebook 00), the acceptance per slot it would need
-# if every slot were accepted equally often. The blog measured it on HumanEval, our curves on held-out prompts of
-# the scale mix: read it as an order of magnitude to aim at, not a like-for-like target. The accuracy per depth is
-# measured at every anchor of held-out distilled sequences, with the true tokens before it; acceptance counts the
-# rounds of a live decoding, whose anchors are wherever the previous round ended. The two need not agree: a slot-1
-# acceptance rate above the depth-0 accuracy (section 1's per-slot lines against the plot below) is no
-# contradiction.
+# Why does acceptance stay low? The acceptance length at K is `1 + p1 + p1·p2 + ... + p1···pK`, with `p_j` the rate
+# of slot j: a slot counts only when every slot before it was accepted, so the depth where a head stops being
+# accurate caps its acceptance. The next cell plots the held-out **accuracy per depth** (top-1 at every anchor of
+# held-out distilled sequences) of the shipped P-EAGLE head and the three deeper heads. It then computes what the
+# blog's 3.94 at K=7 would need: the one rate that, applied to every slot, reaches it.
 #
-# **Names.** The 1-layer deeper-experiment head is one head under three names: `exp-L1` in the curve,
-# `peagle-L1` in the accuracy plot, and `smollm2-135m-peagle-fresh`, the shipped P-EAGLE head's first run in its
-# record (likewise `exp-L2` = `peagle-L2`, `exp-L4` = `peagle-L4`). Its curve ends at its last snapshot, taken
-# before the run stopped: the record's tokens seen (section 1) are the whole run's.
+# **Names.** The 1-layer deeper head has three names: `exp-L1` in the curves, `peagle-L1` in the accuracy plot, and
+# `smollm2-135m-peagle-fresh`, the shipped P-EAGLE head's first run. Likewise `exp-L2` = `peagle-L2` and `exp-L4` =
+# `peagle-L4`.
 
 # %% tags=["nbval-ignore-output"]
 from peagle_lab import bench
@@ -323,43 +288,34 @@ for goal in (2.0, PAPER_AL):
              "no budget (the curve is not rising)"))
 
 # %% [markdown]
-# **Reading it.** Does accuracy fall with depth? Not gradually: in the plot above it drops from depth 0 (slot 1)
-# to depth 1 and then stays on a low plateau that declines only slowly to depth 7, for every head. Depth 0 reads
-# the target's features of the anchor; depths 1..K-1 read only mask slots and have learned little beyond which
-# tokens are common. That is why the P-EAGLE head's K sweep of section 1 is flat.
+# **Reading it.** Accuracy collapses after depth 0, and that caps acceptance. The shipped head is right 45% of the
+# time at depth 0, 18% at depth 1, then declines slowly to 11% at depth 7; every head has this shape. Depths 1 and
+# beyond read only mask tokens and have learned little more than which tokens are common, so P-EAGLE's K sweep goes
+# flat. (Accuracy uses the true tokens before each anchor, acceptance live rounds, so section 1's slot-1 rate of 0.62
+# can exceed the 0.45 here.)
 #
-# The verdict: more tokens raise acceptance slowly, and a deeper head does not help at this scale. The right panel's
-# `exp-L1` is a 1-layer P-EAGLE head trained from scratch on freshly distilled data of the scale
-# mix; the shipped P-EAGLE head is that head continued on fresh records (section 1's cumulative record). The last
-# line of the cell puts the two on the same measure, the held-out comparison's prompts (the curves score on other
-# prompts, so their values are not on that scale): what the continuation's fresh tokens bought.
+# More training helps slowly: both long runs climb from about 1.13 to about 1.4 while the tokens seen grow 25-fold,
+# and end about 0.05 apart, far less than the shipped heads' 0.6. Continuing `exp-L1` on fresh records, which made the
+# shipped head, raised its held-out acceptance from 1.737 to 1.895.
 #
-# What more tokens buy: on the left panel both long runs go from about 1.14 to about 1.4 while the tokens seen
-# grow 25-fold, not steadily: flat over the first two snapshots, a dip at the first continued snapshot, a fall at
-# the last (the last-snapshot lines). The accuracy plot shows the heads differ mostly at depth 0. Of the three
-# heads trained side by side, the 1-layer head saw the most tokens in the wall time and is ahead at equal tokens
-# seen too (right panel): at this scale a deeper head is slower and no better per token.
+# A deeper head does not help at this budget: in the same wall time the 1-layer head saw the most tokens, reached the
+# highest acceptance (1.512 against 1.386 and 1.292) and is ahead at equal tokens seen too (right panel).
 #
-# The blog's acceptance would need every slot accepted at the rate printed above, far above the deep slots'
-# accuracy here. The curves score on the runs' own evaluation prompts, the held-out comparison of section 1 on
-# other prompts: compare heads within one measure (the curves cell's last line does, for exp-L1 and the shipped
-# head), so the fit's "AL 2.0" says nothing about how close the shipped head's held-out figure is to it.
+# The paper is far away: its 3.94 at K=7 needs every slot accepted at 0.78, against deep-slot accuracies of 0.11 to
+# 0.18 here. A log-linear fit through the P-EAGLE curve reaches even 2.0 only three orders of magnitude past its data,
+# a line carried beyond its points, not a forecast.
 
 # %% [markdown]
 # ## 3 · Your own model and its chat template (question 1)
 #
-# Nothing in the recipe is SmolLM2's: the taps are chosen from the target's depth, the head's shape comes from
-# the target's config, and the chat template is the tokenizer's, applied in one place (`prompts.chat_ids`) for
-# distillation, training, evaluation and serving. The next cells show it on a second architecture: the tiny
-# Qwen3 target the package builds offline in seconds (`peagle-lab make-tiny-target`: q/k norm, tied embeddings,
-# grouped-query attention, its own vocabulary and a ChatML template; random weights, so its answers are noise).
+# Nothing in the recipe is specific to SmolLM2. The taps are chosen from the target's depth, the head's shape comes
+# from the target's config, and the chat template is the tokenizer's, applied in one place (`prompts.chat_ids`) for
+# distillation, training, evaluation and serving. The next cells show it on a tiny Qwen3 target the package builds
+# offline in seconds (`peagle-lab make-tiny-target`: grouped-query attention, tied embeddings, a ChatML template).
+# Its weights are random, so its answers are noise; the point is the mechanics.
 #
-# For your own model the notebooks make a small head on the spot when none is stored: it shows the mechanics, not a
-# speed-up (trained on a few dozen prompts, so expect an acceptance length near 1). A head worth timing comes from one command on a GPU,
-# `PEAGLE_TARGET=<your model> bash scripts/gpu_heads.sh`: it distils 4,000 prompts of the scale mix with your model
-# (`PEAGLE_HEAD_PROMPTS`), extracts bf16 features to shards once, trains both heads from the streamed shards for
-# 150 s each (`PEAGLE_GPU_BUDGET`), evaluates them, and installs them where every notebook looks
-# (`$PEAGLE_RESULTS/heads/<target>/`).
+# For a head worth timing on your own model, run `PEAGLE_TARGET=<your model> bash scripts/gpu_heads.sh` on a GPU:
+# it distils 4,000 prompts, trains both heads for 150 s each and installs them where every notebook looks.
 
 # %% tags=["nbval-check-output"]
 from peagle_lab.settings import results_dir
@@ -382,24 +338,25 @@ for name, tok in (("tiny Qwen3", tiny_tok), ("this run's target", tokenizer)):
 
 # %% [markdown]
 # Each tokenizer brings its own template: ChatML for the tiny target, SmolLM2's (with its default system message)
-# for the embedded one. The distilled data, the training and the served prompts all go through `chat_ids`, so a
-# head always sees the layout its target answers in.
+# for the embedded one. Distillation, training and serving all go through `chat_ids`, so a head always sees the
+# layout its target answers in.
 #
-# The head is made from the target's config (`PEagleConfig.from_target`): same hidden size, heads and rope, and
-# three **taps** spread over the target's depth (a low, a middle and a high layer; `default_tap_layers`).
+# The head is built from the target's config (`PEagleConfig.from_target`): same hidden size, attention heads and
+# rope, plus three **taps**, the layers whose hidden states the head reads: a low, a middle and a high one
+# (`default_tap_layers`).
 #
 # ### Exercise: which layers are tapped?
 #
-# The cell prints the taps for 16 layers, for 4 layers and for the tiny target's own depth (`EX_LAYERS`; put your
-# own depths there). Predict the three tapped layers of each before reading its lines.
+# The cell prints the taps for 16 layers, 4 layers and the tiny target's own depth (`EX_LAYERS`; put your own depths
+# there). Predict the three tapped layers of each before reading its lines.
 #
 # <details><summary>Answer</summary>
 #
-# The taps are vLLM's EAGLE-3 default, the residual stream entering layers `2`, `L // 2` and
-# `L - 3` for a target of L layers (SmolLM2's 30 layers give 2, 15, 27; the tiny target's 8 give 2, 4, 5). With 16 layers:
-# 2, 8, 13. With 4 layers that rule gives 2, 2, 1, not three increasing layers, so a shallow target is tapped at
-# the inputs of its first, middle and last layer instead: 0, 2, 3. The rest of the head's shape does not change:
-# it depends on the hidden size and heads, not on the depth.
+# The taps are vLLM's EAGLE-3 default: the residual stream entering layers `2`, `L // 2` and `L - 3` for a target of
+# L layers (SmolLM2's 30 layers give 2, 15, 27; the tiny target's 8 give 2, 4, 5; 16 layers give 2, 8, 13). With 4
+# layers that rule gives 2, 2, 1, not three increasing layers, so a shallow target is tapped at the inputs of its
+# first, middle and last layer instead: 0, 2, 3. The rest of the head's shape depends on the hidden size and heads,
+# not on the depth.
 #
 # </details>
 
@@ -421,9 +378,9 @@ print(f"head for the tiny target: hidden {tiny_cfg.hidden_size}, {tiny_cfg.num_a
       f"{tiny_tok.convert_ids_to_tokens(TINY_MASK)!r}")
 
 # %% [markdown]
-# The whole recipe on the tiny target, at CI scale: distill a few prompts with its template, take its features,
-# train a few steps, and decode speculatively. The point of the last check: whatever the head drafts, right or
-# wrong, verification keeps the output plain greedy's.
+# Now the whole recipe on the tiny target, at small scale: distil a few prompts with its template, extract its
+# features, train a few steps, and decode speculatively. The last check is the one that matters: whatever the head
+# drafts, verification keeps the output identical to plain greedy decoding.
 
 # %% tags=["nbval-ignore-output"]
 import tempfile
@@ -464,10 +421,9 @@ print("speculative output lossless against plain greedy:",
 # %% [markdown]
 # ### A template mismatch
 #
-# A head learns what the target says after the prompt layout it was trained with. The cell serves the P-EAGLE
-# head for this run's target held-out prompts in three layouts: the trained one, the bare text with no template,
-# and the template with another system message. The cell prints acceptance only, not the target's answers: a lower row
-# says the head's drafts match what the target says in that layout less often.
+# A head learns what the target says after the prompt layout it was trained with. The cell serves the P-EAGLE head
+# on held-out prompts in three layouts: the trained chat template, bare text with no template, and the chat template
+# with another system message. It prints the acceptance in each, then each layout's difference from the trained one.
 
 # %% tags=["nbval-ignore-output"]
 from peagle_lab.prompts import OTHER_SYSTEM, load_scale_records
@@ -488,28 +444,26 @@ for t, ev in tmpl.items():
                   prompt_set="held-out split", prompts=len(tmpl_prompts), new_tokens=TMPL_NEW, k=TK,
                   dtype=precision.dtype_name(next(model.parameters()).dtype), rounds=ev["rounds"][TK],
                   acceptance_length=ev["acceptance_length"][TK])
+base_al = tmpl["chat"]["acceptance_length"][TK]
+print("against the trained layout: " + ", ".join(f"{name} {tmpl[t]['acceptance_length'][TK] - base_al:+.2f}"
+                                                 for t, name in (("plain", "no template"),
+                                                                 ("system", "another system message"))))
 
 # %% [markdown]
-# **Reading it.** The verdict on this sample (this run printed 2 prompts x up to 40 tokens; an answer that ends
-# early has fewer, so compare each row's rounds x acceptance length for the tokens it covers): bare text costs
-# everything (1.00, no draft accepted in 42 rounds, against 1.52 for the trained template), which is evidence of a
-# mismatch; the other system message reads 1.34, a gap this sample cannot establish. Compare each row above with the first (the template the head was trained on): a row whose
-# acceptance length is lower is what the mismatch costs, and the per-slot rates show where. Mind the sample
-# (its size is printed above the rows): a few prompts x a few dozen tokens are a handful of drafting rounds per
-# layout, so one round more or less accepted moves a row by tenths. Only a row far below the first is evidence
-# (as bare text is here); a small gap is within that
-# noise, and more prompts (`settings.pick` in the cell) would be needed to call it. The fix is the one
-# this project applies everywhere: distill, train and serve with one template. For your own model, distill with
-# its own chat template (`peagle-lab distill --target DIR`, the tokenizer's template, as the tiny target did
-# above), and serve the head behind the same one (vLLM applies the tokenizer's template to chat requests).
+# **Reading it.** Dropping the template costs nearly everything: on bare text almost no draft is accepted and the
+# acceptance length falls to about 1, well below the trained layout's (the last line gives the loss). Another system
+# message costs less, a gap a handful of rounds per layout cannot establish.
+#
+# The fix is one template everywhere: for your own model, distil with its chat template (`peagle-lab distill
+# --target DIR`, as the tiny target did above) and serve the head behind the same one (vLLM applies the tokenizer's
+# template to chat requests).
 
 # %% [markdown]
 # ## 4 · Past one machine
 #
-# The same trainer runs in several processes (DDP through accelerate). Every process walks the same stream of
-# packed rows and COD samples and trains on its share of each step; `--batch-tokens` is the global batch, so two
-# processes follow one process's loss curve (`tests/training/test_distributed.py` checks that on a CPU with gloo, and that a
-# run saved at one world size resumes at another). On 8 GPUs, for a 7-8B target (hidden 4096, 32 layers):
+# The same trainer runs in several processes (DDP through accelerate). `--batch-tokens` is the global batch, so two
+# processes follow one process's loss curve; `tests/training/test_distributed.py` checks that on a CPU, and that a
+# run resumes at another world size. For a 7-8B target (hidden 4096, 32 layers) on 8 GPUs:
 #
 # ```bash
 # peagle-lab extract --distilled DATA --split train --out FEATURES/part-train --max-seq-len 2048   # once (24 KiB/token)
@@ -519,23 +473,20 @@ for t, ev in tmpl.items():
 # accelerate launch --multi_gpu --num_processes 8 -m peagle_lab.cli train ...    # the same, through accelerate
 # ```
 #
-# Every process loads the target on its own GPU (`cuda:LOCAL_RANK`); `--max-seq-len` (default 1024) must cover the
-# longest sequences (1,500 tokens here). Offline features of an 8B target cost 3 x 4096 x 2 B = 24 KiB per token in bf16 (notebook 01's table: 68k
-# sequences of 1.5k tokens are 2.5 TB), so large runs usually compute them online instead (no `--features`).
+# Offline features of an 8B target cost 3 x 4096 x 2 B = 24 KiB per token in bf16 (2.5 TB for 68k sequences of 1.5k
+# tokens, notebook 01), so large runs usually compute them online instead (no `--features`).
 
 # %% [markdown]
 # ## 5 · Why is my acceptance length below the paper's? (question 3)
 #
-# Because acceptance is bought with data and training, and a CPU buys little of either (section 2). The recipe
-# runs measure which settings move it at a small budget: short runs with the same wall-clock budget, each
-# changing one setting from a **baseline** recipe, judged by acceptance length at K=7 on the held-out prompts
-# (`peagle-lab recipe --data ... --out data/recipe/<host>`). The baseline is not the shipped head's recipe: the
-# cell prints where the two differ. A difference counts only when it is larger than the run-to-run noise; the
-# cell prints two estimates of it, the recipe's own seed spread (the difference between the baseline run with two
-# seeds) and the largest seed spread of the committed studies (notebooks 02 and 03: several settings, two seeds
-# each, with their own budgets and prompts), and reads the table against both. In the table, `train acc d0 / d1` is
-# the training batches' top-1 accuracy at depths 0 and 1 (the last steps), `per position` the held-out per-slot
-# rates (slot 1 = depth 0; a deep slot's rate rests on few rounds).
+# Because acceptance is bought with data and training, and a CPU buys little of either (section 2). The recipe runs
+# ask which settings still move acceptance at a small budget: short runs of equal wall time, each changing one
+# setting from a **baseline**, scored by held-out acceptance length at K=7 (`peagle-lab recipe`). The cell first
+# prints where the baseline differs from the shipped head's recipe.
+#
+# A difference counts only if it exceeds the noise, estimated two ways: the spread between the baseline's two seeds,
+# and the largest seed spread of the studies in notebooks 02 and 03. In the table, `train acc d0 / d1` is the
+# training top-1 accuracy at depths 0 and 1, and `per position` the held-out rate of each slot.
 
 # %% tags=["nbval-ignore-output"]
 from peagle_lab.experiments import studies
@@ -566,27 +517,24 @@ if runs:
                                                        if abs(d) > own_noise else "")))
 
 # %% [markdown]
-# **Reading it.** Only `4 layers` is beyond both noise estimates (its line above), and it saw far fewer tokens
-# than the baseline, so it confounds the setting with the budget; every other setting is within the studies'
-# noise, so none is established. Tokens seen alone do not order the rows either: settings that saw more tokens
-# than the baseline score lower, within the noise (the tokens printed on each line). The paper's acceptance comes
-# from heads trained on GPUs on far more data, for 20-120B targets; on this CPU the answer to question 3 is the
-# learning curve of section 2.
+# **Reading it.** No setting beats the baseline beyond the noise. The best changes (a 4k draft vocabulary, 10
+# depths) gain +0.028, inside the studies' noise of 0.052. Only `4 layers` lies beyond both estimates, at -0.065,
+# and it saw less than half the baseline's tokens (30,955 against 64,441) in the same time, so its loss is budget as
+# much as setting. The answer to question 3 on a CPU is therefore section 2's learning curve: the paper's heads were
+# trained on GPUs on far more data.
 
 # %% [markdown]
 # ## What we saw
 #
-# - The shipped heads' record (last runs: same wall time and records; histories: different data, wall time and
-#   tokens seen) and a live re-measurement, every speculative output checked against plain greedy: EAGLE-3 accepts
-#   more than P-EAGLE held out and live; the per-slot rates say whose K sweep flattens (P-EAGLE's) and whose keeps
-#   rising. 05's ledger holds this chapter's committed and live rows with their settings.
-# - Acceptance grows slowly with the tokens seen; accuracy drops after depth 0 and stays low at every deeper depth,
-#   for 1, 2 and 4 layers alike, and the paper's acceptance would need every slot accepted far more often.
-# - The recipe carries to another architecture unchanged: the tiny Qwen3 target got its own chat template, its
-#   own taps and head shape from its config, a few training steps, and a lossless speculative round; serving
-#   with a different template than the one trained on is measured against the trained one on a small sample.
-# - The recipe runs, read against two noise estimates: only the 4-layer head (fewer tokens in the same wall time)
-#   is beyond both, with far fewer tokens seen; no other setting is separated from the noise.
+# - **The shipped heads.** EAGLE-3 accepts more than P-EAGLE on the held-out prompts (2.53 against 1.90 at K=7),
+#   because its deep slots are accepted far more often; P-EAGLE's acceptance stops growing after K=3. Every live
+#   speculative output matched plain greedy decoding.
+# - **Training at scale.** Acceptance grows slowly with tokens seen (the long runs end near 1.4 after about 1.5M
+#   tokens). Accuracy drops after depth 0 and stays low for 1, 2 and 4 layers alike, while the blog's 3.94 would need
+#   every slot accepted at 0.78.
+# - **Your own model.** The recipe ran unchanged on a tiny Qwen3 target, with its own template, taps and head shape,
+#   and decoded losslessly. Serving without the trained template drops acceptance to about 1.
+# - **The recipe runs.** At this budget no single setting moves acceptance beyond the noise.
 #
-# Next, `05_parallel_vs_sequential`: what one drafting round costs for the parallel and the sequential head, and
-# the speed-up those costs and these acceptance lengths give.
+# Next, `05_parallel_vs_sequential`: what one drafting round costs for each head, and the speed-up those costs and
+# these acceptance lengths give.

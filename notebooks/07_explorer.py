@@ -19,27 +19,21 @@
 # **Goal:** see, token by token, which tokens the drafter supplied and which the target added, and how K, the head,
 # the drafting mode and the kind of prompt move the acceptance length.
 #
-# The plan: the interactive explorer; one fixed run of the same loop without widgets, with its lossless check;
-# an exercise comparing two kinds of prompt.
+# The plan: the interactive explorer; one fixed run without widgets; an exercise comparing a code and a chat prompt;
+# the course's acceptance ledger; the payoff in one box.
 #
-# Type a prompt, choose **K** (how many tokens the drafter proposes per round), the **head** and the **drafting
-# mode**, and press **Generate**. The target verifies the K drafts in one forward pass and keeps the longest
-# prefix it agrees with, plus one token of its own.
+# **Live and committed.** The runs here are live, in float32 on your CPU, each checked against plain greedy decoding
+# run alongside: the outputs must match token for token. The payoff box reads committed results, stable on rerun.
 #
-# Every generated token is coloured by where it came from:
+# **How it works.** Each round the drafter proposes K tokens; the target verifies them in one forward pass, keeps the
+# longest prefix it agrees with, and adds one token of its own. Each token is coloured by its source:
 #
-# * **slot j** (one colour per j, counted from 1): a draft the target accepted as the j-th of its round (depth j-1
-#   in the training chapters, which count depths from 0);
-# * **grey**: the token the target itself produced after verifying (the *bonus* token; also the very first
-#   token, which comes from the prefill).
+# * **slot j** (one colour per j, from 1): a draft accepted as the j-th of its round (depth j-1 in training);
+# * **grey**: a token from the target itself: each round's *bonus* token, and the first token, from the prefill.
 #
-# A run of colours 1, 2, 3, ... means one target forward produced several tokens. The **acceptance length** is
-# the mean number of tokens per round (accepted drafts + the bonus); the bars show, for each slot j, how often it
-# was accepted when the slots before it were. *Parallel* drafting (P-EAGLE) drafts all K tokens in one drafter
-# pass; *sequential* drafting (EAGLE-3) needs K passes. Both are lossless at temperature 0, in the course's exact
-# sense: in fp32 on a CPU the text is token for token plain greedy decoding's; in bf16 (and fp32 on a GPU) it is
-# identical, or it diverges at a near-tie, where plain decoding's two best logits were within rounding of each
-# other, and the explorer prints that margin. It checks this by also running plain decoding in the same run.
+# The **acceptance length** is the mean tokens per round (accepted drafts plus the bonus); the bars give each slot's
+# acceptance rate once the slots before it were accepted. *Parallel* drafting (P-EAGLE) drafts all K tokens in one
+# drafter pass; *sequential* drafting (EAGLE-3) needs K passes.
 
 # %%
 # Parameters come from the environment: PEAGLE_TARGET (default: the embedded SmolLM2-135M-Instruct),
@@ -66,16 +60,11 @@ print("heads on offer:", HEADS, "| K:", K, "| max new tokens:", MAX_NEW)
 # %% [markdown]
 # ## The explorer
 #
-# Things to try: raise K and watch the deep slots' bars fall; run the same head in parallel and in sequential
-# mode and compare the times; raise the temperature (fewer drafts are accepted; the loop then accepts drafts by the
-# speculative-sampling rule, which keeps the output distributed as the target's: the course runs greedy decoding
-# only, and the package's tests check that rule, `tests/decoding/test_speculative.py`). The heads on offer are
-# the shipped ones in `data/heads/`; a checkout without them
-# falls back to an untrained head and says so (grey almost everywhere, acceptance length close to 1). The
-# shipped heads are small and trained on a CPU budget, so expect short runs of colour: the bars show how often each
-# slot was accepted on your prompt, and the deep slots less often than the first (notebooks 03 and 04 show why, and
-# what more training buys). The widget needs a live kernel: in an exported, static copy of this notebook it shows
-# as one line of text, and the fixed run below renders the same view.
+# Type a prompt, choose K, the head and the drafting mode, and press **Generate**. Things to try: raise K and watch
+# the deep slots' bars fall; run one head in both modes and compare the times; raise the temperature and watch fewer
+# drafts pass (the loop then accepts by the speculative-sampling rule, which keeps the target's distribution;
+# `tests/decoding/test_speculative.py` checks it). The widget needs a live kernel; the fixed run below draws the same
+# view without it.
 
 # %%
 ex = explorer(model, tokenizer, k=K, max_new_tokens=MAX_NEW)
@@ -90,14 +79,9 @@ ex
 # %% [markdown]
 # ## One fixed run (no clicking needed)
 #
-# The same loop without widgets: greedy, the first head on offer, in the mode it was trained for. The summary
-# gives two rates. The **acceptance length** is as in `00_overview`: tokens committed per verification forward
-# (per round). The "tokens per forward" line divides all generated tokens by all target forwards, the prefill
-# included, which produced the first token; it is the lower of the two, and approaches the acceptance length as the
-# output grows. The acceptance length is committed tokens after the first over rounds, so any 64-token run that
-# takes the same number of rounds prints the same value whatever the prompt: when 06 prints the same rounds and
-# acceptance length on other prompts, it is the same count, not a copied number. The plain decoding speed printed
-# here need not equal 00's or 05's: the prompt, the output length and the machine's load differ from run to run.
+# The same loop without widgets: the first head on offer, greedy, in its trained mode, timed against plain decoding
+# in the same run. Besides the acceptance length, the summary gives **tokens per forward** (the prefill counted),
+# a little lower.
 
 # %% tags=["nbval-ignore-output"]
 head_name = HEADS[0]
@@ -137,26 +121,24 @@ print("the first token comes from the target:", run.sources[0] == viz.TARGET)
 print("lossless (identical, or in a near-tie regime a near-tie divergence; see the regime above):", run.lossless)
 
 # %% [markdown]
+# **Reading it.** Most tokens are grey or slot 1: the shipped P-EAGLE head at K=4 commits about 1.4 tokens per
+# round out of a ceiling of 5, and speculation is slower than plain decoding on this CPU in float32 (speed-up below
+# 1x). The output is still plain greedy's, token for token.
+
+# %% [markdown]
 # ### Exercise: which kind of prompt gets more drafts accepted?
 #
-# Below, the same head runs on a code prompt and on an open-ended chat prompt, same K and token budget. Before you
-# run it, predict which one has the higher acceptance length, and why. Then put your own prompts in `PROMPTS`.
+# The cell runs the same head on a code prompt and an open-ended chat prompt, same K and token budget. Predict which
+# has the higher acceptance length, and why. Then try your own prompts in `PROMPTS`.
 #
 # <details><summary>Answer</summary>
 #
-# The common intuition says code: keywords, indentation, names that repeat from the signature and closing brackets
-# make the target's next tokens easier to guess, while open-ended prose has many plausible continuations. The
-# course has no measurement that settles it for these heads. This machine's run of 05 has the code suite only
-# (its per-suite line prints `not committed: chat, offmix`, `offmix` being prompts written apart
-# from the training mix: terse, with typos, multi-turn, long context, code in other languages). 05's
-# host table has both suites for one committed machine (`cpu-epyc-avx512bf16-2c`, bf16), but only as each head's
-# best-speed-up row, at a different K on each suite, which the course warns not to compare: there the P-EAGLE
-# head's code and chat acceptance lengths are close, and the EAGLE-3 head's chat row is the higher. The heads were
-# trained on the scale mix, which is about half code (03's printed prompt kinds: `code_write`, `code_complete`,
-# `code_explain` and `coding` together), so code is not new to them. The cell's own result is one prompt of each
-# kind, a few dozen rounds, and cannot rank kinds of text either way, whichever came out ahead: the cell's rounds
-# say how small the sample is; compare several prompts of each kind. The cell's last lines print 05's committed
-# rows for both suites, each head's best-speed-up row, so the comparison above can be checked here.
+# Intuition says code: keywords, indentation, repeated names and closing brackets are easy to guess, while open prose
+# has many plausible continuations. But one prompt of each kind is a few dozen rounds and cannot rank kinds of text,
+# whichever comes out ahead. The committed benchmarks printed last (05's, 24 prompts per suite) do not settle it
+# either: P-EAGLE's code and chat rows are close (1.54 against 1.52) and EAGLE-3's chat row is the higher (1.64
+# against 1.43), each at its best-speed-up K, which differs between suites. The training mix is about half code
+# (03's prompt kinds), so code is not new to these heads.
 #
 # </details>
 
@@ -189,12 +171,12 @@ for c in committed:  # 05's committed runs that hold both suites: each head's be
                   f"{chat['rounds']} rounds)")
 
 # %% [markdown]
-# ## The acceptance ledger, every chapter's rows
+# ## The acceptance ledger
 #
-# 05's table (which stops at chapter 05), now with every chapter's recorded rows, 06's and this chapter's
-# included: 00's round and exercise, 04's rows, every K of 05's live run, 06's live rows, the committed bench
-# suites (each head's best-speed-up row) and 06's committed sweep per concurrency. Compare a figure only with rows
-# whose prompt set, output length, K, dtype and rounds agree.
+# Every acceptance length the course recorded, from 00 to this chapter, one row each with its settings:
+# `prompt_set`, `prompts` and `new_tokens` say what was decoded, `k` the drafts per round, `dtype` the precision,
+# `rounds` the verification rounds behind the figure (`-` where not recorded). Rows are comparable only when these
+# columns agree.
 
 # %% tags=["nbval-ignore-output"]
 from IPython.display import Markdown
@@ -204,11 +186,16 @@ display(Markdown(ledger.markdown(rows)))
 print("\n".join(ledger.spread_lines(rows)))
 
 # %% [markdown]
+# **Reading it.** The prompt moves a head's figure most: the shipped P-EAGLE head ranges from about 1.0 (04, bare
+# text) to about 2 (00's predictable list of numbers), EAGLE-3 from 1.37 to about 3.9 (the lines under the table).
+# 05's committed benchmark rows, hundreds of rounds each, all sit between 1.31 and 1.64.
+
+# %% [markdown]
 # ## The payoff, in one box
 #
-# What this machine shows and what it cannot, as 05 states it at its top: every figure read from this host's
-# committed full-size run (the nearest host's where it has none), then the same verdict lines for 05's live run on
-# this machine when 05 has run in this results folder (`$PEAGLE_RESULTS/bench/nb05/`).
+# 05's verdict in one place, from this host's committed benchmark (the nearest host's where it has none): drafting
+# cost per mode, each head's best speed-up, which head is faster, and what the paper's acceptance would pay. The
+# lines under it repeat the verdict for 05's live run, if 05 has run here.
 
 # %% tags=["nbval-ignore-output"]
 host_run = payoff.host_run(committed, precision.host_slug(DEVICE), precision.dtype_name(next(model.parameters()).dtype))
@@ -226,29 +213,19 @@ else:
 # %% [markdown]
 # ## What we saw
 #
-# - In the fixed run, the colours show where the drafter's slots landed and where the target added its own token;
-#   the summary gives the acceptance length against its ceiling of K+1, and the lossless check names its regime.
-# - The exercise compared two kinds of prompt under the same head and K: one prompt each cannot rank kinds of
-#   text, and the course has no run that does: this machine's 05 run has the code suite only, and the one
-#   committed machine with both suites gives each head's best row at a different K on each.
-# - The acceptance ledger, with every chapter's recorded rows (00 to 07), puts this
-#   chapter's figures beside the larger samples, with the settings that explain why they differ (05 explains the spread).
+# - **The fixed run.** The shipped P-EAGLE head at K=4 commits about 1.4 tokens per round out of a ceiling of 5;
+#   speculation is slower than plain decoding on this CPU in float32, and the output matched plain greedy.
+# - **The exercise.** One code and one chat prompt cannot rank kinds of text; the committed benchmarks do not either.
+# - **The ledger.** Across the course's rows, the prompt moves a head's figure most.
+# - **The payoff box.** A sequential round grows with every draft, to 4.1x the parallel round at K=10 (the box's
+#   first line); with these heads every speed-up is below 1x and neither head is shown faster. At the paper's
+#   acceptance the loop would pay (the box's last line; 05 replays it with both drafting costs).
 #
-# What the course showed: a P-EAGLE drafter reads the target's hidden states (`01_hidden_states`), drafts K tokens in
-# one pass with mask tokens and a shared hidden state (`02_mask_tokens`), is trained on the target's own outputs
-# (`03_train_head`), and what data and depth buy at a CPU budget (a training time of hours on a CPU;
-# `04_scale_and_acceptance`: more data helps slowly; at equal wall time a deeper head saw fewer tokens and scored
-# lower); its drafting cost stays flat in K while EAGLE-3's grows (the box's first line), and on the GPU timings
-# (eager, random weights) that makes P-EAGLE's round the cheaper one at every K above 1 that 05's GPU table
-# measures. On this CPU with these heads the box says the rest: the P-EAGLE head accepts less than the EAGLE-3 head
-# on 04's held-out comparison (its deep slots reached in few rounds and accepted in fewer, the accepted/reached
-# counts), every head's speed-up in fp32 is below 1x, the paired per-prompt lines say which head, if any, was
-# faster on every prompt (with a few prompts, weak evidence either way), and the paper's acceptance would pay on
-# this host's round costs (its last line). What a CPU budget did not buy is acceptance, not
-# the mechanism. The same head serves in vLLM with `parallel_drafting` and the same acceptance
-# (`06_vllm_deploy`); and decoding stays lossless in the exact sense the course uses throughout.
+# What the course showed: a P-EAGLE drafter reads the target's hidden states (`01_hidden_states`), drafts K tokens
+# in one pass with mask tokens (`02_mask_tokens`) and learns from the target's own outputs (`03_train_head`). On a
+# CPU budget, acceptance grows slowly with data (`04_scale_and_acceptance`), too slowly for speculation to pay even
+# with the cheaper parallel round (`05_parallel_vs_sequential`); the same head serves in vLLM (`06_vllm_deploy`).
+# The mechanism works and stays lossless; what a CPU budget did not buy is acceptance.
 #
-# Where to go next: the repository's `README.md` (the command line: training heads on your own target, `peagle-lab
-# bench`, `export-vllm`, `serve`, the committed results per host), and `docs/`: `architecture.md` (how the package
-# fits together), `checkpoint-format.md` (the head's and vLLM's layouts), `data.md` (prompts and self-distilled
-# answers) and `sagemaker.md` (running on a cloud GPU).
+# Where to go next: the repository's `README.md` (the command line and the committed results per host) and `docs/`
+# (`architecture.md`, `checkpoint-format.md`, `data.md`, `sagemaker.md`).

@@ -41,7 +41,8 @@ def end_to_end(model, tokenizer, cfg: BenchConfig, *, parallel_head=None, sequen
     (``cfg.pld_ks``), assisted generation when an ``assistant`` model is given, the rated oracle (:mod:`.oracle`)
     for each K in ``cfg.oracle_ks`` (the true greedy continuation at the per-position acceptance
     ``cfg.oracle_accept``: ``"paper"``, the blog's figure for the suite; a preset; or a list of conditional rates;
-    charged ``parallel_head``'s drafting pass), then ``extra_methods``. Per method: tokens/s, speed-up vs plain
+    charged ``parallel_head``'s drafting pass, and, with a ``sequential_head``, the same draws charged its K
+    passes), then ``extra_methods``. Per method: tokens/s, speed-up vs plain
     (same run), acceptance length, per-position acceptance, ideal speed-up from measured costs, efficiency, and
     the lossless verdict (:func:`peagle_lab.decoding.divergence.lossless_verdict`).
 
@@ -120,6 +121,9 @@ def _our_methods(model, cfg: BenchConfig, heads: dict, eos_id, rates, rates_sour
         label = ORACLE_LABEL if cfg.oracle_accept == "paper" else f"acceptance {cfg.oracle_accept}"
         methods += [oracle_method(runner_for(par), par, rates, k, eos_id, label=label, source=rates_source)
                     for k in cfg.oracle_ks]
+        if seq is not None:  # the same draws charged K sequential passes: only the drafting cost differs
+            methods += [oracle_method(runner_for(seq), seq, rates, k, eos_id, label=label, source=rates_source,
+                                      mode="sequential") for k in cfg.oracle_ks]
     return methods
 
 

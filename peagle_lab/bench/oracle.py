@@ -1,6 +1,8 @@
 """The engine at a published acceptance: per-position acceptance rates (presets from published figures, or a
 list) and the bench method that runs :class:`~peagle_lab.decoding.draft_sources.RatedOracleDrafter` through the real loop,
-charged a real parallel head's drafting cost, labelled ``oracle (...)`` beside the real heads.
+charged a real head's drafting cost (one parallel pass, or K sequential passes), labelled ``oracle (...)`` beside
+the real heads. The two charges on the same draws are P-EAGLE's claim in one comparison: equal acceptance, and
+only the drafting cost differs.
 
 Rates are CONDITIONAL, as the results files' ``per_position_acceptance``: rate ``j`` = P(slot j accepted | slots
 before it accepted). vLLM reports unconditional rates (accepted at slot j / rounds):
@@ -16,6 +18,9 @@ from ..decoding.speculative import plain_generate, speculative_generate
 from .methods import Method, MethodRun, spec_stats_dict
 
 ORACLE_LABEL = "paper's acceptance"
+# how each drafting mode is charged, in a method's name and family: the parallel charge keeps the plain name
+COST_SUFFIX = {"parallel": "", "sequential": ", sequential drafting"}
+FAMILY = {"parallel": "oracle", "sequential": "oracle-sequential"}
 # In bf16 the verification of K+1 tokens can break a near-tie the other way than plain decoding did; after such a
 # divergence the plain run is no longer the continuation being verified and every later draft would be rejected.
 # The oracle then takes its own output as the reference and decodes again, at most this many times in all.
@@ -85,16 +90,20 @@ def oracle_rates(spec: str, suite: str = "code") -> tuple[list[float], str]:
 
 
 def oracle_method(runner, head, rates, k: int, eos_id=None, label: str = ORACLE_LABEL, seed: int = 0,
-                  source: str = "") -> Method:
-    """A bench method: the rated oracle at draft length ``k``, charged ``head``'s parallel drafting pass each
-    round. The reference continuation of a prompt is a plain greedy run of it, made once and untimed; where the
+                  source: str = "", mode: str = "parallel") -> Method:
+    """A bench method: the rated oracle at draft length ``k``, charged ``head``'s drafting each round in ``mode``
+    (``parallel``: one pass of a P-EAGLE head; ``sequential``: K passes of an EAGLE-3 head). The draws depend on
+    ``seed`` and the prompt only, so both charges accept the same drafts in the same rounds. The reference continuation of a prompt is a plain greedy run of it, made once and untimed; where the
     loop's output leaves it (a bf16 near-tie broken the other way), the output becomes the reference and the
     generation is run again (:data:`ORACLE_ATTEMPTS` in all): the result kept is the last run, a complete
     generation timed on its own."""
+    if mode not in FAMILY:
+        raise PeagleError(f"The oracle's drafting cost is 'parallel' or 'sequential', got {mode!r}.")
     if head is None:
-        raise PeagleError("The oracle is charged a real parallel head's drafting cost and needs one. Fix: pass a "
-                          "parallel head (--parallel-head).")
-    drafter = RatedOracleDrafter(rates, runner.model.config.vocab_size, cost=HeadDrafter(head, "parallel"), seed=seed)
+        flag = "--parallel-head" if mode == "parallel" else "--sequential-head"
+        raise PeagleError(f"The oracle is charged a real {mode} head's drafting cost and needs one. Fix: pass a "
+                          f"{mode} head ({flag}).")
+    drafter = RatedOracleDrafter(rates, runner.model.config.vocab_size, cost=HeadDrafter(head, mode), seed=seed)
     references: dict = {}
 
     def run(prompt, max_new):
@@ -109,5 +118,6 @@ def oracle_method(runner, head, rates, k: int, eos_id=None, label: str = ORACLE_
             references[key] = list(prompt) + res.tokens  # the continuation this engine verifies
         return MethodRun(res.tokens, res.seconds, spec_stats_dict(res.stats), res.stats.target_forwards)
 
-    return Method(f"oracle ({label}) K={k}", "oracle", k, run,
-                  info={"rates": list(rates), "source": source, "cost": "one parallel head pass per round"})
+    cost = "one parallel head pass per round" if mode == "parallel" else "K sequential head passes per round"
+    return Method(f"oracle ({label}{COST_SUFFIX[mode]}) K={k}", FAMILY[mode], k, run,
+                  info={"rates": list(rates), "source": source, "cost": cost})

@@ -13,8 +13,8 @@ from .summary import break_even_inputs, speedup_model
 
 FAMILY_STYLE = {"p-eagle": ("tab:blue", "o"), "eagle3": ("tab:orange", "s"), "prompt-lookup": ("tab:green", "^"),
                 "assisted": ("tab:purple", "D"), "hf-greedy": ("tab:gray", None), "plain": ("black", None),
-                "oracle": ("tab:red", "*")}
-FAMILIES = ("p-eagle", "eagle3", "oracle", "prompt-lookup", "assisted")
+                "oracle": ("tab:red", "*"), "oracle-sequential": ("tab:brown", "P")}
+FAMILIES = ("p-eagle", "eagle3", "oracle", "oracle-sequential", "prompt-lookup", "assisted")
 
 
 def _prompts_title(e2e: dict) -> str:

@@ -180,6 +180,9 @@ def _register_compare_heads(sub):
     p.add_argument("out", metavar="OUT", help="table to write (rows already there, on the same prompts, are kept; a row of the "
                                "same name is replaced)")
     p.add_argument("heads", nargs="+", metavar="NAME=HEAD_DIR", help="a row's name and its head directory")
+    p.add_argument("--prompts", choices=["heldout", "offmix"], default="heldout",
+                   help="heldout: 8 held-out prompts of the mix (default); offmix: the first 16 prompts written apart "
+                        "from the mix, in other styles")
     p.set_defaults(func=_run_compare_heads)
 
 
@@ -202,7 +205,7 @@ def _run_compare_heads(args):
     for _, path in heads:
         check_head_dir(path)
     validate.writable(args.out, "OUT", folder=False)
-    prompts = compare.held_out_prompts()
+    prompts = compare.suite_prompts(args.prompts)
     compare.start_table(args.out, prompts, [n for n, _ in heads])  # a table of other prompts is refused now
     torch.set_num_threads(1)
     model, tok = models.load_target(dtype=getattr(torch, compare.DTYPE))[:2]

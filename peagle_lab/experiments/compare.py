@@ -1,6 +1,8 @@
 """Heads compared on held-out prompts that none of them trained on: the scale mix's val split minus the core
 training prompts (the first heads were trained on the core prompts, some of which are in the val split). Greedy,
-bf16 target, 8 prompts x 64 new tokens, K=3 and K=7 (``peagle-lab compare-heads``).
+bf16 target, 8 prompts x 64 new tokens, K=3 and K=7 (``peagle-lab compare-heads``); or, with ``--prompts offmix``,
+the first 16 prompts of the off-mix suite (written apart from the mix's waves, in other styles: how far a head's
+acceptance carries beyond the style it trained on).
 
 The table (JSON) holds ``host``, ``prompts`` (their ids), ``max_new_tokens``, ``dtype`` and one row per head
 (``head``, ``path``, ``acceptance_length`` and ``per_position`` per K, ``divergences``). Rows already in the file
@@ -17,16 +19,27 @@ from ..atomic import write_json
 from ..drafter import PEagleDrafter
 from ..errors import PeagleError
 from ..precision import host_slug
-from ..prompts import load_scale_records, load_train_records
+from ..prompts import load_scale_records, load_train_records, offmix_records
 from ..training import EvalSettings, evaluate_head
 
 PROMPTS, MAX_NEW_TOKENS, KS, DTYPE = 8, 64, (3, 7), "bfloat16"
+OFFMIX_PROMPTS = 16
 
 
 def held_out_prompts(n: int = PROMPTS) -> list[dict]:
     """The first ``n`` prompts of the val split that are not core training prompts."""
     core = {r["prompt"] for r in load_train_records()}
     return [r for r in load_scale_records("val") if r["prompt"] not in core][:n]
+
+
+def suite_prompts(suite: str) -> list[dict]:
+    """The prompts of a comparison: ``heldout`` (:func:`held_out_prompts`) or ``offmix`` (the first
+    :data:`OFFMIX_PROMPTS` of the off-mix suite: chat, reasoning and code in turn)."""
+    if suite == "heldout":
+        return held_out_prompts()
+    if suite == "offmix":
+        return offmix_records(OFFMIX_PROMPTS)
+    raise PeagleError(f"No comparison prompts called {suite!r}. Fix: 'heldout' or 'offmix'.")
 
 
 def start_table(out, prompts: list[dict], names) -> dict:

@@ -126,3 +126,35 @@ def test_where_verification_leaves_the_plain_run_the_oracle_follows_its_own_outp
     assert oracle.oracle_method(runner, head, [1.0], 4).run(prompt, 80).stats["acceptance_length"] == 5.0
     monkeypatch.setattr(oracle, "ORACLE_ATTEMPTS", 1)
     assert oracle.oracle_method(runner, head, [1.0], 4).run(prompt, 80).stats["acceptance_length"] < 3.0
+
+
+def test_with_both_heads_the_same_draws_are_charged_parallel_and_sequential_drafting(target):
+    """P-EAGLE's claim in one comparison: the oracle charged one parallel pass and the oracle charged K sequential
+    passes accept the same drafts in the same rounds; only their drafting cost differs."""
+    torch.manual_seed(0)
+    par = bench.fresh_head(target, "parallel", mask_token_id=3)
+    seq = bench.fresh_head(target, "sequential", mask_token_id=3)
+    prompts = [make_random_ids(length=8, seed=s)[0].tolist() for s in range(2)]
+    e2e = bench.end_to_end(target, None, bench.BenchConfig(ks_parallel=[4], ks_sequential=[4], prompts=prompts,
+                                                           max_new_tokens=30, pld_ks=[], hf_greedy=False,
+                                                           oracle_ks=[4], oracle_accept="0.8"),
+                           parallel_head=par, sequential_head=seq)
+    one = next(m for m in e2e["methods"] if m["family"] == "oracle")
+    k_passes = next(m for m in e2e["methods"] if m["family"] == "oracle-sequential")
+    assert k_passes["method"] == "oracle (acceptance 0.8, sequential drafting) K=4" and k_passes["lossless"] is True
+    assert k_passes["acceptance_length"] == one["acceptance_length"] and k_passes["rounds"] == one["rounds"]
+    runs = {m: [r for r in e2e["runs"] if r["method"] == m] for m in (one["method"], k_passes["method"])}
+    assert [r["stats"]["accepted_at"] for r in runs[one["method"]]] == \
+        [r["stats"]["accepted_at"] for r in runs[k_passes["method"]]]
+    alone = bench.end_to_end(target, None, bench.BenchConfig(ks_parallel=[2], prompts=prompts[:1], max_new_tokens=12,
+                                                             pld_ks=[], hf_greedy=False, oracle_ks=[2]),
+                             parallel_head=par)
+    assert not any(m["family"] == "oracle-sequential" for m in alone["methods"])
+
+
+def test_the_sequential_charge_needs_a_sequential_head(target):
+    runner = TargetRunner(target, None)
+    with pytest.raises(PeagleError, match="--sequential-head"):
+        bench.oracle_method(runner, None, [0.5], 3, mode="sequential")
+    with pytest.raises(PeagleError, match="'parallel' or 'sequential'"):
+        bench.oracle_method(runner, None, [0.5], 3, mode="tree")

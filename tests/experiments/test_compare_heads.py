@@ -71,3 +71,14 @@ def test_a_table_of_other_prompts_or_a_damaged_one_is_refused(text, said, tmp_pa
     with pytest.raises(PeagleError, match=said):
         start_table(out, [{"id": "p1"}], [])
     assert out.read_text() == text
+
+
+def test_the_offmix_prompts_are_the_first_of_the_suite_written_apart_from_the_mix():
+    from peagle_lab.experiments.compare import OFFMIX_PROMPTS, suite_prompts
+    from peagle_lab.prompts import load_scale_records, offmix_records
+
+    off = suite_prompts("offmix")
+    assert [r["id"] for r in off] == [r["id"] for r in offmix_records()[:OFFMIX_PROMPTS]]
+    assert not {r["prompt"] for r in off} & {r["prompt"] for r in (load_scale_records("train") + load_scale_records("val"))}
+    with pytest.raises(PeagleError, match="'heldout' or 'offmix'"):
+        suite_prompts("mix")

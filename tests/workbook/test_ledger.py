@@ -158,7 +158,7 @@ def test_the_box_quotes_cost_slots_speed_and_order_from_the_results():
     slow = paired_run([-0.05, 0.2])
     slow["methods"] = [m | {"speedup": m["speedup"] - 0.5} for m in slow["methods"]]
     text = payoff.box(slow, dc, "here")
-    assert text.startswith("> **What this machine shows") and "2.0 to 3.0 ms" in text and "4.7x" in text
+    assert text.startswith("> **What this machine shows") and "2.0 ms at K=1, 3.0 ms at K=7" in text and "4.7x" in text
     assert "4/8 2/4 0/2 0/0" in text and "below 1x" in text and "neither head is shown faster" in text
     assert "1.80 decode steps" in text
 
@@ -193,3 +193,30 @@ def test_the_oracle_line_gives_the_acceptance_length_its_rate_reaches_within_the
     run = e2e(method("oracle K=7", "oracle", 7, 1.5, 3.4, rounds=42))
     line = payoff.oracle_line(run)
     assert "targets 3.94" in line and "answers of 16 new tokens cut to" in line and "42 rounds" in line
+
+
+def test_the_claim_line_sets_the_two_drafting_charges_of_one_acceptance_side_by_side():
+    par = method("oracle (paper's acceptance) K=7", "oracle", 7, 1.50, 3.4, rounds=40)
+    seq = method("oracle (paper's acceptance, sequential drafting) K=7", "oracle-sequential", 7, 1.20, 3.4, rounds=40)
+    runs = [{"prompt": i, "method": m["method"], "speedup_vs_plain": m["speedup"] + d}
+            for i, d in enumerate((0.0, 0.1)) for m in (par, seq)]
+    line = payoff.claim_line(e2e(*RUN["methods"], par, seq) | {"runs": runs})
+    assert "one parallel pass per round 1.50x, 7 sequential passes 1.20x" in line
+    assert "parallel drafting is 25% faster end to end, faster on 2 of 2 prompt runs" in line
+    assert "20% slower" in payoff.claim_line(e2e(par | {"speedup": 0.96}, seq))
+    assert payoff.claim_line(e2e(*RUN["methods"], par)) is None  # no sequential charge in the run
+
+
+def test_the_cost_line_states_how_much_each_round_grows_with_k():
+    dc = {"rows": [{"k": 1, "parallel_ms": 8.0, "sequential_ms": 8.0, "ratio_seq_over_par": 1.0},
+                   {"k": 10, "parallel_ms": 12.0, "sequential_ms": 50.0, "ratio_seq_over_par": 4.17}]}
+    line = payoff._cost_line(dc)
+    assert "8.0 ms at K=1, 12.0 ms at K=10 (1.50x" in line and "8.0 to 50.0 ms (6.2x" in line
+
+
+def test_the_claim_line_also_names_sequential_drafting_at_its_own_best_k():
+    par = method("oracle (paper's acceptance) K=7", "oracle", 7, 1.50, 3.4, rounds=40)
+    seq7 = method("oracle (paper's acceptance, sequential drafting) K=7", "oracle-sequential", 7, 1.20, 3.4)
+    seq3 = method("oracle (paper's acceptance, sequential drafting) K=3", "oracle-sequential", 3, 1.30, 2.6)
+    assert "sequential drafting at its own best K=3: 1.30x" in payoff.claim_line(e2e(par, seq7, seq3))
+    assert "own best" not in payoff.claim_line(e2e(par, seq7))
