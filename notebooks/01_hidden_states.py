@@ -19,9 +19,11 @@
 # **Goal:** know exactly which three hidden states of the target an EAGLE-3 or P-EAGLE drafter reads (the
 # *taps*), what each of them knows, and what storing them for training costs.
 #
-# Plan: build the taps from one target forward, by hand; pin down which layer "tap i" is; compare the taps
-# (norms, cosine similarity, logit lens) with an exercise on which layers to tap; price storing them on disk;
-# extract them for training with the package.
+# Plan: build the taps by hand; pin down which layer "tap i" is; compare the taps, with an exercise on which
+# layers to tap; price storing them; extract them.
+#
+# Everything is computed live (fp32 on a CPU, the GPU's dtype on a GPU) and quoted for the embedded target; only
+# the extraction speed varies between runs.
 
 # %%
 # Parameters come from the environment: PEAGLE_TARGET (default: the embedded SmolLM2-135M-Instruct),
@@ -38,9 +40,8 @@ model, tokenizer = models.load_target(TARGET, device=DEVICE, dtype=precision.cou
 # %% [markdown]
 # ## One forward, three taps
 #
-# The three tapped states are concatenated along the feature axis: a drafter for a target of hidden size H
-# reads 3H numbers per position (its `fc` layer projects them back to H). vLLM's default taps for an L-layer
-# target are layers 2, L//2 and L-3: a low, a middle and a high layer.
+# A drafter reads three hidden states of the target side by side: 3H numbers per position for hidden size H, which
+# its `fc` layer projects back to H. vLLM's default taps for L layers are 2, L//2 and L-3: low, middle, high.
 
 # %% tags=["smollm2-fact", "nbval-check-output"]
 from peagle_lab.prompts import chat_ids
@@ -62,18 +63,18 @@ with torch.no_grad():
 print("equal to the package's target_forward taps:", torch.equal(taps, out.taps))
 
 # %% [markdown]
+# **Reading it.** The taps are layers 2, 15 and 27 of 30, 1728 numbers per position, equal to the package's.
+#
 # ## Which state is "tap i"?
 #
-# Two conventions meet here. A drafter trained on one and served with the other reads states one layer off, and
-# nothing raises an error (the course does not measure how much acceptance that costs; the check below is what
-# keeps the two in line).
+# Two conventions meet here; mixing them silently feeds the drafter states one layer off.
 #
 # - **vLLM** (`eagle_aux_hidden_state_layer_ids`): tap `i` is the residual stream **entering** decoder layer `i`.
-# - **transformers** (`output_hidden_states=True`): `hidden_states[0]` is the embedding output and
-#   `hidden_states[i]` the output of layer `i-1`, which is the input of layer `i`. So tap `i` = `hidden_states[i]`.
-#   But the last entry, `hidden_states[L]`, comes **after** the final norm: it is not a raw layer output.
+# - **transformers** (`output_hidden_states=True`): `hidden_states[0]` is the embedding output, `hidden_states[i]`
+#   the input of layer `i`. So tap `i` = `hidden_states[i]`, except that `hidden_states[L]` comes **after** the
+#   final norm.
 #
-# The cell checks all of it with hooks on the decoder layers, in the same forward that produces the taps.
+# Hooks on the decoder layers check it.
 
 # %% tags=["nbval-check-output"]
 seen, last = {}, {}
@@ -106,12 +107,13 @@ print("hidden_states[L] == output of the last layer:       ", torch.equal(hs[L],
 print("hidden_states[L] == final_norm(output of last layer):", torch.equal(hs[L], model.model.norm(last["out"])))
 
 # %% [markdown]
+# **Reading it.** The conventions hold: tap `i` is `hidden_states[i]`, and `hidden_states[L]` is the final norm's
+# output, not the last layer's.
+#
 # ## How big, how different?
 #
-# `residual_stream` collects the input of every layer, plus the last layer's output before the final norm.
-# The first position is special: it acts as an *attention sink*, with a far larger norm than the others, so the
-# comparisons below leave it out. In the figure its norm moves in jumps between some layers, down as well as up,
-# while the mean of the other positions grows slowly: the three taps see the sink at very different scales.
+# `residual_stream` stacks every layer's input and the last layer's pre-norm output. The figure compares the norm
+# of position 0, an *attention sink*, with the other positions'.
 
 # %%
 import matplotlib.pyplot as plt
@@ -130,7 +132,8 @@ ax.set_ylabel("L2 norm")
 ax.legend();
 
 # %% [markdown]
-# Cosine similarity between the three taps, averaged over positions: how much of the same information they carry.
+# **Reading it.** The sink's norm jumps between layers: about 5 times the others' at tap 2, some 50 to 150 times
+# at taps 15 and 27. The comparisons below leave it out, starting with the taps' cosine similarity.
 
 # %% tags=["smollm2-fact", "nbval-check-output"]
 sim = cosine_matrix(states, skip_first=1)
@@ -146,14 +149,13 @@ plot_similarity(sim, labels=[*range(L), f"{L} out"], highlight=TAPS, ax=ax2,
 fig.tight_layout();
 
 # %% [markdown]
-# Neighbouring layers are nearly parallel; layers far apart are not, and the last few layers form a block of
-# their own. The taps are spread out so that each adds something the others lack: one tap alone would miss
-# part of it, three taps cost three times the disk (below).
+# **Reading it.** The taps overlap but are far from copies: cosine 0.76 between taps 2 and 15, only 0.34 between
+# 2 and 27. Neighbouring layers are nearly parallel; spread-out taps give three different views.
 #
 # ## Logit lens: what each tap already predicts
 #
-# Read a state through the target's own final norm and `lm_head`, as if the model stopped there. Here at the
-# last position of the prompt, where the answer starts.
+# Read a state through the target's final norm and `lm_head`, as if the model stopped there: here at the prompt's
+# last position.
 
 # %%
 from peagle_lab.workbook.lens import logit_lens
@@ -176,29 +178,21 @@ print("lens on the last layer's output == the model's own prediction, at every p
       torch.equal(lens_top[:, 0], out.logits[0].argmax(-1)))
 
 # %% [markdown]
-# Read the rows top to bottom. The input of layer 0 is the token embedding itself, so the lens reads back the
-# current token (the prompt's last token, printed). With the embedded target: that token is `'\n'`, the three
-# taps each put their own guess on top (`' ('`, `' I'`, `' Here'`), and the model's actual choice (three
-# backticks, opening a code block) reaches the top of the lens only at the layer the last line names: the output
-# itself, not even layer 29. Each tap holds a different view of "what comes next", and the drafter gets all three.
+# **Reading it.** Each tap has its own guess (`' ('`, `' I'`, `' Here'`) and none is the model's: its choice, three
+# backticks, tops the lens only at the output, not even at layer 29. (Layer 0 reads back the current token.)
 #
 # ### Exercise: tap other layers
 #
-# The cell below reads every position of the prompt through the logit lens at each layer of a tap set and
-# counts how often the lens's top token equals the model's own next token: vLLM's taps, then `(1, 2, 3)`, then
-# `(L - 4, L - 3, L - 2)`. Predict first: which tap agrees most often, and which set would you rather give a
-# drafter? Then edit the sets and try others.
+# The cell below counts how often, over the prompt's positions, each tap's lens top token is the model's own next
+# token, for vLLM's taps, `(1, 2, 3)` and `(L - 4, L - 3, L - 2)`. Predict: which tap agrees most, and which set
+# would you give a drafter?
 #
 # <details><summary>Answer</summary>
 #
-# Agreement rises with depth. vLLM's low and middle taps almost never agree (0% and 2% in the saved run) and its
-# late tap about half the time (49%); the three early layers `(1, 2, 3)` agree almost never (0-2%: near the
-# embedding, the lens mostly reads back the current token); the three late layers agree most (34-51%), since the
-# lens reaches every position only at the output. Most next-token signal is not the same as the best drafter
-# input, though, and the course trains no drafter on other taps to measure it: three late layers are nearly
-# parallel (the similarity map above), so they add little to one another, and the drafter would lose the
-# low-level view of the token and its context. vLLM's spread (low, middle, high) trades a little next-token
-# signal for three different views; the drafter learns its own read-out through `fc`.
+# Agreement rises with depth: 0%, 2% and 49% for vLLM's taps in the saved run, 0-2% for `(1, 2, 3)`, 34-51% for
+# the late set. Yet more next-token signal is not a better drafter input (the course does not train one to measure
+# it): three late layers are nearly parallel and add little to each other, and the low-level view of the token is
+# lost. vLLM's spread trades a little signal for three different views.
 #
 # </details>
 
@@ -213,9 +207,9 @@ for MY_TAPS in (TAPS, (1, 2, 3), (L - 4, L - 3, L - 2)):  # vLLM's, then the exe
 # %% [markdown]
 # ## What offline features cost on disk
 #
-# Training reads the taps for every token of the training set. Either store them once (*offline*: fast epochs,
-# huge disk) or run the target during training (*online*: no disk, a target forward per step). Per token,
-# offline costs 3 x H x 2 bytes in bfloat16 plus two int32 ids (the token and the target's greedy label).
+# Training needs the taps of every token: store them once (*offline*: fast epochs, huge disk) or run the
+# target during training (*online*: no disk, a target forward per step). Offline costs 3 x H x 2 bytes per token in
+# bfloat16, plus two int32 ids (the token and its greedy label).
 
 # %% tags=["nbval-check-output"]
 from peagle_lab import features
@@ -228,26 +222,15 @@ print(f"740 GB at the same {per_token:,.0f} B/token is {740e9 / per_token / 1e6:
       f"{740e9 / per_token / 68_000:,.0f} per sequence instead of 1,500")
 
 # %% [markdown]
-# The table prices full training sets, not what this notebook stores. The line under it: the same 8B set with
-# the single state EAGLE-1 and -2 stored, the setting for which EAGLE's authors quoted 740 GB. The two figures
-# assume the same 2-byte state of hidden size 4096; they differ in the token count. Ours is a round upper figure
-# (every one of the 68k sequences a full 1,500 tokens); the last line turns 740 GB back into the tokens it
-# implies at our bytes per token: somewhat shorter sequences on average. Same order of magnitude either way:
-# hundreds of gigabytes for one state, terabytes for EAGLE-3's three (the table's 8B rows). Even the 135M
-# target (its first row) needs hundreds of gigabytes for a ShareGPT-sized set; the 8B and 20B targets need
-# terabytes, and long context multiplies it. Only small sets are worth storing: the slice extracted below takes megabytes. That is why
-# SpecForge (SGLang's training framework for EAGLE drafters), speculators (the vLLM project's library for
-# speculator models) and P-EAGLE's own recipes train online or keep only a small offline set. Top-k target
-# logits (for a KL loss) add 8 bytes per kept logit per token.
+# **Reading it.** A ShareGPT-sized set takes 353 GB even for the 135M target, 2.5 TB for Llama-3.1-8B, and long
+# context multiplies it (54.8 TB at 32k). For the single state EAGLE-1 and -2 stored we get 836 GB where EAGLE's
+# authors quoted 740 GB: the same order, with slightly shorter sequences. So SpecForge, speculators (vLLM's
+# library) and P-EAGLE's recipes train online or store only small sets.
 #
 # ## Extracting features for training
 #
-# `extract_features` runs the target over a set of sequences and writes shards of safetensors with a manifest:
-# taps in **bfloat16** by default (half of float32; `03_train_head` compares training from bf16 and from fp32
-# taps, and its committed studies and 02's say which taps dtype each used), token ids and greedy labels as int32
-# on disk (the reader hands them back as int64, PyTorch's dtype for indices, as the reading cell below shows). It
-# prints the estimate before and the real size after. Here: a slice of the training prompts, chat-templated, without
-# responses (notebook 03 lets the target write the responses first: self-distillation).
+# `extract_features` writes safetensors shards with a manifest: taps in **bfloat16** by default (`03_train_head`
+# compares fp32), ids and greedy labels as int32. Here: a slice of the training prompts, without responses.
 
 # %%
 import shutil
@@ -262,9 +245,8 @@ shutil.rmtree(out_dir, ignore_errors=True)  # a fresh run for this demo
 result = extract_features(model, sequences, out_dir, ExtractionSettings(shard_size=16, target=TARGET))
 
 # %% [markdown]
-# Every shard is written under a temporary name and renamed when complete, and so is the manifest. Run the same
-# call again after an interruption and only the missing shards are computed; here nothing is missing. A
-# directory holding features made with other settings is refused rather than mixed.
+# **Reading it.** The disk estimate is exact: 12.8 MB predicted and written. Shards and manifest are renamed into
+# place only when complete, so a rerun computes only missing shards; the cell tries that, then asks for other taps.
 
 # %%
 from peagle_lab.errors import PeagleError
@@ -276,7 +258,8 @@ except PeagleError as err:
     print("\nrefused:", err)
 
 # %% [markdown]
-# Training reads it back as one dict of tensors per sequence (`FeatureDataset`, `iter_shards`, `load_features`).
+# **Reading it.** The rerun skipped all 4 shards; other taps were refused rather than mixed in. Training reads one
+# dict of tensors per sequence (`FeatureDataset`), ids as int64.
 
 # %% tags=["smollm2-fact", "nbval-check-output"]
 ds = FeatureDataset(out_dir)
@@ -303,15 +286,11 @@ for key, value in [("extract_tokens_per_s", round(result.tokens_per_s, 1)), ("ex
 # %% [markdown]
 # ## What we saw
 #
-# - One forward with `output_hidden_states=True` gives every tap: tap `i` = residual stream entering layer `i`
-#   = transformers' `hidden_states[i]` (never `hidden_states[L]`, which comes after the final norm). Three taps
-#   side by side are 3H numbers per token, the drafter's input.
-# - The three taps overlap but are far from copies of each other (their cosine similarities, printed above, sit
-#   well below the near-1 of neighbouring layers), and the logit lens reads a different guess from each; its
-#   agreement with the model's next token rises with depth (0%, 2% and 49% for vLLM's taps in the exercise), so
-#   only the late tap already carries much of the answer, and the low and middle taps add other views.
-# - Offline features cost 3 x H x 2 bytes per token (the table): fine for the slices the workbook trains on,
-#   hundreds of gigabytes to terabytes for ShareGPT-sized data. Extraction is resumable and atomic; the reader
-#   hands training a dict per sequence.
+# - Tap `i` is the residual stream entering layer `i`, transformers' `hidden_states[i]` (never `hidden_states[L]`,
+#   which follows the final norm); three side by side are the drafter's 3H-wide input.
+# - The taps are far from copies (cosines 0.34 to 0.76) and each guesses differently; agreement with the model's
+#   next token rises with depth (0%, 2%, 49%).
+# - Offline features cost 3 x H x 2 bytes per token: megabytes for our slice, hundreds of gigabytes to terabytes
+#   for ShareGPT-sized sets. Extraction resumes, refuses mixed settings, and stores a fresh forward's taps in bf16.
 #
 # Next: `02_mask_tokens`, how one drafter pass produces K tokens from these features.
