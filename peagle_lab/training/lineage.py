@@ -96,12 +96,33 @@ def cumulative(history: list[dict], this_run: dict) -> dict:
         vals = [r.get(key) for r in runs]
         out[key] = None if any(v is None for v in vals) else round(sum(vals), 1)
     out["runs"] = len(runs)
-    # distinct tokens: each run's training records once (runs on the same file, split and records count once)
-    spans = {(r.get("data"), r.get("split"), r.get("records")): r.get("distinct_tokens") for r in runs}
-    out["distinct_tokens"] = None if any(v is None for v in spans.values()) else sum(spans.values())
+    out["distinct_tokens"] = distinct_tokens(runs)
     out["epochs"] = (round(out["tokens_seen"] / out["distinct_tokens"], 2)
                      if out["tokens_seen"] and out["distinct_tokens"] else None)
     return out
+
+
+def distinct_tokens(runs: list[dict]) -> int | None:
+    """Distinct tokens over ``runs``: each run's records counted once. A run whose records lie inside an earlier
+    run's (same file and split) adds none; one that overlaps an earlier run in part adds its share of records outside
+    it (its tokens taken as spread evenly over its records); ``None`` where a run did not record its tokens."""
+    total, seen = 0, []
+    for r in runs:
+        tokens = r.get("distinct_tokens")
+        if tokens is None:
+            return None
+        span = trained_span(r)
+        if span is None or span[3] is None:
+            total += tokens
+            continue
+        data, split, start, end = span
+        covered = set()
+        for d, s, a, b in seen:
+            if (d, s) == (data, split):
+                covered |= set(range(max(a, start), min(b, end)))
+        total += round(tokens * (end - start - len(covered)) / (end - start)) if end > start else 0
+        seen.append(span)
+    return total
 
 
 def _flag_value(command: str | None, flag: str) -> str | None:

@@ -617,3 +617,19 @@ def test_a_head_made_on_the_spot_is_labelled_as_one(monkeypatch, capsys):
     out = capsys.readouterr().out
     assert "1,024 tokens" in out and "not a speed-up" in out and "scripts/gpu_heads.sh" in out
     assert calls == [True, False]  # after training: that head or an error, never an untrained one
+
+
+def test_distinct_tokens_count_records_trained_on_again_once():
+    from peagle_lab.training.lineage import cumulative, distinct_tokens
+
+    first = dict(data="mix.gz", split="train", records="0:6000", distinct_tokens=1200, tokens_seen=1500)
+    fresh = dict(data="mix.gz", split="train", records="6000:12000", distinct_tokens=1000, tokens_seen=2000)
+    again = dict(data="mix.gz", split="train", records="0:1500", distinct_tokens=300, tokens_seen=300)
+    half = dict(data="mix.gz", split="train", records="5000:7000", distinct_tokens=400, tokens_seen=400)
+    other = dict(data="varied.jsonl", split="all", records=None, distinct_tokens=56, tokens_seen=224)
+    assert distinct_tokens([first, fresh, again]) == 2200  # 0:1500 lies inside 0:6000: an epoch, no new tokens
+    assert distinct_tokens([first, half]) == 1400  # 5000:7000 is half outside 0:6000
+    assert distinct_tokens([first, other, again]) == 1256
+    assert distinct_tokens([first, dict(again, distinct_tokens=None)]) is None
+    assert cumulative([first, fresh], again) == dict(tokens_seen=3800, steps=None, train_time_s=None, runs=3,
+                                                     distinct_tokens=2200, epochs=1.73)
