@@ -217,9 +217,10 @@ else:
 #   speculation is slower than plain decoding on this CPU in float32, and the output matched plain greedy.
 # - **The exercise.** One code and one chat prompt cannot rank kinds of text; the committed benchmarks do not either.
 # - **The ledger.** Across the course's rows, the prompt moves a head's figure most.
-# - **The payoff box.** A sequential round grows with every draft, to 4.1x the parallel round at K=10 (the box's
+# - **The payoff box.** A sequential round grows with every draft, to 3.6x the parallel round at K=10 (the box's
 #   first line); with these heads every speed-up is below 1x and neither head is shown faster. At the paper's
-#   acceptance the loop would pay (the box's last line; 05 replays it with both drafting costs).
+#   acceptance the loop pays, and there one parallel pass per round beats seven sequential passes on the same draws
+#   (the box's last two lines).
 #
 # What the course showed: a P-EAGLE drafter reads the target's hidden states (`01_hidden_states`), drafts K tokens
 # in one pass with mask tokens (`02_mask_tokens`) and learns from the target's own outputs (`03_train_head`). On a

@@ -228,8 +228,9 @@ def _head_line(e2e: dict, family: str) -> str | None:
 def box(e2e: dict, dc: dict | None, where: str, oracle: tuple[str, dict] | None = None) -> str:
     """The payoff in one boxed paragraph (a markdown blockquote), every figure read from the results given: the
     drafting cost against K, each head's best row with its per-slot round counts, the speed verdict, the heads'
-    order prompt by prompt, and what the paper's acceptance would pay (on these round costs, and replayed through
-    the loop where ``oracle = (where, e2e)`` holds an oracle row)."""
+    order prompt by prompt, what the paper's acceptance would pay (on these round costs, and replayed through
+    the loop where ``oracle = (where, e2e)`` holds an oracle row), and, where ``e2e`` replayed it with both drafting
+    costs, :func:`claim_line`."""
     heads = [m for m in (best(e2e, f) for f in NAMES) if m]
     band = noise_band(e2e)
     speed = ("every head's best speed-up is below 1x: with these heads speculation loses to plain decoding here"
@@ -250,6 +251,10 @@ def box(e2e: dict, dc: dict | None, where: str, oracle: tuple[str, dict] | None 
                    + (f"; replayed through the loop on {oracle[0]}, at that run's own round costs: "
                       f"{oracle_line(oracle[1])}." if oracle and
                       oracle_line(oracle[1]) else "."))
+    claim = claim_line(e2e)
+    if claim:
+        out.append(f"**P-EAGLE's claim at equal acceptance** (the paper's acceptance replayed on the same draws): "
+                   f"{claim}.")
     return "\n>\n".join("> " + x for x in out)
 
 

@@ -220,3 +220,10 @@ def test_the_claim_line_also_names_sequential_drafting_at_its_own_best_k():
     seq3 = method("oracle (paper's acceptance, sequential drafting) K=3", "oracle-sequential", 3, 1.30, 2.6)
     assert "sequential drafting at its own best K=3: 1.30x" in payoff.claim_line(e2e(par, seq7, seq3))
     assert "own best" not in payoff.claim_line(e2e(par, seq7))
+
+
+def test_the_box_states_the_claim_where_the_run_replayed_both_drafting_costs():
+    par = method("oracle (paper's acceptance) K=7", "oracle", 7, 1.50, 3.4, rounds=40)
+    seq = method("oracle (paper's acceptance, sequential drafting) K=7", "oracle-sequential", 7, 1.20, 3.4, rounds=40)
+    assert "P-EAGLE's claim at equal acceptance" in payoff.box(e2e(*RUN["methods"], par, seq), None, "here")
+    assert "P-EAGLE's claim" not in payoff.box(RUN, None, "here")
