@@ -145,9 +145,10 @@ def main(argv=None) -> int:
     from peagle_lab.workbook import report
 
     # every notebook of this run forgets its earlier records first: a chapter that reads what later ones record
-    # (05's ledger) then sees only this run's rows, never a previous run's
-    for path in notebooks:
-        report.clear(path.stem)
+    # (05's ledger) then sees only this run's rows, never a previous run's; so do records no chapter owns (a run
+    # under nbval or a bare kernel, at whatever size it ran)
+    for name in [path.stem for path in notebooks] + [report.UNKNOWN]:
+        report.clear(name)
 
     rows = []
     for i, path in enumerate(notebooks, 1):

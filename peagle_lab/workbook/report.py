@@ -26,11 +26,15 @@ def summary_path() -> Path:
     return results_dir() / SUMMARY_FILE
 
 
+# where a run outside the workbook runner and Jupyter's server (nbval, a bare kernel) records: no chapter owns it
+UNKNOWN = "unknown"
+
+
 def current_notebook() -> str:
     """The notebook being run: ``$PEAGLE_NOTEBOOK`` (set by the workbook runner), else the Jupyter session's
-    notebook (``$JPY_SESSION_NAME``, set by jupyter_server), else ``"unknown"``."""
+    notebook (``$JPY_SESSION_NAME``, set by jupyter_server), else :data:`UNKNOWN`."""
     name = os.environ.get("PEAGLE_NOTEBOOK") or os.environ.get("JPY_SESSION_NAME")
-    return Path(name).stem if name else "unknown"
+    return Path(name).stem if name else UNKNOWN
 
 
 def load() -> dict[str, dict]:
