@@ -205,7 +205,6 @@ def host_run(committed: list[dict], host: str, dtype: str) -> dict:
 
 def _cost_line(dc: dict) -> str:
     rows = dc["rows"]
-    par = [r["parallel_ms"] for r in rows]
     lo, hi = rows[0], rows[-1]
     seq_growth = hi["sequential_ms"] / lo["sequential_ms"]
     par_growth = hi["parallel_ms"] / lo["parallel_ms"]
