@@ -42,7 +42,7 @@ def drafting_cost(head, runner_or_model, cfg: BenchConfig, tokenizer=None,
     ks, new_slots, verify = list(cfg.draft_ks), cfg.new_slots, cfg.verify
     if not new_slots < len(prompt):
         raise PeagleError(f"new_slots={new_slots} must be in [1, prompt length {len(prompt)}).")
-    draft_fn, verify_fn = _round_fns(head, runner, prompt, new_slots)
+    draft_fn, verify_fn = round_fns(head, runner, prompt, new_slots)
     samples, vsamples, step_samples = _time_rounds(draft_fn, verify_fn, ks, cfg, device, progress)
     runner.reset()
     start = len(prompt) - new_slots  # the drafter's cache holds the slots before the newly committed ones
@@ -64,7 +64,7 @@ def drafting_cost(head, runner_or_model, cfg: BenchConfig, tokenizer=None,
     return out
 
 
-def _round_fns(head, runner, prompt, new_slots):
+def round_fns(head, runner, prompt, new_slots):
     """``draft_fn(mode, k)`` and ``verify_fn(k)``: one drafting round and one verification of K+1 tokens, as
     callables to time. The drafter's cache holds the prompt; a round sees the last ``new_slots`` slots as newly
     committed, as the loop calls ``propose``."""

@@ -24,7 +24,7 @@ from ..hardware import usable_cores
 from ..precision import host_slug
 from ..timer import summarize, time_once
 from ..decoding.target_runner import TargetRunner
-from .drafting import _round_fns
+from .drafting import round_fns
 from .inputs import describe_head, target_runner
 from .record import SCHEMA, finish_environment, rounded
 from .tp_shard import check_tp_size, shard_model, split_sizes
@@ -96,7 +96,7 @@ def shard_gap(model, prompt: list[int], rank: int, world: int) -> float:
 
 def _pass_fns(head, model, prompt, k) -> dict:
     """The four timed calls on ``model`` (whole or a shard): decode step, verification of K+1, the two draftings."""
-    draft_fn, verify_fn = _round_fns(head, target_runner(model, head), prompt, 1)
+    draft_fn, verify_fn = round_fns(head, target_runner(model, head), prompt, 1)
     return {"decode": verify_fn(0), "verify": verify_fn(k), "parallel_draft": draft_fn("parallel", k),
             "sequential_draft": draft_fn("sequential", k)}
 

@@ -125,7 +125,7 @@ def distinct_tokens(runs: list[dict]) -> int | None:
     return total
 
 
-def _flag_value(command: str | None, flag: str) -> str | None:
+def flag_value(command: str | None, flag: str) -> str | None:
     """The value of ``flag`` in a recorded command line (``None`` when absent or unreadable)."""
     try:
         words = shlex.split(command or "")
@@ -139,8 +139,8 @@ def trained_span(entry: dict) -> tuple[str | None, str, int, int | None] | None:
     recorded command line (entries written before the split and range were recorded); ``None`` when unknown."""
     if not entry.get("data"):
         return None
-    split = entry.get("split") or _flag_value(entry.get("command"), "--split") or "train"
-    records = entry.get("records") or _flag_value(entry.get("command"), "--records")
+    split = entry.get("split") or flag_value(entry.get("command"), "--split") or "train"
+    records = entry.get("records") or flag_value(entry.get("command"), "--records")
     start = 0
     end = None
     if records:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from ..atomic import write_json, write_text
 from ..drafter.config import TRAINING_RECORD
-from .lineage import _flag_value
+from .lineage import flag_value
 
 
 def write_training_record(out_dir, record: dict) -> None:
@@ -81,7 +81,7 @@ def _history_lines(record: dict) -> list[str]:
     for h in record["history"]:
         distinct, seen = h.get("distinct_tokens"), h.get("tokens_seen")
         epochs = round(seen / distinct, 2) if distinct and seen else "-"
-        records = h.get("records") or _flag_value(h.get("command"), "--records") or "all"
+        records = h.get("records") or flag_value(h.get("command"), "--records") or "all"
         lines.append(f"| {h.get('head')} | {h.get('data')} | {records} | {distinct or '-'} | "
                      f"{seen} | {epochs} | {h.get('steps')} | {h.get('train_time_s')} | {h.get('autocast')} | "
                      f"{h.get('host')} |")
