@@ -24,8 +24,8 @@ from .inputs import load_head_or_fresh
 from ..decoding.divergence import lossless_regime
 from .lossless import lossless_note
 from .methods import Method, MethodRun, head_method, hf_method, plain_method, spec_stats_dict
-from .oracle import (PRESETS, conditional_from_unconditional, constant_rate_acceptance_length, constant_rate_for,
-                     oracle_method, oracle_rates)
+from .oracle import (PRESETS, budget_acceptance_length, conditional_from_unconditional, constant_rate_acceptance_length,
+                     constant_rate_for, oracle_method, oracle_rates)
 from .suites import SUITES, chat_records, suite_list, suite_of, suite_prompts
 from .plots import (draw_plots, plot_acceptance, plot_break_even, plot_drafting_cost, plot_round_profile,
                     plot_speedup)

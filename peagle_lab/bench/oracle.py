@@ -42,6 +42,20 @@ def constant_rate_acceptance_length(rate: float, k: int) -> float:
     return sum(rate ** j for j in range(k + 1))
 
 
+def budget_acceptance_length(rate: float, k: int, max_new_tokens: int) -> float:
+    """The acceptance length a loop with a constant per-slot ``rate`` reaches in answers of ``max_new_tokens``
+    (pooled, expected): the prefill gives the first token and each round drafts only as many tokens as the budget
+    leaves, so the last rounds of an answer are cut short and the figure falls below
+    :func:`constant_rate_acceptance_length` (its limit for long answers)."""
+    rounds, accepted = [0.0], [0.0]  # expected rounds and accepted drafts with r tokens left, r = 0, 1, ...
+    for r in range(1, max_new_tokens):
+        kr = min(k, r)
+        probs = [rate ** a * (1 - rate) for a in range(kr)] + [rate ** kr]
+        rounds.append(1 + sum(p * rounds[max(r - a - 1, 0)] for a, p in enumerate(probs)))
+        accepted.append(sum(p * (a + accepted[max(r - a - 1, 0)]) for a, p in enumerate(probs)))
+    return 1 + accepted[-1] / rounds[-1] if max_new_tokens > 1 else float("nan")
+
+
 def constant_rate_for(acceptance_length: float, k: int) -> float:
     """The per-position rate ``c`` with ``1 + c + c^2 + ... + c^k = acceptance_length`` (bisection): the inverse of
     :func:`constant_rate_acceptance_length`."""

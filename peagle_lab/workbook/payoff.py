@@ -8,7 +8,7 @@ from __future__ import annotations
 from statistics import median
 
 from ..bench.files import result_suites
-from ..bench.oracle import constant_rate_acceptance_length, oracle_rates
+from ..bench.oracle import budget_acceptance_length, constant_rate_acceptance_length, oracle_rates
 
 NAMES = {"p-eagle": "P-EAGLE", "eagle3": "EAGLE-3"}
 
@@ -255,17 +255,3 @@ def box(e2e: dict, dc: dict | None, where: str, oracle: tuple[str, dict] | None 
         out.append(f"**P-EAGLE's claim at equal acceptance** (the paper's acceptance replayed on the same draws): "
                    f"{claim}.")
     return "\n>\n".join("> " + x for x in out)
-
-
-def budget_acceptance_length(rate: float, k: int, max_new_tokens: int) -> float:
-    """The acceptance length a loop with a constant per-slot ``rate`` reaches in answers of ``max_new_tokens``
-    (pooled, expected): the prefill gives the first token and each round drafts only as many tokens as the budget
-    leaves, so the last rounds of an answer are cut short and the figure falls below
-    :func:`~peagle_lab.bench.oracle.constant_rate_acceptance_length` (its limit for long answers)."""
-    rounds, accepted = [0.0], [0.0]  # expected rounds and accepted drafts with r tokens left, r = 0, 1, ...
-    for r in range(1, max_new_tokens):
-        kr = min(k, r)
-        probs = [rate ** a * (1 - rate) for a in range(kr)] + [rate ** kr]
-        rounds.append(1 + sum(p * rounds[max(r - a - 1, 0)] for a, p in enumerate(probs)))
-        accepted.append(sum(p * (a + accepted[max(r - a - 1, 0)]) for a, p in enumerate(probs)))
-    return 1 + accepted[-1] / rounds[-1] if max_new_tokens > 1 else float("nan")

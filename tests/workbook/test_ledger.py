@@ -8,6 +8,7 @@ import json
 import pytest
 
 from peagle_lab.errors import PeagleError
+from peagle_lab import bench
 from peagle_lab.workbook import ledger, payoff
 
 
@@ -184,8 +185,8 @@ def test_the_paired_median_of_an_even_count_is_the_mean_of_the_middle_two():
 
 def test_a_token_budget_cuts_the_constant_rate_acceptance_length_and_long_answers_reach_it():
     from peagle_lab.bench.oracle import constant_rate_acceptance_length
-    assert payoff.budget_acceptance_length(0.5, 7, 2) == pytest.approx(1.5)  # one token left: one draft
-    short, long = (payoff.budget_acceptance_length(0.8, 7, n) for n in (48, 100000))
+    assert bench.budget_acceptance_length(0.5, 7, 2) == pytest.approx(1.5)  # one token left: one draft
+    short, long = (bench.budget_acceptance_length(0.8, 7, n) for n in (48, 100000))
     assert short < long == pytest.approx(constant_rate_acceptance_length(0.8, 7), rel=1e-3)
 
 
