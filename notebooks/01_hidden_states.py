@@ -189,7 +189,7 @@ print("lens on the last layer's output == the model's own prediction, at every p
 #
 # <details><summary>Answer</summary>
 #
-# Agreement rises with depth: 0%, 2% and 49% for vLLM's taps in the saved run, 0-2% for `(1, 2, 3)`, 34-51% for
+# The late layers agree most: 0%, 2% and 49% for vLLM's taps in the saved run, 0-2% for `(1, 2, 3)`, 34-51% for
 # the late set. Yet more next-token signal is not a better drafter input (the course does not train one to measure
 # it): three late layers are nearly parallel and add little to each other, and the low-level view of the token is
 # lost. vLLM's spread trades a little signal for three different views.
@@ -245,7 +245,7 @@ shutil.rmtree(out_dir, ignore_errors=True)  # a fresh run for this demo
 result = extract_features(model, sequences, out_dir, ExtractionSettings(shard_size=16, target=TARGET))
 
 # %% [markdown]
-# **Reading it.** The disk estimate is exact: 12.8 MB predicted and written. Shards and manifest are renamed into
+# **Reading it.** The disk estimate is close: 12.8 MB predicted and written. Shards and manifest are renamed into
 # place only when complete, so a rerun computes only missing shards; the cell tries that, then asks for other taps.
 
 # %%

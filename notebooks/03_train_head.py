@@ -607,9 +607,9 @@ print(f"\nthe head just trained, drafting in the speculative loop: acceptance le
 # loop on held-out prompts, the head reaches an acceptance length only a little above 1, and its output is
 # identical to plain greedy; `None` marks a slot no round reached. Notebook 04 shows what far more training buys.
 #
-# What was trained (the parameter list): `fc`, one decoder layer with a 2H attention input, `mask_hidden`, the
-# mask token's embedding row, the final norm and `lm_head` over the draft vocabulary, 9.81 M parameters in all;
-# the embedding table is the target's and is not counted.
+# What was trained: the listed `fc`, one decoder layer with a 2H attention input, `mask_hidden`, the final norm
+# and `lm_head` over the draft vocabulary (9.81 M parameters), plus the mask token's row of the target's embedding
+# table, which is not counted.
 
 # %% [markdown]
 # ## What we saw

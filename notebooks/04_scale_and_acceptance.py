@@ -61,15 +61,15 @@ HOST = max((p.parent.name for p in RECIPE_DIR.glob("*/curve.json")), default=Non
 #
 # The course ships two 1-layer heads for SmolLM2-135M, both trained for K=8 (`drafter/heads.py`, `SHIPPED`): a
 # P-EAGLE head that drafts in parallel, and an EAGLE-3-style head that drafts sequentially. The EAGLE-3 head is
-# trained with the *training-time test*: it is unrolled over its own outputs as at inference, so each depth learns
-# to draft from the head's own previous guess.
+# trained with the *training-time test*: unrolled as at inference, each depth is fed the data's next token and the
+# head's own hidden state from the depth before (notebook 03).
 #
 # Each head was trained in several runs, each continuing the one before (`--init-from`; the commands are in each
 # head's `TRAINING.md`). The last runs match: 4000 s each, on the same records (6000:12000 of the 5.85M-token mix,
 # `data/distill/smollm2-135m-scale.jsonl.gz`), about 2.7M tokens each. The earlier runs differ: P-EAGLE's first run
 # saw records 0:6000 of that mix, EAGLE-3's first two the 1M-token mix of notebook 03
-# (`data/distill/smollm2-135m-scale.jsonl`). The cell prints each head's last run and its **cumulative** total, the
-# ratio of the two totals, and then the committed held-out acceptance with the per-slot rates behind it.
+# (`data/distill/smollm2-135m-scale.jsonl`). The cell prints each head's last run, its **cumulative** total and the
+# committed held-out acceptance with its per-slot rates.
 
 # %% tags=["nbval-ignore-output"]
 from peagle_lab.drafter import PEagleConfig
@@ -183,19 +183,18 @@ report.record("shipped_heads_lossless", all(ev["lossless"] for ev in live.values
 # **Reading it.** EAGLE-3 accepts more on the held-out prompts: 2.53 tokens per round at K=7 against 1.90 for
 # P-EAGLE. The per-slot rates say why. P-EAGLE wins slot 1 (0.62 against 0.50 at K=7), but its rate falls to 0.34
 # and 0.24 at slots 2 and 3, while EAGLE-3's stays between 0.62 and 0.85 up to slot 7. So P-EAGLE's acceptance stops
-# growing after K=3 and EAGLE-3's keeps rising (2.125 at K=3, 2.53 at K=7). The live line repeats the comparison on a
-# few HumanEval prompts; at a few dozen rounds per K it checks the direction, not the size of the gap.
+# growing after K=3 and EAGLE-3's keeps rising (2.125 at K=3, 2.53 at K=7). The live line, a few dozen rounds per K on
+# HumanEval prompts, checks the direction, not the size of the gap.
 #
-# P-EAGLE's equal 1.895 at K=3 and K=7 is a coincidence: at K=7 slots 1-2 did a little worse and slots 4-5 made up
-# the loss. The `=` sums rebuild each figure from its rates, a little above the recorded value because each answer's
+# P-EAGLE's equal 1.895 at K=3 and K=7 is a coincidence: at K=7 slots 1-3 lost 0.019 and slot 4 alone (+0.0192)
+# made it up. The `=` sums rebuild each figure from its rates, a little above the recorded value because each answer's
 # last round is cut short by the token budget.
 #
-# **Why the order is the reverse of the paper's.** The vLLM blog (quoted in 00) has P-EAGLE ahead at K=7, 3.94
-# against 3.03 on GPT-OSS-20B, with a 4-layer head trained on GPUs on far more data. Here two things favour EAGLE-3,
-# and the course does not separate them: it had more training (1.23x the wall time, 1.05x the tokens), and its
-# training-time test teaches every depth from the state it will really see, while P-EAGLE's deep slots see only mask
-# tokens. Section 2 shows how little those slots have learned. P-EAGLE's own advantage is cost, one drafter pass for
-# all K tokens instead of K; notebook 05 measures it.
+# **Why the order is the reverse of the paper's.** The vLLM blog (quoted in 00) has P-EAGLE ahead with both heads at
+# K=7, acceptance length 3.94 against 3.03 on GPT-OSS-20B, with a 4-layer head trained on GPUs on far more data. Here
+# two things favour EAGLE-3, and the course does not separate them: it had more training (1.23x the wall time, 1.05x
+# the tokens), and its training-time test feeds every depth the head's own state, while P-EAGLE's deep slots see only
+# mask tokens. P-EAGLE's advantage is cost, one drafter pass for all K tokens instead of K; notebook 05 measures it.
 
 # %% [markdown]
 # ## 2 · What training at scale buys
@@ -251,7 +250,8 @@ if l1 and held["parallel"] is not None:
 # blog's 3.94 at K=7 would need: the one rate that, applied to every slot, reaches it.
 #
 # **Names.** The 1-layer deeper head has three names: `exp-L1` in the curves, `peagle-L1` in the accuracy plot, and
-# `smollm2-135m-peagle-fresh`, the shipped P-EAGLE head's first run. Likewise `exp-L2` = `peagle-L2` and `exp-L4` =
+# `smollm2-135m-peagle-fresh`, the shipped P-EAGLE head's first run (its last snapshot, 1,300,656 tokens, precedes
+# the run's end at 1,394,099; notebook 03). Likewise `exp-L2` = `peagle-L2` and `exp-L4` =
 # `peagle-L4`.
 
 # %% tags=["nbval-ignore-output"]
@@ -291,8 +291,8 @@ for goal in (2.0, PAPER_AL):
 # **Reading it.** Accuracy collapses after depth 0, and that caps acceptance. The shipped head is right 45% of the
 # time at depth 0, 18% at depth 1, then declines slowly to 11% at depth 7; every head has this shape. Depths 1 and
 # beyond read only mask tokens and have learned little more than which tokens are common, so P-EAGLE's K sweep goes
-# flat. (Accuracy uses the true tokens before each anchor, acceptance live rounds, so section 1's slot-1 rate of 0.62
-# can exceed the 0.45 here.)
+# flat. (Section 1's slot-1 rate of 0.62 exceeds the 0.45 here: it scores other prompts, and live rounds start only
+# after a bonus token, not at every anchor.)
 #
 # More training helps slowly: both long runs climb from about 1.13 to about 1.4 while the tokens seen grow 25-fold,
 # and end about 0.05 apart, far less than the shipped heads' 0.6. Continuing `exp-L1` on fresh records, which made the
@@ -302,8 +302,8 @@ for goal in (2.0, PAPER_AL):
 # highest acceptance (1.512 against 1.386 and 1.292) and is ahead at equal tokens seen too (right panel).
 #
 # The paper is far away: its 3.94 at K=7 needs every slot accepted at 0.78, against deep-slot accuracies of 0.11 to
-# 0.18 here. A log-linear fit through the P-EAGLE curve reaches even 2.0 only three orders of magnitude past its data,
-# a line carried beyond its points, not a forecast.
+# 0.18 here. A log-linear fit through the P-EAGLE curve reaches even 2.0 only three orders of magnitude past its data:
+# an extrapolation, not a forecast.
 
 # %% [markdown]
 # ## 3 · Your own model and its chat template (question 1)
@@ -338,8 +338,7 @@ for name, tok in (("tiny Qwen3", tiny_tok), ("this run's target", tokenizer)):
 
 # %% [markdown]
 # Each tokenizer brings its own template: ChatML for the tiny target, SmolLM2's (with its default system message)
-# for the embedded one. Distillation, training and serving all go through `chat_ids`, so a head always sees the
-# layout its target answers in.
+# for the embedded one; `chat_ids` applies it at every stage, so a head sees the layout its target answers in.
 #
 # The head is built from the target's config (`PEagleConfig.from_target`): same hidden size, attention heads and
 # rope, plus three **taps**, the layers whose hidden states the head reads: a low, a middle and a high one
@@ -379,8 +378,8 @@ print(f"head for the tiny target: hidden {tiny_cfg.hidden_size}, {tiny_cfg.num_a
 
 # %% [markdown]
 # Now the whole recipe on the tiny target, at small scale: distil a few prompts with its template, extract its
-# features, train a few steps, and decode speculatively. The last check is the one that matters: whatever the head
-# drafts, verification keeps the output identical to plain greedy decoding.
+# features, train a few steps, and decode speculatively. Whatever the head drafts, verification keeps the output
+# identical to plain greedy decoding.
 
 # %% tags=["nbval-ignore-output"]
 import tempfile
@@ -423,7 +422,7 @@ print("speculative output lossless against plain greedy:",
 #
 # A head learns what the target says after the prompt layout it was trained with. The cell serves the P-EAGLE head
 # on held-out prompts in three layouts: the trained chat template, bare text with no template, and the chat template
-# with another system message. It prints the acceptance in each, then each layout's difference from the trained one.
+# with another system message. It prints each layout's acceptance and its difference from the trained one.
 
 # %% tags=["nbval-ignore-output"]
 from peagle_lab.prompts import OTHER_SYSTEM, load_scale_records
@@ -450,9 +449,10 @@ print("against the trained layout: " + ", ".join(f"{name} {tmpl[t]['acceptance_l
                                                                  ("system", "another system message"))))
 
 # %% [markdown]
-# **Reading it.** Dropping the template costs nearly everything: on bare text almost no draft is accepted and the
-# acceptance length falls to about 1, well below the trained layout's (the last line gives the loss). Another system
-# message costs less, a gap a handful of rounds per layout cannot establish.
+# **Reading it.** Dropping the template costs nearly everything: on bare text this run accepted no draft (1.00 over
+# 42 rounds); 42 one-token rounds are about half the 2 x 40 tokens asked for, so those answers ended early and the
+# layouts compare different lengths. Another system message costs less, a gap a handful of rounds per
+# layout cannot establish.
 #
 # The fix is one template everywhere: for your own model, distil with its chat template (`peagle-lab distill
 # --target DIR`, as the tiny target did above) and serve the head behind the same one (vLLM applies the tokenizer's
@@ -481,8 +481,7 @@ print("against the trained layout: " + ", ".join(f"{name} {tmpl[t]['acceptance_l
 #
 # Because acceptance is bought with data and training, and a CPU buys little of either (section 2). The recipe runs
 # ask which settings still move acceptance at a small budget: short runs of equal wall time, each changing one
-# setting from a **baseline**, scored by held-out acceptance length at K=7 (`peagle-lab recipe`). The cell first
-# prints where the baseline differs from the shipped head's recipe.
+# setting from a **baseline**, scored by held-out acceptance length at K=7 (`peagle-lab recipe`).
 #
 # A difference counts only if it exceeds the noise, estimated two ways: the spread between the baseline's two seeds,
 # and the largest seed spread of the studies in notebooks 02 and 03. In the table, `train acc d0 / d1` is the
@@ -518,7 +517,8 @@ if runs:
 
 # %% [markdown]
 # **Reading it.** No setting beats the baseline beyond the noise. The best changes (a 4k draft vocabulary, 10
-# depths) gain +0.028, inside the studies' noise of 0.052. Only `4 layers` lies beyond both estimates, at -0.065,
+# depths) gain +0.028, inside the studies' noise of 0.052. (The 4k vocabulary's 0.977 coverage is of the scale mix's
+# train split; 03's 99.61% was of its 465 sequences.) Only `4 layers` lies beyond both estimates, at -0.065,
 # and it saw less than half the baseline's tokens (30,955 against 64,441) in the same time, so its loss is budget as
 # much as setting. The answer to question 3 on a CPU is therefore section 2's learning curve: the paper's heads were
 # trained on GPUs on far more data.

@@ -30,21 +30,22 @@
 # 6. the committed full-size runs and the GPU timings;
 # 7. the break-even picture, and the acceptance ledger.
 #
-# **Read this once; it holds for the whole chapter.** *Live* cells (timings, the end-to-end run, the Q9 rerun, the
-# exercise) run on your machine, move a little between runs, and use 2 or 3 prompts. *Committed* cells read
-# full-size runs under `data/results/` (this host's or the nearest one's, and one H200 in `data/results/gpu-h200/`)
-# and never change. The reference host is a 2-core EPYC with AVX2 and no native bf16, so it runs in float32. There,
-# verifying K+1 tokens costs about two plain decode steps, and neither shipped head accepts two tokens per round on
-# average: **with these heads, speculation is slower than plain decoding on this CPU.** A CPU with bf16 units
-# (`cpu-epyc-avx512bf16-2c`) makes verification cheap enough for them to pay. The **noise band** is |hf-greedy - 1|:
-# how far transformers' own greedy `generate`, the same work as the plain loop, lands from 1x.
+# **Read this once.** *Live* cells (timings, the end-to-end run, the Q9 rerun, the exercise) run on your machine, move a
+# little between runs, and use 2 or 3 prompts. *Committed* cells read full-size runs under `data/results/` (this host's
+# or the nearest one's, and one H200 in `data/results/gpu-h200/`) and never change. The reference host is a 2-core EPYC
+# with AVX2 and no native bf16, so it runs in float32. There, verifying K+1 tokens costs about two plain decode steps,
+# and neither shipped head accepts two tokens per round on average: **with these heads, speculation is slower than plain
+# decoding on this CPU.** A CPU with bf16 units (`cpu-epyc-avx512bf16-2c`) makes verification cheap enough for them to
+# pay. The **noise band** is |hf-greedy - 1|: how far transformers' own greedy `generate`, the same work as the plain
+# loop, lands from 1x.
 #
 # The box below sums up this host's committed run (24 HumanEval prompts x 32 tokens). Parallel drafting's cost grows
-# 1.54x from K=1 to K=10, sequential drafting's 6.6x: the mechanism is real here. Yet both heads stay below 1x
-# (0.79x each), because the CPU-trained P-EAGLE head rarely reaches its deep slots and more rarely accepts them
-# (slot 2: accepted in 35 of the 200 rounds that reached it; slot 3: 13 of 35). A slot's `reached` is the previous
-# slot's `accepted`, less answers the token budget cut short. Its last line is P-EAGLE's claim at equal acceptance:
-# the paper's acceptance replayed on the same draws, one parallel pass per round against seven sequential passes.
+# 1.54x from K=1 to K=10, sequential drafting's 6.6x: the mechanism is real here. Yet both heads stay below 1x (0.79x
+# each): verifying costs about two decode steps, more than either head's acceptance length (1.51, 1.61), and P-EAGLE
+# rarely reaches its deep slots and more rarely accepts them (slot 2: 35 of 200; slot 3: 13 of 35). A slot's `reached`
+# is the previous slot's `accepted`, less answers the token budget cut short. Its last line is P-EAGLE's claim at equal
+# acceptance: the paper's acceptance replayed on the same draws, one parallel pass per round against seven sequential
+# passes.
 
 # %% tags=["nbval-ignore-output"]
 # Parameters come from the environment: PEAGLE_TARGET (default: the embedded SmolLM2-135M-Instruct),
@@ -114,14 +115,14 @@ for suite, e in per_suite.items():
 # The sequential round costs less than K times the parallel one, for two reasons the tables show: the wide parallel
 # pass costs a little more than a narrow one, and each later sequential pass carries one slot where the first carries
 # two. And a cheap deep draft pays only if the deep slots are accepted: with well-trained heads on a GPU the vLLM blog
-# reports P-EAGLE at its best at K=7 and EAGLE-3 at K=3; at K=1 both modes are the same single pass.
+# reports P-EAGLE at its best at K=7 and EAGLE-3 at K=3; at K=1 both are one pass, about the same computation.
 #
 # ## The heads
 #
-# The shipped heads (`data/heads/`): a P-EAGLE head trained for parallel drafting and an EAGLE-3-style head trained
-# for sequential drafting. Their last training runs used the same records for the same 4000 s; their
-# earlier runs differ (each head's `TRAINING.md`). For another target, small heads are trained on the spot: their drafting *cost* is real, their
-# acceptance low.
+# The shipped heads (`data/heads/`): a P-EAGLE head trained for parallel drafting and an EAGLE-3-style head trained for
+# sequential drafting. Their last training runs used the same records for the same 4000 s; their earlier runs differ
+# (each head's `TRAINING.md`). For another target, small heads are trained on the spot: their drafting *cost* is real,
+# their acceptance low.
 
 # %%
 from peagle_lab.training import ensure_heads
@@ -236,10 +237,10 @@ bench.plot_drafting_cost(dc);
 # prompt lookup a drafter-free baseline. Assisted generation needs a small draft LM offline;
 # there is none for the embedded target, and the results say so.
 #
-# The **oracle** rows replay the paper's acceptance through the real loop: a drafter that knows the greedy
-# continuation proposes it, spoiling each slot at the rate that gives the P-EAGLE blog's acceptance length (3.94 at
-# K=7 on HumanEval). `oracle (paper's acceptance) K=k` is charged one real P-EAGLE pass per round; `oracle (paper's
-# acceptance, sequential drafting) K=k` is charged K real EAGLE-3 passes, on the same draws.
+# The **oracle** rows replay the paper's acceptance through the real loop: a drafter that knows the greedy continuation
+# proposes it, spoiling each slot at the rate that gives the P-EAGLE blog's acceptance length at K=7 (3.94 on HumanEval
+# for `code`, 3.70 on MT-Bench for `chat`). `oracle (paper's acceptance) K=k` is charged one real P-EAGLE pass per
+# round; `oracle (paper's acceptance, sequential drafting) K=k` is charged K real EAGLE-3 passes, on the same draws.
 #
 # Columns: `speedup` is tokens/s over the plain loop's, prefill included (what a user sees); `speedup_iqr` its
 # interquartile range over prompts; `decode_speedup` the same without prefill; `ideal_speedup` the formula above from
@@ -393,14 +394,15 @@ for line in payoff.lines(e2e):
 for family, name in payoff.NAMES.items():
     k = payoff.best(e2e, family)["k"]
     print(f"  {name} is best live at K={k}: " + (
-        "one drafter pass for one draft, the same computation in either mode, so its speed owes nothing to parallel "
-        "drafting" if k == 1 else f"a round of {k} drafts, one drafter pass in parallel mode against {k} in sequential"))
+        "one drafter pass for one draft, about the same computation in either mode, so its speed owes nothing to "
+        "parallel drafting" if k == 1 else f"a round of {k} drafts, " + (
+            "one drafter pass" if family == "p-eagle" else f"{k} drafter passes (sequential drafting)")))
 
 # %% [markdown]
 # **Reading it.** Both heads are below 1x, outside the noise band, and neither is faster on every prompt (the
 # `paired per prompt` line). The counts say why: P-EAGLE's deep slots are rarely reached, so a deeper K adds little
-# acceptance. The oracle's acceptance length falls a little short of 3.94 because the token budget cuts each answer's
-# last round (its line prints by how much).
+# acceptance. The oracle's acceptance length falls short of its target; its line splits the gap into the token
+# budget's cut and the spread of few rounds.
 #
 # ## P-EAGLE's claim, live: one acceptance, two drafting costs
 #
@@ -454,8 +456,9 @@ print(payoff.claim_line(e2e))
 # ## Where a round's time goes
 #
 # The loop's timer splits each round into drafting, verification (one target pass over K+1 tokens), acceptance plus
-# KV-cache rollback, and Python overhead; `draft_share` and `verify_share` are the first two as fractions of the
-# round. These are medians over a few prompts, so a `verify_ms` that falls as K rises is noise. The run is saved to `$PEAGLE_RESULTS/bench/nb05/` (default `./results`).
+# KV-cache rollback, and Python overhead; `draft_share` and `verify_share` are the first two as fractions of the round.
+# These are medians over a few prompts, so a `verify_ms` that falls as K rises is noise. The run is saved to
+# `$PEAGLE_RESULTS/bench/nb05/` (default `./results`).
 
 # %%
 display(Markdown(bench.format_table(e2e["round_profile"], [
@@ -615,12 +618,11 @@ for c in curves:
               f"{g7['verify_ratio']:.2f}")
 
 # %% [markdown]
-# **Reading it.** In fp32 a round costs about two decode steps (2.06 in this host's committed run), so a head needs an
-# acceptance length above 2 to break even; the shipped heads' 1.35 and 1.37 fall well short. In bf16 (1.26 steps)
-# they clear it, narrowly. The paper's acceptance length (3.94 at K=7) would pay 1.91x on this host's committed round
-# and 3.12x on the bf16 CPU's; on the GPU, 3.12x with one parallel pass against 2.40x with seven sequential ones. The
-# GPU timings are an eager loop on random weights; with CUDA graphs (vLLM) every pass shortens, by amounts not measured
-# here.
+# **Reading it.** In fp32 a round costs about two decode steps (1.98 in this host's committed loop, 2.22 in the box),
+# so a head needs an acceptance length near 2; the shipped heads' 1.51 and 1.61 fall short. In bf16 (1.26 steps)
+# they clear it, narrowly. The paper's acceptance length (3.94 at K=7) would pay 1.99x on that loop round and 3.12x
+# on the bf16 CPU's; on the GPU, 3.12x with one parallel pass against 2.40x with seven sequential ones, in an eager
+# loop; with CUDA graphs (vLLM) every pass shortens, by amounts not measured here.
 #
 # ## The acceptance ledger
 #
@@ -629,9 +631,10 @@ for c in curves:
 # ledger. `rounds` is the sample size (`-` where the source keeps only rates; 04 shows why its P-EAGLE row reads
 # 1.895 at both K=3 and K=7).
 #
-# One head's figures spread because the rows measure different things: the **prompt set**, the **output length**, **K** (a slot counts only when every earlier one was accepted), the
-# **dtype** (a bf16 near-tie sends the output down another greedy path) and the **sample size** (a few hundred rounds
-# move the second decimal, a handful the first). Compare rows only where those columns agree.
+# One head's figures spread because the rows measure different things: the **prompt set**, the **output length**, **K**
+# (a slot counts only when every earlier one was accepted), the **dtype** (a bf16 near-tie sends the output down another
+# greedy path) and the **sample size** (a few hundred rounds move the second decimal, a handful the first). Compare rows
+# only where those columns agree.
 
 # %% tags=["nbval-ignore-output"]
 from peagle_lab.drafter.heads import SHIPPED
@@ -685,8 +688,8 @@ print("ratio as a fraction of K:", ", ".join(f"K={k}: {r / k:.2f}" for k, r in e
 # - Every method passed the lossless check: identical token for token in fp32 here; in the committed bf16 run,
 #   identical or diverging at a near-tie (token 28, margin 0.125).
 # - With the paper's acceptance the loop is above 1x even here, and on the same draws one parallel pass per round
-#   pays more than K sequential passes (committed: 1.59x against 1.46x on code, faster on 22 of 24 prompts). The shipped heads lack acceptance, which a CPU
-#   training budget did not buy (04).
+#   pays more than K sequential passes (committed: 1.59x against 1.46x on code, faster on 22 of 24 prompts). The
+#   shipped heads lack acceptance, which a CPU training budget did not buy (04).
 # - With bf16 units a round costs 1.26 decode steps and the heads pay modestly (1.14x to 1.31x committed). In the
 #   GPU timings the paper's acceptance would pay 3.12x with one parallel pass against 2.40x with seven sequential
 #   ones: a cost model, since no head ran there.

@@ -136,9 +136,9 @@ print("lossless (identical, or in a near-tie regime a near-tie divergence; see t
 # Intuition says code: keywords, indentation, repeated names and closing brackets are easy to guess, while open prose
 # has many plausible continuations. But one prompt of each kind is a few dozen rounds and cannot rank kinds of text,
 # whichever comes out ahead. The committed benchmarks printed last (05's, 24 prompts per suite) do not settle it
-# either: P-EAGLE's code and chat rows are close (1.54 against 1.52) and EAGLE-3's chat row is the higher (1.64
-# against 1.43), each at its best-speed-up K, which differs between suites. The training mix is about half code
-# (03's prompt kinds), so code is not new to these heads.
+# either (each at its best-speed-up K): on `cpu-epyc-avx2-2c` (float32) P-EAGLE's chat/code rows are 1.55/1.51 and
+# EAGLE-3's 1.60/1.61; on `cpu-epyc-avx512bf16-2c` (bfloat16) 1.52/1.54 and 1.64/1.43. The training mix is about
+# half code (03's prompt kinds), so code is not new to these heads.
 #
 # </details>
 
@@ -224,9 +224,9 @@ else:
 #
 # What the course showed: a P-EAGLE drafter reads the target's hidden states (`01_hidden_states`), drafts K tokens
 # in one pass with mask tokens (`02_mask_tokens`) and learns from the target's own outputs (`03_train_head`). On a
-# CPU budget, acceptance grows slowly with data (`04_scale_and_acceptance`), too slowly for speculation to pay even
-# with the cheaper parallel round (`05_parallel_vs_sequential`); the same head serves in vLLM (`06_vllm_deploy`).
-# The mechanism works and stays lossless; what a CPU budget did not buy is acceptance.
+# CPU budget, acceptance grows slowly with data (`04_scale_and_acceptance`): too slowly for speculation to pay in
+# float32 here; in bf16 the heads pay modestly, 1.14x-1.31x committed (`05_parallel_vs_sequential`); the same
+# head serves in vLLM (`06_vllm_deploy`). The mechanism works and stays lossless; a CPU budget bought little acceptance.
 #
 # Where to go next: the repository's `README.md` (the command line and the committed results per host) and `docs/`
 # (`architecture.md`, `checkpoint-format.md`, `data.md`, `sagemaker.md`).
