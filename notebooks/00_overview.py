@@ -360,6 +360,57 @@ for K_TRY in (1, 10):  # the two values of the exercise; edit to try others
 print(f"(K={K}, above: {len(per_round)} rounds, acceptance length {sum(per_round) / len(per_round):.2f})")
 
 # %% [markdown]
+# ### Exercise: write the acceptance rule yourself
+#
+# Step 3 and 4 of the round are the whole of greedy verification. Replace the body of `my_accept` below: given the
+# K drafts and the target's greedy token at each of the K + 1 verified positions (`choice[j]` is its token after
+# the first j drafts), return what the round commits: the accepted drafts, then the bonus token. The cell checks
+# your rule against the package's (`peagle_lab.decoding.sampling.accept_greedy`) on 500 random rounds; until you
+# write it, it says so.
+#
+# <details><summary>Answer</summary>
+#
+# ```python
+# def my_accept(drafts, choice):
+#     a = 0
+#     while a < len(drafts) and drafts[a] == choice[a]:
+#         a += 1
+#     return drafts[:a] + [choice[a]]
+# ```
+#
+# A draft counts only while every draft before it was accepted, so the first disagreement ends the round; the bonus
+# is the target's token at that position, which is why a round always commits at least one token.
+#
+# </details>
+
+# %%
+import random
+
+from peagle_lab.decoding.sampling import accept_greedy
+
+
+def my_accept(drafts, choice):
+    """The tokens one greedy round commits: the accepted drafts, then the bonus token."""
+    raise NotImplementedError("write me: about four lines")
+
+
+rng = random.Random(0)
+wrong, checked = [], 0
+try:
+    for _ in range(500):
+        k = rng.randint(1, 8)
+        choice = [rng.randrange(4) for _ in range(k + 1)]
+        drafts = [c if rng.random() < 0.7 else rng.randrange(4) for c in choice[:k]]
+        a, bonus = accept_greedy(torch.tensor(drafts), torch.nn.functional.one_hot(torch.tensor(choice), 4).float())
+        checked += 1
+        if my_accept(drafts, choice) != drafts[:a] + [bonus]:
+            wrong.append((drafts, choice))
+    print(f"your rule and the package's agree on {checked - len(wrong)} of {checked} random rounds"
+          + (f"; the first disagreement: drafts {wrong[0][0]}, target {wrong[0][1]}" if wrong else ""))
+except NotImplementedError as exc:
+    print(f"my_accept is not written yet ({exc}); the answer is folded above the cell")
+
+# %% [markdown]
 # ## The course
 #
 # | notebook | question it answers |
