@@ -25,6 +25,8 @@ FAMILY = {"parallel": "oracle", "sequential": "oracle-sequential"}
 # divergence the plain run is no longer the continuation being verified and every later draft would be rejected.
 # The oracle then takes its own output as the reference and decodes again, at most this many times in all.
 ORACLE_ATTEMPTS = 3
+# the seed of the oracle's draws (with the prompt): every oracle method of a run spoils the same drafts
+ORACLE_SEED = 0
 
 
 def conditional_from_unconditional(rates) -> list[float]:
@@ -103,13 +105,14 @@ def oracle_rates(spec: str, suite: str = "code") -> tuple[list[float], str]:
     return rates, "given rates"
 
 
-def oracle_method(runner, head, rates, k: int, eos_id=None, label: str = ORACLE_LABEL, seed: int = 0,
-                  source: str = "", mode: str = "parallel") -> Method:
+def oracle_method(runner, head, rates, k: int, eos_id=None, label: str = ORACLE_LABEL, source: str = "",
+                  mode: str = "parallel") -> Method:
     """A bench method: the rated oracle at draft length ``k``, charged ``head``'s drafting each round in ``mode``
     (``parallel``: one pass of a P-EAGLE head; ``sequential``: K passes of an EAGLE-3 head). The draws depend on
-    ``seed`` and the prompt only, so both charges accept the same drafts in the same rounds. The reference continuation of a prompt is a plain greedy run of it, made once and untimed; where the
-    loop's output leaves it (a bf16 near-tie broken the other way), the output becomes the reference and the
-    generation is run again (:data:`ORACLE_ATTEMPTS` in all): the result kept is the last run, a complete
+    :data:`ORACLE_SEED` and the prompt only, so both charges accept the same drafts in the same rounds. The
+    reference continuation of a prompt is a plain greedy run of it, made once and untimed; where the loop's output
+    leaves it (a bf16 near-tie broken the other way), the output becomes the reference and the generation is run
+    again (:data:`ORACLE_ATTEMPTS` in all): the result kept is the last run, a complete
     generation timed on its own."""
     if mode not in FAMILY:
         raise PeagleError(f"The oracle's drafting cost is 'parallel' or 'sequential', got {mode!r}.")
@@ -117,7 +120,8 @@ def oracle_method(runner, head, rates, k: int, eos_id=None, label: str = ORACLE_
         flag = "--parallel-head" if mode == "parallel" else "--sequential-head"
         raise PeagleError(f"The oracle is charged a real {mode} head's drafting cost and needs one. Fix: pass a "
                           f"{mode} head ({flag}).")
-    drafter = RatedOracleDrafter(rates, runner.model.config.vocab_size, cost=HeadDrafter(head, mode), seed=seed)
+    drafter = RatedOracleDrafter(rates, runner.model.config.vocab_size, cost=HeadDrafter(head, mode),
+                                 seed=ORACLE_SEED)
     references: dict = {}
 
     def run(prompt, max_new):
