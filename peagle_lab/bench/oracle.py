@@ -18,9 +18,11 @@ from ..decoding.speculative import plain_generate, speculative_generate
 from .methods import Method, MethodRun, spec_stats_dict
 
 ORACLE_LABEL = "paper's acceptance"
-# how each drafting mode is charged, in a method's name and family: the parallel charge keeps the plain name
-COST_SUFFIX = {"parallel": "", "sequential": ", sequential drafting"}
-FAMILY = {"parallel": "oracle", "sequential": "oracle-sequential"}
+# per drafting mode the oracle is charged in: (suffix of the method's name, family, what a round costs, the bench
+# flag of the head it needs); the parallel charge keeps the plain name
+CHARGES = {"parallel": ("", "oracle", "one parallel head pass per round", "--parallel-head"),
+           "sequential": (", sequential drafting", "oracle-sequential", "K sequential head passes per round",
+                          "--sequential-head")}
 # In bf16 the verification of K+1 tokens can break a near-tie the other way than plain decoding did; after such a
 # divergence the plain run is no longer the continuation being verified and every later draft would be rejected.
 # The oracle then takes its own output as the reference and decodes again, at most this many times in all.
@@ -114,10 +116,10 @@ def oracle_method(runner, head, rates, k: int, eos_id=None, label: str = ORACLE_
     leaves it (a bf16 near-tie broken the other way), the output becomes the reference and the generation is run
     again (:data:`ORACLE_ATTEMPTS` in all): the result kept is the last run, a complete
     generation timed on its own."""
-    if mode not in FAMILY:
+    if mode not in CHARGES:
         raise PeagleError(f"The oracle's drafting cost is 'parallel' or 'sequential', got {mode!r}.")
+    suffix, family, cost, flag = CHARGES[mode]
     if head is None:
-        flag = "--parallel-head" if mode == "parallel" else "--sequential-head"
         raise PeagleError(f"The oracle is charged a real {mode} head's drafting cost and needs one. Fix: pass a "
                           f"{mode} head ({flag}).")
     drafter = RatedOracleDrafter(rates, runner.model.config.vocab_size, cost=HeadDrafter(head, mode),
@@ -136,6 +138,5 @@ def oracle_method(runner, head, rates, k: int, eos_id=None, label: str = ORACLE_
             references[key] = list(prompt) + res.tokens  # the continuation this engine verifies
         return MethodRun(res.tokens, res.seconds, spec_stats_dict(res.stats), res.stats.target_forwards)
 
-    cost = "one parallel head pass per round" if mode == "parallel" else "K sequential head passes per round"
-    return Method(f"oracle ({label}{COST_SUFFIX[mode]}) K={k}", FAMILY[mode], k, run,
+    return Method(f"oracle ({label}{suffix}) K={k}", family, k, run,
                   info={"rates": list(rates), "source": source, "cost": cost})
