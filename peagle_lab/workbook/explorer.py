@@ -308,7 +308,10 @@ class Explorer:
         self._on_head({"new": self.head.value})
 
     def _repr_mimebundle_(self, **kwargs):
-        return self.widget._repr_mimebundle_(**kwargs)
+        bundle = self.widget._repr_mimebundle_(**kwargs)
+        if isinstance(bundle, dict):  # a static copy (no widget state) shows this sentence instead of the repr
+            bundle["text/plain"] = "[the P-EAGLE explorer widget: it draws in a live notebook]"
+        return bundle
 
     def _on_head(self, change):
         name = change["new"]

@@ -44,6 +44,23 @@ def record(**fields) -> dict:
     return report.record(f"{PREFIX}{r['head']}:{r['what']}:K={r['k']}", r)
 
 
+class Logbook:
+    """A chapter's pen for the ledger: the chapter, host and dtype are fixed once, so a teaching cell records a
+    live run with :meth:`add` naming only what varies between its runs."""
+
+    def __init__(self, chapter: str, host: str, dtype: str):
+        self.chapter, self.host, self.dtype = chapter, host, dtype
+
+    def add(self, what: str, head: str, **fields) -> dict:
+        """Record one live run: ``prompt_set``, ``prompts``, ``new_tokens``, ``k``, ``rounds`` and
+        ``acceptance_length`` as keywords; a ``stats`` keyword (anything with ``rounds`` and ``acceptance_length``,
+        such as a loop's ``stats``) stands for the last two."""
+        stats = fields.pop("stats", None)
+        if stats is not None:
+            fields.update(rounds=stats.rounds, acceptance_length=stats.acceptance_length)
+        return record(chapter=self.chapter, what=what, head=head, host=self.host, dtype=self.dtype, **fields)
+
+
 def recorded(through: str | None = None) -> list[dict]:
     """The rows the chapters recorded in this results folder (``summary.json``), in chapter order; with ``through``
     (a chapter number such as ``"05"``) only the chapters up to it, which run before it in the workbook's order,

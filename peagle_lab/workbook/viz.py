@@ -105,10 +105,9 @@ _BOX = ("font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; 
 
 
 def _span(text: str, source: int) -> str:
-    label = "target (bonus token)" if source == TARGET else f"draft slot {source}, accepted"
+    label = "target" if source == TARGET else f"slot {source}"
     shown = html.escape(text).replace("\n", "\u21b5\n")  # show line breaks
-    return (f'<span class="peagle-tok peagle-src-{source}" title="{label}" style="background:{slot_colour(source)};'
-            f'border-radius:3px; padding:1px 0; box-shadow: inset -1px 0 0 rgba(0,0,0,0.18);">{shown}</span>')
+    return f'<span class="peagle-tok" title="{label}" style="background:{slot_colour(source)}">{shown}</span>'
 
 
 def legend_html(k: int) -> str:

@@ -228,3 +228,16 @@ def test_the_box_states_the_claim_where_the_run_replayed_both_drafting_costs():
     seq = method("oracle (paper's acceptance, sequential drafting) K=7", "oracle-sequential", 7, 1.20, 3.4, rounds=40)
     assert "P-EAGLE's claim at equal acceptance" in payoff.box(e2e(*RUN["methods"], par, seq), None, "here")
     assert "P-EAGLE's claim" not in payoff.box(RUN, None, "here")
+
+
+def test_logbook_fixes_chapter_host_and_dtype_and_reads_a_loops_stats(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    monkeypatch.setenv("PEAGLE_RESULTS", str(tmp_path))
+    book = ledger.Logbook("00", host="host-a", dtype="float32")
+    r = book.add("a run", "head-x", prompt_set="one prompt", prompts=1, new_tokens=8, k=4,
+                 stats=SimpleNamespace(rounds=5, acceptance_length=1.6))
+    assert (r["chapter"], r["host"], r["dtype"], r["rounds"], r["acceptance_length"]) == ("00", "host-a", "float32",
+                                                                                         5, 1.6)
+    with pytest.raises(PeagleError, match="missing"):
+        book.add("no k", "head-x", prompt_set="one prompt", prompts=1, new_tokens=8, rounds=1, acceptance_length=1.0)

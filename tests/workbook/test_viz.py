@@ -175,3 +175,13 @@ def test_the_explorer_names_the_target_it_runs_and_why_it_has_no_head(tiny_llama
     default.name_or_path = DEFAULT_TARGET
     name, missing = target_words(default)
     assert "embedded target" in name and missing.startswith("No shipped head")
+
+
+def test_a_static_copy_of_the_explorer_says_what_it_is_instead_of_the_widget_repr(tiny_llama, byte_tokenizer):
+    pytest.importorskip("ipywidgets")
+    from peagle_lab.workbook.explorer import explorer
+
+    ex = explorer(tiny_llama(vocab=len(byte_tokenizer)), byte_tokenizer, k=2, max_new_tokens=4)
+    bundle = ex._repr_mimebundle_()
+    assert "application/vnd.jupyter.widget-view+json" in bundle
+    assert "explorer widget" in bundle["text/plain"] and "VBox" not in bundle["text/plain"]
