@@ -19,12 +19,11 @@
 # **Goal:** understand one speculative round (draft, verify, accept, bonus, roll back) well enough to write it
 # yourself, and know exactly what "lossless" means for it.
 #
-# Plan: the idea and what P-EAGLE changes; the target, its plain greedy answer and its speed; one speculative
-# round by hand, checked against the package; an exercise on K; a map of the course.
+# Plan: the idea and what P-EAGLE changes; the target, its greedy answer and its speed; one round by hand, checked
+# against the package; acceptance length from per-draft rates; two exercises; a map of the course.
 #
-# About the numbers, once: everything here is measured live, so timings move a little between runs. The target
-# runs in fp32 on a CPU, in the GPU's own dtype on a GPU (`precision.course_dtype`). Later chapters also show
-# committed results from other machines, each labelled with its host (e.g. `cpu-epyc-avx512bf16-2c`).
+# About the numbers: everything here is measured live, so timings move a little between runs. The target runs in
+# fp32 on a CPU, in the GPU's own dtype on a GPU (`precision.course_dtype`).
 
 # %%
 # Parameters come from the environment: PEAGLE_TARGET (default: the embedded SmolLM2-135M-Instruct),
@@ -49,9 +48,7 @@ from peagle_lab import models, precision, settings
 # Each round commits 1 to K+1 tokens; their mean is the **acceptance length** (1.00 for plain decoding).
 #
 # Names used in every chapter: **draft j** (j = 1..K) is the j-th token drafted in a round, at **depth** j-1
-# (0-based, as in the training code); "slot j" is the drafter input position that drafts it. Draft j's acceptance
-# rate, given the drafts before it were accepted, is `nan` when no round reached draft j (notebook 05 prints these
-# rates). A head trained for one K can be served at another.
+# (0-based, as in the training code); "slot j" of a round is the drafter input position that drafts it.
 #
 # ### Lossless, exactly
 #
@@ -60,10 +57,9 @@ from peagle_lab import models, precision, settings
 # bits.
 #
 # - **fp32 on a CPU**: those differences stay far below the gap between two logits, and the output is
-#   **identical** to plain greedy decoding (`tests/decoding/test_speculative.py` checks K = 1 to 8 with both
-#   shipped heads).
+#   **identical** to plain greedy decoding (`tests/decoding/test_speculative.py` checks K = 1 to 8, both heads).
 # - **bf16, or fp32 on a GPU**: identical, **or** a divergence at a *near-tie*, where the plain run's top two
-#   logits are within rounding, reported with its logit margin (top-1 minus top-2); notebook 05 shows one. A
+#   logits are within rounding, reported with its logit margin (top-1 minus top-2; notebook 05 shows one). A
 #   divergence at a margin of several logits would be a bug.
 #
 # Lossless keeps the target's answer, right or wrong: the plain answer below is not correct code (it returns
@@ -82,8 +78,8 @@ from peagle_lab import models, precision, settings
 #
 # The vLLM blog (post "P-EAGLE", 2026-03-13; paper arXiv 2602.01469) reports, for GPT-OSS-20B on one B200 at
 # batch 1 on HumanEval, both heads at K=7: P-EAGLE at 1.55x EAGLE-3's speed, acceptance length 3.94 vs 3.03.
-# This course rebuilds the method on a model small enough for a laptop. The illustrative diagram has verifying K=4
-# drafts cost 1.3 target forwards (05 measures 1.15-1.18 on a GPU); "How fast" below measures your machine.
+# This course rebuilds the method on a model small enough for a laptop. The diagram's costs are illustrative
+# (verifying K=4 drafts at 1.3 target forwards); "How fast" below measures your machine.
 
 # %%
 from peagle_lab.workbook.diagrams import draw_drafting_schemes
@@ -175,24 +171,77 @@ with torch.no_grad():
         step[n] = statistics.median(runs)
 print(f"forward over 1 new token: {1e3 * step[1]:.1f} ms; over 6: {1e3 * step[6]:.1f} ms "
       f"(ratio {step[6] / step[1]:.2f}x); over 9: {1e3 * step[9]:.1f} ms (ratio {step[9] / step[1]:.2f}x)")
-print(f"the timing diagram above draws a K=4 verification at 1.3 decoding steps; on this machine verifying K=5 "
-      f"drafts costs {step[6] / step[1]:.2f} steps, K=8 drafts {step[9] / step[1]:.2f}")
+print(f"the diagram draws a K=4 verification at 1.3 decoding steps; here K=5 costs {step[6] / step[1]:.2f} steps, "
+      f"{'more' if step[6] / step[1] > 1.3 else 'less'} than drawn")
 print(hardware.describe(DEVICE))
-for key, value in [("target_params", n_params), ("greedy_tokens_per_s", round(tok_s, 2)),
+for key, value in [("target_params", n_params), ("greedy_tokens_per_s", round(tok_s, 2)),  # the workbook summary
                    ("forward_9_vs_1_ratio", round(step[9] / step[1], 3)), ("hardware", hardware.describe(DEVICE))]:
     record(key, value, notebook="00_overview")
 
 # %% [markdown]
-# **Reading it.** Verifying 6 or 9 tokens costs far less than 6 or 9 decoding steps, but on this CPU more than the
-# diagram's 1.3 (the ratios are printed above). A round must commit more tokens than that ratio, plus the
-# drafter's cost, to beat plain decoding. `05_parallel_vs_sequential` measures the ratio again for K = 1 to 10.
+# **Reading it.** Verifying 6 or 9 tokens costs far less than 6 or 9 decoding steps, though a CPU pays more than
+# the diagram's 1.3 (the line after the ratios compares). A round must commit more tokens than that ratio, plus the
+# drafter's cost, to beat plain decoding.
 #
 # ## One speculative round, written out
 #
 # The package's loop (`peagle_lab.decoding.speculative.speculative_generate`) fits in about 25 lines, with the
-# shipped P-EAGLE head as drafter (for another target, one trained on the spot). One convention matters, the
+# shipped P-EAGLE head as drafter (for another target, one trained on the spot). One convention comes first, the
 # **EAGLE shift**: drafter slot t holds token t+1 with the target's taps at position t, the state that predicted
-# it. Each round:
+# it. Why: when the target has just chosen token n+1, its newest state is h_n; token n+1's own state exists only
+# after the next target forward. Pairing every token with the state that predicted it makes every slot look like
+# the one that drafts. Depth is 0-based: slot j of a round drafts at depth j-1.
+
+# %%
+import matplotlib.pyplot as plt
+from matplotlib.patches import FancyBboxPatch
+
+n, k_fig = 5, 4  # 5 context positions, one round of K=4 drafts
+fig, ax = plt.subplots(figsize=(11, 4.4))
+
+
+def box(x, y, text, color, style="-"):
+    ax.add_patch(FancyBboxPatch((x - 0.42, y - 0.3), 0.84, 0.6, boxstyle="round,pad=0.02", fc=color, ec="black",
+                                lw=0.8, ls=style, zorder=2))
+    ax.text(x, y, text, ha="center", va="center", fontsize=9, zorder=3)
+
+
+def arrow(x0, y0, x1, y1, color="grey"):
+    ax.annotate("", (x1, y1), (x0, y0), arrowprops=dict(arrowstyle="->", color=color, lw=1), zorder=1)
+
+
+for t in range(1, n + 1):  # the target over the context: token x_t in, taps h_t out
+    box(t, 3, f"$x_{{{t}}}$", "white")
+    box(t, 2, f"$h_{{{t}}}$", "#f4a259")
+    arrow(t, 2.7, t, 2.3)
+box(n + 1, 3, f"$x_{{{n + 1}}}$: chosen\nfrom $h_{{{n}}}$", "white", style="--")
+arrow(n + 0.42, 2.15, n + 0.75, 2.7)
+for t in range(1, n + 1):  # drafter slot t: token t+1 (blue arrow) with the taps at t (grey arrow)
+    box(t, 0.9, f"emb($x_{{{t + 1}}}$)\n$h_{{{t}}}$", "#8cb369" if t == n else "#dde8cf")
+    arrow(t + 0.7, 2.7, t + 0.2, 1.2, "tab:blue")
+    arrow(t, 1.7, t, 1.2)
+for j in range(2, k_fig + 1):  # round slots 2..K: the mask token and the shared learned vector
+    box(n + j - 1, 0.9, "emb(MASK)\nmask_hidden", "#bfd7ea")
+for j in range(1, k_fig + 1):  # round slot j drafts token n+j+1 at depth j-1
+    box(n + j - 1, -0.2, f"$d_{j}$ = $x_{{{n + j + 1}}}$?\ndepth {j - 1}", "#fff3b0")
+    arrow(n + j - 1, 0.6, n + j - 1, 0.1)
+ax.text(1 - 0.42, -0.2, f"blue: token t+1 into slot t; grey: taps at t\nslots t=1..{n - 1}: in the drafter's KV cache",
+        va="center", fontsize=9, color="dimgrey")
+for y, label in [(3, "tokens"), (2, "target's taps\n(3 layers)"), (0.9, "drafter slots"), (-0.2, "drafts")]:
+    ax.text(0.3, y, label, ha="right", va="center", fontsize=10)
+ax.annotate("", (n + k_fig - 0.55, -0.75), (n - 0.45, -0.75), arrowprops=dict(arrowstyle="|-|", lw=1))
+ax.text(n + (k_fig - 1) / 2, -0.95, f"one parallel round: round slots 1..{k_fig}, one drafter pass", ha="center",
+        va="top", fontsize=9)
+ax.set_xticks(range(1, n + k_fig), [f"t={t}" for t in range(1, n + k_fig)])
+ax.set(xlim=(-1.2, n + k_fig - 0.4), ylim=(-1.3, 3.5), yticks=[],
+       title="The EAGLE shift: drafter slot t = [emb(token t+1), taps at t]; round slot j drafts at depth j-1")
+for side in ("left", "right", "top"):
+    ax.spines[side].set_visible(False)
+plt.show()
+
+# %% [markdown]
+# Older slots sit in the drafter's KV cache; a round feeds the newly committed slots, the last being round slot 1
+# (dark green), and K-1 mask slots. Each round:
 #
 # 1. **draft** K tokens in one drafter pass (`drafter.propose`; notebook 02 builds it by hand);
 # 2. **verify**: one target forward over the last committed token and the K drafts;
@@ -200,8 +249,8 @@ for key, value in [("target_params", n_params), ("greedy_tokens_per_s", round(to
 # 4. add the **bonus** token, the target's choice right after that prefix;
 # 5. **roll back** the target's KV cache, dropping the rejected drafts.
 #
-# The cache keeps every position, even for sliding-window layers (GPT-OSS), whose window the attention mask
-# applies, so a rollback never needs an evicted entry. The first round prints its tensors' shapes.
+# The first round prints its tensors' shapes; the cell after runs the same prompt through the package's loop and
+# its plain greedy decoding.
 
 # %%
 from transformers import DynamicCache
@@ -214,6 +263,7 @@ from peagle_lab.training import ensure_head
 head, head_info = ensure_head("parallel", model, tokenizer, TARGET)
 taps_of = lambda out: torch.cat([out.hidden_states[i] for i in head.config.aux_hidden_state_layer_ids], -1)[0]
 drafter = HeadDrafter(head)
+head_name = str(head_info["source"]).rstrip("/").split("/")[-1]
 
 
 def speculate(K, show=False):
@@ -251,51 +301,78 @@ K = 5
 tokens, per_round = speculate(K, show=True)
 print(f"{len(per_round)} rounds (target forwards after the prefill), tokens per round {per_round}")
 
-# %% [markdown]
-# Now the same prompt through the package's loop and its plain greedy decoding; the last line compares the
-# hand-written output with plain greedy.
-
 # %%
 from peagle_lab.decoding.divergence import first_divergence, lossless_regime
 from peagle_lab.decoding.speculative import plain_generate, speculative_generate
 from peagle_lab.decoding.target_runner import TargetRunner
 from peagle_lab.workbook import ledger
 
+book = ledger.Logbook("00", host=precision.host_slug(DEVICE), dtype=precision.dtype_name(model.dtype))
 runner = TargetRunner(model, head.config.aux_hidden_state_layer_ids)
 package = speculative_generate(runner, HeadDrafter(head), prompt_ids[0], k=K, max_new_tokens=NEW_TOKENS)
 plain = plain_generate(runner, prompt_ids[0], NEW_TOKENS)
 print(f"head: {head_info['source']} ({head_info['origin']}; trained for K={head_info['trained_k']}, "
       f"{head_info['num_hidden_layers']} layer, draft vocabulary {head_info['draft_vocab_size']})")
-print(f"acceptance length {sum(per_round) / len(per_round):.2f} by hand, "
-      f"{package.stats.acceptance_length:.2f} in the package's loop (this prompt, K={K}, {NEW_TOKENS} new tokens, "
-      f"{str(model.dtype).split('.')[-1]})")
+al = package.stats.acceptance_length
+print(f"acceptance length {sum(per_round) / len(per_round):.2f} by hand, {al:.2f} in the package's loop "
+      f"(this prompt, K={K}, {NEW_TOKENS} new tokens, {precision.dtype_name(model.dtype)})")
+if K + 1 in step:  # the verification's cost, measured above: a round that commits fewer tokens cannot pay
+    cost = step[K + 1] / step[1]
+    print(f"a round commits {al:.2f} tokens and its verification alone costs {cost:.2f} decoding steps: " + (
+        "speculation cannot pay here" if al < cost else f"it pays if a drafter pass costs < {al - cost:.2f} steps"))
 speedup = plain.seconds / package.seconds
 verdict = "pays" if speedup > 1.05 else "loses" if speedup < 0.95 else "breaks even (within 5%)"
 print(f"wall time, the package's loops, one run each: plain {plain.seconds:.2f} s, speculative {package.seconds:.2f} s "
       f"-> {speedup:.2f}x: speculation {verdict} here")
-print(f"tokens committed per target forward {package.stats.acceptance_length:.2f} against the K={K} "
-      f"verification's cost of {step[K + 1] / step[1]:.2f} decoding steps, measured above" if K + 1 in step else "")
 print("hand-written == package's loop:", tokens == package.tokens[:NEW_TOKENS])
-ledger.record(chapter="00", what="the hand-written round's prompt",
-              head=str(head_info["source"]).rstrip("/").split("/")[-1],
-              host=precision.host_slug(DEVICE), prompt_set="one chat prompt (prime check)", prompts=1,
-              new_tokens=NEW_TOKENS, k=K, dtype=precision.dtype_name(model.dtype), rounds=package.stats.rounds,
-              acceptance_length=package.stats.acceptance_length)
+book.add("the hand-written round's prompt", head_name, prompt_set="one chat prompt (prime check)", prompts=1,
+         new_tokens=NEW_TOKENS, k=K, stats=package.stats)  # a row of the course's acceptance-length table (05)
 print(f"regime: {lossless_regime(model.dtype, DEVICE)} ({model.dtype} on {DEVICE})")
 div = first_divergence(tokens, plain, model.dtype, DEVICE)
 print("hand-written vs plain greedy:", "identical" if div is None else div.message())
 
 # %% [markdown]
 # **Reading it.** The hand-written round, the package's loop and plain greedy decoding produce the same tokens, at
-# an acceptance length of about 1.5 tokens per round. That is too few to pay for a round (a verification plus a
-# drafter pass), so speculation loses on this prompt: the wall-time line prints the verdict, the next line the
-# two numbers behind it. `05_parallel_vs_sequential` gathers the acceptance lengths every chapter records.
+# an acceptance length of about 1.5 tokens per round. On a CPU that is less than the verification alone costs, so
+# speculation cannot pay on this prompt: the cell compares the two, and the wall time confirms it.
+#
+# ### Acceptance length, draft by draft
+#
+# Let p_j be draft j's acceptance rate among the rounds that reached it (drafts 1..j-1 all accepted); it is `nan`
+# when no round reached draft j. A round always commits its bonus token, and draft j in the share p1·p2⋯pj of
+# rounds that accept drafts 1..j, so
+#
+# **AL = 1 + p1 + p1·p2 + … + p1·p2⋯pK.**
+#
+# The cell plugs in the package run's own rates.
+
+# %%
+import math
+
+rates = package.stats.conditional_acceptance  # p_1 .. p_K
+terms, reach = [], 1.0
+for p in rates:
+    reach *= 0.0 if math.isnan(p) else p  # the share of rounds accepting drafts 1..j (a draft never reached: 0)
+    terms.append(reach)
+al_formula = 1 + sum(terms)
+print("rates:", "  ".join(f"p{j}={p:.3f}" for j, p in enumerate(rates, 1)))
+print(f"AL = 1 + {' + '.join(f'{t:.3f}' for t in terms)} = {al_formula:.3f}; measured: {al:.3f}")
+print("equal: p1⋯pj is exactly the share of rounds that accepted draft j" if abs(al_formula - al) < 5e-4 else
+      f"{al_formula - al:+.3f} apart: a round that drafted fewer than K (near the token budget) and accepted them "
+      "all reached no further draft, so the next rate counts fewer rounds and the product overstates a little")
+if al_formula > 1:
+    print(f"draft 1 supplies {terms[0] / (al_formula - 1):.0%} of the {al_formula - 1:.3f} extra tokens a round "
+          "commits over plain decoding")
+
+# %% [markdown]
+# **Reading it.** The terms shrink fast: most of the gain comes from draft 1 (the last line says how much), and a
+# draft no round reached prints `nan` and adds nothing.
 #
 # ### When the drafts are easy
 #
-# Acceptance depends on the text, and a list of consecutive numbers is text the target writes predictably. The
-# cell times plain decoding, the P-EAGLE head and the EAGLE-3 head (sequential drafting) on such a prompt at the
-# same K, interleaved, median of three, and checks each output against plain greedy.
+# Acceptance depends on the text, and a list of consecutive numbers is predictable. The cell times plain decoding
+# and both heads (P-EAGLE; EAGLE-3, drafting sequentially) on such a prompt at the same K, interleaved, median of
+# three, and checks each against plain greedy.
 
 # %%
 easy_ids = torch.tensor(chat_ids(tokenizer, "List the numbers from 100 to 130, one per line."))
@@ -321,15 +398,13 @@ for name in ("P-EAGLE", "EAGLE-3"):
     print(f"{name} K={K}: acceptance length {r.stats.acceptance_length:.2f} over {r.stats.rounds} rounds, "
           f"{sec:.2f} s against plain {easy_plain:.2f} s (medians of 3) -> {gain:.2f}x: speculation {verdict}; "
           f"identical to plain greedy: {r.tokens[:NEW_TOKENS] == easy_out['plain'].tokens[:NEW_TOKENS]}")
-    ledger.record(chapter="00", what="predictable text", head=easy_heads[name], host=precision.host_slug(DEVICE),
-                  prompt_set="one list prompt (numbers 100 to 130)", prompts=1, new_tokens=NEW_TOKENS, k=K,
-                  dtype=precision.dtype_name(model.dtype), rounds=r.stats.rounds,
-                  acceptance_length=round(r.stats.acceptance_length, 4))
+    book.add("predictable text", easy_heads[name], prompt_set="one list prompt (numbers 100 to 130)", prompts=1,
+             new_tokens=NEW_TOKENS, k=K, rounds=r.stats.rounds, acceptance_length=round(r.stats.acceptance_length, 4))
 
 # %% [markdown]
-# **Reading it.** On predictable text EAGLE-3 commits nearly 4 tokens a round (3.92) and speculation pays clearly
-# even on this CPU, with the output still identical to plain greedy. P-EAGLE reaches only about 2, too few for a clear
-# gain (its line prints the verdict). The gap is in the deep drafts: EAGLE-3 drafts each token from its own
+# **Reading it.** On predictable text EAGLE-3 commits nearly 4 tokens a round and speculation pays clearly even on
+# a CPU, with the output still identical to plain greedy. P-EAGLE reaches only about 2, too few for a clear gain
+# (its line prints the verdict). The gap is in the deep drafts: EAGLE-3 drafts each token from its own
 # previous draft, P-EAGLE drafts slots 2..K from mask stand-ins. Closing it is what `03` and `04` train for.
 #
 # ### Exercise: change K
@@ -339,11 +414,10 @@ for name in ("P-EAGLE", "EAGLE-3"):
 #
 # <details><summary>Answer</summary>
 #
-# At K = 1 a round commits at most 2 tokens, so it takes more rounds than K = 5 (33 against 32 in the saved run;
-# acceptance length 1.42 against 1.47). A larger K does not help: K = 10 takes the same 32 rounds as K = 5,
-# because no round commits more than 4 tokens (3 accepted drafts plus the bonus), so drafts 4 to 10 are never
-# accepted on this prompt, while each verification grows from 6 rows to 11 (drafts beyond 8, the head's trained
-# K, were never trained at all). The tokens never change: `identical to plain greedy: True`.
+# At K = 1 a round commits at most 2 tokens, so it needs more rounds than K = 5, but only a few: at K = 5 most
+# rounds commit 1 or 2 tokens anyway (printed above). K = 10 takes the same rounds as K = 5: a slot sees only the
+# slots before it, so K = 10's first 5 drafts are K = 5's, and no round at K = 5 accepted draft 4 (`max per
+# round 4`: 3 drafts plus the bonus); each verification just grows from 6 rows to 11. The tokens never change.
 #
 # </details>
 
@@ -352,21 +426,18 @@ for K_TRY in (1, 10):  # the two values of the exercise; edit to try others
     tokens_try, rounds_try = speculate(K_TRY)
     print(f"K={K_TRY}: {len(rounds_try)} rounds, acceptance length {sum(rounds_try) / len(rounds_try):.2f}, "
           f"max per round {max(rounds_try)}; identical to plain greedy: {tokens_try == plain.tokens}")
-    ledger.record(chapter="00", what=f"exercise, the hand-written round at K={K_TRY}",
-                  head=str(head_info["source"]).rstrip("/").split("/")[-1], host=precision.host_slug(DEVICE),
-                  prompt_set="one chat prompt (prime check)", prompts=1, new_tokens=NEW_TOKENS, k=K_TRY,
-                  dtype=precision.dtype_name(model.dtype), rounds=len(rounds_try),
-                  acceptance_length=round(sum(rounds_try) / len(rounds_try), 4))
+    book.add(f"exercise, the hand-written round at K={K_TRY}", head_name, prompt_set="one chat prompt (prime check)",
+             prompts=1, new_tokens=NEW_TOKENS, k=K_TRY, rounds=len(rounds_try),
+             acceptance_length=round(sum(rounds_try) / len(rounds_try), 4))
 print(f"(K={K}, above: {len(per_round)} rounds, acceptance length {sum(per_round) / len(per_round):.2f})")
 
 # %% [markdown]
 # ### Exercise: write the acceptance rule yourself
 #
-# Step 3 and 4 of the round are the whole of greedy verification. Replace the body of `my_accept` below: given the
+# Steps 3 and 4 are the whole of greedy verification. Replace the body of `my_accept` below: given the
 # K drafts and the target's greedy token at each of the K + 1 verified positions (`choice[j]` is its token after
 # the first j drafts), return what the round commits: the accepted drafts, then the bonus token. The cell checks
-# your rule against the package's (`peagle_lab.decoding.sampling.accept_greedy`) on 500 random rounds; until you
-# write it, it says so.
+# your rule against the package's (`peagle_lab.decoding.sampling.accept_greedy`) on 500 random rounds.
 #
 # <details><summary>Answer</summary>
 #
@@ -415,7 +486,7 @@ except NotImplementedError as exc:
 #
 # | notebook | question it answers |
 # |---|---|
-# | `00_overview` | What is speculative decoding, what does P-EAGLE change, what does lossless mean? (this one) |
+# | `00_overview` | What is speculative decoding, what does P-EAGLE change, what does lossless mean? |
 # | `01_hidden_states` | What does the drafter read: the three tapped layers, their cost on disk, extraction |
 # | `02_mask_tokens` | How one pass drafts K tokens: mask token, `mask_hidden`, the attention layout |
 # | `03_train_head` | Training a P-EAGLE head: self-distilled data, the draft vocabulary (`d2t`/`t2d`), COD sampling, per-depth loss |
@@ -426,15 +497,15 @@ except NotImplementedError as exc:
 #
 # ### Questions users of EAGLE, SpecForge and vLLM keep asking
 #
-# (SpecForge is SGLang's framework for training EAGLE drafters; vLLM the serving engine of notebook 06.)
+# (SpecForge: SGLang's framework for training EAGLE drafters; vLLM: the serving engine of notebook 06.)
 #
 # | question | answered in |
 # |---|---|
-# | 1. I have my own model and chat template: what matters? | `04_scale_and_acceptance`, "Your own model" (a tiny Qwen3 target) |
+# | 1. I have my own model and chat template: what matters? | `04_scale_and_acceptance`, "Your own model" |
 # | 2. How much storage do features take; online or offline; bf16 or fp32? | `01_hidden_states`, disk cost; `03_train_head` |
-# | 3. Why is my acceptance length below the paper's? | `04_scale_and_acceptance` (the shipped heads, the learning curve) |
-# | 4. What is acceptance length, and why are some slots `nan`? | `00_overview`, "Speculative decoding"; `05_parallel_vs_sequential`, per-position acceptance |
-# | 5. How do I convert a head for vLLM? | `06_vllm_deploy`, the export (`d2t`, the config vLLM reads) |
+# | 3. Why is my acceptance length below the paper's? | `04_scale_and_acceptance` |
+# | 4. What is acceptance length, and why are some slots `nan`? | `00_overview`, "Acceptance length, draft by draft"; `05_parallel_vs_sequential` |
+# | 5. How do I convert a head for vLLM? | `06_vllm_deploy`, the export |
 # | 6. What are `d2t`, `t2d` and the draft vocabulary? | `03_train_head`, `d2t` and `t2d` |
 # | 7. Should the target regenerate the training answers? | `03_train_head`, self-distillation |
 # | 8. Why no speed-up at large batch, and what does tensor parallelism do? | `06_vllm_deploy`, load and tensor parallelism |
@@ -449,7 +520,8 @@ except NotImplementedError as exc:
 #   on both prompts.
 # - Speculation pays only when a round commits more than it costs: on the chat prompt, at about 1.5 tokens a round,
 #   it loses; on the number list, EAGLE-3's nearly 4 tokens a round pay clearly.
-# - A larger K does not rescue weak drafts: K = 10 takes as many rounds as K = 5. Raising acceptance is what the
-#   rest of the course is about.
+# - AL = 1 + p1 + p1·p2 + …: a deep draft counts only when every draft before it is accepted, so a larger K does
+#   not rescue weak drafts (K = 10 takes as many rounds as K = 5). Raising acceptance is what the rest of the
+#   course is about.
 #
 # Next: `01_hidden_states`, the features every EAGLE-3 and P-EAGLE drafter reads.

@@ -19,7 +19,7 @@
 # **Goal:** train a P-EAGLE head on this machine, building each ingredient in view: the target's own answers,
 # the draft vocabulary, the tapped features, and one training row holding every depth at once.
 #
-# The plan, one section each:
+# One section each:
 #
 # 1. **data**: training prompts answered by the target itself (should it? question 7);
 # 2. **draft vocabulary**: the tokens the head may propose, and the `d2t` / `t2d` maps (question 6);
@@ -27,9 +27,9 @@
 #    question 2);
 # 4. **training**: every depth of a packed row in one step, the per-depth loss, checkpoints and resume.
 #
-# Depth is 0-based: depth d trains draft slot d + 1. Live cells run on this machine (float32 on a CPU) and their
-# losses vary a little between runs; the studies are read from `data/`, trained once on the host their caption
-# names. The shipped heads were trained with the same code (`peagle-lab distill`, `peagle-lab train`).
+# Depth is 0-based: depth d trains draft slot d + 1. Live cells run on this machine and their losses vary a little
+# between runs; the studies are read from `data/`, trained once on the host their caption names. The shipped
+# heads were trained with the same code (`peagle-lab distill`, `peagle-lab train`).
 
 # %% tags=["nbval-ignore-output"]
 # Parameters come from the environment: PEAGLE_TARGET (default: the embedded SmolLM2-135M-Instruct),
@@ -56,10 +56,9 @@ model, tokenizer = models.load_target(TARGET, device=DEVICE, dtype=precision.cou
 # ```
 #
 # The first cell reads that file (shipped for the embedded target) and shows one prompt with its answer. The
-# second reads the larger **scale mix** of prompts (`data/prompts/scale.jsonl`, eight kinds, from code writing to
-# small data tables), whose held-out split is never trained on, and the whole mix self-distilled (the
-# `.jsonl.gz`). Then it lists, from each shipped head's record (`training.json`), the runs that trained it: data,
-# records, and tokens seen per run and in all (the x axis of 04's learning curves).
+# second reads the larger **scale mix** (`data/prompts/scale.jsonl`, eight kinds of prompt, a held-out split never
+# trained on) and its self-distilled answers, then lists from each shipped head's `training.json` the runs that
+# trained it, with the tokens each saw.
 
 # %% tags=["smollm2-fact", "nbval-check-output"]
 path, meta, records, shipped = distilled_data(model, tokenizer, None if models.is_default_target(TARGET)
@@ -129,17 +128,32 @@ for kind, head_dir in SHIPPED.items():
 # ### Should the target write the answers itself? (question 7)
 #
 # An equal-budget study (`peagle-lab study self-distill`) answers it. The same prompts, each asking for one
-# function of Python's standard library, are answered once by people (the library's own source: the `human
-# answers` row) and once by the target. A head is trained on each for the same number of steps, two seeds each,
-# and scored on held-out prompts. The labels are the target's greedy tokens in both arms: only the text the head
-# reads differs. The columns are those of notebook 02's mask study (held-out AL, seed spread, tokens seen,
-# acceptance of slots 1 / 2 / 3); the data and held-out prompts differ from 02's, so the acceptance lengths are
-# not comparable across the two studies.
+# function of Python's standard library, are answered once by people (the library's own source: `human answers`)
+# and once by the target; a head is trained on each for the same steps, two seeds each, and scored on held-out
+# prompts. The labels are the target's greedy tokens in both arms: only the text the head reads differs. The
+# columns are notebook 02's, on other data (the ALs do not compare with 02's). `compare_arms` applies the rule: a
+# gap between two arms counts only beyond the larger seed spread.
 
 # %% tags=["nbval-ignore-output"]
 from IPython.display import Markdown, display
 
 from peagle_lab.experiments import studies
+
+
+def compare_arms(runs, a_name, b_name):
+    """Two arms differ only if the gap between their mean held-out ALs exceeds the larger seed spread (both
+    compared at the three decimals printed). Returns the gap and whether it is beyond the spread."""
+    arms = {r["setting"]: r for r in studies.summarize(runs)}
+    a, b = arms[a_name], arms[b_name]
+    gap, spread = a["acceptance_length"] - b["acceptance_length"], max(a["seed_spread"], b["seed_spread"])
+    tokens = runs[0]["val_prompts"] * runs[0]["max_new_tokens"]  # per run; a round commits AL of them
+    for r in (a, b):
+        print(f"{r['setting']}: AL {r['acceptance_length']:.3f}, seed spread {r['seed_spread']:.3f}; slot 1 accepted "
+              f"at {r['slots_1_3'][0]:.2f} in at most about {tokens / r['acceptance_length']:.0f} rounds per run")
+    beyond = round(abs(gap), 3) > round(spread, 3)
+    print(f"gap {gap:+.3f} tokens per round, {'beyond' if beyond else 'within'} the larger seed spread ({spread:.3f})")
+    return gap, beyond
+
 
 sd_host, sd_runs = studies.committed("self-distill")
 print(committed_label("The self-distillation study", sd_host))
@@ -147,14 +161,15 @@ display(Markdown(studies.summary_markdown(sd_runs)))
 if sd_runs:
     seen = [r["tokens_seen"] for r in sd_runs]
     print(f"tokens seen per run: {min(seen):,} to {max(seen):,} "
-          f"({100 * (max(seen) - min(seen)) / min(seen):.1f}% apart; the same {sd_runs[0]['steps']} steps each)")
-    print("\n".join(studies.verdict_lines(sd_runs)))
+          f"({100 * (max(seen) - min(seen)) / min(seen):.1f}% apart; the same {sd_runs[0]['steps']} steps each)\n")
+    gap, beyond = compare_arms(sd_runs, "target's own answers", "human answers")
+    print("verdict: " + (f"the target's own answers win by {gap:.3f} tokens per round" if beyond and gap > 0
+                         else "the seeds cannot separate the two arms"))
 
 # %% [markdown]
 # **Reading it.** The target's own answers win: 1.380 against 1.245 tokens per round, a gap of 0.135, beyond both
-# seed spreads (0.052 and 0.006), and slot 1 is accepted at 0.33 against 0.23 (in at most about 742 and 823 rounds
-# per run). The library's source is not written the way the target writes, so let the target regenerate the
-# answers when you can afford the generation.
+# seed spreads (0.052 and 0.006), and slot 1 is accepted at 0.33 against 0.23. The library's source is not
+# written the way the target writes, so let the target regenerate the answers when you can afford it.
 #
 # ## 2 · Draft vocabulary
 #
@@ -185,7 +200,7 @@ for size in [n for n in (1024, 2048, 4096, 8192, 16384) if n < V] + [V]:
 #
 # A checkpoint carries two maps that vLLM reads: draft id `i` stands for target id `i + d2t[i]`, and `t2d` marks
 # the target ids the head can emit. A toy draft vocabulary of 8 ids shows both. The `lm_head` must have one row
-# per draft id: the second cell cuts 96 rows off the shipped head's, and the export check refuses it, naming the
+# per draft id: the cell then cuts 96 rows off the shipped head's, and the export check refuses it, naming the
 # tensor and both shapes, before vLLM would fail or draft from the wrong rows.
 
 # %% tags=["smollm2-fact", "nbval-check-output"]
@@ -197,12 +212,10 @@ for i, (tid, off) in enumerate(zip(toy.tolist(), d2t.tolist())):
     print(f"draft id {i}: target id {tid:>5} = {i} + d2t[{i}] (= {off:>5})   {tokenizer.decode([tid])!r}")
 print(f"t2d: {t2d.dtype}, {t2d.numel():,} entries (one per target id), True at {t2d.nonzero().flatten().tolist()}")
 
-# %% tags=["nbval-check-output"]
 from safetensors.torch import load_file
 
 from peagle_lab.drafter import PEagleConfig
 from peagle_lab.errors import PeagleError
-from peagle_lab.drafter.heads import SHIPPED
 from peagle_lab.serving.validation import validate_head
 
 shipped_cfg = PEagleConfig.from_dir(SHIPPED["parallel"])
@@ -217,19 +230,18 @@ except PeagleError as exc:
 # ## 3 · Features
 #
 # For every position `t` the trainer needs the three tapped residual streams `h_t` (3H) and the target's greedy
-# label `y_t`. Both come from one forward pass of the frozen target per sequence, cached as shards under
-# `$PEAGLE_RESULTS/features/` for later runs.
+# label `y_t`. Both come from one forward of the frozen target per sequence, cached under
+# `$PEAGLE_RESULTS/features/`.
 #
 # ### Online or offline, bf16 or fp32? (question 2)
 #
 # Offline features are computed once and read back for every epoch and every head; online features cost a target
-# forward each time a sequence is used, but no disk. Storing the taps in bf16 halves the disk and keeps 8
-# significant bits. The cell prepares the training sequences, then tries all three ways on a few of them.
+# forward each time a sequence is used, but no disk. Taps stored in bf16 keep 8 significant bits. The cell
+# prepares the training sequences, then tries all three ways on a few of them.
 
 # %% tags=["nbval-ignore-output"]
 from peagle_lab.drafter.heads import target_slug
 from peagle_lab.settings import results_dir
-from peagle_lab.memory import release
 from peagle_lab.training import (TrainConfig, Trainer, TrainerOptions, draft_vocab_size_for, final_accuracy, plan_row,
                                  prepare_sequences)
 
@@ -241,7 +253,6 @@ print(f"{len(seqs)} sequences, {sum(len(s['input_ids']) for s in seqs):,} tokens
 
 import tempfile
 import time
-from pathlib import Path
 
 from peagle_lab.features import ExtractionSettings, extract_features, load_features, sequence_features
 
@@ -264,14 +275,14 @@ print(f"{len(few)} sequences, {n_tok:,} tokens")
 for r in rows:
     print(f"{r['way']:34s} {n_tok / r['seconds']:>10,.0f} tokens/s   disk {r['disk'] / n_tok:>7,.0f} B/token   "
           f"largest error {r['err']:.1e} (relative to the largest tap)")
-print(f"reading back the bf16 shards: {rows[0]['seconds'] / rows[2]['seconds']:,.0f}x the online rate")
+print(f"bf16 shards: read back {rows[0]['seconds'] / rows[2]['seconds']:,.0f}x faster than the online forward, "
+      f"on {rows[2]['disk'] / rows[1]['disk']:.2f}x float32's disk")
 
 # %% [markdown]
-# **Reading it.** Reading features back is orders of magnitude faster than the target forward it replaces (the
-# last line prints the ratio), and bf16 halves the disk (3,465 against 6,921 bytes per token) at a largest error
-# of about 2e-3 of the largest tap. Does that rounding cost acceptance? The storage study (`peagle-lab study
-# storage`) retrains the mask study's learned variant (notebook 02, float32 taps) on bf16 taps, with the same
-# settings and seeds:
+# **Reading it.** Reading features back is orders of magnitude faster than the target forward it replaces, and
+# bf16 halves the disk (about 3.5 against 6.9 kB per token) at a largest error of about 2e-3 of the largest tap.
+# Does that rounding cost acceptance? The storage study (`peagle-lab study storage`) retrains the mask study's
+# learned variant (notebook 02, float32 taps) on bf16 taps, with the same settings and seeds:
 
 # %% tags=["nbval-ignore-output"]
 st_host, st_runs = studies.committed("storage")
@@ -280,8 +291,10 @@ print(committed_label("The storage study", st_host))
 fp32_arm = [dict(r, name=r["name"].replace("learned (P-EAGLE)", "float32 taps"))
             for r in mk_runs if r["name"].startswith("learned (P-EAGLE)")]
 display(Markdown(studies.summary_markdown(fp32_arm + st_runs)))
-print("training data (taps dtype) per arm:", {r["name"]: r.get("data") for r in fp32_arm + st_runs})
-print("\n".join(studies.verdict_lines(fp32_arm + st_runs)))
+print("taps dtype per arm:", {r["name"].split(" (seed")[0]: r.get("data") for r in fp32_arm + st_runs}, "\n")
+gap, beyond = compare_arms(fp32_arm + st_runs, "bfloat16 taps", "float32 taps")
+print("verdict: " + (f"bf16 taps change AL by {gap:+.3f}, beyond the seeds' noise" if beyond
+                     else "bf16 taps cost no acceptance the seeds can measure"))
 
 # %% [markdown]
 # **Reading it.** bf16 taps cost nothing measurable: AL 1.210 against 1.211 for float32 taps, a gap of 0.001
@@ -292,32 +305,19 @@ print("\n".join(studies.verdict_lines(fp32_arm + st_runs)))
 #
 # ### One training row, planned by hand
 #
-# A packed row holds several sequences back to back, positions restarting with each. Its **depth-0 elements** are
-# all positions with a next token; the **anchors** among them (the last prompt position and the response) are
+# A packed row holds sequences back to back, positions restarting with each. Its **depth-0 elements** are all
+# positions with a next token; the **anchors** among them (the last prompt position and the response) are
 # trained, the rest are context. Element `(a, d)` sits at position `a + d` and predicts `y[a+d+1]`; an anchor too
-# near its sequence's end drops out. **COD** (notebook 02) picks the anchors of depth `d ≥ 1`: it keeps
-# `round(anchors × max(ratio^d, min_ratio))` of those kept at depth `d - 1`, so the sets are nested and the deep
-# depths cost a fraction of depth 0. The cell writes this in about 25 lines (`plan_row_by_hand`) and checks that,
-# with the same seed, the package's `plan_row` picks the same elements at every depth.
-#
-# ### Exercise: predict the size of a row
-#
-# The cell plans one row of two sequences with the shipped recipe's COD (`RATIO = 0.7`, floor `MIN_RATIO = 0.2`,
-# 8 depths), then with `RATIO = 0.5`, then with 4 depths. Predict the elements per depth and in all for each,
-# then try other settings.
-#
-# <details><summary>Answer</summary>
-#
-# Depth 0 never changes: 446 elements (every position with a next token), 320 of them trained anchors. With 0.7
-# each deeper depth keeps about 0.7 times the one above (222, 154, 107, 74) until the floor, 20% of the anchors
-# (64, less the few near a sequence's end), holds it at 60: 1,183 elements in all. With 0.5 the counts halve
-# (159, 78) and reach the floor from depth 3 on (0.5³ = 0.125 < 0.2): 993 in all. With 4 depths the row is the
-# first four entries of the 8-depth row, since the same seed draws the same subsets: 929 in all. A step costs
-# what its elements cost, so COD makes K depths far cheaper than K times one.
-#
-# </details>
+# near its sequence's end drops out. **COD** (notebook 02) keeps at depth `d ≥ 1` a random share `ratio^d` of the
+# anchors (never under a floor), drawn from those kept at depth `d - 1`: the sets are nested, and the deep depths
+# cost a fraction of depth 0. `plan_row_by_hand` lays out a row, takes the COD draw from the package's
+# `cod_sample` (the exercise writes it), and must pick the same elements as `plan_row` at every depth, for the
+# shipped recipe (ratio 0.7, floor 0.2, 8 depths), ratio 0.5 and 4 depths.
 
 # %% tags=["smollm2-fact", "nbval-check-output"]
+from peagle_lab.training.cod import cod_sample, cod_sizes
+
+
 def plan_row_by_hand(row, num_depths, ratio, min_ratio, generator):
     """A packed row's training elements, depth by depth: one dict of tensors per depth (g: the element's index among
     depth 0's; seq; anchor_pos a; pos a + d; flat: where x_{a+d+1} and its label y_{a+d+1} sit in the row)."""
@@ -334,11 +334,9 @@ def plan_row_by_hand(row, num_depths, ratio, min_ratio, generator):
     seq, pos, flat, end, anchor = (torch.cat(v) for v in (seq, pos, flat, end, anchor))
     depths = [dict(g=torch.arange(len(seq)), seq=seq, anchor_pos=pos, pos=pos, flat=flat, loss=anchor)]
     anchors = anchor.nonzero().squeeze(1)  # depth-0 indices of the anchors
-    kept = torch.arange(len(anchors))  # COD: the anchors kept at the depth before (all, at depth 0)
+    kept = cod_sample(len(anchors), num_depths, ratio, min_ratio, generator)  # per depth: which anchors (exercise)
     for d in range(1, num_depths):
-        n = max(1, round(len(anchors) * max(ratio ** d, min_ratio)))  # a share ratio^d, never under the floor
-        kept = kept[torch.randperm(len(kept), generator=generator)[:n]].sort().values  # nested in the depth before
-        g = anchors[kept]
+        g = anchors[kept[d]]
         g = g[flat[g] + d < end[g]]  # the label y_{a+d+1} must exist: anchors near a sequence's end drop out
         if len(g) == 0:
             break
@@ -347,7 +345,7 @@ def plan_row_by_hand(row, num_depths, ratio, min_ratio, generator):
 
 
 MIN_RATIO = 0.2
-for RATIO, NUM_DEPTHS in ((0.7, 8), (0.5, 8), (0.7, 4)):  # the shipped recipe, then the exercise; edit to try others
+for RATIO, NUM_DEPTHS in ((0.7, 8), (0.5, 8), (0.7, 4)):  # the shipped recipe, a steeper ratio, fewer depths
     mine = plan_row_by_hand(seqs[:2], NUM_DEPTHS, RATIO, MIN_RATIO, generator=torch.Generator().manual_seed(0))
     pkg = plan_row(seqs[:2], NUM_DEPTHS, RATIO, MIN_RATIO, generator=torch.Generator().manual_seed(0))
     same = len(mine) == len(pkg.depths) and all(torch.equal(m[k], getattr(p, k))
@@ -360,13 +358,71 @@ print(f"a row of 2 sequences ({len(plan.x)} tokens): depth 0 trains {int(plan.de
       f"are context only")
 
 # %% [markdown]
+# ### Exercise: write the COD sampler
+#
+# Write `my_cod_sample(num_anchors, num_depths, ratio, min_ratio, generator)`, a list of sorted index tensors:
+# depth 0 keeps all of `range(num_anchors)`, depth `d` keeps `n_d = max(1, round(num_anchors × max(ratio^d,
+# min_ratio)))` drawn uniformly from those depth `d - 1` kept. Drawn as the package draws (`torch.randperm` with
+# the generator given), it picks the very anchors `cod_sample` picks on 200 random rows; any uniform draw passes
+# the rule: sizes, nesting, and each anchor kept at depth `d` in `n_d / num_anchors` of 4,000 rows, within 0.05.
+#
+# <details><summary>Answer</summary>
+#
+# ```python
+# def my_cod_sample(num_anchors, num_depths, ratio, min_ratio, generator):
+#     kept = [torch.arange(num_anchors)]
+#     for d in range(1, num_depths):
+#         n = max(1, round(num_anchors * max(ratio ** d, min_ratio)))
+#         kept.append(kept[-1][torch.randperm(len(kept[-1]), generator=generator)[:n]].sort().values)
+#     return kept
+# ```
+#
+# The count is a share of **all** anchors, but the draw is from the depth before: the mask slot of anchor `a` at
+# depth `d` attends to its slots at the depths before, so they must exist. Keeping the first `n` would train the
+# deep depths on the row's first anchors only; the per-anchor share catches that.
+#
+# </details>
+
+# %%
+import random
+
+
+def my_cod_sample(num_anchors, num_depths, ratio, min_ratio, generator):
+    """The anchors each depth keeps: a list of sorted index tensors, depth 0 = all of range(num_anchors)."""
+    raise NotImplementedError("write me: about five lines")
+
+
+try:
+    rng, same = random.Random(0), 0
+    for i in range(200):  # random rows (anchors, depths, ratio, floor), the same seeded generator for both
+        args = (rng.randint(1, 400), rng.randint(2, 8), rng.uniform(0.3, 1.0), rng.uniform(0.0, 0.5))
+        mine = my_cod_sample(*args, generator=torch.Generator().manual_seed(i))
+        pkg = cod_sample(*args, generator=torch.Generator().manual_seed(i))
+        same += len(mine) == len(pkg) and all(torch.equal(m, p) for m, p in zip(mine, pkg))
+    N, K, ROWS = 30, 6, 4000  # the rule, whatever the draw: sizes, nesting, each anchor's share per depth
+    sizes = cod_sizes(N, K, 0.7, 0.2)  # n_d per depth
+    times_kept, right = torch.zeros(K, N), 0
+    for i in range(ROWS):
+        mine = my_cod_sample(N, K, 0.7, 0.2, generator=torch.Generator().manual_seed(i))
+        right += [len(k) for k in mine] == sizes and all(set(b.tolist()) <= set(a.tolist())
+                                                         for a, b in zip(mine, mine[1:]))
+        for d, k in enumerate(mine):
+            times_kept[d, k] += 1
+    worst = (times_kept / ROWS - torch.tensor(sizes)[:, None] / N).abs().max().item()
+    print(f"the same anchors as cod_sample (same generator) on {same} of 200 random rows")
+    print(f"over {ROWS:,} rows of {N} anchors: sizes {sizes} and nesting right on {right:,}; largest gap between an "
+          f"anchor's share of rows and n_d / {N}: {worst:.3f} (allowed 0.05) -> "
+          + ("the rule holds" if right == ROWS and worst < 0.05 else "not COD yet"))
+except NotImplementedError as exc:
+    print(f"my_cod_sample is not written yet ({exc}); the answer is folded above the cell")
+
+# %% [markdown]
 # ### The training forward, depth by depth, by hand
 #
-# A training step runs the head (untrained here, as a run starts) over the planned elements **depth by depth
-# through one drafter KV cache**. Depth 0 reads every position (token `x[t+1]`, fused taps of `t`); each deeper
-# depth adds one mask slot per kept anchor, whose keys and values join the same cache. Which keys a query may
-# read is notebook 02's rule, here one boolean expression; the layers are the package's, and `RowCache` stands
-# in for its KV cache.
+# A training step runs the head (untrained here) over the planned elements **depth by depth through one drafter
+# KV cache**. Depth 0 reads every position (token `x[t+1]`, fused taps of `t`); each deeper depth adds one mask
+# slot per kept anchor, whose keys and values join the same cache. Which keys a query may read is notebook 02's
+# rule, here one boolean expression; the layers are the package's, and `RowCache` stands in for its KV cache.
 #
 # The loss is each depth's cross-entropy over its trained anchors against the target's token `d + 1` past the
 # anchor (labels outside the draft vocabulary are skipped), averaged over the depths. The second cell compares
@@ -409,6 +465,8 @@ def run_depths_by_hand(tr, plan):
     return out
 
 # %% tags=["nbval-ignore-output"]
+import math
+
 import torch.nn.functional as F
 
 cfg = TrainConfig(mode="parallel", num_depths=8, layers=1, draft_vocab_size=draft_vocab_size_for(model, 8192),
@@ -430,23 +488,24 @@ with torch.no_grad():
               f"{int(keep.sum()):4d} with a label in the draft vocabulary, cross-entropy {by_hand[-1]:.3f}")
     loss, _ = module(row)
 print(f"largest logit difference, by hand vs DraftTrainer.run_depths: {fwd_gap:.1e}")
-print(f"mean over depths {torch.stack(by_hand).mean():.4f}; DraftTrainer.forward on the same row {loss:.4f}")
-del module, logits, pkg_logits  # one head in training at a time: an 8B target's head and its optimizer take ~7 GB
-release()
+print(f"mean over depths {torch.stack(by_hand).mean():.4f}; DraftTrainer.forward on the same row {loss:.4f}; "
+      f"a uniform guess over the {cfg.draft_vocab_size} draft ids: ln {cfg.draft_vocab_size} = "
+      f"{math.log(cfg.draft_vocab_size):.2f}")
+del module
 
 # %% [markdown]
 # **Reading it.** The hand-written forward and loss match the trainer's (the check cell below tests them against
-# 1e-4). The untrained head's cross-entropies sit far above a uniform guess's ln(8192) = 9.0; section "Train,
-# interrupt, resume" says why.
+# 1e-4). The untrained head's cross-entropies sit far above a uniform guess's ("Train, interrupt, resume" says
+# why).
 #
 # ### EAGLE-3's training, unrolled by hand: the training-time test
 #
-# A sequential (EAGLE-3) head drafts slot 2 from its **own** output: the token it drafted and its own state at
-# slot 1. Trained on the target's states alone, it would never see such inputs, so EAGLE-3 trains with the
-# *training-time test*: for each anchor it unrolls K steps as drafting does, each appending the data's next token
-# and the drafter's own state from the step before. The package batches all anchors of a step (`run_depths`,
-# sequential mode); the cell unrolls each anchor of a short sequence on its own with the shipped EAGLE-3 head and
-# compares every logit and the loss.
+# A sequential (EAGLE-3) head drafts slot 2 from its own slot-1 output: its drafted token and hidden state.
+# Trained on the target's states alone, it would never read a state of its own, so EAGLE-3 trains with the
+# *training-time test*: for each anchor the cell unrolls K steps, and each step appends, teacher-forced, the
+# **data's** next token (not the head's guess) with the **drafter's own** hidden state from the step before (its
+# output before the final norm). The package batches the anchors (`run_depths`, sequential mode); the cell unrolls
+# each anchor of a short sequence alone, with the shipped EAGLE-3 head, and compares logits and loss.
 
 # %% tags=["nbval-ignore-output"]
 from dataclasses import replace
@@ -478,14 +537,14 @@ with torch.no_grad():
             label = ttt.t2d_index[y[a + d + 1]]  # as a draft id; -1: outside the draft vocabulary, skipped
             if label >= 0:
                 ce[d].append(F.cross_entropy(logits[0, -1].float(), label))
-            # the training-time test: the next slot holds the data's next token and the drafter's OWN state
+            # the training-time test: the next slot holds the data's next token (teacher forcing) and the
+            # drafter's OWN state from this step
             tokens, hidden = torch.cat([tokens, x[a + d + 2:a + d + 3]]), torch.cat([hidden, prenorm[0, -1:]])
 ttt_by_hand = torch.stack([torch.stack(c).mean() for c in ce if c]).mean().item()
 print(f"EAGLE-3 head {seq_info['source']}, {L} tokens, {D} steps: elements per depth "
       f"{[len(el.g) for el in ttt_plan.depths]}; largest logit difference, unrolled vs run_depths {ttt_worst:.1e}; "
       f"loss by hand {ttt_by_hand:.4f}, DraftTrainer.forward {ttt_loss:.4f}")
-del ttt, head, ttt_logits
-release()
+del ttt, head
 
 # %% tags=["nbval-check-output"]
 print("P-EAGLE row: the depth-by-depth forward by hand equals DraftTrainer.run_depths (logits within 1e-4):",
@@ -499,50 +558,43 @@ print("EAGLE-3 training-time test: the unroll by hand equals the sequential obje
 # ### Train, interrupt, resume
 #
 # `peagle_lab.training.Trainer` (and `peagle-lab train`): AdamW, warm-up then cosine decay, gradient clipping and
-# accumulation, bf16 autocast where the hardware multiplies bf16 natively and fp32 elsewhere, atomic checkpoints
-# (head, optimizer, step, data cursor, RNG state) with resume, and a time budget. The same code runs on several
-# processes under `torchrun` / `accelerate launch` (README: "Several processes").
+# accumulation, bf16 autocast where the hardware has native bf16, atomic checkpoints (head, optimizer, step, data
+# cursor, RNG state) with resume, and a time budget. The same code runs on several processes under `torchrun` /
+# `accelerate launch`.
 #
 # This run uses 8,192 draft ids, more than the shipped heads' 4,096. Expect the loss to **start above ln(8192) =
 # 9.0**, a uniform guess's loss: the head starts with the target's own `lm_head` and final norm, which make
 # confident predictions from the untrained fused state, and a confident wrong guess costs more than a uniform one.
 #
-# The run is interrupted halfway (`stop_after`), a fresh `Trainer` resumes it from the checkpoint, and a third,
-# uninterrupted run must give the same result.
+# An uninterrupted run comes first, as the reference. The same run is then interrupted halfway (`stop_after`), and
+# a fresh `Trainer` resumes it from the checkpoint: it must end with the reference's losses and weights.
 
 # %% tags=["nbval-ignore-output"]
 import shutil
 
 OUT = results_dir() / "nb03" / "head"
 shutil.rmtree(OUT.parent, ignore_errors=True)
-first = Trainer(cfg, model, seqs, tokenizer, TrainerOptions(out_dir=OUT))
-part = first.train(stop_after=cfg.steps // 2)  # an interruption halfway
-part.head = None  # only the interrupted run's record is read below: its head and optimizer are freed
-del first
-release()
-second = Trainer(cfg, model, seqs, tokenizer, TrainerOptions(out_dir=OUT, resume=True))
-resumed_at = second.step
-res = second.train()
-del second  # the trained head stays in res.head; the optimizer goes
-res.head.cpu()  # beside the next trainer, the finished head waits in RAM
-release()
+straight = Trainer(cfg, model, seqs, tokenizer, TrainerOptions(progress=False, verbose=False)).train()
+straight.head.cpu()  # one trainer at a time on the device: the reference head waits in RAM
+stopped_by = Trainer(cfg, model, seqs, tokenizer, TrainerOptions(out_dir=OUT)).train(
+    stop_after=cfg.steps // 2).stopped_by  # interrupted halfway
+second = Trainer(cfg, model, seqs, tokenizer, TrainerOptions(out_dir=OUT, resume=True))  # a fresh trainer
+resumed_at, res = second.step, second.train()
+del second
 print(f"draft vocabulary {res.info['draft_vocab_size']} ids, coverage {res.info['draft_vocab_coverage']:.4f}")
 
-straight = Trainer(cfg, model, seqs, tokenizer, TrainerOptions(progress=False, verbose=False)).train()
 by_step = {r["step"]: r["loss"] for r in res.log}
 loss_gap = max(abs(r["loss"] - by_step[r["step"]]) for r in straight.log)
-weight_gap = max(float((a.float().cpu() - b.float()).abs().max())
+weight_gap = max(float((a.float() - b.float().cpu()).abs().max())
                  for a, b in zip(straight.head.state_dict().values(), res.head.state_dict().values()))
 print(f"uninterrupted vs interrupted + resumed, {len(straight.log)} steps: largest loss difference {loss_gap:.1e}, "
       f"largest weight difference {weight_gap:.1e}")
-del straight
-release()
 
 # %% tags=["nbval-check-output"]
 from peagle_lab.training import resume_tolerance
 
-print("first run stopped by:", part.stopped_by, "| second run resumed where it stopped:",
-      resumed_at == part.steps_done, "| finished all steps:", res.steps_done == cfg.steps)
+print("interrupted run stopped by:", stopped_by, "| the fresh trainer resumed where it stopped:",
+      resumed_at == cfg.steps // 2, "| finished all steps:", res.steps_done == cfg.steps)
 print("head directory:", sorted(p.name for p in OUT.iterdir()))
 print("training state:", sorted(p.name for p in (OUT / "checkpoint").iterdir()))
 # CPU kernels are deterministic; CUDA's backward adds with atomics in a varying order (resume_tolerance says how much)
@@ -550,8 +602,6 @@ loss_tol, weight_tol = resume_tolerance(next(model.parameters()).device)
 print("the resumed run is the uninterrupted run:", loss_gap < loss_tol and weight_gap < weight_tol)
 
 # %% tags=["nbval-ignore-output"]
-import math
-
 import matplotlib.pyplot as plt
 
 log = res.log
@@ -583,12 +633,8 @@ print(f"\nthe head: {sum(own.values()) / 1e6:.2f} M parameters of its own (embed
 for name, n in own.items():
     print(f"  {name:45s} {n:>10,}")
 
-from peagle_lab.workbook import report
-
-report.record("nb03_train_steps", res.steps_done)
-report.record("nb03_final_depth_accuracy", acc)
-
 from peagle_lab.training.evaluate import EvalSettings, evaluate_head
+from peagle_lab.workbook import report
 
 K_EVAL = 4
 ev = evaluate_head(model, tokenizer, head.to(DEVICE, next(model.parameters()).dtype).eval(),
@@ -599,19 +645,19 @@ print(f"\nthe head just trained, drafting in the speculative loop: acceptance le
       f"held-out prompt(s) of the scale mix x {ev['max_new_tokens']} new tokens, {str(model.dtype).split('.')[-1]}); "
       f"per-position acceptance {ev['per_position_acceptance'][K_EVAL]}; output identical to plain greedy: "
       f"{ev['lossless']}")
+report.record("nb03_train_steps", res.steps_done)
+report.record("nb03_final_depth_accuracy", acc)
 
 # %% [markdown]
 # **Reading it.** Thirty steps teach the head a little, mostly at depth 0, whose final accuracy is several times
-# that of the deeper depths (they see only mask slots). The loss starts above the uniform guess and falls below it
-# within the run (the line under the plots gives the steps). Drafting in the real
-# loop on held-out prompts, the head reaches an acceptance length only a little above 1, and its output is
-# identical to plain greedy; `None` marks a slot no round reached. Notebook 04 shows what far more training buys.
+# that of the deeper depths (they read only mask slots). The loss starts at about twice the uniform guess's, peaks
+# in the warm-up and falls below the uniform guess within the run. Drafting in the real loop on held-out prompts,
+# the head reaches an acceptance length only a little above 1, with output identical to plain greedy; `None` marks
+# a slot no round reached.
 #
-# What was trained: the listed `fc`, one decoder layer with a 2H attention input, `mask_hidden`, the final norm
-# and `lm_head` over the draft vocabulary (9.81 M parameters), plus the mask token's row of the target's embedding
-# table, which is not counted.
-
-# %% [markdown]
+# What was trained: the listed `fc`, one decoder layer (2H attention input), `mask_hidden`, the final norm and
+# `lm_head` (9.81 M parameters), plus the mask token's row of the target's embedding table, not counted.
+#
 # ## What we saw
 #
 # - The training text is the target's own answers: in the committed study a head trained on them accepts 1.380
@@ -620,8 +666,8 @@ print(f"\nthe head just trained, drafting in the speculative loop: acceptance le
 #   head whose `lm_head` does not match its draft vocabulary is refused before it is served.
 # - Offline bf16 features read back orders of magnitude faster than the target forward, at no acceptance cost
 #   the storage study can measure (1.210 against 1.211).
-# - One packed row trains every depth at once. The COD plan, the depth-by-depth forward and the loss, written by
-#   hand, match the package, and so does EAGLE-3's training-time test.
+# - One packed row trains every depth at once. The row plan, the depth-by-depth forward and the loss, written by
+#   hand, match the package, and so does EAGLE-3's training-time test; the COD sampler is yours to write.
 # - Training resumes from its checkpoint to the same result as an uninterrupted run, and the head it trains
 #   drafts in the real loop with output identical to plain greedy.
 #

@@ -21,8 +21,8 @@
 #
 # **Two kinds of figures.** *Committed* figures were measured once on another CPU (`cpu-epyc-avx512bf16-2c`, in
 # bfloat16) and are read from files under `data/`: they are the same on every rerun. *Live* figures (section 1's
-# HumanEval sweep, section 3) are measured here, in float32, on a few prompts, and move a little from run to run.
-# Compare two figures only when prompts, output length, K and dtype agree (05's acceptance ledger lists them).
+# HumanEval sweep, section 3) are measured here (float32 on a CPU), on a few prompts, and move a little from run to
+# run. Compare two figures only when prompts, output length, K and dtype agree (05's acceptance ledger lists them).
 #
 # **Terms.** The *acceptance length* is the tokens committed per verification round, the bonus token included.
 # *Slot j* is the j-th draft of a round, counted from 1; training counts *depths* from 0, so slot j is depth j-1. A
@@ -50,68 +50,79 @@ import torch
 from IPython.display import Markdown, display
 
 from peagle_lab import models, precision, settings
+from peagle_lab.workbook import ledger
 from peagle_lab.workbook.notebook import committed_label
 
 model, tokenizer = models.load_target(TARGET, device=DEVICE, dtype=precision.course_dtype(DEVICE))
 RECIPE_DIR = settings.data_dir() / "recipe"
 HOST = max((p.parent.name for p in RECIPE_DIR.glob("*/curve.json")), default=None)  # the last host with a curve
+book = ledger.Logbook("04", host=precision.host_slug(DEVICE), dtype=precision.dtype_name(model.dtype))  # live rows
 
 # %% [markdown]
 # ## 1 · The shipped heads
 #
 # The course ships two 1-layer heads for SmolLM2-135M, both trained for K=8 (`drafter/heads.py`, `SHIPPED`): a
 # P-EAGLE head that drafts in parallel, and an EAGLE-3-style head that drafts sequentially. The EAGLE-3 head is
-# trained with the *training-time test*: unrolled as at inference, each depth is fed the data's next token and the
-# head's own hidden state from the depth before (notebook 03).
+# trained with the *training-time test* (notebook 03): unrolled as at inference but teacher forced, each depth is fed
+# the data's next token (not the head's guess) and the head's own hidden state from the depth before.
 #
-# Each head was trained in several runs, each continuing the one before (`--init-from`; the commands are in each
-# head's `TRAINING.md`). The last runs match: 4000 s each, on the same records (6000:12000 of the 5.85M-token mix,
-# `data/distill/smollm2-135m-scale.jsonl.gz`), about 2.7M tokens each. The earlier runs differ: P-EAGLE's first run
-# saw records 0:6000 of that mix, EAGLE-3's first two the 1M-token mix of notebook 03
-# (`data/distill/smollm2-135m-scale.jsonl`). The cell prints each head's last run, its **cumulative** total and the
-# committed held-out acceptance with its per-slot rates.
+# Each head was trained in several runs, each continuing the one before (`--init-from`; commands in each head's
+# `TRAINING.md`). The last runs match: 4000 s each on the same records (6000:12000 of the 5.85M-token mix). The
+# earlier runs differ: P-EAGLE's first run saw records 0:6000 of that mix, EAGLE-3's first two the 1M-token mix of
+# notebook 03.
+#
+# The cell prints each head's last run and **cumulative** total, then the committed held-out comparison, with each
+# acceptance length rebuilt from its slot rates: slot j counts only in a round that accepted every slot before it,
+# so `AL = 1 + p1 + p1·p2 + ... + p1···pK`, each term the share of rounds that accepted that slot.
 
 # %% tags=["nbval-ignore-output"]
 from peagle_lab.drafter import PEagleConfig
 from peagle_lab.drafter.heads import SHIPPED
 
 print(committed_label("The shipped heads' records"))
-records_ = {}
+records_, cum = {}, {}
 for kind, path in SHIPPED.items():
     rec = records_[kind] = json.loads((path / "training.json").read_text())
     c = PEagleConfig.from_dir(path)
-    cum = rec.get("cumulative") or dict(tokens_seen=rec["tokens_seen"], steps=rec["steps_done"],
-                                        train_time_s=rec["train_time_s"], runs=1)
+    cum[kind] = rec.get("cumulative") or dict(tokens_seen=rec["tokens_seen"], steps=rec["steps_done"],
+                                              train_time_s=rec["train_time_s"], runs=1)
     print(f"\n{path.name} ({kind}): mode={c.mode}, trained K={c.num_speculative_tokens}, {c.num_hidden_layers} "
           f"layer(s), draft vocabulary {c.draft_vocab_size}, mask token {c.mask_token_id}")
     print(f"  last run:   {rec['tokens_seen']:>10,} tokens seen, {rec['steps_done']:,} steps, "
           f"{rec['train_time_s']:.0f} s, {rec['data']['sequences']:,} sequences, precision {rec['autocast']}")
-    print(f"  cumulative: {cum['tokens_seen']:>10,} tokens seen, {cum['steps']:,} steps, {cum['train_time_s']:.0f} s "
-          f"over {cum['runs']} run(s)" + (f", {cum['distinct_tokens']:,} distinct tokens, {cum['epochs']} epochs"
-                                          if cum.get("distinct_tokens") else "")
-          + f"   (full record: {path.name}/TRAINING.md)")
-
-# the committed held-out comparison: every head on the same held-out prompts no head trained on
-compare = json.loads((RECIPE_DIR / HOST / "heldout_compare.json").read_text()) if HOST else {"rows": []}
-heldout = {kind: next((r for r in reversed(compare["rows"])
-                       if r["path"] == path.relative_to(settings.REPO_ROOT).as_posix()), None)
-           for kind, path in SHIPPED.items()}
-cum = {kind: rec.get("cumulative") or dict(tokens_seen=rec["tokens_seen"], train_time_s=rec["train_time_s"], runs=1)
-       for kind, rec in records_.items()}
+    print(f"  cumulative: {cum[kind]['tokens_seen']:>10,} tokens seen, {cum[kind]['steps']:,} steps, "
+          f"{cum[kind]['train_time_s']:.0f} s over {cum[kind]['runs']} run(s)   (full record: {path.name}/TRAINING.md)")
 print(f"\ncumulative budgets: EAGLE-3 / P-EAGLE = {cum['sequential']['train_time_s'] / cum['parallel']['train_time_s']:.2f}x "
-      f"the wall time, {cum['sequential']['tokens_seen'] / cum['parallel']['tokens_seen']:.2f}x the tokens seen "
-      f"({cum['sequential']['runs']} runs against {cum['parallel']['runs']})")
-print(f"\nheld-out comparison ({len(compare.get('prompts', []))} prompts x {compare.get('max_new_tokens')} tokens, "
-      f"{compare.get('dtype')}, host {compare.get('host')}):")
-for kind, row in heldout.items():
-    if row:
-        print(f"  {SHIPPED[kind].name}: " + "  ".join(f"K={k}: {v:.3f}" for k, v in row["acceptance_length"].items()))
-        for k, rates in row["per_position"].items():  # the AL each K's per-slot rates give: 1 + p1 + p1 p2 + ...
-            reach = [1.0]
-            for x in rates:
-                reach.append(reach[-1] * (x or 0.0))
-            print(f"    K={k}: per slot 1..{k}: " + " ".join("-" if x is None else f"{x:.4f}" for x in rates)
-                  + f" -> 1 + " + " + ".join(f"{r:.4f}" for r in reach[1:] if r) + f" = {sum(reach):.3f}")
+      f"the wall time, {cum['sequential']['tokens_seen'] / cum['parallel']['tokens_seen']:.2f}x the tokens seen")
+
+# the committed held-out comparison: both heads on the same held-out prompts, which no head trained on
+compare = json.loads((RECIPE_DIR / HOST / "heldout_compare.json").read_text()) if HOST else {"rows": []}
+P, S = (next((r for r in reversed(compare["rows"]) if r["path"] == SHIPPED[kind].relative_to(settings.REPO_ROOT)
+              .as_posix()), None) for kind in ("parallel", "sequential"))
+N_PROMPTS, N_NEW = len(compare.get("prompts", [])), compare.get("max_new_tokens")
+TIE = 0.05  # a gap below this is read as a tie: about the largest seed spread of notebooks 02-03 (section 5)
+if P and S:
+    print(f"\nheld-out comparison ({N_PROMPTS} prompts x {N_NEW} tokens, {compare['dtype']}, host {compare['host']}):")
+    for k in P["acceptance_length"]:
+        p, s = P["acceptance_length"][k], S["acceptance_length"][k]
+        verdict = "a tie" if abs(s - p) < TIE else f"{'EAGLE-3' if s > p else 'P-EAGLE'} accepts more per round"
+        print(f"  K={k}: P-EAGLE {p:.3f}, EAGLE-3 {s:.3f}, gap {s - p:+.3f}: {verdict}")
+    # each slot's rate with the rounds that reached it, then AL rebuilt from the rates. A file written before the
+    # counts were recorded keeps rates only: its counts are estimated (marked ~) as (prompts x tokens / AL, the
+    # rounds in all) x (the share that accepted every slot before it)
+    for k in P["per_position"]:
+        print(f"\nK={k}, per slot: rate (rounds that reached the slot)")
+        for name, row in (("P-EAGLE", P), ("EAGLE-3", S)):
+            rounds, share, terms, cells = N_PROMPTS * N_NEW / row["acceptance_length"][k], 1.0, [], []
+            counted = row.get("attempted", {}).get(k)
+            for j, x in enumerate(row["per_position"][k]):
+                reached = f"{counted[j]}" if counted else f"~{rounds * share:.0f}"
+                cells.append("-" if x is None else f"{x:.2f} ({reached})")
+                share *= x or 0.0
+                terms.append(share)
+            print(f"  {name:8s} " + "  ".join(cells))
+            print(f"  {'':8s} AL = 1 + " + " + ".join(f"{t:.4f}" for t in terms if t) + f" = {1 + sum(terms):.3f}"
+                  f"   (recorded {row['acceptance_length'][k]:.3f})")
 
 # %% [markdown]
 # Now a live check on other prompts: each head drafts in its own mode at a few K on HumanEval prompts, greedy,
@@ -120,9 +131,6 @@ for kind, row in heldout.items():
 # %% tags=["nbval-ignore-output"]
 from peagle_lab.prompts import humaneval_prompts
 from peagle_lab.training import EvalSettings, ensure_heads, evaluate_head
-from peagle_lab.workbook import ledger
-
-HOST_NOW = precision.host_slug(DEVICE)
 
 # a missing head is made (one trainer at a time, no head beside it) before both are loaded
 made = ensure_heads(SHIPPED, model, tokenizer, TARGET)
@@ -136,11 +144,10 @@ live = {kind: evaluate_head(model, tokenizer, head, prompts, EvalSettings(ks=KS,
                             reference=reference, progress=False) for kind, head in heads.items()}
 for kind, ev in live.items():
     print(f"{kind:10s} " + "  ".join(f"K={k}: {v:.2f} ({ev['rounds'][k]} rounds)" for k, v in ev["acceptance_length"].items()))
-    for k, al in ev["acceptance_length"].items():
-        ledger.record(chapter="04", what=f"live K sweep, {len(prompts)} HumanEval prompt(s)", head=head_names[kind],
-                      host=HOST_NOW, prompt_set="code: HumanEval", prompts=len(prompts),
-                      new_tokens=MAX_NEW, k=k, dtype=precision.dtype_name(next(model.parameters()).dtype),
-                      rounds=ev["rounds"][k], acceptance_length=al)
+    for k in KS:  # a row of the acceptance ledger (notebook 05)
+        book.add(f"live K sweep, {len(prompts)} HumanEval prompt(s)", head_names[kind], prompt_set="code: HumanEval",
+                 prompts=len(prompts), new_tokens=MAX_NEW, k=k, rounds=ev["rounds"][k],
+                 acceptance_length=ev["acceptance_length"][k])
 
 # %% tags=["nbval-check-output"]
 print("every speculative output identical to plain greedy:", all(ev["lossless"] for ev in live.values()))
@@ -150,13 +157,12 @@ from peagle_lab.workbook import report
 
 fig, axes = plt.subplots(1, 2, figsize=(13, 4.5))
 names = {"parallel": "P-EAGLE (parallel)", "sequential": "EAGLE-3 (sequential)"}
-for kind in heads:
-    if heldout[kind]:
-        rec = heldout[kind]["acceptance_length"]
-        axes[0].plot([int(k) for k in rec], list(rec.values()), marker="o", label=names[kind])
+for kind, row in (("parallel", P), ("sequential", S)):
+    if row:
+        axes[0].plot([int(k) for k in row["acceptance_length"]], list(row["acceptance_length"].values()), marker="o",
+                     label=names[kind])
     axes[1].plot(KS, [live[kind]["acceptance_length"][k] for k in KS], marker="o", label=names[kind])
-axes[0].set_title(f"recorded: {len(compare.get('prompts', []))} held-out prompts, "
-                  f"{compare.get('max_new_tokens')} new tokens")
+axes[0].set_title(f"recorded: {N_PROMPTS} held-out prompts, {N_NEW} new tokens")
 axes[1].set_title(f"this run: {len(prompts)} HumanEval prompt(s), {MAX_NEW} new tokens")
 for ax in axes:
     ax.set(xlabel="K (draft tokens per round)", ylabel="acceptance length (incl. bonus token)")
@@ -164,37 +170,38 @@ for ax in axes:
     ax.legend()
 plt.tight_layout()
 plt.show()
-held = {kind: (row or {}).get("acceptance_length", {}).get("7") for kind, row in heldout.items()}
-for kind, al in held.items():
-    report.record(f"shipped_{kind}_heldout_acceptance_length_k7", al)
-if None not in held.values():
-    lead, other = sorted(held, key=held.get, reverse=True)
-    print(f"on these held-out prompts, at K=7, {names[lead]} accepts more per round "
-          f"({held[lead]:.2f} vs {held[other]:.2f})" if held[lead] > held[other] else
-          f"on these held-out prompts, at K=7, the two heads accept the same per round ({held[lead]:.2f})")
-if set(live) == set(names):
-    lead_at = {k: [live[kind]["acceptance_length"][k] for kind in ("parallel", "sequential")] for k in KS}
-    print(f"this run, {len(prompts)} HumanEval prompt(s): " + ", ".join(
-        f"K={k}: " + ("a tie" if abs(p - s) < 5e-3 else f"{names['sequential' if s > p else 'parallel']} ahead "
-                      f"({max(p, s):.2f} vs {min(p, s):.2f})") for k, (p, s) in lead_at.items()))
-report.record("shipped_heads_lossless", all(ev["lossless"] for ev in live.values()));
+
+# the live check: which head accepts more at each K, and (on SmolLM2) is it the one that leads on the held-out prompts?
+held_gap = S["acceptance_length"]["7"] - P["acceptance_length"]["7"] if P and S and models.is_default_target() else 0
+for k in KS:
+    p, s = (live[kind]["acceptance_length"][k] for kind in ("parallel", "sequential"))
+    lead = "a tie" if abs(s - p) < TIE else f"{'EAGLE-3' if s > p else 'P-EAGLE'} ahead"
+    same = "" if abs(s - p) < TIE or abs(held_gap) < TIE else (
+        ", as on the held-out prompts" if (s > p) == (held_gap > 0) else ", the reverse of the held-out prompts")
+    print(f"this run, K={k}: P-EAGLE {p:.2f}, EAGLE-3 {s:.2f}, gap {s - p:+.2f}: {lead}{same}")
+
+report.record("shipped_heads_lossless", all(ev["lossless"] for ev in live.values()))  # for the workbook's summary
+for kind, row in (("parallel", P), ("sequential", S)):
+    report.record(f"shipped_{kind}_heldout_acceptance_length_k7", (row or {}).get("acceptance_length", {}).get("7"))
 
 # %% [markdown]
 # **Reading it.** EAGLE-3 accepts more on the held-out prompts: 2.53 tokens per round at K=7 against 1.90 for
-# P-EAGLE. The per-slot rates say why. P-EAGLE wins slot 1 (0.62 against 0.50 at K=7), but its rate falls to 0.34
-# and 0.24 at slots 2 and 3, while EAGLE-3's stays between 0.62 and 0.85 up to slot 7. So P-EAGLE's acceptance stops
-# growing after K=3 and EAGLE-3's keeps rising (2.125 at K=3, 2.53 at K=7). The live line, a few dozen rounds per K on
-# HumanEval prompts, checks the direction, not the size of the gap.
+# P-EAGLE. The slot rates say why. P-EAGLE wins slot 1 (0.62 against 0.50 at K=7), but its rate falls to 0.34 and
+# 0.24 at slots 2 and 3, while EAGLE-3's stays between 0.62 and 0.85 up to slot 7. So P-EAGLE's acceptance stops
+# growing after K=3 and EAGLE-3's keeps rising (2.125 at K=3, 2.532 at K=7). Deep rates rest on few rounds (about 22
+# reach EAGLE-3's slot 7, 13 P-EAGLE's slot 4): read them to one decimal. The live gaps, over a few dozen rounds per
+# K on HumanEval prompts, check the direction, not the size.
 #
-# P-EAGLE's equal 1.895 at K=3 and K=7 is a coincidence: at K=7 slots 1-3 lost 0.019 and slot 4 alone (+0.0192)
-# made it up. The `=` sums rebuild each figure from its rates, a little above the recorded value because each answer's
-# last round is cut short by the token budget.
+# P-EAGLE's equal 1.895 at K=3 and K=7 is a coincidence: at K=7 the terms of slots 1-3 sum to 0.019 less, and slot
+# 4's term (0.0192) makes it up. Each sum lies a little above the recorded figure: the token budget cuts each
+# answer's last round short.
 #
 # **Why the order is the reverse of the paper's.** The vLLM blog (quoted in 00) has P-EAGLE ahead with both heads at
 # K=7, acceptance length 3.94 against 3.03 on GPT-OSS-20B, with a 4-layer head trained on GPUs on far more data. Here
 # two things favour EAGLE-3, and the course does not separate them: it had more training (1.23x the wall time, 1.05x
-# the tokens), and its training-time test feeds every depth the head's own state, while P-EAGLE's deep slots see only
-# mask tokens. P-EAGLE's advantage is cost, one drafter pass for all K tokens instead of K; notebook 05 measures it.
+# the tokens), and its training-time test feeds every depth the head's own hidden state from the depth before, while
+# P-EAGLE's deep slots see only mask tokens. P-EAGLE's advantage is cost, one drafter pass for all K tokens instead
+# of K; notebook 05 measures it.
 
 # %% [markdown]
 # ## 2 · What training at scale buys
@@ -229,36 +236,38 @@ plot_runs(axes[0], curve, "mode", "long runs' snapshots (P-EAGLE = parallel, EAG
 plot_runs(axes[1], deeper, "run", "1, 2 and 4 layers, same wall time (exp-L<layers>)")
 plt.tight_layout()
 plt.show()
-for name in dict.fromkeys(p["run"] for p in curve + deeper):
-    last = max((p for p in curve + deeper if p["run"] == name), key=lambda p: p["tokens_seen"])
-    pp = ", ".join("-" if x is None else f"{x:.2f}" for x in last["per_position"][:4])
-    print(f"{name:12s} last snapshot: {last['tokens_seen']:>10,} tokens, AL {last['acceptance_length']:.3f}, "
-          f"P(accept) slots 1-4 (= depths 0-3): {pp}")
-# exp-L1 on the held-out comparison's own prompts (the curves above score on the runs' evaluation prompts)
+for mode, name in (("parallel", "P-EAGLE"), ("sequential", "EAGLE-3")):  # each long run, first snapshot to last
+    ps = sorted((p for p in curve if p["mode"] == mode), key=lambda p: p["tokens_seen"])
+    if ps:
+        a, b = ps[0], ps[-1]
+        print(f"{name} ({a['run']} to {b['run']}): AL {a['acceptance_length']:.3f} at {a['tokens_seen']:,} tokens "
+              f"-> {b['acceptance_length']:.3f} at {b['tokens_seen']:,} ({b['tokens_seen'] / a['tokens_seen']:.0f}x "
+              f"the tokens)")
+for name in dict.fromkeys(p["run"] for p in deeper):  # each deeper head at its last snapshot
+    last = max((p for p in deeper if p["run"] == name), key=lambda p: p["tokens_seen"])
+    print(f"{name}: last snapshot at {last['tokens_seen']:>9,} tokens, AL {last['acceptance_length']:.3f}")
+fresh = next((h for h in records_["parallel"].get("history", []) if h["head"].endswith("-fresh")), None)
 l1 = next((r for r in compare["rows"] if r["path"].endswith("/peagle-L1")), None)
-if l1 and held["parallel"] is not None:
-    al = l1["acceptance_length"]["7"]
-    print(f"\nheld-out comparison at K=7, same prompts: exp-L1 ({l1['head']}) {al:.3f} | the shipped P-EAGLE head "
-          f"(exp-L1 continued on fresh records) {held['parallel']:.3f}: "
-          f"{'exp-L1' if al > held['parallel'] else 'the shipped head'} is higher")
+if fresh and l1 and P:
+    print(f"\nexp-L1's run ({fresh['head']}) ended at {fresh['tokens_seen']:,} tokens; on the held-out comparison's "
+          f"prompts at K=7 it scores {l1['acceptance_length']['7']:.3f}, and {P['acceptance_length']['7']:.3f} once "
+          f"continued on fresh records (the shipped P-EAGLE head)")
 
 # %% [markdown]
-# Why does acceptance stay low? The acceptance length at K is `1 + p1 + p1·p2 + ... + p1···pK`, with `p_j` the rate
-# of slot j: a slot counts only when every slot before it was accepted, so the depth where a head stops being
-# accurate caps its acceptance. The next cell plots the held-out **accuracy per depth** (top-1 at every anchor of
-# held-out distilled sequences) of the shipped P-EAGLE head and the three deeper heads. It then computes what the
-# blog's 3.94 at K=7 would need: the one rate that, applied to every slot, reaches it.
+# Why does acceptance stay low? In section 1's formula a slot counts only when every slot before it was accepted,
+# so the depth where a head stops being accurate caps its acceptance. The next cell plots the held-out **accuracy per
+# depth** (top-1 at every anchor of held-out distilled sequences) of the shipped P-EAGLE head and the three deeper
+# heads. It then computes what the blog's 3.94 at K=7 would need: the one rate that, applied to every slot, reaches
+# it.
 #
 # **Names.** The 1-layer deeper head has three names: `exp-L1` in the curves, `peagle-L1` in the accuracy plot, and
-# `smollm2-135m-peagle-fresh`, the shipped P-EAGLE head's first run (its last snapshot, 1,300,656 tokens, precedes
-# the run's end at 1,394,099; notebook 03). Likewise `exp-L2` = `peagle-L2` and `exp-L4` =
-# `peagle-L4`.
+# `smollm2-135m-peagle-fresh`, the shipped P-EAGLE head's first run (the previous cell prints where it ended).
+# Likewise `exp-L2` = `peagle-L2` and `exp-L4` = `peagle-L4`.
 
 # %% tags=["nbval-ignore-output"]
-from peagle_lab import bench
-from peagle_lab.experiments import recipe
-
 import math
+
+import numpy as np
 
 PAPER_AL, PAPER_K = 3.94, 7  # the vLLM P-EAGLE blog: GPT-OSS-20B on HumanEval, K=7 (a GPU-trained head)
 
@@ -275,28 +284,36 @@ ax.grid(alpha=0.3)
 ax.legend(fontsize=8)
 plt.show()
 
-# the rate p at which every slot, accepted with probability p, reaches that AL: 1 + p + p^2 + ... + p^K = AL
-need = bench.constant_rate_for(PAPER_AL, PAPER_K)
-print(f"\nthe blog's AL {PAPER_AL} at K={PAPER_K} (HumanEval) needs every slot accepted with p = {need:.2f}")
-par_pts = [p for p in curve if p["mode"] == "parallel"]
-for goal in (2.0, PAPER_AL):
-    budget = recipe.extrapolate(par_pts, goal)
-    last = max((p["tokens_seen"] for p in par_pts), default=0)
-    print(f"a log-linear fit through the P-EAGLE curve reaches AL {goal} at "
-          + (f"about {budget:.0e} tokens seen, {math.log10(budget / last):.0f} orders of magnitude past its last "
-             f"point ({last:,}): a line carried beyond its data, not a forecast" if budget and last else
-             "no budget (the curve is not rising)"))
+# the rate p that, applied to every slot, gives the blog's AL: solve 1 + p + p^2 + ... + p^K = AL by bisection
+lo, hi = 0.0, 1.0
+for _ in range(40):
+    rate = (lo + hi) / 2
+    lo, hi = (rate, hi) if sum(rate ** j for j in range(PAPER_K + 1)) < PAPER_AL else (lo, rate)
+print(f"\nthe blog's AL {PAPER_AL} at K={PAPER_K} (HumanEval) needs every slot accepted with p = {rate:.2f}: 1 + "
+      + " + ".join(f"{rate ** j:.2f}" for j in range(1, PAPER_K + 1))
+      + f" = {sum(rate ** j for j in range(PAPER_K + 1)):.2f}")
+
+# a straight line through the P-EAGLE curve against log(tokens), carried forward to a goal
+par = [p for p in curve if p["mode"] == "parallel"]
+if len(par) >= 3:
+    b, a = np.polyfit(np.log([p["tokens_seen"] for p in par]), [p["acceptance_length"] for p in par], 1)
+    last = max(p["tokens_seen"] for p in par)
+    for goal in (2.0, PAPER_AL):
+        tokens = math.exp((goal - a) / b) if b > 0 else None  # AL = a + b ln(tokens), solved for the goal
+        print(f"the fit AL = {a:.2f} + {b:.3f} ln(tokens) reaches AL {goal} at " + (
+            f"about {tokens:.0e} tokens seen, {math.log10(tokens / last):.0f} orders of magnitude past its last point "
+            f"({last:,}): a line carried beyond its data, not a forecast" if tokens else "no budget (not rising)"))
 
 # %% [markdown]
 # **Reading it.** Accuracy collapses after depth 0, and that caps acceptance. The shipped head is right 45% of the
 # time at depth 0, 18% at depth 1, then declines slowly to 11% at depth 7; every head has this shape. Depths 1 and
 # beyond read only mask tokens and have learned little more than which tokens are common, so P-EAGLE's K sweep goes
-# flat. (Section 1's slot-1 rate of 0.62 exceeds the 0.45 here: it scores other prompts, and live rounds start only
+# flat. (Section 1's slot-1 rate of 0.62 exceeds the 0.45 here: it scores other prompts, and its rounds start only
 # after a bonus token, not at every anchor.)
 #
-# More training helps slowly: both long runs climb from about 1.13 to about 1.4 while the tokens seen grow 25-fold,
-# and end about 0.05 apart, far less than the shipped heads' 0.6. Continuing `exp-L1` on fresh records, which made the
-# shipped head, raised its held-out acceptance from 1.737 to 1.895.
+# More training helps slowly: both long runs climb from about 1.1 to about 1.4 while the tokens seen grow about
+# 25-fold, and end about 0.05 apart, far less than the shipped heads' 0.6. Continuing `exp-L1` on fresh records,
+# which made the shipped head, raised its held-out acceptance from 1.737 to 1.895.
 #
 # A deeper head does not help at this budget: in the same wall time the 1-layer head saw the most tokens, reached the
 # highest acceptance (1.512 against 1.386 and 1.292) and is ahead at equal tokens seen too (right panel).
@@ -346,16 +363,20 @@ for name, tok in (("tiny Qwen3", tiny_tok), ("this run's target", tokenizer)):
 #
 # ### Exercise: which layers are tapped?
 #
-# The cell prints the taps for 16 layers, 4 layers and the tiny target's own depth (`EX_LAYERS`; put your own depths
-# there). Predict the three tapped layers of each before reading its lines.
+# vLLM's EAGLE-3 default taps the residual stream entering layers `2`, `L // 2` and `L - 3` of an L-layer target.
+# Write that rule as `my_taps` in the next cell, which prints the depths (1 to 64) where it differs from the
+# package's. Why there, and what does the package give instead?
 #
 # <details><summary>Answer</summary>
 #
-# The taps are vLLM's EAGLE-3 default: the residual stream entering layers `2`, `L // 2` and `L - 3` for a target of
-# L layers (SmolLM2's 30 layers give 2, 15, 27; the tiny target's 8 give 2, 4, 5; 16 layers give 2, 8, 13). With 4
-# layers that rule gives 2, 2, 1, not three increasing layers, so a shallow target is tapped at the inputs of its
-# first, middle and last layer instead: 0, 2, 3. The rest of the head's shape depends on the hidden size and heads,
-# not on the depth.
+# ```python
+# def my_taps(n_layers):
+#     taps = (2, n_layers // 2, n_layers - 3)
+#     return taps if taps[0] < taps[1] < taps[2] else (0, n_layers // 2, max(n_layers - 1, 0))
+# ```
+#
+# Below 7 layers the rule stops giving three increasing layers (4 layers: 2, 2, 1), so a shallow target is tapped at
+# the inputs of its first, middle and last layer instead (4 layers: 0, 2, 3).
 #
 # </details>
 
@@ -365,10 +386,21 @@ import copy
 from peagle_lab.drafter.config import default_tap_layers
 from peagle_lab.training import pick_mask_token_id
 
-EX_LAYERS = (16, 4, tc.num_hidden_layers)  # the tiny target's own depth last
-for n_layers in EX_LAYERS:
+
+def my_taps(n_layers):
+    """The three layers an EAGLE-3 head taps in a target of ``n_layers`` layers."""
+    raise NotImplementedError("write me: vLLM's rule, about two lines")
+
+
+try:
+    wrong = [n for n in range(1, 65) if tuple(my_taps(n)) != tuple(default_tap_layers(n))]
+    print(f"your taps and the package's agree at {64 - len(wrong)} of 64 depths" + (
+        f"; they differ at {wrong}, e.g. at {wrong[-1]} layers yours are {tuple(my_taps(wrong[-1]))}, the package's "
+        f"{default_tap_layers(wrong[-1])}" if wrong else ""))
+except NotImplementedError as exc:
+    print(f"my_taps is not written yet ({exc}); the answer is folded above the cell")
+for n_layers in (30, tc.num_hidden_layers):  # SmolLM2's depth, the tiny target's
     print(f"{n_layers} layers -> taps {default_tap_layers(n_layers)}")
-print(f"SmolLM2's 30 layers -> {default_tap_layers(30)}")
 TINY_MASK = pick_mask_token_id(tiny_tok)
 tiny_cfg = PEagleConfig.from_target(copy.deepcopy(tc), mask_token_id=TINY_MASK, num_speculative_tokens=4)
 print(f"head for the tiny target: hidden {tiny_cfg.hidden_size}, {tiny_cfg.num_attention_heads} / "
@@ -422,7 +454,7 @@ print("speculative output lossless against plain greedy:",
 #
 # A head learns what the target says after the prompt layout it was trained with. The cell serves the P-EAGLE head
 # on held-out prompts in three layouts: the trained chat template, bare text with no template, and the chat template
-# with another system message. It prints each layout's acceptance and its difference from the trained one.
+# with another system message. It prints each layout's acceptance and answer length against the trained layout.
 
 # %% tags=["nbval-ignore-output"]
 from peagle_lab.prompts import OTHER_SYSTEM, load_scale_records
@@ -434,25 +466,22 @@ tmpl = {t: evaluate_head(model, tokenizer, heads["parallel"], tmpl_prompts,
         for t in ("chat", "plain", "system")}
 layout = {"chat": "chat template (as trained)", "plain": "no template (bare text)",
           "system": f"chat template, system message {OTHER_SYSTEM[:24]!r}..."}
-print(f"{len(tmpl_prompts)} held-out prompt(s) x {TMPL_NEW} new tokens per layout")
+print(f"{len(tmpl_prompts)} held-out prompt(s), at most {TMPL_NEW} new tokens each, K={TK}")
 for t, ev in tmpl.items():
-    pp = " ".join("  - " if x is None else f"{x:.2f}" for x in ev["per_position_acceptance"][TK])
-    print(f"{layout[t]:58s} acceptance length at K={TK}: {ev['acceptance_length'][TK]:.2f} over "
-          f"{ev['rounds'][TK]} rounds   per slot: {pp}")
-    ledger.record(chapter="04", what=f"template: {layout[t][:40]}", head=head_names["parallel"], host=HOST_NOW,
-                  prompt_set="held-out split", prompts=len(tmpl_prompts), new_tokens=TMPL_NEW, k=TK,
-                  dtype=precision.dtype_name(next(model.parameters()).dtype), rounds=ev["rounds"][TK],
-                  acceptance_length=ev["acceptance_length"][TK])
+    al, rounds = ev["acceptance_length"][TK], ev["rounds"][TK]
+    print(f"{layout[t]:58s} AL {al:.2f} over {rounds} rounds ({round((al - 1) * rounds)} drafts accepted), "
+          f"answers {ev['new_tokens']} tokens")
+    book.add(f"template: {layout[t][:40]}", head_names["parallel"], prompt_set="held-out split",
+             prompts=len(tmpl_prompts), new_tokens=TMPL_NEW, k=TK, rounds=rounds, acceptance_length=al)
 base_al = tmpl["chat"]["acceptance_length"][TK]
 print("against the trained layout: " + ", ".join(f"{name} {tmpl[t]['acceptance_length'][TK] - base_al:+.2f}"
                                                  for t, name in (("plain", "no template"),
                                                                  ("system", "another system message"))))
 
 # %% [markdown]
-# **Reading it.** Dropping the template costs nearly everything: on bare text this run accepted no draft (1.00 over
-# 42 rounds); 42 one-token rounds are about half the 2 x 40 tokens asked for, so those answers ended early and the
-# layouts compare different lengths. Another system message costs less, a gap a handful of rounds per
-# layout cannot establish.
+# **Reading it.** Dropping the template costs nearly everything: on bare text the head accepts almost no draft
+# (acceptance length about 1). Its answers may also end early (see `answers`), so the layouts may compare different
+# lengths. Another system message costs less, a gap a handful of rounds per layout cannot establish.
 #
 # The fix is one template everywhere: for your own model, distil with its chat template (`peagle-lab distill
 # --target DIR`, as the tiny target did above) and serve the head behind the same one (vLLM applies the tokenizer's
@@ -466,7 +495,7 @@ print("against the trained layout: " + ", ".join(f"{name} {tmpl[t]['acceptance_l
 # run resumes at another world size. For a 7-8B target (hidden 4096, 32 layers) on 8 GPUs:
 #
 # ```bash
-# peagle-lab extract --distilled DATA --split train --out FEATURES/part-train --max-seq-len 2048   # once (24 KiB/token)
+# peagle-lab extract --distilled DATA --split train --out FEATURES/part-train --max-seq-len 2048   # once
 # torchrun --nproc_per_node 8 -m peagle_lab.cli train --data DATA --features FEATURES --out HEAD \
 #     --mode parallel -K 8 --layers 1 --draft-vocab-size 32768 --autocast bfloat16 --max-seq-len 2048 \
 #     --row-tokens 4096 --batch-tokens 65536 --lr 5e-4 --warmup-steps 200 --time-budget 36000 --steps 1000000
@@ -483,58 +512,69 @@ print("against the trained layout: " + ", ".join(f"{name} {tmpl[t]['acceptance_l
 # ask which settings still move acceptance at a small budget: short runs of equal wall time, each changing one
 # setting from a **baseline**, scored by held-out acceptance length at K=7 (`peagle-lab recipe`).
 #
-# A difference counts only if it exceeds the noise, estimated two ways: the spread between the baseline's two seeds,
-# and the largest seed spread of the studies in notebooks 02 and 03. In the table, `train acc d0 / d1` is the
-# training top-1 accuracy at depths 0 and 1, and `per position` the held-out rate of each slot.
+# A difference counts only if it exceeds the noise: the largest acceptance spread between two seeds of one setting,
+# in the recipe's own runs and in the studies of notebooks 02 and 03. The cell computes both and reads each change
+# against them.
 
 # %% tags=["nbval-ignore-output"]
-from peagle_lab.experiments import studies
+from peagle_lab.experiments import recipe, studies
 
 runs = recipe.read_runs(RECIPE_DIR / HOST) if HOST else []
 print(committed_label("The recipe runs", HOST))
 shipped_train = records_["parallel"]["config"]
 print("the baseline where it differs from the shipped P-EAGLE head's last run (baseline -> shipped): " + ", ".join(
     f"{k} {v} -> {shipped_train.get(k)}" for k, v in recipe.BASELINE.items() if shipped_train.get(k) != v))
-display(Markdown(recipe.recipe_markdown(runs)))
-study_noise = max((recipe.noise(studies.committed(n)[1]) or 0.0) for n in ("mask", "storage", "self-distill"))
-own_noise = recipe.noise(runs) or 0.0
+
+
+def seed_spread(runs):
+    """The largest acceptance-length spread between the seeds of one setting (0 when no setting has two seeds)."""
+    groups = [[r["acceptance_length"] for r in g] for g in recipe.seed_groups(runs).values() if len(g) > 1]
+    return max((max(g) - min(g) for g in groups), default=0.0)
+
+
+own_noise = seed_spread(runs)
+study_noise = max(seed_spread(studies.committed(n)[1]) for n in ("mask", "storage", "self-distill"))
 noise = max(own_noise, study_noise)
 seeds = [r["tokens_seen"] for r in runs if r["name"].startswith("baseline")]
 mixed = (f" (its two baseline seeds saw {min(seeds):,} and {max(seeds):,} tokens in the same wall time, "
          f"{100 * (max(seeds) / min(seeds) - 1):.0f}% apart: seed and budget together)" if len(seeds) == 2 else "")
-print(f"noise: the recipe's own seed spread {own_noise:.3f}{mixed}, the studies' largest {study_noise:.3f}; "
-      f"read against {noise:.3f}")
+print(f"noise: the recipe's own seed spread {own_noise:.3f}{mixed}, the studies' largest {study_noise:.3f}")
 if runs:
-    base = next(r for r in runs if r["name"] == "baseline")
+    r0, base = runs[0], next(r for r in runs if r["name"] == "baseline")
+    print(f"each run: {r0['budget_s']:.0f} s of training ({r0['autocast']}), scored at K={r0['k']} on "
+          f"{r0['val_prompts']} held-out prompts x {r0['max_new_tokens']} new tokens")
+    table = ["| run | change | tokens seen | draft vocab coverage | held-out AL | against the baseline | verdict |",
+             "|---|---|---|---|---|---|---|"]
     for r in sorted(runs, key=lambda r: -r["acceptance_length"]):
         d = r["acceptance_length"] - base["acceptance_length"]
-        if not r["name"].startswith("baseline"):
-            print(f"{r['name']:24s} {d:+.3f} against the baseline ({r['tokens_seen']:,} tokens seen, the baseline "
-                  f"{base['tokens_seen']:,})  " + ("beyond both noise estimates" if abs(d) > noise else
-                                                    f"within the studies' noise {study_noise:.3f}"
-                                                    + (f", beyond the recipe's own seed spread {own_noise:.3f}"
-                                                       if abs(d) > own_noise else "")))
+        verdict = ("a baseline seed" if r["name"].startswith("baseline") else
+                   f"beyond both ({abs(d):.3f} > {noise:.3f})" if abs(d) > noise else
+                   f"within the studies' {study_noise:.3f}" + (f", beyond the seed spread {own_noise:.3f}"
+                                                             if abs(d) > own_noise else ""))
+        table.append(f"| {r['name']} | {json.dumps(r['change']) if r['change'] else '-'} | {r['tokens_seen']:,} | "
+                     f"{r['draft_vocab_coverage']:.3f} | {r['acceptance_length']:.3f} | {d:+.3f} | {verdict} |")
+    display(Markdown("\n".join(table)))
 
 # %% [markdown]
 # **Reading it.** No setting beats the baseline beyond the noise. The best changes (a 4k draft vocabulary, 10
 # depths) gain +0.028, inside the studies' noise of 0.052. (The 4k vocabulary's 0.977 coverage is of the scale mix's
-# train split; 03's 99.61% was of its 465 sequences.) Only `4 layers` lies beyond both estimates, at -0.065,
-# and it saw less than half the baseline's tokens (30,955 against 64,441) in the same time, so its loss is budget as
-# much as setting. The answer to question 3 on a CPU is therefore section 2's learning curve: the paper's heads were
-# trained on GPUs on far more data.
+# train split; 03's 99.61% was of its 465 sequences.) Only `4 layers` lies beyond both estimates, at -0.065, and it
+# saw less than half the baseline's tokens (30,955 against 64,441) in the same time, so its loss is budget as much as
+# setting. The answer to question 3 on a CPU is therefore section 2's learning curve: the paper's heads were trained
+# on GPUs on far more data.
 
 # %% [markdown]
 # ## What we saw
 #
-# - **The shipped heads.** EAGLE-3 accepts more than P-EAGLE on the held-out prompts (2.53 against 1.90 at K=7),
-#   because its deep slots are accepted far more often; P-EAGLE's acceptance stops growing after K=3. Every live
+# - **The shipped heads.** EAGLE-3 accepts more than P-EAGLE on the held-out prompts (2.53 against 1.90 at K=7):
+#   its deep slots are accepted far more often; P-EAGLE's acceptance stops growing after K=3. Every live
 #   speculative output matched plain greedy decoding.
 # - **Training at scale.** Acceptance grows slowly with tokens seen (the long runs end near 1.4 after about 1.5M
 #   tokens). Accuracy drops after depth 0 and stays low for 1, 2 and 4 layers alike, while the blog's 3.94 would need
 #   every slot accepted at 0.78.
 # - **Your own model.** The recipe ran unchanged on a tiny Qwen3 target, with its own template, taps and head shape,
 #   and decoded losslessly. Serving without the trained template drops acceptance to about 1.
-# - **The recipe runs.** At this budget no single setting moves acceptance beyond the noise.
+# - **The recipe runs.** At this budget no single setting raises acceptance beyond the noise.
 #
 # Next, `05_parallel_vs_sequential`: what one drafting round costs for each head, and the speed-up those costs and
 # these acceptance lengths give.

@@ -14,26 +14,20 @@
 # ---
 
 # %% [markdown]
-# # 07 · Explorer: watch speculative decoding token by token
+# # 07 · Explorer, and the results across hosts
 #
 # **Goal:** see, token by token, which tokens the drafter supplied and which the target added, and how K, the head,
-# the drafting mode and the kind of prompt move the acceptance length.
+# the drafting mode and the kind of prompt move the acceptance length; then read the committed speed-ups of every
+# host side by side.
 #
-# The plan: the interactive explorer; one fixed run without widgets; an exercise comparing a code and a chat prompt;
-# the course's acceptance ledger; the payoff in one box.
+# Live runs first (the explorer, a fixed run, an exercise, speculative sampling from scratch), then the committed
+# results across hosts; the acceptance ledger is an appendix.
 #
-# **Live and committed.** The runs here are live, in float32 on your CPU, each checked against plain greedy decoding
-# run alongside: the outputs must match token for token. The payoff box reads committed results, stable on rerun.
-#
-# **How it works.** Each round the drafter proposes K tokens; the target verifies them in one forward pass, keeps the
-# longest prefix it agrees with, and adds one token of its own. Each token is coloured by its source:
-#
-# * **slot j** (one colour per j, from 1): a draft accepted as the j-th of its round (depth j-1 in training);
-# * **grey**: a token from the target itself: each round's *bonus* token, and the first token, from the prefill.
-#
-# The **acceptance length** is the mean tokens per round (accepted drafts plus the bonus); the bars give each slot's
-# acceptance rate once the slots before it were accepted. *Parallel* drafting (P-EAGLE) drafts all K tokens in one
-# drafter pass; *sequential* drafting (EAGLE-3) needs K passes.
+# **How it works.** Each round the drafter proposes K tokens; the target verifies them in one pass, keeps the longest
+# prefix it agrees with and adds one token of its own. A token's colour gives its source: **slot j** (from 1), a draft
+# accepted as the j-th of its round; **grey**, the target's own (each round's *bonus*, and the first, from the
+# prefill). The **acceptance length** is the mean tokens per round; the bars give each slot's acceptance rate once the
+# slots before it were accepted. *Parallel* drafting (P-EAGLE) takes one drafter pass, *sequential* (EAGLE-3) K.
 
 # %%
 # Parameters come from the environment: PEAGLE_TARGET (default: the embedded SmolLM2-135M-Instruct),
@@ -46,9 +40,11 @@ import torch
 from peagle_lab import models, settings
 
 # %%
-from IPython.display import HTML, display
+from IPython.display import HTML, Markdown, display
 
-from peagle_lab.workbook import report, viz
+from peagle_lab import precision
+from peagle_lab.drafter.heads import SHIPPED
+from peagle_lab.workbook import ledger, report, viz
 from peagle_lab.workbook.explorer import GenerationSettings, available_heads, explorer, get_head, run_generation
 
 K = 4
@@ -56,15 +52,20 @@ MAX_NEW = settings.pick(64, 12)
 model, tokenizer = models.load_target(TARGET, device=DEVICE)
 HEADS = available_heads(model)
 print("heads on offer:", HEADS, "| K:", K, "| max new tokens:", MAX_NEW)
+# this chapter's rows in the acceptance ledger (the appendix): a head is named as shipped, or by kind and target
+book = ledger.Logbook("07", host=precision.host_slug(DEVICE), dtype=precision.dtype_name(model.dtype))
+
+
+def ledger_head(name):
+    return SHIPPED[name].name if name in SHIPPED and models.is_default_target(TARGET) else f"{name} ({TARGET})"
 
 # %% [markdown]
 # ## The explorer
 #
 # Type a prompt, choose K, the head and the drafting mode, and press **Generate**. Things to try: raise K and watch
 # the deep slots' bars fall; run one head in both modes and compare the times; raise the temperature and watch fewer
-# drafts pass (the loop then accepts by the speculative-sampling rule, which keeps the target's distribution;
-# `tests/decoding/test_speculative.py` checks it). The widget needs a live kernel; the fixed run below draws the same
-# view without it.
+# drafts pass (the loop then accepts by speculative sampling, written from scratch below). The widget needs a live
+# kernel; the fixed run below draws the same view without it.
 
 # %%
 ex = explorer(model, tokenizer, k=K, max_new_tokens=MAX_NEW)
@@ -87,27 +88,15 @@ ex
 head_name = HEADS[0]
 run = run_generation(model, tokenizer, get_head(head_name, model), GenerationSettings(k=K, max_new_tokens=MAX_NEW),
                      head_name=head_name)
-report.record(f"acceptance_length_k{K}_{head_name}", round(run.stats.acceptance_length, 3))
 print(f"head: {head_name} | mode: {run.mode}")
 display(HTML(run.html(tokenizer)))
 print(run.summary())
-
-from peagle_lab import precision
-from peagle_lab.drafter.heads import SHIPPED
-from peagle_lab.workbook import ledger
-
-
-def ledger_row(what, r, prompt_set):
-    """This chapter's row in the acceptance ledger (printed below), from a finished run."""
-    shipped = head_name in SHIPPED and models.is_default_target(TARGET)
-    return ledger.record(chapter="07", what=what, head=SHIPPED[head_name].name if shipped else f"{head_name} ({TARGET})",
-                         host=precision.host_slug(DEVICE), prompt_set=prompt_set, prompts=1,
-                         new_tokens=len(r.tokens), k=K, dtype=precision.dtype_name(next(model.parameters()).dtype),
-                         rounds=r.stats.rounds, acceptance_length=round(r.stats.acceptance_length, 4))
-
-
-ledger_row("fixed run", run, "the explorer's default prompt")
-print(f"(one prompt, {run.stats.rounds} rounds: its row in the ledger below sits beside the larger samples)")
+print(f"so: {run.stats.acceptance_length:.2f} tokens per round of a possible {K + 1}; speculation ran at "
+      f"{run.speedup:.2f}x plain decoding's speed, so here it {'paid' if run.speedup > 1 else 'did not pay'}; "
+      f"lossless against plain greedy: {'yes' if run.lossless else 'NO'}")
+report.record(f"acceptance_length_k{K}_{head_name}", round(run.stats.acceptance_length, 3))
+book.add("fixed run", ledger_head(head_name), prompt_set="the explorer's default prompt", prompts=1,
+         new_tokens=len(run.tokens), k=K, rounds=run.stats.rounds, acceptance_length=round(run.stats.acceptance_length, 4))
 
 # %% tags=["nbval-ignore-output"]
 fig = viz.plot_per_position_acceptance(
@@ -121,9 +110,9 @@ print("the first token comes from the target:", run.sources[0] == viz.TARGET)
 print("lossless (identical, or in a near-tie regime a near-tie divergence; see the regime above):", run.lossless)
 
 # %% [markdown]
-# **Reading it.** Most tokens are grey or slot 1: the shipped P-EAGLE head at K=4 commits about 1.4 tokens per
-# round out of a ceiling of 5, and speculation is slower than plain decoding on this CPU in float32 (speed-up below
-# 1x). The output is still plain greedy's, token for token.
+# **Reading it.** Most tokens are grey or slot 1. The last line of the run sums it up; on the reference CPU in
+# float32 the shipped P-EAGLE head at K=4 commits about 1.4 tokens per round of a possible 5 and runs slower than
+# plain decoding (below 1x), yet its output is plain greedy's, token for token.
 
 # %% [markdown]
 # ### Exercise: which kind of prompt gets more drafts accepted?
@@ -133,12 +122,11 @@ print("lossless (identical, or in a near-tie regime a near-tie divergence; see t
 #
 # <details><summary>Answer</summary>
 #
-# Intuition says code: keywords, indentation, repeated names and closing brackets are easy to guess, while open prose
-# has many plausible continuations. But one prompt of each kind is a few dozen rounds and cannot rank kinds of text,
-# whichever comes out ahead. The committed benchmarks printed last (05's, 24 prompts per suite) do not settle it
-# either (each at its best-speed-up K): on `cpu-epyc-avx2-2c` (float32) P-EAGLE's chat/code rows are 1.55/1.51 and
-# EAGLE-3's 1.60/1.61; on `cpu-epyc-avx512bf16-2c` (bfloat16) 1.52/1.54 and 1.64/1.43. The training mix is about
-# half code (03's prompt kinds), so code is not new to these heads.
+# Intuition says code: keywords, indentation and closing brackets are easy to guess, open prose has many plausible
+# continuations. But one prompt of each kind, a few dozen rounds, cannot rank kinds of text. The committed 24-prompt
+# runs ("Results across hosts", AL at each head's best K) do not settle it either: code against chat, P-EAGLE 1.51
+# and 1.55, EAGLE-3 1.61 and 1.60 on `cpu-epyc-avx2-2c` (float32); 1.54 and 1.52, 1.43 and 1.64 on
+# `cpu-epyc-avx512bf16-2c` (bfloat16). The training mix is about half code (03), so code is not new to these heads.
 #
 # </details>
 
@@ -154,79 +142,209 @@ for kind, text in PROMPTS.items():
           + " ".join("-" if x != x else f"{x:.2f}" for x in r.stats.conditional_acceptance)
           + " (accepted/reached: " + " ".join(f"{a}/{n}" for a, n in zip(r.stats.accepted_at, r.stats.attempted_at))
           + ")")
-    ledger_row(f"exercise, {kind} prompt", r, f"one {kind} prompt")
+    book.add(f"exercise, {kind} prompt", ledger_head(head_name), prompt_set=f"one {kind} prompt", prompts=1,
+             new_tokens=len(r.tokens), k=K, rounds=r.stats.rounds, acceptance_length=round(r.stats.acceptance_length, 4))
+
+# %% [markdown]
+# ## Speculative sampling from scratch
+#
+# Above temperature 0 the target draws its token from a distribution p, and the drafter drew its draft x from its own
+# distribution q. The output must still follow p exactly. The rule (Leviathan et al.; Chen et al., 2023): accept x
+# with probability min(1, p(x)/q(x)); on a rejection, draw from the residual max(0, p - q), normalised. An accepted
+# token y comes out with probability min(p(y), q(y)); the residual adds exactly the p(y) - q(y) that q under-supplies.
+# Below: a six-token vocabulary with seeded p and q, the rule in a few lines, many draws, and what came out beside p.
+
+# %%
+import matplotlib.pyplot as plt
+
+VOCAB = ["the", "a", "cat", "dog", "sat", "ran"]
+g = torch.Generator().manual_seed(0)
+target_logits = 1.5 * torch.randn(len(VOCAB), generator=g)   # the target's logits at one position, temperature 1
+p = target_logits.softmax(-1)                                 # the target's distribution
+q = (1.5 * torch.randn(len(VOCAB), generator=g)).softmax(-1)  # the drafter's: another guess
+
+
+def speculative_accept(x, p, q, gen):
+    """A draft x drawn from q in; out: (the token emitted, whether x was accepted). The token follows p."""
+    u = float(torch.rand((), generator=gen))
+    if u < min(1.0, float(p[x]) / float(q[x])):  # accept x with probability min(1, p(x)/q(x))
+        return x, True
+    residual = (p - q).clamp_min(0)  # the mass q under-supplies
+    return int(torch.multinomial(residual / residual.sum(), 1, generator=gen)), False
+
+
+N_DRAWS = settings.pick(20_000, 4_000)
+gen = torch.Generator().manual_seed(0)
+counts, accepted = torch.zeros(len(VOCAB)), 0
+for _ in range(N_DRAWS):
+    x = int(torch.multinomial(q, 1, generator=gen))  # the drafter proposes x ~ q
+    token, ok = speculative_accept(x, p, q, gen)
+    counts[token] += 1
+    accepted += ok
+emitted = counts / N_DRAWS
+tv, tv_q = 0.5 * float((emitted - p).abs().sum()), 0.5 * float((q - p).abs().sum())
+print("token    p      q      emitted")
+for w, pi, qi, ei in zip(VOCAB, p.tolist(), q.tolist(), emitted.tolist()):
+    print(f"{w:6s}  {pi:.3f}  {qi:.3f}  {ei:.3f}")
+print(f"total variation distance from p: emitted {tv:.4f} ({N_DRAWS} draws); the drafts themselves (q) {tv_q:.3f}")
+print(f"drafts accepted: {accepted / N_DRAWS:.3f} of draws; the rule's rate, the sum of min(p, q) = 1 - TV(p, q): "
+      f"{1 - tv_q:.3f}")
+assert tv < 0.05, f"the emitted tokens do not follow p (TV {tv:.3f})"
+
+fig, ax = plt.subplots(figsize=(7, 2.6))
+for shift, values, label in ((-0.27, p, "p (target)"), (0.0, q, "q (drafter)"), (0.27, emitted, "emitted")):
+    ax.bar([i + shift for i in range(len(VOCAB))], values.tolist(), width=0.27, label=label)
+ax.set_xticks(range(len(VOCAB)), VOCAB)
+ax.set_ylabel("probability")
+ax.legend()
+plt.show()
+
+# %%
+from peagle_lab.decoding.sampling import Sampling, accept_sampling
+
+N_SAME, same = settings.pick(2_000, 500), 0
+for i in range(N_SAME):  # the same draws for both rules: one seed per draw, the generator rewound in between
+    gen = torch.Generator().manual_seed(i)
+    x = int(torch.multinomial(q, 1, generator=gen))
+    state = gen.get_state()
+    mine, _ = speculative_accept(x, p, q, gen)
+    gen.set_state(state)
+    a, tok = accept_sampling(torch.tensor([x]), q[None], target_logits.expand(2, -1), Sampling(temperature=1.0), gen)
+    same += mine == (x if a == 1 else tok)  # a == 1: the draft was accepted
+print(f"the package's accept_sampling (the loop's rule above temperature 0) emits the same token on {same} of "
+      f"{N_SAME} draws")
+assert same == N_SAME
+
+# %% [markdown]
+# **Reading it.** Every token began as a draft from q, far from p, yet the emitted column sits on p within sampling
+# noise. Drafts pass at the rate sum of min(p, q): a q far from p costs speed, never the output's distribution. The
+# package's rule agrees on the same draws.
+
+# %% [markdown]
+# ## Results across hosts
+#
+# 05's full-size benchmark runs, committed under `data/results/<host>/<dtype>/` with their commands: the embedded
+# SmolLM2-135M target and the shipped heads, batch 1, on a 2-core EPYC without native bf16 (`cpu-epyc-avx2-2c`) and
+# one with bf16 units (`cpu-epyc-avx512bf16-2c`). One table per suite (`code`: HumanEval; `chat`: the prompt mix's
+# held-out split), one row per host and dtype. The columns:
+#
+# - `prompts`: prompts x new tokens; `verify_k7`: verifying 8 tokens in one target pass, in decode steps;
+# - `P-EAGLE`, `EAGLE-3`, `lookup`: the best speed-up over plain decoding (head, or untrained prompt lookup), its K
+#   and acceptance length;
+# - `noise`: the noise band, how far transformers' own greedy `generate` (plain decoding's work) lands from 1x;
+# - `paired`: per prompt, P-EAGLE's speed-up minus EAGLE-3's, lowest to highest;
+# - `oracle`: the paper's acceptance replayed on the same draws, charged one parallel pass / K sequential passes.
+#
+# The rule: a head pays where its speed-up beats 1 by more than the noise band, loses where it falls short by more;
+# one head is faster only if faster on every prompt.
+
+# %% tags=["nbval-ignore-output"]
+from collections import Counter
 
 from peagle_lab import bench
 from peagle_lab.bench.files import result_suites
+from peagle_lab.bench.summary import verify_and_draft_ratio
 from peagle_lab.workbook import payoff
+from peagle_lab.workbook.notebook import committed_label
 
-committed = bench.committed_results(settings.data_dir() / "results")
-for c in committed:  # 05's committed runs that hold both suites: each head's best-speed-up row on each
-    suites = result_suites(c["results"])
-    if {"code", "chat"} <= set(suites):
-        for family, name in payoff.NAMES.items():
-            code, chat = payoff.best(suites["code"], family), payoff.best(suites["chat"], family)
-            print(f"05 committed, {c['dir']}, {name}: code AL {code['acceptance_length']:.2f} (K={code['k']}, "
-                  f"{code['rounds']} rounds) | chat AL {chat['acceptance_length']:.2f} (K={chat['k']}, "
-                  f"{chat['rounds']} rounds)")
+HOST = precision.host_slug(DEVICE)
+committed = [c for c in bench.committed_results(settings.data_dir() / "results") if result_suites(c["results"])]
+print(committed_label("The tables below") + f"; this machine is {HOST}"
+      + ("" if any(c["host"] == HOST for c in committed) else ", which has no committed run"))
+
+
+def best(e2e, family):
+    """The row of ``family`` (over the K it ran) with the highest speed-up over plain decoding, or None."""
+    return max((m for m in e2e["methods"] if m["family"] == family), key=lambda m: m["speedup"], default=None)
+
+
+def shown(m):
+    return f"{m['speedup']:.2f}x (K={m['k']}, AL {m['acceptance_length']:.2f})" if m else "-"
+
+
+tables, heads, orders, claims = {}, [], [], []
+for c in committed:
+    for suite, e in result_suites(c["results"]).items():
+        band = abs(1 - best(e, "hf-greedy")["speedup"])  # the noise band
+        p_row, s_row, o = best(e, "p-eagle"), best(e, "eagle3"), best(e, "oracle")
+        gaps = payoff.paired_gaps(e, p_row, s_row)  # per prompt: P-EAGLE's speed-up minus EAGLE-3's
+        o_seq = next((m for m in e["methods"] if m["family"] == "oracle-sequential" and o and m["k"] == o["k"]), None)
+        tables.setdefault(suite, []).append({
+            "host": c["host"] + (" (this machine)" if c["host"] == HOST else ""), "dtype": c["dtype"],
+            "prompts": f"{e['config']['n_prompts']} x {e['config']['max_new_tokens']}",
+            "verify_k7": verify_and_draft_ratio(c["results"]["drafting_cost"], 7)[0],
+            "P-EAGLE": shown(p_row), "EAGLE-3": shown(s_row), "lookup": shown(best(e, "prompt-lookup")),
+            "noise": f"{band:.3f}", "paired": f"{min(gaps):+.2f} to {max(gaps):+.2f}",
+            "oracle": "-" if o is None else f"{o['speedup']:.2f}x / " + (f"{o_seq['speedup']:.2f}x" if o_seq else "-")})
+        for m in (p_row, s_row):
+            word = "pay" if m["speedup"] - 1 > band else "lose" if 1 - m["speedup"] > band else "within noise"
+            heads.append({"dtype": c["dtype"], "speedup": m["speedup"], "word": word})
+        orders.append(min(gaps) > 0 or max(gaps) < 0)  # one head faster on every prompt?
+        if o_seq:
+            wins = [g > 0 for g in payoff.paired_gaps(e, o, o_seq)]
+            claims.append(f"{suite} on {c['dir']} {o['speedup']:.2f}x against {o_seq['speedup']:.2f}x, parallel "
+                          f"faster on {sum(wins)} of {len(wins)} prompts")
+
+for suite, rows in tables.items():
+    display(Markdown(f"**`{suite}` suite**\n\n" + bench.format_table(rows, list(rows[0]))))
+for dtype in dict.fromkeys(h["dtype"] for h in heads):
+    mine = [h for h in heads if h["dtype"] == dtype]
+    n = Counter(h["word"] for h in mine)
+    print(f"verdict, {dtype}: of {len(mine)} best speed-ups (2 heads x {len(mine) // 2} host/suite runs) {n['pay']} pay, "
+          f"{n['lose']} lose, {n['within noise']} lie within the noise band; "
+          f"{min(h['speedup'] for h in mine):.2f}x to {max(h['speedup'] for h in mine):.2f}x")
+print(f"verdict, which head: one head faster on every prompt in {sum(orders)} of {len(orders)} runs"
+      + ("" if all(orders) else "; elsewhere the order changes from prompt to prompt, so neither head is shown faster"))
+print("verdict, at the paper's acceptance: one parallel pass per round against K sequential passes, same draws: "
+      + ("; ".join(claims) or "not run"))
 
 # %% [markdown]
-# ## The acceptance ledger
+# **Reading it.** Speculation pays only where verification is cheap. In float32 (`verify_k7` about 2) every head loses
+# on every suite, 0.67x to 0.82x, beyond the noise band; untrained prompt lookup reaches 1.33x on code, whose answers
+# copy the prompt. With bf16 units (`verify_k7` 1.07) both heads pay, modestly: 1.14x to 1.31x. Neither head is faster
+# on every prompt in any run. P-EAGLE's claim shows at the paper's acceptance: on the same draws one parallel pass per
+# round pays 1.59x against 1.46x for seven sequential passes on code, 1.56x against 1.39x on chat.
+
+# %% [markdown]
+# ## Appendix: the acceptance ledger
 #
-# Every acceptance length the course recorded, from 00 to this chapter, one row each with its settings:
-# `prompt_set`, `prompts` and `new_tokens` say what was decoded, `k` the drafts per round, `dtype` the precision,
-# `rounds` the verification rounds behind the figure (`-` where not recorded). Rows are comparable only when these
-# columns agree.
+# Every acceptance length the course recorded, committed and live, one row each with what was decoded (`prompt_set`,
+# `prompts`, `new_tokens`), `k`, `dtype` and `rounds`, the sample behind it (`-`: not recorded). Rows compare only
+# where these agree. Under the table: each head's lowest and highest row, and which settings differ between them.
 
 # %% tags=["nbval-ignore-output"]
-from IPython.display import Markdown
-
 rows = ledger.course_rows(settings.data_dir(), SHIPPED, settings.REPO_ROOT)
 display(Markdown(ledger.markdown(rows)))
-print("\n".join(ledger.spread_lines(rows)))
+SETTINGS = ("host", "prompt_set", "prompts", "new_tokens", "k", "dtype")
+for head in dict.fromkeys(r["head"] for r in rows):
+    mine = sorted((r for r in rows if r["head"] == head), key=lambda r: r["acceptance_length"])
+    lo, hi = mine[0], mine[-1]
+    print(f"{head}: {len(mine)} rows, {lo['acceptance_length']:.2f} ({lo['chapter']}, {lo['what']}) to "
+          f"{hi['acceptance_length']:.2f} ({hi['chapter']}, {hi['what']}); these two differ in "
+          + (", ".join(c for c in SETTINGS if lo[c] != hi[c]) or "none of the settings"))
+bench05 = [r["acceptance_length"] for r in rows if r["chapter"] == "05" and "(committed)" in r["what"]]
+print(f"05's {len(bench05)} committed benchmark rows: {min(bench05):.2f} to {max(bench05):.2f}")
 
 # %% [markdown]
-# **Reading it.** The prompt moves a head's figure most: the shipped P-EAGLE head ranges from about 1.0 (04, bare
-# text) to about 2 (00's predictable list of numbers), EAGLE-3 from 1.37 to about 3.9 (the lines under the table).
-# 05's committed benchmark rows, hundreds of rounds each, all sit between 1.31 and 1.64.
-
-# %% [markdown]
-# ## The payoff, in one box
-#
-# 05's verdict in one place, from this host's committed benchmark (the nearest host's where it has none): drafting
-# cost per mode, each head's best speed-up, which head is faster, and what the paper's acceptance would pay. The
-# lines under it repeat the verdict for 05's live run, if 05 has run here.
-
-# %% tags=["nbval-ignore-output"]
-host_run = payoff.host_run(committed, precision.host_slug(DEVICE), precision.dtype_name(next(model.parameters()).dtype))
-host_suites = result_suites(host_run["results"])
-main = host_suites.get("code") or next(iter(host_suites.values()))
-oracle_runs = [(c["dir"], e) for c in committed for e in result_suites(c["results"]).values() if payoff.oracle_line(e)]
-display(Markdown(payoff.box(main, host_run["results"].get("drafting_cost"), f"{host_run['dir']}, committed",
-                            oracle_runs[0] if oracle_runs else None)))
-live05 = bench.load_results(settings.results_dir() / "bench" / "nb05")
-if live05.get("end_to_end"):
-    print("05's live run on this machine:\n  " + "\n  ".join(payoff.lines(live05["end_to_end"])))
-else:
-    print("05 has not run in this results folder: no live lines")
+# **Reading it.** The prompt moves a head's figure most: each head's lowest and highest rows differ in the prompt set.
+# The shipped P-EAGLE head ranges from about 1.0 (04, bare text) to about 2 (00's list of numbers), EAGLE-3 from about
+# 1.4 to about 3.9; 05's committed benchmark rows, hundreds of rounds each, all sit between 1.31 and 1.64.
 
 # %% [markdown]
 # ## What we saw
 #
-# - **The fixed run.** The shipped P-EAGLE head at K=4 commits about 1.4 tokens per round out of a ceiling of 5;
-#   speculation is slower than plain decoding on this CPU in float32, and the output matched plain greedy.
-# - **The exercise.** One code and one chat prompt cannot rank kinds of text; the committed benchmarks do not either.
-# - **The ledger.** Across the course's rows, the prompt moves a head's figure most.
-# - **The payoff box.** A sequential round grows with every draft, to 3.6x the parallel round at K=10 (the box's
-#   first line); with these heads every speed-up is below 1x and neither head is shown faster. At the paper's
-#   acceptance the loop pays, and there one parallel pass per round beats seven sequential passes on the same draws
-#   (the box's last two lines).
+# - **The fixed run.** On the reference CPU in float32 the shipped P-EAGLE head at K=4 commits about 1.4 tokens per
+#   round of a possible 5, slower than plain decoding, and its output matched plain greedy's.
+# - **The exercise.** One code and one chat prompt cannot rank kinds of text; the committed 24-prompt runs do not either.
+# - **Speculative sampling.** Accept a draft with probability min(1, p/q), resample a rejection from max(0, p - q):
+#   the tokens follow p whatever q; q sets only how many drafts pass.
+# - **Across hosts.** In float32 both heads lose to plain decoding (0.67x to 0.82x); with bf16 units they pay
+#   modestly (1.14x to 1.31x), neither faster on every prompt. At the paper's acceptance one parallel pass per round
+#   beats seven sequential passes on the same draws (1.59x against 1.46x on code).
+# - **The ledger.** The prompt moves a head's acceptance length most.
 #
-# What the course showed: a P-EAGLE drafter reads the target's hidden states (`01_hidden_states`), drafts K tokens
-# in one pass with mask tokens (`02_mask_tokens`) and learns from the target's own outputs (`03_train_head`). On a
-# CPU budget, acceptance grows slowly with data (`04_scale_and_acceptance`): too slowly for speculation to pay in
-# float32 here; in bf16 the heads pay modestly, 1.14x-1.31x committed (`05_parallel_vs_sequential`); the same
-# head serves in vLLM (`06_vllm_deploy`). The mechanism works and stays lossless; a CPU budget bought little acceptance.
-#
-# Where to go next: the repository's `README.md` (the command line and the committed results per host) and `docs/`
-# (`architecture.md`, `checkpoint-format.md`, `data.md`, `sagemaker.md`).
+# What the course showed: a P-EAGLE drafter reads the target's hidden states (`01_hidden_states`), drafts K tokens in
+# one pass with mask tokens (`02_mask_tokens`) and learns from the target's own outputs (`03_train_head`). On a CPU
+# budget acceptance grows slowly with data (`04_scale_and_acceptance`): too slowly to pay in float32; in bf16 the
+# heads pay modestly (`05_parallel_vs_sequential`); the same head serves in vLLM (`06_vllm_deploy`). The mechanism
+# works and stays lossless; a CPU budget bought little acceptance. Next: the repository's `README.md` and `docs/`.

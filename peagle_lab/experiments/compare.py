@@ -69,7 +69,8 @@ def compare_heads(model, tokenizer, heads: list[tuple[str, str]], out, prompts: 
         ev = evaluate_head(model, tokenizer, head, prompts, EvalSettings(ks=KS, max_new_tokens=MAX_NEW_TOKENS),
                            reference=reference, progress=False)
         doc["rows"].append(dict(head=name, path=path, acceptance_length=ev["acceptance_length"],
-                                per_position=ev["per_position_acceptance"], divergences=len(ev["divergences"])))
+                                per_position=ev["per_position_acceptance"], rounds=ev["rounds"],
+                                attempted=ev["attempted"], divergences=len(ev["divergences"])))
         print(name, ev["acceptance_length"], flush=True)
         write_json(out, doc, indent=1)
     return doc

@@ -6,6 +6,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import os
+import shlex
 import signal
 import socket
 import subprocess
@@ -18,6 +19,7 @@ from pathlib import Path
 
 from .. import lifetime
 from ..errors import PeagleError
+from ..settings import display_path
 from .engine import Speculation, check_vllm_fits, engine_kwargs, model_arg, require_vllm, speculative_config
 from .metrics import spec_metrics_from_prometheus
 
@@ -58,6 +60,14 @@ class Server:
     log_path: Path
     started_s: float = 0.0
     _log: object = field(default=None, repr=False)
+    command: list = field(default_factory=list)  # the server's own command, without the lifetime supervisor
+
+    def command_line(self) -> str:
+        """The command as a user would type it: ``python`` for this interpreter, paths shown as
+        :func:`~peagle_lab.settings.display_path` shows them (relative to the checkout, or ``~/...``)."""
+        shown = ["python" if a == sys.executable else display_path(a) if os.path.isabs(a) else a
+                 for a in map(str, self.command)]
+        return shlex.join(shown)
 
     def get(self, path: str, timeout: float = 10.0) -> str:
         with urllib.request.urlopen(self.url.rsplit("/v1", 1)[0] + path, timeout=timeout) as r:
@@ -163,7 +173,7 @@ def start_server(cmd: list[str], port: int, served_name: str, timeout: float = 6
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     t0 = time.perf_counter()
     proc = lifetime.spawn(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
-    server = Server(proc, f"http://127.0.0.1:{port}/v1", served_name, log_path, _log=log)
+    server = Server(proc, f"http://127.0.0.1:{port}/v1", served_name, log_path, _log=log, command=list(cmd))
     while True:
         if proc.poll() is not None:
             server.stop()

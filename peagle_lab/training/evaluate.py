@@ -101,6 +101,7 @@ def evaluate_head(model, tokenizer, head: PEagleDrafter, prompts: list[str], set
         per_position_acceptance={k: [None if math.isnan(x) else round(x, 4) for x in per_k[k].conditional_acceptance]
                                  for k in ks},
         rounds={k: per_k[k].rounds for k in ks},
+        attempted={k: list(per_k[k].attempted_at) for k in ks},  # per slot: the rounds that reached it
         seconds={k: round(times[k], 2) for k in ks},
     )
 

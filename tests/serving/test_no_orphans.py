@@ -107,6 +107,8 @@ def test_a_stopped_server_leaves_nothing():
     srv = start_server(fake_server_cmd(port), port, "fake", timeout=60)
     tree = [srv.proc.pid, *lifetime.descendants(srv.proc.pid)]
     assert len(tree) >= 3
+    line = srv.command_line()  # the server's own command, as a user would type it: no supervisor, no pid
+    assert line.startswith("python -c ") and line.endswith(str(port)) and "lifetime" not in line
     srv.stop(timeout=10)
     assert wait_gone(tree) == []
 

@@ -288,6 +288,7 @@ def test_evaluate_head_reports_acceptance_and_checks_losslessness(tiny_llama, by
     assert ev["lossless"] is True and set(ev["acceptance_length"]) == {1, 3}
     assert all(1.0 <= v <= k + 1 for k, v in ev["acceptance_length"].items())
     assert len(ev["per_position_acceptance"][3]) == 3
+    assert ev["attempted"][3][0] == ev["rounds"][3] >= ev["attempted"][3][1] >= ev["attempted"][3][2]  # slot 1: all
 
 
 # ------------------------------------------------------------------------------------------ distillation
