@@ -180,37 +180,3 @@ def summary_markdown(runs: list[dict]) -> str:
                   f"{r0['steps']} optimizer steps per run, training precision {r0['autocast']}, host {m.get('host')}; "
                   f"run-to-run noise (largest seed spread) {noise(runs) or 0:.3f}."]
     return "\n".join(lines)
-
-
-def verdict_lines(runs: list[dict]) -> list[str]:
-    """What a study's table supports, in words: the pairs of settings (two seeds or more each) whose gap in mean
-    acceptance length exceeds the seed spread of both at the printed precision (three decimals: a gap that prints
-    equal to a spread is not beyond it), largest gap first (a pair not listed is not separated),
-    then per setting the rounds that reach slots 1-3 beside the rates that rest on them. The round counts are
-    estimated from the caption's prompts x new tokens, the acceptance length and the per-position rates: an upper
-    bound, since an answer that ends early has fewer rounds."""
-    rows = [r for r in summarize(runs) if r["seeds"] >= 2]
-    if not rows:
-        return []
-    pairs = []
-    for i, a in enumerate(rows):
-        for b in rows[i + 1:]:
-            hi, lo = (a, b) if a["acceptance_length"] >= b["acceptance_length"] else (b, a)
-            gap = hi["acceptance_length"] - lo["acceptance_length"]
-            if round(gap, 3) > round(max(hi["seed_spread"], lo["seed_spread"]), 3):
-                pairs.append((gap, hi, lo))
-    total = len(rows) * (len(rows) - 1) // 2
-    lines = [f"separated (gap in mean AL beyond both seed spreads): {len(pairs)} of {total} pairs"]
-    for gap, hi, lo in sorted(pairs, key=lambda p: -p[0]):
-        lines.append(f"  {hi['setting']} > {lo['setting']} by {gap:.3f} tokens per round "
-                     f"(seed spreads {hi['seed_spread']:.3f}, {lo['seed_spread']:.3f})")
-    r0 = runs[0]
-    for row in rows:
-        reach, counts = r0["val_prompts"] * r0["max_new_tokens"] / row["acceptance_length"], []
-        for p in row["slots_1_3"]:
-            counts.append(round(reach))
-            reach *= p or 0.0
-        rates = " / ".join("-" if p is None else f"{p:.2f}" for p in row["slots_1_3"])
-        lines.append(f"{row['setting']}: slots 1 / 2 / 3 accepted at {rates}, reached in at most about "
-                     f"{' / '.join(map(str, counts))} rounds per run")
-    return lines

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from .. import lifetime
 from ..errors import PeagleError
-from ..settings import display_path
+from ..settings import REPO_ROOT, display_path
 from .engine import Speculation, check_vllm_fits, engine_kwargs, model_arg, require_vllm, speculative_config
 from .metrics import spec_metrics_from_prometheus
 
@@ -65,9 +65,14 @@ class Server:
     def command_line(self) -> str:
         """The command as a user would type it: ``python`` for this interpreter, paths shown as
         :func:`~peagle_lab.settings.display_path` shows them (relative to the checkout, or ``~/...``)."""
-        shown = ["python" if a == sys.executable else display_path(a) if os.path.isabs(a) else a
-                 for a in map(str, self.command)]
-        return shlex.join(shown)
+        def shown(arg: str) -> str:
+            if arg == sys.executable:
+                return "python"
+            if os.path.isabs(arg):
+                return display_path(arg)
+            # a path inside an argument (the speculative config's JSON): relative to the checkout, or ~/...
+            return arg.replace(f"{REPO_ROOT}/", "").replace(f"{Path.home()}/", "~/")
+        return shlex.join(shown(str(a)) for a in self.command)
 
     def get(self, path: str, timeout: float = 10.0) -> str:
         with urllib.request.urlopen(self.url.rsplit("/v1", 1)[0] + path, timeout=timeout) as r:

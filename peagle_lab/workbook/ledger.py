@@ -150,16 +150,6 @@ def markdown(rows: list[dict]) -> str:
     return format_table(shown, COLUMNS)
 
 
-def spread(rows: list[dict]) -> dict[str, tuple[dict, dict]]:
-    """Per head, its lowest and highest row."""
-    out = {}
-    for r in rows:
-        lo, hi = out.get(r["head"], (r, r))
-        out[r["head"]] = (min(lo, r, key=lambda x: x["acceptance_length"]),
-                          max(hi, r, key=lambda x: x["acceptance_length"]))
-    return out
-
-
 def course_rows(data_dir: Path, shipped: dict[str, Path], repo_root: Path, through: str | None = None) -> list[dict]:
     """The ledger: the committed rows (04's held-out comparisons of every host, 05's bench suites, 06's serving
     sweeps) and the rows the chapters recorded (only chapters up to ``through`` when given), in chapter order."""
@@ -168,10 +158,3 @@ def course_rows(data_dir: Path, shipped: dict[str, Path], repo_root: Path, throu
             for r in heldout_rows(path, shipped, repo_root)]
     rows += committed_bench_rows(data_dir / "results") + serving_rows(data_dir / "results")
     return sorted(rows + recorded(through), key=lambda r: str(r["chapter"]))
-
-
-def spread_lines(rows: list[dict]) -> list[str]:
-    """Per head, one line: its lowest and highest figure with where each comes from."""
-    return [f"{head}: {lo['acceptance_length']:.2f} ({lo['chapter']}, {lo['what']}, K={lo['k']}) to "
-            f"{hi['acceptance_length']:.2f} ({hi['chapter']}, {hi['what']}, K={hi['k']})"
-            for head, (lo, hi) in spread(rows).items()]

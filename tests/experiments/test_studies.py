@@ -54,27 +54,6 @@ def test_a_run_naming_an_unknown_training_set_is_refused(tmp_path):
                           recipe.RecipePlan(variants={"v": dict(data="nope")}))
 
 
-def test_the_verdict_lists_only_pairs_apart_by_more_than_both_seed_spreads_and_the_rounds_behind_each_rate():
-    runs = [_run("a (seed 0)", {"seed": 0}, 1.20), _run("a (seed 1)", {"seed": 1}, 1.26),
-            _run("b (seed 0)", {"x": 1, "seed": 0}, 1.40), _run("b (seed 1)", {"x": 1, "seed": 1}, 1.41),
-            _run("c (seed 0)", {"x": 2, "seed": 0}, 1.22), _run("c (seed 1)", {"x": 2, "seed": 1}, 1.30)]
-    lines = studies.verdict_lines(runs)
-    assert lines[0] == "separated (gap in mean AL beyond both seed spreads): 2 of 3 pairs"
-    # largest gap first; a vs c (0.03) is within c's spread (0.08), so it is not listed
-    assert lines[1].startswith("  b > a by 0.175") and lines[2].startswith("  b > c by 0.145")
-    # 2 prompts x 8 tokens / AL 1.23 = 13 rounds reach slot 1; 20% of them slot 2; 10% of those slot 3
-    assert lines[3] == ("a: slots 1 / 2 / 3 accepted at 0.20 / 0.10 / -, reached in at most about 13 / 3 / 0 "
-                        "rounds per run")
-    assert studies.verdict_lines([_run("a (seed 0)", {"seed": 0}, 1.2)]) == []  # one seed: no spread to judge by
-
-
-def test_a_gap_that_prints_equal_to_a_seed_spread_is_not_counted_as_beyond_it():
-    # gap 1.2302 - 1.2098 = 0.0204 > spread 0.0196 in full precision, yet both print as 0.020
-    runs = [_run("a (seed 0)", {"seed": 0}, 1.2204), _run("a (seed 1)", {"seed": 1}, 1.2400),
-            _run("b (seed 0)", {"x": 1, "seed": 0}, 1.2098), _run("b (seed 1)", {"x": 1, "seed": 1}, 1.2098)]
-    assert studies.verdict_lines(runs)[0] == "separated (gap in mean AL beyond both seed spreads): 0 of 1 pairs"
-
-
 def test_the_deep_slot_settings_differ_from_the_default_in_one_thing_each_and_are_valid_configs():
     from peagle_lab.experiments.studies import BASE, DEEP_SLOT_VARIANTS, with_seeds
     from peagle_lab.training import TrainConfig

@@ -10,6 +10,7 @@ by a child and grandchild under the same guard the engine uses (:func:`~peagle_l
 from __future__ import annotations
 
 import http.server
+import json
 import os
 import signal
 import socket
@@ -23,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from peagle_lab import lifetime
+from peagle_lab.settings import REPO_ROOT as REPO
 from peagle_lab.errors import PeagleError
 from peagle_lab.serving.server import check_port_free, listens_in_tree, start_server
 
@@ -109,6 +111,8 @@ def test_a_stopped_server_leaves_nothing():
     assert len(tree) >= 3
     line = srv.command_line()  # the server's own command, as a user would type it: no supervisor, no pid
     assert line.startswith("python -c ") and line.endswith(str(port)) and "lifetime" not in line
+    srv.command = ["x", json.dumps({"model": str(REPO / "heads" / "h")})]  # a path inside a JSON argument
+    assert str(REPO) not in srv.command_line() and "heads/h" in srv.command_line()
     srv.stop(timeout=10)
     assert wait_gone(tree) == []
 

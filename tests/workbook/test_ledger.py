@@ -72,21 +72,6 @@ def test_heldout_rows_read_the_shipped_head_by_its_path(tmp_path):
     assert ledger.heldout_rows(tmp_path / "absent.json", {}, tmp_path) == []
 
 
-def test_the_verdict_line_names_the_faster_head_by_the_same_rule_as_the_paired_line():
-    assert "+0.150x, outside the noise band 0.020; which head is faster: P-EAGLE faster" in payoff.verdict(RUN)
-    close = e2e(method("p-eagle K=2", "p-eagle", 2, 1.10, 1.4), method("eagle3 K=1", "eagle3", 1, 1.11, 1.4),
-                method("hf-greedy", "hf-greedy", None, 0.95, 1.0))
-    assert ("-0.010x, inside the noise band 0.050; which head is faster: neither head is shown faster"
-            in payoff.verdict(close))
-    assert "EAGLE-3 faster on every prompt" in payoff.verdict(paired_run([-0.1, -0.2]))
-
-
-def test_a_best_k_of_1_is_said_not_to_test_parallel_drafting():
-    k1 = e2e(method("p-eagle K=1", "p-eagle", 1, 1.2, 1.4), method("eagle3 K=2", "eagle3", 2, 1.1, 1.4))
-    assert "at K=1 parallel and sequential drafting are one and the same" in payoff.verdict(k1)
-    assert "one and the same" not in payoff.verdict(RUN)
-
-
 def test_the_course_ledger_joins_committed_files_and_recorded_rows_in_chapter_order(tmp_path):
     data = tmp_path / "data"
     (data / "recipe" / "h").mkdir(parents=True)
@@ -103,14 +88,6 @@ def test_the_course_ledger_joins_committed_files_and_recorded_rows_in_chapter_or
     assert [(r["chapter"], r["acceptance_length"]) for r in rows] == [("04", 1.4), ("06", 1.3), ("07", 1.5)]
     assert rows[1]["prompts"] == 4  # requests over the repeats
     assert [r["chapter"] for r in ledger.course_rows(data, {}, tmp_path, through="06")] == ["06"]
-    assert ledger.spread_lines(rows) == ["p: 1.30 (06, vLLM serving sweep, 1 concurrent (committed), K=7) to "
-                                         "1.50 (07, live, best speed-up, K=4)"]
-
-
-def test_prompt_lookup_is_set_against_the_better_head():
-    run = e2e(*RUN["methods"], method("prompt-lookup K=10", "prompt-lookup", 10, 1.6, 2.0))
-    assert "it beats the better head (1.20x)" in payoff.lookup_line(run)
-    assert payoff.lookup_line(RUN) is None
 
 
 def test_a_live_sweep_keeps_one_row_per_k_and_the_table_shows_three_decimals():
@@ -131,37 +108,9 @@ def paired_run(gaps):
     return RUN | {"runs": runs}
 
 
-def test_the_paired_line_names_a_faster_head_only_when_every_prompt_agrees():
-    assert "P-EAGLE faster on every prompt" in payoff.paired_line(paired_run([0.1, 0.2]))
-    assert "+0.100x to +0.200x" in payoff.paired_line(paired_run([0.1, 0.2]))
-    assert "neither head is shown faster" in payoff.paired_line(paired_run([-0.05, 0.2]))
-    assert payoff.paired_line(RUN) is None
-
-
 def test_slot_counts_sum_accepted_and_reached_rounds_over_the_prompts():
     assert payoff.slot_counts(paired_run([0.1, 0.2]), "p-eagle K=4") == [(4, 8), (2, 4), (0, 2), (0, 0)]
     assert payoff.slots_text(RUN, "p-eagle K=4") == "not recorded"
-
-
-def test_the_paper_acceptance_pays_its_length_over_a_round_in_decode_steps():
-    dc = {"target_step_ms": 10.0, "rows": [{"k": 7, "parallel_ms": 5.0, "verify_ms": 15.0}]}
-    pay = payoff.paper_round_pay(dc, 7)
-    assert pay["acceptance_length"] == pytest.approx(3.94, abs=1e-3)
-    assert pay["round_steps"] == 2.0 and pay["ideal_speedup"] == pytest.approx(1.97, abs=1e-3)
-    assert payoff.paper_round_pay(dc, 3) is None
-
-
-def test_the_box_quotes_cost_slots_speed_and_order_from_the_results():
-    dc = {"target_step_ms": 10.0, "rows": [{"k": 1, "parallel_ms": 2.0, "sequential_ms": 2.0, "verify_ms": 12.0,
-                                             "ratio_seq_over_par": 1.0},
-                                            {"k": 7, "parallel_ms": 3.0, "sequential_ms": 14.0, "verify_ms": 15.0,
-                                             "ratio_seq_over_par": 4.7}]}
-    slow = paired_run([-0.05, 0.2])
-    slow["methods"] = [m | {"speedup": m["speedup"] - 0.5} for m in slow["methods"]]
-    text = payoff.box(slow, dc, "here")
-    assert text.startswith("> **What this machine shows") and "2.0 ms at K=1, 3.0 ms at K=7" in text and "4.7x" in text
-    assert "4/8 2/4 0/2 0/0" in text and "below 1x" in text and "neither head is shown faster" in text
-    assert "1.80 decode steps" in text
 
 
 def test_host_run_prefers_this_hosts_folder_in_this_dtype():
@@ -179,55 +128,11 @@ def test_every_k_keeps_each_heads_whole_sweep_and_marks_the_best_row():
         ("p", 1, "live, K sweep"), ("p", 4, "live, best speed-up"), ("s", 2, "live, best speed-up")]
 
 
-def test_the_paired_median_of_an_even_count_is_the_mean_of_the_middle_two():
-    assert "(median +0.150x)" in payoff.paired_line(paired_run([0.1, 0.2]))
-
-
 def test_a_token_budget_cuts_the_constant_rate_acceptance_length_and_long_answers_reach_it():
     from peagle_lab.bench.oracle import constant_rate_acceptance_length
     assert bench.budget_acceptance_length(0.5, 7, 2) == pytest.approx(1.5)  # one token left: one draft
     short, long = (bench.budget_acceptance_length(0.8, 7, n) for n in (48, 100000))
     assert short < long == pytest.approx(constant_rate_acceptance_length(0.8, 7), rel=1e-3)
-
-
-def test_the_oracle_line_gives_the_acceptance_length_its_rate_reaches_within_the_token_budget():
-    run = e2e(method("oracle K=7", "oracle", 7, 1.5, 3.4, rounds=42))
-    line = payoff.oracle_line(run)
-    assert "targets 3.94" in line and "answers of 16 new tokens cut to" in line and "42 rounds" in line
-
-
-def test_the_claim_line_sets_the_two_drafting_charges_of_one_acceptance_side_by_side():
-    par = method("oracle (paper's acceptance) K=7", "oracle", 7, 1.50, 3.4, rounds=40)
-    seq = method("oracle (paper's acceptance, sequential drafting) K=7", "oracle-sequential", 7, 1.20, 3.4, rounds=40)
-    runs = [{"prompt": i, "method": m["method"], "speedup_vs_plain": m["speedup"] + d}
-            for i, d in enumerate((0.0, 0.1)) for m in (par, seq)]
-    line = payoff.claim_line(e2e(*RUN["methods"], par, seq) | {"runs": runs})
-    assert "one parallel pass per round 1.50x, 7 sequential passes 1.20x" in line
-    assert "parallel drafting is 25% faster end to end, faster on 2 of 2 prompt runs" in line
-    assert "20% slower" in payoff.claim_line(e2e(par | {"speedup": 0.96}, seq))
-    assert payoff.claim_line(e2e(*RUN["methods"], par)) is None  # no sequential charge in the run
-
-
-def test_the_cost_line_states_how_much_each_round_grows_with_k():
-    dc = {"rows": [{"k": 1, "parallel_ms": 8.0, "sequential_ms": 8.0, "ratio_seq_over_par": 1.0},
-                   {"k": 10, "parallel_ms": 12.0, "sequential_ms": 50.0, "ratio_seq_over_par": 4.17}]}
-    line = payoff._cost_line(dc)
-    assert "8.0 ms at K=1, 12.0 ms at K=10 (1.50x" in line and "8.0 to 50.0 ms (6.2x" in line
-
-
-def test_the_claim_line_also_names_sequential_drafting_at_its_own_best_k():
-    par = method("oracle (paper's acceptance) K=7", "oracle", 7, 1.50, 3.4, rounds=40)
-    seq7 = method("oracle (paper's acceptance, sequential drafting) K=7", "oracle-sequential", 7, 1.20, 3.4)
-    seq3 = method("oracle (paper's acceptance, sequential drafting) K=3", "oracle-sequential", 3, 1.30, 2.6)
-    assert "sequential drafting at its own best K=3: 1.30x" in payoff.claim_line(e2e(par, seq7, seq3))
-    assert "own best" not in payoff.claim_line(e2e(par, seq7))
-
-
-def test_the_box_states_the_claim_where_the_run_replayed_both_drafting_costs():
-    par = method("oracle (paper's acceptance) K=7", "oracle", 7, 1.50, 3.4, rounds=40)
-    seq = method("oracle (paper's acceptance, sequential drafting) K=7", "oracle-sequential", 7, 1.20, 3.4, rounds=40)
-    assert "P-EAGLE's claim at equal acceptance" in payoff.box(e2e(*RUN["methods"], par, seq), None, "here")
-    assert "P-EAGLE's claim" not in payoff.box(RUN, None, "here")
 
 
 def test_logbook_fixes_chapter_host_and_dtype_and_reads_a_loops_stats(tmp_path, monkeypatch):
