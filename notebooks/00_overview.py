@@ -19,8 +19,9 @@
 # **Goal:** understand one speculative round (draft, verify, accept, bonus, roll back) well enough to write it
 # yourself, and know exactly what "lossless" means for it.
 #
-# Plan: the idea and what P-EAGLE changes; the target, its greedy answer and its speed; one round by hand, checked
-# against the package; acceptance length from per-draft rates; two exercises; a map of the course.
+# Plan: the idea, and a glossary of the words every chapter uses; what P-EAGLE changes; the target, its greedy
+# answer and its speed; one round by hand, checked against the package; acceptance length from per-draft rates; two
+# exercises; a map of the course.
 #
 # About the numbers: everything here is measured live, so timings move a little between runs. The target runs in
 # fp32 on a CPU, in the GPU's own dtype on a GPU (`precision.course_dtype`).
@@ -45,10 +46,9 @@ from peagle_lab import models, precision, settings
 # 2. The **target** checks all of them in **one** forward pass.
 # 3. It keeps the longest prefix of drafts that match its own choices, plus one token of its own (the *bonus*).
 #
-# Each round commits 1 to K+1 tokens; their mean is the **acceptance length** (1.00 for plain decoding).
-#
-# Names used in every chapter: **draft j** (j = 1..K) is the j-th token drafted in a round, at **depth** j-1
-# (0-based, as in the training code); "slot j" of a round is the drafter input position that drafts it.
+# Each **round** commits 1 to K+1 tokens; their mean is the **acceptance length** (1.00 for plain decoding).
+# **Draft j** (j = 1..K) is the token drafted in the round's slot j, at **depth** j-1; the glossary below fixes
+# these names for every chapter.
 #
 # ### Lossless, exactly
 #
@@ -59,11 +59,42 @@ from peagle_lab import models, precision, settings
 # - **fp32 on a CPU**: those differences stay far below the gap between two logits, and the output is
 #   **identical** to plain greedy decoding (`tests/decoding/test_speculative.py` checks K = 1 to 8, both heads).
 # - **bf16, or fp32 on a GPU**: identical, **or** a divergence at a *near-tie*, where the plain run's top two
-#   logits are within rounding, reported with its logit margin (top-1 minus top-2; notebook 05 shows one). A
-#   divergence at a margin of several logits would be a bug.
+#   logits are within a few ulps (units in the last place), reported with its logit margin (top-1 minus top-2).
+#   Notebook 05 quotes one from a committed run (bf16, host `cpu-epyc-avx512bf16-2c`). A divergence at a margin
+#   of several logits would be a bug.
+#
+# Above temperature 0 the target samples, and lossless means the output follows the target's own distribution
+# exactly; `07_explorer` builds that rule, speculative sampling, from scratch.
 #
 # Lossless keeps the target's answer, right or wrong: the plain answer below is not correct code (it returns
 # `False` for every integer above 2), and speculation reproduces it exactly.
+
+# %% [markdown]
+# ## Glossary
+#
+# Every chapter uses these words in these senses. Positions are 0-based, as in the code.
+#
+# | term | meaning | first used |
+# |---|---|---|
+# | round | one draft-verify-accept step: the drafter proposes K tokens, the target checks them in one forward and commits the accepted prefix plus its own *bonus* token | 00, above |
+# | K | drafts per round (vLLM's `num_speculative_tokens`) | 00, above |
+# | x_0..x_n, h_0..h_n | the context tokens, and the target's taps at each of their positions; from h_n the target chooses x_{n+1} | 00, "One speculative round" |
+# | slot j, draft j, depth | a round's drafter slots are j = 1..K; draft j is the token drafted in slot j; its depth is j - 1 (slot 1 = depth 0), the index the training code uses | 00, above |
+# | acceptance length (AL) | tokens a round commits, bonus included, averaged over the rounds; 1.00 for plain decoding | 00, above |
+# | p_j | draft j's conditional acceptance rate: among the rounds that accepted drafts 1..j-1, the share that also accepted draft j; AL = 1 + p_1 + p_1·p_2 + … | 00, "Acceptance length, draft by draft" |
+# | taps | the three hidden states EAGLE-3 and P-EAGLE read from the target (a low, a middle and a high layer), concatenated (3H) and projected to H by `fc` | 00, next section; built in 01 |
+# | EAGLE shift | drafter position t holds token x_{t+1} with the taps h_t, the state that predicted it | 00, "One speculative round" |
+# | mask token, `mask_hidden` | P-EAGLE's two learned stand-ins in slots 2..K: one embedding row, and one shared 3H vector in place of the taps | 00, next section; built in 02 |
+# | COD | conditional drop-token sampling (from PARD): P-EAGLE's training keeps a shrinking, nested share of positions at each deeper depth, so K depths cost far less than K times one | 00, next section; built in 02 and 03 |
+# | training-time test (TTT) | EAGLE-3's training, unrolled as at inference: each depth gets the data's next token and the head's own state from the depth before | 00, next section; by hand in 03 |
+# | draft vocabulary, `d2t` | the head scores only a few thousand frequent target ids; `d2t` maps a draft id to its target id (`t2d` the other way) | 02; by hand in 03 |
+# | lossless | the speculative output is the target's own: identical to plain greedy decoding, or (bf16, or fp32 on a GPU) diverging only at a near-tie | 00, above |
+# | near-tie, ulp | a position where plain greedy's top-1 minus top-2 logit margin is within a few ulps (units in the last place) of the top logit, so kernels that sum in another order may swap the two | 00, above; 05 |
+# | noise band | how far transformers' own greedy `generate`, the same work as plain decoding, lands from 1x: a speed-up inside it is no result | 05 |
+# | oracle | a drafter that replays the paper's acceptance on the same draws, charged one parallel pass or K sequential passes: it isolates what drafting costs | 05 |
+# | committed, live | committed: a full-size result read from `data/`, measured once, quoted with its host and dtype; live: run in this execution, so it moves a little between runs | 02 |
+# | paired rule | one method is *shown faster* only if it is faster on every prompt; otherwise the course says "faster on N of M prompts" | 05 |
+# | ledger | the course's table of every acceptance length it recorded, with prompts, new tokens, K, dtype and host; two rows compare only where these agree | 00 adds rows; shown in 07's appendix |
 
 # %% [markdown]
 # ## EAGLE-3 and P-EAGLE
@@ -181,67 +212,70 @@ for key, value in [("target_params", n_params), ("greedy_tokens_per_s", round(to
 # %% [markdown]
 # **Reading it.** Verifying 6 or 9 tokens costs far less than 6 or 9 decoding steps, though a CPU pays more than
 # the diagram's 1.3 (the line after the ratios compares). A round must commit more tokens than that ratio, plus the
-# drafter's cost, to beat plain decoding.
+# drafter's cost, to beat plain decoding. The ratios are timings, so they move between runs: notebook 05 times the
+# same forwards again on the same machine and can land a tenth away. The verdict below therefore keeps a 15% margin.
 #
 # ## One speculative round, written out
 #
-# The package's loop (`peagle_lab.decoding.speculative.speculative_generate`) fits in about 25 lines, with the
-# shipped P-EAGLE head as drafter (for another target, one trained on the spot). One convention comes first, the
-# **EAGLE shift**: drafter slot t holds token t+1 with the target's taps at position t, the state that predicted
-# it. Why: when the target has just chosen token n+1, its newest state is h_n; token n+1's own state exists only
-# after the next target forward. Pairing every token with the state that predicted it makes every slot look like
-# the one that drafts. Depth is 0-based: slot j of a round drafts at depth j-1.
+# The package's loop (`peagle_lab.decoding.speculative.speculative_generate`) fits in one function of about 30
+# lines, `speculate` below, with the shipped P-EAGLE head as drafter (for another target, one trained on the spot).
+# One convention comes first, the **EAGLE shift**: drafter position t holds token x_{t+1} with the target's taps
+# h_t, the state that predicted it. Why: the target has run over the context x_0..x_n and has just chosen x_{n+1}
+# from h_n; x_{n+1}'s own state exists only after the next target forward. Pairing every token with the state that
+# predicted it makes every position look like the one that drafts. Position n is the round's slot 1 and drafts
+# x_{n+2} at depth 0; slot j drafts x_{n+j+1} at depth j-1.
 
 # %%
 import matplotlib.pyplot as plt
 from matplotlib.patches import FancyBboxPatch
 
-n, k_fig = 5, 4  # 5 context positions, one round of K=4 drafts
-fig, ax = plt.subplots(figsize=(11, 4.4))
+n, k_fig = 4, 4  # context x_0..x_n (positions 0..n), one round of K=4 drafts
+fig, ax = plt.subplots(figsize=(14, 5.2))
 
 
-def box(x, y, text, color, style="-"):
-    ax.add_patch(FancyBboxPatch((x - 0.42, y - 0.3), 0.84, 0.6, boxstyle="round,pad=0.02", fc=color, ec="black",
+def box(x, y, text, color, style="-", size=9):
+    ax.add_patch(FancyBboxPatch((x - 0.44, y - 0.32), 0.88, 0.64, boxstyle="round,pad=0.02", fc=color, ec="black",
                                 lw=0.8, ls=style, zorder=2))
-    ax.text(x, y, text, ha="center", va="center", fontsize=9, zorder=3)
+    ax.text(x, y, text, ha="center", va="center", fontsize=size, zorder=3)
 
 
 def arrow(x0, y0, x1, y1, color="grey"):
     ax.annotate("", (x1, y1), (x0, y0), arrowprops=dict(arrowstyle="->", color=color, lw=1), zorder=1)
 
 
-for t in range(1, n + 1):  # the target over the context: token x_t in, taps h_t out
+for t in range(n + 1):  # the target over the context: token x_t in, taps h_t out
     box(t, 3, f"$x_{{{t}}}$", "white")
     box(t, 2, f"$h_{{{t}}}$", "#f4a259")
-    arrow(t, 2.7, t, 2.3)
-box(n + 1, 3, f"$x_{{{n + 1}}}$: chosen\nfrom $h_{{{n}}}$", "white", style="--")
-arrow(n + 0.42, 2.15, n + 0.75, 2.7)
-for t in range(1, n + 1):  # drafter slot t: token t+1 (blue arrow) with the taps at t (grey arrow)
+    arrow(t, 2.68, t, 2.32)
+box(n + 1, 3, f"$x_{{{n + 1}}}$: chosen\nfrom $h_{{{n}}}$", "white", style="--", size=8)
+arrow(n + 0.44, 2.15, n + 0.75, 2.68)
+for t in range(n + 1):  # drafter position t: token x_{t+1} (blue arrow) with the taps h_t (grey arrow)
     box(t, 0.9, f"emb($x_{{{t + 1}}}$)\n$h_{{{t}}}$", "#8cb369" if t == n else "#dde8cf")
-    arrow(t + 0.7, 2.7, t + 0.2, 1.2, "tab:blue")
-    arrow(t, 1.7, t, 1.2)
+    arrow(t + 0.7, 2.68, t + 0.2, 1.22, "tab:blue")
+    arrow(t, 1.68, t, 1.22)
 for j in range(2, k_fig + 1):  # round slots 2..K: the mask token and the shared learned vector
-    box(n + j - 1, 0.9, "emb(MASK)\nmask_hidden", "#bfd7ea")
-for j in range(1, k_fig + 1):  # round slot j drafts token n+j+1 at depth j-1
-    box(n + j - 1, -0.2, f"$d_{j}$ = $x_{{{n + j + 1}}}$?\ndepth {j - 1}", "#fff3b0")
-    arrow(n + j - 1, 0.6, n + j - 1, 0.1)
-ax.text(1 - 0.42, -0.2, f"blue: token t+1 into slot t; grey: taps at t\nslots t=1..{n - 1}: in the drafter's KV cache",
-        va="center", fontsize=9, color="dimgrey")
-for y, label in [(3, "tokens"), (2, "target's taps\n(3 layers)"), (0.9, "drafter slots"), (-0.2, "drafts")]:
-    ax.text(0.3, y, label, ha="right", va="center", fontsize=10)
-ax.annotate("", (n + k_fig - 0.55, -0.75), (n - 0.45, -0.75), arrowprops=dict(arrowstyle="|-|", lw=1))
-ax.text(n + (k_fig - 1) / 2, -0.95, f"one parallel round: round slots 1..{k_fig}, one drafter pass", ha="center",
+    box(n + j - 1, 0.9, "emb(MASK)\nmask_hidden", "#bfd7ea", size=8)
+for j in range(1, k_fig + 1):  # round slot j drafts x_{n+j+1} at depth j-1
+    box(n + j - 1, -0.2, f"draft {j}: $x_{{{n + j + 1}}}$?\nslot {j}, depth {j - 1}", "#fff3b0", size=8)
+    arrow(n + j - 1, 0.58, n + j - 1, 0.12)
+ax.text(-0.44, -0.2, f"blue: token $x_{{t+1}}$ into position t\ngrey: taps $h_t$ into position t\n"
+        f"positions 0..{n - 1}: in the drafter's KV cache", va="center", fontsize=9, color="dimgrey")
+for y, label in [(3, "tokens"), (2, "target's taps\n(3 layers)"), (0.9, "drafter positions"), (-0.2, "drafts")]:
+    ax.text(-0.7, y, label, ha="right", va="center", fontsize=10)
+ax.annotate("", (n + k_fig - 0.56, -0.78), (n - 0.44, -0.78), arrowprops=dict(arrowstyle="|-|", lw=1))
+ax.text(n + (k_fig - 1) / 2, -0.95, f"one parallel round: slots 1..{k_fig}, one drafter pass", ha="center",
         va="top", fontsize=9)
-ax.set_xticks(range(1, n + k_fig), [f"t={t}" for t in range(1, n + k_fig)])
-ax.set(xlim=(-1.2, n + k_fig - 0.4), ylim=(-1.3, 3.5), yticks=[],
-       title="The EAGLE shift: drafter slot t = [emb(token t+1), taps at t]; round slot j drafts at depth j-1")
+ax.set_xticks(range(n + k_fig), [f"t={t}" for t in range(n + k_fig)])
+ax.set(xlim=(-2.2, n + k_fig - 0.45), ylim=(-1.3, 3.5), yticks=[],
+       title="The EAGLE shift: drafter position t = [emb($x_{t+1}$), $h_t$]; "
+             f"round slot j drafts $x_{{n+j+1}}$ at depth j-1 (here n = {n})")
 for side in ("left", "right", "top"):
     ax.spines[side].set_visible(False)
 plt.show()
 
 # %% [markdown]
-# Older slots sit in the drafter's KV cache; a round feeds the newly committed slots, the last being round slot 1
-# (dark green), and K-1 mask slots. Each round:
+# Older positions sit in the drafter's KV cache; a round feeds the newly committed positions, the last being slot 1
+# (dark green), and the K-1 mask slots. Each round:
 #
 # 1. **draft** K tokens in one drafter pass (`drafter.propose`; notebook 02 builds it by hand);
 # 2. **verify**: one target forward over the last committed token and the K drafts;
@@ -317,24 +351,27 @@ al = package.stats.acceptance_length
 print(f"acceptance length {sum(per_round) / len(per_round):.2f} by hand, {al:.2f} in the package's loop "
       f"(this prompt, K={K}, {NEW_TOKENS} new tokens, {precision.dtype_name(model.dtype)})")
 if K + 1 in step:  # the verification's cost, measured above: a round that commits fewer tokens cannot pay
-    cost = step[K + 1] / step[1]
+    cost = step[K + 1] / step[1]  # a timing, which moves between runs: the verdict keeps a 15% margin
     print(f"a round commits {al:.2f} tokens and its verification alone costs {cost:.2f} decoding steps: " + (
-        "speculation cannot pay here" if al < cost else f"it pays if a drafter pass costs < {al - cost:.2f} steps"))
+        "speculation cannot pay here, even with a verification 15% cheaper" if al < 0.85 * cost else
+        f"it pays if a drafter pass costs < {al - cost:.2f} steps" if al > cost else
+        "too close to call: the timing moves by about a tenth between runs"))
 speedup = plain.seconds / package.seconds
 verdict = "pays" if speedup > 1.05 else "loses" if speedup < 0.95 else "breaks even (within 5%)"
 print(f"wall time, the package's loops, one run each: plain {plain.seconds:.2f} s, speculative {package.seconds:.2f} s "
       f"-> {speedup:.2f}x: speculation {verdict} here")
 print("hand-written == package's loop:", tokens == package.tokens[:NEW_TOKENS])
 book.add("the hand-written round's prompt", head_name, prompt_set="one chat prompt (prime check)", prompts=1,
-         new_tokens=NEW_TOKENS, k=K, stats=package.stats)  # a row of the course's acceptance-length table (05)
+         new_tokens=NEW_TOKENS, k=K, stats=package.stats)  # a row of the course's ledger (07's appendix)
 print(f"regime: {lossless_regime(model.dtype, DEVICE)} ({model.dtype} on {DEVICE})")
 div = first_divergence(tokens, plain, model.dtype, DEVICE)
 print("hand-written vs plain greedy:", "identical" if div is None else div.message())
 
 # %% [markdown]
 # **Reading it.** The hand-written round, the package's loop and plain greedy decoding produce the same tokens, at
-# an acceptance length of about 1.5 tokens per round. On a CPU that is less than the verification alone costs, so
-# speculation cannot pay on this prompt: the cell compares the two, and the wall time confirms it.
+# an acceptance length of about 1.5 tokens per round. On a CPU that is less than the verification alone costs, by
+# more than the timing moves between runs, so speculation cannot pay on this prompt: the cell compares the two, and
+# the wall time confirms it.
 #
 # ### Acceptance length, draft by draft
 #
@@ -403,9 +440,12 @@ for name in ("P-EAGLE", "EAGLE-3"):
 
 # %% [markdown]
 # **Reading it.** On predictable text EAGLE-3 commits nearly 4 tokens a round and speculation pays clearly even on
-# a CPU, with the output still identical to plain greedy. P-EAGLE reaches only about 2, too few for a clear gain
-# (its line prints the verdict). The gap is in the deep drafts: EAGLE-3 drafts each token from its own
-# previous draft, P-EAGLE drafts slots 2..K from mask stand-ins. Closing it is what `03` and `04` train for.
+# a CPU, with the output still identical to plain greedy. P-EAGLE commits only about 2, and on a CPU, where
+# verifying 6 tokens alone costs about 2 decoding steps, speculation loses (its line prints the ratio). The heads
+# differ in how they draft past draft 1: EAGLE-3 drafts each token from its own previous draft, P-EAGLE drafts
+# 2..K from mask stand-ins. `03` shows how the heads are trained; `04` measures both heads' per-draft rates on
+# held-out prompts, where P-EAGLE's rate falls from draft 2 on, and shows that training at this course's scale
+# leaves that gap open.
 #
 # ### Exercise: change K
 #
@@ -516,10 +556,11 @@ except NotImplementedError as exc:
 #
 # - A speculative round is five small steps: draft K, verify K + 1 tokens in one target forward, accept the
 #   agreeing prefix, add the bonus token, roll back the KV cache; our hand-written round matches the package's.
-# - In fp32 on a CPU the speculative output is identical to plain greedy decoding, at every K tried (1, 5, 10) and
-#   on both prompts.
-# - Speculation pays only when a round commits more than it costs: on the chat prompt, at about 1.5 tokens a round,
-#   it loses; on the number list, EAGLE-3's nearly 4 tokens a round pay clearly.
+# - In fp32 on a CPU the speculative output is identical to plain greedy decoding in every run here: K = 1, 5 and
+#   10 on the chat prompt, and both heads at K = 5 on the number list.
+# - Speculation pays only when a round commits more than it costs: on a CPU, on the chat prompt, at about 1.5
+#   tokens a round, it loses; on the number list, EAGLE-3's nearly 4 tokens a round pay clearly, and P-EAGLE's
+#   about 2 do not.
 # - AL = 1 + p1 + p1·p2 + …: a deep draft counts only when every draft before it is accepted, so a larger K does
 #   not rescue weak drafts (K = 10 takes as many rounds as K = 5). Raising acceptance is what the rest of the
 #   course is about.

@@ -19,14 +19,17 @@
 # **Goal:** learn what a head's acceptance length is made of and what raises it: training tokens, head depth and
 # prompt layout, and why this CPU-trained head stays far below the paper's.
 #
-# **Two kinds of figures.** *Committed* figures were measured once on another CPU (`cpu-epyc-avx512bf16-2c`, in
-# bfloat16) and are read from files under `data/`: they are the same on every rerun. *Live* figures (section 1's
-# HumanEval sweep, section 3) are measured here (float32 on a CPU), on a few prompts, and move a little from run to
-# run. Compare two figures only when prompts, output length, K and dtype agree (05's acceptance ledger lists them).
+# **Two kinds of figures.** *Committed* figures are full-size results read from files under `data/`, all measured
+# on the reference CPU `cpu-epyc-avx512bf16-2c` with the target in bfloat16: they are the same on every rerun.
+# *Live* figures (section 1's HumanEval check, section 3) are measured in this execution (float32 on a CPU), on a
+# few prompts.
 #
-# **Terms.** The *acceptance length* is the tokens committed per verification round, the bonus token included.
-# *Slot j* is the j-th draft of a round, counted from 1; training counts *depths* from 0, so slot j is depth j-1. A
-# slot's *rate* is the share of the rounds reaching it in which it was accepted.
+# **The ledger's rule.** Compare two acceptance lengths only where the prompt set, the number of new tokens, K and
+# the dtype agree. 07's appendix, the acceptance ledger, lists every acceptance length of the course with these.
+#
+# **Terms.** The *acceptance length* (AL) is the tokens committed per verification round, the bonus token included.
+# A round's slots are j = 1..K, and *draft j* is the token drafted in slot j; training counts *depths* from 0, so
+# slot j is depth j-1. A slot's *rate* is the share of the rounds reaching it in which it was accepted.
 #
 # The plan:
 #
@@ -56,6 +59,8 @@ from peagle_lab.workbook.notebook import committed_label
 model, tokenizer = models.load_target(TARGET, device=DEVICE, dtype=precision.course_dtype(DEVICE))
 RECIPE_DIR = settings.data_dir() / "recipe"
 HOST = max((p.parent.name for p in RECIPE_DIR.glob("*/curve.json")), default=None)  # the last host with a curve
+# the committed files' host and the dtype the target ran in there (the held-out comparison records it)
+REF = f"{HOST} in {json.loads((RECIPE_DIR / HOST / 'heldout_compare.json').read_text())['dtype']}" if HOST else None
 book = ledger.Logbook("04", host=precision.host_slug(DEVICE), dtype=precision.dtype_name(model.dtype))  # live rows
 
 # %% [markdown]
@@ -76,13 +81,18 @@ book = ledger.Logbook("04", host=precision.host_slug(DEVICE), dtype=precision.dt
 # so `AL = 1 + p1 + p1·p2 + ... + p1···pK`, each term the share of rounds that accepted that slot.
 
 # %% tags=["nbval-ignore-output"]
+from collections import Counter
+
 from peagle_lab.drafter import PEagleConfig
 from peagle_lab.drafter.heads import SHIPPED
 
-print(committed_label("The shipped heads' records"))
-records_, cum = {}, {}
+records_ = {kind: json.loads((path / "training.json").read_text()) for kind, path in SHIPPED.items()}
+machine = records_["parallel"].get("machine") or {}  # where the shipped heads were trained
+print(committed_label("The shipped heads' records", machine and f"{machine['host']} in {machine['target_dtype']}"
+                      or None))
+cum = {}
 for kind, path in SHIPPED.items():
-    rec = records_[kind] = json.loads((path / "training.json").read_text())
+    rec = records_[kind]
     c = PEagleConfig.from_dir(path)
     cum[kind] = rec.get("cumulative") or dict(tokens_seen=rec["tokens_seen"], steps=rec["steps_done"],
                                               train_time_s=rec["train_time_s"], runs=1)
@@ -102,7 +112,10 @@ P, S = (next((r for r in reversed(compare["rows"]) if r["path"] == SHIPPED[kind]
 N_PROMPTS, N_NEW = len(compare.get("prompts", [])), compare.get("max_new_tokens")
 TIE = 0.05  # a gap below this is read as a tie: about the largest seed spread of notebooks 02-03 (section 5)
 if P and S:
-    print(f"\nheld-out comparison ({N_PROMPTS} prompts x {N_NEW} tokens, {compare['dtype']}, host {compare['host']}):")
+    kinds = Counter(i.rsplit("-", 1)[0] for i in compare["prompts"])  # a prompt's id is its kind and a number
+    print(f"\nheld-out comparison ({N_PROMPTS} prompts x {N_NEW} tokens: "
+          + ", ".join(f"{n} {kind}" for kind, n in kinds.most_common())
+          + f"; {compare['dtype']}, host {compare['host']}):")
     for k in P["acceptance_length"]:
         p, s = P["acceptance_length"][k], S["acceptance_length"][k]
         verdict = "a tie" if abs(s - p) < TIE else f"{'EAGLE-3' if s > p else 'P-EAGLE'} accepts more per round"
@@ -136,7 +149,7 @@ from peagle_lab.training import EvalSettings, ensure_heads, evaluate_head
 made = ensure_heads(SHIPPED, model, tokenizer, TARGET)
 heads = {kind: h for kind, (h, _) in made.items()}
 head_names = {kind: str(info["source"]).rstrip("/").split("/")[-1] for kind, (_, info) in made.items()}
-KS = settings.pick([1, 4, 8], [1, 8])
+KS = settings.pick([1, 3, 7], [1, 7])  # 3 and 7 as in the held-out comparison
 prompts = humaneval_prompts(settings.pick(2, 1))
 MAX_NEW = settings.pick(48, 24)
 reference = {}
@@ -144,7 +157,7 @@ live = {kind: evaluate_head(model, tokenizer, head, prompts, EvalSettings(ks=KS,
                             reference=reference, progress=False) for kind, head in heads.items()}
 for kind, ev in live.items():
     print(f"{kind:10s} " + "  ".join(f"K={k}: {v:.2f} ({ev['rounds'][k]} rounds)" for k, v in ev["acceptance_length"].items()))
-    for k in KS:  # a row of the acceptance ledger (notebook 05)
+    for k in KS:  # a row of the acceptance ledger (07's appendix)
         book.add(f"live K sweep, {len(prompts)} HumanEval prompt(s)", head_names[kind], prompt_set="code: HumanEval",
                  prompts=len(prompts), new_tokens=MAX_NEW, k=k, rounds=ev["rounds"][k],
                  acceptance_length=ev["acceptance_length"][k])
@@ -162,8 +175,9 @@ for kind, row in (("parallel", P), ("sequential", S)):
         axes[0].plot([int(k) for k in row["acceptance_length"]], list(row["acceptance_length"].values()), marker="o",
                      label=names[kind])
     axes[1].plot(KS, [live[kind]["acceptance_length"][k] for k in KS], marker="o", label=names[kind])
-axes[0].set_title(f"recorded: {N_PROMPTS} held-out prompts, {N_NEW} new tokens")
-axes[1].set_title(f"this run: {len(prompts)} HumanEval prompt(s), {MAX_NEW} new tokens")
+axes[0].set_title(f"committed ({REF}): {N_PROMPTS} held-out prompts, {N_NEW} new tokens")
+axes[1].set_title(f"this run ({precision.dtype_name(model.dtype)}): {len(prompts)} HumanEval prompt(s), "
+                  f"{MAX_NEW} new tokens")
 for ax in axes:
     ax.set(xlabel="K (draft tokens per round)", ylabel="acceptance length (incl. bonus token)")
     ax.grid(alpha=0.3)
@@ -171,14 +185,39 @@ for ax in axes:
 plt.tight_layout()
 plt.show()
 
-# the live check: which head accepts more at each K, and (on SmolLM2) is it the one that leads on the held-out prompts?
-held_gap = S["acceptance_length"]["7"] - P["acceptance_length"]["7"] if P and S and models.is_default_target() else 0
+
+def leader(gap):
+    """Who accepts more, from the gap EAGLE-3 minus P-EAGLE."""
+    return "a tie" if abs(gap) < TIE else f"{'EAGLE-3' if gap > 0 else 'P-EAGLE'} ahead"
+
+
+def held_out_gap(k):
+    """(EAGLE-3 minus P-EAGLE on the held-out prompts at K=k, where it comes from), or None. The recorded gap where
+    the file has that K; at K=1, where a round drafts slot 1 only, the gap AL = 1 + p1 predicts from each head's
+    slot-1 rate at the file's smallest K; none at another K, nor on another target (the file holds SmolLM2's heads)."""
+    if not (P and S and models.is_default_target()):
+        return None
+    if str(k) in P["acceptance_length"]:
+        return S["acceptance_length"][str(k)] - P["acceptance_length"][str(k)], f"held-out K={k}"
+    if k == 1:
+        k0 = min(P["per_position"], key=int)
+        return S["per_position"][k0][0] - P["per_position"][k0][0], f"held-out slot-1 rates (at K={k0}) predict"
+    return None
+
+
+# the live check: which head accepts more at each K, and (on SmolLM2) is it the one the held-out prompts put ahead?
 for k in KS:
     p, s = (live[kind]["acceptance_length"][k] for kind in ("parallel", "sequential"))
-    lead = "a tie" if abs(s - p) < TIE else f"{'EAGLE-3' if s > p else 'P-EAGLE'} ahead"
-    same = "" if abs(s - p) < TIE or abs(held_gap) < TIE else (
-        ", as on the held-out prompts" if (s > p) == (held_gap > 0) else ", the reverse of the held-out prompts")
-    print(f"this run, K={k}: P-EAGLE {p:.2f}, EAGLE-3 {s:.2f}, gap {s - p:+.2f}: {lead}{same}")
+    line = f"this run, K={k}: P-EAGLE {p:.2f}, EAGLE-3 {s:.2f}, gap {s - p:+.2f}: {leader(s - p)}"
+    held = held_out_gap(k)
+    if held:
+        gap, source = held
+        order = "" if min(abs(gap), abs(s - p)) < TIE else (
+            ", the same order" if (gap > 0) == (s > p) else ", the reverse order")
+        line += f"; {source}: {leader(gap)} (gap {gap:+.2f}){order}"
+    elif P and S and models.is_default_target():
+        line += "; no held-out figure at this K"
+    print(line)
 
 report.record("shipped_heads_lossless", all(ev["lossless"] for ev in live.values()))  # for the workbook's summary
 for kind, row in (("parallel", P), ("sequential", S)):
@@ -186,15 +225,19 @@ for kind, row in (("parallel", P), ("sequential", S)):
 
 # %% [markdown]
 # **Reading it.** EAGLE-3 accepts more on the held-out prompts: 2.53 tokens per round at K=7 against 1.90 for
-# P-EAGLE. The slot rates say why. P-EAGLE wins slot 1 (0.62 against 0.50 at K=7), but its rate falls to 0.34 and
-# 0.24 at slots 2 and 3, while EAGLE-3's stays between 0.62 and 0.85 up to slot 7. So P-EAGLE's acceptance stops
-# growing after K=3 and EAGLE-3's keeps rising (2.125 at K=3, 2.532 at K=7). Deep rates rest on few rounds (about 22
-# reach EAGLE-3's slot 7, 13 P-EAGLE's slot 4): read them to one decimal. The live gaps, over a few dozen rounds per
-# K on HumanEval prompts, check the direction, not the size.
+# P-EAGLE. The slot rates say why. P-EAGLE leads at slot 1 there (0.62 against 0.50 at K=7), but its rate falls to
+# 0.34 and 0.24 at slots 2 and 3, while EAGLE-3's stays between 0.62 and 0.85 up to slot 7. So P-EAGLE's acceptance
+# stops growing after K=3 (1.895 at K=3 and at K=7) and EAGLE-3's keeps rising (2.125 at K=3, 2.532 at K=7). Deep
+# rates rest on few rounds (about 22 reach EAGLE-3's slot 7, 13 P-EAGLE's slot 4): read them to one decimal.
 #
-# P-EAGLE's equal 1.895 at K=3 and K=7 is a coincidence: at K=7 the terms of slots 1-3 sum to 0.019 less, and slot
-# 4's term (0.0192) makes it up. Each sum lies a little above the recorded figure: the token budget cuts each
-# answer's last round short.
+# Why it stops: a slot adds its term only in rounds that accepted every slot before it. After P-EAGLE's slot 3 that
+# is 5% of the rounds (the term 0.0499), so slot 4 adds 0.0192 and the later slots nothing. Each rebuilt sum lies a
+# little above the recorded figure: the token budget cuts each answer's last round short.
+#
+# The live check, a few dozen rounds per K on HumanEval prompts, tests the direction, not the size. At K=3 and K=7
+# EAGLE-3 leads, in the held-out order. At K=1 a round drafts slot 1 only, so the held-out slot-1 rates predict
+# P-EAGLE ahead; this run has EAGLE-3 ahead instead (1.38 against 1.29). P-EAGLE's slot-1 lead is a fact of the
+# held-out prompts, not of these HumanEval prompts.
 #
 # **Why the order is the reverse of the paper's.** The vLLM blog (quoted in 00) has P-EAGLE ahead with both heads at
 # K=7, acceptance length 3.94 against 3.03 on GPT-OSS-20B, with a 4-layer head trained on GPUs on far more data. Here
@@ -206,7 +249,8 @@ for kind, row in (("parallel", P), ("sequential", S)):
 # %% [markdown]
 # ## 2 · What training at scale buys
 #
-# Two committed experiments on this target, both scored by held-out acceptance length at K=7:
+# Two committed experiments (SmolLM2-135M, `cpu-epyc-avx512bf16-2c` in bfloat16), both scored by acceptance length at
+# K=7 on 8 held-out prompts x 64 new tokens, not the prompts of section 1's comparison:
 #
 # * **The learning curves** (`peagle-lab curve`): snapshots of two long runs, P-EAGLE (`peagle`, continued as
 #   `peagle-cont`) and EAGLE-3 (`eagle3`, `eagle3-cont`), against cumulative tokens seen. These are earlier runs than
@@ -215,8 +259,8 @@ for kind, row in (("parallel", P), ("sequential", S)):
 #   on the same data for the same 2400 s (`exp-L1`, `exp-L2`, `exp-L4`).
 
 # %% tags=["nbval-ignore-output"]
-def read_points(path):
-    return json.loads(path.read_text())["points"] if path.is_file() else []
+def read_curve(path):
+    return json.loads(path.read_text()) if path.is_file() else {"points": []}
 
 
 def plot_runs(ax, points, key, title):
@@ -228,9 +272,14 @@ def plot_runs(ax, points, key, title):
     ax.legend(fontsize=8)
 
 
-print(committed_label("The learning curves", HOST))
-curve = read_points(RECIPE_DIR / HOST / "curve.json") if HOST else []
-deeper = read_points(RECIPE_DIR / HOST / "deeper" / "curve.json") if HOST else []
+print(committed_label("The learning curves", REF))
+docs = [read_curve(RECIPE_DIR / HOST / name) if HOST else {"points": []}
+        for name in ("curve.json", "deeper/curve.json")]
+curve, deeper = (d["points"] for d in docs)
+for d, panel in zip(docs, ("left", "right")):
+    if d["points"]:
+        print(f"{panel} panel: every snapshot scored at K={d['k']} on {d['val_prompts']} held-out prompts x "
+              f"{d['max_new_tokens']} new tokens (not section 1's prompts)")
 fig, axes = plt.subplots(1, 2, figsize=(13, 4.2), sharey=True)
 plot_runs(axes[0], curve, "mode", "long runs' snapshots (P-EAGLE = parallel, EAGLE-3 = sequential)")
 plot_runs(axes[1], deeper, "run", "1, 2 and 4 layers, same wall time (exp-L<layers>)")
@@ -246,12 +295,15 @@ for mode, name in (("parallel", "P-EAGLE"), ("sequential", "EAGLE-3")):  # each 
 for name in dict.fromkeys(p["run"] for p in deeper):  # each deeper head at its last snapshot
     last = max((p for p in deeper if p["run"] == name), key=lambda p: p["tokens_seen"])
     print(f"{name}: last snapshot at {last['tokens_seen']:>9,} tokens, AL {last['acceptance_length']:.3f}")
+# the same heads at the end of their runs, on section 1's comparison prompts
 fresh = next((h for h in records_["parallel"].get("history", []) if h["head"].endswith("-fresh")), None)
-l1 = next((r for r in compare["rows"] if r["path"].endswith("/peagle-L1")), None)
-if fresh and l1 and P:
-    print(f"\nexp-L1's run ({fresh['head']}) ended at {fresh['tokens_seen']:,} tokens; on the held-out comparison's "
-          f"prompts at K=7 it scores {l1['acceptance_length']['7']:.3f}, and {P['acceptance_length']['7']:.3f} once "
-          f"continued on fresh records (the shipped P-EAGLE head)")
+ends = {r["path"].rsplit("/", 1)[-1]: r["acceptance_length"]["7"] for r in compare["rows"]}
+if fresh and "peagle-L1" in ends and P:
+    print(f"\nexp-L1's run ({fresh['head']}) ended at {fresh['tokens_seen']:,} tokens, after its last snapshot; on "
+          f"section 1's comparison prompts at K=7 it scores {ends['peagle-L1']:.3f} ("
+          + ", ".join(f"exp-L{n} {ends[f'peagle-L{n}']:.3f}" for n in (2, 4) if f"peagle-L{n}" in ends)
+          + f" at their runs' end), and {P['acceptance_length']['7']:.3f} once continued on fresh records (the "
+          f"shipped P-EAGLE head)")
 
 # %% [markdown]
 # Why does acceptance stay low? In section 1's formula a slot counts only when every slot before it was accepted,
@@ -261,14 +313,12 @@ if fresh and l1 and P:
 # it.
 #
 # **Names.** The 1-layer deeper head has three names: `exp-L1` in the curves, `peagle-L1` in the accuracy plot, and
-# `smollm2-135m-peagle-fresh`, the shipped P-EAGLE head's first run (the previous cell prints where it ended).
-# Likewise `exp-L2` = `peagle-L2` and `exp-L4` = `peagle-L4`.
+# `smollm2-135m-peagle-fresh`, the shipped P-EAGLE head's first run. Likewise `exp-L2` = `peagle-L2` and `exp-L4` =
+# `peagle-L4`. The previous cell gives `exp-L1` two figures at K=7, 1.512 and 1.737: 1.512 is its last snapshot
+# (1,300,656 tokens) on the curves' prompts, 1.737 the end of its run (1,394,099 tokens) on section 1's comparison
+# prompts, mostly code writing. Compare figures within one prompt set: on each, the three heads rank 1, 2, 4 layers.
 
 # %% tags=["nbval-ignore-output"]
-import math
-
-import numpy as np
-
 PAPER_AL, PAPER_K = 3.94, 7  # the vLLM P-EAGLE blog: GPT-OSS-20B on HumanEval, K=7 (a GPU-trained head)
 
 depth_path = RECIPE_DIR / HOST / "deeper" / "depth_accuracy.json" if HOST else None
@@ -293,34 +343,24 @@ print(f"\nthe blog's AL {PAPER_AL} at K={PAPER_K} (HumanEval) needs every slot a
       + " + ".join(f"{rate ** j:.2f}" for j in range(1, PAPER_K + 1))
       + f" = {sum(rate ** j for j in range(PAPER_K + 1)):.2f}")
 
-# a straight line through the P-EAGLE curve against log(tokens), carried forward to a goal
-par = [p for p in curve if p["mode"] == "parallel"]
-if len(par) >= 3:
-    b, a = np.polyfit(np.log([p["tokens_seen"] for p in par]), [p["acceptance_length"] for p in par], 1)
-    last = max(p["tokens_seen"] for p in par)
-    for goal in (2.0, PAPER_AL):
-        tokens = math.exp((goal - a) / b) if b > 0 else None  # AL = a + b ln(tokens), solved for the goal
-        print(f"the fit AL = {a:.2f} + {b:.3f} ln(tokens) reaches AL {goal} at " + (
-            f"about {tokens:.0e} tokens seen, {math.log10(tokens / last):.0f} orders of magnitude past its last point "
-            f"({last:,}): a line carried beyond its data, not a forecast" if tokens else "no budget (not rising)"))
-
 # %% [markdown]
 # **Reading it.** Accuracy collapses after depth 0, and that caps acceptance. The shipped head is right 45% of the
-# time at depth 0, 18% at depth 1, then declines slowly to 11% at depth 7; every head has this shape. Depths 1 and
-# beyond read only mask tokens and have learned little more than which tokens are common, so P-EAGLE's K sweep goes
-# flat. (Section 1's slot-1 rate of 0.62 exceeds the 0.45 here: it scores other prompts, and its rounds start only
-# after a bonus token, not at every anchor.)
+# time at depth 0, 18% at depth 1, then declines slowly to 11% at depth 7; every head has this shape. Beyond depth 0
+# a P-EAGLE head reads mask stand-ins where a sequential head reads its own drafts, and it is rarely right there, so
+# P-EAGLE's K sweep goes flat. (Section 1's slot-1 rate of 0.62 exceeds the 0.45 here: it scores other prompts, and
+# its rounds start only after a bonus token, not at every anchor.)
 #
 # More training helps slowly: both long runs climb from about 1.1 to about 1.4 while the tokens seen grow about
 # 25-fold, and end about 0.05 apart, far less than the shipped heads' 0.6. Continuing `exp-L1` on fresh records,
-# which made the shipped head, raised its held-out acceptance from 1.737 to 1.895.
+# which made the shipped head, raised its acceptance on section 1's comparison prompts from 1.737 to 1.895.
 #
 # A deeper head does not help at this budget: in the same wall time the 1-layer head saw the most tokens, reached the
-# highest acceptance (1.512 against 1.386 and 1.292) and is ahead at equal tokens seen too (right panel).
+# highest acceptance on both prompt sets (curves: 1.512 against 1.386 and 1.292; comparison: 1.737 against 1.649
+# and 1.477) and is ahead at equal tokens seen too (right panel).
 #
-# The paper is far away: its 3.94 at K=7 needs every slot accepted at 0.78, against deep-slot accuracies of 0.11 to
-# 0.18 here. A log-linear fit through the P-EAGLE curve reaches even 2.0 only three orders of magnitude past its data:
-# an extrapolation, not a forecast.
+# The paper is far away. Its 3.94 at K=7 needs every slot accepted at 0.78, a rate like section 1's slot rates
+# (accepted, given every earlier slot was). There the shipped P-EAGLE head reaches 0.62 at slot 1 but 0.34 and 0.24
+# at slots 2 and 3. EAGLE-3's slots 2 to 7 are already near 0.78 (0.62 to 0.85); its slot 1, at 0.50, is not.
 
 # %% [markdown]
 # ## 3 · Your own model and its chat template (question 1)
@@ -331,8 +371,9 @@ if len(par) >= 3:
 # offline in seconds (`peagle-lab make-tiny-target`: grouped-query attention, tied embeddings, a ChatML template).
 # Its weights are random, so its answers are noise; the point is the mechanics.
 #
-# For a head worth timing on your own model, run `PEAGLE_TARGET=<your model> bash scripts/gpu_heads.sh` on a GPU:
-# it distils 4,000 prompts, trains both heads for 150 s each and installs them where every notebook looks.
+# To train both heads for your own model on a GPU, run `PEAGLE_TARGET=<your model> bash scripts/gpu_heads.sh`: it
+# distils 4,000 prompts, trains each head for 150 s (`PEAGLE_GPU_BUDGET` sets the seconds) and installs them where
+# every notebook looks.
 
 # %% tags=["nbval-check-output"]
 from peagle_lab.settings import results_dir
@@ -479,9 +520,10 @@ print("against the trained layout: " + ", ".join(f"{name} {tmpl[t]['acceptance_l
                                                                  ("system", "another system message"))))
 
 # %% [markdown]
-# **Reading it.** Dropping the template costs nearly everything: on bare text the head accepts almost no draft
-# (acceptance length about 1). Its answers may also end early (see `answers`), so the layouts may compare different
-# lengths. Another system message costs less, a gap a handful of rounds per layout cannot establish.
+# **Reading it.** Dropping the template costs everything: on bare text the head accepted none of its drafts (AL 1.00
+# over 42 rounds). The layout changes the target's answer too (bare text: 44 tokens against 80), so each layout
+# scores the head on a different answer: this is what a mismatch costs as served. Another system message costs less
+# (1.34 against 1.52), a gap that two prompts cannot establish.
 #
 # The fix is one template everywhere: for your own model, distil with its chat template (`peagle-lab distill
 # --target DIR`, as the tiny target did above) and serve the head behind the same one (vLLM applies the tokenizer's
@@ -520,7 +562,7 @@ print("against the trained layout: " + ", ".join(f"{name} {tmpl[t]['acceptance_l
 from peagle_lab.experiments import recipe, studies
 
 runs = recipe.read_runs(RECIPE_DIR / HOST) if HOST else []
-print(committed_label("The recipe runs", HOST))
+print(committed_label("The recipe runs", REF))
 shipped_train = records_["parallel"]["config"]
 print("the baseline where it differs from the shipped P-EAGLE head's last run (baseline -> shipped): " + ", ".join(
     f"{k} {v} -> {shipped_train.get(k)}" for k, v in recipe.BASELINE.items() if shipped_train.get(k) != v))
@@ -566,14 +608,17 @@ if runs:
 # %% [markdown]
 # ## What we saw
 #
-# - **The shipped heads.** EAGLE-3 accepts more than P-EAGLE on the held-out prompts (2.53 against 1.90 at K=7):
-#   its deep slots are accepted far more often; P-EAGLE's acceptance stops growing after K=3. Every live
-#   speculative output matched plain greedy decoding.
-# - **Training at scale.** Acceptance grows slowly with tokens seen (the long runs end near 1.4 after about 1.5M
-#   tokens). Accuracy drops after depth 0 and stays low for 1, 2 and 4 layers alike, while the blog's 3.94 would need
-#   every slot accepted at 0.78.
+# - **The shipped heads.** EAGLE-3 accepts more than P-EAGLE on the held-out prompts (committed,
+#   `cpu-epyc-avx512bf16-2c` in bfloat16: 2.53 against 1.90 at K=7): its deep slots are accepted far more often, and
+#   P-EAGLE's acceptance stops growing after K=3. P-EAGLE's lead at slot 1 there did not carry over to the live
+#   HumanEval prompts, where EAGLE-3 accepted more at K=1 too. Every live speculative output matched plain greedy
+#   decoding.
+# - **Training at scale.** On the same host, acceptance grows slowly with tokens seen (the long runs end near 1.4
+#   after about 1.5M tokens). Accuracy drops after depth 0 and stays low for 1, 2 and 4 layers alike. The blog's
+#   3.94 would need every slot accepted at 0.78; the shipped P-EAGLE head's slots 2 and 3 are accepted at 0.34 and
+#   0.24.
 # - **Your own model.** The recipe ran unchanged on a tiny Qwen3 target, with its own template, taps and head shape,
-#   and decoded losslessly. Serving without the trained template drops acceptance to about 1.
+#   and decoded losslessly. Served on bare text, without the template it was trained with, the head accepted no draft.
 # - **The recipe runs.** At this budget no single setting raises acceptance beyond the noise.
 #
 # Next, `05_parallel_vs_sequential`: what one drafting round costs for each head, and the speed-up those costs and

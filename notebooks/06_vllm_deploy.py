@@ -422,8 +422,8 @@ for what, prompt_set, n, rounds, al in (
              acceptance_length=round(al, 4))
 
 # %% [markdown]
-# **Reading it.** The last line splits the speed-up into its two terms and gives the verdict. In the committed
-# outputs (2 CPU cores) a batched round costs about three plain steps and yields about 1.45 tokens per prompt: the
+# **Reading it.** The last line splits the speed-up into its two terms and gives the verdict. In the printed run
+# (2 CPU cores, float32) a batched round costs about three plain steps and yields about 1.45 tokens per prompt: the
 # head halves the speed.
 #
 # ## 7 · Under load, and with tensor parallelism (question 8)
@@ -433,16 +433,18 @@ for what, prompt_set, n, rounds, al in (
 # compute, and every request's K+1 verified positions, rejected drafts included, compete for it. The cell reads three
 # committed runs:
 #
-# - **Serving sweep** (`cpu-epyc-avx512bf16-2c`, K=7): `peagle-lab serve-sweep` loads a plain and a P-EAGLE server
-#   in turn at 1, 4 and 16 concurrent requests. `throughput` is P-EAGLE's tokens/s over plain's; `latency` is plain's
-#   median request latency over P-EAGLE's (above 1: P-EAGLE is faster); `AL` is the acceptance length. Under the
-#   table: the spread over repeats, the implied round cost (AL / speed-up, in plain steps), and section 6's live
-#   round beside the sweep's at the nearest load.
+# - **Serving sweep** (`cpu-epyc-avx512bf16-2c`, vLLM in float32, K=7): `peagle-lab serve-sweep` loads a plain
+#   and a P-EAGLE server in turn at 1, 4 and 16 concurrent requests. `throughput` is P-EAGLE's tokens/s over plain's;
+#   `latency` is plain's median request latency over P-EAGLE's (above 1: P-EAGLE is faster); `AL` is the acceptance
+#   length. Under the table: the spread over repeats, the implied round cost (AL / speed-up, in plain steps),
+#   section 6's live round beside the sweep's nearest one, and the single request's round against our own loop's on
+#   the same host and dtype.
 # - **GPU timings** (`gpu-h200`): batch 1, Llama-3.1-8B's shapes, bf16, eager, **random weights**: verifying K+1
 #   tokens in decode steps, drafting time each way, the drafter's share of a round.
-# - **Tensor parallelism** (`cpu-epyc-avx2-2c`): vLLM's size must divide the target's attention heads (the cell
-#   prints which sizes fit this machine; 2 does not), so `peagle-lab bench-tensor-parallel` shards the target by hand
-#   over 2 processes as vLLM does on GPUs (an all-reduce after each attention and MLP), the drafter copied onto each.
+# - **Tensor parallelism** (`cpu-epyc-avx2-2c`, float32): vLLM's size must divide the target's attention heads (the
+#   cell prints which sizes fit this machine; 2 does not), so `peagle-lab bench-tensor-parallel` shards the target by
+#   hand over 2 processes as vLLM does on GPUs (an all-reduce after each attention and MLP), the drafter copied onto
+#   each.
 #
 # ```bash
 # peagle-lab serve-sweep --concurrency 1,4,16 --max-tokens 64 --repeats 2   # -> data/results/<host>/serving/
@@ -460,9 +462,14 @@ sweeps = sorted((data_dir() / "results").glob(f"*/serving/{serve_sweep.RESULTS_J
 print(committed_label("The serving sweeps below"))
 for path in sweeps:
     doc = json.loads(path.read_text())
-    print(f"{doc['meta'].get('host')}: head {doc['meta'].get('head')}, K={doc['meta'].get('k')}, "
-          f"{doc['meta']['max_tokens']} tokens per request, {doc['meta']['repeats']} repeats, "
-          f"load average at the start {doc['meta'].get('environment', {}).get('loadavg_start')}")
+    meta, sweep_host = doc["meta"], doc["meta"].get("host")
+    # vLLM's dtype: the engine settings the sweep records, else serve-sweep's own on a CPU (--dtype float32)
+    on_gpu_host = meta.get("environment", {}).get("device") == "cuda"
+    sweep_dtype = (meta.get("engine") or {}).get("dtype") or (
+        "vLLM's GPU default" if on_gpu_host else serving.engine_kwargs(on_gpu=False)["dtype"])
+    print(f"{sweep_host}: vLLM in {sweep_dtype}, head {meta.get('head')}, K={meta.get('k')}, "
+          f"{meta['max_tokens']} tokens per request, {meta['repeats']} repeats, "
+          f"load average at the start {meta.get('environment', {}).get('loadavg_start')}")
     print(f"{'concurrency':>12s}{'plain tok/s':>13s}{'P-EAGLE tok/s':>15s}{'throughput':>12s}{'latency':>9s}{'AL':>7s}")
     for r in doc["speedups"]:
         print(f"{r['concurrency']:>12d}{r['plain_tokens_per_s']:>13.1f}{r['peagle_tokens_per_s']:>15.1f}"
@@ -476,9 +483,29 @@ for path in sweeps:
         print(f"  {r['concurrency']:>3d} concurrent: repeats {lo:.2f}x-{hi:.2f}x -> speculation {verdict}; implied "
               f"round cost {r['acceptance_length'] / r['throughput_speedup']:.2f} plain steps per "
               f"{r['acceptance_length']:.2f} tokens")
-    near = min(doc["speedups"], key=lambda r: abs(r["concurrency"] - N_PROMPTS))
-    print(f"  section 6's live batch of {N_PROMPTS} prompts: a round of {steps:.2f} plain steps; the sweep at "
-          f"{near['concurrency']} concurrent: {near['acceptance_length'] / near['throughput_speedup']:.2f}")
+    implied = {r["concurrency"]: r["acceptance_length"] / r["throughput_speedup"] for r in doc["speedups"]}
+    near = min(implied, key=lambda c: abs(implied[c] - steps))
+    print(f"  section 6's live batch of {N_PROMPTS} prompts ({precision.host_slug(DEVICE)}, "
+          f"{precision.dtype_name(LOOP_DTYPE)}): a round of {steps:.2f} plain steps, nearest the sweep's round at "
+          f"{near} concurrent ({implied[near]:.2f})"
+          + (f", not at {min(implied)} ({implied[min(implied)]:.2f})" if near != min(implied) else ""))
+    # batch 1 against our own loop on the same host and dtype (its committed bench, when there is one)
+    single = min(doc["speedups"], key=lambda r: r["concurrency"])
+    bench_path = data_dir() / "results" / str(sweep_host) / str(sweep_dtype) / "end_to_end.json"
+    if single["concurrency"] == 1 and bench_path.exists():
+        bench_rows = {m["method"]: m for m in json.loads(bench_path.read_text())["methods"]}
+        own = bench_rows.get(f"p-eagle K={meta.get('k')}")
+        if own:
+            loop_round = own["t_draft_round_ms"] + own["t_verify_round_ms"]
+            vllm_step = 1e3 / single["plain_tokens_per_s"]  # ms per token, and per round of AL tokens
+            vllm_round = 1e3 * single["acceptance_length"] / single["peagle_tokens_per_s"]
+            print(f"  1 concurrent, {sweep_host}, {sweep_dtype}: vLLM {vllm_step:.0f} ms per plain token, "
+                  f"{vllm_round:.0f} ms per round (HTTP and prefill included) = {vllm_round / vllm_step:.2f} "
+                  "plain steps")
+            print(f"  our loop, same host and dtype (committed bench, batch 1, K={own['k']}): plain step "
+                  f"{own['t_step_ms']:.0f} ms, round {loop_round:.0f} ms = {loop_round / own['t_step_ms']:.2f} "
+                  f"steps; vLLM's round is {'shorter' if vllm_round < own['t_step_ms'] else 'longer'} than our "
+                  f"loop's plain step")
     serve_sweep.plot_sweep(doc)
     plt.show()
 
@@ -527,20 +554,26 @@ for path in sorted((data_dir() / "results").glob("*/tensor-parallel/tensor_paral
           f"{two['sequential_draft_share'] / two['parallel_draft_share']:.1f}x at TP={two['tp']}")
 
 # %% [markdown]
-# **Reading it (question 8).** Load erases what speculation gains: the sweep breaks even at 1 concurrent request
-# (1.00x, repeats 0.87x-1.14x) and costs at 4 and 16 (0.43x and 0.28x). The acceptance length barely moves
-# (1.30-1.35); the round's cost grows from 1.29 to 4.78 plain steps, because batching lifts plain decoding from 15 to
-# 116 tokens/s while P-EAGLE only reaches 33. Section 6 batched 4 prompts on another host: its round (2.94 plain
-# steps in the committed outputs) sits beside the sweep's at 4 requests (3.00), not beside its single request's 1.29.
+# **Reading it (question 8).** Load erases what speculation gains: the sweep (`cpu-epyc-avx512bf16-2c`, vLLM in
+# float32) breaks even at 1 concurrent request (1.00x, repeats 0.87x-1.14x) and costs at 4 and 16 (0.43x and 0.28x).
+# The acceptance length barely moves (1.30-1.35); the round's cost grows from 1.29 to 4.78 plain steps, because
+# batching lifts plain decoding from 15 to 116 tokens/s while P-EAGLE only reaches 33. The line under the table sets
+# section 6's live round, a batch of prompts in one engine, beside the sweep's and names the load it is nearest.
+#
+# The single request's 1.29 plain steps is a float32 figure: vLLM's CPU engine simply runs a round more cheaply than
+# our loop. On the same host and dtype our loop's round costs 1.95 of its plain steps (172 ms against 88 ms); vLLM's
+# whole round, 84 ms with HTTP and prefill included, is shorter than our loop's plain step, while its plain token
+# (65 ms) is only about a quarter shorter than ours.
 #
 # The GPU table shows the idle compute speculation needs: at batch size 1, verifying K+1 tokens costs 1.15-1.18
 # decode steps at every K, and P-EAGLE's one drafting pass stays near 2.6 ms while EAGLE-3's K passes grow to 17.4 ms
 # at K=8 (6% against 31% of a round): a cost model with random weights, not a served head.
 #
-# **Tensor parallelism.** On this CPU sharding makes the target slower: verification takes 181.9 ms over 2 processes
-# against 100.3 ms on one, so the drafter's share of a round falls (EAGLE-3 14.6% to 9.7%, P-EAGLE 6.4% to 4.1%). The
-# all-reduces explain 33.5 ms of the decode step's 101.8 ms rise; the rest is two ranks waiting on each other. Where
-# sharding speeds the target (GPUs joined by NVLink), the drafter's share should grow (argued, not measured).
+# **Tensor parallelism.** On `cpu-epyc-avx2-2c` (float32) sharding makes the target slower: verification takes
+# 181.9 ms over 2 processes against 100.3 ms on one, so the drafter's share of a round falls (EAGLE-3 14.6% to 9.7%,
+# P-EAGLE 6.4% to 4.1%). The all-reduces explain 33.5 ms of the decode step's 101.8 ms rise; the rest is two ranks
+# waiting on each other. Where sharding speeds the target (GPUs joined by NVLink), the drafter's share should grow
+# (argued, not measured).
 
 # %% [markdown]
 # ## 8 · Recipe: the published P-EAGLE heads on a GPU
@@ -676,10 +709,12 @@ release()
 # - The OpenAI-compatible server answered on 127.0.0.1, exported the same counters on `/metrics`, and stopped cleanly.
 # - vLLM's totals give the same rates as our loop's round-by-round counts (the exercise); a larger K added drafted
 #   tokens, not accepted ones.
-# - On 2 CPU cores in fp32 (the committed outputs) vLLM lost with the head: a batched round cost about three plain
-#   steps and yielded about 1.45 tokens. The committed sweep showed load makes it worse (1.00x at 1 concurrent
-#   request, 0.28x at 16); the GPU timings showed the condition under which it pays: at batch size 1, verifying K+1
-#   tokens costs under 1.2 decode steps.
+# - On 2 CPU cores in float32 (the printed run) vLLM lost with the head: a batched round cost about three plain
+#   steps and yielded about 1.45 tokens. The committed sweep (`cpu-epyc-avx512bf16-2c`, vLLM in float32) showed load
+#   makes it worse (1.00x at 1 concurrent request, 0.28x at 16); at 1 request its round cost 1.29 plain steps
+#   against our own loop's 1.95 on that host and dtype, because vLLM's CPU engine runs a round more cheaply. The GPU
+#   timings (`gpu-h200`, bfloat16, random weights) showed the condition under which speculation pays: at batch size
+#   1, verifying K+1 tokens costs under 1.2 decode steps.
 # - Sharding the target over 2 CPU processes made it slower, so the drafter's share of a round fell; that the share
 #   grows where sharding speeds the target (GPUs) is argued, not measured.
 #
