@@ -155,8 +155,15 @@ def compare_arms(runs, a_name, b_name):
     return gap, beyond
 
 
+def dtypes(runs):
+    """The target's dtype and the heads' training autocast, as the runs record them."""
+    seen = lambda get: "/".join(sorted({str(get(r)) for r in runs}))
+    return (f"; target in {seen(lambda r: r['machine'].get('target_dtype'))}, heads trained under "
+            f"{seen(lambda r: r.get('autocast'))} autocast") if runs else ""
+
+
 sd_host, sd_runs = studies.committed("self-distill")
-print(committed_label("The self-distillation study", sd_host))
+print(committed_label("The self-distillation study", sd_host) + dtypes(sd_runs))
 display(Markdown(studies.summary_markdown(sd_runs)))
 if sd_runs:
     seen = [r["tokens_seen"] for r in sd_runs]
@@ -200,10 +207,11 @@ for size in [n for n in (1024, 2048, 4096, 8192, 16384) if n < V] + [V]:
 #
 # ### `d2t` and `t2d`, by hand (question 6)
 #
-# A checkpoint carries two maps that vLLM reads: draft id `i` stands for target id `i + d2t[i]`, and `t2d` marks
-# the target ids the head can emit. A toy draft vocabulary of 8 ids shows both. The `lm_head` must have one row
-# per draft id: the cell then cuts 96 rows off the shipped head's, and the export check refuses it, naming the
-# tensor and both shapes, before vLLM would fail or draft from the wrong rows.
+# A head with a reduced draft vocabulary carries two maps. `d2t` is the one vLLM reads: draft id `i` stands for
+# target id `i + d2t[i]`. `t2d` marks the target ids the head can emit; it is this package's own map, kept in the
+# head's checkpoint and dropped on export (notebook 06). A toy draft vocabulary of 8 ids shows both. The
+# `lm_head` must have one row per draft id: the cell then cuts 96 rows off the shipped head's, and the export check
+# refuses it, naming the tensor and both shapes, before vLLM would fail or draft from the wrong rows.
 
 # %% tags=["smollm2-fact", "nbval-check-output"]
 from peagle_lab.drafter.vocab import d2t_t2d
@@ -283,15 +291,17 @@ print(f"bf16 shards: read back {rows[0]['seconds'] / rows[2]['seconds']:,.0f}x f
 # %% [markdown]
 # **Reading it.** Reading features back is orders of magnitude faster than the target forward it replaces, and
 # bf16 halves the disk (about 3.5 against 6.9 kB per token) at a largest error of about 2e-3 of the largest tap.
+# For SmolLM2-135M the bf16 figure is notebook 01's 3,464 B per token (3 × 576 × 2 B of taps + 8 B of id and
+# label) plus the shard's per-file overhead spread over these few tokens.
 # Does that rounding cost acceptance? The storage study (`peagle-lab study storage`) retrains the mask study's
 # learned variant (notebook 02, float32 taps) on bf16 taps, with the same settings and seeds:
 
 # %% tags=["nbval-ignore-output"]
 st_host, st_runs = studies.committed("storage")
 mk_host, mk_runs = studies.committed("mask")
-print(committed_label("The storage study", st_host))
 fp32_arm = [dict(r, name=r["name"].replace("learned (P-EAGLE)", "float32 taps"))
             for r in mk_runs if r["name"].startswith("learned (P-EAGLE)")]
+print(committed_label("The storage study", st_host) + dtypes(fp32_arm + st_runs))
 display(Markdown(studies.summary_markdown(fp32_arm + st_runs)))
 print("taps dtype per arm:", {r["name"].split(" (seed")[0]: r.get("data") for r in fp32_arm + st_runs}, "\n")
 gap, beyond = compare_arms(fp32_arm + st_runs, "bfloat16 taps", "float32 taps")
@@ -665,12 +675,12 @@ report.record("nb03_final_depth_accuracy", acc);
 #
 # ## What we saw
 #
-# - The training text is the target's own answers: in the committed study (`cpu-epyc-avx512bf16-2c`, heads trained
-#   in bfloat16) a head trained on them accepts 1.380 tokens per round against 1.245 for human text, beyond both
-#   seed spreads.
+# - The training text is the target's own answers: in the committed study (`cpu-epyc-avx512bf16-2c`, target in
+#   float32, heads trained in bfloat16) a head trained on them accepts 1.380 tokens per round against 1.245 for
+#   human text, beyond both seed spreads.
 # - 4,096 draft ids cover 99.61% of the response tokens of the 465 sequences they were chosen from (in-sample);
-#   `d2t` / `t2d` map them to target ids, and a head whose `lm_head` does not match its draft vocabulary is
-#   refused before it is served.
+#   `d2t` maps them to target ids (the map vLLM reads; `t2d` stays in the head's checkpoint), and a head whose
+#   `lm_head` does not match its draft vocabulary is refused before it is served.
 # - Offline features read back orders of magnitude faster than the target forward, and bf16 halves their disk.
 #   The committed storage study resolves no acceptance cost (1.210 against 1.211), but its seed spread of 0.027
 #   would hide a small one.

@@ -69,7 +69,8 @@ print("CPU:", platform.processor() or platform.machine(), "| cores:", os.cpu_cou
 # what this machine measures live, and what section 7 reads from committed runs of other machines instead
 elsewhere = ["serving under load (a sweep of 1 to 16 concurrent requests: too long for a chapter)"]
 if not ON_GPU:
-    elsewhere.append("a GPU at batch 1, where verifying K+1 tokens costs about one decode step")
+    elsewhere.append("a GPU at batch 1 (`gpu-h200`, bfloat16, eager, random weights: verifying K+1 tokens costs "
+                     "1.15-1.18 decode steps)")
 if GPUS < 2:
     elsewhere.append(f"tensor parallelism over GPUs ({GPUS} GPU here)")
 print(f"live here: vLLM's tokens and counters against our loop's, the server, and vLLM's timing with and without "
@@ -428,10 +429,11 @@ for what, prompt_set, n, rounds, al in (
 #
 # ## 7 · Under load, and with tensor parallelism (question 8)
 #
-# Speculation turns idle compute into tokens. At batch size 1 a decode step leaves most of a GPU's arithmetic idle,
-# so verifying K+1 tokens costs little more than one. With many requests in flight the batch already fills the
-# compute, and every request's K+1 verified positions, rejected drafts included, compete for it. The cell reads three
-# committed runs:
+# Speculation turns idle compute into tokens. The cost model behind that: at batch size 1 a decode step leaves most
+# of a GPU's arithmetic idle, so verifying K+1 tokens costs 1.15-1.18 decode steps (the GPU table below); with many
+# requests in flight the batch already fills the compute, and every request's K+1 verified positions, rejected drafts
+# included, compete for it. The GPU timings measure only that cost at batch 1; the sweep under load runs on a CPU.
+# The cell reads three committed runs:
 #
 # - **Serving sweep** (`cpu-epyc-avx512bf16-2c`, vLLM in float32, K=7): `peagle-lab serve-sweep` loads a plain
 #   and a P-EAGLE server in turn at 1, 4 and 16 concurrent requests. `throughput` is P-EAGLE's tokens/s over plain's;
@@ -554,7 +556,7 @@ for path in sorted((data_dir() / "results").glob("*/tensor-parallel/tensor_paral
           f"{two['sequential_draft_share'] / two['parallel_draft_share']:.1f}x at TP={two['tp']}")
 
 # %% [markdown]
-# **Reading it (question 8).** Load erases what speculation gains: the sweep (`cpu-epyc-avx512bf16-2c`, vLLM in
+# **Reading it (question 8).** Load turns break-even into a loss: the sweep (`cpu-epyc-avx512bf16-2c`, vLLM in
 # float32) breaks even at 1 concurrent request (1.00x, repeats 0.87x-1.14x) and costs at 4 and 16 (0.43x and 0.28x).
 # The acceptance length barely moves (1.30-1.35); the round's cost grows from 1.29 to 4.78 plain steps, because
 # batching lifts plain decoding from 15 to 116 tokens/s while P-EAGLE only reaches 33. The line under the table sets
@@ -565,9 +567,10 @@ for path in sorted((data_dir() / "results").glob("*/tensor-parallel/tensor_paral
 # whole round, 84 ms with HTTP and prefill included, is shorter than our loop's plain step, while its plain token
 # (65 ms) is only about a quarter shorter than ours.
 #
-# The GPU table shows the idle compute speculation needs: at batch size 1, verifying K+1 tokens costs 1.15-1.18
-# decode steps at every K, and P-EAGLE's one drafting pass stays near 2.6 ms while EAGLE-3's K passes grow to 17.4 ms
-# at K=8 (6% against 31% of a round): a cost model with random weights, not a served head.
+# The GPU table (`gpu-h200`, bfloat16, eager) is a cost model with random weights and no head: at batch size 1,
+# verifying K+1 tokens costs 1.15-1.18 decode steps at every K, and P-EAGLE's one drafting pass stays near 2.6 ms
+# while EAGLE-3's K passes grow to 17.4 ms at K=8 (6% against 31% of a round). It gives the round's cost, not the
+# tokens a trained head would win with it.
 #
 # **Tensor parallelism.** On `cpu-epyc-avx2-2c` (float32) sharding makes the target slower: verification takes
 # 181.9 ms over 2 processes against 100.3 ms on one, so the drafter's share of a round falls (EAGLE-3 14.6% to 9.7%,
@@ -620,7 +623,7 @@ for path in sorted((data_dir() / "results").glob("*/tensor-parallel/tensor_paral
 #   `/metrics` (per position: `..._per_pos_total`; the exercise);
 # * a head of your own: `peagle-lab export-vllm HEAD OUT`, then `peagle-lab serve --head OUT` or the `vllm serve`
 #   line with `"model": OUT`;
-# * expect smaller speed-ups at large batch sizes (section 7).
+# * expect speculation to lose ground as concurrent requests grow (section 7: measured on a CPU, argued for a GPU).
 
 # %% [markdown]
 # ### Exercise: from vLLM's counters to the rates, then change K
@@ -710,11 +713,11 @@ release()
 # - vLLM's totals give the same rates as our loop's round-by-round counts (the exercise); a larger K added drafted
 #   tokens, not accepted ones.
 # - On 2 CPU cores in float32 (the printed run) vLLM lost with the head: a batched round cost about three plain
-#   steps and yielded about 1.45 tokens. The committed sweep (`cpu-epyc-avx512bf16-2c`, vLLM in float32) showed load
-#   makes it worse (1.00x at 1 concurrent request, 0.28x at 16); at 1 request its round cost 1.29 plain steps
-#   against our own loop's 1.95 on that host and dtype, because vLLM's CPU engine runs a round more cheaply. The GPU
-#   timings (`gpu-h200`, bfloat16, random weights) showed the condition under which speculation pays: at batch size
-#   1, verifying K+1 tokens costs under 1.2 decode steps.
+#   steps and yielded about 1.45 tokens. The committed sweep (`cpu-epyc-avx512bf16-2c`, vLLM in float32) broke even
+#   at 1 concurrent request (1.00x, repeats 0.87x-1.14x) and lost under load (0.43x at 4, 0.28x at 16); at 1 request
+#   its round cost 1.29 plain steps against our own loop's 1.95 on that host and dtype, because vLLM's CPU engine
+#   runs a round more cheaply. The GPU timings (`gpu-h200`, bfloat16, eager, random weights, no head) show the cost
+#   side only: at batch size 1, verifying K+1 tokens costs 1.15-1.18 decode steps.
 # - Sharding the target over 2 CPU processes made it slower, so the drafter's share of a round fell; that the share
 #   grows where sharding speeds the target (GPUs) is argued, not measured.
 #
