@@ -99,7 +99,8 @@ from peagle_lab import models, precision, settings
 # %% [markdown]
 # ## EAGLE-3 and P-EAGLE
 #
-# - **EAGLE** drafters are one small transformer layer that reads the target's hidden states, not just tokens.
+# - **EAGLE** drafters are a small transformer (one layer in this course's heads, four in the published P-EAGLE
+#   heads) that reads the target's hidden states, not just tokens.
 # - **EAGLE-3** reads three of the target's layers (low, middle, high), the *taps*, concatenated (3H) and
 #   projected to H (notebook 01). It drafts **sequentially**: K tokens cost K drafter passes. Training unrolls it
 #   (*training-time test*): each step gets the data's next token and the head's own previous state.
@@ -108,7 +109,8 @@ from peagle_lab import models, precision, settings
 #   slowly with K. It trains all depths at once on *conditional drop-token* (COD) samples (notebook 02).
 #
 # The vLLM blog (post "P-EAGLE", 2026-03-13; paper arXiv 2602.01469) reports, for GPT-OSS-20B on one B200 at
-# batch 1 on HumanEval, both heads at K=7: P-EAGLE at 1.55x EAGLE-3's speed, acceptance length 3.94 vs 3.03.
+# batch 1 on HumanEval: P-EAGLE at 1.55x EAGLE-3's speed, each head at its best K (7 and 3); at K=7 the acceptance
+# lengths are 3.94 vs 3.03.
 # This course rebuilds the method on a model small enough for a laptop. The diagram's costs are illustrative
 # (verifying K=4 drafts at 1.3 target forwards); "How fast" below measures your machine.
 
@@ -217,13 +219,16 @@ for key, value in [("target_params", n_params), ("greedy_tokens_per_s", round(to
     record(key, value, notebook="00_overview")
 
 # %% [markdown]
-# **Reading it.** Verifying 6 or 9 tokens costs far less than 6 or 9 decoding steps, though a CPU pays more than
-# the diagram's 1.3 (the line after the ratios compares). A round must commit more tokens than that ratio, plus the
-# drafter's cost, to beat plain decoding. The ratios are timings, so they move between runs and with the machine's
-# load (the last line prints the load average beside the cores; a load above the core count means another job shared
-# the CPU). A longer forward cannot really cost less, so whenever the forward over 9 measures cheaper than the one over
-# 6, that gap is such noise, and the cell says so. Notebook 05 times the same forwards again and gets figures of its
-# own. The verdict below therefore calls only gaps wider than 25%, and the wall time settles what that leaves open.
+# **Reading it.** Verifying 6 or 9 tokens costs far less than 6 or 9 decoding steps. The line after the ratios
+# sets the diagram's illustrative K=4 (5 tokens at 1.3 steps) against the measured 6-token verification (K=5);
+# no 5-token forward is timed, so it compares neighbours, not the same forward. A round must commit more tokens
+# than the measured ratio, plus the drafter's cost, to beat plain decoding. The ratios are timings, so they move
+# between runs and with the machine's load (the last line prints the load average beside the cores; a load above
+# the core count means another job shared the CPU). Where the forward over 9 measures cheaper than the one over 6,
+# the cell prints a line calling the gap timing noise; it may also be a kernel taking a different path for that row
+# count (notebook 05 measures verifying 3 tokens, K=2, slower than K=3 or 4 in several runs). Notebook 05 times the
+# same forwards again and gets figures of its own. The verdict below therefore calls only gaps wider than 25%, and
+# the wall time settles what that leaves open.
 #
 # ## One speculative round, written out
 #
