@@ -206,9 +206,9 @@ print(f"forward over 1 new token: {1e3 * step[1]:.1f} ms; over 6: {1e3 * step[6]
       f"(ratio {step[6] / step[1]:.2f}x); over 9: {1e3 * step[9]:.1f} ms (ratio {step[9] / step[1]:.2f}x)")
 print(f"the diagram draws a K=4 verification at 1.3 decoding steps; here K=5 costs {step[6] / step[1]:.2f} steps, "
       f"{'more' if step[6] / step[1] > 1.3 else 'less'} than drawn")
-if step[9] < step[6]:  # more tokens cannot take less work: what this prints is the clock's noise
+if step[9] < step[6]:  # a longer forward measured cheaper: noise, or another kernel path
     print(f"the forward over 9 measured {1e3 * (step[6] - step[9]):.1f} ms cheaper than over 6: a longer forward "
-          "cannot cost less, so that gap is timing noise")
+          "should cost more: timing noise, or a kernel taking another path for that row count")
 load = hardware.load_average()
 if load and load[0] > hardware.usable_cores():
     print(f"load avg {load[0]:.1f} on {hardware.usable_cores()} cores: another job shares the CPU, so these timings "
