@@ -38,6 +38,7 @@ RUN_ALL_TIMEOUT_S = 240  # imports, model load and the fixed generation (CI size
 GENERATE_TIMEOUT_S = 90
 KERNEL_START_TIMEOUT_S = 120
 RUN_ALL_TRIES = 3
+QUIET_RETRY_S = 15  # Run All queues every cell: nothing busy this long before the checks means a lost queue
 # the notebook's lossless check (its last checked cell); Run All is done when it printed and no cell is busy
 CHECK_LINE = "lossless (identical, or in a near-tie regime a near-tie divergence; see the regime above):"
 OUTPUTS_JS = "[...document.querySelectorAll('.jp-OutputArea-output')].map(o => o.textContent).join('\\n')"
@@ -47,7 +48,7 @@ PROGRESS_JS = f"""() => {{
     const busy = prompts.some(p => p.includes('[*]'));
     return {{done: text.includes('{CHECK_LINE}') && !busy,
              failed: text.includes('Traceback (most recent call last)'),
-             busy: busy, ran: prompts.some(p => /\\[\\d+\\]/.test(p)),
+             busy: busy,
              prompts: prompts.join(' ')}}; }}"""
 
 
@@ -235,16 +236,32 @@ def _drive(page, url, lab):
     page.locator(".jp-Notebook .jp-Cell").first.wait_for(state="visible", timeout=60_000)
     page.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']").first.wait_for(state="attached",
                                                                                        timeout=90_000)
+    _wait_kernels_settle(lab["base"])
     _run_all(page, lab)
     _check_and_use_explorer(page)
+
+
+def _wait_kernels_settle(base, quiet_s: float = 5.0, timeout_s: float = 60.0) -> None:
+    """Wait until the server's kernel list has not changed for quiet_s: Lab may swap the kernel just after load."""
+    start = last_change = time.monotonic()
+    kernels = _kernel_ids(base)
+    while time.monotonic() - last_change < quiet_s and time.monotonic() - start < timeout_s:
+        time.sleep(0.5)
+        now_kernels = _kernel_ids(base)
+        if now_kernels != kernels:
+            kernels, last_change = now_kernels, time.monotonic()
 
 
 def _run_all(page, lab):
     """Run > Run All Cells through the menu bar, as a person would, then wait for the last cell's checks.
 
     Lab can drop the request: right after loading the notebook may not yet be its current widget (the command
-    then does nothing), or a kernel swap clears the queue. When nothing is running and nothing has run for a
-    while, the menu is used again (at most RUN_ALL_TRIES times). Ends when the checks printed or a cell failed.
+    then does nothing), or a kernel swap or restart clears the queue, after the first cell ran or before (CI,
+    2026-12-05: Lab replaced the test's kernel while cell 1 ran and the other cells were never run). The prompts
+    cannot tell: after a restart the dropped cells keep showing [*]. The server can: Run All keeps the kernel busy
+    from cell to cell, so every kernel idle for QUIET_RETRY_S with the checks not printed means the queue was lost,
+    and the menu is used again (at most RUN_ALL_TRIES times; the deadline restarts). Ends when the checks printed
+    or a cell failed.
     """
     deadline = time.monotonic() + RUN_ALL_TIMEOUT_S
     tries, quiet_since = 0, None
@@ -253,11 +270,17 @@ def _run_all(page, lab):
         if state["done"] or state["failed"]:
             return
         now = time.monotonic()
-        if state["busy"] or state["ran"]:
+        if _kernels_busy(lab["base"]):
             quiet_since = None
-        elif tries == 0 or (quiet_since is not None and now - quiet_since > 10):
+        elif tries == 0 or (quiet_since is not None and now - quiet_since > QUIET_RETRY_S):
             if tries == RUN_ALL_TRIES:
-                raise AssertionError(f"Run All Cells did nothing, {tries} tries; prompts: {state['prompts']}")
+                raise AssertionError(f"Run All Cells stopped short {tries} times; prompts: {state['prompts']}; "
+                                     f"kernels now {_kernel_ids(lab['base'])}, started for the test "
+                                     f"{lab['kernel_id']}")
+            if tries:
+                print(f"Run All Cells again (try {tries + 1}): every kernel idle for {QUIET_RETRY_S} s, "
+                      f"prompts: {state['prompts']}")
+                deadline = now + RUN_ALL_TIMEOUT_S
             page.locator(".jp-Notebook .jp-Cell").first.click()
             page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
             page.locator(".lm-Menu-itemLabel", has_text="Run All Cells").first.click()
@@ -269,6 +292,14 @@ def _run_all(page, lab):
                 f"Run All Cells did not finish in {RUN_ALL_TIMEOUT_S} s ({tries} tries); prompts: {state['prompts']}; "
                 f"kernels now {_kernel_ids(lab['base'])}, started for the test {lab['kernel_id']}")
         time.sleep(1)
+
+
+def _kernels_busy(base) -> bool:
+    """Whether any kernel of the server is starting or running code (the server's own view, not the page's)."""
+    try:
+        return any(k.get("execution_state") != "idle" for k in _api(f"{base}/api/kernels") or [])
+    except OSError:
+        return True  # no answer: do not count it as quiet
 
 
 def _log_digest(log: Path) -> str:
