@@ -593,9 +593,7 @@ def separated(a, b):
     return gap, round(abs(gap), 3) > round(max(a["seed_spread"], b["seed_spread"]), 3)
 
 
-# the largest seed spread of any committed study (this one, and notebook 03's two)
-study_noise = max((r["seed_spread"] for s in ("mask", "storage", "self-distill")
-                   for r in studies.summarize(studies.committed(s)[1])), default=0.0)
+study_noise = studies.largest_seed_spread()  # the largest seed spread of any committed study (this, and 03's two)
 firm = lambda gap: round(abs(gap), 3) > round(study_noise, 3)
 by_al = sorted(rows, key=lambda r: -r["acceptance_length"])
 for i, hi in enumerate(by_al):

@@ -444,7 +444,7 @@ except NotImplementedError as exc:
 # anchor (labels outside the draft vocabulary are skipped), averaged over the depths. The second cell compares
 # logits and loss with the trainer's `run_depths` and `forward`.
 
-# %%
+# %% tags=["nbval-ignore-output"]
 class RowCache:
     """ONE drafter KV cache for the whole row: each depth appends its keys and values after the depths before."""
 
@@ -464,10 +464,10 @@ def run_depths_by_hand(tr, plan):
     ks, ka, kd = (torch.zeros(0, dtype=torch.long, device=plan.x.device) for _ in range(3))  # who each key is
     for d, el in enumerate(plan.depths):
         if d == 0:  # every position t: token x_{t+1} with the fused taps of t
-            ids, hidden = plan.x[el.flat], tr.fuse(plan.taps.to(tr.fc_weight.dtype))
-        else:  # one mask slot per kept anchor: the mask token with fc(mask_hidden)
-            ids = torch.full_like(el.pos, head.config.mask_token_id)
-            hidden = tr.mask_slot_hidden().reshape(1, -1).expand(len(ids), -1)
+            emb, hidden = head.embed_tokens(plan.x[el.flat]), tr.fuse(plan.taps.to(tr.fc_weight.dtype))
+        else:  # one mask slot per kept anchor: the learned mask row (a parameter of its own) with fc(mask_hidden)
+            emb = tr.mask_embedding.reshape(1, -1).expand(len(el.pos), -1)
+            hidden = tr.mask_slot_hidden().reshape(1, -1).expand(len(el.pos), -1)
         ks, ka = torch.cat([ks, el.seq]), torch.cat([ka, el.anchor_pos])  # the keys this depth adds to the cache
         kd = torch.cat([kd, torch.full_like(el.seq, d)])
         s, a = el.seq[:, None], el.anchor_pos[:, None]
@@ -476,11 +476,11 @@ def run_depths_by_hand(tr, plan):
         cos, sin = head.rotary(el.pos[None], hidden.dtype)  # RoPE at position a + d
         h, residual = hidden[None], None
         for i, layer in enumerate(head.decoder_layers):  # the package's decoder layer, written out in notebook 02
-            h, residual = layer(head.embed_tokens(ids)[None], h, residual, cos, sin, mask[None, None], cache, i)
+            h, residual = layer(emb[None].to(hidden.dtype), h, residual, cos, sin, mask[None, None], cache, i)
         out.append(head.lm_head(head.norm(h + residual))[0])  # final norm, lm_head over the draft vocabulary
     return out
 
-# %% tags=["nbval-ignore-output"]
+
 import math
 
 import torch.nn.functional as F
@@ -510,8 +510,8 @@ print(f"mean over depths {torch.stack(by_hand).mean():.4f}; DraftTrainer.forward
 del module
 
 # %% [markdown]
-# **Reading it.** The hand-written forward and loss match the trainer's (the check cell below tests them against
-# 1e-4). The untrained head's cross-entropies sit far above a uniform guess's ("Train, interrupt, resume" says
+# **Reading it.** The hand-written forward and loss match the trainer's (the check cell after the training run
+# tests them against 1e-4, with every other piece this section writes by hand). The untrained head's cross-entropies sit far above a uniform guess's ("Train, interrupt, resume" says
 # why).
 #
 # ### EAGLE-3's training, unrolled by hand: the training-time test
@@ -562,28 +562,85 @@ print(f"EAGLE-3 head {seq_info['source']}, {L} tokens, {D} steps: elements per d
       f"loss by hand {ttt_by_hand:.4f}, DraftTrainer.forward {ttt_loss:.4f}")
 del ttt, head
 
-# %% tags=["nbval-check-output"]
-print("P-EAGLE row: the depth-by-depth forward by hand equals DraftTrainer.run_depths (logits within 1e-4):",
-      fwd_gap < 1e-4)
-print("P-EAGLE row: the loss by hand equals DraftTrainer.forward (within 1e-4):",
-      abs(torch.stack(by_hand).mean().item() - loss.item()) < 1e-4)
-print("EAGLE-3 training-time test: the unroll by hand equals the sequential objective (logits and loss within 1e-4):",
-      ttt_worst < 1e-4 and abs(ttt_by_hand - ttt_loss.item()) < 1e-4)
 
 # %% [markdown]
-# ### Train, interrupt, resume
+# ### The training loop, by hand
 #
-# `peagle_lab.training.Trainer` (and `peagle-lab train`): AdamW, warm-up then cosine decay, gradient clipping and
-# accumulation, bf16 autocast where the hardware has native bf16, atomic checkpoints (head, optimizer, step, data
-# cursor, RNG state) with resume, and a time budget. The same code runs on several processes under `torchrun` /
-# `accelerate launch`.
+# Training is the forward above inside a plain optimizer loop. One step takes the next rows of the packed stream
+# (at least `batch_tokens` tokens; the packing is the package's `PackedRows`), plans each with a COD draw, runs
+# `run_depths_by_hand`, and weights each row's loss by its tokens. AdamW updates the head's own parameters (`fc`,
+# the decoder layer, `mask_hidden`, the mask token's embedding row) at `lr`, and the final norm and `lm_head`, which
+# start as the target's, at a quarter of it; the learning rate rises linearly over the warm-up, then follows a cosine
+# down to a tenth; the gradient norm is clipped at 1. Nothing else: the package's `Trainer` must produce the same
+# loss at every step from the same start.
+
+# %% tags=["nbval-ignore-output"]
+from tqdm.auto import trange
+
+from peagle_lab.training.packing import PackedRows
+
+
+def lr_at(step):
+    """Linear warm-up to cfg.lr, then a cosine down to cfg.min_lr_ratio of it at the last step."""
+    if step < cfg.warmup_steps:
+        return cfg.lr * (step + 1) / cfg.warmup_steps
+    p = (step - cfg.warmup_steps) / max(cfg.steps - cfg.warmup_steps, 1)
+    return cfg.lr * (cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * p)))
+
+
+def row_loss(module, plan):
+    """The mean over depths of each depth's cross-entropy on its trained anchors (labels in the draft vocabulary)."""
+    losses = []
+    for el, logits in zip(plan.depths, run_depths_by_hand(module, plan)):
+        labels = module.t2d_index[plan.y[el.flat]]
+        keep = el.loss & (labels >= 0)
+        if keep.any():
+            losses.append(F.cross_entropy(logits[keep].float(), labels[keep]))
+    return torch.stack(losses).mean()
+
+
+fresh = Trainer(cfg, model, seqs, tokenizer, TrainerOptions(progress=False, verbose=False))
+module, amp = fresh.module, fresh.autocast == torch.bfloat16  # the fresh head and its loss; bf16 where native
+del fresh
+params = [p for p in module.parameters() if p.requires_grad]
+started_as_target = {id(module.head.lm_head.weight), id(module.head.norm.weight)}
+opt = torch.optim.AdamW([{"params": [p], "lr_ratio": cfg.lm_head_lr_ratio if id(p) in started_as_target else 1.0,
+                          "weight_decay": cfg.weight_decay if p.dim() >= 2 else 0.0} for p in params],
+                        lr=cfg.lr, betas=cfg.betas)
+stream, cod_gen = PackedRows(seqs, cfg.row_tokens, cfg.seed), torch.Generator().manual_seed(cfg.seed + 1)
+hand_losses = []
+for step in trange(cfg.steps, desc="training by hand"):
+    rows = stream.next_rows(cfg.batch_tokens)
+    plans = [plan_row(r, cfg.num_depths, cfg.cod_ratio, cfg.cod_min_ratio, cod_gen) for r in rows]
+    tokens = [sum(len(s["input_ids"]) for s in r) for r in rows]
+    for group in opt.param_groups:
+        group["lr"] = lr_at(step) * group["lr_ratio"]
+    opt.zero_grad()
+    with torch.autocast(torch.device(DEVICE).type, torch.bfloat16, enabled=amp):
+        step_loss = sum(row_loss(module, plan.to(DEVICE)) * n / sum(tokens) for plan, n in zip(plans, tokens))
+    step_loss.backward()
+    torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
+    opt.step()
+    hand_losses.append(step_loss.item())
+hand_head = module.sync_head().cpu()
+del module, opt
+print(f"{cfg.steps} steps by hand ({'bf16 autocast' if amp else 'float32'}): loss {hand_losses[0]:.3f} at step 1, "
+      f"{hand_losses[-1]:.3f} at step {cfg.steps}")
+
+# %% [markdown]
+# ### The package's trainer: the same loop, then interrupt and resume
+#
+# `peagle_lab.training.Trainer` (and `peagle-lab train`) is that loop plus what a long run needs: gradient
+# accumulation, atomic checkpoints (head, optimizer, step, data cursor, RNG state) with resume, and a time budget.
+# The same code runs on several processes under `torchrun` / `accelerate launch`.
 #
 # This run uses 8,192 draft ids, more than the shipped heads' 4,096. Expect the loss to **start above ln(8192) =
 # 9.0**, a uniform guess's loss: the head starts with the target's own `lm_head` and final norm, which make
 # confident predictions from the untrained fused state, and a confident wrong guess costs more than a uniform one.
 #
-# An uninterrupted run comes first, as the reference. The same run is then interrupted halfway (`stop_after`), and
-# a fresh `Trainer` resumes it from the checkpoint: it must end with the reference's losses and weights.
+# An uninterrupted run comes first: from the same start it must reproduce the hand loop's loss at every step. The
+# same run is then interrupted halfway (`stop_after`), and a fresh `Trainer` resumes it from the checkpoint: it must
+# end with the uninterrupted run's losses and weights.
 
 # %% tags=["nbval-ignore-output"]
 import shutil
@@ -592,6 +649,11 @@ OUT = results_dir() / "nb03" / "head"
 shutil.rmtree(OUT.parent, ignore_errors=True)
 straight = Trainer(cfg, model, seqs, tokenizer, TrainerOptions(progress=False, verbose=False)).train()
 straight.head.cpu()  # one trainer at a time on the device: the reference head waits in RAM
+hand_gap = max(abs(h - r["loss"]) for h, r in zip(hand_losses, straight.log))
+hand_weight_gap = max(float((a.float() - b.float()).abs().max())
+                      for a, b in zip(hand_head.state_dict().values(), straight.head.state_dict().values()))
+print(f"the loop by hand vs Trainer, {len(straight.log)} steps: largest loss difference {hand_gap:.1e}, "
+      f"largest weight difference {hand_weight_gap:.1e}")
 stopped_by = Trainer(cfg, model, seqs, tokenizer, TrainerOptions(out_dir=OUT)).train(
     stop_after=cfg.steps // 2).stopped_by  # interrupted halfway
 second = Trainer(cfg, model, seqs, tokenizer, TrainerOptions(out_dir=OUT, resume=True))  # a fresh trainer
@@ -616,6 +678,14 @@ print("training state:", sorted(p.name for p in (OUT / "checkpoint").iterdir()))
 # CPU kernels are deterministic; CUDA's backward adds with atomics in a varying order (resume_tolerance says how much)
 loss_tol, weight_tol = resume_tolerance(next(model.parameters()).device)
 print("the resumed run is the uninterrupted run:", loss_gap < loss_tol and weight_gap < weight_tol)
+# every piece written by hand in this section against the package
+print("P-EAGLE row: the depth-by-depth forward by hand equals DraftTrainer.run_depths (logits within 1e-4):",
+      fwd_gap < 1e-4)
+print("P-EAGLE row: the loss by hand equals DraftTrainer.forward (within 1e-4):",
+      abs(torch.stack(by_hand).mean().item() - loss.item()) < 1e-4)
+print("EAGLE-3 training-time test: the unroll by hand equals the sequential objective (logits and loss within 1e-4):",
+      ttt_worst < 1e-4 and abs(ttt_by_hand - ttt_loss.item()) < 1e-4)
+print("the loop by hand is the Trainer's loop (every step's loss within 1e-3):", hand_gap < 1e-3)
 
 # %% tags=["nbval-ignore-output"]
 import matplotlib.pyplot as plt

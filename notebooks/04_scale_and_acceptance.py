@@ -119,7 +119,9 @@ compare = json.loads((RECIPE_DIR / HOST / "heldout_compare.json").read_text()) i
 P, S = (next((r for r in reversed(compare["rows"]) if r["path"] == SHIPPED[kind].relative_to(settings.REPO_ROOT)
               .as_posix()), None) for kind in ("parallel", "sequential"))
 N_PROMPTS, N_NEW = len(compare.get("prompts", [])), compare.get("max_new_tokens")
-TIE = 0.05  # a gap below this is read as a tie: about the largest seed spread of notebooks 02-03 (section 5)
+from peagle_lab.experiments import studies
+
+TIE = studies.largest_seed_spread()  # a smaller gap is read as a tie: the largest seed spread of 02's and 03's studies
 if P and S:
     kinds = Counter(i.rsplit("-", 1)[0] for i in compare["prompts"])  # a prompt's id is its kind and a number
     print(f"\nheld-out comparison ({N_PROMPTS} prompts x {N_NEW} tokens: "
@@ -243,10 +245,10 @@ for kind, row in (("parallel", P), ("sequential", S)):
 # is 5% of the rounds (the term 0.0499), so slot 4 adds 0.0192 and the later slots nothing. Each rebuilt sum lies a
 # little above the recorded figure: the token budget cuts each answer's last round short.
 #
-# The printed verdicts ("accepts more", "ahead", "a tie") read a gap against `TIE = 0.05`, a spread between training
-# seeds (notebooks 02-03), not an estimate of prompt-sampling noise: each verdict reads these 8 held-out or 2 live
-# prompts and tests nothing. The live check, a few dozen rounds per K, gives the direction, not the size. At K=3 and
-# K=7 EAGLE-3 leads, in the held-out order. At K=1 a round drafts slot 1 only, so the held-out slot-1 rates predict
+# The printed verdicts ("accepts more", "ahead", "a tie") read a gap against `TIE`, the glossary's seed spread
+# (0.052, the largest gap between two training seeds in notebooks 02-03), not an estimate of prompt-sampling
+# noise: each verdict reads these 8 held-out or 2 live prompts and tests nothing. The live check, a few dozen
+# rounds per K, gives the direction, not the size. At K=3 and K=7 EAGLE-3 leads, in the held-out order. At K=1 a round drafts slot 1 only, so the held-out slot-1 rates predict
 # P-EAGLE ahead; this run has EAGLE-3 ahead instead (1.38 against 1.29). P-EAGLE's slot-1 lead is a fact of the
 # held-out prompts, not of these HumanEval prompts.
 #
@@ -589,21 +591,15 @@ print("the baseline where it differs from the shipped P-EAGLE head's last run (b
     f"{k} {v} -> {shipped_train.get(k)}" for k, v in recipe.BASELINE.items() if shipped_train.get(k) != v))
 
 
-def seed_spread(runs):
-    """The largest acceptance-length spread between the seeds of one setting (0 when no setting has two seeds)."""
-    groups = [[r["acceptance_length"] for r in g] for g in recipe.seed_groups(runs).values() if len(g) > 1]
-    return max((max(g) - min(g) for g in groups), default=0.0)
-
-
-own_noise = seed_spread(runs)
-study_runs = {n: studies.committed(n)[1] for n in ("mask", "storage", "self-distill")}
-study_noise = max(seed_spread(r) for r in study_runs.values())
+own_noise = recipe.noise(runs) or 0.0  # the largest acceptance spread between two seeds of one setting
+study_noise = studies.largest_seed_spread()  # the same over the studies of 02 and 03 (the glossary's seed spread)
+study_runs = [r for name in studies.COMMITTED_STUDIES for r in studies.committed(name)[1]]
 noise = max(own_noise, study_noise)
 seeds = [r["tokens_seen"] for r in runs if r["name"].startswith("baseline")]
 mixed = (f" (its two baseline seeds saw {min(seeds):,} and {max(seeds):,} tokens in the same wall time, "
          f"{100 * (max(seeds) / min(seeds) - 1):.0f}% apart: seed and budget together)" if len(seeds) == 2 else "")
 print(f"noise: the recipe's own seed spread {own_noise:.3f}{mixed}, the studies' largest {study_noise:.3f} (target "
-      f"in {target_dtypes([r for rs in study_runs.values() for r in rs])})")
+      f"in {target_dtypes(study_runs)})")
 if runs:
     r0, base = runs[0], next(r for r in runs if r["name"] == "baseline")
     print(f"each run: {r0['budget_s']:.0f} s of training ({r0['autocast']}), scored at K={r0['k']} on "

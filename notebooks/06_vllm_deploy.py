@@ -241,38 +241,21 @@ print(f"plain engine: start {plain['start_s']:.0f} s, {sum(map(len, plain['ids']
       f"{plain['gen_s']:.1f} s")
 
 # %%
-from peagle_lab.decoding.divergence import tie_bound
+from peagle_lab.decoding.divergence import first_divergence
 
 peagle = run_engine(serving.Speculation(vllm_dir, k=K, parallel=True))
 print(f"P-EAGLE engine (K={K}, parallel drafting): start {peagle['start_s']:.0f} s, "
       f"{sum(map(len, peagle['ids']))} tokens in {peagle['gen_s']:.1f} s")
 print(plain["text"][0][:400])
 
-
-def first_split(a, b):
-    """The index of the first token where two greedy outputs differ; None where they are identical."""
-    n = min(len(a), len(b))
-    return next((i for i in range(n) if a[i] != b[i]), None if len(a) == len(b) else n)
-
-
-def margin_and_bound(run, pos, device="cpu"):
-    """A plain run's top-1 minus top-2 logit at token ``pos``, and the near-tie bound of our dtype there."""
-    if pos >= len(run.margins):  # one output ended before the other: no tie to speak of
-        return float("inf"), 0.0
-    return run.margins[pos], tie_bound(LOOP_DTYPE, run.top_logits[pos], device, same_kernels=False)
-
-
 # The rule: the head may change how fast tokens come, never which ones. An output that differs must first differ
-# where vLLM's plain run nearly tied, its top-1 minus top-2 logit within the dtype's bound: the verify pass over K+1
-# tokens and the one-token decode are other kernels, whose last bits can tip such a tie.
-splits = []  # (prompt, token, plain margin, bound)
-for i, (toks, run) in enumerate(zip(peagle["ids"], plain["runs"])):
-    pos = first_split(toks, run.tokens)
-    if pos is not None:
-        margin, bound = margin_and_bound(run, pos)
-        splits.append((i, pos, margin, bound))
-        print(f"prompt {i}: first differs at token {pos}, plain margin {margin:.3g}, bound {bound:.3g}")
-near_ties_only = all(margin <= bound for _, _, margin, bound in splits)
+# where vLLM's plain run nearly tied, its top-1 minus top-2 logit within the dtype's bound (same_kernels=False: the
+# verify pass over K+1 tokens and the one-token decode are other kernels, whose last bits can tip such a tie).
+splits = {i: d for i, (toks, run) in enumerate(zip(peagle["ids"], plain["runs"]))
+          if (d := first_divergence(toks, run, LOOP_DTYPE, "cpu", same_kernels=False)) is not None}
+for i, d in splits.items():
+    print(f"prompt {i}: first differs at token {d.position}, plain margin {d.margin:.3g}, bound {d.bound:.3g}")
+near_ties_only = all(d.margin <= d.bound for d in splits.values())
 print(f"with and without the head: {N_PROMPTS - len(splits)} of {N_PROMPTS} outputs identical token for token"
       + (f"; the others at {'near-ties only' if near_ties_only else 'a margin above the bound'}" if splits else ""))
 
@@ -303,13 +286,12 @@ print(f"rounds: vLLM {vm['drafts']}  ours {ours.rounds}; ours accepted/reached p
 deepest = max((j for j, a in enumerate(ours.accepted_at) if a), default=None)
 print(f"depth 0 accepted in {ours.accepted_at[0]} of {ours.rounds} rounds; deepest depth ever accepted: {deepest} "
       f"of 0..{K - 1}")
-# our speculative tokens against vLLM's plain ones, by the same rule (margins of our own plain run)
-for i, (toks, run) in enumerate(zip(ours_ids, ours_plain)):
-    pos = first_split(toks, plain["ids"][i])
-    if pos is not None:
-        margin, bound = margin_and_bound(run, pos, LOOP_DEVICE)
-        print(f"prompt {i}: first differs at token {pos}, our plain margin {margin:.3g}, bound {bound:.3g}")
-n_same = sum(first_split(a, b) is None for a, b in zip(ours_ids, plain["ids"]))
+# our speculative tokens and vLLM's plain ones, each held against our own plain greedy run by the same rule
+from peagle_lab.decoding.divergence import agreement
+
+both = agreement([ours_ids, plain["ids"]], ours_plain, LOOP_DTYPE, LOOP_DEVICE, same_kernels=False)
+print(f"our loop's tokens and vLLM's plain tokens against our plain greedy run: {both['note']}")
+n_same = sum(a == b for a, b in zip(ours_ids, plain["ids"]))
 print(f"our loop's tokens identical to vLLM's on {n_same} of {N_PROMPTS} prompts")
 
 # %% tags=["nbval-check-output"]
@@ -317,6 +299,8 @@ from peagle_lab.workbook import report
 
 agree = abs(vm["acceptance_length"] - ours.acceptance_length) <= 0.05 * ours.acceptance_length
 print("acceptance length: vLLM and our loop agree within 5%:", agree)
+print("our loop's tokens and vLLM's plain tokens: identical, or apart only at near-ties of our plain run:",
+      both["near_ties_only"])
 _ = report.record("vllm_acceptance_length", round(vm["acceptance_length"], 4))
 _ = report.record("ours_acceptance_length", round(ours.acceptance_length, 4))
 _ = report.record("vllm_greedy_identical", peagle["ids"] == plain["ids"])

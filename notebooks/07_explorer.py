@@ -242,15 +242,15 @@ assert same == N_SAME
 #   further from 1). `N/24 diverge` (where shown): outputs that differ from plain greedy's, so that speed-up timed
 #   slightly different text (05 shows the bf16 code run's divergences all at near-ties; the chat run's margins are
 #   not printed);
-# - `noise`: the noise band, how far transformers' own greedy `generate` (plain decoding's work) lands from 1x, a
-#   speed-up, not an acceptance length;
+# - `faster than plain`: on how many prompts each head at that K (P-EAGLE / EAGLE-3) beats plain decoding, timed
+#   side by side on the same prompt;
 # - `paired`: per prompt, P-EAGLE's speed-up minus EAGLE-3's, lowest to highest;
 # - `oracle`: the paper's acceptance replayed on the same draws, charged one parallel pass / K sequential passes. The
 #   paper's acceptance is its HumanEval figure (AL 3.94 at K=7) on `code` and its lower MT-Bench figure (3.70) on
 #   `chat`.
 #
-# In the verdict lines, `pay` means faster on average, beyond the noise band, and `lose` slower by more than it;
-# `pay` is not "shown faster", which (00's paired rule) needs faster on every prompt.
+# The verdict lines read these by 00's paired rule: *shown faster* is faster on every prompt, *shown slower* slower on
+# every prompt, anything else is *mixed*, whatever the average.
 
 # %% tags=["nbval-ignore-output"]
 from collections import Counter
@@ -267,9 +267,7 @@ print(committed_label("The tables below") + f"; this machine is {HOST}"
       + ("" if any(c["host"] == HOST for c in committed) else ", which has no committed run"))
 
 
-def best(e2e, family):
-    """The row of ``family`` (over the K it ran) with the highest speed-up over plain decoding, or None."""
-    return max((m for m in e2e["methods"] if m["family"] == family), key=lambda m: m["speedup"], default=None)
+best = payoff.best  # the row of a family (over the K it ran) with the highest speed-up, or None
 
 
 def shown(m):
@@ -282,7 +280,6 @@ def shown(m):
 tables, heads, orders, claims = {}, [], [], []
 for c in committed:
     for suite, e in result_suites(c["results"]).items():
-        band = abs(1 - best(e, "hf-greedy")["speedup"])  # the noise band
         p_row, s_row, o = best(e, "p-eagle"), best(e, "eagle3"), best(e, "oracle")
         gaps = payoff.paired_gaps(e, p_row, s_row)  # per prompt: P-EAGLE's speed-up minus EAGLE-3's
         o_seq = next((m for m in e["methods"] if m["family"] == "oracle-sequential" and o and m["k"] == o["k"]), None)
@@ -291,10 +288,12 @@ for c in committed:
             "prompts": f"{e['config']['n_prompts']} x {e['config']['max_new_tokens']}",
             "verify_k7": verify_and_draft_ratio(c["results"]["drafting_cost"], 7)[0],
             "P-EAGLE": shown(p_row), "EAGLE-3": shown(s_row), "lookup": shown(best(e, "prompt-lookup")),
-            "noise": f"{band:.3f}", "paired": f"{min(gaps):+.2f} to {max(gaps):+.2f}",
+            "faster than plain": " / ".join("{}/{}".format(*payoff.prompts_faster(e, m)) for m in (p_row, s_row)),
+            "paired": f"{min(gaps):+.2f} to {max(gaps):+.2f}",
             "oracle": "-" if o is None else f"{o['speedup']:.2f}x / " + (f"{o_seq['speedup']:.2f}x" if o_seq else "-")})
         for m in (p_row, s_row):
-            word = "pay" if m["speedup"] - 1 > band else "lose" if 1 - m["speedup"] > band else "within noise"
+            faster, timed = payoff.prompts_faster(e, m)  # the paired rule against plain decoding
+            word = "shown faster" if faster == timed else "shown slower" if faster == 0 else "mixed"
             heads.append({"dtype": c["dtype"], "speedup": m["speedup"], "word": word})
         orders.append(min(gaps) > 0 or max(gaps) < 0)  # one head faster on every prompt?
         if o_seq:
@@ -308,9 +307,9 @@ for suite, rows in tables.items():
 for dtype in dict.fromkeys(h["dtype"] for h in heads):
     mine = [h for h in heads if h["dtype"] == dtype]
     n = Counter(h["word"] for h in mine)
-    print(f"verdict, {dtype}: of {len(mine)} best speed-ups (2 heads x {len(mine) // 2} host/suite runs) {n['pay']} pay, "
-          f"{n['lose']} lose, {n['within noise']} lie within the noise band; "
-          f"{min(h['speedup'] for h in mine):.2f}x to {max(h['speedup'] for h in mine):.2f}x")
+    print(f"verdict, {dtype}: of {len(mine)} best speed-ups (2 heads x {len(mine) // 2} host/suite runs) "
+          f"{n['shown faster']} shown faster than plain decoding, {n['shown slower']} shown slower, {n['mixed']} "
+          f"mixed; on average {min(h['speedup'] for h in mine):.2f}x to {max(h['speedup'] for h in mine):.2f}x")
 print(f"verdict, which head: one head faster on every prompt in {sum(orders)} of {len(orders)} runs"
       + ("" if all(orders) else "; elsewhere the order changes from prompt to prompt, so neither head is shown faster"))
 print("verdict, at the paper's acceptance: one parallel pass per round against K sequential passes, same draws: "

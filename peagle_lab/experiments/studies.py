@@ -154,6 +154,18 @@ def summarize(runs: list[dict]) -> list[dict]:
     return rows
 
 
+COMMITTED_STUDIES = ("mask", "storage", "self-distill")
+
+
+def largest_seed_spread(names=COMMITTED_STUDIES) -> float:
+    """The largest gap between the seeds of one setting over the committed studies ``names``: the course's
+    yardstick for an acceptance-length gap between heads (a smaller gap is read as a tie). 0.0 when none is
+    committed."""
+    from .recipe import noise
+
+    return max((n for name in names if (n := noise(committed(name)[1])) is not None), default=0.0)
+
+
 def _mean_or_none(xs):
     xs = [x for x in xs if x is not None]
     return round(sum(xs) / len(xs), 4) if xs else None

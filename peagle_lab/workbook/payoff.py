@@ -45,6 +45,14 @@ def paired_gaps(e2e: dict, a: dict | None = None, b: dict | None = None) -> list
     return [v[a["method"]] - v[b["method"]] for v in per.values() if len(v) == 2]
 
 
+def prompts_faster(e2e: dict, m: dict) -> tuple[int, int]:
+    """``(faster, runs)``: on how many prompts (and repeats) row ``m`` is faster than plain decoding end to end,
+    out of how many were timed. The paired rule reads it: shown faster only when faster on every one."""
+    per = [run["speedup_vs_plain"] for run in e2e.get("runs", [])
+           if run["method"] == m["method"] and run.get("speedup_vs_plain") is not None]
+    return sum(v > 1 for v in per), len(per)
+
+
 def host_run(committed: list[dict], host: str, dtype: str) -> dict:
     """The committed results folder to read for ``host``: its own (the nearest host's where it has none), in
     ``dtype`` where it has one, newest first."""

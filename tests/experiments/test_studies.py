@@ -25,6 +25,17 @@ def test_seeds_of_a_setting_pool_and_their_spread_is_the_noise():
     assert set(studies.with_seeds({"v": {"x": 1}})) == {"v (seed 0)", "v (seed 1)"}
 
 
+def test_the_acceptance_yardstick_is_the_largest_seed_spread_of_the_committed_studies(monkeypatch):
+    committed = {"mask": [_run("a (seed 0)", {"seed": 0}, 1.20), _run("a (seed 1)", {"seed": 1}, 1.23)],
+                 "storage": [_run("b (seed 0)", {"seed": 0}, 1.30), _run("b (seed 1)", {"seed": 1}, 1.35)],
+                 "self-distill": []}
+    monkeypatch.setattr(studies, "committed", lambda name: ("h", committed[name]))
+    assert studies.largest_seed_spread() == pytest.approx(0.05)
+    assert studies.largest_seed_spread(("mask",)) == pytest.approx(0.03)
+    committed.update(mask=[], storage=[])
+    assert studies.largest_seed_spread() == 0.0  # nothing committed: every gap counts
+
+
 def test_human_answers_are_library_functions_with_a_held_out_split():
     tasks = stdlib_tasks()
     assert len(tasks) > 300 and {t["split"] for t in tasks} == {"train", "val"}

@@ -1,5 +1,5 @@
-"""The acceptance ledger (workbook.ledger) and the payoff sentences (workbook.payoff): rows read from results
-files and the workbook summary, never typed in; verdicts computed against the run's own noise band."""
+"""The acceptance ledger (workbook.ledger) and the payoff figures (workbook.payoff): rows read from results
+files and the workbook summary, never typed in; per-prompt counts and gaps for the paired rule."""
 
 from __future__ import annotations
 
@@ -111,6 +111,13 @@ def paired_run(gaps):
 def test_slot_counts_sum_accepted_and_reached_rounds_over_the_prompts():
     assert payoff.slot_counts(paired_run([0.1, 0.2]), "p-eagle K=4") == [(4, 8), (2, 4), (0, 2), (0, 0)]
     assert payoff.slots_text(RUN, "p-eagle K=4") == "not recorded"
+
+
+def test_prompts_faster_counts_the_prompts_where_a_row_beats_plain_decoding():
+    run = paired_run([0.2, -0.1, 0.0])  # P-EAGLE at 1.2x, 0.9x and exactly 1.0x: only the first is faster
+    assert payoff.prompts_faster(run, {"method": "p-eagle K=4"}) == (1, 3)
+    assert payoff.prompts_faster(run, {"method": "eagle3 K=2"}) == (0, 3)
+    assert payoff.prompts_faster(RUN, {"method": "p-eagle K=4"}) == (0, 0)  # no per-prompt runs recorded
 
 
 def test_host_run_prefers_this_hosts_folder_in_this_dtype():
