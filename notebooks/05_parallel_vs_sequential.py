@@ -504,9 +504,10 @@ print(f"  oracle K={o['k']}: AL {o['acceptance_length']:.2f} over {o['rounds']} 
       "spread and answers ending early")
 
 # %% [markdown]
-# **Reading it.** Both heads are below 1x; the lines say against plain decoding on how many prompts each is faster,
-# and the paired lines whether either head is faster than the other on every prompt, live and in the committed run. The counts say why the heads lose: P-EAGLE's deep slots are rarely
-# reached, so a deeper K adds little acceptance. The oracle falls short of its target; its line splits the gap into
+# **Reading it.** Both heads are below 1x; the lines say against plain decoding on how many prompts each is
+# faster, and the paired lines whether either head is faster than the other on every prompt, live and in the
+# committed run. The counts say why the heads lose: P-EAGLE's deep slots are rarely reached, so a deeper K adds
+# little acceptance. The oracle falls short of its target; its line splits the gap into
 # the token budget's cut and the sampling spread of its few rounds.
 #
 # ## P-EAGLE's claim, live: one acceptance, two drafting costs

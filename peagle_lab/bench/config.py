@@ -11,7 +11,7 @@ from ..validate import MAX_K
 from ..errors import PeagleError
 from ..flags import flag_field, flag_of
 from .oracle import oracle_rates
-from .suites import DEFAULT_SUITE, suite_list
+from .suites import DEFAULT_SUITE, SUITES, suite_list
 
 # The settings a run's size fixes, where the flag is not given. The oracle at the blog's K values (3, 5, 7) in the
 # full size: what the paper's acceptance would give here.
@@ -62,8 +62,9 @@ class BenchConfig:
     pld_ks: tuple[int, ...] | None = flag_field(None, "prompt_lookup_num_tokens values (default: 10)", type=parse_ks)
     suite: str = flag_field(DEFAULT_SUITE, "prompt suite(s) end to end: code (HumanEval), chat (held-out split of the "
                                            "prompt mix), offmix (prompts written apart from the mix, in other "
-                                           "styles) or all (code and chat, results per suite; default code)",
-                            choices=["code", "chat", "offmix", "all"])
+                                           "styles), lists (held-out list requests, a narrow domain) or all (code "
+                                           "and chat, results per suite; default code)",
+                            choices=[*SUITES, "all"])
     n_prompts: int | None = flag_field(None, "prompts per suite (full: 24)", short="-n")
     oracle_ks: tuple[int, ...] | None = flag_field(
         None, "K values of the oracle drafter (true greedy continuation at set per-position acceptance, charged one "

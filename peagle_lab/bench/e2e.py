@@ -26,7 +26,8 @@ ASSISTED_NOT_RUN = ("not run: transformers' assisted generation needs a small dr
                     "tokenizer, and none is available offline here (SmolLM2-135M is the smallest SmolLM2). "
                     "Pass one with `peagle-lab bench --assistant PATH`.")
 PROMPT_SOURCES = {"code": "HumanEval", "chat": "held-out split of the prompt mix",
-                  "offmix": "prompts written apart from the mix (data/prompts/offmix.jsonl)"}
+                  "offmix": "prompts written apart from the mix (data/prompts/offmix.jsonl)",
+                  "lists": "held-out split of the list prompts (data/prompts/lists-val.jsonl)"}
 
 
 @torch.no_grad()
@@ -91,8 +92,8 @@ def _prompt_ids(cfg: BenchConfig, tokenizer) -> tuple[list[list[int]], list[str]
     if cfg.prompts is not None:
         prompt_ids, prompt_names = as_prompt_ids(cfg.prompts, tokenizer), None
     elif cfg.suite not in SUITES:
-        raise PeagleError(f"end_to_end measures one suite, got suite={cfg.suite!r}. Fix: suite='code', 'chat' or 'offmix' "
-                          "(run_benchmark runs each of 'all').")
+        raise PeagleError(f"end_to_end measures one suite, got suite={cfg.suite!r}. Fix: suite= one of "
+                          f"{', '.join(SUITES)} (run_benchmark runs each of 'all').")
     else:
         prompt_ids, prompt_names = suite_prompts(tokenizer, cfg.suite, cfg.n_prompts)
     if not prompt_ids:

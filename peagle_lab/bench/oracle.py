@@ -86,7 +86,7 @@ PRESETS = {
                      "vLLM PR #32628, parallel drafting, HumanEval, K=7: per-position 63/38/23/15/9/5/3% (AL 2.56)"),
 }
 # the paper's acceptance on each suite's kind of prompts (``--oracle-accept paper``)
-PAPER = {"code": "blog-humaneval", "chat": "blog-mtbench", "offmix": "blog-mtbench"}
+PAPER = {"code": "blog-humaneval", "chat": "blog-mtbench", "offmix": "blog-mtbench", "lists": "blog-mtbench"}
 
 
 def oracle_rates(spec: str, suite: str = "code") -> tuple[list[float], str]:

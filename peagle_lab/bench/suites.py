@@ -7,7 +7,11 @@
 - ``offmix``: prompts written apart from the mix (``data/prompts/offmix.jsonl``), in styles its waves lack
   (terse, typos, multi-turn, real-world requests, long context, code in Rust, Go, SQL, bash, JavaScript, C++),
   chat, reasoning and code in turn; no head trains on them: they measure how far the mix's held-out figure
-  generalises. ``all`` is ``code`` and ``chat``; ``offmix`` is asked for by name.
+  generalises;
+- ``lists``: the held-out split of the list prompts (:mod:`peagle_lab.list_prompts`), a narrow domain of
+  predictable text where heads fine-tuned on its train split accept many tokens per round.
+
+``all`` is ``code`` and ``chat``; ``offmix`` and ``lists`` are asked for by name.
 
 A suite is a list of prompts as token ids (the chat template, as heads are trained) plus their names, which every
 result records. A result that records no suite measured the ``code`` suite.
@@ -16,19 +20,20 @@ result records. A result that records no suite measured the ``code`` suite.
 from __future__ import annotations
 
 from ..errors import PeagleError
+from ..list_prompts import lists_split
 from ..prompts import chat_ids, chat_records, humaneval_prompts, load_humaneval, offmix_records, record_messages
 
-SUITES = ("code", "chat", "offmix")
+SUITES = ("code", "chat", "offmix", "lists")
 ALL_SUITES = ("code", "chat")  # what --suite all runs
 DEFAULT_SUITE = "code"  # what a result without a "suite" field measured
 
 
 def suite_list(spec: str) -> list[str]:
-    """``"code"``, ``"chat"``, ``"offmix"`` or ``"all"`` (code and chat) -> the suites to run, in order."""
+    """One of :data:`SUITES` or ``"all"`` (code and chat) -> the suites to run, in order."""
     if spec == "all":
         return list(ALL_SUITES)
     if spec not in SUITES:
-        raise PeagleError(f"Unknown suite {spec!r}. Fix: --suite code, chat, offmix or all.")
+        raise PeagleError(f"Unknown suite {spec!r}. Fix: --suite {', '.join(SUITES)} or all.")
     return [spec]
 
 
@@ -36,6 +41,8 @@ def suite_records(suite: str, n: int | None) -> list:
     """The first ``n`` prompts of ``suite`` (HumanEval texts, or prompt records), refused past its size."""
     if suite == "code":
         return humaneval_prompts(n)
+    if suite == "lists":
+        return lists_split("val", n)
     return chat_records(n) if suite == "chat" else offmix_records(n)
 
 
@@ -51,7 +58,7 @@ def suite_prompts(tokenizer, suite: str, n: int) -> tuple[list[list[int]], list[
                           "or prompts=[[token ids], ...].")
     if suite == "code":
         return [chat_ids(tokenizer, t) for t in humaneval_prompts(n)], [p["task_id"] for p in load_humaneval(n)]
-    if suite in ("chat", "offmix"):
+    if suite in ("chat", "offmix", "lists"):
         recs = suite_records(suite, n)
         ids = []
         for r in recs:

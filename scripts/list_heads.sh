@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Two heads for a narrow domain, on a CPU: the shipped P-EAGLE and EAGLE-3 heads of the embedded SmolLM2-135M, each
+# continued (--init-from) on the target's own answers to the train split of the list prompts
+# (data/prompts/lists-train.jsonl), side by side at one thread each, the same data and the same wall-time budget;
+# then both measured end to end on the held-out list prompts (the bench's `lists` suite).
+#
+#   bash scripts/list_heads.sh [WORK]          # WORK default: build/list_heads
+#
+# Environment: PEAGLE_LIST_BUDGET seconds of training per head (default 900), PEAGLE_LIST_PROMPTS held-out prompts
+# benchmarked (default 16). Writes WORK/{distill.jsonl, features/, peagle/, eagle3/, bench/, logs/}. Copy the heads
+# to data/heads/smollm2-135m-lists-{peagle,eagle3} and the bench folder to data/results/lists/<host>/<dtype> to
+# commit them (the notebooks read them there). Run again after an interruption: distillation and extraction resume;
+# training restarts.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/lib/together.sh
+PY=${PEAGLE_PYTHON:-.venv/bin/python}
+CLI=("$PY" -m peagle_lab.cli)
+OUT=${1:-build/list_heads}
+BUDGET=${PEAGLE_LIST_BUDGET:-900}
+N_BENCH=${PEAGLE_LIST_PROMPTS:-16}
+mkdir -p "$OUT/logs"
+T0=$(date +%s)
+stamp() { echo "[list_heads] $(( $(date +%s) - T0 )) s: $*"; }
+
+stamp "the target answers the 480 train prompts (greedy, up to 160 new tokens)"
+"${CLI[@]}" distill --prompts-file data/prompts/lists-train.jsonl --out "$OUT/distill.jsonl" --max-new-tokens 160 \
+  --dtype float32 > "$OUT/logs/distill.log" 2>&1
+tail -1 "$OUT/logs/distill.log"
+
+stamp "features of every answer once, for both heads"
+"${CLI[@]}" extract --distilled "$OUT/distill.jsonl" --split all --out "$OUT/features/part-all" --dtype float32 \
+  > "$OUT/logs/extract.log" 2>&1
+
+train() {  # mode name shipped-head
+  "${CLI[@]}" train --mode "$1" -K 8 --init-from "data/heads/$3" --data "$OUT/distill.jsonl" --split all \
+    --features "$OUT/features" --out "$OUT/$2" --time-budget "$BUDGET" --steps 1000000 --batch-tokens 512 \
+    --row-tokens 512 --lr 1e-3 --warmup-steps 10 --threads 1 --dtype float32 --seed 0 --eval-prompts 0 \
+    --eval-val-prompts 0 --overwrite --note "Continuation of the shipped $3 head on the target's answers to the 480 \
+train list prompts (scripts/list_heads.sh), ${BUDGET} s at one thread, side by side with the other head." \
+    > "$OUT/logs/train-$2.log" 2>&1
+}
+stamp "train both heads side by side, ${BUDGET} s each at one thread"
+together peagle "train parallel peagle smollm2-135m-peagle" eagle3 "train sequential eagle3 smollm2-135m-eagle3" \
+  || { rc=$?; stamp "a trainer failed (exit $rc), the other was stopped; logs in $OUT/logs/"; exit $rc; }
+
+stamp "end to end on ${N_BENCH} held-out list prompts, both heads and their K sweeps, interleaved"
+"${CLI[@]}" bench --suite lists -n "$N_BENCH" --parallel-head "$OUT/peagle" --sequential-head "$OUT/eagle3" \
+  --ks-parallel 1,3,5,7 --ks-sequential 1,3,5,7 --max-new-tokens 96 --skip-drafting --oracle-ks none \
+  --dtype float32 --out "$OUT/bench" --overwrite > "$OUT/logs/bench.log" 2>&1
+tail -5 "$OUT/logs/bench.log"
+stamp "done"
