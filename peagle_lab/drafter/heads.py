@@ -38,6 +38,8 @@ SHIPPED_NAMES = {
     "parallel": "smollm2-135m-peagle",  # P-EAGLE, trained for K=8
     "sequential": "smollm2-135m-eagle3",  # EAGLE-3 style, same data and budget
 }
+# the shipped heads continued on one narrow domain, the list prompts (scripts/list_heads.sh; notebook 05)
+LIST_HEAD_NAMES = {"parallel": "smollm2-135m-lists-peagle", "sequential": "smollm2-135m-lists-eagle3"}
 
 
 class _ShippedHeads(Mapping):
@@ -46,22 +48,26 @@ class _ShippedHeads(Mapping):
     importing this module needs no data). Unknown keys raise ``KeyError`` before any data is looked up, so
     ``SHIPPED.get(some_path, Path(some_path))`` works without a data directory."""
 
+    def __init__(self, names: dict[str, str], label: str):
+        self.names, self.label = names, label
+
     def __getitem__(self, kind):
-        if kind not in SHIPPED_NAMES:
+        if kind not in self.names:
             raise KeyError(kind)
-        return data_dir() / "heads" / SHIPPED_NAMES[kind]
+        return data_dir() / "heads" / self.names[kind]
 
     def __iter__(self):
-        return iter(SHIPPED_NAMES)
+        return iter(self.names)
 
     def __len__(self):
-        return len(SHIPPED_NAMES)
+        return len(self.names)
 
     def __repr__(self):
-        return f"SHIPPED({ {k: str(v) for k, v in self.items()} })"
+        return f"{self.label}({ {k: str(v) for k, v in self.items()} })"
 
 
-SHIPPED = _ShippedHeads()
+SHIPPED = _ShippedHeads(SHIPPED_NAMES, "SHIPPED")
+LIST_HEADS = _ShippedHeads(LIST_HEAD_NAMES, "LIST_HEADS")
 
 
 KINDS = ("parallel", "sequential")

@@ -142,6 +142,19 @@ def test_the_shipped_head_is_the_head_for_the_embedded_target(smollm2):
     assert info["origin"] == "shipped" and info["path"] == str(SHIPPED["parallel"]) and info["note"] == ""
 
 
+def test_the_list_heads_read_the_embedded_target_and_load_as_given_heads(smollm2):
+    from peagle_lab.drafter.heads import LIST_HEADS, SHIPPED, head_fit_problems, head_for_target
+
+    assert set(LIST_HEADS) == set(SHIPPED) and all(LIST_HEADS[k] != SHIPPED[k] for k in SHIPPED)
+    model, tok = smollm2
+    for kind, path in LIST_HEADS.items():
+        if not (path / "model.safetensors").exists():
+            pytest.skip(f"{path.name} is not here")
+        assert head_fit_problems(path, model) == []
+        head, info = head_for_target(str(path), model, tokenizer=tok, target="smollm2-135m")
+        assert info["origin"] == "given" and head.config.mode == kind
+
+
 def _records(vocab, n=3, seed=0):
     gen = torch.Generator().manual_seed(seed)
     return [dict(input_ids=torch.randint(3, vocab, (12,), generator=gen).tolist(), prompt_len=4) for _ in range(n)]
