@@ -8,7 +8,8 @@
 #
 # Environment: PEAGLE_LIST_BUDGET seconds of training per head (default 900), PEAGLE_LIST_PROMPTS held-out prompts
 # benchmarked (default 16). Writes WORK/{distill.jsonl, features/, peagle/, eagle3/, bench/, logs/}. Copy the heads
-# to data/heads/smollm2-135m-lists-{peagle,eagle3} and the bench folder to data/results/lists/<host>/<dtype> to
+# to data/heads/smollm2-135m-lists-{peagle,eagle3} (config.json, model.safetensors, training.json, TRAINING.md), the
+# answers to data/distill/smollm2-135m-lists.jsonl and the bench folder to data/results-lists/<host>/<dtype>/ to
 # commit them (the notebooks read them there). Run again after an interruption: distillation and extraction resume;
 # training restarts.
 set -euo pipefail
