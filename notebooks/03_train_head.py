@@ -290,7 +290,8 @@ print(f"bf16 shards: read back {rows[0]['seconds'] / rows[2]['seconds']:,.0f}x f
 
 # %% [markdown]
 # **Reading it.** Reading features back is orders of magnitude faster than the target forward it replaces (bf16
-# shards read back at about half float32's speed, still over 2,000x the forward), and bf16 halves the disk (about
+# shards read back more slowly than float32 ones, still three orders of magnitude faster than the forward: the
+# printed ratios), and bf16 halves the disk (about
 # 3.5 against 6.9 kB per token) at a largest error of about 2e-3 of the largest tap.
 # For SmolLM2-135M the bf16 figure is notebook 01's 3,464 B per token (3 × 576 × 2 B of taps + 8 B of id and
 # label) plus the shard's per-file overhead spread over these few tokens.
@@ -511,7 +512,8 @@ del module
 
 # %% [markdown]
 # **Reading it.** The hand-written forward and loss match the trainer's (the check cell after the training run
-# tests them against 1e-4, with every other piece this section writes by hand). The untrained head's cross-entropies sit far above a uniform guess's ("Train, interrupt, resume" says
+# tests them against 1e-4, with every other piece this section writes by hand). The untrained head's cross-entropies sit
+# far above a uniform guess's ("Train, interrupt, resume" says
 # why).
 #
 # ### EAGLE-3's training, unrolled by hand: the training-time test

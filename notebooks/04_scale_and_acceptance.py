@@ -242,13 +242,18 @@ for kind, row in (("parallel", P), ("sequential", S)):
 # rates rest on few rounds (about 22 reach EAGLE-3's slot 7, 13 P-EAGLE's slot 4): read them to one decimal.
 #
 # Why it stops: a slot adds its term only in rounds that accepted every slot before it. After P-EAGLE's slot 3 that
-# is 5% of the rounds (the term 0.0499), so slot 4 adds 0.0192 and the later slots nothing. Each rebuilt sum lies a
-# little above the recorded figure: the token budget cuts each answer's last round short.
+# is 5% of the rounds (the term 0.0499), so slot 4 adds 0.0192 and the later slots nothing. That term is small enough
+# for the two totals to tie although K=7 has it and K=3 does not: the runs at K=3 and K=7 start their rounds at
+# different positions of the same answers (each round starts after the previous one's accepted tokens), so slots 1-3
+# are scored on other contexts and their rates differ a little (0.618 against 0.622 at slot 1), by about as much as
+# slot 4 adds. Each rebuilt sum lies a little above the recorded figure: the token budget cuts each answer's last
+# round short.
 #
 # The printed verdicts ("accepts more", "ahead", "a tie") read a gap against `TIE`, the glossary's seed spread
 # (0.052, the largest gap between two training seeds in notebooks 02-03), not an estimate of prompt-sampling
 # noise: each verdict reads these 8 held-out or 2 live prompts and tests nothing. The live check, a few dozen
-# rounds per K, gives the direction, not the size. At K=3 and K=7 EAGLE-3 leads, in the held-out order. At K=1 a round drafts slot 1 only, so the held-out slot-1 rates predict
+# rounds per K, gives the direction, not the size. At K=3 and K=7 EAGLE-3 leads, in the held-out order. At K=1 a round
+# drafts slot 1 only, so the held-out slot-1 rates predict
 # P-EAGLE ahead; this run has EAGLE-3 ahead instead (1.38 against 1.29). P-EAGLE's slot-1 lead is a fact of the
 # held-out prompts, not of these HumanEval prompts.
 #
@@ -331,9 +336,9 @@ if fresh and "peagle-L1" in ends and P:
 # heads. It then computes what the blog's 3.94 at K=7 would need: the one rate that, applied to every slot, reaches
 # it.
 #
-# **Names.** The 1-layer deeper head has three names: `exp-L1` in the curves, `peagle-L1` in the accuracy plot, and
-# `smollm2-135m-peagle-fresh`, the shipped P-EAGLE head's first run. Likewise `exp-L2` = `peagle-L2` and `exp-L4` =
-# `peagle-L4`. The previous cell gives `exp-L1` two figures at K=7, 1.512 and 1.737: 1.512 is its last snapshot
+# **Names.** The deeper heads are `exp-L1`, `exp-L2` and `exp-L4` in every cell (their head directories are named
+# `peagle-L1` and so on); `exp-L1` is also `smollm2-135m-peagle-fresh`, the shipped P-EAGLE head's first run, which
+# the shipped head continues. The previous cell gives `exp-L1` two figures at K=7, 1.512 and 1.737: 1.512 is its last snapshot
 # (1,300,656 tokens) on the curves' prompts, 1.737 the end of its run (1,394,099 tokens) on section 1's comparison
 # prompts, mostly code writing. Compare figures within one prompt set: on each, the three heads end in the order 1,
 # 2, 4 layers, an order that mixes depth with tokens seen (the deeper heads saw fewer).
@@ -345,7 +350,8 @@ depth_path = RECIPE_DIR / HOST / "deeper" / "depth_accuracy.json" if HOST else N
 dacc = json.loads(depth_path.read_text()) if depth_path and depth_path.is_file() else {"heads": []}
 fig, ax = plt.subplots(figsize=(7, 3.8))
 for h in dacc["heads"]:
-    label = f"{h['head'].rstrip('/').split('/')[-1]} ({h['layers']} layer{'s' * (h['layers'] > 1)})"
+    name = h["head"].rstrip("/").split("/")[-1].replace("peagle-L", "exp-L")  # one name per head, as in the curves
+    label = f"{name} ({h['layers']} layer{'s' * (h['layers'] > 1)})"
     ax.plot(range(1, len(h["accuracy"]) + 1), h["accuracy"], "o-", label=label)
     print(f"{label:40s} accuracy per depth 0..{len(h['accuracy']) - 1}: " + " ".join(f"{a:.3f}" for a in h["accuracy"]))
 ax.set(xlabel="draft slot (= depth + 1; depth 0 is slot 1)", ylabel="held-out top-1 accuracy", ylim=(0, None),

@@ -248,6 +248,10 @@ display(Markdown(bench.format_table(dc["rows"], ["k", "parallel_ms", "parallel_i
 print(f"one target decode step: {dc['target_step_ms']:.1f} ms; verify_ratio = verify(K+1) / one decode step")
 frac = [r["ratio_seq_over_par"] / r["k"] for r in dc["rows"] if r["k"] > 1]
 print(f"ratio sequential/parallel as a fraction of K (K >= 2): {min(frac):.2f} to {max(frac):.2f}")
+bumps = [f"K={a['k']} ({a['verify_ms']:.0f} ms against {b['verify_ms']:.0f} at K={b['k']})"
+         for a, b in zip(dc["rows"], dc["rows"][1:]) if a["verify_ms"] > b["verify_ms"]]
+print("verifying more tokens measured cheaper after: "
+      + ("; ".join(bumps) if bumps else "none (verify_ms rises with K)"))
 bench.plot_drafting_cost(dc);
 
 # %% [markdown]
@@ -255,9 +259,10 @@ bench.plot_drafting_cost(dc);
 # to it (`parallel_ms` at K=1 against the last K). Their ratio rises with K but stays well below K (the line under the
 # table), for two reasons: the wide parallel pass costs a little more than a narrow one, and each later sequential pass
 # carries one slot where the first carries two. Verification costs about two decode steps at every K (the dashed grey
-# line): that is the term that sinks speculation on this CPU. It does not rise smoothly with K: in the saved table K=2
-# (114 ms) and K=6 (123 ms) stand above their neighbours, as a CPU matrix multiply can take a slower kernel path for
-# some row counts (K=2's recurs in the round profile below).
+# line): that is the term that sinks speculation on this CPU. It need not rise smoothly with K: the last line names
+# each K whose verification measured dearer than the next K's. Timing noise does that, and so can a CPU matrix
+# multiply taking a slower kernel path for some row counts; a bump that recurs at the same K in the round profile
+# below points to the kernel.
 #
 # ## End to end
 #
@@ -548,8 +553,10 @@ for label, res in runs:  # each run's best one-pass K against K sequential passe
 # drafting ratio. Both charges verify the same tokens in the same rounds, so any gap between their grey bars is timing
 # noise on a few prompts; the line under the chart prints it beside the drafting gap, and where it is as large, the
 # bars alone cannot order the two charges. The order is read from the end-to-end speed-ups, prompt by prompt, by the
-# paired rule. On 3 live prompts it can change from one execution to the next. The committed 24-prompt runs
-# (`cpu-epyc-avx2-2c`, float32), end to end: on chat, where the oracle replays the blog's MT-Bench AL 3.70, one pass
+# paired rule; but those carry the same verification noise, so where the printed verification gap is as large as
+# the drafting gap, the live order and its size are partly noise and can change from one execution to the next.
+# The committed 24-prompt runs (`cpu-epyc-avx2-2c`, float32), end to end: on chat, where the oracle replays the blog's
+# MT-Bench AL 3.70, one pass
 # is 13% faster (1.56x against 1.39x) and faster on every prompt, so it is shown faster; on code, at the blog's
 # HumanEval 3.94, it is 9% faster (1.59x against 1.46x) but on 22 of 24 prompts, so it is not shown faster. The
 # shipped P-EAGLE head cannot collect this gain on these prompts: its deep slots are rarely accepted (the chapter's
@@ -559,9 +566,8 @@ for label, res in runs:  # each run's best one-pass K against K sequential passe
 #
 # The loop's timer splits each round into drafting, verification (one target pass over K+1 tokens), acceptance plus
 # KV-cache rollback, and Python overhead; `draft_share` and `verify_share` are the first two as fractions of the round.
-# These are medians over a few prompts, so small `verify_ms` gaps between neighbouring K are noise; but in the saved
-# outputs verifying 3 tokens (K=2) is slower than 4 or 5 in the drafting-cost table and in the profile below (p-eagle
-# and eagle3 K=2: 113 and 112 ms, against 90 to 94 at K=3 and 4): a kernel effect for that row count, not only noise.
+# These are medians over a few prompts, so small `verify_ms` gaps between neighbouring K are noise; compare a bump
+# here with the drafting-cost table's line above: one at the same K in both is a kernel effect for that row count.
 # The run is saved to `$PEAGLE_RESULTS/bench/nb05/` (default `./results`), where `07_explorer` reads it.
 
 # %%
@@ -840,10 +846,18 @@ if lists_runs:
              "faster than plain": "{}/{}".format(*payoff.prompts_faster(le, m))}
             for m in le["methods"] if m["family"] in ("p-eagle", "eagle3")]
     display(Markdown(bench.format_table(rows, list(rows[0]), floatfmt=".2f")))
-    for family, name in (("p-eagle", "P-EAGLE"), ("eagle3", "EAGLE-3")):
+    for (kind, path), (family, name) in zip(LIST_HEADS.items(), (("p-eagle", "P-EAGLE"), ("eagle3", "EAGLE-3"))):
+        rec = json.loads((path / "training.json").read_text())  # the head's training record
         m = best(le, family)
-        print(f"{name} best at K={m['k']}: {m['speedup']:.2f}x end to end, AL {m['acceptance_length']:.2f}, a round "
-              f"of {round_steps(m):.2f} steps; against plain decoding: {against_plain(le, m)}")
+        print(f"{name} head: {rec['config']['init_from'].split('/')[-1]} continued {rec['train_time_s']:.0f} s on "
+              f"{rec['data']['sequences']} answers ({rec['data']['response_tokens']:,} answer tokens), "
+              f"{rec['tokens_seen']:,} tokens seen, {rec['machine']['host']}, {rec['autocast']}")
+        print(f"  best at K={m['k']}: {m['speedup']:.2f}x end to end, AL {m['acceptance_length']:.2f}, a round of "
+              f"{round_steps(m):.2f} steps; per-slot rates "
+              + " ".join(f"{r:.2f}" for r in m["per_position_acceptance"]) + f"; against plain: {against_plain(le, m)}")
+        slower = sorted(r["new_tokens"] for r in le["runs"] if r["method"] == m["method"] and r["speedup_vs_plain"] < 1)
+        print(f"  slower than plain on {len(slower)} prompts, whose answers have {slower} tokens (the budget is "
+              f"{le['config']['max_new_tokens']})")
     gaps = paired(le, best(le, "p-eagle"), best(le, "eagle3"))
     print(f"P-EAGLE minus EAGLE-3, each at its best K, per prompt: {min(gaps):+.3f}x to {max(gaps):+.3f}x: "
           + order(gaps, "P-EAGLE", "EAGLE-3"))
@@ -856,15 +870,24 @@ if len(problems) == 2 and not any(problems.values()):  # both domain heads exist
     live_k = {kind: best(le, fam)["k"] if lists_runs else 5 for kind, fam in (("parallel", "p-eagle"),
                                                                                ("sequential", "eagle3"))}
     live_runner = TargetRunner(model, live_heads["parallel"].config.aux_hidden_state_layer_ids)
-    for rec in suite_records("lists", 2):  # on each request: plain, P-EAGLE, EAGLE-3, one run each
+    LIVE_N, LIVE_TOKENS = settings.pick(6, 2), settings.pick(64, 24)
+    live_rows = []
+    for i, rec in enumerate(suite_records("lists", LIVE_N)):  # per request, interleaved: plain, P-EAGLE, EAGLE-3
         ids = chat_ids(tokenizer, rec["prompt"])
-        plain_run = plain_generate(live_runner, ids, 64)
-        print(f"live, {rec['prompt']!r}")
+        plain_run = plain_generate(live_runner, ids, LIVE_TOKENS)
+        row = {"held-out request": rec["prompt"][:48], "answer tokens": len(plain_run.tokens[:LIVE_TOKENS])}
         for kind, name in (("parallel", "P-EAGLE"), ("sequential", "EAGLE-3")):
             r = speculative_generate(live_runner, HeadDrafter(live_heads[kind], kind), ids, k=live_k[kind],
-                                     max_new_tokens=64)
-            print(f"  {name} K={live_k[kind]}: AL {r.stats.acceptance_length:.2f}, {plain_run.seconds / r.seconds:.2f}x "
-                  f"plain decoding; identical to plain greedy: {r.tokens[:64] == plain_run.tokens[:64]}")
+                                     max_new_tokens=LIVE_TOKENS)
+            assert r.tokens[:LIVE_TOKENS] == plain_run.tokens[:LIVE_TOKENS], f"{name} left plain greedy on request {i}"
+            row |= {f"{name} AL": r.stats.acceptance_length, f"{name} vs plain": plain_run.seconds / r.seconds}
+        live_rows.append(row)
+    print(f"live, this machine: K={live_k['parallel']} (P-EAGLE) and K={live_k['sequential']} (EAGLE-3), "
+          f"{LIVE_TOKENS} new tokens, one run each; every output identical to plain greedy")
+    display(Markdown(bench.format_table(live_rows, list(live_rows[0]), floatfmt=".2f")))
+    live_gaps = [r["P-EAGLE vs plain"] - r["EAGLE-3 vs plain"] for r in live_rows]
+    print(f"live, P-EAGLE minus EAGLE-3 per request: {min(live_gaps):+.2f}x to {max(live_gaps):+.2f}x: "
+          + order(live_gaps, "P-EAGLE", "EAGLE-3"))
 else:
     print("the domain heads do not read this target (they were trained on SmolLM2-135M's answers): no live run")
 

@@ -543,9 +543,9 @@ for path in sorted((data_dir() / "results").glob("*/tensor-parallel/tensor_paral
 # **Reading it (question 8).** Load turns break-even into a loss: the sweep (`cpu-epyc-avx512bf16-2c`, vLLM in
 # float32) breaks even at 1 concurrent request (1.00x, repeats 0.87x-1.14x) and costs at 4 and 16 (0.43x and 0.28x).
 # The acceptance length barely moves (1.30-1.35); the round's cost grows from 1.29 to 4.78 plain steps, because
-# batching lifts plain decoding from 15 to 116 tokens/s while P-EAGLE only reaches 33. The line under the table finds
-# section 6's live round (2.90 steps) nearest the sweep's at 4 concurrent (3.00): a rough match only, since the live
-# run and the sweep ran on different hosts (`cpu-epyc-avx2-2c` and `cpu-epyc-avx512bf16-2c`).
+# batching lifts plain decoding from 15 to 116 tokens/s while P-EAGLE only reaches 33. The line under the table names
+# the sweep point nearest section 6's live round (about three plain steps, printed there): a rough match only, since
+# the live run and the sweep ran on different hosts (`cpu-epyc-avx2-2c` and `cpu-epyc-avx512bf16-2c`).
 #
 # The single request's 1.29 plain steps is not a measured round but an implied one (AL / throughput ratio, 1.30 /
 # 1.00); over the ratio's repeats (0.87x-1.14x) it spans about 1.1-1.5 steps. Read that way, vLLM's CPU engine runs a
@@ -560,8 +560,9 @@ for path in sorted((data_dir() / "results").glob("*/tensor-parallel/tensor_paral
 #
 # **Tensor parallelism.** On `cpu-epyc-avx2-2c` (float32) sharding makes the target slower: verification takes
 # 181.9 ms over 2 processes against 100.3 ms on one, so the drafter's share of a round falls (EAGLE-3 14.6% to 9.7%,
-# P-EAGLE 6.4% to 4.1%). The all-reduces explain 33.5 ms of the decode step's 101.8 ms rise; the rest is two ranks
-# waiting on each other. Where sharding speeds the target (GPUs joined by NVLink), the drafter's share should grow
+# P-EAGLE 6.4% to 4.1%). The all-reduces explain 33.5 ms of the decode step's 101.8 ms rise; the rest is not broken
+# down here (two ranks on two busy cores waiting on each other is one candidate, not measured). Where sharding speeds
+# the target (GPUs joined by NVLink), the drafter's share should grow
 # (argued, not measured).
 
 # %% [markdown]

@@ -172,7 +172,8 @@ def _mean_or_none(xs):
 
 
 def summary_markdown(runs: list[dict]) -> str:
-    """The summary as a table, with the run-to-run noise it must be read against."""
+    """The summary as a table, with the study's largest seed spread (:func:`largest_seed_spread` is the largest over
+    every committed study)."""
     from .recipe import noise
 
     rows = summarize(runs)
@@ -190,5 +191,5 @@ def summary_markdown(runs: list[dict]) -> str:
     m = r0.get("machine") or {}
     lines += ["", f"K={r0['k']}, {r0['val_prompts']} held-out prompts x {r0['max_new_tokens']} new tokens, "
                   f"{r0['steps']} optimizer steps per run, training precision {r0['autocast']}, host {m.get('host')}; "
-                  f"run-to-run noise (largest seed spread) {noise(runs) or 0:.3f}."]
+                  f"largest seed spread in this study {noise(runs) or 0:.3f}."]
     return "\n".join(lines)

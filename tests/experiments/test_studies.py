@@ -21,7 +21,7 @@ def test_seeds_of_a_setting_pool_and_their_spread_is_the_noise():
     assert [(r["setting"], r["seeds"], r["acceptance_length"]) for r in rows] == [("a", 2, 1.23), ("b", 2, 1.405)]
     assert recipe.noise(runs) == pytest.approx(0.06)
     assert rows[0]["slots_1_3"] == [0.2, 0.1, None]  # a slot never reached stays None, not 0
-    assert "run-to-run noise (largest seed spread) 0.060" in studies.summary_markdown(runs)
+    assert "largest seed spread in this study 0.060" in studies.summary_markdown(runs)
     assert set(studies.with_seeds({"v": {"x": 1}})) == {"v (seed 0)", "v (seed 1)"}
 
 
