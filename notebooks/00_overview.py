@@ -551,7 +551,8 @@ except NotImplementedError as exc:
 # | `06_vllm_deploy` | Export to vLLM's eagle3 format and serve with `parallel_drafting`; load and tensor parallelism | 4.1 |
 # | `07_explorer` | Watch drafts being accepted token by token, with any prompt, head and K | 0.5 |
 #
-# Minutes: one `make lab` run of each chapter on `cpu-epyc-avx2-2c`, a 2-core CPU without a GPU (17.4 minutes in all).
+# Minutes: one `make lab` run of each chapter on `cpu-epyc-avx2-2c`, a 2-core CPU without a GPU (17.4 minutes in all,
+# with start-up between chapters).
 # `make setup` installs everything the chapters use, vLLM for 06 included; no chapter needs a GPU or downloads a model.
 #
 # ### Questions users of EAGLE, SpecForge and vLLM keep asking
@@ -579,7 +580,7 @@ except NotImplementedError as exc:
 #   10 on the chat prompt, and both heads at K = 5 on the number list.
 # - Speculation pays only when a round commits more than it costs: on a CPU, on the chat prompt, at about 1.5
 #   tokens a round, it loses; on the number list, EAGLE-3's nearly 4 tokens a round pay in every interleaved run,
-#   and P-EAGLE's about 2 are not shown faster (05's last section trains both heads on such lists).
+#   and P-EAGLE's about 2 are not shown faster (05's last section measures both heads continued on such lists).
 # - AL = 1 + p1 + p1·p2 + …: a deep draft counts only when every draft before it is accepted, so a larger K does
 #   not rescue weak drafts (K = 10 takes as many rounds as K = 5). Raising acceptance is what the rest of the
 #   course is about.

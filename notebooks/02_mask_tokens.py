@@ -387,7 +387,8 @@ print("EAGLE-3 sequential drafting from scratch equals HeadDrafter's (same K dra
 # - the **depth-0 elements with anchor ≤ a** of the same sequence (its context), and
 # - **its own rollout**: `(a, d')` with `d' ≤ d`.
 #
-# Depth 0 holds every position; only the anchors (the last prompt position and the response) go deeper, and an
+# Depth 0 holds every position with a next token; only the anchors (the last prompt position and the response) go
+# deeper, and an
 # anchor near the end has no label that deep. **COD** (conditional drop-token sampling, from PARD) keeps a
 # shrinking, nested share of anchors at each deeper depth (`ratio^d`, never below `min_ratio`), so K depths cost
 # far less than K times one. The cell builds the mask for one toy sequence and for two packed ones with COD, and
@@ -658,6 +659,7 @@ report.record("mask_live_divergences", sum(r["divergences"] for r in live));
 #   h_context by 0.02-0.03 tokens per round: beyond their two-seed spreads, within the 0.052 seed spread of
 #   notebook 03's study, so suggestive, not settled. At its small budget slot 1, accepted at 0.20, sets the AL,
 #   and slots 2..K, where the stand-ins sit, are seldom reached. Notebook 04 trains far longer: there the shipped
-#   P-EAGLE head wins slot 1 on the held-out prompts and falls behind EAGLE-3 on slots 2 and beyond.
+#   P-EAGLE head wins slot 1 on 04's held-out prompts (not on the live HumanEval prompts of 04 and 05) and falls
+#   behind EAGLE-3 on slots 2 and beyond.
 #
 # Next: `03_train_head`, training a P-EAGLE head: the data, the draft vocabulary, COD and the per-depth loss.

@@ -513,8 +513,7 @@ del module
 # %% [markdown]
 # **Reading it.** The hand-written forward and loss match the trainer's (the check cell after the training run
 # tests them against 1e-4, with every other piece this section writes by hand). The untrained head's cross-entropies sit
-# far above a uniform guess's ("Train, interrupt, resume" says
-# why).
+# far above a uniform guess's ("The package's trainer" below says why).
 #
 # ### EAGLE-3's training, unrolled by hand: the training-time test
 #

@@ -245,8 +245,9 @@ for kind, row in (("parallel", P), ("sequential", S)):
 # is 5% of the rounds (the term 0.0499), so slot 4 adds 0.0192 and the later slots nothing. That term is small enough
 # for the two totals to tie although K=7 has it and K=3 does not: the runs at K=3 and K=7 start their rounds at
 # different positions of the same answers (each round starts after the previous one's accepted tokens), so slots 1-3
-# are scored on other contexts and their rates differ a little (0.618 against 0.622 at slot 1), by about as much as
-# slot 4 adds. Each rebuilt sum lies a little above the recorded figure: the token budget cuts each answer's last
+# are scored on other contexts and their rates differ a little (slot 2: 0.34 against 0.36), so the first three
+# terms add 0.879 at K=7 against 0.898 at K=3, about as much less as slot 4 adds. Each rebuilt sum lies a little above
+# the recorded figure: the token budget cuts each answer's last
 # round short.
 #
 # The printed verdicts ("accepts more", "ahead", "a tie") read a gap against `TIE`, the glossary's seed spread
@@ -338,7 +339,8 @@ if fresh and "peagle-L1" in ends and P:
 #
 # **Names.** The deeper heads are `exp-L1`, `exp-L2` and `exp-L4` in every cell (their head directories are named
 # `peagle-L1` and so on); `exp-L1` is also `smollm2-135m-peagle-fresh`, the shipped P-EAGLE head's first run, which
-# the shipped head continues. The previous cell gives `exp-L1` two figures at K=7, 1.512 and 1.737: 1.512 is its last snapshot
+# the shipped head continues. The previous cell gives `exp-L1` two figures at K=7, 1.512 and 1.737: 1.512 is its last
+# snapshot
 # (1,300,656 tokens) on the curves' prompts, 1.737 the end of its run (1,394,099 tokens) on section 1's comparison
 # prompts, mostly code writing. Compare figures within one prompt set: on each, the three heads end in the order 1,
 # 2, 4 layers, an order that mixes depth with tokens seen (the deeper heads saw fewer).
@@ -389,7 +391,7 @@ print(f"\nthe blog's AL {PAPER_AL} at K={PAPER_K} (HumanEval) needs every slot a
 #
 # The paper is far away. Its 3.94 at K=7 needs every slot accepted at 0.78, a rate like section 1's slot rates
 # (accepted, given every earlier slot was). There the shipped P-EAGLE head reaches 0.62 at slot 1 but 0.34 and 0.24
-# at slots 2 and 3. EAGLE-3's slots 2 to 7 are already near 0.78 (0.62 to 0.85); its slot 1, at 0.50, is not.
+# at slots 2 and 3. EAGLE-3's slots 2 to 7 are mostly near 0.78 (0.62 to 0.85); its slot 1, at 0.50, is not.
 
 # %% [markdown]
 # ## 3 · Your own model and its chat template (question 1)

@@ -258,8 +258,9 @@ bench.plot_drafting_cost(dc);
 # **Reading it.** Sequential drafting grows by about one drafter pass per draft; parallel drafting grows little next
 # to it (`parallel_ms` at K=1 against the last K). Their ratio rises with K but stays well below K (the line under the
 # table), for two reasons: the wide parallel pass costs a little more than a narrow one, and each later sequential pass
-# carries one slot where the first carries two. Verification costs about two decode steps at every K (the dashed grey
-# line): that is the term that sinks speculation on this CPU. It need not rise smoothly with K: the last line names
+# carries one slot where the first carries two. Verification costs about two decode steps at every K (`verify_ratio`,
+# 1.6 to 2.3 in the table; the dashed grey line is the same in ms, the dotted line one decode step): that is the term
+# that sinks speculation on this CPU. It need not rise smoothly with K: the last line names
 # each K whose verification measured dearer than the next K's. Timing noise does that, and so can a CPU matrix
 # multiply taking a slower kernel path for some row counts; a bump that recurs at the same K in the round profile
 # below points to the kernel.
@@ -299,7 +300,8 @@ print(f"plain loop: {plain_row['t_step_ms']:.1f} ms per decode step (loop timer)
       f"(drafting_cost above): {dc['target_step_ms']:.1f} ms")
 
 # %% [markdown]
-# **Reading it.** Both heads are below 1x at every K, prompt lookup lands near or above 1x, and the oracle rows are
+# **Reading it.** Both heads are below 1x at every K, prompt lookup lands near 1x (above it in the committed code run),
+# and the oracle rows are
 # well above it. The heads' `efficiency` is close to 1: they lose on acceptance, not in the loop.
 #
 # ## Lossless, in two regimes
@@ -682,7 +684,8 @@ print("\nthe blog's acceptance lengths on the GPU cost model (K=7): "
 # included, its best there is 1.18x at K=3 (question 9's row). That round equals the GPU P-EAGLE line's, so the two
 # lines lie on each other (the wide solid line under the dashed one). That host's two P-EAGLE points, AL 1.55 in
 # bfloat16 and 1.32 in float32, come from different prompt sets (24x32 against 5x64, in the labels), so their gap is
-# not the dtype's alone. The paper's HumanEval acceptance length (3.94 at K=7) would pay ideally about 2x on the fp32
+# not the dtype's alone. The paper's HumanEval acceptance length (3.94 at K=7) would pay ideally about 1.8-2x on the
+# fp32
 # rounds and 3.12x on the bf16 CPU's; on the GPU, 3.12x with one parallel pass against 2.40x with seven sequential
 # ones, in an eager loop; with CUDA graphs (vLLM) every pass shortens, by amounts not measured here. Give each method
 # the blog's own acceptance length (3.94 for P-EAGLE, 3.03 for EAGLE-3, both at K=7) and the same GPU cost model
@@ -898,8 +901,8 @@ else:
 # two heads accept the same, AL 3.57 and 3.58: the continuation lifted P-EAGLE's deep slots (per-slot rates 0.85,
 # 0.64, then 0.69 to 0.87 at K=7, against 0.29 and 0.36 on HumanEval above). So the round decides: P-EAGLE's costs
 # 1.91 decode steps (one drafter pass), EAGLE-3's 2.22 (seven passes), and AL / round is 1.86x against 1.61x
-# ideally, 1.75x against 1.55x measured. That is the paper's claim, shown with trained heads. By the paired rule it
-# is not shown on every prompt: P-EAGLE is faster than EAGLE-3 on 12 of the 16 (per prompt -0.64x to +1.55x).
+# ideally, 1.75x against 1.55x measured: the paper's claim, on average, with trained heads. By the paired rule
+# P-EAGLE is not shown faster: it is faster than EAGLE-3 on 12 of the 16 prompts (per prompt -0.64x to +1.55x).
 #
 # Live, on six held-out requests, every output matched plain greedy. The acceptance lengths repeat exactly between
 # runs (float32); the speed-ups, one run each, move. In this run P-EAGLE accepted as much as EAGLE-3 or more on five

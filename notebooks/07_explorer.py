@@ -333,8 +333,9 @@ print("verdict, at the paper's acceptance: one parallel pass per round against K
 # %% [markdown]
 # ## Appendix: the acceptance ledger
 #
-# Every acceptance length the course recorded for the two shipped heads, committed and live (the studies of 02 and 03,
-# 04's learning curves and recipe runs, other heads and 05's oracle rows stay in their chapters), one row each with what
+# The acceptance lengths the course recorded for the two shipped heads: every live run, and each committed run's
+# best-K row (the studies of 02 and 03, 04's learning curves and recipe runs, other heads, 05's oracle rows, the
+# committed runs' other K and 05's break-even points stay in their chapters), one row each with what
 # was decoded (`prompt_set`, `prompts`, `new_tokens`), `k`, `dtype` and `rounds`, the sample behind it (`-`: not
 # recorded). Rows compare only where these agree. Under the table: each head's lowest and highest row, and which
 # settings differ between them; indented, the rows of its most-recorded prompt set, host and dtype, and the samples they
@@ -374,7 +375,9 @@ print(f"05's {len(bench05)} committed benchmark rows: {min(bench05):.2f} to {max
 # prompt set, host and dtype is not enough (the indented lines): the P-EAGLE head's HumanEval rows in float32 (04, 05,
 # 06) decode different numbers of prompts and tokens at different K, so they are different samples of HumanEval, not
 # disagreements. Likewise the prime-check rows: 00's (K=1, 5 and 10, 48 new tokens) and 07's fixed run (K=4, 64) share
-# the prompt, not K or the budget. Two figures compare only where every setting agrees.
+# the prompt, not K or the budget. Two figures compare only where every setting agrees. (`float32 (the engine's
+# default)` marks the serving sweep's rows: its file does not record the dtype, and float32 is what serve-sweep
+# gives vLLM on a CPU, 06's "vLLM in float32".)
 
 # %% [markdown]
 # ## What we saw
@@ -391,15 +394,17 @@ print(f"05's {len(bench05)} committed benchmark rows: {min(bench05):.2f} to {max
 #   modestly (1.14x to 1.31x), none shown faster on every prompt. At the paper's acceptance one parallel pass per
 #   round is shown faster than seven sequential passes on the same draws on chat (MT-Bench's acceptance; 1.56x against
 #   1.39x, faster on every prompt, committed, `cpu-epyc-avx2-2c`, float32); on code it is faster on 22 of 24 prompts,
-#   not shown faster. With trained heads the same shows on a narrow domain (05's last section: list requests, both
-#   heads at AL 3.6, P-EAGLE 1.75x against EAGLE-3 1.55x in float32, faster on 12 of 16 prompts).
+#   not shown faster. With trained heads the same holds on average on a narrow domain (05's last section: list
+#   requests, both heads at AL 3.6, P-EAGLE 1.75x against EAGLE-3 1.55x in float32), not on every prompt (faster on
+#   12 of 16, so not shown faster).
 # - **The ledger.** The prompt moves a head's acceptance length most.
 #
 # What the course showed: a P-EAGLE drafter reads the target's hidden states (`01_hidden_states`), drafts K tokens in
 # one pass with mask tokens (`02_mask_tokens`) and learns from the target's own outputs (`03_train_head`). On a CPU
 # budget acceptance grows slowly with data (`04_scale_and_acceptance`): too slowly to pay in float32; in bf16 the
 # heads are faster on average, modestly, not shown faster on every prompt; on a narrow domain a 15-minute
-# continuation buys the acceptance, and there P-EAGLE's one pass beats EAGLE-3's K passes at equal acceptance
-# (`05_parallel_vs_sequential`); the same head serves in vLLM (`06_vllm_deploy`). The mechanism works and stays
+# continuation buys the acceptance, and there P-EAGLE's one pass is faster than EAGLE-3's K passes on average at
+# equal acceptance, on 12 of 16 prompts (`05_parallel_vs_sequential`); the same head serves in vLLM (`06_vllm_deploy`).
+# The mechanism works and stays
 # lossless; on open prompts a CPU budget bought little acceptance.
 # Next: the repository's `README.md` and `docs/`.
