@@ -58,7 +58,7 @@ def suite_prompts(tokenizer, suite: str, n: int) -> tuple[list[list[int]], list[
                           "or prompts=[[token ids], ...].")
     if suite == "code":
         return [chat_ids(tokenizer, t) for t in humaneval_prompts(n)], [p["task_id"] for p in load_humaneval(n)]
-    if suite in ("chat", "offmix", "lists"):
+    if suite in SUITES:  # the suites of prompt records
         recs = suite_records(suite, n)
         ids = []
         for r in recs:
