@@ -20,8 +20,8 @@
 # yourself, and know exactly what "lossless" means for it.
 #
 # Plan: the idea, and a glossary of the words every chapter uses; what P-EAGLE changes; the target, its greedy
-# answer and its speed; one round by hand, checked against the package; acceptance length from per-draft rates; two
-# exercises; a map of the course.
+# answer and its speed; one round by hand, checked against the package; acceptance length from per-draft rates; a
+# head that pays on list requests; two exercises; a map of the course.
 #
 # About the numbers: everything here is measured live, so timings move between runs and with the machine's load.
 # The target runs in fp32 on a CPU, in the GPU's own dtype on a GPU (`precision.course_dtype`).
@@ -93,8 +93,8 @@ from peagle_lab import models, precision, settings
 # | oracle | a drafter that replays the paper's acceptance on the same draws, charged one parallel pass or K sequential passes: it isolates what drafting costs | 05 |
 # | committed, live | committed: a full-size result read from `data/`, measured once, quoted with its host and dtype; live: run in this execution, so its timings move between runs | 00; every chapter |
 # | seed spread | the one rule for acceptance lengths: the largest gap between two training seeds of one setting in the committed studies (0.052); a smaller gap between heads is read as a tie | 02 |
-# | paired rule | the one rule for timings: one method is *shown faster* than another (or than plain decoding) only if it is faster on every prompt, the two timed side by side on the same prompt; otherwise the course says "faster on N of M prompts" | 00, "When the drafts are easy"; 05 |
-# | ledger | every acceptance length the course recorded for the two shipped heads, with prompts, new tokens, K, dtype and host; two rows compare only where these agree | 00 adds rows; shown in 07's appendix |
+# | paired rule | the one rule for timings: one method is *shown faster* than another (or than plain decoding) only if it is faster on every prompt, the two timed side by side on the same prompt; otherwise the course says "faster on N of M prompts" | 00, "A head that pays"; 05 |
+# | ledger | every acceptance length the course recorded for the two shipped heads, with prompts, new tokens, K, dtype and host; two rows compare only where these agree | 00 lines up the committed runs; every row in 07's appendix |
 
 # %% [markdown]
 # ## EAGLE-3 and P-EAGLE
@@ -180,6 +180,7 @@ print([tokenizer.decode([t]) for t in answer[:8]])
 
 # %%
 import copy
+import json
 import statistics
 
 from peagle_lab import hardware
@@ -202,8 +203,11 @@ with torch.no_grad():
     step = {n: statistics.median(r) for n, r in runs.items()}
 print(f"forward over 1 new token: {1e3 * step[1]:.1f} ms; over 6: {1e3 * step[6]:.1f} ms "
       f"(ratio {step[6] / step[1]:.2f}x); over 9: {1e3 * step[9]:.1f} ms (ratio {step[9] / step[1]:.2f}x)")
-print(f"the diagram draws a K=4 verification at 1.3 decoding steps; here K=5 costs {step[6] / step[1]:.2f} steps, "
-      f"{'more' if step[6] / step[1] > 1.3 else 'less'} than drawn")
+gpu = json.loads((settings.data_dir() / "results" / "gpu-h200" / "gpu-check" / "timing.json").read_text())["result"]
+g5 = next(r for r in gpu["rows"] if r["k"] == 5)
+print(f"on a GPU, where reading the weights dominates (committed: H200, {gpu['target_params'] / 1e9:.0f}B-parameter "
+      f"shapes, random weights, {gpu['dtype']}, eager): a step {gpu['decode_step_ms']:.1f} ms, verifying K=5 "
+      f"{g5['verify_ratio']:.2f} steps; here {step[6] / step[1]:.2f}")
 if step[9] < step[6]:  # a longer forward measured cheaper: noise, or another kernel path
     print(f"the forward over 9 measured {1e3 * (step[6] - step[9]):.1f} ms cheaper than over 6: a longer forward "
           "should cost more: timing noise, or a kernel taking another path for that row count")
@@ -217,16 +221,20 @@ for key, value in [("target_params", n_params), ("greedy_tokens_per_s", round(to
     record(key, value, notebook="00_overview")
 
 # %% [markdown]
-# **Reading it.** Verifying 6 or 9 tokens costs far less than 6 or 9 decoding steps. The line after the ratios
-# sets the diagram's illustrative K=4 (5 tokens at 1.3 steps) against the measured 6-token verification (K=5);
-# no 5-token forward is timed, so it compares neighbours, not the same forward. A round must commit more tokens
-# than the measured ratio, plus the drafter's cost, to beat plain decoding. The ratios are timings, so they move
-# between runs and with the machine's load (the last line prints the load average beside the cores; a load above
-# the core count means another job shared the CPU). Where the forward over 9 measures cheaper than the one over 6,
-# the cell prints a line calling the gap timing noise; it may also be a kernel taking a different path for that row
-# count (notebook 05 measures verifying 3 tokens, K=2, slower than K=3 or 4 in several runs). Notebook 05 times the
-# same forwards again and gets figures of its own. So the round below compares its acceptance with this cost only
-# as a prediction; the wall time of both loops, timed on the same prompt, settles it.
+# **Reading it.** Verifying 6 tokens costs far less than 6 decoding steps, but on this CPU not "little more than
+# one": the ratio line prints this run's cost, against about 1.2 steps on the GPU line. So here a round must commit
+# about two tokens before its drafter is even paid for; on a GPU, little more than one.
+#
+# <details><summary>The careful reading</summary>
+#
+# A CPU runs a small model's forward closer to its arithmetic limit than a GPU runs an 8B model's, so each extra
+# token costs more of a step. The ratios are timings: they move between runs and with the machine's load (the last
+# line prints the load average beside the cores; a load above the core count means another job shared the CPU).
+# Where the forward over 9 measures cheaper than the one over 6, the cell says so: timing noise, or a kernel taking
+# another path for that row count. Notebook 05 times the same forwards again inside the loop and gets figures of its
+# own; the GPU line is a committed cost model (random weights), not a run of this course's heads.
+#
+# </details>
 #
 # ## One speculative round, written out
 #
@@ -417,51 +425,82 @@ if al_formula > 1:
 # **Reading it.** The terms shrink fast: most of the gain comes from draft 1 (the last line says how much), and a
 # draft no round reached prints `nan` and adds nothing.
 #
-# ### When the drafts are easy
+# ### One head, many acceptance lengths
 #
-# Acceptance depends on the text, and a list of consecutive numbers is predictable. The cell times plain decoding
-# and both heads (P-EAGLE; EAGLE-3, drafting sequentially) on such a prompt at the same K, interleaved, median of
-# three, and checks each against plain greedy.
+# An acceptance length belongs to a head **and** the text it drafts for. The chapters ahead quote committed runs of
+# the same two heads; the cell lines them up, one line per run: which prompts, how many (prompts x new tokens), the
+# host and dtype, and each head's acceptance length with its K. This chapter's prime-check prompt is one more line.
 
 # %%
-easy_ids = torch.tensor(chat_ids(tokenizer, "List the numbers from 100 to 130, one per line."))
-eagle3, eagle3_info = ensure_head("sequential", model, tokenizer, TARGET)
-easy_heads = {name: str(info["source"]).rstrip("/").split("/")[-1]
-              for name, info in (("P-EAGLE", head_info), ("EAGLE-3", eagle3_info))}
-easy_runs = {"plain": lambda: plain_generate(runner, easy_ids, NEW_TOKENS),
-             "P-EAGLE": lambda: speculative_generate(runner, HeadDrafter(head), easy_ids, k=K,
-                                                     max_new_tokens=NEW_TOKENS),
-             "EAGLE-3": lambda: speculative_generate(runner, HeadDrafter(eagle3), easy_ids, k=K,
-                                                     max_new_tokens=NEW_TOKENS)}
-easy_s, easy_out = {name: [] for name in easy_runs}, {}
-for _ in range(3):  # interleaved: a change in the machine's load falls on every method alike
-    for name, run in easy_runs.items():
-        easy_out[name] = run()
-        easy_s[name].append(easy_out[name].seconds)
-easy_plain = statistics.median(easy_s["plain"])
-print(repr(tokenizer.decode(easy_out["plain"].tokens[:NEW_TOKENS])[:90]), "...")
-for name in ("P-EAGLE", "EAGLE-3"):
-    r, sec = easy_out[name], statistics.median(easy_s[name])
-    wins = sum(p > t for p, t in zip(easy_s["plain"], easy_s[name]))  # the paired rule, run by run
-    verdict = (f"faster in all {len(easy_s[name])} interleaved runs" if wins == len(easy_s[name]) else
-               f"slower in all {len(easy_s[name])} runs" if wins == 0 else
-               f"faster in {wins} of {len(easy_s[name])} runs, so not shown faster")
-    print(f"{name} K={K}: acceptance length {r.stats.acceptance_length:.2f} over {r.stats.rounds} rounds, "
-          f"{sec:.2f} s against plain {easy_plain:.2f} s (medians of 3) -> {easy_plain / sec:.2f}x: {verdict}; "
-          f"identical to plain greedy: {r.tokens[:NEW_TOKENS] == easy_out['plain'].tokens[:NEW_TOKENS]}")
-    book.add("predictable text", easy_heads[name], prompt_set="one list prompt (numbers 100 to 130)", prompts=1,
-             new_tokens=NEW_TOKENS, k=K, rounds=r.stats.rounds, acceptance_length=round(r.stats.acceptance_length, 4))
+from IPython.display import Markdown, display
+
+from peagle_lab.bench.readme import format_table
+from peagle_lab.drafter.heads import SHIPPED
+
+glance = ledger.at_a_glance(settings.data_dir(), SHIPPED, settings.REPO_ROOT)
+display(Markdown(format_table(glance, list(glance[0]))))
+print(f"this chapter, the prime-check prompt (1 x {NEW_TOKENS}, {precision.dtype_name(model.dtype)}, "
+      f"{head_name}): {al:.2f} at K={K}; the paper's GPT-OSS-20B heads on HumanEval at K=7 (published): "
+      "P-EAGLE 3.94, EAGLE-3 3.03")
 
 # %% [markdown]
-# **Reading it.** On predictable text EAGLE-3 commits nearly 4 tokens a round and speculation is faster in every
-# interleaved run even on a CPU, with the output still identical to plain greedy. P-EAGLE commits only about 2, and
-# on a CPU, where verifying 6 tokens alone costs well over one decoding step (the line `here K=5 costs … steps`
-# under "How fast" prints this run's figure), it gains little or nothing: its line prints it slower, or faster in
-# only some of the interleaved runs, so not shown faster. The heads
-# differ in how they draft past draft 1: EAGLE-3 drafts each token from its own previous draft, P-EAGLE drafts
-# 2..K from mask stand-ins. `03` shows how the heads are trained; `04` measures both heads' per-draft rates on
-# held-out prompts, where P-EAGLE's rate falls from draft 2 on, and shows that training at this course's scale
-# leaves that gap open.
+# **Reading it.** The prompts move the figure most: on open prompts (HumanEval, chat) the shipped heads accept about
+# 1.3 to 1.6 tokens a round, on held-out chat of the training mix about 1.9 to 2.5, and the list-domain heads, trained
+# on one narrow kind of text, 3.6. Rows compare only where prompts, size, K, host and dtype agree; 07's appendix
+# lists every figure the course prints.
+#
+# ### A head that pays: list requests
+#
+# Where the text is predictable a small head learns the target's habits. Two heads were continued from the shipped
+# ones on the target's own answers to 480 requests for lists (counting, times tables, the alphabet; 05's last section
+# reads their record). The cell runs them on held-out requests no head trained on, K=7, against plain decoding:
+# methods interleaved, median of three, each output checked against plain greedy. On another target, which these
+# heads do not read, it runs that target's own heads instead.
+
+# %%
+from peagle_lab.bench.suites import suite_records
+from peagle_lab.drafter.heads import LIST_HEADS, head_fit_problems, head_for_target
+
+domain = all(p.exists() and not head_fit_problems(p, model) for p in LIST_HEADS.values())
+if domain:  # trained on SmolLM2-135M-Instruct's own list answers
+    easy_heads = {kind: head_for_target(str(path), model, tokenizer, TARGET)[0] for kind, path in LIST_HEADS.items()}
+else:
+    easy_heads = {"parallel": head, "sequential": ensure_head("sequential", model, tokenizer, TARGET)[0]}
+print("heads:", "the list-domain heads" if domain else "this target's own heads (the list heads do not read it)")
+EASY_K, EASY_TOKENS = 7, settings.pick(64, 16)
+names = {"plain": None, "P-EAGLE": "parallel", "EAGLE-3": "sequential"}
+easy_rows = []
+for rec in suite_records("lists", settings.pick(2, 1)):
+    ids = chat_ids(tokenizer, rec["prompt"])
+    secs, outs = {name: [] for name in names}, {}
+    for _ in range(3):  # interleaved: a change in the machine's load falls on every method alike
+        for name, kind in names.items():
+            outs[name] = (plain_generate(runner, ids, EASY_TOKENS) if kind is None else speculative_generate(
+                runner, HeadDrafter(easy_heads[kind], kind), ids, k=EASY_K, max_new_tokens=EASY_TOKENS))
+            secs[name].append(outs[name].seconds)
+    plain_s = statistics.median(secs["plain"])
+    print(f"\n{rec['prompt']!r} -> {tokenizer.decode(outs['plain'].tokens[:EASY_TOKENS])[:60]!r} ...")
+    for name in ("P-EAGLE", "EAGLE-3"):
+        r, sec = outs[name], statistics.median(secs[name])
+        div = first_divergence(r.tokens[:EASY_TOKENS], outs["plain"], model.dtype, DEVICE)
+        print(f"  {name}: AL {r.stats.acceptance_length:.2f} over {r.stats.rounds} rounds, tokens per round "
+              f"{[a + 1 for a in r.stats.accepted][:12]}{' ...' if r.stats.rounds > 12 else ''}; {sec:.2f} s "
+              f"against plain {plain_s:.2f} s -> {plain_s / sec:.2f}x; "
+              + ("identical to plain greedy" if div is None else div.message()))
+        easy_rows.append({"method": name, "speedup": plain_s / sec, "al": r.stats.acceptance_length})
+for name in ("P-EAGLE", "EAGLE-3"):
+    ups = [r["speedup"] for r in easy_rows if r["method"] == name]
+    print(f"{name}: faster than plain on {sum(u > 1 for u in ups)} of {len(ups)} requests "
+          f"({min(ups):.2f}x to {max(ups):.2f}x, medians of 3 interleaved runs)")
+ahead = sum(p["speedup"] > e["speedup"] for p, e in zip(easy_rows[::2], easy_rows[1::2]))
+print(f"P-EAGLE faster than EAGLE-3 on {ahead} of {len(easy_rows) // 2} requests")
+
+# %% [markdown]
+# **Reading it.** Here the drafts are easy and both heads pay even on a CPU: rounds commit up to 8 tokens (K=7
+# drafts plus the bonus), and each output is still identical to plain greedy. The speed-up lines and the last line
+# give this run's verdicts; 05's last section measures the same heads on 16 requests, where P-EAGLE's one pass beats
+# EAGLE-3's seven on average at the same acceptance. On open prompts the shipped heads accept far less (the table
+# above), and 04 shows why.
 #
 # ### Exercise: change K
 #
@@ -576,13 +615,11 @@ except NotImplementedError as exc:
 #
 # - A speculative round is five small steps: draft K, verify K + 1 tokens in one target forward, accept the
 #   agreeing prefix, add the bonus token, roll back the KV cache; our hand-written round matches the package's.
-# - In fp32 on a CPU the speculative output is identical to plain greedy decoding in every run here: K = 1, 5 and
-#   10 on the chat prompt, and both heads at K = 5 on the number list.
-# - Speculation pays only when a round commits more than it costs: on a CPU, on the chat prompt, at about 1.5
-#   tokens a round, it loses; on the number list, EAGLE-3's nearly 4 tokens a round pay in every interleaved run,
-#   and P-EAGLE's about 2 are not shown faster (05's last section measures both heads continued on such lists).
-# - AL = 1 + p1 + p1·p2 + …: a deep draft counts only when every draft before it is accepted, so a larger K does
-#   not rescue weak drafts (K = 10 takes as many rounds as K = 5). Raising acceptance is what the rest of the
-#   course is about.
+# - In fp32 on a CPU the speculative output is identical to plain greedy decoding in every run here.
+# - Speculation pays when a round commits more than it costs. On this CPU verification alone costs well over one
+#   step, so on the open prime-check prompt (about 1.5 tokens a round) it loses; on list requests the list-domain
+#   heads commit several tokens a round and pay.
+# - AL = 1 + p1 + p1·p2 + …: a deep draft counts only when every draft before it is accepted, so a larger K does not
+#   rescue weak drafts. Raising acceptance is what the rest of the course is about.
 #
 # Next: `01_hidden_states`, the features every EAGLE-3 and P-EAGLE drafter reads.

@@ -222,10 +222,17 @@ print(f"740 GB at the same {per_token:,.0f} B/token is {740e9 / per_token / 1e6:
       f"{740e9 / per_token / 68_000:,.0f} per sequence instead of 1,500")
 
 # %% [markdown]
-# **Reading it.** A ShareGPT-sized set takes 353 GB even for the 135M target, 2.5 TB for Llama-3.1-8B, and long
-# context multiplies it (54.8 TB at 32k). For the single state EAGLE-1 and -2 stored we get 836 GB where EAGLE's
-# authors quoted 740 GB: the same order, with slightly shorter sequences. So SpecForge, speculators (vLLM's
-# library) and P-EAGLE's recipes train online or store only small sets.
+# **Reading it.** Stored taps are huge: a ShareGPT-sized set takes 353 GB even for the 135M target and 2.5 TB for
+# Llama-3.1-8B. That is why real recipes run the target during training or store only small sets.
+#
+# <details><summary>The careful reading</summary>
+#
+# - Long context multiplies it: 54.8 TB for Llama-3.1-8B at 32k tokens a sequence.
+# - For the single state EAGLE-1 and -2 stored we get 836 GB where EAGLE's authors quoted 740 GB: the same order;
+#   740 GB fits 1,327 tokens per sequence instead of 1,500, slightly shorter sequences.
+# - The recipes meant: SpecForge, speculators (vLLM's library) and P-EAGLE's train online or store only small sets.
+#
+# </details>
 #
 # ## Extracting features for training
 #
@@ -291,6 +298,7 @@ for key, value in [("extract_tokens_per_s", round(result.tokens_per_s, 1)), ("ex
 # - The taps are far from copies (cosines 0.34 to 0.76) and each guesses differently; agreement with the model's
 #   next token rises with depth (0%, 2%, 49%).
 # - Offline features cost 3 x H x 2 bytes per token: megabytes for our slice, hundreds of gigabytes to terabytes
-#   for ShareGPT-sized sets. Extraction resumes, refuses mixed settings, and stores a fresh forward's taps in bf16.
+#   for ShareGPT-sized sets.
+# - Extraction resumes, refuses mixed settings, and stores a fresh forward's taps in bf16.
 #
 # Next: `02_mask_tokens`, how one drafter pass produces K tokens from these features.

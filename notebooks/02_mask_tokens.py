@@ -25,8 +25,7 @@
 #
 # Indexing as in the code (and 00's glossary): positions are 0-based, the context is `x_0 .. x_n` and the target's
 # taps are `h_0 .. h_n`. A round's slots are j = 1..K; slot j drafts **draft j** at depth j - 1 (slot 1 = depth 0).
-# Live cells run on this machine (float32 on a CPU); the committed study is read from `data/`, measured once on
-# the host its caption names.
+# Live cells run on this machine; the study at the end is read from committed results in `data/`.
 
 # %% tags=["nbval-ignore-output"]
 # Parameters come from the environment: PEAGLE_TARGET (default: the embedded SmolLM2-135M-Instruct),
@@ -331,11 +330,16 @@ class ScratchDrafter:
         return torch.stack(drafts)
 
 # %% [markdown]
-# Load each shipped head both ways, in float32, and draft K tokens after the prompt above: P-EAGLE
-# (`data/heads/smollm2-135m-peagle`) against `PEagleDrafter.one_pass_logits`, EAGLE-3
-# (`data/heads/smollm2-135m-eagle3`) against the package's sequential drafting. The prompt is raw code, not a
-# chat turn like the heads' training data, so the drafts need not be good: the check is that both sides compute
-# the same, which holds for any weights (on another target, a head for that target stands in).
+# Load each shipped head both ways, in float32, and draft K tokens after the prompt above: P-EAGLE's one pass
+# against `PEagleDrafter.one_pass_logits`, EAGLE-3's K passes against the package's sequential drafting. The check
+# is that both sides compute the same, which holds for any weights, so the drafts need not be good.
+#
+# <details><summary>Which heads, which prompt</summary>
+#
+# The heads are `data/heads/smollm2-135m-peagle` and `data/heads/smollm2-135m-eagle3`; on another target, a head
+# for that target stands in. The prompt is raw code, not a chat turn like the heads' training data.
+#
+# </details>
 
 # %% tags=["nbval-ignore-output"]
 from peagle_lab.drafter.heads import head_for_target
@@ -387,12 +391,11 @@ print("EAGLE-3 sequential drafting from scratch equals HeadDrafter's (same K dra
 # - the **depth-0 elements with anchor ≤ a** of the same sequence (its context), and
 # - **its own rollout**: `(a, d')` with `d' ≤ d`.
 #
-# Depth 0 holds every position with a next token; only the anchors (the last prompt position and the response) go
-# deeper, and an
-# anchor near the end has no label that deep. **COD** (conditional drop-token sampling, from PARD) keeps a
-# shrinking, nested share of anchors at each deeper depth (`ratio^d`, never below `min_ratio`), so K depths cost
-# far less than K times one. The cell builds the mask for one toy sequence and for two packed ones with COD, and
-# checks both against the rule.
+# Depth 0 holds every position with a next token; only the anchors (the last prompt position and the response)
+# go deeper, and an anchor near the end has no label that deep. **COD** (conditional drop-token sampling, from
+# PARD) keeps a shrinking, nested share of anchors at each deeper depth (`ratio^d`, never below `min_ratio`), so K
+# depths cost far less than K times one. The cell builds the mask for one toy sequence and for two packed ones with
+# COD, and checks both against the rule.
 
 # %% tags=["nbval-check-output"]
 import matplotlib.pyplot as plt
@@ -439,10 +442,16 @@ plt.tight_layout()
 plt.show()
 
 # %% [markdown]
-# **Reading it.** The mask equals its rule on both rows, and no element sees another sequence. On the left, the
-# depth-0 block is plain causal attention; below it, each row sees the depth-0 columns up to its anchor plus a
-# small staircase of its own rollout: `(2, 2)` attends to `(0, 0)`, `(1, 0)`, `(2, 0)`, `(2, 1)` and itself. That
-# is the causal view of slot `d + 1` in the one-pass draft after anchor `a`, so a head drafts as it was trained.
+# **Reading it.** The mask equals its rule in both layouts, and no element sees another sequence. Each element sees
+# exactly what its slot sees in the one-pass draft, so a head drafts as it was trained.
+#
+# <details><summary>The careful reading</summary>
+#
+# On the left, the depth-0 block is plain causal attention. Below it, each row sees the depth-0 columns up to its
+# anchor plus a small staircase of its own rollout: `(2, 2)` attends to `(0, 0)`, `(1, 0)`, `(2, 0)`, `(2, 1)` and
+# itself. That is the causal view of slot `d + 1` in the one-pass draft after anchor `a`.
+#
+# </details>
 #
 # ### Exercise: more parallel slots
 #
@@ -489,9 +498,15 @@ for K_TRY in (2, 8):  # the exercise's two values; edit to try others
 # **tokens seen** per run; **P(accept) slots 1 / 2 / 3**, the rate at which slot j is accepted when the slots
 # before it were.
 #
-# The full study trains ten heads, so it runs from the command line (`peagle-lab study mask --out
-# data/recipe/<host>/mask`) and is committed. First, a tiny live run of the same code (two variants, a few steps,
-# a few self-distilled prompts): it shows the machinery, not the answer.
+# The full study trains ten heads, so it is committed (below). The cell is a tiny live run of the same code (two
+# variants, a few steps): it shows the machinery, not the answer.
+#
+# <details><summary>How the full study runs</summary>
+#
+# From the command line: `peagle-lab study mask --out data/recipe/<host>/mask`. The live run here trains on a few
+# self-distilled prompts.
+#
+# </details>
 
 # %% tags=["nbval-ignore-output"]
 from peagle_lab.experiments import recipe
@@ -558,10 +573,16 @@ print("training elements equal the one-pass draft (within 1e-4):", worst < 1e-4)
 # %% [markdown]
 # ## The committed study
 #
-# The table, then the rule in code: the gap between two stand-ins' mean ALs is set against both their seed
-# spreads (at three decimals) and against the largest seed spread of any committed study, the yardstick of
-# notebooks 03 and 04. Last, the rounds behind each rate: a run has at most prompts x new tokens / AL rounds, and
-# slot j + 1 is reached only where slot j was accepted.
+# The table, then the rule in code: a gap between two stand-ins' mean ALs counts only beyond both their seed
+# spreads, and is firm only beyond the largest seed spread of any committed study (the yardstick of notebooks 03
+# and 04). Last, how many rounds reach each slot: slot j + 1 is reached only where slot j was accepted.
+#
+# <details><summary>The arithmetic</summary>
+#
+# The gaps and spreads are compared at three decimals. A run has at most prompts x new tokens / AL rounds; each
+# deeper slot's count is the one before times its acceptance rate.
+#
+# </details>
 
 # %% tags=["nbval-ignore-output"]
 from IPython.display import Markdown, display
@@ -625,17 +646,25 @@ for r in rows:
           f"reached in at most about {' / '.join(f'{x:.0f}' for x in reach)} rounds per run")
 
 # %% [markdown]
-# **Reading it.** In the committed study (cpu-epyc-avx512bf16-2c, target in float32, heads trained in bfloat16 on
-# float32 taps) a frozen random vector does as well as the learned `mask_hidden` (1.209 against 1.211). Both lead
-# zeros and the copy of h_context by 0.020-0.029: more than those arms' two-seed spreads, but less than the 0.052
-# seed spread that notebook 03's study measured. The lead is suggestive, not settled.
+# **Reading it.** Learning `mask_hidden` buys nothing measurable: a frozen random vector scores the same (AL 1.209
+# against 1.211). At this small budget the study mostly measures slot 1, which never attends to a mask slot, so it
+# says little about how well the stand-ins serve slots 2..K.
 #
-# At this budget (132,477 tokens a run) slot 1 sets the AL. The learned head's slot 1 is accepted at 0.20, nearly
-# all of the 0.211 its AL gains over 1; slots 2 and 3 are reached in only about 168 and 9 of at most about 845
-# rounds per run. The ALs rank as the slot-1 rates do, so the copy of h_context's higher slot-2/3 rates
-# (0.13 / 0.12) weigh less than its lower slot-1 rate (0.16). Slot 1 never attends to a mask slot: a stand-in
-# moves its rate only through training. So this study compares the stand-ins mostly through slot 1, and says
-# little about how well they serve slots 2..K.
+# <details><summary>The careful reading</summary>
+#
+# - Where: the committed study ran on cpu-epyc-avx512bf16-2c, target in float32, heads trained in bfloat16 on
+#   float32 taps.
+# - Learned and random both lead zeros and the copy of h_context by 0.020-0.029: more than those arms' two-seed
+#   spreads, but less than the 0.052 seed spread that notebook 03's study measured. The lead is suggestive, not
+#   settled.
+# - At this budget (132,477 tokens a run) slot 1 sets the AL. The learned head's slot 1 is accepted at 0.20,
+#   nearly all of the 0.211 its AL gains over 1; slots 2 and 3 are reached in only about 168 and 9 of at most
+#   about 845 rounds per run.
+# - The ALs rank as the slot-1 rates do, so the copy of h_context's higher slot-2/3 rates (0.13 / 0.12) weigh less
+#   than its lower slot-1 rate (0.16).
+# - Slot 1 never attends to a mask slot: a stand-in moves its rate only through training.
+#
+# </details>
 
 # %% tags=["nbval-ignore-output"]
 from peagle_lab.workbook import report
@@ -648,18 +677,26 @@ report.record("mask_live_divergences", sum(r["divergences"] for r in live));
 # %% [markdown]
 # ## What we saw
 #
-# - Slots 2..K get a mask token and `fc(mask_hidden)`, so one drafter pass over the context positions `0..n` and
-#   K - 1 mask slots gives all K drafts, as the package's drafter does.
-# - The drafter fits in one class of about 65 lines; with the shipped weights it gives the package's logits
-#   (P-EAGLE's one pass) and drafts (EAGLE-3's K passes).
-# - Training packs every anchor's rollout into one masked computation: each element sees its context and its own
-#   rollout, nothing else, and gives the one-pass draft's logits to float rounding.
-# - In the committed study (cpu-epyc-avx512bf16-2c, target in float32, heads trained in bfloat16) a frozen random
-#   stand-in scores level with the learned `mask_hidden` (1.209 against 1.211). Both lead zeros and the copy of
-#   h_context by 0.02-0.03 tokens per round: beyond their two-seed spreads, within the 0.052 seed spread of
-#   notebook 03's study, so suggestive, not settled. At its small budget slot 1, accepted at 0.20, sets the AL,
-#   and slots 2..K, where the stand-ins sit, are seldom reached. Notebook 04 trains far longer: there the shipped
-#   P-EAGLE head wins slot 1 on 04's held-out prompts (not on the live HumanEval prompts of 04 and 05) and falls
-#   behind EAGLE-3 on slots 2 and beyond.
+# - Slots 2..K get a mask token and `fc(mask_hidden)`, so one drafter pass over the context and K - 1 mask slots
+#   gives all K drafts.
+# - The drafter fits in one class of about 65 lines and, with the shipped weights, matches the package's drafts.
+# - Training packs every anchor's rollout into one masked computation that gives the one-pass draft's logits.
+# - A frozen random stand-in scores level with the learned `mask_hidden` (AL 1.209 against 1.211).
+# - At that study's small budget slot 1 (accepted at 0.20) sets the AL; slots 2..K, where the stand-ins sit, are
+#   seldom reached.
+#
+# <details><summary>The figures behind these bullets</summary>
+#
+# - The one pass runs over the context positions `0..n` and K - 1 mask slots, as the package's drafter does.
+# - From scratch, the drafter gives the package's logits (P-EAGLE's one pass) and drafts (EAGLE-3's K passes).
+# - In training each element sees its context and its own rollout, nothing else, and gives the one-pass draft's
+#   logits to float rounding.
+# - The committed study ran on cpu-epyc-avx512bf16-2c, target in float32, heads trained in bfloat16. Learned and
+#   random stand-ins both lead zeros and the copy of h_context by 0.02-0.03 tokens per round: beyond their two-seed
+#   spreads, within the 0.052 seed spread of notebook 03's study, so suggestive, not settled.
+# - Notebook 04 trains far longer: there the shipped P-EAGLE head wins slot 1 on 04's held-out prompts (not on the
+#   live HumanEval prompts of 04 and 05) and falls behind EAGLE-3 on slots 2 and beyond.
+#
+# </details>
 #
 # Next: `03_train_head`, training a P-EAGLE head: the data, the draft vocabulary, COD and the per-depth loss.

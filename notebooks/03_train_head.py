@@ -28,8 +28,8 @@
 # 4. **training**: every depth of a packed row in one step, the per-depth loss, checkpoints and resume.
 #
 # Depth is 0-based: depth d trains draft slot d + 1. Live cells run on this machine and their losses vary a little
-# between runs; the studies are read from `data/`, trained once on the host their caption names. The shipped
-# heads were trained with the same code (`peagle-lab distill`, `peagle-lab train`).
+# between runs; the studies are committed results read from `data/`. The shipped heads were trained with the same
+# code (`peagle-lab distill`, `peagle-lab train`).
 
 # %% tags=["nbval-ignore-output"]
 # Parameters come from the environment: PEAGLE_TARGET (default: the embedded SmolLM2-135M-Instruct),
@@ -47,18 +47,25 @@ model, tokenizer = models.load_target(TARGET, device=DEVICE, dtype=precision.cou
 # %% [markdown]
 # ## 1 · Data: the target answers the training prompts
 #
-# A drafter learns to guess what **this target** says next, so it should train on the target's own text.
-# `peagle-lab distill` applies the chat template, lets the target answer greedily, and writes prompt + response
-# token ids to a JSONL file, resumably:
+# A drafter learns to guess what **this target** says next, so it should train on the target's own text:
+# `peagle-lab distill` lets the target answer each training prompt greedily and stores prompt + answer token ids.
+# The first cell shows one prompt with its answer. The second shows the larger **scale mix** (eight kinds of
+# prompt, with a held-out split never trained on) and the runs that trained each shipped head.
+#
+# <details><summary>The command and the files</summary>
+#
+# `peagle-lab distill` applies the chat template, lets the target answer greedily, and writes the token ids to a
+# JSONL file, resumably:
 #
 # ```bash
 # peagle-lab distill --out data/distill/smollm2-135m.jsonl --max-new-tokens 160 --batch-size 32
 # ```
 #
-# The first cell reads that file (shipped for the embedded target) and shows one prompt with its answer. The
-# second reads the larger **scale mix** (`data/prompts/scale.jsonl`, eight kinds of prompt, a held-out split never
-# trained on) and its self-distilled answers, then lists from each shipped head's `training.json` the runs that
-# trained it, with the tokens each saw.
+# The first cell reads that file (shipped for the embedded target). The second reads `data/prompts/scale.jsonl`
+# and its self-distilled answers, then lists from each shipped head's `training.json` the runs that trained it,
+# with the tokens each saw.
+#
+# </details>
 
 # %% tags=["smollm2-fact", "nbval-check-output"]
 path, meta, records, shipped = distilled_data(model, tokenizer, None if models.is_default_target(TARGET)
@@ -127,12 +134,17 @@ for kind, head_dir in SHIPPED.items():
 # %% [markdown]
 # ### Should the target write the answers itself? (question 7)
 #
-# An equal-budget study (`peagle-lab study self-distill`) answers it. The same prompts, each asking for one
-# function of Python's standard library, are answered once by people (the library's own source: `human answers`)
-# and once by the target; a head is trained on each for the same steps, two seeds each, and scored on held-out
-# prompts. The labels are the target's greedy tokens in both arms: only the text the head reads differs. The
-# columns are notebook 02's, on other data (the ALs do not compare with 02's). `compare_arms` applies the rule: a
-# gap between two arms counts only beyond the larger seed spread.
+# An equal-budget study answers it: the same prompts, each asking for one function of Python's standard library,
+# answered once by people (the library's own source: `human answers`) and once by the target, with a head trained
+# on each. `compare_arms` applies the rule: a gap between two arms counts only beyond the larger seed spread.
+#
+# <details><summary>How the study is set up</summary>
+#
+# It runs as `peagle-lab study self-distill`. Each arm trains for the same steps, two seeds each, and is scored on
+# held-out prompts. The labels are the target's greedy tokens in both arms: only the text the head reads differs.
+# The columns are notebook 02's, on other data (the ALs do not compare with 02's).
+#
+# </details>
 
 # %% tags=["nbval-ignore-output"]
 from IPython.display import Markdown, display
@@ -174,10 +186,16 @@ if sd_runs:
                          else "the seeds cannot separate the two arms"))
 
 # %% [markdown]
-# **Reading it.** The target's own answers win: 1.380 against 1.245 tokens per round (committed, on
-# `cpu-epyc-avx512bf16-2c`, target in float32, heads trained in bfloat16), a gap of 0.135, beyond both seed spreads
-# (0.052 and 0.006), and slot 1 is accepted at 0.33 against 0.23. The library's source is not written the way the
-# target writes, so let the target regenerate the answers when you can afford it.
+# **Reading it.** The target's own answers win: 1.380 against 1.245 tokens per round, beyond both seed spreads.
+# Let the target regenerate the answers when you can afford it.
+#
+# <details><summary>The careful reading</summary>
+#
+# The study is committed, run on `cpu-epyc-avx512bf16-2c`, target in float32, heads trained in bfloat16. The gap
+# is 0.135, beside seed spreads of 0.052 and 0.006, and slot 1 is accepted at 0.33 against 0.23. The likely
+# reason: the library's source is not written the way the target writes.
+#
+# </details>
 #
 # ## 2 · Draft vocabulary
 #
@@ -208,10 +226,10 @@ for size in [n for n in (1024, 2048, 4096, 8192, 16384) if n < V] + [V]:
 # ### `d2t` and `t2d`, by hand (question 6)
 #
 # A head with a reduced draft vocabulary carries two maps. `d2t` is the one vLLM reads: draft id `i` stands for
-# target id `i + d2t[i]`. `t2d` marks the target ids the head can emit; it is this package's own map, kept in the
-# head's checkpoint and dropped on export (notebook 06). A toy draft vocabulary of 8 ids shows both. The
-# `lm_head` must have one row per draft id: the cell then cuts 96 rows off the shipped head's, and the export check
-# refuses it, naming the tensor and both shapes, before vLLM would fail or draft from the wrong rows.
+# target id `i + d2t[i]`. `t2d` marks the target ids the head can emit (this package's own map, dropped on export in
+# notebook 06). A toy draft vocabulary of 8 ids shows both. Then the cell cuts 96 rows off the shipped head's
+# `lm_head`, which must have one row per draft id, and the export check refuses it before vLLM would fail or draft
+# from the wrong rows.
 
 # %% tags=["smollm2-fact", "nbval-check-output"]
 from peagle_lab.drafter.vocab import d2t_t2d
@@ -289,12 +307,17 @@ print(f"bf16 shards: read back {rows[0]['seconds'] / rows[2]['seconds']:,.0f}x f
       f"on {rows[2]['disk'] / rows[1]['disk']:.2f}x float32's disk")
 
 # %% [markdown]
-# **Reading it.** Reading features back is orders of magnitude faster than the target forward it replaces (bf16
-# shards read back more slowly than float32 ones, still three orders of magnitude faster than the forward: the
-# printed ratios), and bf16 halves the disk (about
-# 3.5 against 6.9 kB per token) at a largest error of about 2e-3 of the largest tap.
-# For SmolLM2-135M the bf16 figure is notebook 01's 3,464 B per token (3 × 576 × 2 B of taps + 8 B of id and
-# label) plus the shard's per-file overhead spread over these few tokens.
+# **Reading it.** Reading features back is orders of magnitude faster than the target forward it replaces, and
+# bf16 halves the disk (about 3.5 against 6.9 kB per token) at a largest error of about 2e-3 of the largest tap.
+#
+# <details><summary>The careful reading</summary>
+#
+# bf16 shards read back more slowly than float32 ones, still three orders of magnitude faster than the forward
+# (the printed ratios). For SmolLM2-135M the bf16 figure is notebook 01's 3,464 B per token (3 × 576 × 2 B of
+# taps + 8 B of id and label) plus the shard's per-file overhead spread over these few tokens.
+#
+# </details>
+#
 # Does that rounding cost acceptance? The storage study (`peagle-lab study storage`) retrains the mask study's
 # learned variant (notebook 02, float32 taps) on bf16 taps, with the same settings and seeds:
 
@@ -311,12 +334,20 @@ print("verdict: " + (f"bf16 taps change AL by {gap:+.3f}, beyond the seeds' nois
                      else "bf16 taps cost no acceptance the seeds can measure"))
 
 # %% [markdown]
-# **Reading it.** The study resolves no cost: AL 1.210 with bf16 taps against 1.211 with float32 taps (committed,
-# on `cpu-epyc-avx512bf16-2c`, target in float32, heads trained in bfloat16), a gap of 0.001 beside seed spreads of
-# 0.027 and 0.004. That is all it shows: a spread of 0.027 is about an eighth of these heads' whole gain over 1
-# (0.21), and a cost below it would pass unseen. bf16 is the default for stored taps (notebook 01) for its disk: half
-# of float32's, which decides whether offline features fit at all, while both read back orders of magnitude faster
-# than the forward. Online features pay off only when the features would not fit on disk.
+# **Reading it.** bf16 taps cost no acceptance the seeds can measure (AL 1.210 against 1.211 with float32 taps),
+# though a small cost could hide in the seed spread. bf16 stays the default for stored taps, for its halved disk.
+#
+# <details><summary>The careful reading</summary>
+#
+# - The study is committed, run on `cpu-epyc-avx512bf16-2c`, target in float32, heads trained in bfloat16. The gap
+#   is 0.001 beside seed spreads of 0.027 and 0.004.
+# - That is all it shows: a spread of 0.027 is about an eighth of these heads' whole gain over 1 (0.21), and a
+#   cost below it would pass unseen.
+# - bf16's disk, half of float32's, decides whether offline features fit at all, while both read back orders of
+#   magnitude faster than the forward (notebook 01 stores bf16 by default). Online features pay off only when the
+#   features would not fit on disk.
+#
+# </details>
 #
 # ## 4 · Training
 #
@@ -324,12 +355,18 @@ print("verdict: " + (f"bf16 taps change AL by {gap:+.3f}, beyond the seeds' nois
 #
 # A packed row holds sequences back to back, positions restarting with each. Its **depth-0 elements** are all
 # positions with a next token; the **anchors** among them (the last prompt position and the response) are
-# trained, the rest are context. Element `(a, d)` sits at position `a + d` and predicts `y[a+d+1]`; an anchor too
-# near its sequence's end drops out. **COD** (notebook 02) keeps at depth `d ≥ 1` a random share `ratio^d` of the
-# anchors (never under a floor), drawn from those kept at depth `d - 1`: the sets are nested, and the deep depths
-# cost a fraction of depth 0. `plan_row_by_hand` lays out a row, takes the COD draw from the package's
-# `cod_sample` (the exercise writes it), and must pick the same elements as `plan_row` at every depth, for the
-# shipped recipe (ratio 0.7, floor 0.2, 8 depths), ratio 0.5 and 4 depths.
+# trained, the rest are context. Element `(a, d)` sits at position `a + d` and predicts `y[a+d+1]`. **COD**
+# (notebook 02) keeps at each deeper depth a nested random share `ratio^d` of the anchors, never under a floor.
+# `plan_row_by_hand` lays out a row and must pick the same elements as `plan_row` at every depth, for the shipped
+# recipe (ratio 0.7, floor 0.2, 8 depths), ratio 0.5 and 4 depths.
+#
+# <details><summary>The details</summary>
+#
+# An anchor too near its sequence's end drops out. COD draws depth `d`'s anchors from those kept at depth `d - 1`:
+# the sets are nested, and the deep depths cost a fraction of depth 0. `plan_row_by_hand` takes the COD draw from
+# the package's `cod_sample`; the exercise below writes it.
+#
+# </details>
 
 # %% tags=["smollm2-fact", "nbval-check-output"]
 from peagle_lab.training.cod import cod_sample, cod_sizes
@@ -511,9 +548,15 @@ print(f"mean over depths {torch.stack(by_hand).mean():.4f}; DraftTrainer.forward
 del module
 
 # %% [markdown]
-# **Reading it.** The hand-written forward and loss match the trainer's (the check cell after the training run
-# tests them against 1e-4, with every other piece this section writes by hand). The untrained head's cross-entropies sit
-# far above a uniform guess's ("The package's trainer" below says why).
+# **Reading it.** The hand-written forward and loss match the trainer's, and the untrained head's cross-entropies
+# sit far above a uniform guess's ln 8192 = 9.01 ("The package's trainer" below says why).
+#
+# <details><summary>The careful reading</summary>
+#
+# The check cell after the training run tests the match against 1e-4, with every other piece this section writes
+# by hand.
+#
+# </details>
 #
 # ### EAGLE-3's training, unrolled by hand: the training-time test
 #
@@ -736,30 +779,42 @@ report.record("nb03_train_steps", res.steps_done)
 report.record("nb03_final_depth_accuracy", acc);
 
 # %% [markdown]
-# **Reading it.** Thirty steps teach the head a little, mostly at depth 0, whose final accuracy is several times
-# that of the deeper depths (they read only mask slots). The loss starts at about twice the uniform guess's, peaks
-# in the warm-up and falls below the uniform guess within the run. Drafting in the real loop on held-out prompts,
-# the head reaches an acceptance length only a little above 1, with output identical to plain greedy; `None` marks
-# a slot no round reached.
+# **Reading it.** Thirty steps teach the head a little, mostly at depth 0. Drafting in the real loop on held-out
+# prompts, it reaches an acceptance length only a little above 1, with output identical to plain greedy.
 #
-# What was trained: the listed `fc`, one decoder layer (2H attention input), `mask_hidden`, the final norm and
-# `lm_head` (9.81 M parameters), plus the mask token's row of the target's embedding table, not counted.
+# <details><summary>The careful reading</summary>
+#
+# - Depth 0's final accuracy is several times that of the deeper depths, which read only mask slots.
+# - The loss starts at about twice the uniform guess's, peaks in the warm-up and falls below the uniform guess
+#   within the run.
+# - In the per-position acceptance, `None` marks a slot no round reached.
+# - What was trained: the listed `fc`, one decoder layer (2H attention input), `mask_hidden`, the final norm and
+#   `lm_head` (9.81 M parameters), plus the mask token's row of the target's embedding table, not counted.
+#
+# </details>
 #
 # ## What we saw
 #
-# - The training text is the target's own answers: in the committed study (`cpu-epyc-avx512bf16-2c`, target in
-#   float32, heads trained in bfloat16) a head trained on them accepts 1.380 tokens per round against 1.245 for
-#   human text, beyond both seed spreads.
-# - 4,096 draft ids cover 99.61% of the response tokens of the 465 sequences they were chosen from (in-sample);
-#   `d2t` maps them to target ids (the map vLLM reads; `t2d` stays in the head's checkpoint), and a head whose
-#   `lm_head` does not match its draft vocabulary is refused before it is served.
-# - Offline features read back orders of magnitude faster than the target forward, and bf16 halves their disk.
-#   The committed storage study resolves no acceptance cost (1.210 against 1.211), but its seed spread of 0.027
-#   would hide a small one.
-# - One packed row trains every depth at once. The row plan, the depth-by-depth forward and the loss, written by
-#   hand, match the package, and so does EAGLE-3's training-time test; the COD sampler is yours to write.
-# - Training resumes from its checkpoint to the same result as an uninterrupted run, and the head it trains
-#   drafts in the real loop with output identical to plain greedy.
+# - Train on the target's own answers: a head trained on them accepts 1.380 tokens per round against 1.245 for
+#   human text.
+# - 4,096 draft ids cover 99.61% of the response tokens (in-sample); `d2t` maps them back to target ids.
+# - Offline features read back orders of magnitude faster than the target forward; bf16 halves their disk at no
+#   measurable acceptance cost (1.210 against 1.211).
+# - One packed row trains every depth at once; the plan, forward and loss written by hand match the package.
+# - Training resumes from its checkpoint to the same result, and the trained head's output is identical to plain
+#   greedy.
+#
+# <details><summary>The figures behind these bullets</summary>
+#
+# - Both studies are committed, run on `cpu-epyc-avx512bf16-2c`, target in float32, heads trained in bfloat16.
+#   The self-distillation gap is beyond both seed spreads; the storage study's seed spread of 0.027 would hide a
+#   small cost.
+# - The 99.61% is over the 465 sequences the draft ids were chosen from. `d2t` is the map vLLM reads; `t2d` stays
+#   in the head's checkpoint. A head whose `lm_head` does not match its draft vocabulary is refused before it is
+#   served.
+# - EAGLE-3's training-time test, unrolled by hand, also matches the package; the COD sampler is yours to write.
+#
+# </details>
 #
 # Next, `04_scale_and_acceptance`: the shipped heads trained on far more tokens, what that buys per depth, a head
 # for your own model, and why acceptance stays below the paper's.

@@ -31,11 +31,17 @@
 # 7. **Under load, and with tensor parallelism** (question 8), from committed runs.
 # 8. **Recipe** for the published heads (GPT-OSS-20B/120B, Qwen3-Coder-30B-A3B) on a GPU.
 #
-# **Where the numbers come from.** The first cell prints what this machine measures live and what it leaves to
-# committed runs. Sections 2-6 and the exercise run live (on a CPU: vLLM's CPU build, float32, eager; an offline
-# engine starts in about 40 s, the server in about a minute; nothing listens beyond the loopback interface): they
-# show whether vLLM serves our head correctly, and what a speculative round costs in vLLM's own time here. Section 7
-# reads committed runs of other machines, each named by its host.
+# Sections 2-6 and the exercise run live on this machine; section 7 reads committed runs of other machines. The first
+# cell prints which is which.
+#
+# <details><summary>Where the numbers come from</summary>
+#
+# The live sections show whether vLLM serves our head correctly, and what a speculative round costs in vLLM's own
+# time here. On a CPU they run vLLM's CPU build in float32, eager: an offline engine starts in about 40 s, the server
+# in about a minute, and nothing listens beyond the loopback interface. Section 7's committed runs are each named by
+# their host.
+#
+# </details>
 
 # %% tags=["nbval-ignore-output"]
 import os
@@ -306,9 +312,15 @@ _ = report.record("ours_acceptance_length", round(ours.acceptance_length, 4))
 _ = report.record("vllm_greedy_identical", peagle["ids"] == plain["ids"])
 
 # %% [markdown]
-# **Reading it.** vLLM and our loop agree exactly: the same acceptance length (about 1.45 at K=8), rounds,
-# per-position rates and tokens, each printed side by side. Depth 0 is accepted in about a third of the rounds and
-# nothing past depth 2 is. vLLM serves the function we trained.
+# **Reading it.** vLLM and our loop agree exactly: the same acceptance length (1.454 at K=8), rounds, per-position
+# rates and tokens. vLLM serves the function we trained.
+#
+# <details><summary>The careful reading</summary>
+#
+# Each figure is printed side by side, vLLM's beside ours. Depth 0 is accepted in 59 of 174 rounds (about a third)
+# and nothing past depth 2 is: this head's deep slots add drafted tokens, not accepted ones (the exercise).
+#
+# </details>
 #
 # ## 5 · The OpenAI-compatible server
 #
@@ -407,30 +419,42 @@ for what, prompt_set, n, rounds, al in (
              acceptance_length=round(al, 4))
 
 # %% [markdown]
-# **Reading it.** The last line splits the speed-up into its two terms and gives the verdict. In the printed run
-# (2 CPU cores, float32) a batched round costs about three plain steps and yields about 1.45 tokens per prompt: the
-# head halves the speed.
+# **Reading it.** Here the head halves vLLM's speed: a batched speculative round costs about three plain steps but
+# yields only about 1.45 tokens per prompt.
+#
+# <details><summary>The careful reading</summary>
+#
+# The last line splits the speed-up into its two terms, tokens per round over the round's cost in plain steps, and
+# gives the verdict (0.50x in the printed run: 1.45 / 2.92). That run used 2 CPU cores and float32, with the 4
+# prompts batched.
+#
+# </details>
 #
 # ## 7 · Under load, and with tensor parallelism (question 8)
 #
-# Speculation turns idle compute into tokens. The cost model behind that: at batch size 1 a decode step leaves most
-# of a GPU's arithmetic idle, so verifying K+1 tokens costs 1.15-1.18 decode steps (the GPU table below); with many
-# requests in flight the batch already fills the compute, and every request's K+1 verified positions, rejected drafts
-# included, compete for it. The GPU timings measure only that cost at batch 1; the sweep under load runs on a CPU.
+# Speculation turns idle compute into tokens. At batch size 1 a decode step leaves most of a GPU's arithmetic idle,
+# so verifying K+1 tokens costs only 1.15-1.18 decode steps (the GPU table); with many requests in flight the batch
+# already fills the compute, and every request's K+1 verified positions, rejected drafts included, compete for it.
 # The cell reads three committed runs:
 #
-# - **Serving sweep** (`cpu-epyc-avx512bf16-2c`, vLLM in float32, K=7): `peagle-lab serve-sweep` loads a plain
-#   and a P-EAGLE server in turn at 1, 4 and 16 concurrent requests. `throughput` is P-EAGLE's tokens/s over plain's;
-#   `latency` is plain's median request latency over P-EAGLE's (above 1: P-EAGLE is faster); `AL` is the acceptance
-#   length. Under the table: the spread over repeats, the implied round cost (AL / speed-up, in plain steps),
-#   section 6's live round beside the sweep's nearest one, and the single request's round against our own loop's on
-#   the same host and dtype.
-# - **GPU timings** (`gpu-h200`): batch 1, Llama-3.1-8B's shapes, bf16, eager, **random weights**: verifying K+1
-#   tokens in decode steps, drafting time each way, the drafter's share of a round.
+# - **Serving sweep**: a plain and a P-EAGLE server, loaded in turn with 1, 4 and 16 concurrent requests.
+#   `throughput` is P-EAGLE's tokens/s over plain's; `latency` is plain's median request latency over P-EAGLE's
+#   (above 1: P-EAGLE is faster); `AL` is the acceptance length.
+# - **GPU timings**: what verifying K+1 tokens and drafting cost at batch 1, and the drafter's share of a round.
+# - **Tensor parallelism**: the target sharded over 2 processes, the drafter copied onto each.
+#
+# <details><summary>Where these runs come from</summary>
+#
+# - **Serving sweep** (`cpu-epyc-avx512bf16-2c`, vLLM in float32, K=7): `peagle-lab serve-sweep`. Under its table:
+#   the spread over repeats, the implied round cost (AL / speed-up, in plain steps), section 6's live round beside
+#   the sweep's nearest one, and the single request's round against our own loop's on the same host and dtype.
+# - **GPU timings** (`gpu-h200`): batch 1, Llama-3.1-8B's shapes, bf16, eager, **random weights**: a cost model
+#   only; the sweep under load runs on a CPU.
 # - **Tensor parallelism** (`cpu-epyc-avx2-2c`, float32): vLLM's size must divide the target's attention heads (the
 #   cell prints which sizes fit this machine; 2 does not), so `peagle-lab bench-tensor-parallel` shards the target by
-#   hand over 2 processes as vLLM does on GPUs (an all-reduce after each attention and MLP), the drafter copied onto
-#   each.
+#   hand over 2 processes as vLLM does on GPUs (an all-reduce after each attention and MLP).
+#
+# </details>
 #
 # ```bash
 # peagle-lab serve-sweep --concurrency 1,4,16 --max-tokens 64 --repeats 2   # -> data/results/<host>/serving/
@@ -540,30 +564,36 @@ for path in sorted((data_dir() / "results").glob("*/tensor-parallel/tensor_paral
           f"{two['sequential_draft_share'] / two['parallel_draft_share']:.1f}x at TP={two['tp']}")
 
 # %% [markdown]
-# **Reading it (question 8).** Load turns break-even into a loss: the sweep (`cpu-epyc-avx512bf16-2c`, vLLM in
-# float32) breaks even at 1 concurrent request (1.00x, repeats 0.87x-1.14x) and costs at 4 and 16 (0.43x and 0.28x).
-# The acceptance length barely moves (1.30-1.35); the round's cost grows from 1.29 to 4.78 plain steps, because
-# batching lifts plain decoding from 15 to 116 tokens/s while P-EAGLE only reaches 33. The line under the table names
-# the sweep point nearest section 6's live round (about three plain steps, printed there): a rough match only, since
-# the live run and the sweep ran on different hosts (`cpu-epyc-avx2-2c` and `cpu-epyc-avx512bf16-2c`).
+# **Reading it (question 8).** Load turns break-even into a loss: with the head, vLLM breaks even at 1 concurrent
+# request (1.00x) and loses at 4 and 16 (0.43x and 0.28x), because batching lifts plain decoding from 15 to 116
+# tokens/s while P-EAGLE only reaches 33. Sharding the target over 2 CPU processes made it slower (verification
+# 181.9 ms against 100.3 ms), so the drafter's share of a round fell.
 #
-# The single request's 1.29 plain steps is not a measured round but an implied one (AL / throughput ratio, 1.30 /
-# 1.00); over the ratio's repeats (0.87x-1.14x) it spans about 1.1-1.5 steps. Read that way, vLLM's CPU engine runs a
-# round more cheaply than our loop, whose round on the same host and dtype costs 1.95 of its plain steps (172 ms
-# against 88 ms); vLLM's implied round, 84 ms with HTTP and prefill included, is shorter than our loop's plain step,
-# while its plain token (65 ms) is only about a quarter shorter than ours.
+# <details><summary>The careful reading</summary>
 #
-# The GPU table (`gpu-h200`, bfloat16, eager) is a cost model with random weights and no head: at batch size 1,
+# **The sweep** (`cpu-epyc-avx512bf16-2c`, vLLM in float32). The single request breaks even: 1.00x, with repeats from
+# 0.87x to 1.14x. The acceptance length barely moves (1.30-1.35); the round's cost grows from 1.29 to 4.78 plain
+# steps. The line under the table names the sweep point nearest section 6's live round (about three plain steps,
+# printed there): a rough match only, since the live run and the sweep ran on different hosts (`cpu-epyc-avx2-2c`
+# and `cpu-epyc-avx512bf16-2c`).
+#
+# **The single request's round.** Its 1.29 plain steps is not a measured round but an implied one (AL / throughput
+# ratio, 1.30 / 1.00); over the ratio's repeats (0.87x-1.14x) it spans about 1.1-1.5 steps. Read that way, vLLM's CPU
+# engine runs a round more cheaply than our loop, whose round on the same host and dtype costs 1.95 of its plain steps
+# (172 ms against 88 ms); vLLM's implied round, 84 ms with HTTP and prefill included, is shorter than our loop's plain
+# step, while its plain token (65 ms) is only about a quarter shorter than ours.
+#
+# **The GPU table** (`gpu-h200`, bfloat16, eager) is a cost model with random weights and no head: at batch size 1,
 # verifying K+1 tokens costs 1.15-1.18 decode steps at every K, and P-EAGLE's one drafting pass stays near 2.6 ms
 # while EAGLE-3's K passes grow to 17.4 ms at K=8 (6% against 31% of a round). It gives the round's cost, not the
 # tokens a trained head would win with it.
 #
-# **Tensor parallelism.** On `cpu-epyc-avx2-2c` (float32) sharding makes the target slower: verification takes
-# 181.9 ms over 2 processes against 100.3 ms on one, so the drafter's share of a round falls (EAGLE-3 14.6% to 9.7%,
-# P-EAGLE 6.4% to 4.1%). The all-reduces explain 33.5 ms of the decode step's 101.8 ms rise; the rest is not broken
-# down here (two ranks on two busy cores waiting on each other is one candidate, not measured). Where sharding speeds
-# the target (GPUs joined by NVLink), the drafter's share should grow
-# (argued, not measured).
+# **Tensor parallelism** (`cpu-epyc-avx2-2c`, float32). The drafter's share of a round falls from 14.6% to 9.7% for
+# EAGLE-3 and from 6.4% to 4.1% for P-EAGLE. The all-reduces explain 33.5 ms of the decode step's 101.8 ms rise; the
+# rest is not broken down here (two ranks on two busy cores waiting on each other is one candidate, not measured).
+# Where sharding speeds the target (GPUs joined by NVLink), the drafter's share should grow (argued, not measured).
+#
+# </details>
 
 # %% [markdown]
 # ## 8 · Recipe: the published P-EAGLE heads on a GPU
@@ -692,23 +722,29 @@ release()
 # %% [markdown]
 # ## What we saw
 #
-# - The export passed every check against the target, and a head with a tap the target lacks was refused before any
+# - The export passed every check against the target; a head with a tap the target lacks was refused before any
 #   engine started.
-# - vLLM with `"parallel_drafting": true` produced the same greedy tokens as without the head, and its acceptance
-#   length and per-position rates equalled our loop's on the same prompts, head and K (section 4): vLLM serves the
-#   function we trained.
+# - With `"parallel_drafting": true`, vLLM gave the same greedy tokens as without the head and the same acceptance
+#   length as our loop (1.454 at K=8): vLLM serves the function we trained.
 # - The OpenAI-compatible server answered on 127.0.0.1, exported the same counters on `/metrics`, and stopped cleanly.
-# - The exercise has you derive those rates from vLLM's totals; at K=2, 7 and 8 our loop kept about the same rounds
+# - Speed: here the head halved vLLM's speed (a round cost about three plain steps for about 1.45 tokens); the
+#   committed sweep broke even at 1 concurrent request (1.00x) and lost under load (0.43x at 4, 0.28x at 16).
+# - Sharding the target over 2 CPU processes made it slower, so the drafter's share of a round fell.
+#
+# <details><summary>The figures behind these bullets</summary>
+#
+# - **Same function.** vLLM's per-position rates also equalled our loop's, on the same prompts, head and K
+#   (section 4).
+# - **The exercise** has you derive those rates from vLLM's totals; at K=2, 7 and 8 our loop kept about the same rounds
 #   and acceptance length: a larger K added drafted tokens, not accepted ones.
-# - On 2 CPU cores in float32 (the printed run) vLLM lost with the head: a batched round cost about three plain
-#   steps and yielded about 1.45 tokens. The committed sweep (`cpu-epyc-avx512bf16-2c`, vLLM in float32) broke even
-#   at 1 concurrent request (1.00x, repeats 0.87x-1.14x) and lost under load (0.43x at 4, 0.28x at 16); at 1 request
-#   its implied round (AL / throughput ratio) cost 1.29 plain steps, about 1.1-1.5 over the repeats, against our own
-#   loop's 1.95 on that host and dtype: read as vLLM's CPU engine running a round more cheaply. The GPU timings
-#   (`gpu-h200`, bfloat16, eager, random weights, no head) show the cost side only: at batch size 1, verifying K+1
-#   tokens costs 1.15-1.18 decode steps.
-# - Sharding the target over 2 CPU processes made it slower, so the drafter's share of a round fell; that the share
-#   grows where sharding speeds the target (GPUs) is argued, not measured.
+# - **Speed.** The live run used 2 CPU cores in float32. The committed sweep ran on `cpu-epyc-avx512bf16-2c`, vLLM in
+#   float32; its single request's repeats spanned 0.87x-1.14x. At 1 request its implied round (AL / throughput
+#   ratio) cost 1.29 plain steps, about 1.1-1.5 over the repeats, against our own loop's 1.95 on that host and dtype:
+#   read as vLLM's CPU engine running a round more cheaply. The GPU timings (`gpu-h200`, bfloat16, eager, random
+#   weights, no head) show the cost side only: at batch size 1, verifying K+1 tokens costs 1.15-1.18 decode steps.
+# - **Sharding.** That the drafter's share grows where sharding speeds the target (GPUs) is argued, not measured.
+#
+# </details>
 #
 # Next, `07_explorer`: type a prompt and watch, token by token, which tokens the drafter's slots supplied and which
 # the target added.

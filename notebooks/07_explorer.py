@@ -82,8 +82,7 @@ ex
 # ## One fixed run (no clicking needed)
 #
 # The same loop without widgets: the first head on offer, greedy, in its trained mode, on the explorer's default
-# prompt, timed against plain decoding in the same run. That prompt is 00's prime check (same text, same chat
-# template), run here at K=4 with 64 new tokens where 00 ran K=5 with 48. Besides the acceptance length, the summary
+# prompt (00's prime check), timed against plain decoding in the same run. Besides the acceptance length, the summary
 # gives **tokens per forward** (the prefill counted), a little lower.
 
 # %% tags=["nbval-ignore-output"]
@@ -113,11 +112,17 @@ print("the first token comes from the target:", run.sources[0] == viz.TARGET)
 print("lossless (identical, or in a near-tie regime a near-tie divergence; see the regime above):", run.lossless)
 
 # %% [markdown]
-# **Reading it.** Most tokens are grey or slot 1. The last line of the run sums it up: live on `cpu-epyc-avx2-2c` in
-# float32 the shipped P-EAGLE head at K=4 commits 1.43 tokens per round of a possible 5 and runs slower than plain
-# decoding (below 1x), yet its output is plain greedy's, token for token. The prompt is 00's prime check, so the
-# greedy answer is 00's too, but K (4 against 5) and the budget (64 tokens against 48) differ: the ledger (appendix)
-# lists both runs under one prompt set, and their acceptance lengths are different samples, not a disagreement.
+# **Reading it.** The shipped P-EAGLE head at K=4 commits 1.43 tokens per round of a possible 5 and runs slower than
+# plain decoding, yet its output is plain greedy's, token for token; most tokens are grey or slot 1.
+#
+# <details><summary>The careful reading</summary>
+#
+# The last line of the run sums it up; the run is live on `cpu-epyc-avx2-2c` in float32. The prompt is 00's prime
+# check (same text, same chat template), so the greedy answer is 00's too, but K (4 against 5) and the budget (64
+# tokens against 48) differ: the ledger (appendix) lists both runs under one prompt set, and their acceptance lengths
+# are different samples, not a disagreement.
+#
+# </details>
 
 # %% [markdown]
 # ### Exercise: which kind of prompt gets more drafts accepted?
@@ -223,34 +228,41 @@ assert same == N_SAME
 
 # %% [markdown]
 # **Reading it.** Every token began as a draft from q, far from p, yet the emitted column sits on p within sampling
-# noise. Drafts pass at the rate sum of min(p, q): a q far from p costs speed, never the output's distribution. The
+# noise: a q far from p costs speed (drafts pass at the rate sum of min(p, q)), never the output's distribution. The
 # package's rule agrees on the same draws.
 
 # %% [markdown]
 # ## Results across hosts
 #
-# 05's full-size benchmark runs, committed under `data/results/<host>/<dtype>/` with their commands: the embedded
-# SmolLM2-135M target and the shipped heads, batch 1, on a 2-core EPYC without native bf16 (`cpu-epyc-avx2-2c`) and
-# one with bf16 units (`cpu-epyc-avx512bf16-2c`). One table per suite (`code`: HumanEval; `chat`: the prompt mix's
-# held-out split), one row per host and dtype. The columns:
+# 05's full-size benchmark runs on two 2-core CPU hosts, one without native bf16 and one with bf16 units: one table
+# per suite (`code`: HumanEval; `chat`: the prompt mix's held-out split), one row per host and dtype. The columns:
 #
-# - `prompts`: prompts x new tokens; `verify_k7`: verifying 8 tokens in one target pass, in decode steps, timed in
-#   isolation by the drafting-cost benchmark, not a loop round (05's round timer, drafting included, is another run);
-# - `P-EAGLE`, `EAGLE-3`, `lookup`: the best speed-up over plain decoding (head, or untrained prompt lookup), its K
-#   and acceptance length. The speed-up is end to end: tokens per second against plain decoding in the same run, the
-#   prefill included, at the K where it is highest (05's decode speed-ups leave the prefill out, so they sit a little
-#   further from 1). `N/24 diverge` (where shown): outputs that differ from plain greedy's, so that speed-up timed
-#   slightly different text (05 shows the bf16 code run's divergences all at near-ties; the chat run's margins are
-#   not printed);
+# - `prompts`: prompts x new tokens; `verify_k7`: verifying 8 tokens in one target pass, in decode steps;
+# - `P-EAGLE`, `EAGLE-3`, `lookup`: the best end-to-end speed-up over plain decoding (head, or untrained prompt
+#   lookup), with its K and acceptance length;
 # - `faster than plain`: on how many prompts each head at that K (P-EAGLE / EAGLE-3) beats plain decoding, timed
 #   side by side on the same prompt;
 # - `paired`: per prompt, P-EAGLE's speed-up minus EAGLE-3's, lowest to highest;
-# - `oracle`: the paper's acceptance replayed on the same draws, charged one parallel pass / K sequential passes. The
-#   paper's acceptance is its HumanEval figure (AL 3.94 at K=7) on `code` and its lower MT-Bench figure (3.70) on
-#   `chat`.
+# - `oracle`: the paper's acceptance replayed on the same draws, charged one parallel pass / K sequential passes.
 #
 # The verdict lines read these by 00's paired rule: *shown faster* is faster on every prompt, *shown slower* slower on
 # every prompt, anything else is *mixed*, whatever the average.
+#
+# <details><summary>Where these runs come from, and what the columns leave out</summary>
+#
+# The runs are committed under `data/results/<host>/<dtype>/` with their commands: the embedded SmolLM2-135M target
+# and the shipped heads, batch 1, on `cpu-epyc-avx2-2c` (no native bf16) and `cpu-epyc-avx512bf16-2c` (bf16 units).
+#
+# - `verify_k7` is timed in isolation by the drafting-cost benchmark, not a loop round (05's round timer, drafting
+#   included, is another run).
+# - The speed-up is tokens per second against plain decoding in the same run, the prefill included, at the K where
+#   it is highest (05's decode speed-ups leave the prefill out, so they sit a little further from 1).
+# - `N/24 diverge` (where shown): outputs that differ from plain greedy's, so that speed-up timed slightly different
+#   text (05 shows the bf16 code run's divergences all at near-ties; the chat run's margins are not printed).
+# - The oracle's acceptance is the paper's HumanEval figure (AL 3.94 at K=7) on `code` and its lower MT-Bench figure
+#   (3.70) on `chat`.
+#
+# </details>
 
 # %% tags=["nbval-ignore-output"]
 from collections import Counter
@@ -316,30 +328,44 @@ print("verdict, at the paper's acceptance: one parallel pass per round against K
       + ("; ".join(claims) or "not run"))
 
 # %% [markdown]
-# **Reading it.** Speculation beats plain decoding where the acceptance length clears a round's cost in decode steps
-# (05's formula). Cheap verification is one way there: with bf16 units (`cpu-epyc-avx512bf16-2c`, bfloat16,
-# `verify_k7` 1.07) both heads are faster on average, 1.14x to 1.31x, and faster than plain decoding on 19 to 23 of
-# 24 prompts, not on every one: by the paired rule all four are *mixed*, none shown faster. High acceptance is
-# another way: untrained prompt lookup reaches 1.33x on code (`cpu-epyc-avx2-2c`, float32, AL 2.64; faster on 22 of
-# 24 prompts, 05). It drafts up to 10 tokens only where it finds a match, so `verify_k7` is not its round cost; that
-# the answers copy the prompt is a plausible reading, not shown here. The trained heads have neither in float32
-# (`verify_k7` 1.88 and 2.06, AL 1.31 to 1.61): every head is slower on average, 0.67x to 0.82x, faster than plain
-# decoding on at most 4 of 24 prompts; three of the six are slower on every prompt. Neither head is faster than the
-# other on every prompt in any run. P-EAGLE's claim shows at the paper's acceptance (`cpu-epyc-avx2-2c`, float32):
-# on the same draws one parallel pass per round is shown faster than seven sequential passes on chat (the paper's
-# MT-Bench acceptance), 1.56x against 1.39x and faster on every prompt (24 of 24); on code (its HumanEval
-# acceptance) it is faster on 22 of 24 prompts (1.59x against 1.46x), so not shown faster.
+# **Reading it.** Speculation pays where the acceptance length clears a round's cost: with bf16 units, where
+# verification is cheap (`verify_k7` 1.07), both heads beat plain decoding on average (1.14x to 1.31x); in float32
+# both lose (0.67x to 0.82x). No head beats plain decoding on every prompt, but at the paper's acceptance one parallel
+# pass per round is shown faster than seven sequential passes on chat (1.56x against 1.39x, 24 of 24 prompts).
+#
+# <details><summary>The careful reading</summary>
+#
+# A round's cost is counted in decode steps (05's formula).
+#
+# - **Cheap verification** (`cpu-epyc-avx512bf16-2c`, bfloat16): both heads are faster than plain decoding on 19 to
+#   23 of 24 prompts, not on every one: by the paired rule all four are *mixed*, none shown faster.
+# - **High acceptance** is another way: untrained prompt lookup reaches 1.33x on code (`cpu-epyc-avx2-2c`, float32,
+#   AL 2.64; faster on 22 of 24 prompts, 05). It drafts up to 10 tokens only where it finds a match, so `verify_k7`
+#   is not its round cost; that the answers copy the prompt is a plausible reading, not shown here.
+# - **Float32**: the trained heads have neither (`verify_k7` 1.88 and 2.06, AL 1.31 to 1.61). Each is faster than
+#   plain decoding on at most 4 of 24 prompts; three of the six are slower on every prompt.
+# - **Which head**: neither is faster than the other on every prompt in any run.
+# - **At the paper's acceptance** (`cpu-epyc-avx2-2c`, float32, same draws): chat uses the paper's MT-Bench
+#   acceptance, and parallel is faster there on every prompt. On code (its HumanEval acceptance) it is faster on 22
+#   of 24 prompts (1.59x against 1.46x), so not shown faster.
+#
+# </details>
 
 # %% [markdown]
 # ## Appendix: the acceptance ledger
 #
-# The acceptance lengths the course recorded for the two shipped heads: every live run, and each committed run's
-# best-K row (the studies of 02 and 03, 04's learning curves and recipe runs, other heads, 05's oracle rows, the
-# committed runs' other K and 05's break-even points stay in their chapters), one row each with what
-# was decoded (`prompt_set`, `prompts`, `new_tokens`), `k`, `dtype` and `rounds`, the sample behind it (`-`: not
-# recorded). Rows compare only where these agree. Under the table: each head's lowest and highest row, and which
-# settings differ between them; indented, the rows of its most-recorded prompt set, host and dtype, and the samples they
-# decoded.
+# The acceptance lengths the course recorded for the two shipped heads, one row each with what was decoded
+# (`prompt_set`, `prompts`, `new_tokens`), `k`, `dtype` and `rounds` (`-`: not recorded). Rows compare only where
+# these agree. Under the table: each head's lowest and highest row, and which settings differ between them; indented,
+# the rows of its most-recorded prompt set, host and dtype.
+#
+# <details><summary>What the ledger holds</summary>
+#
+# Every live run, and each committed run's best-K row. The studies of 02 and 03, 04's learning curves and recipe
+# runs, other heads, 05's oracle rows, the committed runs' other K and 05's break-even points stay in their chapters.
+# `rounds` is the sample behind a row.
+#
+# </details>
 
 # %% tags=["nbval-ignore-output"]
 rows = ledger.course_rows(settings.data_dir(), SHIPPED, settings.REPO_ROOT)
@@ -370,34 +396,44 @@ print(f"05's {len(bench05)} committed benchmark rows: {min(bench05):.2f} to {max
 
 # %% [markdown]
 # **Reading it.** The prompt moves a head's figure most: each head's lowest and highest rows differ in the prompt set.
-# The shipped P-EAGLE head ranges from about 1.0 (04, bare text) to about 2 (00's list of numbers), EAGLE-3 from about
-# 1.4 to about 3.9; 05's committed benchmark rows, hundreds of rounds each, all sit between 1.31 and 1.64. Fixing the
-# prompt set, host and dtype is not enough (the indented lines): the P-EAGLE head's HumanEval rows in float32 (04, 05,
-# 06) decode different numbers of prompts and tokens at different K, so they are different samples of HumanEval, not
-# disagreements. Likewise the prime-check rows: 00's (K=1, 5 and 10, 48 new tokens) and 07's fixed run (K=4, 64) share
-# the prompt, not K or the budget. Two figures compare only where every setting agrees. (`float32 (the engine's
-# default)` marks the serving sweep's rows: its file does not record the dtype, and float32 is what serve-sweep
-# gives vLLM on a CPU, 06's "vLLM in float32".)
+# The first two lines print each head's lowest and highest row; 05's committed benchmark rows, hundreds of rounds
+# each, all sit between 1.31 and 1.64.
+#
+# <details><summary>The careful reading</summary>
+#
+# Two figures compare only where every setting agrees, and fixing the prompt set, host and dtype is not enough (the
+# indented lines). The P-EAGLE head's HumanEval rows in float32 (04, 05, 06) decode different numbers of prompts and
+# tokens at different K, so they are different samples of HumanEval, not disagreements. Likewise the prime-check
+# rows: 00's (K=1, 5 and 10, 48 new tokens) and 07's fixed run (K=4, 64) share the prompt, not K or the budget.
+# `float32 (the engine's default)` marks the serving sweep's rows: its file does not record the dtype, and float32 is
+# what serve-sweep gives vLLM on a CPU, 06's "vLLM in float32".
+#
+# </details>
 
 # %% [markdown]
 # ## What we saw
 #
-# - **The fixed run.** Live on `cpu-epyc-avx2-2c` in float32 the shipped P-EAGLE head at K=4 commits 1.43 tokens per
-#   round of a possible 5 on 00's prime-check prompt, slower than plain decoding, and its output matched plain
-#   greedy's.
+# - **The fixed run.** The shipped P-EAGLE head at K=4 commits 1.43 tokens per round of a possible 5 on 00's
+#   prime-check prompt, slower than plain decoding, and its output matched plain greedy's.
 # - **The exercise.** One code and one chat prompt cannot rank kinds of text; the committed 24-prompt runs do not either.
 # - **Speculative sampling.** Accept a draft with probability min(1, p/q), resample a rejection from max(0, p - q):
 #   the tokens follow p whatever q; q sets only how many drafts pass.
-# - **Across hosts.** Speculation beats plain decoding where the acceptance length clears a round's cost. In float32
-#   both heads lose to plain decoding (0.67x to 0.82x), while prompt lookup on code is faster on average (1.33x); with
-#   bf16 units (`cpu-epyc-avx512bf16-2c`, bfloat16) verification is cheap and the heads are faster on average,
-#   modestly (1.14x to 1.31x), none shown faster on every prompt. At the paper's acceptance one parallel pass per
-#   round is shown faster than seven sequential passes on the same draws on chat (MT-Bench's acceptance; 1.56x against
-#   1.39x, faster on every prompt, committed, `cpu-epyc-avx2-2c`, float32); on code it is faster on 22 of 24 prompts,
-#   not shown faster. With trained heads the same holds on average on a narrow domain (05's last section: list
-#   requests, both heads at AL 3.6, P-EAGLE 1.75x against EAGLE-3 1.55x in float32), not on every prompt (faster on
-#   12 of 16, so not shown faster).
+# - **Across hosts.** With bf16 units both heads beat plain decoding on average (1.14x to 1.31x), in float32 they
+#   lose (0.67x to 0.82x); neither is faster than plain decoding on every prompt.
 # - **The ledger.** The prompt moves a head's acceptance length most.
+#
+# <details><summary>The figures behind these bullets</summary>
+#
+# - **The fixed run** is live on `cpu-epyc-avx2-2c` in float32.
+# - **Across hosts.** Speculation beats plain decoding where the acceptance length clears a round's cost; with bf16
+#   units (`cpu-epyc-avx512bf16-2c`, bfloat16) verification is cheap. In float32 prompt lookup on code is faster on
+#   average (1.33x). At the paper's acceptance one parallel pass per round is shown faster than seven sequential
+#   passes on the same draws on chat (MT-Bench's acceptance; 1.56x against 1.39x, faster on every prompt, committed,
+#   `cpu-epyc-avx2-2c`, float32); on code it is faster on 22 of 24 prompts, not shown faster. With trained heads the
+#   same holds on average on a narrow domain (05's last section: list requests, both heads at AL 3.6, P-EAGLE 1.75x
+#   against EAGLE-3 1.55x in float32), not on every prompt (faster on 12 of 16, so not shown faster).
+#
+# </details>
 #
 # What the course showed: a P-EAGLE drafter reads the target's hidden states (`01_hidden_states`), drafts K tokens in
 # one pass with mask tokens (`02_mask_tokens`) and learns from the target's own outputs (`03_train_head`). On a CPU
@@ -405,6 +441,5 @@ print(f"05's {len(bench05)} committed benchmark rows: {min(bench05):.2f} to {max
 # heads are faster on average, modestly, not shown faster on every prompt; on a narrow domain a 15-minute
 # continuation buys the acceptance, and there P-EAGLE's one pass is faster than EAGLE-3's K passes on average at
 # equal acceptance, on 12 of 16 prompts (`05_parallel_vs_sequential`); the same head serves in vLLM (`06_vllm_deploy`).
-# The mechanism works and stays
-# lossless; on open prompts a CPU budget bought little acceptance.
+# The mechanism works and stays lossless; on open prompts a CPU budget bought little acceptance.
 # Next: the repository's `README.md` and `docs/`.

@@ -158,3 +158,28 @@ def course_rows(data_dir: Path, shipped: dict[str, Path], repo_root: Path, throu
             for r in heldout_rows(path, shipped, repo_root)]
     rows += committed_bench_rows(data_dir / "results") + serving_rows(data_dir / "results")
     return sorted(rows + recorded(through), key=lambda r: str(r["chapter"]))
+
+
+def at_a_glance(data_dir: Path, shipped: dict[str, Path], repo_root: Path) -> list[dict]:
+    """The committed runs side by side, one line each: what was decoded (prompt set, prompts x new tokens), host and
+    dtype, K, and each head's acceptance length there (the K=7 row where a run has one, else its best K). The list
+    heads' run (``data/results-lists``) is the one line whose heads are not the shipped ones; of a serving sweep
+    only its one-request row is kept, the loop-like setting."""
+    data_dir = Path(data_dir)
+    rows = [r for path in sorted(data_dir.glob("recipe/*/heldout_compare.json"))
+            for r in heldout_rows(path, shipped, repo_root)]
+    rows += committed_bench_rows(data_dir / "results")
+    rows += [r | {"head": f"list-domain {r['head']}"} for r in committed_bench_rows(data_dir / "results-lists")]
+    rows += [r for r in serving_rows(data_dir / "results") if r["what"].startswith("vLLM serving sweep, 1 ")]
+    lines: dict[tuple, dict] = {}
+    for r in rows:
+        key = (r["chapter"], r["prompt_set"], r["prompts"], r["new_tokens"], r["host"], r["dtype"])
+        line = lines.setdefault(key, {"chapter": r["chapter"], "prompts": r["prompt_set"].split(" (")[0],
+                                      "decoded": f"{r['prompts']} x {r['new_tokens']}", "host": r["host"],
+                                      "dtype": r["dtype"], "heads": "list-domain" if "list-domain" in r["head"]
+                                      else "shipped", "P-EAGLE": None, "EAGLE-3": None})
+        name = "EAGLE-3" if "eagle3" in r["head"] else "P-EAGLE"
+        if line[name] is None or r["k"] == 7:
+            line[name] = (r["acceptance_length"], r["k"])
+    return [line | {name: "-" if line[name] is None else f"{line[name][0]:.2f} (K={line[name][1]})"
+                    for name in ("P-EAGLE", "EAGLE-3")} for line in lines.values()]

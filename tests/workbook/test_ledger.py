@@ -153,3 +153,17 @@ def test_logbook_fixes_chapter_host_and_dtype_and_reads_a_loops_stats(tmp_path, 
                                                                                          5, 1.6)
     with pytest.raises(PeagleError, match="missing"):
         book.add("no k", "head-x", prompt_set="one prompt", prompts=1, new_tokens=8, rounds=1, acceptance_length=1.0)
+
+
+def test_at_a_glance_puts_both_heads_of_a_run_on_one_line_at_k7_where_it_has_one(tmp_path):
+    data = tmp_path / "data"
+    (data / "recipe" / "h").mkdir(parents=True)
+    (data / "recipe" / "h" / "heldout_compare.json").write_text(json.dumps(
+        {"host": "h", "prompts": ["a", "b"], "max_new_tokens": 8, "dtype": "float32",
+         "rows": [{"path": "heads/p", "acceptance_length": {"3": 1.3, "7": 1.4}},
+                  {"path": "heads/s-eagle3", "acceptance_length": {"3": 1.5, "7": 1.9}}]}))
+    shipped = {"parallel": tmp_path / "heads" / "p", "sequential": tmp_path / "heads" / "s-eagle3"}
+    lines = ledger.at_a_glance(data, shipped, tmp_path)
+    assert lines == [{"chapter": "04", "prompts": "held-out split", "decoded": "2 x 8", "host": "h",
+                      "dtype": "float32", "heads": "shipped", "P-EAGLE": "1.40 (K=7)", "EAGLE-3": "1.90 (K=7)"}]
+    assert ledger.at_a_glance(tmp_path / "empty", shipped, tmp_path) == []
