@@ -101,63 +101,27 @@ book = ledger.Logbook("04", host=precision.host_slug(DEVICE), dtype=precision.dt
 # </details>
 
 # %% tags=["nbval-ignore-output"]
-from collections import Counter
-
 from peagle_lab.drafter import PEagleConfig
 from peagle_lab.drafter.heads import SHIPPED
+from peagle_lab.experiments import studies
+from peagle_lab.workbook import heads_report
 
 records_ = {kind: json.loads((path / "training.json").read_text()) for kind, path in SHIPPED.items()}
-machine = records_["parallel"].get("machine") or {}  # where the shipped heads were trained
-print(committed_label("The shipped heads' records", machine and f"{machine['host']} in {machine['target_dtype']}"
-                      or None))
-cum = {}
-for kind, path in SHIPPED.items():
-    rec = records_[kind]
-    c = PEagleConfig.from_dir(path)
-    cum[kind] = rec.get("cumulative") or dict(tokens_seen=rec["tokens_seen"], steps=rec["steps_done"],
-                                              train_time_s=rec["train_time_s"], runs=1)
-    print(f"\n{path.name} ({kind}): mode={c.mode}, trained K={c.num_speculative_tokens}, {c.num_hidden_layers} "
-          f"layer(s), draft vocabulary {c.draft_vocab_size}, mask token {c.mask_token_id}")
-    print(f"  last run:   {rec['tokens_seen']:>10,} tokens seen, {rec['steps_done']:,} steps, "
-          f"{rec['train_time_s']:.0f} s, {rec['data']['sequences']:,} sequences, precision {rec['autocast']}")
-    print(f"  cumulative: {cum[kind]['tokens_seen']:>10,} tokens seen, {cum[kind]['steps']:,} steps, "
-          f"{cum[kind]['train_time_s']:.0f} s over {cum[kind]['runs']} run(s)   (full record: {path.name}/TRAINING.md)")
-print(f"\ncumulative budgets: EAGLE-3 / P-EAGLE = {cum['sequential']['train_time_s'] / cum['parallel']['train_time_s']:.2f}x "
-      f"the wall time, {cum['sequential']['tokens_seen'] / cum['parallel']['tokens_seen']:.2f}x the tokens seen")
+heads_report.print_training_records(records_, SHIPPED)  # config, last run and cumulative budget of each head
 
 # the committed held-out comparison: both heads on the same held-out prompts, which no head trained on
 compare = json.loads((RECIPE_DIR / HOST / "heldout_compare.json").read_text()) if HOST else {"rows": []}
-P, S = (next((r for r in reversed(compare["rows"]) if r["path"] == SHIPPED[kind].relative_to(settings.REPO_ROOT)
-              .as_posix()), None) for kind in ("parallel", "sequential"))
+P, S = (heads_report.heldout_row(compare, SHIPPED[kind]) for kind in ("parallel", "sequential"))
 N_PROMPTS, N_NEW = len(compare.get("prompts", [])), compare.get("max_new_tokens")
-from peagle_lab.experiments import studies
-
 TIE = studies.largest_seed_spread()  # a smaller gap is read as a tie: the largest seed spread of 02's and 03's studies
 if P and S:
-    kinds = Counter(i.rsplit("-", 1)[0] for i in compare["prompts"])  # a prompt's id is its kind and a number
-    print(f"\nheld-out comparison ({N_PROMPTS} prompts x {N_NEW} tokens: "
-          + ", ".join(f"{n} {kind}" for kind, n in kinds.most_common())
-          + f"; {compare['dtype']}, host {compare['host']}):")
+    print(heads_report.heldout_heading(compare))
     for k in P["acceptance_length"]:
         p, s = P["acceptance_length"][k], S["acceptance_length"][k]
         verdict = "a tie" if abs(s - p) < TIE else f"{'EAGLE-3' if s > p else 'P-EAGLE'} accepts more per round"
         print(f"  K={k}: P-EAGLE {p:.3f}, EAGLE-3 {s:.3f}, gap {s - p:+.3f}: {verdict}")
-    # each slot's rate with the rounds that reached it, then AL rebuilt from the rates. A file written before the
-    # counts were recorded keeps rates only: its counts are estimated (marked ~) as (prompts x tokens / AL, the
-    # rounds in all) x (the share that accepted every slot before it)
-    for k in P["per_position"]:
-        print(f"\nK={k}, per slot: rate (rounds that reached the slot)")
-        for name, row in (("P-EAGLE", P), ("EAGLE-3", S)):
-            rounds, share, terms, cells = N_PROMPTS * N_NEW / row["acceptance_length"][k], 1.0, [], []
-            counted = row.get("attempted", {}).get(k)
-            for j, x in enumerate(row["per_position"][k]):
-                reached = f"{counted[j]}" if counted else f"~{rounds * share:.0f}"
-                cells.append("-" if x is None else f"{x:.2f} ({reached})")
-                share *= x or 0.0
-                terms.append(share)
-            print(f"  {name:8s} " + "  ".join(cells))
-            print(f"  {'':8s} AL = 1 + " + " + ".join(f"{t:.4f}" for t in terms if t) + f" = {1 + sum(terms):.3f}"
-                  f"   (recorded {row['acceptance_length'][k]:.3f})")
+    # each slot's rate with the rounds that reached it, then AL = 1 + p1 + p1·p2 + ... rebuilt from the rates
+    heads_report.print_slot_rates({"P-EAGLE": P, "EAGLE-3": S}, N_PROMPTS, N_NEW)
 
 # %% [markdown]
 # Now a live check on other prompts: each head drafts in its own mode at a few K on HumanEval prompts, greedy,
@@ -190,56 +154,16 @@ print("every speculative output identical to plain greedy:", all(ev["lossless"] 
 # %% tags=["nbval-ignore-output"]
 from peagle_lab.workbook import report
 
-fig, axes = plt.subplots(1, 2, figsize=(13, 4.5))
-names = {"parallel": "P-EAGLE (parallel)", "sequential": "EAGLE-3 (sequential)"}
-for kind, row in (("parallel", P), ("sequential", S)):
-    if row:
-        axes[0].plot([int(k) for k in row["acceptance_length"]], list(row["acceptance_length"].values()), marker="o",
-                     label=names[kind])
-    axes[1].plot(KS, [live[kind]["acceptance_length"][k] for k in KS], marker="o", label=names[kind])
-axes[0].set_title(f"committed ({REF}): {N_PROMPTS} held-out prompts, {N_NEW} new tokens")
-axes[1].set_title(f"this run ({precision.dtype_name(model.dtype)}): {len(prompts)} HumanEval prompt(s), "
-                  f"{MAX_NEW} new tokens")
-for ax in axes:
-    ax.set(xlabel="K (draft tokens per round)", ylabel="acceptance length (incl. bonus token)")
-    ax.grid(alpha=0.3)
-    ax.legend()
-plt.tight_layout()
-plt.show()
+heads_report.plot_heldout_and_live({"parallel": P, "sequential": S}, live, KS, (
+    f"committed ({REF}): {N_PROMPTS} held-out prompts, {N_NEW} new tokens",
+    f"this run ({precision.dtype_name(model.dtype)}): {len(prompts)} HumanEval prompt(s), {MAX_NEW} new tokens"))
 
-
-def leader(gap):
-    """Who accepts more, from the gap EAGLE-3 minus P-EAGLE."""
-    return "a tie" if abs(gap) < TIE else f"{'EAGLE-3' if gap > 0 else 'P-EAGLE'} ahead"
-
-
-def held_out_gap(k):
-    """(EAGLE-3 minus P-EAGLE on the held-out prompts at K=k, where it comes from), or None. The recorded gap where
-    the file has that K; at K=1, where a round drafts slot 1 only, the gap AL = 1 + p1 predicts from each head's
-    slot-1 rate at the file's smallest K; none at another K, nor on another target (the file holds SmolLM2's heads)."""
-    if not (P and S and models.is_default_target()):
-        return None
-    if str(k) in P["acceptance_length"]:
-        return S["acceptance_length"][str(k)] - P["acceptance_length"][str(k)], f"held-out K={k}"
-    if k == 1:
-        k0 = min(P["per_position"], key=int)
-        return S["per_position"][k0][0] - P["per_position"][k0][0], f"held-out slot-1 rates (at K={k0}) predict"
-    return None
-
-
-# the live check: which head accepts more at each K, and (on SmolLM2) is it the one the held-out prompts put ahead?
+# the live check: which head accepts more at each K (a gap under TIE is a tie), and (on SmolLM2) is it the one the
+# held-out prompts put ahead?
 for k in KS:
     p, s = (live[kind]["acceptance_length"][k] for kind in ("parallel", "sequential"))
-    line = f"this run, K={k}: P-EAGLE {p:.2f}, EAGLE-3 {s:.2f}, gap {s - p:+.2f}: {leader(s - p)}"
-    held = held_out_gap(k)
-    if held:
-        gap, source = held
-        order = "" if min(abs(gap), abs(s - p)) < TIE else (
-            ", the same order" if (gap > 0) == (s > p) else ", the reverse order")
-        line += f"; {source}: {leader(gap)} (gap {gap:+.2f}){order}"
-    elif P and S and models.is_default_target():
-        line += "; no held-out figure at this K"
-    print(line)
+    print(f"this run, K={k}: P-EAGLE {p:.2f}, EAGLE-3 {s:.2f}, gap {s - p:+.2f}: {heads_report.leader(s - p, TIE)}"
+          + heads_report.against_heldout(s - p, k, P, S, TIE, models.is_default_target()))
 
 report.record("shipped_heads_lossless", all(ev["lossless"] for ev in live.values()))  # for the workbook's summary
 for kind, row in (("parallel", P), ("sequential", S)):
@@ -306,52 +230,14 @@ for kind, row in (("parallel", P), ("sequential", S)):
 # </details>
 
 # %% tags=["nbval-ignore-output"]
-def read_curve(path):
-    return json.loads(path.read_text()) if path.is_file() else {"points": []}
-
-
-def plot_runs(ax, points, key, title):
-    for name in dict.fromkeys(p[key] for p in points):
-        ps = sorted((p for p in points if p[key] == name), key=lambda p: p["tokens_seen"])
-        ax.plot([p["tokens_seen"] for p in ps], [p["acceptance_length"] for p in ps], "o-", label=name)
-    ax.set(xscale="log", xlabel="training tokens seen", ylabel="held-out acceptance length, K=7", title=title)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-
-
-docs = [read_curve(RECIPE_DIR / HOST / name) if HOST else {"points": []}
+docs = [heads_report.read_curve(RECIPE_DIR / HOST / name) if HOST else {"points": []}
         for name in ("curve.json", "deeper/curve.json")]
 curve, deeper = (d["points"] for d in docs)
-curve_dtype = "/".join(sorted({str(d.get("dtype") or "not recorded") for d in docs if d["points"]}))
-print(committed_label("The learning curves", HOST and f"{HOST}, target dtype {curve_dtype} in the curve files"))
-for d, panel in zip(docs, ("left", "right")):
-    if d["points"]:
-        print(f"{panel} panel: every snapshot scored at K={d['k']} on {d['val_prompts']} held-out prompts x "
-              f"{d['max_new_tokens']} new tokens (not section 1's prompts)")
-fig, axes = plt.subplots(1, 2, figsize=(13, 4.2), sharey=True)
-plot_runs(axes[0], curve, "mode", "long runs' snapshots (P-EAGLE = parallel, EAGLE-3 = sequential)")
-plot_runs(axes[1], deeper, "run", "1, 2 and 4 layers, same wall time (exp-L<layers>)")
-plt.tight_layout()
-plt.show()
-for mode, name in (("parallel", "P-EAGLE"), ("sequential", "EAGLE-3")):  # each long run, every snapshot
-    ps = sorted((p for p in curve if p["mode"] == mode), key=lambda p: p["tokens_seen"])
-    if ps:
-        a, b = ps[0], ps[-1]
-        print(f"{name} ({a['run']} to {b['run']}, {b['tokens_seen'] / a['tokens_seen']:.0f}x the tokens), AL at "
-              f"each snapshot (thousand tokens seen): " + ", ".join(f"{p['acceptance_length']:.3f} "
-                                                                   f"({p['tokens_seen'] / 1e3:,.0f}k)" for p in ps))
-for name in dict.fromkeys(p["run"] for p in deeper):  # each deeper head at its last snapshot
-    last = max((p for p in deeper if p["run"] == name), key=lambda p: p["tokens_seen"])
-    print(f"{name}: last snapshot at {last['tokens_seen']:>9,} tokens, AL {last['acceptance_length']:.3f}")
+heads_report.print_curve_sources(docs, HOST)  # the label, and the prompts each panel's snapshots were scored on
+heads_report.plot_curves(curve, deeper)
+heads_report.print_snapshots(curve, deeper)  # each long run's AL at every snapshot, each deeper head's last
 # the same heads at the end of their runs, on section 1's comparison prompts
-fresh = next((h for h in records_["parallel"].get("history", []) if h["head"].endswith("-fresh")), None)
-ends = {r["path"].rsplit("/", 1)[-1]: r["acceptance_length"]["7"] for r in compare["rows"]}
-if fresh and "peagle-L1" in ends and P:
-    print(f"\nexp-L1's run ({fresh['head']}) ended at {fresh['tokens_seen']:,} tokens, after its last snapshot; on "
-          f"section 1's comparison prompts at K=7 it scores {ends['peagle-L1']:.3f} ("
-          + ", ".join(f"exp-L{n} {ends[f'peagle-L{n}']:.3f}" for n in (2, 4) if f"peagle-L{n}" in ends)
-          + f" at their runs' end), and {P['acceptance_length']['7']:.3f} once continued on fresh records (the "
-          f"shipped P-EAGLE head)")
+heads_report.print_run_ends(records_["parallel"], compare, P)
 
 # %% [markdown]
 # Why does acceptance stay low? In section 1's formula a slot counts only when every slot before it was accepted,

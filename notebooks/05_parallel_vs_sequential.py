@@ -72,7 +72,6 @@ from peagle_lab.memory import release
 from peagle_lab.prompts import chat_ids, humaneval_prompts
 from peagle_lab.settings import data_dir
 from peagle_lab.workbook import ledger, payoff, report
-from peagle_lab.workbook.notebook import committed_label
 
 # PEAGLE_DTYPE=auto|float32|bfloat16 (default auto: bf16 on CUDA and on CPUs with native bf16 units)
 DTYPE = precision.resolve_dtype(None, DEVICE)
@@ -82,75 +81,27 @@ model, tokenizer = models.load_target(TARGET, device=DEVICE, dtype=DTYPE)
 print(describe(DEVICE))
 
 # %% tags=["nbval-ignore-output"]
-from peagle_lab.bench.oracle import PAPER, budget_acceptance_length, constant_rate_acceptance_length, oracle_rates
+from peagle_lab.bench.oracle import budget_acceptance_length, constant_rate_acceptance_length, oracle_rates
 from peagle_lab.bench.suites import suite_of
-
+from peagle_lab.workbook import round_report
+from peagle_lab.workbook.round_report import against_plain, paper_target, round_steps
 
 best = payoff.best  # the row of a family with the highest end-to-end speed-up: a head at its best K
-
-
-def round_steps(m):
-    """A round's cost in plain decode steps, from the loop's own medians: (t_draft + t_verify) / t_step."""
-    return (m["t_draft_round_ms"] + m["t_verify_round_ms"]) / m["t_step_ms"]
-
-
-def paper_target(suite, k=7):
-    """The blog's acceptance length that the oracle replays on `suite`, and its benchmark: code replays HumanEval's
-    3.94 at K=7, chat MT-Bench's 3.70."""
-    name = {"blog-humaneval": "HumanEval", "blog-mtbench": "MT-Bench"}[PAPER.get(suite, PAPER["code"])]
-    return constant_rate_acceptance_length(oracle_rates("paper", suite)[0][0], k), name
-
-
-def against_plain(e2e_res, m):
-    """The paired rule against plain decoding, in words: on how many prompts row `m` is faster end to end."""
-    n, runs = payoff.prompts_faster(e2e_res, m)
-    return ("faster on every prompt" if runs and n == runs else "slower on every prompt" if runs and n == 0
-            else f"faster on {n} of {runs} prompts")
-
 
 # this host's committed full-size run (the nearest host's where it has none), newest in this run's dtype
 committed = bench.committed_results(data_dir() / "results")
 host_run = payoff.host_run(committed, HOST, precision.dtype_name(DTYPE))
 suites = result_suites(host_run["results"])
 committed_run = suites.get("code") or next(iter(suites.values()))
-# the oracle rows (the paper's acceptance replayed): from this run, else the first committed run that has them; the
-# K-pass charge where that run has it
-where, orc = next((c["dir"], e) for c in [host_run] + committed for e in result_suites(c["results"]).values()
-                  if best(e, "oracle"))
-o = best(orc, "oracle")
-o_seq = next((m for m in orc["methods"] if m["family"] == "oracle-sequential" and m["k"] == o["k"]), None)
 cfg = committed_run["config"]
-print(committed_label(f"{host_run['dir']}, `{cfg['suite']}` suite, {cfg['n_prompts']} prompts x "
-                      f"{cfg['max_new_tokens']} new tokens"))
-picks = [("P-EAGLE, best K", best(committed_run, "p-eagle"), 1),  # (row, method row, drafter passes per round)
-         ("EAGLE-3, best K", best(committed_run, "eagle3"), "K"),
-         ("prompt lookup (no training)", best(committed_run, "prompt-lookup"), 0),  # n-gram copy, no drafter
-         (f"oracle, 1 pass{'' if where == host_run['dir'] else f' ({where})'}", o, 1),
-         (f"oracle, K passes{'' if where == host_run['dir'] else f' ({where})'}", o_seq, "K")]
-table = [{"": name, "K": m["k"], "drafter passes": m["k"] if passes == "K" else passes, "AL": m["acceptance_length"],
-          "round (steps)": round_steps(m) if m.get("t_step_ms") else None,
-          "ideal = AL / round": m["acceptance_length"] / round_steps(m) if m.get("t_step_ms") else None,
-          "measured, decode": m.get("decode_speedup"), "measured, end to end": m["speedup"], "row": m}
-         for name, m, passes in picks if m]
-display(Markdown(bench.format_table(table, [c for c in table[0] if c != "row"], floatfmt=".2f")))
-
-dc_rows = host_run["results"]["drafting_cost"]["rows"]
-lo, hi = dc_rows[0], dc_rows[-1]
-print(f"Shown here: the mechanism (from K={lo['k']} to K={hi['k']}, one parallel pass grows "
-      f"{hi['parallel_ms'] / lo['parallel_ms']:.2f}x, K sequential passes "
-      f"{hi['sequential_ms'] / lo['sequential_ms']:.1f}x), "
-      f"and losslessness: {'every' if committed_run['all_lossless'] else 'NOT every'} method passed the lossless check "
-      f"({committed_run['lossless_regime']} regime).")
-print("End-to-end speed-up against plain decoding, prompt by prompt: " + "; ".join(
-    f"{r[''].split(',')[0]} {r['measured, end to end']:.2f}x, {against_plain(committed_run, r['row'])} "
-    f"(AL {r['AL']:.2f}"
-    + (f" over a round of {r['round (steps)']:.2f} steps)" if r["round (steps)"] else ", no drafter pass)")
-    for r in table if not r[""].startswith("oracle")) + ".")
-o_al, o_bench = paper_target(suite_of(orc), o["k"])
-print(f"Not shown by the shipped heads: the paper's acceptance, the blog's AL {o_al:.2f} at K={o['k']} on "
-      f"{o_bench} for this `{suite_of(orc)}` suite. Replayed by the oracle ({where}, AL drawn "
-      f"{o['acceptance_length']:.2f}), one parallel pass per round pays {o['speedup']:.2f}x end to end"
-      + (f", {o['k']} sequential passes {o_seq['speedup']:.2f}x." if o_seq else "."))
+# the oracle rows (the paper's acceptance replayed): from this run, else the first committed run that has them
+oracle = round_report.oracle_pick(host_run, committed)
+table = round_report.summary_rows(committed_run, oracle, host_run["dir"])  # each method at its best K
+for r in table:  # round = (t_draft + t_verify) / t_step in decode steps; the best a method can reach is AL / round
+    r["ideal = AL / round"] = r["AL"] / r["round (steps)"] if r["round (steps)"] else None
+print(round_report.summary_label(host_run, committed_run))
+display(Markdown(round_report.summary_table(table)))
+round_report.print_summary(host_run, committed_run, table, oracle)
 
 # %% [markdown]
 # **Reading it.** Where AL is smaller than the round, `ideal` falls below 1: both shipped heads lose (0.79x end to
@@ -751,7 +702,8 @@ print("\nthe blog's acceptance lengths on the GPU cost model (K=7): "
 # %% [markdown]
 # **Reading it.** A head pays only where its acceptance length clears the round: about two decode steps in fp32, 1.26
 # with bf16 units. The shipped P-EAGLE head (AL 1.51 in the committed fp32 run) falls short in fp32 and just clears the
-# bf16 round (1.20x decode), while the paper's HumanEval AL 3.94 would pay ideally about 2x in fp32 and 3.12x in bf16.
+# bf16 round (1.20x decode), while the paper's HumanEval AL 3.94 would pay ideally about 1.7 to 2x on fp32 rounds (the
+# live line and the committed ones) and 3.12x in bf16.
 #
 # <details><summary>The careful reading</summary>
 #
@@ -948,26 +900,9 @@ lists_runs = bench.committed_results(data_dir() / "results-lists")
 if lists_runs:
     lrun = payoff.host_run(lists_runs, HOST, precision.dtype_name(DTYPE))
     le = result_suites(lrun["results"])["lists"]
-    print(committed_label(f"{lrun['dir']}, `lists` suite, {le['config']['n_prompts']} held-out prompts x "
-                          f"{le['config']['max_new_tokens']} new tokens"))
-    rows = [{"method": m["method"], "drafter passes": 1 if m["family"] == "p-eagle" else m["k"], "AL":
-             m["acceptance_length"], "round (steps)": round_steps(m), "ideal = AL / round":
-             m["acceptance_length"] / round_steps(m), "end to end": m["speedup"],
-             "faster than plain": "{}/{}".format(*payoff.prompts_faster(le, m))}
-            for m in le["methods"] if m["family"] in ("p-eagle", "eagle3")]
-    display(Markdown(bench.format_table(rows, list(rows[0]), floatfmt=".2f")))
-    for (kind, path), (family, name) in zip(LIST_HEADS.items(), (("p-eagle", "P-EAGLE"), ("eagle3", "EAGLE-3"))):
-        rec = json.loads((path / "training.json").read_text())  # the head's training record
-        m = best(le, family)
-        print(f"{name} head: {rec['config']['init_from'].split('/')[-1]} continued {rec['train_time_s']:.0f} s on "
-              f"{rec['data']['sequences']} answers ({rec['data']['response_tokens']:,} answer tokens), "
-              f"{rec['tokens_seen']:,} tokens seen, {rec['machine']['host']}, {rec['autocast']}")
-        print(f"  best at K={m['k']}: {m['speedup']:.2f}x end to end, AL {m['acceptance_length']:.2f}, a round of "
-              f"{round_steps(m):.2f} steps; per-slot rates "
-              + " ".join(f"{r:.2f}" for r in m["per_position_acceptance"]) + f"; against plain: {against_plain(le, m)}")
-        slower = sorted(r["new_tokens"] for r in le["runs"] if r["method"] == m["method"] and r["speedup_vs_plain"] < 1)
-        print(f"  slower than plain on {len(slower)} prompts, whose answers have {slower} tokens (the budget is "
-              f"{le['config']['max_new_tokens']})")
+    print(round_report.lists_label(lrun, le))
+    display(Markdown(round_report.lists_table(le)))  # every K of both heads: AL, round (steps), ideal, measured
+    round_report.print_list_heads(le, LIST_HEADS)  # each head's training record, its best K, its slower prompts
     gaps = paired(le, best(le, "p-eagle"), best(le, "eagle3"))
     print(f"P-EAGLE minus EAGLE-3, each at its best K, per prompt: {min(gaps):+.3f}x to {max(gaps):+.3f}x: "
           + order(gaps, "P-EAGLE", "EAGLE-3"))

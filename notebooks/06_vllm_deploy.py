@@ -465,103 +465,32 @@ import matplotlib.pyplot as plt
 
 from peagle_lab.serving import sweep as serve_sweep
 from peagle_lab.settings import data_dir
-
+from peagle_lab.workbook import serving_report
 from peagle_lab.workbook.notebook import committed_label
 
-sweeps = sorted((data_dir() / "results").glob(f"*/serving/{serve_sweep.RESULTS_JSON}"))
+RESULTS = data_dir() / "results"
+live = (f"section 6's live batch of {N_PROMPTS} prompts ({precision.host_slug(DEVICE)}, "
+        f"{precision.dtype_name(LOOP_DTYPE)})")
 print(committed_label("The serving sweeps below"))
-for path in sweeps:
+for path in sorted(RESULTS.glob(f"*/serving/{serve_sweep.RESULTS_JSON}")):
     doc = json.loads(path.read_text())
-    meta, sweep_host = doc["meta"], doc["meta"].get("host")
-    # vLLM's dtype: the engine settings the sweep records, else serve-sweep's own on a CPU (--dtype float32)
-    on_gpu_host = meta.get("environment", {}).get("device") == "cuda"
-    sweep_dtype = (meta.get("engine") or {}).get("dtype") or (
-        "vLLM's GPU default" if on_gpu_host else serving.engine_kwargs(on_gpu=False)["dtype"])
-    print(f"{sweep_host}: vLLM in {sweep_dtype}, head {meta.get('head')}, K={meta.get('k')}, "
-          f"{meta['max_tokens']} tokens per request, {meta['repeats']} repeats, "
-          f"load average at the start {meta.get('environment', {}).get('loadavg_start')}")
-    print(f"{'concurrency':>12s}{'plain tok/s':>13s}{'P-EAGLE tok/s':>15s}{'throughput':>12s}{'latency':>9s}{'AL':>7s}")
-    for r in doc["speedups"]:
-        print(f"{r['concurrency']:>12d}{r['plain_tokens_per_s']:>13.1f}{r['peagle_tokens_per_s']:>15.1f}"
-              f"{r['throughput_speedup']:>11.2f}x{r['latency_speedup']:>8.2f}x{r['acceptance_length']:>7.2f}")
-    for r in doc["speedups"]:
-        per_repeat = [p["tokens_per_s"] / q["tokens_per_s"] for p in doc["rows"] for q in doc["rows"]
-                      if p["config"] == "peagle" and q["config"] == "plain" and p["repeat"] == q["repeat"]
-                      and p["concurrency"] == q["concurrency"] == r["concurrency"]]
-        lo, hi = min(per_repeat, default=float("nan")), max(per_repeat, default=float("nan"))
-        verdict = "pays" if lo > 1 else "costs" if hi < 1 else "breaks even (1 lies within the repeats)"
-        print(f"  {r['concurrency']:>3d} concurrent: repeats {lo:.2f}x-{hi:.2f}x -> speculation {verdict}; implied "
-              f"round cost {r['acceptance_length'] / r['throughput_speedup']:.2f} plain steps per "
-              f"{r['acceptance_length']:.2f} tokens")
+    # a round's cost in plain steps, implied by the sweep: tokens per round over the speed-up
     implied = {r["concurrency"]: r["acceptance_length"] / r["throughput_speedup"] for r in doc["speedups"]}
-    near = min(implied, key=lambda c: abs(implied[c] - steps))
-    print(f"  section 6's live batch of {N_PROMPTS} prompts ({precision.host_slug(DEVICE)}, "
-          f"{precision.dtype_name(LOOP_DTYPE)}): a round of {steps:.2f} plain steps, nearest the sweep's round at "
-          f"{near} concurrent ({implied[near]:.2f})"
-          + (f", not at {min(implied)} ({implied[min(implied)]:.2f})" if near != min(implied) else ""))
-    # batch 1 against our own loop on the same host and dtype (its committed bench, when there is one)
-    single = min(doc["speedups"], key=lambda r: r["concurrency"])
-    bench_path = data_dir() / "results" / str(sweep_host) / str(sweep_dtype) / "end_to_end.json"
-    if single["concurrency"] == 1 and bench_path.exists():
-        bench_rows = {m["method"]: m for m in json.loads(bench_path.read_text())["methods"]}
-        own = bench_rows.get(f"p-eagle K={meta.get('k')}")
-        if own:
-            loop_round = own["t_draft_round_ms"] + own["t_verify_round_ms"]
-            vllm_step = 1e3 / single["plain_tokens_per_s"]  # ms per token, and per round of AL tokens
-            vllm_round = 1e3 * single["acceptance_length"] / single["peagle_tokens_per_s"]
-            print(f"  1 concurrent, {sweep_host}, {sweep_dtype}: vLLM {vllm_step:.0f} ms per plain token, "
-                  f"{vllm_round:.0f} ms per round (HTTP and prefill included) = {vllm_round / vllm_step:.2f} "
-                  "plain steps")
-            print(f"  our loop, same host and dtype (committed bench, batch 1, K={own['k']}): plain step "
-                  f"{own['t_step_ms']:.0f} ms, round {loop_round:.0f} ms = {loop_round / own['t_step_ms']:.2f} "
-                  f"steps; vLLM's round is {'shorter' if vllm_round < own['t_step_ms'] else 'longer'} than our "
-                  f"loop's plain step")
+    serving_report.print_sweep(doc, implied, steps, live)
+    serving_report.print_single_request(doc, RESULTS)  # batch 1 against our own loop on the same host and dtype
     serve_sweep.plot_sweep(doc)
     plt.show()
 
-gpu = json.loads((data_dir() / "results" / "gpu-h200" / "gpu-check" / "timing.json").read_text())["result"]
-print(f"\nGPU (eager, random weights), batch 1, {gpu['target_params'] / 1e9:.1f}B-parameter shapes, {gpu['dtype']}: one decode step "
-      f"{gpu['decode_step_ms']:.1f} ms")
-print(f"{'K':>3s}{'verify K+1 / step':>19s}{'parallel draft ms':>19s}{'K sequential ms':>17s}"
-      f"{'draft share P-EAGLE':>21s}{'EAGLE-3':>9s}")
-for r in gpu["rows"]:
-    par = r["parallel_ms"] / (r["parallel_ms"] + r["verify_ms"])
-    seq = r["sequential_ms"] / (r["sequential_ms"] + r["verify_ms"])
-    print(f"{r['k']:>3d}{r['verify_ratio']:>19.3f}{r['parallel_ms']:>19.2f}{r['sequential_ms']:>17.2f}"
-          f"{par:>21.0%}{seq:>9.0%}")
+serving_report.print_gpu_costs(json.loads((RESULTS / "gpu-h200" / "gpu-check" / "timing.json").read_text())["result"])
 
 # tensor parallelism here: vLLM shards attention by heads, so the size must divide the target's attention heads
 n_heads = AutoConfig.from_pretrained(target_dir).num_attention_heads
 tp_sizes = [n for n in range(2, n_heads + 1) if n_heads % n == 0]
-tp_fits = [n for n in tp_sizes if n <= (os.cpu_count() or 1)]
-print(f"\ntensor parallelism: {n_heads} attention heads -> sizes vLLM accepts {tp_sizes or 'none above 1'}; "
-      f"one rank per core on these {os.cpu_count()} cores: {tp_fits or 'none fits'}")
+serving_report.print_tp_sizes(n_heads, tp_sizes, os.cpu_count())
 
 # the target sharded by hand over 2 processes (peagle-lab bench-tensor-parallel), the drafter copied on each rank
-for path in sorted((data_dir() / "results").glob("*/tensor-parallel/tensor_parallel.json")):
-    tp = json.loads(path.read_text())
-    env = tp["env"]
-    print(f"\n{env['host']}: target split over ranks by KV-head groups and MLP columns (gloo, 1 thread per rank, "
-          f"{env['dtype']}, batch 1, K={tp['config']['k']}), medians of {tp['config']['repeats']} interleaved repeats, "
-          f"load average {env['loadavg_start'][0]:.1f} -> {env['loadavg_end'][0]:.1f} on {env['cpu_count']} cores; "
-          f"one all-reduce {tp['all_reduce_ms']:.2f} ms, {tp['all_reduces_per_pass']} per pass")
-    print(f"{'TP':>3s}{'decode ms':>11s}{'verify ms':>11s}{'parallel draft ms':>19s}{'K sequential ms':>17s}"
-          f"{'draft share P-EAGLE':>21s}{'EAGLE-3':>9s}")
-    for r in tp["rows"]:
-        print(f"{r['tp']:>3d}{r['decode_ms']:>11.1f}{r['verify_ms']:>11.1f}{r['parallel_draft_ms']:>19.1f}"
-              f"{r['sequential_draft_ms']:>17.1f}{r['parallel_draft_share']:>21.1%}{r['sequential_draft_share']:>9.1%}")
-    one, two = tp["rows"][0], tp["rows"][-1]
-    faster = one["verify_ms"] / two["verify_ms"]
-    print(f"sharding over {two['tp']} processes makes verification {faster:.2f}x as fast "
-          f"({'faster' if faster > 1 else 'slower'}); the drafter's share of a round "
-          f"{'grows' if two['sequential_draft_share'] > one['sequential_draft_share'] else 'does not grow'} "
-          f"(EAGLE-3 {one['sequential_draft_share']:.1%} -> {two['sequential_draft_share']:.1%}, "
-          f"P-EAGLE {one['parallel_draft_share']:.1%} -> {two['parallel_draft_share']:.1%})")
-    reduce_ms = tp["all_reduces_per_pass"] * tp["all_reduce_ms"]
-    print(f"the all-reduces of one pass: {tp['all_reduces_per_pass']} x {tp['all_reduce_ms']:.2f} = {reduce_ms:.1f} ms, "
-          f"against a decode step that rose by {two['decode_ms'] - one['decode_ms']:.1f} ms; EAGLE-3's draft share "
-          f"over P-EAGLE's: {one['sequential_draft_share'] / one['parallel_draft_share']:.1f}x at TP={one['tp']}, "
-          f"{two['sequential_draft_share'] / two['parallel_draft_share']:.1f}x at TP={two['tp']}")
+for path in sorted(RESULTS.glob("*/tensor-parallel/tensor_parallel.json")):
+    serving_report.print_tensor_parallel(json.loads(path.read_text()))
 
 # %% [markdown]
 # **Reading it (question 8).** Load turns break-even into a loss: with the head, vLLM breaks even at 1 concurrent

@@ -265,67 +265,25 @@ assert same == N_SAME
 # </details>
 
 # %% tags=["nbval-ignore-output"]
-from collections import Counter
-
 from peagle_lab import bench
 from peagle_lab.bench.files import result_suites
-from peagle_lab.bench.summary import verify_and_draft_ratio
-from peagle_lab.workbook import payoff
+from peagle_lab.workbook import across_hosts
 from peagle_lab.workbook.notebook import committed_label
 
 HOST = precision.host_slug(DEVICE)
 committed = [c for c in bench.committed_results(settings.data_dir() / "results") if result_suites(c["results"])]
 print(committed_label("The tables below") + f"; this machine is {HOST}"
       + ("" if any(c["host"] == HOST for c in committed) else ", which has no committed run"))
-
-
-best = payoff.best  # the row of a family (over the K it ran) with the highest speed-up, or None
-
-
-def shown(m):
-    if m is None:
-        return "-"
-    diverged = f", {m['divergences']}/{m['runs']} diverge" if m.get("divergences") else ""
-    return f"{m['speedup']:.2f}x (K={m['k']}, AL {m['acceptance_length']:.2f}{diverged})"
-
-
-tables, heads, orders, claims = {}, [], [], []
-for c in committed:
-    for suite, e in result_suites(c["results"]).items():
-        p_row, s_row, o = best(e, "p-eagle"), best(e, "eagle3"), best(e, "oracle")
-        gaps = payoff.paired_gaps(e, p_row, s_row)  # per prompt: P-EAGLE's speed-up minus EAGLE-3's
-        o_seq = next((m for m in e["methods"] if m["family"] == "oracle-sequential" and o and m["k"] == o["k"]), None)
-        tables.setdefault(suite, []).append({
-            "host": c["host"] + (" (this machine)" if c["host"] == HOST else ""), "dtype": c["dtype"],
-            "prompts": f"{e['config']['n_prompts']} x {e['config']['max_new_tokens']}",
-            "verify_k7": verify_and_draft_ratio(c["results"]["drafting_cost"], 7)[0],
-            "P-EAGLE": shown(p_row), "EAGLE-3": shown(s_row), "lookup": shown(best(e, "prompt-lookup")),
-            "faster than plain": " / ".join("{}/{}".format(*payoff.prompts_faster(e, m)) for m in (p_row, s_row)),
-            "paired": f"{min(gaps):+.2f} to {max(gaps):+.2f}",
-            "oracle": "-" if o is None else f"{o['speedup']:.2f}x / " + (f"{o_seq['speedup']:.2f}x" if o_seq else "-")})
-        for m in (p_row, s_row):
-            faster, timed = payoff.prompts_faster(e, m)  # the paired rule against plain decoding
-            word = "shown faster" if faster == timed else "shown slower" if faster == 0 else "mixed"
-            heads.append({"dtype": c["dtype"], "speedup": m["speedup"], "word": word})
-        orders.append(min(gaps) > 0 or max(gaps) < 0)  # one head faster on every prompt?
-        if o_seq:
-            wins = [g > 0 for g in payoff.paired_gaps(e, o, o_seq)]
-            claims.append(f"{suite} on {c['dir']} {o['speedup']:.2f}x against {o_seq['speedup']:.2f}x, parallel "
-                          f"faster on {sum(wins)} of {len(wins)} prompts, so "
-                          + ("shown faster" if all(wins) else "not shown faster"))
-
-for suite, rows in tables.items():
+for suite, rows in across_hosts.suite_tables(committed, HOST).items():
     display(Markdown(f"**`{suite}` suite**\n\n" + bench.format_table(rows, list(rows[0]))))
-for dtype in dict.fromkeys(h["dtype"] for h in heads):
-    mine = [h for h in heads if h["dtype"] == dtype]
-    n = Counter(h["word"] for h in mine)
-    print(f"verdict, {dtype}: of {len(mine)} best speed-ups (2 heads x {len(mine) // 2} host/suite runs) "
-          f"{n['shown faster']} shown faster than plain decoding, {n['shown slower']} shown slower, {n['mixed']} "
-          f"mixed; on average {min(h['speedup'] for h in mine):.2f}x to {max(h['speedup'] for h in mine):.2f}x")
-print(f"verdict, which head: one head faster on every prompt in {sum(orders)} of {len(orders)} runs"
-      + ("" if all(orders) else "; elsewhere the order changes from prompt to prompt, so neither head is shown faster"))
-print("verdict, at the paper's acceptance: one parallel pass per round against K sequential passes, same draws: "
-      + ("; ".join(claims) or "not run"))
+
+
+def paired_word(faster, timed):
+    """00's paired rule, on the prompts timed side by side against plain decoding."""
+    return "shown faster" if faster == timed else "shown slower" if faster == 0 else "mixed"
+
+
+across_hosts.print_verdicts(committed, paired_word)
 
 # %% [markdown]
 # **Reading it.** Speculation pays where the acceptance length clears a round's cost: with bf16 units, where
@@ -368,6 +326,8 @@ print("verdict, at the paper's acceptance: one parallel pass per round against K
 # </details>
 
 # %% tags=["nbval-ignore-output"]
+from collections import Counter
+
 rows = ledger.course_rows(settings.data_dir(), SHIPPED, settings.REPO_ROOT)
 display(Markdown(ledger.markdown(rows)))
 SETTINGS = ("host", "prompt_set", "prompts", "new_tokens", "k", "dtype")

@@ -1,0 +1,75 @@
+"""07's results across hosts: one table row per committed host, dtype and suite (each head's best speed-up, its
+prompts faster than plain, the paired gaps, the oracle), and the verdict lines read from them by the paired rule."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Callable
+
+from ..bench.files import result_suites
+from ..bench.summary import verify_and_draft_ratio
+from . import payoff
+
+
+def best_text(m: dict | None) -> str:
+    """A best row as the table shows it: speed-up, K, acceptance length and divergences (``-`` where none)."""
+    if m is None:
+        return "-"
+    diverged = f", {m['divergences']}/{m['runs']} diverge" if m.get("divergences") else ""
+    return f"{m['speedup']:.2f}x (K={m['k']}, AL {m['acceptance_length']:.2f}{diverged})"
+
+
+def _oracle_sequential(e: dict, o: dict | None) -> dict | None:
+    return next((m for m in e["methods"] if m["family"] == "oracle-sequential" and o and m["k"] == o["k"]), None)
+
+
+def suite_tables(committed: list[dict], host: str) -> dict[str, list[dict]]:
+    """The rows of each suite's table, one per committed host and dtype (``host``: this machine, marked so)."""
+    tables: dict[str, list[dict]] = {}
+    for c in committed:
+        for suite, e in result_suites(c["results"]).items():
+            p_row, s_row, o = payoff.best(e, "p-eagle"), payoff.best(e, "eagle3"), payoff.best(e, "oracle")
+            gaps = payoff.paired_gaps(e, p_row, s_row)  # per prompt: P-EAGLE's speed-up minus EAGLE-3's
+            o_seq = _oracle_sequential(e, o)
+            tables.setdefault(suite, []).append({
+                "host": c["host"] + (" (this machine)" if c["host"] == host else ""), "dtype": c["dtype"],
+                "prompts": f"{e['config']['n_prompts']} x {e['config']['max_new_tokens']}",
+                "verify_k7": verify_and_draft_ratio(c["results"]["drafting_cost"], 7)[0],
+                "P-EAGLE": best_text(p_row), "EAGLE-3": best_text(s_row),
+                "lookup": best_text(payoff.best(e, "prompt-lookup")),
+                "faster than plain": " / ".join("{}/{}".format(*payoff.prompts_faster(e, m)) for m in (p_row, s_row)),
+                "paired": f"{min(gaps):+.2f} to {max(gaps):+.2f}",
+                "oracle": "-" if o is None else f"{o['speedup']:.2f}x / "
+                + (f"{o_seq['speedup']:.2f}x" if o_seq else "-")})
+    return tables
+
+
+def print_verdicts(committed: list[dict], word: Callable[[int, int], str]) -> None:
+    """Prints the verdict lines: per dtype, how many best speed-ups ``word`` (the paired rule, from prompts faster
+    and timed) calls shown faster or slower than plain; whether one head is faster on every prompt; the oracle's
+    one parallel pass against K sequential passes."""
+    heads, orders, claims = [], [], []
+    for c in committed:
+        for suite, e in result_suites(c["results"]).items():
+            p_row, s_row, o = payoff.best(e, "p-eagle"), payoff.best(e, "eagle3"), payoff.best(e, "oracle")
+            gaps = payoff.paired_gaps(e, p_row, s_row)
+            for m in (p_row, s_row):
+                heads.append({"dtype": c["dtype"], "speedup": m["speedup"], "word": word(*payoff.prompts_faster(e, m))})
+            orders.append(min(gaps) > 0 or max(gaps) < 0)  # one head faster on every prompt?
+            o_seq = _oracle_sequential(e, o)
+            if o_seq:
+                wins = [g > 0 for g in payoff.paired_gaps(e, o, o_seq)]
+                claims.append(f"{suite} on {c['dir']} {o['speedup']:.2f}x against {o_seq['speedup']:.2f}x, parallel "
+                              f"faster on {sum(wins)} of {len(wins)} prompts, so "
+                              + ("shown faster" if all(wins) else "not shown faster"))
+    for dtype in dict.fromkeys(h["dtype"] for h in heads):
+        mine = [h for h in heads if h["dtype"] == dtype]
+        n = Counter(h["word"] for h in mine)
+        print(f"verdict, {dtype}: of {len(mine)} best speed-ups (2 heads x {len(mine) // 2} host/suite runs) "
+              f"{n['shown faster']} shown faster than plain decoding, {n['shown slower']} shown slower, {n['mixed']} "
+              f"mixed; on average {min(h['speedup'] for h in mine):.2f}x to {max(h['speedup'] for h in mine):.2f}x")
+    print(f"verdict, which head: one head faster on every prompt in {sum(orders)} of {len(orders)} runs"
+          + ("" if all(orders) else "; elsewhere the order changes from prompt to prompt, so neither head is shown "
+             "faster"))
+    print("verdict, at the paper's acceptance: one parallel pass per round against K sequential passes, same draws: "
+          + ("; ".join(claims) or "not run"))

@@ -1,0 +1,126 @@
+"""Committed benchmark runs read as AL over a round's cost (chapter 05): the best-K summary table, the paired-rule
+lines against plain decoding, and the list-domain heads' report. Formatting only: every figure comes from the run."""
+
+from __future__ import annotations
+
+import json
+
+from ..bench import format_table
+from ..bench.files import result_suites
+from ..bench.oracle import PAPER, constant_rate_acceptance_length, oracle_rates
+from ..bench.suites import suite_of
+from .notebook import committed_label
+from .payoff import best, prompts_faster
+
+
+def round_steps(m: dict) -> float:
+    """A round's cost in plain decode steps, from the loop's own medians: (t_draft + t_verify) / t_step."""
+    return (m["t_draft_round_ms"] + m["t_verify_round_ms"]) / m["t_step_ms"]
+
+
+def paper_target(suite: str, k: int = 7) -> tuple[float, str]:
+    """The blog's acceptance length that the oracle replays on `suite`, and its benchmark: code replays HumanEval's
+    3.94 at K=7, chat MT-Bench's 3.70."""
+    name = {"blog-humaneval": "HumanEval", "blog-mtbench": "MT-Bench"}[PAPER.get(suite, PAPER["code"])]
+    return constant_rate_acceptance_length(oracle_rates("paper", suite)[0][0], k), name
+
+
+def against_plain(e2e_res: dict, m: dict) -> str:
+    """The paired rule against plain decoding, in words: on how many prompts row `m` is faster end to end."""
+    n, runs = prompts_faster(e2e_res, m)
+    return ("faster on every prompt" if runs and n == runs else "slower on every prompt" if runs and n == 0
+            else f"faster on {n} of {runs} prompts")
+
+
+def oracle_pick(host_run: dict, committed: list[dict]) -> tuple[str, dict, dict, dict | None]:
+    """(run dir, its suite's results, best one-pass oracle row, K-pass row at that K or None): host_run first."""
+    where, orc = next((c["dir"], e) for c in [host_run] + committed for e in result_suites(c["results"]).values()
+                      if best(e, "oracle"))
+    o = best(orc, "oracle")
+    o_seq = next((m for m in orc["methods"] if m["family"] == "oracle-sequential" and m["k"] == o["k"]), None)
+    return where, orc, o, o_seq
+
+
+def summary_rows(committed_run: dict, oracle: tuple, here: str) -> list[dict]:
+    """The summary's rows: each method at its best K with its AL, round (steps) and measured speed-ups."""
+    where, _, o, o_seq = oracle
+    away = "" if where == here else f" ({where})"
+    picks = [("P-EAGLE, best K", best(committed_run, "p-eagle"), 1),  # (row, method row, drafter passes per round)
+             ("EAGLE-3, best K", best(committed_run, "eagle3"), "K"),
+             ("prompt lookup (no training)", best(committed_run, "prompt-lookup"), 0),  # n-gram copy, no drafter
+             (f"oracle, 1 pass{away}", o, 1),
+             (f"oracle, K passes{away}", o_seq, "K")]
+    return [{"": name, "K": m["k"], "drafter passes": m["k"] if passes == "K" else passes,
+             "AL": m["acceptance_length"], "round (steps)": round_steps(m) if m.get("t_step_ms") else None,
+             "measured, decode": m.get("decode_speedup"), "measured, end to end": m["speedup"], "row": m}
+            for name, m, passes in picks if m]
+
+
+SUMMARY_COLUMNS = ["", "K", "drafter passes", "AL", "round (steps)", "ideal = AL / round", "measured, decode",
+                   "measured, end to end"]
+
+
+def summary_label(host_run: dict, committed_run: dict) -> str:
+    """The committed run's label line: host/dtype, suite, prompts x new tokens."""
+    cfg = committed_run["config"]
+    return committed_label(f"{host_run['dir']}, `{suite_of(committed_run)}` suite, {cfg['n_prompts']} prompts x "
+                           f"{cfg['max_new_tokens']} new tokens")
+
+
+def summary_table(rows: list[dict]) -> str:
+    """The summary rows as a Markdown table (two decimals)."""
+    return format_table(rows, SUMMARY_COLUMNS, floatfmt=".2f")
+
+
+def print_summary(host_run: dict, committed_run: dict, rows: list[dict], oracle: tuple) -> None:
+    """Prints what the run shows (drafting growth, losslessness), each method against plain, and the oracle's line."""
+    where, orc, o, o_seq = oracle
+    dc_rows = host_run["results"]["drafting_cost"]["rows"]
+    lo, hi = dc_rows[0], dc_rows[-1]
+    print(f"Shown here: the mechanism (from K={lo['k']} to K={hi['k']}, one parallel pass grows "
+          f"{hi['parallel_ms'] / lo['parallel_ms']:.2f}x, K sequential passes "
+          f"{hi['sequential_ms'] / lo['sequential_ms']:.1f}x), "
+          f"and losslessness: {'every' if committed_run['all_lossless'] else 'NOT every'} method passed the lossless "
+          f"check ({committed_run['lossless_regime']} regime).")
+    print("End-to-end speed-up against plain decoding, prompt by prompt: " + "; ".join(
+        f"{r[''].split(',')[0]} {r['measured, end to end']:.2f}x, {against_plain(committed_run, r['row'])} "
+        f"(AL {r['AL']:.2f}"
+        + (f" over a round of {r['round (steps)']:.2f} steps)" if r["round (steps)"] else ", no drafter pass)")
+        for r in rows if not r[""].startswith("oracle")) + ".")
+    o_al, o_bench = paper_target(suite_of(orc), o["k"])
+    print(f"Not shown by the shipped heads: the paper's acceptance, the blog's AL {o_al:.2f} at K={o['k']} on "
+          f"{o_bench} for this `{suite_of(orc)}` suite. Replayed by the oracle ({where}, AL drawn "
+          f"{o['acceptance_length']:.2f}), one parallel pass per round pays {o['speedup']:.2f}x end to end"
+          + (f", {o['k']} sequential passes {o_seq['speedup']:.2f}x." if o_seq else "."))
+
+
+def lists_label(lrun: dict, le: dict) -> str:
+    """The lists run's label line: host/dtype, held-out prompts x new tokens."""
+    return committed_label(f"{lrun['dir']}, `lists` suite, {le['config']['n_prompts']} held-out prompts x "
+                           f"{le['config']['max_new_tokens']} new tokens")
+
+
+def lists_table(le: dict) -> str:
+    """Every P-EAGLE and EAGLE-3 row of the lists run as a Markdown table: passes, AL, round, ideal, speed-up."""
+    rows = [{"method": m["method"], "drafter passes": 1 if m["family"] == "p-eagle" else m["k"],
+             "AL": m["acceptance_length"], "round (steps)": round_steps(m),
+             "ideal = AL / round": m["acceptance_length"] / round_steps(m), "end to end": m["speedup"],
+             "faster than plain": "{}/{}".format(*prompts_faster(le, m))}
+            for m in le["methods"] if m["family"] in ("p-eagle", "eagle3")]
+    return format_table(rows, list(rows[0]), floatfmt=".2f")
+
+
+def print_list_heads(le: dict, heads: dict) -> None:
+    """Prints each list head's training record, its best K's figures and the answers on which it is slower."""
+    for (kind, path), (family, name) in zip(heads.items(), (("p-eagle", "P-EAGLE"), ("eagle3", "EAGLE-3"))):
+        rec = json.loads((path / "training.json").read_text())  # the head's training record
+        m = best(le, family)
+        print(f"{name} head: {rec['config']['init_from'].split('/')[-1]} continued {rec['train_time_s']:.0f} s on "
+              f"{rec['data']['sequences']} answers ({rec['data']['response_tokens']:,} answer tokens), "
+              f"{rec['tokens_seen']:,} tokens seen, {rec['machine']['host']}, {rec['autocast']}")
+        print(f"  best at K={m['k']}: {m['speedup']:.2f}x end to end, AL {m['acceptance_length']:.2f}, a round of "
+              f"{round_steps(m):.2f} steps; per-slot rates "
+              + " ".join(f"{r:.2f}" for r in m["per_position_acceptance"]) + f"; against plain: {against_plain(le, m)}")
+        slower = sorted(r["new_tokens"] for r in le["runs"] if r["method"] == m["method"] and r["speedup_vs_plain"] < 1)
+        print(f"  slower than plain on {len(slower)} prompts, whose answers have {slower} tokens (the budget is "
+              f"{le['config']['max_new_tokens']})")

@@ -1,0 +1,119 @@
+"""06's section 7 in print: the committed serving sweeps (plain and P-EAGLE servers under load), the GPU's cost of a
+round at batch 1, the tensor-parallel sizes vLLM accepts, and the target sharded by hand over processes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ..serving import engine_kwargs
+
+
+def sweep_dtype(meta: dict) -> str:
+    """vLLM's dtype in a sweep: the engine settings it records, else serve-sweep's own (GPU default, or the CPU's)."""
+    on_gpu_host = meta.get("environment", {}).get("device") == "cuda"
+    return (meta.get("engine") or {}).get("dtype") or (
+        "vLLM's GPU default" if on_gpu_host else engine_kwargs(on_gpu=False)["dtype"])
+
+
+def repeat_verdict(lo: float, hi: float) -> str:
+    """What speculation does at one concurrency, from the lowest and highest speed-up over the repeats."""
+    return "pays" if lo > 1 else "costs" if hi < 1 else "breaks even (1 lies within the repeats)"
+
+
+def print_sweep(doc: dict, implied: dict, live_round: float, live_label: str) -> None:
+    """Prints one sweep: its settings, the speed-up table, each concurrency's repeats, verdict and implied round cost
+    (``implied``: plain steps per round by concurrency), and the sweep point nearest the live round."""
+    meta = doc["meta"]
+    print(f"{meta.get('host')}: vLLM in {sweep_dtype(meta)}, head {meta.get('head')}, K={meta.get('k')}, "
+          f"{meta['max_tokens']} tokens per request, {meta['repeats']} repeats, "
+          f"load average at the start {meta.get('environment', {}).get('loadavg_start')}")
+    print(f"{'concurrency':>12s}{'plain tok/s':>13s}{'P-EAGLE tok/s':>15s}{'throughput':>12s}{'latency':>9s}{'AL':>7s}")
+    for r in doc["speedups"]:
+        print(f"{r['concurrency']:>12d}{r['plain_tokens_per_s']:>13.1f}{r['peagle_tokens_per_s']:>15.1f}"
+              f"{r['throughput_speedup']:>11.2f}x{r['latency_speedup']:>8.2f}x{r['acceptance_length']:>7.2f}")
+    for r in doc["speedups"]:
+        per_repeat = [p["tokens_per_s"] / q["tokens_per_s"] for p in doc["rows"] for q in doc["rows"]
+                      if p["config"] == "peagle" and q["config"] == "plain" and p["repeat"] == q["repeat"]
+                      and p["concurrency"] == q["concurrency"] == r["concurrency"]]
+        lo, hi = min(per_repeat, default=float("nan")), max(per_repeat, default=float("nan"))
+        print(f"  {r['concurrency']:>3d} concurrent: repeats {lo:.2f}x-{hi:.2f}x -> speculation "
+              f"{repeat_verdict(lo, hi)}; implied round cost {implied[r['concurrency']]:.2f} plain steps per "
+              f"{r['acceptance_length']:.2f} tokens")
+    near = min(implied, key=lambda c: abs(implied[c] - live_round))
+    print(f"  {live_label}: a round of {live_round:.2f} plain steps, nearest the sweep's round at "
+          f"{near} concurrent ({implied[near]:.2f})"
+          + (f", not at {min(implied)} ({implied[min(implied)]:.2f})" if near != min(implied) else ""))
+
+
+def print_single_request(doc: dict, results_dir: Path) -> None:
+    """Prints the sweep's single request against our own loop's committed bench on the same host and dtype (nothing
+    where the sweep has no 1-concurrent point or there is no such bench)."""
+    meta = doc["meta"]
+    host, dtype = meta.get("host"), sweep_dtype(meta)
+    single = min(doc["speedups"], key=lambda r: r["concurrency"])
+    bench_path = Path(results_dir) / str(host) / str(dtype) / "end_to_end.json"
+    if single["concurrency"] != 1 or not bench_path.exists():
+        return
+    own = {m["method"]: m for m in json.loads(bench_path.read_text())["methods"]}.get(f"p-eagle K={meta.get('k')}")
+    if not own:
+        return
+    loop_round = own["t_draft_round_ms"] + own["t_verify_round_ms"]
+    vllm_step = 1e3 / single["plain_tokens_per_s"]  # ms per token, and per round of AL tokens
+    vllm_round = 1e3 * single["acceptance_length"] / single["peagle_tokens_per_s"]
+    print(f"  1 concurrent, {host}, {dtype}: vLLM {vllm_step:.0f} ms per plain token, "
+          f"{vllm_round:.0f} ms per round (HTTP and prefill included) = {vllm_round / vllm_step:.2f} "
+          "plain steps")
+    print(f"  our loop, same host and dtype (committed bench, batch 1, K={own['k']}): plain step "
+          f"{own['t_step_ms']:.0f} ms, round {loop_round:.0f} ms = {loop_round / own['t_step_ms']:.2f} "
+          f"steps; vLLM's round is {'shorter' if vllm_round < own['t_step_ms'] else 'longer'} than our "
+          f"loop's plain step")
+
+
+def print_gpu_costs(gpu: dict) -> None:
+    """Prints the GPU's batch-1 cost table: verifying K+1 tokens in decode steps, drafting times, the draft's share."""
+    print(f"\nGPU (eager, random weights), batch 1, {gpu['target_params'] / 1e9:.1f}B-parameter shapes, "
+          f"{gpu['dtype']}: one decode step {gpu['decode_step_ms']:.1f} ms")
+    print(f"{'K':>3s}{'verify K+1 / step':>19s}{'parallel draft ms':>19s}{'K sequential ms':>17s}"
+          f"{'draft share P-EAGLE':>21s}{'EAGLE-3':>9s}")
+    for r in gpu["rows"]:
+        par = r["parallel_ms"] / (r["parallel_ms"] + r["verify_ms"])
+        seq = r["sequential_ms"] / (r["sequential_ms"] + r["verify_ms"])
+        print(f"{r['k']:>3d}{r['verify_ratio']:>19.3f}{r['parallel_ms']:>19.2f}{r['sequential_ms']:>17.2f}"
+              f"{par:>21.0%}{seq:>9.0%}")
+
+
+def print_tp_sizes(n_heads: int, tp_sizes: list, cpu_count: int | None) -> None:
+    """Prints the tensor-parallel sizes vLLM accepts and those that fit one rank per core on ``cpu_count`` cores."""
+    tp_fits = [n for n in tp_sizes if n <= (cpu_count or 1)]
+    print(f"\ntensor parallelism: {n_heads} attention heads -> sizes vLLM accepts {tp_sizes or 'none above 1'}; "
+          f"one rank per core on these {cpu_count} cores: {tp_fits or 'none fits'}")
+
+
+def print_tensor_parallel(tp: dict) -> None:
+    """Prints one sharded-target run: its setting, the table per TP size, how verification and the drafter's share
+    moved from the first size to the last, and what the all-reduces cost."""
+    env = tp["env"]
+    print(f"\n{env['host']}: target split over ranks by KV-head groups and MLP columns (gloo, 1 thread per rank, "
+          f"{env['dtype']}, batch 1, K={tp['config']['k']}), medians of {tp['config']['repeats']} interleaved "
+          f"repeats, load average {env['loadavg_start'][0]:.1f} -> {env['loadavg_end'][0]:.1f} on "
+          f"{env['cpu_count']} cores; one all-reduce {tp['all_reduce_ms']:.2f} ms, "
+          f"{tp['all_reduces_per_pass']} per pass")
+    print(f"{'TP':>3s}{'decode ms':>11s}{'verify ms':>11s}{'parallel draft ms':>19s}{'K sequential ms':>17s}"
+          f"{'draft share P-EAGLE':>21s}{'EAGLE-3':>9s}")
+    for r in tp["rows"]:
+        print(f"{r['tp']:>3d}{r['decode_ms']:>11.1f}{r['verify_ms']:>11.1f}{r['parallel_draft_ms']:>19.1f}"
+              f"{r['sequential_draft_ms']:>17.1f}{r['parallel_draft_share']:>21.1%}"
+              f"{r['sequential_draft_share']:>9.1%}")
+    one, two = tp["rows"][0], tp["rows"][-1]
+    faster = one["verify_ms"] / two["verify_ms"]
+    print(f"sharding over {two['tp']} processes makes verification {faster:.2f}x as fast "
+          f"({'faster' if faster > 1 else 'slower'}); the drafter's share of a round "
+          f"{'grows' if two['sequential_draft_share'] > one['sequential_draft_share'] else 'does not grow'} "
+          f"(EAGLE-3 {one['sequential_draft_share']:.1%} -> {two['sequential_draft_share']:.1%}, "
+          f"P-EAGLE {one['parallel_draft_share']:.1%} -> {two['parallel_draft_share']:.1%})")
+    reduce_ms = tp["all_reduces_per_pass"] * tp["all_reduce_ms"]
+    print(f"the all-reduces of one pass: {tp['all_reduces_per_pass']} x {tp['all_reduce_ms']:.2f} = {reduce_ms:.1f} "
+          f"ms, against a decode step that rose by {two['decode_ms'] - one['decode_ms']:.1f} ms; EAGLE-3's draft share "
+          f"over P-EAGLE's: {one['sequential_draft_share'] / one['parallel_draft_share']:.1f}x at TP={one['tp']}, "
+          f"{two['sequential_draft_share'] / two['parallel_draft_share']:.1f}x at TP={two['tp']}")

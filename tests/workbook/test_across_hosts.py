@@ -1,0 +1,67 @@
+"""peagle_lab.workbook.across_hosts: 07's table rows and verdict lines, on small synthetic runs."""
+
+from __future__ import annotations
+
+from peagle_lab.workbook import across_hosts as ah
+
+
+def paired_word(faster, timed):
+    return "shown faster" if faster == timed else "shown slower" if faster == 0 else "mixed"
+
+
+def _method(family, k, speedup, al=1.5, **kw):
+    return {"method": f"{family} K={k}", "family": family, "k": k, "speedup": speedup, "acceptance_length": al, **kw}
+
+
+def _run(host, dtype, p, s, oracle=None):
+    """One committed run with one suite, two prompts: ``p`` and ``s`` are the heads' per-prompt speed-ups."""
+    methods = [_method("p-eagle", 2, sum(p) / 2), _method("p-eagle", 4, 0.1), _method("eagle3", 3, sum(s) / 2)]
+    runs = [{"method": "p-eagle K=2", "prompt": i, "speedup_vs_plain": v} for i, v in enumerate(p)]
+    runs += [{"method": "eagle3 K=3", "prompt": i, "speedup_vs_plain": v} for i, v in enumerate(s)]
+    if oracle:
+        (par, seq) = oracle
+        methods += [_method("oracle", 7, sum(par) / 2), _method("oracle-sequential", 7, sum(seq) / 2)]
+        runs += [{"method": "oracle K=7", "prompt": i, "speedup_vs_plain": v} for i, v in enumerate(par)]
+        runs += [{"method": "oracle-sequential K=7", "prompt": i, "speedup_vs_plain": v} for i, v in enumerate(seq)]
+    e = {"config": {"n_prompts": 2, "max_new_tokens": 8}, "methods": methods, "runs": runs,
+         "lossless_regime": "exact"}
+    dc = {"target_step_ms": 10.0, "rows": [{"k": 7, "verify_ms": 15.0, "verify_ratio": 1.5, "parallel_ms": 5.0}]}
+    return {"host": host, "dtype": dtype, "dir": f"{host}/{dtype}",
+            "results": {"drafting_cost": dc, "suites": {"code": e}}}
+
+
+def test_best_text_names_k_al_and_divergences():
+    assert ah.best_text(None) == "-"
+    assert ah.best_text(_method("p-eagle", 3, 1.234, 1.5)) == "1.23x (K=3, AL 1.50)"
+    assert ah.best_text(_method("p-eagle", 3, 1.2, 1.5, divergences=2, runs=24)) == "1.20x (K=3, AL 1.50, 2/24 diverge)"
+
+
+def test_suite_tables_take_each_heads_best_row_and_mark_this_machine():
+    runs = [_run("a", "float32", [1.2, 0.8], [1.1, 1.1]),
+            _run("b", "bfloat16", [1.4, 1.2], [0.9, 0.7], oracle=([2, 2], [1, 3]))]
+    tables = ah.suite_tables(runs, "b")
+    a, b = tables["code"]
+    assert (a["host"], b["host"]) == ("a", "b (this machine)")
+    assert a["P-EAGLE"] == "1.00x (K=2, AL 1.50)" and a["verify_k7"] == 1.5 and a["prompts"] == "2 x 8"
+    assert a["faster than plain"] == "1/2 / 2/2" and a["paired"] == "-0.30 to +0.10" and a["oracle"] == "-"
+    assert b["faster than plain"] == "2/2 / 0/2" and b["paired"] == "+0.50 to +0.50" and b["oracle"] == "2.00x / 2.00x"
+
+
+def test_print_verdicts_counts_the_paired_rule_per_dtype(capsys):
+    ah.print_verdicts([_run("a", "float32", [1.2, 0.8], [1.1, 1.1]),
+                       _run("b", "bfloat16", [1.4, 1.2], [0.9, 0.7], oracle=([2, 2], [1, 3]))], paired_word)
+    f32, bf16, which, oracle = capsys.readouterr().out.splitlines()
+    assert f32 == ("verdict, float32: of 2 best speed-ups (2 heads x 1 host/suite runs) 1 shown faster than plain "
+                   "decoding, 0 shown slower, 1 mixed; on average 1.00x to 1.10x")
+    assert bf16.startswith("verdict, bfloat16: of 2 best speed-ups (2 heads x 1 host/suite runs) 1 shown faster "
+                           "than plain decoding, 1 shown slower, 0 mixed")
+    assert which.startswith("verdict, which head: one head faster on every prompt in 1 of 2 runs; elsewhere")
+    assert oracle.endswith("code on b/bfloat16 2.00x against 2.00x, parallel faster on 1 of 2 prompts, so not shown "
+                           "faster")
+
+
+def test_print_verdicts_without_an_oracle_says_not_run(capsys):
+    ah.print_verdicts([_run("a", "float32", [1.2, 1.3], [0.9, 1.0])], paired_word)
+    out = capsys.readouterr().out.splitlines()
+    assert out[1] == "verdict, which head: one head faster on every prompt in 1 of 1 runs"
+    assert out[2].endswith("same draws: not run")

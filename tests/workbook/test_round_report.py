@@ -1,0 +1,132 @@
+"""05's committed-run report (workbook.round_report): the round's cost in decode steps, the paired rule against
+plain decoding in words, the oracle row it reads, the summary and lists tables and their printed lines."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from peagle_lab.workbook import round_report
+
+
+@pytest.fixture(autouse=True)
+def default_target(monkeypatch):
+    monkeypatch.delenv("PEAGLE_TARGET", raising=False)
+
+
+def row(method, family, k, speedup, al, draft=1.0, verify=9.0, step=5.0, decode=None):
+    return {"method": method, "family": family, "k": k, "speedup": speedup, "acceptance_length": al,
+            "t_draft_round_ms": draft, "t_verify_round_ms": verify, "t_step_ms": step, "decode_speedup": decode,
+            "per_position_acceptance": [0.5, 0.25][:k]}
+
+
+def runs(method, *speedups, tokens=(5, 20)):
+    return [{"method": method, "prompt": i, "speedup_vs_plain": s, "new_tokens": tokens[i % len(tokens)]}
+            for i, s in enumerate(speedups)]
+
+
+def e2e(methods, per_prompt, suite="code"):
+    return {"config": {"suite": suite, "n_prompts": 2, "max_new_tokens": 16}, "methods": methods,
+            "runs": per_prompt, "all_lossless": True, "lossless_regime": "exact", "env": {}}
+
+
+def bench_run():
+    methods = [row("p-eagle K=2", "p-eagle", 2, 0.8, 1.5, decode=0.78),
+               row("eagle3 K=2", "eagle3", 2, 0.9, 1.6, draft=3.0),
+               {"method": "lookup", "family": "prompt-lookup", "k": 4, "speedup": 1.3, "acceptance_length": 2.6},
+               row("oracle K=2", "oracle", 2, 1.5, 3.0), row("oracle-seq K=2", "oracle-sequential", 2, 1.4, 3.0)]
+    return e2e(methods, runs("p-eagle K=2", 0.7, 0.9) + runs("eagle3 K=2", 1.1, 0.8) + runs("lookup", 1.2, 1.4))
+
+
+def host(res, name="cpu-x/float32"):
+    return {"dir": name, "results": {"end_to_end": res, "drafting_cost": {"rows": [
+        {"k": 1, "parallel_ms": 2.0, "sequential_ms": 2.0}, {"k": 8, "parallel_ms": 4.0, "sequential_ms": 16.0}]}}}
+
+
+def test_a_round_costs_draft_plus_verify_over_a_step():
+    assert round_report.round_steps(row("a", "p-eagle", 2, 1.0, 1.0, draft=1.0, verify=9.0, step=5.0)) == 2.0
+
+
+def test_the_paper_target_is_humaneval_on_code_and_mt_bench_on_chat():
+    al, name = round_report.paper_target("code", 7)
+    assert name == "HumanEval" and al == pytest.approx(3.94, abs=0.01)
+    al, name = round_report.paper_target("chat", 7)
+    assert name == "MT-Bench" and al == pytest.approx(3.70, abs=0.01)
+
+
+@pytest.mark.parametrize("speedups, words", [((1.2, 1.1), "faster on every prompt"),
+                                             ((0.9, 0.8), "slower on every prompt"),
+                                             ((1.2, 0.9), "faster on 1 of 2 prompts")])
+def test_against_plain_states_the_paired_rule(speedups, words):
+    m = row("a", "p-eagle", 2, 1.0, 1.0)
+    assert round_report.against_plain(e2e([m], runs("a", *speedups)), m) == words
+
+
+def test_the_oracle_comes_from_the_first_run_that_has_one():
+    res = bench_run()
+    heads_only = e2e([m for m in res["methods"] if not m["family"].startswith("oracle")], [])
+    where, orc, o, o_seq = round_report.oracle_pick(host(heads_only, "a"), [host(res, "b")])
+    assert (where, o["method"], o_seq["method"]) == ("b", "oracle K=2", "oracle-seq K=2") and orc is res
+
+
+def test_summary_rows_count_drafter_passes_and_name_a_distant_oracle():
+    res = bench_run()
+    rows = round_report.summary_rows(res, round_report.oracle_pick(host(res), []), "elsewhere")
+    assert [r[""] for r in rows] == ["P-EAGLE, best K", "EAGLE-3, best K", "prompt lookup (no training)",
+                                     "oracle, 1 pass (cpu-x/float32)", "oracle, K passes (cpu-x/float32)"]
+    assert [r["drafter passes"] for r in rows] == [1, 2, 0, 1, 2]
+    assert rows[1]["round (steps)"] == pytest.approx(2.4) and rows[2]["round (steps)"] is None
+
+
+def test_the_summary_label_names_the_run():
+    line = round_report.summary_label(host(bench_run()), bench_run())
+    assert line.startswith("cpu-x/float32, `code` suite, 2 prompts x 16 new tokens: committed results of")
+
+
+def test_the_summary_table_has_the_ideal_column_in_its_place():
+    rows = [{"": "x", "K": 2, "AL": 1.5, "round (steps)": 2.0, "ideal = AL / round": 0.75}]
+    lines = round_report.summary_table(rows).splitlines()
+    assert lines[0] == "|  | K | drafter passes | AL | round (steps) | ideal = AL / round | measured, decode | " \
+                       "measured, end to end |"
+    assert lines[2] == "| x | 2 | - | 1.50 | 2.00 | 0.75 | - | - |"
+
+
+def test_the_summary_lines_read_growth_losslessness_and_the_oracle(capsys):
+    res = bench_run() | {"all_lossless": False}
+    oracle = round_report.oracle_pick(host(res), [])
+    round_report.print_summary(host(res), res, round_report.summary_rows(res, oracle, "cpu-x/float32"), oracle)
+    out = capsys.readouterr().out
+    assert "from K=1 to K=8, one parallel pass grows 2.00x, K sequential passes 8.0x" in out
+    assert "NOT every method passed" in out
+    assert "P-EAGLE 0.80x, slower on every prompt (AL 1.50 over a round of 2.00 steps)" in out
+    assert "prompt lookup (no training) 1.30x, faster on every prompt (AL 2.60, no drafter pass)." in out
+    assert "one parallel pass per round pays 1.50x end to end, 2 sequential passes 1.40x." in out
+
+
+def test_the_lists_label_counts_held_out_prompts():
+    assert round_report.lists_label({"dir": "h/float32"}, bench_run()).startswith(
+        "h/float32, `lists` suite, 2 held-out prompts x 16 new tokens")
+
+
+def test_the_lists_table_has_one_row_per_head_row_with_its_ideal_and_count():
+    lines = round_report.lists_table(bench_run()).splitlines()
+    assert len(lines) == 4  # header, rule, P-EAGLE K=2, EAGLE-3 K=2: no lookup, no oracle
+    assert lines[3] == "| eagle3 K=2 | 2 | 1.60 | 2.40 | 0.67 | 0.90 | 1/2 |"
+
+
+def test_the_list_heads_lines_read_each_record_and_the_slower_answers(tmp_path, capsys):
+    heads = {}
+    for kind in ("parallel", "sequential"):
+        heads[kind] = tmp_path / kind
+        heads[kind].mkdir()
+        (heads[kind] / "training.json").write_text(json.dumps({
+            "config": {"init_from": f"heads/{kind}-base"}, "train_time_s": 60.4, "tokens_seen": 12345,
+            "data": {"sequences": 10, "response_tokens": 2000}, "machine": {"host": "cpu-x"}, "autocast": "float32"}))
+    round_report.print_list_heads(bench_run(), heads)
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == ("P-EAGLE head: parallel-base continued 60 s on 10 answers (2,000 answer tokens), 12,345 tokens "
+                      "seen, cpu-x, float32")
+    assert out[1].endswith("per-slot rates 0.50 0.25; against plain: slower on every prompt")
+    assert out[2] == "  slower than plain on 2 prompts, whose answers have [5, 20] tokens (the budget is 16)"
+    assert out[5] == "  slower than plain on 1 prompts, whose answers have [20] tokens (the budget is 16)"
