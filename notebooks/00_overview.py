@@ -72,7 +72,7 @@ from peagle_lab import models, precision, settings
 # %% [markdown]
 # ## Glossary
 #
-# Every chapter uses these words in these senses. Positions are 0-based, as in the code.
+# The words of the method, in these senses in every chapter. Positions are 0-based, as in the code.
 #
 # | term | meaning | first used |
 # |---|---|---|
@@ -87,14 +87,21 @@ from peagle_lab import models, precision, settings
 # | mask token, `mask_hidden` | P-EAGLE's two learned stand-ins in slots 2..K: one embedding row, and one shared 3H vector in place of the taps | 00, next section; built in 02 |
 # | COD | conditional drop-token sampling (from PARD): P-EAGLE's training keeps a shrinking, nested share of positions at each deeper depth, so K depths cost far less than K times one | 00, next section; built in 02 and 03 |
 # | training-time test (TTT) | EAGLE-3's training, unrolled as at inference: each depth gets the data's next token and the head's own state from the depth before | 00, next section; by hand in 03 |
-# | draft vocabulary, `d2t` | the head scores only a few thousand frequent target ids; `d2t` maps a draft id to its target id (`t2d` the other way) | 02; by hand in 03 |
 # | lossless | the speculative output is the target's own: identical to plain greedy decoding, or (bf16, or fp32 on a GPU) diverging only at a near-tie | 00, above |
+#
+# <details><summary>Words for reading the measurements: how the course compares figures</summary>
+#
+# | term | meaning | first used |
+# |---|---|---|
+# | draft vocabulary, `d2t` | the head scores only a few thousand frequent target ids; `d2t` maps a draft id to its target id (`t2d` the other way) | 02; by hand in 03 |
 # | near-tie, ulp | a position where plain greedy's top-1 minus top-2 logit margin is within a few ulps (units in the last place) of the top logit, so kernels that sum in another order may swap the two | 00, above; 05 |
 # | oracle | a drafter that replays the paper's acceptance on the same draws, charged one parallel pass or K sequential passes: it isolates what drafting costs | 05 |
 # | committed, live | committed: a full-size result read from `data/`, measured once, quoted with its host and dtype; live: run in this execution, so its timings move between runs | 00; every chapter |
 # | seed spread | the one rule for acceptance lengths: the largest gap between two training seeds of one setting in the committed studies (0.052); a smaller gap between heads is read as a tie | 02 |
 # | paired rule | the one rule for timings: one method is *shown faster* than another (or than plain decoding) only if it is faster on every prompt, the two timed side by side on the same prompt; otherwise the course says "faster on N of M prompts" | 00, "A head that pays"; 05 |
 # | ledger | every acceptance length the course recorded for the two shipped heads, with prompts, new tokens, K, dtype and host; two rows compare only where these agree | 00 lines up the committed runs; every row in 07's appendix |
+#
+# </details>
 
 # %% [markdown]
 # ## EAGLE-3 and P-EAGLE
@@ -498,8 +505,8 @@ print(f"P-EAGLE faster than EAGLE-3 on {ahead} of {len(easy_rows) // 2} requests
 # %% [markdown]
 # **Reading it.** Here the drafts are easy and both heads pay even on a CPU: rounds commit up to 8 tokens (K=7
 # drafts plus the bonus), and each output is still identical to plain greedy. The speed-up lines and the last line
-# give this run's verdicts; 05's last section measures the same heads on 16 requests, where P-EAGLE's one pass beats
-# EAGLE-3's seven on average at the same acceptance. On open prompts the shipped heads accept far less (the table
+# give this run's verdicts; 05's last section measures the same heads on 16 requests, where, at the same acceptance, P-EAGLE's one
+# pass is faster than EAGLE-3's seven on average, though not on every request. On open prompts the shipped heads accept far less (the table
 # above), and 04 shows why.
 #
 # ### Exercise: change K
@@ -581,16 +588,16 @@ except NotImplementedError as exc:
 #
 # | notebook | question it answers | minutes |
 # |---|---|---|
-# | `00_overview` | What is speculative decoding, what does P-EAGLE change, what does lossless mean? | 1.1 |
+# | `00_overview` | What is speculative decoding, what does P-EAGLE change, what does lossless mean? | 1.5 |
 # | `01_hidden_states` | What does the drafter read: the three tapped layers, their cost on disk, extraction | 0.5 |
-# | `02_mask_tokens` | How one pass drafts K tokens: mask token, `mask_hidden`, the attention layout | 0.9 |
-# | `03_train_head` | Training a P-EAGLE head: self-distilled data, the draft vocabulary (`d2t`/`t2d`), COD sampling, the training loop by hand | 3.5 |
+# | `02_mask_tokens` | How one pass drafts K tokens: mask token, `mask_hidden`, the attention layout | 1.0 |
+# | `03_train_head` | Training a P-EAGLE head: self-distilled data, the draft vocabulary (`d2t`/`t2d`), COD sampling, the training loop by hand | 3.6 |
 # | `04_scale_and_acceptance` | How far training goes: the shipped heads, the learning curve, your own model on a second architecture | 1.6 |
 # | `05_parallel_vs_sequential` | Parallel vs sequential drafting: per-position acceptance, drafting cost, speed per suite, losslessness; a narrow domain where trained heads pay | 5.0 |
 # | `06_vllm_deploy` | Export to vLLM's eagle3 format and serve with `parallel_drafting`; load and tensor parallelism | 4.1 |
-# | `07_explorer` | Watch drafts being accepted token by token, with any prompt, head and K | 0.5 |
+# | `07_explorer` | Watch drafts being accepted token by token, with any prompt, head and K | 0.6 |
 #
-# Minutes: one `make lab` run of each chapter on `cpu-epyc-avx2-2c`, a 2-core CPU without a GPU (17.4 minutes in all,
+# Minutes: one `make lab` run of each chapter on `cpu-epyc-avx2-2c`, a 2-core CPU without a GPU (17.9 minutes in all,
 # with start-up between chapters).
 # `make setup` installs everything the chapters use, vLLM for 06 included; no chapter needs a GPU or downloads a model.
 #

@@ -356,7 +356,7 @@ print(f"05's {len(bench05)} committed benchmark rows: {min(bench05):.2f} to {max
 
 # %% [markdown]
 # **Reading it.** The prompt moves a head's figure most: each head's lowest and highest rows differ in the prompt set.
-# The first two lines print each head's lowest and highest row; 05's committed benchmark rows, hundreds of rounds
+# The unindented lines print each head's lowest and highest row; 05's committed benchmark rows, hundreds of rounds
 # each, all sit between 1.31 and 1.64.
 #
 # <details><summary>The careful reading</summary>
