@@ -111,8 +111,9 @@ print("K drafts = argmax of the last K rows, as HeadDrafter.propose drafts them:
 # %% [markdown]
 # ### Exercise: build one round's inputs
 #
-# After the first round the drafter caches its earlier positions, so a round feeds it only K new ones: slot 1
-# (the last committed token), then slots 2..K (mask). Write `my_round_inputs`: from the last committed token, its
+# After the first round the drafter caches its earlier positions, so a round feeds it the positions committed since,
+# the last of them slot 1, then slots 2..K (mask). Here, a round that accepted no draft: one new position, so K slots
+# in all. Write `my_round_inputs`: from the last committed token, its
 # taps (3H values) and position `p`, K, the mask token id, `mask_hidden` and the head's `fc`, return the K slots'
 # token ids, fused hidden states (K, H) and positions. The cell checks them against what `HeadDrafter.propose`
 # feeds the head (caught by a forward hook) for every `p` of the prompt above and K = 1, 4, 7; until you write

@@ -425,7 +425,7 @@ for what, prompt_set, n, rounds, al in (
 # <details><summary>The careful reading</summary>
 #
 # The last line splits the speed-up into its two terms, tokens per round over the round's cost in plain steps, and
-# gives the verdict (0.50x in the printed run: 1.45 / 2.92). That run used 2 CPU cores and float32, with the 4
+# gives the verdict. That run used 2 CPU cores and float32, with the 4
 # prompts batched.
 #
 # </details>

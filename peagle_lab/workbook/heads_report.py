@@ -7,8 +7,6 @@ import json
 from collections import Counter
 from pathlib import Path
 
-import matplotlib.pyplot as plt
-
 from .. import settings
 from ..drafter import PEagleConfig
 from .notebook import committed_label
@@ -81,6 +79,8 @@ def print_slot_rates(rows: dict, n_prompts: int, n_new: int) -> None:
 
 def plot_heldout_and_live(rows: dict, live: dict, ks: list, titles: tuple[str, str]) -> None:
     """Plots AL against K: the committed held-out rows (kind -> row or None) left, this run's `live` right."""
+    import matplotlib.pyplot as plt  # on first plot: importing the package creates no matplotlib cache
+
     fig, axes = plt.subplots(1, 2, figsize=(13, 4.5))
     for kind, row in rows.items():
         if row:
@@ -154,6 +154,8 @@ def _plot_runs(ax, points: list[dict], key: str, title: str) -> None:
 
 def plot_curves(curve: list[dict], deeper: list[dict]) -> None:
     """Plots AL against tokens seen: the long runs' snapshots left, the 1, 2 and 4-layer heads right."""
+    import matplotlib.pyplot as plt
+
     fig, axes = plt.subplots(1, 2, figsize=(13, 4.2), sharey=True)
     _plot_runs(axes[0], curve, "mode", "long runs' snapshots (P-EAGLE = parallel, EAGLE-3 = sequential)")
     _plot_runs(axes[1], deeper, "run", "1, 2 and 4 layers, same wall time (exp-L<layers>)")

@@ -174,7 +174,8 @@ def at_a_glance(data_dir: Path, shipped: dict[str, Path], repo_root: Path) -> li
     lines: dict[tuple, dict] = {}
     for r in rows:
         key = (r["chapter"], r["prompt_set"], r["prompts"], r["new_tokens"], r["host"], r["dtype"])
-        line = lines.setdefault(key, {"chapter": r["chapter"], "prompts": r["prompt_set"].split(" (")[0],
+        label = "vLLM serving sweep, one request at a time" if r["chapter"] == "06" else r["prompt_set"].split(" (")[0]
+        line = lines.setdefault(key, {"chapter": r["chapter"], "prompts": label,
                                       "decoded": f"{r['prompts']} x {r['new_tokens']}", "host": r["host"],
                                       "dtype": r["dtype"], "heads": "list-domain" if "list-domain" in r["head"]
                                       else "shipped", "P-EAGLE": None, "EAGLE-3": None})

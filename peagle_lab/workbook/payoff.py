@@ -1,10 +1,14 @@
-"""Reading an end-to-end bench result: each family's best row, the per-prompt gaps between two rows (the paired
-comparison the course writes out in 05), the accepted/reached rounds behind each slot's rate, and which committed
-results folder a host reads."""
+"""Reading an end-to-end bench result: each family's best row, the per-prompt gaps between two rows and the paired
+rule that reads them (a two-sided sign test, written out by hand in 05), the accepted/reached rounds behind each
+slot's rate, and which committed results folder a host reads."""
 
 from __future__ import annotations
 
+import math
+
 from ..bench.files import result_suites
+
+ALPHA = 0.05  # the paired rule's level: an order is shown when a fair coin splits the prompts so unevenly less often
 
 def best(e2e: dict, family: str) -> dict | None:
     """The row of ``family`` with the highest end-to-end speed-up, or None."""
@@ -45,9 +49,28 @@ def paired_gaps(e2e: dict, a: dict | None = None, b: dict | None = None) -> list
     return [v[a["method"]] - v[b["method"]] for v in per.values() if len(v) == 2]
 
 
+def sign_test(wins: int, n: int) -> float:
+    """Two-sided exact sign test: the chance that ``n`` fair coin flips split at least as unevenly as ``wins`` to
+    ``n - wins`` (prompts where two methods tie are left out of ``n`` before calling)."""
+    if not 0 <= wins <= n:
+        raise ValueError(f"sign test: {wins} wins out of {n} prompts. Fix: count wins among the n prompts compared")
+    if n == 0:
+        return 1.0
+    k = max(wins, n - wins)
+    return min(1.0, 2 * sum(math.comb(n, i) for i in range(k, n + 1)) / 2 ** n)
+
+
+def paired_verdict(wins: int, n: int, faster: str = "faster", slower: str = "slower") -> str:
+    """The paired rule in words: ``wins`` of ``n`` prompts, the sign test's p, and the verdict: ``shown faster``
+    (or ``shown slower``) where p < :data:`ALPHA`, else ``not shown either way``."""
+    p = sign_test(wins, n)
+    verdict = (f"shown {faster}" if wins > n - wins else f"shown {slower}") if p < ALPHA else "not shown either way"
+    return f"{faster} on {wins} of {n} prompts, sign test p = {p:.2g}: {verdict}"
+
+
 def prompts_faster(e2e: dict, m: dict) -> tuple[int, int]:
     """``(faster, runs)``: on how many prompts (and repeats) row ``m`` is faster than plain decoding end to end,
-    out of how many were timed. The paired rule reads it: shown faster only when faster on every one."""
+    out of how many were timed; :func:`paired_verdict` reads it."""
     per = [run["speedup_vs_plain"] for run in e2e.get("runs", [])
            if run["method"] == m["method"] and run.get("speedup_vs_plain") is not None]
     return sum(v > 1 for v in per), len(per)

@@ -10,7 +10,7 @@ from ..bench.files import result_suites
 from ..bench.oracle import PAPER, constant_rate_acceptance_length, oracle_rates
 from ..bench.suites import suite_of
 from .notebook import committed_label
-from .payoff import best, prompts_faster
+from .payoff import best, paired_verdict, prompts_faster
 
 
 def round_steps(m: dict) -> float:
@@ -26,10 +26,9 @@ def paper_target(suite: str, k: int = 7) -> tuple[float, str]:
 
 
 def against_plain(e2e_res: dict, m: dict) -> str:
-    """The paired rule against plain decoding, in words: on how many prompts row `m` is faster end to end."""
-    n, runs = prompts_faster(e2e_res, m)
-    return ("faster on every prompt" if runs and n == runs else "slower on every prompt" if runs and n == 0
-            else f"faster on {n} of {runs} prompts")
+    """The paired rule against plain decoding, in words: on how many prompts row `m` is faster end to end, the sign
+    test's p and the verdict."""
+    return paired_verdict(*prompts_faster(e2e_res, m))
 
 
 def oracle_pick(host_run: dict, committed: list[dict]) -> tuple[str, dict, dict, dict | None]:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from peagle_lab.workbook import across_hosts as ah
+from peagle_lab.workbook import payoff
 
 
 def paired_word(faster, timed):
-    return "shown faster" if faster == timed else "shown slower" if faster == 0 else "mixed"
+    verdict = payoff.paired_verdict(faster, timed)
+    return "not shown" if verdict.endswith("not shown either way") else verdict.rsplit(": ", 1)[1]
 
 
 def _method(family, k, speedup, al=1.5, **kw):
@@ -14,16 +16,17 @@ def _method(family, k, speedup, al=1.5, **kw):
 
 
 def _run(host, dtype, p, s, oracle=None):
-    """One committed run with one suite, two prompts: ``p`` and ``s`` are the heads' per-prompt speed-ups."""
-    methods = [_method("p-eagle", 2, sum(p) / 2), _method("p-eagle", 4, 0.1), _method("eagle3", 3, sum(s) / 2)]
+    """One committed run with one suite: ``p`` and ``s`` are the heads' per-prompt speed-ups."""
+    n = len(p)
+    methods = [_method("p-eagle", 2, sum(p) / n), _method("p-eagle", 4, 0.1), _method("eagle3", 3, sum(s) / n)]
     runs = [{"method": "p-eagle K=2", "prompt": i, "speedup_vs_plain": v} for i, v in enumerate(p)]
     runs += [{"method": "eagle3 K=3", "prompt": i, "speedup_vs_plain": v} for i, v in enumerate(s)]
     if oracle:
         (par, seq) = oracle
-        methods += [_method("oracle", 7, sum(par) / 2), _method("oracle-sequential", 7, sum(seq) / 2)]
+        methods += [_method("oracle", 7, sum(par) / n), _method("oracle-sequential", 7, sum(seq) / n)]
         runs += [{"method": "oracle K=7", "prompt": i, "speedup_vs_plain": v} for i, v in enumerate(par)]
         runs += [{"method": "oracle-sequential K=7", "prompt": i, "speedup_vs_plain": v} for i, v in enumerate(seq)]
-    e = {"config": {"n_prompts": 2, "max_new_tokens": 8}, "methods": methods, "runs": runs,
+    e = {"config": {"n_prompts": n, "max_new_tokens": 8}, "methods": methods, "runs": runs,
          "lossless_regime": "exact"}
     dc = {"target_step_ms": 10.0, "rows": [{"k": 7, "verify_ms": 15.0, "verify_ratio": 1.5, "parallel_ms": 5.0}]}
     return {"host": host, "dtype": dtype, "dir": f"{host}/{dtype}",
@@ -48,20 +51,21 @@ def test_suite_tables_take_each_heads_best_row_and_mark_this_machine():
 
 
 def test_print_verdicts_counts_the_paired_rule_per_dtype(capsys):
-    ah.print_verdicts([_run("a", "float32", [1.2, 0.8], [1.1, 1.1]),
-                       _run("b", "bfloat16", [1.4, 1.2], [0.9, 0.7], oracle=([2, 2], [1, 3]))], paired_word)
+    ah.print_verdicts([_run("a", "float32", [1.2, 0.8] * 3, [1.1] * 6),
+                       _run("b", "bfloat16", [1.4, 1.2] * 3, [0.9, 0.7] * 3, oracle=([2] * 6, [1, 3] * 3))],
+                      paired_word)
     f32, bf16, which, oracle = capsys.readouterr().out.splitlines()
     assert f32 == ("verdict, float32: of 2 best speed-ups (2 heads x 1 host/suite runs) 1 shown faster than plain "
-                   "decoding, 0 shown slower, 1 mixed; on average 1.00x to 1.10x")
+                   "decoding, 0 shown slower, 1 not shown either way; on average 1.00x to 1.10x")
     assert bf16.startswith("verdict, bfloat16: of 2 best speed-ups (2 heads x 1 host/suite runs) 1 shown faster "
-                           "than plain decoding, 1 shown slower, 0 mixed")
-    assert which.startswith("verdict, which head: one head faster on every prompt in 1 of 2 runs; elsewhere")
-    assert oracle.endswith("code on b/bfloat16 2.00x against 2.00x, parallel faster on 1 of 2 prompts, so not shown "
-                           "faster")
+                           "than plain decoding, 1 shown slower, 0 not shown either way")
+    assert which.startswith("verdict, which head: one head shown faster than the other in 1 of 2 runs; in the rest")
+    assert oracle.endswith("code on b/bfloat16 2.00x against 2.00x, parallel faster on 3 of 6 prompts, sign test "
+                           "p = 1: not shown either way")
 
 
 def test_print_verdicts_without_an_oracle_says_not_run(capsys):
-    ah.print_verdicts([_run("a", "float32", [1.2, 1.3], [0.9, 1.0])], paired_word)
+    ah.print_verdicts([_run("a", "float32", [1.2, 1.3] * 3, [0.9, 1.0] * 3)], paired_word)
     out = capsys.readouterr().out.splitlines()
-    assert out[1] == "verdict, which head: one head faster on every prompt in 1 of 1 runs"
+    assert out[1] == "verdict, which head: one head shown faster than the other in 1 of 1 runs"
     assert out[2].endswith("same draws: not run")

@@ -10,6 +10,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 
+import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 
 from peagle_lab.workbook import heads_report  # noqa: E402
@@ -26,12 +27,12 @@ def shown(monkeypatch):
     figures = []
 
     def show():
-        fig = heads_report.plt.gcf()
+        fig = plt.gcf()
         figures.append([(ax.get_title(), [(ln.get_label(), list(ln.get_xdata()), list(ln.get_ydata()))
                                           for ln in ax.get_lines()]) for ax in fig.axes])
-        heads_report.plt.close(fig)
+        plt.close(fig)
 
-    monkeypatch.setattr(heads_report.plt, "show", show)
+    monkeypatch.setattr(plt, "show", show)
     return figures
 
 

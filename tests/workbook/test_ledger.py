@@ -167,3 +167,17 @@ def test_at_a_glance_puts_both_heads_of_a_run_on_one_line_at_k7_where_it_has_one
     assert lines == [{"chapter": "04", "prompts": "held-out split", "decoded": "2 x 8", "host": "h",
                       "dtype": "float32", "heads": "shipped", "P-EAGLE": "1.40 (K=7)", "EAGLE-3": "1.90 (K=7)"}]
     assert ledger.at_a_glance(tmp_path / "empty", shipped, tmp_path) == []
+
+
+@pytest.mark.parametrize("wins, n, p", [(12, 16, 0.0768), (22, 24, 3.59e-05), (3, 3, 0.25), (0, 5, 0.0625),
+                                        (1, 2, 1.0), (0, 0, 1.0)])
+def test_the_sign_test_is_the_two_sided_binomial_tail(wins, n, p):
+    assert payoff.sign_test(wins, n) == pytest.approx(p, rel=2e-3)
+
+
+def test_the_paired_verdict_needs_enough_prompts_not_every_prompt():
+    assert payoff.paired_verdict(3, 3).endswith("not shown either way")  # three prompts cannot show an order
+    assert payoff.paired_verdict(22, 24).endswith(": shown faster")  # two losses of 24 do not undo one
+    assert payoff.paired_verdict(1, 24).endswith(": shown slower")
+    with pytest.raises(ValueError, match="Fix"):
+        payoff.sign_test(5, 4)

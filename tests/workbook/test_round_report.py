@@ -55,9 +55,11 @@ def test_the_paper_target_is_humaneval_on_code_and_mt_bench_on_chat():
     assert name == "MT-Bench" and al == pytest.approx(3.70, abs=0.01)
 
 
-@pytest.mark.parametrize("speedups, words", [((1.2, 1.1), "faster on every prompt"),
-                                             ((0.9, 0.8), "slower on every prompt"),
-                                             ((1.2, 0.9), "faster on 1 of 2 prompts")])
+@pytest.mark.parametrize("speedups, words", [
+    ((1.2,) * 6, "faster on 6 of 6 prompts, sign test p = 0.031: shown faster"),
+    ((0.9,) * 6, "faster on 0 of 6 prompts, sign test p = 0.031: shown slower"),
+    ((1.2, 1.1, 1.3), "faster on 3 of 3 prompts, sign test p = 0.25: not shown either way"),
+    ((1.2, 0.9), "faster on 1 of 2 prompts, sign test p = 1: not shown either way")])
 def test_against_plain_states_the_paired_rule(speedups, words):
     m = row("a", "p-eagle", 2, 1.0, 1.0)
     assert round_report.against_plain(e2e([m], runs("a", *speedups)), m) == words
@@ -99,8 +101,10 @@ def test_the_summary_lines_read_growth_losslessness_and_the_oracle(capsys):
     out = capsys.readouterr().out
     assert "from K=1 to K=8, one parallel pass grows 2.00x, K sequential passes 8.0x" in out
     assert "NOT every method passed" in out
-    assert "P-EAGLE 0.80x, slower on every prompt (AL 1.50 over a round of 2.00 steps)" in out
-    assert "prompt lookup (no training) 1.30x, faster on every prompt (AL 2.60, no drafter pass)." in out
+    assert "P-EAGLE 0.80x, faster on 0 of 2 prompts, sign test p = 0.5: not shown either way (AL 1.50 over a round " \
+           "of 2.00 steps)" in out
+    assert "prompt lookup (no training) 1.30x, faster on 2 of 2 prompts, sign test p = 0.5: not shown either way " \
+           "(AL 2.60, no drafter pass)." in out
     assert "one parallel pass per round pays 1.50x end to end, 2 sequential passes 1.40x." in out
 
 
@@ -127,6 +131,7 @@ def test_the_list_heads_lines_read_each_record_and_the_slower_answers(tmp_path, 
     out = capsys.readouterr().out.splitlines()
     assert out[0] == ("P-EAGLE head: parallel-base continued 60 s on 10 answers (2,000 answer tokens), 12,345 tokens "
                       "seen, cpu-x, float32")
-    assert out[1].endswith("per-slot rates 0.50 0.25; against plain: slower on every prompt")
+    assert out[1].endswith("per-slot rates 0.50 0.25; against plain: faster on 0 of 2 prompts, sign test p = 0.5: "
+                           "not shown either way")
     assert out[2] == "  slower than plain on 2 prompts, whose answers have [5, 20] tokens (the budget is 16)"
     assert out[5] == "  slower than plain on 1 prompts, whose answers have [20] tokens (the budget is 16)"
