@@ -57,7 +57,9 @@ from peagle_lab import models, precision, settings
 # bits.
 #
 # - **fp32 on a CPU**: those differences stay far below the gap between two logits, and the output is
-#   **identical** to plain greedy decoding (`tests/decoding/test_speculative.py` checks K = 1 to 8, both heads).
+#   **identical** to plain greedy decoding in every run of this course (`tests/decoding/test_speculative.py`
+#   checks K = 1 to 8, both heads). Only an exact tie between the top two logits could flip in fp32; the check
+#   would report it with its margin.
 # - **bf16, or fp32 on a GPU**: identical, **or** a divergence at a *near-tie*, where the plain run's top two
 #   logits are within a few ulps (units in the last place), reported with its logit margin (top-1 minus top-2).
 #   Notebook 05 quotes one from a committed run (bf16, host `cpu-epyc-avx512bf16-2c`). A divergence at a margin
@@ -453,7 +455,7 @@ print(f"this chapter, the prime-check prompt (1 x {NEW_TOKENS}, {precision.dtype
 
 # %% [markdown]
 # **Reading it.** In 05's 24-prompt runs (HumanEval, and held-out chat of the training mix) the shipped heads accept
-# about 1.3 to 1.6 tokens a round; 04's eight held-out prompts at K=7 give 1.90 and 2.53; the list-domain heads
+# about 1.4 to 1.6 tokens a round; 04's eight held-out prompts at K=7 give 1.90 and 2.53; the list-domain heads
 # accept 3.6 on list requests. A figure belongs to a head, a text and the settings together: rows compare only where
 # prompts, size, K, host and dtype agree, and 07's appendix lists every figure the course prints.
 #
@@ -484,8 +486,9 @@ for rec in suite_records("lists", settings.pick(2, 1)):
     secs, outs = {name: [] for name in names}, {}
     for _ in range(3):  # interleaved: a change in the machine's load falls on every method alike
         for name, kind in names.items():
-            outs[name] = (plain_generate(runner, ids, EASY_TOKENS) if kind is None else speculative_generate(
-                runner, HeadDrafter(easy_heads[kind], kind), ids, k=EASY_K, max_new_tokens=EASY_TOKENS))
+            outs[name] = (plain_generate(runner, ids, EASY_TOKENS, eos_ids=tokenizer.eos_token_id) if kind is None
+                          else speculative_generate(runner, HeadDrafter(easy_heads[kind], kind), ids, k=EASY_K,
+                                                    max_new_tokens=EASY_TOKENS, eos_ids=tokenizer.eos_token_id))
             secs[name].append(outs[name].seconds)
     plain_s = statistics.median(secs["plain"])
     print(f"\n{rec['prompt']!r} -> {tokenizer.decode(outs['plain'].tokens[:EASY_TOKENS])[:60]!r} ...")

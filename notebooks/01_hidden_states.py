@@ -190,9 +190,9 @@ print("lens on the last layer's output == the model's own prediction, at every p
 # <details><summary>Answer</summary>
 #
 # The late layers agree most: 0%, 2% and 49% for vLLM's taps in the saved run, 0-2% for `(1, 2, 3)`, 34-51% for
-# the late set. Yet more next-token signal is not a better drafter input (the course does not train one to measure
-# it): three late layers are nearly parallel and add little to each other, and the low-level view of the token is
-# lost. vLLM's spread trades a little signal for three different views.
+# the late set. More next-token signal need not make a better drafter input (the course does not train one to
+# measure it): three late layers are nearly parallel and would add little to each other, and the low-level view of
+# the token would be lost. vLLM's spread trades a little signal for three different views.
 #
 # </details>
 

@@ -500,7 +500,8 @@ for K_TRY in (2, 8):  # the exercise's two values; edit to try others
 # before it were.
 #
 # The full study trains ten heads, so it is committed (below). The cell is a tiny live run of the same code (two
-# variants, a few steps): it shows the machinery, not the answer.
+# variants, a few steps, one seed, two prompts): it shows the machinery, not the answer. Its gap is not read against
+# the seed spread, which was measured at the committed study's size; the committed study answers the question.
 #
 # <details><summary>How the full study runs</summary>
 #

@@ -614,9 +614,10 @@ del ttt, head
 # (at least `batch_tokens` tokens; the packing is the package's `PackedRows`), plans each with a COD draw, runs
 # `run_depths_by_hand`, and weights each row's loss by its tokens. AdamW updates the head's own parameters (`fc`,
 # the decoder layer, `mask_hidden`, the mask token's embedding row) at `lr`, and the final norm and `lm_head`, which
-# start as the target's, at a quarter of it; the learning rate rises linearly over the warm-up, then follows a cosine
-# down to a tenth; the gradient norm is clipped at 1. Nothing else: the package's `Trainer` must produce the same
-# loss at every step from the same start.
+# start as the target's, at a lower rate (`lm_head_lr_ratio` of it); the learning rate rises linearly over the
+# warm-up, then follows a cosine down to a floor (`min_lr_ratio`); the gradient norm is clipped at 1. Nothing else:
+# from the same start the package's `Trainer` must produce the same loss at every step, up to float rounding (the
+# check allows 1e-3).
 
 # %% tags=["nbval-ignore-output"]
 from tqdm.auto import trange

@@ -285,7 +285,7 @@ print(f"\nthe blog's AL {PAPER_AL} at K={PAPER_K} (HumanEval) needs every slot a
 # %% [markdown]
 # **Reading it.** Accuracy collapses after depth 0, and that caps acceptance: the shipped head is right 45% of the
 # time at depth 0 and 18% at depth 1. More tokens help slowly (both long runs climb from about 1.1 to about 1.4 over
-# about 25 times the tokens), and at this budget a deeper head does not help.
+# about 25 times the tokens), and in the same wall time a deeper head did not help.
 #
 # <details><summary>The careful reading</summary>
 #
@@ -583,9 +583,9 @@ if runs:
 # - **Why acceptance stays low.** Accuracy collapses after depth 0 (45%, then 18% at depth 1). The blog's 3.94 needs
 #   every slot accepted at 0.78; the shipped P-EAGLE head's slots 2 and 3 are accepted at 0.34 and 0.24.
 # - **Training at scale.** Acceptance grows slowly with tokens seen (the long runs end near 1.4 after about 1.5M
-#   tokens), and a deeper head does not help at this budget.
+#   tokens), and in the same wall time a deeper head did not help.
 # - **Your own model.** The recipe ran unchanged on a tiny Qwen3 target and decoded losslessly. Without the template
-#   it was trained with, the shipped P-EAGLE head accepted no draft.
+#   it was trained with, the shipped P-EAGLE head accepted no draft in a two-prompt check.
 # - **The recipe runs.** At this budget no single setting raises acceptance beyond the noise (best +0.028, noise 0.052).
 #
 # <details><summary>The figures behind these bullets</summary>

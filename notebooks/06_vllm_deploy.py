@@ -452,7 +452,8 @@ for what, prompt_set, n, rounds, al in (
 #   only; the sweep under load runs on a CPU.
 # - **Tensor parallelism** (`cpu-epyc-avx2-2c`, float32): vLLM's size must divide the target's attention heads (the
 #   cell prints which sizes fit this machine; 2 does not), so `peagle-lab bench-tensor-parallel` shards the target by
-#   hand over 2 processes as vLLM does on GPUs (an all-reduce after each attention and MLP).
+#   hand over 2 processes the way vLLM shards on GPUs (attention by KV-head groups, the MLP by columns, an all-reduce
+#   after each), but unevenly here: 3 KV heads split 2 and 1, a split vLLM itself refuses.
 #
 # </details>
 #

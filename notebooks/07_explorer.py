@@ -298,8 +298,8 @@ across_hosts.print_verdicts(committed, paired_word)
 # A round's cost is counted in decode steps (05's formula).
 #
 # - **Cheap verification** (`cpu-epyc-avx512bf16-2c`, bfloat16): both heads are faster than plain decoding on 19 to
-#   23 of 24 prompts: by the paired rule all four are shown faster (the chat and code runs' bf16 divergences, all at
-#   near-ties, count in those timings).
+#   23 of 24 prompts: by the paired rule all four are shown faster (their bf16 divergences count in those timings;
+#   05 shows the code run's all at near-ties).
 # - **High acceptance** is another way: untrained prompt lookup reaches 1.33x on code (`cpu-epyc-avx2-2c`, float32,
 #   AL 2.64; faster on 22 of 24 prompts, shown faster, 05). It drafts up to 10 tokens only where it finds a match, so `verify_k7`
 #   is not its round cost; that the answers copy the prompt is a plausible reading, not shown here.
@@ -323,7 +323,8 @@ across_hosts.print_verdicts(committed, paired_word)
 #
 # <details><summary>What the ledger holds</summary>
 #
-# Every live run, and each committed run's best-K row. The studies of 02 and 03, 04's learning curves and recipe
+# Every live run; each committed bench run's best-K row; 04's held-out comparison at K=3 and K=7; 06's serving sweep
+# at each concurrency. The studies of 02 and 03, 04's learning curves and recipe
 # runs, other heads, 05's oracle rows, the committed runs' other K and 05's break-even points stay in their chapters.
 # `rounds` is the sample behind a row.
 #
@@ -369,8 +370,8 @@ print(f"05's {len(bench05)} committed benchmark rows: {min(bench05):.2f} to {max
 # indented lines). The P-EAGLE head's HumanEval rows in float32 (04, 05, 06) decode different numbers of prompts and
 # tokens at different K, so they are different samples of HumanEval, not disagreements. Likewise the prime-check
 # rows: 00's (K=1, 5 and 10, 48 new tokens) and 07's fixed run (K=4, 64) share the prompt, not K or the budget.
-# `float32 (the engine's default)` marks the serving sweep's rows: its file does not record the dtype, and float32 is
-# what serve-sweep gives vLLM on a CPU, 06's "vLLM in float32".
+# `float32 (not recorded: serve-sweep's CPU setting)` marks the serving sweep's rows: its file does not record the
+# dtype, and float32 is what serve-sweep gives vLLM on a CPU, 06's "vLLM in float32".
 #
 # </details>
 

@@ -135,13 +135,15 @@ def serving_rows(results_root: Path) -> list[dict]:
 
 
 def _serving_dtype(meta: dict) -> str:
-    """The dtype a sweep's servers ran in: recorded, else the engine's default for the sweep's device."""
+    """The dtype a sweep's servers ran in: recorded, else serve-sweep's setting for the sweep's device, marked as not
+    recorded."""
     env = meta.get("environment") or {}
     recorded_dtype = meta.get("dtype") or env.get("dtype")
     if recorded_dtype:
         return str(recorded_dtype)
     on_gpu = env.get("device") == "cuda"
-    return f"{engine_kwargs(on_gpu=on_gpu).get('dtype', 'auto')} (the engine's default)"
+    dtype = engine_kwargs(on_gpu=on_gpu).get("dtype", "auto")
+    return f"{dtype} (not recorded: serve-sweep's {'GPU' if on_gpu else 'CPU'} setting)"
 
 
 def markdown(rows: list[dict]) -> str:
