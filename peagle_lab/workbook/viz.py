@@ -174,7 +174,7 @@ def plot_per_position_acceptance(rates, ax=None, title: str | None = None):
     """Bars of per-position acceptance, j = 1..K.
 
     ``rates``: one list (bars coloured like the token slots) or ``{label: list}`` (grouped bars, e.g. parallel vs
-    sequential). NaN (slot never reached) draws no bar. Returns the figure.
+    sequential). NaN (slot never reached) draws no bar and the words "not reached". Returns the figure.
     """
     series = dict(rates) if isinstance(rates, Mapping) else {None: list(rates)}
     fig, ax = _axes(ax, (6, 3.2))
@@ -185,6 +185,9 @@ def plot_per_position_acceptance(rates, ax=None, title: str | None = None):
         ys = [0.0 if v is None or math.isnan(v) else float(v) for v in values]
         colour = [slot_colour(j + 1) for j in range(len(values))] if label is None else None
         ax.bar(xs, ys, width=width * 0.95, color=colour, edgecolor="#555", linewidth=0.5, label=label)
+        for x, v in zip(xs, values):  # a slot no round reached has no rate: say so, so it is not read as 0
+            if v is None or math.isnan(v):
+                ax.text(x, 0.02, "not reached", rotation=90, ha="center", va="bottom", fontsize=7, color="#555")
     ax.set_xticks(range(1, k + 1))
     ax.set_xlabel("draft slot j")
     ax.set_ylabel("P(accept j | 1..j-1 accepted)")

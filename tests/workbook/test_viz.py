@@ -120,6 +120,12 @@ def test_save_figure_keeps_an_absolute_path_and_suffix(agg, tmp_path):
     assert (tmp_path / "a.svg").read_text().lstrip().startswith("<?xml")
 
 
+def test_a_slot_no_round_reached_is_labelled_not_drawn_as_zero(agg):
+    fig = viz.plot_per_position_acceptance([0.8, 0.0, float("nan")])
+    labels = [(t.get_text(), round(t.get_position()[0])) for t in fig.axes[0].texts]
+    assert labels == [("not reached", 3)]  # slot 2's rate of 0 is a bar of height 0, with no label
+
+
 def test_grouped_bars_draw_one_series_per_label(agg):
     fig = viz.plot_per_position_acceptance({"parallel": [0.6, 0.4], "sequential": [0.7, 0.5]})
     assert len(fig.axes[0].patches) == 4
