@@ -596,12 +596,12 @@ except NotImplementedError as exc:
 # | `01_hidden_states` | What does the drafter read: the three tapped layers, their cost on disk, extraction | 0.5 |
 # | `02_mask_tokens` | How one pass drafts K tokens: mask token, `mask_hidden`, the attention layout | 1.0 |
 # | `03_train_head` | Training a P-EAGLE head: self-distilled data, the draft vocabulary (`d2t`/`t2d`), COD sampling, the training loop by hand | 3.6 |
-# | `04_scale_and_acceptance` | How far training goes: the shipped heads, the learning curve, your own model on a second architecture | 1.5 |
-# | `05_parallel_vs_sequential` | Parallel vs sequential drafting: per-position acceptance, drafting cost, speed per suite, losslessness; a narrow domain where trained heads pay | 4.9 |
-# | `06_vllm_deploy` | Export to vLLM's eagle3 format and serve with `parallel_drafting`; load and tensor parallelism | 4.0 |
-# | `07_explorer` | Watch drafts being accepted token by token, with any prompt, head and K | 0.5 |
+# | `04_scale_and_acceptance` | How far training goes: the shipped heads, the learning curve, your own model on a second architecture | 1.6 |
+# | `05_parallel_vs_sequential` | Parallel vs sequential drafting: per-position acceptance, drafting cost, speed per suite, losslessness; a narrow domain where trained heads pay | 4.8 |
+# | `06_vllm_deploy` | Export to vLLM's eagle3 format and serve with `parallel_drafting`; load and tensor parallelism | 4.3 |
+# | `07_explorer` | Watch drafts being accepted token by token, with any prompt, head and K | 0.6 |
 #
-# Minutes: one `make lab` run of each chapter on `cpu-epyc-avx2-2c`, a 2-core CPU without a GPU (17.7 minutes in all,
+# Minutes: one `make lab` run of each chapter on `cpu-epyc-avx2-2c`, a 2-core CPU without a GPU (18.0 minutes in all,
 # start-up between chapters included).
 # `make setup` installs everything the chapters use, vLLM for 06 included; no chapter needs a GPU or downloads a model.
 #

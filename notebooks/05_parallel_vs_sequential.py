@@ -973,11 +973,13 @@ else:
 # drafter pass at every K, yet it measures 1.88 to 2.05 steps across K (the table); the drafting-cost table's gap
 # between one pass and seven at K=7 is the part that is not.
 #
-# Live, on six held-out requests, every output matched plain greedy. The acceptance lengths repeat exactly between
-# runs (float32); the speed-ups, one run each, move. In this run P-EAGLE accepted as much as EAGLE-3 or more on five
-# of the six (AL 1.24 to 5.82), was faster than plain decoding on five and faster than EAGLE-3 on five (six requests
-# cannot show an order unless all six agree: p = 0.22 for five of six); on one
-# even-numbers request both heads accept little (AL 1.2) and both lose. The domain is narrow on purpose, chosen
+# Live, on six held-out requests, every output matched plain greedy, and each run stops at the end of the answer, as
+# the committed one does. The acceptance lengths repeat exactly between runs (float32); the speed-ups, one run each,
+# move (00 times the first two requests as medians of three interleaved runs, so its figures differ a little). In
+# this run P-EAGLE accepted as much as EAGLE-3 or more on five of the six (AL 2.00 to 5.82), was faster than plain
+# decoding on five and faster than EAGLE-3 on five (six requests show an order only if all six agree: p = 0.22 for
+# five of six); on the even-numbers request whose answer is 9 tokens both heads lose, too few rounds to repay the
+# drafter. The domain is narrow on purpose, chosen
 # because a 15-minute CPU continuation can learn it; the target's answers there are often wrong or loop (a 135M
 # model), and a drafter learns those as well as right ones.
 #
