@@ -27,8 +27,8 @@
 #    question 2);
 # 4. **training**: every depth of a packed row in one step, the per-depth loss, checkpoints and resume.
 #
-# Depth is 0-based: depth d trains draft slot d + 1. Live cells run on this machine and their losses vary a little
-# between runs; the studies are committed results read from `data/`. The shipped heads were trained with the same
+# Depth is 0-based: depth d trains draft slot d + 1. Live cells run on this machine, seeded, and repeat their losses
+# on it; the studies are committed results read from `data/`. The shipped heads were trained with the same
 # code (`peagle-lab distill`, `peagle-lab train`).
 
 # %% tags=["nbval-ignore-output"]

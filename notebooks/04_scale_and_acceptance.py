@@ -199,14 +199,15 @@ for kind, row in (("parallel", P), ("sequential", S)):
 # P-EAGLE's slot-1 lead is a fact of the held-out prompts, not of these HumanEval prompts.
 #
 # **Against the paper.** The blog (quoted in 00) has P-EAGLE accepting more on GPT-OSS-20B, 3.94 against 3.03 on
-# HumanEval with both heads at K=7 (its 1.55x speed-up is each head at its best K: 7 for P-EAGLE, 3 for EAGLE-3),
-# with 4-layer heads trained on GPUs on far more data. Here, on the 8 held-out comparison prompts (6 code_write, 2
-# reasoning, committed in bfloat16), the shipped EAGLE-3 head accepts more (gap +0.637 at K=7). The heads differ in
-# training (EAGLE-3 had 1.23x the wall time, 1.05x the tokens) and in method (its training-time test against
-# P-EAGLE's mask slots), and neither is tested alone. Section 2's learning curves score the methods on another 8
-# prompts, where the two long runs end about 0.05 apart; the two gaps come from different prompts and are not one
-# measurement. The comparison file pools its prompts (no per-prompt figures), so 05's paired rule cannot be applied
-# to it. P-EAGLE's advantage is cost, one drafter pass for all K tokens instead of K; notebook 05 measures it.
+# HumanEval with both heads at K=7 (its 1.55x speed-up is each head at its best K: 7 for P-EAGLE, 3 for EAGLE-3), with
+# 4-layer heads trained on GPUs on far more data. Here, on the 8 held-out comparison prompts (6 code_write, 2 reasoning,
+# committed in bfloat16), the shipped EAGLE-3 head accepts more (gap +0.637 at K=7). The heads differ in training
+# (EAGLE-3 had 1.23x the wall time, 1.05x the tokens) and in method (its training-time test against P-EAGLE's mask
+# slots), and neither is tested alone. Section 2's learning curves score the methods on another 8 prompts, where the two
+# long runs end 0.056 apart (EAGLE-3 ahead, just above the 0.052 seed spread); the two gaps come from different prompts
+# and are not one measurement. The comparison file pools its prompts (no per-prompt figures), so 05's paired rule cannot
+# be applied to it. P-EAGLE's advantage is cost, one drafter pass for all K tokens instead of K; notebook 05 measures
+# it.
 #
 # </details>
 
@@ -295,7 +296,8 @@ print(f"\nthe blog's AL {PAPER_AL} at K={PAPER_K} (HumanEval) needs every slot a
 # scores other prompts, and its rounds start only after a bonus token, not at every anchor.)
 #
 # **More training.** The climb is not steady: both runs dip just past 1M tokens, and P-EAGLE's last step falls from
-# 1.437 to 1.391, a drop about the size of section 5's noise. The two runs end about 0.05 apart (1.391 and 1.447).
+# 1.437 to 1.391, a drop about the size of section 5's noise. The two runs end 0.056 apart (1.391 and 1.447), EAGLE-3
+# ahead at each of the last six snapshots.
 # Continuing `exp-L1` on fresh records, which made the shipped head, raised its acceptance on section 1's comparison
 # prompts from 1.737 to 1.895.
 #
@@ -473,8 +475,8 @@ print("against the trained layout: " + ", ".join(f"{name} {tmpl[t]['acceptance_l
                                                                  ("system", "another system message"))))
 
 # %% [markdown]
-# **Reading it.** Without the template the head accepted none of its drafts in this small check (AL 1.00 against
-# 1.52 with the trained template, two prompts). The fix is one template everywhere: distil with your model's chat template
+# **Reading it.** Without the template the head accepted none of its drafts in this small check (AL 1.00 against 1.52
+# with the trained template, two prompts). The fix is one template everywhere: distil with your model's chat template
 # and serve the head behind the same one.
 #
 # <details><summary>The careful reading</summary>
@@ -593,7 +595,7 @@ if runs:
 # - The held-out comparison is committed (`cpu-epyc-avx512bf16-2c` in bfloat16, 8 prompts). EAGLE-3's deep slots are
 #   accepted far more often, and P-EAGLE's acceptance stops growing after K=3. P-EAGLE's lead at slot 1 there did not
 #   carry over to the live HumanEval prompts, where EAGLE-3 accepted more at K=1 too. Why EAGLE-3 leads is not
-#   settled here: on the learning curves' own 8 prompts the two long runs end about 0.05 apart.
+#   settled here: on the learning curves' own 8 prompts EAGLE-3's long run also ends ahead, by 0.056.
 # - The learning curves come from the same host, and their climb is not steady. Accuracy stays low after depth 0
 #   for 1, 2 and 4 layers alike.
 # - The tiny target brought its own template, taps and head shape. The shipped SmolLM2 P-EAGLE head accepted no draft

@@ -412,9 +412,10 @@ release()  # the other dtype's copy goes
 # ## Speed-up and acceptance
 #
 # The plots show measured (solid) and ideal (dashed) speed-up against K, then acceptance length against K, under its
-# bound K+1 (dotted; the two oracle lines coincide, the same draws accepting the same tokens). Below them the cell prints the per-slot acceptance, P(slot j accepted | every earlier slot
-# accepted) for slots j = 1..K (`-`: never reached, not a rate of 0), then the verdicts by the paired rule: each head
-# at its best K against plain decoding, and P-EAGLE against EAGLE-3, prompt by prompt.
+# bound K+1 (dotted; the two oracle lines coincide, the same draws accepting the same tokens). Below them the cell
+# prints the per-slot acceptance, P(slot j accepted | every earlier slot accepted) for slots j = 1..K (`-`: never
+# reached, not a rate of 0), then the verdicts by the paired rule: each head at its best K against plain decoding, and
+# P-EAGLE against EAGLE-3, prompt by prompt.
 #
 # <details><summary>The details: the counts and the paired gaps</summary>
 #
@@ -486,9 +487,9 @@ print(f"  oracle K={o['k']}: AL {o['acceptance_length']:.2f} over {o['rounds']} 
       "spread and answers ending early")
 
 # %% [markdown]
-# **Reading it.** Both heads are below 1x, and neither is shown faster than the other (in the committed run P-EAGLE
-# is faster on 13 of 24 prompts, p = 0.84). The per-slot counts say why: P-EAGLE's deep slots are rarely reached, so a deeper K
-# adds little acceptance.
+# **Reading it.** Both heads are below 1x, and neither is shown faster than the other (in the committed run P-EAGLE is
+# faster on 13 of 24 prompts, p = 0.84). The per-slot counts say why: P-EAGLE's deep slots are rarely reached, so a
+# deeper K adds little acceptance.
 #
 # <details><summary>The careful reading</summary>
 #
@@ -633,7 +634,7 @@ for r in ledger.bench_rows(e2e, "05", f"this run's end to end ({'CI size' if CI 
 # **Reading it.** Verification is most of every round on this CPU (`verify_share`, about nine tenths for P-EAGLE).
 # Drafting is a few percent of a P-EAGLE round at any K and grows with K for EAGLE-3; acceptance, rollback and Python
 # take about a millisecond. A verification slower than the next K's in both this loop and the drafting-cost table
-# (the last line) is the kernels, not noise: that row count takes a slower path.
+# (the last line) points to the kernels rather than noise: that row count likely takes a slower path.
 #
 # ## What it takes: the break-even picture
 #
@@ -957,10 +958,10 @@ else:
     print("the domain heads do not read this target (they were trained on SmolLM2-135M's answers): no live run")
 
 # %% [markdown]
-# **Reading it.** On held-out list requests both domain heads pay, even in fp32 on this CPU: at K=7 P-EAGLE makes 1.75x
-# and EAGLE-3 1.55x end to end. They accept the same (AL 3.57 and 3.58), so the round decides, 1.91 decode steps
-# (one drafter pass) against 2.22 (seven). Prompt by prompt neither order is shown: P-EAGLE is faster than EAGLE-3 on
-# 12 of 16 prompts, and each head faster than plain decoding on 12 of 16 (sign test p = 0.077).
+# **Reading it.** On held-out list requests both domain heads pay on average, even in fp32 on this CPU: at K=7 P-EAGLE
+# makes 1.75x and EAGLE-3 1.55x end to end. They accept the same (AL 3.57 and 3.58), so the round decides, 1.91 decode
+# steps (one drafter pass) against 2.22 (seven). Prompt by prompt neither order is shown: P-EAGLE is faster than EAGLE-3
+# on 12 of 16 prompts, and each head faster than plain decoding on 12 of 16 (sign test p = 0.077).
 #
 # <details><summary>The careful reading</summary>
 #
@@ -991,8 +992,8 @@ else:
 #   K=1 to K=10 it grows 1.54x, K sequential passes 6.6x (committed run; the live table has the same shape).
 # - In fp32 a round costs about two decode steps, more than either shipped head's AL (1.51, 1.61): both lose (0.79x
 #   end to end). With bf16 units a round costs 1.26 steps and the P-EAGLE head just clears it (1.20x decode at K=7).
-# - Every method is identical to plain greedy, token for token, in fp32; in bf16 outputs may diverge, but only at
-#   near-ties: arithmetic, not a bug.
+# - Every method is identical to plain greedy, token for token, in fp32; in bf16 outputs may diverge, and where the
+#   margins are printed (the code run) only at near-ties: arithmetic, not a bug.
 # - At the paper's acceptance one parallel pass is shown faster than seven sequential ones: 1.56x against 1.39x on
 #   chat, 1.59x against 1.46x on code.
 # - On a narrow domain both heads, continued 15 minutes, accept about 3.6 tokens a round and pay on average: P-EAGLE

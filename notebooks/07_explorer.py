@@ -300,9 +300,9 @@ across_hosts.print_verdicts(committed, paired_word)
 # - **Cheap verification** (`cpu-epyc-avx512bf16-2c`, bfloat16): both heads are faster than plain decoding on 19 to
 #   23 of 24 prompts: by the paired rule all four are shown faster (their bf16 divergences count in those timings;
 #   05 shows the code run's all at near-ties).
-# - **High acceptance** is another way: untrained prompt lookup reaches 1.33x on code (`cpu-epyc-avx2-2c`, float32,
-#   AL 2.64; faster on 22 of 24 prompts, shown faster, 05). It drafts up to 10 tokens only where it finds a match, so `verify_k7`
-#   is not its round cost; that the answers copy the prompt is a plausible reading, not shown here.
+# - **High acceptance** is another way: untrained prompt lookup reaches 1.33x on code (`cpu-epyc-avx2-2c`, float32, AL
+#   2.64; faster on 22 of 24 prompts, shown faster, 05). It drafts up to 10 tokens only where it finds a match, so
+#   `verify_k7` is not its round cost; that the answers copy the prompt is a plausible reading, not shown here.
 # - **Float32**: the trained heads have neither (`verify_k7` 1.88 and 2.06, AL 1.31 to 1.61). Each is faster than
 #   plain decoding on at most 4 of 24 prompts; the two on the 5-prompt run cannot be shown either way (p = 0.0625 at
 #   best), the other four are shown slower.
@@ -380,7 +380,8 @@ print(f"05's {len(bench05)} committed benchmark rows: {min(bench05):.2f} to {max
 #
 # - **The fixed run.** The shipped P-EAGLE head at K=4 commits 1.43 tokens per round of a possible 5 on 00's
 #   prime-check prompt, slower than plain decoding, and its output matched plain greedy's.
-# - **The exercise.** One code and one chat prompt cannot rank kinds of text; the committed 24-prompt runs do not either.
+# - **The exercise.** One code and one chat prompt cannot rank kinds of text; the committed 24-prompt runs do not
+#   either.
 # - **Speculative sampling.** Accept a draft with probability min(1, p/q), resample a rejection from max(0, p - q):
 #   the tokens follow p whatever q; q sets only how many drafts pass.
 # - **Across hosts.** With bf16 units both heads are shown faster than plain decoding (1.14x to 1.31x), in float32
