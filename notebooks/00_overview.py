@@ -23,7 +23,8 @@
 # answer and its speed; one round by hand, checked against the package; acceptance length from per-draft rates; a
 # head that pays on list requests; two exercises; a map of the course.
 #
-# About the numbers: everything here is measured live, so timings move between runs and with the machine's load.
+# About the numbers: the timings here are measured live, so they move between runs and with the machine's load; the
+# GPU line and the table of acceptance lengths are committed results, labelled so.
 # The target runs in fp32 on a CPU, in the GPU's own dtype on a GPU (`precision.course_dtype`).
 
 # %%

@@ -970,9 +970,9 @@ else:
 # lifted P-EAGLE's deep slots (per-slot rates 0.85, 0.64, then 0.69 to 0.87 at K=7, against 0.29 and 0.36 on
 # HumanEval above). AL / round is 1.86x against 1.61x ideally, 1.75x against 1.55x measured: one half of the paper's
 # claim, cheaper drafting at equal acceptance, on average (the paper also has P-EAGLE accepting more). Per prompt,
-# P-EAGLE minus EAGLE-3 runs from -0.64x to +1.55x. Part of the round gap is timing noise: P-EAGLE's round is one
-# drafter pass at every K, yet it measures 1.88 to 2.05 steps across K (the table); the drafting-cost table's gap
-# between one pass and seven at K=7 is the part that is not.
+# P-EAGLE minus EAGLE-3 runs from -0.64x to +1.55x. Part of the round gap is timing noise: P-EAGLE's round, one
+# drafter pass and a verification that grows with K, measures 2.05 steps at K=5 but 1.91 at K=7 (the table); the
+# drafting-cost table's gap between one pass and seven at K=7 is the part that is not.
 #
 # Live, on six held-out requests, every output matched plain greedy, and each run stops at the end of the answer, as
 # the committed one does. The acceptance lengths repeat exactly between runs (float32); the speed-ups, one run each,
