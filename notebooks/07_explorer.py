@@ -278,13 +278,7 @@ for suite, rows in across_hosts.suite_tables(committed, HOST).items():
     display(Markdown(f"**`{suite}` suite**\n\n" + bench.format_table(rows, list(rows[0]))))
 
 
-def paired_word(faster, timed):
-    """00's paired rule (the sign test of 05's `order`), on the prompts timed side by side against plain decoding."""
-    p = payoff.sign_test(faster, timed)
-    return "not shown" if p >= payoff.ALPHA else "shown faster" if faster > timed - faster else "shown slower"
-
-
-across_hosts.print_verdicts(committed, paired_word)
+across_hosts.print_verdicts(committed, payoff.verdict_word)  # 00's paired rule: the sign test of 05's `order`
 
 # %% [markdown]
 # **Reading it.** Speculation pays where the acceptance length clears a round's cost: with bf16 units, where

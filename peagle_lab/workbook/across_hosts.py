@@ -19,18 +19,13 @@ def best_text(m: dict | None) -> str:
     return f"{m['speedup']:.2f}x (K={m['k']}, AL {m['acceptance_length']:.2f}{diverged})"
 
 
-def _oracle_sequential(e: dict, o: dict | None) -> dict | None:
-    return next((m for m in e["methods"] if m["family"] == "oracle-sequential" and o and m["k"] == o["k"]), None)
-
-
 def suite_tables(committed: list[dict], host: str) -> dict[str, list[dict]]:
     """The rows of each suite's table, one per committed host and dtype (``host``: this machine, marked so)."""
     tables: dict[str, list[dict]] = {}
     for c in committed:
         for suite, e in result_suites(c["results"]).items():
-            p_row, s_row, o = payoff.best(e, "p-eagle"), payoff.best(e, "eagle3"), payoff.best(e, "oracle")
+            p_row, s_row, (o, o_seq) = payoff.best(e, "p-eagle"), payoff.best(e, "eagle3"), payoff.oracle_pair(e)
             gaps = payoff.paired_gaps(e, p_row, s_row)  # per prompt: P-EAGLE's speed-up minus EAGLE-3's
-            o_seq = _oracle_sequential(e, o)
             tables.setdefault(suite, []).append({
                 "host": c["host"] + (" (this machine)" if c["host"] == host else ""), "dtype": c["dtype"],
                 "prompts": f"{e['config']['n_prompts']} x {e['config']['max_new_tokens']}",
@@ -51,16 +46,13 @@ def print_verdicts(committed: list[dict], word: Callable[[int, int], str]) -> No
     heads, orders, claims = [], [], []
     for c in committed:
         for suite, e in result_suites(c["results"]).items():
-            p_row, s_row, o = payoff.best(e, "p-eagle"), payoff.best(e, "eagle3"), payoff.best(e, "oracle")
-            gaps = payoff.paired_gaps(e, p_row, s_row)
+            p_row, s_row, (o, o_seq) = payoff.best(e, "p-eagle"), payoff.best(e, "eagle3"), payoff.oracle_pair(e)
             for m in (p_row, s_row):
                 heads.append({"dtype": c["dtype"], "speedup": m["speedup"], "word": word(*payoff.prompts_faster(e, m))})
-            orders.append(payoff.sign_test(sum(g > 0 for g in gaps), sum(g != 0 for g in gaps)) < payoff.ALPHA)
-            o_seq = _oracle_sequential(e, o)
+            orders.append(payoff.verdict_word(*payoff.gap_wins(payoff.paired_gaps(e, p_row, s_row))) != "not shown")
             if o_seq:
-                pair = [g for g in payoff.paired_gaps(e, o, o_seq) if g != 0]
                 claims.append(f"{suite} on {c['dir']} {o['speedup']:.2f}x against {o_seq['speedup']:.2f}x, parallel "
-                              + payoff.paired_verdict(sum(g > 0 for g in pair), len(pair)))
+                              + payoff.paired_verdict(*payoff.gap_wins(payoff.paired_gaps(e, o, o_seq))))
     for dtype in dict.fromkeys(h["dtype"] for h in heads):
         mine = [h for h in heads if h["dtype"] == dtype]
         n = Counter(h["word"] for h in mine)

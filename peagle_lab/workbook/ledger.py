@@ -155,11 +155,15 @@ def markdown(rows: list[dict]) -> str:
 def course_rows(data_dir: Path, shipped: dict[str, Path], repo_root: Path, through: str | None = None) -> list[dict]:
     """The ledger: the committed rows (04's held-out comparisons of every host, 05's bench suites, 06's serving
     sweeps) and the rows the chapters recorded (only chapters up to ``through`` when given), in chapter order."""
+    return sorted(committed_rows(data_dir, shipped, repo_root) + recorded(through), key=lambda r: str(r["chapter"]))
+
+
+def committed_rows(data_dir: Path, shipped: dict[str, Path], repo_root: Path) -> list[dict]:
+    """The ledger's committed rows: 04's held-out comparisons of every host, 05's bench suites, 06's serving sweeps."""
     data_dir = Path(data_dir)
     rows = [r for path in sorted(data_dir.glob("recipe/*/heldout_compare.json"))
             for r in heldout_rows(path, shipped, repo_root)]
-    rows += committed_bench_rows(data_dir / "results") + serving_rows(data_dir / "results")
-    return sorted(rows + recorded(through), key=lambda r: str(r["chapter"]))
+    return rows + committed_bench_rows(data_dir / "results") + serving_rows(data_dir / "results")
 
 
 def at_a_glance(data_dir: Path, shipped: dict[str, Path], repo_root: Path) -> list[dict]:
@@ -167,12 +171,10 @@ def at_a_glance(data_dir: Path, shipped: dict[str, Path], repo_root: Path) -> li
     dtype, K, and each head's acceptance length there (the K=7 row where a run has one, else its best K). The list
     heads' run (``data/results-lists``) is the one line whose heads are not the shipped ones; of a serving sweep
     only its one-request row is kept, the loop-like setting."""
-    data_dir = Path(data_dir)
-    rows = [r for path in sorted(data_dir.glob("recipe/*/heldout_compare.json"))
-            for r in heldout_rows(path, shipped, repo_root)]
-    rows += committed_bench_rows(data_dir / "results")
-    rows += [r | {"head": f"list-domain {r['head']}"} for r in committed_bench_rows(data_dir / "results-lists")]
-    rows += [r for r in serving_rows(data_dir / "results") if r["what"].startswith("vLLM serving sweep, 1 ")]
+    committed = committed_rows(data_dir, shipped, repo_root)
+    rows = [r for r in committed if r["chapter"] != "06"]
+    rows += [r | {"head": f"list-domain {r['head']}"} for r in committed_bench_rows(Path(data_dir) / "results-lists")]
+    rows += [r for r in committed if r["what"].startswith("vLLM serving sweep, 1 ")]
     lines: dict[tuple, dict] = {}
     for r in rows:
         key = (r["chapter"], r["prompt_set"], r["prompts"], r["new_tokens"], r["host"], r["dtype"])

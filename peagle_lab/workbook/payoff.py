@@ -60,12 +60,32 @@ def sign_test(wins: int, n: int) -> float:
     return min(1.0, 2 * sum(math.comb(n, i) for i in range(k, n + 1)) / 2 ** n)
 
 
-def paired_verdict(wins: int, n: int, faster: str = "faster", slower: str = "slower") -> str:
-    """The paired rule in words: ``wins`` of ``n`` prompts, the sign test's p, and the verdict: ``shown faster``
-    (or ``shown slower``) where p < :data:`ALPHA`, else ``not shown either way``."""
-    p = sign_test(wins, n)
-    verdict = (f"shown {faster}" if wins > n - wins else f"shown {slower}") if p < ALPHA else "not shown either way"
-    return f"{faster} on {wins} of {n} prompts, sign test p = {p:.2g}: {verdict}"
+def oracle_pair(e2e: dict) -> tuple[dict | None, dict | None]:
+    """The best one-pass oracle row and the K-pass oracle row at its K (None where the run has none)."""
+    o = best(e2e, "oracle")
+    return o, next((m for m in e2e.get("methods", []) if o and m["family"] == "oracle-sequential"
+                    and m["k"] == o["k"]), None)
+
+
+def gap_wins(gaps: list[float]) -> tuple[int, int]:
+    """``(wins, n)`` for the sign test from per-prompt gaps a minus b: prompts where a is ahead, out of those
+    where the two differ (a tie tells neither way)."""
+    return sum(g > 0 for g in gaps), sum(g != 0 for g in gaps)
+
+
+def verdict_word(wins: int, n: int) -> str:
+    """The paired rule's verdict alone: ``shown faster``, ``shown slower`` or ``not shown``."""
+    if sign_test(wins, n) >= ALPHA:
+        return "not shown"
+    return "shown faster" if wins > n - wins else "shown slower"
+
+
+def paired_verdict(wins: int, n: int) -> str:
+    """The paired rule in words: ``wins`` of ``n`` prompts, the sign test's p, and :func:`verdict_word`
+    (``not shown`` read as ``not shown either way``)."""
+    word = verdict_word(wins, n)
+    return (f"faster on {wins} of {n} prompts, sign test p = {sign_test(wins, n):.2g}: "
+            + ("not shown either way" if word == "not shown" else word))
 
 
 def prompts_faster(e2e: dict, m: dict) -> tuple[int, int]:

@@ -10,7 +10,7 @@ from ..bench.files import result_suites
 from ..bench.oracle import PAPER, constant_rate_acceptance_length, oracle_rates
 from ..bench.suites import suite_of
 from .notebook import committed_label
-from .payoff import best, paired_verdict, prompts_faster
+from .payoff import best, oracle_pair, paired_verdict, prompts_faster
 
 
 def round_steps(m: dict) -> float:
@@ -35,9 +35,7 @@ def oracle_pick(host_run: dict, committed: list[dict]) -> tuple[str, dict, dict,
     """(run dir, its suite's results, best one-pass oracle row, K-pass row at that K or None): host_run first."""
     where, orc = next((c["dir"], e) for c in [host_run] + committed for e in result_suites(c["results"]).values()
                       if best(e, "oracle"))
-    o = best(orc, "oracle")
-    o_seq = next((m for m in orc["methods"] if m["family"] == "oracle-sequential" and m["k"] == o["k"]), None)
-    return where, orc, o, o_seq
+    return (where, orc, *oracle_pair(orc))
 
 
 def summary_rows(committed_run: dict, oracle: tuple, here: str) -> list[dict]:

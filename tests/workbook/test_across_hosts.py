@@ -6,9 +6,7 @@ from peagle_lab.workbook import across_hosts as ah
 from peagle_lab.workbook import payoff
 
 
-def paired_word(faster, timed):
-    verdict = payoff.paired_verdict(faster, timed)
-    return "not shown" if verdict.endswith("not shown either way") else verdict.rsplit(": ", 1)[1]
+paired_word = payoff.verdict_word
 
 
 def _method(family, k, speedup, al=1.5, **kw):

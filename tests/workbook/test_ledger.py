@@ -181,3 +181,16 @@ def test_the_paired_verdict_needs_enough_prompts_not_every_prompt():
     assert payoff.paired_verdict(1, 24).endswith(": shown slower")
     with pytest.raises(ValueError, match="Fix"):
         payoff.sign_test(5, 4)
+
+
+def test_gap_wins_leave_ties_out_and_the_verdict_word_reads_the_sign_test():
+    assert payoff.gap_wins([0.2, -0.1, 0.0, 0.3]) == (2, 3)
+    assert [payoff.verdict_word(*c) for c in ((6, 6), (0, 6), (5, 6))] == ["shown faster", "shown slower", "not shown"]
+
+
+def test_the_oracle_pair_is_the_best_one_pass_row_and_the_k_pass_row_at_its_k():
+    run = {"methods": [method("oracle K=3", "oracle", 3, 1.2, 2.0), method("oracle K=7", "oracle", 7, 1.5, 3.0),
+                       method("oracle-seq K=3", "oracle-sequential", 3, 1.1, 2.0),
+                       method("oracle-seq K=7", "oracle-sequential", 7, 1.3, 3.0)]}
+    assert [m["method"] for m in payoff.oracle_pair(run)] == ["oracle K=7", "oracle-seq K=7"]
+    assert payoff.oracle_pair({"methods": []}) == (None, None)
