@@ -287,7 +287,9 @@ def test_the_real_gguf_in_two_carried_parts_converts_to_the_package_checkpoint(t
     from peagle_lab.models import fetch_gguf, convert_default
     from peagle_lab.parts import sha256_of
 
-    man = split_file(fetch_gguf(tmp_path), tmp_path / "carry", gpu_train.CARRY_PART_BYTES, parts=2, kind="gguf")
+    gguf = fetch_gguf(tmp_path)
+    man = split_file(gguf, tmp_path / "carry", gpu_train.CARRY_PART_BYTES, parts=2, kind="gguf")
+    gguf.unlink()  # the parts alone travel
     assert man["bytes"] == 98_362_432 and all(p["bytes"] < 64 * gpu_train.MiB for p in man["parts"])
     saved = os.environ.get("PEAGLE_CACHE")
     try:
