@@ -7,7 +7,11 @@
 #   bash scripts/list_heads.sh [WORK]          # WORK default: build/list_heads
 #
 # Environment: PEAGLE_LIST_BUDGET seconds of training per head (default 900), PEAGLE_LIST_PROMPTS held-out prompts
-# benchmarked (default 16). Writes WORK/{distill.jsonl, features/, peagle/, eagle3/, bench/, logs/}. Copy the heads
+# benchmarked (default 16), PEAGLE_LIST_KS the K swept for each head (default 1,3,5,7). A matched pair instead of two
+# continuations: PEAGLE_LIST_INIT=fresh starts both heads from the same seeded untrained weights (the two modes share
+# one architecture, so seed 0 draws the same numbers for both) and PEAGLE_LIST_STEPS=N trains each for exactly N
+# optimizer steps of ~512 tokens (the same token budget) instead of the time budget. PEAGLE_LIST_DISTILLED=FILE uses
+# answers already distilled (data/distill/smollm2-135m-lists.jsonl) instead of asking the target again. Writes WORK/{distill.jsonl, features/, peagle/, eagle3/, bench/, logs/}. Copy the heads
 # to data/heads/smollm2-135m-lists-{peagle,eagle3} (config.json, model.safetensors, training.json, TRAINING.md), the
 # answers to data/distill/smollm2-135m-lists.jsonl and the bench folder to data/results-lists/<host>/<dtype>/ to
 # commit them (the notebooks read them there). Run again after an interruption: distillation and extraction resume;
@@ -20,34 +24,47 @@ CLI=("$PY" -m peagle_lab.cli)
 OUT=${1:-build/list_heads}
 BUDGET=${PEAGLE_LIST_BUDGET:-900}
 N_BENCH=${PEAGLE_LIST_PROMPTS:-16}
+KS=${PEAGLE_LIST_KS:-1,3,5,7}
+INIT=${PEAGLE_LIST_INIT:-shipped}
+STEPS=${PEAGLE_LIST_STEPS:-}
+case "$INIT" in shipped|fresh) ;; *) echo "PEAGLE_LIST_INIT=$INIT: expected shipped or fresh" >&2; exit 2;; esac
 mkdir -p "$OUT/logs"
 T0=$(date +%s)
 stamp() { echo "[list_heads] $(( $(date +%s) - T0 )) s: $*"; }
 
-stamp "the target answers the 480 train prompts (greedy, up to 160 new tokens)"
-"${CLI[@]}" distill --prompts-file data/prompts/lists-train.jsonl --out "$OUT/distill.jsonl" --max-new-tokens 160 \
-  --dtype float32 > "$OUT/logs/distill.log" 2>&1
-tail -1 "$OUT/logs/distill.log"
+if [ -n "${PEAGLE_LIST_DISTILLED:-}" ]; then
+  stamp "the target's answers to the 480 train prompts from $PEAGLE_LIST_DISTILLED"
+  cmp -s "$PEAGLE_LIST_DISTILLED" "$OUT/distill.jsonl" 2>/dev/null || cp "$PEAGLE_LIST_DISTILLED" "$OUT/distill.jsonl"
+else
+  stamp "the target answers the 480 train prompts (greedy, up to 160 new tokens)"
+  "${CLI[@]}" distill --prompts-file data/prompts/lists-train.jsonl --out "$OUT/distill.jsonl" --max-new-tokens 160 \
+    --dtype float32 > "$OUT/logs/distill.log" 2>&1
+  tail -1 "$OUT/logs/distill.log"
+fi
 
 stamp "features of every answer once, for both heads"
 "${CLI[@]}" extract --distilled "$OUT/distill.jsonl" --split all --out "$OUT/features/part-all" --dtype float32 \
   > "$OUT/logs/extract.log" 2>&1
 
+if [ -n "$STEPS" ]; then BUDGET_ARGS=(--steps "$STEPS"); SPENT="$STEPS optimizer steps"
+else BUDGET_ARGS=(--time-budget "$BUDGET" --steps 1000000); SPENT="${BUDGET} s"; fi
 train() {  # mode name shipped-head
-  "${CLI[@]}" train --mode "$1" -K 8 --init-from "data/heads/$3" --data "$OUT/distill.jsonl" --split all \
-    --features "$OUT/features" --out "$OUT/$2" --time-budget "$BUDGET" --steps 1000000 --batch-tokens 512 \
+  local start=(--init-from "data/heads/$3") what="Continuation of the shipped $3 head"
+  if [ "$INIT" = fresh ]; then start=(); what="A head from seed 0's untrained weights (the other head's start)"; fi
+  "${CLI[@]}" train --mode "$1" -K 8 "${start[@]}" --data "$OUT/distill.jsonl" --split all \
+    --features "$OUT/features" --out "$OUT/$2" "${BUDGET_ARGS[@]}" --batch-tokens 512 \
     --row-tokens 512 --lr 1e-3 --warmup-steps 10 --threads 1 --dtype float32 --seed 0 --eval-prompts 0 \
-    --eval-val-prompts 0 --overwrite --note "Continuation of the shipped $3 head on the target's answers to the 480 \
-train list prompts (scripts/list_heads.sh), ${BUDGET} s at one thread, side by side with the other head." \
+    --eval-val-prompts 0 --overwrite --note "$what on the target's answers to the 480 \
+train list prompts (scripts/list_heads.sh), ${SPENT} at one thread, side by side with the other head." \
     > "$OUT/logs/train-$2.log" 2>&1
 }
-stamp "train both heads side by side, ${BUDGET} s each at one thread"
+stamp "train both heads side by side, ${SPENT} each at one thread, starting from: $INIT"
 together peagle "train parallel peagle smollm2-135m-peagle" eagle3 "train sequential eagle3 smollm2-135m-eagle3" \
   || { rc=$?; stamp "a trainer failed (exit $rc), the other was stopped; logs in $OUT/logs/"; exit $rc; }
 
 stamp "end to end on ${N_BENCH} held-out list prompts, both heads and their K sweeps, interleaved"
 "${CLI[@]}" bench --suite lists -n "$N_BENCH" --parallel-head "$OUT/peagle" --sequential-head "$OUT/eagle3" \
-  --ks-parallel 1,3,5,7 --ks-sequential 1,3,5,7 --max-new-tokens 96 --skip-drafting --oracle-ks none \
+  --ks-parallel "$KS" --ks-sequential "$KS" --max-new-tokens 96 --skip-drafting --oracle-ks none \
   --dtype float32 --out "$OUT/bench" --overwrite > "$OUT/logs/bench.log" 2>&1
 tail -5 "$OUT/logs/bench.log"
 stamp "done"

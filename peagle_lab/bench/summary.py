@@ -89,7 +89,8 @@ def _loop_columns(rows: list[dict], stats: list[dict], timing: dict, t_step, pla
     dsp = dtps / plain_decode_tps if dtps and plain_decode_tps else None
     return {"acceptance_length": rounded(al, 4),
             "per_position_acceptance": [rounded(a / t, 4) if t else None for a, t in zip(acc_at, att_at)],
-            "rounds": rounds, "t_step_ms": rounded(t_step * 1e3, 3) if t_step else None,
+            "per_position_attempts": att_at, "rounds": rounds,
+            "t_step_ms": rounded(t_step * 1e3, 3) if t_step else None,
             "t_draft_round_ms": rounded(t_draft * 1e3, 3), "t_verify_round_ms": rounded(t_verify * 1e3, 3),
             "decode_speedup": rounded(dsp, 4), "ideal_speedup": rounded(ideal, 4),
             "efficiency": rounded(dsp / ideal, 4) if ideal and dsp else None}
@@ -124,9 +125,10 @@ def _other_columns(m: Method, rows: list[dict], t_step, plain_decode_tps) -> dic
     rounds = [x["rounds"] for x in rows if x["rounds"]]
     if rounds and m.family != "plain":  # tokens per target forward after the prefill
         cols = {"acceptance_length": rounded((toks - len(rows)) / sum(rounds), 4), "per_position_acceptance": None,
-                "rounds": sum(rounds)}
+                "per_position_attempts": None, "rounds": sum(rounds)}
     else:
-        cols = {"acceptance_length": 1.0, "per_position_acceptance": None, "rounds": sum(rounds) if rounds else None}
+        cols = {"acceptance_length": 1.0, "per_position_acceptance": None, "per_position_attempts": None,
+                "rounds": sum(rounds) if rounds else None}
     if m.family == "plain":
         cols["t_step_ms"] = rounded(t_step * 1e3, 3) if t_step else None
         cols["decode_speedup"] = 1.0 if plain_decode_tps else None

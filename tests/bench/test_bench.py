@@ -100,6 +100,10 @@ def test_end_to_end_reports_acceptance_ideal_speedup_efficiency_and_losslessness
     row = next(m for m in e2e["methods"] if m["method"] == "p-eagle K=3")
     assert 1.0 <= row["acceptance_length"] <= 4.0
     assert len(row["per_position_acceptance"]) == 3
+    att = row["per_position_attempts"]  # every round tries slot 1; a deeper slot only after the ones before it
+    assert att[0] == row["rounds"] and att == sorted(att, reverse=True)
+    accepted = [round(r * a) for r, a in zip(row["per_position_acceptance"], att) if a]
+    assert row["acceptance_length"] == pytest.approx(1 + sum(accepted) / row["rounds"], rel=1e-3)
     ideal = row["acceptance_length"] * row["t_step_ms"] / (row["t_draft_round_ms"] + row["t_verify_round_ms"])
     assert row["ideal_speedup"] == pytest.approx(ideal, rel=1e-2)
     assert row["efficiency"] == pytest.approx(row["decode_speedup"] / row["ideal_speedup"], rel=1e-2)
