@@ -81,6 +81,15 @@ print("dtype:", precision.describe_choice(DTYPE, DEVICE), "| host:", HOST)
 model, tokenizer = models.load_target(TARGET, device=DEVICE, dtype=DTYPE)
 print(describe(DEVICE))
 
+from peagle_lab.training import ensure_heads  # the two heads ("The heads" below); any missing one is made first
+
+made = ensure_heads(("parallel", "sequential"), model, tokenizer, TARGET)
+(par_head, par_info), (seq_head, seq_info) = made["parallel"], made["sequential"]
+par_head._bench_source, seq_head._bench_source = par_info["source"], seq_info["source"]
+for role, info in (("P-EAGLE (parallel)", par_info), ("EAGLE-3 (sequential)", seq_info)):
+    print(f"{role:22s} {info['source']}: {info.get('num_hidden_layers')} layer(s), "
+          f"trained K={info.get('trained_k')}, draft vocab {info.get('draft_vocab_size')}")
+
 # %% tags=["nbval-ignore-output"]
 from peagle_lab.bench.oracle import budget_acceptance_length, constant_rate_acceptance_length, oracle_rates
 from peagle_lab.bench.suites import suite_of
@@ -139,20 +148,11 @@ round_report.print_summary(host_run, committed_run, table, oracle)
 #
 # The shipped heads (`data/heads/`): a P-EAGLE head trained for parallel drafting and an EAGLE-3-style head trained for
 # sequential drafting. Their last training runs used the same records for the same 4000 s; their earlier runs differ
-# (each head's `TRAINING.md`). For another target, small heads are trained on the spot: their drafting *cost* is real,
-# their acceptance low.
-
-# %%
-from peagle_lab.training import ensure_heads
-
-made = ensure_heads(("parallel", "sequential"), model, tokenizer, TARGET)  # any missing one made first, alone
-(par_head, par_info), (seq_head, seq_info) = made["parallel"], made["sequential"]
-par_head._bench_source, seq_head._bench_source = par_info["source"], seq_info["source"]
-for role, info in (("P-EAGLE (parallel)", par_info), ("EAGLE-3 (sequential)", seq_info)):
-    print(f"{role:22s} {info['source']}: {info.get('num_hidden_layers')} layer(s), "
-          f"trained K={info.get('trained_k')}, draft vocab {info.get('draft_vocab_size')}")
-
-# %% [markdown]
+# (each head's `TRAINING.md`), so a gap in acceptance between them mixes the method with its history: the last section
+# trains a matched pair, one start, one data set, one step count. The first cell loaded the shipped heads and printed
+# what they are. For another target, small heads are trained on the spot: their drafting *cost* is real, their
+# acceptance low.
+#
 # ## One round, both ways
 #
 # The same head drafts K=4 tokens after a prompt, once in parallel and once sequentially, while a hook counts its

@@ -40,6 +40,10 @@ SHIPPED_NAMES = {
 }
 # the shipped heads continued on one narrow domain, the list prompts (scripts/list_heads.sh; notebook 05)
 LIST_HEAD_NAMES = {"parallel": "smollm2-135m-lists-peagle", "sequential": "smollm2-135m-lists-eagle3"}
+# a matched pair on the same domain: one seeded untrained start, the same answers, the same optimizer steps
+# (PEAGLE_LIST_INIT=fresh scripts/list_heads.sh; notebook 05)
+MATCHED_HEAD_NAMES = {"parallel": "smollm2-135m-lists-matched-peagle",
+                      "sequential": "smollm2-135m-lists-matched-eagle3"}
 
 
 class _ShippedHeads(Mapping):
@@ -68,6 +72,7 @@ class _ShippedHeads(Mapping):
 
 SHIPPED = _ShippedHeads(SHIPPED_NAMES, "SHIPPED")
 LIST_HEADS = _ShippedHeads(LIST_HEAD_NAMES, "LIST_HEADS")
+MATCHED_HEADS = _ShippedHeads(MATCHED_HEAD_NAMES, "MATCHED_HEADS")
 
 
 KINDS = ("parallel", "sequential")

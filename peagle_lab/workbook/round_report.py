@@ -107,17 +107,27 @@ def lists_table(le: dict) -> str:
     return format_table(rows, list(rows[0]), floatfmt=".2f")
 
 
+def slot_rates(m: dict) -> str:
+    """A row's per-slot acceptance rates, each with the number of rounds that reached its slot where the results
+    file records it (``0.85 (412)``): a rate over a handful of rounds is not read as one over hundreds."""
+    attempts = m.get("per_position_attempts") or [None] * len(m["per_position_acceptance"])
+    return " ".join("not reached" if r is None else f"{r:.2f}" + ("" if n is None else f" ({n})")
+                    for r, n in zip(m["per_position_acceptance"], attempts))
+
+
 def print_list_heads(le: dict, heads: dict) -> None:
     """Prints each list head's training record, its best K's figures and the answers on which it is slower."""
     for (kind, path), (family, name) in zip(heads.items(), (("p-eagle", "P-EAGLE"), ("eagle3", "EAGLE-3"))):
         rec = json.loads((path / "training.json").read_text())  # the head's training record
         m = best(le, family)
-        print(f"{name} head: {rec['config']['init_from'].split('/')[-1]} continued {rec['train_time_s']:.0f} s on "
-              f"{rec['data']['sequences']} answers ({rec['data']['response_tokens']:,} answer tokens), "
-              f"{rec['tokens_seen']:,} tokens seen, {rec['machine']['host']}, {rec['autocast']}")
+        start = rec["config"]["init_from"]
+        how = (f"{start.split('/')[-1]} continued {rec['train_time_s']:.0f} s" if start else
+               f"seed {rec['config']['seed']}'s untrained weights, {rec['steps_done']:,} steps in "
+               f"{rec['train_time_s']:.0f} s,")
+        print(f"{name} head: {how} on {rec['data']['sequences']} answers ({rec['data']['response_tokens']:,} answer "
+              f"tokens), {rec['tokens_seen']:,} tokens seen, {rec['machine']['host']}, {rec['autocast']}")
         print(f"  best at K={m['k']}: {m['speedup']:.2f}x end to end, AL {m['acceptance_length']:.2f}, a round of "
-              f"{round_steps(m):.2f} steps; per-slot rates "
-              + " ".join(f"{r:.2f}" for r in m["per_position_acceptance"]) + f"; against plain: {against_plain(le, m)}")
+              f"{round_steps(m):.2f} steps; per-slot rates {slot_rates(m)}; against plain: {against_plain(le, m)}")
         slower = sorted(r["new_tokens"] for r in le["runs"] if r["method"] == m["method"] and r["speedup_vs_plain"] < 1)
         print(f"  slower than plain on {len(slower)} prompts, whose answers have {slower} tokens (the budget is "
               f"{le['config']['max_new_tokens']})")

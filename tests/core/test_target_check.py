@@ -142,12 +142,15 @@ def test_the_shipped_head_is_the_head_for_the_embedded_target(smollm2):
     assert info["origin"] == "shipped" and info["path"] == str(SHIPPED["parallel"]) and info["note"] == ""
 
 
-def test_the_list_heads_read_the_embedded_target_and_load_as_given_heads(smollm2):
-    from peagle_lab.drafter.heads import LIST_HEADS, SHIPPED, head_fit_problems, head_for_target
+@pytest.mark.parametrize("pair", ["LIST_HEADS", "MATCHED_HEADS"])
+def test_the_list_heads_read_the_embedded_target_and_load_as_given_heads(smollm2, pair):
+    from peagle_lab.drafter import heads as module
+    from peagle_lab.drafter.heads import SHIPPED, head_fit_problems, head_for_target
 
-    assert set(LIST_HEADS) == set(SHIPPED) and all(LIST_HEADS[k] != SHIPPED[k] for k in SHIPPED)
+    heads = getattr(module, pair)
+    assert set(heads) == set(SHIPPED) and all(heads[k] != SHIPPED[k] for k in SHIPPED)
     model, tok = smollm2
-    for kind, path in LIST_HEADS.items():
+    for kind, path in heads.items():
         if not (path / "model.safetensors").exists():
             pytest.skip(f"{path.name} is not here")
         assert head_fit_problems(path, model) == []

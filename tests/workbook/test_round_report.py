@@ -135,3 +135,20 @@ def test_the_list_heads_lines_read_each_record_and_the_slower_answers(tmp_path, 
                            "not shown either way")
     assert out[2] == "  slower than plain on 2 prompts, whose answers have [5, 20] tokens (the budget is 16)"
     assert out[5] == "  slower than plain on 1 prompts, whose answers have [20] tokens (the budget is 16)"
+
+
+def test_a_matched_head_says_its_seeded_start_and_steps_and_each_rate_its_rounds(tmp_path, capsys):
+    heads = {kind: tmp_path / kind for kind in ("parallel", "sequential")}
+    for kind, path in heads.items():
+        path.mkdir()
+        (path / "training.json").write_text(json.dumps({
+            "config": {"init_from": None, "seed": 0}, "steps_done": 1000, "train_time_s": 1500.2, "tokens_seen": 9,
+            "data": {"sequences": 10, "response_tokens": 2000}, "machine": {"host": "cpu-x"}, "autocast": "float32"}))
+    run = bench_run()
+    run["methods"][0]["per_position_attempts"] = [40, 20]
+    run["methods"][1]["per_position_acceptance"] = [0.5, None]
+    round_report.print_list_heads(run, heads)
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("P-EAGLE head: seed 0's untrained weights, 1,000 steps in 1500 s, on 10 answers")
+    assert "per-slot rates 0.50 (40) 0.25 (20); against plain" in out[1]
+    assert "per-slot rates 0.50 not reached; against plain" in out[4]
