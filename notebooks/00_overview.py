@@ -6,7 +6,7 @@
 #       extension: .py
 #       format_name: percent
 #       format_version: '1.3'
-#       jupytext_version: 1.19.6
+#       jupytext_version: 1.19.7
 #   kernelspec:
 #     display_name: Python (peagle-lab)
 #     language: python
@@ -90,21 +90,12 @@ from peagle_lab import models, precision, settings
 # | mask token, `mask_hidden` | P-EAGLE's two learned stand-ins in slots 2..K: one embedding row, and one shared 3H vector in place of the taps | 00, next section; built in 02 |
 # | COD | conditional drop-token sampling (from PARD): P-EAGLE's training keeps a shrinking, nested share of positions at each deeper depth, so K depths cost far less than K times one | 00, next section; built in 02 and 03 |
 # | training-time test (TTT) | EAGLE-3's training, unrolled as at inference: each depth gets the data's next token and the head's own state from the depth before | 00, next section; by hand in 03 |
+# | draft vocabulary, `d2t` | the head scores only a few thousand frequent target ids; `d2t` maps a draft id to its target id (`t2d` the other way) | 02; by hand in 03 |
 # | lossless | the speculative output is the target's own: identical to plain greedy decoding, or (bf16, or fp32 on a GPU) diverging only at a near-tie | 00, above |
 #
-# <details><summary>Words for reading the measurements: how the course compares figures</summary>
-#
-# | term | meaning | first used |
-# |---|---|---|
-# | draft vocabulary, `d2t` | the head scores only a few thousand frequent target ids; `d2t` maps a draft id to its target id (`t2d` the other way) | 02; by hand in 03 |
-# | near-tie, ulp | a position where plain greedy's top-1 minus top-2 logit margin is within a few ulps (units in the last place) of the top logit, so kernels that sum in another order may swap the two | 00, above; 05 |
-# | oracle | a drafter that replays the paper's acceptance on the same draws, charged one parallel pass or K sequential passes: it isolates what drafting costs | 05 |
-# | committed, live | committed: a full-size result read from `data/`, measured once, quoted with its host and dtype; live: run in this execution, so its timings move between runs | 00; every chapter |
-# | seed spread | the one rule for acceptance lengths: the largest gap between two training seeds of one setting in the committed studies (0.052); a smaller gap between heads is read as a tie | 02 |
-# | paired rule | the one rule for timings: the two methods are timed side by side on each prompt, and one is *shown faster* when it wins on so many that a fair coin would split the prompts as unevenly less than 5% of the time (a two-sided sign test, written out in 05); otherwise the course says "faster on N of M prompts", whatever the average | 00, "A head that pays"; 05 |
-# | ledger | every acceptance length the course recorded for the two shipped heads, with prompts, new tokens, K, dtype and host; two rows compare only where these agree | 00 lines up the committed runs; every row in 07's appendix |
-#
-# </details>
+# The words for reading the measurements (committed and live runs, the paired rule, the seed spread, near-ties, the
+# oracle, the ledger) are defined once, in 07's appendix "How the course measures"; each chapter says them again
+# where it first uses them.
 
 # %% [markdown]
 # ## EAGLE-3 and P-EAGLE
@@ -501,7 +492,7 @@ for rec in suite_records("lists", settings.pick(2, 1)):
               f"against plain {plain_s:.2f} s -> {plain_s / sec:.2f}x; "
               + ("identical to plain greedy" if div is None else div.message()))
         easy_rows.append({"method": name, "speedup": plain_s / sec, "al": r.stats.acceptance_length})
-for name in ("P-EAGLE", "EAGLE-3"):  # the paired rule (a sign test over the requests): see the glossary
+for name in ("P-EAGLE", "EAGLE-3"):  # the paired rule, a sign test over the requests (07's appendix)
     ups = [r["speedup"] for r in easy_rows if r["method"] == name]
     print(f"{name} against plain, {min(ups):.2f}x to {max(ups):.2f}x (medians of 3 interleaved runs): "
           + payoff.paired_verdict(sum(u > 1 for u in ups), len(ups)))

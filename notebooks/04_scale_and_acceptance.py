@@ -6,7 +6,7 @@
 #       extension: .py
 #       format_name: percent
 #       format_version: '1.3'
-#       jupytext_version: 1.19.6
+#       jupytext_version: 1.19.7
 #   kernelspec:
 #     display_name: Python (peagle-lab)
 #     language: python
@@ -189,9 +189,9 @@ for kind, row in (("parallel", P), ("sequential", S)):
 # at K=3, about as much less as slot 4 adds. Each rebuilt sum lies a little above the recorded figure: the token
 # budget cuts each answer's last round short.
 #
-# **The verdicts.** The printed "accepts more", "ahead" and "a tie" read a gap against `TIE`, the glossary's seed
-# spread (0.052, the largest gap between two training seeds in notebooks 02-03), not an estimate of prompt-sampling
-# noise: each verdict reads these 8 held-out or 2 live prompts and tests nothing.
+# **The verdicts.** The printed "accepts more", "ahead" and "a tie" read a gap against `TIE`, the seed spread of
+# 07's appendix (0.052, the largest gap between two training seeds in notebooks 02-03), not an estimate of
+# prompt-sampling noise: each verdict reads these 8 held-out or 2 live prompts and tests nothing.
 #
 # **The live check.** Every speculative output was identical to plain greedy decoding. A few dozen rounds per K give
 # the direction, not the size. At K=3 and K=7 EAGLE-3 leads, in the held-out order. At K=1 a round drafts slot 1
@@ -534,7 +534,7 @@ print("the baseline where it differs from the shipped P-EAGLE head's last run (b
 
 
 own_noise = recipe.noise(runs) or 0.0  # the largest acceptance spread between two seeds of one setting
-study_noise = studies.largest_seed_spread()  # the same over the studies of 02 and 03 (the glossary's seed spread)
+study_noise = studies.largest_seed_spread()  # the same over the studies of 02 and 03 (07's appendix: the seed spread)
 study_runs = [r for name in studies.COMMITTED_STUDIES for r in studies.committed(name)[1]]
 noise = max(own_noise, study_noise)
 seeds = [r["tokens_seen"] for r in runs if r["name"].startswith("baseline")]

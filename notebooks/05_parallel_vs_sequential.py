@@ -6,7 +6,7 @@
 #       extension: .py
 #       format_name: percent
 #       format_version: '1.3'
-#       jupytext_version: 1.19.6
+#       jupytext_version: 1.19.7
 #   kernelspec:
 #     display_name: Python (peagle-lab)
 #     language: python
@@ -33,10 +33,11 @@
 # pass or K passes); where a round's time goes; the break-even picture; last, heads trained on a narrow domain,
 # where acceptance is high enough for both to pay and drafting cost decides between them.
 #
-# One rule reads every timing (00's **paired rule**): the two methods are timed side by side on each prompt, and one
-# is *shown faster* when it wins on so many prompts that a fair coin would split them as unevenly less than 5% of the
-# time (a two-sided sign test, written out below); otherwise the chapter says on how many it is faster. *Committed*
-# cells read full-size runs that never change; *live* cells run here on a few prompts and move a little between runs.
+# One rule reads every timing (the **paired rule**, with the course's other rules in 07's appendix): the two methods
+# are timed side by side on each prompt, and one is *shown faster* when it wins on so many prompts that a fair coin
+# would split them as unevenly less than 5% of the time (a two-sided sign test, written out below); otherwise the
+# chapter says on how many it is faster. *Committed* cells read full-size runs that never change; *live* cells run
+# here on a few prompts and move a little between runs.
 #
 # <details><summary>The details: hosts and dtype</summary>
 #

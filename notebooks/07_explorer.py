@@ -6,7 +6,7 @@
 #       extension: .py
 #       format_name: percent
 #       format_version: '1.3'
-#       jupytext_version: 1.19.6
+#       jupytext_version: 1.19.7
 #   kernelspec:
 #     display_name: Python (peagle-lab)
 #     language: python
@@ -245,7 +245,7 @@ assert same == N_SAME
 # - `paired`: per prompt, P-EAGLE's speed-up minus EAGLE-3's, lowest to highest;
 # - `oracle`: the paper's acceptance replayed on the same draws, charged one parallel pass / K sequential passes.
 #
-# The verdict lines read these by 00's paired rule, a sign test over the prompts: *shown faster* (or *slower*) where a
+# The verdict lines read these by the paired rule (the appendix below), a sign test over the prompts: *shown faster* (or *slower*) where a
 # fair coin would split the prompts so unevenly less than 5% of the time, else *not shown*, whatever the average.
 #
 # <details><summary>Where these runs come from, and what the columns leave out</summary>
@@ -278,7 +278,7 @@ for suite, rows in across_hosts.suite_tables(committed, HOST).items():
     display(Markdown(f"**`{suite}` suite**\n\n" + bench.format_table(rows, list(rows[0]))))
 
 
-across_hosts.print_verdicts(committed, payoff.verdict_word)  # 00's paired rule: the sign test of 05's `order`
+across_hosts.print_verdicts(committed, payoff.verdict_word)  # the paired rule: the sign test of 05's `order`
 
 # %% [markdown]
 # **Reading it.** Speculation pays where the acceptance length clears a round's cost: with bf16 units, where
@@ -368,6 +368,23 @@ print(f"05's {len(bench05)} committed benchmark rows: {min(bench05):.2f} to {max
 # dtype, and float32 is what serve-sweep gives vLLM on a CPU, 06's "vLLM in float32".
 #
 # </details>
+#
+# ## Appendix: how the course measures
+#
+# Every chapter reads its figures by the same rules; here they are in one place.
+#
+# | rule | what it says | where it is built |
+# |---|---|---|
+# | acceptance length | AL = 1 + accepted drafts / rounds, the bonus token included, over every round of a run. A round drafts at most the tokens left in the budget, but its bonus token may fall one past it (or past the end of the answer) and is then cut from the output: so AL x rounds can exceed a run's new tokens (less the prefill's one) by one | 00; the loop in 02 |
+# | per-slot rate | p_j = P(draft j accepted \| drafts 1..j-1 accepted), printed with the rounds that reached slot j where the results file records it, e.g. `0.85 (412)`; a rate over a dozen rounds is a dozen events, not a property of the head. Slot j is depth j - 1 | 00; 04, 05 |
+# | round, in decode steps | round = (t_draft + t_verify) / t_step, each a median per round of the same run; ideal = AL / round; `decode_speedup` is the measured tokens/s after the prefill against plain decoding's, end to end (`speedup`) includes the prefill, which every method pays alike | 05 |
+# | paired rule | two methods are timed side by side on each prompt, their order rotated; one is *shown faster* when a two-sided exact sign test over the prompts gives p < 0.05 (`payoff.sign_test`), otherwise the course says "faster on N of M prompts", whatever the average | 05, written out |
+# | seed spread | for acceptance lengths: the largest gap between two training seeds of one setting in the committed studies (0.052); a smaller gap between two heads is read as a tie | 02, 03 |
+# | lossless | fp32 on a CPU: identical to plain greedy, token for token. bf16, or fp32 on a GPU: identical, or diverging where plain greedy's top two logits are within a few ulps, units in the last place, of the top logit (a near-tie: kernels that sum in another order may swap them), reported with the margin; a divergence at a margin of logits would be a bug. Sampling: the emitted tokens follow the target's distribution (tested statistically) | 00; 05; sampling above |
+# | ledger | every acceptance length the course recorded for the two shipped heads, with its prompts, new tokens, K, dtype and host; two rows compare only where these agree | the appendix above; 00 lines up the committed runs |
+# | oracle | a drafter that replays a published acceptance on the same draws, charged one parallel pass or K sequential passes: what drafting costs, apart from how well a head drafts | 05 |
+# | committed, live | committed: a full-size run read from `data/`, measured once, quoted with its host and dtype; live: run in this execution on a few prompts, its timings moving between runs, its acceptance repeating in fp32 | every chapter |
+# | hosts | a host is named by its CPU (`cpu-epyc-avx2-2c`: 2 cores, AVX2 only; `cpu-epyc-avx512bf16-2c`: native bf16 units); each host's results sit in a folder of their own, and a figure is compared only with figures of its host and dtype | every chapter |
 
 # %% [markdown]
 # ## What we saw
