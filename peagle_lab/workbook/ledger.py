@@ -166,23 +166,27 @@ def committed_rows(data_dir: Path, shipped: dict[str, Path], repo_root: Path) ->
     return rows + committed_bench_rows(data_dir / "results") + serving_rows(data_dir / "results")
 
 
+# the committed runs of heads other than the shipped ones: results folder under data/ -> what the heads are called
+OTHER_HEADS = {"results-lists": "list-domain", "results-lists-matched": "matched list-domain"}
+
+
 def at_a_glance(data_dir: Path, shipped: dict[str, Path], repo_root: Path) -> list[dict]:
     """The committed runs side by side, one line each: what was decoded (prompt set, prompts x new tokens), host and
-    dtype, K, and each head's acceptance length there (the K=7 row where a run has one, else its best K). The list
-    heads' run (``data/results-lists``) is the one line whose heads are not the shipped ones; of a serving sweep
-    only its one-request row is kept, the loop-like setting."""
-    committed = committed_rows(data_dir, shipped, repo_root)
+    dtype, K, and each head's acceptance length there (the K=7 row where a run has one, else its best K). The runs
+    under ``OTHER_HEADS``' folders are lines whose heads are not the shipped ones, named in ``heads``; of a serving
+    sweep only its one-request row is kept, the loop-like setting."""
+    committed = [r | {"heads": "shipped"} for r in committed_rows(data_dir, shipped, repo_root)]
     rows = [r for r in committed if r["chapter"] != "06"]
-    rows += [r | {"head": f"list-domain {r['head']}"} for r in committed_bench_rows(Path(data_dir) / "results-lists")]
+    rows += [r | {"heads": name} for folder, name in OTHER_HEADS.items()
+             for r in committed_bench_rows(Path(data_dir) / folder)]
     rows += [r for r in committed if r["what"].startswith("vLLM serving sweep, 1 ")]
     lines: dict[tuple, dict] = {}
     for r in rows:
-        key = (r["chapter"], r["prompt_set"], r["prompts"], r["new_tokens"], r["host"], r["dtype"])
+        key = (r["chapter"], r["prompt_set"], r["prompts"], r["new_tokens"], r["host"], r["dtype"], r["heads"])
         label = "vLLM serving sweep, one request at a time" if r["chapter"] == "06" else r["prompt_set"].split(" (")[0]
         line = lines.setdefault(key, {"chapter": r["chapter"], "prompts": label,
                                       "decoded": f"{r['prompts']} x {r['new_tokens']}", "host": r["host"],
-                                      "dtype": r["dtype"], "heads": "list-domain" if "list-domain" in r["head"]
-                                      else "shipped", "P-EAGLE": None, "EAGLE-3": None})
+                                      "dtype": r["dtype"], "heads": r["heads"], "P-EAGLE": None, "EAGLE-3": None})
         name = "EAGLE-3" if "eagle3" in r["head"] else "P-EAGLE"
         if line[name] is None or r["k"] == 7:
             line[name] = (r["acceptance_length"], r["k"])

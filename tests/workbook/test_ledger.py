@@ -194,3 +194,16 @@ def test_the_oracle_pair_is_the_best_one_pass_row_and_the_k_pass_row_at_its_k():
                        method("oracle-seq K=7", "oracle-sequential", 7, 1.3, 3.0)]}
     assert [m["method"] for m in payoff.oracle_pair(run)] == ["oracle K=7", "oracle-seq K=7"]
     assert payoff.oracle_pair({"methods": []}) == (None, None)
+
+
+def test_at_a_glance_names_the_heads_of_each_other_run_on_a_line_of_its_own(tmp_path):
+    import shutil
+
+    from peagle_lab.settings import data_dir
+
+    for folder in ledger.OTHER_HEADS:  # one committed run of the list suite, filed as both kinds of other heads
+        shutil.copytree(data_dir() / "results-lists", tmp_path / "data" / folder)
+    lines = ledger.at_a_glance(tmp_path / "data", {}, tmp_path)
+    assert [line["heads"] for line in lines] == list(ledger.OTHER_HEADS.values())
+    assert lines[0] | {"heads": None} == lines[1] | {"heads": None}
+    assert all(line["P-EAGLE"] != "-" and line["EAGLE-3"] != "-" for line in lines)
