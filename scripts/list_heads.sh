@@ -11,7 +11,11 @@
 # continuations: PEAGLE_LIST_INIT=fresh starts both heads from the same seeded untrained weights (the two modes share
 # one architecture, so seed 0 draws the same numbers for both) and PEAGLE_LIST_STEPS=N trains each for exactly N
 # optimizer steps of ~512 tokens (the same token budget) instead of the time budget. PEAGLE_LIST_DISTILLED=FILE uses
-# answers already distilled (data/distill/smollm2-135m-lists.jsonl) instead of asking the target again. Writes WORK/{distill.jsonl, features/, peagle/, eagle3/, bench/, logs/}. Copy the heads
+# answers already distilled (data/distill/smollm2-135m-lists.jsonl) instead of asking the target again. The committed
+# matched pair (data/heads/smollm2-135m-lists-matched-{peagle,eagle3}, data/results-lists-matched/) was made with
+#
+#   PEAGLE_LIST_INIT=fresh PEAGLE_LIST_STEPS=1000 PEAGLE_LIST_PROMPTS=48 PEAGLE_LIST_KS=3,5,7 \
+#     PEAGLE_LIST_DISTILLED=data/distill/smollm2-135m-lists.jsonl bash scripts/list_heads.sh build/list_heads_matched Writes WORK/{distill.jsonl, features/, peagle/, eagle3/, bench/, logs/}. Copy the heads
 # to data/heads/smollm2-135m-lists-{peagle,eagle3} (config.json, model.safetensors, training.json, TRAINING.md), the
 # answers to data/distill/smollm2-135m-lists.jsonl and the bench folder to data/results-lists/<host>/<dtype>/ to
 # commit them (the notebooks read them there). Run again after an interruption: distillation and extraction resume;

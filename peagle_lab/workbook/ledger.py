@@ -174,7 +174,8 @@ def at_a_glance(data_dir: Path, shipped: dict[str, Path], repo_root: Path) -> li
     """The committed runs side by side, one line each: what was decoded (prompt set, prompts x new tokens), host and
     dtype, K, and each head's acceptance length there (the K=7 row where a run has one, else its best K). The runs
     under ``OTHER_HEADS``' folders are lines whose heads are not the shipped ones, named in ``heads``; of a serving
-    sweep only its one-request row is kept, the loop-like setting."""
+    sweep only its one-request row is kept, the loop-like setting. The shipped heads' benchmark runs are marked
+    ``05 / 07``: 05 reads its host's code run, 07's tables every run."""
     committed = [r | {"heads": "shipped"} for r in committed_rows(data_dir, shipped, repo_root)]
     rows = [r for r in committed if r["chapter"] != "06"]
     rows += [r | {"heads": name} for folder, name in OTHER_HEADS.items()
@@ -184,8 +185,10 @@ def at_a_glance(data_dir: Path, shipped: dict[str, Path], repo_root: Path) -> li
     for r in rows:
         key = (r["chapter"], r["prompt_set"], r["prompts"], r["new_tokens"], r["host"], r["dtype"], r["heads"])
         label = "vLLM serving sweep, one request at a time" if r["chapter"] == "06" else r["prompt_set"].split(" (")[0]
-        line = lines.setdefault(key, {"chapter": r["chapter"], "prompts": label,
-                                      "decoded": f"{r['prompts']} x {r['new_tokens']}", "host": r["host"],
+        shown_in = "05 / 07" if r["chapter"] == "05" and r["heads"] == "shipped" else r["chapter"]
+        line = lines.setdefault(key, {"chapter": shown_in, "prompts": label, "decoded": f"{r['prompts']}"
+                                      f"{' requests' if r['chapter'] == '06' else ''} x {r['new_tokens']}",
+                                      "host": r["host"],
                                       "dtype": r["dtype"], "heads": r["heads"], "P-EAGLE": None, "EAGLE-3": None})
         name = "EAGLE-3" if "eagle3" in r["head"] else "P-EAGLE"
         if line[name] is None or r["k"] == 7:

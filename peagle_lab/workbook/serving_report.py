@@ -25,8 +25,13 @@ def print_sweep(doc: dict, implied: dict, live_round: float, live_label: str) ->
     """Prints one sweep: its settings, the speed-up table, each concurrency's repeats, verdict and implied round cost
     (``implied``: plain steps per round by concurrency), and the sweep point nearest the live round."""
     meta = doc["meta"]
+    served = {r["concurrency"]: sum(p.get("ok", 0) for p in doc["rows"] if p["config"] == "peagle"
+                                    and p["concurrency"] == r["concurrency"]) for r in doc["speedups"]}
+    requests = (f"{set(served.values()).pop()} speculative requests served at each concurrency over the repeats"
+                if len(set(served.values())) == 1 else "speculative requests served over the repeats: "
+                + ", ".join(f"{n} at {c} concurrent" for c, n in served.items()))
     print(f"{meta.get('host')}: vLLM in {sweep_dtype(meta)}, head {meta.get('head')}, K={meta.get('k')}, "
-          f"{meta['max_tokens']} tokens per request, {meta['repeats']} repeats, "
+          f"{meta['max_tokens']} tokens per request, {meta['repeats']} repeats, {requests}, "
           f"load average at the start {meta.get('environment', {}).get('loadavg_start')}")
     print(f"{'concurrency':>12s}{'plain tok/s':>13s}{'P-EAGLE tok/s':>15s}{'throughput':>12s}{'latency':>9s}{'AL':>7s}")
     for r in doc["speedups"]:

@@ -207,3 +207,14 @@ def test_at_a_glance_names_the_heads_of_each_other_run_on_a_line_of_its_own(tmp_
     assert [line["heads"] for line in lines] == list(ledger.OTHER_HEADS.values())
     assert lines[0] | {"heads": None} == lines[1] | {"heads": None}
     assert all(line["P-EAGLE"] != "-" and line["EAGLE-3"] != "-" for line in lines)
+
+
+def test_at_a_glance_on_the_committed_runs_says_where_each_line_is_printed():
+    from peagle_lab.drafter.heads import SHIPPED
+    from peagle_lab.settings import REPO_ROOT, data_dir
+
+    lines = ledger.at_a_glance(data_dir(), SHIPPED, REPO_ROOT)
+    shipped_bench = [line for line in lines if line["heads"] == "shipped" and line["chapter"].startswith("05")]
+    assert shipped_bench and all(line["chapter"] == "05 / 07" for line in shipped_bench)
+    assert all(" requests x " in line["decoded"] for line in lines if line["chapter"] == "06")
+    assert all(line["chapter"] == "05" for line in lines if line["heads"] != "shipped")

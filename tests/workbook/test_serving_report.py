@@ -15,7 +15,7 @@ def _sweep(host="h", engine=None, device="cpu"):
          "latency_speedup": 1.2, "acceptance_length": 2.0},
         {"concurrency": 8, "plain_tokens_per_s": 80.0, "peagle_tokens_per_s": 40.0, "throughput_speedup": 0.5,
          "latency_speedup": 0.5, "acceptance_length": 2.0}]
-    rows = [{"config": cfg, "repeat": rep, "concurrency": c, "tokens_per_s": tps}
+    rows = [{"config": cfg, "repeat": rep, "concurrency": c, "tokens_per_s": tps, "ok": 4}
             for cfg, rep, c, tps in (("plain", 0, 1, 10.0), ("peagle", 0, 1, 12.0), ("plain", 1, 1, 10.0),
                                      ("peagle", 1, 1, 13.0), ("plain", 0, 8, 80.0), ("peagle", 0, 8, 40.0))]
     meta = {"host": host, "head": "hd", "k": 3, "max_tokens": 16, "repeats": 2,
@@ -42,7 +42,8 @@ def test_print_sweep_gives_each_concurrency_its_verdict_and_the_nearest_round(ca
     implied = {r["concurrency"]: r["acceptance_length"] / r["throughput_speedup"] for r in doc["speedups"]}
     sr.print_sweep(doc, implied, 3.5, "live")
     out = capsys.readouterr().out.splitlines()
-    assert out[0].startswith("h: vLLM in float32, head hd, K=3, 16 tokens per request, 2 repeats")
+    assert out[0].startswith("h: vLLM in float32, head hd, K=3, 16 tokens per request, 2 repeats, speculative "
+                             "requests served over the repeats: 8 at 1 concurrent, 4 at 8 concurrent, load average")
     assert out[4] == ("    1 concurrent: repeats 1.20x-1.30x -> speculation pays; implied round cost 1.60 plain "
                       "steps per 2.00 tokens")
     assert out[5].startswith("    8 concurrent: repeats 0.50x-0.50x -> speculation costs; implied round cost 4.00")
