@@ -88,7 +88,7 @@ from peagle_lab import models, precision, settings
 # | taps | the three hidden states EAGLE-3 and P-EAGLE read from the target (a low, a middle and a high layer), concatenated (3H) and projected to H by `fc` | 00, next section; built in 01 |
 # | EAGLE shift | drafter position t holds token x_{t+1} with the taps h_t, the state that predicted it | 00, "One speculative round" |
 # | mask token, `mask_hidden` | P-EAGLE's two learned stand-ins in slots 2..K: one embedding row, and one shared 3H vector in place of the taps | 00, next section; built in 02 |
-# | COD | conditional drop-token sampling (from PARD): P-EAGLE's training keeps a shrinking, nested share of positions at each deeper depth, so K depths cost far less than K times one | 00, next section; built in 02 and 03 |
+# | COD | conditional drop-token sampling, from PARD (a small draft model that predicts K tokens in one pass with mask tokens): P-EAGLE's training keeps a shrinking, nested share of positions at each deeper depth, so K depths cost far less than K times one | 00, next section; built in 02 and 03 |
 # | training-time test (TTT) | EAGLE-3's training, unrolled as at inference: each depth gets the data's next token and the head's own state from the depth before | 00, next section; by hand in 03 |
 # | draft vocabulary, `d2t` | the head scores only a few thousand frequent target ids; `d2t` maps a draft id to its target id (`t2d` the other way) | 02; by hand in 03 |
 # | lossless | the speculative output is the target's own: identical to plain greedy decoding, or (bf16, or fp32 on a GPU) diverging only at a near-tie | 00, above |
@@ -306,6 +306,10 @@ plt.show()
 # 4. add the **bonus** token, the target's choice right after that prefix;
 # 5. **roll back** the target's KV cache, dropping the rejected drafts.
 #
+# The drafter keeps a KV cache of its own over the committed positions. Its rollback sits inside `drafter.propose`:
+# each round first crops that cache back to where the round's new slots begin (`slots.start`), which drops the last
+# round's mask and draft slots, then runs its one pass.
+#
 # The first round prints its tensors' shapes; the cell after runs the same prompt through the package's loop and
 # its plain greedy decoding.
 
@@ -348,7 +352,9 @@ def speculate(K, show=False):
                       f"{cache.get_seq_length() - (K - a)} positions")
             if a < K:
                 cache.crop(a - K)                                                       # 5. roll back K - a drafts
-            slots = Slots.after_round(new, taps_of(out), start)  # new tokens, the taps that predicted them
+            # the EAGLE shift: verify row i predicted input i+1, so rows 0..a (the last committed token and the
+            # accepted drafts) are the taps that predicted the new tokens; the rows of rejected drafts are dropped
+            slots = Slots(new, taps_of(out)[: len(new)], start)
             tokens += new
             per_round.append(len(new))
     return tokens[:NEW_TOKENS], per_round
@@ -447,9 +453,10 @@ print(f"this chapter, the prime-check prompt (1 x {NEW_TOKENS}, {precision.dtype
 
 # %% [markdown]
 # **Reading it.** In 05's 24-prompt runs (HumanEval, and held-out chat of the training mix) the shipped heads accept
-# about 1.4 to 1.6 tokens a round; 04's eight held-out prompts at K=7 give 1.90 and 2.53; the list-domain heads
+# 1.43 to 1.64 tokens a round; 04's eight held-out prompts at K=7 give 1.90 and 2.53; the list-domain heads
 # accept 3.6 on list requests. A figure belongs to a head, a text and the settings together: rows compare only where
 # prompts, size, K, host and dtype agree, and 07's appendix lists every one the course prints for the shipped heads.
+# Rows marked `05 / 07` are 05's benchmark runs: 05 reads this host's code run, 07's tables list them all.
 #
 # ### A head that pays: list requests
 #
@@ -610,7 +617,7 @@ except NotImplementedError as exc:
 # | 5. How do I convert a head for vLLM? | `06_vllm_deploy`, the export |
 # | 6. What are `d2t`, `t2d` and the draft vocabulary? | `03_train_head`, `d2t` and `t2d` |
 # | 7. Should the target regenerate the training answers? | `03_train_head`, self-distillation |
-# | 8. Why no speed-up at large batch, and what does tensor parallelism do? | `06_vllm_deploy`, load and tensor parallelism |
+# | 8. Why no speed-up at large batch, and what does tensor parallelism do? | `06_vllm_deploy`, load and tensor parallelism (measured for batch; for tensor parallelism a hand-sharded target on 2 CPU processes is timed, the GPU case argued) |
 # | 9. Speculative decoding changed my greedy output! | `00_overview`, "Lossless, exactly"; `05_parallel_vs_sequential`, losslessness |
 
 # %% [markdown]

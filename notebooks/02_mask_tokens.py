@@ -297,6 +297,7 @@ class ScratchDrafter:
         # the 2H attention input: [normed token embedding, normed hidden]; the residual stream is the hidden
         x = torch.cat([self.norm(self.embed[tokens], L + "input_layernorm.weight"),
                        self.norm(hidden, L + "hidden_norm.weight")], -1)
+        # norm_before_residual (a config flag vLLM's eagle3 heads carry): the residual adds the normed hidden, else raw
         residual = self.norm(hidden, L + "hidden_norm.weight") if c.norm_before_residual else hidden
         q = (x @ W[L + "self_attn.q_proj.weight"].T).view(T, nh, hd).transpose(0, 1)
         k = (x @ W[L + "self_attn.k_proj.weight"].T).view(T, nkv, hd).transpose(0, 1)
@@ -696,8 +697,8 @@ report.record("mask_live_divergences", sum(r["divergences"] for r in live));
 # - The committed study ran on cpu-epyc-avx512bf16-2c, target in float32, heads trained in bfloat16. Learned and
 #   random stand-ins both lead zeros and the copy of h_context by 0.02-0.03 tokens per round: beyond their two-seed
 #   spreads, within the 0.052 seed spread of notebook 03's study, so suggestive, not settled.
-# - Notebook 04 trains far longer: there the shipped P-EAGLE head wins slot 1 on 04's held-out prompts (not on the
-#   live HumanEval prompts of 04 and 05) and falls behind EAGLE-3 on slots 2 and beyond.
+# - Notebook 04 reads the records of heads trained far longer: there the shipped P-EAGLE head wins slot 1 on 04's
+#   held-out prompts (not on the live HumanEval prompts of 04 and 05) and falls behind EAGLE-3 on slots 2 and beyond.
 #
 # </details>
 #

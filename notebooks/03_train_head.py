@@ -528,7 +528,7 @@ cfg = TrainConfig(mode="parallel", num_depths=8, layers=1, draft_vocab_size=draf
                   warmup_steps=settings.pick(6, 1), lr=2e-3, batch_tokens=settings.pick(1024, 256), row_tokens=512,
                   mask_token_id=MASK_ID, save_every=settings.pick(10, 2), seed=0, target=TARGET)
 module = Trainer(cfg, model, seqs, tokenizer, TrainerOptions(progress=False, verbose=False)).module  # head + loss
-row = plan.to(module.tap_scale.device)
+row = plan.to(module.tap_scale.device)  # tap_scale: the taps' per-feature RMS, the units fc trains in
 with torch.no_grad():
     logits = run_depths_by_hand(module, row)  # per depth: (elements, draft vocabulary) logits
     pkg_logits, _ = module.run_depths(row)
@@ -746,7 +746,8 @@ axes[1].set(xlabel="step", ylabel="cross-entropy", title="loss per depth")
 axes[1].legend(fontsize=7, ncol=2)
 acc = final_accuracy(log, last=max(len(log) // 4, 1))
 axes[2].bar(range(1, len(acc) + 1), [a or 0 for a in acc])
-axes[2].set(xlabel="draft slot (depth + 1)", ylabel="top-1 accuracy", title="accuracy per depth (last quarter)")
+axes[2].set(xlabel="draft slot (depth + 1)", ylabel="top-1 accuracy on the training batches",
+            title="accuracy per depth (last quarter of the steps)")
 plt.tight_layout()
 plt.show()
 print("per-depth accuracy at the end:", acc)

@@ -12,10 +12,13 @@ from . import payoff
 
 
 def best_text(m: dict | None) -> str:
-    """A best row as the table shows it: speed-up, K, acceptance length and divergences (``-`` where none)."""
+    """A best row as the table shows it: speed-up, K, acceptance length and divergences with the largest logit
+    margin among them (``-`` where none)."""
     if m is None:
         return "-"
-    diverged = f", {m['divergences']}/{m['runs']} diverge" if m.get("divergences") else ""
+    margin = m.get("max_divergence_margin")
+    diverged = (f", {m['divergences']}/{m['runs']} diverge" + ("" if margin is None else f", margin <= {margin:g}")
+                if m.get("divergences") else "")
     return f"{m['speedup']:.2f}x (K={m['k']}, AL {m['acceptance_length']:.2f}{diverged})"
 
 
