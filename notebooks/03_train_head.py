@@ -746,8 +746,7 @@ axes[1].set(xlabel="step", ylabel="cross-entropy", title="loss per depth")
 axes[1].legend(fontsize=7, ncol=2)
 acc = final_accuracy(log, last=max(len(log) // 4, 1))
 axes[2].bar(range(1, len(acc) + 1), [a or 0 for a in acc])
-axes[2].set(xlabel="draft slot (depth + 1)", ylabel="top-1 accuracy on the training batches",
-            title="accuracy per depth (last quarter of the steps)")
+axes[2].set(xlabel="draft slot (depth + 1)", ylabel="top-1 accuracy", title="accuracy per depth (last quarter)")
 plt.tight_layout()
 plt.show()
 print("per-depth accuracy at the end:", acc)
@@ -786,7 +785,8 @@ report.record("nb03_final_depth_accuracy", acc);
 #
 # <details><summary>The careful reading</summary>
 #
-# - Depth 0's final accuracy is several times that of the deeper depths, which read only mask slots.
+# - Depth 0's final accuracy is several times that of the deeper depths, which read only mask slots. The right panel's
+#   accuracy is measured on the training batches themselves (in-sample), averaged over the last quarter of the steps.
 # - The loss starts at about twice the uniform guess's, peaks in the warm-up and falls below the uniform guess
 #   within the run.
 # - In the per-position acceptance, `None` marks a slot no round reached.

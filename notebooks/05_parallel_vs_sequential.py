@@ -48,7 +48,8 @@
 #
 # <details><summary>The details: hosts and dtype</summary>
 #
-# Committed cells read full-size runs under `data/results/` (this host's, or the nearest one's); each printed figure
+# Committed cells read full-size runs under `data/results/` (this host's, or the nearest one's, or the host named by
+# `PEAGLE_COMMITTED_HOST`); each printed figure
 # names its host and dtype. In the saved outputs the committed tables are `cpu-epyc-avx2-2c`'s (a 2-core EPYC without
 # native bf16) in float32; the break-even picture adds `cpu-epyc-avx512bf16-2c` (one with bf16 units) in bfloat16 and
 # float32. Most live cells run on 2 or 3 prompts, the narrow-domain one on six.
@@ -106,9 +107,11 @@ from peagle_lab.workbook.round_report import against_plain, paper_target, round_
 
 best = payoff.best  # the row of a family with the highest end-to-end speed-up: a head at its best K
 
-# this host's committed full-size run (the nearest host's where it has none), newest in this run's dtype
+# this host's committed full-size run (the nearest host's where it has none), newest in this run's dtype;
+# PEAGLE_COMMITTED_HOST=<host> reads another host's instead (the saved outputs read cpu-epyc-avx2-2c's)
 committed = bench.committed_results(data_dir() / "results")
-host_run = payoff.host_run(committed, HOST, precision.dtype_name(DTYPE))
+READ_HOST = settings.committed_host(HOST, (c["host"] for c in committed))
+host_run = payoff.host_run(committed, READ_HOST, precision.dtype_name(DTYPE))
 suites = result_suites(host_run["results"])
 committed_run = suites.get("code") or next(iter(suites.values()))
 cfg = committed_run["config"]
@@ -933,7 +936,7 @@ from peagle_lab.drafter.heads import LIST_HEADS, head_fit_problems, head_for_tar
 
 lists_runs = bench.committed_results(data_dir() / "results-lists")
 if lists_runs:
-    lrun = payoff.host_run(lists_runs, HOST, precision.dtype_name(DTYPE))
+    lrun = payoff.host_run(lists_runs, READ_HOST, precision.dtype_name(DTYPE))
     le = result_suites(lrun["results"])["lists"]
     print(round_report.lists_label(lrun, le))
     display(Markdown(round_report.lists_table(le)))  # every K of both heads: AL, round (steps), ideal, measured
@@ -1019,7 +1022,7 @@ from peagle_lab.workbook import viz
 
 matched_runs = bench.committed_results(data_dir() / "results-lists-matched")
 if matched_runs:
-    mrun = payoff.host_run(matched_runs, HOST, precision.dtype_name(DTYPE))
+    mrun = payoff.host_run(matched_runs, READ_HOST, precision.dtype_name(DTYPE))
     me = result_suites(mrun["results"])["lists"]
     print(round_report.lists_label(mrun, me))
     round_report.print_list_heads(me, MATCHED_HEADS)  # the seeded start and steps; best K; per-slot rates (rounds)

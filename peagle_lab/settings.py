@@ -8,6 +8,7 @@ Where things live (docs/data.md):
 - ``data_dir()``: the shipped data (prompts, distilled sequences, heads, committed results): ``$PEAGLE_DATA`` when
   set, else ``<checkout>/data``.
 - ``results_dir()``: what runs write: ``$PEAGLE_RESULTS``, else ``<checkout>/results``, else ``./results``.
+- ``committed_host()``: whose committed results a chapter reads: ``$PEAGLE_COMMITTED_HOST``, else this machine's.
 """
 
 from __future__ import annotations
@@ -117,3 +118,20 @@ def results_dir() -> Path:
     if env:
         return Path(env).expanduser()
     return REPO_ROOT / "results" if in_checkout() else Path.cwd() / "results"
+
+
+COMMITTED_HOST_ENV = "PEAGLE_COMMITTED_HOST"
+
+
+def committed_host(this_host: str, hosts) -> str:
+    """The host whose committed results a chapter reads: ``$PEAGLE_COMMITTED_HOST`` when set (to follow another
+    machine's saved outputs, or to compare with it), else ``this_host``. ``hosts``: those with committed results; a
+    pinned host among none of them is an error naming them."""
+    pinned = os.environ.get(COMMITTED_HOST_ENV, "").strip()
+    if not pinned:
+        return this_host
+    hosts = sorted(set(hosts))
+    if pinned not in hosts:
+        raise PeagleError(f"{COMMITTED_HOST_ENV}={pinned} has no committed results. Fix: one of {', '.join(hosts)}, "
+                          f"or unset {COMMITTED_HOST_ENV} to read this machine's ({this_host}).")
+    return pinned

@@ -146,3 +146,16 @@ def test_importing_the_package_sets_nothing_and_creates_nothing(tmp_path):
     assert out["changed"] == {}, f"importing peagle_lab changed the environment: {out['changed']}"
     created = sorted(str(p.relative_to(tmp_path)) for d in (home, cwd, tmp) for p in d.rglob("*"))
     assert created == [], f"importing peagle_lab created {created}"
+
+
+def test_committed_host_is_this_one_unless_pinned_and_a_pin_must_name_a_host_with_results(monkeypatch):
+    from peagle_lab import settings
+    from peagle_lab.errors import PeagleError
+
+    monkeypatch.delenv(settings.COMMITTED_HOST_ENV, raising=False)
+    assert settings.committed_host("cpu-here", ["cpu-a"]) == "cpu-here"
+    monkeypatch.setenv(settings.COMMITTED_HOST_ENV, "cpu-a")
+    assert settings.committed_host("cpu-here", ["cpu-a", "cpu-b"]) == "cpu-a"
+    monkeypatch.setenv(settings.COMMITTED_HOST_ENV, "cpu-z")
+    with pytest.raises(PeagleError, match="cpu-z has no committed results. Fix: one of cpu-a, cpu-b"):
+        settings.committed_host("cpu-here", ["cpu-b", "cpu-a"])
