@@ -48,11 +48,13 @@
 #
 # <details><summary>The details: hosts and dtype</summary>
 #
-# Committed cells read full-size runs under `data/results/` (this host's, or the nearest one's, or the host named by
-# `PEAGLE_COMMITTED_HOST`); each printed figure
-# names its host and dtype. In the saved outputs the committed tables are `cpu-epyc-avx2-2c`'s (a 2-core EPYC without
-# native bf16) in float32; the break-even picture adds `cpu-epyc-avx512bf16-2c` (one with bf16 units) in bfloat16 and
-# float32. Most live cells run on 2 or 3 prompts, the narrow-domain one on six.
+# Committed cells read full-size runs under `data/results/`: this host's, or the nearest one's, or those of the host
+# named by `PEAGLE_COMMITTED_HOST`; each printed figure names its host and dtype. The saved outputs were made on
+# `cpu-epyc-avx512bf16-2c` (a 2-core EPYC with bf16 units) with `PEAGLE_DTYPE=float32` and
+# `PEAGLE_COMMITTED_HOST=cpu-epyc-avx2-2c`: the live cells ran there in float32, and the committed tables are those of
+# `cpu-epyc-avx2-2c` (a 2-core EPYC without native bf16) in float32; the break-even picture adds
+# `cpu-epyc-avx512bf16-2c`'s committed runs in bfloat16 and float32. Most live cells run on 2 or 3 prompts, the
+# narrow-domain one on six.
 #
 # **Dtype.** Chapters 00-04 load the target in float32 on any CPU. This chapter alone times in bfloat16 where the CPU
 # has native bf16 units (and on CUDA), float32 elsewhere (`PEAGLE_DTYPE=auto`; the first cell prints the choice):
