@@ -408,8 +408,9 @@ print(f"05's {len(bench05)} committed benchmark rows: {min(bench05):.2f} to {max
 #   average (1.33x). At the paper's acceptance one parallel pass per round is shown faster than seven sequential
 #   passes on the same draws (committed, `cpu-epyc-avx2-2c`, float32): on chat (MT-Bench's acceptance; 1.56x against
 #   1.39x, faster on every prompt) and on code (1.59x against 1.46x, faster on 22 of 24 prompts). With trained heads
-#   the same holds on average on a narrow domain (05's last section: list requests, both heads at AL 3.6, P-EAGLE
-#   1.75x against EAGLE-3 1.55x in float32), but 16 prompts do not show it (faster on 12 of 16, p = 0.077).
+#   the same holds on average on a narrow domain (05's list section: both continued heads at AL 3.6, P-EAGLE 1.75x
+#   against EAGLE-3 1.55x in float32), which 16 prompts do not show (faster on 12 of 16, p = 0.077); 05's matched pair,
+#   trained alike from one start, shows it on 48 prompts (faster on 37 of 48) while P-EAGLE accepts less.
 #
 # </details>
 #
@@ -417,7 +418,8 @@ print(f"05's {len(bench05)} committed benchmark rows: {min(bench05):.2f} to {max
 # one pass with mask tokens (`02_mask_tokens`) and learns from the target's own outputs (`03_train_head`). On a CPU
 # budget acceptance grows slowly with data (`04_scale_and_acceptance`): too slowly to pay in float32; in bf16 the
 # heads are shown faster than plain decoding, modestly (1.14x to 1.31x); on a narrow domain a 15-minute continuation
-# buys the acceptance, and there P-EAGLE's one pass is faster than EAGLE-3's K passes on average at equal acceptance,
-# on 12 of 16 prompts (`05_parallel_vs_sequential`); the same head serves in vLLM (`06_vllm_deploy`).
+# buys the acceptance; and two heads trained alike there, from one start on the same answers for the same steps,
+# show P-EAGLE's one pass faster than EAGLE-3's K passes prompt by prompt, although it accepts less
+# (`05_parallel_vs_sequential`); the same head serves in vLLM (`06_vllm_deploy`).
 # The mechanism works and stays lossless; on open prompts a CPU budget bought little acceptance.
 # Next: the repository's `README.md` and `docs/`.
