@@ -538,8 +538,10 @@ for path in sorted(RESULTS.glob("*/tensor-parallel/tensor_parallel.json")):
 # | `amazon/Qwen3-Coder-30B-A3B-Instruct-P-EAGLE` | `Qwen/Qwen3-Coder-30B-A3B-Instruct` | see the model card | see the model card | - |
 #
 # * **vLLM 0.16 or later**: `"parallel_drafting": true` arrived in v0.16.0 (PR #32887, "Unified Parallel Drafting").
-# * **GPT-OSS needs the KV-cache-group fix** (GPT-OSS-20B model card): without it vLLM stops at startup in
-#   `validate_same_kv_cache_group`; use a release that includes it.
+# * **GPT-OSS needs the KV-cache-group fix** (GPT-OSS-20B model card). GPT-OSS mixes sliding-window and full-attention
+#   layers, so vLLM keeps their KV caches in separate groups, while the drafter's layer is full attention; a vLLM
+#   without the fix refuses that mix at startup (in its check `validate_same_kv_cache_group`). Use a release that
+#   includes it.
 # * **The card's measurement**: GPT-OSS-120B at K=5, 2048 new tokens, reaches acceptance length 2.68 on MT-Bench,
 #   3.15 on HumanEval and 3.55 on GSM-8K. The lines below keep only the cards' flags for speculation.
 #
