@@ -509,8 +509,8 @@ print("P-EAGLE against EAGLE-3: " + payoff.paired_verdict(ahead, len(easy_rows) 
 # %% [markdown]
 # **Reading it.** Here the drafts are easy: rounds commit up to 8 tokens (K=7 drafts plus the bonus), each output is
 # still identical to plain greedy, and the speed-up lines give this run's gains over plain decoding on a CPU. Two
-# requests are too few for the paired rule to show an order (p = 0.5 at best); 05's last section times the same heads
-# on 16. On open prompts the shipped heads accept far less (the table above), and 04 shows why.
+# requests are too few for the paired rule to show an order (p = 0.5 at best); 05's list section times the same heads
+# on 16, and a pair trained alike on 48. On open prompts the shipped heads accept far less (the table above), and 04 shows why.
 #
 # ### Exercise: change K
 #

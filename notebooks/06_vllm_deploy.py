@@ -6,7 +6,7 @@
 #       extension: .py
 #       format_name: percent
 #       format_version: '1.3'
-#       jupytext_version: 1.19.6
+#       jupytext_version: 1.19.7
 #   kernelspec:
 #     display_name: Python (peagle-lab)
 #     language: python
@@ -504,8 +504,8 @@ for path in sorted(RESULTS.glob("*/tensor-parallel/tensor_parallel.json")):
 # **The sweep** (`cpu-epyc-avx512bf16-2c`, vLLM in float32). The single request breaks even: 1.00x, with repeats from
 # 0.87x to 1.14x. The acceptance length barely moves (1.30-1.35); the round's cost grows from 1.29 to 4.78 plain
 # steps. The line under the table names the sweep point nearest section 6's live round (about three plain steps,
-# printed there): a rough match only, since the live run and the sweep ran on different hosts (`cpu-epyc-avx2-2c`
-# and `cpu-epyc-avx512bf16-2c`).
+# printed there): a rough match only, since the live round is a batch of 4 prompts in one engine and the sweep's are
+# concurrent requests to a server (in the saved outputs both ran on `cpu-epyc-avx512bf16-2c`).
 #
 # **The single request's round.** Its 1.29 plain steps is not a measured round but an implied one (AL / throughput
 # ratio, 1.30 / 1.00); over the ratio's repeats (0.87x-1.14x) it spans about 1.1-1.5 steps. Read that way, vLLM's CPU

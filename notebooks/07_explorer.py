@@ -117,7 +117,7 @@ print("lossless (identical, or in a near-tie regime a near-tie divergence; see t
 #
 # <details><summary>The careful reading</summary>
 #
-# The last line of the run sums it up; the run is live on `cpu-epyc-avx2-2c` in float32. The prompt is 00's prime
+# The last line of the run sums it up; in the saved outputs the run is live on `cpu-epyc-avx512bf16-2c` in float32. The prompt is 00's prime
 # check (same text, same chat template), so the greedy answer is 00's too, but K (4 against 5) and the budget (64
 # tokens against 48) differ: the ledger (appendix) lists both runs under one prompt set, and their acceptance lengths
 # are different samples, not a disagreement.
@@ -402,7 +402,7 @@ print(f"05's {len(bench05)} committed benchmark rows: {min(bench05):.2f} to {max
 #
 # <details><summary>The figures behind these bullets</summary>
 #
-# - **The fixed run** is live on `cpu-epyc-avx2-2c` in float32.
+# - **The fixed run** is live, in the saved outputs on `cpu-epyc-avx512bf16-2c` in float32.
 # - **Across hosts.** Speculation beats plain decoding where the acceptance length clears a round's cost; with bf16
 #   units (`cpu-epyc-avx512bf16-2c`, bfloat16) verification is cheap. In float32 prompt lookup on code is faster on
 #   average (1.33x). At the paper's acceptance one parallel pass per round is shown faster than seven sequential
