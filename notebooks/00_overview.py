@@ -454,9 +454,11 @@ print(f"this chapter, the prime-check prompt (1 x {NEW_TOKENS}, {precision.dtype
 # %% [markdown]
 # **Reading it.** In 05's 24-prompt runs (HumanEval, and held-out chat of the training mix) the shipped heads accept
 # 1.43 to 1.64 tokens a round; 04's eight held-out prompts at K=7 give 1.90 and 2.53; the list-domain heads
-# accept 3.6 on list requests, and the matched pair trained from scratch on them 4.49 and 5.15. A figure belongs to a head, a text and the settings together: rows compare only where
-# prompts, size, K, host and dtype agree, and 07's appendix lists every one the course prints for the shipped heads.
-# Rows marked `05 / 07` are 05's benchmark runs: 05 reads this host's code run, 07's tables list them all.
+# accept 3.6 on list requests, and the matched pair trained from scratch on them 4.49 and 5.15. A figure belongs to a
+# head, a text and the settings together: rows compare only where prompts, size, K, host and dtype agree, and 07's
+# appendix lists every one the course prints for the shipped heads. Rows marked `05 / 07` are 05's benchmark runs: 05
+# reads one host's code run (its own, or the one `PEAGLE_COMMITTED_HOST` names: `cpu-epyc-avx2-2c`'s in the saved
+# outputs), 07's tables list them all.
 #
 # ### A head that pays: list requests
 #
@@ -510,7 +512,8 @@ print("P-EAGLE against EAGLE-3: " + payoff.paired_verdict(ahead, len(easy_rows) 
 # **Reading it.** Here the drafts are easy: rounds commit up to 8 tokens (K=7 drafts plus the bonus), each output is
 # still identical to plain greedy, and the speed-up lines give this run's gains over plain decoding on a CPU. Two
 # requests are too few for the paired rule to show an order (p = 0.5 at best); 05's list section times the same heads
-# on 16, and a pair trained alike on 48. On open prompts the shipped heads accept far less (the table above), and 04 shows why.
+# on 16, and a pair trained alike on 48. On open prompts the shipped heads accept far less (the table above), and 04
+# shows why.
 #
 # ### Exercise: change K
 #

@@ -645,7 +645,7 @@ def row_loss(module, plan):
 
 
 fresh = Trainer(cfg, model, seqs, tokenizer, TrainerOptions(progress=False, verbose=False))
-module, amp = fresh.module, fresh.autocast == torch.bfloat16  # the fresh head and its loss; bf16 where native
+module, amp = fresh.module, fresh.autocast == torch.bfloat16  # the fresh head and its loss; bf16 where the CPU has bf16 units
 del fresh
 params = [p for p in module.parameters() if p.requires_grad]
 started_as_target = {id(module.head.lm_head.weight), id(module.head.norm.weight)}

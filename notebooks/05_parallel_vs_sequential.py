@@ -28,14 +28,15 @@
 #
 # Parallel drafting shrinks `t_draft` (one pass instead of K); it pays only where AL clears the round.
 #
-# The first cell prints this host's committed run in one table. Its columns: `round (steps)` is the formula's round;
-# `ideal` is AL / round; `measured, decode` is the measured speed-up after the prompt's prefill, `end to end` with it.
-# Its rows: each shipped head at the K where it is fastest; **prompt lookup**, a drafter with no model (it copies the
-# tokens that followed an earlier occurrence of the last few tokens); and the **oracle**, a stand-in drafter that
-# draws the paper's acceptance and is charged one pass or K passes a round, so it prices drafting apart from how well
-# a head drafts.
+# The first cell prints one host's committed run in one table (this machine's, or the host `PEAGLE_COMMITTED_HOST`
+# names; in the saved outputs `cpu-epyc-avx2-2c`'s in float32, while the live cells ran on `cpu-epyc-avx512bf16-2c`).
+# Its columns: `round (steps)` is the formula's round; `ideal` is AL / round; `measured, decode` is the measured
+# speed-up after the prompt's prefill, `end to end` with it. Its rows: each shipped head at the K where it is fastest;
+# **prompt lookup**, a drafter with no model (it copies the tokens that followed an earlier occurrence of the last few
+# tokens); and the **oracle**, a stand-in drafter that draws the paper's acceptance and is charged one pass or K passes
+# a round, so it prices drafting apart from how well a head drafts.
 #
-# The plan: this host's committed run in one table; one round both ways, by hand; the drafting cost for K = 1 to 10;
+# The plan: one host's committed run in one table; one round both ways, by hand; the drafting cost for K = 1 to 10;
 # end to end on HumanEval prompts, with the lossless check; P-EAGLE's claim in isolation (one acceptance, charged one
 # pass or K passes); where a round's time goes; the break-even picture; last, heads trained on a narrow domain,
 # where acceptance is high enough for both to pay and drafting cost decides between them.
@@ -233,9 +234,9 @@ print("verifying more tokens measured cheaper after: "
 bench.plot_drafting_cost(dc);
 
 # %% [markdown]
-# **Reading it.** Sequential drafting grows by about one drafter pass per draft, parallel drafting only a little. But
-# verifying costs more than one and a half decode steps at every K (`verify_ratio`), and that is the term that
-# sinks speculation on this CPU.
+# **Reading it.** Sequential drafting grows with every draft (the line gives the ratio), parallel drafting only a
+# little. But verifying costs more than one and a half decode steps at every K (`verify_ratio`), and that is the term
+# that sinks speculation on this CPU.
 #
 # <details><summary>The careful reading</summary>
 #
@@ -291,7 +292,7 @@ print(f"plain loop: {plain_row['t_step_ms']:.1f} ms per decode step (loop timer)
       f"(drafting_cost above): {dc['target_step_ms']:.1f} ms")
 
 # %% [markdown]
-# **Reading it.** Both heads are below 1x at every K and the oracle rows well above it; prompt lookup lands near 1x
+# **Reading it.** Both heads are below 1x at every K and the oracle rows above it; prompt lookup lands near 1x
 # (above it in the committed code run). The heads' `efficiency` is close to 1: they lose on acceptance, not in the loop.
 #
 # ## Lossless, in two regimes
@@ -416,7 +417,10 @@ release()  # the other dtype's copy goes
 # <details><summary>The careful reading</summary>
 #
 # bf16 keeps 8 significant bits, so near a logit of 16 to 32 one ulp is 0.125; verification's differently blocked
-# products round differently. Whether the live bf16 rerun diverges depends on the CPU's kernels. Where its line
+# products round differently. The bound is `BF16_TIE_ULPS` = 4 ulps of the top logit, so it grows with the logit: 0.5
+# for a top logit between 16 and 32 (the committed divergence), 1.0 between 32 and 64 (the live rerun's 33.0, one ulp
+# 0.25). Whether the live bf16 rerun diverges, and at which near-tie first, depends on the kernels' order of sums in
+# each call: the live rerun of this prompt flips another near-tie (token 26) than the committed run (token 28). Where its line
 # reports an exact tie (margin 0.000) and still matches plain greedy, the tie broke the same way in both computations
 # on this machine; at a tie bf16 speculation may match or not (29 of the committed run's 51 divergences are at exact
 # ties, the counts above), which is why the check allows near-ties. fp32 rounds 2^16 times finer.
@@ -581,7 +585,9 @@ for label, res in runs:  # each run's best one-pass K against K sequential passe
 # %% [markdown]
 # **Reading it.** At the paper's acceptance one parallel pass beats seven sequential ones, but verification is most of
 # the round, so the gain is small: in the committed 24-prompt runs 1.56x against 1.39x on chat (faster on every
-# prompt) and 1.59x against 1.46x on code (faster on 22 of 24), both shown faster.
+# prompt) and 1.59x against 1.46x on code (faster on 22 of 24), both shown faster. This run's three prompts show no
+# order (at K=7 one pass 1.54x against seven 1.56x, faster on 1 of 3): its verification noise at K=7 (10.4 ms,
+# printed above) is of the size of the drafting gap (15.0 ms).
 #
 # <details><summary>The careful reading</summary>
 #
@@ -740,8 +746,8 @@ print("\nthe blog's acceptance lengths on the GPU cost model (K=7): "
 # %% [markdown]
 # **Reading it.** A head pays only where its acceptance length clears the round: about two decode steps in fp32, 1.26
 # with bf16 units. The shipped P-EAGLE head falls short in fp32 (AL 1.51 in the committed fp32 run) and, at AL 1.55 in
-# the bf16 host's run, just clears the bf16 round (1.20x decode), while the paper's HumanEval AL 3.94 would pay ideally about 2x on the committed fp32
-# rounds (1.99x and 2.02x) and 3.12x in bf16.
+# the bf16 host's run, just clears the bf16 round (1.20x decode), while the paper's HumanEval AL 3.94 would pay ideally
+# about 2x on the committed fp32 rounds (1.99x and 2.02x) and 3.12x in bf16.
 #
 # <details><summary>The careful reading</summary>
 #
@@ -999,7 +1005,8 @@ else:
 #
 # Live, on six held-out requests, every output matched plain greedy, and each run stops at the end of the answer, as
 # the committed one does. The acceptance lengths repeat exactly between runs (float32); the speed-ups, one run each,
-# move (00 times the first two requests as medians of three interleaved runs, so its figures differ a little). In
+# move (00 times the first two requests as medians of three interleaved runs, this table one run each: on the first
+# request 00 prints 2.78x for P-EAGLE, this table 2.36x). In
 # this run P-EAGLE accepted as much as EAGLE-3 or more on five of the six (AL 2.00 to 5.82), was faster than plain
 # decoding on five and faster than EAGLE-3 on four (six requests show an order only if all six agree: p = 0.69 for
 # four of six); on the even-numbers request whose answer is 9 tokens both heads lose, too few rounds to repay the
@@ -1057,8 +1064,9 @@ else:
 #
 # <details><summary>The careful reading</summary>
 #
-# - **Where the acceptance goes.** The bars differ at slot 2: P-EAGLE's first mask slot is accepted in 0.69 of the 597
-#   rounds that reach it, EAGLE-3's second draft, which reads its own first draft's hidden state, in 0.91 of 478.
+# - **Where the acceptance goes.** P-EAGLE leads at slot 1 (0.86 against 0.79); the bars differ most at slot 2:
+#   P-EAGLE's first mask slot is accepted in 0.69 of the 597 rounds that reach it, EAGLE-3's second draft, which
+#   reads its own first draft's hidden state, in 0.91 of 478.
 #   From slot 3 on P-EAGLE's rates are 0.85 to 0.94, close to EAGLE-3's. The paper's 4-layer heads have P-EAGLE
 #   accepting more; these 1-layer heads after 1,000 steps do not.
 # - **Where the time goes.** Both rounds verify K+1 tokens in one target pass (102.9 and 104.4 ms); drafting takes

@@ -37,9 +37,9 @@
 # <details><summary>Where the numbers come from</summary>
 #
 # The live sections show whether vLLM serves our head correctly, and what a speculative round costs in vLLM's own
-# time here. On a CPU they run vLLM's CPU build in float32, eager: an offline engine starts in about 40 s, the server
-# in about a minute, and nothing listens beyond the loopback interface. Section 7's committed runs are each named by
-# their host.
+# time here. On a CPU they run vLLM's CPU build in float32, eager: an offline engine starts in about a minute (the
+# first cells print it), the server too, and nothing listens beyond the loopback interface. Section 7's committed runs
+# are each named by their host.
 #
 # </details>
 
@@ -129,8 +129,8 @@ print(f"target: {L} layers, hidden {H}, vocab {V}")
 # ## 2 · Export
 #
 # `export_vllm` checks the head against the target (taps, sizes, every tensor's shape, the mask token) before it
-# writes anything: a mistake caught here costs nothing, caught by vLLM it costs a 40-second engine start. The cells
-# list the exported files, keys and shapes, check them against the target, decode a few entries of `d2t`, and then
+# writes anything: a mistake caught here costs nothing, caught by vLLM it costs an engine start of about a minute. The
+# cells list the exported files, keys and shapes, check them against the target, decode a few entries of `d2t`, and then
 # try to export a copy of the head with a tap the target does not have.
 #
 # `d2t` maps the head's small draft vocabulary back to the target's (question 6): draft id `i` stands for target id
@@ -379,8 +379,9 @@ print("server stopped cleanly:", exit_code == 0 and srv.proc.poll() is not None)
 #
 # Both engines produced the same tokens from the same batch of prompts, so their times compare directly. The
 # speed-up splits into two terms: the tokens a speculative round yields (the acceptance length) and what the round
-# costs in plain decoding steps. The cell measures both in vLLM's own time, and records this chapter's acceptance
-# lengths in the course ledger, which 07 shows.
+# costs in plain decoding steps. Both terms come from the same two wall times and vLLM's round count, so their
+# ratio equals the speed-up by construction: the split shows where the time goes, not a second measurement. The
+# cell records this chapter's acceptance lengths in the course ledger, which 07 shows.
 
 # %% tags=["nbval-ignore-output"]
 n_tokens = sum(map(len, plain["ids"]))

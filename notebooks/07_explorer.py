@@ -117,10 +117,10 @@ print("lossless (identical, or in a near-tie regime a near-tie divergence; see t
 #
 # <details><summary>The careful reading</summary>
 #
-# The last line of the run sums it up; in the saved outputs the run is live on `cpu-epyc-avx512bf16-2c` in float32. The prompt is 00's prime
-# check (same text, same chat template), so the greedy answer is 00's too, but K (4 against 5) and the budget (64
-# tokens against 48) differ: the ledger (appendix) lists both runs under one prompt set, and their acceptance lengths
-# are different samples, not a disagreement.
+# The last line of the run sums it up; in the saved outputs the run is live on `cpu-epyc-avx512bf16-2c` in float32. The
+# prompt is 00's prime check (same text, same chat template), so the greedy answer is 00's too, but K (4 against 5) and
+# the budget (64 tokens against 48) differ: the ledger (appendix) lists both runs under one prompt set, and their
+# acceptance lengths are different samples, not a disagreement.
 #
 # </details>
 
@@ -245,8 +245,9 @@ assert same == N_SAME
 # - `paired`: per prompt, P-EAGLE's speed-up minus EAGLE-3's, lowest to highest;
 # - `oracle`: the paper's acceptance replayed on the same draws, charged one parallel pass / K sequential passes.
 #
-# The verdict lines read these by the paired rule (the appendix below), a sign test over the prompts: *shown faster* (or *slower*) where a
-# fair coin would split the prompts so unevenly less than 5% of the time, else *not shown*, whatever the average.
+# The verdict lines read these by the paired rule (the appendix below), a sign test over the prompts: *shown faster* (or
+# *slower*) where a fair coin would split the prompts so unevenly less than 5% of the time, else *not shown*, whatever
+# the average.
 #
 # <details><summary>Where these runs come from, and what the columns leave out</summary>
 #
@@ -294,7 +295,7 @@ across_hosts.print_verdicts(committed, payoff.verdict_word)  # the paired rule: 
 #
 # - **Cheap verification** (`cpu-epyc-avx512bf16-2c`, bfloat16): both heads are faster than plain decoding on 19 to
 #   23 of 24 prompts: by the paired rule all four are shown faster (their bf16 divergences count in those timings,
-#   every one at a margin of at most 0.25 logits, the table's `margin`).
+#   every one at a margin of at most 0.125 logits for the heads, 0.25 for prompt lookup: the table's `margin`).
 # - **High acceptance** is another way: untrained prompt lookup reaches 1.33x on code (`cpu-epyc-avx2-2c`, float32, AL
 #   2.64; faster on 22 of 24 prompts, shown faster, 05). It drafts up to 10 tokens only where it finds a match, so
 #   `verify_k7` is not its round cost; that the answers copy the prompt is a plausible reading, not shown here.
@@ -398,7 +399,8 @@ print(f"05's {len(bench05)} committed benchmark rows: {min(bench05):.2f} to {max
 #   the tokens follow p whatever q; q sets only how many drafts pass.
 # - **Across hosts.** With bf16 units both heads are shown faster than plain decoding (1.14x to 1.31x), in float32
 #   they lose (0.67x to 0.82x).
-# - **The ledger.** A head's acceptance length belongs to its prompts and settings: 1.00 to 2.53 across the course.
+# - **The ledger.** A head's acceptance length belongs to its prompts and settings: the shipped heads' run from 1.00
+#   to 2.53 across the course.
 #
 # <details><summary>The figures behind these bullets</summary>
 #
