@@ -605,6 +605,11 @@ except NotImplementedError as exc:
 #
 # Minutes: one `make lab` run of each chapter on `cpu-epyc-avx2-2c`, a 2-core CPU without a GPU (18.0 minutes in all,
 # start-up between chapters included).
+#
+# **Where the saved outputs come from.** Chapters 01-03 from that `make lab` run on `cpu-epyc-avx2-2c` (float32, its
+# `auto`). This chapter and 04-07 from a later run on `cpu-epyc-avx512bf16-2c`, a 2-core EPYC with bf16 units, in
+# float32 (`PEAGLE_DTYPE=float32`), with 05 reading `cpu-epyc-avx2-2c`'s committed tables
+# (`PEAGLE_COMMITTED_HOST=cpu-epyc-avx2-2c`). Every committed figure names its own host and dtype where it is printed.
 # `make setup` installs everything the chapters use, vLLM for 06 included; no chapter needs a GPU or downloads a model.
 #
 # ### Questions users of EAGLE, SpecForge and vLLM keep asking
