@@ -129,7 +129,8 @@ def test_results_never_name_the_machines_own_folder(tmp_path, monkeypatch):
     assert gpu_check.shown_path(tmp_path) == "$OUT"
     monkeypatch.delenv("OUT")
     assert gpu_check.shown_path(REPO / "build" / "gpu-check" / "x") == "build/gpu-check/x"
-    assert gpu_check.shown_path(tmp_path / "elsewhere") == "elsewhere"
+    outside = Path(REPO.anchor, f"not-{REPO.name}-{os.getpid()}", "elsewhere")  # outside the repository wherever
+    assert gpu_check.shown_path(outside) == "elsewhere"                            # the temporary folder lies
 
 
 def test_a_notebook_out_of_the_stages_time_fails_the_stage(tmp_path):
