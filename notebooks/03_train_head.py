@@ -526,7 +526,8 @@ import torch.nn.functional as F
 cfg = TrainConfig(mode="parallel", num_depths=8, layers=1, draft_vocab_size=draft_vocab_size_for(model, 8192),
                   steps=settings.pick(30, 6),
                   warmup_steps=settings.pick(6, 1), lr=2e-3, batch_tokens=settings.pick(1024, 256), row_tokens=512,
-                  mask_token_id=MASK_ID, save_every=settings.pick(10, 2), seed=0, target=TARGET)
+                  mask_token_id=MASK_ID, save_every=settings.pick(10, 2), seed=0, target=TARGET,
+                  autocast="float32")  # on every machine: the loop by hand below must match the Trainer step for step
 module = Trainer(cfg, model, seqs, tokenizer, TrainerOptions(progress=False, verbose=False)).module  # head + loss
 row = plan.to(module.tap_scale.device)  # tap_scale: the taps' per-feature RMS, the units fc trains in
 with torch.no_grad():
@@ -645,7 +646,7 @@ def row_loss(module, plan):
 
 
 fresh = Trainer(cfg, model, seqs, tokenizer, TrainerOptions(progress=False, verbose=False))
-module, amp = fresh.module, fresh.autocast == torch.bfloat16  # the fresh head and its loss; bf16 where the CPU has bf16 units
+module, amp = fresh.module, fresh.autocast == torch.bfloat16  # the fresh head and its loss; cfg's float32
 del fresh
 params = [p for p in module.parameters() if p.requires_grad]
 started_as_target = {id(module.head.lm_head.weight), id(module.head.norm.weight)}
