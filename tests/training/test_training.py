@@ -634,3 +634,19 @@ def test_distinct_tokens_count_records_trained_on_again_once():
     assert distinct_tokens([first, dict(again, distinct_tokens=None)]) is None
     assert cumulative([first, fresh], again) == dict(tokens_seen=3800, steps=None, train_time_s=None, runs=3,
                                                      distinct_tokens=2200, epochs=1.73)
+
+
+def test_the_two_modes_start_from_the_same_weights_under_one_seed(tiny_llama):
+    """A matched pair (scripts/list_heads.sh, PEAGLE_LIST_INIT=fresh) rests on this: one architecture for both
+    drafting modes, so one seed gives a parallel and a sequential trainer the same untrained head; another seed
+    does not."""
+    model = tiny_llama(hidden=32, layers=4)
+    seqs = tiny_sequences(model, n=2)
+    heads = {}
+    for mode, seed in (("parallel", 0), ("sequential", 0), ("sequential", 1)):
+        cfg = tiny_cfg(mode=mode, layers=1)
+        cfg.seed = seed
+        heads[mode, seed] = Trainer(cfg, model, seqs, options=quiet()).module.head.state_dict()
+    same, other = heads["parallel", 0], heads["sequential", 0]
+    assert same.keys() == other.keys() and all(torch.equal(same[k], other[k]) for k in same)
+    assert any(not torch.equal(same[k], heads["sequential", 1][k]) for k in same)
