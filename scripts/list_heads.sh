@@ -15,11 +15,13 @@
 # matched pair (data/heads/smollm2-135m-lists-matched-{peagle,eagle3}, data/results-lists-matched/) was made with
 #
 #   PEAGLE_LIST_INIT=fresh PEAGLE_LIST_STEPS=1000 PEAGLE_LIST_PROMPTS=48 PEAGLE_LIST_KS=3,5,7 \
-#     PEAGLE_LIST_DISTILLED=data/distill/smollm2-135m-lists.jsonl bash scripts/list_heads.sh build/list_heads_matched Writes WORK/{distill.jsonl, features/, peagle/, eagle3/, bench/, logs/}. Copy the heads
-# to data/heads/smollm2-135m-lists-{peagle,eagle3} (config.json, model.safetensors, training.json, TRAINING.md), the
+#     PEAGLE_LIST_DISTILLED=data/distill/smollm2-135m-lists.jsonl bash scripts/list_heads.sh build/list_heads_matched
+#
+# Writes WORK/{distill.jsonl, features/, peagle/, eagle3/, bench/, logs/}. Copy the heads to
+# data/heads/smollm2-135m-lists-{peagle,eagle3} (config.json, model.safetensors, training.json, TRAINING.md), the
 # answers to data/distill/smollm2-135m-lists.jsonl and the bench folder to data/results-lists/<host>/<dtype>/ to
-# commit them (the notebooks read them there). Run again after an interruption: distillation and extraction resume;
-# training restarts.
+# commit them (the notebooks read them there; a matched pair to the -matched- names and data/results-lists-matched/).
+# Run again after an interruption: distillation and extraction resume; training restarts.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib/together.sh

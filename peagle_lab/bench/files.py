@@ -49,7 +49,8 @@ DRAFT_CSV_COLUMNS = ["k", "parallel_ms", "parallel_iqr_ms", "sequential_ms", "se
 E2E_CSV_COLUMNS = ["method", "family", "k", "runs", "new_tokens", "seconds", "tokens_per_s", "speedup",
                    "speedup_median_per_prompt", "speedup_iqr", "speedup_vs_hf_greedy", "decode_speedup",
                    "acceptance_length",
-                   "per_position_acceptance", "per_position_attempts", "rounds", "t_step_ms", "t_draft_round_ms", "t_verify_round_ms",
+                   "per_position_acceptance", "per_position_attempts", "rounds", "t_step_ms", "t_draft_round_ms",
+                   "t_verify_round_ms",
                    "ideal_speedup", "efficiency", "lossless", "identical_to_plain", "lossless_regime",
                    "divergences", "max_divergence_margin", "lossless_note"]
 RUNS_CSV_COLUMNS = ["repeat", "prompt", "method", "family", "k", "order", "prompt_tokens", "new_tokens", "seconds",
