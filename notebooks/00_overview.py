@@ -19,13 +19,10 @@
 # **Goal:** understand one speculative round (draft, verify, accept, bonus, roll back) well enough to write it
 # yourself, and know exactly what "lossless" means for it.
 #
-# Plan: the idea, and a glossary of the words every chapter uses; what P-EAGLE changes; the target, its greedy
-# answer and its speed; one round by hand, checked against the package; acceptance length from per-draft rates; a
-# head that pays on list requests; two exercises; a map of the course.
-#
-# About the numbers: the timings here are measured live, so they move between runs and with the machine's load; the
-# GPU line and the table of acceptance lengths are committed results, labelled so.
-# The target runs in fp32 on a CPU, in the GPU's own dtype on a GPU (`precision.course_dtype`).
+# Plan: the idea and the words every chapter uses; what P-EAGLE changes; the target and its speed; one round by hand,
+# checked against the package; acceptance length from per-draft rates; a head that pays on list requests; two
+# exercises; a map of the course. Timings are measured live and move with the machine's load; committed results are
+# labelled so.
 
 # %%
 # Parameters come from the environment: PEAGLE_TARGET (default: the embedded SmolLM2-135M-Instruct),
@@ -40,37 +37,29 @@ from peagle_lab import models, precision, settings
 # %% [markdown]
 # ## Speculative decoding
 #
-# At batch size 1, a large LLM on a GPU is typically limited by reading its weights, not by arithmetic: a forward
-# over 5 new tokens costs little more than one over 1. Speculative decoding exploits this:
+# At batch size 1, a large LLM on a GPU is limited by reading its weights, not by arithmetic: a forward over 5 new
+# tokens costs little more than one over 1. Speculative decoding exploits this:
 #
 # 1. A cheap **drafter** proposes K tokens `d1..dK`.
 # 2. The **target** checks all of them in **one** forward pass.
 # 3. It keeps the longest prefix of drafts that match its own choices, plus one token of its own (the *bonus*).
 #
 # Each **round** commits 1 to K+1 tokens; their mean is the **acceptance length** (1.00 for plain decoding).
-# **Draft j** (j = 1..K) is the token drafted in the round's slot j, at **depth** j-1; the glossary below fixes
-# these names for every chapter.
 #
 # ### Lossless, exactly
 #
-# With greedy decoding every committed token is the target's own argmax. But verification runs the target over
-# K+1 rows at once, plain decoding over one, and the kernels sum in different orders, so logits differ in the last
-# bits.
+# With greedy decoding every committed token is the target's own argmax. Verification runs the target over K+1 rows
+# at once and plain decoding over one, so the kernels sum in different orders and logits differ in the last bits.
 #
 # - **fp32 on a CPU**: those differences stay far below the gap between two logits, and the output is
-#   **identical** to plain greedy decoding in every run of this course (`tests/decoding/test_speculative.py`
-#   checks K = 1 to 8, both heads). Only an exact tie between the top two logits could flip in fp32; the check
-#   would report it with its margin.
-# - **bf16, or fp32 on a GPU**: identical, **or** a divergence at a *near-tie*, where the plain run's top two
-#   logits are within a few ulps (units in the last place), reported with its logit margin (top-1 minus top-2).
-#   Notebook 05 quotes one from a committed run (bf16, host `cpu-epyc-avx512bf16-2c`). A divergence at a margin
-#   of several logits would be a bug.
+#   **identical** to plain greedy decoding (the package's tests check K = 1 to 8, both heads).
+# - **bf16, or fp32 on a GPU**: identical, **or** a divergence at a *near-tie*, where plain decoding's top two
+#   logits are within a few units in the last place; it is reported with its logit margin (top-1 minus top-2).
+#   Notebook 05 shows one. A divergence at a margin of several logits would be a bug.
 #
-# Above temperature 0 the target samples, and lossless means the output follows the target's own distribution
-# exactly; `07_explorer` builds that rule, speculative sampling, from scratch.
-#
-# Lossless keeps the target's answer, right or wrong: the plain answer below is not correct code (it returns
-# `False` for every integer above 2), and speculation reproduces it exactly.
+# Above temperature 0, lossless means the output follows the target's own distribution exactly; `07_explorer` builds
+# that rule, speculative sampling. Lossless keeps the target's answer, right or wrong: the plain answer below is not
+# correct code, and speculation reproduces it exactly.
 
 # %% [markdown]
 # ## Glossary
@@ -223,30 +212,20 @@ for key, value in [("target_params", n_params), ("greedy_tokens_per_s", round(to
     record(key, value, notebook="00_overview")
 
 # %% [markdown]
-# **Reading it.** Verifying 6 tokens costs far less than 6 decoding steps, but on this CPU not "little more than
-# one": the ratio line prints this run's cost, against about 1.2 steps on the GPU line. So here a round must commit
-# more tokens than that ratio before its drafter is even paid for; on a GPU, little more than one.
-#
-# <details><summary>The careful reading</summary>
-#
-# A CPU runs a small model's forward closer to its arithmetic limit than a GPU runs an 8B model's, so each extra
-# token costs more of a step. The ratios are timings: they move between runs and with the machine's load (the last
-# line prints the load average beside the cores; a load above the core count means another job shared the CPU).
-# Where the forward over 9 measures cheaper than the one over 6, the cell says so: timing noise, or a kernel taking
-# another path for that row count. Notebook 05 times the same forwards again inside the loop and gets figures of its
-# own; the GPU line is a committed cost model (random weights), not a run of this course's heads.
-#
-# </details>
+# **Reading it.** Verifying 6 tokens cost 1.87 decoding steps here, far less than 6 steps but far more than the 1.17
+# of the GPU line. So on this CPU a round must commit about two tokens just to pay for its verification; on a GPU,
+# little more than one. A CPU runs a small model's forward close to its arithmetic limit, a GPU an 8B model's far
+# from it. These are timings: the cell prints the load, and flags a longer forward that measured cheaper.
 #
 # ## One speculative round, written out
 #
 # The package's loop (`peagle_lab.decoding.speculative.speculative_generate`) fits in one function of about 30
 # lines, `speculate` below, with the shipped P-EAGLE head as drafter (for another target, one trained on the spot).
 # One convention comes first, the **EAGLE shift**: drafter position t holds token x_{t+1} with the target's taps
-# h_t, the state that predicted it. Why: the target has run over the context x_0..x_n and has just chosen x_{n+1}
-# from h_n; x_{n+1}'s own state exists only after the next target forward. Pairing every token with the state that
-# predicted it makes every position look like the one that drafts. Position n is the round's slot 1 and drafts
-# x_{n+2} at depth 0; slot j drafts x_{n+j+1} at depth j-1.
+# h_t, the state that predicted it. The target has just chosen x_{n+1} from h_n, and x_{n+1}'s own state exists only
+# after the next target forward; pairing every token with the state that predicted it makes every position look like
+# the one that drafts. Position n is the round's slot 1 and drafts x_{n+2} at depth 0; slot j drafts x_{n+j+1} at
+# depth j-1.
 
 # %%
 import matplotlib.pyplot as plt
@@ -306,12 +285,9 @@ plt.show()
 # 4. add the **bonus** token, the target's choice right after that prefix;
 # 5. **roll back** the target's KV cache, dropping the rejected drafts.
 #
-# The drafter keeps a KV cache of its own over the committed positions. Its rollback sits inside `drafter.propose`:
-# each round first crops that cache back to where the round's new slots begin (`slots.start`), which drops the last
-# round's mask and draft slots, then runs its one pass.
-#
-# The first round prints its tensors' shapes; the cell after runs the same prompt through the package's loop and
-# its plain greedy decoding.
+# The drafter rolls back its own KV cache inside `drafter.propose`: each round first crops it to where the round's
+# new slots begin, dropping the last round's mask and draft slots. The first round prints its tensors' shapes; the
+# cell after runs the same prompt through the package's loop and plain greedy decoding.
 
 # %%
 from transformers import DynamicCache
@@ -396,10 +372,9 @@ div = first_divergence(tokens, plain, model.dtype, DEVICE)
 print("hand-written vs plain greedy:", "identical" if div is None else div.message())
 
 # %% [markdown]
-# **Reading it.** The hand-written round, the package's loop and plain greedy decoding produce the same tokens, at
-# an acceptance length of about 1.5 tokens per round. The prediction line sets that against the verification's cost
-# measured above. A round also pays for its drafter, so the wall-time line, which times both loops on this prompt,
-# settles it: on a CPU speculation loses here.
+# **Reading it.** The hand-written round, the package's loop and plain greedy decoding produce the same tokens. A
+# round commits 1.47 tokens while its verification alone costs 1.87 decoding steps, so speculation cannot pay, and the
+# wall time agrees: 4.28 s against plain decoding's 3.02 s (0.70x) on this prompt.
 #
 # ### Acceptance length, draft by draft
 #
@@ -430,14 +405,14 @@ if al_formula > 1:
           "commits over plain decoding")
 
 # %% [markdown]
-# **Reading it.** The terms shrink fast: most of the gain comes from draft 1 (the last line says how much), and a
-# draft no round reached prints `nan` and adds nothing.
+# **Reading it.** The terms shrink fast: draft 1 supplies 80% of the 0.469 extra tokens a round commits, and
+# draft 5, which no round reached, prints `nan` and adds nothing.
 #
 # ### One head, many acceptance lengths
 #
-# An acceptance length belongs to a head **and** the text it drafts for. The chapters ahead quote committed runs of
-# the same two heads; the cell lines them up, one line per run: which prompts, how many (prompts x new tokens), the
-# host and dtype, and each head's acceptance length with its K. This chapter's prime-check prompt is one more line.
+# An acceptance length belongs to a head **and** the text it drafts for. The cell lines up the committed runs the
+# chapters ahead quote, one line per run: which prompts, how many (prompts x new tokens), the host and dtype, and each
+# head's acceptance length at its K. This chapter's prime-check prompt is one more line.
 
 # %%
 from IPython.display import Markdown, display
@@ -452,21 +427,17 @@ print(f"this chapter, the prime-check prompt (1 x {NEW_TOKENS}, {precision.dtype
       "P-EAGLE 3.94, EAGLE-3 3.03")
 
 # %% [markdown]
-# **Reading it.** In 05's 24-prompt runs (HumanEval, and held-out chat of the training mix) the shipped heads accept
-# 1.43 to 1.64 tokens a round; 04's eight held-out prompts at K=7 give 1.90 and 2.53; the list-domain heads
-# accept 3.6 on list requests, and the matched pair trained from scratch on them 4.49 and 5.15. A figure belongs to a
-# head, a text and the settings together: rows compare only where prompts, size, K, host and dtype agree, and 07's
-# appendix lists every one the course prints for the shipped heads. Rows marked `05 / 07` are 05's benchmark runs: 05
-# reads one host's code run (its own, or the one `PEAGLE_COMMITTED_HOST` names: `cpu-epyc-avx2-2c`'s in the saved
-# outputs), 07's tables list them all.
+# **Reading it.** On open prompts the shipped heads accept 1.43 to 1.64 tokens a round in 05's 24-prompt runs, and
+# 1.90 and 2.53 on 04's eight held-out prompts at K=7; heads trained on list requests accept 3.57 to 5.15 on them.
+# Rows compare only where prompts, size, K, host and dtype agree; `05 / 07` marks 05's benchmark runs (05 reads this
+# host's, 07 tabulates them all).
 #
 # ### A head that pays: list requests
 #
 # Where the text is predictable a small head learns the target's habits. Two heads were continued from the shipped
-# ones on the target's own answers to 480 requests for lists (counting, times tables, the alphabet; 05's last section
-# reads their record). The cell runs them on held-out requests no head trained on, K=7, against plain decoding:
-# methods interleaved, median of three, each output checked against plain greedy. On another target, which these
-# heads do not read, it runs that target's own heads instead.
+# ones on the target's own answers to 480 requests for lists (counting, times tables, the alphabet). The cell runs
+# them at K=7 on held-out requests, against plain decoding: methods interleaved, median of three runs, each output
+# checked against plain greedy.
 
 # %%
 from peagle_lab.bench.suites import suite_records
@@ -509,11 +480,10 @@ ahead = sum(p["speedup"] > e["speedup"] for p, e in zip(easy_rows[::2], easy_row
 print("P-EAGLE against EAGLE-3: " + payoff.paired_verdict(ahead, len(easy_rows) // 2))
 
 # %% [markdown]
-# **Reading it.** Here the drafts are easy: rounds commit up to 8 tokens (K=7 drafts plus the bonus), each output is
-# still identical to plain greedy, and the speed-up lines give this run's gains over plain decoding on a CPU. Two
-# requests are too few for the paired rule to show an order (p = 0.5 at best); 05's list section times the same heads
-# on 16, and a pair trained alike on 48. On open prompts the shipped heads accept far less (the table above), and 04
-# shows why.
+# **Reading it.** Here rounds commit up to 8 tokens (K=7 drafts plus the bonus), every output is identical to plain
+# greedy, and P-EAGLE ran 1.57x and 2.85x faster than plain decoding, EAGLE-3 1.19x and 1.27x. Two requests cannot
+# show an order (a sign test gives p = 0.5 at best); 05 times the same heads on 16 requests, and a pair trained
+# alike on 48.
 #
 # ### Exercise: change K
 #
@@ -522,10 +492,10 @@ print("P-EAGLE against EAGLE-3: " + payoff.paired_verdict(ahead, len(easy_rows) 
 #
 # <details><summary>Answer</summary>
 #
-# At K = 1 a round commits at most 2 tokens, so it needs more rounds than K = 5, but only a few: at K = 5 most
-# rounds commit 1 or 2 tokens anyway (printed above). K = 10 takes the same rounds as K = 5: a slot sees only the
-# slots before it, so K = 10's first 5 drafts are K = 5's, and no round at K = 5 accepted draft 4 (`max per
-# round 4`: 3 drafts plus the bonus); each verification just grows from 6 rows to 11. The tokens never change.
+# At K = 1 a round commits at most 2 tokens, so it needs more rounds than K = 5, but only one more here (33 against
+# 32): at K = 5 most rounds commit 1 or 2 tokens anyway. K = 10 takes the same rounds as K = 5: a slot sees only the
+# slots before it, so K = 10's first 5 drafts are K = 5's, and no round at K = 5 accepted draft 4 (`max per round
+# 4`: 3 drafts plus the bonus); each verification just grows from 6 rows to 11. The tokens never change.
 #
 # </details>
 
@@ -547,20 +517,7 @@ print(f"(K={K}, above: {len(per_round)} rounds, acceptance length {sum(per_round
 # the first j drafts), return what the round commits: the accepted drafts, then the bonus token. The cell checks
 # your rule against the package's (`peagle_lab.decoding.sampling.accept_greedy`) on 500 random rounds.
 #
-# <details><summary>Answer</summary>
-#
-# ```python
-# def my_accept(drafts, choice):
-#     a = 0
-#     while a < len(drafts) and drafts[a] == choice[a]:
-#         a += 1
-#     return drafts[:a] + [choice[a]]
-# ```
-#
-# A draft counts only while every draft before it was accepted, so the first disagreement ends the round; the bonus
-# is the target's token at that position, which is why a round always commits at least one token.
-#
-# </details>
+# Try it before you read the answer: the cell after the check writes it out and runs the same check.
 
 # %%
 import random
@@ -573,44 +530,55 @@ def my_accept(drafts, choice):
     raise NotImplementedError("write me: about four lines")
 
 
-rng = random.Random(0)
-wrong, checked = [], 0
-try:
-    for _ in range(500):
+def check_accept(rule, rounds=500):
+    """``rule`` against the package's accept_greedy on random rounds (drafts from a 4-token vocabulary)."""
+    rng, wrong = random.Random(0), []
+    for _ in range(rounds):
         k = rng.randint(1, 8)
         choice = [rng.randrange(4) for _ in range(k + 1)]
         drafts = [c if rng.random() < 0.7 else rng.randrange(4) for c in choice[:k]]
         a, bonus = accept_greedy(torch.tensor(drafts), torch.nn.functional.one_hot(torch.tensor(choice), 4).float())
-        checked += 1
-        if my_accept(drafts, choice) != drafts[:a] + [bonus]:
+        if rule(drafts, choice) != drafts[:a] + [bonus]:
             wrong.append((drafts, choice))
-    print(f"your rule and the package's agree on {checked - len(wrong)} of {checked} random rounds"
+    print(f"the rule and the package's agree on {rounds - len(wrong)} of {rounds} random rounds"
           + (f"; the first disagreement: drafts {wrong[0][0]}, target {wrong[0][1]}" if wrong else ""))
+
+
+try:
+    check_accept(my_accept)
 except NotImplementedError as exc:
-    print(f"my_accept is not written yet ({exc}); the answer is folded above the cell")
+    print(f"my_accept is not written yet ({exc}); the answer is the next cell")
+
+# %%
+# The answer. A draft counts only while every draft before it was accepted, so the first disagreement ends the
+# round; the bonus is the target's token at that position, which is why a round always commits at least one token.
+def answer_accept(drafts, choice):
+    a = 0
+    while a < len(drafts) and drafts[a] == choice[a]:
+        a += 1
+    return drafts[:a] + [choice[a]]
+
+
+check_accept(answer_accept)
 
 # %% [markdown]
 # ## The course
 #
 # | notebook | question it answers | minutes |
 # |---|---|---|
-# | `00_overview` | What is speculative decoding, what does P-EAGLE change, what does lossless mean? | 1.5 |
+# | `00_overview` | What is speculative decoding, what does P-EAGLE change, what does lossless mean? | 1.6 |
 # | `01_hidden_states` | What does the drafter read: the three tapped layers, their cost on disk, extraction | 0.5 |
-# | `02_mask_tokens` | How one pass drafts K tokens: mask token, `mask_hidden`, the attention layout | 1.0 |
-# | `03_train_head` | Training a P-EAGLE head: self-distilled data, the draft vocabulary (`d2t`/`t2d`), COD sampling, the training loop by hand | 3.6 |
-# | `04_scale_and_acceptance` | How far training goes: the shipped heads, the learning curve, your own model on a second architecture | 1.6 |
-# | `05_parallel_vs_sequential` | Parallel vs sequential drafting: per-position acceptance, drafting cost, speed per suite, losslessness; a narrow domain where trained heads pay | 4.8 |
-# | `06_vllm_deploy` | Export to vLLM's eagle3 format and serve with `parallel_drafting`; load and tensor parallelism | 4.3 |
-# | `07_explorer` | Watch drafts being accepted token by token, with any prompt, head and K | 0.6 |
+# | `02_mask_tokens` | How one pass drafts K tokens: mask token, `mask_hidden`, the drafter from scratch, the attention layout | 1.1 |
+# | `03_train_head` | Training a P-EAGLE head: self-distilled data, the draft vocabulary (`d2t`/`t2d`), COD sampling, the training loop by hand | 3.7 |
+# | `04_scale_and_acceptance` | How far training goes: the shipped heads, the learning curve, your own model on a second architecture | 1.8 |
+# | `05_parallel_vs_sequential` | Parallel vs sequential drafting: drafting cost, speed against plain decoding, losslessness; a narrow domain where trained heads pay | 3.9 |
+# | `06_vllm_deploy` | Export to vLLM's eagle3 format and serve with `parallel_drafting`; load and tensor parallelism | 3.9 |
+# | `07_explorer` | Watch drafts being accepted token by token; speculative sampling; how the course measures | 0.5 |
 #
-# Minutes: one `make lab` run of each chapter on `cpu-epyc-avx2-2c`, a 2-core CPU without a GPU (18.0 minutes in all,
-# start-up between chapters included).
-#
-# **Where the saved outputs come from.** Chapters 01-03 from that `make lab` run on `cpu-epyc-avx2-2c` (float32, its
-# `auto`). This chapter and 04-07 from a later run on `cpu-epyc-avx512bf16-2c`, a 2-core EPYC with bf16 units, in
-# float32 (`PEAGLE_DTYPE=float32`), with 05 reading `cpu-epyc-avx2-2c`'s committed tables
-# (`PEAGLE_COMMITTED_HOST=cpu-epyc-avx2-2c`). Every committed figure names its own host and dtype where it is printed.
-# `make setup` installs everything the chapters use, vLLM for 06 included; no chapter needs a GPU or downloads a model.
+# Minutes and saved outputs: one `make lab` run of the whole course on `cpu-epyc-avx512bf16-2c`, a 2-core AMD EPYC
+# with bf16 units and no GPU (17.0 minutes of notebooks, 17.2 with start-up). Chapters 00-04, 06 and 07 load the
+# target in float32 there; 05 times in bfloat16, what `auto` picks on a CPU with bf16 units. `make setup` installs
+# everything the chapters use, vLLM for 06 included; no chapter needs a GPU or downloads a model.
 #
 # ### Questions users of EAGLE, SpecForge and vLLM keep asking
 #
@@ -627,18 +595,16 @@ except NotImplementedError as exc:
 # | 7. Should the target regenerate the training answers? | `03_train_head`, self-distillation |
 # | 8. Why no speed-up at large batch, and what does tensor parallelism do? | `06_vllm_deploy`, load and tensor parallelism (measured for batch; for tensor parallelism a hand-sharded target on 2 CPU processes is timed, the GPU case argued) |
 # | 9. Speculative decoding changed my greedy output! | `00_overview`, "Lossless, exactly"; `05_parallel_vs_sequential`, losslessness |
-
-# %% [markdown]
+#
 # ## What we saw
 #
 # - A speculative round is five small steps: draft K, verify K + 1 tokens in one target forward, accept the
-#   agreeing prefix, add the bonus token, roll back the KV cache; our hand-written round matches the package's.
+#   agreeing prefix, add the bonus token, roll back the KV cache; the hand-written round matches the package's.
 # - In fp32 on a CPU the speculative output is identical to plain greedy decoding in every run here.
-# - Speculation pays when a round commits more than it costs. On this CPU verification alone costs well over one
-#   step, so on the open prime-check prompt (about 1.5 tokens a round) it loses; on list requests the list-domain
-#   heads commit several tokens a round and run faster than plain decoding on average; two requests cannot show it
-#   prompt by prompt, and 05's sixteen do not either (12 of 16). A pair trained alike from one start, timed in 05 on
-#   48 held-out list requests, shows both heads faster than plain decoding and P-EAGLE faster than EAGLE-3.
+# - Speculation pays when a round commits more than it costs. On this CPU verification alone costs almost two decoding
+#   steps, so on the open prime-check prompt (1.47 tokens a round) it loses (0.70x); on two list requests the
+#   list-domain heads commit several tokens a round and ran faster than plain decoding. 05 times them on 16 requests,
+#   and a pair trained alike on 48.
 # - AL = 1 + p1 + p1·p2 + …: a deep draft counts only when every draft before it is accepted, so a larger K does not
 #   rescue weak drafts. Raising acceptance is what the rest of the course is about.
 #

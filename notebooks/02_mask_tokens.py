@@ -112,26 +112,13 @@ print("K drafts = argmax of the last K rows, as HeadDrafter.propose drafts them:
 # ### Exercise: build one round's inputs
 #
 # After the first round the drafter caches its earlier positions, so a round feeds it the positions committed since,
-# the last of them slot 1, then slots 2..K (mask). Here, a round that accepted no draft: one new position, so K slots
-# in all. Write `my_round_inputs`: from the last committed token, its
-# taps (3H values) and position `p`, K, the mask token id, `mask_hidden` and the head's `fc`, return the K slots'
-# token ids, fused hidden states (K, H) and positions. The cell checks them against what `HeadDrafter.propose`
-# feeds the head (caught by a forward hook) for every `p` of the prompt above and K = 1, 4, 7; until you write
-# it, it says so.
+# the last of them slot 1, then slots 2..K (mask). Take a round that accepted no draft: one new position, so K slots
+# in all. Write `my_round_inputs`: from the last committed token, its taps (3H values) and position `p`, K, the mask
+# token id, `mask_hidden` and the head's `fc`, return the K slots' token ids, fused hidden states (K, H) and
+# positions. The cell checks them against what `HeadDrafter.propose` feeds the head (caught by a forward hook) for
+# every `p` of the prompt above and K = 1, 4, 7.
 #
-# <details><summary>Answer</summary>
-#
-# ```python
-# def my_round_inputs(last_token, last_taps, p, K, mask_id, mask_hidden, fc):
-#     tokens = torch.tensor([last_token] + [mask_id] * (K - 1))
-#     hidden = torch.cat([fc(last_taps.view(1, -1)), fc(mask_hidden.view(1, -1)).expand(K - 1, -1)])
-#     return tokens, hidden, torch.arange(p, p + K)
-# ```
-#
-# Only slot 1 carries this round's information. Every mask slot gets the same token and the same
-# `fc(mask_hidden)`; only their positions, `p + 1 .. p + K - 1`, tell them apart.
-#
-# </details>
+# Try it before you read the answer: the cell after this one writes it out and runs the same check.
 
 # %%
 def my_round_inputs(last_token, last_taps, p, K, mask_id, mask_hidden, fc):
@@ -151,8 +138,12 @@ def package_round_inputs(p, k):
     return seen[-1]  # token ids, fused hidden states, positions
 
 
-slot_tokens, wrong, checked = ids[0, 1:].tolist(), [], 0
-try:
+slot_tokens = ids[0, 1:].tolist()
+
+
+def check_round_inputs(my_round_inputs):
+    """The exercise's check, run on any `my_round_inputs`."""
+    wrong, checked = [], 0
     with torch.no_grad():
         for p in range(1, n + 1):
             for k in (1, 4, 7):
@@ -166,8 +157,23 @@ try:
                     wrong.append(f"p={p}, K={k}: the {' and '.join(bad)} differ")
     print(f"your inputs equal the package's in {checked - len(wrong)} of {checked} rounds"
           + (f"; the first difference: {wrong[0]}" if wrong else ""))
+
+
+try:
+    check_round_inputs(my_round_inputs)
 except NotImplementedError as exc:
-    print(f"my_round_inputs is not written yet ({exc}); the answer is folded above the cell")
+    print(f"my_round_inputs is not written yet ({exc}); the answer is the next cell")
+
+# %%
+# The answer. Only slot 1 carries this round's information. Every mask slot gets the same token and the same
+# `fc(mask_hidden)`; only their positions, `p + 1 .. p + K - 1`, tell them apart.
+def my_round_inputs(last_token, last_taps, p, K, mask_id, mask_hidden, fc):
+    tokens = torch.tensor([last_token] + [mask_id] * (K - 1))
+    hidden = torch.cat([fc(last_taps.view(1, -1)), fc(mask_hidden.view(1, -1)).expand(K - 1, -1)])
+    return tokens, hidden, torch.arange(p, p + K)
+
+
+check_round_inputs(my_round_inputs)
 
 # %% [markdown]
 # ## The drafter from scratch
@@ -333,15 +339,9 @@ class ScratchDrafter:
 
 # %% [markdown]
 # Load each shipped head both ways, in float32, and draft K tokens after the prompt above: P-EAGLE's one pass
-# against `PEagleDrafter.one_pass_logits`, EAGLE-3's K passes against the package's sequential drafting. The check
-# is that both sides compute the same, which holds for any weights, so the drafts need not be good.
-#
-# <details><summary>Which heads, which prompt</summary>
-#
-# The heads are `data/heads/smollm2-135m-peagle` and `data/heads/smollm2-135m-eagle3`; on another target, a head
-# for that target stands in. The prompt is raw code, not a chat turn like the heads' training data.
-#
-# </details>
+# against `PEagleDrafter.one_pass_logits`, EAGLE-3's K passes against the package's sequential drafting. The check is
+# that both sides compute the same, which holds for any weights, so the drafts need not be good (the prompt is raw
+# code, not a chat turn like the heads' training data).
 
 # %% tags=["nbval-ignore-output"]
 from peagle_lab.drafter.heads import head_for_target
@@ -444,16 +444,9 @@ plt.tight_layout()
 plt.show()
 
 # %% [markdown]
-# **Reading it.** The mask equals its rule in both layouts, and no element sees another sequence. Each element sees
-# exactly what its slot sees in the one-pass draft, so a head drafts as it was trained.
-#
-# <details><summary>The careful reading</summary>
-#
-# On the left, the depth-0 block is plain causal attention. Below it, each row sees the depth-0 columns up to its
-# anchor plus a small staircase of its own rollout: `(2, 2)` attends to `(0, 0)`, `(1, 0)`, `(2, 0)`, `(2, 1)` and
-# itself. That is the causal view of slot `d + 1` in the one-pass draft after anchor `a`.
-#
-# </details>
+# **Reading it.** The mask equals its rule in both layouts, and no element sees another sequence. In the left panel,
+# `(2, 2)` attends to the depth-0 columns up to its anchor and to its own rollout, `(2, 0)` and `(2, 1)`: exactly
+# what slot 3 sees in the one-pass draft after anchor 2. So a head drafts as it was trained.
 #
 # ### Exercise: more parallel slots
 #
@@ -463,11 +456,10 @@ plt.show()
 #
 # <details><summary>Answer</summary>
 #
-# Inference stays one pass over `n + K` positions: 9 at K = 2, 15 at K = 8. Training adds one block of
-# elements per depth, each a little smaller than the one before (11, 9, 8, 7, ...: anchors near the end have no
-# label that far ahead). So the elements grow about linearly (20, then 53), the mask quadratically (400 cells,
-# then 2,809), and the allowed pairs far less (129, then 409), since each element sees only its context and its
-# rollout. That growth is why COD thins the deeper depths.
+# Inference stays one pass over `n + K` positions: 9 at K = 2, 15 at K = 8. Training adds one block of elements per
+# depth, each a little smaller than the one before (11, 9, 8, 7, ...: anchors near the end have no label that far
+# ahead). So the elements grow about linearly (20, then 53), the mask quadratically (20 x 20, then 53 x 53), and the
+# allowed pairs far less (129, then 409). That growth is why COD thins the deeper depths.
 #
 # </details>
 
@@ -495,21 +487,12 @@ for K_TRY in (2, 8):  # the exercise's two values; edit to try others
 # | random | learned mask row | `fc(r)`, `r` a frozen random vector |
 # | frozen mask embedding | an existing token's embedding, frozen | `fc(mask_hidden)`, learned |
 #
-# Each head drafts in the real speculative loop at K=7 on held-out prompts. Columns: **held-out AL (mean)**,
-# tokens per round averaged over two seeds; **seed spread**, the gap between those seeds, a rough noise yardstick;
-# **tokens seen** per run; **P(accept) slots 1 / 2 / 3**, the rate at which slot j is accepted when the slots
-# before it were.
+# Each head drafts in the real speculative loop at K=7 on held-out prompts. Columns: **held-out AL (mean)**, tokens
+# per round averaged over two seeds; **seed spread**, the gap between those seeds; **tokens seen** per run;
+# **P(accept) slots 1 / 2 / 3**, the rate at which slot j is accepted when the slots before it were.
 #
-# The full study trains ten heads, so it is committed (below). The cell is a tiny live run of the same code (two
-# variants, a few steps, one seed, two prompts): it shows the machinery, not the answer. Its gap is not read against
-# the seed spread, which was measured at the committed study's size; the committed study answers the question.
-#
-# <details><summary>How the full study runs</summary>
-#
-# From the command line: `peagle-lab study mask --out data/recipe/<host>/mask`. The live run here trains on a few
-# self-distilled prompts.
-#
-# </details>
+# The full study trains ten heads (`peagle-lab study mask`), so it is committed. The cell first runs a tiny live
+# version of the same code (two variants, a few steps, one seed): it shows the machinery, not the answer.
 
 # %% tags=["nbval-ignore-output"]
 from peagle_lab.experiments import recipe
@@ -576,16 +559,9 @@ print("training elements equal the one-pass draft (within 1e-4):", worst < 1e-4)
 # %% [markdown]
 # ## The committed study
 #
-# The table, then the rule in code: a gap between two stand-ins' mean ALs counts only beyond both their seed
-# spreads, and is firm only beyond the largest seed spread of any committed study (the yardstick of notebooks 03
-# and 04). Last, how many rounds reach each slot: slot j + 1 is reached only where slot j was accepted.
-#
-# <details><summary>The arithmetic</summary>
-#
-# The gaps and spreads are compared at three decimals. A run has at most prompts x new tokens / AL rounds; each
-# deeper slot's count is the one before times its acceptance rate.
-#
-# </details>
+# The table, then the rule in code: a gap between two stand-ins' mean ALs counts only beyond both their seed spreads,
+# and is firm only beyond the largest seed spread of any committed study (0.052, notebook 03's). Last, how many rounds
+# reach each slot: slot j + 1 is reached only where slot j was accepted.
 
 # %% tags=["nbval-ignore-output"]
 from IPython.display import Markdown, display
@@ -650,24 +626,10 @@ for r in rows:
 
 # %% [markdown]
 # **Reading it.** Learning `mask_hidden` buys nothing measurable: a frozen random vector scores the same (AL 1.209
-# against 1.211). At this small budget the study mostly measures slot 1, which never attends to a mask slot, so it
-# says little about how well the stand-ins serve slots 2..K.
-#
-# <details><summary>The careful reading</summary>
-#
-# - Where: the committed study ran on cpu-epyc-avx512bf16-2c, target in float32, heads trained in bfloat16 on
-#   float32 taps.
-# - Learned and random both lead zeros and the copy of h_context by 0.020-0.029: more than those arms' two-seed
-#   spreads, but less than the 0.052 seed spread that notebook 03's study measured. The lead is suggestive, not
-#   settled.
-# - At this budget (132,477 tokens a run) slot 1 sets the AL. The learned head's slot 1 is accepted at 0.20,
-#   nearly all of the 0.211 its AL gains over 1; slots 2 and 3 are reached in only about 168 and 9 of at most
-#   about 845 rounds per run.
-# - The ALs rank as the slot-1 rates do, so the copy of h_context's higher slot-2/3 rates (0.13 / 0.12) weigh less
-#   than its lower slot-1 rate (0.16).
-# - Slot 1 never attends to a mask slot: a stand-in moves its rate only through training.
-#
-# </details>
+# against 1.211). Learned and random lead zeros and the copy of h_context by 0.020 to 0.029, beyond those arms' seed
+# spreads but within the studies' 0.052: suggestive, not settled. At this small budget slot 1 (accepted at 0.20 for
+# the learned stand-in) sets the AL, and slot 1 never attends to a mask slot; slots 2 and 3 are reached in only
+# about 168 and 9 of 845 rounds per run. So the study says little about how well the stand-ins serve slots 2..K.
 
 # %% tags=["nbval-ignore-output"]
 from peagle_lab.workbook import report
@@ -682,25 +644,11 @@ report.record("mask_live_divergences", sum(r["divergences"] for r in live));
 #
 # - Slots 2..K get a mask token and `fc(mask_hidden)`, so one drafter pass over the context and K - 1 mask slots
 #   gives all K drafts.
-# - The drafter fits in one class of about 65 lines and, with the shipped weights, matches the package's drafts.
+# - The drafter fits in one class of about 65 lines and, loaded with the shipped weights, gives the package's logits
+#   (P-EAGLE's one pass) and drafts (EAGLE-3's K passes).
 # - Training packs every anchor's rollout into one masked computation; on the elements checked (three anchors at every
 #   depth of one sequence) it gives the one-pass draft's logits up to float rounding.
-# - A frozen random stand-in scores level with the learned `mask_hidden` (AL 1.209 against 1.211).
-# - At that study's small budget slot 1 (accepted at 0.20) sets the AL; slots 2..K, where the stand-ins sit, are
-#   seldom reached.
-#
-# <details><summary>The figures behind these bullets</summary>
-#
-# - The one pass runs over the context positions `0..n` and K - 1 mask slots, as the package's drafter does.
-# - From scratch, the drafter gives the package's logits (P-EAGLE's one pass) and drafts (EAGLE-3's K passes).
-# - In training each element sees its context and its own rollout, nothing else, and gives the one-pass draft's
-#   logits to float rounding.
-# - The committed study ran on cpu-epyc-avx512bf16-2c, target in float32, heads trained in bfloat16. Learned and
-#   random stand-ins both lead zeros and the copy of h_context by 0.02-0.03 tokens per round: beyond their two-seed
-#   spreads, within the 0.052 seed spread of notebook 03's study, so suggestive, not settled.
-# - Notebook 04 reads the records of heads trained far longer: there the shipped P-EAGLE head wins slot 1 on 04's
-#   held-out prompts (not on the live HumanEval prompts of 04 and 05) and falls behind EAGLE-3 on slots 2 and beyond.
-#
-# </details>
+# - A frozen random stand-in scores level with the learned `mask_hidden` (AL 1.209 against 1.211); at that study's
+#   small budget slot 1 sets the AL, and slots 2..K, where the stand-ins sit, are seldom reached.
 #
 # Next: `03_train_head`, training a P-EAGLE head: the data, the draft vocabulary, COD and the per-depth loss.

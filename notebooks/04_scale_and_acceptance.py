@@ -19,24 +19,6 @@
 # **Goal:** learn what a head's acceptance length is made of and what raises it: training tokens, head depth and
 # prompt layout, and how far this CPU-trained head stays below the paper's.
 #
-# *Committed* figures are full-size results read from files under `data/`, the same on every rerun; *live* figures
-# are measured in this run, on a few prompts. Compare two acceptance lengths only where the prompt set, the number of
-# new tokens, K and the dtype agree.
-#
-# <details><summary>Where the figures come from</summary>
-#
-# All committed figures were measured on the reference CPU `cpu-epyc-avx512bf16-2c`. Each is labelled with the
-# target's dtype as its own file records it: bfloat16 for the held-out comparison and the recipe runs, float32 for the
-# studies of notebooks 02-03 that section 5 takes its noise from; the learning-curve files do not record it. The live
-# figures (section 1's HumanEval check, section 3) are measured in this execution (float32 on a CPU). 07's appendix,
-# the acceptance ledger, lists every acceptance length of the course with its prompt set, new tokens, K and dtype.
-#
-# </details>
-#
-# **Terms.** The *acceptance length* (AL) is the tokens committed per verification round, the bonus token included.
-# A round's slots are j = 1..K, and *draft j* is the token drafted in slot j; training counts *depths* from 0, so
-# slot j is depth j-1. A slot's *rate* is the share of the rounds reaching it in which it was accepted.
-#
 # The plan:
 #
 # 1. **The shipped heads**: their training records, their held-out acceptance, and a live check.
@@ -44,6 +26,14 @@
 # 3. **Your own model and its chat template** (question 1), and what a template mismatch costs.
 # 4. **Past one machine**: the same trainer on several GPUs.
 # 5. **Why is my acceptance length below the paper's?** (question 3): the recipe runs against their noise.
+#
+# **Terms.** The *acceptance length* (AL) is the tokens committed per verification round, the bonus token included.
+# A round's slots are j = 1..K; *draft j* is drafted in slot j, training's *depth* j-1 (depths count from 0). A slot's
+# *rate* p_j is the share of the rounds reaching slot j in which draft j was accepted.
+#
+# *Committed* figures are full-size runs read from `data/`, printed with their host and (where recorded) dtype;
+# *live* ones are measured in this run on a few prompts. Two ALs compare only where prompts, new tokens, K and dtype
+# agree; 07's appendix (the acceptance ledger) lists each with these.
 
 # %% tags=["nbval-ignore-output"]
 # Parameters come from the environment: PEAGLE_TARGET (default: the embedded SmolLM2-135M-Instruct),
@@ -79,26 +69,15 @@ book = ledger.Logbook("04", host=precision.host_slug(DEVICE), dtype=precision.dt
 # %% [markdown]
 # ## 1 · The shipped heads
 #
-# The course ships two 1-layer heads for SmolLM2-135M, both trained for K=8: a P-EAGLE head that drafts in parallel,
-# and an EAGLE-3-style head that drafts sequentially, trained with the *training-time test* of notebook 03.
+# The course ships two 1-layer heads for SmolLM2-135M, both trained for K=8: the P-EAGLE head `smollm2-135m-peagle`
+# (kind `parallel`: all slots in one pass) and the EAGLE-3-style head `smollm2-135m-eagle3` (kind `sequential`: one
+# slot per pass, trained with 03's *training-time test*). Each was trained in several runs, each continuing the one
+# before (`--init-from`; commands in each head's `TRAINING.md`).
 #
-# The cell prints each head's training record, then the committed held-out comparison, with each acceptance length
-# rebuilt from its slot rates: slot j counts only in a round that accepted every slot before it, so
-# `AL = 1 + p1 + p1·p2 + ... + p1···pK`, each term the share of rounds that accepted that slot.
-#
-# <details><summary>How the heads were trained</summary>
-#
-# The heads are listed in `drafter/heads.py` (`SHIPPED`). The training-time test unrolls the EAGLE-3 head as at
-# inference but teacher forced: each depth is fed the data's next token (not the head's guess) and the head's own
-# hidden state from the depth before.
-#
-# Each head was trained in several runs, each continuing the one before (`--init-from`; commands in each head's
-# `TRAINING.md`); the cell prints the last run and the **cumulative** total. The last runs had the same budget and
-# records: about 4,000 s each (3,999 s printed), with 2.72M and 2.76M tokens seen, on records 6000:12000 of the
-# 5.85M-token mix. The earlier runs differ: P-EAGLE's first run saw records 0:6000 of that mix, EAGLE-3's first two the
-# 1M-token mix of notebook 03.
-#
-# </details>
+# The cell prints each head's last run and cumulative budget, then the committed held-out comparison: per head and K,
+# every slot's rate with the rounds that reached the slot in brackets (`~`: estimated from the rates, which is all the
+# file records), and AL rebuilt from the rates. Slot j counts only in a round that accepted every slot before it, so
+# `AL = 1 + p1 + p1·p2 + ... + p1···pK`.
 
 # %% tags=["nbval-ignore-output"]
 from peagle_lab.drafter import PEagleConfig
@@ -125,7 +104,8 @@ if P and S:
 
 # %% [markdown]
 # Now a live check on other prompts: each head drafts in its own mode at a few K on HumanEval prompts, greedy,
-# and every output is compared with plain greedy decoding.
+# and every output is compared with plain greedy decoding. The verdicts printed after the figure call a gap under
+# the seed spread of 07's appendix (0.052) a tie.
 
 # %% tags=["nbval-ignore-output"]
 from peagle_lab.prompts import humaneval_prompts
@@ -170,65 +150,30 @@ for kind, row in (("parallel", P), ("sequential", S)):
     report.record(f"shipped_{kind}_heldout_acceptance_length_k7", (row or {}).get("acceptance_length", {}).get("7"))
 
 # %% [markdown]
-# **Reading it.** EAGLE-3 accepts more on the held-out prompts, 2.53 tokens a round at K=7 against 1.90 for P-EAGLE:
-# P-EAGLE's slot rates fall after slot 1, so its acceptance stops growing after K=3. That is the reverse of the
-# paper's order (the vLLM blog: P-EAGLE 3.94 against EAGLE-3 3.03), and this course does not settle why.
+# **Reading it.** On the 8 committed held-out prompts (64 new tokens, bfloat16) EAGLE-3 accepts more: 2.532 tokens a
+# round at K=7 against P-EAGLE's 1.895. P-EAGLE leads at slot 1 (0.62 against 0.50, over 200 rounds each), but its
+# slots 2 and 3 fall to 0.34 and 0.24, so its AL is the same at K=3 and K=7; its rates past slot 3 rest on 13 rounds
+# or fewer and say nothing. The live check (2 HumanEval prompts, 48 new tokens, float32, 61 to 73 rounds per K) has
+# EAGLE-3 ahead at every K, even at K=1, where the held-out slot-1 rates predict P-EAGLE; every speculative output was
+# identical to plain greedy.
 #
-# <details><summary>The careful reading</summary>
-#
-# **Where the gap comes from.** P-EAGLE leads at slot 1 on the held-out prompts (0.62 against 0.50 at K=7), but its
-# rate falls to 0.34 and 0.24 at slots 2 and 3, while EAGLE-3's stays between 0.62 and 0.85 up to slot 7. So P-EAGLE's
-# AL is 1.895 at K=3 and at K=7, while EAGLE-3's rises from 2.125 to 2.532. Deep rates rest on few rounds (about 22
-# reach EAGLE-3's slot 7, 13 P-EAGLE's slot 4): read them to one decimal.
-#
-# **Why P-EAGLE's stops.** A slot adds its term only in rounds that accepted every slot before it. After P-EAGLE's
-# slot 3 that is 5% of the rounds (the term 0.0499), so slot 4 adds 0.0192 and the later slots nothing. The K=3 and
-# K=7 totals tie although K=7 has that term: the two runs start their rounds at different positions of the same
-# answers (each round starts after the previous one's accepted tokens), so slots 1-3 are scored on other contexts
-# and their rates differ a little (slot 2: 0.34 against 0.36). The first three terms add 0.879 at K=7 against 0.898
-# at K=3, about as much less as slot 4 adds. Each rebuilt sum lies a little above the recorded figure: the token
-# budget cuts each answer's last round short.
-#
-# **The verdicts.** The printed "accepts more", "ahead" and "a tie" read a gap against `TIE`, the seed spread of
-# 07's appendix (0.052, the largest gap between two training seeds in notebooks 02-03), not an estimate of
-# prompt-sampling noise: each verdict reads these 8 held-out or 2 live prompts and tests nothing.
-#
-# **The live check.** Every speculative output was identical to plain greedy decoding. A few dozen rounds per K give
-# the direction, not the size. At K=3 and K=7 EAGLE-3 leads, in the held-out order. At K=1 a round drafts slot 1
-# only, so the held-out slot-1 rates predict P-EAGLE ahead; this run has EAGLE-3 ahead instead (1.38 against 1.29).
-# P-EAGLE's slot-1 lead is a fact of the held-out prompts, not of these HumanEval prompts.
-#
-# **Against the paper.** The blog (quoted in 00) has P-EAGLE accepting more on GPT-OSS-20B, 3.94 against 3.03 on
-# HumanEval with both heads at K=7 (its 1.55x speed-up is each head at its best K: 7 for P-EAGLE, 3 for EAGLE-3), with
-# 4-layer heads trained on GPUs on far more data. Here, on the 8 held-out comparison prompts (6 code_write, 2 reasoning,
-# committed in bfloat16), the shipped EAGLE-3 head accepts more (gap +0.637 at K=7). The heads differ in training
-# (EAGLE-3 had 1.23x the wall time, 1.05x the tokens) and in method (its training-time test against P-EAGLE's mask
-# slots), and neither is tested alone. Section 2's learning curves score the methods on another 8 prompts, where the two
-# long runs end 0.056 apart (EAGLE-3 ahead, just above the 0.052 seed spread); the two gaps come from different prompts
-# and are not one measurement. The comparison file pools its prompts (no per-prompt figures), so 05's paired rule cannot
-# be applied to it. P-EAGLE's advantage is cost, one drafter pass for all K tokens instead of K; notebook 05 measures
-# it.
-#
-# </details>
+# This is the reverse of the paper's order (the vLLM blog, GPT-OSS-20B on HumanEval at K=7: P-EAGLE 3.94 against
+# EAGLE-3 3.03, with 4-layer GPU-trained heads). The course does not settle why: the shipped heads differ in budget
+# (EAGLE-3 had 1.23x the wall time) as well as in method. P-EAGLE's advantage is cost, one drafter pass for K
+# drafts; notebook 05 measures it.
 
 # %% [markdown]
 # ## 2 · What training at scale buys
 #
-# Two committed experiments, both scored by acceptance length at K=7 on 8 held-out prompts x 64 new tokens (not the
-# prompts of section 1's comparison):
+# Two committed experiments, both scored by AL at K=7 on 8 held-out prompts x 64 new tokens (not section 1's prompts):
 #
-# * **The learning curves** (left panel): snapshots of two long runs, P-EAGLE (`peagle`, continued as `peagle-cont`)
-#   and EAGLE-3 (`eagle3`, `eagle3-cont`), against cumulative tokens seen.
-# * **The deeper heads** (right panel): P-EAGLE heads with 1, 2 and 4 decoder layers (`exp-L1`, `exp-L2`, `exp-L4`),
-#   trained from scratch side by side on the same data for the same 2400 s.
+# * **The learning curves** (left panel): two earlier long runs, not the shipped heads, against cumulative tokens
+#   seen: P-EAGLE (`peagle`, continued as `peagle-cont`) and EAGLE-3 (`eagle3`, continued as `eagle3-cont`).
+# * **The deeper heads** (right panel): P-EAGLE heads with 1, 2 and 4 decoder layers, `exp-L1`, `exp-L2` and `exp-L4`
+#   (directories `peagle-L1` and so on), trained from scratch on the same data for the same 2400 s each.
 #
-# <details><summary>Where these runs come from</summary>
-#
-# Both experiments ran SmolLM2-135M on `cpu-epyc-avx512bf16-2c`; the curve files do not record the target's dtype.
-# The learning curves come from `peagle-lab curve`, the deeper heads from its `deeper/` folder. The long runs are
-# earlier runs than the shipped heads, trained on the 1M-token mix and then on more data.
-#
-# </details>
+# **One head, three names:** `exp-L1` = `peagle-L1` = `smollm2-135m-peagle-fresh`, the first run of the shipped
+# P-EAGLE head `smollm2-135m-peagle`. The cell's last line scores the deeper heads' run ends on section 1's prompts.
 
 # %% tags=["nbval-ignore-output"]
 docs = [heads_report.read_curve(RECIPE_DIR / HOST / name) if HOST else {"points": []}
@@ -241,21 +186,10 @@ heads_report.print_snapshots(curve, deeper)  # each long run's AL at every snaps
 heads_report.print_run_ends(records_["parallel"], compare, P)
 
 # %% [markdown]
-# Why does acceptance stay low? In section 1's formula a slot counts only when every slot before it was accepted,
-# so the depth where a head stops being accurate caps its acceptance. The next cell plots the held-out **accuracy per
-# depth** (top-1 at every anchor of held-out distilled sequences) of the shipped P-EAGLE head and the three deeper
-# heads, then computes the one rate that, applied to every slot, reaches the blog's 3.94 at K=7.
-#
-# <details><summary>The heads' names, and exp-L1's two figures</summary>
-#
-# The deeper heads are `exp-L1`, `exp-L2` and `exp-L4` in every cell (their head directories are named `peagle-L1`
-# and so on); `exp-L1` is also `smollm2-135m-peagle-fresh`, the shipped P-EAGLE head's first run, which the shipped
-# head continues. The previous cell gives `exp-L1` two figures at K=7, 1.512 and 1.737: 1.512 is its last snapshot
-# (1,300,656 tokens) on the curves' prompts, 1.737 the end of its run (1,394,099 tokens) on section 1's comparison
-# prompts, mostly code writing. Compare figures within one prompt set: on each, the three heads end in the order 1,
-# 2, 4 layers, an order that mixes depth with tokens seen (the deeper heads saw fewer).
-#
-# </details>
+# Why does acceptance stay low? A slot counts only when every slot before it was accepted, so the depth where a head
+# stops being accurate caps its AL. The next cell plots the **accuracy per depth** (top-1, pooled over every anchor of
+# held-out distilled sequences) of the shipped P-EAGLE head and the three deeper heads, then solves for the one rate p
+# that, applied to every slot, gives the blog's 3.94 at K=7.
 
 # %% tags=["nbval-ignore-output"]
 PAPER_AL, PAPER_K = 3.94, 7  # the vLLM P-EAGLE blog: GPT-OSS-20B on HumanEval, K=7 (a GPU-trained head)
@@ -284,51 +218,25 @@ print(f"\nthe blog's AL {PAPER_AL} at K={PAPER_K} (HumanEval) needs every slot a
       + f" = {sum(rate ** j for j in range(PAPER_K + 1)):.2f}")
 
 # %% [markdown]
-# **Reading it.** Accuracy collapses after depth 0, and that caps acceptance: the shipped head is right 45% of the
-# time at depth 0 and 18% at depth 1. More tokens help slowly (both long runs climb from about 1.1 to about 1.4 over
-# about 25 times the tokens), and in the same wall time a deeper head did not help.
+# **Reading it.** Every head's accuracy collapses after depth 0: the shipped P-EAGLE head is right 45% of the time at
+# depth 0, 18% at depth 1 and 11% at depth 7, while the blog's 3.94 needs 0.78 at every slot. Beyond depth 0 a
+# P-EAGLE head sees mask stand-ins, not its own drafts; its low accuracy there matches section 1's flat K sweep.
 #
-# <details><summary>The careful reading</summary>
-#
-# **The shape.** After depth 1 the shipped head's accuracy declines slowly to 11% at depth 7; every head has this
-# shape. Beyond depth 0 a P-EAGLE head reads mask stand-ins where a sequential head reads its own drafts, and it is
-# rarely right there, so P-EAGLE's K sweep goes flat. (Section 1's slot-1 rate of 0.62 exceeds the 0.45 here: it
-# scores other prompts, and its rounds start only after a bonus token, not at every anchor.)
-#
-# **More training.** The climb is not steady: both runs dip just past 1M tokens, and P-EAGLE's last step falls from
-# 1.437 to 1.391, a drop about the size of section 5's noise. The two runs end 0.056 apart (1.391 and 1.447), EAGLE-3
-# ahead at each of the last six snapshots.
-# Continuing `exp-L1` on fresh records, which made the shipped head, raised its acceptance on section 1's comparison
-# prompts from 1.737 to 1.895.
-#
-# **Deeper heads.** In the same wall time the 1-layer head saw the most tokens, ended highest on both prompt sets
-# (curves: 1.512 against 1.386 and 1.292; comparison: 1.737 against 1.649 and 1.477) and is ahead at equal tokens
-# seen too (right panel). The 2-layer head's end lead over the 4-layer one is not shown to be depth: near 300k tokens
-# the 4-layer head is above it (right panel); their last snapshots came at 0.8M and 0.5M tokens.
-#
-# **The paper is far away.** Its 3.94 at K=7 needs every slot accepted at 0.78, a rate like section 1's slot rates
-# (accepted, given every earlier slot was). There the shipped P-EAGLE head reaches 0.62 at slot 1 but 0.34 and 0.24
-# at slots 2 and 3. EAGLE-3's slots 2 to 7 are mostly near 0.78 (0.62 to 0.85); its slot 1, at 0.50, is not.
-#
-# </details>
+# More tokens help slowly: on the curves' 8 prompts the long runs climb from 1.140 and 1.118 to 1.391 and 1.447 over
+# 24-25x the tokens, with dips on the way. Depth did not help at this budget: in the same 2400 s the 1-layer head saw
+# the most tokens and ended highest (1.512 against 1.386 and 1.292), which mixes depth with tokens seen. Continuing
+# `exp-L1` into the shipped head raised its K=7 AL on section 1's prompts from 1.737 to 1.895.
 
 # %% [markdown]
 # ## 3 · Your own model and its chat template (question 1)
 #
-# Nothing in the recipe is specific to SmolLM2: the taps are chosen from the target's depth, the head's shape comes
-# from the target's config, and the tokenizer's chat template is applied in one place (`prompts.chat_ids`) at every
-# stage. The next cells show it on a tiny Qwen3 target with random weights, so its answers are noise: the point is the
-# mechanics. To train both heads for your own model on a GPU, run
-# `PEAGLE_TARGET=<your model> bash scripts/gpu_heads.sh`.
+# Nothing in the recipe is specific to SmolLM2: the taps are chosen from the target's depth, the head's shape from
+# the target's config, and the tokenizer's chat template is applied in one place (`prompts.chat_ids`) for
+# distillation, training, evaluation and serving. The next cells show it on a tiny Qwen3 target with random weights
+# (`peagle-lab make-tiny-target`, built offline in seconds), so its answers are noise: the point is the mechanics.
 #
-# <details><summary>The tiny target and the GPU script</summary>
-#
-# The package builds the tiny target offline in seconds (`peagle-lab make-tiny-target`: grouped-query attention, tied
-# embeddings, a ChatML template). `chat_ids` applies the template for distillation, training, evaluation and serving.
-# `scripts/gpu_heads.sh` distils 4,000 prompts, trains each head for 150 s (`PEAGLE_GPU_BUDGET` sets the seconds) and
-# installs them where every notebook looks.
-#
-# </details>
+# To train both heads for your own model on a GPU, run `PEAGLE_TARGET=<your model> bash scripts/gpu_heads.sh`: it
+# distils 4,000 prompts, trains each head for 150 s (`PEAGLE_GPU_BUDGET`) and installs them where every notebook looks.
 
 # %% tags=["nbval-check-output"]
 from peagle_lab.settings import results_dir
@@ -350,8 +258,8 @@ for name, tok in (("tiny Qwen3", tiny_tok), ("this run's target", tokenizer)):
     print(f"--- {name}: {len(ids)} prompt tokens ---\n{tok.decode(ids)}")
 
 # %% [markdown]
-# Each tokenizer brings its own template: ChatML for the tiny target, SmolLM2's (with its default system message)
-# for the embedded one; `chat_ids` applies it at every stage, so a head sees the layout its target answers in.
+# Each tokenizer brings its own template: ChatML for the tiny target, SmolLM2's with its default system message for
+# the embedded one.
 #
 # The head is built from the target's config (`PEagleConfig.from_target`): same hidden size, attention heads and
 # rope, plus three **taps**, the layers whose hidden states the head reads: a low, a middle and a high one
@@ -363,18 +271,7 @@ for name, tok in (("tiny Qwen3", tiny_tok), ("this run's target", tokenizer)):
 # Write that rule as `my_taps` in the next cell, which prints the depths (1 to 64) where it differs from the
 # package's. Why there, and what does the package give instead?
 #
-# <details><summary>Answer</summary>
-#
-# ```python
-# def my_taps(n_layers):
-#     taps = (2, n_layers // 2, n_layers - 3)
-#     return taps if taps[0] < taps[1] < taps[2] else (0, n_layers // 2, max(n_layers - 1, 0))
-# ```
-#
-# Below 7 layers the rule stops giving three increasing layers (4 layers: 2, 2, 1), so a shallow target is tapped at
-# the inputs of its first, middle and last layer instead (4 layers: 0, 2, 3).
-#
-# </details>
+# Try it before you read the answer: the cell after this one writes it out and runs the same check.
 
 # %% tags=["nbval-check-output"]
 import copy
@@ -388,13 +285,19 @@ def my_taps(n_layers):
     raise NotImplementedError("write me: vLLM's rule, about two lines")
 
 
-try:
+def check_taps(my_taps):
+    """The exercise's check, run on any `my_taps`."""
     wrong = [n for n in range(1, 65) if tuple(my_taps(n)) != tuple(default_tap_layers(n))]
     print(f"your taps and the package's agree at {64 - len(wrong)} of 64 depths" + (
         f"; they differ at {wrong}, e.g. at {wrong[-1]} layers yours are {tuple(my_taps(wrong[-1]))}, the package's "
         f"{default_tap_layers(wrong[-1])}" if wrong else ""))
+
+
+try:
+    check_taps(my_taps)
 except NotImplementedError as exc:
-    print(f"my_taps is not written yet ({exc}); the answer is folded above the cell")
+    print(f"my_taps is not written yet ({exc}); the answer is the next cell")
+
 for n_layers in (30, tc.num_hidden_layers):  # SmolLM2's depth, the tiny target's
     print(f"{n_layers} layers -> taps {default_tap_layers(n_layers)}")
 TINY_MASK = pick_mask_token_id(tiny_tok)
@@ -403,6 +306,16 @@ print(f"head for the tiny target: hidden {tiny_cfg.hidden_size}, {tiny_cfg.num_a
       f"{tiny_cfg.num_key_value_heads} heads, head dim {tiny_cfg.head_dim}, vocabulary {tiny_cfg.vocab_size:,}, "
       f"taps {tiny_cfg.aux_hidden_state_layer_ids}, mask token {TINY_MASK} = "
       f"{tiny_tok.convert_ids_to_tokens(TINY_MASK)!r}")
+
+# %% tags=["nbval-check-output"]
+# The answer. Below 7 layers the rule stops giving three increasing layers (4 layers: 2, 2, 1), so a shallow target is
+# tapped at the inputs of its first, middle and last layer instead (4 layers: 0, 2, 3).
+def my_taps(n_layers):
+    taps = (2, n_layers // 2, n_layers - 3)
+    return taps if taps[0] < taps[1] < taps[2] else (0, n_layers // 2, max(n_layers - 1, 0))
+
+
+check_taps(my_taps)
 
 # %% [markdown]
 # Now the whole recipe on the tiny target, at small scale: distil a few prompts with its template, extract its
@@ -475,26 +388,18 @@ print("against the trained layout: " + ", ".join(f"{name} {tmpl[t]['acceptance_l
                                                                  ("system", "another system message"))))
 
 # %% [markdown]
-# **Reading it.** Without the template the head accepted none of its drafts in this small check (AL 1.00 against 1.52
-# with the trained template, two prompts). The fix is one template everywhere: distil with your model's chat template
-# and serve the head behind the same one.
-#
-# <details><summary>The careful reading</summary>
-#
-# The layout changes the target's answer too (bare text: 44 tokens against 80), so each layout scores the head on a
-# different answer: this is what a mismatch costs as served. Another system message costs less (1.34 against 1.52), a
-# gap that two prompts cannot establish.
-#
-# For your own model, distil with its chat template (`peagle-lab distill --target DIR`, as the tiny target did above);
-# vLLM applies the tokenizer's template to chat requests.
-#
-# </details>
+# **Reading it.** On 2 held-out prompts at K=4 (at most 40 new tokens, float32), bare text cost the head every draft:
+# AL 1.00 over 42 rounds against 1.52 over 52 with the trained template. The layout changes the target's answer too
+# (44 tokens against 80), so this is what a mismatch costs as served. Another system message gave 1.34, a gap two
+# prompts cannot establish. The fix: distil with your model's chat template (`peagle-lab distill --target DIR`) and
+# serve behind the same one, as vLLM does for chat requests.
 
 # %% [markdown]
 # ## 4 · Past one machine
 #
 # The same trainer runs in several processes (DDP through accelerate). `--batch-tokens` is the global batch, so two
-# processes follow one process's loss curve. For a 7-8B target (hidden 4096, 32 layers) on 8 GPUs:
+# processes follow one process's loss curve (`tests/training/test_distributed.py` checks it on a CPU, and a resume at
+# another world size). For a 7-8B target (hidden 4096, 32 layers) on 8 GPUs:
 #
 # ```bash
 # peagle-lab extract --distilled DATA --split train --out FEATURES/part-train --max-seq-len 2048   # once
@@ -504,24 +409,15 @@ print("against the trained layout: " + ", ".join(f"{name} {tmpl[t]['acceptance_l
 # accelerate launch --multi_gpu --num_processes 8 -m peagle_lab.cli train ...    # the same, through accelerate
 # ```
 #
-# Large runs usually compute the features online (no `--features`): offline features of an 8B target are large.
+# Large runs usually compute the features online (drop `--features`): offline taps of an 8B target take
+# 3 x 4096 x 2 B = 24 KiB per token in bf16 (notebook 01).
 #
-# <details><summary>The detail</summary>
-#
-# `tests/training/test_distributed.py` checks on a CPU that two processes follow one process's loss curve, and that a
-# run resumes at another world size. Offline features of an 8B target cost 3 x 4096 x 2 B = 24 KiB per token in bf16
-# (2.5 TB for 68k sequences of 1.5k tokens, notebook 01).
-#
-# </details>
-
-# %% [markdown]
 # ## 5 · Why is my acceptance length below the paper's? (question 3)
 #
-# Section 2 shows acceptance rising slowly with training tokens, and a CPU trains on few of them. The recipe runs ask
-# which settings still move acceptance at a small budget: short runs of equal wall time, each changing one setting
-# from a **baseline**, scored by held-out acceptance length at K=7 (`peagle-lab recipe`). A change counts only if it
-# exceeds the noise, the largest acceptance spread between two seeds of one setting: the cell takes it from these runs
-# and from the studies of notebooks 02 and 03, and reads each change against both.
+# Section 2 shows AL rising slowly with training tokens, and a CPU trains on few of them. The recipe runs ask which
+# settings still move AL at a small budget: short runs of equal wall time, each changing one setting from a
+# **baseline**, scored by held-out AL at K=7 (`peagle-lab recipe`). A change counts only beyond the noise: the
+# largest AL gap between two seeds of one setting, taken both from these runs and from the studies of 02 and 03.
 
 # %% tags=["nbval-ignore-output"]
 from peagle_lab.experiments import recipe, studies
@@ -559,49 +455,27 @@ if runs:
     display(Markdown("\n".join(table)))
 
 # %% [markdown]
-# **Reading it.** No setting beats the baseline beyond the noise: the best changes (a 4k draft vocabulary, 10 depths)
-# gain +0.028, inside the studies' noise of 0.052. So question 3 is answered only in part: acceptance rises slowly with
-# data (section 2), but the paper also differs in target, head depth and benchmark.
+# **Reading it.** No change beats the baseline beyond the studies' seed spread: the best, a 4k draft vocabulary and 10
+# depths, gain +0.028 against 0.052 (12 held-out prompts, K=7, 180 s each, bfloat16). The recipe's own spread of 0.005
+# mixes seed with budget (its two seeds saw 17% different token counts), so "beyond the seed spread" proves little.
+# Only `4 layers` lies beyond both, at -0.065, and it saw under half the baseline's tokens in the same time.
 #
-# <details><summary>The careful reading</summary>
-#
-# The studies' noise comes from runs with the target in float32; the recipe runs' target was in bfloat16. Every change
-# lies beyond the recipe's own seed spread of 0.005, but that spread comes from two baseline seeds, which also saw
-# different token counts in the same wall time (64,441 and 75,156): seed and budget together.
-#
-# Only `4 layers` lies beyond both estimates, at -0.065, and it saw less than half the baseline's tokens (30,955
-# against 64,441) in the same time, so its loss is budget as much as setting. The 4k vocabulary's 0.977 coverage is
-# of the scale mix's train split; 03's 99.61% was of its 465 sequences.
-#
-# The paper's target is GPT-OSS-20B and its heads have 4 layers against 1 here; no run here isolates data.
-#
-# </details>
+# So question 3 is answered in part: AL rises slowly with data (section 2) and a CPU sees little of it; the paper
+# also differs in target (GPT-OSS-20B), head depth (4 layers against 1) and benchmark, and no run here isolates these.
 
 # %% [markdown]
 # ## What we saw
 #
-# - **The shipped heads.** EAGLE-3 accepts more than P-EAGLE on the held-out prompts (2.53 against 1.90 at K=7), the
-#   reverse of the paper's order. Every live speculative output matched plain greedy decoding.
-# - **Why acceptance stays low.** Accuracy collapses after depth 0 (45%, then 18% at depth 1). The blog's 3.94 needs
-#   every slot accepted at 0.78; the shipped P-EAGLE head's slots 2 and 3 are accepted at 0.34 and 0.24.
-# - **Training at scale.** Acceptance grows slowly with tokens seen (the long runs end near 1.4 after about 1.5M
-#   tokens), and in the same wall time a deeper head did not help.
-# - **Your own model.** The recipe ran unchanged on a tiny Qwen3 target and decoded losslessly. Without the template
-#   it was trained with, the shipped P-EAGLE head accepted no draft in a two-prompt check.
-# - **The recipe runs.** At this budget no single setting raises acceptance beyond the noise (best +0.028, noise 0.052).
-#
-# <details><summary>The figures behind these bullets</summary>
-#
-# - The held-out comparison is committed (`cpu-epyc-avx512bf16-2c` in bfloat16, 8 prompts). EAGLE-3's deep slots are
-#   accepted far more often, and P-EAGLE's acceptance stops growing after K=3. P-EAGLE's lead at slot 1 there did not
-#   carry over to the live HumanEval prompts, where EAGLE-3 accepted more at K=1 too. Why EAGLE-3 leads is not
-#   settled here: on the learning curves' own 8 prompts EAGLE-3's long run also ends ahead, by 0.056.
-# - The learning curves come from the same host, and their climb is not steady. Accuracy stays low after depth 0
-#   for 1, 2 and 4 layers alike.
-# - The tiny target brought its own template, taps and head shape. The shipped SmolLM2 P-EAGLE head accepted no draft
-#   when served on bare text.
-#
-# </details>
+# - **The shipped heads.** On 8 committed held-out prompts at K=7, EAGLE-3 accepts 2.532 tokens a round against
+#   P-EAGLE's 1.895, the reverse of the paper's order; it also leads live at every K. Every live speculative output
+#   matched plain greedy decoding.
+# - **Why acceptance stays low.** Accuracy collapses after depth 0 (45%, then 18%); the blog's 3.94 needs 0.78 at
+#   every slot, and the shipped P-EAGLE head's slots 2 and 3 reach 0.34 and 0.24.
+# - **Training at scale.** AL grows slowly with tokens (the long runs end at 1.391 and 1.447 after about 1.5M); in
+#   the same wall time a deeper head did not help.
+# - **Your own model.** The recipe ran unchanged on a tiny Qwen3 target, losslessly. Served without its chat
+#   template, the shipped P-EAGLE head accepted no draft (2 prompts).
+# - **The recipe runs.** At 180 s no setting raises AL beyond the seed spread (best +0.028, spread 0.052).
 #
 # Next, `05_parallel_vs_sequential`: what one drafting round costs for each head, and the speed-up those costs and
 # these acceptance lengths give.

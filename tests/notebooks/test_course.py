@@ -45,7 +45,22 @@ def test_a_chapter_ends_with_what_we_saw_and_the_next_chapter(path):
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
-def test_a_chapter_has_an_exercise_with_a_folded_answer(path):
-    found = [c for c in cells(path) if c.cell_type == "markdown" and re.search(r"^#+ .*Exercise", c.source, re.M)
-             and "<details>" in c.source and "</details>" in c.source]
-    assert found, f"{path.name}: no exercise (a '### Exercise' markdown cell with its answer in <details>)"
+def test_a_chapter_has_an_exercise_with_its_answer(path):
+    """An exercise is a '### Exercise' markdown cell whose answer is folded in it (<details>) or written out in a
+    code cell starting '# The answer.' after the cell where the learner writes theirs, which must call the same
+    check (a function the answer cell calls and the exercise cell defines)."""
+    nb = cells(path)
+    found = []
+    for i, c in enumerate(nb):
+        if c.cell_type != "markdown" or not re.search(r"^#+ .*Exercise", c.source, re.M):
+            continue
+        if "<details>" in c.source and "</details>" in c.source:
+            found.append(i)
+            continue
+        code = [d for d in nb[i + 1:i + 3] if d.cell_type == "code"]
+        if len(code) == 2 and code[1].source.startswith("# The answer."):
+            checks = re.findall(r"^(check_\w+)\(", code[1].source, re.M)
+            assert checks and all(f"def {name}(" in code[0].source for name in checks), \
+                f"{path.name}: the answer cell after cell {i} runs no check the exercise cell defines"
+            found.append(i)
+    assert found, f"{path.name}: no exercise (a '### Exercise' markdown cell with its answer folded or written out)"
