@@ -576,9 +576,9 @@ check_accept(answer_accept)
 # | `07_explorer` | Watch drafts being accepted token by token; speculative sampling; how the course measures | 0.5 |
 #
 # Minutes and saved outputs: one `make lab` run of the whole course on `cpu-epyc-avx512bf16-2c`, a 2-core AMD EPYC
-# with bf16 units and no GPU (17.0 minutes of notebooks, 17.2 with start-up). Chapters 00-04, 06 and 07 load the
-# target in float32 there; 05 times in bfloat16, what `auto` picks on a CPU with bf16 units. `make setup` installs
-# everything the chapters use, vLLM for 06 included; no chapter needs a GPU or downloads a model.
+# with bf16 units and no GPU (17.0 minutes of notebooks, 17.2 with start-up). Chapters 00-04 and 06 load the target
+# in float32; 05 and 07 in what `auto` picks, bfloat16 on a CPU with bf16 units. `make setup` installs everything the
+# chapters use, vLLM for 06 included; no chapter needs a GPU or downloads a model.
 #
 # ### Questions users of EAGLE, SpecForge and vLLM keep asking
 #

@@ -19,52 +19,35 @@
 # **Goal:** measure what one drafting round costs in parallel (P-EAGLE: one drafter pass for K drafts) and
 # sequentially (EAGLE-3: K passes), and what that buys end to end.
 #
-# One formula carries the chapter. A speculative round drafts K tokens, verifies them in one target pass and keeps
-# the accepted prefix plus one token. Counted in plain decode steps, it costs `round = (t_draft + t_verify) / t_step`
-# and yields on average the **acceptance length** AL tokens, where plain decoding yields one per step. So the best a
-# method can reach is
+# A speculative round drafts K tokens, verifies them in one target pass and keeps the accepted prefix plus one token.
+# Counted in plain decode steps it costs `round = (t_draft + t_verify) / t_step` and yields on average the
+# **acceptance length** AL tokens, against one per plain step. So the best a method can reach is
 #
 # $$\text{ideal speed-up} = \frac{AL}{\text{round}} = \frac{AL \cdot t_\text{step}}{t_\text{draft} + t_\text{verify}}.$$
 #
 # Parallel drafting shrinks `t_draft` (one pass instead of K); it pays only where AL clears the round.
 #
-# The first cell prints one host's committed run in one table (this machine's, or the host `PEAGLE_COMMITTED_HOST`
-# names; in the saved outputs `cpu-epyc-avx2-2c`'s in float32, while the live cells ran on `cpu-epyc-avx512bf16-2c`).
-# Its columns: `round (steps)` is the formula's round; `ideal` is AL / round; `measured, decode` is the measured
-# speed-up after the prompt's prefill, `end to end` with it. Its rows: each shipped head at the K where it is fastest;
-# **prompt lookup**, a drafter with no model (it copies the tokens that followed an earlier occurrence of the last few
-# tokens); and the **oracle**, a stand-in drafter that draws the paper's acceptance and is charged one pass or K passes
-# a round, so it prices drafting apart from how well a head drafts.
+# **What this machine shows** (a 2-core EPYC with bf16 units, where this chapter times in bfloat16; the first cell
+# prints the choice): the mechanism, one drafter pass against K; the drafting-cost gap (at K=10 one parallel pass
+# takes 5.58 ms, ten sequential ones 37.7 ms); losslessness in bf16 (outputs diverge from plain greedy only at
+# near-ties of the top two logits); and speed-ups: 1.18x and 1.14x end to end for the shipped heads, more for heads
+# trained on a narrow domain. **What it cannot show** is the paper's acceptance: the shipped heads accept 1.35 to 1.55
+# tokens a round on HumanEval prompts, against the blog's 3.94. The **oracle** rows price it: a stand-in drafter that
+# draws the paper's acceptance through the real loop, charged one pass or K passes a round.
 #
-# The plan: one host's committed run in one table; one round both ways, by hand; the drafting cost for K = 1 to 10;
-# end to end on HumanEval prompts, with the lossless check; P-EAGLE's claim in isolation (one acceptance, charged one
-# pass or K passes); where a round's time goes; the break-even picture; last, heads trained on a narrow domain,
-# where acceptance is high enough for both to pay and drafting cost decides between them.
+# The first cell reads this host's committed 24-prompt run. Columns: `round (steps)` is the formula's round, `ideal`
+# AL / round, `measured, decode` the measured speed-up after the prompt's prefill, `end to end` with it. Rows: each
+# shipped head at its fastest K; **prompt lookup**, a drafter with no model (it copies the tokens that followed an
+# earlier occurrence of the last few tokens); the oracle.
 #
-# One rule reads every timing (the **paired rule**, with the course's other rules in 07's appendix): the two methods
-# are timed side by side on each prompt, and one is *shown faster* when it wins on so many prompts that a fair coin
-# would split them as unevenly less than 5% of the time (a two-sided sign test, written out below); otherwise the
-# chapter says on how many it is faster. *Committed* cells read full-size runs that never change; *live* cells run
+# The plan: one round both ways, by hand; drafting cost for K = 1 to 10; end to end with the lossless check; the oracle
+# pair (one acceptance, two drafting costs); where a round's time goes; the break-even picture; last, heads trained on
+# a narrow domain, where acceptance is high enough for drafting cost to decide.
+#
+# Timings are read by the **paired rule**: both methods run side by side on each prompt, and one is *shown faster*
+# when a two-sided sign test over the prompts gives p < 0.05; otherwise the chapter says on how many prompts it wins
+# (07's appendix "How the course measures"). *Committed* cells read full-size runs that never change; *live* cells run
 # here on a few prompts and move a little between runs.
-#
-# <details><summary>The details: hosts and dtype</summary>
-#
-# Committed cells read full-size runs under `data/results/`: this host's, or the nearest one's, or those of the host
-# named by `PEAGLE_COMMITTED_HOST`; each printed figure names its host and dtype. The saved outputs were made on
-# `cpu-epyc-avx512bf16-2c` (a 2-core EPYC with bf16 units) with `PEAGLE_DTYPE=float32` and
-# `PEAGLE_COMMITTED_HOST=cpu-epyc-avx2-2c`: the live cells ran there in float32, and the committed tables are those of
-# `cpu-epyc-avx2-2c` (a 2-core EPYC without native bf16) in float32; the break-even picture adds
-# `cpu-epyc-avx512bf16-2c`'s committed runs in bfloat16 and float32. Most live cells run on 2 or 3 prompts, the
-# narrow-domain one on six.
-#
-# **Dtype.** Chapters 00-04 load the target in float32 on any CPU. This chapter alone times in bfloat16 where the CPU
-# has native bf16 units (and on CUDA), float32 elsewhere (`PEAGLE_DTYPE=auto`; the first cell prints the choice):
-# speed is its subject, and bf16 units make every target pass cheaper. What changes with the dtype is the lossless
-# check: in float32 on a CPU speculative output is identical to plain greedy token for token; in bf16 it may diverge
-# where plain greedy's top two logits nearly tie, and those near-ties are reported, not hidden ("Lossless, in two
-# regimes").
-#
-# </details>
 
 # %% tags=["nbval-ignore-output"]
 # Parameters come from the environment: PEAGLE_TARGET (default: the embedded SmolLM2-135M-Instruct),
@@ -127,51 +110,35 @@ display(Markdown(round_report.summary_table(table)))
 round_report.print_summary(host_run, committed_run, table, oracle)
 
 # %% [markdown]
-# **Reading it.** Where AL is smaller than the round, `ideal` falls below 1: both shipped heads lose (0.79x end to
-# end, each shown slower than plain decoding). Prompt lookup, which needs no training, is the one method above 1x
-# without the paper's acceptance: 1.33x, faster on 22 of 24 prompts, shown faster.
-#
-# <details><summary>The careful reading</summary>
-#
-# The figures are `cpu-epyc-avx2-2c`'s committed run in float32. The `measured, decode` column sits a little under
-# `ideal` (acceptance bookkeeping, cache rollback, Python); `end to end` also pays the prefill, the same for every
-# method, which pulls it toward 1. Prompt lookup (transformers' `generate`) drafts with no model at all: it copies the
-# tokens that followed an earlier occurrence of the last few tokens, so it costs no drafter pass, and its round is not
-# split by our loop's timer (`-`). The two oracle rows keep one acceptance and change only the drafting charge. The
-# rest of the chapter takes these columns apart live, on your machine.
-#
-# </details>
+# **Reading it.** On this host in bf16 a round costs 1.19 decode steps, and both shipped heads clear it: P-EAGLE
+# 1.18x end to end at K=3 (faster than plain decoding on 21 of 24 prompts), EAGLE-3 1.14x at K=1 (23 of 24), both
+# shown faster; at K=1 EAGLE-3's round is a single drafter pass, like P-EAGLE's. Prompt lookup, with no model, makes
+# 1.92x (24 of 24); the oracle, at the paper's acceptance, 2.25x.
 #
 # ## Why parallel drafting is cheaper
 #
 # The two methods differ in `t_draft`:
 #
 # - **EAGLE-3 (sequential):** draft j+1 needs draft j, so a round is K drafter passes, each reading all the drafter's
-#   weights (one decoder layer and an LM head over the draft vocabulary, 4,096 ids for the shipped heads, not the
-#   target's 49,152). `t_draft` grows linearly with K.
+#   weights (one decoder layer and an LM head over the draft vocabulary: 4,096 ids for the shipped heads, a fraction of
+#   the target's vocabulary). `t_draft` grows linearly with K.
 # - **P-EAGLE (parallel):** slots 2..K hold a mask token and the shared `mask_hidden`, so all K drafts come out of
-#   **one** pass over the new context slots plus K-1 mask slots. At batch 1 a small drafter is bound by reading weights
-#   and per-call overhead, not arithmetic: at K=8, one pass over 9 positions (two newly committed slots and seven mask
-#   slots) costs far less than the 8 passes of sequential drafting.
+#   **one** pass over the new context slots plus K-1 mask slots. At batch 1 a small drafter is bound by weight reads
+#   and per-call overhead, so one wide pass costs about as much as one narrow one.
 #
-# At K=1 both modes are one pass over the same slots, so a gap in a K=1 row is the code around the pass, not
-# drafting. And a cheap deep draft pays only if the deep slots are accepted: with well-trained heads on a GPU the vLLM
-# blog reports P-EAGLE at its best at K=7.
+# At K=1 both modes are the same computation, one pass over the same slots: a gap in a K=1 row is timing noise, not
+# drafting. And a cheap deep draft pays only if the deep slots are accepted.
 #
 # ## The heads
 #
-# The shipped heads (`data/heads/`): a P-EAGLE head trained for parallel drafting and an EAGLE-3-style head trained for
-# sequential drafting. Their last training runs used the same records for the same 4000 s; their earlier runs differ
-# (each head's `TRAINING.md`), so a gap in acceptance between them mixes the method with its history: the last section
-# trains a matched pair, one start, one data set, one step count. The first cell loaded the shipped heads and printed
-# what they are. For another target, small heads are trained on the spot: their drafting *cost* is real, their
-# acceptance low.
+# The first cell loaded the shipped heads (`data/heads/`), one trained for parallel drafting, one EAGLE-3-style for
+# sequential drafting. Their training histories differ (each head's `TRAINING.md`), so an acceptance gap between them
+# mixes the method with its history; the last section times a pair trained alike.
 #
 # ## One round, both ways
 #
-# The same head drafts K=4 tokens after a prompt, once in parallel and once sequentially, while a hook counts its
-# forward passes and the slots each one carries. The drafter takes the prompt once beforehand; only the round itself,
-# with 2 newly committed slots, is counted.
+# The same head drafts K=4 tokens after a prompt, once in parallel and once sequentially, while a hook records each
+# drafter pass and the slots it carries. Only the round itself, with 2 newly committed slots, is counted.
 
 # %% tags=["nbval-check-output"]
 from peagle_lab.decoding.draft_sources import HeadDrafter
@@ -203,15 +170,14 @@ for mode in ("parallel", "sequential"):
 
 # %% [markdown]
 # **Reading it.** Parallel drafting is one pass of 5 slots (2 new, 3 mask); sequential drafting is four passes of
-# 2, 1, 1 and 1 slots. What that costs in time is the next table's question.
+# 2, 1, 1 and 1 slots. The next table times that difference.
 #
 # ## Drafting cost per round
 #
-# `bench.drafting_cost` times the same call (`HeadDrafter.propose`, what the loop calls) for every K, parallel and
-# sequential interleaved within each repeat, and, for scale, the target verifying K+1 tokens and one plain decode step.
-# Columns: `parallel_ms` and `sequential_ms` are medians, `*_iqr_ms` their interquartile ranges (the plot's bars),
-# `ratio_seq_over_par` their ratio, `verify_ms` the target's pass over K+1 tokens, `verify_ratio` that pass over one
-# decode step.
+# `bench.drafting_cost` times the call the loop makes (`HeadDrafter.propose`) for K = 1 to 10, parallel and sequential
+# interleaved, and, for scale, the target verifying K+1 tokens and one plain decode step. Columns: `parallel_ms` and
+# `sequential_ms` are medians, `*_iqr_ms` their interquartile ranges (the plot's bars), `ratio_seq_over_par` their
+# ratio, `verify_ms` the target's pass over K+1 tokens, `verify_ratio` that pass over one decode step.
 
 # %%
 DRAFT_KS = settings.pick(list(range(1, 11)), [1, 2, 4, 8])
@@ -233,43 +199,21 @@ print("verifying more tokens measured cheaper after: "
 bench.plot_drafting_cost(dc);
 
 # %% [markdown]
-# **Reading it.** Sequential drafting grows with every draft (the line gives the ratio), parallel drafting only a
-# little. But verifying costs more than one and a half decode steps at every K (`verify_ratio`), and that is the term
-# that sinks speculation on this CPU.
-#
-# <details><summary>The careful reading</summary>
-#
-# For parallel drafting's growth, compare `parallel_ms` at K=1 with the last K. The ratio sequential/parallel rises
-# with K but stays well below K (the line under the table), for two reasons: the wide parallel pass costs a little
-# more than a narrow one, and each later sequential pass carries one slot where the first carries two. In the plot
-# the dashed grey line is verification in ms, the dotted line one decode step.
-#
-# Verification need not rise smoothly with K: the last line names each K whose verification measured dearer than the
-# next K's. Timing noise does that, and so can a CPU matrix multiply taking a slower kernel path for some row counts;
-# a bump that recurs at the same K in the round profile below points to the kernel.
-#
-# </details>
+# **Reading it.** From K=1 to K=10 sequential drafting grows from 4.09 to 37.7 ms, one parallel pass from 4.11 to
+# 5.58 ms: 6.75x apart at K=10. But verifying K+1 tokens costs 1.06 to 1.31 decode steps (`verify_ratio`), over 70 ms
+# at every K: on this CPU verification, not drafting, is most of a round.
 #
 # ## End to end
 #
-# Greedy decoding at batch 1 on HumanEval prompts, all methods on the same prompts, interleaved per prompt so a
-# slowdown of the machine hits all of them. The baseline is our KV-cached greedy loop. The **oracle** rows replay the
-# paper's acceptance through the real loop, charged either one P-EAGLE pass or K EAGLE-3 passes per round.
+# Greedy decoding at batch 1 on 3 HumanEval prompts, 48 new tokens, all methods interleaved per prompt; the baseline
+# (`plain`) is our KV-cached greedy loop, `hf-greedy` transformers' greedy `generate`. The oracle knows the greedy
+# continuation and spoils each slot at the rate that gives the blog's AL 3.94 at K=7 on HumanEval;
+# `oracle (paper's acceptance)` is charged one real P-EAGLE pass per round, `..., sequential drafting` K real EAGLE-3
+# passes, on the same draws.
 #
-# Columns: `speedup` is tokens/s over the plain loop's, prefill included (what a user sees); `speedup_iqr` its
-# interquartile range over prompts; `decode_speedup` the same without prefill; `ideal_speedup` AL / round from this
-# run's medians; **efficiency** = decode_speedup / ideal, what the loop loses (above 1 is timing noise).
-#
-# <details><summary>The details: the reference rows and the oracle</summary>
-#
-# Transformers' greedy `generate` (`hf-greedy`) is a second reference, and its prompt lookup a drafter-free baseline
-# (assisted generation needs a small draft LM, which the embedded target lacks offline). The oracle is a drafter that
-# knows the greedy continuation and proposes it, spoiling each slot at the rate that gives the P-EAGLE blog's
-# acceptance length at K=7 (3.94 on HumanEval; 3.70 on MT-Bench for the committed `chat` suite).
-# `oracle (paper's acceptance)` is charged one real P-EAGLE pass per round, `oracle (paper's acceptance, sequential
-# drafting)` K real EAGLE-3 passes, on the same draws.
-#
-# </details>
+# Columns: `speedup` is tokens/s over the plain loop's, prefill included; `speedup_iqr` its interquartile range over
+# prompts; `decode_speedup` the same without prefill; `ideal_speedup` AL / round from this run's medians;
+# `efficiency` = decode_speedup / ideal, what the loop loses; `lossless_note` the lossless check of the next section.
 
 # %%
 N_PROMPTS = settings.pick(3, 2)
@@ -291,22 +235,21 @@ print(f"plain loop: {plain_row['t_step_ms']:.1f} ms per decode step (loop timer)
       f"(drafting_cost above): {dc['target_step_ms']:.1f} ms")
 
 # %% [markdown]
-# **Reading it.** Both heads are below 1x at every K and the oracle rows above it; prompt lookup lands near 1x
-# (above it in the committed code run). The heads' `efficiency` is close to 1: they lose on acceptance, not in the loop.
+# **Reading it.** Every head row is above 1x: P-EAGLE 1.06x to 1.20x, EAGLE-3 1.17x to 1.23x, both fastest at K=1,
+# where parallel and sequential drafting are the same computation; a deeper K adds little acceptance (P-EAGLE's AL
+# 1.35 at K=1, 1.45 at K=7) but costs verification. The oracle rows make 1.93x to 2.44x, prompt lookup 1.58x.
+# `efficiency` is 0.92 to 1.01: the loop loses little.
 #
 # ## Lossless, in two regimes
 #
-# Speculative decoding must not change the output, and what that means depends on the dtype:
+# Speculative decoding must not change the output. What that means depends on the dtype:
 #
-# - **fp32 on a CPU** (`exact`): the check demands output identical to plain greedy, token for token, and every run
-#   here meets it: fp32 rounding differences stay far below the top-2 margins these runs pass (question 9's cell
-#   prints one prompt's smallest). An exact fp32 tie could flip as a bf16 one does; the check would then report its
-#   margin.
+# - **fp32 on a CPU** (`exact`): output identical to plain greedy, token for token (question 9's fp32 rerun below
+#   stays identical past a top-2 margin of 0.069).
 # - **bf16** (`near-tie`; also fp32 on a GPU): plain decoding and verification compute the same logits through
 #   differently blocked kernels, so they differ by a few units in the last place (ulps). Lossless then means
-#   identical, or diverging where plain greedy's top-1 minus top-2 margin is within `BF16_TIE_ULPS` ulps of the top
-#   logit. (`test_bf16_check_catches_a_wrong_acceptance_rule` in `tests/core/test_precision.py` shows an off-by-one
-#   acceptance rule diverging far outside that bound.)
+#   identical, or diverging only where plain greedy's top-1 minus top-2 margin is within `BF16_TIE_ULPS` ulps of the
+#   top logit (`tests/core/test_precision.py` shows a wrong acceptance rule diverging far outside that bound).
 
 # %% tags=["nbval-ignore-output"]
 from peagle_lab.bench.lossless import run_divergence
@@ -329,23 +272,15 @@ for m in e2e["methods"]:
 print("assisted generation:", e2e["assisted_generation"].split(":")[0])
 
 # %% [markdown]
-# **Reading it.** In fp32 on this CPU every method, the oracles included, is identical to plain greedy on every prompt.
+# **Reading it.** This run is bf16, so the near-tie regime applies. Of the 42 outputs below `plain` (14 rows x 3
+# prompts), 20 diverge from plain greedy, every one at a near-tie: plain's top-2 margin was 0.000 (an exact tie, bound
+# 1.000) or 0.125 (bound 0.500). One exact tie, at token 37, flips in 11 rows. Every row passes the check.
 #
 # ### "Speculative decoding changed my greedy output" (question 9)
 #
-# In the committed bf16 run P-EAGLE at K=3 diverged from plain greedy on 5 of 24 HumanEval prompts, every time at a
-# near-tie (the cell prints the row and the whole run's count). The cell prints the first divergence, where and by
-# what margin, then reruns that prompt in bf16 and in fp32, and prints either the logits at the first
-# difference or the smallest top-2 margin the plain run passed.
-#
-# <details><summary>The details: the committed divergence</summary>
-#
-# The run is `data/results/cpu-epyc-avx512bf16-2c/bfloat16`; its first divergence is HumanEval prompt 1, token 28,
-# where plain greedy's top-2 margin was 0.125 against a near-tie bound of 0.5. The five diverged prompts count in the
-# run's P-EAGLE K=3 speed-up, the head's best end to end on that host (1.18x): from the diverged token on, the loop
-# timed a different continuation from plain greedy's.
-#
-# </details>
+# The committed bf16 run (24 prompts) holds such divergences too. The cell prints its first one, P-EAGLE at K=3 on
+# HumanEval prompt 1 (where, and by what margin) and the whole run's count, then reruns that prompt live in bf16 and in
+# fp32 and prints the logits at the first difference, or the smallest top-2 margin the plain run passed.
 
 # %% tags=["nbval-ignore-output"]
 import copy
@@ -409,40 +344,19 @@ del m, head, r
 release()  # the other dtype's copy goes
 
 # %% [markdown]
-# **Reading it.** The committed divergence is a near-tie, not a bug: at so small a margin (0.125, within the bound
-# 0.5) either token is the greedy choice of a slightly different computation. Where bit-exact output matters, verify
-# in fp32.
-#
-# <details><summary>The careful reading</summary>
-#
-# bf16 keeps 8 significant bits, so near a logit of 16 to 32 one ulp is 0.125; verification's differently blocked
-# products round differently. The bound is `BF16_TIE_ULPS` = 4 ulps of the top logit, so it grows with the logit: 0.5
-# for a top logit between 16 and 32 (the committed divergence), 1.0 between 32 and 64 (the live rerun's 33.0, one ulp
-# 0.25). Whether the live bf16 rerun diverges, and at which near-tie first, depends on the kernels' order of sums in
-# each call: the live rerun of this prompt flips another near-tie (token 26) than the committed run (token 28). Where its line
-# reports an exact tie (margin 0.000) and still matches plain greedy, the tie broke the same way in both computations
-# on this machine; at a tie bf16 speculation may match or not (29 of the committed run's 51 divergences are at exact
-# ties, the counts above), which is why the check allows near-ties. fp32 rounds 2^16 times finer.
-#
-# </details>
+# **Reading it.** The committed divergence is a near-tie, not a bug: margin 0.125 against a bound of 0.500, and all 51
+# diverged outputs of that run are near-ties (29 at an exact tie). The live bf16 rerun flips the same token 28 (top-1
+# logit 28.250, margin 0.125: at that size one bf16 ulp is 0.125), while fp32 stays identical for 64 tokens past a
+# margin of 0.069. Where bit-exact output matters, verify in fp32. The 1.18x of that row counts its 5 diverged prompts.
 #
 # ## Speed-up and acceptance
 #
-# The plots show measured (solid) and ideal (dashed) speed-up against K, then acceptance length against K, under its
-# bound K+1 (dotted; the two oracle lines coincide, the same draws accepting the same tokens). Below them the cell
-# prints the per-slot acceptance, P(slot j accepted | every earlier slot accepted) for slots j = 1..K (`-`: never
-# reached, not a rate of 0), then the verdicts by the paired rule: each head at its best K against plain decoding, and
-# P-EAGLE against EAGLE-3, prompt by prompt.
-#
-# <details><summary>The details: the counts and the paired gaps</summary>
-#
-# Each per-slot rate comes with its counts, accepted over reached rounds. The heads' order is read per prompt:
-# P-EAGLE's speed-up minus EAGLE-3's on the same prompt, read by the sign test (`order`, written out in the cell):
-# it counts wins, not sizes, so one large gap cannot carry it, and on three prompts it can never show an order
-# (p = 0.25 at best). The cell checks its gaps and p against the package's (`payoff.paired_gaps`,
-# `payoff.sign_test`).
-#
-# </details>
+# The plots show measured (solid) and ideal (dashed) speed-up against K, then AL against K under its bound K+1
+# (dotted; the two oracle lines coincide). The cell prints each row's per-slot acceptance p_j, P(slot j accepted |
+# every earlier slot accepted), with its counts, accepted over reached; `-` marks a slot no round reached, not a rate
+# of 0 (question 4). Then the paired verdicts: each head at its best K against plain decoding, and P-EAGLE against
+# EAGLE-3, prompt by prompt (on three prompts a sign test gives p = 0.25 at best, so the live lines cannot show an
+# order).
 
 # %%
 import math
@@ -504,33 +418,19 @@ print(f"  oracle K={o['k']}: AL {o['acceptance_length']:.2f} over {o['rounds']} 
       "spread and answers ending early")
 
 # %% [markdown]
-# **Reading it.** Both heads are below 1x, and neither is shown faster than the other (in the committed run P-EAGLE is
-# faster on 13 of 24 prompts, p = 0.84). The per-slot counts say why: P-EAGLE's deep slots are rarely reached, so a
-# deeper K adds little acceptance.
-#
-# <details><summary>The careful reading</summary>
-#
-# The lines say against plain decoding on how many prompts each head is faster, and the paired lines whether either
-# head is shown faster than the other, live and in the committed run; three live prompts cannot show an order. The
-# oracle falls short of its target AL; its line splits the gap into the token budget's cut and the sampling spread of
-# its few rounds.
-#
-# </details>
+# **Reading it.** Live, both heads are fastest at K=1 (P-EAGLE 1.20x, EAGLE-3 1.23x, each faster than plain on 3 of 3
+# prompts, p = 0.25), so their race here compares first-slot acceptance (0.35 against 0.39), not drafting methods. The
+# counts say why a deeper K does not help: P-EAGLE's second slot is accepted in 8 of 32 rounds at K=4, its fourth in 0
+# of 3, and slots 5 to 7 are never reached. In the committed 24-prompt run P-EAGLE is faster than EAGLE-3 on 15 of 24
+# prompts (p = 0.31): neither is shown faster. Prompt lookup (1.58x, AL 2.04) beats both heads.
 #
 # ## P-EAGLE's claim, live: one acceptance, two drafting costs
 #
-# The shipped heads differ in acceptance as well as drafting cost, so their race mixes the two. The oracle pairs
-# separate them: both charges use the same random draws, so they accept the same tokens in the same rounds and only
-# drafting cost differs. That is P-EAGLE's claim, isolated: at equal acceptance, one pass is cheaper than K. The cell
-# tabulates, per K, each charge's drafting and verification time per round and its speed-up, then applies the paired
-# rule to this run and to the committed runs.
-#
-# <details><summary>The details: what the cell checks</summary>
-#
-# It asserts that both charges accepted alike (same acceptance length, same rounds). The times are each charge's own
-# medians per round from the loop's round profile.
-#
-# </details>
+# The shipped heads differ in acceptance and in drafting cost; the oracle pair separates the two. Both charges use
+# the same random draws, so they accept the same tokens in the same rounds (the cell asserts it) and only drafting
+# cost differs: P-EAGLE's claim, isolated. The cell tabulates per K each charge's median drafting and verification
+# time per round and its speed-up, then applies the paired rule to this run and to every committed run that has both
+# charges.
 
 # %% tags=["nbval-ignore-output"]
 import matplotlib.pyplot as plt
@@ -582,43 +482,18 @@ for label, res in runs:  # each run's best one-pass K against K sequential passe
               + order(gaps, "one pass", f"{a['k']} passes"))
 
 # %% [markdown]
-# **Reading it.** At the paper's acceptance one parallel pass beats seven sequential ones, but verification is most of
-# the round, so the gain is small: in the committed 24-prompt runs 1.56x against 1.39x on chat (faster on every
-# prompt) and 1.59x against 1.46x on code (faster on 22 of 24), both shown faster. This run's three prompts show no
-# order (at K=7 one pass 1.54x against seven 1.56x, faster on 1 of 3): its verification noise at K=7 (10.4 ms,
-# printed above) is of the size of the drafting gap (15.0 ms).
-#
-# <details><summary>The careful reading</summary>
-#
-# K sequential passes (orange) cost more drafting time than one parallel pass (blue), and the gap grows with K.
-# Verification (grey) is most of the round on this CPU, so end to end the gain is far smaller than the drafting ratio.
-# Both charges verify the same tokens in the same rounds, so any gap between their grey bars is timing noise on a few
-# prompts; the line under the chart prints it beside the drafting gap, and where it is as large, the bars alone cannot
-# order the two charges. The order is read from the end-to-end speed-ups, prompt by prompt, by the paired rule; but
-# those carry the same verification noise, so where the printed verification gap is as large as the drafting gap, the
-# live order and its size are partly noise and can change from one execution to the next.
-#
-# The committed runs are `cpu-epyc-avx2-2c`'s in float32. On chat the oracle replays the blog's MT-Bench AL 3.70 and
-# one pass is 13% faster; on code it replays the blog's HumanEval AL 3.94 and one pass is 9% faster. The shipped
-# P-EAGLE head cannot collect this gain on these prompts: its deep slots are rarely accepted (the chapter's last
-# section trains heads on a narrow domain where they are).
-#
-# </details>
+# **Reading it.** At the paper's acceptance and K=7, one parallel pass makes 2.44x and seven sequential passes 1.93x
+# (+27%), on drafting of 4.68 against 19.7 ms per round; it wins on 3 of 3 prompts, too few to show an order
+# (p = 0.25), and 6.0 ms of the rounds' gap is verification noise (the same work measured 58.3 and 64.2 ms). At K=3
+# the two are level (2.00x, 2.02x). Only `cpu-epyc-avx2-2c`'s committed float32 runs have both charges, and there one
+# pass is shown faster: 1.59x against 1.46x on code (22 of 24 prompts, p = 3.6e-05), 1.56x against 1.39x on chat (24
+# of 24, p = 1.2e-07).
 #
 # ## Where a round's time goes
 #
 # The loop's timer splits each round into drafting, verification (one target pass over K+1 tokens), acceptance plus
 # KV-cache rollback, and Python overhead; `draft_share` and `verify_share` are the first two as fractions of the round.
-#
-# <details><summary>The details: noise, and where the run is saved</summary>
-#
-# These are medians over a few prompts, so small `verify_ms` gaps between neighbouring K are noise; compare a bump
-# here with the drafting-cost table's line above. The loop runs fewer K than the table, so "the next K" can differ
-# between the two (the last line prints both); a bump at the same K in both hints at a kernel effect for that row
-# count, on a 2-core machine that two medians cannot prove.
-# The run is saved to `$PEAGLE_RESULTS/bench/nb05/` (default `./results`), where `07_explorer` reads it.
-#
-# </details>
+# The cell saves the run for `07_explorer` (`results/bench/nb05/`).
 
 # %%
 display(Markdown(bench.format_table(e2e["round_profile"], [
@@ -655,27 +530,18 @@ for r in ledger.bench_rows(e2e, "05", f"this run's end to end ({'CI size' if CI 
     ledger.record(**r)
 
 # %% [markdown]
-# **Reading it.** Verification is most of every round on this CPU (`verify_share`, about nine tenths for P-EAGLE).
-# Drafting is a few percent of a P-EAGLE round at any K and grows with K for EAGLE-3; acceptance, rollback and Python
-# take about a millisecond. A verification slower than the next K's in both this loop and the drafting-cost table
-# (the last line) hints that that row count takes a slower kernel path; medians on a loaded 2-core machine do not
-# prove it.
+# **Reading it.** Verification is over nine tenths of every P-EAGLE round (`verify_share` 0.918 to 0.927) and grows
+# with K (57.3 ms at K=1, 69.9 ms at K=7): that is what a deeper K pays for little extra acceptance. P-EAGLE's
+# drafting takes 3.82 to 4.94 ms at every K; EAGLE-3's share grows from 0.06 at K=1 to 0.151 at K=4, and the K-pass
+# oracle's reaches 0.231 at K=7. Acceptance and rollback take 0.56 to 1.21 ms, Python 0.11 to 0.13 ms.
 #
 # ## What it takes: the break-even picture
 #
 # A round costs `round` decode steps and yields AL tokens, so the decode speed-up AL / round is a line through the
-# origin, crossing 1x where AL equals the round. Each CPU line takes its round from one end-to-end run at K=7 (this
-# run's and each committed one's), with that run's P-EAGLE point beside it; the two GPU lines are a cost model from
-# committed GPU timings.
-#
-# <details><summary>The details: the lines' sources</summary>
-#
-# Each CPU line's round comes from that run's own medians. The two GPU lines are committed timings of transformers'
-# eager loop on Llama-3.1-8B shapes with random weights (bf16, batch 1, one H200, `data/results/gpu-h200/gpu-check/`):
-# a cost model, since no trained head ran there. A line measured below one decode step is flagged as load noise. Every
-# committed host's runs, suite by suite, are tabulated in `07_explorer`.
-#
-# </details>
+# origin that crosses 1x where AL equals the round. Each CPU line takes its round from one end-to-end run at K=7 (this
+# run's and each committed one's), with that run's P-EAGLE point beside it. The two GPU lines are a cost model:
+# committed timings of transformers' eager loop on Llama-3.1-8B shapes with random weights (bf16, batch 1, one H200),
+# where no trained head ran.
 
 # %%
 from peagle_lab.bench.summary import verify_and_draft_ratio
@@ -743,51 +609,24 @@ print("\nthe blog's acceptance lengths on the GPU cost model (K=7): "
       "against EAGLE-3 at its own best K)")
 
 # %% [markdown]
-# **Reading it.** A head pays only where its acceptance length clears the round: about two decode steps in fp32, 1.26
-# with bf16 units. The shipped P-EAGLE head falls short in fp32 (AL 1.51 in the committed fp32 run) and, at AL 1.55 in
-# the bf16 host's run, just clears the bf16 round (1.20x decode), while the paper's HumanEval AL 3.94 would pay ideally
-# about 2x on the committed fp32 rounds (1.99x and 2.02x) and 3.12x in bf16.
+# **Reading it.** At K=7 a round costs 1.34 decode steps in this live bf16 run and 1.26 in this host's committed bf16
+# run, against 1.98 and 1.95 in the committed fp32 runs. The shipped P-EAGLE head clears the bf16 rounds (AL 1.45 and
+# 1.55: 1.07x and 1.20x decode), not the fp32 ones (AL 1.51 and 1.32: 0.73x, 0.63x). The paper's AL 3.94 would pay
+# 2.94x and 3.12x ideally in bf16, 1.99x and 2.02x in fp32. The committed bf16 round equals the GPU P-EAGLE line's
+# (1.26 steps), so those lines overlap; on the GPU model the paper's AL would pay 3.12x with one parallel pass, 2.40x
+# with seven sequential ones.
 #
-# <details><summary>The careful reading</summary>
-#
-# **The shipped head.** Its acceptance length depends on the prompts: 1.51 and 1.32 on HumanEval in the committed fp32
-# runs, 1.90 on 04's held-out comparison prompts. On the bf16 CPU (`cpu-epyc-avx512bf16-2c`, bfloat16, committed) it
-# makes 1.20x decode speed-up at K=7 (prefill excluded, the point drawn); end to end, prefill included, its best there
-# is 1.18x at K=3 (question 9's row). That host's two P-EAGLE points, AL 1.55 in bfloat16 and 1.32 in float32, come
-# from different prompt sets (24x32 against 5x64, in the labels), so their gap is not the dtype's alone.
-#
-# **The lines.** The bf16 CPU's round equals the GPU P-EAGLE line's (1.26 steps), so the two lines lie on each other
-# (the wide solid line under the dashed one).
-#
-# **The paper's acceptance.** AL 3.94 at K=7 would pay ideally 1.99x and 2.02x on the committed fp32 rounds (the live
-# line prints this machine's) and 3.12x on the bf16 CPU's. On the GPU it would pay 3.12x with one parallel pass
-# against 2.40x with seven sequential ones, in an eager loop; with CUDA graphs (vLLM) every pass shortens, by amounts
-# not measured here.
-#
-# **Against the blog.** Give each method the blog's own acceptance length (3.94 for P-EAGLE, 3.03 for EAGLE-3, both at
-# K=7) and the same GPU cost model puts P-EAGLE 1.69x ahead of EAGLE-3 (the last line): both at K=7, Llama-3.1-8B
-# shapes with random weights, an eager loop on an H200. The blog's 1.55x is GPT-OSS-20B in vLLM on a B200, against
-# EAGLE-3 at its own best K (K=3): the same direction and order of magnitude, not a reproduction.
-#
-# On a GPU, where verification costs little more than a decode step, the one-pass round and the deeper acceptance
-# multiply. That is the payoff this course's CPU-trained heads do not reach on open prompts.
-#
-# </details>
+# **Against the blog.** Give each method the blog's own AL at K=7 (3.94 for P-EAGLE, 3.03 for EAGLE-3) and the GPU cost
+# model puts P-EAGLE 1.69x ahead of EAGLE-3. The blog measured 1.55x (GPT-OSS-20B in vLLM, against EAGLE-3 at its own
+# best K): the same direction, not a reproduction.
 #
 # ### From the ideal to the measured speed-up
 #
-# Those "would pay" figures are ideals: the paper's AL over a round. The oracle rows measured that acceptance in the
-# real loop, in the same runs. The next cell walks each run from the one figure to the other, one cause per step, then
-# sets two measurements of verifying K+1 tokens side by side.
-#
-# <details><summary>The details: the steps and the two measurements</summary>
-#
-# The steps: the acceptance length the oracle drew (answers of a fixed token budget cut their last round), the
-# oracle's own round, the loop's acceptance, rollback and Python, and the prefill. The two verification measurements:
-# the drafting-cost benchmark's (`07_explorer` quotes it as `verify_k7`) and the loop's, whose P-EAGLE round the
-# break-even line is drawn from.
-#
-# </details>
+# Those "would pay" figures are ideals. The oracle rows measured the paper's acceptance in the real loop, in the same
+# runs. The next cell walks each run from the ideal to the measured end-to-end speed-up, one cause per step: the AL the
+# oracle drew (a fixed token budget cuts the last round), the oracle's own round, the loop's bookkeeping (acceptance,
+# rollback, Python), the prefill. Then it sets two measurements of verifying K+1 tokens side by side: the
+# drafting-cost benchmark's (`07_explorer` quotes it as `verify_k7`) and the loop's.
 
 # %% tags=["nbval-ignore-output"]
 for c in curves:
@@ -824,29 +663,12 @@ for c in curves:  # verifying K+1 tokens, in decode steps: the drafting-cost ben
           + f" / the plain loop's {line['t_step_ms']:.1f} ms step")
 
 # %% [markdown]
-# **Reading it.** In the committed runs the ideal 3.12x in bf16 ends at 2.25x measured end to end, and the ideal
-# 1.99x in fp32 at 1.59x. The largest step is the prefill: answers of 32 tokens take only about eight rounds, so the
-# one pass over the prompt weighs heavily.
-#
-# <details><summary>The careful reading</summary>
-#
-# Step by step, for `cpu-epyc-avx512bf16-2c` in bfloat16 and `cpu-epyc-avx2-2c` in float32 (both on code):
-#
-# - the oracle drew AL 3.85, between the budget's expected 3.76 and the paper's 3.94: 3.12x to 3.05x; 1.99x to 1.95x;
-# - its own round is a little dearer than the P-EAGLE line's (1.32 against 1.26 steps; 2.04 against 1.98): to 2.92x;
-#   to 1.88x;
-# - the loop's bookkeeping (acceptance, rollback, Python): to 2.81x; to 1.79x;
-# - the prefill: to 2.25x; to 1.59x.
-#
-# The two verification figures differ because they measure differently, not because drafting is free. The
-# drafting-cost benchmark verifies on one 165-token prompt, each call timed alone between drafter calls, over a
-# one-token pass timed the same way; the loop takes the median over 24 prompts of each answer's mean verification per
-# round, over its own plain decode step. On `cpu-epyc-avx2-2c` in float32 the loop's verification spreads from 95.4 to
-# 120.1 ms per prompt, and on the benchmark's own prompt it took 114.6 ms against the benchmark's 115.7 ms. So a whole
-# loop round there (1.98 steps) comes out below the isolated verification (`verify_k7` 2.06) because the loop's median
-# prompt verifies faster than the benchmark's one prompt.
-#
-# </details>
+# **Reading it.** The committed bf16 run goes from 3.12x ideal to 2.25x end to end, the fp32 one from 1.99x to 1.59x;
+# the largest step is the prefill (2.81x to 2.25x in bf16): 32-token answers take only 8.3 rounds a prompt. The live
+# run goes from 2.94x to 2.44x through one odd step: the oracle's own round measured 1.13 steps, cheaper than the
+# P-EAGLE line's 1.34, lifting it to 3.04x; that is timing noise on 3 prompts (verifying 8 tokens took 58.3 ms per
+# round in the oracle's run, 69.9 ms in P-EAGLE's). The two verification figures measure differently (one 165-token
+# prompt timed alone, against a median over the loop's prompts), so they need not agree: live, 1.10 steps against 1.25.
 #
 # ### Exercise: write the pass shapes, then predict the drafting cost
 #
@@ -923,25 +745,17 @@ for ex_k in EX_KS:
 print("ratio as a fraction of K:", ", ".join(f"K={k}: {r / k:.2f}" for k, r in ex.items()))
 
 # %% [markdown]
+# **Reading it.** From K=2 to K=10 the parallel round goes from 3.61 to 4.85 ms, the sequential one from 6.58 to
+# 29.49 ms: their ratio rises from 1.82 to 6.07, below K (0.91 and 0.61 of it).
+#
 # ## A trained head that pays: a narrow domain
 #
-# Speed is acceptance over the round. In float32 on this CPU a round costs about two decode steps, and the shipped
-# heads' acceptance on open prompts (AL 1.3 to 1.6) does not clear it; with bf16 units the round costs 1.26 steps and
-# the same acceptance pays a little (07). The other lever is acceptance. Where text is predictable, a small head can
-# learn the target's habits. Both shipped heads were continued on
-# one narrow domain, the target's own answers to requests for lists, and benchmarked on held-out list requests. The
-# cell reads that committed run with this chapter's rules, then runs both domain heads live on a few held-out requests.
-#
-# <details><summary>The details: how the domain heads were made and measured</summary>
-#
-# `scripts/list_heads.sh` continued both shipped heads on the target's own answers to 480 requests for lists
-# (counting, times tables, the alphabet, calendars; `data/prompts/lists-train.jsonl`): the same data and the same wall
-# time at one thread each, trained side by side. The benchmark then ran both heads and plain decoding on 16 held-out
-# list requests that no head trained on (`lists-val.jsonl`), K swept, methods interleaved. The cell reads each head at
-# its best K against plain decoding, then the two heads against each other, prompt by prompt; the live run takes six
-# held-out requests (two at CI size).
-#
-# </details>
+# Speed is AL over the round, and on open prompts the shipped heads' AL clears the round by little (ideal 1.29x at
+# best). The other lever is acceptance: where text is predictable, a small head can learn the target's habits.
+# `scripts/list_heads.sh` continued both shipped heads side by side (same data, same wall time) on the target's own
+# answers to 480 requests for lists, then benchmarked both against plain decoding on held-out list requests, K swept,
+# methods interleaved. The cell reads that committed run (each head at its best K against plain decoding, then the
+# heads against each other, prompt by prompt) and runs both domain heads live on six held-out requests.
 
 # %% tags=["nbval-ignore-output"]
 from peagle_lab.bench.suites import suite_records
@@ -992,44 +806,21 @@ else:
     print("the domain heads do not read this target (they were trained on SmolLM2-135M's answers): no live run")
 
 # %% [markdown]
-# **Reading it.** On held-out list requests both domain heads pay on average, even in fp32 on this CPU: at K=7 P-EAGLE
-# makes 1.75x and EAGLE-3 1.55x end to end. Over all rounds they accept the same (AL 3.57 and 3.58; prompt by prompt
-# their acceptance differs, the live table shows how much), so on average the round decides, 1.91 decode
-# steps (one drafter pass) against 2.22 (seven). Prompt by prompt neither order is shown: P-EAGLE is faster than EAGLE-3
-# on 12 of 16 prompts, and each head faster than plain decoding on 12 of 16 (sign test p = 0.077).
-#
-# <details><summary>The careful reading</summary>
-#
-# The committed run is `cpu-epyc-avx2-2c`'s in float32. Each head is faster than plain decoding on 12 of 16 prompts;
-# both are slower only on the four answers of 5 to 14 tokens, too few rounds to repay the drafter. The continuation
-# lifted P-EAGLE's deep slots (per-slot rates 0.85, 0.64, then 0.69 to 0.87 at K=7, against 0.29 and 0.36 on
-# HumanEval above). AL / round is 1.86x against 1.61x ideally, 1.75x against 1.55x measured: one half of the paper's
-# claim, cheaper drafting at equal acceptance, on average (the paper also has P-EAGLE accepting more). Per prompt,
-# P-EAGLE minus EAGLE-3 runs from -0.64x to +1.55x. Part of the round gap is timing noise: P-EAGLE's round, one
-# drafter pass and a verification that grows with K, measures 2.05 steps at K=5 but 1.91 at K=7 (the table); the
-# drafting-cost table's gap between one pass and seven at K=7 is the part that is not.
-#
-# Live, on six held-out requests, every output matched plain greedy, and each run stops at the end of the answer, as
-# the committed one does. The acceptance lengths repeat exactly between runs (float32); the speed-ups, one run each,
-# move (00 times the first two requests as medians of three interleaved runs, this table one run each: on the first
-# request 00 prints 2.78x for P-EAGLE, this table 2.36x). In
-# this run P-EAGLE accepted as much as EAGLE-3 or more on five of the six (AL 2.00 to 5.82), was faster than plain
-# decoding on five and faster than EAGLE-3 on four (six requests show an order only if all six agree: p = 0.69 for
-# four of six); on the even-numbers request whose answer is 9 tokens both heads lose, too few rounds to repay the
-# drafter. The domain is narrow on purpose, chosen
-# because a 15-minute CPU continuation can learn it; the target's answers there are often wrong or loop (a 135M
-# model), and a drafter learns those as well as right ones.
-#
-# </details>
+# **Reading it.** The committed run is `cpu-epyc-avx2-2c`'s in float32, on 16 held-out requests. At K=7 both heads
+# accept the same (AL 3.57 and 3.58), so the round decides: 1.91 decode steps for one drafter pass against 2.22 for
+# seven, 1.75x against 1.55x end to end. Prompt by prompt no order is shown: each head is faster than plain on 12 of
+# 16 (p = 0.077), P-EAGLE faster than EAGLE-3 on 12 of 16 (p = 0.077); both lose only on the four answers of 5 to 14
+# tokens. Live in bf16, at K=7 on six requests, every output is identical to plain greedy, both heads beat plain
+# decoding on all six (P-EAGLE 1.41x to 3.77x, EAGLE-3 1.11x to 2.61x), and P-EAGLE beats EAGLE-3 on 6 of 6
+# (p = 0.031): shown faster in this run, one run each.
 #
 # ## The same comparison, matched
 #
-# The list heads above started from the shipped heads, whose histories differ, so their comparison still mixes the
-# method with the head's past. This pair removes that. Both heads start from the same seeded untrained weights (the two
-# modes share one architecture, so seed 0 draws the same numbers for both), read the same 480 answers in the same order
-# and take the same 1,000 optimizer steps of about 512 tokens, side by side at one thread each. Both are then timed on
-# all 48 held-out list requests at K = 3, 5 and 7, methods interleaved. The cell reads that committed run and writes
-# each head's AL and round at K=7 out from the file's counts.
+# The list heads above started from the shipped heads, whose histories differ. This pair removes that: both heads
+# start from the same seeded untrained weights (the two modes share one architecture, so seed 0 draws the same numbers
+# for both), read the same 480 answers in the same order and take the same 1,000 optimizer steps, side by side. Both
+# were then timed on 48 held-out list requests at K = 3, 5 and 7, methods interleaved. The cell reads that committed
+# run and writes each head's AL and round at K=7 out from the file's counts.
 
 # %% tags=["nbval-ignore-output"]
 from peagle_lab.drafter.heads import MATCHED_HEADS
@@ -1065,72 +856,26 @@ else:
 
 # %% [markdown]
 # **Reading it.** Trained alike, P-EAGLE is shown faster than EAGLE-3: 2.10x against 1.92x end to end at K=7, faster
-# on 37 of the 48 held-out requests (sign test p = 0.00022). It accepts less (AL 4.49 against 5.15) and wins on the
-# round: 1.98 decode steps for one drafter pass against 2.47 for seven.
-#
-# <details><summary>The careful reading</summary>
-#
-# - **Where the acceptance goes.** P-EAGLE leads at slot 1 (0.86 against 0.79); the bars differ most at slot 2:
-#   P-EAGLE's first mask slot is accepted in 0.69 of the 597 rounds that reach it, EAGLE-3's second draft, which
-#   reads its own first draft's hidden state, in 0.91 of 478.
-#   From slot 3 on P-EAGLE's rates are 0.85 to 0.94, close to EAGLE-3's. The paper's 4-layer heads have P-EAGLE
-#   accepting more; these 1-layer heads after 1,000 steps do not.
-# - **Where the time goes.** Both rounds verify K+1 tokens in one target pass (102.9 and 104.4 ms); drafting takes
-#   15.1 ms in one pass against 42.4 ms in seven, so EAGLE-3's round grows with K (2.16, 2.41, 2.47 steps at K = 3, 5,
-#   7) while P-EAGLE's stays near two (2.11, 2.02, 1.98). At K=3 the two are level (1.45x and 1.47x).
-# - **The counts.** AL is written out from the file's per-slot counts above (drafts accepted over rounds) and checked
-#   against the file's own figure. Each head is also shown faster than plain decoding (37 and 33 of 48); the
-#   requests where a head loses are mostly those whose answers end within 14 tokens, too few rounds to repay the
-#   drafter.
-# - **What is matched, and what is not.** Both heads started from the same seeded weights, read the same 480 answers
-#   in the same order and took 1,000 optimizer steps each (851,905 tokens). They were trained with bf16 autocast on
-#   `cpu-epyc-avx512bf16-2c` (`auto` picks it there) and timed in float32 on that host; their draft vocabulary is
-#   16,384 ids, chosen from the answers, against the shipped heads' 4,096, so each drafter pass costs more than the
-#   shipped heads' and EAGLE-3 pays it K times. The continued list heads above are another pair (other starts,
-#   another host, 16 prompts): their figures do not compare with these.
-#
-# </details>
+# on 37 of the 48 held-out requests (p = 0.00022). It accepts less (AL 4.49 against 5.15; its first mask slot, slot 2,
+# is accepted in 0.69 of 597 rounds, EAGLE-3's second draft in 0.91 of 478) and wins on the round: 1.98 decode steps
+# against 2.47, from drafting of 15.1 ms in one pass against 42.4 ms in seven, with verification alike (102.9 and
+# 104.4 ms). At K=3 the two are level (1.45x, 1.47x). The run was timed in float32 on this host; the heads were trained
+# there with bf16 autocast.
 #
 # ## What we saw
 #
-# - Speed is AL / round, the round counted in decode steps. A parallel round is one drafter pass whatever K: from
-#   K=1 to K=10 it grows 1.54x, K sequential passes 6.6x (committed run; the live table has the same shape).
-# - In fp32 a round costs about two decode steps, more than either shipped head's AL (1.51, 1.61): both lose (0.79x
-#   end to end). With bf16 units a round costs 1.26 steps and the P-EAGLE head just clears it (1.20x decode at K=7).
-# - Every method is identical to plain greedy, token for token, in fp32; in bf16 outputs may diverge, and where the
-#   margins are printed (the code run) only at near-ties: arithmetic, not a bug.
-# - At the paper's acceptance one parallel pass is shown faster than seven sequential ones: 1.56x against 1.39x on
-#   chat, 1.59x against 1.46x on code.
-# - On a narrow domain both heads, continued 15 minutes, accept about 3.6 tokens a round and pay on average: P-EAGLE
-#   1.75x, EAGLE-3 1.55x, by a cheaper round; on 16 prompts (12 of 16 each way) neither order is shown.
-# - Trained alike (one start, the same answers, the same steps) and timed on 48 held-out list requests, P-EAGLE is
-#   shown faster than EAGLE-3 (2.10x against 1.92x at K=7, faster on 37 of 48) while accepting less (AL 4.49 against
-#   5.15): its one-pass round pays for the acceptance it gives up at slot 2.
-#
-# <details><summary>The figures behind these bullets</summary>
-#
-# - **Committed run.** `cpu-epyc-avx2-2c`, float32, code, 24 prompts; the live tables have the same shape. At their
-#   best K P-EAGLE is slower than plain decoding on every prompt, EAGLE-3 faster on 1 of 24 (both shown slower), and
-#   neither head is shown faster than the other (P-EAGLE faster on 13 of 24). Prompt lookup, with no drafter and no
-#   training, made 1.33x end to end in the same run (AL 2.64), faster than plain decoding on 22 of 24 prompts: shown
-#   faster.
-# - **bf16.** In bf16 a divergence at a near-tie is the arithmetic, not a bug, and at an exact tie speculation may
-#   match plain greedy or not; a bf16 speed-up includes its diverged prompts (P-EAGLE's 1.18x at K=3 on
-#   `cpu-epyc-avx512bf16-2c` diverged at near-ties on 5 of 24). That host's round of 1.26 steps gives the shipped
-#   P-EAGLE head 1.20x decode speed-up at K=7 and 1.18x end to end at its best K (K=3); 07's table gives that run's
-#   per-prompt counts against plain decoding.
-# - **The paper's acceptance.** On code the oracle replays the blog's HumanEval AL 3.94: 1.59x end to end against an
-#   ideal 1.99x (the prefill, the token budget, the oracle's own round and the loop's bookkeeping take the
-#   difference); on chat it replays the blog's MT-Bench AL 3.70. On the bf16 host it would pay 3.12x ideally and
-#   measured 2.25x end to end. In the GPU timings it would pay 3.12x with one parallel pass against 2.40x with seven
-#   sequential ones: a cost model, since no head ran there. The shipped heads lack that acceptance on open prompts,
-#   which a CPU training budget did not buy (04).
-# - **Narrow domain.** Held-out list requests, committed on `cpu-epyc-avx2-2c` in float32, at K=7: AL 3.57 and 3.58,
-#   a round of 1.91 decode steps for P-EAGLE against 2.22 for EAGLE-3. The matched pair's run is
-#   `cpu-epyc-avx512bf16-2c`'s in float32 (trained there with bf16 autocast): sign test p = 0.00022 for the heads
-#   against each other; each head faster than plain decoding on 37 and 33 of 48.
-#
-# </details>
+# - Speed is AL / round, the round in decode steps. From K=1 to K=10 one parallel pass grows from 4.11 to 5.58 ms, K
+#   sequential passes from 4.09 to 37.7 ms; at K=1 the two are the same computation.
+# - In bf16 on this CPU a round costs 1.19 to 1.34 decode steps and the shipped heads clear it: 1.18x and 1.14x end
+#   to end over 24 prompts, each shown faster than plain decoding; live, both are fastest at K=1. On the committed
+#   fp32 rounds (1.98 and 1.95 steps) the P-EAGLE head loses (0.73x and 0.63x decode).
+# - In bf16 speculative output diverges from plain greedy only at near-ties (20 of 42 live outputs, margins 0.000 or
+#   0.125); the fp32 rerun stays identical.
+# - At the paper's acceptance one parallel pass beats seven sequential ones: 2.44x against 1.93x live (3 prompts),
+#   shown faster in the committed fp32 runs (1.59x against 1.46x on code, 1.56x against 1.39x on chat).
+# - On a narrow domain (committed, float32), at equal acceptance, P-EAGLE's cheaper round gives 1.75x against
+#   1.55x (12 of 16 prompts: no order shown); trained alike, P-EAGLE is shown faster (2.10x against 1.92x, 37 of
+#   48) while accepting less.
 #
 # The same from a shell:
 #

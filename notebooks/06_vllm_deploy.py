@@ -119,8 +119,7 @@ print(f"target: {L} layers, hidden {H}, vocab {V}")
 # `export_vllm` checks the head against the target (taps, sizes, tensor shapes, mask token) before it writes anything:
 # a mistake caught here costs nothing, caught by vLLM an engine start. The cells list the exported files, keys and
 # shapes, check them against the target, decode a few entries of `d2t` (draft id `i` stands for target id
-# `i + d2t[i]`; question 6, built in `03_train_head`), then try to export a copy of the head with a tap the target
-# does not have.
+# `i + d2t[i]`; question 6, built in `03_train_head`), then try to export a copy with a tap the target lacks.
 
 # %%
 import json
@@ -257,7 +256,7 @@ print("every draft proposed K tokens:", peagle["metrics"]["draft_tokens"] == K *
 
 # %% [markdown]
 # **Reading it.** With the head, vLLM's greedy outputs equal its outputs without it on 4 of 4 prompts, token for
-# token. (Where other kernels tip a near-tied choice, as on a GPU, the cell prints each divergence with its margin.)
+# token. (Where other kernels tip a near-tied choice, as they can on a GPU, the cell prints each divergence.)
 #
 # ## 4 · Acceptance length: vLLM's counters against our loop
 #
@@ -303,8 +302,7 @@ _ = report.record("vllm_greedy_identical", peagle["ids"] == plain["ids"])
 # ## 5 · The OpenAI-compatible server
 #
 # `serving.serve` starts vLLM's OpenAI-compatible server on 127.0.0.1 with the same speculative config. The cell prints
-# the command line to type yourself, one chat reply, the counters from `/metrics`, and the snippet an OpenAI client
-# needs.
+# the command line to type yourself, one chat reply, the counters from `/metrics`, and an OpenAI client snippet.
 
 # %%
 from transformers import AutoConfig
@@ -350,7 +348,7 @@ print("server stopped cleanly:", exit_code == 0 and srv.proc.poll() is not None)
 
 # %% [markdown]
 # **Reading it.** The server answered on 127.0.0.1, counted 44 drafts on `/metrics` (acceptance length 1.432 for
-# this one request), and stopped cleanly.
+# this request), and stopped cleanly.
 #
 # ## 6 · Timing: with and without speculation
 #
@@ -395,8 +393,8 @@ for what, prompt_set, n, rounds, al in (
              acceptance_length=round(al, 4))
 
 # %% [markdown]
-# **Reading it.** On 2 CPU cores the head makes vLLM slower, 0.48x: a batched speculative round (179 ms) costs 3.06
-# plain steps (58 ms each) but yields only 1.45 tokens per prompt, and 1.45 / 3.06 = 0.48x.
+# **Reading it.** On 2 CPU cores the head makes vLLM slower, 0.48x: a batched speculative round (185 ms) costs 3.03
+# plain steps (61 ms each) but yields only 1.45 tokens per prompt, and 1.45 / 3.03 = 0.48x.
 #
 # ## 7 · Under load, and with tensor parallelism (question 8)
 #
@@ -453,7 +451,7 @@ for path in sorted(RESULTS.glob("*/tensor-parallel/tensor_parallel.json")):
 # **Reading it (question 8).** Load turns break-even into a loss: 1.00x at 1 concurrent request (repeats
 # 0.87x-1.14x), 0.43x at 4, 0.28x at 16. AL stays at 1.30-1.35 while the implied round cost grows from 1.29 to 4.78
 # plain steps: batching lifts plain decoding from 15.3 to 116.2 tokens/s, P-EAGLE only to 32.8. Section 6's live round
-# (3.06 steps) sits nearest the 4-concurrent point.
+# (3.03 steps) sits nearest the 4-concurrent point.
 #
 # The GPU cost model (cost only, random weights) shows the batch-1 side: verifying K+1 tokens costs 1.15-1.18 decode
 # steps, and P-EAGLE's one drafting pass is 6% of a round at K=8 against EAGLE-3's 31%.
@@ -591,10 +589,11 @@ release()
 # - With `"parallel_drafting": true`, vLLM's greedy tokens equalled its tokens without the head (4 of 4 prompts), and
 #   its acceptance length (1.454 at K=8), rounds and per-position rates equalled our loop's.
 # - The server answered on 127.0.0.1, exported the counters on `/metrics`, and stopped cleanly.
-# - Live, 4 prompts batched on 2 CPU cores: 0.48x, a round costing 3.06 plain steps for 1.45 tokens.
+# - Live, 4 prompts batched on 2 CPU cores: 0.48x, a round costing 3.03 plain steps for 1.45 tokens.
 # - Question 8: 1.00x at 1 concurrent request, 0.43x at 4, 0.28x at 16: AL stayed at 1.30-1.35 while the round's
 #   cost grew to 4.78 plain steps. Sharding over 2 CPU processes slowed verification, so the drafter's share fell.
-# - The exercise: K=2, 7 and 8 gave 44-45 rounds and AL 1.40-1.43: a larger K adds drafted tokens, not accepted ones.
+# - The exercise (one prompt): K=2, 7 and 8 gave 44-45 rounds and AL 1.40-1.43: a larger K adds drafted tokens,
+#   not accepted ones.
 #
 # Next, `07_explorer`: type a prompt and watch, token by token, which tokens the drafter's slots supplied and which
 # the target added.
