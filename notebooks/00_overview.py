@@ -82,9 +82,16 @@ from peagle_lab import models, precision, settings
 # | draft vocabulary, `d2t` | the head scores only a few thousand frequent target ids; `d2t` maps a draft id to its target id (`t2d` the other way) | 02; by hand in 03 |
 # | lossless | the speculative output is the target's own: identical to plain greedy decoding, or (bf16, or fp32 on a GPU) diverging only at a near-tie | 00, above |
 #
-# The words for reading the measurements (committed and live runs, the paired rule, the seed spread, near-ties, the
-# oracle, the ledger) are defined once, in 07's appendix "How the course measures"; each chapter says them again
-# where it first uses them.
+# **Reading the measurements.** Six words recur in every chapter (07's appendix states the full rules):
+#
+# | word | meaning |
+# |---|---|
+# | live, committed | *live*: run in this execution, on a few prompts; timings move between runs. *Committed*: a full-size run stored under `data/`, read back with the host and dtype it ran on |
+# | host | the machine a figure comes from, named by its CPU: `cpu-epyc-avx2-2c` (2 cores, no bf16 units), `cpu-epyc-avx512bf16-2c` (2 cores, bf16 units); figures compare only within one host and dtype |
+# | dtype | float32 or bfloat16; on a CPU with bf16 units a bf16 forward is much cheaper, which changes every timing |
+# | paired rule | two methods timed side by side on each prompt; one is *shown faster* when a sign test over the prompts gives p < 0.05, otherwise "faster on N of M prompts" |
+# | seed spread | the gap between two training seeds of one setting; a smaller gap between two heads is a tie |
+# | oracle | a stand-in drafter that replays the paper's acceptance through the real loop, charged one parallel pass or K sequential ones: the price of drafting apart from the head's quality |
 
 # %% [markdown]
 # ## EAGLE-3 and P-EAGLE
@@ -212,10 +219,11 @@ for key, value in [("target_params", n_params), ("greedy_tokens_per_s", round(to
     record(key, value, notebook="00_overview")
 
 # %% [markdown]
-# **Reading it.** Verifying 6 tokens cost 1.87 decoding steps here, far less than 6 steps but far more than the 1.17
-# of the GPU line. So on this CPU a round must commit about two tokens just to pay for its verification; on a GPU,
-# little more than one. A CPU runs a small model's forward close to its arithmetic limit, a GPU an 8B model's far
-# from it. These are timings: the cell prints the load, and flags a longer forward that measured cheaper.
+# **Reading it.** In float32, verifying 6 tokens cost 1.87 decoding steps here: far less than 6 steps, far more than
+# the 1.17 of the GPU line. A float32 forward on a CPU runs close to the CPU's arithmetic limit, so each extra token
+# costs a good share of a step, and a round must commit about two tokens just to pay for its verification. In
+# bfloat16 this CPU's bf16 units make the arithmetic cheap: 05, which times in bf16, measures verification at 1.06 to
+# 1.31 steps, close to the GPU's. The cell prints the load, and flags a longer forward that measured cheaper.
 #
 # ## One speculative round, written out
 #
@@ -373,8 +381,9 @@ print("hand-written vs plain greedy:", "identical" if div is None else div.messa
 
 # %% [markdown]
 # **Reading it.** The hand-written round, the package's loop and plain greedy decoding produce the same tokens. A
-# round commits 1.47 tokens while its verification alone costs 1.87 decoding steps, so speculation cannot pay, and the
-# wall time agrees: 4.28 s against plain decoding's 3.02 s (0.70x) on this prompt.
+# round commits 1.47 tokens while its verification alone costs 1.87 decoding steps, so in float32 speculation cannot
+# pay, and the wall time agrees: 4.28 s against plain decoding's 3.02 s (0.70x) on this prompt. 07 runs the same
+# prompt and head in bfloat16 (K=4, 64 tokens), where verification is cheap, and there speculation pays (1.24x).
 #
 # ### Acceptance length, draft by draft
 #
@@ -411,8 +420,10 @@ if al_formula > 1:
 # ### One head, many acceptance lengths
 #
 # An acceptance length belongs to a head **and** the text it drafts for. The cell lines up the committed runs the
-# chapters ahead quote, one line per run: which prompts, how many (prompts x new tokens), the host and dtype, and each
-# head's acceptance length at its K. This chapter's prime-check prompt is one more line.
+# chapters ahead quote, one line per run: the prompts, `decoded` (prompts x new tokens per prompt), the host and dtype,
+# which `heads` (*shipped*: the two heads in `data/heads/`, trained on a general prompt mix; *list-domain*: those two
+# continued on list requests; *matched list-domain*: a pair trained alike from one start on list requests, 05's last
+# section), and each head's acceptance length at its K. This chapter's prime-check prompt is one more line.
 
 # %%
 from IPython.display import Markdown, display
@@ -601,10 +612,10 @@ check_accept(answer_accept)
 # - A speculative round is five small steps: draft K, verify K + 1 tokens in one target forward, accept the
 #   agreeing prefix, add the bonus token, roll back the KV cache; the hand-written round matches the package's.
 # - In fp32 on a CPU the speculative output is identical to plain greedy decoding in every run here.
-# - Speculation pays when a round commits more than it costs. On this CPU verification alone costs almost two decoding
-#   steps, so on the open prime-check prompt (1.47 tokens a round) it loses (0.70x); on two list requests the
-#   list-domain heads commit several tokens a round and ran faster than plain decoding. 05 times them on 16 requests,
-#   and a pair trained alike on 48.
+# - Speculation pays when a round commits more than it costs. In float32 on this CPU verification alone costs almost
+#   two decoding steps, so on the open prime-check prompt (1.47 tokens a round) it loses (0.70x); in bfloat16 it costs
+#   little more than one (05, 07). On two list requests the list-domain heads commit several tokens a round and ran
+#   faster than plain decoding even in float32; 05 times them on 16 requests, and a pair trained alike on 48.
 # - AL = 1 + p1 + p1·p2 + …: a deep draft counts only when every draft before it is accepted, so a larger K does not
 #   rescue weak drafts. Raising acceptance is what the rest of the course is about.
 #

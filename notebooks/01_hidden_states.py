@@ -112,8 +112,10 @@ print("hidden_states[L] == final_norm(output of last layer):", torch.equal(hs[L]
 #
 # ## How big, how different?
 #
-# `residual_stream` stacks every layer's input and the last layer's pre-norm output. The figure compares the norm
-# of position 0, an *attention sink*, with the other positions'.
+# `residual_stream` stacks every layer's input (the *residual stream*: the running sum each layer adds its output to)
+# and the last layer's pre-norm output. The figure compares the norm of position 0 with the other positions'. Position
+# 0 is an *attention sink*: many heads park attention there when nothing else fits, and its state grows unusually
+# large.
 
 # %%
 import matplotlib.pyplot as plt

@@ -456,10 +456,11 @@ plt.show()
 #
 # <details><summary>Answer</summary>
 #
-# Inference stays one pass over `n + K` positions: 9 at K = 2, 15 at K = 8. Training adds one block of elements per
-# depth, each a little smaller than the one before (11, 9, 8, 7, ...: anchors near the end have no label that far
-# ahead). So the elements grow about linearly (20, then 53), the mask quadratically (20 x 20, then 53 x 53), and the
-# allowed pairs far less (129, then 409). That growth is why COD thins the deeper depths.
+# Inference stays one pass over `n + K` positions: 9 at K = 2, 15 at K = 8. Depth 0 holds every position with a next
+# token (11); each deeper depth holds only the anchors (the last prompt position and the response) that still have a
+# label that far ahead, one fewer per depth (9, 8, 7, ...). So the elements grow about linearly (20, then 53), the mask
+# quadratically (20 x 20, then 53 x 53), and the allowed pairs far less (129, then 409). That growth is why COD thins
+# the deeper depths.
 #
 # </details>
 
@@ -560,7 +561,8 @@ print("training elements equal the one-pass draft (within 1e-4):", worst < 1e-4)
 # ## The committed study
 #
 # The table, then the rule in code: a gap between two stand-ins' mean ALs counts only beyond both their seed spreads,
-# and is firm only beyond the largest seed spread of any committed study (0.052, notebook 03's). Last, how many rounds
+# and is firm only beyond the largest seed spread of any committed study (0.052, from the self-distillation study of
+# notebook 03). Last, how many rounds
 # reach each slot: slot j + 1 is reached only where slot j was accepted.
 
 # %% tags=["nbval-ignore-output"]

@@ -302,8 +302,8 @@ print("verdict: " + (f"bf16 taps change AL by {gap:+.3f}, beyond the seeds' nois
 # %% [markdown]
 # **Reading it.** bf16 taps cost no acceptance the seeds can measure: AL 1.210 against 1.211 with float32 taps, a
 # gap of 0.001 beside seed spreads of 0.027 and 0.004. A cost below 0.027, an eighth of what these heads gain over
-# plain decoding (AL 1.211), would pass unseen. bf16 stays the default for stored taps: half the disk decides whether offline features fit at
-# all; online features pay off only when they would not.
+# plain decoding (AL 1.211), would pass unseen. bf16 stays the default for stored taps: half the disk decides whether
+# offline features fit at all; online features pay off only when they would not.
 #
 # ## 4 · Training
 #

@@ -20,8 +20,9 @@
 # sequentially (EAGLE-3: K passes), and what that buys end to end.
 #
 # A speculative round drafts K tokens, verifies them in one target pass and keeps the accepted prefix plus one token.
-# Counted in plain decode steps it costs `round = (t_draft + t_verify) / t_step` and yields on average the
-# **acceptance length** AL tokens, against one per plain step. So the best a method can reach is
+# Counted in plain decode steps it costs `round = (t_draft + t_verify) / t_step` (`t_step`: one step of plain
+# decoding, timed in the same loop) and yields on average the **acceptance length** AL tokens, against one per plain
+# step. So the best a method can reach is
 #
 # $$\text{ideal speed-up} = \frac{AL}{\text{round}} = \frac{AL \cdot t_\text{step}}{t_\text{draft} + t_\text{verify}}.$$
 #
@@ -31,9 +32,9 @@
 # prints the choice): the mechanism, one drafter pass against K; the drafting-cost gap (at K=10 one parallel pass
 # takes 5.58 ms, ten sequential ones 37.7 ms); losslessness in bf16 (outputs diverge from plain greedy only at
 # near-ties of the top two logits); and speed-ups: 1.18x and 1.14x end to end for the shipped heads, more for heads
-# trained on a narrow domain. **What it cannot show** is the paper's acceptance: the shipped heads accept 1.35 to 1.55
-# tokens a round on HumanEval prompts, against the blog's 3.94. The **oracle** rows price it: a stand-in drafter that
-# draws the paper's acceptance through the real loop, charged one pass or K passes a round.
+# trained on a narrow domain. **What it cannot show** is the paper's acceptance: the shipped heads accept 1.29 to 1.61
+# tokens a round on HumanEval prompts across the course's runs, against the blog's 3.94. The **oracle** rows price it: a
+# stand-in drafter that draws the paper's acceptance through the real loop, charged one pass or K passes a round.
 #
 # The first cell reads this host's committed 24-prompt run. Columns: `round (steps)` is the formula's round, `ideal`
 # AL / round, `measured, decode` the measured speed-up after the prompt's prefill, `end to end` with it. Rows: each
@@ -238,7 +239,7 @@ print(f"plain loop: {plain_row['t_step_ms']:.1f} ms per decode step (loop timer)
 # **Reading it.** Every head row is above 1x: P-EAGLE 1.06x to 1.20x, EAGLE-3 1.17x to 1.23x, both fastest at K=1,
 # where parallel and sequential drafting are the same computation; a deeper K adds little acceptance (P-EAGLE's AL
 # 1.35 at K=1, 1.45 at K=7) but costs verification. The oracle rows make 1.93x to 2.44x, prompt lookup 1.58x.
-# `efficiency` is 0.92 to 1.01: the loop loses little.
+# `efficiency` is 0.92 to 1.01 (above 1 is timing noise): the loop loses little.
 #
 # ## Lossless, in two regimes
 #
@@ -422,7 +423,8 @@ print(f"  oracle K={o['k']}: AL {o['acceptance_length']:.2f} over {o['rounds']} 
 # prompts, p = 0.25), so their race here compares first-slot acceptance (0.35 against 0.39), not drafting methods. The
 # counts say why a deeper K does not help: P-EAGLE's second slot is accepted in 8 of 32 rounds at K=4, its fourth in 0
 # of 3, and slots 5 to 7 are never reached. In the committed 24-prompt run P-EAGLE is faster than EAGLE-3 on 15 of 24
-# prompts (p = 0.31): neither is shown faster. Prompt lookup (1.58x, AL 2.04) beats both heads.
+# prompts (p = 0.31): neither is shown faster. Prompt lookup (1.58x, AL 2.04) is faster than both heads on
+# average.
 #
 # ## P-EAGLE's claim, live: one acceptance, two drafting costs
 #
@@ -811,8 +813,8 @@ else:
 # seven, 1.75x against 1.55x end to end. Prompt by prompt no order is shown: each head is faster than plain on 12 of
 # 16 (p = 0.077), P-EAGLE faster than EAGLE-3 on 12 of 16 (p = 0.077); both lose only on the four answers of 5 to 14
 # tokens. Live in bf16, at K=7 on six requests, every output is identical to plain greedy, both heads beat plain
-# decoding on all six (P-EAGLE 1.41x to 3.77x, EAGLE-3 1.11x to 2.61x), and P-EAGLE beats EAGLE-3 on 6 of 6
-# (p = 0.031): shown faster in this run, one run each.
+# decoding on all six (P-EAGLE 1.41x to 3.77x, EAGLE-3 1.11x to 2.61x), and P-EAGLE is faster than EAGLE-3 on
+# 6 of 6 (p = 0.031): shown faster in this run, one run each.
 #
 # ## The same comparison, matched
 #
@@ -866,13 +868,14 @@ else:
 #
 # - Speed is AL / round, the round in decode steps. From K=1 to K=10 one parallel pass grows from 4.11 to 5.58 ms, K
 #   sequential passes from 4.09 to 37.7 ms; at K=1 the two are the same computation.
-# - In bf16 on this CPU a round costs 1.19 to 1.34 decode steps and the shipped heads clear it: 1.18x and 1.14x end
-#   to end over 24 prompts, each shown faster than plain decoding; live, both are fastest at K=1. On the committed
-#   fp32 rounds (1.98 and 1.95 steps) the P-EAGLE head loses (0.73x and 0.63x decode).
+# - In bf16 on this CPU the committed run's round costs 1.19 decode steps and the shipped heads clear it: 1.18x and
+#   1.14x end to end over 24 prompts, each shown faster than plain decoding; live, both are fastest at K=1. On the
+#   committed fp32 rounds (1.98 and 1.95 steps) the P-EAGLE head loses (0.73x and 0.63x decode).
 # - In bf16 speculative output diverges from plain greedy only at near-ties (20 of 42 live outputs, margins 0.000 or
 #   0.125); the fp32 rerun stays identical.
-# - At the paper's acceptance one parallel pass beats seven sequential ones: 2.44x against 1.93x live (3 prompts),
-#   shown faster in the committed fp32 runs (1.59x against 1.46x on code, 1.56x against 1.39x on chat).
+# - At the paper's acceptance one parallel pass is faster than seven sequential ones on 3 of 3 live prompts (2.44x
+#   against 1.93x; p = 0.25, not shown), and shown faster in the committed fp32 runs (1.59x against 1.46x on code,
+#   1.56x against 1.39x on chat).
 # - On a narrow domain (committed, float32), at equal acceptance, P-EAGLE's cheaper round gives 1.75x against
 #   1.55x (12 of 16 prompts: no order shown); trained alike, P-EAGLE is shown faster (2.10x against 1.92x, 37 of
 #   48) while accepting less.

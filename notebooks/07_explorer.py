@@ -115,7 +115,8 @@ print("lossless (identical, or in a near-tie regime a near-tie divergence; see t
 # **Reading it.** The shipped P-EAGLE head at K=4 commits 1.40 tokens per round of a possible 5 (64 tokens in 46
 # target forwards, so most tokens are grey), and in this run it beat plain decoding, 1.24x. The target ran in bfloat16:
 # the output leaves plain greedy's from token 12 on, where plain greedy's top two logits tie (margin 0), which the
-# near-tie rule (appendix) counts as lossless.
+# near-tie rule (appendix) counts as lossless. 00 ran the same prompt and head in float32 and lost (0.70x): there a
+# verification costs almost two decode steps, in bf16 little more than one (`verify_k7` below).
 
 # %% [markdown]
 # ### Exercise: which kind of prompt gets more drafts accepted?
@@ -347,15 +348,17 @@ print(f"05's {len(bench05)} committed benchmark rows: {min(bench05):.2f} to {max
 #   either.
 # - **Speculative sampling.** Accept a draft with probability min(1, p/q), resample a rejection from max(0, p - q): the
 #   tokens follow p whatever q is; q sets only how many drafts pass.
-# - **Across hosts.** With bf16 units both heads are shown faster than plain decoding (1.14x to 1.31x); in float32 they
-#   lose (0.67x to 0.82x). At the blog's acceptance one parallel pass is shown faster than K sequential passes.
+# - **Across hosts.** With bf16 units both heads are shown faster than plain decoding (1.14x to 1.31x); in float32
+#   none is, and four of six best speed-ups are shown slower (0.67x to 0.82x on average). At the blog's acceptance one
+#   parallel pass is shown faster than K sequential passes.
 # - **The ledger.** An acceptance length belongs to its prompts and settings: the shipped heads' run from 1.00 to 2.53
 #   across the course.
 #
 # What the course showed: a P-EAGLE drafter reads the target's hidden states (`01_hidden_states`), drafts K tokens in
 # one pass with mask tokens (`02_mask_tokens`) and learns from the target's own outputs (`03_train_head`). On a CPU
-# budget its acceptance grows slowly with data (`04_scale_and_acceptance`); the shipped heads lose to plain decoding in
-# float32 and are shown modestly faster in bf16, where verification is cheap; on a narrow domain two heads trained
-# alike show P-EAGLE's one pass faster than EAGLE-3's K passes, prompt by prompt, although it accepts less
-# (`05_parallel_vs_sequential`); the same head serves in vLLM (`06_vllm_deploy`). Throughout, the output stays lossless.
+# budget its acceptance grows slowly with data (`04_scale_and_acceptance`); the shipped heads are never shown faster
+# than plain decoding in float32 and are shown modestly faster in bf16, where verification is cheap; on a narrow domain
+# two heads trained alike show P-EAGLE's one pass faster than EAGLE-3's K passes, prompt by prompt, although it accepts
+# less (`05_parallel_vs_sequential`); the same head serves in vLLM (`06_vllm_deploy`). Throughout, the output stays
+# lossless.
 # Next: the repository's `README.md` and `docs/`.
