@@ -219,9 +219,9 @@ for key, value in [("target_params", n_params), ("greedy_tokens_per_s", round(to
     record(key, value, notebook="00_overview")
 
 # %% [markdown]
-# **Reading it.** In float32, verifying 6 tokens cost 1.87 decoding steps here: far less than 6 steps, far more than
+# **Reading it.** In float32, verifying 6 tokens cost 2.16 decoding steps here: far less than 6 steps, far more than
 # the 1.17 of the GPU line. A float32 forward on a CPU runs close to the CPU's arithmetic limit, so each extra token
-# costs a good share of a step, and a round must commit about two tokens just to pay for its verification. In
+# costs a good share of a step, and a round must commit more than two tokens just to pay for its verification. In
 # bfloat16 this CPU's bf16 units make the arithmetic cheap: 05, which times in bf16, measures verification at 1.06 to
 # 1.31 steps, close to the GPU's. The cell prints the load, and flags a longer forward that measured cheaper.
 #
@@ -287,28 +287,39 @@ plt.show()
 # Older positions sit in the drafter's KV cache; a round feeds the newly committed positions, the last being slot 1
 # (dark green), and the K-1 mask slots. Each round:
 #
-# 1. **draft** K tokens in one drafter pass (`drafter.propose`; notebook 02 builds it by hand);
+# 1. **draft** K tokens in one drafter pass (`draft` below; notebook 02 writes the head itself from scratch);
 # 2. **verify**: one target forward over the last committed token and the K drafts;
 # 3. **accept** the longest prefix of drafts equal to the target's own greedy choices;
 # 4. add the **bonus** token, the target's choice right after that prefix;
 # 5. **roll back** the target's KV cache, dropping the rejected drafts.
 #
-# The drafter rolls back its own KV cache inside `drafter.propose`: each round first crops it to where the round's
-# new slots begin, dropping the last round's mask and draft slots. The first round prints its tensors' shapes; the
-# cell after runs the same prompt through the package's loop and plain greedy decoding.
+# `draft` rolls back the drafter's own KV cache first: it crops it to where the round's new slots begin, dropping the
+# last round's mask and draft slots, then runs one pass over the new slots and K-1 mask slots. The first round prints
+# its tensors' shapes; the cell after runs the same prompt through the package's loop and plain greedy decoding.
 
 # %%
 from transformers import DynamicCache
 
-from peagle_lab.decoding.draft_sources import HeadDrafter
-from peagle_lab.decoding.sampling import Sampling
 from peagle_lab.decoding.slots import Slots
 from peagle_lab.training import ensure_head
 
 head, head_info = ensure_head("parallel", model, tokenizer, TARGET)
 taps_of = lambda out: torch.cat([out.hidden_states[i] for i in head.config.aux_hidden_state_layer_ids], -1)[0]
-drafter = HeadDrafter(head)
 head_name = str(head_info["source"]).rstrip("/").split("/")[-1]
+drafter_cache = head.new_cache()  # the drafter's own KV cache, over the committed positions
+
+
+def draft(slots, K):
+    """K drafts in one P-EAGLE pass (what the package's HeadDrafter.propose does): the newly committed slots, then
+    K-1 mask slots; the drafts are the argmax of the last K rows."""
+    drafter_cache.crop(slots.start)  # the drafter's rollback: drop last round's mask and draft slots
+    n, dtype = len(slots), next(head.parameters()).dtype
+    tokens = torch.tensor([list(slots.tokens) + [head.config.mask_token_id] * (K - 1)], device=DEVICE)
+    hidden = torch.cat([head.fuse(slots.taps.to(DEVICE, dtype).view(1, n, -1)),        # fc over the taps
+                        head.mask_slot_hidden().to(dtype).expand(1, K - 1, -1)], dim=1)  # fc(mask_hidden)
+    positions = torch.arange(slots.start, slots.start + n + K - 1, device=DEVICE)[None]
+    logits, _ = head(tokens, hidden, positions, cache=drafter_cache, logits_from=n - 1)  # rows n-1 .. n+K-2
+    return head.to_target_logits(logits[0].float()).argmax(-1)  # draft vocabulary -> target ids (d2t)
 
 
 def speculate(K, show=False):
@@ -320,7 +331,7 @@ def speculate(K, show=False):
         slots = Slots.after_prefill(prompt_ids[0].tolist(), tokens[0], taps_of(out))  # the EAGLE shift
         per_round = []
         while len(tokens) < NEW_TOKENS:
-            drafts, _ = drafter.propose(slots, K, Sampling())                           # 1. draft
+            drafts = draft(slots, K)                                                    # 1. draft
             start = cache.get_seq_length()                                              # position of tokens[-1]
             verify = torch.tensor([[tokens[-1]] + drafts.tolist()], device=DEVICE)
             out = model(verify, past_key_values=cache, output_hidden_states=True)     # 2. verify in one pass
@@ -350,6 +361,7 @@ print(f"{len(per_round)} rounds (target forwards after the prefill), tokens per 
 
 # %%
 from peagle_lab.decoding.divergence import first_divergence, lossless_regime
+from peagle_lab.decoding.draft_sources import HeadDrafter
 from peagle_lab.decoding.speculative import plain_generate, speculative_generate
 from peagle_lab.decoding.target_runner import TargetRunner
 from peagle_lab.workbook import ledger
@@ -381,8 +393,8 @@ print("hand-written vs plain greedy:", "identical" if div is None else div.messa
 
 # %% [markdown]
 # **Reading it.** The hand-written round, the package's loop and plain greedy decoding produce the same tokens. A
-# round commits 1.47 tokens while its verification alone costs 1.87 decoding steps, so in float32 speculation cannot
-# pay, and the wall time agrees: 4.28 s against plain decoding's 3.02 s (0.70x) on this prompt. 07 runs the same
+# round commits 1.47 tokens while its verification alone costs 2.16 decoding steps, so in float32 speculation cannot
+# pay, and the wall time agrees: 4.10 s against plain decoding's 3.11 s (0.76x) on this prompt. 07 runs the same
 # prompt and head in bfloat16 (K=4, 64 tokens), where verification is cheap, and there speculation pays (1.24x).
 #
 # ### Acceptance length, draft by draft
@@ -492,7 +504,7 @@ print("P-EAGLE against EAGLE-3: " + payoff.paired_verdict(ahead, len(easy_rows) 
 
 # %% [markdown]
 # **Reading it.** Here rounds commit up to 8 tokens (K=7 drafts plus the bonus), every output is identical to plain
-# greedy, and P-EAGLE ran 1.57x and 2.85x faster than plain decoding, EAGLE-3 1.19x and 1.27x. Two requests cannot
+# greedy, and P-EAGLE ran 1.63x and 2.52x faster than plain decoding, EAGLE-3 1.10x and 1.23x. Two requests cannot
 # show an order (a sign test gives p = 0.5 at best); 05 times the same heads on 16 requests, and a pair trained
 # alike on 48.
 #
@@ -587,8 +599,9 @@ check_accept(answer_accept)
 # | `07_explorer` | Watch drafts being accepted token by token; speculative sampling; how the course measures | 0.5 |
 #
 # Minutes and saved outputs: one `make lab` run of the whole course on `cpu-epyc-avx512bf16-2c`, a 2-core AMD EPYC
-# with bf16 units and no GPU (17.0 minutes of notebooks, 17.2 with start-up). Chapters 00-04 and 06 load the target
-# in float32; 05 and 07 in what `auto` picks, bfloat16 on a CPU with bf16 units. `make setup` installs everything the
+# with bf16 units and no GPU (17.0 minutes of notebooks, 17.2 with start-up); this chapter's outputs come from a rerun
+# of it alone on the same host. Chapters 00-04 and 06 load the target in float32; 05 and 07 in what `auto` picks,
+# bfloat16 on a CPU with bf16 units. `make setup` installs everything the
 # chapters use, vLLM for 06 included; no chapter needs a GPU or downloads a model.
 #
 # ### Questions users of EAGLE, SpecForge and vLLM keep asking
@@ -612,8 +625,8 @@ check_accept(answer_accept)
 # - A speculative round is five small steps: draft K, verify K + 1 tokens in one target forward, accept the
 #   agreeing prefix, add the bonus token, roll back the KV cache; the hand-written round matches the package's.
 # - In fp32 on a CPU the speculative output is identical to plain greedy decoding in every run here.
-# - Speculation pays when a round commits more than it costs. In float32 on this CPU verification alone costs almost
-#   two decoding steps, so on the open prime-check prompt (1.47 tokens a round) it loses (0.70x); in bfloat16 it costs
+# - Speculation pays when a round commits more than it costs. In float32 on this CPU verification alone costs about
+#   two decoding steps, so on the open prime-check prompt (1.47 tokens a round) it loses (0.76x); in bfloat16 it costs
 #   little more than one (05, 07). On two list requests the list-domain heads commit several tokens a round and ran
 #   faster than plain decoding even in float32; 05 times them on 16 requests, and a pair trained alike on 48.
 # - AL = 1 + p1 + p1·p2 + …: a deep draft counts only when every draft before it is accepted, so a larger K does not

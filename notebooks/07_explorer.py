@@ -115,8 +115,8 @@ print("lossless (identical, or in a near-tie regime a near-tie divergence; see t
 # **Reading it.** The shipped P-EAGLE head at K=4 commits 1.40 tokens per round of a possible 5 (64 tokens in 46
 # target forwards, so most tokens are grey), and in this run it beat plain decoding, 1.24x. The target ran in bfloat16:
 # the output leaves plain greedy's from token 12 on, where plain greedy's top two logits tie (margin 0), which the
-# near-tie rule (appendix) counts as lossless. 00 ran the same prompt and head in float32 and lost (0.70x): there a
-# verification costs almost two decode steps, in bf16 little more than one (`verify_k7` below).
+# near-tie rule (appendix) counts as lossless. 00 ran the same prompt and head in float32 and lost (0.76x): there a
+# verification costs about two decode steps, in bf16 little more than one (`verify_k7` below).
 
 # %% [markdown]
 # ### Exercise: which kind of prompt gets more drafts accepted?
