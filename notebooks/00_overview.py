@@ -19,10 +19,10 @@
 # **Goal:** understand one speculative round (draft, verify, accept, bonus, roll back) well enough to write it
 # yourself, and know exactly what "lossless" means for it.
 #
-# Plan: the idea and the words every chapter uses; what P-EAGLE changes; the target and its speed; one round by hand,
-# checked against the package; acceptance length from per-draft rates; a head that pays on list requests; two
-# exercises; a map of the course. Timings are measured live and move with the machine's load; committed results are
-# labelled so.
+# Plan: the idea; what P-EAGLE changes; the target and its speed; one round by hand, checked against the package;
+# acceptance length from per-draft rates; a head that pays on list requests; two exercises; then a glossary of the
+# words every chapter uses, and a map of the course. Timings are measured live and move with the machine's load;
+# committed results are labelled so.
 
 # %%
 # Parameters come from the environment: PEAGLE_TARGET (default: the embedded SmolLM2-135M-Instruct),
@@ -60,38 +60,6 @@ from peagle_lab import models, precision, settings
 # Above temperature 0, lossless means the output follows the target's own distribution exactly; `07_explorer` builds
 # that rule, speculative sampling. Lossless keeps the target's answer, right or wrong: the plain answer below is not
 # correct code, and speculation reproduces it exactly.
-
-# %% [markdown]
-# ## Glossary
-#
-# The words of the method, in these senses in every chapter. Positions are 0-based, as in the code.
-#
-# | term | meaning | first used |
-# |---|---|---|
-# | round | one draft-verify-accept step: the drafter proposes K tokens, the target checks them in one forward and commits the accepted prefix plus its own *bonus* token | 00, above |
-# | K | drafts per round (vLLM's `num_speculative_tokens`) | 00, above |
-# | x_0..x_n, h_0..h_n | the context tokens, and the target's taps at each of their positions; from h_n the target chooses x_{n+1} | 00, "One speculative round" |
-# | slot j, draft j, depth | a round's drafter slots are j = 1..K; draft j is the token drafted in slot j; its depth is j - 1 (slot 1 = depth 0), the index the training code uses | 00, above |
-# | acceptance length (AL) | tokens a round commits, bonus included, averaged over the rounds; 1.00 for plain decoding | 00, above |
-# | p_j | draft j's conditional acceptance rate: among the rounds that accepted drafts 1..j-1, the share that also accepted draft j; AL = 1 + p_1 + p_1·p_2 + … | 00, "Acceptance length, draft by draft" |
-# | taps | the three hidden states EAGLE-3 and P-EAGLE read from the target (a low, a middle and a high layer), concatenated (3H) and projected to H by `fc` | 00, next section; built in 01 |
-# | EAGLE shift | drafter position t holds token x_{t+1} with the taps h_t, the state that predicted it | 00, "One speculative round" |
-# | mask token, `mask_hidden` | P-EAGLE's two learned stand-ins in slots 2..K: one embedding row, and one shared 3H vector in place of the taps | 00, next section; built in 02 |
-# | COD | conditional drop-token sampling, from PARD (a small draft model that predicts K tokens in one pass with mask tokens): P-EAGLE's training keeps a shrinking, nested share of positions at each deeper depth, so K depths cost far less than K times one | 00, next section; built in 02 and 03 |
-# | training-time test (TTT) | EAGLE-3's training, unrolled as at inference: each depth gets the data's next token and the head's own state from the depth before | 00, next section; by hand in 03 |
-# | draft vocabulary, `d2t` | the head scores only a few thousand frequent target ids; `d2t` maps a draft id to its target id (`t2d` the other way) | 02; by hand in 03 |
-# | lossless | the speculative output is the target's own: identical to plain greedy decoding, or (bf16, or fp32 on a GPU) diverging only at a near-tie | 00, above |
-#
-# **Reading the measurements.** Six words recur in every chapter (07's appendix states the full rules):
-#
-# | word | meaning |
-# |---|---|
-# | live, committed | *live*: run in this execution, on a few prompts; timings move between runs. *Committed*: a full-size run stored under `data/`, read back with the host and dtype it ran on |
-# | host | the machine a figure comes from, named by its CPU: `cpu-epyc-avx2-2c` (2 cores, no bf16 units), `cpu-epyc-avx512bf16-2c` (2 cores, bf16 units); figures compare only within one host and dtype |
-# | dtype | float32 or bfloat16; on a CPU with bf16 units a bf16 forward is much cheaper, which changes every timing |
-# | paired rule | two methods timed side by side on each prompt; one is *shown faster* when a sign test over the prompts gives p < 0.05, otherwise "faster on N of M prompts" |
-# | seed spread | the gap between two training seeds of one setting; a smaller gap between two heads is a tie |
-# | oracle | a stand-in drafter that replays the paper's acceptance through the real loop, charged one parallel pass or K sequential ones: the price of drafting apart from the head's quality |
 
 # %% [markdown]
 # ## EAGLE-3 and P-EAGLE
@@ -219,11 +187,11 @@ for key, value in [("target_params", n_params), ("greedy_tokens_per_s", round(to
     record(key, value, notebook="00_overview")
 
 # %% [markdown]
-# **Reading it.** In float32, verifying 6 tokens cost 2.16 decoding steps here: far less than 6 steps, far more than
-# the 1.17 of the GPU line. A float32 forward on a CPU runs close to the CPU's arithmetic limit, so each extra token
-# costs a good share of a step, and a round must commit more than two tokens just to pay for its verification. In
-# bfloat16 this CPU's bf16 units make the arithmetic cheap: 05, which times in bf16, measures verification at 1.06 to
-# 1.31 steps, close to the GPU's. The cell prints the load, and flags a longer forward that measured cheaper.
+# **Reading it.** In float32, verifying 6 tokens cost 2.16 decoding steps here, and 9 tokens about the same (2.10):
+# far less than 6 or 9 steps, far more than the GPU line's 1.17. Going from one row to several costs about one more
+# step on this CPU in float32, so a round must commit more than two tokens just to pay for its verification. With
+# bfloat16 the CPU's bf16 units do the rows' arithmetic much faster: 05, which times in bf16, measures verification at
+# 1.06 to 1.31 steps, close to the GPU's. The cell prints the load, and flags a longer forward that measured cheaper.
 #
 # ## One speculative round, written out
 #
@@ -294,7 +262,11 @@ plt.show()
 # 5. **roll back** the target's KV cache, dropping the rejected drafts.
 #
 # `draft` rolls back the drafter's own KV cache first: it crops it to where the round's new slots begin, dropping the
-# last round's mask and draft slots, then runs one pass over the new slots and K-1 mask slots. The first round prints
+# last round's mask and draft slots, then runs one pass over the new slots and K-1 mask slots. It uses four pieces of
+# the head that 02 writes from scratch: `fuse` (`fc` over the three taps), `mask_slot_hidden` (`fc(mask_hidden)`), the
+# head's forward over token ids, hidden states and positions with its KV cache (`logits_from` keeps the last K rows),
+# and `to_target_logits` (the draft vocabulary back to target ids through `d2t`). `Slots` holds the newly committed
+# tokens with their taps and the position of the first. The first round prints
 # its tensors' shapes; the cell after runs the same prompt through the package's loop and plain greedy decoding.
 
 # %%
@@ -583,6 +555,38 @@ def answer_accept(drafts, choice):
 
 
 check_accept(answer_accept)
+
+# %% [markdown]
+# ## Glossary
+#
+# The words of the method, collected; every chapter uses them in these senses. Positions are 0-based, as in the code.
+#
+# | term | meaning | first used |
+# |---|---|---|
+# | round | one draft-verify-accept step: the drafter proposes K tokens, the target checks them in one forward and commits the accepted prefix plus its own *bonus* token | 00, "Speculative decoding" |
+# | K | drafts per round (vLLM's `num_speculative_tokens`) | 00, "Speculative decoding" |
+# | x_0..x_n, h_0..h_n | the context tokens, and the target's taps at each of their positions; from h_n the target chooses x_{n+1} | 00, "One speculative round" |
+# | slot j, draft j, depth | a round's drafter slots are j = 1..K; draft j is the token drafted in slot j; its depth is j - 1 (slot 1 = depth 0), the index the training code uses | 00, "Speculative decoding" |
+# | acceptance length (AL) | tokens a round commits, bonus included, averaged over the rounds; 1.00 for plain decoding | 00, "Speculative decoding" |
+# | p_j | draft j's conditional acceptance rate: among the rounds that accepted drafts 1..j-1, the share that also accepted draft j; AL = 1 + p_1 + p_1·p_2 + … | 00, "Acceptance length, draft by draft" |
+# | taps | the three hidden states EAGLE-3 and P-EAGLE read from the target (a low, a middle and a high layer), concatenated (3H) and projected to H by `fc` | 00, "EAGLE-3 and P-EAGLE"; built in 01 |
+# | EAGLE shift | drafter position t holds token x_{t+1} with the taps h_t, the state that predicted it | 00, "One speculative round" |
+# | mask token, `mask_hidden` | P-EAGLE's two learned stand-ins in slots 2..K: one embedding row, and one shared 3H vector in place of the taps | 00, "EAGLE-3 and P-EAGLE"; built in 02 |
+# | COD | conditional drop-token sampling, from PARD (a small draft model that predicts K tokens in one pass with mask tokens): P-EAGLE's training keeps a shrinking, nested share of positions at each deeper depth, so K depths cost far less than K times one | 00, "EAGLE-3 and P-EAGLE"; built in 02 and 03 |
+# | training-time test (TTT) | EAGLE-3's training, unrolled as at inference: each depth gets the data's next token and the head's own state from the depth before | 00, "EAGLE-3 and P-EAGLE"; by hand in 03 |
+# | draft vocabulary, `d2t` | the head scores only a few thousand frequent target ids; `d2t` maps a draft id to its target id (`t2d` the other way) | 02; by hand in 03 |
+# | lossless | the speculative output is the target's own: identical to plain greedy decoding, or (bf16, or fp32 on a GPU) diverging only at a near-tie | 00, "Speculative decoding" |
+#
+# **Reading the measurements.** These words recur from 02 on (07's appendix states the full rules):
+#
+# | word | meaning |
+# |---|---|
+# | live, committed | *live*: run in this execution, on a few prompts; timings move between runs. *Committed*: a full-size run stored under `data/`, read back with the host and dtype it ran on |
+# | host | the machine a figure comes from, named by its CPU: `cpu-epyc-avx2-2c` (2 cores, no bf16 units), `cpu-epyc-avx512bf16-2c` (2 cores, bf16 units); figures compare only within one host and dtype |
+# | dtype | float32 or bfloat16; on a CPU with bf16 units a bf16 forward is much cheaper, which changes every timing |
+# | paired rule | two methods timed side by side on each prompt; one is *shown faster* when a sign test over the prompts gives p < 0.05, otherwise "faster on N of M prompts" |
+# | seed spread | the gap between two training seeds of one setting; a smaller gap between two heads is a tie |
+# | oracle | a stand-in drafter that replays the paper's acceptance through the real loop, charged one parallel pass or K sequential ones: the price of drafting apart from the head's quality |
 
 # %% [markdown]
 # ## The course

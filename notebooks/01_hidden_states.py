@@ -74,7 +74,8 @@ print("equal to the package's target_forward taps:", torch.equal(taps, out.taps)
 #   the input of layer `i`. So tap `i` = `hidden_states[i]`, except that `hidden_states[L]` comes **after** the
 #   final norm.
 #
-# Hooks on the decoder layers check it.
+# Hooks on the decoder layers check the transformers half: `hidden_states[i]` is the input of layer `i`. vLLM's half
+# is read from its source (06 lists what vLLM reads), not run here.
 
 # %% tags=["nbval-check-output"]
 seen, last = {}, {}
@@ -114,8 +115,8 @@ print("hidden_states[L] == final_norm(output of last layer):", torch.equal(hs[L]
 #
 # `residual_stream` stacks every layer's input (the *residual stream*: the running sum each layer adds its output to)
 # and the last layer's pre-norm output. The figure compares the norm of position 0 with the other positions'. Position
-# 0 is an *attention sink*: many heads park attention there when nothing else fits, and its state grows unusually
-# large.
+# 0 is known as an *attention sink* (attention heads with nothing to attend to put their weight there); here it is
+# seen only through its unusually large state.
 
 # %%
 import matplotlib.pyplot as plt
@@ -134,8 +135,8 @@ ax.set_ylabel("L2 norm")
 ax.legend();
 
 # %% [markdown]
-# **Reading it.** The sink's norm jumps between layers: about 5 times the others' at tap 2, some 50 to 150 times
-# at taps 15 and 27. The comparisons below leave it out, starting with the taps' cosine similarity.
+# **Reading it.** On the log scale the sink's norm jumps between layers: about 5 times the others' at tap 2, some 50
+# to 150 times at taps 15 and 27. The comparisons below leave it out, starting with the taps' cosine similarity.
 
 # %% tags=["smollm2-fact", "nbval-check-output"]
 sim = cosine_matrix(states, skip_first=1)

@@ -733,7 +733,7 @@ report.record("nb03_final_depth_accuracy", acc);
 
 # %% [markdown]
 # **Reading it.** Thirty steps teach the head a little, mostly at depth 0: its in-sample accuracy over the last
-# quarter of the steps is 0.15, the deeper depths', which read only mask slots, 0.04 to 0.05. The loss starts at
+# quarter of the steps is 0.15, the deeper depths', whose inputs are mask slots, 0.04 to 0.05. The loss starts at
 # 19.61, about twice a uniform guess's 9.01, peaks in the warm-up (24.21 at step 5) and falls below the uniform guess
 # at step 16. Drafting in the real loop on 2 held-out prompts, the head reaches an acceptance length of 1.16 at K=4
 # over 81 rounds (`None` marks a slot no round reached), with output identical to plain greedy. What was trained: the

@@ -170,7 +170,8 @@ for kind, row in (("parallel", P), ("sequential", S)):
 # * **The learning curves** (left panel): two earlier long runs, not the shipped heads, against cumulative tokens
 #   seen: P-EAGLE (`peagle`, continued as `peagle-cont`) and EAGLE-3 (`eagle3`, continued as `eagle3-cont`).
 # * **The deeper heads** (right panel): P-EAGLE heads with 1, 2 and 4 decoder layers, `exp-L1`, `exp-L2` and `exp-L4`
-#   (directories `peagle-L1` and so on), trained from scratch on the same data for the same 2400 s each.
+#   (directories `peagle-L1` and so on), trained from scratch on the same data for the same 2400 s each (the budget
+#   their `training-L*.json` records).
 #
 # **One head, three names:** `exp-L1` = `peagle-L1` = `smollm2-135m-peagle-fresh`, the first run of the shipped
 # P-EAGLE head `smollm2-135m-peagle`. The cell's last line scores the deeper heads' run ends on section 1's prompts.

@@ -125,7 +125,7 @@ round_report.print_summary(host_run, committed_run, table, oracle)
 #   the target's vocabulary). `t_draft` grows linearly with K.
 # - **P-EAGLE (parallel):** slots 2..K hold a mask token and the shared `mask_hidden`, so all K drafts come out of
 #   **one** pass over the new context slots plus K-1 mask slots. At batch 1 a small drafter is bound by weight reads
-#   and per-call overhead, so one wide pass costs about as much as one narrow one.
+#   and per-call overhead, so one wide pass costs far less than K narrow ones (the next cells measure how much).
 #
 # At K=1 both modes are the same computation, one pass over the same slots: a gap in a K=1 row is timing noise, not
 # drafting. And a cheap deep draft pays only if the deep slots are accepted.
