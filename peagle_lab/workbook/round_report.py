@@ -1,16 +1,16 @@
-"""Committed benchmark runs read as AL over a round's cost (chapter 05): the best-K summary table, the paired-rule
-lines against plain decoding, and the list-domain heads' report. Formatting only: every figure comes from the run."""
+"""Committed benchmark runs read as AL over a round's cost (chapter 05): a round in decode steps, the paired-rule
+line against plain decoding, the run's label, and the list-domain heads' report. Formatting only: every figure
+comes from the run."""
 
 from __future__ import annotations
 
 import json
 
 from ..bench import format_table
-from ..bench.files import result_suites
 from ..bench.oracle import PAPER, constant_rate_acceptance_length, oracle_rates
 from ..bench.suites import suite_of
 from .notebook import committed_label
-from .payoff import best, oracle_pair, paired_verdict, prompts_faster
+from .payoff import best, paired_verdict, prompts_faster
 
 
 def round_steps(m: dict) -> float:
@@ -31,64 +31,11 @@ def against_plain(e2e_res: dict, m: dict) -> str:
     return paired_verdict(*prompts_faster(e2e_res, m))
 
 
-def oracle_pick(host_run: dict, committed: list[dict]) -> tuple[str, dict, dict, dict | None]:
-    """(run dir, its suite's results, best one-pass oracle row, K-pass row at that K or None): host_run first."""
-    where, orc = next((c["dir"], e) for c in [host_run] + committed for e in result_suites(c["results"]).values()
-                      if best(e, "oracle"))
-    return (where, orc, *oracle_pair(orc))
-
-
-def summary_rows(committed_run: dict, oracle: tuple, here: str) -> list[dict]:
-    """The summary's rows: each method at its best K with its AL, round (steps) and measured speed-ups."""
-    where, _, o, o_seq = oracle
-    away = "" if where == here else f" ({where})"
-    picks = [("P-EAGLE, best K", best(committed_run, "p-eagle"), 1),  # (row, method row, drafter passes per round)
-             ("EAGLE-3, best K", best(committed_run, "eagle3"), "K"),
-             ("prompt lookup (no training)", best(committed_run, "prompt-lookup"), 0),  # n-gram copy, no drafter
-             (f"oracle, 1 pass{away}", o, 1),
-             (f"oracle, K passes{away}", o_seq, "K")]
-    return [{"": name, "K": m["k"], "drafter passes": m["k"] if passes == "K" else passes,
-             "AL": m["acceptance_length"], "round (steps)": round_steps(m) if m.get("t_step_ms") else None,
-             "measured, decode": m.get("decode_speedup"), "measured, end to end": m["speedup"], "row": m}
-            for name, m, passes in picks if m]
-
-
-SUMMARY_COLUMNS = ["", "K", "drafter passes", "AL", "round (steps)", "ideal = AL / round", "measured, decode",
-                   "measured, end to end"]
-
-
 def summary_label(host_run: dict, committed_run: dict) -> str:
     """The committed run's label line: host/dtype, suite, prompts x new tokens."""
     cfg = committed_run["config"]
     return committed_label(f"{host_run['dir']}, `{suite_of(committed_run)}` suite, {cfg['n_prompts']} prompts x "
                            f"{cfg['max_new_tokens']} new tokens")
-
-
-def summary_table(rows: list[dict]) -> str:
-    """The summary rows as a Markdown table (two decimals)."""
-    return format_table(rows, SUMMARY_COLUMNS, floatfmt=".2f")
-
-
-def print_summary(host_run: dict, committed_run: dict, rows: list[dict], oracle: tuple) -> None:
-    """Prints what the run shows (drafting growth, losslessness), each method against plain, and the oracle's line."""
-    where, orc, o, o_seq = oracle
-    dc_rows = host_run["results"]["drafting_cost"]["rows"]
-    lo, hi = dc_rows[0], dc_rows[-1]
-    print(f"Shown here: the mechanism (from K={lo['k']} to K={hi['k']}, one parallel pass takes "
-          f"{hi['parallel_ms']:.1f} ms against {lo['parallel_ms']:.1f}, K sequential passes "
-          f"{hi['sequential_ms']:.1f} ms against {lo['sequential_ms']:.1f}), "
-          f"and losslessness: {'every' if committed_run['all_lossless'] else 'NOT every'} method passed the lossless "
-          f"check ({committed_run['lossless_regime']} regime).")
-    print("End-to-end speed-up against plain decoding, prompt by prompt: " + "; ".join(
-        f"{r[''].split(',')[0]} {r['measured, end to end']:.2f}x, {against_plain(committed_run, r['row'])} "
-        f"(AL {r['AL']:.2f}"
-        + (f" over a round of {r['round (steps)']:.2f} steps)" if r["round (steps)"] else ", no drafter pass)")
-        for r in rows if not r[""].startswith("oracle")) + ".")
-    o_al, o_bench = paper_target(suite_of(orc), o["k"])
-    print(f"Not shown by the shipped heads: the paper's acceptance, the blog's AL {o_al:.2f} at K={o['k']} on "
-          f"{o_bench} for this `{suite_of(orc)}` suite. Replayed by the oracle ({where}, AL drawn "
-          f"{o['acceptance_length']:.2f}), one parallel pass per round pays {o['speedup']:.2f}x end to end"
-          + (f", {o['k']} sequential passes {o_seq['speedup']:.2f}x." if o_seq else "."))
 
 
 def lists_label(lrun: dict, le: dict) -> str:

@@ -65,47 +65,9 @@ def test_against_plain_states_the_paired_rule(speedups, words):
     assert round_report.against_plain(e2e([m], runs("a", *speedups)), m) == words
 
 
-def test_the_oracle_comes_from_the_first_run_that_has_one():
-    res = bench_run()
-    heads_only = e2e([m for m in res["methods"] if not m["family"].startswith("oracle")], [])
-    where, orc, o, o_seq = round_report.oracle_pick(host(heads_only, "a"), [host(res, "b")])
-    assert (where, o["method"], o_seq["method"]) == ("b", "oracle K=2", "oracle-seq K=2") and orc is res
-
-
-def test_summary_rows_count_drafter_passes_and_name_a_distant_oracle():
-    res = bench_run()
-    rows = round_report.summary_rows(res, round_report.oracle_pick(host(res), []), "elsewhere")
-    assert [r[""] for r in rows] == ["P-EAGLE, best K", "EAGLE-3, best K", "prompt lookup (no training)",
-                                     "oracle, 1 pass (cpu-x/float32)", "oracle, K passes (cpu-x/float32)"]
-    assert [r["drafter passes"] for r in rows] == [1, 2, 0, 1, 2]
-    assert rows[1]["round (steps)"] == pytest.approx(2.4) and rows[2]["round (steps)"] is None
-
-
 def test_the_summary_label_names_the_run():
     line = round_report.summary_label(host(bench_run()), bench_run())
     assert line.startswith("cpu-x/float32, `code` suite, 2 prompts x 16 new tokens: committed results of")
-
-
-def test_the_summary_table_has_the_ideal_column_in_its_place():
-    rows = [{"": "x", "K": 2, "AL": 1.5, "round (steps)": 2.0, "ideal = AL / round": 0.75}]
-    lines = round_report.summary_table(rows).splitlines()
-    assert lines[0] == "|  | K | drafter passes | AL | round (steps) | ideal = AL / round | measured, decode | " \
-                       "measured, end to end |"
-    assert lines[2] == "| x | 2 | - | 1.50 | 2.00 | 0.75 | - | - |"
-
-
-def test_the_summary_lines_read_growth_losslessness_and_the_oracle(capsys):
-    res = bench_run() | {"all_lossless": False}
-    oracle = round_report.oracle_pick(host(res), [])
-    round_report.print_summary(host(res), res, round_report.summary_rows(res, oracle, "cpu-x/float32"), oracle)
-    out = capsys.readouterr().out
-    assert "from K=1 to K=8, one parallel pass takes 4.0 ms against 2.0, K sequential passes 16.0 ms against 2.0" in out
-    assert "NOT every method passed" in out
-    assert "P-EAGLE 0.80x, faster on 0 of 2 prompts, sign test p = 0.5: not shown either way (AL 1.50 over a round " \
-           "of 2.00 steps)" in out
-    assert "prompt lookup (no training) 1.30x, faster on 2 of 2 prompts, sign test p = 0.5: not shown either way " \
-           "(AL 2.60, no drafter pass)." in out
-    assert "one parallel pass per round pays 1.50x end to end, 2 sequential passes 1.40x." in out
 
 
 def test_the_lists_label_counts_held_out_prompts():
