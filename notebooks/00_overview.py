@@ -191,7 +191,7 @@ for key, value in [("target_params", n_params), ("greedy_tokens_per_s", round(to
 # far less than 6 or 9 steps, far more than the GPU line's 1.17. Going from one row to several costs about one more
 # step on this CPU in float32, so a round must commit more than two tokens just to pay for its verification. With
 # bfloat16 the CPU's bf16 units do the rows' arithmetic much faster: 05, which times in bf16, measures verification at
-# 1.06 to 1.31 steps, close to the GPU's. The cell prints the load, and flags a longer forward that measured cheaper.
+# 1.08 to 1.2 steps, close to the GPU's. The cell prints the load, and flags a longer forward that measured cheaper.
 #
 # ## One speculative round, written out
 #
@@ -367,7 +367,8 @@ print("hand-written vs plain greedy:", "identical" if div is None else div.messa
 # **Reading it.** The hand-written round, the package's loop and plain greedy decoding produce the same tokens. A
 # round commits 1.47 tokens while its verification alone costs 2.16 decoding steps, so in float32 speculation cannot
 # pay, and the wall time agrees: 4.10 s against plain decoding's 3.11 s (0.76x) on this prompt. 07 runs the same
-# prompt and head in bfloat16 (K=4, 64 tokens), where verification is cheap, and there speculation pays (1.24x).
+# prompt and head in bfloat16 (K=4, 64 tokens), where verification is cheap, and there speculation pays (1.07x, one
+# run).
 #
 # ### Acceptance length, draft by draft
 #

@@ -30,10 +30,10 @@
 #
 # **What this machine shows** (a 2-core EPYC with bf16 units, where this chapter times in bfloat16; the first cell
 # prints the choice): the mechanism, one drafter pass against K; the drafting-cost gap (at K=10 one parallel pass
-# takes 5.58 ms, ten sequential ones 37.7 ms); losslessness in bf16 (outputs diverge from plain greedy only at
+# takes 4.5 ms, ten sequential ones 31.3 ms); losslessness in bf16 (outputs diverge from plain greedy only at
 # near-ties of the top two logits); and speed-ups: 1.18x and 1.14x end to end for the shipped heads, more for heads
-# trained on a narrow domain. **What it cannot show** is the paper's acceptance: the shipped heads accept 1.29 to 1.61
-# tokens a round on HumanEval prompts across the course's runs, against the blog's 3.94. The **oracle** rows price it: a
+# trained on a narrow domain. **What it cannot show** is the paper's acceptance: the shipped heads accept 1.32 to 1.55
+# tokens a round on HumanEval prompts in this chapter's runs, against the blog's 3.94. The **oracle** rows price it: a
 # stand-in drafter that draws the paper's acceptance through the real loop, charged one pass or K passes a round.
 #
 # The first cell reads this host's committed 24-prompt run and computes its summary in view. Columns: `round
@@ -218,9 +218,9 @@ print("verifying more tokens measured cheaper after: "
 bench.plot_drafting_cost(dc);
 
 # %% [markdown]
-# **Reading it.** From K=1 to K=10 sequential drafting grows from 4.09 to 37.7 ms, one parallel pass from 4.11 to
-# 5.58 ms: 6.75x apart at K=10. But verifying K+1 tokens costs 1.06 to 1.31 decode steps (`verify_ratio`), over 70 ms
-# at every K: on this CPU verification, not drafting, is most of a round.
+# **Reading it.** From K=1 to K=10 sequential drafting grows from 3.79 to 31.3 ms, one parallel pass from 4.15 to
+# 4.5 ms: 6.96x apart at K=10. But verifying K+1 tokens costs 1.08 to 1.2 decode steps (`verify_ratio`), 67.3 to
+# 74.4 ms: on this CPU verification, not drafting, is most of a round.
 #
 # ## End to end
 #
@@ -254,10 +254,10 @@ print(f"plain loop: {plain_row['t_step_ms']:.1f} ms per decode step (loop timer)
       f"(drafting_cost above): {dc['target_step_ms']:.1f} ms")
 
 # %% [markdown]
-# **Reading it.** Every head row is above 1x: P-EAGLE 1.06x to 1.20x, EAGLE-3 1.17x to 1.23x, both fastest at K=1,
-# where parallel and sequential drafting are the same computation; a deeper K adds little acceptance (P-EAGLE's AL
-# 1.35 at K=1, 1.45 at K=7) but costs verification. The oracle rows make 1.93x to 2.44x, prompt lookup 1.58x.
-# `efficiency` is 0.92 to 1.01 (above 1 is timing noise): the loop loses little.
+# **Reading it.** Every head row is above 1x: P-EAGLE 1.26x to 1.28x at every K (1.28x at K=1, where parallel and
+# sequential drafting are the same computation, and at K=7), EAGLE-3 1.23x to 1.32x, fastest at K=2; a deeper K adds
+# little acceptance (P-EAGLE's AL 1.35 at K=1, 1.45 at K=7). The oracle rows make 2.01x to 2.46x, prompt lookup 1.68x.
+# `efficiency` is 0.926 to 1.03 (above 1 is timing noise): the loop loses little.
 #
 # ## Lossless, in two regimes
 #
@@ -437,12 +437,12 @@ print(f"  oracle K={o['k']}: AL {o['acceptance_length']:.2f} over {o['rounds']} 
       "spread and answers ending early")
 
 # %% [markdown]
-# **Reading it.** Live, both heads are fastest at K=1 (P-EAGLE 1.20x, EAGLE-3 1.23x, each faster than plain on 3 of 3
-# prompts, p = 0.25), so their race here compares first-slot acceptance (0.35 against 0.39), not drafting methods. The
-# counts say why a deeper K does not help: P-EAGLE's second slot is accepted in 8 of 32 rounds at K=4, its fourth in 0
-# of 3, and slots 5 to 7 are never reached. In the committed 24-prompt run P-EAGLE is faster than EAGLE-3 on 15 of 24
-# prompts (p = 0.31): neither is shown faster. Prompt lookup (1.58x, AL 2.04) is faster than both heads on
-# average.
+# **Reading it.** Live, P-EAGLE is fastest at K=1 (1.28x, AL 1.35) and EAGLE-3 at K=2 (1.32x, AL 1.48), each faster
+# than plain on 3 of 3 prompts (p = 0.25). EAGLE-3 is ahead of P-EAGLE on 3 of 3 prompts (by 0.032x to 0.047x,
+# p = 0.25: not shown), by accepting more, not by drafting cheaper. The counts say why a deeper K does not help
+# P-EAGLE: its second slot is accepted in 8 of 32 rounds at K=4, its fourth in 0 of 3, and slots 5 to 7 are never
+# reached. In the committed 24-prompt run P-EAGLE is faster than EAGLE-3 on 15 of 24 prompts (p = 0.31): neither is
+# shown faster. Prompt lookup (1.68x, AL 2.04) is faster than the better head.
 #
 # ## P-EAGLE's claim, live: one acceptance, two drafting costs
 #
@@ -502,12 +502,12 @@ for label, res in runs:  # each run's best one-pass K against K sequential passe
               + order(gaps, "one pass", f"{a['k']} passes"))
 
 # %% [markdown]
-# **Reading it.** At the paper's acceptance and K=7, one parallel pass makes 2.44x and seven sequential passes 1.93x
-# (+27%), on drafting of 4.68 against 19.7 ms per round; it wins on 3 of 3 prompts, too few to show an order
-# (p = 0.25), and 6.0 ms of the rounds' gap is verification noise (the same work measured 58.3 and 64.2 ms). At K=3
-# the two are level (2.00x, 2.02x). Only `cpu-epyc-avx2-2c`'s committed float32 runs have both charges, and there one
-# pass is shown faster: 1.59x against 1.46x on code (22 of 24 prompts, p = 3.6e-05), 1.56x against 1.39x on chat (24
-# of 24, p = 1.2e-07).
+# **Reading it.** At the paper's acceptance and K=7, one parallel pass makes 2.46x and seven sequential passes 2.02x
+# (+22%), on drafting of 5.39 against 22.3 ms per round; it wins on 3 of 3 prompts, too few to show an order
+# (p = 0.25), and 6.5 ms of the rounds' gap is verification noise (the same work measured 66.4 and 72.9 ms). At K=3
+# one pass makes 2.11x, three 2.01x (drafting 4.65 against 9.47 ms). Only `cpu-epyc-avx2-2c`'s committed float32 runs
+# have both charges, and there one pass is shown faster: 1.59x against 1.46x on code (22 of 24 prompts, p = 3.6e-05),
+# 1.56x against 1.39x on chat (24 of 24, p = 1.2e-07).
 #
 # ## Where a round's time goes
 #
@@ -550,10 +550,10 @@ for r in ledger.bench_rows(e2e, "05", f"this run's end to end ({'CI size' if CI 
     ledger.record(**r)
 
 # %% [markdown]
-# **Reading it.** Verification is over nine tenths of every P-EAGLE round (`verify_share` 0.918 to 0.927) and grows
-# with K (57.3 ms at K=1, 69.9 ms at K=7): that is what a deeper K pays for little extra acceptance. P-EAGLE's
-# drafting takes 3.82 to 4.94 ms at every K; EAGLE-3's share grows from 0.06 at K=1 to 0.151 at K=4, and the K-pass
-# oracle's reaches 0.231 at K=7. Acceptance and rollback take 0.56 to 1.21 ms, Python 0.11 to 0.13 ms.
+# **Reading it.** Verification is over nine tenths of every P-EAGLE round (`verify_share` 0.913 to 0.93) and grows a
+# little with K (59.8 ms at K=1, 61.2 ms at K=7). P-EAGLE's drafting takes 3.84 to 4.54 ms at every K; EAGLE-3's share
+# grows from 0.0581 at K=1 to 0.152 at K=4, and the K-pass oracle's reaches 0.231 at K=7. Acceptance and rollback take
+# 0.54 to 1.17 ms, Python 0.1 to 0.145 ms.
 #
 # ## What it takes: the break-even picture
 #
@@ -629,10 +629,10 @@ print("\nthe blog's acceptance lengths on the GPU cost model (K=7): "
       "against EAGLE-3 at its own best K)")
 
 # %% [markdown]
-# **Reading it.** At K=7 a round costs 1.34 decode steps in this live bf16 run and 1.26 in this host's committed bf16
+# **Reading it.** At K=7 a round costs 1.07 decode steps in this live bf16 run and 1.26 in this host's committed bf16
 # run, against 1.98 and 1.95 in the committed fp32 runs. The shipped P-EAGLE head clears the bf16 rounds (AL 1.45 and
-# 1.55: 1.07x and 1.20x decode), not the fp32 ones (AL 1.51 and 1.32: 0.73x, 0.63x). The paper's AL 3.94 would pay
-# 2.94x and 3.12x ideally in bf16, 1.99x and 2.02x in fp32. The committed bf16 round equals the GPU P-EAGLE line's
+# 1.55: 1.30x and 1.20x decode), not the fp32 ones (AL 1.51 and 1.32: 0.73x, 0.63x). The paper's AL 3.94 would pay
+# 3.68x and 3.12x ideally in bf16, 1.99x and 2.02x in fp32. The committed bf16 round equals the GPU P-EAGLE line's
 # (1.26 steps), so those lines overlap; on the GPU model the paper's AL would pay 3.12x with one parallel pass, 2.40x
 # with seven sequential ones.
 #
@@ -685,10 +685,11 @@ for c in curves:  # verifying K+1 tokens, in decode steps: the drafting-cost ben
 # %% [markdown]
 # **Reading it.** The committed bf16 run goes from 3.12x ideal to 2.25x end to end, the fp32 one from 1.99x to 1.59x;
 # the largest step is the prefill (2.81x to 2.25x in bf16): 32-token answers take only 8.3 rounds a prompt. The live
-# run goes from 2.94x to 2.44x through one odd step: the oracle's own round measured 1.13 steps, cheaper than the
-# P-EAGLE line's 1.34, lifting it to 3.04x; that is timing noise on 3 prompts (verifying 8 tokens took 58.3 ms per
-# round in the oracle's run, 69.9 ms in P-EAGLE's). The two verification figures measure differently (one 165-token
-# prompt timed alone, against a median over the loop's prompts), so they need not agree: live, 1.10 steps against 1.25.
+# run goes from 3.68x to 2.46x; its largest step is the drawn AL (3.43 against 3.94: 3.20x), then the prefill (2.80x
+# to 2.46x); the oracle's own round, 1.17 steps against the P-EAGLE line's 1.07, takes it to 2.93x (verifying 8 tokens
+# took 66.4 ms per round in the oracle's run, 61.2 ms in P-EAGLE's). The two verification figures measure differently
+# (one 165-token prompt timed alone, against a median over the loop's prompts), so they need not agree: live, 1.08
+# steps against 1.00.
 #
 # ### Exercise: write the pass shapes, then predict the drafting cost
 #
@@ -765,17 +766,18 @@ for ex_k in EX_KS:
 print("ratio as a fraction of K:", ", ".join(f"K={k}: {r / k:.2f}" for k, r in ex.items()))
 
 # %% [markdown]
-# **Reading it.** From K=2 to K=10 the parallel round goes from 3.61 to 4.85 ms, the sequential one from 6.58 to
-# 29.49 ms: their ratio rises from 1.82 to 6.07, below K (0.91 and 0.61 of it).
+# **Reading it.** From K=2 to K=10 the parallel round goes from 3.33 to 4.01 ms, the sequential one from 5.63 to
+# 26.10 ms: their ratio rises from 1.69 to 6.51, below K (0.85 and 0.65 of it).
 #
 # ## A trained head that pays: a narrow domain
 #
 # Speed is AL over the round, and on open prompts the shipped heads' AL clears the round by little (ideal 1.29x at
-# best). The other lever is acceptance: where text is predictable, a small head can learn the target's habits.
-# `scripts/list_heads.sh` continued both shipped heads side by side (same data, same wall time) on the target's own
-# answers to 480 requests for lists, then benchmarked both against plain decoding on held-out list requests, K swept,
-# methods interleaved. The cell reads that committed run (each head at its best K against plain decoding, then the
-# heads against each other, prompt by prompt) and runs both domain heads live on six held-out requests.
+# best in the committed run). The other lever is acceptance: where text is predictable, a small head can learn the
+# target's habits. `scripts/list_heads.sh` continued both shipped heads side by side (same data, same wall time) on
+# the target's own answers to 480 requests for lists, then benchmarked both against plain decoding on held-out list
+# requests, K swept, methods interleaved. The cell reads that committed run (each head at its best K against plain
+# decoding, then the heads against each other, prompt by prompt) and runs both domain heads live on six held-out
+# requests.
 
 # %% tags=["nbval-ignore-output"]
 from peagle_lab.bench.suites import suite_records
@@ -828,11 +830,11 @@ else:
 # %% [markdown]
 # **Reading it.** The committed run is `cpu-epyc-avx2-2c`'s in float32, on 16 held-out requests. At K=7 both heads
 # accept the same (AL 3.57 and 3.58), so the round decides: 1.91 decode steps for one drafter pass against 2.22 for
-# seven, 1.75x against 1.55x end to end. Prompt by prompt no order is shown: each head is faster than plain on 12 of
-# 16 (p = 0.077), P-EAGLE faster than EAGLE-3 on 12 of 16 (p = 0.077); both lose only on the four answers of 5 to 14
-# tokens. Live in bf16, at K=7 on six requests, every output is identical to plain greedy, both heads beat plain
-# decoding on all six (P-EAGLE 1.41x to 3.77x, EAGLE-3 1.11x to 2.61x), and P-EAGLE is faster than EAGLE-3 on
-# 6 of 6 (p = 0.031): shown faster in this run, one run each.
+# seven, 1.75x against 1.55x end to end. Prompt by prompt no order is shown: each head is faster than plain on
+# 12 of 16 (p = 0.077), P-EAGLE faster than EAGLE-3 on 12 of 16 (p = 0.077); both lose only on the four answers of 5
+# to 14 tokens. Live in bf16, at K=7 on six requests, every output is identical to plain greedy, both heads beat plain
+# decoding on all six (P-EAGLE 1.34x to 4.29x, EAGLE-3 1.20x to 2.76x), and P-EAGLE is faster than EAGLE-3 on 5 of 6
+# (p = 0.22): neither shown faster, one run each.
 #
 # ## The same comparison, matched
 #
@@ -884,15 +886,16 @@ else:
 #
 # ## What we saw
 #
-# - Speed is AL / round, the round in decode steps. From K=1 to K=10 one parallel pass grows from 4.11 to 5.58 ms, K
-#   sequential passes from 4.09 to 37.7 ms; at K=1 the two are the same computation.
+# - Speed is AL / round, the round in decode steps. From K=1 to K=10 one parallel pass grows from 4.15 to 4.5 ms, K
+#   sequential passes from 3.79 to 31.3 ms; at K=1 the two are the same computation.
 # - In bf16 on this CPU the committed run's round costs 1.19 decode steps and the shipped heads clear it: 1.18x and
-#   1.14x end to end over 24 prompts, each shown faster than plain decoding; live, both are fastest at K=1. On the
-#   committed fp32 rounds (1.98 and 1.95 steps) the P-EAGLE head loses (0.73x and 0.63x decode).
+#   1.14x end to end over 24 prompts, each shown faster than plain decoding; live, P-EAGLE is fastest at K=1 (1.28x),
+#   EAGLE-3 at K=2 (1.32x). On the committed fp32 rounds (1.98 and 1.95 steps) the P-EAGLE head loses (0.73x and 0.63x
+#   decode).
 # - In bf16 speculative output diverges from plain greedy only at near-ties (20 of 42 live outputs, margins 0.000 or
 #   0.125); the fp32 rerun stays identical.
-# - At the paper's acceptance one parallel pass is faster than seven sequential ones on 3 of 3 live prompts (2.44x
-#   against 1.93x; p = 0.25, not shown), and shown faster in the committed fp32 runs (1.59x against 1.46x on code,
+# - At the paper's acceptance one parallel pass is faster than seven sequential ones on 3 of 3 live prompts (2.46x
+#   against 2.02x; p = 0.25, not shown), and shown faster in the committed fp32 runs (1.59x against 1.46x on code,
 #   1.56x against 1.39x on chat).
 # - On a narrow domain (committed, float32), at equal acceptance, P-EAGLE's cheaper round gives 1.75x against
 #   1.55x (12 of 16 prompts: no order shown); trained alike, P-EAGLE is shown faster (2.10x against 1.92x, 37 of
