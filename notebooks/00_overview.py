@@ -367,7 +367,7 @@ print("hand-written vs plain greedy:", "identical" if div is None else div.messa
 # **Reading it.** The hand-written round, the package's loop and plain greedy decoding produce the same tokens. A
 # round commits 1.47 tokens while its verification alone costs 2.16 decoding steps, so in float32 speculation cannot
 # pay, and the wall time agrees: 4.10 s against plain decoding's 3.11 s (0.76x) on this prompt. 07 runs the same
-# prompt and head in bfloat16 (K=4, 64 tokens), where verification is cheap, and there speculation pays (1.07x, one
+# prompt and head in bfloat16 (K=4, 64 tokens), where verification is cheap, and there speculation pays (1.12x, one
 # run).
 #
 # ### Acceptance length, draft by draft
