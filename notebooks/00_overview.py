@@ -64,8 +64,8 @@ from peagle_lab import models, precision, settings
 # %% [markdown]
 # ## EAGLE-3 and P-EAGLE
 #
-# - **EAGLE** drafters are a small transformer (one layer in this course's heads, four in the published P-EAGLE
-#   heads) that reads the target's hidden states, not just tokens.
+# - **EAGLE** drafters are a small transformer (one layer in this course's heads, four in the published GPT-OSS
+#   P-EAGLE heads) that reads the target's hidden states, not just tokens.
 # - **EAGLE-3** reads three of the target's layers (low, middle, high), the *taps*, concatenated (3H) and
 #   projected to H (notebook 01). It drafts **sequentially**: K tokens cost K drafter passes. Training unrolls it
 #   (*training-time test*): each step gets the data's next token and the head's own previous state.
@@ -204,52 +204,9 @@ for key, value in [("target_params", n_params), ("greedy_tokens_per_s", round(to
 # depth j-1.
 
 # %%
-import matplotlib.pyplot as plt
-from matplotlib.patches import FancyBboxPatch
+from peagle_lab.workbook.diagrams import draw_eagle_shift
 
-n, k_fig = 4, 4  # context x_0..x_n (positions 0..n), one round of K=4 drafts
-fig, ax = plt.subplots(figsize=(14, 5.2))
-
-
-def box(x, y, text, color, style="-", size=9):
-    ax.add_patch(FancyBboxPatch((x - 0.44, y - 0.32), 0.88, 0.64, boxstyle="round,pad=0.02", fc=color, ec="black",
-                                lw=0.8, ls=style, zorder=2))
-    ax.text(x, y, text, ha="center", va="center", fontsize=size, zorder=3)
-
-
-def arrow(x0, y0, x1, y1, color="grey"):
-    ax.annotate("", (x1, y1), (x0, y0), arrowprops=dict(arrowstyle="->", color=color, lw=1), zorder=1)
-
-
-for t in range(n + 1):  # the target over the context: token x_t in, taps h_t out
-    box(t, 3, f"$x_{{{t}}}$", "white")
-    box(t, 2, f"$h_{{{t}}}$", "#f4a259")
-    arrow(t, 2.68, t, 2.32)
-box(n + 1, 3, f"$x_{{{n + 1}}}$: chosen\nfrom $h_{{{n}}}$", "white", style="--", size=8)
-arrow(n + 0.44, 2.15, n + 0.75, 2.68)
-for t in range(n + 1):  # drafter position t: token x_{t+1} (blue arrow) with the taps h_t (grey arrow)
-    box(t, 0.9, f"emb($x_{{{t + 1}}}$)\n$h_{{{t}}}$", "#8cb369" if t == n else "#dde8cf")
-    arrow(t + 0.7, 2.68, t + 0.2, 1.22, "tab:blue")
-    arrow(t, 1.68, t, 1.22)
-for j in range(2, k_fig + 1):  # round slots 2..K: the mask token and the shared learned vector
-    box(n + j - 1, 0.9, "emb(MASK)\nmask_hidden", "#bfd7ea", size=8)
-for j in range(1, k_fig + 1):  # round slot j drafts x_{n+j+1} at depth j-1
-    box(n + j - 1, -0.2, f"draft {j}: $x_{{{n + j + 1}}}$?\nslot {j}, depth {j - 1}", "#fff3b0", size=8)
-    arrow(n + j - 1, 0.58, n + j - 1, 0.12)
-ax.text(-0.44, -0.2, f"blue: token $x_{{t+1}}$ into position t\ngrey: taps $h_t$ into position t\n"
-        f"positions 0..{n - 1}: in the drafter's KV cache", va="center", fontsize=9, color="dimgrey")
-for y, label in [(3, "tokens"), (2, "target's taps\n(3 layers)"), (0.9, "drafter positions"), (-0.2, "drafts")]:
-    ax.text(-0.7, y, label, ha="right", va="center", fontsize=10)
-ax.annotate("", (n + k_fig - 0.56, -0.78), (n - 0.44, -0.78), arrowprops=dict(arrowstyle="|-|", lw=1))
-ax.text(n + (k_fig - 1) / 2, -0.95, f"one parallel round: slots 1..{k_fig}, one drafter pass", ha="center",
-        va="top", fontsize=9)
-ax.set_xticks(range(n + k_fig), [f"t={t}" for t in range(n + k_fig)])
-ax.set(xlim=(-2.2, n + k_fig - 0.45), ylim=(-1.3, 3.5), yticks=[],
-       title="The EAGLE shift: drafter position t = [emb($x_{t+1}$), $h_t$]; "
-             f"round slot j drafts $x_{{n+j+1}}$ at depth j-1 (here n = {n})")
-for side in ("left", "right", "top"):
-    ax.spines[side].set_visible(False)
-plt.show()
+draw_eagle_shift(n=4, k_fig=4)  # context x_0..x_4, one round of K=4 drafts
 
 # %% [markdown]
 # Older positions sit in the drafter's KV cache; a round feeds the newly committed positions, the last being slot 1
@@ -567,7 +524,7 @@ check_accept(answer_accept)
 # | round | one draft-verify-accept step: the drafter proposes K tokens, the target checks them in one forward and commits the accepted prefix plus its own *bonus* token | 00, "Speculative decoding" |
 # | K | drafts per round (vLLM's `num_speculative_tokens`) | 00, "Speculative decoding" |
 # | x_0..x_n, h_0..h_n | the context tokens, and the target's taps at each of their positions; from h_n the target chooses x_{n+1} | 00, "One speculative round" |
-# | slot j, draft j, depth | a round's drafter slots are j = 1..K; draft j is the token drafted in slot j; its depth is j - 1 (slot 1 = depth 0), the index the training code uses | 00, "Speculative decoding" |
+# | slot j, draft j, depth | a round's drafter slots are j = 1..K; draft j is the token drafted in slot j; its depth is j - 1 (slot 1 = depth 0), the index the training code uses | 00, "EAGLE-3 and P-EAGLE" |
 # | acceptance length (AL) | tokens a round commits, bonus included, averaged over the rounds; 1.00 for plain decoding | 00, "Speculative decoding" |
 # | p_j | draft j's conditional acceptance rate: among the rounds that accepted drafts 1..j-1, the share that also accepted draft j; AL = 1 + p_1 + p_1·p_2 + … | 00, "Acceptance length, draft by draft" |
 # | taps | the three hidden states EAGLE-3 and P-EAGLE read from the target (a low, a middle and a high layer), concatenated (3H) and projected to H by `fc` | 00, "EAGLE-3 and P-EAGLE"; built in 01 |

@@ -194,8 +194,8 @@ print("lens on the last layer's output == the model's own prediction, at every p
 #
 # The late layers agree most: 0%, 2% and 49% for vLLM's taps in the saved run, 0-2% for `(1, 2, 3)`, 34-51% for
 # the late set. More next-token signal need not make a better drafter input (the course does not train one to
-# measure it): three late layers are nearly parallel and would add little to each other, and the low-level view of
-# the token would be lost. vLLM's spread trades a little signal for three different views.
+# measure it). The argument for vLLM's spread: three late layers are nearly parallel and would add little to each
+# other, and the low-level view of the token would be lost; a spread gives three different views.
 #
 # </details>
 

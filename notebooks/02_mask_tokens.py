@@ -193,75 +193,9 @@ check_round_inputs(my_round_inputs)
 # just drafted and the drafter's own state.
 
 # %% tags=["nbval-ignore-output"]
-from matplotlib.patches import FancyBboxPatch
-import matplotlib.pyplot as plt
+from peagle_lab.workbook.diagrams import draw_drafter_path
 
-H = model.config.hidden_size
-fig, ax = plt.subplots(figsize=(12, 8.2))
-
-
-def block(x, y, text, color, w=2.2, h=0.62):
-    ax.add_patch(FancyBboxPatch((x - w / 2, y - h / 2), w, h, boxstyle="round,pad=0.03", fc=color, ec="black",
-                                lw=0.8, zorder=2))
-    ax.text(x, y, text, ha="center", va="center", fontsize=9, zorder=3)
-
-
-def flow(x0, y0, x1, y1):
-    ax.annotate("", (x1, y1), (x0, y0), arrowprops=dict(arrowstyle="->", lw=1, shrinkA=0, shrinkB=0), zorder=1)
-
-
-TARGET_C, HEAD_C, MASK_C, LAYER_C = "#f4a259", "#dde8cf", "#bfd7ea", "#e8e0f0"
-# round slot 1 and every context position: the target's three taps and the next token
-for x, name, layer in zip((0.9, 2.5, 4.1), ("low", "mid", "high"), cfg.aux_hidden_state_layer_ids):
-    block(x, 0, f"$h_{{{name}}}$\nlayer {layer}, H", TARGET_C, w=1.4, h=0.75)
-    flow(x, 0.38, 2.5, 1.05)
-block(2.5, 1.35, f"concat  (3H = {3 * H})", TARGET_C, w=2.6)
-flow(2.5, 1.66, 2.5, 2.19)
-block(2.5, 2.5, f"fc: 3H → H ({H})", HEAD_C, w=2.6)
-block(6.0, 0, "token $x_{t+1}$", "white", w=1.8)
-flow(6.0, 0.31, 6.0, 0.97)
-block(6.0, 1.35, "embedding row (H)\nthe target's table", TARGET_C, w=2.3, h=0.75)
-flow(2.5, 2.81, 3.6, 3.49)
-flow(6.0, 1.73, 4.4, 3.49)
-block(4.0, 3.8, "[emb, fc(taps)]  (2H)", HEAD_C, w=3.0)
-ax.text(3.3, -0.75, "round slot 1 and every context position\n(the EAGLE shift: token $x_{t+1}$ with taps $h_t$)",
-        ha="center", va="top", fontsize=9.5)
-# round slots 2..K: the two learned stand-ins
-block(9.0, 0, "mask_hidden\n(3H, learned)", MASK_C, w=1.9, h=0.75)
-flow(9.0, 0.38, 9.0, 2.12)
-block(9.0, 2.5, "fc: 3H → H\n(the same fc)", HEAD_C, w=1.9, h=0.75)
-block(11.2, 0, "mask token", MASK_C, w=1.8)
-flow(11.2, 0.31, 11.2, 0.97)
-block(11.2, 1.35, "mask embedding row\n(H, learned)", MASK_C, w=2.2, h=0.75)
-flow(9.0, 2.88, 9.6, 3.49)
-flow(11.2, 1.73, 10.7, 3.49)
-block(10.1, 3.8, "[mask emb, fc(mask_hidden)]  (2H)", MASK_C, w=3.6)
-ax.text(10.1, -0.75, "round slots 2..K (P-EAGLE): in place of\n[emb, fc(taps)], the same in every mask slot",
-        ha="center", va="top", fontsize=9.5)
-# the shared layers, the same for every position
-flow(4.0, 4.11, 5.6, 4.74)
-flow(10.1, 4.11, 8.6, 4.74)
-block(7.1, 5.35, "one decoder layer:  attention input 2H (RMS norms: input_layernorm on the embedding,\n"
-      "hidden_norm on the hidden), RoPE at each position, causal over all earlier positions;\n"
-      "residual stream = the hidden (H); post-attention norm, SwiGLU MLP  →  prenorm state (H)", LAYER_C,
-      w=9.4, h=1.2)
-for y, text, color, w in ((6.7, "final norm (H)", LAYER_C, 2.6),
-                          (7.7, "lm_head: H → draft vocabulary ($V_d$ ids)", HEAD_C, 4.4),
-                          (8.7, "argmax, then d2t: target id = draft id + d2t[draft id]", HEAD_C, 5.4),
-                          (9.7, "draft j: a token id of the target", "#fff3b0", 4.0)):
-    flow(7.1, 5.95 if y == 6.7 else y - 0.69, 7.1, y - 0.31)  # from the block below
-    block(7.1, y, text, color, w=w)
-ax.text(9.3, 6.6, "EAGLE-3 instead drafts slots 2..K in K passes:\neach new slot holds the previous draft's\n"
-        "embedding and the prenorm state above", ha="left", va="center", fontsize=8.5, color="dimgrey")
-for i, (color, label) in enumerate(((TARGET_C, "from the target (frozen)"), (HEAD_C, "the head's weights"),
-                                    (MASK_C, "P-EAGLE's learned stand-ins"))):
-    ax.add_patch(FancyBboxPatch((0.2, 9.45 - 0.45 * i), 0.3, 0.25, boxstyle="round,pad=0.02", fc=color, ec="black",
-                                lw=0.6))
-    ax.text(0.65, 9.57 - 0.45 * i, label, va="center", fontsize=9)
-ax.set(xlim=(-0.2, 12.6), ylim=(-1.5, 10.2), title="The drafter: one position's path, from inputs to draft")
-ax.axis("off")
-plt.tight_layout()
-plt.show()
+draw_drafter_path(model.config.hidden_size, cfg.aux_hidden_state_layer_ids)
 
 # %%
 import torch.nn.functional as F
@@ -387,7 +321,7 @@ print("EAGLE-3 sequential drafting from scratch equals HeadDrafter's (same K dra
 #
 # Training must show every slot what it will see when drafting, for many rounds at once. A training **element**
 # `(a, d)` is slot `d + 1` (depth `d`) of the round whose slot 1 sits at the anchor position `a`. It sits at
-# position `a + d` and learns `y_{a+d+1}`, the target's greedy choice for `x_{a+d+2}`. When drafting, that slot
+# position `a + d` and learns `y_{a+d+1}`, the target's greedy choice for `x_{a+d+2}` (its label). When drafting, that slot
 # attends to the context positions `0..a` and to the mask slots before it. So in training, `(a, d)` may attend to
 #
 # - the **depth-0 elements with anchor ≤ a** of the same sequence (its context), and

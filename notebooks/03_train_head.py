@@ -629,8 +629,9 @@ print(f"{cfg.steps} steps by hand ({'bf16 autocast' if amp else 'float32'}): los
 # The same code runs on several processes under `torchrun` / `accelerate launch`.
 #
 # This run uses 8,192 draft ids, more than the shipped heads' 4,096. Expect the loss to **start above ln(8192) =
-# 9.0**, a uniform guess's loss: the head starts with the target's own `lm_head` and final norm, which make
-# confident predictions from the untrained fused state, and a confident wrong guess costs more than a uniform one.
+# 9.0**, a uniform guess's loss: the head starts with the target's own `lm_head` and final norm, whose guesses from
+# the untrained fused state are far from uniform, and wrong. The cell after prints where the loss starts, peaks and
+# first falls below the uniform guess.
 #
 # An uninterrupted run comes first: from the same start it must reproduce the hand loop's loss at every step. The
 # same run is then interrupted halfway (`stop_after`), and a fresh `Trainer` resumes it from the checkpoint: it must

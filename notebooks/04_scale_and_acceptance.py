@@ -464,8 +464,7 @@ if runs:
 # vocabulary and 10 depths, gain +0.028 against 0.052 (12 held-out prompts, K=7, 180 s each, bfloat16). Most changes
 # lie beyond the recipe's own seed spread, 0.005, but that spread mixes seed with budget (its two seeds saw 17%
 # different token counts), so it proves little. Only `4 layers` lies beyond both, at -0.065, and it saw under half the
-# baseline's tokens in the same time. (The 4k vocabulary's coverage, 0.977, is measured on held-out text; 03's 99.61%
-# was in-sample.)
+# baseline's tokens in the same time.
 #
 # So question 3 is answered in part: acceptance rises slowly with training (section 2) and a CPU trains on little; the
 # paper also differs in target (GPT-OSS-20B), head depth (4 layers against 1) and benchmark, and no run here isolates

@@ -1,4 +1,5 @@
-"""Explanatory drawings (matplotlib, imported lazily): one decoding round, plain vs sequential vs parallel."""
+"""Explanatory drawings (matplotlib, imported lazily): one decoding round, plain vs sequential vs parallel; the EAGLE
+shift; the drafter's path from inputs to draft."""
 
 from __future__ import annotations
 
@@ -67,3 +68,131 @@ def draw_drafting_schemes(k: int = 4, target_cost: float = 1.0, drafter_cost: fl
     ax.set_title(f"One decoding round with K = {k} draft tokens", fontsize=11)
     fig.tight_layout()
     return fig
+
+
+def draw_eagle_shift(n: int = 4, k_fig: int = 4):
+    """The EAGLE shift drawn for a context x_0..x_n and one round of K=``k_fig`` drafts: the target's tokens and
+    taps, the drafter positions (token x_{t+1} with taps h_t), the mask slots 2..K and the drafts."""
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import FancyBboxPatch
+
+    fig, ax = plt.subplots(figsize=(14, 5.2))
+
+
+    def box(x, y, text, color, style="-", size=9):
+        ax.add_patch(FancyBboxPatch((x - 0.44, y - 0.32), 0.88, 0.64, boxstyle="round,pad=0.02", fc=color, ec="black",
+                                    lw=0.8, ls=style, zorder=2))
+        ax.text(x, y, text, ha="center", va="center", fontsize=size, zorder=3)
+
+
+    def arrow(x0, y0, x1, y1, color="grey"):
+        ax.annotate("", (x1, y1), (x0, y0), arrowprops=dict(arrowstyle="->", color=color, lw=1), zorder=1)
+
+
+    for t in range(n + 1):  # the target over the context: token x_t in, taps h_t out
+        box(t, 3, f"$x_{{{t}}}$", "white")
+        box(t, 2, f"$h_{{{t}}}$", "#f4a259")
+        arrow(t, 2.68, t, 2.32)
+    box(n + 1, 3, f"$x_{{{n + 1}}}$: chosen\nfrom $h_{{{n}}}$", "white", style="--", size=8)
+    arrow(n + 0.44, 2.15, n + 0.75, 2.68)
+    for t in range(n + 1):  # drafter position t: token x_{t+1} (blue arrow) with the taps h_t (grey arrow)
+        box(t, 0.9, f"emb($x_{{{t + 1}}}$)\n$h_{{{t}}}$", "#8cb369" if t == n else "#dde8cf")
+        arrow(t + 0.7, 2.68, t + 0.2, 1.22, "tab:blue")
+        arrow(t, 1.68, t, 1.22)
+    for j in range(2, k_fig + 1):  # round slots 2..K: the mask token and the shared learned vector
+        box(n + j - 1, 0.9, "emb(MASK)\nmask_hidden", "#bfd7ea", size=8)
+    for j in range(1, k_fig + 1):  # round slot j drafts x_{n+j+1} at depth j-1
+        box(n + j - 1, -0.2, f"draft {j}: $x_{{{n + j + 1}}}$?\nslot {j}, depth {j - 1}", "#fff3b0", size=8)
+        arrow(n + j - 1, 0.58, n + j - 1, 0.12)
+    ax.text(-0.44, -0.2, f"blue: token $x_{{t+1}}$ into position t\ngrey: taps $h_t$ into position t\n"
+            f"positions 0..{n - 1}: in the drafter's KV cache", va="center", fontsize=9, color="dimgrey")
+    for y, label in [(3, "tokens"), (2, "target's taps\n(3 layers)"), (0.9, "drafter positions"), (-0.2, "drafts")]:
+        ax.text(-0.7, y, label, ha="right", va="center", fontsize=10)
+    ax.annotate("", (n + k_fig - 0.56, -0.78), (n - 0.44, -0.78), arrowprops=dict(arrowstyle="|-|", lw=1))
+    ax.text(n + (k_fig - 1) / 2, -0.95, f"one parallel round: slots 1..{k_fig}, one drafter pass", ha="center",
+            va="top", fontsize=9)
+    ax.set_xticks(range(n + k_fig), [f"t={t}" for t in range(n + k_fig)])
+    ax.set(xlim=(-2.2, n + k_fig - 0.45), ylim=(-1.3, 3.5), yticks=[],
+           title="The EAGLE shift: drafter position t = [emb($x_{t+1}$), $h_t$]; "
+                 f"round slot j drafts $x_{{n+j+1}}$ at depth j-1 (here n = {n})")
+    for side in ("left", "right", "top"):
+        ax.spines[side].set_visible(False)
+    plt.show()
+
+
+def _block(ax, x, y, text, color, w=2.2, h=0.62):
+    from matplotlib.patches import FancyBboxPatch
+
+    ax.add_patch(FancyBboxPatch((x - w / 2, y - h / 2), w, h, boxstyle="round,pad=0.03", fc=color, ec="black",
+                                lw=0.8, zorder=2))
+    ax.text(x, y, text, ha="center", va="center", fontsize=9, zorder=3)
+
+
+def _flow(ax, x0, y0, x1, y1):
+    ax.annotate("", (x1, y1), (x0, y0), arrowprops=dict(arrowstyle="->", lw=1, shrinkA=0, shrinkB=0), zorder=1)
+
+
+_TARGET_C, _HEAD_C, _MASK_C, _LAYER_C = "#f4a259", "#dde8cf", "#bfd7ea", "#e8e0f0"
+
+
+def _drafter_inputs(ax, H: int, tap_layers) -> None:
+    """The lower half of :func:`draw_drafter_path`: slot 1's taps and token, and the stand-ins of slots 2..K."""
+    block, flow = (lambda *a, **k: _block(ax, *a, **k)), (lambda *a: _flow(ax, *a))
+    for x, name, layer in zip((0.9, 2.5, 4.1), ("low", "mid", "high"), tap_layers):
+        block(x, 0, f"$h_{{{name}}}$\nlayer {layer}, H", _TARGET_C, w=1.4, h=0.75)
+        flow(x, 0.38, 2.5, 1.05)
+    block(2.5, 1.35, f"concat  (3H = {3 * H})", _TARGET_C, w=2.6)
+    flow(2.5, 1.66, 2.5, 2.19)
+    block(2.5, 2.5, f"fc: 3H → H ({H})", _HEAD_C, w=2.6)
+    block(6.0, 0, "token $x_{t+1}$", "white", w=1.8)
+    flow(6.0, 0.31, 6.0, 0.97)
+    block(6.0, 1.35, "embedding row (H)\nthe target's table", _TARGET_C, w=2.3, h=0.75)
+    flow(2.5, 2.81, 3.6, 3.49)
+    flow(6.0, 1.73, 4.4, 3.49)
+    block(4.0, 3.8, "[emb, fc(taps)]  (2H)", _HEAD_C, w=3.0)
+    ax.text(3.3, -0.75, "round slot 1 and every context position\n(the EAGLE shift: token $x_{t+1}$ with taps $h_t$)",
+            ha="center", va="top", fontsize=9.5)
+    block(9.0, 0, "mask_hidden\n(3H, learned)", _MASK_C, w=1.9, h=0.75)  # round slots 2..K: the two stand-ins
+    flow(9.0, 0.38, 9.0, 2.12)
+    block(9.0, 2.5, "fc: 3H → H\n(the same fc)", _HEAD_C, w=1.9, h=0.75)
+    block(11.2, 0, "mask token", _MASK_C, w=1.8)
+    flow(11.2, 0.31, 11.2, 0.97)
+    block(11.2, 1.35, "mask embedding row\n(H, learned)", _MASK_C, w=2.2, h=0.75)
+    flow(9.0, 2.88, 9.6, 3.49)
+    flow(11.2, 1.73, 10.7, 3.49)
+    block(10.1, 3.8, "[mask emb, fc(mask_hidden)]  (2H)", _MASK_C, w=3.6)
+    ax.text(10.1, -0.75, "round slots 2..K (P-EAGLE): in place of\n[emb, fc(taps)], the same in every mask slot",
+            ha="center", va="top", fontsize=9.5)
+
+
+def draw_drafter_path(H: int, tap_layers):
+    """The P-EAGLE drafter, one position's path from inputs to draft: the taps through `fc`, the token's
+    embedding, the two learned stand-ins of slots 2..K, the decoder layer, the final norm, `lm_head` and `d2t`."""
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import FancyBboxPatch
+
+    fig, ax = plt.subplots(figsize=(12, 8.2))
+    _drafter_inputs(ax, H, tap_layers)
+    _flow(ax, 4.0, 4.11, 5.6, 4.74)  # the shared layers, the same for every position
+    _flow(ax, 10.1, 4.11, 8.6, 4.74)
+    _block(ax, 7.1, 5.35, "one decoder layer:  attention input 2H (RMS norms: input_layernorm on the embedding,\n"
+           "hidden_norm on the hidden), RoPE at each position, causal over all earlier positions;\n"
+           "residual stream = the hidden (H); post-attention norm, SwiGLU MLP  →  prenorm state (H)", _LAYER_C,
+           w=9.4, h=1.2)
+    for y, text, color, w in ((6.7, "final norm (H)", _LAYER_C, 2.6),
+                              (7.7, "lm_head: H → draft vocabulary ($V_d$ ids)", _HEAD_C, 4.4),
+                              (8.7, "argmax, then d2t: target id = draft id + d2t[draft id]", _HEAD_C, 5.4),
+                              (9.7, "draft j: a token id of the target", "#fff3b0", 4.0)):
+        _flow(ax, 7.1, 5.95 if y == 6.7 else y - 0.69, 7.1, y - 0.31)  # from the block below
+        _block(ax, 7.1, y, text, color, w=w)
+    ax.text(9.3, 6.6, "EAGLE-3 instead drafts slots 2..K in K passes:\neach new slot holds the previous draft's\n"
+            "embedding and the prenorm state above", ha="left", va="center", fontsize=8.5, color="dimgrey")
+    for i, (color, label) in enumerate(((_TARGET_C, "from the target (frozen)"), (_HEAD_C, "the head's weights"),
+                                        (_MASK_C, "P-EAGLE's learned stand-ins"))):
+        ax.add_patch(FancyBboxPatch((0.2, 9.45 - 0.45 * i), 0.3, 0.25, boxstyle="round,pad=0.02", fc=color,
+                                    ec="black", lw=0.6))
+        ax.text(0.65, 9.57 - 0.45 * i, label, va="center", fontsize=9)
+    ax.set(xlim=(-0.2, 12.6), ylim=(-1.5, 10.2), title="The drafter: one position's path, from inputs to draft")
+    ax.axis("off")
+    plt.tight_layout()
+    plt.show()
