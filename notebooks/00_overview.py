@@ -187,11 +187,11 @@ for key, value in [("target_params", n_params), ("greedy_tokens_per_s", round(to
     record(key, value, notebook="00_overview")
 
 # %% [markdown]
-# **Reading it.** In float32, verifying 6 tokens cost 2.16 decoding steps here, and 9 tokens about the same (2.10):
+# **Reading it.** In float32, verifying 6 tokens cost 1.75 decoding steps here, and 9 tokens the same (1.75):
 # far less than 6 or 9 steps, far more than the GPU line's 1.17. Going from one row to several costs about one more
-# step on this CPU in float32, so a round must commit more than two tokens just to pay for its verification. With
+# step on this CPU in float32, so a round must commit almost two tokens just to pay for its verification. With
 # bfloat16 the CPU's bf16 units do the rows' arithmetic much faster: 05, which times in bf16, measures verification at
-# 1.08 to 1.2 steps, close to the GPU's. The cell prints the load, and flags a longer forward that measured cheaper.
+# 1.06 to 1.2 steps, close to the GPU's. The cell prints the load, and flags a longer forward that measured cheaper.
 #
 # ## One speculative round, written out
 #
@@ -322,9 +322,9 @@ print("hand-written vs plain greedy:", "identical" if div is None else div.messa
 
 # %% [markdown]
 # **Reading it.** The hand-written round, the package's loop and plain greedy decoding produce the same tokens. A
-# round commits 1.47 tokens while its verification alone costs 2.16 decoding steps, so in float32 speculation cannot
-# pay, and the wall time agrees: 4.10 s against plain decoding's 3.11 s (0.76x) on this prompt. 07 runs the same
-# prompt and head in bfloat16 (K=4, 64 tokens), where verification is cheap, and there speculation pays (1.12x, one
+# round commits 1.47 tokens while its verification alone costs 1.75 decoding steps, so in float32 speculation cannot
+# pay, and the wall time agrees: 3.88 s against plain decoding's 3.00 s (0.78x) on this prompt. 07 runs the same
+# prompt and head in bfloat16 (K=4, 64 tokens), where verification is cheap, and there speculation pays (1.09x, one
 # run).
 #
 # ### Acceptance length, draft by draft
@@ -434,7 +434,7 @@ print("P-EAGLE against EAGLE-3: " + payoff.paired_verdict(ahead, len(easy_rows) 
 
 # %% [markdown]
 # **Reading it.** Here rounds commit up to 8 tokens (K=7 drafts plus the bonus), every output is identical to plain
-# greedy, and P-EAGLE ran 1.63x and 2.52x faster than plain decoding, EAGLE-3 1.10x and 1.23x. Two requests cannot
+# greedy, and P-EAGLE ran 1.74x and 2.67x faster than plain decoding, EAGLE-3 1.24x and 1.28x. Two requests cannot
 # show an order (a sign test gives p = 0.5 at best); 05 times the same heads on 16 requests, and a pair trained
 # alike on 48.
 #
@@ -587,8 +587,8 @@ check_accept(answer_accept)
 # - A speculative round is five small steps: draft K, verify K + 1 tokens in one target forward, accept the
 #   agreeing prefix, add the bonus token, roll back the KV cache; the hand-written round matches the package's.
 # - In fp32 on a CPU the speculative output is identical to plain greedy decoding in every run here.
-# - Speculation pays when a round commits more than it costs. In float32 on this CPU verification alone costs about
-#   two decoding steps, so on the open prime-check prompt (1.47 tokens a round) it loses (0.76x); in bfloat16 it costs
+# - Speculation pays when a round commits more than it costs. In float32 on this CPU verification alone costs 1.75
+#   decoding steps, so on the open prime-check prompt (1.47 tokens a round) it loses (0.78x); in bfloat16 it costs
 #   little more than one (05, 07). On two list requests the list-domain heads commit several tokens a round and ran
 #   faster than plain decoding even in float32; 05 times them on 16 requests, and a pair trained alike on 48.
 # - AL = 1 + p1 + p1·p2 + …: a deep draft counts only when every draft before it is accepted, so a larger K does not

@@ -113,10 +113,10 @@ print("lossless (identical, or in a near-tie regime a near-tie divergence; see t
 
 # %% [markdown]
 # **Reading it.** The shipped P-EAGLE head at K=4 commits 1.40 tokens per round of a possible 5 (64 tokens in 46
-# target forwards, so most tokens are grey), and in this run it beat plain decoding, 1.12x (one run). The target ran in
+# target forwards, so most tokens are grey), and in this run it beat plain decoding, 1.09x (one run). The target ran in
 # bfloat16: the output leaves plain greedy's from token 12 on, where plain greedy's top two logits tie (margin 0), which
-# the near-tie rule (appendix) counts as lossless. 00 ran the same prompt and head in float32 and lost (0.76x): there a
-# verification costs about two decode steps, in bf16 little more than one (`verify_k7` below).
+# the near-tie rule (appendix) counts as lossless. 00 ran the same prompt and head in float32 and lost (0.78x): there a
+# verification costs 1.75 decode steps, in bf16 little more than one (`verify_k7` below).
 
 # %% [markdown]
 # ### Exercise: which kind of prompt gets more drafts accepted?
@@ -344,7 +344,7 @@ print(f"05's {len(bench05)} committed benchmark rows: {min(bench05):.2f} to {max
 # ## What we saw
 #
 # - **The fixed run.** The shipped P-EAGLE head at K=4 commits 1.40 tokens per round of a possible 5 on 00's
-#   prime-check prompt, 1.12x plain decoding in this bf16 run; its output leaves plain greedy's at an exact tie
+#   prime-check prompt, 1.09x plain decoding in this bf16 run; its output leaves plain greedy's at an exact tie
 #   (lossless by the near-tie rule).
 # - **The exercise.** One code and one chat prompt cannot rank kinds of text; the committed 24-prompt runs do not
 #   either.
