@@ -30,11 +30,11 @@
 #
 # **What this machine shows** (a 2-core EPYC with bf16 units, where this chapter times in bfloat16; the first cell
 # prints the choice): the mechanism, one drafter pass against K; the drafting-cost gap (at K=10 one parallel pass takes
-# 4.5 ms, ten sequential ones 31.3 ms); losslessness in bf16 (outputs diverge from plain greedy only at near-ties of the
-# top two logits); and speed-ups: 1.18x and 1.14x end to end for the shipped heads, more for heads trained on a narrow
-# domain. **What it cannot show** is the paper's acceptance: the shipped heads accept 1.29 to 1.61 tokens a round on
-# HumanEval prompts across the course's runs (07's ledger lists each), against the blog's 3.94 at K=7 (3.70 on MT-Bench,
-# which the chat suite stands in for). The **oracle** rows price it: a stand-in drafter that draws the paper's
+# 4.02 ms, ten sequential ones 24.2 ms); losslessness in bf16 (outputs diverge from plain greedy only at near-ties of
+# the top two logits); and speed-ups: 1.18x and 1.14x end to end for the shipped heads, more for heads trained on a
+# narrow domain. **What it cannot show** is the paper's acceptance: the shipped heads accept 1.29 to 1.61 tokens a round
+# on HumanEval prompts across the course's runs (07's ledger lists each), against the blog's 3.94 at K=7 (3.70 on
+# MT-Bench, which the chat suite stands in for). The **oracle** rows price it: a stand-in drafter that draws the paper's
 # acceptance through the real loop, charged one pass or K passes a round (this host's bf16 run has only the one-pass
 # oracle; the oracle pair below has both).
 #
@@ -220,9 +220,9 @@ print("verifying more tokens measured cheaper after: "
 bench.plot_drafting_cost(dc);
 
 # %% [markdown]
-# **Reading it.** From K=1 to K=10 sequential drafting grows from 3.79 to 31.3 ms, one parallel pass from 4.15 to
-# 4.5 ms: 6.96x apart at K=10. But verifying K+1 tokens costs 1.08 to 1.2 decode steps (`verify_ratio`), 67.3 to
-# 74.4 ms: on this CPU verification, not drafting, is most of a round.
+# **Reading it.** From K=1 to K=10 sequential drafting grows from 3.17 to 24.2 ms, one parallel pass from 3.42 to
+# 4.02 ms: 6.01x apart at K=10 (at K=1, the same computation, 0.927x). But verifying K+1 tokens costs 1.06 to 1.2
+# decode steps (`verify_ratio`), 54.8 to 61.8 ms: on this CPU verification, not drafting, is most of a round.
 #
 # ## End to end
 #
@@ -256,10 +256,10 @@ print(f"plain loop: {plain_row['t_step_ms']:.1f} ms per decode step (loop timer)
       f"(drafting_cost above): {dc['target_step_ms']:.1f} ms")
 
 # %% [markdown]
-# **Reading it.** Every head row is above 1x: P-EAGLE 1.26x to 1.28x at every K (1.28x at K=1, where parallel and
-# sequential drafting are the same computation, and at K=7), EAGLE-3 1.23x to 1.32x, fastest at K=2; a deeper K adds
-# little acceptance (P-EAGLE's AL 1.35 at K=1, 1.45 at K=7). The oracle rows make 2.01x to 2.46x, prompt lookup 1.68x.
-# `efficiency` is 0.926 to 1.03 (above 1 is timing noise): the loop loses little.
+# **Reading it.** Every head row is above 1x: P-EAGLE 1.24x to 1.28x (1.28x at K=2 and K=4, 1.24x at K=1, where
+# parallel and sequential drafting are the same computation), EAGLE-3 1.13x to 1.33x, fastest at K=2; a deeper K adds
+# little acceptance (P-EAGLE's AL 1.35 at K=1, 1.45 at K=7). The oracle rows make 2.08x to 2.77x, prompt lookup 1.77x.
+# `efficiency` is 0.931 to 1.07 (above 1 is timing noise): the loop loses little.
 #
 # ## Lossless, in two regimes
 #
@@ -439,12 +439,13 @@ print(f"  oracle K={o['k']}: AL {o['acceptance_length']:.2f} over {o['rounds']} 
       "spread and answers ending early")
 
 # %% [markdown]
-# **Reading it.** Live, P-EAGLE is fastest at K=1 (1.28x, AL 1.35) and EAGLE-3 at K=2 (1.32x, AL 1.48), each faster
-# than plain on 3 of 3 prompts (p = 0.25). EAGLE-3 is ahead of P-EAGLE on 3 of 3 prompts (by 0.032x to 0.047x,
-# p = 0.25: not shown), by accepting more, not by drafting cheaper. The counts say why a deeper K does not help
-# P-EAGLE: its second slot is accepted in 8 of 32 rounds at K=4, its fourth in 0 of 3, and slots 5 to 7 are never
-# reached. In the committed 24-prompt run P-EAGLE is faster than EAGLE-3 on 15 of 24 prompts (p = 0.31): neither is
-# shown faster. Prompt lookup (1.68x, AL 2.04) is faster than the better head.
+# **Reading it.** Live, P-EAGLE is fastest at K=4 (1.28x, AL 1.45) and EAGLE-3 at K=2 (1.33x, AL 1.48), each faster than
+# plain on 3 of 3 prompts (p = 0.25). P-EAGLE is faster than EAGLE-3 on only 1 of 3 prompts (P-EAGLE minus EAGLE-3
+# -0.144x to +0.039x, p = 1: not shown); EAGLE-3 accepts a little more (AL 1.48 against 1.45) and drafts for longer
+# (7.73 against 5.07 ms a round, in the round profile below). The counts say why a deeper K does not help P-EAGLE: its
+# second slot is accepted in 8 of 32 rounds at K=4, its fourth in 0 of 3, and slots 5 to 7 are never reached. In the
+# committed 24-prompt run P-EAGLE is faster than EAGLE-3 on 15 of 24 prompts (p = 0.31): neither is shown faster. Prompt
+# lookup (1.77x, AL 2.04) is faster than the better head.
 #
 # ## P-EAGLE's claim, live: one acceptance, two drafting costs
 #
@@ -504,12 +505,13 @@ for label, res in runs:  # each run's best one-pass K against K sequential passe
               + order(gaps, "one pass", f"{a['k']} passes"))
 
 # %% [markdown]
-# **Reading it.** At the paper's acceptance and K=7, one parallel pass makes 2.46x and seven sequential passes 2.02x
-# (+22%), on drafting of 5.39 against 22.3 ms per round; it wins on 3 of 3 prompts, too few to show an order
-# (p = 0.25), and 6.5 ms of the rounds' gap is verification noise (the same work measured 66.4 and 72.9 ms). At K=3
-# one pass makes 2.11x, three 2.01x (drafting 4.65 against 9.47 ms). Only `cpu-epyc-avx2-2c`'s committed float32 runs
-# have both charges, and there one pass is shown faster: 1.59x against 1.46x on code (22 of 24 prompts, p = 3.6e-05),
-# 1.56x against 1.39x on chat (24 of 24, p = 1.2e-07).
+# **Reading it.** At the paper's acceptance and K=7, one parallel pass makes 2.77x and seven sequential passes 2.21x
+# (+25%), on drafting of 4.96 against 22.2 ms per round; it wins on 3 of 3 prompts, too few to show an order (p = 0.25),
+# and 5.0 ms of the rounds' gap is verification noise (the same work measured 65.8 and 70.8 ms). At K=3 three passes
+# come out ahead, 2.2x against one pass's 2.08x, though they draft for 10.7 ms against 4.99 ms: a gap smaller than
+# either row's spread over prompts (`speedup_iqr` 0.249 and 0.37). Only `cpu-epyc-avx2-2c`'s committed float32 runs have
+# both charges, and there one pass is shown faster: 1.59x against 1.46x on code (22 of 24 prompts, p = 3.6e-05), 1.56x
+# against 1.39x on chat (24 of 24, p = 1.2e-07).
 #
 # ## Where a round's time goes
 #
@@ -552,10 +554,10 @@ for r in ledger.bench_rows(e2e, "05", f"this run's end to end ({'CI size' if CI 
     ledger.record(**r)
 
 # %% [markdown]
-# **Reading it.** Verification is over nine tenths of every P-EAGLE round (`verify_share` 0.913 to 0.93) and grows a
-# little with K (59.8 ms at K=1, 61.2 ms at K=7). P-EAGLE's drafting takes 3.84 to 4.54 ms at every K; EAGLE-3's share
-# grows from 0.0581 at K=1 to 0.152 at K=4, and the K-pass oracle's reaches 0.231 at K=7. Acceptance and rollback take
-# 0.54 to 1.17 ms, Python 0.1 to 0.145 ms.
+# **Reading it.** Verification is over nine tenths of every P-EAGLE round (`verify_share` 0.913 to 0.931) and does
+# not grow with K here (72.1 ms at K=1, 64.3 at K=2, 67.9 at K=7). P-EAGLE's drafting takes 4.37 to 5.07 ms at every
+# K; EAGLE-3's share grows from 0.0592 at K=1 to 0.158 at K=4, and the K-pass oracle's reaches 0.235 at K=7.
+# Acceptance and rollback take 0.614 to 1.27 ms, Python 0.121 to 0.146 ms.
 #
 # ## What it takes: the break-even picture
 #
@@ -634,7 +636,7 @@ print("\nthe blog's acceptance lengths on the GPU cost model (K=7): "
 # **Reading it.** At K=7 a round costs 1.07 decode steps in this live bf16 run and 1.26 in this host's committed bf16
 # run, against 1.98 and 1.95 in the committed fp32 runs. The shipped P-EAGLE head clears the bf16 rounds (AL 1.45 and
 # 1.55: 1.30x and 1.20x decode), not the fp32 ones (AL 1.51 and 1.32: 0.73x, 0.63x). The paper's AL 3.94 would pay
-# 3.68x and 3.12x ideally in bf16, 1.99x and 2.02x in fp32. The committed bf16 round equals the GPU P-EAGLE line's
+# 3.67x and 3.12x ideally in bf16, 1.99x and 2.02x in fp32. The committed bf16 round equals the GPU P-EAGLE line's
 # (1.26 steps), so those lines overlap; on the GPU model the paper's AL would pay 3.12x with one parallel pass, 2.40x
 # with seven sequential ones.
 #
@@ -687,10 +689,10 @@ for c in curves:  # verifying K+1 tokens, in decode steps: the drafting-cost ben
 # %% [markdown]
 # **Reading it.** The committed bf16 run goes from 3.12x ideal to 2.25x end to end, the fp32 one from 1.99x to 1.59x;
 # the largest step is the prefill (2.81x to 2.25x in bf16): 32-token answers take only 8.3 rounds a prompt. The live
-# run goes from 3.68x to 2.46x; its largest step is the drawn AL (3.43 against 3.94: 3.20x), then the prefill (2.80x
-# to 2.46x); the oracle's own round, 1.17 steps against the P-EAGLE line's 1.07, takes it to 2.93x (verifying 8 tokens
-# took 66.4 ms per round in the oracle's run, 61.2 ms in P-EAGLE's). The two verification figures measure differently
-# (one 165-token prompt timed alone, against a median over the loop's prompts), so they need not agree: live, 1.08
+# run goes from 3.67x to 2.77x; its largest step is the drawn AL (3.43 against 3.94: 3.19x), then the prefill (3.20x
+# to 2.77x); the oracle's own round, 1.04 steps against the P-EAGLE line's 1.07, lifts it to 3.29x (verifying 8 tokens
+# took 65.8 ms per round in the oracle's run, 67.9 ms in P-EAGLE's). The two verification figures measure differently
+# (one 165-token prompt timed alone, against a median over the loop's prompts), so they need not agree: live, 1.14
 # steps against 1.00.
 #
 # ### Exercise: write the pass shapes, then predict the drafting cost
@@ -768,8 +770,8 @@ for ex_k in EX_KS:
 print("ratio as a fraction of K:", ", ".join(f"K={k}: {r / k:.2f}" for k, r in ex.items()))
 
 # %% [markdown]
-# **Reading it.** From K=2 to K=10 the parallel round goes from 3.33 to 4.01 ms, the sequential one from 5.63 to
-# 26.10 ms: their ratio rises from 1.69 to 6.51, below K (0.85 and 0.65 of it).
+# **Reading it.** From K=2 to K=10 the parallel round goes from 4.12 to 5.33 ms, the sequential one from 8.34 to
+# 42.30 ms: their ratio rises from 2.03 to 7.93, about K at K=2 (1.01 of it) and below K at K=10 (0.79).
 #
 # ## A trained head that pays: a narrow domain
 #
@@ -901,22 +903,28 @@ else:
 # 104.4 ms). At K=3 the two are level (1.45x, 1.47x). The run was timed in float32 on this host; the heads were trained
 # there with bf16 autocast.
 #
+# Live, in bf16 at K=7 on 16 held-out requests x 64 new tokens (outputs identical to plain greedy), each head is
+# shown faster than plain: P-EAGLE is faster on 16 of 16 (1.00x to 4.58x, p = 3.1e-05), EAGLE-3 on 13 of 16 (0.68x
+# to 3.98x, p = 0.021). But P-EAGLE beats EAGLE-3 on only 10 of 16 (p = 0.45: neither shown faster): these 16 do
+# not show the order the committed 48 show.
+#
 # ## What we saw
 #
-# - Speed is AL / round, the round in decode steps. From K=1 to K=10 one parallel pass grows from 4.15 to 4.5 ms, K
-#   sequential passes from 3.79 to 31.3 ms; at K=1 the two are the same computation.
+# - Speed is AL / round, the round in decode steps. From K=1 to K=10 one parallel pass grows from 3.42 to 4.02 ms, K
+#   sequential passes from 3.17 to 24.2 ms; at K=1 the two are the same computation.
 # - In bf16 on this CPU the committed run's round costs 1.19 decode steps and the shipped heads clear it: 1.18x and
-#   1.14x end to end over 24 prompts, each shown faster than plain decoding; live, P-EAGLE is fastest at K=1 (1.28x),
-#   EAGLE-3 at K=2 (1.32x). On the committed fp32 rounds (1.98 and 1.95 steps) the P-EAGLE head loses (0.73x and 0.63x
+#   1.14x end to end over 24 prompts, each shown faster than plain decoding; live, P-EAGLE is fastest at K=4 (1.28x),
+#   EAGLE-3 at K=2 (1.33x). On the committed fp32 rounds (1.98 and 1.95 steps) the P-EAGLE head loses (0.73x and 0.63x
 #   decode).
 # - In bf16 speculative output diverges from plain greedy only at near-ties (20 of 42 live outputs, margins 0.000 or
 #   0.125); the fp32 rerun stays identical.
-# - At the paper's acceptance one parallel pass is faster than seven sequential ones on 3 of 3 live prompts (2.46x
-#   against 2.02x; p = 0.25, not shown), and shown faster in the committed fp32 runs (1.59x against 1.46x on code,
+# - At the paper's acceptance one parallel pass is faster than seven sequential ones on 3 of 3 live prompts (2.77x
+#   against 2.21x; p = 0.25, not shown), and shown faster in the committed fp32 runs (1.59x against 1.46x on code,
 #   1.56x against 1.39x on chat).
 # - On a narrow domain (committed, float32), at equal acceptance, P-EAGLE's cheaper round gives 1.75x against
 #   1.55x (12 of 16 prompts: no order shown); trained alike, P-EAGLE is shown faster (2.10x against 1.92x, 37 of
-#   48) while accepting less.
+#   48) while accepting less. Live, on 16 requests in bf16, both matched heads are shown faster than plain (16 and 13
+#   of 16), but P-EAGLE beats EAGLE-3 on only 10 of 16 (p = 0.45: not shown).
 #
 # The same from a shell:
 #
