@@ -561,8 +561,9 @@ check_accept(answer_accept)
 # | `07_explorer` | Watch drafts being accepted token by token; speculative sampling; how the course measures | 0.5 |
 #
 # Minutes and saved outputs: one `make lab` run of the whole course on `cpu-epyc-avx512bf16-2c`, a 2-core AMD EPYC
-# with bf16 units and no GPU (17.0 minutes of notebooks, 17.2 with start-up); this chapter's outputs come from a rerun
-# of it alone on the same host. Chapters 00-04 and 06 load the target in float32; 05 and 07 in what `auto` picks,
+# with bf16 units and no GPU (17.0 minutes of notebooks, 17.2 with start-up). The saved outputs of 00, 02, 05 and 07
+# come from a later run of those four on the same host (05 then took 5.0 minutes, with its live run of the matched
+# pair). Chapters 00-04 and 06 load the target in float32; 05 and 07 in what `auto` picks,
 # bfloat16 on a CPU with bf16 units. `make setup` installs everything the
 # chapters use, vLLM for 06 included; no chapter needs a GPU or downloads a model.
 #
