@@ -188,8 +188,8 @@ for key, value in [("target_params", n_params), ("greedy_tokens_per_s", round(to
 
 # %% [markdown]
 # **Reading it.** In float32, verifying 6 tokens cost 1.75 decoding steps here, and 9 tokens the same (1.75):
-# far less than 6 or 9 steps, far more than the GPU line's 1.17. Going from one row to several costs about one more
-# step on this CPU in float32, so a round must commit almost two tokens just to pay for its verification. With
+# far less than 6 or 9 steps, far more than the GPU line's 1.17. Going from one row to several costs three quarters
+# of a step more on this CPU in float32, so a round must commit almost two tokens just to pay for its verification. With
 # bfloat16 the CPU's bf16 units do the rows' arithmetic much faster: 05, which times in bf16, measures verification at
 # 1.06 to 1.2 steps, close to the GPU's. The cell prints the load, and flags a longer forward that measured cheaper.
 #

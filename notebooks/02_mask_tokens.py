@@ -321,8 +321,8 @@ print("EAGLE-3 sequential drafting from scratch equals HeadDrafter's (same K dra
 #
 # Training must show every slot what it will see when drafting, for many rounds at once. A training **element**
 # `(a, d)` is slot `d + 1` (depth `d`) of the round whose slot 1 sits at the anchor position `a`. It sits at
-# position `a + d` and learns `y_{a+d+1}`, the target's greedy choice for `x_{a+d+2}` (its label). When drafting, that slot
-# attends to the context positions `0..a` and to the mask slots before it. So in training, `(a, d)` may attend to
+# position `a + d` and learns `y_{a+d+1}`, the target's greedy choice for `x_{a+d+2}` (its label). When drafting, that
+# slot attends to the context positions `0..a` and to the mask slots before it. So in training, `(a, d)` may attend to
 #
 # - the **depth-0 elements with anchor ≤ a** of the same sequence (its context), and
 # - **its own rollout**: `(a, d')` with `d' ≤ d`.

@@ -147,8 +147,9 @@ print(f"the oracle draws the blog's AL {o_al:.2f} at K=7 on {o_bench} (its AL ab
 #   **one** pass over the new context slots plus K-1 mask slots. At batch 1 a small drafter is bound by weight reads
 #   and per-call overhead, so one wide pass costs far less than K narrow ones (the next cells measure how much).
 #
-# At K=1 both modes are the same computation, one pass over the same slots: a gap in a K=1 row is timing noise, not
-# drafting. And a cheap deep draft pays only if the deep slots are accepted.
+# At K=1 both modes are the same computation, one pass over the same slots: with one head, a gap in a K=1 row would
+# be timing noise, not drafting; between the two shipped heads it is also acceptance. And a cheap deep draft pays only
+# if the deep slots are accepted.
 #
 # ## The heads
 #
@@ -257,7 +258,8 @@ print(f"plain loop: {plain_row['t_step_ms']:.1f} ms per decode step (loop timer)
 
 # %% [markdown]
 # **Reading it.** Every head row is above 1x: P-EAGLE 1.24x to 1.28x (1.28x at K=2 and K=4, 1.24x at K=1, where
-# parallel and sequential drafting are the same computation), EAGLE-3 1.13x to 1.33x, fastest at K=2; a deeper K adds
+# parallel and sequential drafting are the same computation, so the two heads' K=1 rows differ by acceptance, AL 1.35
+# against 1.39, and noise), EAGLE-3 1.13x to 1.33x, fastest at K=2; a deeper K adds
 # little acceptance (P-EAGLE's AL 1.35 at K=1, 1.45 at K=7). The oracle rows make 2.08x to 2.77x, prompt lookup 1.77x.
 # `efficiency` is 0.931 to 1.07 (above 1 is timing noise): the loop loses little.
 #
@@ -641,8 +643,8 @@ print("\nthe blog's acceptance lengths on the GPU cost model (K=7): "
 # with seven sequential ones.
 #
 # **Against the blog.** Give each method the blog's own AL at K=7 (3.94 for P-EAGLE, 3.03 for EAGLE-3) and the GPU cost
-# model puts P-EAGLE 1.69x ahead of EAGLE-3. The blog measured 1.55x (GPT-OSS-20B in vLLM, against EAGLE-3 at its own
-# best K): the same direction, not a reproduction.
+# model (random weights, an eager transformers loop) puts P-EAGLE 1.69x ahead of EAGLE-3. The blog measured 1.55x
+# (GPT-OSS-20B in vLLM, against EAGLE-3 at its own best K): the same direction, not a reproduction.
 #
 # ### From the ideal to the measured speed-up
 #
@@ -771,7 +773,9 @@ print("ratio as a fraction of K:", ", ".join(f"K={k}: {r / k:.2f}" for k, r in e
 
 # %% [markdown]
 # **Reading it.** From K=2 to K=10 the parallel round goes from 4.12 to 5.33 ms, the sequential one from 8.34 to
-# 42.30 ms: their ratio rises from 2.03 to 7.93, about K at K=2 (1.01 of it) and below K at K=10 (0.79).
+# 42.30 ms: their ratio rises from 2.03 to 7.93, about K at K=2 (1.01 of it, against the answer's "below K") and
+# below K at K=10 (0.79). These are single timings: they ran 20% to 75% above the drafting-cost table's medians for
+# the same calls (5.33 against 4.02 ms, 42.30 against 24.2 ms at K=10), so read the trend, not the values.
 #
 # ## A trained head that pays: a narrow domain
 #
@@ -906,9 +910,9 @@ else:
 # autocast.
 #
 # Live, in bf16 at K=7 on 16 held-out requests x 64 new tokens (outputs identical to plain greedy), each head is
-# shown faster than plain: P-EAGLE is faster on 16 of 16 (1.00x to 4.58x, p = 3.1e-05), EAGLE-3 on 13 of 16 (0.68x
-# to 3.98x, p = 0.021). But P-EAGLE beats EAGLE-3 on only 10 of 16 (p = 0.45: neither shown faster): these 16 do
-# not show the order the committed 48 show.
+# shown faster than plain: P-EAGLE is faster on 16 of 16 (1.00x to 4.58x, the 1.00x a 5-token answer just above 1; p =
+# 3.1e-05), EAGLE-3 on 13 of 16 (0.68x to 3.98x, p = 0.021). But P-EAGLE beats EAGLE-3 on only 10 of 16 (p = 0.45:
+# neither shown faster): these 16 do not show the order the committed 48 show.
 #
 # ## What we saw
 #

@@ -114,7 +114,8 @@ print("lossless (identical, or in a near-tie regime a near-tie divergence; see t
 # %% [markdown]
 # **Reading it.** The shipped P-EAGLE head at K=4 commits 1.40 tokens per round of a possible 5 (64 tokens in 46
 # target forwards, so most tokens are grey), and in this run it beat plain decoding, 1.09x (one run). The target ran in
-# bfloat16: the output leaves plain greedy's from token 12 on, where plain greedy's top two logits tie (margin 0), which
+# bfloat16: the output leaves plain greedy's from token 12 on (so the two times are of slightly different texts), where
+# plain greedy's top two logits tie (margin 0), which
 # the near-tie rule (appendix) counts as lossless. 00 ran the same prompt and head in float32 and lost (0.78x): there a
 # verification costs 1.75 decode steps, in bf16 little more than one (`verify_k7` below).
 
@@ -335,7 +336,8 @@ print(f"05's {len(bench05)} committed benchmark rows: {min(bench05):.2f} to {max
 
 # %% [markdown]
 # **Reading it.** P-EAGLE's rows run from 1.00 (04, no chat template) to 1.90 (04's committed held-out comparison),
-# EAGLE-3's from 1.37 to 2.53; each pair differs in prompt set, K and dtype at once, and with prompt set, host and dtype
+# EAGLE-3's from 1.37 to 2.53; each pair differs in prompts (both from the held-out split, under two labels), K and
+# dtype at once, and with prompt set, host and dtype
 # fixed (indented: 1.29 to 1.45 and 1.39 to 1.54) the rows still move with K, new tokens and the number of prompts
 # (1 to 24). 05's ten committed benchmark rows, 24 or 5 prompts and hundreds of rounds each, span 1.31 to 1.64. The
 # serving sweep's dtype is not in its file; `float32` there is serve-sweep's setting for vLLM on a CPU.
@@ -351,8 +353,8 @@ print(f"05's {len(bench05)} committed benchmark rows: {min(bench05):.2f} to {max
 # - **Speculative sampling.** Accept a draft with probability min(1, p/q), resample a rejection from max(0, p - q): the
 #   tokens follow p whatever q is; q sets only how many drafts pass.
 # - **Across hosts.** With bf16 units both heads are shown faster than plain decoding (1.14x to 1.31x); in float32
-#   none is, and four of six best speed-ups are shown slower (0.67x to 0.82x on average). At the blog's acceptance one
-#   parallel pass is shown faster than K sequential passes.
+#   none is, and four of six best speed-ups are shown slower (best-K speed-ups of 0.67x to 0.82x). At the blog's
+#   acceptance one parallel pass is shown faster than K sequential passes.
 # - **The ledger.** An acceptance length belongs to its prompts and settings: the shipped heads' run from 1.00 to 2.53
 #   across the course.
 #
