@@ -380,9 +380,10 @@ print(f"this chapter, the prime-check prompt (1 x {NEW_TOKENS}, {precision.dtype
       "P-EAGLE 3.94, EAGLE-3 3.03")
 
 # %% [markdown]
-# **Reading it.** On open prompts the shipped heads accept 1.43 to 1.64 tokens a round in 05's 24-prompt runs, and
-# 1.90 and 2.53 on 04's eight held-out prompts at K=7; heads trained on list requests accept 3.57 to 5.15 on them.
-# Rows compare only where prompts, size, K, host and dtype agree; `05 / 07` marks 05's benchmark runs (05 reads this
+# **Reading it.** The rows span 1.43 to 1.64 tokens a round for the shipped heads in 05's 24-prompt runs, 1.90 and
+# 2.53 on 04's eight held-out prompts at K=7, and 3.57 to 5.15 for heads trained on list requests, on list requests.
+# Those spans pool different settings, which is the point: a row compares only with rows whose prompts, size, K, host
+# and dtype agree; `05 / 07` marks 05's benchmark runs (05 reads this
 # host's, 07 tabulates them all).
 #
 # ### A head that pays: list requests
@@ -532,7 +533,7 @@ check_accept(answer_accept)
 # | mask token, `mask_hidden` | P-EAGLE's two learned stand-ins in slots 2..K: one embedding row, and one shared 3H vector in place of the taps | 00, "EAGLE-3 and P-EAGLE"; built in 02 |
 # | COD | conditional drop-token sampling, from PARD (a small draft model that predicts K tokens in one pass with mask tokens): P-EAGLE's training keeps a shrinking, nested share of positions at each deeper depth, so K depths cost far less than K times one | 00, "EAGLE-3 and P-EAGLE"; built in 02 and 03 |
 # | training-time test (TTT) | EAGLE-3's training, unrolled as at inference: each depth gets the data's next token and the head's own state from the depth before | 00, "EAGLE-3 and P-EAGLE"; by hand in 03 |
-# | draft vocabulary, `d2t` | the head scores only a few thousand frequent target ids; `d2t` maps a draft id to its target id (`t2d` the other way) | 02; by hand in 03 |
+# | draft vocabulary, `d2t` | the head scores only a few thousand frequent target ids; `d2t` maps a draft id to its target id (`t2d` the other way) | 00, "One speculative round"; by hand in 03 |
 # | lossless | the speculative output is the target's own: identical to plain greedy decoding, or (bf16, or fp32 on a GPU) diverging only at a near-tie | 00, "Speculative decoding" |
 #
 # **Reading the measurements.** These words recur from 02 on (07's appendix states the full rules):

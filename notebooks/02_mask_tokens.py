@@ -379,7 +379,8 @@ plt.show()
 
 # %% [markdown]
 # **Reading it.** The mask equals its rule in both layouts, and no element sees another sequence. In the left panel,
-# `(2, 2)` attends to the depth-0 columns up to its anchor and to its own rollout, `(2, 0)` and `(2, 1)`: exactly
+# `(2, 2)` attends to the depth-0 columns up to its anchor, `(0, 0)` to `(2, 0)`, to its own rollout `(2, 1)`, and to
+# itself: exactly
 # what slot 3 sees in the one-pass draft after anchor 2. So a head drafts as it was trained.
 #
 # ### Exercise: more parallel slots

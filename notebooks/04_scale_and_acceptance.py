@@ -154,8 +154,9 @@ for kind, row in (("parallel", P), ("sequential", S)):
 # round at K=7 against P-EAGLE's 1.895. P-EAGLE leads at slot 1 (0.62 against 0.50, over 200 rounds each), but its
 # slots 2 and 3 fall to 0.34 and 0.24, so its AL is the same at K=3 and K=7; its rates past slot 3 rest on 13 rounds
 # or fewer and say nothing. In the live check (2 HumanEval prompts, 48 new tokens, float32, 61 to 73 rounds per K)
-# EAGLE-3 accepted more at every K, by 0.09 to 0.16 on these two prompts, even at K=1, where the held-out slot-1 rates
-# predict P-EAGLE; every speculative output was identical to plain greedy.
+# EAGLE-3 accepted more at every K, by 0.09 to 0.16 on these two prompts; two prompts cannot rank the heads, and the
+# cell's comparison with the held-out run crosses prompts, size and dtype. Every speculative output was identical to
+# plain greedy.
 #
 # This is the reverse of the paper's order (the vLLM blog, GPT-OSS-20B on HumanEval at K=7: P-EAGLE 3.94 against
 # EAGLE-3 3.03, with 4-layer GPU-trained heads). The course does not settle why: the shipped heads differ in method,
@@ -461,8 +462,8 @@ if runs:
 
 # %% [markdown]
 # **Reading it.** No change beats the baseline beyond the studies' largest seed spread: the best, a 4k draft
-# vocabulary and 10 depths, gain +0.028 against 0.052 (12 held-out prompts, K=7, 180 s each, bfloat16). Most changes
-# lie beyond the recipe's own seed spread, 0.005, but that spread mixes seed with budget (its two seeds saw 17%
+# vocabulary and 10 depths, gain +0.028 against 0.052 (12 held-out prompts, K=7, 180 s each, bfloat16). All eight
+# changes lie beyond the recipe's own seed spread, 0.005, but that spread mixes seed with budget (its two seeds saw 17%
 # different token counts), so it proves little. Only `4 layers` lies beyond both, at -0.065, and it saw under half the
 # baseline's tokens in the same time.
 #

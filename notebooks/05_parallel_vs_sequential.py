@@ -29,14 +29,14 @@
 # Parallel drafting shrinks `t_draft` (one pass instead of K); it pays only where AL clears the round.
 #
 # **What this machine shows** (a 2-core EPYC with bf16 units, where this chapter times in bfloat16; the first cell
-# prints the choice): the mechanism, one drafter pass against K; the drafting-cost gap (at K=10 one parallel pass takes
-# 4.02 ms, ten sequential ones 24.2 ms); losslessness in bf16 (outputs diverge from plain greedy only at near-ties of
-# the top two logits); and speed-ups: 1.18x and 1.14x end to end for the shipped heads, more for heads trained on a
-# narrow domain. **What it cannot show** is the paper's acceptance: the shipped heads accept 1.29 to 1.61 tokens a round
-# on HumanEval prompts across the course's runs (07's ledger lists each), against the blog's 3.94 at K=7 (3.70 on
-# MT-Bench, which the chat suite stands in for). The **oracle** rows price it: a stand-in drafter that draws the paper's
-# acceptance through the real loop, charged one pass or K passes a round (this host's bf16 run has only the one-pass
-# oracle; the oracle pair below has both).
+# prints the choice): the mechanism, one drafter pass against K; the drafting-cost gap (in this run's table, at K=10 one
+# parallel pass takes 4.02 ms, ten sequential ones 24.2 ms); losslessness in bf16 (outputs diverge from plain greedy
+# only at near-ties of the top two logits); and speed-ups: 1.18x and 1.14x end to end for the shipped heads, more for
+# heads trained on a narrow domain. **What it cannot show** is the paper's acceptance: the shipped heads accept 1.29 to
+# 1.61 tokens a round on HumanEval prompts across the course's runs (07's ledger lists each), against the blog's 3.94 at
+# K=7 (3.70 on MT-Bench, which the chat suite stands in for). The **oracle** rows price it: a stand-in drafter that
+# draws the paper's acceptance through the real loop, charged one pass or K passes a round (this host's bf16 run has
+# only the one-pass oracle; the oracle pair below has both).
 #
 # The first cell reads this host's committed 24-prompt run and computes its summary in view. Columns: `round
 # (steps)` is the formula's round, `ideal` AL / round, `measured, decode` the measured speed-up after the prompt's
@@ -557,8 +557,8 @@ for r in ledger.bench_rows(e2e, "05", f"this run's end to end ({'CI size' if CI 
 
 # %% [markdown]
 # **Reading it.** Verification is over nine tenths of every P-EAGLE round (`verify_share` 0.913 to 0.931) and does
-# not grow with K here (72.1 ms at K=1, 64.3 at K=2, 67.9 at K=7). P-EAGLE's drafting takes 4.37 to 5.07 ms at every
-# K; EAGLE-3's share grows from 0.0592 at K=1 to 0.158 at K=4, and the K-pass oracle's reaches 0.235 at K=7.
+# not grow with K here (72.1 ms at K=1, 64.3 at K=2, 73.3 at K=4, 67.9 at K=7). P-EAGLE's drafting takes 4.37 to 5.07 ms
+# at every K; EAGLE-3's share grows from 0.0592 at K=1 to 0.158 at K=4, and the K-pass oracle's reaches 0.235 at K=7.
 # Acceptance and rollback take 0.614 to 1.27 ms, Python 0.121 to 0.146 ms.
 #
 # ## What it takes: the break-even picture

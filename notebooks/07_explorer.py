@@ -276,15 +276,16 @@ across_hosts.print_verdicts(committed, payoff.verdict_word)  # the paired rule: 
 #   acceptance repeats in fp32 on a CPU.
 # - **Hosts.** Named by CPU: `cpu-epyc-avx2-2c` (2 cores, AVX2 only), `cpu-epyc-avx512bf16-2c` (2 cores, bf16 units).
 #   A figure compares only with figures of its host and dtype.
-# - **Acceptance length** (00; the loop in 02). AL = 1 + accepted drafts / rounds, over every round of a run, the bonus
-#   token included. A last round that runs past the token budget commits only what fits, so a recorded AL can sit a
-#   little below one rebuilt from the per-slot rates (04).
+# - **Acceptance length** (00, where the loop is written). AL = 1 + accepted drafts / rounds, over every round of a run,
+#   the bonus token included. A last round that runs past the token budget commits only what fits, so a recorded AL can
+#   sit a little below one rebuilt from the per-slot rates (04).
 # - **Per-slot rate** (00; 04, 05). p_j = P(draft j accepted | drafts 1..j-1 accepted), printed with the number of
 #   rounds that reached slot j where recorded; a rate over a dozen rounds is a dozen events. Slot j is depth j-1.
 # - **Round, in decode steps** (05). round = (t_draft + t_verify) / t_step, medians of one run; ideal speed-up =
 #   AL / round. `decode_speedup` leaves the prefill out; `speedup` (end to end) includes it.
 # - **Paired rule** (05). Two methods are timed side by side on each prompt (the benchmark rotates their order;
-#   the short live runs of 00 and 05 keep a fixed order, one reason their verdicts hold for that run only). One is
+#   so does 05's live run of the matched pair; 00's short live run keeps a fixed order, so its verdict holds for that
+#   run only). One is
 #   *shown faster* when a two-sided exact sign test over the prompts gives p < 0.05; otherwise the course says "faster
 #   on N of M prompts", whatever the average.
 # - **Seed spread** (02, 03). 0.052 (04 prints it): the largest AL gap between two training seeds of one setting in
@@ -336,8 +337,8 @@ print(f"05's {len(bench05)} committed benchmark rows: {min(bench05):.2f} to {max
 
 # %% [markdown]
 # **Reading it.** P-EAGLE's rows run from 1.00 (04, no chat template) to 1.90 (04's committed held-out comparison),
-# EAGLE-3's from 1.37 to 2.53; each pair differs in prompts (both from the held-out split, under two labels), K and
-# dtype at once, and with prompt set, host and dtype
+# EAGLE-3's from 1.37 to 2.53; each head's lowest and highest rows differ in several settings at once (the printed
+# line names them), and with prompt set, host and dtype
 # fixed (indented: 1.29 to 1.45 and 1.39 to 1.54) the rows still move with K, new tokens and the number of prompts
 # (1 to 24). 05's ten committed benchmark rows, 24 or 5 prompts and hundreds of rounds each, span 1.31 to 1.64. The
 # serving sweep's dtype is not in its file; `float32` there is serve-sweep's setting for vLLM on a CPU.
@@ -362,8 +363,9 @@ print(f"05's {len(bench05)} committed benchmark rows: {min(bench05):.2f} to {max
 # one pass with mask tokens (`02_mask_tokens`) and learns from the target's own outputs (`03_train_head`). On a CPU
 # budget its acceptance grows slowly with data (`04_scale_and_acceptance`); the shipped heads are never shown faster
 # than plain decoding in float32 and are shown modestly faster in bf16, where verification is cheap; on a narrow domain
-# two heads trained alike show P-EAGLE's one pass faster than EAGLE-3's K passes, prompt by prompt, although it accepts
-# less (`05_parallel_vs_sequential`); the same head serves in vLLM (`06_vllm_deploy`). In float32 every speculative
+# two heads trained alike show P-EAGLE's one pass faster than EAGLE-3's K passes, prompt by prompt, in the committed
+# 48-request float32 run, although it accepts less (a live bf16 rerun on 16 requests did not show the order;
+# `05_parallel_vs_sequential`); the same head serves in vLLM (`06_vllm_deploy`). In float32 every speculative
 # output equals plain greedy decoding token for token; in bfloat16 many outputs leave it, each only where plain
 # decoding's top two logits tie or nearly tie (margins printed in 05 and here).
 #
