@@ -137,30 +137,26 @@ _TARGET_C, _HEAD_C, _MASK_C, _LAYER_C = "#f4a259", "#dde8cf", "#bfd7ea", "#e8e0f
 
 def _drafter_inputs(ax, H: int, tap_layers) -> None:
     """The lower half of :func:`draw_drafter_path`: slot 1's taps and token, and the stand-ins of slots 2..K."""
-    block, flow = (lambda *a, **k: _block(ax, *a, **k)), (lambda *a: _flow(ax, *a))
     for x, name, layer in zip((0.9, 2.5, 4.1), ("low", "mid", "high"), tap_layers):
-        block(x, 0, f"$h_{{{name}}}$\nlayer {layer}, H", _TARGET_C, w=1.4, h=0.75)
-        flow(x, 0.38, 2.5, 1.05)
-    block(2.5, 1.35, f"concat  (3H = {3 * H})", _TARGET_C, w=2.6)
-    flow(2.5, 1.66, 2.5, 2.19)
-    block(2.5, 2.5, f"fc: 3H → H ({H})", _HEAD_C, w=2.6)
-    block(6.0, 0, "token $x_{t+1}$", "white", w=1.8)
-    flow(6.0, 0.31, 6.0, 0.97)
-    block(6.0, 1.35, "embedding row (H)\nthe target's table", _TARGET_C, w=2.3, h=0.75)
-    flow(2.5, 2.81, 3.6, 3.49)
-    flow(6.0, 1.73, 4.4, 3.49)
-    block(4.0, 3.8, "[emb, fc(taps)]  (2H)", _HEAD_C, w=3.0)
+        _block(ax, x, 0, f"$h_{{{name}}}$\nlayer {layer}, H", _TARGET_C, w=1.4, h=0.75)
+        _flow(ax, x, 0.38, 2.5, 1.05)
+    _block(ax, 2.5, 1.35, f"concat  (3H = {3 * H})", _TARGET_C, w=2.6)
     ax.text(3.3, -0.75, "round slot 1 and every context position\n(the EAGLE shift: token $x_{t+1}$ with taps $h_t$)",
             ha="center", va="top", fontsize=9.5)
-    block(9.0, 0, "mask_hidden\n(3H, learned)", _MASK_C, w=1.9, h=0.75)  # round slots 2..K: the two stand-ins
-    flow(9.0, 0.38, 9.0, 2.12)
-    block(9.0, 2.5, "fc: 3H → H\n(the same fc)", _HEAD_C, w=1.9, h=0.75)
-    block(11.2, 0, "mask token", _MASK_C, w=1.8)
-    flow(11.2, 0.31, 11.2, 0.97)
-    block(11.2, 1.35, "mask embedding row\n(H, learned)", _MASK_C, w=2.2, h=0.75)
-    flow(9.0, 2.88, 9.6, 3.49)
-    flow(11.2, 1.73, 10.7, 3.49)
-    block(10.1, 3.8, "[mask emb, fc(mask_hidden)]  (2H)", _MASK_C, w=3.6)
+    # (x, y, text, colour, width, height) of each box; (x0, y0, x1, y1) of each arrow: slot 1, then slots 2..K
+    boxes = [(2.5, 2.5, f"fc: 3H → H ({H})", _HEAD_C, 2.6, 0.62), (6.0, 0, "token $x_{t+1}$", "white", 1.8, 0.62),
+             (6.0, 1.35, "embedding row (H)\nthe target's table", _TARGET_C, 2.3, 0.75),
+             (4.0, 3.8, "[emb, fc(taps)]  (2H)", _HEAD_C, 3.0, 0.62),
+             (9.0, 0, "mask_hidden\n(3H, learned)", _MASK_C, 1.9, 0.75),
+             (9.0, 2.5, "fc: 3H → H\n(the same fc)", _HEAD_C, 1.9, 0.75), (11.2, 0, "mask token", _MASK_C, 1.8, 0.62),
+             (11.2, 1.35, "mask embedding row\n(H, learned)", _MASK_C, 2.2, 0.75),
+             (10.1, 3.8, "[mask emb, fc(mask_hidden)]  (2H)", _MASK_C, 3.6, 0.62)]
+    arrows = [(2.5, 1.66, 2.5, 2.19), (6.0, 0.31, 6.0, 0.97), (2.5, 2.81, 3.6, 3.49), (6.0, 1.73, 4.4, 3.49),
+              (9.0, 0.38, 9.0, 2.12), (11.2, 0.31, 11.2, 0.97), (9.0, 2.88, 9.6, 3.49), (11.2, 1.73, 10.7, 3.49)]
+    for x, y, text, color, w, h in boxes:
+        _block(ax, x, y, text, color, w=w, h=h)
+    for arrow in arrows:
+        _flow(ax, *arrow)
     ax.text(10.1, -0.75, "round slots 2..K (P-EAGLE): in place of\n[emb, fc(taps)], the same in every mask slot",
             ha="center", va="top", fontsize=9.5)
 
