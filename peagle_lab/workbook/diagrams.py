@@ -3,6 +3,8 @@ shift; the drafter's path from inputs to draft."""
 
 from __future__ import annotations
 
+from functools import partial
+
 
 def _box(ax, x, y, w, h, text, color, fontsize=9):
     from matplotlib.patches import FancyBboxPatch
@@ -70,39 +72,45 @@ def draw_drafting_schemes(k: int = 4, target_cost: float = 1.0, drafter_cost: fl
     return fig
 
 
+def _block(ax, x, y, text, color, w=2.2, h=0.62, **look):
+    """A rounded box of ``w`` x ``h`` centred on (x, y), with its text; ``look``: ``pad`` (0.03), line style ``ls``
+    ("-"), ``fontsize`` (9)."""
+    from matplotlib.patches import FancyBboxPatch
+
+    ax.add_patch(FancyBboxPatch((x - w / 2, y - h / 2), w, h, boxstyle=f"round,pad={look.get('pad', 0.03)}", fc=color,
+                                ec="black", lw=0.8, ls=look.get("ls", "-"), zorder=2))
+    ax.text(x, y, text, ha="center", va="center", fontsize=look.get("fontsize", 9), zorder=3)
+
+
+def _flow(ax, x0, y0, x1, y1, color="black", shrink=0):
+    """An arrow from (x0, y0) to (x1, y1); ``shrink=None`` keeps matplotlib's default gap at both ends."""
+    ends = {} if shrink is None else dict(shrinkA=shrink, shrinkB=shrink)
+    ax.annotate("", (x1, y1), (x0, y0), arrowprops=dict(arrowstyle="->", color=color, lw=1, **ends), zorder=1)
+
+
 def draw_eagle_shift(n: int = 4, k_fig: int = 4):
     """The EAGLE shift drawn for a context x_0..x_n and one round of K=``k_fig`` drafts: the target's tokens and
     taps, the drafter positions (token x_{t+1} with taps h_t), the mask slots 2..K and the drafts."""
     import matplotlib.pyplot as plt
-    from matplotlib.patches import FancyBboxPatch
 
     fig, ax = plt.subplots(figsize=(14, 5.2))
-
-
-    def box(x, y, text, color, style="-", size=9):
-        ax.add_patch(FancyBboxPatch((x - 0.44, y - 0.32), 0.88, 0.64, boxstyle="round,pad=0.02", fc=color, ec="black",
-                                    lw=0.8, ls=style, zorder=2))
-        ax.text(x, y, text, ha="center", va="center", fontsize=size, zorder=3)
-
-
-    def arrow(x0, y0, x1, y1, color="grey"):
-        ax.annotate("", (x1, y1), (x0, y0), arrowprops=dict(arrowstyle="->", color=color, lw=1), zorder=1)
-
+    box = partial(_block, ax, w=0.88, h=0.64, pad=0.02)
+    arrow = partial(_flow, ax, color="grey", shrink=None)
 
     for t in range(n + 1):  # the target over the context: token x_t in, taps h_t out
         box(t, 3, f"$x_{{{t}}}$", "white")
         box(t, 2, f"$h_{{{t}}}$", "#f4a259")
         arrow(t, 2.68, t, 2.32)
-    box(n + 1, 3, f"$x_{{{n + 1}}}$: chosen\nfrom $h_{{{n}}}$", "white", style="--", size=8)
+    box(n + 1, 3, f"$x_{{{n + 1}}}$: chosen\nfrom $h_{{{n}}}$", "white", ls="--", fontsize=8)
     arrow(n + 0.44, 2.15, n + 0.75, 2.68)
     for t in range(n + 1):  # drafter position t: token x_{t+1} (blue arrow) with the taps h_t (grey arrow)
         box(t, 0.9, f"emb($x_{{{t + 1}}}$)\n$h_{{{t}}}$", "#8cb369" if t == n else "#dde8cf")
-        arrow(t + 0.7, 2.68, t + 0.2, 1.22, "tab:blue")
+        arrow(t + 0.7, 2.68, t + 0.2, 1.22, color="tab:blue")
         arrow(t, 1.68, t, 1.22)
     for j in range(2, k_fig + 1):  # round slots 2..K: the mask token and the shared learned vector
-        box(n + j - 1, 0.9, "emb(MASK)\nmask_hidden", "#bfd7ea", size=8)
+        box(n + j - 1, 0.9, "emb(MASK)\nmask_hidden", "#bfd7ea", fontsize=8)
     for j in range(1, k_fig + 1):  # round slot j drafts x_{n+j+1} at depth j-1
-        box(n + j - 1, -0.2, f"draft {j}: $x_{{{n + j + 1}}}$?\nslot {j}, depth {j - 1}", "#fff3b0", size=8)
+        box(n + j - 1, -0.2, f"draft {j}: $x_{{{n + j + 1}}}$?\nslot {j}, depth {j - 1}", "#fff3b0", fontsize=8)
         arrow(n + j - 1, 0.58, n + j - 1, 0.12)
     ax.text(-0.44, -0.2, f"blue: token $x_{{t+1}}$ into position t\ngrey: taps $h_t$ into position t\n"
             f"positions 0..{n - 1}: in the drafter's KV cache", va="center", fontsize=9, color="dimgrey")
@@ -119,17 +127,6 @@ def draw_eagle_shift(n: int = 4, k_fig: int = 4):
         ax.spines[side].set_visible(False)
     plt.show()
 
-
-def _block(ax, x, y, text, color, w=2.2, h=0.62):
-    from matplotlib.patches import FancyBboxPatch
-
-    ax.add_patch(FancyBboxPatch((x - w / 2, y - h / 2), w, h, boxstyle="round,pad=0.03", fc=color, ec="black",
-                                lw=0.8, zorder=2))
-    ax.text(x, y, text, ha="center", va="center", fontsize=9, zorder=3)
-
-
-def _flow(ax, x0, y0, x1, y1):
-    ax.annotate("", (x1, y1), (x0, y0), arrowprops=dict(arrowstyle="->", lw=1, shrinkA=0, shrinkB=0), zorder=1)
 
 
 _TARGET_C, _HEAD_C, _MASK_C, _LAYER_C = "#f4a259", "#dde8cf", "#bfd7ea", "#e8e0f0"
