@@ -187,11 +187,11 @@ for key, value in [("target_params", n_params), ("greedy_tokens_per_s", round(to
     record(key, value, notebook="00_overview")
 
 # %% [markdown]
-# **Reading it.** In float32, verifying 6 tokens cost 1.75 decoding steps here, and 9 tokens the same (1.75):
-# far less than 6 or 9 steps, far more than the GPU line's 1.17. Going from one row to several costs three quarters
-# of a step more on this CPU in float32, so a round must commit almost two tokens just to pay for its verification. With
+# **Reading it.** In float32, verifying 6 tokens cost 1.84 decoding steps here, and 9 tokens about the same (1.86):
+# far less than 6 or 9 steps, far more than the GPU line's 1.17. Going from one row to several costs most of a step
+# more on this CPU in float32, so a round must commit almost two tokens just to pay for its verification. With
 # bfloat16 the CPU's bf16 units do the rows' arithmetic much faster: 05, which times in bf16, measures verification at
-# 1.06 to 1.2 steps, close to the GPU's. The cell prints the load, and flags a longer forward that measured cheaper.
+# 0.993 to 1.2 steps, close to the GPU's. The cell prints the load, and flags a longer forward that measured cheaper.
 #
 # ## One speculative round, written out
 #
@@ -322,9 +322,9 @@ print("hand-written vs plain greedy:", "identical" if div is None else div.messa
 
 # %% [markdown]
 # **Reading it.** The hand-written round, the package's loop and plain greedy decoding produce the same tokens. A
-# round commits 1.47 tokens while its verification alone costs 1.75 decoding steps, so in float32 speculation cannot
-# pay, and the wall time agrees: 3.88 s against plain decoding's 3.00 s (0.78x) on this prompt. 07 runs the same
-# prompt and head in bfloat16 (K=4, 64 tokens), where verification is cheap, and there speculation pays (1.09x, one
+# round commits 1.47 tokens while its verification alone costs 1.84 decoding steps, so in float32 speculation cannot
+# pay, and the wall time agrees: 3.75 s against plain decoding's 2.99 s (0.80x) on this prompt. 07 runs the same
+# prompt and head in bfloat16 (K=4, 64 tokens), where verification is cheap, and there speculation pays (1.18x, one
 # run).
 #
 # ### Acceptance length, draft by draft
@@ -435,9 +435,9 @@ print("P-EAGLE against EAGLE-3: " + payoff.paired_verdict(ahead, len(easy_rows) 
 
 # %% [markdown]
 # **Reading it.** Here rounds commit up to 8 tokens (K=7 drafts plus the bonus), every output is identical to plain
-# greedy, and P-EAGLE ran 1.74x and 2.67x faster than plain decoding, EAGLE-3 1.24x and 1.28x. Two requests cannot
+# greedy, and P-EAGLE ran 2.88x and 1.55x faster than plain decoding, EAGLE-3 1.28x and 1.39x. Two requests cannot
 # show an order (a sign test gives p = 0.5 at best); 05 times the same heads on 16 requests, and a pair trained
-# alike on 48.
+# alike on 48, where P-EAGLE's one pass is shown faster than EAGLE-3's seven, live as well as in a committed run.
 #
 # ### Exercise: change K
 #
@@ -552,20 +552,19 @@ check_accept(answer_accept)
 #
 # | notebook | question it answers | minutes |
 # |---|---|---|
-# | `00_overview` | What is speculative decoding, what does P-EAGLE change, what does lossless mean? | 1.6 |
-# | `01_hidden_states` | What does the drafter read: the three tapped layers, their cost on disk, extraction | 0.5 |
-# | `02_mask_tokens` | How one pass drafts K tokens: mask token, `mask_hidden`, the drafter from scratch, the attention layout | 1.1 |
-# | `03_train_head` | Training a P-EAGLE head: self-distilled data, the draft vocabulary (`d2t`/`t2d`), COD sampling, the training loop by hand | 3.7 |
-# | `04_scale_and_acceptance` | How far training goes: the shipped heads, the learning curve, your own model on a second architecture | 1.8 |
-# | `05_parallel_vs_sequential` | Parallel vs sequential drafting: drafting cost, speed against plain decoding, losslessness; a narrow domain where trained heads pay | 3.9 |
+# | `00_overview` | What is speculative decoding, what does P-EAGLE change, what does lossless mean? | 1.5 |
+# | `01_hidden_states` | What does the drafter read: the three tapped layers, their cost on disk, extraction | 0.4 |
+# | `02_mask_tokens` | How one pass drafts K tokens: mask token, `mask_hidden`, the drafter from scratch, the attention layout | 1.0 |
+# | `03_train_head` | Training a P-EAGLE head: self-distilled data, the draft vocabulary (`d2t`/`t2d`), COD sampling, the training loop by hand | 3.6 |
+# | `04_scale_and_acceptance` | How far training goes: the shipped heads, the learning curve, your own model on a second architecture | 2.0 |
+# | `05_parallel_vs_sequential` | Parallel vs sequential drafting: drafting cost, speed against plain decoding, losslessness; a narrow domain where trained heads pay | 6.7 |
 # | `06_vllm_deploy` | Export to vLLM's eagle3 format and serve with `parallel_drafting`; load and tensor parallelism | 3.9 |
 # | `07_explorer` | Watch drafts being accepted token by token; speculative sampling; how the course measures | 0.5 |
 #
 # Minutes and saved outputs: one `make lab` run of the whole course on `cpu-epyc-avx512bf16-2c`, a 2-core AMD EPYC
-# with bf16 units and no GPU (17.0 minutes of notebooks, 17.2 with start-up). The saved outputs of 00, 02, 05 and 07
-# come from a later run of those four on the same host (05 then took 5.0 minutes, with its live run of the matched
-# pair). Chapters 00-04 and 06 load the target in float32; 05 and 07 in what `auto` picks,
-# bfloat16 on a CPU with bf16 units. `make setup` installs everything the
+# with bf16 units and no GPU (19.7 minutes of notebooks, 19.8 with start-up). The saved outputs of 05 and 07 come
+# from a later run of those two on the same host. Chapters 00-04 and 06 load the target in float32; 05 and 07 in
+# what `auto` picks, bfloat16 on a CPU with bf16 units. `make setup` installs everything the
 # chapters use, vLLM for 06 included; no chapter needs a GPU or downloads a model.
 #
 # ### Questions users of EAGLE, SpecForge and vLLM keep asking
@@ -589,10 +588,11 @@ check_accept(answer_accept)
 # - A speculative round is five small steps: draft K, verify K + 1 tokens in one target forward, accept the
 #   agreeing prefix, add the bonus token, roll back the KV cache; the hand-written round matches the package's.
 # - In fp32 on a CPU the speculative output is identical to plain greedy decoding in every run here.
-# - Speculation pays when a round commits more than it costs. In float32 on this CPU verification alone costs 1.75
-#   decoding steps, so on the open prime-check prompt (1.47 tokens a round) it loses (0.78x); in bfloat16 it costs
+# - Speculation pays when a round commits more than it costs. In float32 on this CPU verification alone costs 1.84
+#   decoding steps, so on the open prime-check prompt (1.47 tokens a round) it loses (0.80x); in bfloat16 it costs
 #   little more than one (05, 07). On two list requests the list-domain heads commit several tokens a round and ran
-#   faster than plain decoding even in float32; 05 times them on 16 requests, and a pair trained alike on 48.
+#   faster than plain decoding even in float32; 05 times them on 16 requests, and a pair trained alike on 48,
+#   where P-EAGLE is shown faster than EAGLE-3 (05's live run and its committed one).
 # - AL = 1 + p1 + p1·p2 + …: a deep draft counts only when every draft before it is accepted, so a larger K does not
 #   rescue weak drafts. Raising acceptance is what the rest of the course is about.
 #

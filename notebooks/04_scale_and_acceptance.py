@@ -77,8 +77,8 @@ book = ledger.Logbook("04", host=precision.host_slug(DEVICE), dtype=precision.dt
 # The cell prints each head's last run and cumulative budget, then the committed held-out comparison: per head and K,
 # every slot's rate with the rounds that reached the slot in brackets (`~`: estimated from the rates, which is all the
 # file records), and AL rebuilt from the rates. Slot j counts only in a round that accepted every slot before it, so
-# `AL = 1 + p1 + p1·p2 + ... + p1···pK`. The rebuilt AL sits a little above the recorded one, which counts each
-# answer's last round as cut short by the 64-token budget.
+# the cell writes the rule out: `AL = 1 + p1 + p1·p2 + ... + p1···pK`. The rebuilt AL sits a little above the
+# recorded one, which counts each answer's last round as cut short by the 64-token budget.
 
 # %% tags=["nbval-ignore-output"]
 from peagle_lab.drafter import PEagleConfig
@@ -101,7 +101,20 @@ if P and S:
         verdict = "a tie" if abs(s - p) < TIE else f"{'EAGLE-3' if s > p else 'P-EAGLE'} accepts more per round"
         print(f"  K={k}: P-EAGLE {p:.3f}, EAGLE-3 {s:.3f}, gap {s - p:+.3f}: {verdict}")
     # each slot's rate with the rounds that reached it, then AL = 1 + p1 + p1·p2 + ... rebuilt from the rates
-    heads_report.print_slot_rates({"P-EAGLE": P, "EAGLE-3": S}, N_PROMPTS, N_NEW)
+    for k in P["per_position"]:
+        print(f"\nK={k}, per slot: rate (rounds that reached the slot)")
+        for name, r in (("P-EAGLE", P), ("EAGLE-3", S)):
+            rates, counted = r["per_position"][k], r.get("attempted", {}).get(k)
+            reach, terms = 1.0, []  # reach: the share of rounds that accepted every slot so far
+            for x in rates:
+                reach *= x or 0.0
+                terms.append(reach)
+            rounds = N_PROMPTS * N_NEW / r["acceptance_length"][k]  # the rounds in all, where the file has no counts
+            print(f"  {name:8s} " + "  ".join("-" if x is None else f"{x:.2f} ({counted[j]})" if counted else
+                                              f"{x:.2f} (~{rounds * ([1.0] + terms)[j]:.0f})"
+                                              for j, x in enumerate(rates)))
+            print(f"  {'':8s} AL = 1 + " + " + ".join(f"{t:.4f}" for t in terms if t) + f" = {1 + sum(terms):.3f}"
+                  f"   (recorded {r['acceptance_length'][k]:.3f})")
 
 # %% [markdown]
 # Now a live check on other prompts: each head drafts in its own mode at a few K on 2 HumanEval prompts, greedy, and

@@ -179,7 +179,7 @@ except PeagleError as err:
     print(err)  # the whole refusal: what is wrong and the fix
 
 # %% [markdown]
-# **Reading it.** Every check prints True, the head drafts from 4,096 of the target's 49,152 ids, and the copy with
+# **Reading it.** Every check prints True, the head drafts from 4096 of the target's 49,152 ids, and the copy with
 # tap 35 on a 30-layer target is refused, with its fix, before any engine starts.
 #
 # ## 3 · Offline `LLM`: without and with the P-EAGLE head
@@ -393,8 +393,8 @@ for what, prompt_set, n, rounds, al in (
              acceptance_length=round(al, 4))
 
 # %% [markdown]
-# **Reading it.** On 2 CPU cores the head makes vLLM slower, 0.48x: a batched speculative round (185 ms) costs 3.03
-# plain steps (61 ms each) but yields only 1.45 tokens per prompt, and 1.45 / 3.03 = 0.48x.
+# **Reading it.** On 2 CPU cores the head makes vLLM slower, 0.45x: a batched speculative round (194 ms) costs 3.24
+# plain steps (60 ms each) but yields only 1.45 tokens per prompt, and 1.45 / 3.24 = 0.45x.
 #
 # ## 7 · Under load, and with tensor parallelism (question 8)
 #
@@ -403,8 +403,10 @@ for what, prompt_set, n, rounds, al in (
 # three committed runs, each labelled with its host:
 #
 # - **Serving sweep** (`peagle-lab serve-sweep`): a plain and a P-EAGLE vLLM server under 1, 4 and 16 concurrent
-#   requests. `throughput`: P-EAGLE's tokens/s over plain's; `latency`: plain's median request latency over P-EAGLE's
-#   (above 1: P-EAGLE faster); `AL`: acceptance length; implied round cost = AL / throughput, in plain steps.
+#   requests, 2 repeats. `throughput`: P-EAGLE's tok/s over plain's; `each repeat`: the lowest and highest of that
+#   ratio over the repeats; `speculation`: pays (every repeat above 1), costs (every repeat below 1), else breaks
+#   even; `latency`: plain's median request latency over P-EAGLE's (above 1: P-EAGLE faster); `AL`: acceptance
+#   length; `round (plain steps)`: the implied round cost, AL / throughput.
 # - **GPU cost model** (`gpu-h200`: batch 1, Llama-3.1-8B's shapes, bfloat16, random weights, no head): `verify K+1 /
 #   step` is verifying K+1 tokens in decode steps; `draft share` is drafting's share of a round.
 # - **Tensor parallelism** (`peagle-lab bench-tensor-parallel`): vLLM's size must divide the attention heads (2 does
@@ -417,7 +419,9 @@ for what, prompt_set, n, rounds, al in (
 
 # %% tags=["nbval-ignore-output"]
 import matplotlib.pyplot as plt
+from IPython.display import Markdown, display
 
+from peagle_lab.bench import format_table
 from peagle_lab.serving import sweep as serve_sweep
 from peagle_lab.settings import data_dir
 from peagle_lab.workbook import serving_report
@@ -429,9 +433,26 @@ live = (f"section 6's live batch of {N_PROMPTS} prompts ({precision.host_slug(DE
 print(committed_label("The serving sweeps below"))
 for path in sorted(RESULTS.glob(f"*/serving/{serve_sweep.RESULTS_JSON}")):
     doc = json.loads(path.read_text())
-    # a round's cost in plain steps, implied by the sweep: tokens per round over the speed-up
-    implied = {r["concurrency"]: r["acceptance_length"] / r["throughput_speedup"] for r in doc["speedups"]}
-    serving_report.print_sweep(doc, implied, steps, live)
+    meta = doc["meta"]
+    print(f"{meta['host']}: vLLM in {serving_report.dtype_label(meta)}, head {meta['head']}, K={meta['k']}, "
+          f"{meta['max_tokens']} tokens per request, {meta['repeats']} repeats, load average at the start "
+          f"{meta['environment'].get('loadavg_start')}")
+    table = []
+    for r in doc["speedups"]:  # one row per concurrency, pooled over the repeats
+        tok_s = {(q["config"], q["repeat"]): q["tokens_per_s"] for q in doc["rows"]
+                 if q["concurrency"] == r["concurrency"]}
+        repeats = [tok_s["peagle", i] / tok_s["plain", i] for config, i in tok_s if config == "peagle"]
+        table.append({"concurrent": r["concurrency"], "plain tok/s": r["plain_tokens_per_s"],
+                      "P-EAGLE tok/s": r["peagle_tokens_per_s"], "throughput": r["throughput_speedup"],
+                      "each repeat": f"{min(repeats):.2f}x-{max(repeats):.2f}x",
+                      "speculation": serving_report.repeat_verdict(min(repeats), max(repeats)),
+                      "latency": r["latency_speedup"], "AL": r["acceptance_length"],
+                      # a round's cost in plain steps, implied: tokens per round over the speed-up
+                      "round (plain steps)": r["acceptance_length"] / r["throughput_speedup"]})
+    display(Markdown(format_table(table, list(table[0]), floatfmt=".2f")))
+    near = min(table, key=lambda t: abs(t["round (plain steps)"] - steps))
+    print(f"{live}: a round of {steps:.2f} plain steps, nearest the sweep's round at {near['concurrent']} concurrent "
+          f"({near['round (plain steps)']:.2f})")
     serving_report.print_single_request(doc, RESULTS)  # batch 1 against our own loop on the same host and dtype
     serve_sweep.plot_sweep(doc)
     plt.show()
@@ -451,7 +472,7 @@ for path in sorted(RESULTS.glob("*/tensor-parallel/tensor_parallel.json")):
 # **Reading it (question 8).** Load turns break-even into a loss: 1.00x at 1 concurrent request (repeats
 # 0.87x-1.14x), 0.43x at 4, 0.28x at 16. AL stays at 1.30-1.35 while the implied round cost grows from 1.29 to 4.78
 # plain steps: batching lifts plain decoding from 15.3 to 116.2 tokens/s, P-EAGLE only to 32.8. Section 6's live round
-# (3.03 steps) sits nearest the 4-concurrent point.
+# (3.24 steps) sits nearest the 4-concurrent point.
 #
 # The GPU cost model (cost only, random weights) shows the batch-1 side: verifying K+1 tokens costs 1.15-1.18 decode
 # steps, and P-EAGLE's one drafting pass is 6% of a round at K=8 against EAGLE-3's 31%.
@@ -589,7 +610,7 @@ release()
 # - With `"parallel_drafting": true`, vLLM's greedy tokens equalled its tokens without the head (4 of 4 prompts), and
 #   its acceptance length (1.454 at K=8), rounds and per-position rates equalled our loop's.
 # - The server answered on 127.0.0.1, exported the counters on `/metrics`, and stopped cleanly.
-# - Live, 4 prompts batched on 2 CPU cores: 0.48x, a round costing 3.03 plain steps for 1.45 tokens.
+# - Live, 4 prompts batched on 2 CPU cores: 0.45x, a round costing 3.24 plain steps for 1.45 tokens.
 # - Question 8: 1.00x at 1 concurrent request, 0.43x at 4, 0.28x at 16: AL stayed at 1.30-1.35 while the round's
 #   cost grew to 4.78 plain steps. Sharding over 2 CPU processes slowed verification, so the drafter's share fell.
 # - The exercise (one prompt): K=2, 7 and 8 gave 44-45 rounds and AL 1.40-1.43: a larger K adds drafted tokens,

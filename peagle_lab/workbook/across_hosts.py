@@ -1,5 +1,5 @@
-"""07's results across hosts: one table row per committed host, dtype and suite (each head's best speed-up, its
-prompts faster than plain, the paired gaps, the oracle), and the verdict lines read from them by the paired rule."""
+"""07's results across hosts: a best row as its table shows it, and the verdict lines read from the committed runs by
+the paired rule."""
 
 from __future__ import annotations
 
@@ -22,26 +22,6 @@ def best_text(m: dict | None) -> str:
     return f"{m['speedup']:.2f}x (K={m['k']}, AL {m['acceptance_length']:.2f}{diverged})"
 
 
-def suite_tables(committed: list[dict], host: str) -> dict[str, list[dict]]:
-    """The rows of each suite's table, one per committed host and dtype (``host``: this machine, marked so)."""
-    tables: dict[str, list[dict]] = {}
-    for c in committed:
-        for suite, e in result_suites(c["results"]).items():
-            p_row, s_row, (o, o_seq) = payoff.best(e, "p-eagle"), payoff.best(e, "eagle3"), payoff.oracle_pair(e)
-            gaps = payoff.paired_gaps(e, p_row, s_row)  # per prompt: P-EAGLE's speed-up minus EAGLE-3's
-            tables.setdefault(suite, []).append({
-                "host": c["host"] + (" (this machine)" if c["host"] == host else ""), "dtype": c["dtype"],
-                "prompts": f"{e['config']['n_prompts']} x {e['config']['max_new_tokens']}",
-                "verify_k7": verify_and_draft_ratio(c["results"]["drafting_cost"], 7)[0],
-                "P-EAGLE": best_text(p_row), "EAGLE-3": best_text(s_row),
-                "lookup": best_text(payoff.best(e, "prompt-lookup")),
-                "faster than plain": " / ".join("{}/{}".format(*payoff.prompts_faster(e, m)) for m in (p_row, s_row)),
-                "paired": f"{min(gaps):+.2f} to {max(gaps):+.2f}",
-                "oracle": "-" if o is None else f"{o['speedup']:.2f}x / "
-                + (f"{o_seq['speedup']:.2f}x" if o_seq else "-")})
-    return tables
-
-
 def print_verdicts(committed: list[dict], word: Callable[[int, int], str]) -> None:
     """Prints the verdict lines: per dtype, how many best speed-ups ``word`` (the paired rule, from prompts faster
     and timed) calls shown faster or slower than plain; whether one head is shown faster than the other; the
@@ -61,7 +41,7 @@ def print_verdicts(committed: list[dict], word: Callable[[int, int], str]) -> No
         n = Counter(h["word"] for h in mine)
         print(f"verdict, {dtype}: of {len(mine)} best speed-ups (2 heads x {len(mine) // 2} host/suite runs) "
               f"{n['shown faster']} shown faster than plain decoding, {n['shown slower']} shown slower, "
-              f"{n['not shown']} not shown either way; on average {min(h['speedup'] for h in mine):.2f}x to "
+              f"{n['not shown']} not shown either way; best speed-ups {min(h['speedup'] for h in mine):.2f}x to "
               f"{max(h['speedup'] for h in mine):.2f}x")
     print(f"verdict, which head: one head shown faster than the other in {sum(orders)} of {len(orders)} runs"
           + ("" if all(orders) else "; in the rest the prompts split too evenly for the sign test"))

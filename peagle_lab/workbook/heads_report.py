@@ -51,32 +51,6 @@ def heldout_heading(compare: dict) -> str:
             + f"; {compare['dtype']}, host {compare['host']}):")
 
 
-def al_terms(rates: list) -> list[float]:
-    """Slot j's term of AL = 1 + p1 + p1·p2 + ...: the share of rounds that accepted every slot up to j."""
-    share, terms = 1.0, []
-    for x in rates:
-        share *= x or 0.0
-        terms.append(share)
-    return terms
-
-
-def print_slot_rates(rows: dict, n_prompts: int, n_new: int) -> None:
-    """Prints, per K and head (rows: name -> comparison row), each slot's rate with its rounds, and AL rebuilt."""
-    # a file written before the counts were recorded keeps rates only: its counts are estimated (marked ~) as
-    # (prompts x tokens / AL, the rounds in all) x (the share that accepted every slot before it)
-    for k in next(iter(rows.values()))["per_position"]:
-        print(f"\nK={k}, per slot: rate (rounds that reached the slot)")
-        for name, row in rows.items():
-            rates, counted = row["per_position"][k], row.get("attempted", {}).get(k)
-            terms = al_terms(rates)
-            rounds, before = n_prompts * n_new / row["acceptance_length"][k], [1.0] + terms[:-1]
-            cells = ["-" if x is None else f"{x:.2f} ({counted[j] if counted else f'~{rounds * before[j]:.0f}'})"
-                     for j, x in enumerate(rates)]
-            print(f"  {name:8s} " + "  ".join(cells))
-            print(f"  {'':8s} AL = 1 + " + " + ".join(f"{t:.4f}" for t in terms if t) + f" = {1 + sum(terms):.3f}"
-                  f"   (recorded {row['acceptance_length'][k]:.3f})")
-
-
 def plot_heldout_and_live(rows: dict, live: dict, ks: list, titles: tuple[str, str]) -> None:
     """Plots AL against K: the committed held-out rows (kind -> row or None) left, this run's `live` right."""
     import matplotlib.pyplot as plt  # on first plot: importing the package creates no matplotlib cache

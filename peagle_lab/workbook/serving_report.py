@@ -1,5 +1,5 @@
-"""06's section 7 in print: the committed serving sweeps (plain and P-EAGLE servers under load), the GPU's cost of a
-round at batch 1, the tensor-parallel sizes vLLM accepts, and the target sharded by hand over processes."""
+"""06's section 7 in print: the serving sweeps' dtype and verdicts, a sweep's single request against our loop, the GPU's
+cost of a round at batch 1, the tensor-parallel sizes vLLM accepts, and the target sharded by hand over processes."""
 
 from __future__ import annotations
 
@@ -16,39 +16,16 @@ def sweep_dtype(meta: dict) -> str:
         "vLLM's GPU default" if on_gpu_host else engine_kwargs(on_gpu=False)["dtype"])
 
 
+def dtype_label(meta: dict) -> str:
+    """:func:`sweep_dtype`, said to be inferred where the file does not record the engine's dtype."""
+    if (meta.get("engine") or {}).get("dtype"):
+        return meta["engine"]["dtype"]
+    return f"{sweep_dtype(meta)} (not in the file: serve-sweep's setting for this device)"
+
+
 def repeat_verdict(lo: float, hi: float) -> str:
     """What speculation does at one concurrency, from the lowest and highest speed-up over the repeats."""
     return "pays" if lo > 1 else "costs" if hi < 1 else "breaks even (1 lies within the repeats)"
-
-
-def print_sweep(doc: dict, implied: dict, live_round: float, live_label: str) -> None:
-    """Prints one sweep: its settings, the speed-up table, each concurrency's repeats, verdict and implied round cost
-    (``implied``: plain steps per round by concurrency), and the sweep point nearest the live round."""
-    meta = doc["meta"]
-    served = {r["concurrency"]: sum(p.get("ok", 0) for p in doc["rows"] if p["config"] == "peagle"
-                                    and p["concurrency"] == r["concurrency"]) for r in doc["speedups"]}
-    requests = (f"{set(served.values()).pop()} speculative requests served at each concurrency over the repeats"
-                if len(set(served.values())) == 1 else "speculative requests served over the repeats: "
-                + ", ".join(f"{n} at {c} concurrent" for c, n in served.items()))
-    print(f"{meta.get('host')}: vLLM in {sweep_dtype(meta)}, head {meta.get('head')}, K={meta.get('k')}, "
-          f"{meta['max_tokens']} tokens per request, {meta['repeats']} repeats, {requests}, "
-          f"load average at the start {meta.get('environment', {}).get('loadavg_start')}")
-    print(f"{'concurrency':>12s}{'plain tok/s':>13s}{'P-EAGLE tok/s':>15s}{'throughput':>12s}{'latency':>9s}{'AL':>7s}")
-    for r in doc["speedups"]:
-        print(f"{r['concurrency']:>12d}{r['plain_tokens_per_s']:>13.1f}{r['peagle_tokens_per_s']:>15.1f}"
-              f"{r['throughput_speedup']:>11.2f}x{r['latency_speedup']:>8.2f}x{r['acceptance_length']:>7.2f}")
-    for r in doc["speedups"]:
-        per_repeat = [p["tokens_per_s"] / q["tokens_per_s"] for p in doc["rows"] for q in doc["rows"]
-                      if p["config"] == "peagle" and q["config"] == "plain" and p["repeat"] == q["repeat"]
-                      and p["concurrency"] == q["concurrency"] == r["concurrency"]]
-        lo, hi = min(per_repeat, default=float("nan")), max(per_repeat, default=float("nan"))
-        print(f"  {r['concurrency']:>3d} concurrent: repeats {lo:.2f}x-{hi:.2f}x -> speculation "
-              f"{repeat_verdict(lo, hi)}; implied round cost {implied[r['concurrency']]:.2f} plain steps per "
-              f"{r['acceptance_length']:.2f} tokens")
-    near = min(implied, key=lambda c: abs(implied[c] - live_round))
-    print(f"  {live_label}: a round of {live_round:.2f} plain steps, nearest the sweep's round at "
-          f"{near} concurrent ({implied[near]:.2f})"
-          + (f", not at {min(implied)} ({implied[min(implied)]:.2f})" if near != min(implied) else ""))
 
 
 def print_single_request(doc: dict, results_dir: Path) -> None:

@@ -68,19 +68,6 @@ def test_the_heading_counts_prompts_by_kind():
         "\nheld-out comparison (3 prompts x 8 tokens: 2 code, 1 math; bfloat16, host h):"
 
 
-def test_al_terms_multiply_the_rates_and_stop_at_a_missing_slot():
-    assert heads_report.al_terms([0.5, 0.5, None, 0.9]) == [0.5, 0.25, 0.0, 0.0]
-
-
-def test_slot_rates_rebuild_al_with_counted_or_estimated_rounds(capsys):
-    heads_report.print_slot_rates({"P-EAGLE": P, "EAGLE-3": S}, 4, 9)
-    out = capsys.readouterr().out.splitlines()
-    assert out[2] == "  P-EAGLE  0.60 (~20)  0.50 (~12)  -"  # 4 x 9 / 1.8 = 20 rounds; 20 x 0.6 = 12 reach slot 2
-    assert out[3].strip() == "AL = 1 + 0.6000 + 0.3000 = 1.900   (recorded 1.800)"
-    assert out[4] == "  EAGLE-3  0.50 (40)  0.70 (20)  0.60 (14)"
-    assert out[5].strip() == "AL = 1 + 0.5000 + 0.3500 + 0.2100 = 2.060   (recorded 2.100)"
-
-
 def test_the_comparison_plot_draws_committed_left_and_live_right(shown):
     live = {"parallel": {"acceptance_length": {1: 1.2, 7: 1.5}}, "sequential": {"acceptance_length": {1: 1.3, 7: 2.0}}}
     heads_report.plot_heldout_and_live({"parallel": P, "sequential": None}, live, [1, 7], ("left", "right"))

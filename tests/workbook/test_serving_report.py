@@ -37,18 +37,10 @@ def test_repeat_verdict_needs_every_repeat_on_one_side_of_1(lo, hi, verdict):
     assert sr.repeat_verdict(lo, hi) == verdict
 
 
-def test_print_sweep_gives_each_concurrency_its_verdict_and_the_nearest_round(capsys):
-    doc = _sweep()
-    implied = {r["concurrency"]: r["acceptance_length"] / r["throughput_speedup"] for r in doc["speedups"]}
-    sr.print_sweep(doc, implied, 3.5, "live")
-    out = capsys.readouterr().out.splitlines()
-    assert out[0].startswith("h: vLLM in float32, head hd, K=3, 16 tokens per request, 2 repeats, speculative "
-                             "requests served over the repeats: 8 at 1 concurrent, 4 at 8 concurrent, load average")
-    assert out[4] == ("    1 concurrent: repeats 1.20x-1.30x -> speculation pays; implied round cost 1.60 plain "
-                      "steps per 2.00 tokens")
-    assert out[5].startswith("    8 concurrent: repeats 0.50x-0.50x -> speculation costs; implied round cost 4.00")
-    assert out[6] == ("  live: a round of 3.50 plain steps, nearest the sweep's round at 8 concurrent (4.00), not at 1 "
-                      "(1.60)")
+def test_dtype_label_says_when_the_dtype_is_inferred():
+    assert sr.dtype_label({"engine": {"dtype": "bfloat16"}, "environment": {"device": "cpu"}}) == "bfloat16"
+    assert sr.dtype_label({"environment": {"device": "cpu"}}) == (
+        "float32 (not in the file: serve-sweep's setting for this device)")
 
 
 def test_print_single_request_sets_vllm_against_our_loop(tmp_path, capsys):
