@@ -71,7 +71,7 @@ from peagle_lab import models, precision, settings
 #   (*training-time test*): each step gets the data's next token and the head's own previous state.
 # - **P-EAGLE** drafts **in parallel**: slot 1 gets the new token and the target's features, slots 2..K get a
 #   mask token and one shared learned vector (`mask_hidden`). One pass gives all K drafts, so drafting cost grows
-#   slowly with K. It trains all depths at once on *conditional drop-token* (COD) samples (notebook 02).
+#   slowly with K. It trains all slots at once on *conditional drop-token* (COD) samples (notebook 02).
 #
 # The vLLM blog (post "P-EAGLE", 2026-03-13; paper arXiv 2602.01469) reports, for GPT-OSS-20B on one B200 at
 # batch 1 on HumanEval: P-EAGLE at 1.55x EAGLE-3's speed, each head at its best K (7 and 3); at K=7 the acceptance
@@ -187,11 +187,11 @@ for key, value in [("target_params", n_params), ("greedy_tokens_per_s", round(to
     record(key, value, notebook="00_overview")
 
 # %% [markdown]
-# **Reading it.** In float32, verifying 6 tokens cost 1.84 decoding steps here, and 9 tokens about the same (1.86):
+# **Reading it.** In float32, verifying 6 tokens cost 1.87 decoding steps here, and 9 tokens about the same (1.88):
 # far less than 6 or 9 steps, far more than the GPU line's 1.17. Going from one row to several costs most of a step
 # more on this CPU in float32, so a round must commit almost two tokens just to pay for its verification. With
 # bfloat16 the CPU's bf16 units do the rows' arithmetic much faster: 05, which times in bf16, measures verification at
-# 0.993 to 1.2 steps, close to the GPU's. The cell prints the load, and flags a longer forward that measured cheaper.
+# 1.1 to 1.31 steps, close to the GPU's. The cell prints the load, and flags a longer forward that measured cheaper.
 #
 # ## One speculative round, written out
 #
@@ -322,10 +322,10 @@ print("hand-written vs plain greedy:", "identical" if div is None else div.messa
 
 # %% [markdown]
 # **Reading it.** The hand-written round, the package's loop and plain greedy decoding produce the same tokens. A
-# round commits 1.47 tokens while its verification alone costs 1.84 decoding steps, so in float32 speculation cannot
-# pay, and the wall time agrees: 3.75 s against plain decoding's 2.99 s (0.80x) on this prompt. 07 runs the same
-# prompt and head in bfloat16 (K=4, 64 tokens), where verification is cheap, and there speculation pays (1.18x, one
-# run).
+# round commits 1.47 tokens while its verification alone costs 1.87 decoding steps, so in float32 speculation cannot
+# pay, and the wall time agrees: 4.08 s against plain decoding's 3.01 s (0.74x) on this prompt. 07 runs the same
+# prompt and head in bfloat16 (K=4, 64 tokens), where verification is cheap: there one run ties with plain decoding
+# (0.99x), and over 24 prompts in bf16 05 shows both heads faster than plain decoding.
 #
 # ### Acceptance length, draft by draft
 #
@@ -357,39 +357,15 @@ if al_formula > 1:
 
 # %% [markdown]
 # **Reading it.** The terms shrink fast: draft 1 supplies 80% of the 0.469 extra tokens a round commits, and
-# draft 5, which no round reached, prints `nan` and adds nothing.
-#
-# ### One head, many acceptance lengths
-#
-# An acceptance length belongs to a head **and** the text it drafts for. The cell lines up the committed runs the
-# chapters ahead quote, one line per run: the prompts, `decoded` (prompts x new tokens per prompt), the host and dtype,
-# which `heads` (*shipped*: the two heads in `data/heads/`, trained on a general prompt mix; *list-domain*: those two
-# continued on list requests; *matched list-domain*: a pair trained alike from one start on list requests, 05's last
-# section), and each head's acceptance length at its K. This chapter's prime-check prompt is one more line.
-
-# %%
-from IPython.display import Markdown, display
-
-from peagle_lab.bench.readme import format_table
-from peagle_lab.drafter.heads import SHIPPED
-
-glance = ledger.at_a_glance(settings.data_dir(), SHIPPED, settings.REPO_ROOT)
-display(Markdown(format_table(glance, list(glance[0]))))
-print(f"this chapter, the prime-check prompt (1 x {NEW_TOKENS}, {precision.dtype_name(model.dtype)}, "
-      f"{head_name}): {al:.2f} at K={K}; the paper's GPT-OSS-20B heads on HumanEval at K=7 (published): "
-      "P-EAGLE 3.94, EAGLE-3 3.03")
-
-# %% [markdown]
-# **Reading it.** The rows span 1.43 to 1.64 tokens a round for the shipped heads in 05's 24-prompt runs, 1.90 and
-# 2.53 on 04's eight held-out prompts at K=7, and 3.57 to 5.15 for heads trained on list requests, on list requests.
-# Those spans pool different settings, which is the point: a row compares only with rows whose prompts, size, K, host
-# and dtype agree; `05 / 07` marks 05's benchmark runs (05 reads this
-# host's, 07 tabulates them all).
+# draft 5, which no round reached, prints `nan` and adds nothing. An acceptance length belongs to a head **and** the
+# text it drafts for: the course prints several for the same head, and 07's acceptance ledger lists each with its
+# prompts, size, K, host and dtype.
 #
 # ### A head that pays: list requests
 #
-# Where the text is predictable a small head learns the target's habits. Two heads were continued from the shipped
-# ones on the target's own answers to 480 requests for lists (counting, times tables, the alphabet). The cell runs
+# Where the text is predictable a small head learns the target's habits. Two heads, the *list-domain heads*, were
+# continued from the shipped ones on the target's own answers to 480 requests for lists (counting, times tables, the
+# alphabet). The cell runs
 # them at K=7 on held-out requests, against plain decoding: methods interleaved, median of three runs, each output
 # checked against plain greedy.
 
@@ -435,7 +411,7 @@ print("P-EAGLE against EAGLE-3: " + payoff.paired_verdict(ahead, len(easy_rows) 
 
 # %% [markdown]
 # **Reading it.** Here rounds commit up to 8 tokens (K=7 drafts plus the bonus), every output is identical to plain
-# greedy, and P-EAGLE ran 2.88x and 1.55x faster than plain decoding, EAGLE-3 1.28x and 1.39x. Two requests cannot
+# greedy, and P-EAGLE ran 2.41x and 1.81x faster than plain decoding, EAGLE-3 1.34x and 1.42x. Two requests cannot
 # show an order (a sign test gives p = 0.5 at best); 05 times the same heads on 16 requests, and a pair trained
 # alike on 48, where P-EAGLE's one pass is shown faster than EAGLE-3's seven, live as well as in a committed run.
 #
@@ -525,7 +501,7 @@ check_accept(answer_accept)
 # | round | one draft-verify-accept step: the drafter proposes K tokens, the target checks them in one forward and commits the accepted prefix plus its own *bonus* token | 00, "Speculative decoding" |
 # | K | drafts per round (vLLM's `num_speculative_tokens`) | 00, "Speculative decoding" |
 # | x_0..x_n, h_0..h_n | the context tokens, and the target's taps at each of their positions; from h_n the target chooses x_{n+1} | 00, "One speculative round" |
-# | slot j, draft j, depth | a round's drafter slots are j = 1..K; draft j is the token drafted in slot j; its depth is j - 1 (slot 1 = depth 0), the index the training code uses | 00, "EAGLE-3 and P-EAGLE" |
+# | slot j, draft j, depth | a round's drafter slots are j = 1..K; draft j is the token drafted in slot j; its depth is j - 1 (slot 1 = depth 0), the index the training code uses | 00, "EAGLE-3 and P-EAGLE" (depth: "One speculative round") |
 # | acceptance length (AL) | tokens a round commits, bonus included, averaged over the rounds; 1.00 for plain decoding | 00, "Speculative decoding" |
 # | p_j | draft j's conditional acceptance rate: among the rounds that accepted drafts 1..j-1, the share that also accepted draft j; AL = 1 + p_1 + p_1·p_2 + … | 00, "Acceptance length, draft by draft" |
 # | taps | the three hidden states EAGLE-3 and P-EAGLE read from the target (a low, a middle and a high layer), concatenated (3H) and projected to H by `fc` | 00, "EAGLE-3 and P-EAGLE"; built in 01 |
@@ -562,10 +538,11 @@ check_accept(answer_accept)
 # | `07_explorer` | Watch drafts being accepted token by token; speculative sampling; how the course measures | 0.5 |
 #
 # Minutes and saved outputs: one `make lab` run of the whole course on `cpu-epyc-avx512bf16-2c`, a 2-core AMD EPYC
-# with bf16 units and no GPU (19.7 minutes of notebooks, 19.8 with start-up). The saved outputs of 05 and 07 come
-# from a later run of those two on the same host. Chapters 00-04 and 06 load the target in float32; 05 and 07 in
-# what `auto` picks, bfloat16 on a CPU with bf16 units. `make setup` installs everything the
-# chapters use, vLLM for 06 included; no chapter needs a GPU or downloads a model.
+# with bf16 units and no GPU (1,179.4 s of notebooks, 19.8 minutes with start-up; the minutes above are each
+# chapter's, rounded). The saved outputs of 00, 04, 05 and 07 come from a later run of those four on the same host.
+# Chapters 00-04 and 06 load the target in float32; 05 and 07 in what `auto` picks, bfloat16 on a CPU with bf16
+# units. `make setup` installs everything the chapters use, vLLM for 06 included; no chapter needs a GPU or
+# downloads a model.
 #
 # ### Questions users of EAGLE, SpecForge and vLLM keep asking
 #
@@ -588,8 +565,8 @@ check_accept(answer_accept)
 # - A speculative round is five small steps: draft K, verify K + 1 tokens in one target forward, accept the
 #   agreeing prefix, add the bonus token, roll back the KV cache; the hand-written round matches the package's.
 # - In fp32 on a CPU the speculative output is identical to plain greedy decoding in every run here.
-# - Speculation pays when a round commits more than it costs. In float32 on this CPU verification alone costs 1.84
-#   decoding steps, so on the open prime-check prompt (1.47 tokens a round) it loses (0.80x); in bfloat16 it costs
+# - Speculation pays when a round commits more than it costs. In float32 on this CPU verification alone costs 1.87
+#   decoding steps, so on the open prime-check prompt (1.47 tokens a round) it loses (0.74x); in bfloat16 it costs
 #   little more than one (05, 07). On two list requests the list-domain heads commit several tokens a round and ran
 #   faster than plain decoding even in float32; 05 times them on 16 requests, and a pair trained alike on 48,
 #   where P-EAGLE is shown faster than EAGLE-3 (05's live run and its committed one).

@@ -423,7 +423,8 @@ for K_TRY in (2, 8):  # the exercise's two values; edit to try others
 # | random | learned mask row | `fc(r)`, `r` a frozen random vector |
 # | frozen mask embedding | an existing token's embedding, frozen | `fc(mask_hidden)`, learned |
 #
-# Each head drafts in the real speculative loop at K=7 on held-out prompts. Columns: **held-out AL (mean)**, tokens
+# Each head drafts in the real speculative loop at K=7 on held-out prompts (the held-out split of the *scale mix*,
+# the course's training prompts, which 03 introduces). Columns: **held-out AL (mean)**, tokens
 # per round averaged over two seeds; **seed spread**, the gap between those seeds; **tokens seen** per run;
 # **P(accept) slots 1 / 2 / 3**, the rate at which slot j is accepted when the slots before it were.
 #

@@ -51,7 +51,11 @@ model, tokenizer = models.load_target(TARGET, device=DEVICE, dtype=precision.cou
 # `peagle-lab distill` applies the chat template, lets the target answer each training prompt greedily, and stores
 # prompt + answer token ids (for the embedded target this file is shipped). The first cell shows one prompt with its
 # answer. The second shows the larger **scale mix** (eight kinds of prompt, with a held-out split never trained on)
-# and, from each shipped head's `training.json`, the runs that trained it.
+# and, from each shipped head's `training.json`, the runs that trained it. A run's line names the file and the slice
+# of its records it read (`records 6000:12000`: the 6,000 after the first 6,000), the `distinct tokens` in them, the
+# `tokens seen` (distinct tokens times the passes over them: their ratio is the epochs); the cumulative line counts
+# a record that two runs read once. The two heads' histories differ: EAGLE-3's began with two runs on the smaller
+# file, and its third read the same records as P-EAGLE's second.
 
 # %% tags=["smollm2-fact", "nbval-check-output"]
 path, meta, records, shipped = distilled_data(model, tokenizer, None if models.is_default_target(TARGET)

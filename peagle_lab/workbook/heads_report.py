@@ -1,5 +1,5 @@
-"""The shipped heads' committed figures (chapter 04): their training records, the held-out comparison with each
-acceptance length rebuilt from its slot rates, and the live check read against it. Formatting only."""
+"""The shipped heads' committed figures (chapter 04): the held-out comparison's rows, the live check read against
+it, the learning curves and the deeper heads. Formatting only."""
 
 from __future__ import annotations
 
@@ -8,33 +8,9 @@ from collections import Counter
 from pathlib import Path
 
 from .. import settings
-from ..drafter import PEagleConfig
 from .notebook import committed_label
 
 NAMES = {"parallel": "P-EAGLE (parallel)", "sequential": "EAGLE-3 (sequential)"}
-
-
-def print_training_records(records: dict, heads: dict) -> None:
-    """Prints each head's config, its last run and its cumulative budget, then the two budgets' ratios."""
-    machine = records["parallel"].get("machine") or {}  # where the shipped heads were trained
-    print(committed_label("The shipped heads' records", machine and f"{machine['host']} in {machine['target_dtype']}"
-                          or None))
-    cum = {}
-    for kind, path in heads.items():
-        rec = records[kind]
-        c = PEagleConfig.from_dir(path)
-        cum[kind] = rec.get("cumulative") or dict(tokens_seen=rec["tokens_seen"], steps=rec["steps_done"],
-                                                  train_time_s=rec["train_time_s"], runs=1)
-        print(f"\n{path.name} ({kind}): mode={c.mode}, trained K={c.num_speculative_tokens}, {c.num_hidden_layers} "
-              f"layer(s), draft vocabulary {c.draft_vocab_size}, mask token {c.mask_token_id}")
-        print(f"  last run:   {rec['tokens_seen']:>10,} tokens seen, {rec['steps_done']:,} steps, "
-              f"{rec['train_time_s']:.0f} s, {rec['data']['sequences']:,} sequences, precision {rec['autocast']}")
-        print(f"  cumulative: {cum[kind]['tokens_seen']:>10,} tokens seen, {cum[kind]['steps']:,} steps, "
-              f"{cum[kind]['train_time_s']:.0f} s over {cum[kind]['runs']} run(s)   "
-              f"(full record: {path.name}/TRAINING.md)")
-    seq, par = cum["sequential"], cum["parallel"]
-    print(f"\ncumulative budgets: EAGLE-3 / P-EAGLE = {seq['train_time_s'] / par['train_time_s']:.2f}x "
-          f"the wall time, {seq['tokens_seen'] / par['tokens_seen']:.2f}x the tokens seen")
 
 
 def heldout_row(compare: dict, head_dir: Path, root: Path = settings.REPO_ROOT) -> dict | None:

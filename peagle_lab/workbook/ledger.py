@@ -164,34 +164,3 @@ def committed_rows(data_dir: Path, shipped: dict[str, Path], repo_root: Path) ->
     rows = [r for path in sorted(data_dir.glob("recipe/*/heldout_compare.json"))
             for r in heldout_rows(path, shipped, repo_root)]
     return rows + committed_bench_rows(data_dir / "results") + serving_rows(data_dir / "results")
-
-
-# the committed runs of heads other than the shipped ones: results folder under data/ -> what the heads are called
-OTHER_HEADS = {"results-lists": "list-domain", "results-lists-matched": "matched list-domain"}
-
-
-def at_a_glance(data_dir: Path, shipped: dict[str, Path], repo_root: Path) -> list[dict]:
-    """The committed runs side by side, one line each: what was decoded (prompt set, prompts x new tokens), host and
-    dtype, K, and each head's acceptance length there (the K=7 row where a run has one, else its best K). The runs
-    under ``OTHER_HEADS``' folders are lines whose heads are not the shipped ones, named in ``heads``; of a serving
-    sweep only its one-request row is kept, the loop-like setting. The shipped heads' benchmark runs are marked
-    ``05 / 07``: 05 reads its host's code run, 07's tables every run."""
-    committed = [r | {"heads": "shipped"} for r in committed_rows(data_dir, shipped, repo_root)]
-    rows = [r for r in committed if r["chapter"] != "06"]
-    rows += [r | {"heads": name} for folder, name in OTHER_HEADS.items()
-             for r in committed_bench_rows(Path(data_dir) / folder)]
-    rows += [r for r in committed if r["what"].startswith("vLLM serving sweep, 1 ")]
-    lines: dict[tuple, dict] = {}
-    for r in rows:
-        key = (r["chapter"], r["prompt_set"], r["prompts"], r["new_tokens"], r["host"], r["dtype"], r["heads"])
-        label = "vLLM serving sweep, one request at a time" if r["chapter"] == "06" else r["prompt_set"].split(" (")[0]
-        shown_in = "05 / 07" if r["chapter"] == "05" and r["heads"] == "shipped" else r["chapter"]
-        line = lines.setdefault(key, {"chapter": shown_in, "prompts": label, "decoded": f"{r['prompts']}"
-                                      f"{' requests' if r['chapter'] == '06' else ''} x {r['new_tokens']}",
-                                      "host": r["host"],
-                                      "dtype": r["dtype"], "heads": r["heads"], "P-EAGLE": None, "EAGLE-3": None})
-        name = "EAGLE-3" if "eagle3" in r["head"] else "P-EAGLE"
-        if line[name] is None or r["k"] == 7:
-            line[name] = (r["acceptance_length"], r["k"])
-    return [line | {name: "-" if line[name] is None else f"{line[name][0]:.2f} (K={line[name][1]})"
-                    for name in ("P-EAGLE", "EAGLE-3")} for line in lines.values()]

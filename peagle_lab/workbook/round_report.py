@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 
-from ..bench import format_table
 from ..bench.oracle import PAPER, constant_rate_acceptance_length, oracle_rates
 from ..bench.suites import suite_of
 from .notebook import committed_label
@@ -42,16 +41,6 @@ def lists_label(lrun: dict, le: dict) -> str:
     """The lists run's label line: host/dtype, held-out prompts x new tokens."""
     return committed_label(f"{lrun['dir']}, `lists` suite, {le['config']['n_prompts']} held-out prompts x "
                            f"{le['config']['max_new_tokens']} new tokens")
-
-
-def lists_table(le: dict) -> str:
-    """Every P-EAGLE and EAGLE-3 row of the lists run as a Markdown table: passes, AL, round, ideal, speed-up."""
-    rows = [{"method": m["method"], "drafter passes": 1 if m["family"] == "p-eagle" else m["k"],
-             "AL": m["acceptance_length"], "round (steps)": round_steps(m),
-             "ideal = AL / round": m["acceptance_length"] / round_steps(m), "end to end": m["speedup"],
-             "faster than plain": "{}/{}".format(*prompts_faster(le, m))}
-            for m in le["methods"] if m["family"] in ("p-eagle", "eagle3")]
-    return format_table(rows, list(rows[0]), floatfmt=".2f")
 
 
 def slot_rates(m: dict) -> str:

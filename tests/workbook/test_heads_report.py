@@ -4,7 +4,6 @@ rebuilt from slot rates, the live check's verdict against it, and the learning c
 from __future__ import annotations
 
 import json
-from types import SimpleNamespace
 
 import matplotlib
 
@@ -39,21 +38,6 @@ def shown(monkeypatch):
 P = {"path": "heads/p", "acceptance_length": {"3": 1.8, "7": 1.9}, "per_position": {"3": [0.6, 0.5, None]}}
 S = {"path": "heads/s", "acceptance_length": {"3": 2.1, "7": 2.5}, "per_position": {"3": [0.5, 0.7, 0.6]},
      "attempted": {"3": [40, 20, 14]}}
-
-
-def test_the_records_print_last_run_cumulative_and_the_budget_ratio(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(heads_report, "PEagleConfig", SimpleNamespace(from_dir=lambda path: SimpleNamespace(
-        mode=path.name, num_speculative_tokens=8, num_hidden_layers=1, draft_vocab_size=64, mask_token_id=3)))
-    rec = {"tokens_seen": 1000, "steps_done": 10, "train_time_s": 100.0, "data": {"sequences": 5},
-           "autocast": "float32", "machine": {"host": "cpu-x", "target_dtype": "float32"}}
-    records = {"parallel": rec, "sequential": rec | {"cumulative": {"tokens_seen": 1500, "steps": 20,
-                                                                    "train_time_s": 250.0, "runs": 2}}}
-    heads_report.print_training_records(records, {k: tmp_path / k for k in records})
-    out = capsys.readouterr().out
-    assert "measured on cpu-x in float32" in out.splitlines()[0]
-    assert "parallel (parallel): mode=parallel, trained K=8, 1 layer(s)" in out
-    assert "cumulative:      1,500 tokens seen, 20 steps, 250 s over 2 run(s)" in out
-    assert out.rstrip().endswith("EAGLE-3 / P-EAGLE = 2.50x the wall time, 1.50x the tokens seen")
 
 
 def test_the_held_out_row_is_the_heads_last(tmp_path):

@@ -155,20 +155,6 @@ def test_logbook_fixes_chapter_host_and_dtype_and_reads_a_loops_stats(tmp_path, 
         book.add("no k", "head-x", prompt_set="one prompt", prompts=1, new_tokens=8, rounds=1, acceptance_length=1.0)
 
 
-def test_at_a_glance_puts_both_heads_of_a_run_on_one_line_at_k7_where_it_has_one(tmp_path):
-    data = tmp_path / "data"
-    (data / "recipe" / "h").mkdir(parents=True)
-    (data / "recipe" / "h" / "heldout_compare.json").write_text(json.dumps(
-        {"host": "h", "prompts": ["a", "b"], "max_new_tokens": 8, "dtype": "float32",
-         "rows": [{"path": "heads/p", "acceptance_length": {"3": 1.3, "7": 1.4}},
-                  {"path": "heads/s-eagle3", "acceptance_length": {"3": 1.5, "7": 1.9}}]}))
-    shipped = {"parallel": tmp_path / "heads" / "p", "sequential": tmp_path / "heads" / "s-eagle3"}
-    lines = ledger.at_a_glance(data, shipped, tmp_path)
-    assert lines == [{"chapter": "04", "prompts": "held-out split", "decoded": "2 x 8", "host": "h",
-                      "dtype": "float32", "heads": "shipped", "P-EAGLE": "1.40 (K=7)", "EAGLE-3": "1.90 (K=7)"}]
-    assert ledger.at_a_glance(tmp_path / "empty", shipped, tmp_path) == []
-
-
 @pytest.mark.parametrize("wins, n, p", [(12, 16, 0.0768), (22, 24, 3.59e-05), (3, 3, 0.25), (0, 5, 0.0625),
                                         (1, 2, 1.0), (0, 0, 1.0)])
 def test_the_sign_test_is_the_two_sided_binomial_tail(wins, n, p):
@@ -194,27 +180,3 @@ def test_the_oracle_pair_is_the_best_one_pass_row_and_the_k_pass_row_at_its_k():
                        method("oracle-seq K=7", "oracle-sequential", 7, 1.3, 3.0)]}
     assert [m["method"] for m in payoff.oracle_pair(run)] == ["oracle K=7", "oracle-seq K=7"]
     assert payoff.oracle_pair({"methods": []}) == (None, None)
-
-
-def test_at_a_glance_names_the_heads_of_each_other_run_on_a_line_of_its_own(tmp_path):
-    import shutil
-
-    from peagle_lab.settings import data_dir
-
-    for folder in ledger.OTHER_HEADS:  # one committed run of the list suite, filed as both kinds of other heads
-        shutil.copytree(data_dir() / "results-lists", tmp_path / "data" / folder)
-    lines = ledger.at_a_glance(tmp_path / "data", {}, tmp_path)
-    assert [line["heads"] for line in lines] == list(ledger.OTHER_HEADS.values())
-    assert lines[0] | {"heads": None} == lines[1] | {"heads": None}
-    assert all(line["P-EAGLE"] != "-" and line["EAGLE-3"] != "-" for line in lines)
-
-
-def test_at_a_glance_on_the_committed_runs_says_where_each_line_is_printed():
-    from peagle_lab.drafter.heads import SHIPPED
-    from peagle_lab.settings import REPO_ROOT, data_dir
-
-    lines = ledger.at_a_glance(data_dir(), SHIPPED, REPO_ROOT)
-    shipped_bench = [line for line in lines if line["heads"] == "shipped" and line["chapter"].startswith("05")]
-    assert shipped_bench and all(line["chapter"] == "05 / 07" for line in shipped_bench)
-    assert all(" requests x " in line["decoded"] for line in lines if line["chapter"] == "06")
-    assert all(line["chapter"] == "05" for line in lines if line["heads"] != "shipped")

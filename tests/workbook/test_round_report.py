@@ -75,12 +75,6 @@ def test_the_lists_label_counts_held_out_prompts():
         "h/float32, `lists` suite, 2 held-out prompts x 16 new tokens")
 
 
-def test_the_lists_table_has_one_row_per_head_row_with_its_ideal_and_count():
-    lines = round_report.lists_table(bench_run()).splitlines()
-    assert len(lines) == 4  # header, rule, P-EAGLE K=2, EAGLE-3 K=2: no lookup, no oracle
-    assert lines[3] == "| eagle3 K=2 | 2 | 1.60 | 2.40 | 0.67 | 0.90 | 1/2 |"
-
-
 def test_the_list_heads_lines_read_each_record_and_the_slower_answers(tmp_path, capsys):
     heads = {}
     for kind in ("parallel", "sequential"):
