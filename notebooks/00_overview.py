@@ -191,7 +191,8 @@ for key, value in [("target_params", n_params), ("greedy_tokens_per_s", round(to
 # far less than 6 or 9 steps, far more than the GPU line's 1.17. Going from one row to several costs most of a step
 # more on this CPU in float32, so a round must commit almost two tokens just to pay for its verification. With
 # bfloat16 the CPU's bf16 units do the rows' arithmetic much faster: 05, which times in bf16, measures verification at
-# 1.1 to 1.31 steps, close to the GPU's. The cell prints the load, and flags a longer forward that measured cheaper.
+# 1.1 to 1.31 steps, nearer the GPU line's 1.17 than float32's 1.87. The cell prints the load, and flags a longer
+# forward that measured cheaper.
 #
 # ## One speculative round, written out
 #
@@ -364,8 +365,8 @@ if al_formula > 1:
 # ### A head that pays: list requests
 #
 # Where the text is predictable a small head learns the target's habits. Two heads, the *list-domain heads*, were
-# continued from the shipped ones on the target's own answers to 480 requests for lists (counting, times tables, the
-# alphabet). The cell runs
+# continued from the shipped ones on the target's own answers to 480 requests for lists (ranges, countdowns, numbered
+# lists, times tables, the alphabet, days and months: the package's `list_prompts` writes them). The cell runs
 # them at K=7 on held-out requests, against plain decoding: methods interleaved, median of three runs, each output
 # checked against plain greedy.
 
@@ -539,7 +540,7 @@ check_accept(answer_accept)
 #
 # Minutes and saved outputs: one `make lab` run of the whole course on `cpu-epyc-avx512bf16-2c`, a 2-core AMD EPYC
 # with bf16 units and no GPU (1,179.4 s of notebooks, 19.8 minutes with start-up; the minutes above are each
-# chapter's, rounded). The saved outputs of 00, 04, 05 and 07 come from a later run of those four on the same host.
+# chapter's, rounded). The saved outputs of 00, 04, 05 and 07 come from later runs of those four on the same host.
 # Chapters 00-04 and 06 load the target in float32; 05 and 07 in what `auto` picks, bfloat16 on a CPU with bf16
 # units. `make setup` installs everything the chapters use, vLLM for 06 included; no chapter needs a GPU or
 # downloads a model.

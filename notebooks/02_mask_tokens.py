@@ -567,7 +567,7 @@ for r in rows:
 # against 1.211). Learned and random lead zeros and the copy of h_context by 0.020 to 0.029, beyond those arms' seed
 # spreads but within the studies' 0.052: suggestive, not settled. At this small budget slot 1 (accepted at 0.20 for
 # the learned stand-in) sets the AL, and slot 1 never attends to a mask slot; slots 2 and 3 are reached in only
-# about 168 and 9 of 845 rounds per run. So the study says little about how well the stand-ins serve slots 2..K.
+# about 168 and 9 of 845 rounds per run (counts from the unrounded rates). So the study says little about how well the stand-ins serve slots 2..K.
 
 # %% tags=["nbval-ignore-output"]
 from peagle_lab.workbook import report

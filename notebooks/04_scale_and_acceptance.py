@@ -203,8 +203,8 @@ for kind, row in (("parallel", P), ("sequential", S)):
 # * **The learning curves** (left panel): two earlier long runs, not the shipped heads, against cumulative tokens
 #   seen: P-EAGLE (`peagle`, continued as `peagle-cont`) and EAGLE-3 (`eagle3`, continued as `eagle3-cont`).
 # * **The deeper heads** (right panel): P-EAGLE heads with 1, 2 and 4 decoder layers, `exp-L1`, `exp-L2` and `exp-L4`
-#   (directories `peagle-L1` and so on), trained from scratch on the same data for the same 2400 s each (the budget
-#   their `training-L*.json` records).
+#   (directories `peagle-L1` and so on), trained from scratch on the same 6,000 sequences for about 2400 s each (the
+#   cell prints each head's record).
 #
 # **One head, three names:** `exp-L1` = `peagle-L1` = `smollm2-135m-peagle-fresh`, the first run of the shipped
 # P-EAGLE head `smollm2-135m-peagle`. The cell's last line scores the deeper heads' run ends on section 1's prompts.
@@ -216,6 +216,13 @@ curve, deeper = (d["points"] for d in docs)
 heads_report.print_curve_sources(docs, HOST)  # the label, and the prompts each panel's snapshots were scored on
 heads_report.plot_curves(curve, deeper)
 heads_report.print_snapshots(curve, deeper)  # each long run's AL at every snapshot, each deeper head's last
+for n in (1, 2, 4):  # each deeper head's training record: its wall time, tokens seen and the records it read
+    path = RECIPE_DIR / str(HOST) / "deeper" / f"training-L{n}.json"
+    if path.is_file():
+        rec = json.loads(path.read_text())
+        print(f"exp-L{n}: trained {rec['train_time_s']:.0f} s, {rec['tokens_seen']:,} tokens seen, "
+              f"{rec['data']['sequences']:,} sequences of {rec['data']['file'].split('/')[-1]}, "
+              f"records {rec['data']['records']}")
 # the same heads at the end of their runs, on section 1's comparison prompts
 heads_report.print_run_ends(records_["parallel"], compare, P)
 

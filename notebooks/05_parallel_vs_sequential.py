@@ -237,7 +237,7 @@ bench.plot_drafting_cost(dc);
 # pass per round, `..., sequential drafting` K real EAGLE-3 passes, on the same draws.
 #
 # Columns: `speedup` is tokens/s over the plain loop's, prefill included; `speedup_iqr` its interquartile range over
-# prompts; `decode_speedup` the same without prefill; `ideal_speedup` AL / round from this run's medians;
+# prompts (over 3 prompts, little more than their spread); `decode_speedup` the same without prefill; `ideal_speedup` AL / round from this run's medians;
 # `efficiency` = decode_speedup / ideal, what the loop loses; `lossless_note` the lossless check of the next section.
 
 # %%
@@ -261,7 +261,7 @@ print(f"plain loop: {plain_row['t_step_ms']:.1f} ms per decode step (loop timer)
 
 # %% [markdown]
 # **Reading it.** Every head row is above 1x: P-EAGLE 1.05x to 1.26x, fastest at K=1; EAGLE-3 1.05x to 1.15x,
-# fastest at K=2; a deeper K adds little acceptance (P-EAGLE's AL 1.33 at K=1, 1.42 at K=7). At K=1, where both modes
+# fastest at K=2 (best Ks picked by timings that, as below, carry noise); a deeper K adds little acceptance (P-EAGLE's AL 1.33 at K=1, 1.42 at K=7). At K=1, where both modes
 # are the same computation, P-EAGLE makes 1.26x and EAGLE-3 1.05x although EAGLE-3 accepts a little more (AL 1.36
 # against 1.33): the round profile below times the same verification at 67.7 ms in one row and 84.5 ms in the other,
 # so that gap is timing noise. At K=7 the oracle makes 2.75x with one pass, 2.40x with seven; prompt lookup 1.73x.
@@ -979,8 +979,8 @@ else:
 # - Speed is AL / round, the round in decode steps. From K=1 to K=10 one parallel pass stays between 4.74 and
 #   6.34 ms, K sequential passes grow from 4.24 to 40.9 ms; at K=1 the two are the same computation.
 # - In bf16 on this CPU the committed run's round costs 1.19 decode steps and the shipped heads clear it: 1.18x and
-#   1.14x end to end over 24 prompts, each shown faster than plain decoding; live, P-EAGLE is fastest at K=1 (1.26x),
-#   EAGLE-3 at K=2 (1.15x). On the committed fp32 rounds (1.98 and 1.95 steps) the P-EAGLE head loses (0.73x and 0.63x
+#   1.14x end to end over 24 prompts, each shown faster than plain decoding; live, P-EAGLE measured fastest at K=1
+#   (1.26x), EAGLE-3 at K=2 (1.15x), on 3 prompts and timings with noise of their size. On the committed fp32 rounds (1.98 and 1.95 steps) the P-EAGLE head loses (0.73x and 0.63x
 #   decode).
 # - In bf16 speculative output diverges from plain greedy only at near-ties (15 of 33 live outputs, margins 0.000 or
 #   0.125); the fp32 rerun stays identical. An off-by-one acceptance rule diverges at a margin of 5.25 and fails.

@@ -411,7 +411,8 @@ for what, prompt_set, n, rounds, al in (
 #   step` is verifying K+1 tokens in decode steps; `draft share` is drafting's share of a round.
 # - **Tensor parallelism** (`peagle-lab bench-tensor-parallel`): vLLM's size must divide the attention heads (2 does
 #   not here), so the target is sharded by hand over 2 CPU processes as vLLM shards on GPUs (attention by KV-head
-#   groups, the MLP by columns, an all-reduce after each), the drafter copied onto each.
+#   groups, the MLP by columns, an all-reduce after each: 60 a pass over the target's 30 layers), the drafter copied
+#   onto each.
 #
 # ```bash
 # peagle-lab serve-sweep --concurrency 1,4,16 --max-tokens 64 --repeats 2   # -> data/results/<host>/serving/
@@ -478,8 +479,9 @@ for path in sorted(RESULTS.glob("*/tensor-parallel/tensor_parallel.json")):
 # steps, and P-EAGLE's one drafting pass is 6% of a round at K=8 against EAGLE-3's 31%.
 #
 # **Tensor parallelism** (`cpu-epyc-avx2-2c`): 2 processes made verification 0.55x as fast (181.9 ms against 100.3
-# ms), so the drafter's share of a round fell (EAGLE-3 14.6% -> 9.7%). Where sharding speeds the target (GPUs) the
-# share should grow: argued, not measured. Repeats and spreads: 07's "How the course measures".
+# ms), so the drafter's share of a round fell (EAGLE-3 14.6% -> 9.7%). The 60 all-reduces of a pass take 33.5 ms (the
+# printed 0.56 ms each is rounded), a third of the 101.8 ms the decode step rose by. Where sharding speeds the target
+# (GPUs) the share should grow: argued, not measured. Repeats and spreads: 07's "How the course measures".
 
 # %% [markdown]
 # ## 8 · Recipe: the published P-EAGLE heads on a GPU

@@ -63,8 +63,8 @@ def ledger_head(name):
 # %% [markdown]
 # ## The explorer
 #
-# Type a prompt, choose K, the head and the drafting mode, and press **Generate**. To try: raise K and watch the deep
-# slots' bars fall; run one head in both modes and compare the times; raise the temperature and watch fewer drafts pass
+# Type a prompt, choose K, the head and the drafting mode, and press **Generate**. To try: raise K and watch how few
+# rounds reach the deep slots (a bar over one or two rounds jumps about); run one head in both modes and compare the times; raise the temperature and watch fewer drafts pass
 # (the loop then accepts by speculative sampling, built below). The widget needs a live kernel; the fixed run below
 # draws the same view without it.
 
