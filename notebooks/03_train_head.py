@@ -171,9 +171,8 @@ if sd_runs:
 
 # %% [markdown]
 # **Reading it.** The target's own answers win: 1.380 against 1.245 tokens per round, a gap of 0.135 beside seed
-# spreads of 0.052 and 0.006 (slot 1 accepted at 0.33 against 0.23). The study measures the gap, not its cause; the
-# likely one is that the library's source is not written the way the target writes. Let the target regenerate the
-# answers when you can afford it.
+# spreads of 0.052 and 0.006 (slot 1 accepted at 0.33 against 0.23). The study measures the gap, not its cause. Let
+# the target regenerate the answers when you can afford it.
 #
 # ## 2 · Draft vocabulary
 #

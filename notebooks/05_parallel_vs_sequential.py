@@ -32,7 +32,8 @@
 # prints the choice): the mechanism, one drafter pass against K; the drafting-cost gap (in this run's table, at K=10 one
 # parallel pass takes 5.67 ms, ten sequential ones 40.9 ms); losslessness in bf16 (outputs diverge from plain greedy
 # only at near-ties of the top two logits); and speed-ups: 1.18x and 1.14x end to end for the shipped heads, more for
-# heads trained on a narrow domain. **What it cannot show** is the paper's acceptance: the shipped heads accept 1.29 to
+# heads trained on a narrow domain (the matched pair, committed and live here; the first list pair's committed run is
+# another host's). **What it cannot show** is the paper's acceptance: the shipped heads accept 1.29 to
 # 1.61 tokens a round on HumanEval prompts across the course's runs (07's ledger lists each), against the blog's 3.94 at
 # K=7 (3.70 on MT-Bench, which the chat suite stands in for). The **oracle** rows price it: a stand-in drafter that
 # draws the paper's acceptance through the real loop, charged one pass or K passes a round (this host's bf16 run has
@@ -859,7 +860,7 @@ else:
 #
 # The list heads above started from the shipped heads, whose histories differ. This pair removes that: both heads
 # start from the same seeded untrained weights (the two modes share one architecture, so seed 0 draws the same numbers
-# for both), read the same 480 answers in the same order and take the same 1,000 optimizer steps, side by side. Both
+# for both; the package's tests check it), read the same 480 answers in the same order and take the same 1,000 optimizer steps, side by side. Both
 # were then timed on 48 held-out list requests at K = 3, 5 and 7, methods interleaved. The cell reads that committed
 # run and writes each head's AL and round at K=7 out from the file's counts. Then it runs the pair live, here, on the
 # same 48 held-out requests: plain decoding, P-EAGLE and EAGLE-3 on each, their order rotated from request to request,

@@ -312,8 +312,10 @@ print("verdict, at the paper's acceptance (one parallel pass against K sequentia
 # - **Hosts.** Named by CPU: `cpu-epyc-avx2-2c` (2 cores, AVX2 only), `cpu-epyc-avx512bf16-2c` (2 cores, bf16 units).
 #   A figure compares only with figures of its host and dtype.
 # - **Acceptance length** (00, where the loop is written). AL = 1 + accepted drafts / rounds, over every round of a run,
-#   the bonus token included. A last round that runs past the token budget commits only what fits, so a recorded AL can
-#   sit a little below one rebuilt from the per-slot rates (04).
+#   the bonus token included. Near the token budget the loop drafts only as many tokens as still fit, so a recorded
+#   AL can sit a little below one rebuilt from the per-slot rates (04); and the count keeps a last round's bonus token
+#   even where the budget (or an end-of-sequence token) drops it, so rounds plus accepted drafts can exceed the tokens
+#   kept by about one per answer.
 # - **Per-slot rate** (00; 04, 05). p_j = P(draft j accepted | drafts 1..j-1 accepted), printed with the number of
 #   rounds that reached slot j where recorded; a rate over a dozen rounds is a dozen events. Slot j is depth j-1. A
 #   slot no round reached has no rate: tables print it as `nan` (00, 06), `None` (03) or `-` (04, 05, 07).
@@ -325,7 +327,8 @@ print("verdict, at the paper's acceptance (one parallel pass against K sequentia
 #   *shown faster* when a two-sided exact sign test over the prompts gives p < 0.05; otherwise the course says "faster
 #   on N of M prompts", whatever the average.
 # - **Seed spread** (02, 03). 0.052 (04 prints it): the largest AL gap between two training seeds of one setting in
-#   the committed studies; a smaller gap between two heads is a tie.
+#   the committed studies. A gap between two heads or settings within it is not read as an order; 02 calls a gap
+#   beyond the two arms' own seed spreads but within 0.052 suggestive, not settled.
 # - **Lossless, near-ties** (00; 05; the check above). fp32 on a CPU: identical to plain greedy, token for token. bf16,
 #   or fp32 on a GPU: identical, or diverging only at a near-tie, where plain greedy's top two logits lie within a few
 #   units in the last place (kernels that sum in another order may swap them); printed with the margin, top-1 minus
