@@ -128,7 +128,6 @@ def draw_eagle_shift(n: int = 4, k_fig: int = 4):
     plt.show()
 
 
-
 _TARGET_C, _HEAD_C, _MASK_C, _LAYER_C = "#f4a259", "#dde8cf", "#bfd7ea", "#e8e0f0"
 
 

@@ -9,18 +9,20 @@ from pathlib import Path
 from ..serving import engine_kwargs
 
 
+def _recorded_dtype(meta: dict) -> str | None:
+    """The engine dtype a sweep's file records, or None."""
+    return (meta.get("engine") or {}).get("dtype")
+
+
 def sweep_dtype(meta: dict) -> str:
     """vLLM's dtype in a sweep: the engine settings it records, else serve-sweep's own (GPU default, or the CPU's)."""
     on_gpu_host = meta.get("environment", {}).get("device") == "cuda"
-    return (meta.get("engine") or {}).get("dtype") or (
-        "vLLM's GPU default" if on_gpu_host else engine_kwargs(on_gpu=False)["dtype"])
+    return _recorded_dtype(meta) or ("vLLM's GPU default" if on_gpu_host else engine_kwargs(on_gpu=False)["dtype"])
 
 
 def dtype_label(meta: dict) -> str:
     """:func:`sweep_dtype`, said to be inferred where the file does not record the engine's dtype."""
-    if (meta.get("engine") or {}).get("dtype"):
-        return meta["engine"]["dtype"]
-    return f"{sweep_dtype(meta)} (not in the file: serve-sweep's setting for this device)"
+    return _recorded_dtype(meta) or f"{sweep_dtype(meta)} (not in the file: serve-sweep's setting for this device)"
 
 
 def repeat_verdict(lo: float, hi: float) -> str:
