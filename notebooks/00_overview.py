@@ -16,13 +16,11 @@
 # %% [markdown]
 # # 00 · Overview: speculative decoding and P-EAGLE in one page
 #
-# **Goal:** understand one speculative round (draft, verify, accept, bonus, roll back) well enough to write it
-# yourself, and know exactly what "lossless" means for it.
+# **Goal:** understand one speculative round (draft, verify, accept, bonus, roll back) well enough to write it yourself,
+# and know exactly what "lossless" means.
 #
-# Plan: the idea; what P-EAGLE changes; the target and its speed; one round by hand, checked against the package;
-# acceptance length from per-draft rates; a head that pays on list requests; two exercises; then a glossary of the
-# words every chapter uses, and a map of the course. Timings are measured live and move with the machine's load;
-# committed results are labelled so.
+# Plan: the idea and what P-EAGLE changes; one round by hand; acceptance length; a head that pays; two exercises; a
+# glossary and a course map. Timings are live and move with the machine's load; committed results are labelled so.
 
 # %%
 # Parameters come from the environment: PEAGLE_TARGET (default: the embedded SmolLM2-135M-Instruct),
@@ -37,47 +35,42 @@ from peagle_lab import models, precision, settings
 # %% [markdown]
 # ## Speculative decoding
 #
-# At batch size 1, a large LLM on a GPU is limited by reading its weights, not by arithmetic: a forward over 5 new
-# tokens costs little more than one over 1. Speculative decoding exploits this:
+# At batch size 1 a large LLM on a GPU is bound by reading its weights, not by arithmetic: a forward over 5 new tokens
+# costs little more than one over 1. Speculative decoding exploits this:
 #
-# 1. A cheap **drafter** proposes K tokens `d1..dK`.
-# 2. The **target** checks all of them in **one** forward pass.
-# 3. It keeps the longest prefix of drafts that match its own choices, plus one token of its own (the *bonus*).
+# 1. A cheap **drafter** proposes K tokens.
+# 2. The **target** checks them all in **one** forward pass.
+# 3. It keeps the longest prefix of drafts matching its own choices, plus one token of its own (the *bonus*).
 #
 # Each **round** commits 1 to K+1 tokens; their mean is the **acceptance length** (1.00 for plain decoding).
 #
 # ### Lossless, exactly
 #
-# With greedy decoding every committed token is the target's own argmax. Verification runs the target over K+1 rows
-# at once and plain decoding over one, so the kernels sum in different orders and logits differ in the last bits.
+# Greedy speculation commits only the target's own argmax tokens. But verification runs K+1 rows at once, so its logits
+# can differ from plain decoding's in the last bits:
 #
-# - **fp32 on a CPU**: those differences stay far below the gap between two logits, and the output is
-#   **identical** to plain greedy decoding (the package's tests check K = 1 to 8, both heads).
-# - **bf16, or fp32 on a GPU**: identical, **or** a divergence at a *near-tie*, where plain decoding's top two
-#   logits are within a few units in the last place; it is reported with its logit margin (top-1 minus top-2).
-#   Notebook 05 shows one. A divergence at a margin of several logits would be a bug.
+# - **fp32 on a CPU**: the output is **identical** to plain greedy decoding (tested for K = 1 to 8, both heads).
+# - **bf16, or fp32 on a GPU**: identical, **or** diverging at a *near-tie* (plain decoding's top two logits within a
+#   few units in the last place), reported with its logit margin (top-1 minus top-2); notebook 05 shows one. A
+#   divergence at a margin of several logits is a bug.
 #
-# Above temperature 0, lossless means the output follows the target's own distribution exactly; `07_explorer` builds
-# that rule, speculative sampling. Lossless keeps the target's answer, right or wrong: the plain answer below is not
-# correct code, and speculation reproduces it exactly.
+# Above temperature 0, lossless means sampling exactly the target's distribution (`07_explorer`). Lossless keeps the
+# target's answer, right or wrong: the plain answer below is not correct code.
 
 # %% [markdown]
 # ## EAGLE-3 and P-EAGLE
 #
-# - **EAGLE** drafters are a small transformer (one layer in this course's heads, four in the published GPT-OSS
-#   P-EAGLE heads) that reads the target's hidden states, not just tokens.
-# - **EAGLE-3** reads three of the target's layers (low, middle, high), the *taps*, concatenated (3H) and
-#   projected to H (notebook 01). It drafts **sequentially**: K tokens cost K drafter passes. Training unrolls it
-#   (*training-time test*): each step gets the data's next token and the head's own previous state.
-# - **P-EAGLE** drafts **in parallel**: slot 1 gets the new token and the target's features, slots 2..K get a
-#   mask token and one shared learned vector (`mask_hidden`). One pass gives all K drafts, so drafting cost grows
-#   slowly with K. It trains all slots at once on *conditional drop-token* (COD) samples (notebook 02).
+# - **EAGLE** drafters are a small transformer (one layer here, four in the published GPT-OSS P-EAGLE heads) that reads
+#   the target's hidden states, not just tokens.
+# - **EAGLE-3** reads three target layers, the *taps* (notebook 01), and drafts **sequentially**: K tokens cost K
+#   drafter passes. It trains unrolled (*training-time test*).
+# - **P-EAGLE** drafts **in parallel**: slot 1 gets the new token and the taps; slots 2..K get a mask token and a shared
+#   learned vector (`mask_hidden`). One pass gives all K drafts. It trains all slots at once on *conditional drop-token*
+#   (COD) samples (notebook 02).
 #
-# The vLLM blog (post "P-EAGLE", 2026-03-13; paper arXiv 2602.01469) reports, for GPT-OSS-20B on one B200 at
-# batch 1 on HumanEval: P-EAGLE at 1.55x EAGLE-3's speed, each head at its best K (7 and 3); at K=7 the acceptance
-# lengths are 3.94 vs 3.03.
-# This course rebuilds the method on a model small enough for a laptop. The diagram's costs are illustrative
-# (verifying K=4 drafts at 1.3 target forwards); "How fast" below measures your machine.
+# Published (vLLM blog "P-EAGLE", 2026-03-13; arXiv 2602.01469): on GPT-OSS-20B, one B200, batch 1, HumanEval, P-EAGLE
+# runs at 1.55x EAGLE-3's speed, each at its best K (7 and 3); at K=7 the acceptance lengths are 3.94 vs 3.03. The
+# diagram's costs below are illustrative.
 
 # %%
 from peagle_lab.workbook.diagrams import draw_drafting_schemes
@@ -87,9 +80,8 @@ draw_drafting_schemes(k=4);
 # %% [markdown]
 # ## The target and its plain greedy answer
 #
-# The default target, SmolLM2-135M-Instruct (a Llama), is embedded so the course runs offline; `PEAGLE_TARGET`
-# swaps in any Hugging Face causal LM. Its plain greedy answer is the baseline every speculative run must reproduce
-# and beat.
+# SmolLM2-135M-Instruct (a Llama) is embedded so the course runs offline; `PEAGLE_TARGET` swaps in any Hugging Face
+# causal LM. Its plain greedy answer is what every speculative run must reproduce.
 
 # %%
 model, tokenizer = models.load_target(TARGET, device=DEVICE, dtype=precision.course_dtype(DEVICE))
@@ -140,8 +132,8 @@ print([tokenizer.decode([t]) for t in answer[:8]])
 # %% [markdown]
 # ## How fast, and why speculation can pay
 #
-# First the decoding speed. Then the fact speculation rests on: with the prompt in the KV cache, what one forward
-# over 6 or 9 new tokens (verifying K=5 or K=8 drafts) costs against a forward over 1.
+# First the greedy decoding speed; then, with the prompt cached, the cost of one forward over 6 or 9 new tokens
+# (verifying K=5 or K=8 drafts) against a forward over 1.
 
 # %%
 import copy
@@ -187,22 +179,15 @@ for key, value in [("target_params", n_params), ("greedy_tokens_per_s", round(to
     record(key, value, notebook="00_overview")
 
 # %% [markdown]
-# **Reading it.** In float32, verifying 6 tokens cost 1.87 decoding steps here, and 9 tokens about the same (1.88):
-# far less than 6 or 9 steps, far more than the GPU line's 1.17. Going from one row to several costs most of a step
-# more on this CPU in float32, so a round must commit almost two tokens just to pay for its verification. With
-# bfloat16 the CPU's bf16 units do the rows' arithmetic much faster: 05, which times in bf16, measures verification at
-# 1.1 to 1.31 steps, nearer the GPU line's 1.17 than float32's 1.87. The cell prints the load, and flags a longer
-# forward that measured cheaper.
+# **Reading it.** In float32 on this CPU, verifying K=5 drafts cost 1.87 one-token steps, against 1.17 on the committed
+# H200 line (bf16): here a round must commit almost two tokens just to pay for verification. bfloat16 changes that cost
+# (notebook 05).
 #
 # ## One speculative round, written out
 #
-# The package's loop (`peagle_lab.decoding.speculative.speculative_generate`) fits in one function of about 30
-# lines, `speculate` below, with the shipped P-EAGLE head as drafter (for another target, one trained on the spot).
-# One convention comes first, the **EAGLE shift**: drafter position t holds token x_{t+1} with the target's taps
-# h_t, the state that predicted it. The target has just chosen x_{n+1} from h_n, and x_{n+1}'s own state exists only
-# after the next target forward; pairing every token with the state that predicted it makes every position look like
-# the one that drafts. Position n is the round's slot 1 and drafts x_{n+2} at depth 0; slot j drafts x_{n+j+1} at
-# depth j-1.
+# `speculate` below is the package's loop (`speculative_generate`) in about 30 lines, with the shipped P-EAGLE head as
+# drafter. It uses the **EAGLE shift**: drafter position t holds token x_{t+1} with the taps h_t that predicted it. With
+# context x_0..x_n, slot 1 is position n and drafts x_{n+2} at depth 0; slot j drafts x_{n+j+1} at depth j-1.
 
 # %%
 from peagle_lab.workbook.diagrams import draw_eagle_shift
@@ -210,22 +195,18 @@ from peagle_lab.workbook.diagrams import draw_eagle_shift
 draw_eagle_shift(n=4, k_fig=4)  # context x_0..x_4, one round of K=4 drafts
 
 # %% [markdown]
-# Older positions sit in the drafter's KV cache; a round feeds the newly committed positions, the last being slot 1
-# (dark green), and the K-1 mask slots. Each round:
+# Each round (in the diagram, the new positions end in slot 1, dark green, then come K-1 mask slots; older positions sit
+# in the drafter's KV cache):
 #
-# 1. **draft** K tokens in one drafter pass (`draft` below; notebook 02 writes the head itself from scratch);
-# 2. **verify**: one target forward over the last committed token and the K drafts;
-# 3. **accept** the longest prefix of drafts equal to the target's own greedy choices;
+# 1. **draft** K tokens in one drafter pass;
+# 2. **verify** the last committed token and the K drafts in one target forward;
+# 3. **accept** the longest prefix of drafts equal to the target's greedy choices;
 # 4. add the **bonus** token, the target's choice right after that prefix;
-# 5. **roll back** the target's KV cache, dropping the rejected drafts.
+# 5. **roll back** the target's KV cache past the rejected drafts.
 #
-# `draft` rolls back the drafter's own KV cache first: it crops it to where the round's new slots begin, dropping the
-# last round's mask and draft slots, then runs one pass over the new slots and K-1 mask slots. It uses four pieces of
-# the head that 02 writes from scratch: `fuse` (`fc` over the three taps), `mask_slot_hidden` (`fc(mask_hidden)`), the
-# head's forward over token ids, hidden states and positions with its KV cache (`logits_from` keeps the last K rows),
-# and `to_target_logits` (the draft vocabulary back to target ids through `d2t`). `Slots` holds the newly committed
-# tokens with their taps and the position of the first. The first round prints
-# its tensors' shapes; the cell after runs the same prompt through the package's loop and plain greedy decoding.
+# `draft` first crops the drafter's own cache back to the round's new slots, then runs the head (built in 02);
+# `to_target_logits` maps draft ids to target ids via `d2t`. `Slots` holds the new tokens, their taps and the first
+# one's position.
 
 # %%
 from transformers import DynamicCache
@@ -322,21 +303,16 @@ div = first_divergence(tokens, plain, model.dtype, DEVICE)
 print("hand-written vs plain greedy:", "identical" if div is None else div.message())
 
 # %% [markdown]
-# **Reading it.** The hand-written round, the package's loop and plain greedy decoding produce the same tokens. A
-# round commits 1.47 tokens while its verification alone costs 1.87 decoding steps, so in float32 speculation cannot
-# pay, and the wall time agrees: 4.08 s against plain decoding's 3.01 s (0.74x) on this prompt. 07 runs the same
-# prompt and head in bfloat16 (K=4, 64 tokens), where verification is cheap: there one run ties with plain decoding
-# (0.99x), and over 24 prompts in bf16 05 shows both heads faster than plain decoding.
+# **Reading it.** The hand-written round, the package's loop and plain greedy decoding give identical tokens (float32).
+# But a round commits 1.47 tokens while verification alone costs 1.87 steps, so speculation loses on this prompt: 4.08 s
+# against 3.01 s (0.74x). 05 and 07 time it in bfloat16.
 #
 # ### Acceptance length, draft by draft
 #
-# Let p_j be draft j's acceptance rate among the rounds that reached it (drafts 1..j-1 all accepted); it is `nan`
-# when no round reached draft j. A round always commits its bonus token, and draft j in the share p1·p2⋯pj of
-# rounds that accept drafts 1..j, so
+# Let p_j be draft j's acceptance rate among the rounds that reached it (drafts 1..j-1 accepted); `nan` if none did. A
+# round always commits its bonus, and draft j in the share p1·p2⋯pj of rounds, so
 #
 # **AL = 1 + p1 + p1·p2 + … + p1·p2⋯pK.**
-#
-# The cell plugs in the package run's own rates.
 
 # %%
 import math
@@ -357,18 +333,16 @@ if al_formula > 1:
           "commits over plain decoding")
 
 # %% [markdown]
-# **Reading it.** The terms shrink fast: draft 1 supplies 80% of the 0.469 extra tokens a round commits, and
-# draft 5, which no round reached, prints `nan` and adds nothing. An acceptance length belongs to a head **and** the
-# text it drafts for: the course prints several for the same head, and 07's acceptance ledger lists each with its
-# prompts, size, K, host and dtype.
+# **Reading it.** The terms shrink fast: draft 1 supplies 80% of the 0.469 extra tokens per round; draft 5, never
+# reached, prints `nan` and adds nothing. An AL belongs to a head **and** its text: 07's ledger lists every AL the
+# course prints with its prompts, K, host and dtype.
 #
 # ### A head that pays: list requests
 #
-# Where the text is predictable a small head learns the target's habits. Two heads, the *list-domain heads*, were
-# continued from the shipped ones on the target's own answers to 480 requests for lists (ranges, countdowns, numbered
-# lists, times tables, the alphabet, days and months: the package's `list_prompts` writes them). The cell runs
-# them at K=7 on held-out requests, against plain decoding: methods interleaved, median of three runs, each output
-# checked against plain greedy.
+# On predictable text a small head learns the target's habits: the two *list-domain heads* were continued from the
+# shipped ones on the target's own answers to list requests (ranges, countdowns, the alphabet ...). The cell runs them
+# at K=7 on held-out requests against plain decoding (interleaved, median of three runs) and checks each output against
+# plain greedy.
 
 # %%
 from peagle_lab.bench.suites import suite_records
@@ -411,22 +385,20 @@ ahead = sum(p["speedup"] > e["speedup"] for p, e in zip(easy_rows[::2], easy_row
 print("P-EAGLE against EAGLE-3: " + payoff.paired_verdict(ahead, len(easy_rows) // 2))
 
 # %% [markdown]
-# **Reading it.** Here rounds commit up to 8 tokens (K=7 drafts plus the bonus), every output is identical to plain
-# greedy, and P-EAGLE ran 2.41x and 1.81x faster than plain decoding, EAGLE-3 1.34x and 1.42x. Two requests cannot
-# show an order (a sign test gives p = 0.5 at best); 05 times the same heads on 16 requests, and a pair trained
-# alike on 48, where P-EAGLE's one pass is shown faster than EAGLE-3's seven, live as well as in a committed run.
+# **Reading it.** All outputs are identical to plain greedy, and rounds commit up to 8 tokens. P-EAGLE ran 2.41x and
+# 1.81x faster than plain decoding, EAGLE-3 1.34x and 1.42x; two requests cannot show an order (p = 0.5), so 05 times
+# these heads on more.
 #
 # ### Exercise: change K
 #
-# The cell below reruns the hand-written loop at `K_TRY` = 1, then 10. Predict: how many rounds, what acceptance
-# length, and do the tokens change?
+# The next cell reruns the hand-written loop at `K_TRY` = 1, then 10. Predict the rounds, the acceptance length, and
+# whether the tokens change.
 #
 # <details><summary>Answer</summary>
 #
-# At K = 1 a round commits at most 2 tokens, so it needs more rounds than K = 5, but only one more here (33 against
-# 32): at K = 5 most rounds commit 1 or 2 tokens anyway. K = 10 takes the same rounds as K = 5: a slot sees only the
-# slots before it, so K = 10's first 5 drafts are K = 5's, and no round at K = 5 accepted draft 4 (`max per round
-# 4`: 3 drafts plus the bonus); each verification just grows from 6 rows to 11. The tokens never change.
+# K = 1 needs only one round more than K = 5 (33 against 32): at K = 5 most rounds commit 1 or 2 tokens anyway. K = 10
+# takes the same 32 rounds: a slot sees only earlier slots, so its first 5 drafts are K = 5's, and no round at K = 5
+# accepted a 4th draft. The tokens never change.
 #
 # </details>
 
@@ -443,12 +415,9 @@ print(f"(K={K}, above: {len(per_round)} rounds, acceptance length {sum(per_round
 # %% [markdown]
 # ### Exercise: write the acceptance rule yourself
 #
-# Steps 3 and 4 are the whole of greedy verification. Replace the body of `my_accept` below: given the
-# K drafts and the target's greedy token at each of the K + 1 verified positions (`choice[j]` is its token after
-# the first j drafts), return what the round commits: the accepted drafts, then the bonus token. The cell checks
-# your rule against the package's (`peagle_lab.decoding.sampling.accept_greedy`) on 500 random rounds.
-#
-# Try it before you read the answer: the cell after the check writes it out and runs the same check.
+# Write the body of `my_accept` (steps 3 and 4): given the K drafts and `choice`, the target's greedy token at each of
+# the K + 1 verified positions (`choice[j]` follows the first j drafts), return the accepted drafts, then the bonus
+# token. The cell checks it against the package's `accept_greedy` on 500 random rounds; the cell after holds the answer.
 
 # %%
 import random
@@ -495,34 +464,35 @@ check_accept(answer_accept)
 # %% [markdown]
 # ## Glossary
 #
-# The words of the method, collected; every chapter uses them in these senses. Positions are 0-based, as in the code.
+# Every chapter uses these words in these senses. Positions are 0-based, as in the code; (0N) names the chapter that
+# builds the piece.
 #
-# | term | meaning | first used |
-# |---|---|---|
-# | round | one draft-verify-accept step: the drafter proposes K tokens, the target checks them in one forward and commits the accepted prefix plus its own *bonus* token | 00, "Speculative decoding" |
-# | K | drafts per round (vLLM's `num_speculative_tokens`) | 00, "Speculative decoding" |
-# | x_0..x_n, h_0..h_n | the context tokens, and the target's taps at each of their positions; from h_n the target chooses x_{n+1} | 00, "One speculative round" |
-# | slot j, draft j, depth | a round's drafter slots are j = 1..K; draft j is the token drafted in slot j; its depth is j - 1 (slot 1 = depth 0), the index the training code uses | 00, "EAGLE-3 and P-EAGLE" (depth: "One speculative round") |
-# | acceptance length (AL) | tokens a round commits, bonus included, averaged over the rounds; 1.00 for plain decoding | 00, "Speculative decoding" |
-# | p_j | draft j's conditional acceptance rate: among the rounds that accepted drafts 1..j-1, the share that also accepted draft j; AL = 1 + p_1 + p_1·p_2 + … | 00, "Acceptance length, draft by draft" |
-# | taps | the three hidden states EAGLE-3 and P-EAGLE read from the target (a low, a middle and a high layer), concatenated (3H) and projected to H by `fc` | 00, "EAGLE-3 and P-EAGLE"; built in 01 |
-# | EAGLE shift | drafter position t holds token x_{t+1} with the taps h_t, the state that predicted it | 00, "One speculative round" |
-# | mask token, `mask_hidden` | P-EAGLE's two learned stand-ins in slots 2..K: one embedding row, and one shared 3H vector in place of the taps | 00, "EAGLE-3 and P-EAGLE"; built in 02 |
-# | COD | conditional drop-token sampling, from PARD (a small draft model that predicts K tokens in one pass with mask tokens): P-EAGLE's training keeps a shrinking, nested share of positions at each deeper depth, so K depths cost far less than K times one | 00, "EAGLE-3 and P-EAGLE"; built in 02 and 03 |
-# | training-time test (TTT) | EAGLE-3's training, unrolled as at inference: each depth gets the data's next token and the head's own state from the depth before | 00, "EAGLE-3 and P-EAGLE"; by hand in 03 |
-# | draft vocabulary, `d2t` | the head scores only a few thousand frequent target ids; `d2t` maps a draft id to its target id (`t2d` the other way) | 00, "One speculative round"; by hand in 03 |
-# | lossless | the speculative output is the target's own: identical to plain greedy decoding, or (bf16, or fp32 on a GPU) diverging only at a near-tie | 00, "Speculative decoding" |
+# | term | meaning |
+# |---|---|
+# | round | one draft-verify-accept step: K drafts, one target forward, then the accepted prefix plus the target's own *bonus* token committed |
+# | K | drafts per round (vLLM's `num_speculative_tokens`) |
+# | x_0..x_n, h_0..h_n | the context tokens, and the target's taps at their positions; from h_n the target chooses x_{n+1} |
+# | slot j, draft j, depth | a round's drafter slots j = 1..K; draft j is slot j's token, at depth j - 1 (slot 1 = depth 0; the training code's index) |
+# | acceptance length (AL) | tokens a round commits, bonus included, averaged over rounds; 1.00 for plain decoding |
+# | p_j | draft j's conditional acceptance rate: of the rounds that accepted drafts 1..j-1, the share that also accepted draft j; AL = 1 + p_1 + p_1·p_2 + … |
+# | taps | the three target hidden states (a low, a middle, a high layer) that EAGLE-3 and P-EAGLE read, concatenated (3H) and projected to H by `fc` (01) |
+# | EAGLE shift | drafter position t holds token x_{t+1} with the taps h_t, the state that predicted it |
+# | mask token, `mask_hidden` | P-EAGLE's two learned stand-ins in slots 2..K: an embedding row, and one shared 3H vector in place of the taps (02) |
+# | COD | conditional drop-token sampling, from PARD (a small draft model that drafts K tokens in one pass with mask tokens): each deeper depth trains on a shrinking, nested share of positions, so K depths cost far less than K times one (02, 03) |
+# | training-time test (TTT) | EAGLE-3's training, unrolled as at inference: each depth gets the data's next token and the head's own state from the depth before (03) |
+# | draft vocabulary, `d2t` | the few thousand frequent target ids the head scores; `d2t` maps a draft id to its target id, `t2d` the reverse (03) |
+# | lossless | the output is the target's own: identical to plain greedy decoding, or (bf16, or fp32 on a GPU) diverging only at a near-tie |
 #
-# **Reading the measurements.** These words recur from 02 on (07's appendix states the full rules):
+# **Reading the measurements.** Words used from 02 on (07's appendix states the full rules):
 #
 # | word | meaning |
 # |---|---|
-# | live, committed | *live*: run in this execution, on a few prompts; timings move between runs. *Committed*: a full-size run stored under `data/`, read back with the host and dtype it ran on |
-# | host | the machine a figure comes from, named by its CPU: `cpu-epyc-avx2-2c` (2 cores, no bf16 units), `cpu-epyc-avx512bf16-2c` (2 cores, bf16 units); figures compare only within one host and dtype |
+# | live, committed | *live*: run in this execution, on a few prompts; timings move between runs. *Committed*: a full-size run stored under `data/`, read back with its host and dtype |
+# | host | the machine behind a figure, named by its CPU: `cpu-epyc-avx2-2c` (2 cores, no bf16 units) or `cpu-epyc-avx512bf16-2c` (2 cores, bf16 units); compare only within one host and dtype |
 # | dtype | float32 or bfloat16; on a CPU with bf16 units a bf16 forward is much cheaper, which changes every timing |
-# | paired rule | two methods timed side by side on each prompt; one is *shown faster* when a sign test over the prompts gives p < 0.05, otherwise "faster on N of M prompts" |
+# | paired rule | two methods timed side by side on each prompt; one is *shown faster* when a sign test over the prompts gives p < 0.05, else "faster on N of M prompts" |
 # | seed spread | the gap between two training seeds of one setting; a smaller gap between two heads is a tie |
-# | oracle | a stand-in drafter that replays the paper's acceptance through the real loop, charged one parallel pass or K sequential ones: the price of drafting apart from the head's quality |
+# | oracle | a stand-in drafter replaying the paper's acceptance through the real loop, charged one parallel pass or K sequential ones: drafting's cost apart from the head's quality |
 
 # %% [markdown]
 # ## The course
@@ -530,48 +500,44 @@ check_accept(answer_accept)
 # | notebook | question it answers | minutes |
 # |---|---|---|
 # | `00_overview` | What is speculative decoding, what does P-EAGLE change, what does lossless mean? | 1.5 |
-# | `01_hidden_states` | What does the drafter read: the three tapped layers, their cost on disk, extraction | 0.4 |
+# | `01_hidden_states` | What the drafter reads: the three tapped layers, their disk cost, extraction | 0.4 |
 # | `02_mask_tokens` | How one pass drafts K tokens: mask token, `mask_hidden`, the drafter from scratch, the attention layout | 1.0 |
-# | `03_train_head` | Training a P-EAGLE head: self-distilled data, the draft vocabulary (`d2t`/`t2d`), COD sampling, the training loop by hand | 3.6 |
+# | `03_train_head` | Training a P-EAGLE head: self-distilled data, the draft vocabulary (`d2t`/`t2d`), COD sampling, the loop by hand | 3.6 |
 # | `04_scale_and_acceptance` | How far training goes: the shipped heads, the learning curve, your own model on a second architecture | 2.0 |
 # | `05_parallel_vs_sequential` | Parallel vs sequential drafting: drafting cost, speed against plain decoding, losslessness; a narrow domain where trained heads pay | 6.7 |
-# | `06_vllm_deploy` | Export to vLLM's eagle3 format and serve with `parallel_drafting`; load and tensor parallelism | 3.9 |
-# | `07_explorer` | Watch drafts being accepted token by token; speculative sampling; how the course measures | 0.5 |
+# | `06_vllm_deploy` | Export to vLLM's eagle3 format, serve with `parallel_drafting`; load and tensor parallelism | 3.9 |
+# | `07_explorer` | Drafts accepted token by token; speculative sampling; how the course measures | 0.5 |
 #
-# Minutes and saved outputs: one `make lab` run of the whole course on `cpu-epyc-avx512bf16-2c`, a 2-core AMD EPYC
-# with bf16 units and no GPU (1,179.4 s of notebooks, 19.8 minutes with start-up; the minutes above are each
-# chapter's, rounded). The saved outputs of 00, 04, 05 and 07 come from later runs of those four on the same host.
-# Chapters 00-04 and 06 load the target in float32; 05 and 07 in what `auto` picks, bfloat16 on a CPU with bf16
-# units. `make setup` installs everything the chapters use, vLLM for 06 included; no chapter needs a GPU or
-# downloads a model.
+# Minutes: one `make lab` run, per chapter, rounded, on `cpu-epyc-avx512bf16-2c` (2-core AMD EPYC with bf16 units,
+# no GPU), the host of every saved output. 00-04 and 06 load the target in float32, 05 and 07 in bfloat16 (what `auto`
+# picks on a CPU with bf16 units). `make setup` installs everything, vLLM included; no chapter needs a GPU or downloads
+# a model.
 #
 # ### Questions users of EAGLE, SpecForge and vLLM keep asking
 #
-# (SpecForge: SGLang's framework for training EAGLE drafters; vLLM: the serving engine of notebook 06.)
+# (SpecForge: SGLang's framework for training EAGLE drafters; vLLM: the serving engine of 06.)
 #
 # | question | answered in |
 # |---|---|
-# | 1. I have my own model and chat template: what matters? | `04_scale_and_acceptance`, "Your own model" |
-# | 2. How much storage do features take; online or offline; bf16 or fp32? | `01_hidden_states`, disk cost; `03_train_head` |
-# | 3. Why is my acceptance length below the paper's? | `04_scale_and_acceptance` |
-# | 4. What is acceptance length, and why are some slots `nan`? | `00_overview`, "Acceptance length, draft by draft"; `05_parallel_vs_sequential` |
-# | 5. How do I convert a head for vLLM? | `06_vllm_deploy`, the export |
-# | 6. What are `d2t`, `t2d` and the draft vocabulary? | `03_train_head`, `d2t` and `t2d` |
-# | 7. Should the target regenerate the training answers? | `03_train_head`, self-distillation |
-# | 8. Why no speed-up at large batch, and what does tensor parallelism do? | `06_vllm_deploy`, load and tensor parallelism (measured for batch; for tensor parallelism a hand-sharded target on 2 CPU processes is timed, the GPU case argued) |
-# | 9. Speculative decoding changed my greedy output! | `00_overview`, "Lossless, exactly"; `05_parallel_vs_sequential`, losslessness |
+# | 1. I have my own model and chat template: what matters? | 04, "Your own model" |
+# | 2. How much storage do features take; online or offline; bf16 or fp32? | 01, disk cost; 03 |
+# | 3. Why is my acceptance length below the paper's? | 04 |
+# | 4. What is acceptance length; why are some slots `nan`? | 00, "Acceptance length, draft by draft"; 05 |
+# | 5. How do I convert a head for vLLM? | 06, the export |
+# | 6. What are `d2t`, `t2d` and the draft vocabulary? | 03, `d2t` and `t2d` |
+# | 7. Should the target regenerate the training answers? | 03, self-distillation |
+# | 8. Why no speed-up at large batch; what does tensor parallelism do? | 06, load and tensor parallelism (batch measured; tensor parallelism timed on 2 CPU processes, the GPU case argued) |
+# | 9. Speculative decoding changed my greedy output! | 00, "Lossless, exactly"; 05, losslessness |
 #
 # ## What we saw
 #
-# - A speculative round is five small steps: draft K, verify K + 1 tokens in one target forward, accept the
-#   agreeing prefix, add the bonus token, roll back the KV cache; the hand-written round matches the package's.
-# - In fp32 on a CPU the speculative output is identical to plain greedy decoding in every run here.
-# - Speculation pays when a round commits more than it costs. In float32 on this CPU verification alone costs 1.87
-#   decoding steps, so on the open prime-check prompt (1.47 tokens a round) it loses (0.74x); in bfloat16 it costs
-#   little more than one (05, 07). On two list requests the list-domain heads commit several tokens a round and ran
-#   faster than plain decoding even in float32; 05 times them on 16 requests, and a pair trained alike on 48,
-#   where P-EAGLE is shown faster than EAGLE-3 (05's live run and its committed one).
-# - AL = 1 + p1 + p1·p2 + …: a deep draft counts only when every draft before it is accepted, so a larger K does not
-#   rescue weak drafts. Raising acceptance is what the rest of the course is about.
+# - A round is five steps: draft K, verify K + 1 tokens in one target forward, accept the agreeing prefix, add the
+#   bonus, roll back; the hand-written round matches the package's.
+# - In fp32 on this CPU every speculative output here is identical to plain greedy decoding.
+# - In float32 here verification alone costs 1.87 steps, so the prime-check prompt (1.47 tokens a round) is slower
+#   (0.74x).
+# - On two list requests P-EAGLE ran 1.81x to 2.41x and EAGLE-3 1.34x to 1.42x faster than plain decoding; two requests
+#   show no order (p = 0.5).
+# - AL = 1 + p1 + p1·p2 + …: draft 1 supplied 80% of the extra tokens; a larger K cannot rescue weak early drafts.
 #
 # Next: `01_hidden_states`, the features every EAGLE-3 and P-EAGLE drafter reads.

@@ -16,14 +16,12 @@
 # %% [markdown]
 # # 01 · Hidden states: what the drafter reads
 #
-# **Goal:** know exactly which three hidden states of the target an EAGLE-3 or P-EAGLE drafter reads (the
-# *taps*), what each of them knows, and what storing them for training costs.
+# **Goal:** which three target hidden states (the *taps*) an EAGLE-3 or P-EAGLE drafter reads, what each knows,
+# what storing them costs.
 #
-# Plan: build the taps by hand; pin down which layer "tap i" is; compare the taps, with an exercise on which
-# layers to tap; price storing them; extract them.
+# Plan: build the taps, pin down "tap i", compare them, price and extract them.
 #
-# Everything is computed live (fp32 on a CPU, the GPU's dtype on a GPU) and quoted for the embedded target; only
-# the extraction speed varies between runs.
+# All outputs are live (embedded target, fp32, on a CPU); only the extraction speed varies between runs.
 
 # %%
 # Parameters come from the environment: PEAGLE_TARGET (default: the embedded SmolLM2-135M-Instruct),
@@ -40,8 +38,8 @@ model, tokenizer = models.load_target(TARGET, device=DEVICE, dtype=precision.cou
 # %% [markdown]
 # ## One forward, three taps
 #
-# A drafter reads three hidden states of the target side by side: 3H numbers per position for hidden size H, which
-# its `fc` layer projects back to H. vLLM's default taps for L layers are 2, L//2 and L-3: low, middle, high.
+# The drafter reads three target hidden states side by side (3H numbers per position, H = hidden size); its `fc`
+# layer projects them to H. vLLM's default taps for L layers: 2, L//2, L-3.
 
 # %% tags=["smollm2-fact", "nbval-check-output"]
 from peagle_lab.prompts import chat_ids
@@ -63,19 +61,17 @@ with torch.no_grad():
 print("equal to the package's target_forward taps:", torch.equal(taps, out.taps))
 
 # %% [markdown]
-# **Reading it.** The taps are layers 2, 15 and 27 of 30, 1728 numbers per position, equal to the package's.
+# **Reading it.** The taps are layers 2, 15 and 27 of 30: 1728 numbers per position, equal to the package's.
 #
 # ## Which state is "tap i"?
 #
-# Two conventions meet here; mixing them silently feeds the drafter states one layer off.
+# Mixing up two conventions feeds the drafter states one layer off:
 #
-# - **vLLM** (`eagle_aux_hidden_state_layer_ids`): tap `i` is the residual stream **entering** decoder layer `i`.
-# - **transformers** (`output_hidden_states=True`): `hidden_states[0]` is the embedding output, `hidden_states[i]`
-#   the input of layer `i`. So tap `i` = `hidden_states[i]`, except that `hidden_states[L]` comes **after** the
-#   final norm.
+# - **vLLM**: tap `i` is the residual stream **entering** layer `i`.
+# - **transformers**: `hidden_states[i]` is the input of layer `i` (`[0]`: embeddings), except
+#   `hidden_states[L]`, which comes **after** the final norm.
 #
-# Hooks on the decoder layers check the transformers half: `hidden_states[i]` is the input of layer `i`. vLLM's half
-# is read from its source (06 lists what vLLM reads), not run here.
+# Hooks on the decoder layers check the transformers side.
 
 # %% tags=["nbval-check-output"]
 seen, last = {}, {}
@@ -108,15 +104,12 @@ print("hidden_states[L] == output of the last layer:       ", torch.equal(hs[L],
 print("hidden_states[L] == final_norm(output of last layer):", torch.equal(hs[L], model.model.norm(last["out"])))
 
 # %% [markdown]
-# **Reading it.** The conventions hold: tap `i` is `hidden_states[i]`, and `hidden_states[L]` is the final norm's
-# output, not the last layer's.
+# **Reading it.** Tap `i` is `hidden_states[i]`; `hidden_states[L]` is the final norm's output.
 #
 # ## How big, how different?
 #
-# `residual_stream` stacks every layer's input (the *residual stream*: the running sum each layer adds its output to)
-# and the last layer's pre-norm output. The figure compares the norm of position 0 with the other positions'. Position
-# 0 is known as an *attention sink* (attention heads with nothing to attend to put their weight there); here it is
-# seen only through its unusually large state.
+# `residual_stream` stacks every layer's input and the last layer's pre-norm output. The plot compares position 0,
+# an *attention sink* (where heads with nothing to attend to put their weight), with the rest.
 
 # %%
 import matplotlib.pyplot as plt
@@ -135,8 +128,8 @@ ax.set_ylabel("L2 norm")
 ax.legend();
 
 # %% [markdown]
-# **Reading it.** On the log scale the sink's norm jumps between layers: about 5 times the others' at tap 2, some 50
-# to 150 times at taps 15 and 27. The comparisons below leave it out, starting with the taps' cosine similarity.
+# **Reading it.** The sink's norm dwarfs the rest: a few times larger at tap 2, roughly two orders of magnitude at
+# taps 15 and 27. The cosines below skip it.
 
 # %% tags=["smollm2-fact", "nbval-check-output"]
 sim = cosine_matrix(states, skip_first=1)
@@ -152,12 +145,12 @@ plot_similarity(sim, labels=[*range(L), f"{L} out"], highlight=TAPS, ax=ax2,
 fig.tight_layout();
 
 # %% [markdown]
-# **Reading it.** The taps overlap but are far from copies: cosine 0.76 between taps 2 and 15, only 0.34 between
-# 2 and 27. Neighbouring layers are nearly parallel; spread-out taps give three different views.
+# **Reading it.** The taps are far from copies (cosine 0.76 for taps 2-15, 0.34 for 2-27), while
+# neighbouring layers are nearly parallel (right plot).
 #
 # ## Logit lens: what each tap already predicts
 #
-# Read a state through the target's final norm and `lm_head`, as if the model stopped there: here at the prompt's
+# The *logit lens* reads a state through the final norm and `lm_head`, as if the model stopped there; here at the
 # last position.
 
 # %%
@@ -181,21 +174,18 @@ print("lens on the last layer's output == the model's own prediction, at every p
       torch.equal(lens_top[:, 0], out.logits[0].argmax(-1)))
 
 # %% [markdown]
-# **Reading it.** Each tap has its own guess (`' ('`, `' I'`, `' Here'`) and none is the model's: its choice, three
-# backticks, tops the lens only at the output, not even at layer 29. (Layer 0 reads back the current token.)
+# **Reading it.** Each tap guesses differently (`' ('`, `' I'`, `' Here'`); the model's choice, three backticks,
+# tops the lens only at the output.
 #
 # ### Exercise: tap other layers
 #
-# The cell below counts how often, over the prompt's positions, each tap's lens top token is the model's own next
-# token, for vLLM's taps, `(1, 2, 3)` and `(L - 4, L - 3, L - 2)`. Predict: which tap agrees most, and which set
-# would you give a drafter?
+# The cell below counts how often each tap's lens top-1 equals the model's next token, for vLLM's taps, `(1, 2, 3)`
+# and `(L - 4, L - 3, L - 2)`. Predict which tap agrees most, and which set you would give a drafter.
 #
 # <details><summary>Answer</summary>
 #
-# The late layers agree most: 0%, 2% and 49% for vLLM's taps in the saved run, 0-2% for `(1, 2, 3)`, 34-51% for
-# the late set. More next-token signal need not make a better drafter input (the course does not train one to
-# measure it). The argument for vLLM's spread: three late layers are nearly parallel and would add little to each
-# other, and the low-level view of the token would be lost; a spread gives three different views.
+# Late layers agree most (34-51% vs 0-2% for `(1, 2, 3)`) but are nearly parallel; vLLM's spread gives three
+# different views. No drafter is trained here to test that.
 #
 # </details>
 
@@ -210,9 +200,8 @@ for MY_TAPS in (TAPS, (1, 2, 3), (L - 4, L - 3, L - 2)):  # vLLM's, then the exe
 # %% [markdown]
 # ## What offline features cost on disk
 #
-# Training needs the taps of every token: store them once (*offline*: fast epochs, huge disk) or run the
-# target during training (*online*: no disk, a target forward per step). Offline costs 3 x H x 2 bytes per token in
-# bfloat16, plus two int32 ids (the token and its greedy label).
+# Training needs every token's taps: stored once (*offline*: fast epochs, huge disk) or recomputed each step
+# (*online*: no disk). Offline costs 3 x H x 2 bytes per token in bf16, plus two int32 ids (token, greedy label).
 
 # %% tags=["nbval-check-output"]
 from peagle_lab import features
@@ -225,22 +214,14 @@ print(f"740 GB at the same {per_token:,.0f} B/token is {740e9 / per_token / 1e6:
       f"{740e9 / per_token / 68_000:,.0f} per sequence instead of 1,500")
 
 # %% [markdown]
-# **Reading it.** Stored taps are huge: a ShareGPT-sized set takes 353 GB even for the 135M target and 2.5 TB for
-# Llama-3.1-8B. That is why real recipes run the target during training or store only small sets.
-#
-# <details><summary>The careful reading</summary>
-#
-# - Long context multiplies it: 54.8 TB for Llama-3.1-8B at 32k tokens a sequence.
-# - For the single state EAGLE-1 and -2 stored we get 836 GB where EAGLE's authors quoted 740 GB: the same order;
-#   740 GB fits 1,327 tokens per sequence instead of 1,500, slightly shorter sequences.
-# - The recipes meant: SpecForge, speculators (vLLM's library) and P-EAGLE's train online or store only small sets.
-#
-# </details>
+# **Reading it.** Stored taps are huge: a ShareGPT-sized set takes 353.3 GB for the 135M target, 2.5 TB for
+# Llama-3.1-8B; real recipes train online or store small sets. One state (EAGLE-1/2) gives 836.4 GB, near
+# EAGLE's published 740 GB.
 #
 # ## Extracting features for training
 #
-# `extract_features` writes safetensors shards with a manifest: taps in **bfloat16** by default (`03_train_head`
-# compares fp32), ids and greedy labels as int32. Here: a slice of the training prompts, without responses.
+# `extract_features` writes safetensors shards and a manifest for 64 training prompts: taps in **bfloat16**
+# (notebook 03 compares fp32), ids and greedy labels in int32.
 
 # %%
 import shutil
@@ -255,8 +236,8 @@ shutil.rmtree(out_dir, ignore_errors=True)  # a fresh run for this demo
 result = extract_features(model, sequences, out_dir, ExtractionSettings(shard_size=16, target=TARGET))
 
 # %% [markdown]
-# **Reading it.** The disk estimate is close: 12.8 MB predicted and written. Shards and manifest are renamed into
-# place only when complete, so a rerun computes only missing shards; the cell tries that, then asks for other taps.
+# **Reading it.** The estimate holds: 12.8 MB predicted and written. Shards land only when complete, so a rerun
+# redoes only missing ones; the next cell tries that, and other taps.
 
 # %%
 from peagle_lab.errors import PeagleError
@@ -268,8 +249,8 @@ except PeagleError as err:
     print("\nrefused:", err)
 
 # %% [markdown]
-# **Reading it.** The rerun skipped all 4 shards; other taps were refused rather than mixed in. Training reads one
-# dict of tensors per sequence (`FeatureDataset`), ids as int64.
+# **Reading it.** The rerun skipped all 4 shards; other taps were refused, not mixed in. `FeatureDataset`
+# gives training one dict per sequence, ids as int64.
 
 # %% tags=["smollm2-fact", "nbval-check-output"]
 ds = FeatureDataset(out_dir)
@@ -296,13 +277,10 @@ for key, value in [("extract_tokens_per_s", round(result.tokens_per_s, 1)), ("ex
 # %% [markdown]
 # ## What we saw
 #
-# - Tap `i` is the residual stream entering layer `i`, transformers' `hidden_states[i]` (never `hidden_states[L]`,
-#   which follows the final norm); three side by side are the drafter's 3H-wide input.
-# - The taps are far from copies (cosines 0.34 to 0.76) and each guesses differently; at vLLM's taps (layers 2, 15,
-#   27) the lens agrees with the model's next token at 0%, 2% and 49% of positions: only the last tap guesses well
-#   (the exercise: 0-2% at the first three layers, 34-51% at the last three).
-# - Offline features cost 3 x H x 2 bytes per token: megabytes for our slice, hundreds of gigabytes to terabytes
-#   for ShareGPT-sized sets.
-# - Extraction resumes, refuses mixed settings, and stores a fresh forward's taps in bf16.
+# - Tap `i` is the input of layer `i`, `hidden_states[i]`; `hidden_states[L]` follows the final norm.
+# - The taps are far from copies: cosine 0.34 to 0.76.
+# - The lens picks the model's next token at 0%, 2% and 49% of positions at taps 2, 15, 27.
+# - Offline bf16 taps: 12.8 MB for 64 prompts, 353.3 GB to 2.5 TB for a ShareGPT-sized set.
+# - Extraction resumes, refuses mixed settings, stores bf16-rounded taps.
 #
-# Next: `02_mask_tokens`, how one drafter pass produces K tokens from these features.
+# Next: `02_mask_tokens`, K draft tokens from one drafter pass.

@@ -16,16 +16,11 @@
 # %% [markdown]
 # # 02 · Mask tokens: what parallel slots 2..K see
 #
-# **Goal:** know what P-EAGLE feeds its drafter so that one forward pass yields K drafts, and what each slot may
-# attend to, at inference and in training.
+# **Goal:** see what P-EAGLE feeds its drafter so that one pass yields K drafts, and what each slot may attend to
+# when drafting and training. Plan: the inputs, the drafter from scratch, the training mask, a study of stand-ins.
 #
-# Plan: why slots 2..K need stand-ins; the one-pass inputs, built by hand and then by you; the drafter from
-# scratch; the training attention mask; a check that training computes what drafting computes; a study of which
-# stand-in works best.
-#
-# Indexing as in the code (and 00's glossary): positions are 0-based, the context is `x_0 .. x_n` and the target's
-# taps are `h_0 .. h_n`. A round's slots are j = 1..K; slot j drafts **draft j** at depth j - 1 (slot 1 = depth 0).
-# Live cells run on this machine; the study at the end is read from committed results in `data/`.
+# Indexing: positions are 0-based, the context is `x_0 .. x_n`, the target's taps `h_0 .. h_n`; slot j = 1..K of a
+# round drafts **draft j** at depth j - 1. Live cells run on this machine; the final study reads committed results.
 
 # %% tags=["nbval-ignore-output"]
 # Parameters come from the environment: PEAGLE_TARGET (default: the embedded SmolLM2-135M-Instruct),
@@ -48,20 +43,12 @@ model, tokenizer = models.load_target(TARGET, device=DEVICE, dtype=precision.cou
 # %% [markdown]
 # ## Why slots 2..K need stand-ins
 #
-# Each drafter position takes two inputs: a **token** and a **hidden state** from the target. Position `t`
-# holds token `x_{t+1}` and the target's fused taps `fc(h_t)` (the EAGLE shift). After a round the target has
-# run over `x_0 .. x_n` and chosen `x_{n+1}` from `h_n`, so the last context position, `n`, holds
-# `(x_{n+1}, fc(h_n))`: it is round slot 1 and outputs draft 1, the guess for `x_{n+2}`.
+# Each drafter position takes a **token** and a target **hidden state**: position `t` holds `x_{t+1}` and the fused
+# taps `fc(h_t)` (the EAGLE shift). The last context position `n` is slot 1 and drafts `x_{n+2}`.
 #
-# EAGLE-3 gets draft 2 from a second pass that feeds draft 1 back in. To draft 2..K in the *same* pass, slots
-# 2..K must be filled before any draft exists, and neither input exists yet: the token would be the previous
-# draft, the hidden state the target's state at a position it has not run.
-#
-# P-EAGLE fills them with two learned stand-ins, shared by every such slot: a **mask token** (one embedding row)
-# and **`mask_hidden`** (one 3H vector, passed through `fc` like real taps). They say nothing about the text at
-# hand. A mask slot can still predict because its attention reads every context position in the drafter's KV
-# cache, and RoPE rotates its query by its own position, so slot j attends as a query j - 1 positions past
-# slot 1 and learns to guess the token that far ahead. One round with K = 4:
+# Slots 2..K have no previous draft and no target state. P-EAGLE gives them two learned stand-ins: a **mask
+# token** (one embedding row) and **`mask_hidden`** (one 3H vector, fed through `fc`). A mask slot still predicts:
+# it attends to the whole context, and RoPE places it j - 1 positions past slot 1. With K = 4:
 
 # %% tags=["smollm2-fact", "nbval-check-output"]
 from peagle_lab.distill.data import read_distilled, shipped_distilled_path
@@ -86,9 +73,8 @@ for j in range(2, K + 1):
     print(f"{t:>4} {j:>10}  {'<mask>':<16} {'fc(mask_hidden)':<17} {f'pos 0..{t}':<14} draft {j} (x_{n + j + 1})")
 
 # %% [markdown]
-# The same round as tensors: one forward pass over `n + K` positions (`0 .. n + K - 1`), and the K drafts are
-# the argmax of its last K rows, which is what `HeadDrafter.propose` drafts in the loop. The head is untrained
-# here: the mechanics are exact, the drafts are not good.
+# The same round as tensors: one pass over `n + K` positions; the drafts are the argmax of the last K rows, as in
+# `HeadDrafter.propose`. The head is untrained: exact mechanics, poor drafts.
 
 # %% tags=["smollm2-fact", "nbval-check-output"]
 torch.manual_seed(0)
@@ -111,14 +97,10 @@ print("K drafts = argmax of the last K rows, as HeadDrafter.propose drafts them:
 # %% [markdown]
 # ### Exercise: build one round's inputs
 #
-# After the first round the drafter caches its earlier positions, so a round feeds it the positions committed since,
-# the last of them slot 1, then slots 2..K (mask). Take a round that accepted no draft: one new position, so K slots
-# in all. Write `my_round_inputs`: from the last committed token, its taps (3H values) and position `p`, K, the mask
-# token id, `mask_hidden` and the head's `fc`, return the K slots' token ids, fused hidden states (K, H) and
-# positions. The cell checks them against what `HeadDrafter.propose` feeds the head (caught by a forward hook) for
-# every `p` of the prompt above and K = 1, 4, 7.
-#
-# Try it before you read the answer: the cell after this one writes it out and runs the same check.
+# Write `my_round_inputs(last_token, last_taps, p, K, mask_id, mask_hidden, fc)` for a round that accepted no draft
+# (earlier positions cached): slot 1 is the last committed token at position `p` with its 3H taps `last_taps`, then
+# K - 1 mask slots. Return token ids (K,), fused hidden states (K, H) and positions (K,). The cell compares them with
+# what `HeadDrafter.propose` feeds the head (every `p`, K = 1, 4, 7); the answer follows.
 
 # %%
 def my_round_inputs(last_token, last_taps, p, K, mask_id, mask_hidden, fc):
@@ -178,19 +160,17 @@ check_round_inputs(my_round_inputs)
 # %% [markdown]
 # ## The drafter from scratch
 #
-# The whole network in plain PyTorch, one class of about 65 lines, to be loaded with the shipped heads' weights.
-# The figure shows one position's path through it:
+# The whole drafter in plain PyTorch (one class, about 65 lines), loaded below with the shipped weights. The figure
+# shows one position's path:
 #
-# - `fc`: projects the target's three concatenated taps (3H) to H;
-# - one decoder layer whose attention reads **2H** = `[norm(token embedding), norm(hidden)]`, the only place
-#   where token and target state meet;
-# - the **mask row** of the embedding table and **`mask_hidden`**: the two stand-ins, in place of the token's
-#   embedding and the taps in slots 2..K;
-# - the final norm, `lm_head` over the **draft vocabulary** (a few thousand frequent ids), and `d2t`, which maps
-#   a draft id back to a target id (`target = draft + d2t[draft]`).
+# - `fc` maps the three concatenated taps (3H) to H.
+# - The one decoder layer reads **2H**: `[input_layernorm(embedding), hidden_norm(hidden)]`, where token and target
+#   state meet.
+# - The **mask row** of the embedding table and **`mask_hidden`** replace the embedding and the taps in slots 2..K.
+# - After a final norm, `lm_head` scores the **draft vocabulary** (a few thousand frequent ids); `d2t` maps a draft
+#   id to a target id: `target = draft + d2t[draft]`.
 #
-# `draft_parallel` is P-EAGLE's one pass; `draft_sequential` is EAGLE-3's K passes, each feeding back the token
-# just drafted and the drafter's own state.
+# `draft_parallel` is P-EAGLE's one pass; `draft_sequential`, EAGLE-3's K passes.
 
 # %% tags=["nbval-ignore-output"]
 from peagle_lab.workbook.diagrams import draw_drafter_path
@@ -272,10 +252,9 @@ class ScratchDrafter:
         return torch.stack(drafts)
 
 # %% [markdown]
-# Load each shipped head both ways, in float32, and draft K tokens after the prompt above: P-EAGLE's one pass
-# against `PEagleDrafter.one_pass_logits`, EAGLE-3's K passes against the package's sequential drafting. The check is
-# that both sides compute the same, which holds for any weights, so the drafts need not be good (the prompt is raw
-# code, not a chat turn like the heads' training data).
+# Load each shipped head both ways in float32 and draft K tokens: the one pass against
+# `PEagleDrafter.one_pass_logits`, the K passes against the package's sequential drafting. The match holds for any
+# weights, good or not.
 
 # %% tags=["nbval-ignore-output"]
 from peagle_lab.drafter.heads import head_for_target
@@ -319,19 +298,14 @@ print("EAGLE-3 sequential drafting from scratch equals HeadDrafter's (same K dra
 # %% [markdown]
 # ## What a slot may see, in training
 #
-# Training must show every slot what it will see when drafting, for many rounds at once. A training **element**
-# `(a, d)` is slot `d + 1` (depth `d`) of the round whose slot 1 sits at the anchor position `a`. It sits at
-# position `a + d` and learns `y_{a+d+1}`, the target's greedy choice for `x_{a+d+2}` (its label). When drafting, that
-# slot attends to the context positions `0..a` and to the mask slots before it. So in training, `(a, d)` may attend to
+# Training shows each slot what it sees when drafting, many rounds at once. An **element** `(a, d)` is slot `d + 1`
+# of the round whose slot 1 sits at position `a`; it learns the target's greedy choice for `x_{a+d+2}`. Within its
+# sequence it may attend to the **depth-0 elements with anchor ≤ a** (its context) and to **its own rollout**
+# `(a, d' ≤ d)`.
 #
-# - the **depth-0 elements with anchor ≤ a** of the same sequence (its context), and
-# - **its own rollout**: `(a, d')` with `d' ≤ d`.
-#
-# Depth 0 holds every position with a next token; only the anchors (the last prompt position and the response)
-# go deeper, and an anchor near the end has no label that deep. **COD** (conditional drop-token sampling, from
-# PARD) keeps a shrinking, nested share of anchors at each deeper depth (`ratio^d`, never below `min_ratio`), so K
-# depths cost far less than K times one. The cell builds the mask for one toy sequence and for two packed ones with
-# COD, and checks both against the rule.
+# Deeper depths hold only **anchors** (last prompt position and response) with a label that far ahead. **COD**
+# (conditional drop-token sampling, from PARD) keeps a nested share `ratio^d` of them at depth d, at least
+# `min_ratio`. The cell builds the mask for one toy sequence and two packed with COD, and checks the rule.
 
 # %% tags=["nbval-check-output"]
 import matplotlib.pyplot as plt
@@ -378,24 +352,19 @@ plt.tight_layout()
 plt.show()
 
 # %% [markdown]
-# **Reading it.** The mask equals its rule in both layouts, and no element sees another sequence. In the left panel,
-# `(2, 2)` attends to the depth-0 columns up to its anchor, `(0, 0)` to `(2, 0)`, to its own rollout `(2, 1)`, and to
-# itself: exactly
-# what slot 3 sees in the one-pass draft after anchor 2. So a head drafts as it was trained.
+# **Reading it.** The mask equals its rule in both layouts, and no element sees another sequence. In the left panel
+# `(2, 2)` attends to `(0, 0)` .. `(2, 0)`, `(2, 1)` and itself: what slot 3 sees after anchor 2.
 #
 # ### Exercise: more parallel slots
 #
-# The cell below sizes both layouts at K = 2 and K = 8: the one-pass draft for the prompt above, and the training
-# mask of a toy sequence of 12 tokens (a prompt of 2) with every anchor kept. Predict first: how many positions
-# does the inference pass have, and how do the training elements and the mask grow with K? Then try other values.
+# The cell below sizes both layouts at K = 2 and K = 8: the one-pass draft of the prompt above, and the training
+# mask of a toy 12-token sequence (prompt of 2, every anchor kept). Predict the inference positions and the growth
+# of training elements and mask.
 #
 # <details><summary>Answer</summary>
 #
-# Inference stays one pass over `n + K` positions: 9 at K = 2, 15 at K = 8. Depth 0 holds every position with a next
-# token (11); each deeper depth holds only the anchors (the last prompt position and the response) that still have a
-# label that far ahead, one fewer per depth (9, 8, 7, ...). So the elements grow about linearly (20, then 53), the mask
-# quadratically (20 x 20, then 53 x 53), and the allowed pairs far less (129, then 409). That growth is why COD thins
-# the deeper depths.
+# Inference: `n + K` positions (9, then 15). Training: 11 elements at depth 0, one fewer per deeper depth (9, 8,
+# 7, ...), so 20, then 53; the mask grows quadratically, the allowed pairs far less (129, then 409). Hence COD.
 #
 # </details>
 
@@ -412,24 +381,21 @@ for K_TRY in (2, 8):  # the exercise's two values; edit to try others
 # %% [markdown]
 # ## The experiment: which stand-in?
 #
-# Does the learned `mask_hidden` matter, or would any fixed stand-in do? Five variants, trained identically (same
-# data, steps and seeds), differ only in what slots 2..K receive:
+# Does learning `mask_hidden` matter? Five variants, trained alike, differ only in what slots 2..K receive:
 #
-# | variant | token embedding of slots 2..K | hidden state of slots 2..K |
+# | variant | token of slots 2..K | hidden of slots 2..K |
 # |---|---|---|
-# | **learned** (P-EAGLE) | learned mask row | `fc(mask_hidden)`, `mask_hidden` learned |
-# | zeros | learned mask row | zeros (frozen) |
-# | copy of h_context | learned mask row | `fc(h_a)`: the anchor's own fused hidden, copied |
-# | random | learned mask row | `fc(r)`, `r` a frozen random vector |
-# | frozen mask embedding | an existing token's embedding, frozen | `fc(mask_hidden)`, learned |
+# | **learned** (P-EAGLE) | learned mask row | `fc(mask_hidden)`, learned |
+# | zeros | learned mask row | zeros |
+# | copy of h_context | learned mask row | `fc(h_a)`, the anchor's own taps |
+# | random | learned mask row | `fc(r)`, `r` frozen random |
+# | frozen mask embedding | an existing token's row, frozen | `fc(mask_hidden)`, learned |
 #
-# Each head drafts in the real speculative loop at K=7 on held-out prompts (the held-out split of the *scale mix*,
-# the course's training prompts, which 03 introduces). Columns: **held-out AL (mean)**, tokens
-# per round averaged over two seeds; **seed spread**, the gap between those seeds; **tokens seen** per run;
-# **P(accept) slots 1 / 2 / 3**, the rate at which slot j is accepted when the slots before it were.
+# Each head drafts at K = 7 on held-out prompts (notebook 03's *scale mix*). **held-out AL (mean)**: tokens per
+# round, mean of two seeds; **seed spread**: their gap; **P(accept) slots 1 / 2 / 3**: slot j's acceptance rate
+# when the slots before it were accepted; **divergences**: prompts whose output differs from plain greedy.
 #
-# The full study trains ten heads (`peagle-lab study mask`), so it is committed. The cell first runs a tiny live
-# version of the same code (two variants, a few steps, one seed): it shows the machinery, not the answer.
+# The full study (ten heads) is committed; the cell runs a tiny live version (two variants, few steps, one seed).
 
 # %% tags=["nbval-ignore-output"]
 from peagle_lab.experiments import recipe
@@ -459,9 +425,8 @@ for r in live:
 # %% [markdown]
 # ### Trained as it drafts
 #
-# If the mask is right, every training element gives the logits that the one-pass draft gives its slot, up to float
-# rounding. The cell checks this on a real sequence with the P-EAGLE head for this target: three anchors at every depth,
-# each against one drafter pass (context positions `0..a`, then `K - 1` mask slots).
+# With the right mask, each training element gives its slot's one-pass logits, up to float rounding. The cell checks
+# three anchors at every depth of one sequence, with this target's P-EAGLE head.
 
 # %% tags=["nbval-ignore-output"]
 from peagle_lab.memory import release
@@ -496,10 +461,8 @@ print("training elements equal the one-pass draft (within 1e-4):", worst < 1e-4)
 # %% [markdown]
 # ## The committed study
 #
-# The table, then the rule in code: a gap between two stand-ins' mean ALs counts only beyond both their seed spreads,
-# and is firm only beyond the largest seed spread of any committed study (0.052, from the self-distillation study of
-# notebook 03). Last, how many rounds
-# reach each slot: slot j + 1 is reached only where slot j was accepted.
+# The table, then the rule: a gap counts only beyond both stand-ins' seed spreads, and is firm only beyond the
+# largest seed spread of any committed study (0.052, notebook 03). Last, the rounds that reach each slot.
 
 # %% tags=["nbval-ignore-output"]
 from IPython.display import Markdown, display
@@ -563,11 +526,11 @@ for r in rows:
           f"reached in at most about {' / '.join(f'{x:.0f}' for x in reach)} rounds per run")
 
 # %% [markdown]
-# **Reading it.** Learning `mask_hidden` buys nothing measurable: a frozen random vector scores the same (AL 1.209
-# against 1.211). Learned and random lead zeros and the copy of h_context by 0.020 to 0.029, beyond those arms' seed
-# spreads but within the studies' 0.052: suggestive, not settled. At this small budget slot 1 (accepted at 0.20 for
-# the learned stand-in) sets the AL, and slot 1 never attends to a mask slot; slots 2 and 3 are reached in only
-# about 168 and 9 of 845 rounds per run (counts from the unrounded rates). So the study says little about how well the stand-ins serve slots 2..K.
+# **Reading it.** Learning `mask_hidden` buys nothing measurable over a frozen random stand-in (AL 1.211 against
+# 1.209 at K = 7); learned and random lead zeros and the h_context copy by 0.020 to 0.029, beyond their seed spreads
+# but within the studies' 0.052. The caveat: slot 1 (accepted at 0.20) sets the AL and never sees a mask slot, while
+# slots 2 and 3 are reached in only about 168 and 9 of 845 rounds per run (from the unrounded rates), so the study
+# says little about slots 2..K.
 
 # %% tags=["nbval-ignore-output"]
 from peagle_lab.workbook import report
@@ -580,13 +543,10 @@ report.record("mask_live_divergences", sum(r["divergences"] for r in live));
 # %% [markdown]
 # ## What we saw
 #
-# - Slots 2..K get a mask token and `fc(mask_hidden)`, so one drafter pass over the context and K - 1 mask slots
-#   gives all K drafts.
-# - The drafter fits in one class of about 65 lines and, loaded with the shipped weights, gives the package's logits
-#   (P-EAGLE's one pass) and drafts (EAGLE-3's K passes).
-# - Training packs every anchor's rollout into one masked computation; on the elements checked (three anchors at every
-#   depth of one sequence) it gives the one-pass draft's logits up to float rounding.
-# - A frozen random stand-in scores level with the learned `mask_hidden` (AL 1.209 against 1.211); at that study's
-#   small budget slot 1 sets the AL, and slots 2..K, where the stand-ins sit, are seldom reached.
+# - Slots 2..K get the mask token and `fc(mask_hidden)`: one pass gives all K drafts.
+# - The from-scratch drafter matches the package: P-EAGLE logits within 9.5e-06, the same EAGLE-3 drafts.
+# - The training mask equals its rule; training elements match the one-pass logits to 1.5e-05.
+# - A frozen random stand-in scores level with the learned `mask_hidden` (AL 1.209 against 1.211); slots 2..K are
+#   seldom reached.
 #
-# Next: `03_train_head`, training a P-EAGLE head: the data, the draft vocabulary, COD and the per-depth loss.
+# Next: `03_train_head`: the data, the draft vocabulary, COD and the per-depth loss.

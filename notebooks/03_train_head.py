@@ -16,20 +16,14 @@
 # %% [markdown]
 # # 03 · Train a P-EAGLE head
 #
-# **Goal:** train a P-EAGLE head on this machine, building each ingredient in view: the target's own answers,
-# the draft vocabulary, the tapped features, and one training row holding every depth at once.
+# **Goal:** train a P-EAGLE head here, one ingredient at a time:
 #
-# One section each:
+# 1. **Data**: prompts answered by the target itself (question 7).
+# 2. **Draft vocabulary**: the tokens the head may propose; the `d2t` / `t2d` maps (question 6).
+# 3. **Features**: the target's tapped hidden states and labels (online or offline, bf16 or fp32? question 2).
+# 4. **Training**: every depth of a packed row in one step, checkpoints and resume.
 #
-# 1. **data**: training prompts answered by the target itself (should it? question 7);
-# 2. **draft vocabulary**: the tokens the head may propose, and the `d2t` / `t2d` maps (question 6);
-# 3. **features**: the target's tapped hidden states and greedy labels (online or offline, bf16 or fp32?
-#    question 2);
-# 4. **training**: every depth of a packed row in one step, the per-depth loss, checkpoints and resume.
-#
-# Depth is 0-based: depth d trains draft slot d + 1. Live cells run on this machine, seeded, and repeat their losses
-# on it; the studies are committed results read from `data/`. The shipped heads were trained with the same
-# code (`peagle-lab distill`, `peagle-lab train`).
+# Depth is 0-based: depth d trains draft slot d + 1. Live cells run here, seeded; studies are committed.
 
 # %% tags=["nbval-ignore-output"]
 # Parameters come from the environment: PEAGLE_TARGET (default: the embedded SmolLM2-135M-Instruct),
@@ -47,15 +41,12 @@ model, tokenizer = models.load_target(TARGET, device=DEVICE, dtype=precision.cou
 # %% [markdown]
 # ## 1 · Data: the target answers the training prompts
 #
-# A drafter learns to guess what **this target** says next, so it should train on the target's own text:
-# `peagle-lab distill` applies the chat template, lets the target answer each training prompt greedily, and stores
-# prompt + answer token ids (for the embedded target this file is shipped). The first cell shows one prompt with its
-# answer. The second shows the larger **scale mix** (eight kinds of prompt, with a held-out split never trained on)
-# and, from each shipped head's `training.json`, the runs that trained it. A run's line names the file and the slice
-# of its records it read (`records 6000:12000`: the 6,000 after the first 6,000), the `distinct tokens` in them, the
-# `tokens seen` (distinct tokens times the passes over them: their ratio is the epochs); the cumulative line counts
-# a record that two runs read once. The two heads' histories differ: EAGLE-3's began with two runs on the smaller
-# file, and its third read the same records as P-EAGLE's second.
+# A drafter learns to guess what **this target** says next, so it trains on the target's own text:
+# `peagle-lab distill` lets the target answer each prompt greedily and stores the token ids. Below: one example, then
+# the **scale mix** (with a held-out split) and the runs that trained each shipped head.
+#
+# `records 6000:12000` is the slice a run read; **distinct tokens** counts the tokens in it, **tokens seen** those
+# trained on (their ratio is the epochs).
 
 # %% tags=["smollm2-fact", "nbval-check-output"]
 path, meta, records, shipped = distilled_data(model, tokenizer, None if models.is_default_target(TARGET)
@@ -124,11 +115,9 @@ for kind, head_dir in SHIPPED.items():
 # %% [markdown]
 # ### Should the target write the answers itself? (question 7)
 #
-# An equal-budget study answers it (`peagle-lab study self-distill`): the same prompts, each asking for one function
-# of Python's standard library, answered once by people (the library's own source: `human answers`) and once by the
-# target, with a head trained on each for the same steps, two seeds each, scored on held-out prompts. The labels are
-# the target's greedy tokens in both arms: only the text the head reads differs. `compare_arms` applies the rule: a
-# gap between two arms counts only beyond the larger seed spread.
+# The study (`peagle-lab study self-distill`) trains heads on prompts asking for functions of Python's standard
+# library, answered two ways: **human answers** (the library's own source) and the **target's own answers**. Both
+# arms' labels are the target's greedy tokens. `compare_arms` counts a gap only if it exceeds the larger seed spread.
 
 # %% tags=["nbval-ignore-output"]
 from IPython.display import Markdown, display
@@ -170,16 +159,14 @@ if sd_runs:
                          else "the seeds cannot separate the two arms"))
 
 # %% [markdown]
-# **Reading it.** The target's own answers win: 1.380 against 1.245 tokens per round, a gap of 0.135 beside seed
-# spreads of 0.052 and 0.006 (slot 1 accepted at 0.33 against 0.23). The study measures the gap, not its cause. Let
-# the target regenerate the answers when you can afford it.
+# **Reading it.** The target's own answers win: AL 1.380 against 1.245 for human answers, a gap of 0.135 beyond the
+# larger seed spread (0.052). The study shows the gap, not its cause.
 #
 # ## 2 · Draft vocabulary
 #
-# The head only needs to propose the tokens the target actually writes, and a smaller output layer is cheaper to
-# run and train. `vocab.build_draft_vocab` keeps the most frequent target ids, plus the mask token and EOS.
-# **Coverage** is the share of the target's response tokens that the draft vocabulary can still produce; a token
-# outside it can never be drafted, which costs acceptance but never correctness (the target verifies every draft).
+# The head needs only the tokens the target writes, and a smaller output layer is cheaper. `build_draft_vocab` keeps
+# the most frequent target ids, plus the mask token and EOS. **Coverage** is the share of response tokens the draft
+# vocabulary can produce; a token outside it costs acceptance, never correctness.
 
 # %% tags=["smollm2-fact", "nbval-check-output"]
 from peagle_lab.training import pick_mask_token_id
@@ -196,17 +183,14 @@ for size in [n for n in (1024, 2048, 4096, 8192, 16384) if n < V] + [V]:
           f"(lm_head {size * model.config.hidden_size / 1e6:5.1f} M parameters)")
 
 # %% [markdown]
-# **Reading it.** 4,096 draft ids, the shipped heads' size, cover 99.61% of the response tokens of these 465
-# sequences with an `lm_head` of 2.4 M parameters instead of 28.3 M. The figure is in-sample: the vocabulary was
-# chosen from the very tokens it is scored on, so expect less on new text.
+# **Reading it.** 4,096 draft ids, the shipped heads' size, cover 99.61% of the response tokens with an `lm_head` of
+# 2.4 M parameters instead of 28.3 M. In-sample: expect less on new text.
 #
 # ### `d2t` and `t2d`, by hand (question 6)
 #
-# A head with a reduced draft vocabulary carries two maps. `d2t` is the one vLLM reads: draft id `i` stands for
-# target id `i + d2t[i]`. `t2d` marks the target ids the head can emit (this package's own map, dropped on export in
-# notebook 06). A toy draft vocabulary of 8 ids shows both. Then the cell cuts 96 rows off the shipped head's
-# `lm_head`, which must have one row per draft id, and the export check refuses it before vLLM would fail or draft
-# from the wrong rows.
+# vLLM reads `d2t`: draft id `i` stands for target id `i + d2t[i]`. `t2d` marks the target ids the head can emit
+# (dropped on export, notebook 06). An 8-id toy vocabulary shows both. The cell then cuts 96 rows off the shipped
+# head's `lm_head`, which needs one row per draft id: the export check refuses it.
 
 # %% tags=["smollm2-fact", "nbval-check-output"]
 from peagle_lab.drafter.vocab import d2t_t2d
@@ -234,15 +218,13 @@ except PeagleError as exc:
 # %% [markdown]
 # ## 3 · Features
 #
-# For every position `t` the trainer needs the three tapped residual streams `h_t` (3H) and the target's greedy
-# label `y_t`. Both come from one forward of the frozen target per sequence, cached under
-# `$PEAGLE_RESULTS/features/`.
+# For every position `t` the trainer needs the three tapped residual streams `h_t` (3H) and the target's greedy label
+# `y_t`, both from one forward of the frozen target.
 #
 # ### Online or offline, bf16 or fp32? (question 2)
 #
-# Offline features are computed once and read back for every epoch and every head; online features cost a target
-# forward each time a sequence is used, but no disk. Taps stored in bf16 keep 8 significant bits. The cell
-# prepares the training sequences, then tries all three ways on a few of them.
+# Offline features are computed once and read back for every epoch; online features cost a target forward per use but
+# no disk. The cell prepares the training sequences, then compares the three on a few.
 
 # %% tags=["nbval-ignore-output"]
 from peagle_lab.drafter.heads import target_slug
@@ -284,12 +266,11 @@ print(f"bf16 shards: read back {rows[0]['seconds'] / rows[2]['seconds']:,.0f}x f
       f"on {rows[2]['disk'] / rows[1]['disk']:.2f}x float32's disk")
 
 # %% [markdown]
-# **Reading it.** Reading bf16 shards back is 2,105x faster than the target forward it replaces (float32 shards
-# faster still), and bf16 halves the disk (3,465 against 6,921 B per token) at a largest error of 2.4e-03 of the
-# largest tap.
+# **Reading it.** bf16 shards read back 2,105x faster than the target forward they replace, on half of float32's disk,
+# at a largest error of 2.4e-03 of the largest tap.
 #
-# Does that rounding cost acceptance? The storage study (`peagle-lab study storage`) retrains the mask study's
-# learned variant (notebook 02, float32 taps) on bf16 taps, with the same settings and seeds:
+# Does the rounding cost acceptance? The storage study retrains notebook 02's learned mask variant (float32 taps) on
+# bf16 taps, same settings and seeds:
 
 # %% tags=["nbval-ignore-output"]
 st_host, st_runs = studies.committed("storage")
@@ -304,23 +285,18 @@ print("verdict: " + (f"bf16 taps change AL by {gap:+.3f}, beyond the seeds' nois
                      else "bf16 taps cost no acceptance the seeds can measure"))
 
 # %% [markdown]
-# **Reading it.** bf16 taps cost no acceptance the seeds can measure: AL 1.210 against 1.211 with float32 taps, a
-# gap of 0.001 beside seed spreads of 0.027 and 0.004. A cost below 0.027, an eighth of what these heads gain over
-# plain decoding (AL 1.211), would pass unseen. bf16 stays the default for stored taps: half the disk decides whether
-# offline features fit at all; online features pay off only when they would not.
+# **Reading it.** bf16 taps cost no acceptance the seeds can measure: AL 1.210 against 1.211 with float32 taps, within
+# the larger seed spread (0.027). With half the disk, bf16 is the default.
 #
 # ## 4 · Training
 #
 # ### One training row, planned by hand
 #
-# A packed row holds sequences back to back, positions restarting with each. Its **depth-0 elements** are all
-# positions with a next token; the **anchors** among them (the last prompt position and the response) are trained,
-# the rest are context; an anchor too near its sequence's end drops out of the deeper depths. Element `(a, d)` sits at
-# position `a + d` and predicts `y[a+d+1]`. **COD** (notebook 02) keeps at each deeper depth a nested random share
-# `ratio^d` of the anchors, never under a floor, drawn from those kept at the depth before. `plan_row_by_hand` lays
-# out a row (taking the COD draw from the package's `cod_sample`; the exercise below writes it) and must pick the same
-# elements as `plan_row` at every depth, for the shipped recipe (ratio 0.7, floor 0.2, 8 depths), ratio 0.5 and 4
-# depths.
+# A packed row holds sequences end to end. Its **depth-0 elements** are all positions with a next token; the
+# **anchors** among them (the last prompt position and the response) are trained, the rest are context. Element
+# `(a, d)` sits at position `a + d` and predicts `y[a+d+1]`. **COD** (notebook 02) keeps at depth `d` a random share
+# `ratio^d` of the anchors (with a floor), drawn from those kept at depth `d - 1`; anchors near their sequence's end
+# drop out. `plan_row_by_hand` must match `plan_row` on three recipes.
 
 # %% tags=["smollm2-fact", "nbval-check-output"]
 from peagle_lab.training.cod import cod_sample, cod_sizes
@@ -368,13 +344,13 @@ print(f"a row of 2 sequences ({len(plan.x)} tokens): depth 0 trains {int(plan.de
 # %% [markdown]
 # ### Exercise: write the COD sampler
 #
-# Write `my_cod_sample(num_anchors, num_depths, ratio, min_ratio, generator)`, a list of sorted index tensors:
-# depth 0 keeps all of `range(num_anchors)`, depth `d` keeps `n_d = max(1, round(num_anchors × max(ratio^d,
-# min_ratio)))` drawn uniformly from those depth `d - 1` kept. Drawn as the package draws (`torch.randperm` with
-# the generator given), it picks the very anchors `cod_sample` picks on 200 random rows; any uniform draw passes
-# the rule: sizes, nesting, and each anchor kept at depth `d` in `n_d / num_anchors` of 4,000 rows, within 0.05.
+# Write `my_cod_sample(num_anchors, num_depths, ratio, min_ratio, generator)`, returning a list of sorted index
+# tensors: depth 0 keeps all of `range(num_anchors)`; depth `d` keeps `n_d = max(1, round(num_anchors × max(ratio^d,
+# min_ratio)))` anchors drawn uniformly from those kept at depth `d - 1`.
 #
-# Try it before you read the answer: the cell after this one writes it out and runs the same check.
+# The check: drawn with `torch.randperm` and the given generator, it must pick `cod_sample`'s anchors on 200 random
+# rows; any uniform draw must get sizes and nesting right and keep each anchor at depth `d` in `n_d / num_anchors` of
+# 4,000 rows (within 0.05). Answer: the next cell.
 
 # %%
 import random
@@ -431,14 +407,11 @@ check_cod_sample(my_cod_sample)
 # %% [markdown]
 # ### The training forward, depth by depth, by hand
 #
-# A training step runs the head (untrained here) over the planned elements **depth by depth through one drafter
-# KV cache**. Depth 0 reads every position (token `x[t+1]`, fused taps of `t`); each deeper depth adds one mask
-# slot per kept anchor, whose keys and values join the same cache. Which keys a query may read is notebook 02's
-# rule, here one boolean expression; the layers are the package's, and `RowCache` stands in for its KV cache.
-#
-# The loss is each depth's cross-entropy over its trained anchors against the target's token `d + 1` past the
-# anchor (labels outside the draft vocabulary are skipped), averaged over the depths. The second cell compares
-# logits and loss with the trainer's `run_depths` and `forward`.
+# `run_depths_by_hand` runs the untrained head over a row's COD plan **depth by depth through one KV cache**
+# (`RowCache`). Depth 0 reads every position (token `x[t+1]`, fused taps of `t`); each deeper depth adds one mask slot
+# per kept anchor to the same cache, under notebook 02's attention rule. The loss is each depth's cross-entropy on its
+# trained anchors (target token `d + 1` past the anchor; labels outside the draft vocabulary skipped), averaged over
+# depths; both are checked against the trainer's `run_depths` and `forward`.
 
 # %% tags=["nbval-ignore-output"]
 class RowCache:
@@ -510,20 +483,16 @@ print(f"mean over depths {torch.stack(by_hand).mean():.4f}; DraftTrainer.forward
 del module
 
 # %% [markdown]
-# **Reading it.** The hand-written forward and loss match the trainer's (logit difference 0.0e+00, loss 19.4278 both),
-# and the untrained head's cross-entropies sit far above a uniform guess's ln 8192 = 9.01 ("The package's trainer"
-# below says why). The taps' features span three orders of magnitude in RMS (0.868 to 1.77e+03, `tap_scale`), which
-# is why `fc` trains on the taps divided by `tap_scale`: Adam moves every weight by about `lr` a step, which suits
-# inputs of one scale, not of a thousand.
+# **Reading it.** The hand-written forward and loss match the trainer's (logit difference 0.0e+00, loss 19.4278 both).
+# The untrained head's loss is far above a uniform guess (ln 8192 = 9.01). `fc` reads the taps divided by `tap_scale`,
+# their per-feature RMS (0.868 to 1.77e+03), so every input has one scale.
 #
 # ### EAGLE-3's training, unrolled by hand: the training-time test
 #
-# A sequential (EAGLE-3) head drafts slot 2 from its own slot-1 output: its drafted token and hidden state.
-# Trained on the target's states alone, it would never read a state of its own, so EAGLE-3 trains with the
-# *training-time test*: for each anchor the cell unrolls K steps, and each step appends, teacher-forced, the
-# **data's** next token (not the head's guess) with the **drafter's own** hidden state from the step before (its
-# output before the final norm). The package batches the anchors (`run_depths`, sequential mode); the cell unrolls
-# each anchor of a short sequence alone, with the shipped EAGLE-3 head, and compares logits and loss.
+# A sequential (EAGLE-3) head drafts slot 2 from its own slot-1 output, so it must train on its own states. The
+# *training-time test* unrolls K steps per anchor, each appending the **data's** next token with the **drafter's own**
+# hidden state from the step before. The cell unrolls a short sequence with the shipped EAGLE-3 head against the
+# package's batched `run_depths`.
 
 # %% tags=["nbval-ignore-output"]
 from dataclasses import replace
@@ -566,16 +535,19 @@ del ttt, head
 
 
 # %% [markdown]
+# **Reading it.** The unroll matches: loss 2.4268 both ways, logits within 2.0e-05.
+#
 # ### The training loop, by hand
 #
-# Training is the forward above inside a plain optimizer loop. One step takes the next rows of the packed stream
-# (at least `batch_tokens` tokens; the packing is the package's `PackedRows`), plans each with a COD draw, runs
-# `run_depths_by_hand`, and weights each row's loss by its tokens. AdamW updates the head's own parameters (`fc`,
-# the decoder layer, `mask_hidden`, the mask token's embedding row) at `lr`, and the final norm and `lm_head`, which
-# start as the target's, at a lower rate (`lm_head_lr_ratio` of it); the learning rate rises linearly over the
-# warm-up, then follows a cosine down to a floor (`min_lr_ratio`); the gradient norm is clipped at 1. Nothing else:
-# from the same start the package's `Trainer` must produce the same loss at every step, up to float rounding (the
-# check allows 1e-3).
+# Training wraps that forward in a plain optimizer loop. Each step:
+#
+# - plans each of the next packed rows (at least `batch_tokens`) with a fresh COD draw over `num_depths` depths;
+# - weights each row's loss (mean over depths) by its share of the step's tokens;
+# - steps AdamW: the head's own parameters at `lr`; the final norm and `lm_head`, copied from the target, at
+#   `lm_head_lr_ratio` of it;
+# - sets `lr` by a linear warm-up, then a cosine down to `min_lr_ratio` of it; clips the gradient norm at 1.
+#
+# The package's `Trainer` must give the same loss at every step (within 1e-3).
 
 # %% tags=["nbval-ignore-output"]
 from tqdm.auto import trange
@@ -636,18 +608,12 @@ print(f"{cfg.steps} steps by hand ({'bf16 autocast' if amp else 'float32'}): los
 # %% [markdown]
 # ### The package's trainer: the same loop, then interrupt and resume
 #
-# `peagle_lab.training.Trainer` (and `peagle-lab train`) is that loop plus what a long run needs: gradient
-# accumulation, atomic checkpoints (head, optimizer, step, data cursor, RNG state) with resume, and a time budget.
-# The same code runs on several processes under `torchrun` / `accelerate launch`.
+# `Trainer` (and `peagle-lab train`) is that loop plus gradient accumulation, checkpoints with resume, and a time
+# budget. The cell runs it uninterrupted (it must match the hand loop), then interrupted halfway and resumed by a
+# fresh `Trainer` (same losses and weights).
 #
-# This run uses 8,192 draft ids, more than the shipped heads' 4,096. Expect the loss to **start above ln(8192) =
-# 9.0**, a uniform guess's loss: the head starts with the target's own `lm_head` and final norm, whose guesses from
-# the untrained fused state are far from uniform, and wrong. The cell after prints where the loss starts, peaks and
-# first falls below the uniform guess.
-#
-# An uninterrupted run comes first: from the same start it must reproduce the hand loop's loss at every step. The
-# same run is then interrupted halfway (`stop_after`), and a fresh `Trainer` resumes it from the checkpoint: it must
-# end with the uninterrupted run's losses and weights.
+# The loss will **start above ln 8192 = 9.01**, a uniform guess: the head starts with the target's `lm_head` and final
+# norm, whose guesses from the untrained fused state are far from uniform, and wrong.
 
 # %% tags=["nbval-ignore-output"]
 import shutil
@@ -745,25 +711,17 @@ report.record("nb03_train_steps", res.steps_done)
 report.record("nb03_final_depth_accuracy", acc);
 
 # %% [markdown]
-# **Reading it.** Thirty steps teach the head a little, mostly at depth 0: its in-sample accuracy over the last
-# quarter of the steps is 0.15, the deeper depths', whose inputs are mask slots, 0.04 to 0.05. The loss starts at
-# 19.61, about twice a uniform guess's 9.01, peaks in the warm-up (24.21 at step 5) and falls below the uniform guess
-# at step 16. Drafting in the real loop on 2 held-out prompts, the head reaches an acceptance length of 1.16 at K=4
-# over 81 rounds (`None` marks a slot no round reached), with output identical to plain greedy. What was trained: the
-# listed 9.81 M parameters plus the mask token's row of the target's embedding table.
+# **Reading it.** The head learns mostly at depth 0: end accuracy (in-sample) 0.15 there, 0.04 to 0.05 deeper; the
+# loss is first below the uniform guess at step 16. On 2 held-out prompts it reaches an acceptance length of 1.16 at
+# K=4, with output identical to plain greedy (`None`: a slot no round reached).
 #
 # ## What we saw
 #
-# - Train on the target's own answers: a head trained on them accepts 1.380 tokens per round against 1.245 for
-#   human text, beyond both seed spreads.
-# - 4,096 draft ids cover 99.61% of the response tokens (in-sample); `d2t` maps them back to target ids, and a head
-#   whose `lm_head` does not match its draft vocabulary is refused before it is served.
-# - Offline features read back thousands of times faster than the target forward; bf16 halves their disk at no
-#   acceptance cost the seeds can measure (1.210 against 1.211).
-# - One packed row trains every depth at once; the plan, the forward, the loss, EAGLE-3's training-time test and the
-#   training loop written by hand match the package.
-# - Training resumes from its checkpoint to the same losses and weights, and the trained head's output is identical
-#   to plain greedy.
+# - Target-written answers beat human ones: AL 1.380 against 1.245, beyond the seed spread.
+# - 4,096 draft ids cover 99.61% of response tokens (in-sample); a mismatched `lm_head` is refused.
+# - bf16 shards read back 2,105x faster than a target forward, on half the disk, at no measurable AL cost.
+# - One packed row trains all 8 depths; all code written by hand matches the package.
+# - Resume reproduces the uninterrupted run exactly; the 30-step head reaches AL 1.16 at K=4, lossless.
 #
-# Next, `04_scale_and_acceptance`: the shipped heads trained on far more tokens, what that buys per depth, a head
-# for your own model, and why acceptance stays below the paper's.
+# Next, `04_scale_and_acceptance`: what far more training buys per depth, a head for your own model, and why
+# acceptance stays below the paper's.

@@ -16,24 +16,17 @@
 # %% [markdown]
 # # 04 · Scale and acceptance
 #
-# **Goal:** learn what a head's acceptance length is made of and what raises it: training tokens, head depth and
-# prompt layout, and how far this CPU-trained head stays below the paper's.
+# **Goal:** see what a head's acceptance length is made of, what raises it, and why this CPU-trained head stays below
+# the paper's. Plan: (1) the shipped heads, (2) training at scale, (3) your own model and its chat template
+# (question 1), (4) several GPUs, (5) the gap to the paper (question 3).
 #
-# The plan:
+# **Terms.** *Acceptance length* (AL): tokens committed per verification round, bonus token included. A round has
+# slots j = 1..K; slot j = depth j-1 in training. A slot's *rate* p_j: the share of rounds reaching slot j in which its
+# draft was accepted.
 #
-# 1. **The shipped heads**: their training records, their held-out acceptance, and a live check.
-# 2. **What training at scale buys**: acceptance against tokens seen; accuracy per depth for 1, 2 and 4 layers.
-# 3. **Your own model and its chat template** (question 1), and what a template mismatch costs.
-# 4. **Past one machine**: the same trainer on several GPUs.
-# 5. **Why is my acceptance length below the paper's?** (question 3): the recipe runs against their noise.
-#
-# **Terms.** The *acceptance length* (AL) is the tokens committed per verification round, the bonus token included.
-# A round's slots are j = 1..K; *draft j* is drafted in slot j, training's *depth* j-1 (depths count from 0). A slot's
-# *rate* p_j is the share of the rounds reaching slot j in which draft j was accepted.
-#
-# *Committed* figures are full-size runs read from `data/`, printed with their host and (where recorded) dtype;
-# *live* ones are measured in this run on a few prompts. Two ALs compare only where prompts, new tokens, K and dtype
-# agree; 07's appendix (the acceptance ledger) lists each with these.
+# *Committed* figures are full-size runs read from `data/`, with host and (where recorded) dtype; *live* ones are
+# measured in this run. One head's AL differs across the course because it depends on the prompt set, output length,
+# K, dtype and sample size; 07's appendix (the acceptance ledger) lists each AL with these.
 
 # %% tags=["nbval-ignore-output"]
 # Parameters come from the environment: PEAGLE_TARGET (default: the embedded SmolLM2-135M-Instruct),
@@ -69,16 +62,11 @@ book = ledger.Logbook("04", host=precision.host_slug(DEVICE), dtype=precision.dt
 # %% [markdown]
 # ## 1 · The shipped heads
 #
-# The course ships two 1-layer heads for SmolLM2-135M, both trained for K=8: the P-EAGLE head `smollm2-135m-peagle`
-# (kind `parallel`: all slots in one pass) and the EAGLE-3-style head `smollm2-135m-eagle3` (kind `sequential`: one
-# slot per pass, trained with 03's *training-time test*). Each was trained in several runs, each continuing the one
-# before (`--init-from`; commands and data in each head's `TRAINING.md`).
-#
-# The cell prints each head's last run and cumulative budget, then the committed held-out comparison: per head and K,
-# every slot's rate with the rounds that reached the slot in brackets (`~`: estimated from the rates, which is all the
-# file records), and AL rebuilt from the rates. Slot j counts only in a round that accepted every slot before it, so
-# the cell writes the rule out: `AL = 1 + p1 + p1·p2 + ... + p1···pK`. The rebuilt AL sits a little above the
-# recorded one, which counts each answer's last round as cut short by the 64-token budget.
+# Two 1-layer heads for SmolLM2-135M, trained for K=8 (records in each head's `TRAINING.md`): P-EAGLE
+# `smollm2-135m-peagle` (`parallel`: all slots in one pass) and EAGLE-3-style `smollm2-135m-eagle3` (`sequential`: one
+# slot per pass). The cell prints their budgets and the committed held-out comparison: each slot's rate with the rounds
+# that reached it in brackets (`~`: estimated), and AL rebuilt as `AL = 1 + p1 + p1·p2 + ... + p1···pK`. That sits a
+# little above the recorded AL, which cuts each answer's last round short at the 64-token budget.
 
 # %% tags=["nbval-ignore-output"]
 from peagle_lab.drafter import PEagleConfig
@@ -133,10 +121,9 @@ if P and S:
                   f"   (recorded {r['acceptance_length'][k]:.3f})")
 
 # %% [markdown]
-# Now a live check on other prompts: each head drafts in its own mode at a few K on 2 HumanEval prompts, greedy, and
-# every output is compared with plain greedy decoding. Two prompts show the mechanics, not an order between the heads.
-# The cell calls a gap under 0.052 a tie: the largest AL gap between two training seeds in 02's and 03's studies, a
-# yardstick of training noise taken from other prompts and sizes, not a test of these two heads.
+# Now a live check on 2 HumanEval prompts: each head drafts in its own mode at a few K, and every output is compared
+# with plain greedy. A gap under 0.052 (the largest AL gap between two training seeds in 02's and 03's studies) counts
+# as a tie.
 
 # %% tags=["nbval-ignore-output"]
 from peagle_lab.prompts import humaneval_prompts
@@ -181,33 +168,23 @@ for kind, row in (("parallel", P), ("sequential", S)):
     report.record(f"shipped_{kind}_heldout_acceptance_length_k7", (row or {}).get("acceptance_length", {}).get("7"))
 
 # %% [markdown]
-# **Reading it.** On the 8 committed held-out prompts (64 new tokens, bfloat16) EAGLE-3 accepts more: 2.532 tokens a
-# round at K=7 against P-EAGLE's 1.895. P-EAGLE leads at slot 1 (0.62 against 0.50, over 200 rounds each), but its
-# slots 2 and 3 fall to 0.34 and 0.24, so slots past 3 add almost nothing (the K=7 run's slot 4 adds 0.0192, while
-# its first three terms sit a little below K=3's: both rebuild to 1.898); its rates past slot 3 rest on 13 rounds
-# or fewer and say nothing. In the live check (2 HumanEval prompts, 48 new tokens, float32, 61 to 73 rounds per K)
-# EAGLE-3 accepted more at every K, by 0.09 to 0.16 on these two prompts; two prompts cannot rank the heads, and the
-# cell's comparison with the held-out run crosses prompts, size and dtype. Every speculative output was identical to
-# plain greedy.
+# **Reading it.** On the 8 committed held-out prompts (64 new tokens, bfloat16), EAGLE-3 accepts more at K=7: 2.532
+# tokens a round against P-EAGLE's 1.895. P-EAGLE leads at slot 1 (0.62 over ~270 rounds against 0.50 over ~202), but
+# its slots 2 and 3 fall to 0.34 (~167) and 0.24 (~57), and its later rates rest on ~13 rounds or fewer. Live (2
+# HumanEval prompts, 48 new tokens, float32), EAGLE-3 was ahead at every K, and every output matched plain greedy.
 #
-# This is the reverse of the paper's order (the vLLM blog, GPT-OSS-20B on HumanEval at K=7: P-EAGLE 3.94 against
-# EAGLE-3 3.03, with 4-layer GPU-trained heads). The course does not settle why: the shipped heads differ in method,
-# in budget (EAGLE-3 had 1.23x the wall time) and in their earlier runs' data (03 lists each head's runs). 05's last
-# section trains a pair alike. P-EAGLE's advantage is cost, one drafter pass for K drafts; notebook 05 measures it.
+# This reverses the paper's order (vLLM blog, GPT-OSS-20B, HumanEval, K=7: P-EAGLE 3.94, EAGLE-3 3.03), but the shipped
+# heads also differ in budget (EAGLE-3: 1.23x the wall time); notebook 05 trains a matched pair.
 
 # %% [markdown]
 # ## 2 · What training at scale buys
 #
-# Two committed experiments, both scored by AL at K=7 on 8 held-out prompts x 64 new tokens (not section 1's prompts):
+# Two committed experiments, scored by AL at K=7 on 8 held-out prompts x 64 new tokens (not section 1's prompts):
 #
-# * **The learning curves** (left panel): two earlier long runs, not the shipped heads, against cumulative tokens
-#   seen: P-EAGLE (`peagle`, continued as `peagle-cont`) and EAGLE-3 (`eagle3`, continued as `eagle3-cont`).
-# * **The deeper heads** (right panel): P-EAGLE heads with 1, 2 and 4 decoder layers, `exp-L1`, `exp-L2` and `exp-L4`
-#   (directories `peagle-L1` and so on), trained from scratch on the same 6,000 sequences for about 2400 s each (the
-#   cell prints each head's record).
-#
-# **One head, three names:** `exp-L1` = `peagle-L1` = `smollm2-135m-peagle-fresh`, the first run of the shipped
-# P-EAGLE head `smollm2-135m-peagle`. The cell's last line scores the deeper heads' run ends on section 1's prompts.
+# * **Learning curves** (left): two earlier long runs, P-EAGLE (`peagle` + `peagle-cont`) and EAGLE-3 (`eagle3` +
+#   `eagle3-cont`), against cumulative tokens seen.
+# * **Deeper heads** (right): P-EAGLE heads with 1, 2 and 4 layers (`exp-L1`, `exp-L2`, `exp-L4`), each trained from
+#   scratch on the same 6,000 sequences for about 2400 s; `exp-L1` is the shipped P-EAGLE head's first run.
 
 # %% tags=["nbval-ignore-output"]
 docs = [heads_report.read_curve(RECIPE_DIR / HOST / name) if HOST else {"points": []}
@@ -227,10 +204,9 @@ for n in (1, 2, 4):  # each deeper head's training record: its wall time, tokens
 heads_report.print_run_ends(records_["parallel"], compare, P)
 
 # %% [markdown]
-# Why does acceptance stay low? A slot counts only when every slot before it was accepted, so the depth where a head
-# stops being accurate caps its AL. The next cell plots the **accuracy per depth** (top-1, pooled over every anchor of
-# held-out distilled sequences) of the shipped P-EAGLE head and the three deeper heads, then solves for the one rate p
-# that, applied to every slot, gives the blog's 3.94 at K=7.
+# Why does acceptance stay low? A slot counts only if every slot before it was accepted, so the depth where a head
+# stops being accurate caps its AL. The next cell plots top-1 **accuracy per depth** on held-out distilled sequences,
+# then solves for the one rate p that, at every slot, gives the blog's 3.94 at K=7.
 
 # %% tags=["nbval-ignore-output"]
 PAPER_AL, PAPER_K = 3.94, 7  # the vLLM P-EAGLE blog: GPT-OSS-20B on HumanEval, K=7 (a GPU-trained head)
@@ -259,29 +235,20 @@ print(f"\nthe blog's AL {PAPER_AL} at K={PAPER_K} (HumanEval) needs every slot a
       + f" = {sum(rate ** j for j in range(PAPER_K + 1)):.2f}")
 
 # %% [markdown]
-# **Reading it.** Every head's accuracy collapses after depth 0: the shipped P-EAGLE head is right 45% of the time at
-# depth 0, 18% at depth 1 and 11% at depth 7. These accuracies are unconditional (every anchor, right or wrong before
-# it), so they are not the rates p_j of section 1 (slot 2 there: 0.34); either way they are far from the 0.78 at
-# every slot that the blog's 3.94 needs. Beyond depth 0 a P-EAGLE head sees mask stand-ins, not its own drafts; its
-# low accuracy there matches section 1's flat K sweep.
+# **Reading it.** Every head's accuracy collapses after depth 0: the shipped P-EAGLE head scores 0.453 at depth 0 and
+# 0.175 at depth 1, far from the 0.78 per slot that the blog's 3.94 needs. These accuracies count every anchor, so they
+# are not section 1's rates p_j.
 #
-# Tokens seen do not decide alone. The long runs climb from 1.140 and 1.118 to 1.391 and 1.447 over 24-25x the tokens,
-# with dips on the way, yet `exp-L1`, one uninterrupted 2400 s run, reached 1.512 at 1,300,656 tokens, above both
-# long runs at similar counts; the runs differ in how they were split and scheduled, and none isolates it. Depth did
-# not help at this budget: in the same 2400 s the 1-layer head saw the most tokens and ended highest (1.512 against
-# 1.386 and 1.292), which mixes depth with tokens seen. Continuing `exp-L1` into the shipped head raised its K=7 AL on
-# section 1's prompts from 1.737 to 1.895.
+# On the curves, the long runs end at 1.391 and 1.447, below `exp-L1`'s 1.512 from one 2400 s run; in the same 2400 s
+# more layers did not help (1.512, 1.386, 1.292), though the deeper heads saw fewer tokens.
 
 # %% [markdown]
 # ## 3 · Your own model and its chat template (question 1)
 #
-# Nothing in the recipe is specific to SmolLM2: the taps are chosen from the target's depth, the head's shape from
-# the target's config, and the tokenizer's chat template is applied in one place (`prompts.chat_ids`) for
-# distillation, training, evaluation and serving. The next cells show it on a tiny Qwen3 target with random weights
-# (`peagle-lab make-tiny-target`, built offline in seconds), so its answers are noise: the point is the mechanics.
-#
-# To train both heads for your own model on a GPU, run `PEAGLE_TARGET=<your model> bash scripts/gpu_heads.sh`: it
-# distils 4,000 prompts, trains each head for 150 s (`PEAGLE_GPU_BUDGET`) and installs them where every notebook looks.
+# Nothing in the recipe is specific to SmolLM2: taps and head shape come from the target's config, and one function
+# (`prompts.chat_ids`) applies its chat template everywhere. The next cells use a tiny Qwen3 target with random
+# weights (`peagle-lab make-tiny-target`): its answers are noise, the point is the mechanics. On a GPU,
+# `PEAGLE_TARGET=<your model> bash scripts/gpu_heads.sh` trains and installs both heads for your model.
 
 # %% tags=["nbval-check-output"]
 from peagle_lab.settings import results_dir
@@ -303,20 +270,15 @@ for name, tok in (("tiny Qwen3", tiny_tok), ("this run's target", tokenizer)):
     print(f"--- {name}: {len(ids)} prompt tokens ---\n{tok.decode(ids)}")
 
 # %% [markdown]
-# Each tokenizer brings its own template: ChatML for the tiny target, SmolLM2's with its default system message for
-# the embedded one.
-#
-# The head is built from the target's config (`PEagleConfig.from_target`): same hidden size, attention heads and
-# rope, plus three **taps**, the layers whose hidden states the head reads: a low, a middle and a high one
-# (`default_tap_layers`).
+# Each tokenizer brings its own template (ChatML for the tiny target; SmolLM2's adds a default system message). The
+# head's shape comes from the target's config (`PEagleConfig.from_target`), plus three **taps**: the layers whose
+# hidden states it reads, a low, a middle and a high one (`default_tap_layers`).
 #
 # ### Exercise: which layers are tapped?
 #
 # vLLM's EAGLE-3 default taps the residual stream entering layers `2`, `L // 2` and `L - 3` of an L-layer target.
-# Write that rule as `my_taps` in the next cell, which prints the depths (1 to 64) where it differs from the
-# package's. Why there, and what does the package give instead?
-#
-# Try it before you read the answer: the cell after this one writes it out and runs the same check.
+# Write that rule as `my_taps` in the next cell; it prints the depths (1 to 64) where yours differs from the package's.
+# Why there, and what does the package give instead? The cell after it has the answer.
 
 # %% tags=["nbval-check-output"]
 import copy
@@ -363,9 +325,8 @@ def my_taps(n_layers):
 check_taps(my_taps)
 
 # %% [markdown]
-# Now the whole recipe on the tiny target, at small scale: distil a few prompts with its template, extract its
-# features, train a few steps, and decode speculatively. Whatever the head drafts, verification keeps the output
-# identical to plain greedy decoding.
+# Now the whole recipe on the tiny target, at small scale: distil, extract features, train a few steps, decode
+# speculatively. Whatever the head drafts, the output must match plain greedy.
 
 # %% tags=["nbval-ignore-output"]
 import tempfile
@@ -406,9 +367,8 @@ print("speculative output lossless against plain greedy:",
 # %% [markdown]
 # ### A template mismatch
 #
-# A head learns what the target says after the prompt layout it was trained with. The cell serves the P-EAGLE head
-# on held-out prompts in three layouts: the trained chat template, bare text with no template, and the chat template
-# with another system message. It prints each layout's acceptance and answer length against the trained layout.
+# A head learns what the target says after the prompt layout it was trained with. The cell serves the P-EAGLE head on
+# held-out prompts in three layouts: the trained chat template, bare text, and another system message.
 
 # %% tags=["nbval-ignore-output"]
 from peagle_lab.prompts import OTHER_SYSTEM, load_scale_records
@@ -434,17 +394,15 @@ print("against the trained layout: " + ", ".join(f"{name} {tmpl[t]['acceptance_l
 
 # %% [markdown]
 # **Reading it.** On 2 held-out prompts at K=4 (at most 40 new tokens, float32), bare text cost the head every draft:
-# AL 1.00 over 42 rounds against 1.52 over 52 with the trained template. The layout changes the target's answer too
-# (44 tokens against 80), so this is what a mismatch costs as served. Another system message gave 1.34, a gap two
-# prompts cannot establish. The fix: distil with your model's chat template (`peagle-lab distill --target DIR`) and
-# serve behind the same one, as vLLM does for chat requests.
+# AL 1.00 against 1.52 with the trained template, and the answer changed too (44 tokens against 80). Another system
+# message gave 1.34, a gap two prompts cannot establish. The fix: distil (`peagle-lab distill --target DIR`) and serve
+# with your model's chat template.
 
 # %% [markdown]
 # ## 4 · Past one machine
 #
-# The same trainer runs in several processes (DDP through accelerate). `--batch-tokens` is the global batch, so two
-# processes follow one process's loss curve (`tests/training/test_distributed.py` checks it on a CPU, and a resume at
-# another world size). For a 7-8B target (hidden 4096, 32 layers) on 8 GPUs:
+# The same trainer runs in several processes (DDP through accelerate); `--batch-tokens` is the global batch, so any
+# number of processes follows one process's loss curve. For a 7-8B target on 8 GPUs:
 #
 # ```bash
 # peagle-lab extract --distilled DATA --split train --out FEATURES/part-train --max-seq-len 2048   # once
@@ -454,18 +412,15 @@ print("against the trained layout: " + ", ".join(f"{name} {tmpl[t]['acceptance_l
 # accelerate launch --multi_gpu --num_processes 8 -m peagle_lab.cli train ...    # the same, through accelerate
 # ```
 #
-# Large runs usually compute the features online (drop `--features`): offline taps of an 8B target take
-# 3 x 4096 x 2 B = 24 KiB per token in bf16 (notebook 01).
+# Large runs usually drop `--features` and compute them online: an 8B target's offline taps take 24 KiB per token in
+# bf16 (notebook 01).
 #
 # ## 5 · Why is my acceptance length below the paper's? (question 3)
 #
-# Section 2 shows AL rising slowly with training tokens, and a CPU trains on few of them. The recipe runs ask which
-# settings still move AL at a small budget: short runs of equal wall time, each changing one setting from a
-# **baseline**, scored by held-out AL at K=7 (`peagle-lab recipe`). A change counts only beyond the noise: the
-# largest AL gap between two seeds of one setting, taken both from these runs and from the studies of 02 and 03.
-# Columns: `tokens seen` in the run's equal wall time (a setting that slows a step sees fewer); `draft vocab coverage`,
-# the share of the training answers' tokens that the draft vocabulary holds (a token outside it can never be
-# drafted); `held-out AL` and its gap from the baseline.
+# The recipe runs (`peagle-lab recipe`) each change one setting from a **baseline**, train for equal wall time and
+# score held-out AL at K=7. A change counts only beyond the largest AL gap between two seeds (here or in 02's and 03's
+# studies). `tokens seen`: in that wall time; `draft vocab coverage`: the share of training-answer tokens the draft
+# vocabulary holds.
 
 # %% tags=["nbval-ignore-output"]
 from peagle_lab.experiments import recipe, studies
@@ -503,30 +458,24 @@ if runs:
     display(Markdown("\n".join(table)))
 
 # %% [markdown]
-# **Reading it.** No change beats the baseline beyond the studies' largest seed spread: the best, a 4k draft
-# vocabulary and 10 depths, gain +0.028 against 0.052 (12 held-out prompts, K=7, 180 s each, bfloat16). All eight
-# changes lie beyond the recipe's own seed spread, 0.005, but that spread mixes seed with budget (its two seeds saw 17%
-# different token counts), so it proves little. Only `4 layers` lies beyond both, at -0.065, and it saw under half the
-# baseline's tokens in the same time.
+# **Reading it.** At 180 s per run (12 held-out prompts, K=7, bfloat16), no change beats the baseline beyond the
+# studies' seed spread: the best (4k draft vocabulary, 10 depths) gain +0.028 against 0.052. Only `4 layers` lies
+# beyond both spreads, at -0.065, having seen under half the baseline's tokens; the recipe's own spread (0.005) mixes
+# seed with budget, so it proves little.
 #
-# So question 3 is answered in part: acceptance rises slowly with training (section 2) and a CPU trains on little; the
-# paper also differs in target (GPT-OSS-20B), head depth (4 layers against 1) and benchmark, and no run here isolates
+# Beyond budget, the paper differs in target (GPT-OSS-20B), head depth (4 layers) and benchmark; no run here isolates
 # these.
 
 # %% [markdown]
 # ## What we saw
 #
-# - **The shipped heads.** On 8 committed held-out prompts at K=7, EAGLE-3 accepts 2.532 tokens a round against
-#   P-EAGLE's 1.895, the reverse of the paper's order; it also accepted more on the 2 live prompts at every K. Every
-#   live speculative output matched plain greedy decoding.
-# - **Why acceptance stays low.** Accuracy collapses after depth 0 (45%, then 18%); the blog's 3.94 needs 0.78 at
-#   every slot, and the shipped P-EAGLE head's slots 2 and 3 are accepted at 0.34 and 0.24.
-# - **Training at scale.** The long runs end at 1.391 and 1.447 after about 1.5M tokens, below a single 2400 s run's
-#   1.512; in the same wall time a deeper head did not help.
-# - **Your own model.** The recipe ran unchanged on a tiny Qwen3 target, losslessly. Served without its chat
-#   template, the shipped P-EAGLE head accepted no draft (2 prompts).
-# - **The recipe runs.** At 180 s no setting raises AL beyond the studies' largest seed spread (best +0.028 against
-#   0.052).
+# - **Shipped heads:** on 8 committed held-out prompts at K=7, EAGLE-3 accepts 2.532 tokens a round, P-EAGLE 1.895
+#   (the paper's order reversed); every live output matched plain greedy.
+# - **Why AL stays low:** accuracy collapses after depth 0 (0.453, then 0.175); the blog's 3.94 needs 0.78 per slot.
+# - **Training at scale:** the long runs end at 1.391 and 1.447, below one 2400 s run's 1.512; deeper heads did not
+#   help in the same time.
+# - **Your own model:** the recipe ran losslessly on a tiny Qwen3; served without its chat template, the P-EAGLE
+#   head accepted no draft (2 prompts).
+# - **Recipe runs:** at 180 s no setting beats the studies' seed spread (best +0.028 against 0.052).
 #
-# Next, `05_parallel_vs_sequential`: what one drafting round costs for each head, and the speed-up those costs and
-# these acceptance lengths give.
+# Next, `05_parallel_vs_sequential`: what a drafting round costs per head, and the speed-up.

@@ -16,18 +16,17 @@
 # %% [markdown]
 # # 07 · Explorer, and the results across hosts
 #
-# **Goal:** watch, token by token, which tokens the drafter supplied and which the target added; see how K, the head,
-# the drafting mode and the prompt move the acceptance length; then read every host's committed speed-ups side by
-# side.
+# **Goal:** see which tokens the drafter supplies and what moves the acceptance length; compare every host's committed
+# speed-ups.
 #
-# Plan: the explorer and one fixed run; an exercise (code against chat); speculative sampling from scratch; the
-# results across hosts; the appendix "How the course measures", with the acceptance ledger.
+# Plan: the explorer and a fixed run; an exercise; speculative sampling from scratch; results across hosts; an appendix
+# (how the course measures, the acceptance ledger).
 #
-# **The colours.** Each round the drafter proposes K tokens; the target verifies them in one pass, keeps the longest
-# prefix it agrees with and adds one token of its own. A token coloured **slot j** (from 1) is a draft accepted as the
-# j-th of its round; **grey** is the target's own (each round's *bonus*, and the first token, from the prefill). The
-# **acceptance length** (AL) is the mean tokens per round; the bars give p_j, slot j's acceptance rate once slots 1..j-1
-# were accepted. *Parallel* drafting (P-EAGLE) takes one drafter pass per round, *sequential* (EAGLE-3) K.
+# **The colours.** Each round the drafter proposes K tokens; the target checks them in one pass, keeps the longest
+# prefix it agrees with and adds one token. **Slot j**: a draft accepted as the j-th (from 1) of its round. **Grey**:
+# the target's token (each round's *bonus*; the first token). **Acceptance length** (AL): mean tokens per round. Bars:
+# p_j, slot j's acceptance rate once slots 1..j-1 passed. Drafter passes per round: one *parallel* (P-EAGLE), K
+# *sequential* (EAGLE-3).
 
 # %%
 # Parameters come from the environment: PEAGLE_TARGET (default: the embedded SmolLM2-135M-Instruct),
@@ -63,10 +62,9 @@ def ledger_head(name):
 # %% [markdown]
 # ## The explorer
 #
-# Type a prompt, choose K, the head and the drafting mode, and press **Generate**. To try: raise K and watch how few
-# rounds reach the deep slots (a bar over one or two rounds jumps about); run one head in both modes and compare the times; raise the temperature and watch fewer drafts pass
-# (the loop then accepts by speculative sampling, built below). The widget needs a live kernel; the fixed run below
-# draws the same view without it.
+# Type a prompt, choose K, head and drafting mode, press **Generate**. Try: raise K (few rounds reach deep slots, so
+# their bars jump); compare one head's times in both modes; raise the temperature (fewer drafts pass; speculative
+# sampling, built below). Needs a live kernel; the fixed run below draws the same view.
 
 # %%
 ex = explorer(model, tokenizer, k=K, max_new_tokens=MAX_NEW)
@@ -81,9 +79,8 @@ ex
 # %% [markdown]
 # ## One fixed run (no clicking needed)
 #
-# The same loop without widgets: the first head on offer, greedy, in its trained mode, on the explorer's default prompt
-# (00's prime check), timed against plain decoding in the same run. **Tokens per forward** counts the prefill too, so it
-# sits a little below the acceptance length; the lossless line names the target's dtype and the check that applies.
+# The first head on offer, greedy, on the default prompt (00's prime check), timed against plain decoding in the same
+# run. **Tokens per forward** counts the prefill, so it sits just below the AL.
 
 # %% tags=["nbval-ignore-output"]
 head_name = HEADS[0]
@@ -112,26 +109,21 @@ print("the first token comes from the target:", run.sources[0] == viz.TARGET)
 print("lossless (identical, or in a near-tie regime a near-tie divergence; see the regime above):", run.lossless)
 
 # %% [markdown]
-# **Reading it.** The shipped P-EAGLE head at K=4 commits 1.40 tokens per round of a possible 5 (64 tokens in 46
-# target forwards, so most tokens are grey), and in this run it ran level with plain decoding, 0.99x (one run of one
-# prompt: its timing moves between runs; 05 times many prompts). The target ran in
-# bfloat16: the output leaves plain greedy's from token 12 on (so the two times are of slightly different texts), where
-# plain greedy's top two logits tie (margin 0), which the near-tie rule (appendix) counts as lossless. 00 ran the same
-# prompt and head in float32 and lost (0.74x): there a verification costs 1.87 decode steps, in bf16 little more than
-# one (`verify_k7` below).
+# **Reading it.** Live, bfloat16: P-EAGLE at K=4 commits 1.40 tokens per round of a possible 5 and runs at 0.99x plain
+# decoding, so here it does not pay. Its output leaves plain greedy's from token 12, where greedy's top two logits tie
+# (margin 0): lossless by the near-tie rule (appendix), but the two timings cover slightly different texts.
 
 # %% [markdown]
 # ### Exercise: which kind of prompt gets more drafts accepted?
 #
-# The cell runs the same head on a code prompt and an open-ended chat prompt, same K and token budget. Predict which
-# has the higher acceptance length, and why. Then try your own prompts in `PROMPTS`.
+# The cell runs one head, K and budget on a code and a chat prompt. Predict which gets the higher AL, and why; then try
+# your own prompts in `PROMPTS`.
 #
 # <details><summary>Answer</summary>
 #
-# Intuition says code: keywords, indentation and closing brackets are easy to guess. But one prompt of each kind, under
-# 50 rounds each, cannot rank kinds of text, and the committed 24-prompt runs ("Results across hosts",
-# `cpu-epyc-avx2-2c`, float32, each head at its fastest K: P-EAGLE K=4, EAGLE-3 K=3) do not either: P-EAGLE 1.51 on
-# code against 1.55 on chat, EAGLE-3 1.61 against 1.60.
+# Intuition says code (keywords, brackets); here code edges chat, 1.33 against 1.29. But one prompt each cannot rank
+# kinds of text, nor do the committed 24-prompt runs (`cpu-epyc-avx2-2c`, float32, best K): P-EAGLE 1.51 on code, 1.55
+# on chat; EAGLE-3 1.61 and 1.60.
 #
 # </details>
 
@@ -153,11 +145,10 @@ for kind, text in PROMPTS.items():
 # %% [markdown]
 # ## Speculative sampling from scratch
 #
-# Above temperature 0 the target draws its token from a distribution p, the drafter its draft x from its own q, and the
-# output must still follow p exactly. The rule (Leviathan et al.; Chen et al., 2023): accept x with probability
-# min(1, p(x)/q(x)); on a rejection, draw from the residual max(0, p - q), normalised. So token y is drafted and
-# accepted with probability min(p(y), q(y)); the residual adds the p(y) - q(y) that q under-supplies. The cell below: a
-# six-token vocabulary with seeded p and q, the rule, 20000 draws, and the emitted frequencies beside p.
+# Above temperature 0 the target samples from p, the drafter drafts x from q, and the output must still follow p. The
+# rule (Leviathan et al.; Chen et al., 2023): accept x with probability min(1, p(x)/q(x)); on a rejection, draw from
+# max(0, p - q), normalised. The cell tests it on six tokens, 20000 draws. **Total variation** (TV): half the summed
+# absolute difference of two distributions.
 
 # %%
 import matplotlib.pyplot as plt
@@ -221,28 +212,25 @@ print(f"the package's accept_sampling (the loop's rule above temperature 0) emit
 assert same == N_SAME
 
 # %% [markdown]
-# **Reading it.** The drafts come from a q far from p (total variation 0.627), yet the emitted tokens sit 0.0041 from p
-# over 20000 draws. A poor q costs speed, not correctness: drafts passed on 0.374 of draws, the rule's sum of min(p, q)
-# is 0.373. The package's `accept_sampling` emits the same token on 2000 of 2000 draws.
+# **Reading it.** The emitted tokens sit 0.0041 from p (TV, 20000 draws) though the drafts come from a q 0.627 away: a
+# poor q costs speed, not correctness. Drafts passed on 0.374 of draws (the rule predicts 0.373), and the package's
+# `accept_sampling` emits the same token on 2000 of 2000 draws.
 
 # %% [markdown]
 # ## Results across hosts
 #
-# 05's full-size benchmark, committed for two 2-core CPU hosts (`cpu-epyc-avx2-2c`, AVX2 only;
-# `cpu-epyc-avx512bf16-2c`, bf16 units): the embedded SmolLM2-135M target and the shipped heads, batch 1. One table per
-# suite (`code`: HumanEval; `chat`: the prompt mix's held-out split), one row per host and dtype:
+# 05's full-size benchmark, committed for both hosts (appendix): SmolLM2-135M, the shipped heads, batch 1. One table per
+# suite (`code`: HumanEval; `chat`: the prompt mix's held-out split), one row per host and dtype.
 #
-# - `prompts`: prompts x new tokens; `verify_k7`: one target pass over 8 tokens, in decode steps (timed alone);
-# - `P-EAGLE`, `EAGLE-3`, `lookup` (untrained prompt lookup): the best speed-up over plain decoding, prefill included,
-#   with its K and AL; `N/24 diverge, margin <= m`: outputs that left plain greedy's at a near-tie, m the largest
-#   top-1 minus top-2 logit margin there;
-# - `faster than plain`: prompts on which each head at that K (P-EAGLE / EAGLE-3) beat plain decoding, side by side;
-# - `paired`: per prompt, P-EAGLE's speed-up minus EAGLE-3's, lowest to highest;
-# - `oracle`: the blog's acceptance (HumanEval AL 3.94 at K=7 on `code`, MT-Bench 3.70 on `chat`) replayed on the
-#   same draws, charged one parallel pass / K sequential passes.
+# - `prompts`: prompts x new tokens. `verify_k7`: one target pass over 8 tokens, in decode steps.
+# - `P-EAGLE`, `EAGLE-3`, `lookup` (untrained prompt lookup): best speed-up over plain decoding, prefill included, with
+#   K and AL; `N/24 diverge, margin <= m`: outputs leaving greedy's at near-ties, m the largest margin.
+# - `faster than plain`: prompts each head (P-EAGLE / EAGLE-3) won against plain. `paired`: P-EAGLE's per-prompt
+#   speed-up minus EAGLE-3's, lowest to highest.
+# - `oracle`: the blog's acceptance (`code`: HumanEval AL 3.94 at K=7; `chat`: MT-Bench 3.70) on the same draws, one
+#   parallel pass / K sequential.
 #
-# The verdict lines apply the paired rule (appendix): *shown faster* or *slower* where a sign test over the prompts
-# gives p < 0.05, else *not shown*.
+# Verdicts: the paired rule (appendix).
 
 # %% tags=["nbval-ignore-output"]
 from peagle_lab import bench
@@ -294,56 +282,45 @@ print("verdict, at the paper's acceptance (one parallel pass against K sequentia
       + ("; ".join(oracle) or "not run"))
 
 # %% [markdown]
-# **Reading it.** Where verification is cheap (bf16 units, `verify_k7` 1.07) both heads are shown faster than plain
-# decoding on both suites (1.14x to 1.31x, faster on 19 to 23 of 24 prompts); in float32 (`verify_k7` 1.88 and 2.06)
-# none is, four of six are shown slower (0.67x to 0.82x). Neither head is shown faster than the other in any of the 5
-# runs, while at the blog's acceptance one parallel pass is shown faster than K sequential ones on both suites (1.59x
-# against 1.46x on code, 1.56x against 1.39x on chat). On code, untrained prompt lookup is faster than both trained
-# heads in every run (0.88x to 1.92x); the oracle, which replays the blog's acceptance, beats it where it ran.
+# **Reading it.** With bf16 units (`verify_k7` 1.07) both heads are shown faster than plain decoding on both suites
+# (1.14x to 1.31x); in float32 (`verify_k7` 1.88, 2.06) none is, and four of six are shown slower. Neither head is shown
+# faster than the other in any of the 5 runs, yet at the blog's acceptance (`cpu-epyc-avx2-2c`, float32) one parallel
+# pass is shown faster than K sequential ones on both suites.
 
 # %% [markdown]
 # ## Appendix: how the course measures
 #
-# Every chapter reads its figures by these rules; each is stated here once (in brackets: where it is built).
+# In brackets: where each rule is built.
 #
-# - **Committed, live.** *Committed*: a full-size run read from `data/results/<host>/<dtype>/`, measured once, quoted
-#   with its host and dtype. *Live*: run in this execution on a few prompts; its timings move between runs, its
-#   acceptance repeats in fp32 on a CPU.
-# - **Hosts.** Named by CPU: `cpu-epyc-avx2-2c` (2 cores, AVX2 only), `cpu-epyc-avx512bf16-2c` (2 cores, bf16 units).
-#   A figure compares only with figures of its host and dtype.
-# - **Acceptance length** (00, where the loop is written). AL = 1 + accepted drafts / rounds, over every round of a run,
-#   the bonus token included. Near the token budget the loop drafts only as many tokens as still fit, so a recorded
-#   AL can sit a little below one rebuilt from the per-slot rates (04); and the count keeps a last round's bonus token
-#   even where the budget (or an end-of-sequence token) drops it, so rounds plus accepted drafts can exceed the tokens
-#   kept by about one per answer.
-# - **Per-slot rate** (00; 04, 05). p_j = P(draft j accepted | drafts 1..j-1 accepted), printed with the number of
-#   rounds that reached slot j where recorded; a rate over a dozen rounds is a dozen events. Slot j is depth j-1. A
-#   slot no round reached has no rate: tables print it as `nan` (00, 06), `None` (03) or `-` (04, 05, 07).
-# - **Round, in decode steps** (05). round = (t_draft + t_verify) / t_step, medians of one run; ideal speed-up =
-#   AL / round. `decode_speedup` leaves the prefill out; `speedup` (end to end) includes it.
-# - **Paired rule** (05). Two methods are timed side by side on each prompt (the benchmark rotates their order;
-#   so does 05's live run of the matched pair; 00's short live run keeps a fixed order, so its verdict holds for that
-#   run only). One is
-#   *shown faster* when a two-sided exact sign test over the prompts gives p < 0.05; otherwise the course says "faster
-#   on N of M prompts", whatever the average.
-# - **Seed spread** (02, 03). 0.052 (04 prints it): the largest AL gap between two training seeds of one setting in
-#   the committed studies. A gap between two heads or settings within it is not read as an order; 02 calls a gap
-#   beyond the two arms' own seed spreads but within 0.052 suggestive, not settled.
-# - **Lossless, near-ties** (00; 05; the check above). fp32 on a CPU: identical to plain greedy, token for token. bf16,
-#   or fp32 on a GPU: identical, or diverging only at a near-tie, where plain greedy's top two logits lie within a few
-#   units in the last place (kernels that sum in another order may swap them); printed with the margin, top-1 minus
-#   top-2 logit. A divergence at a margin of whole logits would be a bug. Sampling: the tokens follow the target's
-#   distribution.
-# - **Oracle** (05). Replays a published acceptance on the same draws, charged one parallel pass or K sequential
-#   passes: the cost of drafting, apart from the head's quality.
-# - **Ledger** (below). Every AL recorded for the two shipped heads, with its prompts, new tokens, K, dtype and host;
-#   two rows compare only where all of these agree.
+# - **Committed, live.** *Committed*: a full-size run from `data/results/<host>/<dtype>/`, quoted with host and dtype.
+#   *Live*: run here on a few prompts; timings move between runs, fp32 CPU acceptance repeats.
+# - **Hosts.** `cpu-epyc-avx2-2c` (AVX2 only), `cpu-epyc-avx512bf16-2c` (bf16 units), 2 cores each. Compare figures only
+#   within one host and dtype.
+# - **Acceptance length** (00). AL = 1 + accepted drafts / rounds. Near the budget the loop drafts only what fits, so a
+#   recorded AL can sit a little below one rebuilt from per-slot rates (04). The last round's bonus counts even if the
+#   budget or an end-of-sequence token drops it, so rounds + accepted drafts can exceed the tokens kept by about one per
+#   answer.
+# - **Per-slot rate** (00; 04, 05). p_j = P(draft j accepted | drafts 1..j-1 accepted), with the rounds that reached
+#   slot j (depth j-1). An unreached slot has no rate: `nan` (00, 06), `None` (03), `-` (04, 05, 07).
+# - **Round** (05). (t_draft + t_verify) / t_step, medians of one run; ideal speed-up = AL / round. `speedup` includes
+#   the prefill, `decode_speedup` does not.
+# - **Paired rule** (05). Methods timed side by side per prompt: *shown faster* only when a two-sided exact sign test
+#   gives p < 0.05, else "faster on N of M prompts". The benchmark and 05 rotate the order; 00 does not, so its verdict
+#   holds for its run only.
+# - **Seed spread** (02, 03; 04 prints it). The largest AL gap between two training seeds of one setting. A gap within
+#   it is no order; beyond both arms' own spreads but within it, suggestive (02).
+# - **Lossless, near-ties** (00, 05). fp32 on a CPU: identical to plain greedy. bf16, or fp32 on a GPU: identical, or
+#   diverging only where greedy's top two logits are within a few units in the last place (another summation order can
+#   swap them); the margin (top-1 minus top-2) is printed; whole logits would be a bug. Sampling: tokens follow the
+#   target's distribution.
+# - **Oracle** (05). A published acceptance replayed on the same draws: drafting's cost apart from head quality.
+# - **Ledger** (below). Rows compare only where prompts, new tokens, K, dtype and host agree.
 #
 # ### The acceptance ledger
 #
-# One row per recorded AL (`-`: not recorded): every live run, each committed benchmark's best-K row, 04's held-out
-# comparison at K=3 and 7, 06's serving sweep; `rounds` is the sample behind a row. Under the table: each head's lowest
-# and highest row and the settings they differ in; indented, its rows with the most-recorded prompt set, host and dtype.
+# Every AL recorded for the shipped heads, one row each (`-`: not recorded): live runs, committed best-K benchmark rows,
+# 04's held-out comparison (K=3, 7), 06's serving sweep; `rounds` is a row's sample. Below: each head's lowest and
+# highest rows and what differs; indented, its rows sharing its most-recorded prompt set, host and dtype.
 
 # %% tags=["nbval-ignore-output"]
 from collections import Counter
@@ -375,38 +352,23 @@ bench05 = [r["acceptance_length"] for r in rows if r["chapter"] == "05" and "(co
 print(f"05's {len(bench05)} committed benchmark rows: {min(bench05):.2f} to {max(bench05):.2f}")
 
 # %% [markdown]
-# **Reading it.** P-EAGLE's rows run from 1.00 (04, no chat template) to 1.90 (04's committed held-out comparison),
-# EAGLE-3's from 1.36 to 2.53; each head's lowest and highest rows differ in several settings at once (the printed
-# line names them), and with prompt set, host and dtype fixed (indented: 1.29 to 1.45 and 1.36 to 1.49) the rows
-# still move with K, new tokens and the number of prompts (1 to 24). 05's ten committed benchmark rows, 24 or 5
-# prompts and hundreds of rounds each, span 1.31 to 1.64. The serving sweep's dtype is not in its file; `float32`
-# there is serve-sweep's setting for vLLM on a CPU.
+# **Reading it.** An AL belongs to its settings: P-EAGLE's rows run from 1.00 (04, no chat template) to 1.90 (04's
+# committed held-out comparison), EAGLE-3's from 1.36 to 2.53. Even with prompt set, host and dtype fixed (indented
+# lines), rows move with K, new tokens and prompt count: 1.29 to 1.45 and 1.36 to 1.49.
 
 # %% [markdown]
 # ## What we saw
 #
-# - **The fixed run.** The shipped P-EAGLE head at K=4 commits 1.40 tokens per round of a possible 5 on 00's
-#   prime-check prompt, 0.99x plain decoding in this one bf16 run; its output leaves plain greedy's at an exact tie
-#   (lossless by the near-tie rule).
-# - **The exercise.** One code and one chat prompt cannot rank kinds of text; the committed 24-prompt runs do not
-#   either.
-# - **Speculative sampling.** Accept a draft with probability min(1, p/q), resample a rejection from max(0, p - q): the
-#   tokens follow p whatever q is; q sets only how many drafts pass.
-# - **Across hosts.** With bf16 units both heads are shown faster than plain decoding (1.14x to 1.31x); in float32
-#   none is, and four of six best speed-ups are shown slower (best-K speed-ups of 0.67x to 0.82x). At the blog's
-#   acceptance one parallel pass is shown faster than K sequential passes.
-# - **The ledger.** An acceptance length belongs to its prompts and settings: the shipped heads' run from 1.00 to 2.53
-#   across the course.
+# - **Fixed run** (live, bfloat16): P-EAGLE at K=4 commits 1.40 tokens per round of 5, at 0.99x plain decoding; its
+#   output leaves greedy's only at an exact tie.
+# - **Exercise**: code 1.33 against chat 1.29, one prompt each, cannot rank kinds of text.
+# - **Speculative sampling**: the output follows p (TV 0.0041) whatever q is; q sets how many drafts pass.
+# - **Across hosts** (committed): with bf16 units both heads are shown faster than plain decoding (1.14x to 1.31x); in
+#   float32 none is (0.67x to 0.82x).
+# - **Ledger**: the shipped heads' ALs run from 1.00 to 2.53, each tied to its prompts and settings.
 #
-# What the course showed: a P-EAGLE drafter reads the target's hidden states (`01_hidden_states`), drafts K tokens in
-# one pass with mask tokens (`02_mask_tokens`) and learns from the target's own outputs (`03_train_head`). On a CPU
-# budget its acceptance grows slowly with data (`04_scale_and_acceptance`); the shipped heads are never shown faster
-# than plain decoding in float32 and are shown modestly faster in bf16, where verification is cheap; on a narrow domain
-# two heads trained alike show P-EAGLE's one pass faster than EAGLE-3's K passes, prompt by prompt: in the committed
-# float32 run on 48 held-out requests (37 of 48, p = 0.00022), although it accepts less, and in 05's live bf16 run on
-# the same 48 (38 of 48, p = 6.2e-05; drafting 8.0 against 38.5 ms a round, faster on 48 of 48)
-# (`05_parallel_vs_sequential`); the same head serves in vLLM (`06_vllm_deploy`). In float32 every speculative output
-# equals plain greedy decoding token for token; in bfloat16 some outputs leave it (3 of 96 in 05's live pair), each
-# only where plain decoding's top two logits tie or nearly tie (margins printed in 05 and here).
+# **The course.** A drafter reads the target's hidden states (01) and drafts K tokens in one pass (02, 03); its
+# acceptance grows slowly with data (04); its one pass is shown faster than EAGLE-3's K on a narrow domain (05); it
+# serves in vLLM (06).
 #
 # Next: the repository's `README.md` and `docs/`.
