@@ -17,43 +17,26 @@
 # # 05 · Parallel vs sequential drafting: measure it
 #
 # **Goal:** measure what one drafting round costs in parallel (P-EAGLE: one drafter pass for K drafts) and
-# sequentially (EAGLE-3: K passes), and what that buys end to end.
+# sequentially (EAGLE-3: K passes), and when that buys speed end to end.
 #
-# A speculative round drafts K tokens, verifies them in one target pass and keeps the accepted prefix plus one token.
-# Counted in plain decode steps it costs `round = (t_draft + t_verify) / t_step` (`t_step`: one step of plain
-# decoding, timed in the same loop) and yields on average the **acceptance length** AL tokens, against one per plain
-# step. So the best a method can reach is
+# A round drafts K tokens, verifies them in one target pass and keeps the accepted prefix plus one token. Counted in
+# plain decode steps it costs `round = (t_draft + t_verify) / t_step` and commits AL tokens on average (the
+# acceptance length), against one token per plain step:
 #
-# $$\text{ideal speed-up} = \frac{AL}{\text{round}} = \frac{AL \cdot t_\text{step}}{t_\text{draft} + t_\text{verify}}.$$
+# $$\text{ideal speed-up} = \frac{AL}{\text{round}}.$$
 #
-# Parallel drafting shrinks `t_draft` (one pass instead of K); it pays only where AL clears the round.
+# Parallel drafting shrinks `t_draft`; it pays only where AL clears the round.
 #
-# **What this machine shows** (a 2-core EPYC with bf16 units, where this chapter times in bfloat16; the first cell
-# prints the choice): the mechanism, one drafter pass against K; the drafting-cost gap (in this run's table, at K=10 one
-# parallel pass takes 5.67 ms, ten sequential ones 40.9 ms); losslessness in bf16 (outputs diverge from plain greedy
-# only at near-ties of the top two logits); and speed-ups: 1.18x and 1.14x end to end for the shipped heads, more for
-# heads trained on a narrow domain (the matched pair, committed and live here; the first list pair's committed run is
-# another host's). **What it cannot show** is the paper's acceptance: the shipped heads accept 1.29 to
-# 1.61 tokens a round on HumanEval prompts across the course's runs (07's ledger lists each), against the blog's 3.94 at
-# K=7 (3.70 on MT-Bench, which the chat suite stands in for). The **oracle** rows price it: a stand-in drafter that
-# draws the paper's acceptance through the real loop, charged one pass or K passes a round (this host's bf16 run has
-# only the one-pass oracle; the oracle pair below has both).
+# **What this machine shows** (2 CPU cores; bf16 where the CPU has bf16 units, the first cell prints the choice): the
+# mechanism, one drafter pass against K; the payoff where acceptance is high, with a pair of heads trained alike on
+# list requests and timed live; losslessness; and what the shipped heads make on open prompts. **What it cannot show**
+# is the paper's acceptance on open prompts (the blog's 3.94 tokens a round at K=7 on HumanEval): an *oracle* drafter
+# draws that acceptance through the real loop and prices it here.
 #
-# The first cell reads this host's committed 24-prompt run and computes its summary in view. Columns: `round
-# (steps)` is the formula's round, `ideal` AL / round, `measured, decode` the measured speed-up after the prompt's
-# prefill, `end to end` with it, `faster than plain` on how many prompts the method beat plain decoding and the sign
-# test's p (the paired rule: p < 0.05 shows it faster). Rows: each shipped head at its fastest K; **prompt lookup**, a
-# drafter with no model (it copies the tokens that followed an earlier occurrence of the last few tokens); the
-# oracle.
-#
-# The plan: one round both ways, by hand; drafting cost for K = 1 to 10; end to end with the lossless check; the oracle
-# pair (one acceptance, two drafting costs); where a round's time goes; the break-even picture; last, heads trained on
-# a narrow domain, where acceptance is high enough for drafting cost to decide.
-#
-# Timings are read by the **paired rule**: both methods run side by side on each prompt, and one is *shown faster*
-# when a two-sided sign test over the prompts gives p < 0.05; otherwise the chapter says on how many prompts it wins
-# (07's appendix "How the course measures"). *Committed* cells read full-size runs that never change; *live* cells run
-# here on a few prompts and move a little between runs.
+# Plan: one round both ways; drafting cost for K = 1 to 10; the payoff, and the paired rule that reads it; the shipped
+# heads on open prompts, committed and live, with the lossless check; the oracle; where a round's time goes; the
+# break-even picture; an exercise. *Live* cells run here and move a little between runs; *committed* cells read
+# full-size runs under `data/`, labelled with their host.
 
 # %% tags=["nbval-ignore-output"]
 # Parameters come from the environment: PEAGLE_TARGET (default: the embedded SmolLM2-135M-Instruct),
@@ -98,10 +81,275 @@ from peagle_lab.workbook.round_report import against_plain, paper_target, round_
 
 best = payoff.best  # the row of a family with the highest end-to-end speed-up: a head at its best K
 
-# this host's committed full-size run (the nearest host's where it has none), newest in this run's dtype;
-# PEAGLE_COMMITTED_HOST=<host> reads another host's instead
+# this host's committed full-size runs (the nearest host's where it has none); PEAGLE_COMMITTED_HOST=<host> reads
+# another host's instead
 committed = bench.committed_results(data_dir() / "results")
 READ_HOST = settings.committed_host(HOST, (c["host"] for c in committed))
+print("committed runs read from:", READ_HOST)
+
+# %% [markdown]
+# ## Why parallel drafting is cheaper
+#
+# - **EAGLE-3 (sequential):** draft j+1 needs draft j, so a round is K drafter passes, each reading all the
+#   drafter's weights (one decoder layer and an LM head over the 4,096-id draft vocabulary). `t_draft` grows
+#   linearly with K.
+# - **P-EAGLE (parallel):** slots 2..K hold a mask token and the shared `mask_hidden`, so all K drafts come out of
+#   **one** pass over the new slots plus K-1 mask slots. At batch 1 a small drafter is bound by weight reads and
+#   per-call overhead, so one wide pass costs far less than K narrow ones.
+#
+# At K=1 the two modes are the same computation. The first cell loaded the shipped heads (`data/heads/`), one
+# trained for each mode; their training histories differ, so the payoff section uses a pair trained alike.
+#
+# ## One round, both ways
+#
+# The same head drafts K=4 tokens after a prompt, once in parallel and once sequentially, while a hook records each
+# drafter pass and the slots it carries (2 newly committed slots this round).
+
+# %% tags=["nbval-check-output"]
+from peagle_lab.decoding.draft_sources import HeadDrafter
+from peagle_lab.decoding.sampling import Sampling
+from peagle_lab.decoding.slots import Slots
+from peagle_lab.decoding.target_runner import TargetRunner
+
+prompt = chat_ids(tokenizer, humaneval_prompts(1)[0])
+runner = TargetRunner(model, par_head.config.aux_hidden_state_layer_ids)
+with torch.no_grad():
+    logits, taps = runner.forward(prompt)
+slots = Slots.after_prefill(prompt, int(logits[-1].argmax()), taps)
+
+def one_round(mode, k=4, new_slots=2):
+    drafter = HeadDrafter(par_head, mode)
+    drafter.propose(slots, 1, Sampling())  # the drafter takes the prompt once
+    passes = []
+    hook = par_head.register_forward_hook(lambda mod, args, out: passes.append(args[0].shape[1]))
+    try:
+        drafts, _ = drafter.propose(slots.tail(new_slots), k, Sampling())
+    finally:
+        hook.remove()
+    return drafts, passes
+
+for mode in ("parallel", "sequential"):
+    drafts, passes = one_round(mode)
+    print(f"{mode:10s}: {len(passes)} drafter pass(es), slots per pass {passes} "
+          f"-> drafts of shape {tuple(drafts.shape)}")
+
+# %% [markdown]
+# **Reading it.** Parallel drafting is one pass over 5 slots (2 new, 3 mask); sequential drafting is four passes of 2,
+# 1, 1 and 1 slots. The next table times that difference.
+#
+# ## Drafting cost per round
+#
+# `bench.drafting_cost` times the loop's own call (`HeadDrafter.propose`) for K = 1 to 10, parallel and sequential
+# interleaved, and for scale the target verifying K+1 tokens and one plain decode step. Columns: `parallel_ms`,
+# `sequential_ms` (medians; `*_iqr_ms` their interquartile ranges, the plot's bars), `ratio_seq_over_par`,
+# `verify_ms` (the target's pass over K+1 tokens) and `verify_ratio` (that pass over one decode step).
+
+# %%
+DRAFT_KS = settings.pick(list(range(1, 11)), [1, 2, 4, 8])
+DRAFT_REPEATS = settings.pick(10, 5)
+
+dc = bench.drafting_cost(par_head, runner, bench.BenchConfig(prompts=[prompt], draft_ks=DRAFT_KS,
+                                                             draft_repeats=DRAFT_REPEATS))
+print("hardware:", dc["env"]["hardware"], "| timer:", dc["env"]["timer"], "|", bench.load_line(dc["env"]))
+display(Markdown(bench.format_table(dc["rows"], ["k", "parallel_ms", "parallel_iqr_ms", "sequential_ms",
+                                                 "sequential_iqr_ms", "ratio_seq_over_par", "verify_ms",
+                                                 "verify_ratio"])))
+print(f"one target decode step: {dc['target_step_ms']:.1f} ms; verify_ratio = verify(K+1) / one decode step")
+frac = [r["ratio_seq_over_par"] / r["k"] for r in dc["rows"] if r["k"] > 1]
+print(f"ratio sequential/parallel as a fraction of K (K >= 2): {min(frac):.2f} to {max(frac):.2f}")
+bumps = [f"K={a['k']} ({a['verify_ms']:.0f} ms against {b['verify_ms']:.0f} at K={b['k']})"
+         for a, b in zip(dc["rows"], dc["rows"][1:]) if a["verify_ms"] > b["verify_ms"]]
+print("verifying more tokens measured cheaper after: "
+      + ("; ".join(bumps) if bumps else "none (verify_ms rises with K)"))
+bench.plot_drafting_cost(dc);
+
+# %% [markdown]
+# **Reading it.** From K=1 to K=10 sequential drafting grows from 4.82 to 39.9 ms while one parallel pass stays
+# between 4.78 and 6.26 ms: 6.61x apart at K=10 (1.01x at K=1, where the two are the same computation). But verifying
+# K+1 tokens costs 79.4 to 96.3 ms, 1.12 to 1.36 decode steps: on this CPU verification, not drafting, is most of a
+# round, so the drafting saving pays only where many drafts are accepted.
+#
+# ## The payoff: a pair trained alike, where acceptance is high
+#
+# Speed is AL over the round. On open prompts the shipped heads accept few drafts (below), so verification dominates
+# and drafting cost barely matters. Where text is predictable a small head learns the target's habits and deep slots
+# get accepted; then the drafting cost decides. The **matched pair** isolates the method: both heads start from the
+# same seeded weights (the two modes share one architecture; the package's tests check the equal start), read the
+# same 480 answers of the target to requests for lists (ranges, countdowns, times tables ...) in the same order, and
+# take the same 1,000 optimizer steps. Only the drafting mode differs.
+#
+# **The paired rule.** Two methods run side by side on each request. If neither were faster, each request would be a
+# coin flip; the two-sided **sign test** gives p, the chance that fair flips split at least as unevenly as the requests
+# did. Below 0.05 a method is *shown faster*; otherwise the course says on how many requests it won. The cell writes
+# the test (`order`), then reads the pair's committed run on 48 held-out list requests at K = 3, 5 and 7: each row,
+# then the K=7 acceptance length and round rebuilt from the file's counts.
+
+# %% tags=["nbval-ignore-output"]
+import math
+from statistics import median
+
+import matplotlib.pyplot as plt
+
+from peagle_lab.drafter.heads import MATCHED_HEADS, head_fit_problems, head_for_target
+from peagle_lab.workbook import viz
+
+
+def paired(e2e_res, a, b):
+    """Per prompt (and repeat): row a's speed-up minus row b's on the same prompt."""
+    per = {}
+    for x in e2e_res["runs"]:
+        if x["method"] in (a["method"], b["method"]) and x.get("speedup_vs_plain") is not None:
+            per.setdefault((x.get("repeat", 0), x["prompt"]), {})[x["method"]] = x["speedup_vs_plain"]
+    return [v[a["method"]] - v[b["method"]] for v in per.values() if len(v) == 2]
+
+
+def order(gaps, a_name, b_name):
+    """The paired rule, a two-sided sign test: if neither row were faster, each prompt would be a fair coin flip;
+    p is the chance that n flips split at least as unevenly as these prompts did. Below 5%, the order is shown."""
+    wins, n = sum(g > 0 for g in gaps), sum(g != 0 for g in gaps)  # a tie tells neither way
+    k = max(wins, n - wins)
+    p = min(1.0, 2 * sum(math.comb(n, i) for i in range(k, n + 1)) / 2 ** n)
+    assert abs(p - payoff.sign_test(wins, n)) < 1e-12, "the package's sign test"
+    verdict = f"{a_name if wins > n - wins else b_name} shown faster" if p < payoff.ALPHA else "neither shown faster"
+    return f"{a_name} faster on {wins} of {n} prompts, sign test p = {p:.2g}: {verdict}"
+
+
+def heads_table(e2e_res):
+    """Every P-EAGLE and EAGLE-3 row of a run: drafter passes, AL, the round in decode steps, ideal and measured."""
+    rows = [{"method": m["method"], "drafter passes": 1 if m["family"] == "p-eagle" else m["k"],
+             "AL": m["acceptance_length"], "round (steps)": round_steps(m),
+             "ideal = AL / round": m["acceptance_length"] / round_steps(m), "end to end": m["speedup"],
+             "faster than plain": "{}/{}".format(*payoff.prompts_faster(e2e_res, m))}
+            for m in e2e_res["methods"] if m["family"] in ("p-eagle", "eagle3")]
+    return bench.format_table(rows, list(rows[0]), floatfmt=".2f")
+
+
+matched_runs = bench.committed_results(data_dir() / "results-lists-matched")
+if matched_runs:
+    mrun = payoff.host_run(matched_runs, READ_HOST, precision.dtype_name(DTYPE))
+    me = result_suites(mrun["results"])["lists"]
+    print(round_report.lists_label(mrun, me))
+    round_report.print_list_heads(me, MATCHED_HEADS)  # the seeded start and steps; best K; per-slot rates (rounds)
+    display(Markdown(heads_table(me)))
+    at_k7 = {name: next(m for m in me["methods"] if m["family"] == fam and m["k"] == 7)
+             for name, fam in (("P-EAGLE", "p-eagle"), ("EAGLE-3", "eagle3"))}
+    for name, m in at_k7.items():  # AL and the round, from the counts in the file
+        accepted = [round(p * n) for p, n in zip(m["per_position_acceptance"], m["per_position_attempts"]) if n]
+        al = 1 + sum(accepted) / m["rounds"]
+        assert abs(al - m["acceptance_length"]) < 1e-3, "AL from the per-slot counts"
+        rnd = (m["t_draft_round_ms"] + m["t_verify_round_ms"]) / m["t_step_ms"]
+        print(f"{name} at K=7: drafts accepted per slot {accepted} over {m['rounds']} rounds -> AL = 1 + "
+              f"{sum(accepted)} / {m['rounds']} = {al:.2f}; round = ({m['t_draft_round_ms']:.1f} + "
+              f"{m['t_verify_round_ms']:.1f}) / {m['t_step_ms']:.1f} ms = {rnd:.2f} steps; ideal {al / rnd:.2f}x, "
+              f"measured after the prefill {m['decode_speedup']:.2f}x")
+    viz.plot_per_position_acceptance({f"{name}, K=7": m["per_position_acceptance"] for name, m in at_k7.items()},
+                                     title="the matched pair on held-out list requests")
+    plt.show()
+    gaps = paired(me, best(me, "p-eagle"), best(me, "eagle3"))
+    print(f"P-EAGLE minus EAGLE-3, each at its best K, per prompt: {min(gaps):+.3f}x to {max(gaps):+.3f}x: "
+          + order(gaps, "P-EAGLE", "EAGLE-3"))
+else:
+    print("no committed run of the matched pair (data/results-lists-matched/): run "
+          "PEAGLE_LIST_INIT=fresh PEAGLE_LIST_STEPS=1000 PEAGLE_LIST_PROMPTS=48 bash scripts/list_heads.sh")
+
+# %% [markdown]
+# **Reading it.** Trained alike, P-EAGLE is shown faster than EAGLE-3 in the committed float32 run: 2.10x against
+# 1.92x end to end at K=7, faster on 37 of 48 held-out requests (p = 0.00022). It accepts less (AL 4.49 against 5.15;
+# its first mask slot, slot 2, is accepted in 0.69 of 597 rounds, EAGLE-3's second draft in 0.91 of 478) and wins on
+# the round: 1.98 decode steps against 2.47, from drafting of 15.1 ms in one pass against 42.4 ms in seven, with
+# verification alike (102.9 and 104.4 ms).
+#
+# ### The matched pair, live
+#
+# Now the pair runs here, on the same 48 held-out requests: plain decoding, P-EAGLE and EAGLE-3 on each, their order
+# rotated from request to request, every output checked against plain greedy, and the drafter's time per round kept
+# apart (a figure acceptance does not enter).
+
+# %% tags=["nbval-ignore-output"]
+from tqdm.auto import tqdm
+
+from peagle_lab.bench.suites import suite_records
+from peagle_lab.decoding.divergence import (LOSSLESS, NEAR_TIES_ONLY, first_divergence, is_lossless,
+                                            lossless_regime, lossless_verdict)
+from peagle_lab.decoding.speculative import plain_generate, speculative_generate
+
+WORDS = {LOSSLESS: "identical to plain greedy", NEAR_TIES_ONLY: "lossless: diverges only at near-ties",
+         "not lossless": "NOT lossless"}
+# live, this machine: the matched pair on held-out list requests it never trained on, one run each, the three
+# methods' order rotated from request to request (so a drift of the machine's speed favours none of them)
+problems = {kind: head_fit_problems(path, model) for kind, path in MATCHED_HEADS.items() if path.exists()}
+if len(problems) == 2 and not any(problems.values()):  # both heads exist and read this target
+    live_heads = {kind: head_for_target(str(path), model, tokenizer, TARGET)[0]
+                  for kind, path in MATCHED_HEADS.items()}
+    live_k = {kind: best(me, fam)["k"] if matched_runs else 7 for kind, fam in (("parallel", "p-eagle"),
+                                                                                 ("sequential", "eagle3"))}
+    live_runner = TargetRunner(model, live_heads["parallel"].config.aux_hidden_state_layer_ids)
+    LIVE_N, LIVE_TOKENS = settings.pick(48, 2), settings.pick(64, 24)  # the committed run's 48 requests
+    METHODS_LIVE = ["plain", "parallel", "sequential"]
+    live_rows, live_divs, draft_ms = [], [], {"P-EAGLE": [], "EAGLE-3": []}
+    for i, rec in enumerate(tqdm(suite_records("lists", LIVE_N), desc="live list requests")):
+        ids = chat_ids(tokenizer, rec["prompt"])
+        runs = {}
+        for kind in METHODS_LIVE[i % 3:] + METHODS_LIVE[:i % 3]:  # this request's order
+            runs[kind] = (plain_generate(live_runner, ids, LIVE_TOKENS, eos_ids=tokenizer.eos_token_id)
+                          if kind == "plain" else
+                          speculative_generate(live_runner, HeadDrafter(live_heads[kind], kind), ids,
+                                               k=live_k[kind], max_new_tokens=LIVE_TOKENS,
+                                               eos_ids=tokenizer.eos_token_id))
+        plain_run = runs["plain"]
+        row = {"held-out request": rec["prompt"][:48], "answer tokens": len(plain_run.tokens[:LIVE_TOKENS])}
+        for kind, name in (("parallel", "P-EAGLE"), ("sequential", "EAGLE-3")):
+            live_divs.append(first_divergence(runs[kind].tokens[:LIVE_TOKENS], plain_run, model.dtype, DEVICE))
+            row |= {f"{name} AL": runs[kind].stats.acceptance_length,
+                    f"{name} vs plain": plain_run.seconds / runs[kind].seconds}
+            stats = runs[kind].stats  # the drafter's seconds over this request's rounds, per round
+            draft_ms[name].append(1000 * stats.times.get("draft", 0.0) / max(stats.rounds, 1))
+        live_rows.append(row)
+    live_regime = lossless_regime(model.dtype, DEVICE)  # exact in fp32 on a CPU, near-ties allowed in bf16
+    assert is_lossless(live_divs, live_regime), [d.message() for d in live_divs if d is not None]
+    print(f"live, this machine ({precision.dtype_name(model.dtype)}): the matched pair at K={live_k['parallel']} "
+          f"(P-EAGLE) and K={live_k['sequential']} (EAGLE-3), {LIVE_N} held-out requests x {LIVE_TOKENS} new tokens, "
+          f"one run each; against plain greedy: {WORDS[lossless_verdict(live_divs, live_regime)]}")
+    diverged = [d for d in live_divs if d is not None]  # one per output that leaves plain greedy, with its margin
+    if diverged:
+        print(f"{len(diverged)} of {len(live_divs)} speculative outputs leave plain greedy, each at a near-tie: plain "
+              f"top-1 minus top-2 logit {', '.join(f'{m:g}' for m in sorted({d.margin for d in diverged}))} (bound "
+              f"{max(d.bound for d in diverged):.3g}), at token {min(d.position for d in diverged)} or later")
+    display(Markdown(bench.format_table(live_rows, list(live_rows[0]), floatfmt=".2f")))
+    for name in ("P-EAGLE", "EAGLE-3"):
+        ratios = [r[f"{name} vs plain"] for r in live_rows]
+        print(f"live, {name} against plain: {min(ratios):.2f}x to {max(ratios):.2f}x, "
+              + order([x - 1 for x in ratios], name, "plain decoding"))
+    live_gaps = [r["P-EAGLE vs plain"] - r["EAGLE-3 vs plain"] for r in live_rows]
+    print(f"live, P-EAGLE minus EAGLE-3 per request: {min(live_gaps):+.2f}x to {max(live_gaps):+.2f}x: "
+          + order(live_gaps, "P-EAGLE", "EAGLE-3"))
+    # the mechanism alone: the drafter's time per round, request by request (acceptance does not enter it)
+    saved = [s - p for p, s in zip(draft_ms["P-EAGLE"], draft_ms["EAGLE-3"])]
+    print(f"live, drafting per round (median over requests): P-EAGLE {median(draft_ms['P-EAGLE']):.1f} ms "
+          f"in 1 pass, EAGLE-3 {median(draft_ms['EAGLE-3']):.1f} ms in {live_k['sequential']}; "
+          + order(saved, "P-EAGLE's drafting", "EAGLE-3's"))
+else:
+    print("the matched heads do not read this target (they were trained on SmolLM2-135M's answers): no live run")
+
+# %% [markdown]
+# **Reading it.** Live here in bf16, P-EAGLE is shown faster than EAGLE-3 on the same 48 requests: faster on 38 of 48
+# (p = 6.2e-05), and each head is shown faster than plain decoding (P-EAGLE on 46 of 48, 0.66x to 5.55x; EAGLE-3 on 37
+# of 48, 0.54x to 4.08x). The mechanism shows on its own: drafting takes a median 7.0 ms a round in one pass against
+# 34.5 ms in seven, faster on 48 of 48 requests, while the per-request gap (-1.48x to +3.20x) moves with each
+# request's acceptance. 3 of the 96 speculative outputs leave plain greedy, each at a near-tie (margins 0 and 0.5,
+# bound 1).
+#
+# ## The shipped heads on open prompts
+#
+# The shipped heads were trained on the target's answers to general chat prompts. The cell reads this host's
+# committed run (24 HumanEval prompts) and computes its summary in view: each method at its fastest K. Columns:
+# `round (steps)` the formula's round, `ideal` AL / round, `measured, decode` the speed-up after the prompt's prefill,
+# `end to end` with it, `faster than plain` the paired rule against plain decoding. Rows: each head; **prompt
+# lookup**, a drafter with no model (it copies what followed an earlier occurrence of the last few tokens); the
+# oracle, charged one pass or K passes a round.
+
+# %% tags=["nbval-ignore-output"]
+# this host's committed 24-prompt run, newest in this run's dtype
 host_run = payoff.host_run(committed, READ_HOST, precision.dtype_name(DTYPE))
 suites = result_suites(host_run["results"])
 committed_run = suites.get("code") or next(iter(suites.values()))
@@ -133,113 +381,19 @@ print(f"the oracle draws the blog's AL {o_al:.2f} at K=7 on {o_bench} (its AL ab
       f"{cfg['max_new_tokens']}-token budget)")
 
 # %% [markdown]
-# **Reading it.** On this host in bf16 a round costs 1.19 decode steps, and both shipped heads clear it: P-EAGLE
-# 1.18x end to end at K=3 (faster than plain decoding on 21 of 24 prompts), EAGLE-3 1.14x at K=1 (23 of 24), both
-# shown faster; at K=1 EAGLE-3's round is a single drafter pass, like P-EAGLE's. Prompt lookup, with no model, makes
-# 1.92x (24 of 24); its round prints `-` because it runs through transformers' `generate`, which records no
-# per-round draft and verify timings. The oracle, at the paper's acceptance, makes 2.25x.
+# **Reading it.** On open prompts the shipped heads accept little: AL 1.54 (P-EAGLE, K=3) and 1.43 (EAGLE-3, K=1,
+# where both modes are one pass), just above a round of 1.19 decode steps. Both are shown faster than plain decoding,
+# but only 1.18x and 1.14x end to end (21 and 23 of 24 prompts); prompt lookup, with no model, makes 1.92x and the
+# oracle at the paper's acceptance 2.25x. Acceptance, not drafting cost, limits the shipped heads here.
 #
-# ## Why parallel drafting is cheaper
-#
-# The two methods differ in `t_draft`:
-#
-# - **EAGLE-3 (sequential):** draft j+1 needs draft j, so a round is K drafter passes, each reading all the drafter's
-#   weights (one decoder layer and an LM head over the draft vocabulary: 4096 ids for the shipped heads, a fraction of
-#   the target's vocabulary). `t_draft` grows linearly with K.
-# - **P-EAGLE (parallel):** slots 2..K hold a mask token and the shared `mask_hidden`, so all K drafts come out of
-#   **one** pass over the new context slots plus K-1 mask slots. At batch 1 a small drafter is bound by weight reads
-#   and per-call overhead, so one wide pass costs far less than K narrow ones (the next cells measure how much).
-#
-# At K=1 both modes are the same computation, one pass over the same slots: with one head, a gap in a K=1 row would
-# be timing noise, not drafting; between the two shipped heads it is also acceptance. And a cheap deep draft pays only
-# if the deep slots are accepted.
-#
-# ## The heads
-#
-# The first cell loaded the shipped heads (`data/heads/`), one trained for parallel drafting, one EAGLE-3-style for
-# sequential drafting. Their training histories differ (each head's `TRAINING.md`), so an acceptance gap between them
-# mixes the method with its history; the last section times a pair trained alike.
-#
-# ## One round, both ways
-#
-# The same head drafts K=4 tokens after a prompt, once in parallel and once sequentially, while a hook records each
-# drafter pass and the slots it carries. Only the round itself, with 2 newly committed slots, is counted.
-
-# %% tags=["nbval-check-output"]
-from peagle_lab.decoding.draft_sources import HeadDrafter
-from peagle_lab.decoding.sampling import Sampling
-from peagle_lab.decoding.slots import Slots
-from peagle_lab.decoding.target_runner import TargetRunner
-
-prompt = chat_ids(tokenizer, humaneval_prompts(1)[0])
-runner = TargetRunner(model, par_head.config.aux_hidden_state_layer_ids)
-with torch.no_grad():
-    logits, taps = runner.forward(prompt)
-slots = Slots.after_prefill(prompt, int(logits[-1].argmax()), taps)
-
-def one_round(mode, k=4, new_slots=2):
-    drafter = HeadDrafter(par_head, mode)
-    drafter.propose(slots, 1, Sampling())  # the drafter takes the prompt once
-    passes = []
-    hook = par_head.register_forward_hook(lambda mod, args, out: passes.append(args[0].shape[1]))
-    try:
-        drafts, _ = drafter.propose(slots.tail(new_slots), k, Sampling())
-    finally:
-        hook.remove()
-    return drafts, passes
-
-for mode in ("parallel", "sequential"):
-    drafts, passes = one_round(mode)
-    print(f"{mode:10s}: {len(passes)} drafter pass(es), slots per pass {passes} "
-          f"-> drafts of shape {tuple(drafts.shape)}")
-
-# %% [markdown]
-# **Reading it.** Parallel drafting is one pass of 5 slots (2 new, 3 mask); sequential drafting is four passes of
-# 2, 1, 1 and 1 slots. The next table times that difference.
-#
-# ## Drafting cost per round
-#
-# `bench.drafting_cost` times the call the loop makes (`HeadDrafter.propose`) for K = 1 to 10, parallel and sequential
-# interleaved, and, for scale, the target verifying K+1 tokens and one plain decode step. Columns: `parallel_ms` and
-# `sequential_ms` are medians, `*_iqr_ms` their interquartile ranges (the plot's bars), `ratio_seq_over_par` their
-# ratio, `verify_ms` the target's pass over K+1 tokens, `verify_ratio` that pass over one decode step.
-
-# %%
-DRAFT_KS = settings.pick(list(range(1, 11)), [1, 2, 4, 8])
-DRAFT_REPEATS = settings.pick(10, 5)
-
-dc = bench.drafting_cost(par_head, runner, bench.BenchConfig(prompts=[prompt], draft_ks=DRAFT_KS,
-                                                             draft_repeats=DRAFT_REPEATS))
-print("hardware:", dc["env"]["hardware"], "| timer:", dc["env"]["timer"], "|", bench.load_line(dc["env"]))
-display(Markdown(bench.format_table(dc["rows"], ["k", "parallel_ms", "parallel_iqr_ms", "sequential_ms",
-                                                 "sequential_iqr_ms", "ratio_seq_over_par", "verify_ms",
-                                                 "verify_ratio"])))
-print(f"one target decode step: {dc['target_step_ms']:.1f} ms; verify_ratio = verify(K+1) / one decode step")
-frac = [r["ratio_seq_over_par"] / r["k"] for r in dc["rows"] if r["k"] > 1]
-print(f"ratio sequential/parallel as a fraction of K (K >= 2): {min(frac):.2f} to {max(frac):.2f}")
-bumps = [f"K={a['k']} ({a['verify_ms']:.0f} ms against {b['verify_ms']:.0f} at K={b['k']})"
-         for a, b in zip(dc["rows"], dc["rows"][1:]) if a["verify_ms"] > b["verify_ms"]]
-print("verifying more tokens measured cheaper after: "
-      + ("; ".join(bumps) if bumps else "none (verify_ms rises with K)"))
-bench.plot_drafting_cost(dc);
-
-# %% [markdown]
-# **Reading it.** From K=1 to K=10 sequential drafting grows from 4.24 to 40.9 ms, while one parallel pass stays
-# between 4.74 and 6.34 ms: 7.22x apart at K=10 (at K=1, the same computation, 0.895x: timing noise). But verifying
-# K+1 tokens costs 1.1 to 1.31 decode steps (`verify_ratio`), 80.4 to 96 ms: on this CPU verification, not drafting,
-# is most of a round.
-#
-# ## End to end
+# ### Live, on three prompts
 #
 # Greedy decoding at batch 1 on 3 HumanEval prompts, 40 new tokens, all methods interleaved per prompt: P-EAGLE at
-# K = 1, 2, 4 and 7, EAGLE-3 at K = 1, 2 and 4, the oracle at K=7. The baseline (`plain`) is our KV-cached greedy loop,
-# `hf-greedy` transformers' greedy `generate`. The oracle knows the greedy continuation and spoils each slot at the
-# rate that gives the blog's AL 3.94 at K=7 on HumanEval; `oracle (paper's acceptance)` is charged one real P-EAGLE
-# pass per round, `..., sequential drafting` K real EAGLE-3 passes, on the same draws.
-#
-# Columns: `speedup` is tokens/s over the plain loop's, prefill included; `speedup_iqr` its interquartile range over
-# prompts (over 3 prompts, little more than their spread); `decode_speedup` the same without prefill; `ideal_speedup` AL / round from this run's medians;
-# `efficiency` = decode_speedup / ideal, what the loop loses; `lossless_note` the lossless check of the next section.
+# K = 1, 2, 4 and 7, EAGLE-3 at K = 1, 2 and 4, prompt lookup, and the oracle at K=7 charged one real P-EAGLE pass
+# (`oracle (paper's acceptance)`) or K real EAGLE-3 passes (`..., sequential drafting`) on the same draws. `plain`
+# is the package's KV-cached greedy loop, `hf-greedy` transformers' `generate`. Columns: `speedup` (tokens/s over
+# plain, prefill included) and its `speedup_iqr` over prompts, `decode_speedup` (without prefill), `ideal_speedup`
+# (AL / round from this run's medians), `efficiency` = decode / ideal, `lossless_note` (next section).
 
 # %%
 N_PROMPTS = settings.pick(3, 2)
@@ -261,35 +415,28 @@ print(f"plain loop: {plain_row['t_step_ms']:.1f} ms per decode step (loop timer)
       f"(drafting_cost above): {dc['target_step_ms']:.1f} ms")
 
 # %% [markdown]
-# **Reading it.** Every head row is above 1x: P-EAGLE 1.05x to 1.26x, fastest at K=1; EAGLE-3 1.05x to 1.15x,
-# fastest at K=2 (best Ks picked by timings that, as below, carry noise); a deeper K adds little acceptance (P-EAGLE's AL 1.33 at K=1, 1.42 at K=7). At K=1, where both modes
-# are the same computation, P-EAGLE makes 1.26x and EAGLE-3 1.05x although EAGLE-3 accepts a little more (AL 1.36
-# against 1.33): the round profile below times the same verification at 67.7 ms in one row and 84.5 ms in the other,
-# so that gap is timing noise. At K=7 the oracle makes 2.75x with one pass, 2.40x with seven; prompt lookup 1.73x.
-# `efficiency` is 0.957 to 1.05: the loop loses at most about 4% of the ideal, and the rows above 1 (measured beating
-# the ideal built from this run's medians) are timing noise.
+# **Reading it.** Live on 3 prompts the heads make at most 1.15x (P-EAGLE, K=4) and 1.22x (EAGLE-3, K=1), with AL 1.33
+# to 1.49 at every K: deeper drafts add little acceptance, so the best K is small and parallel drafting has little to
+# save. On the same draws the oracle at K=7 makes 2.85x with one pass and 2.36x with seven; prompt lookup 1.56x.
+# `efficiency` is 0.862 to 0.968: the loop keeps most of the ideal.
 #
 # ## Lossless, in two regimes
 #
-# Speculative decoding must not change the output. What that means depends on the dtype:
+# - **fp32 on a CPU** (`exact`): identical to plain greedy, token for token.
+# - **bf16** (`near-tie`; also fp32 on a GPU): verification and plain decoding compute the same logits through
+#   differently blocked kernels, a few units in the last place (ulps) apart. Lossless then means identical, or
+#   diverging only where plain greedy's top-1 minus top-2 margin is within `BF16_TIE_ULPS` ulps of the top logit.
 #
-# - **fp32 on a CPU** (`exact`): output identical to plain greedy, token for token (question 9's fp32 rerun below
-#   stays identical past a top-2 margin of 0.069).
-# - **bf16** (`near-tie`; also fp32 on a GPU): plain decoding and verification compute the same logits through
-#   differently blocked kernels, so they differ by a few units in the last place (ulps). Lossless then means
-#   identical, or diverging only where plain greedy's top-1 minus top-2 margin is within `BF16_TIE_ULPS` ulps of the
-#   top logit. The cell's last line runs a broken acceptance rule through the same check, to show what a bug looks like.
+# The cell checks every live output above, then runs a broken acceptance rule through the same check.
 
 # %% tags=["nbval-ignore-output"]
 from peagle_lab.bench.lossless import run_divergence
-from peagle_lab.decoding.divergence import BF16_TIE_ULPS, LOSSLESS, NEAR_TIES_ONLY, lossless_verdict
+from peagle_lab.decoding.divergence import BF16_TIE_ULPS
 
 regime = e2e["lossless_regime"]
 print(f"regime: {regime} -", "fp32 on a CPU: lossless = identical token for token" if regime == "exact" else
       f"lossless = identical, or diverging only at a near-tie (plain top-2 margin within {BF16_TIE_ULPS} ulps of "
       "the top logit)")
-WORDS = {LOSSLESS: "identical on every prompt", NEAR_TIES_ONLY: f"lossless ({regime} regime): diverges only at near-ties",
-         "not lossless": "NOT lossless"}
 for m in e2e["methods"]:
     if m["family"] == "plain":
         continue
@@ -303,9 +450,6 @@ print("assisted generation:", e2e["assisted_generation"].split(":")[0])
 # the check's teeth: the same loop with a broken acceptance rule that keeps one draft too many (an off-by-one)
 import peagle_lab.decoding.speculative as spec
 from unittest import mock
-
-from peagle_lab.decoding.divergence import first_divergence
-from peagle_lab.decoding.speculative import plain_generate, speculative_generate
 
 
 def off_by_one(drafts, logits, rule=spec.accept_greedy):
@@ -321,18 +465,15 @@ print("an off-by-one acceptance rule, first prompt, K=3:",
       bug.message() if bug else "identical (no round rejected a draft)")
 
 # %% [markdown]
-# **Reading it.** This run is bf16, so the near-tie regime applies. Of the 33 outputs below `plain` (11 rows x 3
-# prompts), 15 diverge from plain greedy, every one at a near-tie: plain's top-2 margin was 0.000 (an exact tie, bound
-# 1.000) or 0.125 (bound 0.500). A divergence at token 37, an exact tie, appears in 10 rows. Every row passes the check.
-# The last line shows the check has teeth: an off-by-one acceptance rule diverges at token 6 of the first prompt, where
-# plain's top-2 margin is 5.25 logits against a bound of 1, and fails it. A real bug diverges at a margin of whole
-# logits.
+# **Reading it.** This run is bf16, so the near-tie regime applies: every row passes, each divergence at plain's top-2
+# margin of 0.000 (an exact tie, bound 1.000) or 0.125 (bound 0.500). The broken rule diverges at token 6, where the
+# margin is 5.25 logits against a bound of 1, and fails: a real bug diverges at a margin of whole logits.
 #
 # ### "Speculative decoding changed my greedy output" (question 9)
 #
-# The committed bf16 run (24 prompts) holds such divergences too. The cell prints its first one, P-EAGLE at K=3 on
-# HumanEval prompt 1 (where, and by what margin) and the whole run's count, then reruns that prompt live in bf16 and in
-# fp32 and prints the logits at the first difference, or the smallest top-2 margin the plain run passed.
+# The committed bf16 run holds such divergences too. The cell prints its first one (P-EAGLE, K=3, HumanEval prompt
+# 1) and the run's count, then reruns that prompt live in bf16 and in fp32 and prints the logits at the first
+# difference, or the smallest top-2 margin the plain run passed.
 
 # %% tags=["nbval-ignore-output"]
 import copy
@@ -393,24 +534,18 @@ del m, head, r
 release()  # the other dtype's copy goes
 
 # %% [markdown]
-# **Reading it.** The committed divergence is a near-tie, not a bug: margin 0.125 against a bound of 0.500, and all 51
-# diverged outputs of that run are near-ties (29 at an exact tie). The live bf16 rerun flips the same token 28 (top-1
-# logit 28.250, margin 0.125: at that size one bf16 ulp is 0.125), while fp32 stays identical for 64 tokens past a
-# margin of 0.069. Where bit-exact output matters, verify in fp32. The 1.18x of that row counts its 5 diverged prompts.
+# **Reading it.** The committed divergence is a near-tie (margin 0.125, bound 0.500), like all 51 diverged outputs of
+# that run (29 at an exact tie). Live, bf16 flips the same token 28 (top-1 logit 28.250, margin 0.125: one bf16 ulp at
+# that size), while fp32 stays identical for 64 tokens past a margin of 0.069. Where bit-exact output matters, verify
+# in fp32.
 #
-# ## Speed-up and acceptance
+# ### Speed-up and acceptance, slot by slot
 #
-# The plots show measured (solid) and ideal (dashed) speed-up against K, then AL against K under its bound K+1
-# (dotted; the two oracle lines coincide). The cell prints each row's per-slot acceptance p_j, P(slot j accepted |
-# every earlier slot accepted), with its counts, accepted over reached; `-` marks a slot no round reached, not a rate
-# of 0 (question 4). Then the paired verdicts: each head at its best K against plain decoding, and P-EAGLE against
-# EAGLE-3, prompt by prompt (on three prompts a sign test gives p = 0.25 at best, so the live lines cannot show an
-# order).
+# The plots show measured (solid) and ideal (dashed) speed-up against K, then AL against K under its bound K+1. The
+# cell prints each row's per-slot acceptance p_j = P(slot j accepted | every earlier slot accepted) with its counts,
+# accepted over reached (`-`: no round reached the slot), then the paired verdicts.
 
 # %%
-import math
-from statistics import median
-
 fig = bench.plot_speedup(e2e)
 fig.axes[0].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the plot, off the points
 fig.set_size_inches(9.5, 4.2)
@@ -422,26 +557,6 @@ for m in e2e["methods"]:
         rates = " ".join("  - " if r is None else f"{r:.2f}" for r in m["per_position_acceptance"])
         print(f"{m['method']:14s} AL {m['acceptance_length']:.2f} over {m['rounds']} rounds   per slot 1..K: {rates}"
               f"   (accepted/reached: {payoff.slots_text(e2e, m['method'])})")
-
-
-def paired(e2e_res, a, b):
-    """Per prompt (and repeat): row a's speed-up minus row b's on the same prompt."""
-    per = {}
-    for x in e2e_res["runs"]:
-        if x["method"] in (a["method"], b["method"]) and x.get("speedup_vs_plain") is not None:
-            per.setdefault((x.get("repeat", 0), x["prompt"]), {})[x["method"]] = x["speedup_vs_plain"]
-    return [v[a["method"]] - v[b["method"]] for v in per.values() if len(v) == 2]
-
-
-def order(gaps, a_name, b_name):
-    """The paired rule, a two-sided sign test: if neither row were faster, each prompt would be a fair coin flip;
-    p is the chance that n flips split at least as unevenly as these prompts did. Below 5%, the order is shown."""
-    wins, n = sum(g > 0 for g in gaps), sum(g != 0 for g in gaps)  # a tie tells neither way
-    k = max(wins, n - wins)
-    p = min(1.0, 2 * sum(math.comb(n, i) for i in range(k, n + 1)) / 2 ** n)
-    assert abs(p - payoff.sign_test(wins, n)) < 1e-12, "the package's sign test"
-    verdict = f"{a_name if wins > n - wins else b_name} shown faster" if p < payoff.ALPHA else "neither shown faster"
-    return f"{a_name} faster on {wins} of {n} prompts, sign test p = {p:.2g}: {verdict}"
 
 
 print(f"\nthis run ({N_PROMPTS} HumanEval prompts x {MAX_NEW} new tokens):")
@@ -470,23 +585,16 @@ print(f"  oracle K={o['k']}: AL {o['acceptance_length']:.2f} over {o['rounds']} 
                                                         " and of answers ending early"))
 
 # %% [markdown]
-# **Reading it.** Live, P-EAGLE is fastest at K=1 (1.26x, AL 1.33), faster than plain on 3 of 3 prompts (p = 0.25),
-# and EAGLE-3 at K=2 (1.15x, AL 1.45), on 2 of 3 (p = 1). P-EAGLE is faster than EAGLE-3 on 2 of 3 prompts (P-EAGLE
-# minus EAGLE-3 -0.135x to +0.280x, p = 1: not shown). EAGLE-3 accepts more; P-EAGLE's round is shorter (73.2 against
-# 89.1 ms in the round profile below), mostly in verifying 2 tokens against 3 (67.7 against 79.4 ms), which the
-# drafting-cost table times at 80.4 and 84.9 ms: that gap is mostly timing noise. The counts say why a deeper K helps
-# P-EAGLE little: its second slot is accepted in 5 of 26 rounds at K=7, its fourth in 0 of 3, and slots 5 to 7 are
-# never reached. The oracle's per-slot rates (0.64 to 0.95 for one nominal rate) are draws over 27 rounds. In the
-# committed 24-prompt run P-EAGLE is faster than EAGLE-3 on 15 of 24 prompts (p = 0.31): neither is shown faster.
-# Prompt lookup (1.73x, AL 2.25) is faster than the better head.
+# **Reading it.** The counts say why a deeper K helps the shipped heads little: at K=7 P-EAGLE's slot 2 is accepted in
+# 5 of 26 rounds, slot 4 in 0 of 3, and slots 5 to 7 are never reached. Neither head is shown faster than plain on 3
+# prompts (p = 1 and 0.25), nor than the other (P-EAGLE ahead on 1 of 3 here, on 15 of 24 in the committed run, p =
+# 0.31). The oracle's per-slot rates (0.64 to 0.95 for one nominal rate) are draws over 27 rounds.
 #
-# ## P-EAGLE's claim, live: one acceptance, two drafting costs
+# ## P-EAGLE's claim at the paper's acceptance: the oracle pair
 #
-# The shipped heads differ in acceptance and in drafting cost; the oracle pair separates the two. Both charges use
-# the same random draws, so they accept the same tokens in the same rounds (the cell asserts it) and only drafting
-# cost differs: P-EAGLE's claim, isolated. The cell tabulates per K each charge's median drafting and verification
-# time per round and its speed-up, then applies the paired rule to this run and to every committed run that has both
-# charges.
+# The two oracle rows use the same random draws, so they accept the same tokens in the same rounds (the cell asserts
+# it) and only the drafting cost differs. The cell tabulates each charge's drafting and verification time per round
+# and its speed-up, then applies the paired rule to this run and to every committed run with both charges.
 
 # %% tags=["nbval-ignore-output"]
 import matplotlib.pyplot as plt
@@ -538,17 +646,16 @@ for label, res in runs:  # each run's best one-pass K against K sequential passe
               + order(gaps, "one pass", f"{a['k']} passes"))
 
 # %% [markdown]
-# **Reading it.** At the paper's acceptance and K=7, one parallel pass makes 2.75x and seven sequential passes 2.40x
-# (+15%), on drafting of 7.3 against 27.2 ms per round; it wins on 3 of 3 prompts, too few to show an order (p = 0.25).
-# Verification, the same work under both charges, measured 81.2 and 88.5 ms: 7.4 ms of noise against a drafting gap
-# of 19.9 ms. Only `cpu-epyc-avx2-2c`'s committed float32 runs have both charges, and there one pass is shown faster:
-# 1.59x against 1.46x on code (22 of 24 prompts, p = 3.6e-05), 1.56x against 1.39x on chat (24 of 24, p = 1.2e-07).
+# **Reading it.** At the paper's acceptance and K=7, one parallel pass makes 2.85x and seven sequential passes 2.36x
+# (+21%), on drafting of 5.26 against 20.7 ms a round; verification, the same work under both, differs by 2.7 ms of
+# noise. Three prompts cannot show the order (p = 0.25); `cpu-epyc-avx2-2c`'s committed float32 runs show it: 1.59x
+# against 1.46x on code (22 of 24, p = 3.6e-05), 1.56x against 1.39x on chat (24 of 24, p = 1.2e-07).
 #
 # ## Where a round's time goes
 #
-# The loop's timer splits each round into drafting, verification (one target pass over K+1 tokens), acceptance plus
-# KV-cache rollback, and Python overhead; `draft_share` and `verify_share` are the first two as fractions of the round.
-# The cell saves the run for `07_explorer` (`results/bench/nb05/`).
+# The loop's timer splits each round into drafting, verification, acceptance plus KV-cache rollback, and Python
+# overhead; `draft_share` and `verify_share` are the first two as fractions of the round. The cell saves the run for
+# `07_explorer` (`results/bench/nb05/`).
 
 # %%
 display(Markdown(bench.format_table(e2e["round_profile"], [
@@ -585,19 +692,17 @@ for r in ledger.bench_rows(e2e, "05", f"this run's end to end ({'CI size' if CI 
     ledger.record(**r)
 
 # %% [markdown]
-# **Reading it.** Verification is over nine tenths of every P-EAGLE round (`verify_share` 0.919 to 0.926) and does
-# not grow past K=2 (67.7 ms at K=1, 84.6 at K=2, 84.8 at K=4, 83.6 at K=7). At K=1 the same verification took 67.7 ms
-# in P-EAGLE's row and 84.5 in EAGLE-3's: between identical work, a gap that size is timing noise. P-EAGLE's drafting
-# takes 4.62 to 5.92 ms at every K; EAGLE-3's share grows from 0.0587 at K=1 to 0.159 at K=4, and the K-pass oracle's
-# reaches 0.232 at K=7. Acceptance and rollback take 0.691 to 1.34 ms, Python 0.141 to 0.224 ms.
+# **Reading it.** Verification is over nine tenths of every P-EAGLE round (`verify_share` 0.914 to 0.925) and its
+# drafting takes 4.3 to 4.86 ms at every K, while EAGLE-3's draft share grows from 0.0598 at K=1 to 0.157 at K=4 and
+# the K-pass oracle's reaches 0.233 at K=7. Verification does not grow with K in this loop (68.2 ms at K=1, 64.4 at
+# K=7): between rows, load noise is as large as the added work.
 #
 # ## What it takes: the break-even picture
 #
-# A round costs `round` decode steps and yields AL tokens, so the decode speed-up AL / round is a line through the
-# origin that crosses 1x where AL equals the round. Each CPU line takes its round from one end-to-end run at K=7 (this
-# run's and each committed one's), with that run's P-EAGLE point beside it. The two GPU lines are a cost model:
-# committed timings of transformers' eager loop on Llama-3.1-8B shapes with random weights (bf16, batch 1, one H200),
-# where no trained head ran.
+# The decode speed-up AL / round is a line through the origin that crosses 1x where AL equals the round. Each CPU
+# line takes its round from one end-to-end run at K=7 (this run's and each committed one's), with that run's P-EAGLE
+# point on it. The two GPU lines are a cost model: committed timings of transformers' eager loop on Llama-3.1-8B
+# shapes with random weights (bf16, batch 1, one H200), where no trained head ran.
 
 # %%
 from peagle_lab.bench.summary import verify_and_draft_ratio
@@ -665,78 +770,20 @@ print("\nthe blog's acceptance lengths on the GPU cost model (K=7): "
       "against EAGLE-3 at its own best K)")
 
 # %% [markdown]
-# **Reading it.** At K=7 a round costs 1.29 decode steps in this live bf16 run and 1.26 in this host's committed bf16
-# run, against 1.98 and 1.95 in the committed fp32 runs. The shipped P-EAGLE head clears the bf16 rounds (AL 1.42 and
-# 1.55: 1.06x and 1.20x decode), not the fp32 ones (AL 1.51 and 1.32: 0.73x, 0.63x). The paper's AL 3.94 would pay
-# 3.06x and 3.12x ideally in bf16, 1.99x and 2.02x in fp32. The committed bf16 round equals the GPU P-EAGLE line's
-# (1.26 steps), so those lines overlap; on the GPU model the paper's AL would pay 3.12x with one parallel pass, 2.40x
-# with seven sequential ones.
-#
-# **Against the blog.** Give each method the blog's own AL at K=7 (3.94 for P-EAGLE, 3.03 for EAGLE-3) and the GPU cost
-# model (random weights, an eager transformers loop) puts P-EAGLE 1.69x ahead of EAGLE-3. The blog measured 1.55x
-# (GPT-OSS-20B in vLLM, against EAGLE-3 at its own best K): the same direction, not a reproduction.
-#
-# ### From the ideal to the measured speed-up
-#
-# Those "would pay" figures are ideals. The oracle rows measured the paper's acceptance in the real loop, in the same
-# runs. The next cell walks each run from the ideal to the measured end-to-end speed-up, one cause per step: the AL the
-# oracle drew (a fixed token budget cuts the last round), the oracle's own round, the loop's bookkeeping (acceptance,
-# rollback, Python), the prefill. Then it sets two measurements of verifying K+1 tokens side by side: the
-# drafting-cost benchmark's (`07_explorer` quotes it as `verify_k7`) and the loop's.
-
-# %% tags=["nbval-ignore-output"]
-for c in curves:
-    res, line = c.get("run"), c.get("row")
-    o = res and next((m for m in res["methods"] if m["family"] == "oracle" and m["k"] == line["k"]), None)
-    if not o:
-        continue
-    rate, new = oracle_rates("paper", suite_of(res))[0][0], res["config"]["max_new_tokens"]
-    target, cost = constant_rate_acceptance_length(rate, o["k"]), c["verify_ratio"] + c["draft_ratio"]
-    expected = budget_acceptance_length(rate, o["k"], new)
-    print(f"{c['label']}:\n  the paper's AL {target:.2f} / round {cost:.2f} = {target / cost:.2f}x ideal"
-          f" -> AL drawn {o['acceptance_length']:.2f} (the {new}-token budget's cut makes {expected:.2f} expected):"
-          f" {o['acceptance_length'] / cost:.2f}x"
-          f" -> the oracle's own round, {round_steps(o):.2f} steps: {o['acceptance_length'] / round_steps(o):.2f}x"
-          f" -> measured decode (acceptance, rollback, Python): {o['decode_speedup']:.2f}x"
-          f" -> end to end (one prefill per {o['rounds'] / res['config']['n_prompts']:.1f} rounds):"
-          f" {o['speedup']:.2f}x")
-print()
-for c in curves:  # verifying K+1 tokens, in decode steps: the drafting-cost benchmark against the loop
-    res, line, d = c.get("run"), c.get("row"), c.get("dc")
-    if not (d and verify_and_draft_ratio(d, line["k"])[0]):
-        continue
-    row = next(r for r in d["rows"] if r["k"] == line["k"])
-    per = {x["prompt"]: 1e3 * x["stats"]["time_s"]["verify"] / x["rounds"] for x in res["runs"]
-           if x["method"] == line["method"] and x["rounds"]}
-    n_tok = d["config"]["prompt_tokens"]
-    same = next((p for p in per if res["config"]["prompt_tokens"][p] == n_tok), None)
-    print(f"{c['label']}: verifying {line['k'] + 1} tokens\n  drafting-cost benchmark "
-          f"{verify_and_draft_ratio(d, line['k'])[0]:.2f} steps = {row['verify_ms']:.1f} ms on one {n_tok}-token "
-          f"prompt / a {d['target_step_ms']:.1f} ms step timed the same way\n  the loop "
-          f"{line['t_verify_round_ms'] / line['t_step_ms']:.2f} steps = {line['t_verify_round_ms']:.1f} ms, median "
-          f"over {len(per)} prompts of {min(per.values()):.1f} to {max(per.values()):.1f} ms per round"
-          + (f" (that {n_tok}-token prompt: {per[same]:.1f} ms)" if same is not None else "")
-          + f" / the plain loop's {line['t_step_ms']:.1f} ms step")
-
-# %% [markdown]
-# **Reading it.** The committed bf16 run goes from 3.12x ideal to 2.25x end to end, the fp32 one from 1.99x to 1.59x;
-# the largest step is the prefill (2.81x to 2.25x in bf16): 32-token answers take only 8.3 rounds a prompt. The live
-# run goes from 3.06x to 2.75x, its largest step also the prefill (3.38x to 2.75x, 9.0 rounds a prompt). Its oracle
-# drew AL 4.44, 0.65 above the 3.79 the budget's cut leaves expected, the sampling spread of 27 rounds: 3.45x; its own
-# round, 1.27 steps against the P-EAGLE line's 1.29, raises that to 3.49x (verifying 8 tokens took 81.2 ms per round in
-# the oracle's run, 83.6 ms in P-EAGLE's). The two verification figures measure differently (one 165-token prompt
-# timed alone, against a median over the loop's prompts), so they need not agree: live 1.21 steps against 1.20, in the
-# committed bf16 run 1.07 against 1.17.
+# **Reading it.** At K=7 a round costs 1.10 decode steps in this live bf16 run and 1.26 in the committed bf16 run,
+# against 1.98 and 1.95 in the committed fp32 runs: the shipped P-EAGLE head clears the bf16 rounds (1.17x and 1.20x
+# decode), not the fp32 ones (0.73x and 0.63x), and the paper's AL 3.94 would pay 3.59x ideally in this run's round.
+# Given each method the blog's own AL at K=7 (3.94 and 3.03), the GPU cost model (random weights, an eager loop) puts
+# P-EAGLE 1.69x ahead of EAGLE-3, against the blog's measured 1.55x: the same direction, not a reproduction.
 #
 # ### Exercise: write the pass shapes, then predict the drafting cost
 #
 # 1. Write `my_passes(mode, k, new_slots)`: the slots each drafter pass carries in one round of K drafts after
-#    `new_slots` new context slots (for K=4 after 2 new slots, "One round, both ways" printed `[5]` and
-#    `[2, 1, 1, 1]`). The cell checks it against the hook on 30 random rounds.
+#    `new_slots` new slots (for K=4 after 2 new slots, "One round, both ways" printed `[5]` and `[2, 1, 1, 1]`). The
+#    cell checks it against the hook on 30 random rounds.
 # 2. Predict: how do the parallel and the sequential round's times change from K=2 to K=10, and their ratio?
 #
-# Try it before you read the answer: the cell after this one writes it out, runs the same check, and times K=2 and
-# K=10 (`EX_KS`; put your own values there).
+# Try it before you read the answer: the next cell writes it out, runs the check, and times K=2 and K=10 (`EX_KS`).
 
 # %% tags=["nbval-ignore-output"]
 import random
@@ -804,194 +851,23 @@ for ex_k in EX_KS:
 print("ratio as a fraction of K:", ", ".join(f"K={k}: {r / k:.2f}" for k, r in ex.items()))
 
 # %% [markdown]
-# **Reading it.** From K=2 to K=10 the parallel round goes from 5.61 to 6.14 ms, the sequential one from 9.74 to
-# 44.72 ms: their ratio rises from 1.73 to 7.28, 0.87 of K at K=2 and 0.73 at K=10, as the answer predicts: near K
-# at small K, further below it as K grows. These are medians of 9 calls timed apart from the drafting-cost table, so
-# they differ from its medians (6.14 against 5.67 ms and 44.72 against 40.9 ms at K=10; ratios 1.73 and 7.28 against
-# 1.89 and 7.22); the trend is the same.
-#
-# ## A trained head that pays: a narrow domain
-#
-# Speed is AL over the round, and on open prompts the shipped heads' AL clears the round by little (ideal 1.29x at
-# best in the committed run). The other lever is acceptance: where text is predictable, a small head can learn the
-# target's habits. `scripts/list_heads.sh` continued both shipped heads side by side (same data, same wall time) on
-# the target's own answers to 480 requests for lists, then benchmarked both against plain decoding on held-out list
-# requests, K swept, methods interleaved. The cell reads that committed run: each head at its best K against plain
-# decoding, then the heads against each other, prompt by prompt.
-
-# %% tags=["nbval-ignore-output"]
-from peagle_lab.bench.suites import suite_records
-from peagle_lab.decoding.divergence import is_lossless, lossless_regime
-from peagle_lab.drafter.heads import LIST_HEADS, head_fit_problems, head_for_target
-
-
-
-def heads_table(e2e_res):
-    """Every P-EAGLE and EAGLE-3 row of a run: drafter passes, AL, the round in decode steps, ideal and measured."""
-    rows = [{"method": m["method"], "drafter passes": 1 if m["family"] == "p-eagle" else m["k"],
-             "AL": m["acceptance_length"], "round (steps)": round_steps(m),
-             "ideal = AL / round": m["acceptance_length"] / round_steps(m), "end to end": m["speedup"],
-             "faster than plain": "{}/{}".format(*payoff.prompts_faster(e2e_res, m))}
-            for m in e2e_res["methods"] if m["family"] in ("p-eagle", "eagle3")]
-    return bench.format_table(rows, list(rows[0]), floatfmt=".2f")
-
-
-lists_runs = bench.committed_results(data_dir() / "results-lists")
-if lists_runs:
-    lrun = payoff.host_run(lists_runs, READ_HOST, precision.dtype_name(DTYPE))
-    le = result_suites(lrun["results"])["lists"]
-    print(round_report.lists_label(lrun, le))
-    display(Markdown(heads_table(le)))  # every K of both heads
-    round_report.print_list_heads(le, LIST_HEADS)  # each head's training record, its best K, its slower prompts
-    gaps = paired(le, best(le, "p-eagle"), best(le, "eagle3"))
-    print(f"P-EAGLE minus EAGLE-3, each at its best K, per prompt: {min(gaps):+.3f}x to {max(gaps):+.3f}x: "
-          + order(gaps, "P-EAGLE", "EAGLE-3"))
-else:
-    print("no committed run of the lists suite (data/results-lists/): run scripts/list_heads.sh")
-
-# %% [markdown]
-# **Reading it.** The committed run is `cpu-epyc-avx2-2c`'s in float32, on 16 held-out requests. At K=7 both heads
-# accept the same (AL 3.57 and 3.58), so the round decides: 1.91 decode steps for one drafter pass against 2.22 for
-# seven, 1.75x against 1.55x end to end. Prompt by prompt no order is shown: each head is faster than plain on
-# 12 of 16 (p = 0.077), P-EAGLE faster than EAGLE-3 on 12 of 16 (p = 0.077); both lose only on the four answers of 5
-# to 14 tokens.
-#
-# ## The same comparison, matched
-#
-# The list heads above started from the shipped heads, whose histories differ. This pair removes that: both heads
-# start from the same seeded untrained weights (the two modes share one architecture, so seed 0 draws the same numbers
-# for both; the package's tests check it), read the same 480 answers in the same order and take the same 1,000 optimizer steps, side by side. Both
-# were then timed on 48 held-out list requests at K = 3, 5 and 7, methods interleaved. The cell reads that committed
-# run and writes each head's AL and round at K=7 out from the file's counts. Then it runs the pair live, here, on the
-# same 48 held-out requests: plain decoding, P-EAGLE and EAGLE-3 on each, their order rotated from request to request,
-# every output checked against plain greedy, and the drafter's time per round kept apart, where acceptance does not
-# enter.
-
-# %% tags=["nbval-ignore-output"]
-from tqdm.auto import tqdm
-
-from peagle_lab.drafter.heads import MATCHED_HEADS
-from peagle_lab.workbook import viz
-
-matched_runs = bench.committed_results(data_dir() / "results-lists-matched")
-if matched_runs:
-    mrun = payoff.host_run(matched_runs, READ_HOST, precision.dtype_name(DTYPE))
-    me = result_suites(mrun["results"])["lists"]
-    print(round_report.lists_label(mrun, me))
-    round_report.print_list_heads(me, MATCHED_HEADS)  # the seeded start and steps; best K; per-slot rates (rounds)
-    display(Markdown(heads_table(me)))
-    at_k7 = {name: next(m for m in me["methods"] if m["family"] == fam and m["k"] == 7)
-             for name, fam in (("P-EAGLE", "p-eagle"), ("EAGLE-3", "eagle3"))}
-    for name, m in at_k7.items():  # AL and the round, from the counts in the file
-        accepted = [round(p * n) for p, n in zip(m["per_position_acceptance"], m["per_position_attempts"]) if n]
-        al = 1 + sum(accepted) / m["rounds"]
-        assert abs(al - m["acceptance_length"]) < 1e-3, "AL from the per-slot counts"
-        rnd = (m["t_draft_round_ms"] + m["t_verify_round_ms"]) / m["t_step_ms"]
-        print(f"{name} at K=7: drafts accepted per slot {accepted} over {m['rounds']} rounds -> AL = 1 + "
-              f"{sum(accepted)} / {m['rounds']} = {al:.2f}; round = ({m['t_draft_round_ms']:.1f} + "
-              f"{m['t_verify_round_ms']:.1f}) / {m['t_step_ms']:.1f} ms = {rnd:.2f} steps; ideal {al / rnd:.2f}x, "
-              f"measured after the prefill {m['decode_speedup']:.2f}x")
-    viz.plot_per_position_acceptance({f"{name}, K=7": m["per_position_acceptance"] for name, m in at_k7.items()},
-                                     title="the matched pair on held-out list requests")
-    plt.show()
-    gaps = paired(me, best(me, "p-eagle"), best(me, "eagle3"))
-    print(f"P-EAGLE minus EAGLE-3, each at its best K, per prompt: {min(gaps):+.3f}x to {max(gaps):+.3f}x: "
-          + order(gaps, "P-EAGLE", "EAGLE-3"))
-else:
-    print("no committed run of the matched pair (data/results-lists-matched/): run "
-          "PEAGLE_LIST_INIT=fresh PEAGLE_LIST_STEPS=1000 PEAGLE_LIST_PROMPTS=48 bash scripts/list_heads.sh")
-
-# live, this machine: the matched pair on held-out list requests it never trained on, one run each, the three
-# methods' order rotated from request to request (so a drift of the machine's speed favours none of them)
-problems = {kind: head_fit_problems(path, model) for kind, path in MATCHED_HEADS.items() if path.exists()}
-if len(problems) == 2 and not any(problems.values()):  # both heads exist and read this target
-    live_heads = {kind: head_for_target(str(path), model, tokenizer, TARGET)[0]
-                  for kind, path in MATCHED_HEADS.items()}
-    live_k = {kind: best(me, fam)["k"] if matched_runs else 7 for kind, fam in (("parallel", "p-eagle"),
-                                                                                 ("sequential", "eagle3"))}
-    live_runner = TargetRunner(model, live_heads["parallel"].config.aux_hidden_state_layer_ids)
-    LIVE_N, LIVE_TOKENS = settings.pick(48, 2), settings.pick(64, 24)  # the committed run's 48 requests
-    METHODS_LIVE = ["plain", "parallel", "sequential"]
-    live_rows, live_divs, draft_ms = [], [], {"P-EAGLE": [], "EAGLE-3": []}
-    for i, rec in enumerate(tqdm(suite_records("lists", LIVE_N), desc="live list requests")):
-        ids = chat_ids(tokenizer, rec["prompt"])
-        runs = {}
-        for kind in METHODS_LIVE[i % 3:] + METHODS_LIVE[:i % 3]:  # this request's order
-            runs[kind] = (plain_generate(live_runner, ids, LIVE_TOKENS, eos_ids=tokenizer.eos_token_id)
-                          if kind == "plain" else
-                          speculative_generate(live_runner, HeadDrafter(live_heads[kind], kind), ids,
-                                               k=live_k[kind], max_new_tokens=LIVE_TOKENS,
-                                               eos_ids=tokenizer.eos_token_id))
-        plain_run = runs["plain"]
-        row = {"held-out request": rec["prompt"][:48], "answer tokens": len(plain_run.tokens[:LIVE_TOKENS])}
-        for kind, name in (("parallel", "P-EAGLE"), ("sequential", "EAGLE-3")):
-            live_divs.append(first_divergence(runs[kind].tokens[:LIVE_TOKENS], plain_run, model.dtype, DEVICE))
-            row |= {f"{name} AL": runs[kind].stats.acceptance_length,
-                    f"{name} vs plain": plain_run.seconds / runs[kind].seconds}
-            stats = runs[kind].stats  # the drafter's seconds over this request's rounds, per round
-            draft_ms[name].append(1000 * stats.times.get("draft", 0.0) / max(stats.rounds, 1))
-        live_rows.append(row)
-    live_regime = lossless_regime(model.dtype, DEVICE)  # exact in fp32 on a CPU, near-ties allowed in bf16
-    assert is_lossless(live_divs, live_regime), [d.message() for d in live_divs if d is not None]
-    print(f"live, this machine ({precision.dtype_name(model.dtype)}): the matched pair at K={live_k['parallel']} "
-          f"(P-EAGLE) and K={live_k['sequential']} (EAGLE-3), {LIVE_N} held-out requests x {LIVE_TOKENS} new tokens, "
-          f"one run each; against plain greedy: {WORDS[lossless_verdict(live_divs, live_regime)]}")
-    diverged = [d for d in live_divs if d is not None]  # one per output that leaves plain greedy, with its margin
-    if diverged:
-        print(f"{len(diverged)} of {len(live_divs)} speculative outputs leave plain greedy, each at a near-tie: plain "
-              f"top-1 minus top-2 logit {', '.join(f'{m:g}' for m in sorted({d.margin for d in diverged}))} (bound "
-              f"{max(d.bound for d in diverged):.3g}), at token {min(d.position for d in diverged)} or later")
-    display(Markdown(bench.format_table(live_rows, list(live_rows[0]), floatfmt=".2f")))
-    for name in ("P-EAGLE", "EAGLE-3"):
-        ratios = [r[f"{name} vs plain"] for r in live_rows]
-        print(f"live, {name} against plain: {min(ratios):.2f}x to {max(ratios):.2f}x, "
-              + order([x - 1 for x in ratios], name, "plain decoding"))
-    live_gaps = [r["P-EAGLE vs plain"] - r["EAGLE-3 vs plain"] for r in live_rows]
-    print(f"live, P-EAGLE minus EAGLE-3 per request: {min(live_gaps):+.2f}x to {max(live_gaps):+.2f}x: "
-          + order(live_gaps, "P-EAGLE", "EAGLE-3"))
-    # the mechanism alone: the drafter's time per round, request by request (acceptance does not enter it)
-    saved = [s - p for p, s in zip(draft_ms["P-EAGLE"], draft_ms["EAGLE-3"])]
-    print(f"live, drafting per round (median over requests): P-EAGLE {median(draft_ms['P-EAGLE']):.1f} ms "
-          f"in 1 pass, EAGLE-3 {median(draft_ms['EAGLE-3']):.1f} ms in {live_k['sequential']}; "
-          + order(saved, "P-EAGLE's drafting", "EAGLE-3's"))
-else:
-    print("the matched heads do not read this target (they were trained on SmolLM2-135M's answers): no live run")
-
-# %% [markdown]
-# **Reading it.** Trained alike, P-EAGLE is shown faster than EAGLE-3: 2.10x against 1.92x end to end at K=7, faster
-# on 37 of the 48 held-out requests (p = 0.00022). It accepts less (AL 4.49 against 5.15; its first mask slot, slot 2,
-# is accepted in 0.69 of 597 rounds, EAGLE-3's second draft in 0.91 of 478) and wins on the round: 1.98 decode steps
-# against 2.47, from drafting of 15.1 ms in one pass against 42.4 ms in seven, with verification alike (102.9 and
-# 104.4 ms). At K=3 the two are level (1.45x, 1.47x). P-EAGLE's round measures a little cheaper at K=7 than at K=3
-# (1.98 against 2.11 steps) although its pass is wider; the table does not split those rounds, so read the gap as
-# timing noise between the K rows. The run was timed in float32 on this host; the heads were trained there with bf16
-# autocast.
-#
-# Live, in bf16 at K=7 on the same 48 held-out requests x 64 new tokens, 3 of the 96 speculative outputs leave plain
-# greedy, each at a near-tie (top-2 margin 0 or 0.5, bound 1). Each head is shown faster than plain: P-EAGLE on 47 of
-# 48 (0.83x to 5.10x, p = 3.5e-13), EAGLE-3 on 38 of 48 (0.67x to 4.49x, p = 6.2e-05). P-EAGLE beats EAGLE-3 on 38 of
-# 48 (p = 6.2e-05: shown faster), so this live bf16 run and the committed float32 run (37 of 48, p = 0.00022) agree on
-# the order. The per-request gap runs from -1.77x to +2.71x because acceptance differs from request to request (AL 2.21
-# against 5.82 on the 13 stones, 6.00 against 3.76 on the 8 apples) while the drafting saving is steady: a median 8.0
-# ms a round in one pass against 38.5 ms in seven, P-EAGLE's drafting faster on 48 of 48 requests (p = 7.1e-15).
+# **Reading it.** From K=2 to K=10 the parallel round goes from 3.99 to 4.25 ms and the sequential one from 7.53 to
+# 37.03 ms, so their ratio rises from 1.89 to 8.72 (0.94 and 0.87 of K), as the answer predicts. These are medians of
+# 9 calls timed apart from the drafting-cost table, so they differ from its medians; the trend is the same.
 #
 # ## What we saw
 #
-# - Speed is AL / round, the round in decode steps. From K=1 to K=10 one parallel pass stays between 4.74 and
-#   6.34 ms, K sequential passes grow from 4.24 to 40.9 ms; at K=1 the two are the same computation.
-# - In bf16 on this CPU the committed run's round costs 1.19 decode steps and the shipped heads clear it: 1.18x and
-#   1.14x end to end over 24 prompts, each shown faster than plain decoding; live, P-EAGLE measured fastest at K=1
-#   (1.26x), EAGLE-3 at K=2 (1.15x), on 3 prompts and timings with noise of their size. On the committed fp32 rounds (1.98 and 1.95 steps) the P-EAGLE head loses (0.73x and 0.63x
-#   decode).
-# - In bf16 speculative output diverges from plain greedy only at near-ties (15 of 33 live outputs, margins 0.000 or
-#   0.125); the fp32 rerun stays identical. An off-by-one acceptance rule diverges at a margin of 5.25 and fails.
-# - At the paper's acceptance one parallel pass is faster than seven sequential ones on 3 of 3 live prompts (2.75x
-#   against 2.40x; p = 0.25, not shown), and shown faster in the committed fp32 runs (1.59x against 1.46x on code,
-#   1.56x against 1.39x on chat).
-# - On a narrow domain (committed, float32), at equal acceptance, P-EAGLE's cheaper round gives 1.75x against
-#   1.55x (12 of 16 prompts: no order shown); trained alike, P-EAGLE is shown faster (2.10x against 1.92x, 37 of
-#   48) while accepting less. Live, on the same 48 requests in bf16, it is shown faster too (38 of 48, p = 6.2e-05),
-#   its drafting faster on all 48 (a median 8.0 against 38.5 ms a round).
+# - Speed is AL / round, the round in decode steps. From K=1 to K=10 one parallel pass stays between 4.78 and
+#   6.26 ms; K sequential passes grow from 4.82 to 39.9 ms.
+# - Where acceptance is high that saving is the payoff: trained alike on list requests, P-EAGLE is shown faster than
+#   EAGLE-3 while accepting less, committed in float32 (2.10x against 1.92x, 37 of 48) and live here in bf16 (38 of
+#   48, p = 6.2e-05).
+# - On open prompts the shipped heads accept 1.33 to 1.54 tokens a round and verification dominates: 1.18x and 1.14x
+#   end to end in the committed bf16 run; prompt lookup beats both.
+# - At the paper's acceptance one parallel pass beats seven sequential ones on the same draws (2.85x against 2.36x
+#   live on 3 prompts; shown faster in the committed fp32 runs).
+# - In bf16, speculative output diverges from plain greedy only at near-ties (margins 0.000 and 0.125); fp32 stays
+#   identical; an off-by-one acceptance rule fails at a margin of 5.25.
 #
 # The same from a shell:
 #
