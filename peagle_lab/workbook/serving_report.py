@@ -81,7 +81,7 @@ def print_tensor_parallel(tp: dict) -> None:
     print(f"\n{env['host']}: target split over ranks by KV-head groups and MLP columns (gloo, 1 thread per rank, "
           f"{env['dtype']}, batch 1, K={tp['config']['k']}), medians of {tp['config']['repeats']} interleaved "
           f"repeats, load average {env['loadavg_start'][0]:.1f} -> {env['loadavg_end'][0]:.1f} on "
-          f"{env['cpu_count']} cores; one all-reduce {tp['all_reduce_ms']:.2f} ms, "
+          f"{env['cpu_count']} cores; one all-reduce {tp['all_reduce_ms']:.3f} ms, "
           f"{tp['all_reduces_per_pass']} per pass")
     print(f"{'TP':>3s}{'decode ms':>11s}{'verify ms':>11s}{'parallel draft ms':>19s}{'K sequential ms':>17s}"
           f"{'draft share P-EAGLE':>21s}{'EAGLE-3':>9s}")
@@ -97,7 +97,7 @@ def print_tensor_parallel(tp: dict) -> None:
           f"(EAGLE-3 {one['sequential_draft_share']:.1%} -> {two['sequential_draft_share']:.1%}, "
           f"P-EAGLE {one['parallel_draft_share']:.1%} -> {two['parallel_draft_share']:.1%})")
     reduce_ms = tp["all_reduces_per_pass"] * tp["all_reduce_ms"]
-    print(f"the all-reduces of one pass: {tp['all_reduces_per_pass']} x {tp['all_reduce_ms']:.2f} = {reduce_ms:.1f} "
+    print(f"the all-reduces of one pass: {tp['all_reduces_per_pass']} x {tp['all_reduce_ms']:.3f} = {reduce_ms:.1f} "
           f"ms, against a decode step that rose by {two['decode_ms'] - one['decode_ms']:.1f} ms; EAGLE-3's draft share "
           f"over P-EAGLE's: {one['sequential_draft_share'] / one['parallel_draft_share']:.1f}x at TP={one['tp']}, "
           f"{two['sequential_draft_share'] / two['parallel_draft_share']:.1f}x at TP={two['tp']}")

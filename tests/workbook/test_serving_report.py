@@ -86,5 +86,5 @@ def test_print_tensor_parallel_reads_the_first_and_last_size(capsys):
     out = capsys.readouterr().out.splitlines()
     assert out[-2].startswith("sharding over 4 processes makes verification 2.50x as fast (faster); the drafter's "
                               "share of a round grows (EAGLE-3 20.0% -> 40.0%")
-    assert out[-1].startswith("the all-reduces of one pass: 10 x 0.50 = 5.0 ms, against a decode step that rose by "
+    assert out[-1].startswith("the all-reduces of one pass: 10 x 0.500 = 5.0 ms, against a decode step that rose by "
                               "-20.0 ms; EAGLE-3's draft share over P-EAGLE's: 4.0x at TP=1, 4.0x at TP=4")
