@@ -65,13 +65,13 @@ print("equal to the package's target_forward taps:", torch.equal(taps, out.taps)
 #
 # ## Which state is "tap i"?
 #
-# Mixing up two conventions feeds the drafter states one layer off:
-#
 # - **vLLM**: tap `i` is the residual stream **entering** layer `i`.
 # - **transformers**: `hidden_states[i]` is the input of layer `i` (`[0]`: embeddings), except
 #   `hidden_states[L]`, which comes **after** the final norm.
 #
-# Hooks on the decoder layers check the transformers side.
+# So the two agree for every i < L; the trap is taking a layer's *output* (`hidden_states[i + 1]`), one layer off,
+# or the last entry, normalised. Hooks on the decoder layers check the transformers side; vLLM's side comes from its
+# source, and 06 checks it end to end (vLLM's acceptance equals our loop's).
 
 # %% tags=["nbval-check-output"]
 seen, last = {}, {}
@@ -128,8 +128,8 @@ ax.set_ylabel("L2 norm")
 ax.legend();
 
 # %% [markdown]
-# **Reading it.** The sink's norm dwarfs the rest: a few times larger at tap 2, roughly two orders of magnitude at
-# taps 15 and 27. The cosines below skip it.
+# **Reading it.** The sink's norm dwarfs the rest: a few times larger at tap 2, tens of times larger at taps 15
+# and 27. The cosines below skip it.
 
 # %% tags=["smollm2-fact", "nbval-check-output"]
 sim = cosine_matrix(states, skip_first=1)

@@ -254,7 +254,8 @@ class ScratchDrafter:
 # %% [markdown]
 # Load each shipped head both ways in float32 and draft K tokens: the one pass against
 # `PEagleDrafter.one_pass_logits`, the K passes against the package's sequential drafting. The match holds for any
-# weights, good or not.
+# weights, good or not; the drafts look poor because the prompt above is bare text, while the heads trained on
+# chat-templated text (notebook 04 shows what bare text costs).
 
 # %% tags=["nbval-ignore-output"]
 from peagle_lab.drafter.heads import head_for_target
@@ -298,14 +299,14 @@ print("EAGLE-3 sequential drafting from scratch equals HeadDrafter's (same K dra
 # %% [markdown]
 # ## What a slot may see, in training
 #
-# Training shows each slot what it sees when drafting, many rounds at once. An **element** `(a, d)` is slot `d + 1`
-# of the round whose slot 1 sits at position `a`; it learns the target's greedy choice for `x_{a+d+2}`. Within its
-# sequence it may attend to the **depth-0 elements with anchor ≤ a** (its context) and to **its own rollout**
-# `(a, d' ≤ d)`.
+# Training shows each slot what it sees when drafting, many rounds at once. An **element** `(a, d)` is slot `d + 1` of
+# the round whose slot 1 sits at position `a`, the round's **anchor**; it learns the target's greedy choice for
+# `x_{a+d+2}`. Within its sequence it may attend to the **depth-0 elements with anchor ≤ a** (its context) and to
+# **its own rollout** `(a, d' ≤ d)`.
 #
 # Deeper depths hold only **anchors** (last prompt position and response) with a label that far ahead. **COD**
-# (conditional drop-token sampling, from PARD) keeps a nested share `ratio^d` of them at depth d, at least
-# `min_ratio`. The cell builds the mask for one toy sequence and two packed with COD, and checks the rule.
+# (conditional drop-token sampling, from PARD) keeps a nested share `ratio^d` of them at depth d, with a
+# floor of `min_ratio`. The cell builds the mask for one toy sequence and two packed with COD, and checks the rule.
 
 # %% tags=["nbval-check-output"]
 import matplotlib.pyplot as plt
@@ -363,8 +364,9 @@ plt.show()
 #
 # <details><summary>Answer</summary>
 #
-# Inference: `n + K` positions (9, then 15). Training: 11 elements at depth 0, one fewer per deeper depth (9, 8,
-# 7, ...), so 20, then 53; the mask grows quadratically, the allowed pairs far less (129, then 409). Hence COD.
+# Inference: `n + K` positions (9, then 15). Training: 11 elements at depth 0, 9 at depth 1, then one fewer per deeper
+# depth (8, 7, ...), so 20, then 53; the mask grows quadratically, the allowed pairs far less (129, then 409). Hence
+# COD.
 #
 # </details>
 
@@ -391,7 +393,8 @@ for K_TRY in (2, 8):  # the exercise's two values; edit to try others
 # | random | learned mask row | `fc(r)`, `r` frozen random |
 # | frozen mask embedding | an existing token's row, frozen | `fc(mask_hidden)`, learned |
 #
-# Each head drafts at K = 7 on held-out prompts (notebook 03's *scale mix*). **held-out AL (mean)**: tokens per
+# Each head drafts at K = 7 on held-out prompts (notebook 03's *scale mix*: the training prompts' mix of kinds, its
+# held-out split). **tokens seen**: training tokens read, repeats counted. **held-out AL (mean)**: tokens per
 # round, mean of two seeds; **seed spread**: their gap; **P(accept) slots 1 / 2 / 3**: slot j's acceptance rate
 # when the slots before it were accepted; **divergences**: prompts whose output differs from plain greedy.
 #

@@ -294,9 +294,10 @@ print("verdict: " + (f"bf16 taps change AL by {gap:+.3f}, beyond the seeds' nois
 #
 # A packed row holds sequences end to end. Its **depth-0 elements** are all positions with a next token; the
 # **anchors** among them (the last prompt position and the response) are trained, the rest are context. Element
-# `(a, d)` sits at position `a + d` and predicts `y[a+d+1]`. **COD** (notebook 02) keeps at depth `d` a random share
-# `ratio^d` of the anchors (with a floor), drawn from those kept at depth `d - 1`; anchors near their sequence's end
-# drop out. `plan_row_by_hand` must match `plan_row` on three recipes.
+# `(a, d)` sits at position `a + d` and predicts `y[a+d+1]`: `y_t` is the target's greedy choice for `x_{t+1}`, so
+# this is notebook 02's `x_{a+d+2}`. **COD** (notebook 02) keeps at depth `d` a random share `ratio^d` of the anchors
+# (with a floor), drawn from those kept at depth `d - 1`; anchors near their sequence's end drop out.
+# `plan_row_by_hand` must match `plan_row` on three recipes.
 
 # %% tags=["smollm2-fact", "nbval-check-output"]
 from peagle_lab.training.cod import cod_sample, cod_sizes
@@ -484,8 +485,10 @@ del module
 
 # %% [markdown]
 # **Reading it.** The hand-written forward and loss match the trainer's (logit difference 0.0e+00, loss 19.4278 both).
-# The untrained head's loss is far above a uniform guess (ln 8192 = 9.01). `fc` reads the taps divided by `tap_scale`,
-# their per-feature RMS (0.868 to 1.77e+03), so every input has one scale.
+# The untrained head's loss is far above a uniform guess (ln 8192 = 9.01). `fc` trains on the taps divided by
+# `tap_scale`, their per-feature RMS (0.868 to 1.77e+03), so every input has one scale; `sync_head` folds the scale
+# back when it writes the head (`fc.weight = fc_weight / tap_scale`, `mask_hidden` times `tap_scale`), so a saved head
+# reads raw taps, as notebook 02's `ScratchDrafter` does.
 #
 # ### EAGLE-3's training, unrolled by hand: the training-time test
 #
@@ -543,8 +546,9 @@ del ttt, head
 #
 # - plans each of the next packed rows (at least `batch_tokens`) with a fresh COD draw over `num_depths` depths;
 # - weights each row's loss (mean over depths) by its share of the step's tokens;
-# - steps AdamW: the head's own parameters at `lr`; the final norm and `lm_head`, copied from the target, at
-#   `lm_head_lr_ratio` of it;
+# - steps AdamW: the head's own parameters at `lr`, with the mask token's embedding row (trained as its own parameter
+#   `mask_embedding`, written back into the table shared with the target); the final norm and `lm_head`, copied from
+#   the target, at `lm_head_lr_ratio` of it;
 # - sets `lr` by a linear warm-up, then a cosine down to `min_lr_ratio` of it; clips the gradient norm at 1.
 #
 # The package's `Trainer` must give the same loss at every step (within 1e-3).
@@ -711,9 +715,10 @@ report.record("nb03_train_steps", res.steps_done)
 report.record("nb03_final_depth_accuracy", acc);
 
 # %% [markdown]
-# **Reading it.** The head learns mostly at depth 0: end accuracy (in-sample) 0.15 there, 0.04 to 0.05 deeper; the
-# loss is first below the uniform guess at step 16. On 2 held-out prompts it reaches an acceptance length of 1.16 at
-# K=4, with output identical to plain greedy (`None`: a slot no round reached).
+# **Reading it.** The head learns mostly at depth 0: end accuracy (in-sample) 0.15 there, 0.04 to 0.05 deeper. The
+# loss jumps twice in the warm-up (highest 24.21 at step 5 of its 6), at the mask-slot depths 1 to 7 only (middle
+# panel), then falls, first below the uniform guess at step 16. On 2 held-out prompts it reaches an acceptance length
+# of 1.16 at K=4, with output identical to plain greedy (`None`: a slot no round reached).
 #
 # ## What we saw
 #

@@ -83,8 +83,9 @@ print("from committed runs (section 7): " + "; ".join(elsewhere))
 # | token embedding | `embed_tokens.weight`; the target's if absent or equal | target's + mask row |
 # | draft vocabulary | `draft_vocab_size`; `d2t` if it differs from `vocab_size` | `d2t` if reduced; no `t2d` |
 #
-# Slot *j* of a round drafts depth *j*-1 (depths count from 0): slot 1 starts from the last real token, slots 2..K
-# from the mask.
+# `pard_token` and `ptd_token_id` are other writers' names for the same mask id: PARD's, and the published P-EAGLE
+# heads'. Slot *j* of a round drafts depth *j*-1 (depths count from 0): slot 1 starts from the last real token,
+# slots 2..K from the mask.
 
 # %%
 from peagle_lab.models import load_target
@@ -483,9 +484,11 @@ for path in sorted(RESULTS.glob("*/tensor-parallel/tensor_parallel.json")):
 #     "parallel_drafting": true}'
 # ```
 #
-# * **vLLM 0.16 or later** for `"parallel_drafting"`; pass `"method": "eagle3"` (a name with `eagle-` means EAGLE-1).
-# * **GPT-OSS needs the KV-cache-group fix** (GPT-OSS-20B model card): without it vLLM refuses a full-attention
-#   drafter beside GPT-OSS's sliding-window layers.
+# * **vLLM 0.16 or later** for `"parallel_drafting"`; pass `"method": "eagle3"`: without it vLLM guesses the method
+#   from the head's name, and a name containing `eagle-` is read as EAGLE-1, the original EAGLE, not this layout.
+# * **GPT-OSS needs the KV-cache-group fix** (GPT-OSS-20B model card): vLLM groups layers by attention kind for its KV
+#   cache and wants all drafter layers in one group; beside GPT-OSS's sliding-window and full layers it refuses the
+#   drafter until the fix gives the drafter's layers a group of their own.
 # * **Published acceptance length** (GPT-OSS-120B model card, K=5): 2.68 MT-Bench, 3.15 HumanEval, 3.55 GSM-8K.
 # * **A head of your own**: `peagle-lab export-vllm HEAD OUT`, then `peagle-lab serve --head OUT`.
 #
