@@ -19,8 +19,9 @@
 # **Goal:** understand one speculative round (draft, verify, accept, bonus, roll back) well enough to write it yourself,
 # and know exactly what "lossless" means.
 #
-# Plan: the idea and what P-EAGLE changes; one round by hand; acceptance length; a head that pays; two exercises; a
-# glossary and a course map. Timings are live and move with the machine's load; committed results are labelled so.
+# Plan: the idea and what P-EAGLE changes; the glossary every chapter uses; one round by hand; acceptance length; a
+# pair of heads that pays; two exercises; a course map. Timings are live and move with the machine's load; committed
+# results are labelled so.
 
 # %%
 # Parameters come from the environment: PEAGLE_TARGET (default: the embedded SmolLM2-135M-Instruct),
@@ -35,8 +36,8 @@ from peagle_lab import models, precision, settings
 # %% [markdown]
 # ## Speculative decoding
 #
-# At batch size 1 a large LLM on a GPU is bound by reading its weights, not by arithmetic: a forward over 5 new tokens
-# costs little more than one over 1. Speculative decoding exploits this:
+# At batch size 1 a large LLM on a GPU is bound by memory traffic (reading its weights) and kernel launches, not by
+# arithmetic: a forward over 5 new tokens costs little more than one over 1. Speculative decoding exploits this:
 #
 # 1. A cheap **drafter** proposes K tokens.
 # 2. The **target** checks them all in **one** forward pass.
@@ -49,7 +50,8 @@ from peagle_lab import models, precision, settings
 # Greedy speculation commits only the target's own argmax tokens. But verification runs K+1 rows at once, so its logits
 # can differ from plain decoding's in the last bits:
 #
-# - **fp32 on a CPU**: the output is **identical** to plain greedy decoding (tested for K = 1 to 8, both heads).
+# - **fp32 on a CPU**: the output is **identical** to plain greedy decoding (the package's tests check K = 1 to 8,
+#   both heads; this chapter shows P-EAGLE's).
 # - **bf16, or fp32 on a GPU**: identical, **or** diverging at a *near-tie* (plain decoding's top two logits within a
 #   few units in the last place), reported with its logit margin (top-1 minus top-2); notebook 05 shows one. A
 #   divergence at a margin of several logits is a bug.
@@ -76,6 +78,39 @@ from peagle_lab import models, precision, settings
 from peagle_lab.workbook.diagrams import draw_drafting_schemes
 
 draw_drafting_schemes(k=4);
+
+# %% [markdown]
+# ## Glossary
+#
+# Every chapter uses these words in these senses. Positions are 0-based, as in the code; (0N) names the chapter that
+# builds the piece.
+#
+# | term | meaning |
+# |---|---|
+# | round | one draft-verify-accept step: K drafts, one target forward, then the accepted prefix plus the target's own *bonus* token committed |
+# | K | drafts per round (vLLM's `num_speculative_tokens`) |
+# | x_0..x_n, h_0..h_n | the context tokens, and the target's taps at their positions; from h_n the target chooses x_{n+1} |
+# | slot j, draft j, depth | a round's drafter slots j = 1..K; draft j is slot j's token, at depth j - 1 (slot 1 = depth 0; the training code's index) |
+# | acceptance length (AL) | tokens a round commits, bonus included, averaged over rounds; 1.00 for plain decoding |
+# | p_j | draft j's conditional acceptance rate: of the rounds that accepted drafts 1..j-1, the share that also accepted draft j; AL = 1 + p_1 + p_1·p_2 + … |
+# | taps | the three target hidden states (a low, a middle, a high layer) that EAGLE-3 and P-EAGLE read, concatenated (3H) and projected to H by `fc` (01) |
+# | EAGLE shift | drafter position t holds token x_{t+1} with the taps h_t, the state that predicted it |
+# | mask token, `mask_hidden` | P-EAGLE's two learned stand-ins in slots 2..K: an embedding row, and one shared 3H vector in place of the taps (02) |
+# | COD | conditional drop-token sampling, from PARD (a small draft model that drafts K tokens in one pass with mask tokens): each deeper depth trains on a shrinking, nested share of positions, so K depths cost far less than K times one (02, 03) |
+# | training-time test (TTT) | EAGLE-3's training, unrolled as at inference: each depth gets the data's next token and the head's own state from the depth before (03) |
+# | draft vocabulary, `d2t` | the few thousand frequent target ids the head scores; `d2t` maps a draft id to its target id, `t2d` the reverse (03) |
+# | lossless | the output is the target's own: identical to plain greedy decoding, or (bf16, or fp32 on a GPU) diverging only at a near-tie |
+#
+# **Reading the measurements.** Words every timing uses (07's appendix states the full rules):
+#
+# | word | meaning |
+# |---|---|
+# | live, committed | *live*: run in this execution, on a few prompts; timings move between runs. *Committed*: a run stored under `data/` (most are full size, 24 prompts or more; each prints its size), read back with its host and dtype |
+# | host | the machine behind a figure, named by its CPU: `cpu-epyc-avx2-2c` (2 cores, no bf16 units) or `cpu-epyc-avx512bf16-2c` (2 cores, bf16 units); compare only within one host and dtype |
+# | dtype | float32 or bfloat16; on a CPU with bf16 units a bf16 forward over several tokens (a verification) is much cheaper than in float32, while a one-token step costs about the same, which changes every round's cost |
+# | paired rule | two methods timed side by side on each prompt; one is *shown faster* when a sign test over the prompts gives p < 0.05, else "faster on N of M prompts"; under 6 prompts no split reaches p < 0.05, so such runs only count wins |
+# | seed spread | the gap between two training seeds of one setting; a smaller gap between two heads is a tie |
+# | oracle | a stand-in drafter replaying the paper's acceptance through the real loop, charged one parallel pass or K sequential ones: drafting's cost apart from the head's quality |
 
 # %% [markdown]
 # ## The target and its plain greedy answer
@@ -179,15 +214,16 @@ for key, value in [("target_params", n_params), ("greedy_tokens_per_s", round(to
     record(key, value, notebook="00_overview")
 
 # %% [markdown]
-# **Reading it.** In float32 on this CPU, verifying K=5 drafts cost 1.87 one-token steps, against 1.17 on the committed
-# H200 line (bf16): here a round must commit almost two tokens just to pay for verification. bfloat16 changes that cost
-# (notebook 05).
+# **Reading it.** In float32 on this CPU, verifying K=5 drafts cost 1.80 one-token steps, against 1.17 on the committed
+# H200 line (bf16, an eager loop): here a round must commit almost two tokens just to pay for verification. bfloat16
+# makes that wide forward cheaper (notebook 05).
 #
 # ## One speculative round, written out
 #
 # `speculate` below is the package's loop (`speculative_generate`) in about 30 lines, with the shipped P-EAGLE head as
-# drafter. It uses the **EAGLE shift**: drafter position t holds token x_{t+1} with the taps h_t that predicted it. With
-# context x_0..x_n, slot 1 is position n and drafts x_{n+2} at depth 0; slot j drafts x_{n+j+1} at depth j-1.
+# drafter. It uses the **EAGLE shift**: drafter position t holds token x_{t+1} with the taps h_t that predicted it.
+# With context x_0..x_n and x_{n+1} just chosen from h_n, slot 1 is position n (x_{n+1} with h_n) and drafts x_{n+2}
+# at depth 0; slot j drafts x_{n+j+1} at depth j-1.
 
 # %%
 from peagle_lab.workbook.diagrams import draw_eagle_shift
@@ -304,8 +340,8 @@ print("hand-written vs plain greedy:", "identical" if div is None else div.messa
 
 # %% [markdown]
 # **Reading it.** The hand-written round, the package's loop and plain greedy decoding give identical tokens (float32).
-# But a round commits 1.47 tokens while verification alone costs 1.87 steps, so speculation loses on this prompt: 4.08 s
-# against 3.01 s (0.74x). 05 and 07 time it in bfloat16.
+# But a round commits 1.47 tokens while verification alone costs 1.80 steps, so speculation loses on this prompt: 3.74 s
+# against 2.97 s (0.79x). 05 and 07 time it in bfloat16.
 #
 # ### Acceptance length, draft by draft
 #
@@ -339,22 +375,23 @@ if al_formula > 1:
 #
 # ### A head that pays: list requests
 #
-# On predictable text a small head learns the target's habits: the two *list-domain heads* were continued from the
-# shipped ones on the target's own answers to list requests (ranges, countdowns, the alphabet ...). The cell runs them
-# at K=7 on held-out requests against plain decoding (interleaved, median of three runs) and checks each output against
-# plain greedy.
+# On predictable text a small head learns the target's habits. The *matched pair*, one P-EAGLE and one EAGLE-3 head,
+# was trained alike (one seeded start, the same steps) on the target's own answers to list requests (ranges,
+# countdowns, the alphabet ...); 05 times it at length. The cell runs the pair at K=7 on held-out requests against
+# plain decoding (interleaved, median of three runs) and checks each output against plain greedy.
 
 # %%
 from peagle_lab.bench.suites import suite_records
-from peagle_lab.drafter.heads import LIST_HEADS, head_fit_problems, head_for_target
+from peagle_lab.drafter.heads import MATCHED_HEADS, head_fit_problems, head_for_target
 from peagle_lab.workbook import payoff
 
-domain = all(p.exists() and not head_fit_problems(p, model) for p in LIST_HEADS.values())
+domain = all(p.exists() and not head_fit_problems(p, model) for p in MATCHED_HEADS.values())
 if domain:  # trained on SmolLM2-135M-Instruct's own list answers
-    easy_heads = {kind: head_for_target(str(path), model, tokenizer, TARGET)[0] for kind, path in LIST_HEADS.items()}
+    easy_heads = {kind: head_for_target(str(path), model, tokenizer, TARGET)[0]
+                  for kind, path in MATCHED_HEADS.items()}
 else:
     easy_heads = {"parallel": head, "sequential": ensure_head("sequential", model, tokenizer, TARGET)[0]}
-print("heads:", "the list-domain heads" if domain else "this target's own heads (the list heads do not read it)")
+print("heads:", "the matched pair" if domain else "this target's own heads (the matched pair does not read it)")
 EASY_K, EASY_TOKENS = 7, settings.pick(64, 16)
 names = {"plain": None, "P-EAGLE": "parallel", "EAGLE-3": "sequential"}
 easy_rows = []
@@ -385,9 +422,10 @@ ahead = sum(p["speedup"] > e["speedup"] for p, e in zip(easy_rows[::2], easy_row
 print("P-EAGLE against EAGLE-3: " + payoff.paired_verdict(ahead, len(easy_rows) // 2))
 
 # %% [markdown]
-# **Reading it.** All outputs are identical to plain greedy, and rounds commit up to 8 tokens. P-EAGLE ran 2.41x and
-# 1.81x faster than plain decoding, EAGLE-3 1.34x and 1.42x; two requests cannot show an order (p = 0.5), so 05 times
-# these heads on more.
+# **Reading it.** All outputs are identical to plain greedy, and rounds commit up to 8 tokens: P-EAGLE ran 2.93x and
+# 1.61x faster than plain decoding, EAGLE-3 2.49x and 1.79x. Where both accept alike (AL 6.40 each) P-EAGLE's one pass
+# wins; where EAGLE-3 accepts more (5.00 against 3.85) it wins. Two requests cannot show an order (p = 1); 05 times
+# the same pair on 48.
 #
 # ### Exercise: change K
 #
@@ -462,39 +500,6 @@ def answer_accept(drafts, choice):
 check_accept(answer_accept)
 
 # %% [markdown]
-# ## Glossary
-#
-# Every chapter uses these words in these senses. Positions are 0-based, as in the code; (0N) names the chapter that
-# builds the piece.
-#
-# | term | meaning |
-# |---|---|
-# | round | one draft-verify-accept step: K drafts, one target forward, then the accepted prefix plus the target's own *bonus* token committed |
-# | K | drafts per round (vLLM's `num_speculative_tokens`) |
-# | x_0..x_n, h_0..h_n | the context tokens, and the target's taps at their positions; from h_n the target chooses x_{n+1} |
-# | slot j, draft j, depth | a round's drafter slots j = 1..K; draft j is slot j's token, at depth j - 1 (slot 1 = depth 0; the training code's index) |
-# | acceptance length (AL) | tokens a round commits, bonus included, averaged over rounds; 1.00 for plain decoding |
-# | p_j | draft j's conditional acceptance rate: of the rounds that accepted drafts 1..j-1, the share that also accepted draft j; AL = 1 + p_1 + p_1·p_2 + … |
-# | taps | the three target hidden states (a low, a middle, a high layer) that EAGLE-3 and P-EAGLE read, concatenated (3H) and projected to H by `fc` (01) |
-# | EAGLE shift | drafter position t holds token x_{t+1} with the taps h_t, the state that predicted it |
-# | mask token, `mask_hidden` | P-EAGLE's two learned stand-ins in slots 2..K: an embedding row, and one shared 3H vector in place of the taps (02) |
-# | COD | conditional drop-token sampling, from PARD (a small draft model that drafts K tokens in one pass with mask tokens): each deeper depth trains on a shrinking, nested share of positions, so K depths cost far less than K times one (02, 03) |
-# | training-time test (TTT) | EAGLE-3's training, unrolled as at inference: each depth gets the data's next token and the head's own state from the depth before (03) |
-# | draft vocabulary, `d2t` | the few thousand frequent target ids the head scores; `d2t` maps a draft id to its target id, `t2d` the reverse (03) |
-# | lossless | the output is the target's own: identical to plain greedy decoding, or (bf16, or fp32 on a GPU) diverging only at a near-tie |
-#
-# **Reading the measurements.** Words used from 02 on (07's appendix states the full rules):
-#
-# | word | meaning |
-# |---|---|
-# | live, committed | *live*: run in this execution, on a few prompts; timings move between runs. *Committed*: a full-size run stored under `data/`, read back with its host and dtype |
-# | host | the machine behind a figure, named by its CPU: `cpu-epyc-avx2-2c` (2 cores, no bf16 units) or `cpu-epyc-avx512bf16-2c` (2 cores, bf16 units); compare only within one host and dtype |
-# | dtype | float32 or bfloat16; on a CPU with bf16 units a bf16 forward is much cheaper, which changes every timing |
-# | paired rule | two methods timed side by side on each prompt; one is *shown faster* when a sign test over the prompts gives p < 0.05, else "faster on N of M prompts" |
-# | seed spread | the gap between two training seeds of one setting; a smaller gap between two heads is a tie |
-# | oracle | a stand-in drafter replaying the paper's acceptance through the real loop, charged one parallel pass or K sequential ones: drafting's cost apart from the head's quality |
-
-# %% [markdown]
 # ## The course
 #
 # | notebook | question it answers | minutes |
@@ -504,7 +509,7 @@ check_accept(answer_accept)
 # | `02_mask_tokens` | How one pass drafts K tokens: mask token, `mask_hidden`, the drafter from scratch, the attention layout | 1.0 |
 # | `03_train_head` | Training a P-EAGLE head: self-distilled data, the draft vocabulary (`d2t`/`t2d`), COD sampling, the loop by hand | 3.6 |
 # | `04_scale_and_acceptance` | How far training goes: the shipped heads, the learning curve, your own model on a second architecture | 2.0 |
-# | `05_parallel_vs_sequential` | Parallel vs sequential drafting: drafting cost, speed against plain decoding, losslessness; a narrow domain where trained heads pay | 6.7 |
+# | `05_parallel_vs_sequential` | Parallel vs sequential drafting: drafting cost; the payoff where acceptance is high (a pair trained alike on list requests); the shipped heads against plain decoding; losslessness | 6.7 |
 # | `06_vllm_deploy` | Export to vLLM's eagle3 format, serve with `parallel_drafting`; load and tensor parallelism | 3.9 |
 # | `07_explorer` | Drafts accepted token by token; speculative sampling; how the course measures | 0.5 |
 #
@@ -534,10 +539,10 @@ check_accept(answer_accept)
 # - A round is five steps: draft K, verify K + 1 tokens in one target forward, accept the agreeing prefix, add the
 #   bonus, roll back; the hand-written round matches the package's.
 # - In fp32 on this CPU every speculative output here is identical to plain greedy decoding.
-# - In float32 here verification alone costs 1.87 steps, so the prime-check prompt (1.47 tokens a round) is slower
-#   (0.74x).
-# - On two list requests P-EAGLE ran 1.81x to 2.41x and EAGLE-3 1.34x to 1.42x faster than plain decoding; two requests
-#   show no order (p = 0.5).
+# - In float32 here verification alone costs 1.80 steps, so the prime-check prompt (1.47 tokens a round) is slower
+#   (0.79x).
+# - On two list requests the matched pair pays: P-EAGLE 1.61x to 2.93x, EAGLE-3 1.79x to 2.49x faster than plain
+#   decoding; two requests show no order between them (05 shows it on 48).
 # - AL = 1 + p1 + p1·p2 + …: draft 1 supplied 80% of the extra tokens; a larger K cannot rescue weak early drafts.
 #
 # Next: `01_hidden_states`, the features every EAGLE-3 and P-EAGLE drafter reads.

@@ -109,9 +109,10 @@ print("the first token comes from the target:", run.sources[0] == viz.TARGET)
 print("lossless (identical, or in a near-tie regime a near-tie divergence; see the regime above):", run.lossless)
 
 # %% [markdown]
-# **Reading it.** Live, bfloat16: P-EAGLE at K=4 commits 1.40 tokens per round of a possible 5 and runs at 0.96x plain
-# decoding, so here it does not pay. Its output leaves plain greedy's from token 12, where greedy's top two logits tie
-# (margin 0): lossless by the near-tie rule (appendix), but the two timings cover slightly different texts.
+# **Reading it.** Live, bfloat16: P-EAGLE at K=4 commits 1.40 tokens per round of a possible 5 and runs at 1.02x plain
+# decoding, one run each: about even, within timing noise, though the cell counts it as paying. Its output leaves
+# plain greedy's from token 12, where greedy's top two logits tie (margin 0): lossless by the near-tie rule
+# (appendix), but the two timings cover slightly different texts.
 
 # %% [markdown]
 # ### Exercise: which kind of prompt gets more drafts accepted?
@@ -360,8 +361,8 @@ print(f"05's {len(bench05)} committed benchmark rows: {min(bench05):.2f} to {max
 # %% [markdown]
 # ## What we saw
 #
-# - **Fixed run** (live, bfloat16): P-EAGLE at K=4 commits 1.40 tokens per round of 5, at 0.96x plain decoding; its
-#   output leaves greedy's only at an exact tie.
+# - **Fixed run** (live, bfloat16): P-EAGLE at K=4 commits 1.40 tokens per round of 5, at 1.02x plain decoding (one
+#   run each: about even); its output leaves greedy's only at an exact tie.
 # - **Exercise**: code 1.33 against chat 1.29, one prompt each, cannot rank kinds of text.
 # - **Speculative sampling**: the output follows p (TV 0.0041) whatever q is; q sets how many drafts pass.
 # - **Across hosts** (committed): with bf16 units both heads are shown faster than plain decoding (1.14x to 1.31x); in
