@@ -20,8 +20,8 @@
 # and know exactly what "lossless" means.
 #
 # Plan: the idea and what P-EAGLE changes; the glossary every chapter uses; one round by hand; acceptance length; a
-# pair of heads that pays; two exercises; a course map. Timings are live and move with the machine's load; committed
-# results are labelled so.
+# pair of heads that pays; two exercises; how the course measures, and a course map. Timings are live and move with
+# the machine's load; committed results are labelled so.
 
 # %%
 # Parameters come from the environment: PEAGLE_TARGET (default: the embedded SmolLM2-135M-Instruct),
@@ -51,7 +51,7 @@ from peagle_lab import models, precision, settings
 # can differ from plain decoding's in the last bits:
 #
 # - **fp32 on a CPU**: the output is **identical** to plain greedy decoding (the package's tests check K = 1 to 8,
-#   both heads; this chapter shows P-EAGLE's).
+#   both heads; this chapter checks every run it makes).
 # - **bf16, or fp32 on a GPU**: identical, **or** diverging at a *near-tie* (plain decoding's top two logits within a
 #   few units in the last place), reported with its logit margin (top-1 minus top-2); notebook 05 shows one. A
 #   divergence at a margin of several logits is a bug.
@@ -83,7 +83,7 @@ draw_drafting_schemes(k=4);
 # ## Glossary
 #
 # Every chapter uses these words in these senses. Positions are 0-based, as in the code; (0N) names the chapter that
-# builds the piece.
+# builds the piece. The words of measurement (live, committed, host, the paired rule ...) close this chapter.
 #
 # | term | meaning |
 # |---|---|
@@ -100,17 +100,7 @@ draw_drafting_schemes(k=4);
 # | training-time test (TTT) | EAGLE-3's training, unrolled as at inference: each depth gets the data's next token and the head's own state from the depth before (03) |
 # | draft vocabulary, `d2t` | the few thousand frequent target ids the head scores; `d2t` maps a draft id to its target id, `t2d` the reverse (03) |
 # | lossless | the output is the target's own: identical to plain greedy decoding, or (bf16, or fp32 on a GPU) diverging only at a near-tie |
-#
-# **Reading the measurements.** Words every timing uses (07's appendix states the full rules):
-#
-# | word | meaning |
-# |---|---|
-# | live, committed | *live*: run in this execution, on a few prompts; timings move between runs. *Committed*: a run stored under `data/` (most are full size, 24 prompts or more; each prints its size), read back with its host and dtype |
-# | host | the machine behind a figure, named by its CPU: `cpu-epyc-avx2-2c` (2 cores, no bf16 units) or `cpu-epyc-avx512bf16-2c` (2 cores, bf16 units); compare only within one host and dtype |
-# | dtype | float32 or bfloat16; on a CPU with bf16 units a bf16 forward over several tokens (a verification) is much cheaper than in float32, while a one-token step costs about the same, which changes every round's cost |
-# | paired rule | two methods timed side by side on each prompt; one is *shown faster* when a sign test over the prompts gives p < 0.05, else "faster on N of M prompts"; under 6 prompts no split reaches p < 0.05, so such runs only count wins |
-# | seed spread | the gap between two training seeds of one setting; a smaller gap between two heads is a tie |
-# | oracle | a stand-in drafter replaying the paper's acceptance through the real loop, charged one parallel pass or K sequential ones: drafting's cost apart from the head's quality |
+
 
 # %% [markdown]
 # ## The target and its plain greedy answer
@@ -378,7 +368,8 @@ if al_formula > 1:
 # On predictable text a small head learns the target's habits. The *matched pair*, one P-EAGLE and one EAGLE-3 head,
 # was trained alike (one seeded start, the same steps) on the target's own answers to list requests (ranges,
 # countdowns, the alphabet ...); 05 times it at length. The cell runs the pair at K=7 on held-out requests against
-# plain decoding (interleaved, median of three runs) and checks each output against plain greedy.
+# plain decoding (interleaved, median of three runs) and checks each output against plain greedy; `p` is the sign test
+# of the paired rule ("How the course measures", at the end).
 
 # %%
 from peagle_lab.bench.suites import suite_records
@@ -500,6 +491,19 @@ def answer_accept(drafts, choice):
 check_accept(answer_accept)
 
 # %% [markdown]
+# ## How the course measures
+#
+# The words every timing uses (07's appendix states the full rules):
+#
+# | word | meaning |
+# |---|---|
+# | live, committed | *live*: run in this execution, on a few prompts; timings move between runs. *Committed*: a run stored under `data/` at the size it prints (from a few prompts to 48), read back with its host and dtype |
+# | host | the machine behind a figure, named by its CPU: `cpu-epyc-avx2-2c` (2 cores, no bf16 units) or `cpu-epyc-avx512bf16-2c` (2 cores, bf16 units); compare only within one host and dtype |
+# | dtype | float32 or bfloat16; on a CPU with bf16 units a bf16 forward over several tokens (a verification) is much cheaper than in float32, while a one-token step costs about the same, which changes every round's cost |
+# | paired rule | two methods timed side by side on each prompt; one is *shown faster* when a sign test over the prompts gives p < 0.05, else "faster on N of M prompts"; under 6 prompts no split reaches p < 0.05, so such runs only count wins |
+# | seed spread | the gap between two training seeds of one setting; a smaller gap between two heads is a tie |
+# | oracle | a stand-in drafter replaying the paper's acceptance through the real loop, charged one parallel pass or K sequential ones: drafting's cost apart from the head's quality |
+#
 # ## The course
 #
 # | notebook | question it answers | minutes |

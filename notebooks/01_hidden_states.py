@@ -128,8 +128,8 @@ ax.set_ylabel("L2 norm")
 ax.legend();
 
 # %% [markdown]
-# **Reading it.** The sink's norm dwarfs the rest: a few times larger at tap 2, tens of times larger at taps 15
-# and 27. The cosines below skip it.
+# **Reading it.** The sink's norm dwarfs the rest: a few times larger at tap 2, one to two orders of magnitude
+# larger at taps 15 and 27 (the plot's log scale). The cosines below skip it.
 
 # %% tags=["smollm2-fact", "nbval-check-output"]
 sim = cosine_matrix(states, skip_first=1)
