@@ -354,7 +354,9 @@ plt.show()
 
 # %% [markdown]
 # **Reading it.** The mask equals its rule in both layouts, and no element sees another sequence. In the left panel
-# `(2, 2)` attends to `(0, 0)` .. `(2, 0)`, `(2, 1)` and itself: what slot 3 sees after anchor 2.
+# `(2, 2)` attends to `(0, 0)` .. `(2, 0)`, `(2, 1)` and itself: what slot 3 sees after anchor 2. The plan's
+# `[6, 4, 3]`: depth 0 holds every position with a next token, deeper depths only anchors (position 0 is prompt
+# context, not an anchor), and each depth loses the last anchor, which has no label that far ahead.
 #
 # ### Exercise: more parallel slots
 #
@@ -426,6 +428,9 @@ for r in live:
           f"{r['divergences']}")
 
 # %% [markdown]
+# **Reading it.** Both live heads stayed lossless (0 divergences); their AL gap (1.069 against 1.050) comes from 12
+# steps and one seed, too little to rank stand-ins: the committed study below does that.
+#
 # ### Trained as it drafts
 #
 # With the right mask, each training element gives its slot's one-pass logits, up to float rounding. The cell checks
@@ -465,7 +470,9 @@ print("training elements equal the one-pass draft (within 1e-4):", worst < 1e-4)
 # ## The committed study
 #
 # The table, then the rule: a gap counts only beyond both stand-ins' seed spreads, and is firm only beyond the
-# largest seed spread of any committed study (0.052, notebook 03). Last, the rounds that reach each slot.
+# largest seed spread of any committed study (0.052, notebook 03). Last, the rounds that reach each slot. The study
+# computed its taps online in float32 rather than reading notebook 01's bf16 shards, so its `learned` runs also serve
+# as the float32 arm of notebook 03's storage study.
 
 # %% tags=["nbval-ignore-output"]
 from IPython.display import Markdown, display
