@@ -511,14 +511,14 @@ check_accept(answer_accept)
 # | `00_overview` | What is speculative decoding, what does P-EAGLE change, what does lossless mean? | 1.5 |
 # | `01_hidden_states` | What the drafter reads: the three tapped layers, their disk cost, extraction | 0.4 |
 # | `02_mask_tokens` | How one pass drafts K tokens: mask token, `mask_hidden`, the drafter from scratch, the attention layout | 1.0 |
-# | `03_train_head` | Training a P-EAGLE head: self-distilled data, the draft vocabulary (`d2t`/`t2d`), COD sampling, the loop by hand | 3.6 |
-# | `04_scale_and_acceptance` | How far training goes: the shipped heads, the learning curve, your own model on a second architecture | 2.0 |
-# | `05_parallel_vs_sequential` | Parallel vs sequential drafting: drafting cost; the payoff where acceptance is high (a pair trained alike on list requests); the shipped heads against plain decoding; losslessness | 6.7 |
-# | `06_vllm_deploy` | Export to vLLM's eagle3 format, serve with `parallel_drafting`; load and tensor parallelism | 3.9 |
-# | `07_explorer` | Drafts accepted token by token; speculative sampling; how the course measures | 0.5 |
+# | `03_train_head` | Training a P-EAGLE head: self-distilled data, the draft vocabulary (`d2t`/`t2d`), COD sampling, the loop by hand | 3.7 |
+# | `04_scale_and_acceptance` | How far training goes: the shipped heads, the learning curve, your own model on a second architecture | 1.9 |
+# | `05_parallel_vs_sequential` | Parallel vs sequential drafting: drafting cost; the payoff where acceptance is high (a pair trained alike on list requests); the shipped heads against plain decoding; losslessness | 5.7 |
+# | `06_vllm_deploy` | Export to vLLM's eagle3 format, serve with `parallel_drafting`; load and tensor parallelism | 3.7 |
+# | `07_explorer` | Drafts accepted token by token; speculative sampling; how the course measures | 0.4 |
 #
-# Minutes: one `make lab` run, per chapter, rounded, on `cpu-epyc-avx512bf16-2c` (2-core AMD EPYC with bf16 units,
-# no GPU), the host of every saved output. 00-04 and 06 load the target in float32, 05 and 07 in bfloat16 (what `auto`
+# Minutes: one `make lab` run (18.4 minutes in all), per chapter, rounded, on `cpu-epyc-avx512bf16-2c` (2-core AMD
+# EPYC with bf16 units, no GPU), the host of every saved output. 00-04 and 06 load the target in float32, 05 and 07 in bfloat16 (what `auto`
 # picks on a CPU with bf16 units). `make setup` installs everything, vLLM included; no chapter needs a GPU or downloads
 # a model.
 #
