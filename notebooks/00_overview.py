@@ -19,6 +19,11 @@
 # **Goal:** understand one speculative round (draft, verify, accept, bonus, roll back) well enough to write it yourself,
 # and know exactly what "lossless" means.
 #
+# **What the course shows on a laptop CPU:** the mechanism, built and checked piece by piece; losslessness; and
+# P-EAGLE's one drafting pass beating EAGLE-3's K passes where acceptance is high (a pair of heads trained alike on list
+# requests, here and in 05). On open prompts its small heads accept too few drafts for drafting cost to decide (04, 05);
+# the published speed-ups need the published heads on a GPU (06 shows how to serve them).
+#
 # Plan: the idea and what P-EAGLE changes; the glossary every chapter uses; one round by hand; acceptance length; a
 # pair of heads that pays; two exercises; how the course measures, and a course map. Timings are live and move with
 # the machine's load; committed results are labelled so.
@@ -230,9 +235,13 @@ draw_eagle_shift(n=4, k_fig=4)  # context x_0..x_4, one round of K=4 drafts
 # 4. add the **bonus** token, the target's choice right after that prefix;
 # 5. **roll back** the target's KV cache past the rejected drafts.
 #
-# `draft` first crops the drafter's own cache back to the round's new slots, then runs the head (built in 02);
+# The *prefill* is the target's first forward over the whole prompt, which fills its KV cache. `draft` first crops
+# the drafter's own cache back to the round's new slots, then runs the head (02 writes it from scratch): `fuse` is
+# `fc` over the taps, `mask_slot_hidden` gives the mask slots' hidden input, `logits_from` keeps the last K rows, and
 # `to_target_logits` maps draft ids to target ids via `d2t`. `Slots` holds the new tokens, their taps and the first
-# one's position.
+# one's position. The next cell checks the round against the package's loop: `TargetRunner` wraps the target (a
+# forward returning logits and taps), `HeadDrafter` the head, `speculative_generate` and `plain_generate` the two
+# loops; `ensure_head` loads the shipped head (it trains one on the spot only for a target without one).
 
 # %%
 from transformers import DynamicCache
@@ -360,8 +369,8 @@ if al_formula > 1:
 
 # %% [markdown]
 # **Reading it.** The terms shrink fast: draft 1 supplies 80% of the 0.469 extra tokens per round; draft 5, never
-# reached, prints `nan` and adds nothing. An AL belongs to a head **and** its text: 07's ledger lists every AL the
-# course prints with its prompts, K, host and dtype.
+# reached, prints `nan` and adds nothing. An AL belongs to a head **and** its text: 07's ledger lists the shipped
+# heads' ALs across the chapters with their prompts, K, host and dtype.
 #
 # ### A head that pays: list requests
 #
@@ -503,6 +512,8 @@ check_accept(answer_accept)
 # | paired rule | two methods timed side by side on each prompt; one is *shown faster* when a sign test over the prompts gives p < 0.05, else "faster on N of M prompts"; under 6 prompts no split reaches p < 0.05, so such runs only count wins |
 # | seed spread | the gap between two training seeds of one setting; a smaller gap between two heads is a tie |
 # | oracle | a stand-in drafter replaying the paper's acceptance through the real loop, charged one parallel pass or K sequential ones: drafting's cost apart from the head's quality |
+# | eager | a PyTorch model run op by op, each kernel launched from Python (no CUDA graphs, no compilation): on a GPU, launches then dominate a batch-1 step |
+# | K | chosen per experiment: 5 for 00's round, 7 where results meet the blog's K=7, a sweep where K is the question; the shipped heads were trained for K=8 |
 #
 # ## The course
 #
@@ -518,9 +529,9 @@ check_accept(answer_accept)
 # | `07_explorer` | Drafts accepted token by token; speculative sampling; how the course measures | 0.4 |
 #
 # Minutes: one `make lab` run (18.4 minutes in all), per chapter, rounded, on `cpu-epyc-avx512bf16-2c` (2-core AMD
-# EPYC with bf16 units, no GPU), the host of every saved output. 00-04 and 06 load the target in float32, 05 and 07 in bfloat16 (what `auto`
-# picks on a CPU with bf16 units). `make setup` installs everything, vLLM included; no chapter needs a GPU or downloads
-# a model.
+# EPYC with bf16 units, no GPU), the host of every saved output. 00-04 and 06 load the target in float32, 05 and 07 in
+# bfloat16 (what `auto` picks on a CPU with bf16 units). `make setup` installs everything, vLLM included; no chapter
+# needs a GPU or downloads a model.
 #
 # ### Questions users of EAGLE, SpecForge and vLLM keep asking
 #

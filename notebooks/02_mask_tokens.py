@@ -393,12 +393,13 @@ for K_TRY in (2, 8):  # the exercise's two values; edit to try others
 # | zeros | learned mask row | zeros |
 # | copy of h_context | learned mask row | `fc(h_a)`, the anchor's own taps |
 # | random | learned mask row | `fc(r)`, `r` frozen random |
-# | frozen mask embedding | an existing token's row, frozen | `fc(mask_hidden)`, learned |
+# | frozen mask embedding | the target's own row of the mask token (SmolLM2: id 16, `<empty_output>`), frozen | `fc(mask_hidden)`, learned |
 #
 # Each head drafts at K = 7 on held-out prompts (notebook 03's *scale mix*: the training prompts' mix of kinds, its
 # held-out split). **tokens seen**: training tokens read, repeats counted. **held-out AL (mean)**: tokens per
-# round, mean of two seeds; **seed spread**: their gap; **P(accept) slots 1 / 2 / 3**: slot j's acceptance rate
-# when the slots before it were accepted; **divergences**: prompts whose output differs from plain greedy.
+# round, mean of two seeds; **seed spread**: the AL gap between that setting's two seeds;
+# **P(accept) slots 1 / 2 / 3**: slot j's acceptance rate when the slots before it were accepted; **divergences**:
+# prompts whose output differs from plain greedy.
 #
 # The full study (ten heads) is committed; the cell runs a tiny live version (two variants, few steps, one seed).
 

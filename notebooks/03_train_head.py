@@ -288,7 +288,8 @@ print("verdict: " + (f"bf16 taps change AL by {gap:+.3f}, beyond the seeds' nois
 
 # %% [markdown]
 # **Reading it.** bf16 taps cost no acceptance the seeds can measure: AL 1.210 against 1.211 with float32 taps, within
-# the larger seed spread (0.027). With half the disk, bf16 is the default.
+# the larger seed spread (0.027). Both arms trained under bfloat16 autocast, so the study compares how taps are
+# stored, not the training precision. With half the disk, bf16 is the default.
 #
 # ## 4 · Training
 #
@@ -414,7 +415,9 @@ check_cod_sample(my_cod_sample)
 # (`RowCache`). Depth 0 reads every position (token `x[t+1]`, fused taps of `t`); each deeper depth adds one mask slot
 # per kept anchor to the same cache, under notebook 02's attention rule. The loss is each depth's cross-entropy on its
 # trained anchors (target token `d + 1` past the anchor; labels outside the draft vocabulary skipped), averaged over
-# depths; both are checked against the trainer's `run_depths` and `forward`.
+# depths; both are checked against the trainer's `run_depths` and `forward`. The head is this chapter's short
+# demonstration run (8,192 draft ids, lr 0.002), not the shipped recipe, whose settings each head's `TRAINING.md`
+# records.
 
 # %% tags=["nbval-ignore-output"]
 class RowCache:

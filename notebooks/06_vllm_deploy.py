@@ -400,7 +400,8 @@ for what, prompt_set, n, rounds, al in (
 #   weights, no head): `verify K+1 / step` is verifying K+1 tokens in decode steps; `draft share` is drafting's
 #   share of a round.
 # - **Tensor parallelism**: vLLM's size must divide the attention heads, so the target is sharded by hand over 2 CPU
-#   processes, as vLLM shards it on GPUs.
+#   processes, as vLLM shards it on GPUs, talking through gloo (PyTorch's CPU collective-communication backend). Each
+#   layer ends with two all-reduces (after attention's `o_proj` and the MLP's `down_proj`): 60 per pass over 30 layers.
 
 # %% tags=["nbval-ignore-output"]
 import matplotlib.pyplot as plt
@@ -456,7 +457,7 @@ for path in sorted(RESULTS.glob("*/tensor-parallel/tensor_parallel.json")):
 # %% [markdown]
 # **Reading it (question 8).** Load turns break-even into a loss: 1.00x at 1 concurrent request (repeats
 # 0.87x-1.14x), 0.43x at 4, 0.28x at 16. AL stays at 1.30-1.35 while a round's cost grows from 1.29 to 4.78 plain
-# steps.
+# steps. The sweep's dtype is not in its file: float32 is serve-sweep's setting for this device.
 #
 # **GPU** (eager, random weights, batch 1; cost only, not a speed-up): verifying K+1 tokens costs 1.15-1.18 decode
 # steps, and drafting is 6% of a round for P-EAGLE at K=8 against 31% for EAGLE-3.
