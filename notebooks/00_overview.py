@@ -19,14 +19,15 @@
 # **Goal:** understand one speculative round (draft, verify, accept, bonus, roll back) well enough to write it yourself,
 # and know exactly what "lossless" means.
 #
-# **What the course shows on a laptop CPU:** the mechanism, built and checked piece by piece; losslessness; and
+# **What the course shows on a 2-core CPU:** the mechanism, built and checked piece by piece; losslessness; and
 # P-EAGLE's one drafting pass beating EAGLE-3's K passes where acceptance is high (a pair of heads trained alike on list
-# requests, here and in 05). On open prompts its small heads accept too few drafts for drafting cost to decide (04, 05);
-# the published speed-ups need the published heads on a GPU (06 shows how to serve them).
+# requests: 05 shows it on 48 of them; here it runs on two). On open prompts its small heads accept too few drafts for
+# drafting cost to decide (04, 05), and their speed-ups need a CPU with bf16 units (in float32 they lose); the
+# published speed-ups need the published heads on a GPU (06 shows how to serve them).
 #
 # Plan: the idea and what P-EAGLE changes; the glossary every chapter uses; one round by hand; acceptance length; a
-# pair of heads that pays; two exercises; how the course measures, and a course map. Timings are live and move with
-# the machine's load; committed results are labelled so.
+# pair of heads on list requests; two exercises; how the course measures, and a course map. Timings are live and move
+# with the machine's load; committed results are labelled so.
 
 # %%
 # Parameters come from the environment: PEAGLE_TARGET (default: the embedded SmolLM2-135M-Instruct),
@@ -372,7 +373,7 @@ if al_formula > 1:
 # reached, prints `nan` and adds nothing. An AL belongs to a head **and** its text: 07's ledger lists the shipped
 # heads' ALs across the chapters with their prompts, K, host and dtype.
 #
-# ### A head that pays: list requests
+# ### A pair of heads on list requests
 #
 # On predictable text a small head learns the target's habits. The *matched pair*, one P-EAGLE and one EAGLE-3 head,
 # was trained alike (one seeded start, the same steps) on the target's own answers to list requests (ranges,
@@ -513,7 +514,7 @@ check_accept(answer_accept)
 # | seed spread | the gap between two training seeds of one setting; a smaller gap between two heads is a tie |
 # | oracle | a stand-in drafter replaying the paper's acceptance through the real loop, charged one parallel pass or K sequential ones: drafting's cost apart from the head's quality |
 # | eager | a PyTorch model run op by op, each kernel launched from Python (no CUDA graphs, no compilation): on a GPU, launches then dominate a batch-1 step |
-# | K | chosen per experiment: 5 for 00's round, 7 where results meet the blog's K=7, a sweep where K is the question; the shipped heads were trained for K=8 |
+# | K | chosen per experiment and printed with it: 5 for 00's round, 4 for short demonstrations (03, 04's template check, 07), 7 where results meet the blog's K=7, 8 (the heads' trained K) for 06's vLLM engine, a sweep where K is the question |
 #
 # ## The course
 #
@@ -556,8 +557,8 @@ check_accept(answer_accept)
 # - In fp32 on this CPU every speculative output here is identical to plain greedy decoding.
 # - In float32 here verification alone costs 1.80 steps, so the prime-check prompt (1.47 tokens a round) is slower
 #   (0.79x).
-# - On two list requests the matched pair pays: P-EAGLE 1.61x to 2.93x, EAGLE-3 1.79x to 2.49x faster than plain
-#   decoding; two requests show no order between them (05 shows it on 48).
+# - On two list requests both heads of the matched pair ran faster than plain decoding (P-EAGLE 1.61x to 2.93x,
+#   EAGLE-3 1.79x to 2.49x); two requests only count wins, and show no order between the heads (05 tests it on 48).
 # - AL = 1 + p1 + p1·p2 + …: draft 1 supplied 80% of the extra tokens; a larger K cannot rescue weak early drafts.
 #
 # Next: `01_hidden_states`, the features every EAGLE-3 and P-EAGLE drafter reads.

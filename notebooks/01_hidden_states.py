@@ -216,7 +216,7 @@ print(f"740 GB at the same {per_token:,.0f} B/token is {740e9 / per_token / 1e6:
 # %% [markdown]
 # **Reading it.** Stored taps are huge: a ShareGPT-sized set takes 353.3 GB for the 135M target, 2.5 TB for
 # Llama-3.1-8B; real recipes train online or store small sets. One state (EAGLE-1/2, which read one layer) gives
-# 836.4 GB, above EAGLE's published 740 GB; the output reconciles the gap (shorter sequences than 1,500 tokens).
+# 836.4 GB, above EAGLE's published 740 GB; worked back, 740 GB would mean 1,327 tokens per sequence instead of 1,500.
 #
 # ## Extracting features for training
 #

@@ -172,8 +172,9 @@ for kind, row in (("parallel", P), ("sequential", S)):
 # **Reading it.** On the 8 committed held-out prompts (64 new tokens, bfloat16), EAGLE-3 accepts more at K=7: 2.532
 # tokens a round against P-EAGLE's 1.895. P-EAGLE leads at slot 1 (0.62 over ~270 rounds against 0.50 over ~202), but
 # its slots 2 and 3 fall to 0.34 (~167) and 0.24 (~57), and its later rates rest on ~13 rounds or fewer. Live (2
-# HumanEval prompts, 48 new tokens, float32), EAGLE-3 was ahead at every K and every output matched plain greedy; at
-# K=1 that reverses the order the held-out slot-1 rates predict, and 2 prompts are too few to rank the heads.
+# HumanEval prompts, 48 new tokens, float32), EAGLE-3's AL was higher at every K (by the 0.052 tie rule, a seed
+# spread, not a measure of prompt noise) and every output matched plain greedy; at K=1 that reverses the order the
+# held-out slot-1 rates predict, and 2 prompts are too few to rank the heads.
 #
 # This reverses the paper's order (vLLM blog, GPT-OSS-20B, HumanEval, K=7: P-EAGLE 3.94, EAGLE-3 3.03). The shipped
 # heads differ in budget (EAGLE-3: 1.23x the wall time, 1.05x the tokens seen) and in data (03 prints their runs), so
@@ -478,8 +479,8 @@ if runs:
 # seed with budget, so it proves little: the budget is wall time, so the tokens a run sees depend on the machine's
 # speed during it (the two baseline seeds' tokens seen lie 17% apart).
 #
-# Beyond budget, the paper differs in target (GPT-OSS-20B), head depth (4 layers) and benchmark; no run here isolates
-# these.
+# Beyond budget, the paper differs in target (GPT-OSS-20B), head depth (4 layers, where here deeper heads did not help
+# at equal time) and benchmark; no run here isolates these.
 
 # %% [markdown]
 # ## What we saw

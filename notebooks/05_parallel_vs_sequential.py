@@ -341,8 +341,8 @@ else:
 # of 48, 0.59x to 4.42x). The mechanism shows on its own: drafting takes a median 6.1 ms a round in one pass against
 # 27.2 ms in seven, faster on 48 of 48 requests, while the per-request gap (-1.33x to +2.45x) moves with each
 # request's acceptance. 3 of the 96 speculative outputs leave plain greedy, each at a near-tie (margins 0 and 0.5,
-# bound 1). Speed-ups run higher than in the committed float32 run because in bf16 verifying K+1 tokens costs 1.04
-# to 1.28 decode steps here (the drafting-cost table), against a float32 round of 1.98.
+# bound 1). Speed-ups run higher than in the committed float32 run mostly because a bf16 round is cheaper: 1.27
+# decode steps at K=7 in this chapter's live run (the break-even below), against 1.98 in that float32 run.
 #
 # ## The shipped heads on open prompts
 #
@@ -627,7 +627,7 @@ print(f"  oracle K={o['k']}: AL {o['acceptance_length']:.2f} over {o['rounds']} 
 # 0.31). The oracle drew AL 4.44, 0.65 above the 3.79 the 40-token budget leaves expected: its per-slot rates (0.64 to
 # 0.95 for one nominal 0.781) are draws over 27 rounds.
 #
-# ## P-EAGLE's claim at the paper's acceptance: the oracle pair
+# ## P-EAGLE's claim at the paper's per-slot rate: the oracle pair
 #
 # The two oracle rows use the same random draws, so they accept the same tokens in the same rounds (the cell asserts
 # it) and only the drafting cost differs. The cell tabulates each charge's drafting and verification time per round
@@ -902,8 +902,9 @@ print("ratio as a fraction of K:", ", ".join(f"K={k}: {r / k:.2f}" for k, r in e
 #   48, p = 0.00022).
 # - On open prompts the shipped heads accept 1.32 to 1.55 tokens a round and verification dominates: 1.18x and 1.14x
 #   end to end in the committed bf16 run; prompt lookup beats both.
-# - At the paper's per-slot rate one parallel pass beats seven sequential ones on the same draws (2.83x against 2.48x
-#   live on 3 prompts, whose draws gave AL 4.44; shown faster in the committed fp32 runs).
+# - At the paper's per-slot rate one parallel pass is shown faster than seven sequential ones on the same draws in
+#   the committed fp32 runs (1.59x against 1.46x on code, 1.56x against 1.39x on chat); live, 2.83x against 2.48x on
+#   3 prompts (3 of 3: too few to show an order).
 # - In bf16, speculative output diverges from plain greedy only at near-ties (margins 0 to 0.5); fp32 stays
 #   identical; an off-by-one acceptance rule fails at a margin of 5.25.
 #
