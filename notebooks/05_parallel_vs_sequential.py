@@ -261,7 +261,8 @@ else:
 # its first mask slot, slot 2, is accepted in 0.69 of 597 rounds, EAGLE-3's second draft in 0.91 of 478) and wins on
 # the round: 1.98 decode steps against 2.47, from drafting of 15.1 ms in one pass against 42.4 ms in seven, with
 # verification alike (102.9 and 104.4 ms). Of the 11 requests where P-EAGLE loses to plain decoding, 10 have answers
-# of 5 to 14 tokens: short answers leave speculation few rounds to gain in.
+# of 5 to 14 tokens: short answers leave speculation few rounds to gain in. Both heads are fastest at K=7, the
+# sweep's largest K, so either head's best K may lie beyond it.
 #
 # ### The matched pair, live
 #
