@@ -549,7 +549,9 @@ del ttt, head
 #
 # Training wraps that forward in a plain optimizer loop. Each step:
 #
-# - plans each of the next packed rows (at least `batch_tokens`) with a fresh COD draw over `num_depths` depths;
+# - takes the next packed rows until they hold `batch_tokens` tokens (`PackedRows` packs whole sequences, in a seeded
+#   order, into rows of at most `row_tokens`, one sequence at least) and plans each with a fresh COD draw over
+#   `num_depths` depths;
 # - weights each row's loss (mean over depths) by its share of the step's tokens;
 # - steps AdamW: the head's own parameters at `lr`, with the mask token's embedding row (trained as its own parameter
 #   `mask_embedding`, written back into the table shared with the target); the final norm and `lm_head`, copied from

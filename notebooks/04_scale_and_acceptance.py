@@ -186,12 +186,13 @@ for kind, row in (("parallel", P), ("sequential", S)):
 #
 # Two committed experiments, scored by AL at K=7 on 8 held-out prompts x 64 new tokens (not section 1's prompts):
 #
-# * **Learning curves** (left), against cumulative tokens seen, each run in two legs on the earlier, smaller scale-mix
-#   file `smollm2-135m-scale.jsonl`. EAGLE-3 (`eagle3` + `eagle3-cont`) is the shipped EAGLE-3 head's first two legs
-#   (the first two runs 03 prints for it); P-EAGLE (`peagle` + `peagle-cont`) is an earlier run, not the shipped
-#   P-EAGLE head. Each curve ends at its last snapshot, before its run ended.
-# * **Deeper heads** (right): P-EAGLE heads with 1, 2 and 4 layers (`exp-L1`, `exp-L2`, `exp-L4`), each trained from
-#   scratch on the same 6,000 sequences for about 2400 s; `exp-L1` is the shipped P-EAGLE head's first run.
+# * **Learning curves** (left), against cumulative tokens seen, each run in two legs (a run, then a `-cont` run that
+# continues it with `--init-from`; a *snapshot* is the head saved every so many tokens) on the earlier, smaller
+# scale-mix file `smollm2-135m-scale.jsonl`. EAGLE-3 (`eagle3` + `eagle3-cont`) is the shipped EAGLE-3 head's first
+# two legs (the first two runs 03 prints for it); P-EAGLE (`peagle` + `peagle-cont`) is an earlier run, not the
+# shipped P-EAGLE head. Each curve ends at its last snapshot, before its run ended. * **Deeper heads** (right):
+# P-EAGLE heads with 1, 2 and 4 layers (`exp-L1`, `exp-L2`, `exp-L4`), each trained from scratch on the same 6,000
+# sequences for about 2400 s; `exp-L1` is the shipped P-EAGLE head's first run.
 
 # %% tags=["nbval-ignore-output"]
 docs = [heads_report.read_curve(RECIPE_DIR / HOST / name) if HOST else {"points": []}

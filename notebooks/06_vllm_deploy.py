@@ -22,10 +22,11 @@
 # **Plan:** 1 vLLM's drafter layout · 2 export · 3 offline engine · 4 acceptance length · 5 server · 6 timing ·
 # 7 load and tensor parallelism (question 8) · 8 recipe for the published heads on a GPU.
 #
-# **What this CPU can and cannot show.** Sections 2-6 run live on vLLM's CPU build (float32, eager; the exercise
-# reads vLLM's stored counters and runs our loop): they show that vLLM matches our loop, and what speculation costs on
-# CPU cores. They cannot show a GPU at batch 1, where speculation is meant to pay, or tensor parallelism over GPUs. Section 7 reads committed runs
-# instead (a GPU cost model, a load sweep, CPU tensor parallelism), each labelled with its host.
+# **What this CPU can and cannot show.** Sections 2-6 run live on vLLM's CPU build (float32, eager; the exercise reads
+# vLLM's stored counters and runs our loop): they show that vLLM matches our loop, and what speculation costs on CPU
+# cores. They cannot show a GPU at batch 1, where speculation is meant to pay, or tensor parallelism over GPUs.
+# Section 7 reads committed runs instead (a GPU cost model, a load sweep, CPU tensor parallelism), each labelled with
+# its host.
 
 # %% tags=["nbval-ignore-output"]
 import os
