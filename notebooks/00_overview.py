@@ -550,7 +550,7 @@ check_accept(answer_accept)
 # | 6. What are `d2t`, `t2d` and the draft vocabulary? | 03, `d2t` and `t2d` |
 # | 7. Should the target regenerate the training answers? | 03, self-distillation |
 # | 8. Why no speed-up at large batch; what does tensor parallelism do? | 06, load and tensor parallelism (batch measured; tensor parallelism timed on 2 CPU processes, the GPU case argued) |
-# | 9. Speculative decoding changed my greedy output! | 00, "Lossless, exactly"; 05, losslessness |
+# | 9. Speculative decoding changed my greedy output! | 00, "Lossless, exactly"; 05, losslessness; 07, question 9 |
 #
 # ## What we saw
 #

@@ -30,24 +30,19 @@
 
 # %% tags=["nbval-ignore-output"]
 import os
+import platform
 
 from peagle_lab.settings import is_ci, pick, prefer_passive_omp_wait, results_dir, seed_everything
 
 prefer_passive_omp_wait()  # before torch starts its threads: idle threads sleep, not spin (shared CPUs)
-
 TARGET = os.environ.get("PEAGLE_TARGET", "smollm2-135m")
 DEVICE = os.environ.get("PEAGLE_DEVICE")  # our loop's device; vLLM uses the device its build was made for
 CI = is_ci()  # PEAGLE_CI=1: fewer prompts and tokens, same code path
 seed_everything(0)
-
-N_PROMPTS = pick(4, 2)  # HumanEval prompts
-MAX_TOKENS = pick(64, 24)  # new tokens per prompt
+N_PROMPTS, MAX_TOKENS = pick(4, 2), pick(64, 24)  # HumanEval prompts; new tokens per prompt
 WORK = results_dir() / "06_vllm_deploy"
 WORK.mkdir(parents=True, exist_ok=True)
 print(f"target={TARGET} device={DEVICE or 'auto'} ci={CI} prompts={N_PROMPTS} max_tokens={MAX_TOKENS}")
-
-import platform
-
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")  # vLLM's engine logs are long; set INFO to see them
 import torch
 import vllm
@@ -57,17 +52,9 @@ from peagle_lab import serving
 ON_GPU, GPUS = torch.cuda.is_available(), torch.cuda.device_count()
 print("vllm", vllm.__version__, "| torch", torch.__version__, "| CUDA", ON_GPU)
 print("CPU:", platform.processor() or platform.machine(), "| cores:", os.cpu_count())
-# what this machine measures live, and what section 7 reads from committed runs of other machines instead
-elsewhere = ["serving under load (a sweep of 1 to 16 concurrent requests: too long for a chapter)"]
-if not ON_GPU:
-    elsewhere.append("a GPU at batch 1 (`gpu-h200`, bfloat16, eager, random weights: verifying K+1 tokens costs "
-                     "1.15-1.18 decode steps)")
-if GPUS < 2:
-    elsewhere.append(f"tensor parallelism (committed: the target sharded over 2 CPU processes; this machine has "
-                     f"{GPUS} GPU{'' if GPUS == 1 else 's'})")
-print(f"live here: vLLM's tokens and counters against our loop's, the server, and vLLM's timing with and without "
-      f"the head on {'the GPU' if ON_GPU else f'{os.cpu_count()} CPU cores'}")
-print("from committed runs (section 7): " + "; ".join(elsewhere))
+print(f"live on {'the GPU' if ON_GPU else f'{os.cpu_count()} CPU cores'}: sections 2-6; from committed runs "
+      "(section 7): serving under load" + ("" if ON_GPU else ", a GPU at batch 1")
+      + ("" if GPUS > 1 else ", tensor parallelism"))
 
 # %% [markdown]
 # ## 1 · What vLLM reads from a drafter directory
@@ -123,7 +110,8 @@ import json
 
 from safetensors import safe_open
 
-vllm_dir = serving.export_vllm(head_dir, WORK / "vllm_head", target=target_dir, overwrite=True)  # the notebook's own scratch export: a rerun replaces it
+# the notebook's own scratch export: a rerun replaces it
+vllm_dir = serving.export_vllm(head_dir, WORK / "vllm_head", target=target_dir, overwrite=True)
 for f in sorted(vllm_dir.iterdir()):
     print(f"{f.name:24s} {f.stat().st_size / 1e6:8.2f} MB")
 print()
@@ -148,9 +136,11 @@ print("no t2d / mask_embedding left:", not {"t2d", "mask_embedding"} & set(shape
 with safe_open(str(vllm_dir / "model.safetensors"), "pt") as f:
     emb = f.get_tensor("embed_tokens.weight").float()
 mask_id = vcfg["mask_token_id"]
-print("mask row = the head's learned mask embedding:", torch.allclose(emb[mask_id], head.embed_tokens.weight[mask_id].float().cpu()))
+print("mask row = the head's learned mask embedding:",
+      torch.allclose(emb[mask_id], head.embed_tokens.weight[mask_id].float().cpu()))
 others = torch.arange(V) != mask_id
-print("other rows = the target's embedding:", torch.allclose(emb[others], model.get_input_embeddings().weight[others].float().cpu()))
+print("other rows = the target's embedding:",
+      torch.allclose(emb[others], model.get_input_embeddings().weight[others].float().cpu()))
 
 # %% tags=["smollm2-fact", "nbval-check-output"]
 with safe_open(str(vllm_dir / "model.safetensors"), "pt") as f:
@@ -212,26 +202,16 @@ release()  # vLLM's engine gets the memory
 print(f"our loop: {ours.rounds} rounds on {LOOP_DEVICE} in {LOOP_DTYPE}; its target and head freed")
 
 # %%
+from peagle_lab.decoding.divergence import first_divergence
 from peagle_lab.serving.batch import timed_greedy_batch
 
-
-def run_engine(spec=None):
-    """One engine over the target (speculating as ``spec`` says), warmed up, one greedy batch timed, then freed: the
-    package's `timed_greedy_batch`. The plain engine also scores the batch once more, untimed, keeping its top-2
-    raw logits at every token (`runs`: tokens, margins, top logits)."""
-    return timed_greedy_batch(target_dir, vllm_prompts, MAX_TOKENS, spec=spec, dtype=LOOP_DTYPE, max_model_len=2048)
-
-
-plain = run_engine()
-print(f"plain engine: start {plain['start_s']:.0f} s, {sum(map(len, plain['ids']))} tokens in "
-      f"{plain['gen_s']:.1f} s")
-
-# %%
-from peagle_lab.decoding.divergence import first_divergence
-
-peagle = run_engine(serving.Speculation(vllm_dir, k=K, parallel=True))
-print(f"P-EAGLE engine (K={K}, parallel drafting): start {peagle['start_s']:.0f} s, "
-      f"{sum(map(len, peagle['ids']))} tokens in {peagle['gen_s']:.1f} s")
+# one engine per run over the target, warmed up, one greedy batch timed, then freed; the plain engine also scores the
+# batch once more, untimed, keeping its top-2 raw logits at every token (`runs`: tokens, margins, top logits)
+plain = timed_greedy_batch(target_dir, vllm_prompts, MAX_TOKENS, dtype=LOOP_DTYPE, max_model_len=2048)
+head_spec = serving.Speculation(vllm_dir, k=K, parallel=True)  # the exported head: K drafts, parallel drafting
+peagle = timed_greedy_batch(target_dir, vllm_prompts, MAX_TOKENS, spec=head_spec, dtype=LOOP_DTYPE, max_model_len=2048)
+for name, run in (("plain engine", plain), (f"P-EAGLE engine (K={K}, parallel drafting)", peagle)):
+    print(f"{name}: start {run['start_s']:.0f} s, {sum(map(len, run['ids']))} tokens in {run['gen_s']:.1f} s")
 print(plain["text"][0][:400])
 
 # The rule: the head may change how fast tokens come, never which ones. An output that differs must first differ
@@ -279,15 +259,10 @@ n_same = sum(a == b for a, b in zip(ours_ids, plain["ids"]))
 print(f"our loop's tokens identical to vLLM's on {n_same} of {N_PROMPTS} prompts")
 
 # %% tags=["nbval-check-output"]
-from peagle_lab.workbook import report
-
 agree = abs(vm["acceptance_length"] - ours.acceptance_length) <= 0.05 * ours.acceptance_length
 print("acceptance length: vLLM and our loop agree within 5%:", agree)
 print("our loop's tokens and vLLM's plain tokens: identical, or apart only at near-ties of our plain run:",
       both["near_ties_only"])
-_ = report.record("vllm_acceptance_length", round(vm["acceptance_length"], 4))
-_ = report.record("ours_acceptance_length", round(ours.acceptance_length, 4))
-_ = report.record("vllm_greedy_identical", peagle["ids"] == plain["ids"])
 
 # %% [markdown]
 # **Reading it.** vLLM and our loop agree exactly: acceptance length 1.454 at K=8, 174 rounds, the same per-position
@@ -299,40 +274,31 @@ _ = report.record("vllm_greedy_identical", peagle["ids"] == plain["ids"])
 # line, one chat reply, the `/metrics` counters and a client snippet.
 
 # %%
+from openai import OpenAI  # the client library vLLM itself depends on
 from transformers import AutoConfig
 
-question = "Write a Python function that checks whether a string is a palindrome."
+messages = [{"role": "user", "content": "Write a Python function that checks whether a string is a palindrome."}]
+# vLLM renders a GPT-OSS chat for the real GPT-OSS vocabulary; a GPT-OSS target with a vocabulary of its own
+# (the tiny one) gets its prompt rendered by its own chat template, through /v1/completions
+target_config = AutoConfig.from_pretrained(target_dir)
+harmony_elsewhere = target_config.model_type == "gpt_oss" and target_config.vocab_size < 200_000
 srv = serving.serve(target_dir, serving.Speculation(vllm_dir, k=K), max_model_len=2048, log_path=WORK / "server.log",
                     dtype=LOOP_DTYPE)
-try:
-    print(f"server ready at {srv.url} after {srv.started_s:.0f} s; its command line:")
-    print(srv.command_line(), "\n")  # paths relative to the checkout or as ~/..., not as this machine's
-    # vLLM renders a GPT-OSS chat for the real GPT-OSS vocabulary; a GPT-OSS target with a vocabulary of its own
-    # (the tiny one) gets its prompt rendered by its own chat template, through /v1/completions
-    target_config = AutoConfig.from_pretrained(target_dir)
-    harmony_elsewhere = target_config.model_type == "gpt_oss" and target_config.vocab_size < 200_000
-    try:
-        from openai import OpenAI
-
-        client = OpenAI(base_url=srv.url, api_key="EMPTY")
-        if harmony_elsewhere:
-            text = tok.apply_chat_template([{"role": "user", "content": question}], tokenize=False,
-                                           add_generation_prompt=True)
-            reply = client.completions.create(model=srv.model, prompt=text, max_tokens=MAX_TOKENS, temperature=0.0)
-            answer, via = reply.choices[0].text, "openai client, /v1/completions"
-        else:
-            reply = client.chat.completions.create(model=srv.model, messages=[{"role": "user", "content": question}],
-                                                   max_tokens=MAX_TOKENS, temperature=0.0)
-            answer, via = reply.choices[0].message.content, "openai client"
-    except ImportError:
-        answer, via = srv.chat([{"role": "user", "content": question}], max_tokens=MAX_TOKENS)["choices"][0]["message"]["content"], "urllib"
+try:  # the command line names paths relative to the checkout or as ~/..., not as this machine's
+    print(f"server ready at {srv.url} after {srv.started_s:.0f} s; its command line:\n{srv.command_line()}\n")
+    client = OpenAI(base_url=srv.url, api_key="EMPTY")
+    greedy = dict(model=srv.model, max_tokens=MAX_TOKENS, temperature=0.0)
+    if harmony_elsewhere:
+        text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        answer = client.completions.create(prompt=text, **greedy).choices[0].text
+    else:
+        answer = client.chat.completions.create(messages=messages, **greedy).choices[0].message.content
     server_metrics = srv.metrics()
 finally:
     exit_code = srv.stop()
-print(f"reply ({via}):\n{answer}")
-print(f"\n/metrics: drafts={server_metrics['drafts']} draft_tokens={server_metrics['draft_tokens']} "
-      f"accepted={server_metrics['accepted']} acceptance length={server_metrics['acceptance_length']:.3f}")
-print()
+drafts, accepted = server_metrics["drafts"], server_metrics["accepted"]
+print(f"reply:\n{answer}\n\n/metrics: drafts={drafts} draft_tokens={server_metrics['draft_tokens']} "
+      f"accepted={accepted}: acceptance length 1 + {accepted} / {drafts} = {1 + accepted / drafts:.3f}\n")
 print(serving.client_snippet(srv.url, srv.model))  # the URL of the server above
 
 # %% tags=["nbval-check-output"]
@@ -349,40 +315,28 @@ print("server stopped cleanly:", exit_code == 0 and srv.proc.poll() is not None)
 # Both engines produced the same tokens from the same 4-prompt batch, so their times compare directly.
 
 # %% tags=["nbval-ignore-output"]
-n_tokens = sum(map(len, plain["ids"]))
+n_tokens = sum(map(len, plain["ids"]))  # the same tokens from both engines
 rows = [("engine start (s)", plain["start_s"], peagle["start_s"]),
         ("generation (s)", plain["gen_s"], peagle["gen_s"]),
         ("tokens / s", n_tokens / plain["gen_s"], n_tokens / peagle["gen_s"])]
 print(f"{'':18s}{'plain':>10s}{'P-EAGLE':>10s}")
 for name, a, b in rows:
     print(f"{name:18s}{a:10.2f}{b:10.2f}")
-speedup = plain["gen_s"] / peagle["gen_s"]
-print(f"speed-up: {speedup:.2f}x at acceptance length {vm['acceptance_length']:.2f} (K={K}), "
-      f"{N_PROMPTS} prompts batched, {os.cpu_count()} CPU cores, torch threads {torch.get_num_threads()}")
-_ = report.record("vllm_speedup", round(speedup, 3))
+speedup = plain["gen_s"] / peagle["gen_s"]  # = P-EAGLE's tokens / s over plain's
+print(f"speed-up: {n_tokens / peagle['gen_s']:.2f} / {n_tokens / plain['gen_s']:.2f} tokens/s = {speedup:.2f}x at "
+      f"acceptance length {vm['acceptance_length']:.2f} (K={K}), {N_PROMPTS} prompts batched, {os.cpu_count()} CPU "
+      f"cores, torch threads {torch.get_num_threads()}")
 
 # the ratio split into its two terms, in vLLM's own time: the batch advances one token per plain step, and about
 # AL tokens per speculative round (vLLM's rounds over all prompts / prompts = rounds of the batch)
+al = vm["acceptance_length"]
 plain_step_ms = plain["gen_s"] / max(map(len, plain["ids"])) * 1e3
 round_ms = peagle["gen_s"] / (vm["drafts"] / N_PROMPTS) * 1e3
 steps = round_ms / plain_step_ms
 print(f"one batched plain step {plain_step_ms:.0f} ms; one batched speculative round {round_ms:.0f} ms = "
-      f"{steps:.2f} plain steps, yielding {vm['acceptance_length']:.2f} tokens per prompt: "
-      f"{vm['acceptance_length']:.2f} / {steps:.2f} = {vm['acceptance_length'] / steps:.2f}x "
-      f"({'pays' if vm['acceptance_length'] > steps else 'does not pay'}: the acceptance length "
-      f"{'exceeds' if vm['acceptance_length'] > steps else 'is below'} the round cost)")
-
-from peagle_lab import precision
-from peagle_lab.workbook import ledger
-
-book = ledger.Logbook("06", host=precision.host_slug(DEVICE), dtype=precision.dtype_name(LOOP_DTYPE))
-for what, prompt_set, n, rounds, al in (
-        ("vLLM offline engine", "code: HumanEval", N_PROMPTS, vm["drafts"], vm["acceptance_length"]),
-        ("our loop, same prompts", "code: HumanEval", N_PROMPTS, ours.rounds, ours.acceptance_length),
-        ("vLLM server, one chat request", "one palindrome question", 1, server_metrics["drafts"],
-         server_metrics["acceptance_length"])):
-    book.add(what, head_dir.name, prompt_set=prompt_set, prompts=n, new_tokens=MAX_TOKENS, k=K, rounds=rounds,
-             acceptance_length=round(al, 4))
+      f"{steps:.2f} plain steps, yielding {al:.2f} tokens per prompt: {al:.2f} / {steps:.2f} = {al / steps:.2f}x "
+      f"({'pays' if al > steps else 'does not pay'}: the acceptance length {'exceeds' if al > steps else 'is below'} "
+      "the round cost)")
 
 # %% [markdown]
 # **Reading it.** On 2 CPU cores the head makes vLLM slower, 0.48x: a batched round costs 3.08 plain steps but
@@ -411,49 +365,59 @@ from IPython.display import Markdown, display
 from peagle_lab.bench import format_table
 from peagle_lab.serving import sweep as serve_sweep
 from peagle_lab.settings import data_dir
-from peagle_lab.workbook import serving_report
+from peagle_lab.workbook import ledger
 from peagle_lab.workbook.notebook import committed_label
 
 RESULTS = data_dir() / "results"
-live = (f"section 6's live batch of {N_PROMPTS} prompts ({precision.host_slug(DEVICE)}, "
-        f"{precision.dtype_name(LOOP_DTYPE)})")
 print(committed_label("The serving sweeps below"))
 for path in sorted(RESULTS.glob(f"*/serving/{serve_sweep.RESULTS_JSON}")):
     doc = json.loads(path.read_text())
-    meta = doc["meta"]
-    print(f"{meta['host']}: vLLM in {serving_report.dtype_label(meta)}, head {meta['head']}, K={meta['k']}, "
-          f"{meta['max_tokens']} tokens per request, {meta['repeats']} repeats, load average at the start "
-          f"{meta['environment'].get('loadavg_start')}")
+    meta, env = doc["meta"], doc["meta"]["environment"]
+    print(f"{meta['host']}: vLLM in {ledger.serving_dtype(meta)}, head {meta['head']}, K={meta['k']}, {meta['max_tokens']} tokens per "
+          f"request, {meta['repeats']} repeats, load average at the start {env.get('loadavg_start')}")
+    tok_s = {(q["config"], q["concurrency"], q["repeat"]): q["tokens_per_s"] for q in doc["rows"]}
     table = []
-    for r in doc["speedups"]:  # one row per concurrency, pooled over the repeats
-        tok_s = {(q["config"], q["repeat"]): q["tokens_per_s"] for q in doc["rows"]
-                 if q["concurrency"] == r["concurrency"]}
-        repeats = [tok_s["peagle", i] / tok_s["plain", i] for config, i in tok_s if config == "peagle"]
-        table.append({"concurrent": r["concurrency"], "plain tok/s": r["plain_tokens_per_s"],
-                      "P-EAGLE tok/s": r["peagle_tokens_per_s"], "throughput": r["throughput_speedup"],
-                      "each repeat": f"{min(repeats):.2f}x-{max(repeats):.2f}x",
-                      "speculation": serving_report.repeat_verdict(min(repeats), max(repeats)),
-                      "latency": r["latency_speedup"], "AL": r["acceptance_length"],
-                      # a round's cost in plain steps, implied: tokens per round over the speed-up
-                      "round (plain steps)": r["acceptance_length"] / r["throughput_speedup"]})
+    for row in doc["speedups"]:  # one per concurrency, the repeats pooled
+        c, al_c = row["concurrency"], row["acceptance_length"]
+        plain_tps, peagle_tps = row["plain_tokens_per_s"], row["peagle_tokens_per_s"]
+        each = [tok_s["peagle", c, i] / tok_s["plain", c, i] for i in range(meta["repeats"])]  # P-EAGLE / plain
+        verdict = "pays" if min(each) > 1 else "costs" if max(each) < 1 else "breaks even (1 lies within the repeats)"
+        table.append({"concurrent": c, "plain tok/s": plain_tps, "P-EAGLE tok/s": peagle_tps,
+                      "throughput": peagle_tps / plain_tps, "each repeat": f"{min(each):.2f}x-{max(each):.2f}x",
+                      "speculation": verdict, "latency": row["latency_speedup"], "AL": al_c,
+                      "round (plain steps)": al_c * plain_tps / peagle_tps})  # AL / throughput
     display(Markdown(format_table(table, list(table[0]), floatfmt=".2f")))
-    near = min(table, key=lambda t: abs(t["round (plain steps)"] - steps))
-    print(f"{live}: a round of {steps:.2f} plain steps, nearest the sweep's round at {near['concurrent']} concurrent "
-          f"({near['round (plain steps)']:.2f})")
-    serving_report.print_single_request(doc, RESULTS)  # batch 1 against our own loop on the same host and dtype
     serve_sweep.plot_sweep(doc)
     plt.show()
 
-serving_report.print_gpu_costs(json.loads((RESULTS / "gpu-h200" / "gpu-check" / "timing.json").read_text())["result"])
-
-# tensor parallelism here: vLLM shards attention by heads, so the size must divide the target's attention heads
-n_heads = AutoConfig.from_pretrained(target_dir).num_attention_heads
+# %% tags=["nbval-ignore-output"]
+# the GPU at batch 1: verifying K+1 tokens in decode steps, and drafting's share of a round (draft / (draft + verify))
+gpu = json.loads((RESULTS / "gpu-h200" / "gpu-check" / "timing.json").read_text())["result"]
+print(f"GPU (eager, random weights), batch 1, {gpu['target_params'] / 1e9:.1f}B-parameter shapes, {gpu['dtype']}: "
+      f"one decode step {gpu['decode_step_ms']:.1f} ms\n{'K':>3s}{'verify K+1 / step':>19s}{'parallel draft ms':>19s}"
+      f"{'K sequential ms':>17s}{'draft share P-EAGLE':>21s}{'EAGLE-3':>9s}")
+for r in gpu["rows"]:
+    par, seq = (ms / (ms + r["verify_ms"]) for ms in (r["parallel_ms"], r["sequential_ms"]))
+    print(f"{r['k']:>3d}{r['verify_ms'] / gpu['decode_step_ms']:>19.3f}{r['parallel_ms']:>19.2f}"
+          f"{r['sequential_ms']:>17.2f}{par:>21.0%}{seq:>9.0%}")
+# tensor parallelism: vLLM shards attention by heads, so its size must divide the target's attention heads
+n_heads = target_config.num_attention_heads
 tp_sizes = [n for n in range(2, n_heads + 1) if n_heads % n == 0]
-serving_report.print_tp_sizes(n_heads, tp_sizes, os.cpu_count())
-
-# the target sharded by hand over 2 processes (peagle-lab bench-tensor-parallel), the drafter copied on each rank
+print(f"\ntensor parallelism: {n_heads} attention heads -> sizes vLLM accepts {tp_sizes or 'none above 1'}; one rank "
+      f"per core on these {os.cpu_count()} cores: {[n for n in tp_sizes if n <= os.cpu_count()] or 'none fits'}")
+# the target sharded by hand over processes (peagle-lab bench-tensor-parallel), the drafter copied on each rank
 for path in sorted(RESULTS.glob("*/tensor-parallel/tensor_parallel.json")):
-    serving_report.print_tensor_parallel(json.loads(path.read_text()))
+    tp = json.loads(path.read_text())
+    env, one, two, n_reduce = tp["env"], tp["rows"][0], tp["rows"][-1], tp["all_reduces_per_pass"]
+    print(f"\n{env['host']}: the target over {env['ranks']} processes ({env['backend']}, {env['dtype']}, batch 1, "
+          f"K={tp['config']['k']}, medians of {tp['config']['repeats']} repeats)")
+    for r in (one, two):
+        par, seq = (ms / (ms + r["verify_ms"]) for ms in (r["parallel_draft_ms"], r["sequential_draft_ms"]))
+        print(f"  TP={r['tp']}: decode {r['decode_ms']:.1f} ms, verify {r['verify_ms']:.1f} ms; draft share P-EAGLE "
+              f"{par:.1%}, EAGLE-3 {seq:.1%}")
+    print(f"verification {one['verify_ms']:.1f} / {two['verify_ms']:.1f} = {one['verify_ms'] / two['verify_ms']:.2f}x "
+          f"as fast; a pass's all-reduces {n_reduce} x {tp['all_reduce_ms']:.3f} = "
+          f"{n_reduce * tp['all_reduce_ms']:.1f} ms")
 
 # %% [markdown]
 # **Reading it (question 8).** Load turns break-even into a loss: 1.00x at 1 concurrent request (repeats
@@ -466,8 +430,7 @@ for path in sorted(RESULTS.glob("*/tensor-parallel/tensor_parallel.json")):
 # **Tensor parallelism** (`cpu-epyc-avx2-2c`): 2 processes made verification 0.55x as fast, so the drafter's share
 # of a round fell (EAGLE-3 14.6% -> 9.7%). On GPUs, where sharding speeds the target up, it should grow: argued, not
 # measured.
-
-# %% [markdown]
+#
 # ## 8 · Recipe: the published P-EAGLE heads on a GPU
 #
 # The published heads are already in vLLM's layout: serving one is one command (not run here: no GPU). Figures
@@ -511,20 +474,14 @@ for path in sorted(RESULTS.glob("*/tensor-parallel/tensor_parallel.json")):
 import math
 import random
 
-
 def my_rates(drafts, accepted_per_pos):
     """Acceptance length and P(position j accepted | position j-1 accepted), from vLLM's totals."""
     raise NotImplementedError("write me: about three lines")
 
-
-def same(x, y):
-    return (math.isnan(x) and math.isnan(y)) or abs(x - y) < 1e-9
-
-
 def check_rates(my_rates):
-    """The exercise's check, run on any `my_rates`."""
-    rng = random.Random(0)
-    n_agree = 0
+    """The exercise's check, run on any `my_rates`: 500 random sets of rounds counted by our loop, then vLLM's."""
+    same = lambda x, y: (math.isnan(x) and math.isnan(y)) or abs(x - y) < 1e-9  # nan: no round reached j
+    rng, n_agree = random.Random(0), 0
     for _ in range(500):
         k = rng.randint(1, 8)
         loop = SpecStats(k=k)
@@ -536,7 +493,6 @@ def check_rates(my_rates):
     al, _ = my_rates(vm["drafts"], vm["accepted_per_position"])
     print(f"your rates agree with our loop's counting on {n_agree} of 500 random sets of rounds; on section 3's "
           f"engine, your acceptance length {al:.3f} against vLLM's {vm['acceptance_length']:.3f}")
-
 
 try:
     check_rates(my_rates)
@@ -570,13 +526,30 @@ for EX_K in EX_KS:
     ex_al[EX_K] = (ex.rounds, ex.acceptance_length)
     print(f"K={EX_K}: {ex.rounds} rounds, {EX_K * ex.rounds} draft tokens, "
           f"{len(ex.conditional_acceptance)} per-position rates, acceptance length {ex.acceptance_length:.2f}")
-    book.add(f"exercise, our loop at K={EX_K}", head_dir.name, prompt_set="code: HumanEval", prompts=1,
-             new_tokens=MAX_TOKENS, k=EX_K, rounds=ex.rounds, acceptance_length=round(ex.acceptance_length, 4))
 rounds_ = [r for r, _ in ex_al.values()]
 print(f"over K={EX_KS}: rounds {min(rounds_)} to {max(rounds_)}, acceptance length "
       f"{min(a for _, a in ex_al.values()):.2f} to {max(a for _, a in ex_al.values()):.2f}")
 del ex_runner, ex_head, model
 release()
+
+# %%
+# Bookkeeping: this chapter's figures for the workbook's summary (SUMMARY.md) and 07's acceptance ledger.
+from peagle_lab import precision
+from peagle_lab.workbook import ledger, report
+
+_ = report.record("vllm_acceptance_length", round(vm["acceptance_length"], 4))
+_ = report.record("ours_acceptance_length", round(ours.acceptance_length, 4))
+_ = report.record("vllm_greedy_identical", peagle["ids"] == plain["ids"])
+_ = report.record("vllm_speedup", round(speedup, 3))
+book = ledger.Logbook("06", host=precision.host_slug(DEVICE), dtype=precision.dtype_name(LOOP_DTYPE))
+runs = [("vLLM offline engine", "code: HumanEval", N_PROMPTS, K, vm["drafts"], vm["acceptance_length"]),
+        ("our loop, same prompts", "code: HumanEval", N_PROMPTS, K, ours.rounds, ours.acceptance_length),
+        ("vLLM server, one chat request", "one palindrome question", 1, K, server_metrics["drafts"],
+         server_metrics["acceptance_length"])]
+runs += [(f"exercise, our loop at K={k}", "code: HumanEval", 1, k, r, a) for k, (r, a) in ex_al.items()]
+for what, prompt_set, n, k, rounds, al in runs:
+    book.add(what, head_dir.name, prompt_set=prompt_set, prompts=n, new_tokens=MAX_TOKENS, k=k, rounds=rounds,
+             acceptance_length=round(al, 4))
 
 # %% [markdown]
 # ## What we saw

@@ -52,8 +52,9 @@ MAX_NEW = settings.pick(64, 12)
 model, tokenizer = models.load_target(TARGET, device=DEVICE)
 HEADS = available_heads(model)
 print("heads on offer:", HEADS, "| K:", K, "| max new tokens:", MAX_NEW)
-# this chapter's rows in the acceptance ledger (the appendix): a head is named as shipped, or by kind and target
-book = ledger.Logbook("07", host=precision.host_slug(DEVICE), dtype=precision.dtype_name(model.dtype))
+# this chapter's rows in the acceptance ledger (the appendix): this machine and dtype; a head is named as shipped, or
+# by kind and target
+HOST, DTYPE = precision.host_slug(DEVICE), precision.dtype_name(model.dtype)
 
 
 def ledger_head(name):
@@ -71,9 +72,9 @@ ex = explorer(model, tokenizer, k=K, max_new_tokens=MAX_NEW)
 # what a static copy cannot draw, in words: the widget's controls and their starting values
 print(f"The explorer (needs a live kernel): a prompt box (starting with {ex.prompt.value[:60]!r}); K slider "
       f"{ex.k.min}..{ex.k.max}, at {ex.k.value}; max-tokens slider at {ex.max_new.value}; head {HEADS}; "
-      f"drafting mode parallel (P-EAGLE) or sequential (EAGLE-3); temperature {ex.temperature.min}..{ex.temperature.max}"
-      f", at {ex.temperature.value}; a Generate button. Output: the coloured text, the summary and the per-slot bars, "
-      f"as the fixed run below prints them.")
+      f"drafting mode parallel (P-EAGLE) or sequential (EAGLE-3); temperature "
+      f"{ex.temperature.min}..{ex.temperature.max}, at {ex.temperature.value}; a Generate button. Output: the coloured "
+      f"text, the summary and the per-slot bars, as the fixed run below prints them.")
 ex
 
 # %% [markdown]
@@ -86,18 +87,22 @@ ex
 head_name = HEADS[0]
 run = run_generation(model, tokenizer, get_head(head_name, model),
                      GenerationSettings(prompt=DEFAULT_PROMPT, k=K, max_new_tokens=MAX_NEW), head_name=head_name)
-print(f"head: {head_name} | mode: {run.mode} | prompt: {run.prompt!r}")
+print(f"head: {head_name} | mode: {run.mode} | prompt: {run.prompt!r} | {run.dtype}")
 display(HTML(run.html(tokenizer)))
-print(run.summary())
-print(f"so: {run.stats.acceptance_length:.2f} tokens per round of a possible {K + 1}; speculation ran at "
-      f"{run.speedup:.2f}x plain decoding's speed, so here it "
-      + ("paid" if run.speedup > 1.05 else "did not pay" if run.speedup < 0.95 else
-         "came out about even (one run each: within 5% is timing noise)") + "; "
-      f"lossless against plain greedy: {'yes' if run.lossless else 'NO'}")
-report.record(f"acceptance_length_k{K}_{head_name}", round(run.stats.acceptance_length, 3))
-# the explorer's default prompt is 00's prime check: the ledger names it as 00 does
-book.add("fixed run", ledger_head(head_name), prompt_set="one chat prompt (prime check)", prompts=1,
-         new_tokens=len(run.tokens), k=K, rounds=run.stats.rounds, acceptance_length=round(run.stats.acceptance_length, 4));
+st, n = run.stats, len(run.tokens)
+al = 1 + sum(st.accepted) / st.rounds  # each round keeps its accepted drafts and adds the target's own token
+print(f"AL = 1 + {sum(st.accepted)} accepted drafts / {st.rounds} rounds = {al:.2f} (at most K + 1 = {K + 1}); "
+      f"{n} tokens / {st.rounds + 1} target forwards (the prefill too) = {n / (st.rounds + 1):.2f} tokens per forward")
+speedup = run.plain_seconds / run.seconds  # plain decoding's time over speculation's: same prompt, same process
+print(f"speed-up = plain {run.plain_seconds:.2f} s / speculative {run.seconds:.2f} s = {speedup:.2f}x")
+d = run.divergence  # where the two outputs first differ, and plain greedy's top-1 minus top-2 logit there
+print("identical to plain greedy: " + ("yes" if run.tokens == run.plain_tokens else f"no, from token {d.position} on, "
+      f"where greedy's top-2 margin is {d.margin:.3g} (near-tie bound {d.bound:.3g})"))
+ABOUT_EVEN = 0.05  # one timed run each way: a few percent is timing noise, so within 5% of 1x reads as about even
+verdict = ("paid" if speedup > 1 + ABOUT_EVEN else "did not pay" if speedup < 1 - ABOUT_EVEN
+           else f"came out about even (one run each: within {ABOUT_EVEN:.0%} is timing noise)")
+print(f"so: {al:.2f} tokens per round of a possible {K + 1}; speculation ran at {speedup:.2f}x plain decoding's "
+      f"speed, so here it {verdict}; lossless against plain greedy: {'yes' if run.lossless else 'NO'}")
 
 # %% tags=["nbval-ignore-output"]
 fig = viz.plot_per_position_acceptance(
@@ -115,8 +120,39 @@ print("lossless (identical, or in a near-tie regime a near-tie divergence; see t
 # decoding, one run each: about even, within timing noise, so here speculation does not pay. Its output leaves plain
 # greedy's from token 12, where greedy's top two logits tie (margin 0): lossless by the near-tie rule (appendix), but
 # the two timings cover slightly different texts.
+#
+# ### "Speculative decoding changed my greedy output" (question 9)
+#
+# In bf16 a logit near 28 has neighbours 0.125 apart, and the verify pass (K+1 tokens at once) and plain decoding
+# (one token) sum in different orders, so two tokens that tie to within that spacing can swap. The cell counts such
+# divergences in the committed bf16 run (24 HumanEval prompts, every head and K), then reruns the fixed run with the
+# target copied to float32.
+
+# %% tags=["nbval-ignore-output"]
+import copy
+import json
+
+from peagle_lab import memory
+from peagle_lab.settings import data_dir
+
+committed = json.loads((data_dir() / "results" / "cpu-epyc-avx512bf16-2c" / "bfloat16" / "end_to_end.json")
+                       .read_text())
+left = [x["divergence"] for x in committed["runs"] if x["divergence"]]  # each with plain greedy's margin there
+print(f"committed bf16 run: {len(left)} of {len(committed['runs'])} speculative outputs leave plain greedy; "
+      f"{sum(d['margin'] <= d['bound'] for d in left)} at near-ties (margin within the bound), "
+      f"{sum(d['margin'] == 0 for d in left)} at an exact tie; largest margin {max(d['margin'] for d in left):.3f}")
+if model.dtype != torch.float32 and memory.fits(memory.weights_bytes(model.config, torch.float32), DEVICE):
+    fp32 = copy.deepcopy(model).float()  # a second copy of the target, beside this one
+    again = run_generation(fp32, tokenizer, get_head(head_name, fp32),
+                           GenerationSettings(prompt=DEFAULT_PROMPT, k=K, max_new_tokens=MAX_NEW), head_name=head_name)
+    print(f"the fixed run in float32: {len(again.tokens)} tokens, identical to plain greedy: "
+          f"{again.tokens == again.plain_tokens} (in {run.dtype} it left plain greedy at token "
+          f"{run.divergence.position if run.divergence else '-'})")
+    del fp32, again
 
 # %% [markdown]
+# **Reading it.** QNINE-READING
+#
 # ### Exercise: which kind of prompt gets more drafts accepted?
 #
 # The cell runs one head, K and budget on a code and a chat prompt. Predict which gets the higher AL, and why; then try
@@ -135,23 +171,22 @@ PROMPTS = {
     "code": "Write a Python function `is_prime(n)` that returns True when n is a prime number.",
     "chat": "Describe a quiet morning in a small fishing village.",
 }
+exercise = {}  # kind -> its run (the appendix's ledger lists them)
 for kind, text in PROMPTS.items():
-    r = run_generation(model, tokenizer, get_head(head_name, model),
-                       GenerationSettings(prompt=text, k=K, max_new_tokens=MAX_NEW, baseline=False), head_name=head_name)
-    print(f"{kind:5s}: acceptance length {r.stats.acceptance_length:.2f} over {r.stats.rounds} rounds; per slot "
-          + " ".join("-" if x != x else f"{x:.2f}" for x in r.stats.conditional_acceptance)
-          + " (accepted/reached: " + " ".join(f"{a}/{n}" for a, n in zip(r.stats.accepted_at, r.stats.attempted_at))
-          + ")")
-    book.add(f"exercise, {kind} prompt", ledger_head(head_name), prompt_set=f"one {kind} prompt", prompts=1,
-             new_tokens=len(r.tokens), k=K, rounds=r.stats.rounds, acceptance_length=round(r.stats.acceptance_length, 4))
+    r = exercise[kind] = run_generation(model, tokenizer, get_head(head_name, model), GenerationSettings(
+        prompt=text, k=K, max_new_tokens=MAX_NEW, baseline=False), head_name=head_name)
+    acc, reached = r.stats.accepted_at, r.stats.attempted_at  # per slot j: rounds that accepted it, that reached it
+    print(f"{kind:5s}: AL = 1 + {sum(acc)} accepted / {r.stats.rounds} rounds = {1 + sum(acc) / r.stats.rounds:.2f}; "
+          "per slot, accepted/reached: " + ", ".join(f"{a}/{n} = {a / n:.2f}" if n else f"{a}/{n} -"
+                                                     for a, n in zip(acc, reached)))
 
 # %% [markdown]
 # ## Speculative sampling from scratch
 #
 # Above temperature 0 the target samples from p, the drafter drafts x from q, and the output must still follow p. The
 # rule (Leviathan et al.; Chen et al., 2023): accept x with probability min(1, p(x)/q(x)); on a rejection, draw from
-# max(0, p - q), normalised. The cell tests it on six tokens, 20000 draws. **Total variation** (TV): half the summed
-# absolute difference of two distributions.
+# max(0, p - q), normalised. The cells below test it on six tokens, 20000 draws. **Total variation** (TV): half the
+# summed absolute difference of two distributions.
 
 # %%
 import matplotlib.pyplot as plt
@@ -171,7 +206,7 @@ def speculative_accept(x, p, q, gen):
     residual = (p - q).clamp_min(0)  # the mass q under-supplies
     return int(torch.multinomial(residual / residual.sum(), 1, generator=gen)), False
 
-
+# %%
 N_DRAWS = settings.pick(20_000, 4_000)
 gen = torch.Generator().manual_seed(0)
 counts, accepted = torch.zeros(len(VOCAB)), 0
@@ -240,51 +275,71 @@ assert same == N_SAME
 # %% tags=["nbval-ignore-output"]
 from peagle_lab import bench
 from peagle_lab.bench.files import result_suites
-from peagle_lab.bench.summary import verify_and_draft_ratio
 from peagle_lab.workbook import payoff
-from peagle_lab.workbook.across_hosts import best_text  # "1.18x (K=3, AL 1.45)", with divergences where any
-from peagle_lab.workbook.notebook import committed_label
 
-HOST = precision.host_slug(DEVICE)
 committed = [c for c in bench.committed_results(settings.data_dir() / "results") if result_suites(c["results"])]
-print(committed_label("The tables below") + f"; this machine is {HOST}"
+print("The tables below: committed results of SmolLM2-135M-Instruct" + ("" if models.is_default_target(TARGET) else
+      f" (not of this run's target, {TARGET}; the live cells measure that one)") + f"; this machine is {HOST}"
       + ("" if any(c["host"] == HOST for c in committed) else ", which has no committed run"))
-tables = {}  # suite -> one row per committed host and dtype
-heads, orders, oracle = {}, [], []  # the paired rule's verdicts: per dtype each head against plain; head vs head
+
+
+def wins(e, m):
+    """(prompts on which row m beat plain decoding end to end, prompts timed): what the paired rule counts."""
+    per = [r["speedup_vs_plain"] for r in e["runs"] if r["method"] == m["method"] and r["speedup_vs_plain"] is not None]
+    return sum(v > 1 for v in per), len(per)
+
+
+def shown(m):
+    """A best row as the tables show it: speed-up, K, AL, and the outputs that left greedy's at near-ties."""
+    if m is None:
+        return "-"
+    margin = m.get("max_divergence_margin")  # the largest top-1 minus top-2 logit where an output diverged
+    diverged = (f", {m['divergences']}/{m['runs']} diverge" + ("" if margin is None else f", margin <= {margin:g}")
+                if m.get("divergences") else "")
+    return f"{m['speedup']:.2f}x (K={m['k']}, AL {m['acceptance_length']:.2f}{diverged})"
+
+# %% tags=["nbval-ignore-output"]
+tables, vs_plain, vs_head, vs_oracle = {}, [], [], []  # suite -> table rows; the counts the verdicts below read
 for c in committed:
+    dc = c["results"]["drafting_cost"]  # verify_k7: one target pass over 8 tokens / one decode step (medians)
+    verify_k7 = next(r["verify_ms"] for r in dc["rows"] if r["k"] == 7) / dc["target_step_ms"]
     for suite, e in result_suites(c["results"]).items():
         p_row, s_row = payoff.best(e, "p-eagle"), payoff.best(e, "eagle3")  # each head at its fastest K
-        o, o_seq = payoff.oracle_pair(e)  # the blog's acceptance, one parallel pass / K sequential passes
         gaps = payoff.paired_gaps(e, p_row, s_row)  # per prompt: P-EAGLE's speed-up minus EAGLE-3's
+        o, o_seq = payoff.oracle_pair(e)  # the blog's acceptance: the best one-pass row, the K-pass row at its K
         tables.setdefault(suite, []).append({
             "host": c["host"] + (" (this machine)" if c["host"] == HOST else ""), "dtype": c["dtype"],
             "prompts": f"{e['config']['n_prompts']} x {e['config']['max_new_tokens']}",
-            "verify_k7": verify_and_draft_ratio(c["results"]["drafting_cost"], 7)[0],
-            "P-EAGLE": best_text(p_row), "EAGLE-3": best_text(s_row),
-            "lookup": best_text(payoff.best(e, "prompt-lookup")),
-            "faster than plain": " / ".join("{}/{}".format(*payoff.prompts_faster(e, m)) for m in (p_row, s_row)),
+            "verify_k7": round(verify_k7, 2),
+            "P-EAGLE": shown(p_row), "EAGLE-3": shown(s_row), "lookup": shown(payoff.best(e, "prompt-lookup")),
+            "faster than plain": "{}/{} / {}/{}".format(*wins(e, p_row), *wins(e, s_row)),
             "paired": f"{min(gaps):+.2f} to {max(gaps):+.2f}",
             "oracle": "-" if o is None else f"{o['speedup']:.2f}x / " + (f"{o_seq['speedup']:.2f}x" if o_seq else "-")})
-        for m in (p_row, s_row):
-            heads.setdefault(c["dtype"], []).append((m["speedup"], payoff.verdict_word(*payoff.prompts_faster(e, m))))
-        orders.append(payoff.verdict_word(*payoff.gap_wins(gaps)) != "not shown")
-        if o_seq:  # the same draws charged one pass and K passes
-            oracle.append(f"{suite} on {c['dir']} {o['speedup']:.2f}x against {o_seq['speedup']:.2f}x, parallel "
-                          + payoff.paired_verdict(*payoff.gap_wins(payoff.paired_gaps(e, o, o_seq))))
+        vs_plain += [(c["dtype"], m["speedup"], *wins(e, m)) for m in (p_row, s_row)]
+        vs_head.append((sum(g > 0 for g in gaps), sum(g != 0 for g in gaps)))  # P-EAGLE ahead, of the untied prompts
+        if o_seq:  # the same draws charged one parallel pass and K sequential passes
+            g = payoff.paired_gaps(e, o, o_seq)
+            vs_oracle.append((f"{suite} on {c['dir']}", o, o_seq, sum(x > 0 for x in g), sum(x != 0 for x in g)))
 for suite, rows in tables.items():
     display(Markdown(f"**`{suite}` suite**\n\n" + bench.format_table(rows, list(rows[0]))))
 
-
-for dtype, rows in heads.items():
-    words = [w for _, w in rows]
-    print(f"verdict, {dtype}: of {len(rows)} best speed-ups (2 heads x {len(rows) // 2} host/suite runs) "
+# %% tags=["nbval-ignore-output"]
+# the paired rule (05): payoff.verdict_word says "shown faster" or "shown slower" where the sign test on w wins of n
+# prompts gives p < 0.05, else "not shown"
+for dtype in dict.fromkeys(d for d, *_ in vs_plain):
+    speedups = [sp for d, sp, w, n in vs_plain if d == dtype]
+    words = [payoff.verdict_word(w, n) for d, sp, w, n in vs_plain if d == dtype]
+    print(f"verdict, {dtype}: of {len(words)} best speed-ups (2 heads x {len(words) // 2} host/suite runs) "
           f"{words.count('shown faster')} shown faster than plain decoding, {words.count('shown slower')} shown "
-          f"slower, {words.count('not shown')} not shown either way; best speed-ups {min(rows)[0]:.2f}x to "
-          f"{max(rows)[0]:.2f}x")
+          f"slower, {words.count('not shown')} not shown either way; best speed-ups {min(speedups):.2f}x to "
+          f"{max(speedups):.2f}x")
+orders = [payoff.verdict_word(w, n) != "not shown" for w, n in vs_head]
 print(f"verdict, which head: one head shown faster than the other in {sum(orders)} of {len(orders)} runs"
       + ("" if all(orders) else "; in the rest the prompts split too evenly for the sign test"))
-print("verdict, at the paper's acceptance (one parallel pass against K sequential passes, same draws): "
-      + ("; ".join(oracle) or "not run"))
+print("verdict, at the paper's acceptance (one parallel pass against K sequential passes, same draws): " + "; ".join(
+    f"{where} {o['speedup']:.2f}x against {o_seq['speedup']:.2f}x, parallel faster on {w} of {n} prompts, sign test "
+    f"p = {payoff.sign_test(w, n):.2g}: {payoff.verdict_word(w, n)}" for where, o, o_seq, w, n in vs_oracle)
+    or "not run")
 
 # %% [markdown]
 # **Reading it.** With bf16 units (`verify_k7` 1.07) both heads are shown faster than plain decoding on both suites
@@ -328,10 +383,21 @@ print("verdict, at the paper's acceptance (one parallel pass against K sequentia
 # highest rows and what differs; indented, its rows sharing its most-recorded prompt set, host and dtype.
 
 # %% tags=["nbval-ignore-output"]
+# this chapter's live runs as ledger rows (the last code cell records them); 00's prime check named as 00 names it
+live = {"fixed run": ("one chat prompt (prime check)", run)}
+live |= {f"exercise, {kind} prompt": (f"one {kind} prompt", r) for kind, r in exercise.items()}
+ours = [ledger.row(chapter="07", what=what, head=ledger_head(head_name), host=HOST, prompt_set=prompt_set, prompts=1,
+                   new_tokens=len(r.tokens), k=K, dtype=DTYPE, rounds=r.stats.rounds,
+                   acceptance_length=round(r.stats.acceptance_length, 4))
+        for what, (prompt_set, r) in sorted(live.items())]
+# the committed rows (04, 05, 06) and those chapters 00 to 06 recorded, then ours
+rows = ledger.course_rows(settings.data_dir(), SHIPPED, settings.REPO_ROOT, through="06") + ours
+table = [r | {"acceptance_length": f"{r['acceptance_length']:.3f}"} for r in rows]  # ALs to 3 decimals
+display(Markdown(bench.format_table(table, ledger.COLUMNS)))
+
+# %% tags=["nbval-ignore-output"]
 from collections import Counter
 
-rows = ledger.course_rows(settings.data_dir(), SHIPPED, settings.REPO_ROOT)
-display(Markdown(ledger.markdown(rows)))
 SETTINGS = ("host", "prompt_set", "prompts", "new_tokens", "k", "dtype")
 
 
@@ -360,6 +426,12 @@ print(f"05's {len(bench05)} committed benchmark rows: {min(bench05):.2f} to {max
 # **Reading it.** An AL belongs to its settings: P-EAGLE's rows run from 1.00 (04, no chat template) to 1.90 (04's
 # committed held-out comparison), EAGLE-3's from 1.36 to 2.53. Even with prompt set, host and dtype fixed (indented
 # lines), rows move with K, new tokens and prompt count: 1.29 to 1.45 and 1.37 to 1.54.
+
+# %%
+# Bookkeeping: this chapter's figures for the workbook's summary (SUMMARY.md) and 07's acceptance ledger.
+report.record(f"acceptance_length_k{K}_{head_name}", round(run.stats.acceptance_length, 3))
+for r in ours:  # the fixed run and the exercise's prompts: the rows the ledger above ends with
+    ledger.record(**r)
 
 # %% [markdown]
 # ## What we saw

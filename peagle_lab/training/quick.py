@@ -78,6 +78,7 @@ def ensure_head(kind: str, model, tokenizer, target, sizes: QuickSizes | None = 
     if info["origin"] != "fresh":
         if info["note"]:
             print(info["note"])
+        head._bench_source = info["source"]  # a benchmark's results name the head they ran
         return head, info
     del head  # the untrained head is not kept beside the trainer (an 8B target's head is 1.6 GB in bf16)
     sizes = sizes or QuickSizes.from_env()
@@ -88,6 +89,7 @@ def ensure_head(kind: str, model, tokenizer, target, sizes: QuickSizes | None = 
     train_quick_head(kind, model, tokenizer, target, sizes)
     head, info = head_for_target(kind, model, tokenizer=tokenizer, target=target, allow_fresh=False)
     print(f"trained in {time.perf_counter() - t0:.0f} s: {info['source']}")
+    head._bench_source = info["source"]
     return head, info
 
 

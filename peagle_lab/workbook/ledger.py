@@ -17,7 +17,6 @@ import json
 from pathlib import Path
 
 from ..bench.files import committed_results, result_suites
-from ..bench.readme import format_table
 from ..serving.engine import engine_kwargs
 from ..errors import PeagleError
 from . import report
@@ -129,27 +128,21 @@ def serving_rows(results_root: Path) -> list[dict]:
                 rows.append(row(chapter="06", what=f"vLLM serving sweep, {conc} concurrent (committed)",
                                 head=meta["head"], host=meta["host"], prompt_set="serving sweep requests",
                                 prompts=sum(r.get("ok", 0) for r in runs), new_tokens=meta.get("max_tokens"), k=meta["k"],
-                                dtype=_serving_dtype(meta), rounds=None,
+                                dtype=serving_dtype(meta), rounds=None,
                                 acceptance_length=round(sum(r["acceptance_length"] for r in runs) / len(runs), 4)))
     return rows
 
 
-def _serving_dtype(meta: dict) -> str:
-    """The dtype a sweep's servers ran in: recorded, else serve-sweep's setting for the sweep's device, marked as not
-    recorded."""
+def serving_dtype(meta: dict) -> str:
+    """The dtype a serving sweep's engines ran in (its results file's ``meta``): recorded, else serve-sweep's
+    setting for the sweep's device, marked as not recorded."""
     env = meta.get("environment") or {}
-    recorded_dtype = meta.get("dtype") or env.get("dtype")
+    recorded_dtype = (meta.get("engine") or {}).get("dtype") or meta.get("dtype") or env.get("dtype")
     if recorded_dtype:
         return str(recorded_dtype)
     on_gpu = env.get("device") == "cuda"
     dtype = engine_kwargs(on_gpu=on_gpu).get("dtype", "auto")
     return f"{dtype} (not recorded: serve-sweep's {'GPU' if on_gpu else 'CPU'} setting)"
-
-
-def markdown(rows: list[dict]) -> str:
-    """The ledger as a markdown table, acceptance lengths to 3 decimals."""
-    shown = [r | {"acceptance_length": f"{r['acceptance_length']:.3f}"} for r in rows]
-    return format_table(shown, COLUMNS)
 
 
 def course_rows(data_dir: Path, shipped: dict[str, Path], repo_root: Path, through: str | None = None) -> list[dict]:

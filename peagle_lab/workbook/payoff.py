@@ -1,6 +1,6 @@
 """Reading an end-to-end bench result: each family's best row, the per-prompt gaps between two rows and the paired
-rule that reads them (a two-sided sign test, written out by hand in 05), the accepted/reached rounds behind each
-slot's rate, and which committed results folder a host reads."""
+rule that reads them (a two-sided sign test, written out by hand in 05), and which committed results folder a host
+reads."""
 
 from __future__ import annotations
 
@@ -10,29 +10,11 @@ from ..bench.files import result_suites
 
 ALPHA = 0.05  # the paired rule's level: an order is shown when a fair coin splits the prompts so unevenly less often
 
+
 def best(e2e: dict, family: str) -> dict | None:
     """The row of ``family`` with the highest end-to-end speed-up, or None."""
     rows = [m for m in e2e.get("methods", []) if m["family"] == family and m.get("speedup") is not None]
     return max(rows, key=lambda m: m["speedup"]) if rows else None
-
-
-def slot_counts(e2e: dict, method: str) -> list[tuple[int, int]]:
-    """Per slot j (from 1): ``(accepted, reached)`` rounds summed over the method's runs, the sample behind each
-    conditional rate (empty where the runs do not record them)."""
-    counts: list[list[int]] = []
-    for run in e2e.get("runs", []):
-        if run["method"] != method:
-            continue
-        stats = run.get("stats") or {}
-        for j, (a, n) in enumerate(zip(stats.get("accepted_at", []), stats.get("attempted_at", []))):
-            counts += [[0, 0]] * (j + 1 - len(counts))
-            counts[j] = [counts[j][0] + a, counts[j][1] + n]
-    return [(a, n) for a, n in counts]
-
-
-def slots_text(e2e: dict, method: str) -> str:
-    """``accepted/reached`` per slot, e.g. ``60/120 12/60 0/12``."""
-    return " ".join(f"{a}/{n}" for a, n in slot_counts(e2e, method)) or "not recorded"
 
 
 def paired_gaps(e2e: dict, a: dict | None = None, b: dict | None = None) -> list[float]:
@@ -67,12 +49,6 @@ def oracle_pair(e2e: dict) -> tuple[dict | None, dict | None]:
                     and m["k"] == o["k"]), None)
 
 
-def gap_wins(gaps: list[float]) -> tuple[int, int]:
-    """``(wins, n)`` for the sign test from per-prompt gaps a minus b: prompts where a is ahead, out of those
-    where the two differ (a tie tells neither way)."""
-    return sum(g > 0 for g in gaps), sum(g != 0 for g in gaps)
-
-
 def verdict_word(wins: int, n: int) -> str:
     """The paired rule's verdict alone: ``shown faster``, ``shown slower`` or ``not shown``."""
     if sign_test(wins, n) >= ALPHA:
@@ -86,14 +62,6 @@ def paired_verdict(wins: int, n: int) -> str:
     word = verdict_word(wins, n)
     return (f"faster on {wins} of {n} prompts, sign test p = {sign_test(wins, n):.2g}: "
             + ("not shown either way" if word == "not shown" else word))
-
-
-def prompts_faster(e2e: dict, m: dict) -> tuple[int, int]:
-    """``(faster, runs)``: on how many prompts (and repeats) row ``m`` is faster than plain decoding end to end,
-    out of how many were timed; :func:`paired_verdict` reads it."""
-    per = [run["speedup_vs_plain"] for run in e2e.get("runs", [])
-           if run["method"] == m["method"] and run.get("speedup_vs_plain") is not None]
-    return sum(v > 1 for v in per), len(per)
 
 
 def host_run(committed: list[dict], host: str, dtype: str) -> dict:

@@ -158,3 +158,12 @@ def test_the_sequential_charge_needs_a_sequential_head(target):
         bench.oracle_method(runner, None, [0.5], 3, mode="sequential")
     with pytest.raises(PeagleError, match="'parallel' or 'sequential'"):
         bench.oracle_method(runner, None, [0.5], 3, mode="tree")
+
+
+def test_the_paper_target_is_humaneval_on_code_and_mt_bench_on_chat():
+    from peagle_lab.bench.oracle import paper_target
+
+    al, name = paper_target("code", 7)
+    assert name == "HumanEval" and al == pytest.approx(3.94, abs=0.01)
+    al, name = paper_target("chat", 7)
+    assert name == "MT-Bench" and al == pytest.approx(3.70, abs=0.01)
