@@ -43,7 +43,7 @@ from IPython.display import HTML, Markdown, display
 
 from peagle_lab import precision
 from peagle_lab.drafter.heads import SHIPPED
-from peagle_lab.workbook import ledger, report, viz
+from peagle_lab.workbook import ledger, payoff, report, viz
 from peagle_lab.workbook.explorer import (DEFAULT_PROMPT, GenerationSettings, available_heads, explorer, get_head,
                                           run_generation)
 
@@ -98,11 +98,8 @@ print(f"speed-up = plain {run.plain_seconds:.2f} s / speculative {run.seconds:.2
 d = run.divergence  # where the two outputs first differ, and plain greedy's top-1 minus top-2 logit there
 print("identical to plain greedy: " + ("yes" if run.tokens == run.plain_tokens else f"no, from token {d.position} on, "
       f"where greedy's top-2 margin is {d.margin:.3g} (near-tie bound {d.bound:.3g})"))
-ABOUT_EVEN = 0.05  # one timed run each way: a few percent is timing noise, so within 5% of 1x reads as about even
-verdict = ("paid" if speedup > 1 + ABOUT_EVEN else "did not pay" if speedup < 1 - ABOUT_EVEN
-           else f"came out about even (one run each: within {ABOUT_EVEN:.0%} is timing noise)")
 print(f"so: {al:.2f} tokens per round of a possible {K + 1}; speculation ran at {speedup:.2f}x plain decoding's "
-      f"speed, so here it {verdict}; lossless against plain greedy: {'yes' if run.lossless else 'NO'}")
+      f"speed: {payoff.one_run_verdict(speedup)}; lossless against plain greedy: {'yes' if run.lossless else 'NO'}")
 
 # %% tags=["nbval-ignore-output"]
 fig = viz.plot_per_position_acceptance(

@@ -9,6 +9,7 @@ import math
 from ..bench.files import result_suites
 
 ALPHA = 0.05  # the paired rule's level: an order is shown when a fair coin splits the prompts so unevenly less often
+ABOUT_EVEN = 0.05  # one timed run each way: a few percent is timing noise, so within 5% of 1x reads as about even
 
 
 def best(e2e: dict, family: str) -> dict | None:
@@ -71,3 +72,11 @@ def host_run(committed: list[dict], host: str, dtype: str) -> dict:
     mine = [c for c in with_suites if c["host"] == host] or with_suites
     newest = lambda c: max(e["env"].get("timestamp_utc", "") for e in result_suites(c["results"]).values())
     return max(mine, key=lambda c: (c["dtype"] == dtype, newest(c)))
+
+
+def one_run_verdict(speedup: float) -> str:
+    """A speed-up from one timed run each way, in words: ``faster``, ``slower``, or ``about even`` within
+    :data:`ABOUT_EVEN` of 1x (one run each cannot tell a few percent from timing noise)."""
+    if abs(speedup - 1) <= ABOUT_EVEN:
+        return f"about even (one run each: within {ABOUT_EVEN:.0%} of 1x is timing noise)"
+    return "faster" if speedup > 1 else "slower"

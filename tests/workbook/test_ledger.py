@@ -156,3 +156,9 @@ def test_the_oracle_pair_is_the_best_one_pass_row_and_the_k_pass_row_at_its_k():
                        method("oracle-seq K=7", "oracle-sequential", 7, 1.3, 3.0)]}
     assert [m["method"] for m in payoff.oracle_pair(run)] == ["oracle K=7", "oracle-seq K=7"]
     assert payoff.oracle_pair({"methods": []}) == (None, None)
+
+
+@pytest.mark.parametrize("speedup, word", [(1.2, "faster"), (0.8, "slower"), (1.04, "about even"),
+                                           (0.96, "about even"), (1.06, "faster")])
+def test_one_run_reads_within_five_percent_of_1x_as_about_even(speedup, word):
+    assert payoff.one_run_verdict(speedup).startswith(word)
