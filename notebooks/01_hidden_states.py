@@ -54,7 +54,8 @@ with torch.no_grad():
 hs = fwd.hidden_states  # a tuple: the embedding output, then the output of every layer
 taps = torch.cat([hs[i] for i in TAPS], dim=-1)  # the three taps side by side: 3H features per position
 print(f"{L} layers, hidden {H}, taps {TAPS}")
-print(f"input_ids {tuple(x.shape)} -> {len(hs)} hidden states of {tuple(hs[0].shape)}, logits {tuple(fwd.logits.shape)}")
+print(f"input_ids {tuple(x.shape)} -> {len(hs)} hidden states of {tuple(hs[0].shape)}, "
+      f"logits {tuple(fwd.logits.shape)}")
 print(f"taps = cat(hidden_states[{TAPS[0]}], [{TAPS[1]}], [{TAPS[2]}]): {tuple(taps.shape)} (= 3 x {H})")
 with torch.no_grad():
     out = target_forward(model, x, TAPS, use_cache=False)  # the package's version of the same forward
@@ -267,7 +268,8 @@ from peagle_lab import hardware
 from peagle_lab.workbook.report import record
 
 print(f"extraction: {result.tokens_per_s:.0f} tokens/s over {result.num_tokens:,} tokens; "
-      f"{features.format_bytes(result.bytes_on_disk)} on disk (estimate {features.format_bytes(result.estimate_bytes)})")
+      f"{features.format_bytes(result.bytes_on_disk)} on disk "
+      f"(estimate {features.format_bytes(result.estimate_bytes)})")
 print(hardware.describe(DEVICE))
 for key, value in [("extract_tokens_per_s", round(result.tokens_per_s, 1)), ("extract_tokens", result.num_tokens),
                    ("extract_bytes_on_disk", result.bytes_on_disk), ("extract_estimate_bytes", result.estimate_bytes),

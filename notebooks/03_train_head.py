@@ -236,7 +236,8 @@ N_SEQ = settings.pick(96, 16)
 train_records = distilled_records(model, tokenizer, N_SEQ, TARGET)
 seqs = prepare_sequences(model, train_records, features_dir=results_dir() / "features" / target_slug(TARGET),
                          progress=False)
-print(f"{len(seqs)} sequences, {sum(len(s['input_ids']) for s in seqs):,} tokens, taps {tuple(seqs[0]['taps'].shape[1:])}")
+print(f"{len(seqs)} sequences, {sum(len(s['input_ids']) for s in seqs):,} tokens, "
+      f"taps {tuple(seqs[0]['taps'].shape[1:])}")
 
 import tempfile
 import time

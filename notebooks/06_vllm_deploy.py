@@ -373,8 +373,9 @@ print(committed_label("The serving sweeps below"))
 for path in sorted(RESULTS.glob(f"*/serving/{serve_sweep.RESULTS_JSON}")):
     doc = json.loads(path.read_text())
     meta, env = doc["meta"], doc["meta"]["environment"]
-    print(f"{meta['host']}: vLLM in {ledger.serving_dtype(meta)}, head {meta['head']}, K={meta['k']}, {meta['max_tokens']} tokens per "
-          f"request, {meta['repeats']} repeats, load average at the start {env.get('loadavg_start')}")
+    print(f"{meta['host']}: vLLM in {ledger.serving_dtype(meta)}, head {meta['head']}, K={meta['k']}, "
+          f"{meta['max_tokens']} tokens per request, {meta['repeats']} repeats, load average at the start "
+          f"{env.get('loadavg_start')}")
     tok_s = {(q["config"], q["concurrency"], q["repeat"]): q["tokens_per_s"] for q in doc["rows"]}
     table = []
     for row in doc["speedups"]:  # one per concurrency, the repeats pooled

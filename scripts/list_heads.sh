@@ -17,6 +17,12 @@
 #   PEAGLE_LIST_INIT=fresh PEAGLE_LIST_STEPS=1000 PEAGLE_LIST_PROMPTS=48 PEAGLE_LIST_KS=3,5,7 \
 #     PEAGLE_LIST_DISTILLED=data/distill/smollm2-135m-lists.jsonl bash scripts/list_heads.sh build/list_heads_matched
 #
+# and its wider K sweep (data/results-lists-matched-wide/), the same heads on the same 48 requests, with
+#
+#   peagle-lab bench --suite lists -n 48 --parallel-head data/heads/smollm2-135m-lists-matched-peagle \
+#     --sequential-head data/heads/smollm2-135m-lists-matched-eagle3 --ks-parallel 7,9,11 --ks-sequential 7,9,11 \
+#     --max-new-tokens 96 --skip-drafting --oracle-ks none --dtype float32 --out build/wide/bench
+#
 # Writes WORK/{distill.jsonl, features/, peagle/, eagle3/, bench/, logs/}. Copy the heads to
 # data/heads/smollm2-135m-lists-{peagle,eagle3} (config.json, model.safetensors, training.json, TRAINING.md), the
 # answers to data/distill/smollm2-135m-lists.jsonl and the bench folder to data/results-lists/<host>/<dtype>/ to
