@@ -210,7 +210,7 @@ for key, value in [("target_params", n_params), ("greedy_tokens_per_s", round(to
     record(key, value, notebook="00_overview")
 
 # %% [markdown]
-# **Reading it.** In float32 on this CPU, verifying K=5 drafts cost 1.80 one-token steps, against 1.17 on the committed
+# **Reading it.** In float32 on this CPU, verifying K=5 drafts cost 1.86 one-token steps, against 1.17 on the committed
 # H200 line (bf16, an eager loop): here a round must commit almost two tokens just to pay for verification. bfloat16
 # makes that wide forward cheaper (notebook 05).
 #
@@ -339,8 +339,8 @@ print("hand-written vs plain greedy:", "identical" if div is None else div.messa
 # **Reading it.** The first round feeds 42 slots, one per prompt position (by the EAGLE shift each holds the next
 # token, the last one the prefill's choice). The hand-written round, the package's loop and plain greedy decoding give
 # identical tokens (float32).
-# But a round commits 1.47 tokens while verification alone costs 1.80 steps, so speculation loses on this prompt: 3.74 s
-# against 2.97 s (0.79x). 05 and 07 time it in bfloat16.
+# But a round commits 1.47 tokens while verification alone costs 1.86 steps, so speculation loses on this prompt: 3.98 s
+# against 2.91 s (0.73x, one run each). 05 and 07 time it in bfloat16.
 #
 # ### Acceptance length, draft by draft
 #
@@ -422,8 +422,8 @@ ahead = sum(p["speedup"] > e["speedup"] for p, e in zip(easy_rows[::2], easy_row
 print("P-EAGLE against EAGLE-3: " + payoff.paired_verdict(ahead, len(easy_rows) // 2))
 
 # %% [markdown]
-# **Reading it.** All outputs are identical to plain greedy, and rounds commit up to 8 tokens: P-EAGLE ran 2.93x and
-# 1.61x faster than plain decoding, EAGLE-3 2.49x and 1.79x. Where both accept alike (AL 6.40 each) P-EAGLE's one pass
+# **Reading it.** All outputs are identical to plain greedy, and rounds commit up to 8 tokens: P-EAGLE ran 2.95x and
+# 1.87x faster than plain decoding, EAGLE-3 2.47x and 1.95x. Where both accept alike (AL 6.40 each) P-EAGLE's one pass
 # wins; where EAGLE-3 accepts more (5.00 against 3.85) it wins. Two requests cannot show an order (p = 1); 05 times
 # the same pair on 48.
 #
@@ -530,16 +530,16 @@ for k_try, rounds_try in tries.items():
 #
 # | notebook | question it answers | minutes |
 # |---|---|---|
-# | `00_overview` | What is speculative decoding, what does P-EAGLE change, what does lossless mean? | 1.5 |
+# | `00_overview` | What is speculative decoding, what does P-EAGLE change, what does lossless mean? | 1.4 |
 # | `01_hidden_states` | What the drafter reads: the three tapped layers, their disk cost, extraction | 0.4 |
 # | `02_mask_tokens` | How one pass drafts K tokens: mask token, `mask_hidden`, the drafter from scratch, the attention layout | 1.0 |
-# | `03_train_head` | Training a P-EAGLE head: self-distilled data, the draft vocabulary (`d2t`/`t2d`), COD sampling, the loop by hand | 3.7 |
+# | `03_train_head` | Training a P-EAGLE head: self-distilled data, the draft vocabulary (`d2t`/`t2d`), COD sampling, the loop by hand | 3.6 |
 # | `04_scale_and_acceptance` | How far training goes: the shipped heads, the learning curve, your own model on a second architecture | 1.9 |
 # | `05_parallel_vs_sequential` | Parallel vs sequential drafting: drafting cost; the payoff where acceptance is high (a pair trained alike on list requests); the shipped heads against plain decoding; losslessness | 5.7 |
-# | `06_vllm_deploy` | Export to vLLM's eagle3 format, serve with `parallel_drafting`; load and tensor parallelism | 3.7 |
-# | `07_explorer` | Drafts accepted token by token; speculative sampling; how the course measures | 0.4 |
+# | `06_vllm_deploy` | Export to vLLM's eagle3 format, serve with `parallel_drafting`; load and tensor parallelism | 3.9 |
+# | `07_explorer` | Drafts accepted token by token; speculative sampling; how the course measures | 0.6 |
 #
-# Minutes: one `make lab` run (18.4 minutes in all), per chapter, rounded, on `cpu-epyc-avx512bf16-2c` (2-core AMD
+# Minutes: one `make lab` run (18 min 45 s in all), per chapter, rounded, on `cpu-epyc-avx512bf16-2c` (2-core AMD
 # EPYC with bf16 units, no GPU), the host of every saved output. 00-04 and 06 load the target in float32, 05 and 07 in
 # bfloat16 (what `auto` picks on a CPU with bf16 units). `make setup` installs everything, vLLM included; no chapter
 # needs a GPU or downloads a model.
@@ -565,10 +565,10 @@ for k_try, rounds_try in tries.items():
 # - A round is five steps: draft K, verify K + 1 tokens in one target forward, accept the agreeing prefix, add the
 #   bonus, roll back; the hand-written round matches the package's.
 # - In fp32 on this CPU every speculative output here is identical to plain greedy decoding.
-# - In float32 here verification alone costs 1.80 steps, so the prime-check prompt (1.47 tokens a round) is slower
-#   (0.79x).
-# - On two list requests both heads of the matched pair ran faster than plain decoding (P-EAGLE 1.61x to 2.93x,
-#   EAGLE-3 1.79x to 2.49x); two requests only count wins, and show no order between the heads (05 tests it on 48).
+# - In float32 here verification alone costs 1.86 steps, so the prime-check prompt (1.47 tokens a round) is slower
+#   (0.73x).
+# - On two list requests both heads of the matched pair ran faster than plain decoding (P-EAGLE 1.87x to 2.95x,
+#   EAGLE-3 1.95x to 2.47x); two requests only count wins, and show no order between the heads (05 tests it on 48).
 # - AL = 1 + p1 + p1·p2 + …: draft 1 supplied 80% of the extra tokens; a larger K cannot rescue weak early drafts.
 #
 # Next: `01_hidden_states`, the features every EAGLE-3 and P-EAGLE drafter reads.

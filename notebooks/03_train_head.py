@@ -267,8 +267,8 @@ print(f"bf16 shards: read back {rows[0]['seconds'] / rows[2]['seconds']:,.0f}x f
       f"on {rows[2]['disk'] / rows[1]['disk']:.2f}x float32's disk")
 
 # %% [markdown]
-# **Reading it.** bf16 shards read back 2,105x faster than the target forward they replace, on half of float32's disk,
-# at a largest error of 2.4e-03 of the largest tap. float32 shards read back faster still (1,914,391 against 886,543
+# **Reading it.** bf16 shards read back 2,281x faster than the target forward they replace, on half of float32's disk,
+# at a largest error of 2.4e-03 of the largest tap. float32 shards read back faster still (1,971,596 against 909,333
 # tokens/s: the cell reads both as float32, so bf16 pays a conversion) and exactly, but take twice the disk (6,921
 # against 3,465 B/token).
 #
@@ -734,7 +734,7 @@ report.record("nb03_final_depth_accuracy", acc);
 #
 # - Target-written answers beat human ones: AL 1.380 against 1.245, beyond the seed spread.
 # - 4,096 draft ids cover 99.61% of response tokens (in-sample); a mismatched `lm_head` is refused.
-# - bf16 shards read back 2,105x faster than a target forward, on half the disk, at no measurable AL cost;
+# - bf16 shards read back 2,281x faster than a target forward, on half the disk, at no measurable AL cost;
 #   float32 shards read back faster still, on twice the disk.
 # - One packed row trains all 8 depths; all code written by hand matches the package.
 # - Resume reproduces the uninterrupted run exactly; the 30-step head reaches AL 1.16 at K=4, lossless.

@@ -34,8 +34,8 @@
 # draws that acceptance through the real loop and prices it here.
 #
 # Plan: one round both ways; drafting cost for K = 1 to 10; the payoff, and the paired rule that reads it; the shipped
-# heads on open prompts, committed and live, with the lossless check; the oracle; where a round's time goes; the
-# break-even picture; an exercise. *Live* cells run here and move a little between runs; *committed* cells read
+# heads on open prompts, committed and live, with the lossless check; where a round's time goes, with the oracle pair;
+# the break-even picture; an exercise. *Live* cells run here and move a little between runs; *committed* cells read
 # full-size runs under `data/`, labelled with their host.
 
 # %% tags=["nbval-ignore-output"]
@@ -145,10 +145,10 @@ print("verifying more tokens measured cheaper after: "
 bench.plot_drafting_cost(dc);
 
 # %% [markdown]
-# **Reading it.** From K=1 to K=10 sequential drafting grows from 3.77 to 26.9 ms while one parallel pass stays
-# between 3.66 and 4.81 ms: 5.6x apart at K=10, the same at K=1, where the two are one computation. But verifying K+1
-# tokens costs 57.2 to 70.5 ms, 1.04 to 1.28 decode steps: on this CPU verification, not drafting, is most of a round,
-# so the drafting saving pays only where many drafts are accepted.
+# **Reading it.** From K=1 to K=10 sequential drafting grows from 4.63 to 36.6 ms while one parallel pass stays
+# between 4.96 and 5.82 ms: their ratio is 6.68 at K=10 and 0.918 at K=1, where the two are one computation.
+# Verifying K+1 tokens costs 75.1 to 88.3 ms, 1.05 to 1.24 decode steps: on this CPU verification, not drafting, is
+# most of a round, so the drafting saving pays only where many drafts are accepted.
 #
 # ## The payoff: a pair trained alike, where acceptance is high
 #
@@ -260,13 +260,16 @@ if wide:
 # rounds, EAGLE-3's second draft in 434 of 478) and wins on the round: 1.98 decode steps against 2.47, from drafting of
 # 15.1 ms in one pass against 42.4 ms in seven, with verification alike (102.9 and 104.4 ms). Of the 11 requests where
 # P-EAGLE loses to plain decoding, 10 have answers of 5 to 14 tokens: short answers leave speculation few rounds to gain
-# in. WIDE-SWEEP-READING
+# in. The wider sweep keeps the order and moves P-EAGLE's best K up: P-EAGLE still gains past K=7 (2.07x, 2.13x, 2.19x
+# at K = 7, 9, 11), while EAGLE-3 peaks at K=7 (1.94x, then 1.91x and 1.90x) though its AL rises to 5.99. Each at its
+# best K (11 against 7), P-EAGLE is shown faster on 36 of 48 requests (p = 0.00072).
 #
 # ### The matched pair, live
 #
-# Now the pair runs here, on the same 48 held-out requests: plain decoding, P-EAGLE and EAGLE-3 on each, their order
-# rotated from request to request, every output checked against plain greedy, and the drafter's time per round kept
-# apart (a figure acceptance does not enter).
+# Now the pair runs here, on the same 48 held-out requests, both heads at K=7 (each one's best in the K = 3, 5, 7 run;
+# the wider sweep puts P-EAGLE's best at K=11, EAGLE-3's at K=7): plain decoding, P-EAGLE and EAGLE-3 on each, their
+# order rotated from request to request, every output checked against plain greedy (the first line), and the
+# drafter's time per round kept apart (`P-EAGLE draft ms`, `EAGLE-3 draft ms`: a figure acceptance does not enter).
 
 # %% tags=["nbval-ignore-output"]
 from statistics import median
@@ -320,11 +323,11 @@ else:
 
 # %% [markdown]
 # **Reading it.** Live here in bf16, P-EAGLE is shown faster than EAGLE-3 on the same 48 requests: faster on 37 of 48
-# (p = 0.00022), and each head is shown faster than plain decoding (P-EAGLE on 45 of 48, 0.85x to 4.75x; EAGLE-3 on 36
-# of 48, 0.59x to 4.42x). The mechanism shows on its own: drafting takes a median 6.1 ms a round in one pass against
-# 27.2 ms in seven, faster on 48 of 48 requests, while the per-request gap (-1.33x to +2.45x) moves with each
+# (p = 0.00022), and each head is shown faster than plain decoding (P-EAGLE on 46 of 48, 0.83x to 5.57x; EAGLE-3 on 40
+# of 48, 0.69x to 4.60x). The mechanism shows on its own: drafting takes a median 5.9 ms a round in one pass against
+# 26.4 ms in seven, faster on 48 of 48 requests, while the per-request gap (-1.39x to +3.39x) moves with each
 # request's acceptance. 3 of the 96 speculative outputs leave plain greedy, each at a near-tie (margins 0 and 0.5,
-# bound 1). Speed-ups run higher than in the committed float32 run mostly because a bf16 round is cheaper: 1.27
+# bound 1). Speed-ups run higher than in the committed float32 run mostly because a bf16 round is cheaper: 1.28
 # decode steps at K=7 in this chapter's live run (the break-even below), against 1.98 in that float32 run.
 #
 # ## The shipped heads on open prompts
@@ -423,15 +426,15 @@ print(f"plain loop: {plain_row['t_step_ms']:.1f} ms per decode step (loop timer)
       f"(drafting_cost above): {dc['target_step_ms']:.1f} ms")
 
 # %% [markdown]
-# **Reading it.** Live on 3 prompts the heads make at most 1.14x (P-EAGLE, K=4) and 1.18x (EAGLE-3, K=1), with AL 1.33
-# to 1.49 at every K: deeper drafts add little acceptance, so the best K is small and parallel drafting has little to
-# save. At K=1 both modes are one pass; EAGLE-3's edge there (1.18x against 1.13x) is its head's acceptance (AL 1.36
-# against 1.33) and timing noise, not drafting. On the same draws the oracle at K=7 makes 2.83x with one pass and
-# 2.48x with seven; prompt lookup 1.80x.
+# **Reading it.** Live on 3 prompts the heads make at most 1.10x (P-EAGLE) and 1.20x (EAGLE-3), both at K=1, with AL
+# 1.33 to 1.49 at every K: deeper drafts add little acceptance, so the best K is small and parallel drafting has little
+# to save. At K=1 both modes are one pass; EAGLE-3's edge there is its head's acceptance (AL 1.36 against 1.33) and
+# timing noise, not drafting. On the same draws the oracle at K=7 makes 2.70x with one pass and 2.42x with seven;
+# prompt lookup 1.71x.
 #
 # ## Lossless, in two regimes
 #
-# - **fp32 on a CPU** (`exact`): identical to plain greedy, token for token.
+# - **fp32 on a CPU** (`exact`): lossless means identical to plain greedy, token for token.
 # - **bf16** (`near-tie`; also fp32 on a GPU): verification and plain decoding compute the same logits through
 #   differently blocked kernels, a few units in the last place (ulps) apart. Lossless then means identical, or
 #   diverging only where plain greedy's top-1 minus top-2 margin is within `BF16_TIE_ULPS` ulps of the top logit.
@@ -519,9 +522,10 @@ print(f"  oracle K={o['k']}: AL {o['acceptance_length']:.2f} over {o['rounds']} 
 
 # %% [markdown]
 # **Reading it.** The counts say why a deeper K helps the shipped heads little: at K=7 P-EAGLE's slot 2 is accepted in
-# 5 of 26 rounds, slot 4 in 0 of 3, and slots 5 to 7 are never reached. Neither head is shown faster than plain on 3
-# prompts (p = 0.25 each), nor than the other (P-EAGLE ahead on 1 of 3 here, on 15 of 24 in the committed run, p =
-# 0.31). The oracle drew AL 4.44, 0.65 above the 3.79 the 40-token budget leaves expected: draws over 27 rounds.
+# 5 of 26 rounds, slot 4 in 0 of 3, and slots 5 to 7 are never reached. Each head beats plain on 3 of 3 prompts, too
+# few to show it (p = 0.25 each); neither is shown faster than the other (P-EAGLE ahead on 0 of 3 here, on 15 of 24 in
+# the committed run, p = 0.31). The oracle drew AL 4.44, 0.65 above the 3.79 the 40-token budget leaves expected:
+# draws over 27 rounds.
 #
 # ## Where a round's time goes, and the oracle pair
 #
@@ -562,13 +566,13 @@ for label, res in runs:  # the oracle pair: each run's best one-pass K against K
               f"{pa['verify_ms']:.1f} and {pb['verify_ms']:.1f} ms ({pb['verify_ms'] - pa['verify_ms']:+.1f} ms noise)")
 
 # %% [markdown]
-# **Reading it.** Verification is over nine tenths of every P-EAGLE round (`verify_share` 0.916 to 0.924) and its
-# drafting takes 3.86 to 4.29 ms at every K, while EAGLE-3's draft share grows from 0.059 at K=1 to 0.153 at K=4 and
-# the K-pass oracle's reaches 0.226 at K=7. At the paper's per-slot rate and K=7 (these draws gave AL 4.44, above the
-# blog's 3.94), one parallel pass makes 2.83x and seven sequential passes 2.48x (+14%), on drafting of 4.88 against
-# 17 ms a round; verification, the same work under both, differs by 1.3 ms of noise. Three prompts cannot show the
-# order (p = 0.25); `cpu-epyc-avx2-2c`'s committed float32 runs show it: 1.59x against 1.46x on code (22 of 24, p =
-# 3.6e-05), 1.56x against 1.39x on chat (24 of 24, p = 1.2e-07).
+# **Reading it.** Verification is over nine tenths of every P-EAGLE round (`verify_share` 0.913 to 0.924) and its
+# drafting takes 4.11 to 4.63 ms at every K, while EAGLE-3's draft share grows from 0.0594 at K=1 to 0.158 at K=4 and
+# the K-pass oracle's reaches 0.223 at K=7. At the paper's per-slot rate and K=7 (these draws gave AL 4.44, above the
+# blog's 3.94), one parallel pass makes 2.70x and seven sequential passes 2.42x (+11%), on drafting of 4.83 against
+# 18.42 ms a round; verification, the same work under both, differs by 3.9 ms of noise. Three prompts cannot show the
+# order (one pass faster on 2 of 3, p = 1); `cpu-epyc-avx2-2c`'s committed float32 runs show it: 1.59x against 1.46x
+# on code (22 of 24, p = 3.6e-05), 1.56x against 1.39x on chat (24 of 24, p = 1.2e-07).
 #
 # ## What it takes: the break-even picture
 #
@@ -618,9 +622,9 @@ print(f"\nthe blog's ALs on the GPU cost model (K=7): P-EAGLE 3.94 / {gpu_round[
       "best K)")
 
 # %% [markdown]
-# **Reading it.** At K=7 a round costs 1.27 decode steps in this live bf16 run and 1.26 in the committed bf16 run,
-# against 1.98 and 1.95 in the committed fp32 runs: the shipped P-EAGLE head clears the bf16 rounds (1.12x and 1.20x
-# decode), not the fp32 ones (0.73x and 0.63x), and the paper's AL 3.94 would pay 3.10x ideally in this run's round.
+# **Reading it.** At K=7 a round costs 1.28 decode steps in this live bf16 run and 1.26 in the committed bf16 run,
+# against 1.98 and 1.95 in the committed fp32 runs: the shipped P-EAGLE head clears the bf16 rounds (1.10x and 1.20x
+# decode), not the fp32 ones (0.73x and 0.63x), and the paper's AL 3.94 would pay 3.07x ideally in this run's round.
 # Given each method the blog's AL at K=7 (3.94 and 3.03), the GPU cost model (random weights, an eager loop) puts
 # P-EAGLE 1.69x ahead of EAGLE-3; the blog's 1.55x set EAGLE-3 at its own best K, 3, so the two are not like for like:
 # the same direction, not a reproduction.
@@ -715,24 +719,25 @@ for r in ledger.bench_rows(e2e, "05", f"this run's end to end ({'CI size' if CI 
     ledger.record(**r)
 
 # %% [markdown]
-# **Reading it.** From K=2 to K=10 the parallel round goes from 3.52 to 4.06 ms and the sequential one from 5.67 to
-# 26.44 ms, so their ratio rises from 1.61 to 6.52 (0.81 and 0.65 of K), as the answer predicts. These are medians of
+# **Reading it.** From K=2 to K=10 the parallel round goes from 3.15 to 3.72 ms and the sequential one from 4.87 to
+# 24.09 ms, so their ratio rises from 1.55 to 6.47 (0.77 and 0.65 of K), as the answer predicts. These are medians of
 # 9 calls timed apart from the drafting-cost table, so they differ from its medians; the trend is the same.
 #
 # ## What we saw
 #
-# - Speed is AL / round, the round in decode steps. From K=1 to K=10 one parallel pass stays between 3.66 and
-#   4.81 ms; K sequential passes grow from 3.77 to 26.9 ms.
+# - Speed is AL / round, the round in decode steps. From K=1 to K=10 one parallel pass stays between 4.96 and
+#   5.82 ms; K sequential passes grow from 4.63 to 36.6 ms.
 # - Where acceptance is high that saving is the payoff: trained alike on list requests, P-EAGLE is shown faster than
-#   EAGLE-3 while accepting less, committed in float32 (2.10x against 1.92x, 37 of 48) and live here in bf16 (37 of
-#   48, p = 0.00022).
+#   EAGLE-3 while accepting less, committed in float32 (2.10x against 1.92x, 37 of 48) and live here in bf16 at K=7
+#   (37 of 48, p = 0.00022); a wider committed sweep to K=11 keeps the verdict, each at its best K (P-EAGLE 11,
+#   EAGLE-3 7: 2.19x against 1.94x, 36 of 48, p = 0.00072).
 # - On open prompts the shipped heads accept 1.32 to 1.55 tokens a round and verification dominates: 1.18x and 1.14x
 #   end to end in the committed bf16 run; prompt lookup beats both.
 # - At the paper's per-slot rate one parallel pass is shown faster than seven sequential ones on the same draws in
-#   the committed fp32 runs (1.59x against 1.46x on code, 1.56x against 1.39x on chat); live, 2.83x against 2.48x on
-#   3 prompts (3 of 3: too few to show an order).
-# - In bf16, speculative output diverges from plain greedy only at near-ties (margins 0 to 0.5); fp32 stays
-#   identical; an off-by-one acceptance rule fails at a margin of 5.25.
+#   the committed fp32 runs (1.59x against 1.46x on code, 1.56x against 1.39x on chat); live, 2.70x against 2.42x on
+#   3 prompts (2 of 3: too few to show an order).
+# - In bf16, speculative output diverges from plain greedy only at near-ties (margins 0 to 0.5); an off-by-one
+#   acceptance rule fails at a margin of 5.25.
 #
 # The same from a shell:
 #

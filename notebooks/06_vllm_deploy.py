@@ -339,8 +339,8 @@ print(f"one batched plain step {plain_step_ms:.0f} ms; one batched speculative r
       "the round cost)")
 
 # %% [markdown]
-# **Reading it.** On 2 CPU cores the head makes vLLM slower, 0.48x: a batched round costs 3.08 plain steps but
-# yields only 1.45 tokens per prompt (the step model's 1.45 / 3.08 = 0.47x; the measured 0.48x is tokens per second).
+# **Reading it.** On 2 CPU cores the head makes vLLM slower: 30.75 against 63.84 tokens/s, 0.48x. A batched round
+# costs 3.05 plain steps but yields only 1.45 tokens per prompt, and 1.45 / 3.05 gives the same 0.48x.
 #
 # ## 7 · Under load, and with tensor parallelism (question 8)
 #
@@ -558,7 +558,7 @@ for what, prompt_set, n, k, rounds, al in runs:
 # - The export passed every check and refused a head with a tap the target lacks; the server ran on 127.0.0.1.
 # - With the head, vLLM's greedy tokens were unchanged (4 of 4 prompts) and its acceptance length equalled our
 #   loop's, 1.454 at K=8.
-# - Live on 2 CPU cores (float32): 0.48x, a round costing 3.08 plain steps for 1.45 tokens.
+# - Live on 2 CPU cores (float32): 0.48x, a round costing 3.05 plain steps for 1.45 tokens.
 # - Under load (committed sweep): 1.00x at 1 concurrent request, 0.43x at 4, 0.28x at 16. Over 2 CPU processes,
 #   verification ran 0.55x as fast and the drafter's share fell.
 # - K=2, 7 and 8: 44-45 rounds, AL 1.40-1.43 (one prompt): a larger K adds drafted tokens, not accepted ones.
