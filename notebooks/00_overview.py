@@ -19,15 +19,18 @@
 # **Goal:** understand one speculative round (draft, verify, accept, bonus, roll back) well enough to write it yourself,
 # and know exactly what "lossless" means.
 #
-# **What the course shows on a 2-core CPU:** the mechanism, built and checked piece by piece; losslessness; and
-# P-EAGLE's one drafting pass beating EAGLE-3's K passes where acceptance is high (a pair of heads trained alike on list
-# requests: 05 shows it on 48 of them; here it runs on two). On open prompts its small heads accept too few drafts for
-# drafting cost to decide (04, 05), and their speed-ups need a CPU with bf16 units (in float32 they lose); the
-# published speed-ups need the published heads on a GPU (06 shows how to serve them).
+# **What the course shows on a 2-core CPU:** the mechanism, built and checked piece by piece; losslessness; and, in 05,
+# P-EAGLE's one drafting pass beating EAGLE-3's K passes where acceptance is high (a pair of *heads*, the small drafter
+# networks, trained alike on list requests and timed on 48 of them). Here the pair runs on two requests: both heads run
+# and stay lossless, too few requests to show an order. On open prompts (ordinary chat and code requests) the small
+# heads accept too few drafts for drafting cost (the head's time per round) to decide (04, 05), and their speed-ups need
+# a CPU with bf16 units (native bfloat16 matrix instructions, such as AVX512-BF16; in float32 they lose); the published
+# speed-ups need the published heads on a GPU (06 shows how to serve them).
 #
 # Plan: the idea and what P-EAGLE changes; the glossary every chapter uses; one round by hand; acceptance length; a
-# pair of heads on list requests; two exercises; how the course measures, and a course map. Timings are live and move
-# with the machine's load; committed results are labelled so.
+# pair of heads on list requests; two exercises; how the course measures, and a course map. Timings are live (run in
+# this execution) and move with the machine's load; committed results (runs saved under `data/`, read back here) are
+# labelled so.
 
 # %%
 # Parameters come from the environment: PEAGLE_TARGET (default: the embedded SmolLM2-135M-Instruct),
@@ -58,9 +61,10 @@ from peagle_lab import models, precision, settings
 #
 # - **fp32 on a CPU**: the output is **identical** to plain greedy decoding (the package's tests check K = 1 to 8,
 #   both heads; this chapter checks every run it makes).
-# - **bf16, or fp32 on a GPU**: identical, **or** diverging at a *near-tie* (plain decoding's top two logits within a
-#   few units in the last place), reported with its logit margin (top-1 minus top-2); notebook 05 shows one. A
-#   divergence at a margin of several logits is a bug.
+# - **bf16, or fp32 on a GPU**: identical, **or** diverging at a *near-tie*: plain decoding's top two logits closer
+#   than rounding can separate (in bf16, a few ulps: units in the last place, the spacing of bf16 numbers at that
+#   size), reported with its logit margin (top-1 minus top-2); notebook 05 shows one. A divergence at a margin of
+#   several logits is a bug.
 #
 # Above temperature 0, lossless means sampling exactly the target's distribution (`07_explorer`). Lossless keeps the
 # target's answer, right or wrong: the plain answer below is not correct code.
@@ -70,8 +74,8 @@ from peagle_lab import models, precision, settings
 #
 # - **EAGLE** drafters are a small transformer (one layer here, four in the published GPT-OSS P-EAGLE heads) that reads
 #   the target's hidden states, not just tokens.
-# - **EAGLE-3** reads three target layers, the *taps* (notebook 01), and drafts **sequentially**: K tokens cost K
-#   drafter passes. It trains unrolled (*training-time test*).
+# - **EAGLE-3** reads the hidden states of three target layers, the *taps* (notebook 01), and drafts
+#   **sequentially**: K tokens cost K drafter passes. It trains unrolled (*training-time test*).
 # - **P-EAGLE** drafts **in parallel**: slot 1 gets the new token and the taps; slots 2..K get a mask token and a shared
 #   learned vector (`mask_hidden`). One pass gives all K drafts. It trains all slots at once on *conditional drop-token*
 #   (COD) samples (notebook 02).
@@ -377,8 +381,9 @@ if al_formula > 1:
 # On predictable text a small head learns the target's habits. The *matched pair*, one P-EAGLE and one EAGLE-3 head,
 # was trained alike (one seeded start, the same steps) on the target's own answers to list requests (ranges,
 # countdowns, the alphabet ...); 05 times it at length. The cell runs the pair at K=7 on held-out requests against
-# plain decoding (interleaved, median of three runs) and checks each output against plain greedy; `p` is the sign test
-# of the paired rule ("How the course measures", at the end).
+# plain decoding (per request: plain, P-EAGLE, EAGLE-3 in turn, three times over; medians) and checks each output
+# against plain greedy. The *paired rule* (defined at the end) counts per-request wins; its *sign test* gives `p`, the
+# chance that fair coin flips would split the wins at least that unevenly.
 
 # %%
 from peagle_lab.bench.suites import suite_records
@@ -398,7 +403,7 @@ easy_rows = []
 for rec in suite_records("lists", settings.pick(2, 1)):
     ids = chat_ids(tokenizer, rec["prompt"])
     secs, outs = {name: [] for name in names}, {}
-    for _ in range(3):  # interleaved: a change in the machine's load falls on every method alike
+    for _ in range(3):  # one after another per request, in a fixed order (05 rotates the order)
         for name, kind in names.items():
             outs[name] = (plain_generate(runner, ids, EASY_TOKENS, eos_ids=tokenizer.eos_token_id) if kind is None
                           else speculative_generate(runner, HeadDrafter(easy_heads[kind], kind), ids, k=EASY_K,
@@ -519,12 +524,12 @@ for k_try, rounds_try in tries.items():
 # |---|---|
 # | live, committed | *live*: run in this execution, on a few prompts; timings move between runs. *Committed*: a run stored under `data/` at the size it prints (from a few prompts to 48), read back with its host and dtype |
 # | host | the machine behind a figure, named by its CPU: `cpu-epyc-avx2-2c` (2 cores, no bf16 units) or `cpu-epyc-avx512bf16-2c` (2 cores, bf16 units); compare only within one host and dtype |
-# | dtype | float32 or bfloat16; on a CPU with bf16 units a bf16 forward over several tokens (a verification) is much cheaper than in float32, while a one-token step costs about the same, which changes every round's cost |
+# | dtype | float32 or bfloat16; on a CPU with bf16 units bf16 makes a forward over several tokens (a verification) much cheaper than in float32, but not a one-token step (it can be slower), which changes every round's cost |
 # | paired rule | two methods timed side by side on each prompt; one is *shown faster* when a sign test over the prompts gives p < 0.05, else "faster on N of M prompts"; under 6 prompts no split reaches p < 0.05, so such runs only count wins |
 # | seed spread | the gap between two training seeds of one setting; a smaller gap between two heads is a tie |
 # | oracle | a stand-in drafter replaying the paper's acceptance through the real loop, charged one parallel pass or K sequential ones: drafting's cost apart from the head's quality |
 # | eager | a PyTorch model run op by op, each kernel launched from Python (no CUDA graphs, no compilation): on a GPU, launches then dominate a batch-1 step |
-# | K | chosen per experiment and printed with it: 5 for 00's round, 4 for short demonstrations (03, 04's template check, 07), 7 where results meet the blog's K=7, 8 (the heads' trained K) for 06's vLLM engine, a sweep where K is the question |
+# | K | chosen per experiment and printed with it: 5 for 00's round, 4 for short demonstrations (03, 04's template check, 07), 7 where results meet the blog's K=7, 8 (the heads' trained K) for 06's live vLLM engine, 7 in 06's committed serving sweep, a sweep where K is the question |
 #
 # ## The course
 #

@@ -305,8 +305,9 @@ print("EAGLE-3 sequential drafting from scratch equals HeadDrafter's (same K dra
 # **its own rollout** `(a, d' ≤ d)`.
 #
 # Deeper depths hold only **anchors** (last prompt position and response) with a label that far ahead. **COD**
-# (conditional drop-token sampling, from PARD) keeps a nested share `ratio^d` of them at depth d, with a
-# floor of `min_ratio`. The cell builds the mask for one toy sequence and two packed with COD, and checks the rule.
+# (conditional drop-token sampling, from PARD: a small draft model that drafts K tokens in one pass with mask tokens)
+# keeps a nested share `ratio^d` of them at depth d, with a floor of `min_ratio`. The cell builds the mask for one toy
+# sequence and two packed with COD, and checks the rule.
 
 # %% tags=["nbval-check-output"]
 import matplotlib.pyplot as plt
@@ -395,11 +396,11 @@ for K_TRY in (2, 8):  # the exercise's two values; edit to try others
 # | random | learned mask row | `fc(r)`, `r` frozen random |
 # | frozen mask embedding | the target's own row of the mask token (SmolLM2: id 16, `<empty_output>`), frozen | `fc(mask_hidden)`, learned |
 #
-# Each head drafts at K = 7 on held-out prompts (notebook 03's *scale mix*: the training prompts' mix of kinds, its
-# held-out split). **tokens seen**: training tokens read, repeats counted. **held-out AL (mean)**: tokens per
-# round, mean of two seeds; **seed spread**: the AL gap between that setting's two seeds;
-# **P(accept) slots 1 / 2 / 3**: slot j's acceptance rate when the slots before it were accepted; **divergences**:
-# prompts whose output differs from plain greedy.
+# Each head drafts at K = 7 on the held-out split of notebook 03's *scale mix* (the mix of code, reasoning and chat
+# prompts whose target-written answers train the shipped heads). **tokens seen**: training tokens read, repeats
+# counted. **held-out AL (mean)**: tokens per round, mean of two seeds; **seed spread**: the AL gap between the two
+# training seeds of that setting; **P(accept) slots 1 / 2 / 3**: slot j's acceptance rate when the slots before it
+# were accepted; **divergences**: prompts whose output differs from plain greedy.
 #
 # The full study (ten heads) is committed; the cell runs a tiny live version (two variants, few steps, one seed).
 
@@ -470,10 +471,10 @@ print("training elements equal the one-pass draft (within 1e-4):", worst < 1e-4)
 # %% [markdown]
 # ## The committed study
 #
-# The table, then the rule: a gap counts only beyond both stand-ins' seed spreads, and is firm only beyond the
-# largest seed spread of any committed study (0.052, notebook 03). Last, the rounds that reach each slot. The study
-# computed its taps online in float32 rather than reading notebook 01's bf16 shards, so its `learned` runs also serve
-# as the float32 arm of notebook 03's storage study.
+# The table, then the rule: a gap counts only beyond both stand-ins' seed spreads, and is firm only beyond the course's
+# tie threshold, 0.052: the largest seed spread of any committed study (set by notebook 03's self-distillation study).
+# Last, the rounds that reach each slot. The study computed its taps online in float32 rather than reading notebook
+# 01's bf16 shards, so its `learned` runs also serve as the float32 arm of notebook 03's storage study.
 
 # %% tags=["nbval-ignore-output"]
 from IPython.display import Markdown, display

@@ -43,7 +43,9 @@ model, tokenizer = models.load_target(TARGET, device=DEVICE, dtype=precision.cou
 #
 # A drafter learns to guess what **this target** says next, so it trains on the target's own text:
 # `peagle-lab distill` lets the target answer each prompt greedily and stores the token ids. Below: one example, then
-# the **scale mix** (with a held-out split) and the runs that trained each shipped head.
+# the **scale mix** (with a held-out split) and the runs that trained each shipped head. Two files hold its answers:
+# `smollm2-135m-scale.jsonl`, the smaller one, answers part of the mix (the EAGLE-3 head's first two runs read it);
+# `smollm2-135m-scale.jsonl.gz` answers every prompt, with about six times the tokens (all the other runs read it).
 #
 # `records 6000:12000` is the slice a run read; **distinct tokens** counts the tokens in it, **tokens seen** those
 # trained on (their ratio is the epochs).
@@ -418,7 +420,9 @@ check_cod_sample(my_cod_sample)
 # trained anchors (target token `d + 1` past the anchor; labels outside the draft vocabulary skipped), averaged over
 # depths; both are checked against the trainer's `run_depths` and `forward`. The head is this chapter's short
 # demonstration run (8,192 draft ids, lr 0.002), not the shipped recipe, whose settings each head's `TRAINING.md`
-# records.
+# records. The cell also prints the trainer's `tap_scale`, the taps' per-feature RMS over the training sequences: the
+# taps differ hugely in scale, so `fc` trains on taps divided by it, and one Adam step of about `lr` per weight moves
+# the fused state alike for small and large taps.
 
 # %% tags=["nbval-ignore-output"]
 class RowCache:

@@ -348,15 +348,18 @@ print(f"one batched plain step {plain_step_ms:.0f} ms; one batched speculative r
 # Three committed runs, each labelled with its host:
 #
 # - **Serving sweep** (`peagle-lab serve-sweep`): plain and P-EAGLE servers at 1, 4 and 16 concurrent requests,
-#   2 repeats. `throughput`: P-EAGLE's tok/s over plain's; `each repeat`: its range over the repeats;
-#   `speculation`: pays (costs) if every repeat is above (below) 1; `latency`: plain's median latency over
-#   P-EAGLE's; `round (plain steps)`: AL / throughput.
+#   2 repeats (its prompt count is not printed here; 07's ledger lists it). `throughput`: P-EAGLE's tok/s over
+#   plain's; `each repeat`: its range over the repeats; `speculation`: pays (costs) if every repeat is above (below)
+#   1; `latency`: plain's median latency over P-EAGLE's; `round (plain steps)`: AL / throughput.
 # - **GPU cost model** (`gpu-h200`, batch 1, Llama-3.1-8B's shapes, bfloat16, eager: no CUDA graphs, random
 #   weights, no head): `verify K+1 / step` is verifying K+1 tokens in decode steps; `draft share` is drafting's
 #   share of a round.
-# - **Tensor parallelism**: vLLM's size must divide the attention heads, so the target is sharded by hand over 2 CPU
-#   processes, as vLLM shards it on GPUs, talking through gloo (PyTorch's CPU collective-communication backend). Each
-#   layer ends with two all-reduces (after attention's `o_proj` and the MLP's `down_proj`): 60 per pass over 30 layers.
+# - **Tensor parallelism**: vLLM's size must divide the target's attention heads, and 2 does not divide 9, so vLLM
+#   refuses 2 ranks. The target is sharded by hand over 2 CPU processes in vLLM's pattern: each rank keeps whole
+#   KV-head groups (a KV head with the query heads that read it), split unevenly over the 2 ranks (the run's file
+#   records it as `kv_heads_per_rank`), and a share of the MLP's units. The ranks talk through gloo (PyTorch's CPU
+#   collective-communication backend); an all-reduce after attention's `o_proj` and one after the MLP's `down_proj`
+#   sum the ranks' partial outputs: 60 per pass over 30 layers.
 
 # %% tags=["nbval-ignore-output"]
 import matplotlib.pyplot as plt
@@ -429,8 +432,9 @@ for path in sorted(RESULTS.glob("*/tensor-parallel/tensor_parallel.json")):
 # steps, and drafting is 6% of a round for P-EAGLE at K=8 against 31% for EAGLE-3.
 #
 # **Tensor parallelism** (`cpu-epyc-avx2-2c`): 2 processes made verification 0.55x as fast, so the drafter's share
-# of a round fell (EAGLE-3 14.6% -> 9.7%). On GPUs, where sharding speeds the target up, it should grow: argued, not
-# measured.
+# of a round fell (EAGLE-3 14.6% -> 9.7%). A pass's 60 all-reduces (33.5 ms) explain about a third of decode's slowdown
+# (51.1 -> 152.9 ms); the rest is not broken down here. On GPUs, where sharding speeds the target up, the share should
+# grow: argued, not measured.
 #
 # ## 8 · Recipe: the published P-EAGLE heads on a GPU
 #

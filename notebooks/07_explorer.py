@@ -114,9 +114,9 @@ print("lossless (identical, or in a near-tie regime a near-tie divergence; see t
 
 # %% [markdown]
 # **Reading it.** Live, bfloat16: P-EAGLE at K=4 commits 1.40 tokens per round of a possible 5 and runs at 1.22x plain
-# decoding (4.72 s against 3.86 s, one run each): faster. Its output leaves plain greedy's from token 12, where greedy's
-# top two logits tie (margin 0): lossless by the near-tie rule (appendix), but the two timings cover slightly different
-# texts.
+# decoding (plain 4.72 s, speculative 3.86 s; one run each): faster. Its output leaves plain greedy's from token 12,
+# where greedy's top two logits tie (margin 0): lossless by the near-tie rule (appendix), but the two timings cover
+# slightly different texts.
 #
 # ### "Speculative decoding changed my greedy output" (question 9)
 #
@@ -150,8 +150,9 @@ if model.dtype != torch.float32 and memory.fits(memory.weights_bytes(model.confi
 
 # %% [markdown]
 # **Reading it.** Every divergence is a near-tie: in the committed bf16 run 51 of 216 speculative outputs leave plain
-# greedy, all 51 within the bound (29 at an exact tie, largest margin 0.250). In float32 the fixed run matches plain
-# greedy on all 64 tokens, where bf16 left it at token 12: the cause is bf16 rounding, not the speculative loop.
+# greedy, all 51 within the bound (29 at an exact tie, largest margin 0.250). For this prompt, float32 removes the
+# divergence (all 64 tokens match plain greedy; bf16 left it at token 12); the 51 near-tie divergences are consistent
+# with the same cause, bf16 rounding, though only this one prompt was rerun in float32.
 #
 # ### Exercise: which kind of prompt gets more drafts accepted?
 #
@@ -258,10 +259,11 @@ assert same == N_SAME
 # ## Results across hosts
 #
 # 05's committed benchmark runs for both hosts (appendix): SmolLM2-135M, the shipped heads, batch 1. One table per suite
-# (`code`: HumanEval; `chat`: the prompt mix's held-out split), one row per host and dtype.
+# (`code`: HumanEval; `chat`: the prompt mix's held-out split), one row per host and dtype. `verify_k7` differs from the
+# rounds 05's break-even uses: it times one verify pass alone, not a round of the end-to-end loop.
 #
 # - `prompts`: prompts x new tokens. `verify_k7`: one target pass over 8 tokens, in decode steps, from the
-#   drafting-cost benchmark (one prompt, timed alone), not from the end-to-end loop whose rounds 05's break-even uses.
+#   drafting-cost benchmark (one prompt, timed alone).
 # - `P-EAGLE`, `EAGLE-3`, `lookup` (untrained prompt lookup): best speed-up over plain decoding, prefill included, with
 #   K and AL; `N/24 diverge, margin <= m`: outputs leaving greedy's at near-ties, m the largest margin.
 # - `faster than plain`: prompts each head (P-EAGLE / EAGLE-3) won against plain. `paired`: P-EAGLE's per-prompt
@@ -379,7 +381,8 @@ print("verdict, at the paper's acceptance (one parallel pass against K sequentia
 # ### The acceptance ledger
 #
 # Every AL recorded for the shipped heads, one row each (`-`: not recorded): live runs, committed best-K benchmark rows,
-# 04's held-out comparison (K=3, 7), 06's serving sweep; `rounds` is a row's sample. Below: each head's lowest and
+# 04's held-out comparison (K=3, 7), 06's serving sweep; `rounds` is a row's sample. The rows mix hosts and dtypes:
+# compare only rows with the same host and dtype (and prompts, new tokens, K). Below: each head's lowest and
 # highest rows and what differs; indented, its rows sharing its most-recorded prompt set, host and dtype.
 
 # %% tags=["nbval-ignore-output"]
