@@ -21,16 +21,14 @@
 #
 # **What the course shows on a 2-core CPU:** the mechanism, built and checked piece by piece; losslessness; and, in 05,
 # P-EAGLE's one drafting pass beating EAGLE-3's K passes where acceptance is high (a pair of *heads*, the small drafter
-# networks, trained alike on list requests and timed on 48 of them). Here the pair runs on two requests: both heads run
-# and stay lossless, too few requests to show an order. On open prompts (ordinary chat and code requests) the small
-# heads accept too few drafts for drafting cost (the head's time per round) to decide (04, 05), and their speed-ups need
-# a CPU with bf16 units (native bfloat16 matrix instructions, such as AVX512-BF16; in float32 they lose); the published
-# speed-ups need the published heads on a GPU (06 shows how to serve them).
+# networks, trained alike on list requests). On open prompts (ordinary chat and code requests) the small heads accept
+# too few drafts for P-EAGLE's cheaper drafting to matter much (04, 05), and they gain only in bfloat16 on a CPU with
+# bf16 units (native bfloat16 matrix instructions); the published speed-ups need the published heads on a GPU (06 shows
+# how to serve them).
 #
-# Plan: the idea and what P-EAGLE changes; the glossary every chapter uses; one round by hand; acceptance length; a
-# pair of heads on list requests; two exercises; how the course measures, and a course map. Timings are live (run in
-# this execution) and move with the machine's load; committed results (runs saved under `data/`, read back here) are
-# labelled so.
+# Plan: the idea and what P-EAGLE changes; the glossary; one round by hand; acceptance length; a pair of heads on list
+# requests; two exercises; how the course measures, and a course map. *Live* timings run in this execution and move
+# with the machine's load; *committed* results are runs saved under `data/` and read back here.
 
 # %%
 # Parameters come from the environment: PEAGLE_TARGET (default: the embedded SmolLM2-135M-Instruct),
@@ -61,10 +59,9 @@ from peagle_lab import models, precision, settings
 #
 # - **fp32 on a CPU**: the output is **identical** to plain greedy decoding (the package's tests check K = 1 to 8,
 #   both heads; this chapter checks every run it makes).
-# - **bf16, or fp32 on a GPU**: identical, **or** diverging at a *near-tie*: plain decoding's top two logits closer
-#   than rounding can separate (in bf16, a few ulps: units in the last place, the spacing of bf16 numbers at that
-#   size), reported with its logit margin (top-1 minus top-2); notebook 05 shows one. A divergence at a margin of
-#   several logits is a bug.
+# - **bf16, or fp32 on a GPU**: identical, **or** diverging at a *near-tie*, where plain decoding's top two logits are
+#   closer than rounding can separate; the course reports it with its logit margin (top-1 minus top-2), and 05 shows
+#   one. A divergence at a margin of several logits is a bug.
 #
 # Above temperature 0, lossless means sampling exactly the target's distribution (`07_explorer`). Lossless keeps the
 # target's answer, right or wrong: the plain answer below is not correct code.
@@ -80,9 +77,9 @@ from peagle_lab import models, precision, settings
 #   learned vector (`mask_hidden`). One pass gives all K drafts. It trains all slots at once on *conditional drop-token*
 #   (COD) samples (notebook 02).
 #
-# Published (vLLM blog "P-EAGLE", 2026-03-13; arXiv 2602.01469): on GPT-OSS-20B, one B200, batch 1, HumanEval, P-EAGLE
-# runs at 1.55x EAGLE-3's speed, each at its best K (7 and 3); at K=7 the acceptance lengths are 3.94 vs 3.03. The
-# diagram's costs below are illustrative.
+# The vLLM blog "P-EAGLE" (2026-03-13; arXiv 2602.01469) reports that on GPT-OSS-20B, one B200, batch 1, HumanEval,
+# P-EAGLE runs at 1.55x EAGLE-3's speed, each at its best K (7 and 3), with acceptance lengths of 3.94 against 3.03 at
+# K=7. The diagram's costs below are illustrative.
 
 # %%
 from peagle_lab.workbook.diagrams import draw_drafting_schemes
@@ -168,7 +165,9 @@ print([tokenizer.decode([t]) for t in answer[:8]])
 # ## How fast, and why speculation can pay
 #
 # First the greedy decoding speed; then, with the prompt cached, the cost of one forward over 6 or 9 new tokens
-# (verifying K=5 or K=8 drafts) against a forward over 1.
+# (verifying K=5 or K=8 drafts) against a forward over 1. For comparison the cell quotes a committed GPU run: an H200
+# timing an 8B model's shapes with random weights (the timing does not depend on the weights' values) in an eager loop
+# (PyTorch op by op, no CUDA graphs).
 
 # %%
 import copy
@@ -214,9 +213,9 @@ for key, value in [("target_params", n_params), ("greedy_tokens_per_s", round(to
     record(key, value, notebook="00_overview")
 
 # %% [markdown]
-# **Reading it.** In float32 on this CPU, verifying K=5 drafts cost 1.86 one-token steps, against 1.17 on the committed
-# H200 line (bf16, an eager loop): here a round must commit almost two tokens just to pay for verification. bfloat16
-# makes that wide forward cheaper (notebook 05).
+# **Reading it.** In float32 on this CPU, verifying K=5 drafts costs 1.86 one-token steps, against 1.17 on the H200:
+# here a round must commit almost two tokens just to pay for its verification. bfloat16 makes that wide forward cheaper
+# (05).
 #
 # ## One speculative round, written out
 #
@@ -240,13 +239,13 @@ draw_eagle_shift(n=4, k_fig=4)  # context x_0..x_4, one round of K=4 drafts
 # 4. add the **bonus** token, the target's choice right after that prefix;
 # 5. **roll back** the target's KV cache past the rejected drafts.
 #
-# The *prefill* is the target's first forward over the whole prompt, which fills its KV cache. `draft` first crops
-# the drafter's own cache back to the round's new slots, then runs the head (02 writes it from scratch): `fuse` is
-# `fc` over the taps, `mask_slot_hidden` gives the mask slots' hidden input, `logits_from` keeps the last K rows, and
+# The *prefill* is the target's first forward over the whole prompt, which fills its KV cache. `draft` crops the
+# drafter's cache back to the round's new slots, then runs the head (02 writes it from scratch): `fuse` is `fc` over the
+# taps, `mask_slot_hidden` gives the mask slots' hidden input, `logits_from` keeps the last K rows, and
 # `to_target_logits` maps draft ids to target ids via `d2t`. `Slots` holds the new tokens, their taps and the first
-# one's position. The next cell checks the round against the package's loop: `TargetRunner` wraps the target (a
-# forward returning logits and taps), `HeadDrafter` the head, `speculative_generate` and `plain_generate` the two
-# loops; `ensure_head` loads the shipped head (it trains one on the spot only for a target without one).
+# one's position. The next cell checks the round against the package's loop (`TargetRunner` wraps the target,
+# `HeadDrafter` the head; `speculative_generate` and `plain_generate` are the two loops; `ensure_head` loads the
+# shipped head, training one only for a target without one).
 
 # %%
 from transformers import DynamicCache
@@ -340,11 +339,10 @@ div = first_divergence(tokens, plain, model.dtype, DEVICE)
 print("hand-written vs plain greedy:", "identical" if div is None else div.message())
 
 # %% [markdown]
-# **Reading it.** The first round feeds 42 slots, one per prompt position (by the EAGLE shift each holds the next
-# token, the last one the prefill's choice). The hand-written round, the package's loop and plain greedy decoding give
-# identical tokens (float32).
-# But a round commits 1.47 tokens while verification alone costs 1.86 steps, so speculation loses on this prompt: 3.98 s
-# against 2.91 s (0.73x, one run each). 05 and 07 time it in bfloat16.
+# **Reading it.** The hand-written round, the package's loop and plain greedy decoding give identical tokens; the first
+# round feeds the drafter 42 slots, one per prompt position. But a round commits only 1.47 tokens while its
+# verification costs 1.86 steps, so speculation is slower on this prompt: 3.98 s against 2.91 s (0.73x; 05 and 07 time
+# it in bfloat16).
 #
 # ### Acceptance length, draft by draft
 #
@@ -372,18 +370,17 @@ if al_formula > 1:
           "commits over plain decoding")
 
 # %% [markdown]
-# **Reading it.** The terms shrink fast: draft 1 supplies 80% of the 0.469 extra tokens per round; draft 5, never
-# reached, prints `nan` and adds nothing. An AL belongs to a head **and** its text: 07's ledger lists the shipped
-# heads' ALs across the chapters with their prompts, K, host and dtype.
+# **Reading it.** The terms shrink fast: draft 1 supplies 80% of the 0.469 extra tokens a round commits, and draft 5,
+# never reached, prints `nan` and adds nothing. An AL belongs to a head **and** its text (07's ledger lists the shipped
+# heads' ALs with their prompts).
 #
 # ### A pair of heads on list requests
 #
-# On predictable text a small head learns the target's habits. The *matched pair*, one P-EAGLE and one EAGLE-3 head,
-# was trained alike (one seeded start, the same steps) on the target's own answers to list requests (ranges,
-# countdowns, the alphabet ...); 05 times it at length. The cell runs the pair at K=7 on held-out requests against
-# plain decoding (per request: plain, P-EAGLE, EAGLE-3 in turn, three times over; medians) and checks each output
-# against plain greedy. The *paired rule* (defined at the end) counts per-request wins; its *sign test* gives `p`, the
-# chance that fair coin flips would split the wins at least that unevenly.
+# The *matched pair*, one P-EAGLE and one EAGLE-3 head, was trained alike (one seeded start, the same steps) on the
+# target's own answers to list requests (ranges, countdowns, the alphabet ...): text predictable enough for a small head
+# to learn the target's habits. The cell runs both at K=7 on two held-out requests, interleaved with plain decoding
+# (medians of 3), and checks each output against plain greedy. The last lines count per-request wins; `p` is the sign
+# test's chance that fair coin flips would split the wins at least that unevenly (the paired rule, end of chapter).
 
 # %%
 from peagle_lab.bench.suites import suite_records
@@ -427,10 +424,10 @@ ahead = sum(p["speedup"] > e["speedup"] for p, e in zip(easy_rows[::2], easy_row
 print("P-EAGLE against EAGLE-3: " + payoff.paired_verdict(ahead, len(easy_rows) // 2))
 
 # %% [markdown]
-# **Reading it.** All outputs are identical to plain greedy, and rounds commit up to 8 tokens: P-EAGLE ran 2.95x and
-# 1.87x faster than plain decoding, EAGLE-3 2.47x and 1.95x. Where both accept alike (AL 6.40 each) P-EAGLE's one pass
-# wins; where EAGLE-3 accepts more (5.00 against 3.85) it wins. Two requests cannot show an order (p = 1); 05 times
-# the same pair on 48.
+# **Reading it.** On both list requests both heads commit up to 8 tokens a round, run faster than plain decoding
+# (P-EAGLE 1.87x and 2.95x, EAGLE-3 1.95x and 2.47x) and match plain greedy. Where both accept alike (AL 6.40 each)
+# P-EAGLE's single drafting pass wins; where EAGLE-3 accepts more (5.00 against 3.85) it wins. Two requests cannot show
+# an order between the heads (p = 1); 05 times the pair on 48.
 #
 # ### Exercise: change K
 #
@@ -544,10 +541,10 @@ for k_try, rounds_try in tries.items():
 # | `06_vllm_deploy` | Export to vLLM's eagle3 format, serve with `parallel_drafting`; load and tensor parallelism | 3.9 |
 # | `07_explorer` | Drafts accepted token by token; speculative sampling; how the course measures | 0.6 |
 #
-# Minutes: one `make lab` run (18 min 45 s in all), per chapter, rounded, on `cpu-epyc-avx512bf16-2c` (2-core AMD
-# EPYC with bf16 units, no GPU), the host of every saved output. 00-04 and 06 load the target in float32, 05 and 07 in
-# bfloat16 (what `auto` picks on a CPU with bf16 units). `make setup` installs everything, vLLM included; no chapter
-# needs a GPU or downloads a model.
+# Minutes: per chapter, rounded, from one `make lab` run on this host (its summary file; 18 min 36 s in all).
+# `cpu-epyc-avx512bf16-2c` (2-core AMD EPYC with bf16 units, no GPU) is the host of every saved output. 00-04 and 06
+# load the target in float32, 05 and 07 in bfloat16 (what `auto` picks on a CPU with bf16 units). `make setup` installs
+# everything, vLLM included; no chapter needs a GPU or downloads a model.
 #
 # ### Questions users of EAGLE, SpecForge and vLLM keep asking
 #
@@ -567,13 +564,14 @@ for k_try, rounds_try in tries.items():
 #
 # ## What we saw
 #
-# - A round is five steps: draft K, verify K + 1 tokens in one target forward, accept the agreeing prefix, add the
-#   bonus, roll back; the hand-written round matches the package's.
-# - In fp32 on this CPU every speculative output here is identical to plain greedy decoding.
-# - In float32 here verification alone costs 1.86 steps, so the prime-check prompt (1.47 tokens a round) is slower
-#   (0.73x).
+# - A round is five steps (draft, verify, accept, bonus, roll back); the hand-written round matches the package's loop
+#   (AL 1.47 both).
+# - Every speculative output in this chapter is identical to plain greedy decoding (float32, CPU).
+# - Verifying K=5 drafts costs 1.86 one-token steps here, more than the 1.47 tokens a round commits on the prime-check
+#   prompt, so speculation ran at 0.73x.
 # - On two list requests both heads of the matched pair ran faster than plain decoding (P-EAGLE 1.87x to 2.95x,
-#   EAGLE-3 1.95x to 2.47x); two requests only count wins, and show no order between the heads (05 tests it on 48).
-# - AL = 1 + p1 + p1·p2 + …: draft 1 supplied 80% of the extra tokens; a larger K cannot rescue weak early drafts.
+#   EAGLE-3 1.95x to 2.47x); two requests show no order between the heads (05 tests it on 48).
+# - AL = 1 + p1 + p1·p2 + …: draft 1 supplied 80% of the extra tokens, and K=10 gave the same AL as K=5 (1.47): a
+#   larger K cannot rescue weak early drafts.
 #
 # Next: `01_hidden_states`, the features every EAGLE-3 and P-EAGLE drafter reads.

@@ -62,7 +62,8 @@ with torch.no_grad():
 print("equal to the package's target_forward taps:", torch.equal(taps, out.taps))
 
 # %% [markdown]
-# **Reading it.** The taps are layers 2, 15 and 27 of 30: 1728 numbers per position, equal to the package's.
+# **Reading it.** One forward pass gives all three taps, layers 2, 15 and 27 of 30: 1728 numbers (3 x 576) per
+# position, equal to the package's.
 #
 # ## Which state is "tap i"?
 #
@@ -71,8 +72,8 @@ print("equal to the package's target_forward taps:", torch.equal(taps, out.taps)
 #   `hidden_states[L]`, which comes **after** the final norm.
 #
 # So the two agree for every i < L; the trap is taking a layer's *output* (`hidden_states[i + 1]`), one layer off,
-# or the last entry, normalised. Hooks on the decoder layers check the transformers side; vLLM's side comes from its
-# source, and 06 checks it end to end (vLLM's acceptance equals our loop's).
+# or the last entry, normalised. The next cell checks the transformers side with hooks on the decoder layers; 06
+# checks vLLM's side end to end.
 
 # %% tags=["nbval-check-output"]
 seen, last = {}, {}
@@ -105,7 +106,8 @@ print("hidden_states[L] == output of the last layer:       ", torch.equal(hs[L],
 print("hidden_states[L] == final_norm(output of last layer):", torch.equal(hs[L], model.model.norm(last["out"])))
 
 # %% [markdown]
-# **Reading it.** Tap `i` is `hidden_states[i]`; `hidden_states[L]` is the final norm's output.
+# **Reading it.** Every check passes: tap `i` is `hidden_states[i]`, the input of layer `i`. The last entry,
+# `hidden_states[L]`, is the final norm's output, not the last layer's raw output.
 #
 # ## How big, how different?
 #
@@ -130,7 +132,7 @@ ax.legend();
 
 # %% [markdown]
 # **Reading it.** The sink's norm dwarfs the rest: a few times larger at tap 2, one to two orders of magnitude
-# larger at taps 15 and 27 (the plot's log scale). The cosines below skip it.
+# larger at taps 15 and 27 (log scale). It would swamp any comparison, so the cosines below skip it.
 
 # %% tags=["smollm2-fact", "nbval-check-output"]
 sim = cosine_matrix(states, skip_first=1)
@@ -146,8 +148,8 @@ plot_similarity(sim, labels=[*range(L), f"{L} out"], highlight=TAPS, ax=ax2,
 fig.tight_layout();
 
 # %% [markdown]
-# **Reading it.** The taps are far from copies (cosine 0.76 for taps 2-15, 0.34 for 2-27), while
-# neighbouring layers are nearly parallel (right plot).
+# **Reading it.** The three taps hold different information: cosine 0.76 between taps 2 and 15, only 0.34 between
+# 2 and 27. Neighbouring layers, by contrast, are nearly parallel (right plot).
 #
 # ## Logit lens: what each tap already predicts
 #
@@ -175,8 +177,8 @@ print("lens on the last layer's output == the model's own prediction, at every p
       torch.equal(lens_top[:, 0], out.logits[0].argmax(-1)))
 
 # %% [markdown]
-# **Reading it.** Each tap guesses differently (`' ('`, `' I'`, `' Here'`); the model's choice, three backticks,
-# tops the lens only at the output.
+# **Reading it.** Each tap already leans towards a next token, and each a different one (`' ('`, `' I'`,
+# `' Here'`). The model's actual choice, three backticks, comes first only at the output (0.65).
 #
 # ### Exercise: tap other layers
 #
@@ -185,7 +187,7 @@ print("lens on the last layer's output == the model's own prediction, at every p
 #
 # <details><summary>Answer</summary>
 #
-# Late layers agree most (34-51% vs 0-2% for `(1, 2, 3)`) but are nearly parallel; vLLM's spread gives three
+# Late layers agree most (34-51%, against 0-2% for `(1, 2, 3)`) but are nearly parallel; vLLM's spread gives three
 # different views. No drafter is trained here to test that.
 #
 # </details>
@@ -215,9 +217,9 @@ print(f"740 GB at the same {per_token:,.0f} B/token is {740e9 / per_token / 1e6:
       f"{740e9 / per_token / 68_000:,.0f} per sequence instead of 1,500")
 
 # %% [markdown]
-# **Reading it.** Stored taps are huge: a ShareGPT-sized set takes 353.3 GB for the 135M target, 2.5 TB for
-# Llama-3.1-8B; real recipes train online or store small sets. One state (EAGLE-1/2, which read one layer) gives
-# 836.4 GB, above EAGLE's published 740 GB; worked back, 740 GB would mean 1,327 tokens per sequence instead of 1,500.
+# **Reading it.** Stored taps are huge: a ShareGPT-sized set takes 353.3 GB for the 135M target and 2.5 TB for
+# Llama-3.1-8B, so real recipes train online or store small sets. A single stored state (EAGLE-1/2) gives 836.4 GB;
+# the EAGLE authors report 740 GB, which at the same bytes per token would mean 1,327 tokens per sequence, not 1,500.
 #
 # ## Extracting features for training
 #
@@ -237,8 +239,8 @@ shutil.rmtree(out_dir, ignore_errors=True)  # a fresh run for this demo
 result = extract_features(model, sequences, out_dir, ExtractionSettings(shard_size=16, target=TARGET))
 
 # %% [markdown]
-# **Reading it.** The estimate holds: 12.8 MB predicted and written. Shards land only when complete, so a rerun
-# redoes only missing ones; the next cell tries that, and other taps.
+# **Reading it.** The disk estimate holds: 12.8 MB predicted, 12.8 MB written. Shards are written only once
+# complete, so a rerun redoes only the missing ones; the next cell reruns, then asks for other taps.
 
 # %%
 from peagle_lab.errors import PeagleError
@@ -250,8 +252,8 @@ except PeagleError as err:
     print("\nrefused:", err)
 
 # %% [markdown]
-# **Reading it.** The rerun skipped all 4 shards; other taps were refused, not mixed in. `FeatureDataset`
-# gives training one dict per sequence, ids as int64.
+# **Reading it.** The rerun skipped all 4 shards; other taps were refused, not mixed in. `FeatureDataset` gives
+# training one dict per sequence, ids as int64.
 
 # %% tags=["smollm2-fact", "nbval-check-output"]
 ds = FeatureDataset(out_dir)
@@ -283,6 +285,6 @@ for key, value in [("extract_tokens_per_s", round(result.tokens_per_s, 1)), ("ex
 # - The taps are far from copies: cosine 0.34 to 0.76.
 # - The lens picks the model's next token at 0%, 2% and 49% of positions at taps 2, 15, 27.
 # - Offline bf16 taps: 12.8 MB for 64 prompts, 353.3 GB to 2.5 TB for a ShareGPT-sized set.
-# - Extraction resumes, refuses mixed settings, stores bf16-rounded taps.
+# - Extraction resumes (4 of 4 shards skipped), refuses mixed settings, stores bf16-rounded taps.
 #
 # Next: `02_mask_tokens`, K draft tokens from one drafter pass.

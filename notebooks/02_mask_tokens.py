@@ -252,10 +252,9 @@ class ScratchDrafter:
         return torch.stack(drafts)
 
 # %% [markdown]
-# Load each shipped head both ways in float32 and draft K tokens: the one pass against
-# `PEagleDrafter.one_pass_logits`, the K passes against the package's sequential drafting. The match holds for any
-# weights, good or not; the drafts look poor because the prompt above is bare text, while the heads trained on
-# chat-templated text (notebook 04 shows what bare text costs).
+# Load each shipped head both ways in float32 and draft K tokens: the one pass is compared with
+# `PEagleDrafter.one_pass_logits`, the K passes with the package's sequential drafting. The match needs no good weights;
+# the drafts look poor because the prompt is bare text and the heads trained on chat-templated text (notebook 04).
 
 # %% tags=["nbval-ignore-output"]
 from peagle_lab.drafter.heads import head_for_target
@@ -305,9 +304,9 @@ print("EAGLE-3 sequential drafting from scratch equals HeadDrafter's (same K dra
 # **its own rollout** `(a, d' ≤ d)`.
 #
 # Deeper depths hold only **anchors** (last prompt position and response) with a label that far ahead. **COD**
-# (conditional drop-token sampling, from PARD: a small draft model that drafts K tokens in one pass with mask tokens)
-# keeps a nested share `ratio^d` of them at depth d, with a floor of `min_ratio`. The cell builds the mask for one toy
-# sequence and two packed with COD, and checks the rule.
+# (conditional drop-token sampling, from PARD) keeps a nested share `ratio^d` of them at depth d, with a floor of
+# `min_ratio`. The cell builds the mask for one toy sequence and for two packed with COD, and checks the rule. The
+# figure's labels read `a,d`; the right panel prefixes the sequence (`s0 2,1`: sequence 0, element `(2, 1)`).
 
 # %% tags=["nbval-check-output"]
 import matplotlib.pyplot as plt
@@ -354,10 +353,10 @@ plt.tight_layout()
 plt.show()
 
 # %% [markdown]
-# **Reading it.** The mask equals its rule in both layouts, and no element sees another sequence. In the left panel
-# `(2, 2)` attends to `(0, 0)` .. `(2, 0)`, `(2, 1)` and itself: what slot 3 sees after anchor 2. The plan's
-# `[6, 4, 3]`: depth 0 holds every position with a next token, deeper depths only anchors (position 0 is prompt
-# context, not an anchor), and each depth loses the last anchor, which has no label that far ahead.
+# **Reading it.** The mask equals its rule in both layouts, and no element sees another sequence: `(2, 2)`, slot 3
+# after anchor 2, attends to its context `(0, 0)` .. `(2, 0)`, its rollout `(2, 1)` and itself. The counts
+# `[6, 4, 3]` follow from the anchors: depth 0 holds every position with a next token, deeper depths only anchors
+# (position 0 is prompt context), and each depth loses the last anchor, which has no label that far ahead.
 #
 # ### Exercise: more parallel slots
 #
@@ -396,11 +395,10 @@ for K_TRY in (2, 8):  # the exercise's two values; edit to try others
 # | random | learned mask row | `fc(r)`, `r` frozen random |
 # | frozen mask embedding | the target's own row of the mask token (SmolLM2: id 16, `<empty_output>`), frozen | `fc(mask_hidden)`, learned |
 #
-# Each head drafts at K = 7 on the held-out split of notebook 03's *scale mix* (the mix of code, reasoning and chat
-# prompts whose target-written answers train the shipped heads). **tokens seen**: training tokens read, repeats
-# counted. **held-out AL (mean)**: tokens per round, mean of two seeds; **seed spread**: the AL gap between the two
-# training seeds of that setting; **P(accept) slots 1 / 2 / 3**: slot j's acceptance rate when the slots before it
-# were accepted; **divergences**: prompts whose output differs from plain greedy.
+# Each head drafts at K = 7 on held-out prompts of notebook 03's *scale mix* (code, reasoning and chat prompts).
+# Columns: **held-out AL (mean)**, tokens per round, mean of two seeds; **seed spread**, the AL gap between those
+# seeds; **tokens seen**, training tokens read; **P(accept) slots 1 / 2 / 3**, slot j's acceptance rate when the
+# slots before it were accepted; **divergences**, prompts whose output differs from plain greedy.
 #
 # The full study (ten heads) is committed; the cell runs a tiny live version (two variants, few steps, one seed).
 
@@ -430,8 +428,9 @@ for r in live:
           f"{r['divergences']}")
 
 # %% [markdown]
-# **Reading it.** Both live heads stayed lossless (0 divergences); their AL gap (1.069 against 1.050) comes from 12
-# steps and one seed, too little to rank stand-ins: the committed study below does that.
+# **Reading it.** Both live heads stay lossless (0 divergences) and gain little over one token per round (AL 1.069
+# and 1.050). Twelve steps and one seed cannot rank stand-ins, and even the committed study below separates none of
+# them firmly.
 #
 # ### Trained as it drafts
 #
@@ -471,10 +470,10 @@ print("training elements equal the one-pass draft (within 1e-4):", worst < 1e-4)
 # %% [markdown]
 # ## The committed study
 #
-# The table, then the rule: a gap counts only beyond both stand-ins' seed spreads, and is firm only beyond the course's
-# tie threshold, 0.052: the largest seed spread of any committed study (set by notebook 03's self-distillation study).
-# Last, the rounds that reach each slot. The study computed its taps online in float32 rather than reading notebook
-# 01's bf16 shards, so its `learned` runs also serve as the float32 arm of notebook 03's storage study.
+# The table and each seed's AL, then every pair of stand-ins: a gap counts beyond both seed spreads, and is firm only
+# beyond 0.052, the largest seed spread of any committed study (07's appendix). Last, how many rounds reach each slot.
+# The study computed its taps in float32, so its `learned` runs also serve as the float32 arm of notebook 03's storage
+# study.
 
 # %% tags=["nbval-ignore-output"]
 from IPython.display import Markdown, display
@@ -539,10 +538,9 @@ for r in rows:
 
 # %% [markdown]
 # **Reading it.** Learning `mask_hidden` buys nothing measurable over a frozen random stand-in (AL 1.211 against
-# 1.209 at K = 7); learned and random lead zeros and the h_context copy by 0.020 to 0.029, beyond their seed spreads
-# but within the studies' 0.052. The caveat: slot 1 (accepted at 0.20) sets the AL and never sees a mask slot, while
-# slots 2 and 3 are reached in only about 168 and 9 of 845 rounds per run (from the unrounded rates), so the study
-# says little about slots 2..K.
+# 1.209). Learned and random lead zeros and the h_context copy by 0.020 to 0.029, beyond their seed spreads but within
+# 0.052, so none is firmly ahead. The caveat: slot 1 (accepted at 0.20) sets the AL and never sees a mask slot, while
+# slots 2 and 3 are reached in only about 168 and 9 of 845 rounds per run, so the study says little about slots 2..K.
 
 # %% tags=["nbval-ignore-output"]
 from peagle_lab.workbook import report
@@ -558,7 +556,8 @@ report.record("mask_live_divergences", sum(r["divergences"] for r in live));
 # - Slots 2..K get the mask token and `fc(mask_hidden)`: one pass gives all K drafts.
 # - The from-scratch drafter matches the package: P-EAGLE logits within 9.5e-06, the same EAGLE-3 drafts.
 # - The training mask equals its rule; training elements match the one-pass logits to 1.5e-05.
-# - A frozen random stand-in scores level with the learned `mask_hidden` (AL 1.209 against 1.211); slots 2..K are
-#   seldom reached.
+# - A frozen random stand-in scores level with the learned `mask_hidden` (AL 1.209 against 1.211).
+# - No stand-in leads another by more than 0.052 (largest gap 0.029).
+# - Slots 2..K are seldom reached (slot 3 in about 9 of 845 rounds per run), so the study says little about them.
 #
 # Next: `03_train_head`: the data, the draft vocabulary, COD and the per-depth loss.

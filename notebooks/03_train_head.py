@@ -42,11 +42,12 @@ model, tokenizer = models.load_target(TARGET, device=DEVICE, dtype=precision.cou
 # ## 1 · Data: the target answers the training prompts
 #
 # A drafter learns to guess what **this target** says next, so it trains on the target's own text:
-# `peagle-lab distill` lets the target answer each prompt greedily and stores the token ids. Below: one example, then
-# the **scale mix** (with a held-out split) and the runs that trained each shipped head. Two files hold its answers:
-# `smollm2-135m-scale.jsonl`, the smaller one, answers part of the mix (the EAGLE-3 head's first two runs read it);
-# `smollm2-135m-scale.jsonl.gz` answers every prompt, with about six times the tokens (all the other runs read it).
+# `peagle-lab distill` has the target answer each prompt greedily and stores the token ids. The first cell reads
+# `smollm2-135m.jsonl`, a small set of 465 target-answered sequences that this chapter's live cells use, and shows one.
 #
+# The second cell describes the **scale mix** (with a held-out split) and the runs that trained each shipped head. Two
+# files hold its answers: `smollm2-135m-scale.jsonl` answers part of the mix (the EAGLE-3 head's first two runs read
+# it); `smollm2-135m-scale.jsonl.gz` answers every prompt, with about six times the tokens (all other runs read it).
 # `records 6000:12000` is the slice a run read; **distinct tokens** counts the tokens in it, **tokens seen** those
 # trained on (their ratio is the epochs).
 
@@ -118,8 +119,8 @@ for kind, head_dir in SHIPPED.items():
 # ### Should the target write the answers itself? (question 7)
 #
 # The study (`peagle-lab study self-distill`) trains heads on prompts asking for functions of Python's standard
-# library, answered two ways: **human answers** (the library's own source) and the **target's own answers**. Both
-# arms' labels are the target's greedy tokens. `compare_arms` counts a gap only if it exceeds the larger seed spread.
+# library, answered two ways: **human answers** (the library's own source) and the **target's own answers**. In both
+# arms the labels are the target's greedy tokens. `compare_arms` counts a gap only beyond the larger seed spread.
 
 # %% tags=["nbval-ignore-output"]
 from IPython.display import Markdown, display
@@ -161,8 +162,8 @@ if sd_runs:
                          else "the seeds cannot separate the two arms"))
 
 # %% [markdown]
-# **Reading it.** The target's own answers win: AL 1.380 against 1.245 for human answers, a gap of 0.135 beyond the
-# larger seed spread (0.052). The study shows the gap, not its cause.
+# **Reading it.** A head trained on the target's own answers accepts more: AL 1.380 against 1.245 with human answers,
+# a gap of 0.135 tokens per round, beyond the seed spread. The study shows the gap, not its cause.
 #
 # ## 2 · Draft vocabulary
 #
@@ -186,7 +187,7 @@ for size in [n for n in (1024, 2048, 4096, 8192, 16384) if n < V] + [V]:
 
 # %% [markdown]
 # **Reading it.** 4,096 draft ids, the shipped heads' size, cover 99.61% of the response tokens with an `lm_head` of
-# 2.4 M parameters instead of 28.3 M. In-sample: expect less on new text.
+# 2.4 M parameters instead of 28.3 M. The count is in-sample, so expect a little less on new text.
 #
 # ### `d2t` and `t2d`, by hand (question 6)
 #
@@ -225,8 +226,9 @@ except PeagleError as exc:
 #
 # ### Online or offline, bf16 or fp32? (question 2)
 #
-# Offline features are computed once and read back for every epoch; online features cost a target forward per use but
-# no disk. The cell prepares the training sequences, then compares the three on a few.
+# Offline features are computed once and read back every epoch; online features cost a target forward per use but no
+# disk. The cell prepares the training sequences, then compares the three ways on a few: read speed, disk per token,
+# and largest error against the online taps.
 
 # %% tags=["nbval-ignore-output"]
 from peagle_lab.drafter.heads import target_slug
@@ -269,10 +271,9 @@ print(f"bf16 shards: read back {rows[0]['seconds'] / rows[2]['seconds']:,.0f}x f
       f"on {rows[2]['disk'] / rows[1]['disk']:.2f}x float32's disk")
 
 # %% [markdown]
-# **Reading it.** bf16 shards read back 2,281x faster than the target forward they replace, on half of float32's disk,
-# at a largest error of 2.4e-03 of the largest tap. float32 shards read back faster still (1,971,596 against 909,333
-# tokens/s: the cell reads both as float32, so bf16 pays a conversion) and exactly, but take twice the disk (6,921
-# against 3,465 B/token).
+# **Reading it.** Storing features pays: bf16 shards read back 2,281x faster than the target forward they replace, on
+# half of float32's disk, with a largest error of 2.4e-03 of the largest tap. float32 shards read back faster still
+# (1,971,596 against 909,333 tokens/s, with no conversion) and exactly, but take twice the disk.
 #
 # Does the rounding cost acceptance? The storage study retrains notebook 02's learned mask variant (float32 taps) on
 # bf16 taps, same settings and seeds:
@@ -291,8 +292,7 @@ print("verdict: " + (f"bf16 taps change AL by {gap:+.3f}, beyond the seeds' nois
 
 # %% [markdown]
 # **Reading it.** bf16 taps cost no acceptance the seeds can measure: AL 1.210 against 1.211 with float32 taps, within
-# the larger seed spread (0.027). Both arms trained under bfloat16 autocast, so the study compares how taps are
-# stored, not the training precision. With half the disk, bf16 is the default.
+# the seed spread. At half the disk, bf16 is the default.
 #
 # ## 4 · Training
 #
@@ -300,10 +300,10 @@ print("verdict: " + (f"bf16 taps change AL by {gap:+.3f}, beyond the seeds' nois
 #
 # A packed row holds sequences end to end. Its **depth-0 elements** are all positions with a next token; the
 # **anchors** among them (the last prompt position and the response) are trained, the rest are context. Element
-# `(a, d)` sits at position `a + d` and predicts `y[a+d+1]`: `y_t` is the target's greedy choice for `x_{t+1}`, so
-# this is notebook 02's `x_{a+d+2}`. **COD** (notebook 02) keeps at depth `d` a random share `ratio^d` of the anchors
-# (with a floor), drawn from those kept at depth `d - 1`; anchors near their sequence's end drop out.
-# `plan_row_by_hand` must match `plan_row` on three recipes.
+# `(a, d)` sits at position `a + d` and predicts `y[a+d+1]`, the target's greedy choice for `x_{a+d+2}` (notebook 02's
+# notation). **COD** (notebook 02) keeps at depth `d` a random share `ratio^d` of the anchors (with a floor), drawn
+# from those kept at depth `d - 1`; anchors near their sequence's end drop out. `plan_row_by_hand` must match
+# `plan_row` on three recipes.
 
 # %% tags=["smollm2-fact", "nbval-check-output"]
 from peagle_lab.training.cod import cod_sample, cod_sizes
@@ -416,13 +416,12 @@ check_cod_sample(my_cod_sample)
 #
 # `run_depths_by_hand` runs the untrained head over a row's COD plan **depth by depth through one KV cache**
 # (`RowCache`). Depth 0 reads every position (token `x[t+1]`, fused taps of `t`); each deeper depth adds one mask slot
-# per kept anchor to the same cache, under notebook 02's attention rule. The loss is each depth's cross-entropy on its
-# trained anchors (target token `d + 1` past the anchor; labels outside the draft vocabulary skipped), averaged over
-# depths; both are checked against the trainer's `run_depths` and `forward`. The head is this chapter's short
-# demonstration run (8,192 draft ids, lr 0.002), not the shipped recipe, whose settings each head's `TRAINING.md`
-# records. The cell also prints the trainer's `tap_scale`, the taps' per-feature RMS over the training sequences: the
-# taps differ hugely in scale, so `fc` trains on taps divided by it, and one Adam step of about `lr` per weight moves
-# the fused state alike for small and large taps.
+# per kept anchor to the same cache, under notebook 02's attention rule. It calls the package's decoder layer, which
+# computes notebook 02's layer but passes `(h, residual)` apart and adds them just before the next norm (hence
+# `norm(h + residual)` at the end). The loss is each depth's cross-entropy on its trained anchors (the token `d + 1`
+# past the anchor; labels outside the draft vocabulary skipped), averaged over depths. Both are checked against the
+# trainer's `run_depths` and `forward`. The head is a short demonstration run (8,192 draft ids, lr 0.002), not the
+# shipped recipe. The cell first prints `tap_scale`, the taps' per-feature RMS over the training sequences.
 
 # %% tags=["nbval-ignore-output"]
 class RowCache:
@@ -494,18 +493,18 @@ print(f"mean over depths {torch.stack(by_hand).mean():.4f}; DraftTrainer.forward
 del module
 
 # %% [markdown]
-# **Reading it.** The hand-written forward and loss match the trainer's (logit difference 0.0e+00, loss 19.4278 both).
-# The untrained head's loss is far above a uniform guess (ln 8192 = 9.01). `fc` trains on the taps divided by
-# `tap_scale`, their per-feature RMS (0.868 to 1.77e+03), so every input has one scale; `sync_head` folds the scale
-# back when it writes the head (`fc.weight = fc_weight / tap_scale`, `mask_hidden` times `tap_scale`), so a saved head
-# reads raw taps, as notebook 02's `ScratchDrafter` does.
+# **Reading it.** The hand-written forward and loss match the trainer's exactly (logit difference 0.0e+00, loss
+# 19.4278 both); that loss is far above a uniform guess (ln 8192 = 9.01), so the untrained head guesses confidently
+# and wrongly. The taps' RMS spans 0.868 to 1.77e+03, so `fc` trains on taps divided by `tap_scale`, where one Adam
+# step moves small and large taps alike; `sync_head` folds the scale back (`fc.weight = fc_weight / tap_scale`,
+# `mask_hidden` times `tap_scale`), so a saved head reads raw taps, as notebook 02's `ScratchDrafter` does.
 #
 # ### EAGLE-3's training, unrolled by hand: the training-time test
 #
 # A sequential (EAGLE-3) head drafts slot 2 from its own slot-1 output, so it must train on its own states. The
 # *training-time test* unrolls K steps per anchor, each appending the **data's** next token with the **drafter's own**
-# hidden state from the step before. The cell unrolls a short sequence with the shipped EAGLE-3 head against the
-# package's batched `run_depths`.
+# hidden state from the step before. The cell unrolls a short sequence with the shipped EAGLE-3 head and compares it
+# with the package's batched `run_depths`.
 
 # %% tags=["nbval-ignore-output"]
 from dataclasses import replace
@@ -548,7 +547,7 @@ del ttt, head
 
 
 # %% [markdown]
-# **Reading it.** The unroll matches: loss 2.4268 both ways, logits within 2.0e-05.
+# **Reading it.** The hand unroll is the package's objective: loss 2.4268 both ways, logits within 2.0e-05.
 #
 # ### The training loop, by hand
 #
@@ -625,13 +624,12 @@ print(f"{cfg.steps} steps by hand ({'bf16 autocast' if amp else 'float32'}): los
 # ### The package's trainer: the same loop, then interrupt and resume
 #
 # `Trainer` (and `peagle-lab train`) is that loop plus gradient accumulation, checkpoints with resume, and a time
-# budget. The cell runs it uninterrupted, then interrupted halfway and resumed by a fresh `Trainer`. It must match the
-# hand loop up to float rounding: it computes the same loss through other ops (its batched `run_depths`, a masked
-# cross-entropy sum, one backward per row), so the same sums run in other orders. Resume must give the same losses
-# and weights exactly: the same code on deterministic CPU kernels.
+# budget. The cell runs it uninterrupted, then interrupted halfway and resumed by a fresh `Trainer`. It matches the hand
+# loop only up to float rounding, since it sums the same loss in other orders (batched `run_depths`, one backward per
+# row); resume must match exactly, since it is the same code on deterministic CPU kernels.
 #
 # The loss will **start above ln 8192 = 9.01**, a uniform guess: the head starts with the target's `lm_head` and final
-# norm, whose guesses from the untrained fused state are far from uniform, and wrong.
+# norm, which guess confidently, and wrongly, from the untrained fused state.
 
 # %% tags=["nbval-ignore-output"]
 import shutil
@@ -729,18 +727,17 @@ report.record("nb03_train_steps", res.steps_done)
 report.record("nb03_final_depth_accuracy", acc);
 
 # %% [markdown]
-# **Reading it.** The head learns mostly at depth 0: end accuracy (in-sample) 0.15 there, 0.04 to 0.05 deeper. The
-# loss jumps twice in the warm-up (highest 24.21 at step 5 of its 6), at the mask-slot depths 1 to 7 only (middle
-# panel), then falls, first below the uniform guess at step 16. On 2 held-out prompts it reaches an acceptance length
-# of 1.16 at K=4, with output identical to plain greedy (`None`: a slot no round reached).
+# **Reading it.** The head learns mostly at depth 0: accuracy over the last quarter (in-sample) is 0.15 there and 0.04
+# to 0.05 at the deeper, mask-slot depths. The loss spikes twice in the warm-up (highest 24.21 at step 5), at depths 1
+# to 7 only (middle panel), then falls below the uniform guess from step 16. On 2 held-out prompts the head reaches an
+# acceptance length of 1.16 at K=4, with output identical to plain greedy (`None`: a slot no round reached).
 #
 # ## What we saw
 #
-# - Target-written answers beat human ones: AL 1.380 against 1.245, beyond the seed spread.
-# - 4,096 draft ids cover 99.61% of response tokens (in-sample); a mismatched `lm_head` is refused.
-# - bf16 shards read back 2,281x faster than a target forward, on half the disk, at no measurable AL cost;
-#   float32 shards read back faster still, on twice the disk.
-# - One packed row trains all 8 depths; all code written by hand matches the package.
+# - A head trained on the target's own answers beats one trained on human answers: AL 1.380 against 1.245.
+# - 4,096 draft ids cover 99.61% of response tokens (in-sample); an `lm_head` of the wrong size is refused.
+# - bf16 feature shards read back 2,281x faster than a target forward, on half the disk, at no measurable AL cost.
+# - One packed row trains all 8 depths, and every piece written by hand matches the package.
 # - Resume reproduces the uninterrupted run exactly; the 30-step head reaches AL 1.16 at K=4, lossless.
 #
 # Next, `04_scale_and_acceptance`: what far more training buys per depth, a head for your own model, and why

@@ -24,9 +24,9 @@
 # slots j = 1..K; slot j = depth j-1 in training. A slot's *rate* p_j: the share of rounds reaching slot j in which its
 # draft was accepted.
 #
-# *Committed* figures are full-size runs read from `data/`, with host and (where recorded) dtype; *live* ones are
-# measured in this run. One head's AL differs across the course because it depends on the prompt set, output length,
-# K, dtype and sample size; 07's appendix (the acceptance ledger) lists each AL with these.
+# *Committed* figures are full-size runs read from `data/`; *live* ones are measured in this run. A head's AL depends
+# on the prompts, output length, K, dtype and sample size, so it differs across the course; 07's appendix lists each AL
+# with these.
 
 # %% tags=["nbval-ignore-output"]
 # Parameters come from the environment: PEAGLE_TARGET (default: the embedded SmolLM2-135M-Instruct),
@@ -58,11 +58,11 @@ def target_dtypes(runs):
 # %% [markdown]
 # ## 1 · The shipped heads
 #
-# Two 1-layer heads for SmolLM2-135M, trained for K=8 (records in each head's `TRAINING.md`): P-EAGLE
-# `smollm2-135m-peagle` (`parallel`: all slots in one pass) and EAGLE-3-style `smollm2-135m-eagle3` (`sequential`: one
-# slot per pass). The next two cells print their budgets and the committed held-out comparison: each slot's rate with
-# the rounds that reached it in brackets (`~`: estimated), and AL rebuilt as `AL = 1 + p1 + p1·p2 + ... + p1···pK`.
-# That sits a little above the recorded AL, which cuts each answer's last round short at the 64-token budget.
+# Two 1-layer heads for SmolLM2-135M, trained for K=8: P-EAGLE `smollm2-135m-peagle` (`parallel`: all slots in one
+# pass) and EAGLE-3-style `smollm2-135m-eagle3` (`sequential`: one slot per pass). The next two cells print their
+# training budgets and the committed held-out comparison: each slot's rate, with the rounds that reached it in brackets
+# (`~`: estimated), and AL rebuilt as `AL = 1 + p1 + p1·p2 + ... + p1···pK`. The rebuilt AL sits a little above the
+# recorded one, which cuts each answer's last round short at the 64-token budget.
 
 # %% tags=["nbval-ignore-output"]
 from collections import Counter
@@ -118,10 +118,10 @@ if P and S:
                   f" = {1 + sum(reach[1:]):.3f}   (recorded {r['acceptance_length'][k]:.3f})")
 
 # %% [markdown]
-# Now a live check on 2 HumanEval prompts: each head drafts in its own mode at a few K, and every output is compared
-# with plain greedy. A gap under 0.052 (the largest AL gap between two training seeds in 02's and 03's studies) counts
-# as a tie. Each live gap is then set beside the held-out gap at the same K, or at K=1 (not in the held-out file)
-# beside the gap that AL = 1 + p1 gives from each head's held-out slot-1 rate at K=3.
+# Now a live check on 2 HumanEval prompts: each head drafts in its own mode at K = 1, 3 and 7, and every output is
+# compared with plain greedy. A gap under 0.052 counts as a tie (the tie rule, 00). The plot cell's last lines set
+# each live gap beside the held-out gap at the same K; at K=1, which the held-out file lacks, beside the gap that
+# AL = 1 + p1 predicts from the held-out slot-1 rates.
 
 # %% tags=["nbval-ignore-output"]
 from peagle_lab.prompts import humaneval_prompts
@@ -175,31 +175,27 @@ for k in KS:  # the live check: which head accepts more, and is it the one the h
     print(f"this run, K={k}: P-EAGLE {p:.2f}, EAGLE-3 {s:.2f}, gap {s - p:+.2f}: {leader(s - p)}{tail}")
 
 # %% [markdown]
-# **Reading it.** On the 8 committed held-out prompts (64 new tokens, bfloat16), EAGLE-3 accepts more at K=7: 2.532
-# tokens a round against P-EAGLE's 1.895. P-EAGLE leads at slot 1 (0.62 over ~270 rounds against 0.50 over ~202), but
-# its slots 2 and 3 fall to 0.34 (~167) and 0.24 (~57), and its later rates rest on ~13 rounds or fewer. Live (2
-# HumanEval prompts, 48 new tokens, float32), EAGLE-3's AL was higher at every K (by the 0.052 tie rule, a seed
-# spread, not a measure of prompt noise) and every output matched plain greedy; at K=1 that reverses the order the
-# held-out slot-1 rates predict, and 2 prompts are too few to rank the heads.
+# **Reading it.** On the 8 committed held-out prompts, EAGLE-3 accepts more at K=7: 2.532 tokens a round against
+# P-EAGLE's 1.895. P-EAGLE leads at slot 1 (0.62 against 0.50), but its rates fall to 0.34 and 0.24 at slots 2 and 3,
+# so few of its rounds get deep. Live, EAGLE-3 was ahead at every K, even at K=1 where the held-out slot-1 rates
+# predict the reverse, and every output matched plain greedy; the live panel (2 prompts, float32, 48 tokens, its own
+# y-scale) is a check, not a ranking, so don't compare its heights with the committed panel's.
 #
-# This reverses the paper's order (vLLM blog, GPT-OSS-20B, HumanEval, K=7: P-EAGLE 3.94, EAGLE-3 3.03). The shipped
-# heads differ in budget (EAGLE-3: 1.23x the wall time, 1.05x the tokens seen) and in data (03 prints their runs), so
-# this comparison cannot isolate the method; notebook 05's matched pair, trained alike on list requests, is the
-# comparison that does, and there EAGLE-3 also accepts more.
+# This reverses the paper's order (the vLLM blog reports, for GPT-OSS-20B on HumanEval at K=7, P-EAGLE 3.94 and
+# EAGLE-3 3.03). But the shipped heads differ in budget (EAGLE-3 had 1.23x the wall time) and in data, so they cannot
+# isolate the method; 05's matched pair, trained alike, does, and there EAGLE-3 also accepts more.
 #
 # ## 2 · What training at scale buys
 #
 # Two committed experiments, scored by AL at K=7 on 8 held-out prompts x 64 new tokens (not section 1's prompts):
 #
-# * **Learning curves** (left), against cumulative tokens seen, each run in two legs (a run, then a `-cont` run that
-# continues it with `--init-from`; a *snapshot* is the head saved every so many tokens) on the earlier, smaller
-# scale-mix file `smollm2-135m-scale.jsonl`. EAGLE-3 (`eagle3` + `eagle3-cont`) is the shipped EAGLE-3 head's first
-# two legs (03 prints them as `smollm2-135m-eagle3-scale` and the first `smollm2-135m-eagle3`); P-EAGLE (`peagle` +
-# `peagle-cont`) is an earlier run, not the shipped P-EAGLE head. Each curve ends at its last snapshot, before its run
-# ended.
+# * **Learning curves** (left): AL at each *snapshot* (the head saved every so many tokens) against tokens seen, for
+# two runs of two legs each (a run, then a `-cont` run continuing it with `--init-from`) on the earlier, smaller file
+# `smollm2-135m-scale.jsonl`. The EAGLE-3 curve is the shipped EAGLE-3 head's first two legs; the P-EAGLE curve is an
+# earlier run, not the shipped P-EAGLE head.
 # * **Deeper heads** (right): P-EAGLE heads with 1, 2 and 4 layers (`exp-L1`, `exp-L2`, `exp-L4`), each trained from
-# scratch on the same 6,000 sequences for about 2400 s; `exp-L1` (`peagle-L1` in the code, `smollm2-135m-peagle-fresh`
-# in 03) is the shipped P-EAGLE head's first run.
+# scratch on the same 6,000 sequences for about 2400 s. `exp-L1` (`peagle-L1` in the code, 03's
+# `smollm2-135m-peagle-fresh`) is the shipped P-EAGLE head's first run.
 
 # %% tags=["nbval-ignore-output"]
 paths = [RECIPE_DIR / str(HOST) / name for name in ("curve.json", "deeper/curve.json")]
@@ -274,22 +270,19 @@ print(f"\nthe blog's AL {PAPER_AL} at K={PAPER_K} (HumanEval) needs every slot a
 
 # %% [markdown]
 # **Reading it.** Every head's accuracy collapses after depth 0: the shipped P-EAGLE head scores 0.453 at depth 0 and
-# 0.175 at depth 1, far from the 0.78 per slot that the blog's 3.94 needs. These are not section 1's rates p_j, even
-# at depth 0: they come from one teacher-forced pass over other held-out sequences (the target's distilled answers),
-# pooling every anchor at every depth whether or not the earlier depths were right, while p_j counts decoded rounds
-# on section 1's 8 prompts, each round starting where the last one stopped.
+# 0.175 at depth 1, far below the 0.78 per slot that the blog's 3.94 needs. These are not section 1's rates p_j: they
+# are measured teacher-forced on other sequences, counting every depth whether or not the earlier ones were right.
 #
-# At their last snapshots the curves reach 1.391 (P-EAGLE) and 1.447 (EAGLE-3), below `exp-L1`'s 1.512 at its last
-# snapshot of one 2400 s run: they trained on the smaller file with other settings (the EAGLE-3 legs':
-# `data/heads/smollm2-135m-eagle3/training.json`), and no run here isolates which difference costs the AL. In the same
-# 2400 s more layers did not help, at the last snapshots (1.512, 1.386, 1.292) and on section 1's prompts at the runs'
-# end (1.737, 1.649, 1.477), though the deeper heads saw fewer tokens.
+# The learning curves peak at 1.437 (P-EAGLE) and 1.455 (EAGLE-3) and end at 1.391 and 1.447, all below `exp-L1`'s
+# 1.512 at its last snapshot; they trained on the smaller file with other settings, and no run here isolates which
+# difference costs the AL. In the same 2400 s more layers did not help, at the last snapshots (1.512, 1.386, 1.292) or
+# on section 1's prompts at the runs' end (1.737, 1.649, 1.477), though the deeper heads saw fewer tokens.
 #
 # ## 3 · Your own model and its chat template (question 1)
 #
 # Nothing in the recipe is specific to SmolLM2: taps and head shape come from the target's config, and one function
 # (`prompts.chat_ids`) applies its chat template everywhere. The next cells use a tiny Qwen3 target with random
-# weights (`peagle-lab make-tiny-target`): its answers are noise, the point is the mechanics. On a GPU,
+# weights (`peagle-lab make-tiny-target`): its answers are noise; the point is the mechanics. On a GPU,
 # `PEAGLE_TARGET=<your model> bash scripts/gpu_heads.sh` trains and installs both heads for your model.
 
 # %% tags=["nbval-check-output"]
@@ -437,15 +430,14 @@ print("against the trained layout: " + ", ".join(f"{name} {tmpl[t]['acceptance_l
                                                                  ("system", "another system message"))))
 
 # %% [markdown]
-# **Reading it.** On 2 held-out prompts at K=4 (at most 40 new tokens, float32), bare text cost the head every draft:
-# AL 1.00 against 1.52 with the trained template, and the answer changed too (44 tokens against 80). Another system
-# message gave 1.34, a gap two prompts cannot establish. The fix: distil (`peagle-lab distill --target DIR`) and serve
-# with your model's chat template.
+# **Reading it.** On bare text the head accepted no draft: AL 1.00 against 1.52 with the trained chat template, and
+# the answers changed too (44 tokens against 80). Another system message gave 1.34, a drop that two prompts cannot
+# establish. The fix: distil (`peagle-lab distill --target DIR`) and serve with your model's chat template.
 #
 # ## 4 · Past one machine
 #
-# The same trainer runs in several processes (DDP through accelerate); `--batch-tokens` is the global batch, so any
-# number of processes follows one process's loss curve. Nothing here shows it: the package's test
+# The same trainer runs in several processes (DDP through accelerate). `--batch-tokens` is the global batch, so any
+# number of processes follows one process's loss curve; this chapter does not show it, but the package's test
 # `test_two_processes_follow_one_process_torchrun` (`tests/training/test_distributed.py`) checks it for two CPU
 # processes. For a 7-8B target on 8 GPUs:
 #
@@ -457,18 +449,16 @@ print("against the trained layout: " + ", ".join(f"{name} {tmpl[t]['acceptance_l
 # accelerate launch --multi_gpu --num_processes 8 -m peagle_lab.cli train ...    # the same, through accelerate
 # ```
 #
-# Large runs usually drop `--features` and compute them online: an 8B target's offline taps take 24 KiB per token in
-# bf16 (notebook 01).
+# Large runs usually drop `--features` and compute the taps online: an 8B target's offline taps take 24 KiB per token
+# in bf16 (notebook 01).
 #
 # ## 5 · Why is my acceptance length below the paper's? (question 3)
 #
 # The recipe runs (`peagle-lab recipe`) each change one setting from a **baseline**, train for equal wall time and
-# score held-out AL at K=7. The verdict column sets each gap against two seed spreads (largest AL gap between two
-# seeds): the recipe's own (0.005, its two baseline seeds) and that of 02's and 03's studies (0.052). A change counts
-# only beyond the larger, 0.052, because the recipe's one seed pair also differed in tokens seen. `tokens seen`: in
-# that wall time; `draft vocab coverage`: the share of training-answer tokens the draft vocabulary holds, counted like
-# 03's on the answers trained on, but here over the larger, more varied scale mix's train split, so 4k ids cover less
-# than in 03.
+# score held-out AL at K=7. The verdict column sets each gap against two seed spreads (the largest AL gap between two
+# seeds): the recipe's own (0.005) and that of 02's and 03's studies (0.052); a change counts only beyond the larger.
+# `tokens seen`: in that wall time. `draft vocab coverage`: the share of training-answer tokens the draft vocabulary
+# holds, here over the larger, more varied scale mix, so 4k ids cover less than in 03.
 
 # %% tags=["nbval-ignore-output"]
 from peagle_lab.experiments import recipe, studies
@@ -501,14 +491,13 @@ if runs:
     display(Markdown("\n".join(table)))
 
 # %% [markdown]
-# **Reading it.** At 180 s per run (12 held-out prompts, K=7, bfloat16), no change beats the baseline beyond the
-# studies' seed spread: the best (4k draft vocabulary, 10 depths) gain +0.028 against 0.052. Only `4 layers` lies
-# beyond both spreads, at -0.065, having seen under half the baseline's tokens. The recipe's own spread (0.005) mixes
-# seed with budget, so it proves little: the budget is wall time, so the tokens a run sees depend on the machine's
-# speed during it (the two baseline seeds' tokens seen lie 17% apart).
+# **Reading it.** At 180 s per run no change beats the baseline beyond the studies' spread: the best (4k draft
+# vocabulary, 10 depths) gain +0.028 against 0.052. Only `4 layers` lies beyond both spreads, at -0.065, having seen
+# under half the baseline's tokens. The recipe's own spread (0.005) proves little, since its two seeds also saw token
+# counts 17% apart in the same wall time.
 #
-# Beyond budget, the paper differs in target (GPT-OSS-20B), head depth (4 layers, where here deeper heads did not help
-# at equal time) and benchmark; which of these costs the AL is open in this course, since no run here isolates them.
+# Beyond budget, the paper differs in target (GPT-OSS-20B), head depth (4 layers; deeper heads did not help here at
+# equal time) and benchmark; no run here isolates which of these costs the AL.
 
 # %% tags=["nbval-ignore-output"]
 # Bookkeeping: this chapter's figures for the workbook's summary (SUMMARY.md) and 07's acceptance ledger.
@@ -531,15 +520,16 @@ for t, ev in tmpl.items():  # section 3's template mismatch
 # %% [markdown]
 # ## What we saw
 #
-# - **Shipped heads:** on 8 committed held-out prompts at K=7, EAGLE-3 accepts 2.532 tokens a round, P-EAGLE 1.895
-#   (the paper's order reversed); the heads differ in budget and data, so 05's matched pair, trained alike, is the
-#   test of the method (there EAGLE-3 also accepts more); every live output matched plain greedy.
+# - **Shipped heads:** at K=7 on 8 held-out prompts, EAGLE-3 accepts 2.532 tokens a round, P-EAGLE 1.895, the reverse
+#   of the paper's order; the heads differ in budget and data, so 05's matched pair tests the method (there too
+#   EAGLE-3 accepts more).
+# - **Lossless:** every live speculative output matched plain greedy.
 # - **Why AL stays low:** accuracy collapses after depth 0 (0.453, then 0.175); the blog's 3.94 needs 0.78 per slot.
-# - **Training at scale:** the two-leg curves on a smaller data file (EAGLE-3's: the shipped head's first two legs)
-#   reach 1.391 and 1.447 at their last snapshots, below one 2400 s run's 1.512 at its last snapshot; deeper heads did
-#   not help in the same time.
+# - **Training at scale:** the two-leg curves on a smaller file peak at 1.437 and 1.455 and end at 1.391 and 1.447,
+#   below one 2400 s run's 1.512.
+# - **Deeper heads:** in the same 2400 s, 1, 2 and 4 layers reach 1.512, 1.386 and 1.292 (fewer tokens seen).
 # - **Your own model:** the recipe ran losslessly on a tiny Qwen3 (random weights).
-# - **Chat template:** served on bare text, SmolLM2's shipped P-EAGLE head accepted no draft (2 prompts).
+# - **Chat template:** on bare text, SmolLM2's shipped P-EAGLE head accepted no draft (AL 1.00 against 1.52).
 # - **Recipe runs:** at 180 s no setting beats the studies' seed spread (best +0.028 against 0.052).
 #
 # Next, `05_parallel_vs_sequential`: what a drafting round costs per head, and the speed-up.

@@ -27,16 +27,11 @@
 #
 # Parallel drafting shrinks `t_draft`; it pays only where AL clears the round.
 #
-# **What this machine shows** (2 CPU cores; bf16 where the CPU has bf16 units, the first cell prints the choice): the
-# mechanism, one drafter pass against K; the payoff where acceptance is high, with a pair of heads trained alike on
-# list requests and timed live; losslessness; and what the shipped heads make on open prompts. **What it cannot show**
-# is the paper's acceptance on open prompts (the blog's 3.94 tokens a round at K=7 on HumanEval): an *oracle* drafter
-# draws that acceptance through the real loop and prices it here.
-#
-# Plan: one round both ways; drafting cost for K = 1 to 10; the payoff, and the paired rule that reads it; the shipped
-# heads on open prompts, committed and live, with the lossless check; where a round's time goes, with the oracle pair;
-# the break-even picture; an exercise. *Live* cells run here and move a little between runs; *committed* cells read
-# full-size runs under `data/`, labelled with their host.
+# This 2-core CPU shows the mechanism (one drafter pass against K), the payoff where acceptance is high (a pair of
+# heads trained alike on list requests), losslessness, and what the shipped heads make on open prompts. It cannot
+# show the paper's acceptance on open prompts (the blog reports 3.94 tokens a round at K=7 on HumanEval), so an
+# *oracle* drafter draws that acceptance through the real loop and prices it here. *Live* cells run here and move a
+# little between runs; *committed* cells read full-size runs under `data/`, labelled with their host.
 
 # %% tags=["nbval-ignore-output"]
 # Parameters come from the environment: PEAGLE_TARGET (default: the embedded SmolLM2-135M-Instruct),
@@ -72,20 +67,20 @@ print("committed runs read from:", READ_HOST)
 # ## Why parallel drafting is cheaper
 #
 # - **EAGLE-3 (sequential):** draft j+1 needs draft j, so a round is K drafter passes, each reading all the
-#   drafter's weights (one decoder layer and an LM head over the 4,096-id draft vocabulary). `t_draft` grows
+#   drafter's weights (one decoder layer and an LM head over the draft vocabulary). `t_draft` grows
 #   linearly with K.
 # - **P-EAGLE (parallel):** slots 2..K hold a mask token and the shared `mask_hidden`, so all K drafts come out of
 #   **one** pass over the new slots plus K-1 mask slots. At batch 1 a small drafter is bound by weight reads and
 #   per-call overhead, so one wide pass costs far less than K narrow ones.
 #
-# At K=1 both modes make one drafter pass over the same slots; the parallel path alone adds a few small steps
-# (projecting `mask_hidden`, appending zero mask slots). The first cell loaded the shipped heads (`data/heads/`), one
-# trained for each mode; their training histories differ, so the payoff section uses a pair trained alike.
+# At K=1 both modes make one pass over the same slots; the parallel path only adds a few small steps. The first cell
+# loaded the shipped heads, one trained for each mode; their training histories differ, so the payoff section uses a
+# pair trained alike.
 #
 # ## One round, both ways
 #
-# The same head drafts K=4 tokens after a prompt, once in parallel and once sequentially, while a hook records each
-# drafter pass and the slots it carries (2 newly committed slots this round).
+# The same head drafts K=4 tokens once in parallel and once sequentially, while a hook records each drafter pass and
+# the slots it carries (2 newly committed slots this round).
 
 # %% tags=["nbval-check-output"]
 from peagle_lab.decoding.draft_sources import HeadDrafter
@@ -121,12 +116,11 @@ for mode in ("parallel", "sequential"):
 #
 # ## Drafting cost per round
 #
-# `bench.drafting_cost` times the loop's own call (`HeadDrafter.propose`) for K = 1 to 10, parallel and sequential
-# interleaved. One head, the shipped P-EAGLE head, is timed in both modes, so only the mode differs (the `sequential`
-# rows run it EAGLE-3's way, K passes). For scale it also times the target verifying K+1 tokens and one plain decode
-# step. Columns: `parallel_ms`, `sequential_ms` (medians; `*_iqr_ms` their interquartile ranges, the plot's bars),
-# `ratio_seq_over_par`, `verify_ms` (the target's pass over K+1 tokens) and `verify_ratio` (that pass over one decode
-# step).
+# `bench.drafting_cost` times the loop's own drafting call (`HeadDrafter.propose`) for K = 1 to 10, with the shipped
+# P-EAGLE head in both modes, so only the mode differs. For scale it also times the target verifying K+1 tokens and
+# one plain decode step. Columns: `parallel_ms`, `sequential_ms` (medians; `*_iqr_ms` their interquartile ranges, the
+# plot's bars), `ratio_seq_over_par`, `verify_ms` (the target's pass over K+1 tokens) and `verify_ratio` (that pass
+# over one decode step).
 
 # %%
 DRAFT_KS = settings.pick(list(range(1, 11)), [1, 2, 4, 8])
@@ -148,27 +142,24 @@ print("verifying more tokens measured cheaper after: "
 bench.plot_drafting_cost(dc);
 
 # %% [markdown]
-# **Reading it.** From K=1 to K=10 sequential drafting grows from 4.63 to 36.6 ms while one parallel pass stays
-# between 4.96 and 5.82 ms: their ratio is 6.68 at K=10 and 0.918 at K=1. There both make one pass over the same
-# slots, so parallel's 5.04 against 4.63 ms is its code path's own overhead, not drafting work.
-# Verifying K+1 tokens costs 75.1 to 88.3 ms, 1.05 to 1.24 decode steps: on this CPU verification, not drafting, is
-# most of a round, so the drafting saving pays only where many drafts are accepted.
+# **Reading it.** Sequential drafting grows with K, from 4.63 ms at K=1 to 36.6 ms at K=10, while one parallel pass
+# stays between 4.96 and 5.82 ms, 6.68 times cheaper at K=10. But verifying K+1 tokens costs 75.1 to 88.3 ms (1.05 to
+# 1.24 decode steps), so on this CPU verification is most of a round and the drafting saving pays only where many
+# drafts are accepted. At K=1, where both make one pass, parallel is slightly slower (5.04 against 4.63 ms).
 #
 # ## The payoff: a pair trained alike, where acceptance is high
 #
-# Speed is AL over the round. On open prompts the shipped heads accept few drafts (below), so verification dominates
-# and drafting cost barely matters. Where text is predictable a small head learns the target's habits and deep slots
-# get accepted; then the drafting cost decides. The **matched pair** isolates the method: both heads start from the
-# same seeded weights (the two modes share one architecture; the package's tests check the equal start), read the
-# same 480 answers of the target to requests for lists (ranges, countdowns, times tables ...) in the same order, and
-# take the same 1,000 optimizer steps. Only the drafting mode differs.
+# On open prompts the shipped heads accept few drafts (below), so verification dominates. Where text is predictable,
+# a small head learns the target's habits, deep slots get accepted, and drafting cost decides. The **matched pair**
+# isolates the method: both heads start from seed 0's untrained weights and get the same data and steps (1,000
+# optimizer steps, 851,905 tokens, from 480 of the target's answers to list requests); only the drafting mode
+# differs. Each head's `TRAINING.md` has the rest.
 #
 # **The paired rule.** Two methods run side by side on each request. If neither were faster, each request would be a
-# coin flip; the two-sided **sign test** gives p, the chance that fair flips split at least as unevenly as the requests
-# did. Below 0.05 a method is *shown faster*; otherwise the course says on how many requests it won. The first cell
-# writes the test (`order`) and the per-request gaps it reads (`paired`), and shows the smallest run it can read: 5
-# wins of 5 are not enough. The second reads the pair's committed run on 48 held-out list requests at K = 3, 5 and 7,
-# timed in float32 (the heads trained with bf16 autocast; the live run after it uses this chapter's dtype). Columns:
+# coin flip; the two-sided **sign test** gives p, the chance that fair flips split at least as unevenly. Below 0.05 a
+# method is *shown faster*; otherwise the course says on how many requests it won. The first cell writes the test
+# (`order`) and the per-request gaps it reads (`paired`), and shows the smallest run it can read: 5 wins of 5 are not
+# enough. The second reads the pair's committed run on 48 held-out list requests at K = 3, 5 and 7. Columns:
 # `round (steps)` = (t_draft + t_verify) / t_step from the loop's medians; `end to end` the speed-up over plain
 # decoding, prefill included.
 
@@ -224,10 +215,10 @@ print(f"P-EAGLE minus EAGLE-3, each at its best K, per request: {min(gaps):+.2f}
       + order(gaps, "P-EAGLE", "EAGLE-3"))
 
 # %% [markdown]
-# **Reading it.** Trained alike, P-EAGLE is shown faster than EAGLE-3 in the committed float32 run: 2.10x against
-# 1.92x end to end at K=7, faster on 37 of 48 held-out requests (p = 0.00022). Both heads are fastest at K=7, the
-# sweep's largest K. The next cell rebuilds K=7 from the file's counts, then reads a second committed run of the same
-# heads on the same requests at K = 7, 9 and 11.
+# **Reading it.** Trained alike, P-EAGLE is shown faster than EAGLE-3: at K=7, 2.10x against 1.92x end to end, faster
+# on 37 of 48 held-out requests (p = 0.00022). With one drafter pass its round barely moves with K (2.11 to 1.98
+# steps), while EAGLE-3's K passes make its round grow (2.16 to 2.47). Both are fastest at K=7, the largest K here,
+# so the next cell rebuilds K=7 from the file's counts and then reads a wider sweep.
 
 # %% tags=["nbval-ignore-output"]
 import matplotlib.pyplot as plt
@@ -260,20 +251,17 @@ if wide:
           + order(gaps, "P-EAGLE", "EAGLE-3"))
 
 # %% [markdown]
-# **Reading it.** P-EAGLE accepts less (AL 4.49 against 5.15; its first mask slot, slot 2, is accepted in 414 of 597
-# rounds, EAGLE-3's second draft in 434 of 478) and wins on the round: 1.98 decode steps against 2.47, from drafting of
-# 15.1 ms in one pass against 42.4 ms in seven, with verification alike (102.9 and 104.4 ms). Of the 11 requests where
-# P-EAGLE loses to plain decoding, 10 have answers of 5 to 14 tokens: short answers leave speculation few rounds to gain
-# in. The wider sweep keeps the order and moves P-EAGLE's best K up: P-EAGLE still gains past K=7 (2.07x, 2.13x, 2.19x
-# at K = 7, 9, 11), while EAGLE-3 peaks at K=7 (1.94x, then 1.91x and 1.90x) though its AL rises to 5.99. Each at its
-# best K (11 against 7), P-EAGLE is shown faster on 36 of 48 requests (p = 0.00072).
+# **Reading it.** P-EAGLE accepts less (AL 4.49 against 5.15) but wins on the round, 1.98 decode steps against 2.47:
+# its drafting takes 15.1 ms in one pass against 42.4 ms in seven, while verification is alike (102.9 and 104.4 ms).
+# The wider sweep keeps the order: P-EAGLE still gains up to K=11 (2.19x), EAGLE-3 peaks at K=7 (1.94x) though its AL
+# rises to 5.99, and each at its best K P-EAGLE is shown faster (36 of 48, p = 0.00072). Of the 11 requests where
+# P-EAGLE loses to plain decoding, 10 have answers of 5 to 14 tokens, too short for speculation to gain.
 #
 # ### The matched pair, live
 #
-# Now the pair runs here, on the same 48 held-out requests, both heads at K=7 (each one's best in the K = 3, 5, 7 run;
-# the wider sweep puts P-EAGLE's best at K=11, EAGLE-3's at K=7): plain decoding, P-EAGLE and EAGLE-3 on each, their
-# order rotated from request to request, every output checked against plain greedy (the first line), and the
-# drafter's time per round kept apart (`P-EAGLE draft ms`, `EAGLE-3 draft ms`: a figure acceptance does not enter).
+# The pair now runs here on the same 48 held-out requests, both at K=7: plain decoding, P-EAGLE and EAGLE-3 on each,
+# in an order rotated from request to request, every output checked against plain greedy (the first line).
+# `P-EAGLE draft ms` and `EAGLE-3 draft ms` are the drafter's time per round, which acceptance does not enter.
 
 # %% tags=["nbval-ignore-output"]
 from statistics import median
@@ -326,25 +314,20 @@ else:
     print("the matched heads do not read this target (they were trained on SmolLM2-135M's answers): no live run")
 
 # %% [markdown]
-# **Reading it.** Live here in bf16, P-EAGLE is shown faster than EAGLE-3 on the same 48 requests: faster on 37 of 48
-# (p = 0.00022; the count uses unrounded times, and one request's gap rounds to 0.00 in the table), and each head is
-# shown faster than plain decoding (P-EAGLE on 46 of 48, 0.83x to 5.57x; EAGLE-3 on 40 of 48, 0.69x to 4.60x). The
-# mechanism shows on its own: drafting takes a median 5.9 ms a round in one pass against 26.4 ms in seven, faster on
-# 48 of 48 requests, while the per-request gap (-1.39x to +3.39x) moves with each request's acceptance. 3 of the 96
-# speculative outputs leave plain greedy, each at a near-tie (margins 0 and 0.5, bound 1). This live run is bf16 with
-# 64 new tokens a request, the committed one float32 with 96, so compare the two runs' order, not the sizes of their
-# speed-ups.
+# **Reading it.** Live here, P-EAGLE is again shown faster than EAGLE-3 (37 of 48 requests, p = 0.00022), each head
+# is shown faster than plain decoding (on 46 and 40 of 48), and the 3 of 96 outputs that leave plain greedy do so at
+# near-ties. The mechanism shows on its own: drafting takes a median 5.9 ms a round in one pass against 26.4 ms in
+# seven, faster on 48 of 48 requests. This run is bf16 with 64 new tokens, the committed one float32 with 96, so
+# compare their order, not the sizes of their speed-ups.
 #
 # ## The shipped heads on open prompts
 #
 # The shipped heads were trained on the target's answers to a mix of code, reasoning and chat prompts (03 prints the
-# mix). The cell reads this host's
-# committed run (24 HumanEval prompts) and computes its summary in view: each method at its fastest K. Columns:
+# mix). The cell reads this host's committed run on 24 HumanEval prompts, each method at its fastest K. Columns:
 # `round (steps)` the formula's round, `ideal` AL / round, `measured, decode` the speed-up after the prompt's prefill,
-# `end to end` with it, `faster than plain` the paired rule against plain decoding. Rows: each head; **prompt
-# lookup**, a drafter with no model (it copies what followed an earlier occurrence of the last few tokens); the
-# **oracle** (written out in the next cell), charged one P-EAGLE pass a round (this run has no K-pass oracle row;
-# the oracle pair below has both).
+# `end to end` with it, `faster than plain` the paired rule against plain decoding. Rows: the two heads; **prompt
+# lookup**, a drafter with no model (it copies what followed an earlier occurrence of the last few tokens); and the
+# **oracle** (written out in the next cell), charged one P-EAGLE pass a round.
 
 # %% tags=["nbval-ignore-output"]
 from peagle_lab.bench.oracle import paper_target
@@ -373,22 +356,21 @@ print(f"the oracle draws the blog's AL {paper_target('code', 7)[0]:.2f} at K=7 o
       f"draws gave within the {cfg['max_new_tokens']}-token budget)")
 
 # %% [markdown]
-# **Reading it.** On open prompts the shipped heads accept little: AL 1.54 (P-EAGLE, K=3) and 1.43 (EAGLE-3, K=1,
-# where both modes are one pass), just above a round of 1.19 decode steps. Both are shown faster than plain decoding,
-# but only 1.18x and 1.14x end to end (21 and 23 of 24 prompts); prompt lookup, with no model, makes 1.92x and the
-# oracle at the paper's acceptance 2.25x. Acceptance, not drafting cost, limits the shipped heads here.
+# **Reading it.** On open prompts the shipped heads accept little: AL 1.54 (P-EAGLE, K=3) and 1.43 (EAGLE-3, K=1),
+# just above a round of 1.19 decode steps. Both are shown faster than plain decoding, but only 1.18x and 1.14x end to
+# end, while prompt lookup, with no model, makes 1.92x and the oracle at the paper's acceptance 2.25x: acceptance,
+# not drafting cost, limits the shipped heads.
 #
 # ### Live, on three prompts
 #
-# The cell first writes the oracle's drafting out and checks it against the package's on one round; its per-slot
-# rate 0.781 is the one constant rate p that gives the blog's AL 3.94 at K=7 (1 + p + ... + p^7 = 3.94). Then greedy
-# decoding at batch 1 on 3 HumanEval prompts, 40 new tokens, all methods interleaved per prompt: P-EAGLE at
-# K = 1, 4 and 7, EAGLE-3 at K = 1 and 4, prompt lookup, and the oracle at K=7 charged one real P-EAGLE pass
-# (`oracle (paper's acceptance)`) or K real EAGLE-3 passes (`..., sequential drafting`) on the same draws. `plain`
-# is the package's KV-cached greedy loop, `hf-greedy` transformers' `generate`. Columns: `speedup` (tokens/s over
-# plain, prefill included) and its `speedup_iqr` over prompts, `decode_speedup` (without prefill), `ideal_speedup`
-# (AL / round from this run's medians, the round in steps of the plain loop timed in the same run), `efficiency` =
-# decode / ideal, `lossless_note` (next section).
+# The cell first writes the oracle's drafting out and checks it against the package's: its per-slot rate 0.781 is the
+# constant rate p that gives the blog's AL 3.94 at K=7 (1 + p + ... + p^7 = 3.94). Then it decodes 3 HumanEval
+# prompts greedily at batch 1, 40 new tokens, all methods interleaved per prompt: P-EAGLE at K = 1, 4 and 7, EAGLE-3
+# at K = 1 and 4, prompt lookup, and the oracle at K=7 charged one real P-EAGLE pass (`oracle (paper's acceptance)`)
+# or K real EAGLE-3 passes (`..., sequential drafting`) on the same draws. `plain` is the package's KV-cached greedy
+# loop, `hf-greedy` transformers' `generate`. Columns: `speedup` (tokens/s over plain, prefill included) and its
+# `speedup_iqr` over prompts, `decode_speedup` (without prefill), `ideal_speedup` (AL / round, the round in this
+# run's plain decode steps), `efficiency` = decode / ideal, `lossless_note` (next section).
 
 # %%
 from peagle_lab.bench.oracle import oracle_rates
@@ -432,14 +414,11 @@ print(f"plain loop: {plain_row['t_step_ms']:.1f} ms per decode step (loop timer)
       f"(drafting_cost above): {dc['target_step_ms']:.1f} ms")
 
 # %% [markdown]
-# **Reading it.** Live on 3 prompts the heads make at most 1.10x (P-EAGLE) and 1.20x (EAGLE-3), both at K=1, with AL
-# 1.33 to 1.49 at every K: deeper drafts add little acceptance, so the best K is small and parallel drafting has little
-# to save. At K=1 both modes are one pass; EAGLE-3's edge there is its head's acceptance (AL 1.36 against 1.33) and
-# timing noise more than drafting (3.6 against 4.11 ms a round in the profile below, near the drafting-cost table's
-# K=1 gap). On the same draws the oracle at K=7 makes 2.70x with one pass and 2.42x with seven; prompt lookup 1.71x.
-# The last line's two decode steps are timed apart: the bare forward also returns the drafter's taps and is rolled
-# back, between drafting calls, while the loop's step is plain decoding's own forward in this run, so each ratio takes
-# its step from its own run (`verify_ratio` the first, `ideal_speedup` the second).
+# **Reading it.** Live, the heads make at most 1.10x (P-EAGLE) and 1.20x (EAGLE-3), both at K=1, where both modes make
+# one pass, with AL 1.33 to 1.49 at every K: deeper drafts add little acceptance, so parallel drafting has little to
+# save. On the same draws the oracle at K=7 makes 2.70x with one pass and 2.42x with seven; prompt lookup makes 1.71x.
+# The bare forward (drafting-cost table) and the loop's step are timed in different runs, so they differ; each ratio
+# uses its own run's step.
 #
 # ## Lossless, in two regimes
 #
@@ -486,10 +465,10 @@ print("an off-by-one acceptance rule, first prompt, K=3:",
       bug.message() if bug else "identical (no round rejected a draft)")
 
 # %% [markdown]
-# **Reading it.** This run is bf16, so the near-tie regime applies: every row passes, each divergence at plain's top-2
-# margin of 0.000 (an exact tie, bound 1.000) or 0.125 (bound 0.500). The broken rule diverges at token 6, where the
-# margin is 5.25 logits against a bound of 1, and fails: a real bug diverges at a margin of whole logits. (07 takes
-# one such divergence apart: "Speculative decoding changed my greedy output".)
+# **Reading it.** This run is bf16, so the near-tie rule applies, and every row passes: each divergence sits at a
+# plain top-2 margin of 0.000 (an exact tie) or 0.125, within its bound. The broken rule diverges where the margin is
+# 5.25 logits against a bound of 1, and fails: a real bug diverges at a margin of whole logits (07 takes one such
+# divergence apart).
 #
 # ### Speed-up and acceptance, slot by slot
 #
@@ -530,19 +509,19 @@ print(f"  oracle K={o['k']}: AL {o['acceptance_length']:.2f} over {o['rounds']} 
       f"{expected:.2f} once {MAX_NEW}-token answers cut their last round")
 
 # %% [markdown]
-# **Reading it.** The counts say why a deeper K helps the shipped heads little: at K=7 P-EAGLE's slot 2 is accepted in
-# 5 of 26 rounds, slot 4 in 0 of 3, and slots 5 to 7 are never reached. Each head beats plain on 3 of 3 prompts, too
-# few to show it (p = 0.25 each); neither is shown faster than the other (P-EAGLE ahead on 0 of 3 here, on 15 of 24 in
-# the committed run, p = 0.31). The oracle drew AL 4.44, 0.65 above the 3.79 the 40-token budget leaves expected:
-# draws over 27 rounds.
+# **Reading it.** The counts show why a deeper K helps the shipped heads little: at K=7 P-EAGLE's slot 2 is accepted
+# in 5 of 26 rounds, slot 4 in 0 of 3, and slots 5 to 7 are never reached. Each head beats plain on 3 of 3 prompts,
+# too few to show it (p = 0.25), and neither head is shown faster than the other, here (0 of 3) or in the committed
+# run (15 of 24, p = 0.31). The oracle drew AL 4.44, above the 3.79 its rate expects in 40-token answers: random
+# draws over only 27 rounds.
 #
 # ## Where a round's time goes, and the oracle pair
 #
 # The loop's timer splits each round into drafting, verification, acceptance plus KV-cache rollback, and Python
-# overhead; `draft_share` and `verify_share` are the first two as fractions of the round. The two oracle rows are
-# P-EAGLE's claim at the paper's per-slot rate: they use the same random draws, so they accept the same tokens in the
-# same rounds (the cell asserts it) and only the drafting charge differs, one P-EAGLE pass or K EAGLE-3 passes. The
-# cell then applies the paired rule to the pair in this run and in every committed run that has both charges.
+# overhead; `draft_share` and `verify_share` are the first two as fractions of the round. The two oracle rows use the
+# same random draws, so they accept the same tokens in the same rounds (the cell asserts it); only the drafting
+# charge differs, one P-EAGLE pass or K EAGLE-3 passes. The cell applies the paired rule to this pair here and in
+# every committed run that has both charges.
 
 # %% tags=["nbval-ignore-output"]
 display(Markdown(bench.format_table(e2e["round_profile"], [
@@ -575,20 +554,19 @@ for label, res in runs:  # the oracle pair: each run's best one-pass K against K
               f"{pa['verify_ms']:.1f} and {pb['verify_ms']:.1f} ms ({pb['verify_ms'] - pa['verify_ms']:+.1f} ms noise)")
 
 # %% [markdown]
-# **Reading it.** Verification is over nine tenths of every P-EAGLE round (`verify_share` 0.913 to 0.924) and its
-# drafting takes 4.11 to 4.63 ms at every K, while EAGLE-3's draft share grows from 0.0594 at K=1 to 0.158 at K=4 and
-# the K-pass oracle's reaches 0.223 at K=7. At the paper's per-slot rate and K=7 (these draws gave AL 4.44, above the
-# blog's 3.94), one parallel pass makes 2.70x and seven sequential passes 2.42x (+11%), on drafting of 4.83 against
-# 18.42 ms a round; verification, the same work under both, differs by 3.9 ms of noise. Three prompts cannot show the
-# order (one pass faster on 2 of 3, p = 1); `cpu-epyc-avx2-2c`'s committed float32 runs show it: 1.59x against 1.46x
-# on code (22 of 24, p = 3.6e-05), 1.56x against 1.39x on chat (24 of 24, p = 1.2e-07).
+# **Reading it.** Verification is over nine tenths of every P-EAGLE round (`verify_share` 0.913 to 0.924), whose
+# drafting stays between 4.11 and 4.63 ms at every K; EAGLE-3's draft share grows with K, and the K-pass oracle's
+# reaches 0.223 at K=7. At the paper's per-slot rate and K=7, one parallel pass makes 2.70x and seven sequential
+# passes 2.42x (+11%), on drafting of 4.83 against 18.42 ms a round, but three prompts cannot show that order (2 of 3,
+# p = 1). The committed float32 runs of `cpu-epyc-avx2-2c` show it: 1.59x against 1.46x on code (22 of 24,
+# p = 3.6e-05), 1.56x against 1.39x on chat (24 of 24, p = 1.2e-07).
 #
 # ## What it takes: the break-even picture
 #
 # The decode speed-up AL / round is a line through the origin that crosses 1x where AL equals the round. Each CPU
 # line takes its round from one end-to-end run at K=7 (this run's and each committed one's), with that run's P-EAGLE
 # point on it. The two GPU lines are a cost model: committed timings of transformers' eager loop on Llama-3.1-8B
-# shapes with random weights (bf16, batch 1, one H200), where no trained head ran.
+# shapes with random weights (bf16, batch 1, one H200); no trained head ran.
 
 # %%
 from peagle_lab.bench.suites import suite_of
@@ -631,13 +609,11 @@ print(f"\nthe blog's ALs on the GPU cost model (K=7): P-EAGLE 3.94 / {gpu_round[
       "best K)")
 
 # %% [markdown]
-# **Reading it.** At K=7 a round costs 1.28 decode steps in this live bf16 run and 1.26 in the committed bf16 run,
-# against 1.98 and 1.95 in the committed fp32 runs: the shipped P-EAGLE head clears the bf16 rounds (1.10x and 1.20x
-# decode), not the fp32 ones (0.73x and 0.63x), and the paper's AL 3.94 would pay 3.07x ideally in this run's round.
-# Given each method the blog's AL at K=7 (3.94 and 3.03), the GPU cost model (random weights, an eager loop) puts
-# P-EAGLE 1.69x ahead of EAGLE-3; the blog's 1.55x set EAGLE-3 at its own best K, 3, so the two are not like for like:
-# the same direction, not a reproduction. The GPU P-EAGLE line is hidden in the figure: its round equals the
-# committed bf16 CPU run's (1.26 steps), so the two lines overlap.
+# **Reading it.** At K=7 a round costs 1.28 and 1.26 decode steps in the bf16 runs against 1.98 and 1.95 in the fp32
+# ones, so the shipped P-EAGLE head clears the bf16 rounds (1.10x and 1.20x decode) but not the fp32 ones (0.73x and
+# 0.63x). Given the blog's ALs at K=7 (3.94 and 3.03), the GPU cost model puts P-EAGLE 1.69x ahead of EAGLE-3: the
+# same direction as the blog's measured 1.55x, not a reproduction, since the blog set EAGLE-3 at its own best K. The
+# GPU P-EAGLE line lies under the committed bf16 CPU line: equal rounds (1.26 steps).
 #
 # ### Exercise: write the pass shapes, then predict the drafting cost
 #
@@ -730,24 +706,27 @@ for r in ledger.bench_rows(e2e, "05", f"this run's end to end ({'CI size' if CI 
 
 # %% [markdown]
 # **Reading it.** From K=2 to K=10 the parallel round goes from 3.15 to 3.72 ms and the sequential one from 4.87 to
-# 24.09 ms, so their ratio rises from 1.55 to 6.47 (0.77 and 0.65 of K), as the answer predicts. These are medians of
-# 9 calls timed apart from the drafting-cost table, so they differ from its medians; the trend is the same.
+# 24.09 ms, so their ratio rises from 1.55 to 6.47 (0.77 and 0.65 of K), as the answer predicts. These medians come
+# from a separate timing, so they differ from the drafting-cost table's; the trend is the same.
 #
 # ## What we saw
 #
 # - Speed is AL / round, the round in decode steps. From K=1 to K=10 one parallel pass stays between 4.96 and
 #   5.82 ms; K sequential passes grow from 4.63 to 36.6 ms.
-# - Where acceptance is high that saving is the payoff: trained alike on list requests, P-EAGLE is shown faster than
-#   EAGLE-3 while accepting less, committed in float32 (2.10x against 1.92x, 37 of 48) and live here in bf16 at K=7
-#   (37 of 48, p = 0.00022); a wider committed sweep to K=11 keeps the verdict, each at its best K (P-EAGLE 11,
-#   EAGLE-3 7: 2.19x against 1.94x, 36 of 48, p = 0.00072).
-# - On open prompts the shipped heads accept 1.32 to 1.55 tokens a round and verification dominates: 1.18x and 1.14x
-#   end to end in the committed bf16 run; prompt lookup beats both.
-# - At the paper's per-slot rate one parallel pass is shown faster than seven sequential ones on the same draws in
+# - Trained alike on list requests, P-EAGLE is shown faster than EAGLE-3 while accepting less: committed in float32
+#   at K=7, 2.10x against 1.92x (37 of 48).
+# - Live here in bf16 at K=7 it is shown faster again (37 of 48, p = 0.00022), drafting in 5.9 against 26.4 ms a
+#   round.
+# - A wider committed sweep keeps the verdict, each at its best K (P-EAGLE 11, EAGLE-3 7): 2.19x against 1.94x, 36 of
+#   48 (p = 0.00072).
+# - In this chapter's open-prompt runs the shipped heads accept 1.32 to 1.55 tokens a round and verification
+#   dominates: 1.18x and 1.14x end to end in the committed bf16 run. On the committed code run prompt lookup beats
+#   both (1.92x).
+# - At the paper's per-slot rate, one parallel pass is shown faster than seven sequential ones on the same draws in
 #   the committed fp32 runs (1.59x against 1.46x on code, 1.56x against 1.39x on chat); live, 2.70x against 2.42x on
-#   3 prompts (2 of 3: too few to show an order).
-# - In bf16, speculative output diverges from plain greedy only at near-ties (margins 0 to 0.5); an off-by-one
-#   acceptance rule fails at a margin of 5.25.
+#   3 prompts, too few to show the order.
+# - In bf16, speculative output leaves plain greedy only at near-ties (margins 0 to 0.5); an off-by-one acceptance
+#   rule fails at a margin of 5.25.
 #
 # The same from a shell:
 #

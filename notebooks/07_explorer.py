@@ -23,10 +23,10 @@
 # scratch; results across hosts; an appendix (how the course measures, the acceptance ledger).
 #
 # **The colours.** Each round the drafter proposes K tokens; the target checks them in one pass, keeps the longest
-# prefix it agrees with and adds one token. **Slot j**: a draft accepted as the j-th (from 1) of its round. **Grey**:
-# the target's token (each round's *bonus*; the first token). **Acceptance length** (AL): mean tokens per round. Bars:
-# p_j, slot j's acceptance rate once slots 1..j-1 passed. Drafter passes per round: one *parallel* (P-EAGLE), K
-# *sequential* (EAGLE-3).
+# prefix it agrees with and adds one token. **Slot j**: a draft accepted as the j-th (from 1) of its round.
+# **Grey**: the target's token (each round's *bonus*; the first token). **Acceptance length** (AL): mean tokens per
+# round. Bars: p_j, slot j's acceptance rate once slots 1..j-1 passed. Drafting modes: one pass per round (*parallel*,
+# P-EAGLE) or K passes (*sequential*, EAGLE-3).
 
 # %%
 # Parameters come from the environment: PEAGLE_TARGET (default: the embedded SmolLM2-135M-Instruct),
@@ -63,9 +63,10 @@ def ledger_head(name):
 # %% [markdown]
 # ## The explorer
 #
-# Type a prompt, choose K, head and drafting mode, press **Generate**. Try: raise K (few rounds reach deep slots, so
-# their bars jump); compare one head's times in both modes; raise the temperature (fewer drafts pass; speculative
-# sampling, built below). Needs a live kernel; the fixed run below draws the same view.
+# Type a prompt, choose K, head and drafting mode, press **Generate** (head `fresh` is an untrained head, for timing).
+# Try: raise K (few rounds reach deep slots, so their bars jump); compare one head's times in both modes; raise the
+# temperature (fewer drafts pass; speculative sampling, built below). Needs a live kernel; the fixed run below draws
+# the same view.
 
 # %%
 ex = explorer(model, tokenizer, k=K, max_new_tokens=MAX_NEW)
@@ -80,8 +81,8 @@ ex
 # %% [markdown]
 # ## One fixed run (no clicking needed)
 #
-# The first head on offer, greedy, on the default prompt (00's prime check), timed against plain decoding in the same
-# run. **Tokens per forward** counts the prefill, so it sits just below the AL.
+# The first head on offer, greedy, on 00's prime-check prompt, timed against plain decoding in the same run.
+# **Tokens per forward** counts the prefill, so it sits just below the AL.
 
 # %% tags=["nbval-ignore-output"]
 head_name = HEADS[0]
@@ -113,17 +114,15 @@ print("the first token comes from the target:", run.sources[0] == viz.TARGET)
 print("lossless (identical, or in a near-tie regime a near-tie divergence; see the regime above):", run.lossless)
 
 # %% [markdown]
-# **Reading it.** Live, bfloat16: P-EAGLE at K=4 commits 1.40 tokens per round of a possible 5 and runs at 1.22x plain
-# decoding (plain 4.72 s, speculative 3.86 s; one run each): faster. Its output leaves plain greedy's from token 12,
-# where greedy's top two logits tie (margin 0): lossless by the near-tie rule (appendix), but the two timings cover
-# slightly different texts.
+# **Reading it.** P-EAGLE at K=4 commits 1.40 tokens per round (of a possible 5) and runs at 1.22x plain decoding's
+# speed in this run. Its text leaves plain greedy's at token 12, where greedy's top two logits tie exactly (margin 0):
+# lossless by the near-tie rule (appendix).
 #
 # ### "Speculative decoding changed my greedy output" (question 9)
 #
-# In bf16 a logit near 28 has neighbours 0.125 apart, and the verify pass (K+1 tokens at once) and plain decoding
-# (one token) sum in different orders, so two tokens that tie to within that spacing can swap. The cell counts such
-# divergences in the committed bf16 run (24 HumanEval prompts, every head and K), then reruns the fixed run with the
-# target copied to float32.
+# In bf16, logits near 28 are spaced 0.125 apart, and the verify pass (K+1 tokens at once) sums in a different order
+# from plain decoding (one token), so two tokens that tie within that spacing can swap. The cell counts such divergences
+# in the committed bf16 run (24 HumanEval prompts, every head and K), then reruns the fixed run in float32.
 
 # %% tags=["nbval-ignore-output"]
 import copy
@@ -149,21 +148,20 @@ if model.dtype != torch.float32 and memory.fits(memory.weights_bytes(model.confi
     del fp32, again
 
 # %% [markdown]
-# **Reading it.** Every divergence is a near-tie: in the committed bf16 run 51 of 216 speculative outputs leave plain
-# greedy, all 51 within the bound (29 at an exact tie, largest margin 0.250). For this prompt, float32 removes the
-# divergence (all 64 tokens match plain greedy; bf16 left it at token 12); the 51 near-tie divergences are consistent
-# with the same cause, bf16 rounding, though only this one prompt was rerun in float32.
+# **Reading it.** Every divergence in the committed bf16 run is a near-tie: 51 of 216 speculative outputs leave plain
+# greedy, all within the bound (29 at an exact tie, largest margin 0.250). In float32 the fixed run matches plain greedy
+# on all 64 tokens, so bf16 caused its divergence; only this one prompt was rerun in float32.
 #
 # ### Exercise: which kind of prompt gets more drafts accepted?
 #
-# The cell runs one head, K and budget on a code and a chat prompt. Predict which gets the higher AL, and why; then try
-# your own prompts in `PROMPTS`.
+# The cell runs one head, K and budget on a code prompt and a chat prompt. Predict which gets the higher AL, and why;
+# then try your own prompts in `PROMPTS`.
 #
 # <details><summary>Answer</summary>
 #
-# Intuition says code (keywords, brackets); here code edges chat, 1.33 against 1.29. But one prompt each cannot rank
-# kinds of text, nor do the committed 24-prompt runs (`cpu-epyc-avx2-2c`, float32, best K): P-EAGLE 1.51 on code, 1.55
-# on chat; EAGLE-3 1.61 and 1.60.
+# Intuition says code (keywords, brackets), and here code edges chat, 1.33 against 1.29. But one prompt each cannot
+# rank kinds of text, and neither do the committed 24-prompt runs (`cpu-epyc-avx2-2c`, float32, best K): P-EAGLE 1.51
+# on code, 1.55 on chat; EAGLE-3 1.61 and 1.60.
 #
 # </details>
 
@@ -186,8 +184,8 @@ for kind, text in PROMPTS.items():
 #
 # Above temperature 0 the target samples from p, the drafter drafts x from q, and the output must still follow p. The
 # rule (Leviathan et al.; Chen et al., 2023): accept x with probability min(1, p(x)/q(x)); on a rejection, draw from
-# max(0, p - q), normalised. The cells below test it on six tokens, 20000 draws. **Total variation** (TV): half the
-# summed absolute difference of two distributions.
+# max(0, p - q), normalised. The cells below test it on six tokens. **Total variation** (TV): half the summed absolute
+# difference of two distributions.
 
 # %%
 import matplotlib.pyplot as plt
@@ -251,28 +249,26 @@ print(f"the package's accept_sampling (the loop's rule above temperature 0) emit
 assert same == N_SAME
 
 # %% [markdown]
-# **Reading it.** The emitted tokens sit 0.0041 from p (TV, 20000 draws) though the drafts come from a q 0.627 away: a
-# poor q costs speed, not correctness. Drafts passed on 0.374 of draws (the rule predicts 0.373), and the package's
-# `accept_sampling` emits the same token on 2000 of 2000 draws.
+# **Reading it.** The emitted tokens sit 0.0041 (TV) from p although the drafts come from a q 0.627 away: for this q
+# (the theorem says for any q), a poor drafter costs speed, not correctness. Drafts passed on 0.374 of draws, as the
+# rule predicts (0.373), and the package's `accept_sampling` emits the same token on 2000 of 2000 draws.
 
 # %% [markdown]
 # ## Results across hosts
 #
-# 05's committed benchmark runs for both hosts (appendix): SmolLM2-135M, the shipped heads, batch 1. One table per suite
-# (`code`: HumanEval; `chat`: the prompt mix's held-out split), one row per host and dtype. `verify_k7` differs from the
-# rounds 05's break-even uses: it times one verify pass alone, not a round of the end-to-end loop.
+# 05's committed benchmark runs for both hosts: SmolLM2-135M, the shipped heads, batch 1. One table per suite (`code`:
+# HumanEval; `chat`: the prompt mix's held-out split), one row per host and dtype.
 #
-# - `prompts`: prompts x new tokens. `verify_k7`: one target pass over 8 tokens, in decode steps, from the
-#   drafting-cost benchmark (one prompt, timed alone).
+# - `prompts`: prompts x new tokens. `verify_k7`: one target pass over 8 tokens, in decode steps (timed alone, not
+#   inside the loop).
 # - `P-EAGLE`, `EAGLE-3`, `lookup` (untrained prompt lookup): best speed-up over plain decoding, prefill included, with
 #   K and AL; `N/24 diverge, margin <= m`: outputs leaving greedy's at near-ties, m the largest margin.
 # - `faster than plain`: prompts each head (P-EAGLE / EAGLE-3) won against plain. `paired`: P-EAGLE's per-prompt
 #   speed-up minus EAGLE-3's, lowest to highest.
-# - `oracle`: the blog's acceptance (`code`: HumanEval AL 3.94 at K=7; `chat`: MT-Bench 3.70) on the same draws, one
-#   parallel pass / K sequential.
+# - `oracle`: speed-ups at the blog's published acceptance (it reports AL 3.94 on HumanEval at K=7, used for `code`,
+#   and 3.70 on MT-Bench, used for `chat`), replayed on the same draws: one parallel pass / K sequential.
 #
-# Verdicts: the paired rule (appendix). The float32 `code` run on `cpu-epyc-avx512bf16-2c` has 5 prompts, so it only
-# counts wins: under 6 prompts no split reaches p < 0.05.
+# Verdicts: the paired rule (appendix); the 5-prompt float32 run is too small for it (it needs 6 or more prompts).
 
 # %% tags=["nbval-ignore-output"]
 from peagle_lab import bench
@@ -344,15 +340,16 @@ print("verdict, at the paper's acceptance (one parallel pass against K sequentia
     or "not run")
 
 # %% [markdown]
-# **Reading it.** With bf16 units (`verify_k7` 1.07) both heads are shown faster than plain decoding on both suites
-# (1.14x to 1.31x); in float32 (`verify_k7` 1.88, 2.06) none is, and four of six are shown slower. Neither head is shown
-# faster than the other in any of the 5 runs, yet at the blog's acceptance (`cpu-epyc-avx2-2c`, float32) one parallel
-# pass is shown faster than K sequential ones on both suites (1.59x against 1.46x, 1.56x against 1.39x).
+# **Reading it.** With bf16 units, where verifying 8 tokens costs about one decode step (`verify_k7` 1.07), both heads
+# are shown faster than plain decoding on both suites (1.14x to 1.31x); in float32 (`verify_k7` 1.88, 2.06) none is,
+# and four of six are shown slower. Neither head is shown faster than the other in any run, but at the blog's
+# acceptance (`cpu-epyc-avx2-2c`, float32) one parallel pass is shown faster than K sequential ones on both suites
+# (1.59x against 1.46x, 1.56x against 1.39x).
 
 # %% [markdown]
 # ## Appendix: how the course measures
 #
-# It restates 00's glossary rules in full; in brackets: where each rule is built.
+# 00's glossary rules in full; in brackets, where each rule is built.
 #
 # - **Committed, live.** *Committed*: a run from `data/results/<host>/<dtype>/`, quoted with host and dtype.
 #   *Live*: run here on a few prompts; timings move between runs, fp32 CPU acceptance repeats.
@@ -360,10 +357,9 @@ print("verdict, at the paper's acceptance (one parallel pass against K sequentia
 #   within one host and dtype.
 # - **Acceptance length** (00). AL = 1 + accepted drafts / rounds. Near the budget the loop drafts only what fits, so a
 #   recorded AL can sit a little below one rebuilt from per-slot rates (04). The last round's bonus counts even if the
-#   budget or an end-of-sequence token drops it, so rounds + accepted drafts can exceed the tokens kept by about one per
-#   answer.
-# - **Per-slot rate** (00; 04, 05). p_j = P(draft j accepted | drafts 1..j-1 accepted), with the rounds that reached
-#   slot j (depth j-1). An unreached slot has no rate: `nan` (00, 06), `None` (03), `-` (04, 05, 07).
+#   budget or an end-of-sequence token drops it, so rounds + accepted drafts can exceed the tokens kept by about one.
+# - **Per-slot rate** (00; 04, 05). p_j = P(draft j accepted | drafts 1..j-1 accepted), over the rounds that reached
+#   slot j. An unreached slot has no rate (printed `nan`, `None` or `-`).
 # - **Round** (05). (t_draft + t_verify) / t_step, medians of one run; ideal speed-up = AL / round. `speedup` includes
 #   the prefill, `decode_speedup` does not.
 # - **Paired rule** (05). Methods timed side by side per prompt: *shown faster* only when a two-sided exact sign test
@@ -373,17 +369,17 @@ print("verdict, at the paper's acceptance (one parallel pass against K sequentia
 #   it is no order; beyond both arms' own spreads but within it, suggestive (02).
 # - **Lossless, near-ties** (00, 05). fp32 on a CPU: identical to plain greedy. bf16, or fp32 on a GPU: identical, or
 #   diverging only where greedy's top two logits are within a few units in the last place (another summation order can
-#   swap them); the margin (top-1 minus top-2) is printed; whole logits would be a bug. Sampling: tokens follow the
-#   target's distribution.
+#   swap them); the margin (top-1 minus top-2) is printed, and a gap of whole logits would be a bug. Sampling: tokens
+#   follow the target's distribution.
 # - **Oracle** (05). A published acceptance replayed on the same draws: drafting's cost apart from head quality.
 # - **Ledger** (below). Rows compare only where prompts, new tokens, K, dtype and host agree.
 #
 # ### The acceptance ledger
 #
-# Every AL recorded for the shipped heads, one row each (`-`: not recorded): live runs, committed best-K benchmark rows,
-# 04's held-out comparison (K=3, 7), 06's serving sweep; `rounds` is a row's sample. The rows mix hosts and dtypes:
-# compare only rows with the same host and dtype (and prompts, new tokens, K). Below: each head's lowest and
-# highest rows and what differs; indented, its rows sharing its most-recorded prompt set, host and dtype.
+# Every AL recorded for the shipped heads, one row each (`-`: not recorded; `rounds`: the row's sample):
+# live runs, committed best-K benchmark rows, 04's held-out comparison, 06's serving sweep. Compare only rows that agree
+# on host, dtype, prompts, new tokens and K. The second cell prints each head's lowest and highest rows and what
+# differs; indented, its rows on its most-recorded prompt set, host and dtype.
 
 # %% tags=["nbval-ignore-output"]
 # this chapter's live runs as ledger rows (the last code cell records them); 00's prime check named as 00 names it
@@ -427,8 +423,8 @@ print(f"05's {len(bench05)} committed benchmark rows: {min(bench05):.2f} to {max
 
 # %% [markdown]
 # **Reading it.** An AL belongs to its settings: P-EAGLE's rows run from 1.00 (04, no chat template) to 1.90 (04's
-# committed held-out comparison), EAGLE-3's from 1.36 to 2.53. Even with prompt set, host and dtype fixed (indented
-# lines), rows move with K, new tokens and prompt count: 1.29 to 1.45 and 1.37 to 1.54.
+# held-out comparison), EAGLE-3's from 1.36 to 2.53. Even on one prompt set, host and dtype (indented lines) they move
+# with K, new tokens and prompt count: 1.29 to 1.45 and 1.37 to 1.54.
 
 # %%
 # Bookkeeping: this chapter's figures for the workbook's summary (SUMMARY.md) and 07's acceptance ledger.
@@ -439,12 +435,17 @@ for r in ours:  # the fixed run and the exercise's prompts: the rows the ledger 
 # %% [markdown]
 # ## What we saw
 #
-# - **Fixed run** (live, bfloat16): P-EAGLE at K=4 commits 1.40 tokens per round of 5, at 1.22x plain decoding (one
-#   run each: faster); its output leaves greedy's only at an exact tie, and in float32 not at all.
-# - **Exercise**: code 1.33 against chat 1.29, one prompt each, cannot rank kinds of text.
-# - **Speculative sampling**: the output follows p (TV 0.0041) whatever q is; q sets how many drafts pass.
+# - **Fixed run**: P-EAGLE at K=4 commits 1.40 tokens per round (of 5) and runs at 1.22x plain decoding; its output
+#   leaves greedy's only at an exact tie, and in float32 not at all.
+# - **bf16 divergences**: 51 of 216 committed bf16 outputs leave plain greedy, all at near-ties (largest margin 0.250).
+# - **Exercise**: code 1.33 against chat 1.29; one prompt each cannot rank kinds of text.
+# - **Speculative sampling**: the output follows p (TV 0.0041) for this q (the theorem says for any q); q sets how many
+#   drafts pass.
 # - **Across hosts** (committed): with bf16 units both heads are shown faster than plain decoding (1.14x to 1.31x); in
 #   float32 none is (0.67x to 0.82x).
+# - **Parallel against sequential**: neither head is shown faster than the other; at the blog's acceptance
+#   (`cpu-epyc-avx2-2c`, float32) one parallel pass is shown faster than K sequential ones (1.59x against 1.46x,
+#   1.56x against 1.39x).
 # - **Ledger**: the shipped heads' ALs run from 1.00 to 2.53, each tied to its prompts and settings.
 #
 # **The course.** A drafter reads the target's hidden states (01) and drafts K tokens in one pass (02, 03); its
