@@ -425,9 +425,9 @@ print("P-EAGLE against EAGLE-3: " + payoff.paired_verdict(ahead, len(easy_rows) 
 
 # %% [markdown]
 # **Reading it.** On both list requests both heads commit up to 8 tokens a round, run faster than plain decoding
-# (P-EAGLE 1.87x and 2.95x, EAGLE-3 1.95x and 2.47x) and match plain greedy. Where both accept alike (AL 6.40 each)
-# P-EAGLE's single drafting pass wins; where EAGLE-3 accepts more (5.00 against 3.85) it wins. Two requests cannot show
-# an order between the heads (p = 1); 05 times the pair on 48.
+# (P-EAGLE 1.87x and 2.95x, EAGLE-3 1.95x and 2.47x) and match plain greedy. On the request where both accept alike
+# (AL 6.40 each) P-EAGLE ran faster; on the other (AL 3.85 against EAGLE-3's 5.00) EAGLE-3 did. Two requests run in a
+# fixed order show no order between the heads (p = 1); 05 tests it on 48.
 #
 # ### Exercise: change K
 #
@@ -524,7 +524,7 @@ for k_try, rounds_try in tries.items():
 # | dtype | float32 or bfloat16; on a CPU with bf16 units bf16 makes a forward over several tokens (a verification) much cheaper than in float32, but not a one-token step (it can be slower), which changes every round's cost |
 # | paired rule | two methods timed side by side on each prompt; one is *shown faster* when a sign test over the prompts gives p < 0.05, else "faster on N of M prompts"; under 6 prompts no split reaches p < 0.05, so such runs only count wins |
 # | seed spread | the gap between two training seeds of one setting; a smaller gap between two heads is a tie |
-# | oracle | a stand-in drafter replaying the paper's acceptance through the real loop, charged one parallel pass or K sequential ones: drafting's cost apart from the head's quality |
+# | oracle | a stand-in drafter that knows the target's answer and keeps each draft at the paper's acceptance rates, charged a real head's one parallel pass or K sequential ones: drafting's cost apart from the head's quality |
 # | eager | a PyTorch model run op by op, each kernel launched from Python (no CUDA graphs, no compilation): on a GPU, launches then dominate a batch-1 step |
 # | K | chosen per experiment and printed with it: 5 for 00's round, 4 for short demonstrations (03, 04's template check, 07), 7 where results meet the blog's K=7, 8 (the heads' trained K) for 06's live vLLM engine, 7 in 06's committed serving sweep, a sweep where K is the question |
 #
@@ -542,7 +542,7 @@ for k_try, rounds_try in tries.items():
 # | `07_explorer` | Drafts accepted token by token; speculative sampling; how the course measures | 0.6 |
 #
 # Minutes: per chapter, rounded, from one `make lab` run on this host (its summary file; 18 min 36 s in all).
-# `cpu-epyc-avx512bf16-2c` (2-core AMD EPYC with bf16 units, no GPU) is the host of every saved output. 00-04 and 06
+# `cpu-epyc-avx512bf16-2c` (2-core AMD EPYC with bf16 units, no GPU) is the host of every live output. 00-04 and 06
 # load the target in float32, 05 and 07 in bfloat16 (what `auto` picks on a CPU with bf16 units). `make setup` installs
 # everything, vLLM included; no chapter needs a GPU or downloads a model.
 #

@@ -119,9 +119,9 @@ if P and S:
 
 # %% [markdown]
 # Now a live check on 2 HumanEval prompts: each head drafts in its own mode at K = 1, 3 and 7, and every output is
-# compared with plain greedy. A gap under 0.052 counts as a tie (the tie rule, 00). The plot cell's last lines set
-# each live gap beside the held-out gap at the same K; at K=1, which the held-out file lacks, beside the gap that
-# AL = 1 + p1 predicts from the held-out slot-1 rates.
+# compared with plain greedy. A gap under 0.052 counts as a tie (0.052: the largest seed spread of 02's and 03's
+# studies). The plot cell's last lines set each live gap beside the held-out gap at the same K; at K=1, which the
+# held-out file lacks, beside the gap that AL = 1 + p1 predicts from the held-out slot-1 rates.
 
 # %% tags=["nbval-ignore-output"]
 from peagle_lab.prompts import humaneval_prompts
@@ -182,8 +182,9 @@ for k in KS:  # the live check: which head accepts more, and is it the one the h
 # y-scale) is a check, not a ranking, so don't compare its heights with the committed panel's.
 #
 # This reverses the paper's order (the vLLM blog reports, for GPT-OSS-20B on HumanEval at K=7, P-EAGLE 3.94 and
-# EAGLE-3 3.03). But the shipped heads differ in budget (EAGLE-3 had 1.23x the wall time) and in data, so they cannot
-# isolate the method; 05's matched pair, trained alike, does, and there EAGLE-3 also accepts more.
+# EAGLE-3 3.03). But the shipped heads differ in budget (EAGLE-3 had 1.23x the wall time) and in data, so they
+# cannot isolate the method; 05's matched pair, trained alike on list requests, does, and there EAGLE-3 also
+# accepts more.
 #
 # ## 2 · What training at scale buys
 #
@@ -521,8 +522,8 @@ for t, ev in tmpl.items():  # section 3's template mismatch
 # ## What we saw
 #
 # - **Shipped heads:** at K=7 on 8 held-out prompts, EAGLE-3 accepts 2.532 tokens a round, P-EAGLE 1.895, the reverse
-#   of the paper's order; the heads differ in budget and data, so 05's matched pair tests the method (there too
-#   EAGLE-3 accepts more).
+#   of the paper's order; the heads differ in budget and data, so 05's matched pair tests the method on list
+#   requests (there too EAGLE-3 accepts more).
 # - **Lossless:** every live speculative output matched plain greedy.
 # - **Why AL stays low:** accuracy collapses after depth 0 (0.453, then 0.175); the blog's 3.94 needs 0.78 per slot.
 # - **Training at scale:** the two-leg curves on a smaller file peak at 1.437 and 1.455 and end at 1.391 and 1.447,

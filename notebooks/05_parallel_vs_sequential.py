@@ -145,7 +145,8 @@ bench.plot_drafting_cost(dc);
 # **Reading it.** Sequential drafting grows with K, from 4.63 ms at K=1 to 36.6 ms at K=10, while one parallel pass
 # stays between 4.96 and 5.82 ms, 6.68 times cheaper at K=10. But verifying K+1 tokens costs 75.1 to 88.3 ms (1.05 to
 # 1.24 decode steps), so on this CPU verification is most of a round and the drafting saving pays only where many
-# drafts are accepted. At K=1, where both make one pass, parallel is slightly slower (5.04 against 4.63 ms).
+# drafts are accepted. At K=1, where both make one pass, the two are within their interquartile ranges (5.04 and
+# 4.63 ms).
 #
 # ## The payoff: a pair trained alike, where acceptance is high
 #
@@ -216,7 +217,7 @@ print(f"P-EAGLE minus EAGLE-3, each at its best K, per request: {min(gaps):+.2f}
 
 # %% [markdown]
 # **Reading it.** Trained alike, P-EAGLE is shown faster than EAGLE-3: at K=7, 2.10x against 1.92x end to end, faster
-# on 37 of 48 held-out requests (p = 0.00022). With one drafter pass its round barely moves with K (2.11 to 1.98
+# on 37 of 48 held-out requests (p = 0.00022). With one drafter pass its round does not grow with K (2.11 to 1.98
 # steps), while EAGLE-3's K passes make its round grow (2.16 to 2.47). Both are fastest at K=7, the largest K here,
 # so the next cell rebuilds K=7 from the file's counts and then reads a wider sweep.
 
@@ -255,13 +256,15 @@ if wide:
 # its drafting takes 15.1 ms in one pass against 42.4 ms in seven, while verification is alike (102.9 and 104.4 ms).
 # The wider sweep keeps the order: P-EAGLE still gains up to K=11 (2.19x), EAGLE-3 peaks at K=7 (1.94x) though its AL
 # rises to 5.99, and each at its best K P-EAGLE is shown faster (36 of 48, p = 0.00072). Of the 11 requests where
-# P-EAGLE loses to plain decoding, 10 have answers of 5 to 14 tokens, too short for speculation to gain.
+# P-EAGLE loses to plain decoding, 10 have answers of 5 to 14 tokens: short answers leave few rounds to gain in, so
+# they tip either way.
 #
 # ### The matched pair, live
 #
 # The pair now runs here on the same 48 held-out requests, both at K=7: plain decoding, P-EAGLE and EAGLE-3 on each,
-# in an order rotated from request to request, every output checked against plain greedy (the first line).
-# `P-EAGLE draft ms` and `EAGLE-3 draft ms` are the drafter's time per round, which acceptance does not enter.
+# in an order rotated from request to request, every output checked against plain greedy (the first line). Each
+# `vs plain` is one run of each method on that request. `P-EAGLE draft ms` and `EAGLE-3 draft ms` are the drafter's
+# time per round, which acceptance does not enter.
 
 # %% tags=["nbval-ignore-output"]
 from statistics import median
@@ -425,7 +428,8 @@ print(f"plain loop: {plain_row['t_step_ms']:.1f} ms per decode step (loop timer)
 # - **fp32 on a CPU** (`exact`): lossless means identical to plain greedy, token for token.
 # - **bf16** (`near-tie`; also fp32 on a GPU): verification and plain decoding compute the same logits through
 #   differently blocked kernels, a few units in the last place (ulps) apart. Lossless then means identical, or
-#   diverging only where plain greedy's top-1 minus top-2 margin is within `BF16_TIE_ULPS` ulps of the top logit.
+#   diverging only where plain greedy's top-1 minus top-2 margin is within `BF16_TIE_ULPS` ulps of the top logit, so
+#   the bound grows with the top logit's size (a bf16 ulp is the spacing between bf16 numbers at that size).
 #
 # The cell checks every live output above, then runs a broken acceptance rule through the same check.
 

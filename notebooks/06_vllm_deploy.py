@@ -350,7 +350,7 @@ print(f"one batched plain step {plain_step_ms:.0f} ms; one batched speculative r
 #   2 repeats. `throughput`: P-EAGLE's tok/s over plain's; `each repeat`: its range over the repeats; `speculation`:
 #   pays (costs) if every repeat is above (below) 1; `latency`: plain's median latency over P-EAGLE's;
 #   `round (plain steps)`: AL / throughput.
-# - **GPU cost model** (`gpu-h200`, batch 1, Llama-3.1-8B's shapes with random weights, no CUDA graphs):
+# - **GPU cost model** (`gpu-h200`, batch 1, 8B-parameter shapes with random weights, no CUDA graphs):
 #   `verify K+1 / step` is verifying K+1 tokens in decode steps; `draft share` is drafting's share of a round.
 # - **Tensor parallelism**: vLLM needs the rank count to divide the target's attention heads, so it refuses 2 ranks.
 #   Instead the target is sharded by hand over 2 CPU processes in vLLM's pattern: each rank keeps whole KV-head

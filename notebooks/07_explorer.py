@@ -120,9 +120,10 @@ print("lossless (identical, or in a near-tie regime a near-tie divergence; see t
 #
 # ### "Speculative decoding changed my greedy output" (question 9)
 #
-# In bf16, logits near 28 are spaced 0.125 apart, and the verify pass (K+1 tokens at once) sums in a different order
-# from plain decoding (one token), so two tokens that tie within that spacing can swap. The cell counts such divergences
-# in the committed bf16 run (24 HumanEval prompts, every head and K), then reruns the fixed run in float32.
+# bf16 keeps 8 significant bits, so between 16 and 32 neighbouring bf16 values are 0.125 apart. The verify pass (K+1
+# tokens at once) sums in a different order from plain decoding (one token), so two tokens whose logits tie within that
+# spacing can swap. The cell counts such divergences in the committed bf16 run (24 HumanEval prompts, every head and
+# K), then reruns the fixed run in float32.
 
 # %% tags=["nbval-ignore-output"]
 import copy
@@ -376,10 +377,10 @@ print("verdict, at the paper's acceptance (one parallel pass against K sequentia
 #
 # ### The acceptance ledger
 #
-# Every AL recorded for the shipped heads, one row each (`-`: not recorded; `rounds`: the row's sample):
-# live runs, committed best-K benchmark rows, 04's held-out comparison, 06's serving sweep. Compare only rows that agree
-# on host, dtype, prompts, new tokens and K. The second cell prints each head's lowest and highest rows and what
-# differs; indented, its rows on its most-recorded prompt set, host and dtype.
+# What to look for: an AL belongs to its settings (prompt set, new tokens, K, dtype, host), so compare only rows that
+# agree on all of them. One row per AL recorded for the shipped heads (`-`: not recorded; `rounds`: the row's sample):
+# live runs, committed best-K benchmark rows, 04's held-out comparison, 06's serving sweep. The second cell prints each
+# head's lowest and highest rows and what differs; indented, its rows on its most-recorded prompt set, host and dtype.
 
 # %% tags=["nbval-ignore-output"]
 # this chapter's live runs as ledger rows (the last code cell records them); 00's prime check named as 00 names it
