@@ -22,9 +22,9 @@
 # **What the course shows on a 2-core CPU:** the mechanism, built and checked piece by piece; losslessness; and, in 05,
 # P-EAGLE's one drafting pass beating EAGLE-3's K passes where acceptance is high (a pair of *heads*, the small drafter
 # networks, trained alike on list requests). On open prompts (ordinary chat and code requests) the small heads accept
-# too few drafts for P-EAGLE's cheaper drafting to matter much (04, 05), and they gain only in bfloat16 on a CPU with
-# bf16 units (native bfloat16 matrix instructions); the published speed-ups need the published heads on a GPU (06 shows
-# how to serve them).
+# too few drafts for P-EAGLE's cheaper drafting to matter much (04, 05); in the course's runs they gain only in
+# bfloat16, on the host with bf16 units (native bfloat16 matrix instructions). The published speed-ups need the
+# published heads on a GPU (06 shows how to serve them).
 #
 # Plan: the idea and what P-EAGLE changes; the glossary; one round by hand; acceptance length; a pair of heads on list
 # requests; two exercises; how the course measures, and a course map. *Live* timings run in this execution and move
@@ -57,14 +57,14 @@ from peagle_lab import models, precision, settings
 # Greedy speculation commits only the target's own argmax tokens. But verification runs K+1 rows at once, so its logits
 # can differ from plain decoding's in the last bits:
 #
-# - **fp32 on a CPU**: the output is **identical** to plain greedy decoding (the package's tests check K = 1 to 8,
-#   both heads; this chapter checks every run it makes).
-# - **bf16, or fp32 on a GPU**: identical, **or** diverging at a *near-tie*, where plain decoding's top two logits are
-#   closer than rounding can separate; the course reports it with its logit margin (top-1 minus top-2), and 05 shows
-#   one. A divergence at a margin of several logits is a bug.
+# - **fp32 on a CPU** (regime *exact*): the output is **identical**, token for token, to plain greedy decoding (the
+#   package's tests check K = 1 to 8, both heads; this chapter checks every run it makes).
+# - **bf16, or fp32 on a GPU** (regime *near-tie*): identical, **or** diverging at a *near-tie*, where plain
+#   decoding's top two logits are closer than rounding can separate; the course reports it with its logit margin
+#   (top-1 minus top-2), and 05 shows one. A divergence at a margin of several logits is a bug.
 #
-# Above temperature 0, lossless means sampling exactly the target's distribution (`07_explorer`). Lossless keeps the
-# target's answer, right or wrong: the plain answer below is not correct code.
+# Above temperature 0, lossless means sampling exactly the target's distribution; 07 checks that acceptance rule on a
+# toy distribution. Lossless keeps the target's answer, right or wrong: the plain answer below is not correct code.
 
 # %% [markdown]
 # ## EAGLE-3 and P-EAGLE
@@ -77,9 +77,9 @@ from peagle_lab import models, precision, settings
 #   learned vector (`mask_hidden`). One pass gives all K drafts. It trains all slots at once on *conditional drop-token*
 #   (COD) samples (notebook 02).
 #
-# The vLLM blog "P-EAGLE" (2026-03-13; arXiv 2602.01469) reports that on GPT-OSS-20B, one B200, batch 1, HumanEval,
-# P-EAGLE runs at 1.55x EAGLE-3's speed, each at its best K (7 and 3), with acceptance lengths of 3.94 against 3.03 at
-# K=7. The diagram's costs below are illustrative.
+# The vLLM blog "P-EAGLE" (2026-03-13; arXiv 2602.01469) reports that on GPT-OSS-20B, one B200, batch 1, HumanEval
+# (164 Python function-writing problems), P-EAGLE runs at 1.55x EAGLE-3's speed, each at its best K (7 and 3), with
+# acceptance lengths of 3.94 against 3.03 at K=7. The diagram's costs below are illustrative.
 
 # %%
 from peagle_lab.workbook.diagrams import draw_drafting_schemes
@@ -106,6 +106,7 @@ draw_drafting_schemes(k=4);
 # | COD | conditional drop-token sampling, from PARD (a small draft model that drafts K tokens in one pass with mask tokens): each deeper depth trains on a shrinking, nested share of positions, so K depths cost far less than K times one (02, 03) |
 # | training-time test (TTT) | EAGLE-3's training, unrolled as at inference: each depth gets the data's next token and the head's own state from the depth before (03) |
 # | draft vocabulary, `d2t` | the few thousand frequent target ids the head scores; `d2t` maps a draft id to its target id, `t2d` the reverse (03) |
+# | HumanEval, MT-Bench, GSM-8K, ShareGPT | public prompt sets: 164 Python function-writing problems; multi-turn chat questions; grade-school math word problems; shared ChatGPT conversations |
 # | lossless | the output is the target's own: identical to plain greedy decoding, or (bf16, or fp32 on a GPU) diverging only at a near-tie |
 
 
@@ -521,7 +522,7 @@ for k_try, rounds_try in tries.items():
 # |---|---|
 # | live, committed | *live*: run in this execution, on a few prompts; timings move between runs. *Committed*: a run stored under `data/` at the size it prints (from a few prompts to 48), read back with its host and dtype |
 # | host | the machine behind a figure, named by its CPU: `cpu-epyc-avx2-2c` (2 cores, no bf16 units) or `cpu-epyc-avx512bf16-2c` (2 cores, bf16 units); compare only within one host and dtype |
-# | dtype | float32 or bfloat16; on a CPU with bf16 units bf16 makes a forward over several tokens (a verification) much cheaper than in float32, but not a one-token step (it can be slower), which changes every round's cost |
+# | dtype | float32 or bfloat16; on a CPU with bf16 units bf16 makes a forward over several tokens (a verification) cheaper than in float32, which changes every round's cost |
 # | paired rule | two methods timed side by side on each prompt; one is *shown faster* when a sign test over the prompts gives p < 0.05, else "faster on N of M prompts"; under 6 prompts no split reaches p < 0.05, so such runs only count wins |
 # | seed spread | the gap between two training seeds of one setting; a smaller gap between two heads is a tie |
 # | oracle | a stand-in drafter that knows the target's answer and keeps each draft at the paper's acceptance rates, charged a real head's one parallel pass or K sequential ones: drafting's cost apart from the head's quality |

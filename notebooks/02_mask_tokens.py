@@ -305,8 +305,9 @@ print("EAGLE-3 sequential drafting from scratch equals HeadDrafter's (same K dra
 #
 # Deeper depths hold only **anchors** (last prompt position and response) with a label that far ahead. **COD**
 # (conditional drop-token sampling, from PARD) keeps a nested share `ratio^d` of them at depth d, with a floor of
-# `min_ratio`. The cell builds the mask for one toy sequence and for two packed with COD, and checks the rule. The
-# figure's labels read `a,d`; the right panel prefixes the sequence (`s0 2,1`: sequence 0, element `(2, 1)`).
+# `min_ratio`. The cell builds the mask for one toy sequence and for two packed with COD (a toy floor of 0.3; notebook
+# 03 uses the shipped recipe's), and checks the rule. The figure's labels read `a,d`; the right panel prefixes the
+# sequence (`s0 2,1`: sequence 0, element `(2, 1)`).
 
 # %% tags=["nbval-check-output"]
 import matplotlib.pyplot as plt
@@ -395,12 +396,12 @@ for K_TRY in (2, 8):  # the exercise's two values; edit to try others
 # | random | learned mask row | `fc(r)`, `r` frozen random |
 # | frozen mask embedding | the target's own row of the mask token (SmolLM2: id 16, `<empty_output>`), frozen | `fc(mask_hidden)`, learned |
 #
-# Each head drafts at K = 7 on held-out prompts of notebook 03's *scale mix* (code, reasoning and chat prompts).
-# Columns: **held-out AL (mean)**, tokens per round, mean of two seeds; **seed spread**, the AL gap between those
+# Each head drafts at K = 7 on held-out prompts of notebook 03's *scale mix* (code, reasoning and chat prompts). The
+# cell runs a tiny live version (two variants, few steps, one seed) and prints each head's **held-out AL** (tokens
+# per round) and **divergences**, prompts whose output differs from plain greedy. The full study (ten heads) is
+# committed; its table gives **held-out AL (mean)**, the mean of two seeds; **seed spread**, the AL gap between those
 # seeds; **tokens seen**, training tokens read; **P(accept) slots 1 / 2 / 3**, slot j's acceptance rate when the
-# slots before it were accepted; **divergences**, prompts whose output differs from plain greedy.
-#
-# The full study (ten heads) is committed; the cell runs a tiny live version (two variants, few steps, one seed).
+# slots before it were accepted.
 
 # %% tags=["nbval-ignore-output"]
 from peagle_lab.experiments import recipe
@@ -471,9 +472,9 @@ print("training elements equal the one-pass draft (within 1e-4):", worst < 1e-4)
 # ## The committed study
 #
 # The table and each seed's AL, then every pair of stand-ins: a gap counts beyond both seed spreads, and is firm only
-# beyond 0.052, the largest seed spread of any committed study (07's appendix). Last, how many rounds reach each slot.
-# The study computed its taps in float32, so its `learned` runs also serve as the float32 arm of notebook 03's storage
-# study.
+# beyond 0.052, the largest seed spread of the committed studies (03's self-distillation study, shown next chapter).
+# Last, how many rounds reach each slot. The study computed its taps in float32, so its `learned` runs also serve as
+# the float32 arm of notebook 03's storage study.
 
 # %% tags=["nbval-ignore-output"]
 from IPython.display import Markdown, display

@@ -349,7 +349,7 @@ print(f"one batched plain step {plain_step_ms:.0f} ms; one batched speculative r
 # - **Serving sweep** (`peagle-lab serve-sweep`): plain and P-EAGLE servers at 1, 4 and 16 concurrent requests,
 #   2 repeats. `throughput`: P-EAGLE's tok/s over plain's; `each repeat`: its range over the repeats; `speculation`:
 #   pays (costs) if every repeat is above (below) 1; `latency`: plain's median latency over P-EAGLE's;
-#   `round (plain steps)`: AL / throughput.
+#   `round (plain steps)`: a round commits AL tokens in the time of this many plain steps, so it is AL / throughput.
 # - **GPU cost model** (`gpu-h200`, batch 1, 8B-parameter shapes with random weights, no CUDA graphs):
 #   `verify K+1 / step` is verifying K+1 tokens in decode steps; `draft share` is drafting's share of a round.
 # - **Tensor parallelism**: vLLM needs the rank count to divide the target's attention heads, so it refuses 2 ranks.
@@ -436,7 +436,7 @@ for path in sorted(RESULTS.glob("*/tensor-parallel/tensor_parallel.json")):
 # ## 8 · Recipe: the published P-EAGLE heads on a GPU
 #
 # The published heads are already in vLLM's layout, so serving one is one command (not run here: no GPU). What the
-# model cards report:
+# model cards report (`parallel tokens`: the tokens a head drafts in one pass in training, i.e. its training K):
 #
 # | head | target | trained: layers, parallel tokens | served at K |
 # |---|---|---|---|

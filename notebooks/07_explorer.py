@@ -64,9 +64,9 @@ def ledger_head(name):
 # ## The explorer
 #
 # Type a prompt, choose K, head and drafting mode, press **Generate** (head `fresh` is an untrained head, for timing).
-# Try: raise K (few rounds reach deep slots, so their bars jump); compare one head's times in both modes; raise the
-# temperature (fewer drafts pass; speculative sampling, built below). Needs a live kernel; the fixed run below draws
-# the same view.
+# In a live kernel, try: raise K (few rounds reach deep slots, so their bars jump); compare one head's times in both
+# modes; raise the temperature (fewer drafts pass; speculative sampling, built below). The fixed run below draws the
+# same view, greedy only.
 
 # %%
 ex = explorer(model, tokenizer, k=K, max_new_tokens=MAX_NEW)
@@ -122,8 +122,8 @@ print("lossless (identical, or in a near-tie regime a near-tie divergence; see t
 #
 # bf16 keeps 8 significant bits, so between 16 and 32 neighbouring bf16 values are 0.125 apart. The verify pass (K+1
 # tokens at once) sums in a different order from plain decoding (one token), so two tokens whose logits tie within that
-# spacing can swap. The cell counts such divergences in the committed bf16 run (24 HumanEval prompts, every head and
-# K), then reruns the fixed run in float32.
+# spacing can swap. The cell counts such divergences in the committed bf16 run (24 HumanEval prompts, every method and
+# K: both heads, prompt lookup and the oracle), then reruns the fixed run in float32.
 
 # %% tags=["nbval-ignore-output"]
 import copy
@@ -150,8 +150,9 @@ if model.dtype != torch.float32 and memory.fits(memory.weights_bytes(model.confi
 
 # %% [markdown]
 # **Reading it.** Every divergence in the committed bf16 run is a near-tie: 51 of 216 speculative outputs leave plain
-# greedy, all within the bound (29 at an exact tie, largest margin 0.250). In float32 the fixed run matches plain greedy
-# on all 64 tokens, so bf16 caused its divergence; only this one prompt was rerun in float32.
+# greedy, all within the bound (29 at an exact tie; the largest margin, 0.250, is prompt lookup's, the heads' stay
+# within 0.125 in the `code` table below). In float32 the fixed run matches plain greedy on all 64 tokens, so bf16
+# caused its divergence; only this one prompt was rerun in float32.
 #
 # ### Exercise: which kind of prompt gets more drafts accepted?
 #
@@ -438,13 +439,14 @@ for r in ours:  # the fixed run and the exercise's prompts: the rows the ledger 
 #
 # - **Fixed run**: P-EAGLE at K=4 commits 1.40 tokens per round (of 5) and runs at 1.22x plain decoding; its output
 #   leaves greedy's only at an exact tie, and in float32 not at all.
-# - **bf16 divergences**: 51 of 216 committed bf16 outputs leave plain greedy, all at near-ties (largest margin 0.250).
+# - **bf16 divergences**: 51 of 216 committed bf16 outputs leave plain greedy, all at near-ties (largest margin 0.250,
+#   prompt lookup's).
 # - **Exercise**: code 1.33 against chat 1.29; one prompt each cannot rank kinds of text.
 # - **Speculative sampling**: the output follows p (TV 0.0041) for this q (the theorem says for any q); q sets how many
 #   drafts pass.
 # - **Across hosts** (committed): with bf16 units both heads are shown faster than plain decoding (1.14x to 1.31x); in
 #   float32 none is (0.67x to 0.82x).
-# - **Parallel against sequential**: neither head is shown faster than the other; at the blog's acceptance
+# - **P-EAGLE's head against EAGLE-3's**: neither is shown faster than the other; at the blog's acceptance
 #   (`cpu-epyc-avx2-2c`, float32) one parallel pass is shown faster than K sequential ones (1.59x against 1.46x,
 #   1.56x against 1.39x).
 # - **Ledger**: the shipped heads' ALs run from 1.00 to 2.53, each tied to its prompts and settings.
