@@ -1,6 +1,7 @@
 """Drafter training: COD, the training mask, train/inference consistency, resume, checkpoints, draft vocabulary."""
 
 import json
+import types
 
 import pytest
 import torch
@@ -610,11 +611,12 @@ def test_a_head_made_on_the_spot_is_labelled_as_one(monkeypatch, capsys):
         calls.append(allow_fresh)
         origin = "fresh" if len(calls) == 1 else "trained here"
         note = f"the shipped {kind} head does not fit t; {heads_mod.UNTRAINED_NOTE}" if origin == "fresh" else ""
-        return object(), {"origin": origin, "note": note, "source": "trained here (x)"}
+        return types.SimpleNamespace(), {"origin": origin, "note": note, "source": "trained here (x)"}
 
     monkeypatch.setattr(heads_mod, "head_for_target", head_for_target)
     monkeypatch.setattr(quick, "train_quick_head", lambda *a, **k: None)
-    quick.ensure_head("parallel", None, None, "t", quick.QuickSizes(prompts=8, steps=4, batch_tokens=256))
+    head, _ = quick.ensure_head("parallel", None, None, "t", quick.QuickSizes(prompts=8, steps=4, batch_tokens=256))
+    assert head._bench_source == "trained here (x)"  # a benchmark's results name the head they ran
     out = capsys.readouterr().out
     assert "1,024 tokens" in out and "not a speed-up" in out and "scripts/gpu_heads.sh" in out
     assert calls == [True, False]  # after training: that head or an error, never an untrained one
