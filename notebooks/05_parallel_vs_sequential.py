@@ -167,12 +167,15 @@ bench.plot_drafting_cost(dc);
 # %% tags=["nbval-check-output"]
 import math
 
+from peagle_lab.workbook import payoff
+
 
 def order(gaps, a_name, b_name):
     """The paired rule, a two-sided sign test: if neither row were faster, each prompt would be a fair coin flip;
     p is the chance that n flips split at least as unevenly as these prompts did. Below 5%, the order is shown."""
     wins, n = sum(g > 0 for g in gaps), sum(g != 0 for g in gaps)  # a tie tells neither way
     p = min(1.0, 2 * sum(math.comb(n, i) for i in range(max(wins, n - wins), n + 1)) / 2 ** n)
+    assert abs(p - payoff.sign_test(wins, n)) < 1e-12, "the package's sign test"
     verdict = f"{a_name if wins > n - wins else b_name} shown faster" if p < 0.05 else "neither shown faster"
     return f"{a_name} faster on {wins} of {n} prompts, sign test p = {p:.2g}: {verdict}"
 
@@ -183,7 +186,9 @@ def paired(e2e_res, a, b):
     for x in e2e_res["runs"]:
         if x["method"] in (a["method"], b["method"]):
             per.setdefault((x.get("repeat", 0), x["prompt"]), {})[x["method"]] = x["speedup_vs_plain"]
-    return [v[a["method"]] - v[b["method"]] for v in per.values() if len(v) == 2]
+    gaps = [v[a["method"]] - v[b["method"]] for v in per.values() if len(v) == 2]
+    assert gaps == payoff.paired_gaps(e2e_res, a, b), "the package's paired gaps"
+    return gaps
 
 
 for n in (5, 6):  # a method faster on every one of n prompts
@@ -192,7 +197,6 @@ for n in (5, 6):  # a method faster on every one of n prompts
 # %% tags=["nbval-ignore-output"]
 from peagle_lab.bench.files import result_suites
 from peagle_lab.drafter.heads import MATCHED_HEADS
-from peagle_lab.workbook import payoff
 
 matched = bench.committed_results(data_dir() / "results-lists-matched")
 mrun = payoff.host_run(matched, READ_HOST, "float32")  # this host's run (the nearest host's where it has none)
@@ -232,6 +236,7 @@ for name, m in at_k7.items():  # AL and the round, from the counts in the file
     reached = [n for n in m["per_position_attempts"] if n]  # the rounds that reached each slot
     accepted = [round(p * n) for p, n in zip(m["per_position_acceptance"], reached)]
     al = 1 + sum(accepted) / m["rounds"]
+    assert abs(al - m["acceptance_length"]) < 1e-3, "AL from the per-slot counts"
     rnd = (m["t_draft_round_ms"] + m["t_verify_round_ms"]) / m["t_step_ms"]
     print(f"{name} at K=7, per slot accepted/reached: {' '.join(f'{a}/{n}' for a, n in zip(accepted, reached))}"
           f" -> AL = 1 + {sum(accepted)} / {m['rounds']} = {al:.2f}; round = ({m['t_draft_round_ms']:.1f} + "
@@ -551,10 +556,11 @@ for label, res in runs:  # the oracle pair: each run's best one-pass K against K
     if not b:
         continue
     assert (a["acceptance_length"], a["rounds"]) == (b["acceptance_length"], b["rounds"]), "same draws, same rounds"
-    print(f"{label}, {len(paired(res, a, b))} prompts, K={a['k']}, AL {a['acceptance_length']:.2f}: one parallel pass "
+    gaps = paired(res, a, b)
+    print(f"{label}, {len(gaps)} prompts, K={a['k']}, AL {a['acceptance_length']:.2f}: one parallel pass "
           f"{a['speedup']:.2f}x, {a['k']} sequential passes {b['speedup']:.2f}x "
           f"({a['speedup'] / b['speedup'] - 1:+.0%}); "
-          + order(paired(res, a, b), "one pass", f"{a['k']} passes"))
+          + order(gaps, "one pass", f"{a['k']} passes"))
     if res is e2e:  # the same tokens verified in the same rounds: a gap in verification is timing noise
         pa, pb = profile[a["method"]], profile[b["method"]]
         print(f"  drafting {pa['draft_ms']:.2f} against {pb['draft_ms']:.2f} ms a round; verification "
