@@ -22,12 +22,12 @@
 # **What the course shows on a 2-core CPU:** the mechanism, built and checked piece by piece; losslessness; and, in 05,
 # P-EAGLE's one drafting pass beating EAGLE-3's K passes where acceptance is high (a pair of *heads*, the small drafter
 # networks, trained alike on list requests). On open prompts (ordinary chat and code requests) the small heads accept
-# too few drafts for P-EAGLE's cheaper drafting to matter much (04, 05); in the course's runs they gain only in
+# too few drafts for P-EAGLE's cheaper drafting to matter much (04, 06); in the course's runs they gain only in
 # bfloat16, on the host with bf16 units (native bfloat16 matrix instructions). The published speed-ups need the
-# published heads on a GPU (06 shows how to serve them).
+# published heads on a GPU (07 shows how to serve them).
 #
-# Plan: the idea and what P-EAGLE changes; the glossary; one round by hand; acceptance length; a pair of heads on list
-# requests; two exercises; how the course measures, and a course map. *Live* timings run in this execution and move
+# Plan: the idea and what P-EAGLE changes; one round by hand; acceptance length; a pair of heads on list requests;
+# two exercises; a glossary for the chapters ahead and a course map. *Live* timings run in this execution and move
 # with the machine's load; *committed* results are runs saved under `data/` and read back here.
 
 # %%
@@ -61,9 +61,9 @@ from peagle_lab import models, precision, settings
 #   package's tests check K = 1 to 8, both heads; this chapter checks every run it makes).
 # - **bf16, or fp32 on a GPU** (regime *near-tie*): identical, **or** diverging at a *near-tie*, where plain
 #   decoding's top two logits are closer than rounding can separate; the course reports it with its logit margin
-#   (top-1 minus top-2), and 05 shows one. A divergence at a margin of several logits is a bug.
+#   (top-1 minus top-2), and 06 shows one. A divergence at a margin of several logits is a bug.
 #
-# Above temperature 0, lossless means sampling exactly the target's distribution; 07 checks that acceptance rule on a
+# Above temperature 0, lossless means sampling exactly the target's distribution; 08 checks that acceptance rule on a
 # toy distribution. Lossless keeps the target's answer, right or wrong: the plain answer below is not correct code.
 
 # %% [markdown]
@@ -85,30 +85,6 @@ from peagle_lab import models, precision, settings
 from peagle_lab.workbook.diagrams import draw_drafting_schemes
 
 draw_drafting_schemes(k=4);
-
-# %% [markdown]
-# ## Glossary
-#
-# Every chapter uses these words in these senses. Positions are 0-based, as in the code; (0N) names the chapter that
-# builds the piece. The words of measurement (live, committed, host, the paired rule ...) close this chapter.
-#
-# | term | meaning |
-# |---|---|
-# | round | one draft-verify-accept step: K drafts, one target forward, then the accepted prefix plus the target's own *bonus* token committed |
-# | K | drafts per round (vLLM's `num_speculative_tokens`) |
-# | x_0..x_n, h_0..h_n | the context tokens, and the target's taps at their positions; from h_n the target chooses x_{n+1} |
-# | slot j, draft j, depth | a round's drafter slots j = 1..K; draft j is slot j's token, at depth j - 1 (slot 1 = depth 0; the training code's index) |
-# | acceptance length (AL) | tokens a round commits, bonus included, averaged over rounds; 1.00 for plain decoding |
-# | p_j | draft j's conditional acceptance rate: of the rounds that accepted drafts 1..j-1, the share that also accepted draft j; AL = 1 + p_1 + p_1·p_2 + … |
-# | taps | the three target hidden states (a low, a middle, a high layer) that EAGLE-3 and P-EAGLE read, concatenated (3H) and projected to H by `fc` (01) |
-# | EAGLE shift | drafter position t holds token x_{t+1} with the taps h_t, the state that predicted it |
-# | mask token, `mask_hidden` | P-EAGLE's two learned stand-ins in slots 2..K: an embedding row, and one shared 3H vector in place of the taps (02) |
-# | COD | conditional drop-token sampling, from PARD (a small draft model that drafts K tokens in one pass with mask tokens): each deeper depth trains on a shrinking, nested share of positions, so K depths cost far less than K times one (02, 03) |
-# | training-time test (TTT) | EAGLE-3's training, unrolled as at inference: each depth gets the data's next token and the head's own state from the depth before (03) |
-# | draft vocabulary, `d2t` | the few thousand frequent target ids the head scores; `d2t` maps a draft id to its target id, `t2d` the reverse (03) |
-# | HumanEval, MT-Bench, GSM-8K, ShareGPT | public prompt sets: 164 Python function-writing problems; multi-turn chat questions; grade-school math word problems; shared ChatGPT conversations |
-# | lossless | the output is the target's own: identical to plain greedy decoding, or (bf16, or fp32 on a GPU) diverging only at a near-tie |
-
 
 # %% [markdown]
 # ## The target and its plain greedy answer
@@ -240,13 +216,10 @@ draw_eagle_shift(n=4, k_fig=4)  # context x_0..x_4, one round of K=4 drafts
 # 4. add the **bonus** token, the target's choice right after that prefix;
 # 5. **roll back** the target's KV cache past the rejected drafts.
 #
-# The *prefill* is the target's first forward over the whole prompt, which fills its KV cache. `draft` crops the
-# drafter's cache back to the round's new slots, then runs the head (02 writes it from scratch): `fuse` is `fc` over the
-# taps, `mask_slot_hidden` gives the mask slots' hidden input, `logits_from` keeps the last K rows, and
-# `to_target_logits` maps draft ids to target ids via `d2t`. `Slots` holds the new tokens, their taps and the first
-# one's position. The next cell checks the round against the package's loop (`TargetRunner` wraps the target,
-# `HeadDrafter` the head; `speculative_generate` and `plain_generate` are the two loops; `ensure_head` loads the
-# shipped head, training one only for a target without one).
+# The *prefill* is the target's first forward over the whole prompt, which fills its KV cache. Read `draft` as a black
+# box for now: one pass of the head turns the round's new slots into K drafts (02 writes the head from scratch; the
+# comments name its pieces). `Slots` holds the new tokens, their taps and the first one's position. The next cell
+# checks the round against the package's loop (`speculative_generate`; `plain_generate` decodes plainly).
 
 # %%
 from transformers import DynamicCache
@@ -333,7 +306,7 @@ if K + 1 in step:  # the verification's cost, measured above: a round that commi
 speedup = plain.seconds / package.seconds
 print(f"wall time, the package's loops on this prompt, one run each: plain {plain.seconds:.2f} s, speculative "
       f"{package.seconds:.2f} s -> {speedup:.2f}x: speculation is {payoff.one_run_verdict(speedup)} on this prompt "
-      "(05 times 24 prompts)")
+      "(06 times 24 prompts)")
 print("hand-written == package's loop:", tokens == package.tokens[:NEW_TOKENS])
 print(f"regime: {lossless_regime(model.dtype, DEVICE)} ({model.dtype} on {DEVICE})")
 div = first_divergence(tokens, plain, model.dtype, DEVICE)
@@ -342,7 +315,7 @@ print("hand-written vs plain greedy:", "identical" if div is None else div.messa
 # %% [markdown]
 # **Reading it.** The hand-written round, the package's loop and plain greedy decoding give identical tokens; the first
 # round feeds the drafter 42 slots, one per prompt position. But a round commits only 1.47 tokens while its
-# verification costs 1.86 steps, so speculation is slower on this prompt: 3.98 s against 2.91 s (0.73x; 05 and 07 time
+# verification costs 1.86 steps, so speculation is slower on this prompt: 3.98 s against 2.91 s (0.73x; 06 and 08 time
 # it in bfloat16).
 #
 # ### Acceptance length, draft by draft
@@ -372,7 +345,7 @@ if al_formula > 1:
 
 # %% [markdown]
 # **Reading it.** The terms shrink fast: draft 1 supplies 80% of the 0.469 extra tokens a round commits, and draft 5,
-# never reached, prints `nan` and adds nothing. An AL belongs to a head **and** its text (07's ledger lists the shipped
+# never reached, prints `nan` and adds nothing. An AL belongs to a head **and** its text (08's ledger lists the shipped
 # heads' ALs with their prompts).
 #
 # ### A pair of heads on list requests
@@ -381,7 +354,7 @@ if al_formula > 1:
 # target's own answers to list requests (ranges, countdowns, the alphabet ...): text predictable enough for a small head
 # to learn the target's habits. The cell runs both at K=7 on two held-out requests, interleaved with plain decoding
 # (medians of 3), and checks each output against plain greedy. The last lines count per-request wins; `p` is the sign
-# test's chance that fair coin flips would split the wins at least that unevenly (the paired rule, end of chapter).
+# test's chance that fair coin flips would split the wins at least that unevenly (the paired rule; 05 writes it out).
 
 # %%
 from peagle_lab.bench.suites import suite_records
@@ -417,7 +390,7 @@ for rec in suite_records("lists", settings.pick(2, 1)):
               f"against plain {plain_s:.2f} s -> {plain_s / sec:.2f}x; "
               + ("identical to plain greedy" if div is None else div.message()))
         easy_rows.append({"method": name, "speedup": plain_s / sec, "al": r.stats.acceptance_length})
-for name in ("P-EAGLE", "EAGLE-3"):  # the paired rule, a sign test over the requests (07's appendix)
+for name in ("P-EAGLE", "EAGLE-3"):  # the paired rule, a sign test over the requests (08's appendix)
     ups = [r["speedup"] for r in easy_rows if r["method"] == name]
     print(f"{name} against plain, {min(ups):.2f}x to {max(ups):.2f}x (medians of 3 interleaved runs): "
           + payoff.paired_verdict(sum(u > 1 for u in ups), len(ups)))
@@ -502,7 +475,7 @@ def answer_accept(drafts, choice):
 check_accept(answer_accept)
 
 # %% tags=["nbval-ignore-output"]
-# Bookkeeping: this chapter's acceptance lengths as rows of 07's acceptance ledger.
+# Bookkeeping: this chapter's acceptance lengths as rows of 08's acceptance ledger.
 from peagle_lab.workbook import ledger
 
 book = ledger.Logbook("00", host=precision.host_slug(DEVICE), dtype=precision.dtype_name(model.dtype))
@@ -514,20 +487,28 @@ for k_try, rounds_try in tries.items():
              acceptance_length=round(sum(rounds_try) / len(rounds_try), 4))
 
 # %% [markdown]
-# ## How the course measures
+# ## Glossary, for the chapters ahead
 #
-# The words every timing uses (07's appendix states the full rules):
+# The later chapters use these words in these senses. Positions are 0-based, as in the code; (0N) names the chapter that
+# builds the piece. 08's appendix states the rules of measurement (live, committed, host, the paired rule, seed
+# spread, oracle).
 #
-# | word | meaning |
+# | term | meaning |
 # |---|---|
-# | live, committed | *live*: run in this execution, on a few prompts; timings move between runs. *Committed*: a run stored under `data/` at the size it prints (from a few prompts to 48), read back with its host and dtype |
-# | host | the machine behind a figure, named by its CPU: `cpu-epyc-avx2-2c` (2 cores, no bf16 units) or `cpu-epyc-avx512bf16-2c` (2 cores, bf16 units); compare only within one host and dtype |
-# | dtype | float32 or bfloat16; on a CPU with bf16 units bf16 makes a forward over several tokens (a verification) cheaper than in float32, which changes every round's cost |
-# | paired rule | two methods timed side by side on each prompt; one is *shown faster* when a sign test over the prompts gives p < 0.05, else "faster on N of M prompts"; under 6 prompts no split reaches p < 0.05, so such runs only count wins |
-# | seed spread | the gap between two training seeds of one setting; a smaller gap between two heads is a tie |
-# | oracle | a stand-in drafter that knows the target's answer and keeps each draft at the paper's acceptance rates, charged a real head's one parallel pass or K sequential ones: drafting's cost apart from the head's quality |
-# | eager | a PyTorch model run op by op, each kernel launched from Python (no CUDA graphs, no compilation): on a GPU, launches then dominate a batch-1 step |
-# | K | chosen per experiment and printed with it: 5 for 00's round, 4 for short demonstrations (03, 04's template check, 07), 7 where results meet the blog's K=7, 8 (the heads' trained K) for 06's live vLLM engine, 7 in 06's committed serving sweep, a sweep where K is the question |
+# | round | one draft-verify-accept step: K drafts, one target forward, then the accepted prefix plus the target's own *bonus* token committed |
+# | K | drafts per round (vLLM's `num_speculative_tokens`) |
+# | x_0..x_n, h_0..h_n | the context tokens, and the target's taps at their positions; from h_n the target chooses x_{n+1} |
+# | slot j, draft j, depth | a round's drafter slots j = 1..K; draft j is slot j's token, at depth j - 1 (slot 1 = depth 0; the training code's index) |
+# | acceptance length (AL) | tokens a round commits, bonus included, averaged over rounds; 1.00 for plain decoding |
+# | p_j | draft j's conditional acceptance rate: of the rounds that accepted drafts 1..j-1, the share that also accepted draft j; AL = 1 + p_1 + p_1·p_2 + … |
+# | taps | the three target hidden states (a low, a middle, a high layer) that EAGLE-3 and P-EAGLE read, concatenated (3H) and projected to H by `fc` (01) |
+# | EAGLE shift | drafter position t holds token x_{t+1} with the taps h_t, the state that predicted it |
+# | mask token, `mask_hidden` | P-EAGLE's two learned stand-ins in slots 2..K: an embedding row, and one shared 3H vector in place of the taps (02) |
+# | COD | conditional drop-token sampling, from PARD (a small draft model that drafts K tokens in one pass with mask tokens): each deeper depth trains on a shrinking, nested share of positions, so K depths cost far less than K times one (02, 03) |
+# | training-time test (TTT) | EAGLE-3's training, unrolled as at inference: each depth gets the data's next token and the head's own state from the depth before (03) |
+# | draft vocabulary, `d2t` | the few thousand frequent target ids the head scores; `d2t` maps a draft id to its target id, `t2d` the reverse (03) |
+# | HumanEval, MT-Bench, GSM-8K, ShareGPT | public prompt sets: 164 Python function-writing problems; multi-turn chat questions; grade-school math word problems; shared ChatGPT conversations |
+# | lossless | the output is the target's own: identical to plain greedy decoding, or (bf16, or fp32 on a GPU) diverging only at a near-tie |
 #
 # ## The course
 #
@@ -538,30 +519,31 @@ for k_try, rounds_try in tries.items():
 # | `02_mask_tokens` | How one pass drafts K tokens: mask token, `mask_hidden`, the drafter from scratch, the attention layout | 1.0 |
 # | `03_train_head` | Training a P-EAGLE head: self-distilled data, the draft vocabulary (`d2t`/`t2d`), COD sampling, the loop by hand | 3.6 |
 # | `04_scale_and_acceptance` | How far training goes: the shipped heads, the learning curve, your own model on a second architecture | 1.9 |
-# | `05_parallel_vs_sequential` | Parallel vs sequential drafting: drafting cost; the payoff where acceptance is high (a pair trained alike on list requests); the shipped heads against plain decoding; losslessness | 5.7 |
-# | `06_vllm_deploy` | Export to vLLM's eagle3 format, serve with `parallel_drafting`; load and tensor parallelism | 3.9 |
-# | `07_explorer` | Drafts accepted token by token; speculative sampling; how the course measures | 0.6 |
+# | `05_parallel_vs_sequential` | Parallel vs sequential drafting: the cost of a round each way; the payoff where acceptance is high (a pair trained alike on list requests, committed, and a small pair trained and raced here) | 5.7 |
+# | `06_what_it_takes` | The shipped heads on open prompts against plain decoding; losslessness in bf16; the paper's acceptance priced here (the oracle); the break-even picture | 1.7 |
+# | `07_vllm_deploy` | Export to vLLM's eagle3 format, serve with `parallel_drafting`; load and tensor parallelism | 3.9 |
+# | `08_explorer` | Drafts accepted token by token; speculative sampling; how the course measures | 0.6 |
 #
 # Minutes: per chapter, rounded, from one `make lab` run on this host (its summary file; 18 min 36 s in all).
-# `cpu-epyc-avx512bf16-2c` (2-core AMD EPYC with bf16 units, no GPU) is the host of every live output. 00-04 and 06
-# load the target in float32, 05 and 07 in bfloat16 (what `auto` picks on a CPU with bf16 units). `make setup` installs
+# `cpu-epyc-avx512bf16-2c` (2-core AMD EPYC with bf16 units, no GPU) is the host of every live output. 00-04 and 07
+# load the target in float32, 05, 06 and 08 in bfloat16 (what `auto` picks on a CPU with bf16 units). `make setup` installs
 # everything, vLLM included; no chapter needs a GPU or downloads a model.
 #
 # ### Questions users of EAGLE, SpecForge and vLLM keep asking
 #
-# (SpecForge: SGLang's framework for training EAGLE drafters; vLLM: the serving engine of 06.)
+# (SpecForge: SGLang's framework for training EAGLE drafters; vLLM: the serving engine of 07.)
 #
 # | question | answered in |
 # |---|---|
 # | 1. I have my own model and chat template: what matters? | 04, "Your own model" |
 # | 2. How much storage do features take; online or offline; bf16 or fp32? | 01, disk cost; 03 |
 # | 3. Why is my acceptance length below the paper's? | 04 |
-# | 4. What is acceptance length; why are some slots `nan`? | 00, "Acceptance length, draft by draft"; 05 |
-# | 5. How do I convert a head for vLLM? | 06, the export |
+# | 4. What is acceptance length; why are some slots `nan`? | 00, "Acceptance length, draft by draft"; 06 |
+# | 5. How do I convert a head for vLLM? | 07, the export |
 # | 6. What are `d2t`, `t2d` and the draft vocabulary? | 03, `d2t` and `t2d` |
 # | 7. Should the target regenerate the training answers? | 03, self-distillation |
-# | 8. Why no speed-up at large batch; what does tensor parallelism do? | 06, load and tensor parallelism (batch measured; tensor parallelism timed on 2 CPU processes, the GPU case argued) |
-# | 9. Speculative decoding changed my greedy output! | 00, "Lossless, exactly"; 05, losslessness; 07, question 9 |
+# | 8. Why no speed-up at large batch; what does tensor parallelism do? | 07, load and tensor parallelism (batch measured; tensor parallelism timed on 2 CPU processes, the GPU case argued) |
+# | 9. Speculative decoding changed my greedy output! | 00, "Lossless, exactly"; 06, losslessness; 08, question 9 |
 #
 # ## What we saw
 #

@@ -72,7 +72,7 @@ print("equal to the package's target_forward taps:", torch.equal(taps, out.taps)
 #   `hidden_states[L]`, which comes **after** the final norm.
 #
 # So the two agree for every i < L; the trap is taking a layer's *output* (`hidden_states[i + 1]`), one layer off,
-# or the last entry, normalised. The next cell checks the transformers side with hooks on the decoder layers; 06
+# or the last entry, normalised. The next cell checks the transformers side with hooks on the decoder layers; 07
 # checks vLLM's side indirectly: vLLM's acceptance length equals ours.
 
 # %% tags=["nbval-check-output"]

@@ -192,7 +192,7 @@ for size in [n for n in (1024, 2048, 4096, 8192, 16384) if n < V] + [V]:
 # ### `d2t` and `t2d`, by hand (question 6)
 #
 # vLLM reads `d2t`: draft id `i` stands for target id `i + d2t[i]`. `t2d` marks the target ids the head can emit
-# (dropped on export, notebook 06). An 8-id toy vocabulary shows both. The cell then cuts 96 rows off the shipped
+# (dropped on export, notebook 07). An 8-id toy vocabulary shows both. The cell then cuts 96 rows off the shipped
 # head's `lm_head`, which needs one row per draft id: the export check refuses it.
 
 # %% tags=["smollm2-fact", "nbval-check-output"]

@@ -25,7 +25,7 @@
 # draft was accepted.
 #
 # *Committed* figures are full-size runs read from `data/`; *live* ones are measured in this run. A head's AL depends
-# on the prompts, output length, K, dtype and sample size, so it differs across the course; 07's appendix lists each AL
+# on the prompts, output length, K, dtype and sample size, so it differs across the course; 08's appendix lists each AL
 # with these.
 
 # %% tags=["nbval-ignore-output"]
@@ -471,7 +471,7 @@ shipped_train = records_["parallel"]["config"]
 print("the baseline where it differs from the shipped P-EAGLE head's last run (baseline -> shipped): " + ", ".join(
     f"{k} {v} -> {shipped_train.get(k)}" for k, v in recipe.BASELINE.items() if shipped_train.get(k) != v))
 own_noise = recipe.noise(runs) or 0.0  # the largest acceptance spread between two seeds of one setting
-noise = max(own_noise, TIE)  # TIE: the same over the studies of 02 and 03 (07's appendix: the seed spread)
+noise = max(own_noise, TIE)  # TIE: the same over the studies of 02 and 03 (08's appendix: the seed spread)
 seeds = [r["tokens_seen"] for r in runs if r["name"].startswith("baseline")]
 mixed = (f" (its two baseline seeds saw {min(seeds):,} and {max(seeds):,} tokens in the same wall time, "
          f"{100 * (max(seeds) / min(seeds) - 1):.0f}% apart: seed and budget together)" if len(seeds) == 2 else "")
@@ -502,7 +502,7 @@ if runs:
 # equal time) and benchmark; no run here isolates which of these costs the AL.
 
 # %% tags=["nbval-ignore-output"]
-# Bookkeeping: this chapter's figures for the workbook's summary (SUMMARY.md) and 07's acceptance ledger.
+# Bookkeeping: this chapter's figures for the workbook's summary (SUMMARY.md) and 08's acceptance ledger.
 from peagle_lab.workbook import ledger, report
 
 book = ledger.Logbook("04", host=precision.host_slug(DEVICE), dtype=precision.dtype_name(model.dtype))  # live rows

@@ -112,7 +112,7 @@ def committed_bench_rows(results_root: Path) -> list[dict]:
     rows = []
     for c in committed_results(results_root):
         for suite, e2e in result_suites(c["results"]).items():
-            rows += bench_rows(e2e, "05", f"bench `{suite}` suite, {c['dir']} (committed)", host=c["host"])
+            rows += bench_rows(e2e, "06", f"bench `{suite}` suite, {c['dir']} (committed)", host=c["host"])
     return rows
 
 
@@ -125,7 +125,7 @@ def serving_rows(results_root: Path) -> list[dict]:
         for conc in meta["concurrencies"]:
             runs = [r for r in sweep["rows"] if r["concurrency"] == conc and r.get("acceptance_length")]
             if runs:
-                rows.append(row(chapter="06", what=f"vLLM serving sweep, {conc} concurrent (committed)",
+                rows.append(row(chapter="07", what=f"vLLM serving sweep, {conc} concurrent (committed)",
                                 head=meta["head"], host=meta["host"], prompt_set="serving sweep requests",
                                 prompts=sum(r.get("ok", 0) for r in runs), new_tokens=meta.get("max_tokens"), k=meta["k"],
                                 dtype=serving_dtype(meta), rounds=None,

@@ -13,7 +13,7 @@ The parts, each sized from the real modules built on the meta device:
 - ``forward``: one forward over a whole sequence with every layer's hidden states kept (``SEQUENCE_TOKENS``), as
   feature extraction and the lens run it;
 - ``vllm``: vLLM's engine, which reserves ``gpu_memory_utilization`` of the GPU, run only after the notebook has
-  freed its own copy of the target (notebook 06 says so when it does).
+  freed its own copy of the target (notebook 07 says so when it does).
 
 Estimates of what is allocated, not measurements: the allocator's cache and CUDA's context (~0.5 GiB) come on top;
 the GPU check's memory stage measures the loads on a GPU.
@@ -46,11 +46,13 @@ PHASES = {
     "03_train_head": [("the features of the training sequences", "target + forward"),
                       ("one trainer at a time (each freed before the next)", "target + trainer")],
     "04_scale_and_acceptance": [MADE, ("both heads evaluated by the loop", "target + 2 head + loop")],
-    "05_parallel_vs_sequential": [MADE, ("both heads, and a third for the dtype comparison, with the loop",
-                                         "target + 3 head + loop")],
-    "06_vllm_deploy": [MADE, ("our loop, before vLLM starts", "target + head + loop"),
+    "05_parallel_vs_sequential": [MADE, ("the taps of the list answers", "target + forward"),
+                                  ("the small pair trained, one trainer at a time", "target + trainer"),
+                                  ("the shipped head and the small pair, with the loop", "target + 3 head + loop")],
+    "06_what_it_takes": [MADE, ("both heads with the loop", "target + 2 head + loop")],
+    "07_vllm_deploy": [MADE, ("our loop, before vLLM starts", "target + head + loop"),
                        ("vLLM's engine, after our copy is freed", "vllm")],
-    "07_explorer": [("both heads on offer and the loop", "target + 2 head + loop")],
+    "08_explorer": [("both heads on offer and the loop", "target + 2 head + loop")],
 }
 
 

@@ -65,6 +65,15 @@ def paired_verdict(wins: int, n: int) -> str:
             + ("not shown either way" if word == "not shown" else word))
 
 
+def paired_order(gaps: list[float], a_name: str, b_name: str) -> str:
+    """The paired rule over per-prompt gaps (``a`` minus ``b``; a tie tells neither way, so it leaves ``n``): how
+    many prompts ``a`` won, the sign test's p, and which of the two is shown faster, if either."""
+    wins, n = sum(g > 0 for g in gaps), sum(g != 0 for g in gaps)
+    p = sign_test(wins, n)
+    verdict = f"{a_name if wins > n - wins else b_name} shown faster" if p < ALPHA else "neither shown faster"
+    return f"{a_name} faster on {wins} of {n} prompts, sign test p = {p:.2g}: {verdict}"
+
+
 def host_run(committed: list[dict], host: str, dtype: str) -> dict:
     """The committed results folder to read for ``host``: its own (the nearest host's where it has none), in
     ``dtype`` where it has one, newest first."""

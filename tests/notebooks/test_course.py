@@ -64,3 +64,11 @@ def test_a_chapter_has_an_exercise_with_its_answer(path):
                 f"{path.name}: the answer cell after cell {i} runs no check the exercise cell defines"
             found.append(i)
     assert found, f"{path.name}: no exercise (a '### Exercise' markdown cell with its answer folded or written out)"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_no_reading_is_left_unwritten(path):
+    """A reading written before its outputs exist holds a placeholder; none may reach a saved chapter."""
+    holes = [i for i, c in enumerate(cells(path)) if c.cell_type == "markdown"
+             and re.search(r"\b(TBD|TODO|FIXME|XXX)\b", c.source)]
+    assert not holes, f"{path.name}: markdown cells {holes} hold a placeholder instead of a reading"

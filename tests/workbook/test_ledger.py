@@ -83,11 +83,11 @@ def test_the_course_ledger_joins_committed_files_and_recorded_rows_in_chapter_or
         {"meta": {"host": "h", "head": "p", "k": 7, "max_tokens": 8, "concurrencies": [1]},
          "rows": [{"config": "peagle", "concurrency": 1, "ok": 2, "acceptance_length": 1.2},
                   {"config": "peagle", "concurrency": 1, "ok": 2, "acceptance_length": 1.4}]}))
-    ledger.record(**ledger.bench_rows(RUN, "07", "live")[0])
+    ledger.record(**ledger.bench_rows(RUN, "08", "live")[0])
     rows = ledger.course_rows(data, {"parallel": tmp_path / "heads" / "p"}, tmp_path)
-    assert [(r["chapter"], r["acceptance_length"]) for r in rows] == [("04", 1.4), ("06", 1.3), ("07", 1.5)]
+    assert [(r["chapter"], r["acceptance_length"]) for r in rows] == [("04", 1.4), ("07", 1.3), ("08", 1.5)]
     assert rows[1]["prompts"] == 4  # requests over the repeats
-    assert [r["chapter"] for r in ledger.course_rows(data, {}, tmp_path, through="06")] == ["06"]
+    assert [r["chapter"] for r in ledger.course_rows(data, {}, tmp_path, through="07")] == ["07"]
 
 
 def test_a_live_sweep_keeps_one_row_per_k():
@@ -144,6 +144,14 @@ def test_the_paired_verdict_needs_enough_prompts_not_every_prompt():
     assert payoff.paired_verdict(1, 24).endswith(": shown slower")
     with pytest.raises(ValueError, match="Fix"):
         payoff.sign_test(5, 4)
+
+
+def test_the_paired_order_names_the_faster_row_and_leaves_ties_out():
+    five = "A faster on 5 of 5 prompts, sign test p = 0.062: neither shown faster"
+    assert payoff.paired_order([0.1] * 5, "A", "B") == five
+    six_lost = "A faster on 0 of 6 prompts, sign test p = 0.031: B shown faster"  # the tie is left out
+    assert payoff.paired_order([-0.1] * 6 + [0.0], "A", "B") == six_lost
+    assert payoff.paired_order([0.2] * 20 + [-0.1] * 2, "A", "B").endswith(": A shown faster")
 
 
 def test_the_verdict_word_reads_the_sign_test():

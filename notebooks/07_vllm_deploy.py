@@ -14,7 +14,7 @@
 # ---
 
 # %% [markdown]
-# # 06 · Serve a P-EAGLE head with vLLM
+# # 07 · Serve a P-EAGLE head with vLLM
 #
 # **Goal:** export our P-EAGLE head to vLLM's `eagle3` layout, serve it with `"parallel_drafting": true`, and check
 # that vLLM gives the same greedy tokens and acceptance length as our loop.
@@ -38,7 +38,7 @@ DEVICE = os.environ.get("PEAGLE_DEVICE")  # our loop's device; vLLM uses the dev
 CI = is_ci()  # PEAGLE_CI=1: fewer prompts and tokens, same code path
 seed_everything(0)
 N_PROMPTS, MAX_TOKENS = pick(4, 2), pick(64, 24)  # HumanEval prompts; new tokens per prompt
-WORK = results_dir() / "06_vllm_deploy"
+WORK = results_dir() / "07_vllm_deploy"
 WORK.mkdir(parents=True, exist_ok=True)
 print(f"target={TARGET} device={DEVICE or 'auto'} ci={CI} prompts={N_PROMPTS} max_tokens={MAX_TOKENS}")
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")  # vLLM's engine logs are long; set INFO to see them
@@ -537,7 +537,7 @@ del ex_runner, ex_head, model
 release()
 
 # %%
-# Bookkeeping: this chapter's figures for the workbook's summary (SUMMARY.md) and 07's acceptance ledger.
+# Bookkeeping: this chapter's figures for the workbook's summary (SUMMARY.md) and 08's acceptance ledger.
 from peagle_lab import precision
 from peagle_lab.workbook import ledger, report
 
@@ -545,7 +545,7 @@ _ = report.record("vllm_acceptance_length", round(vm["acceptance_length"], 4))
 _ = report.record("ours_acceptance_length", round(ours.acceptance_length, 4))
 _ = report.record("vllm_greedy_identical", peagle["ids"] == plain["ids"])
 _ = report.record("vllm_speedup", round(speedup, 3))
-book = ledger.Logbook("06", host=precision.host_slug(DEVICE), dtype=precision.dtype_name(LOOP_DTYPE))
+book = ledger.Logbook("07", host=precision.host_slug(DEVICE), dtype=precision.dtype_name(LOOP_DTYPE))
 runs = [("vLLM offline engine", "code: HumanEval", N_PROMPTS, K, vm["drafts"], vm["acceptance_length"]),
         ("our loop, same prompts", "code: HumanEval", N_PROMPTS, K, ours.rounds, ours.acceptance_length),
         ("vLLM server, one chat request", "one palindrome question", 1, K, server_metrics["drafts"],
@@ -567,4 +567,4 @@ for what, prompt_set, n, k, rounds, al in runs:
 # - Over 2 CPU processes, verification ran 0.55x as fast and the drafter's share of a round fell.
 # - K=2, 7 and 8 on one prompt: 44-45 rounds, AL 1.40-1.43; a larger K adds drafted tokens, not accepted ones.
 #
-# Next, `07_explorer`: token by token, which tokens the drafter supplied and which the target added.
+# Next, `08_explorer`: token by token, which tokens the drafter supplied and which the target added.

@@ -14,7 +14,7 @@
 # ---
 
 # %% [markdown]
-# # 07 · Explorer, and the results across hosts
+# # 08 · Explorer, and the results across hosts
 #
 # **Goal:** see which tokens the drafter supplies and what moves the acceptance length; compare every host's committed
 # speed-ups.
@@ -106,7 +106,7 @@ print(f"so: {al:.2f} tokens per round of a possible {K + 1}; speculation ran at 
 fig = viz.plot_per_position_acceptance(
     run.stats.conditional_acceptance,
     title=f"{head_name} head, {run.mode} drafting, K={K}: acceptance length {run.stats.acceptance_length:.2f}")
-print("saved", settings.display_path(viz.save_figure(fig, "07_explorer_per_position")))
+print("saved", settings.display_path(viz.save_figure(fig, "08_explorer_per_position")))
 
 # %% tags=["nbval-check-output"]
 print("every token has a source:", len(run.sources) == len(run.tokens))
@@ -258,7 +258,7 @@ assert same == N_SAME
 # %% [markdown]
 # ## Results across hosts
 #
-# 05's committed benchmark runs for both hosts: SmolLM2-135M, the shipped heads, batch 1. One table per suite (`code`:
+# 06's committed benchmark runs for both hosts: SmolLM2-135M, the shipped heads, batch 1. One table per suite (`code`:
 # HumanEval; `chat`: the prompt mix's held-out split), one row per host and dtype.
 #
 # - `prompts`: prompts x new tokens. `verify_k7`: one target pass over 8 tokens, in decode steps (timed alone, not
@@ -360,7 +360,7 @@ print("verdict, at the paper's acceptance (one parallel pass against K sequentia
 # - **Acceptance length** (00). AL = 1 + accepted drafts / rounds. Near the budget the loop drafts only what fits, so a
 #   recorded AL can sit a little below one rebuilt from per-slot rates (04). The last round's bonus counts even if the
 #   budget or an end-of-sequence token drops it, so rounds + accepted drafts can exceed the tokens kept by about one.
-# - **Per-slot rate** (00; 04, 05). p_j = P(draft j accepted | drafts 1..j-1 accepted), over the rounds that reached
+# - **Per-slot rate** (00; 04, 05, 06). p_j = P(draft j accepted | drafts 1..j-1 accepted), over the rounds that reached
 #   slot j. An unreached slot has no rate (printed `nan`, `None` or `-`).
 # - **Round** (05). (t_draft + t_verify) / t_step, medians of one run; ideal speed-up = AL / round. `speedup` includes
 #   the prefill, `decode_speedup` does not.
@@ -369,30 +369,30 @@ print("verdict, at the paper's acceptance (one parallel pass against K sequentia
 #   holds for its run only.
 # - **Seed spread** (02, 03; 04 prints it). The largest AL gap between two training seeds of one setting. A gap within
 #   it is no order; beyond both arms' own spreads but within it, suggestive (02).
-# - **Lossless, near-ties** (00, 05). fp32 on a CPU: identical to plain greedy. bf16, or fp32 on a GPU: identical, or
+# - **Lossless, near-ties** (00, 06). fp32 on a CPU: identical to plain greedy. bf16, or fp32 on a GPU: identical, or
 #   diverging only where greedy's top two logits are within a few units in the last place (another summation order can
 #   swap them); the margin (top-1 minus top-2) is printed, and a gap of whole logits would be a bug. Sampling: tokens
 #   follow the target's distribution.
-# - **Oracle** (05). A published acceptance replayed on the same draws: drafting's cost apart from head quality.
+# - **Oracle** (06). A published acceptance replayed on the same draws: drafting's cost apart from head quality.
 # - **Ledger** (below). Rows compare only where prompts, new tokens, K, dtype and host agree.
 #
 # ### The acceptance ledger
 #
 # What to look for: an AL belongs to its settings (prompt set, new tokens, K, dtype, host), so compare only rows that
 # agree on all of them. One row per AL recorded for the shipped heads (`-`: not recorded; `rounds`: the row's sample):
-# live runs, committed best-K benchmark rows, 04's held-out comparison, 06's serving sweep. The second cell prints each
+# live runs, committed best-K benchmark rows, 04's held-out comparison, 07's serving sweep. The second cell prints each
 # head's lowest and highest rows and what differs; indented, its rows on its most-recorded prompt set, host and dtype.
 
 # %% tags=["nbval-ignore-output"]
 # this chapter's live runs as ledger rows (the last code cell records them); 00's prime check named as 00 names it
 live = {"fixed run": ("one chat prompt (prime check)", run)}
 live |= {f"exercise, {kind} prompt": (f"one {kind} prompt", r) for kind, r in exercise.items()}
-ours = [ledger.row(chapter="07", what=what, head=ledger_head(head_name), host=HOST, prompt_set=prompt_set, prompts=1,
+ours = [ledger.row(chapter="08", what=what, head=ledger_head(head_name), host=HOST, prompt_set=prompt_set, prompts=1,
                    new_tokens=len(r.tokens), k=K, dtype=DTYPE, rounds=r.stats.rounds,
                    acceptance_length=round(r.stats.acceptance_length, 4))
         for what, (prompt_set, r) in sorted(live.items())]
-# the committed rows (04, 05, 06) and those chapters 00 to 06 recorded, then ours
-rows = ledger.course_rows(settings.data_dir(), SHIPPED, settings.REPO_ROOT, through="06") + ours
+# the committed rows (04, 06, 07) and those chapters 00 to 07 recorded, then ours
+rows = ledger.course_rows(settings.data_dir(), SHIPPED, settings.REPO_ROOT, through="07") + ours
 table = [r | {"acceptance_length": f"{r['acceptance_length']:.3f}"} for r in rows]  # ALs to 3 decimals
 display(Markdown(bench.format_table(table, ledger.COLUMNS)))
 
@@ -420,8 +420,8 @@ for head in dict.fromkeys(r["head"] for r in rows):
               f"{same[-1]['acceptance_length']:.2f}, over " + "; ".join(
                   f"{name} " + ", ".join(str(v) for v in sorted({r[c] for r in same} - {None}))
                   for c, name in (("prompts", "prompts"), ("new_tokens", "new tokens"), ("k", "K"))))
-bench05 = [r["acceptance_length"] for r in rows if r["chapter"] == "05" and "(committed)" in r["what"]]
-print(f"05's {len(bench05)} committed benchmark rows: {min(bench05):.2f} to {max(bench05):.2f}")
+bench06 = [r["acceptance_length"] for r in rows if r["chapter"] == "06" and "(committed)" in r["what"]]
+print(f"06's {len(bench06)} committed benchmark rows: {min(bench06):.2f} to {max(bench06):.2f}")
 
 # %% [markdown]
 # **Reading it.** An AL belongs to its settings: P-EAGLE's rows run from 1.00 (04, no chat template) to 1.90 (04's
@@ -429,7 +429,7 @@ print(f"05's {len(bench05)} committed benchmark rows: {min(bench05):.2f} to {max
 # with K, new tokens and prompt count: 1.29 to 1.45 and 1.37 to 1.54.
 
 # %%
-# Bookkeeping: this chapter's figures for the workbook's summary (SUMMARY.md) and 07's acceptance ledger.
+# Bookkeeping: this chapter's figures for the workbook's summary (SUMMARY.md) and 08's acceptance ledger.
 report.record(f"acceptance_length_k{K}_{head_name}", round(run.stats.acceptance_length, 3))
 for r in ours:  # the fixed run and the exercise's prompts: the rows the ledger above ends with
     ledger.record(**r)
@@ -453,6 +453,6 @@ for r in ours:  # the fixed run and the exercise's prompts: the rows the ledger 
 #
 # **The course.** A drafter reads the target's hidden states (01) and drafts K tokens in one pass (02, 03); its
 # acceptance grows slowly with data (04); its one pass is shown faster than EAGLE-3's K on a narrow domain (05); it
-# serves in vLLM (06).
+# serves in vLLM (07).
 #
 # Next: the repository's `README.md` and `docs/`.
