@@ -190,7 +190,7 @@ for key, value in [("target_params", n_params), ("greedy_tokens_per_s", round(to
     record(key, value, notebook="00_overview")
 
 # %% [markdown]
-# **Reading it.** In float32 on this CPU, verifying K=5 drafts costs 1.86 one-token steps, against 1.17 on the H200:
+# **Reading it.** In float32 on this CPU, verifying K=5 drafts costs 1.89 one-token steps, against 1.17 on the H200:
 # here a round must commit almost two tokens just to pay for its verification. bfloat16 makes that wide forward cheaper
 # (05).
 #
@@ -315,7 +315,7 @@ print("hand-written vs plain greedy:", "identical" if div is None else div.messa
 # %% [markdown]
 # **Reading it.** The hand-written round, the package's loop and plain greedy decoding give identical tokens; the first
 # round feeds the drafter 42 slots, one per prompt position. But a round commits only 1.47 tokens while its
-# verification costs 1.86 steps, so speculation is slower on this prompt: 3.98 s against 2.91 s (0.73x; 06 and 08 time
+# verification costs 1.89 steps, so speculation is slower on this prompt: 5.81 s against 3.80 s (0.65x; 06 and 08 time
 # it in bfloat16).
 #
 # ### Acceptance length, draft by draft
@@ -399,7 +399,7 @@ print("P-EAGLE against EAGLE-3: " + payoff.paired_verdict(ahead, len(easy_rows) 
 
 # %% [markdown]
 # **Reading it.** On both list requests both heads commit up to 8 tokens a round, run faster than plain decoding
-# (P-EAGLE 1.87x and 2.95x, EAGLE-3 1.95x and 2.47x) and match plain greedy. On the request where both accept alike
+# (P-EAGLE 1.76x and 3.09x, EAGLE-3 1.86x and 2.54x) and match plain greedy. On the request where both accept alike
 # (AL 6.40 each) P-EAGLE ran faster; on the other (AL 3.85 against EAGLE-3's 5.00) EAGLE-3 did. Two requests run in a
 # fixed order show no order between the heads (p = 1); 05 tests it on 48.
 #
@@ -514,20 +514,20 @@ for k_try, rounds_try in tries.items():
 #
 # | notebook | question it answers | minutes |
 # |---|---|---|
-# | `00_overview` | What is speculative decoding, what does P-EAGLE change, what does lossless mean? | 1.4 |
-# | `01_hidden_states` | What the drafter reads: the three tapped layers, their disk cost, extraction | 0.4 |
-# | `02_mask_tokens` | How one pass drafts K tokens: mask token, `mask_hidden`, the drafter from scratch, the attention layout | 1.0 |
-# | `03_train_head` | Training a P-EAGLE head: self-distilled data, the draft vocabulary (`d2t`/`t2d`), COD sampling, the loop by hand | 3.6 |
-# | `04_scale_and_acceptance` | How far training goes: the shipped heads, the learning curve, your own model on a second architecture | 1.9 |
-# | `05_parallel_vs_sequential` | Parallel vs sequential drafting: the cost of a round each way; the payoff where acceptance is high (a pair trained alike on list requests, committed, and a small pair trained and raced here) | 5.7 |
-# | `06_what_it_takes` | The shipped heads on open prompts against plain decoding; losslessness in bf16; the paper's acceptance priced here (the oracle); the break-even picture | 1.7 |
-# | `07_vllm_deploy` | Export to vLLM's eagle3 format, serve with `parallel_drafting`; load and tensor parallelism | 3.9 |
+# | `00_overview` | What is speculative decoding, what does P-EAGLE change, what does lossless mean? | 1.8 |
+# | `01_hidden_states` | What the drafter reads: the three tapped layers, their disk cost, extraction | 0.5 |
+# | `02_mask_tokens` | How one pass drafts K tokens: mask token, `mask_hidden`, the drafter from scratch, the attention layout | 1.3 |
+# | `03_train_head` | Training a P-EAGLE head: self-distilled data, the draft vocabulary (`d2t`/`t2d`), COD sampling, the loop by hand | 2.9 |
+# | `04_scale_and_acceptance` | How far training goes: the shipped heads, the learning curve, your own model on a second architecture | 1.8 |
+# | `05_parallel_vs_sequential` | Parallel vs sequential drafting: the cost of a round each way; the payoff where acceptance is high (a pair trained alike on list requests, committed, and a small pair trained and raced here) | 2.9 |
+# | `06_what_it_takes` | The shipped heads on open prompts against plain decoding; losslessness in bf16; the paper's acceptance priced here (the oracle); the break-even picture | 1.2 |
+# | `07_vllm_deploy` | Export to vLLM's eagle3 format, serve with `parallel_drafting`; load and tensor parallelism | 3.7 |
 # | `08_explorer` | Drafts accepted token by token; speculative sampling; how the course measures | 0.6 |
 #
-# Minutes: per chapter, rounded, from one `make lab` run on this host (its summary file; 18 min 36 s in all).
+# Minutes: per chapter, rounded, from one `make lab` run on this host (its summary file; 16 min 42.5 s in all).
 # `cpu-epyc-avx512bf16-2c` (2-core AMD EPYC with bf16 units, no GPU) is the host of every live output. 00-04 and 07
-# load the target in float32, 05, 06 and 08 in bfloat16 (what `auto` picks on a CPU with bf16 units). `make setup` installs
-# everything, vLLM included; no chapter needs a GPU or downloads a model.
+# load the target in float32, 05, 06 and 08 in bfloat16 (what `auto` picks on a CPU with bf16 units). `make setup`
+# installs everything, vLLM included; no chapter needs a GPU or downloads a model.
 #
 # ### Questions users of EAGLE, SpecForge and vLLM keep asking
 #
@@ -550,10 +550,10 @@ for k_try, rounds_try in tries.items():
 # - A round is five steps (draft, verify, accept, bonus, roll back); the hand-written round matches the package's loop
 #   (AL 1.47 both).
 # - Every speculative output in this chapter is identical to plain greedy decoding (float32, CPU).
-# - Verifying K=5 drafts costs 1.86 one-token steps here, more than the 1.47 tokens a round commits on the prime-check
-#   prompt, so speculation ran at 0.73x.
-# - On two list requests both heads of the matched pair ran faster than plain decoding (P-EAGLE 1.87x to 2.95x,
-#   EAGLE-3 1.95x to 2.47x); two requests show no order between the heads (05 tests it on 48).
+# - Verifying K=5 drafts costs 1.89 one-token steps here, more than the 1.47 tokens a round commits on the prime-check
+#   prompt, so speculation ran at 0.65x.
+# - On two list requests both heads of the matched pair ran faster than plain decoding (P-EAGLE 1.76x to 3.09x,
+#   EAGLE-3 1.86x to 2.54x); two requests show no order between the heads (05 tests it on 48).
 # - AL = 1 + p1 + p1·p2 + …: draft 1 supplied 80% of the extra tokens, and K=10 gave the same AL as K=5 (1.47): a
 #   larger K cannot rescue weak early drafts.
 #

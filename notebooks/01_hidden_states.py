@@ -106,8 +106,8 @@ print("hidden_states[L] == output of the last layer:       ", torch.equal(hs[L],
 print("hidden_states[L] == final_norm(output of last layer):", torch.equal(hs[L], model.model.norm(last["out"])))
 
 # %% [markdown]
-# **Reading it.** Every check passes: tap `i` is `hidden_states[i]`, the input of layer `i`. The last entry,
-# `hidden_states[L]`, is the final norm's output, not the last layer's raw output.
+# **Reading it.** The checks confirm it: tap `i` is `hidden_states[i]`, the input of layer `i`. The last entry,
+# `hidden_states[L]`, is the final norm's output (True), not the last layer's raw output (False).
 #
 # ## How big, how different?
 #

@@ -394,7 +394,7 @@ for K_TRY in (2, 8):  # the exercise's two values; edit to try others
 # | zeros | learned mask row | zeros |
 # | copy of h_context | learned mask row | `fc(h_a)`, the anchor's own taps |
 # | random | learned mask row | `fc(r)`, `r` frozen random |
-# | frozen mask embedding | the target's own row of the mask token (SmolLM2: id 16, `<empty_output>`), frozen | `fc(mask_hidden)`, learned |
+# | frozen mask embedding | the target's own mask row (SmolLM2: id 16), frozen | `fc(mask_hidden)`, learned |
 #
 # Each head drafts at K = 7 on held-out prompts of notebook 03's *scale mix* (code, reasoning and chat prompts). The
 # cell runs a tiny live version (two variants, few steps, one seed) and prints each head's **held-out AL** (tokens

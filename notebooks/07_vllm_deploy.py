@@ -338,8 +338,8 @@ print(f"one batched plain step {plain_step_ms:.0f} ms; one batched speculative r
       "the round cost)")
 
 # %% [markdown]
-# **Reading it.** On 2 CPU cores the head makes vLLM about half as fast: 30.75 against 63.84 tokens/s, 0.48x. A
-# batched round costs 3.05 plain steps but yields only 1.45 tokens per prompt, and 1.45 / 3.05 gives the same 0.48x.
+# **Reading it.** On 2 CPU cores the head makes vLLM about half as fast: 31.66 against 60.66 tokens/s, 0.52x. A
+# batched round costs 2.82 plain steps but yields only 1.45 tokens per prompt, and 1.45 / 2.82 gives the same 0.52x.
 #
 # ## 7 · Under load, and with tensor parallelism (question 8)
 #
@@ -562,7 +562,7 @@ for what, prompt_set, n, k, rounds, al in runs:
 # - With the head, vLLM's greedy tokens were unchanged on 4 of 4 prompts.
 # - vLLM's acceptance length equalled our loop's: 1.454 at K=8.
 # - The OpenAI-compatible server ran on 127.0.0.1 and exported the speculative counters on `/metrics`.
-# - Live on 2 CPU cores: 0.48x, because a round costs 3.05 plain steps and yields 1.45 tokens.
+# - Live on 2 CPU cores: 0.52x, because a round costs 2.82 plain steps and yields 1.45 tokens.
 # - Under load (committed sweep): 1.00x at 1 concurrent request, 0.43x at 4, 0.28x at 16.
 # - Over 2 CPU processes, verification ran 0.55x as fast and the drafter's share of a round fell.
 # - K=2, 7 and 8 on one prompt: 44-45 rounds, AL 1.40-1.43; a larger K adds drafted tokens, not accepted ones.

@@ -114,7 +114,7 @@ print("the first token comes from the target:", run.sources[0] == viz.TARGET)
 print("lossless (identical, or in a near-tie regime a near-tie divergence; see the regime above):", run.lossless)
 
 # %% [markdown]
-# **Reading it.** P-EAGLE at K=4 commits 1.40 tokens per round (of a possible 5) and runs at 1.22x plain decoding's
+# **Reading it.** P-EAGLE at K=4 commits 1.40 tokens per round (of a possible 5) and runs at 1.10x plain decoding's
 # speed in this run. Its text leaves plain greedy's at token 12, where greedy's top two logits tie exactly (margin 0):
 # lossless by the near-tie rule (appendix).
 #
@@ -150,9 +150,9 @@ if model.dtype != torch.float32 and memory.fits(memory.weights_bytes(model.confi
 
 # %% [markdown]
 # **Reading it.** Every divergence in the committed bf16 run is a near-tie: 51 of 216 speculative outputs leave plain
-# greedy, all within the bound (29 at an exact tie; the largest margin, 0.250, is prompt lookup's, the heads' stay
-# within 0.125 in the `code` table below). In float32 the fixed run matches plain greedy on all 64 tokens, so bf16
-# caused its divergence; only this one prompt was rerun in float32.
+# greedy, all within the bound (29 at an exact tie; the largest margin, 0.250, prompt lookup reaches in the `code` table
+# below, the heads stay within 0.125). In float32 the fixed run matches plain greedy on all 64 tokens, so bf16 caused
+# its divergence; only this one prompt was rerun in float32.
 #
 # ### Exercise: which kind of prompt gets more drafts accepted?
 #
@@ -425,7 +425,7 @@ print(f"06's {len(bench06)} committed benchmark rows: {min(bench06):.2f} to {max
 
 # %% [markdown]
 # **Reading it.** An AL belongs to its settings: P-EAGLE's rows run from 1.00 (04, no chat template) to 1.90 (04's
-# held-out comparison), EAGLE-3's from 1.36 to 2.53. Even on one prompt set, host and dtype (indented lines) they move
+# held-out comparison), EAGLE-3's from 1.34 to 2.53. Even on one prompt set, host and dtype (indented lines) they move
 # with K, new tokens and prompt count: 1.29 to 1.45 and 1.37 to 1.54.
 
 # %%
@@ -437,10 +437,10 @@ for r in ours:  # the fixed run and the exercise's prompts: the rows the ledger 
 # %% [markdown]
 # ## What we saw
 #
-# - **Fixed run**: P-EAGLE at K=4 commits 1.40 tokens per round (of 5) and runs at 1.22x plain decoding; its output
+# - **Fixed run**: P-EAGLE at K=4 commits 1.40 tokens per round (of 5) and runs at 1.10x plain decoding; its output
 #   leaves greedy's only at an exact tie, and in float32 not at all.
 # - **bf16 divergences**: 51 of 216 committed bf16 outputs leave plain greedy, all at near-ties (largest margin 0.250,
-#   prompt lookup's).
+#   reached by prompt lookup; the heads' within 0.125).
 # - **Exercise**: code 1.33 against chat 1.29; one prompt each cannot rank kinds of text.
 # - **Speculative sampling**: the output follows p (TV 0.0041) for this q (the theorem says for any q); q sets how many
 #   drafts pass.
