@@ -60,8 +60,9 @@ from peagle_lab import models, precision, settings
 # - **fp32 on a CPU** (regime *exact*): the output is **identical**, token for token, to plain greedy decoding (the
 #   package's tests check K = 1 to 8, both heads; this chapter checks every run it makes).
 # - **bf16, or fp32 on a GPU** (regime *near-tie*): identical, **or** diverging at a *near-tie*, where plain
-#   decoding's top two logits are closer than rounding can separate; the course reports it with its logit margin
-#   (top-1 minus top-2), and 06 shows one. A divergence at a margin of several logits is a bug.
+#   decoding's top two logits are closer than rounding can separate (within 4 bf16 units in the last place of the top
+#   logit: the `bound` printed beside each margin); the course reports it with its logit margin (top-1 minus top-2),
+#   and 06 shows one. A divergence at a margin of several logits is a bug.
 #
 # Above temperature 0, lossless means sampling exactly the target's distribution; 08 checks that acceptance rule on a
 # toy distribution. Lossless keeps the target's answer, right or wrong: the plain answer below is not correct code.
@@ -315,8 +316,8 @@ print("hand-written vs plain greedy:", "identical" if div is None else div.messa
 # %% [markdown]
 # **Reading it.** The hand-written round, the package's loop and plain greedy decoding give identical tokens; the first
 # round feeds the drafter 42 slots, one per prompt position. But a round commits only 1.47 tokens while its
-# verification costs 1.89 steps, so speculation is slower on this prompt: 5.81 s against 3.80 s (0.65x; 06 and 08 time
-# it in bfloat16).
+# verification costs 1.89 steps, so speculation is slower on this prompt: 5.81 s against 3.80 s (0.65x; 08 times this
+# prompt in bfloat16, 06 times HumanEval prompts).
 #
 # ### Acceptance length, draft by draft
 #

@@ -436,7 +436,8 @@ for r in live:
 # ### Trained as it drafts
 #
 # With the right mask, each training element gives its slot's one-pass logits, up to float rounding. The cell checks
-# three anchors at every depth of one sequence, with this target's P-EAGLE head.
+# three anchors at every depth of one sequence, with this target's P-EAGLE head. It borrows the trainer that 03 builds
+# (`Trainer`, with `run_depths`, its forward over every depth) only to lay out the elements: read it as a tool here.
 
 # %% tags=["nbval-ignore-output"]
 from peagle_lab.memory import release

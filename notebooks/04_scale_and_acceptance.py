@@ -184,8 +184,9 @@ for k in KS:  # the live check: which head accepts more, and is it the one the h
 #
 # This reverses the paper's order (the vLLM blog reports, for GPT-OSS-20B on HumanEval at K=7, P-EAGLE 3.94 and
 # EAGLE-3 3.03). But the shipped heads differ in budget (EAGLE-3 had 1.23x the wall time) and in data, so they
-# cannot isolate the method; 05's matched pair, trained alike on list requests, does, and there EAGLE-3 also
-# accepts more.
+# cannot isolate the method; 05's committed matched pair, trained alike for 1,000 steps on list requests, does, and
+# there EAGLE-3 also accepts more (05's small pair, 40 steps, shows the reverse: the order of acceptance moves with
+# training).
 #
 # ## 2 · What training at scale buys
 #
@@ -272,8 +273,9 @@ print(f"\nthe blog's AL {PAPER_AL} at K={PAPER_K} (HumanEval) needs every slot a
 
 # %% [markdown]
 # **Reading it.** Every head's accuracy collapses after depth 0: the shipped P-EAGLE head scores 0.453 at depth 0 and
-# 0.175 at depth 1, far below the 0.78 per slot that the blog's 3.94 needs. These are not section 1's rates p_j: they
-# are measured teacher-forced on other sequences, counting every depth whether or not the earlier ones were right.
+# 0.175 at depth 1. These are teacher-forced accuracies, not section 1's rates p_j, so they do not compare directly
+# with the 0.78 per slot that the blog's 3.94 needs; section 1's like-for-like rates (0.62, 0.34, 0.24 for slots 1 to
+# 3) fall as far below it.
 #
 # The learning curves peak at 1.437 (P-EAGLE) and 1.455 (EAGLE-3) and end at 1.391 and 1.447, all below `exp-L1`'s
 # 1.512 at its last snapshot; they trained on the smaller file with other settings, and no run here isolates which
@@ -523,10 +525,11 @@ for t, ev in tmpl.items():  # section 3's template mismatch
 # ## What we saw
 #
 # - **Shipped heads:** at K=7 on 8 held-out prompts, EAGLE-3 accepts 2.532 tokens a round, P-EAGLE 1.895, the reverse
-#   of the paper's order; the heads differ in budget and data, so 05's matched pair tests the method on list
-#   requests (there too EAGLE-3 accepts more).
+#   of the paper's order; the heads differ in budget and data, so 05's committed matched pair tests the method on
+#   list requests (there too EAGLE-3 accepts more).
 # - **Lossless:** every live speculative output matched plain greedy.
-# - **Why AL stays low:** accuracy collapses after depth 0 (0.453, then 0.175); the blog's 3.94 needs 0.78 per slot.
+# - **Why AL stays low:** P-EAGLE's per-slot rates fall from 0.62 to 0.34 and 0.24 (section 1); the blog's 3.94 needs
+#   0.78 per slot.
 # - **Training at scale:** the two-leg curves on a smaller file peak at 1.437 and 1.455 and end at 1.391 and 1.447,
 #   below one 2400 s run's 1.512.
 # - **Deeper heads:** in the same 2400 s, 1, 2 and 4 layers reach 1.512, 1.386 and 1.292 (fewer tokens seen).

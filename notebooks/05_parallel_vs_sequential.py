@@ -76,7 +76,8 @@ print("committed runs read from:", READ_HOST)
 # ## One round, both ways
 #
 # The same head drafts K=4 tokens once in parallel and once sequentially, while a hook records each drafter pass and
-# the slots it carries (2 newly committed slots this round).
+# the slots it carries. `Slots` holds a round's newly committed tokens with their taps and the first one's position;
+# `slots.tail(2)` keeps the last 2 of them, as if this round had committed 2 tokens.
 
 # %% tags=["nbval-check-output"]
 from peagle_lab.decoding.draft_sources import HeadDrafter
@@ -142,7 +143,8 @@ bench.plot_drafting_cost(dc);
 # stays between 3.26 and 4.54 ms, 5.72 times cheaper at K=10. But verifying K+1 tokens costs 55.1 to 62.3 ms (1.06 to
 # 1.2 decode steps), so on this CPU verification is most of a round and the drafting saving pays only where many
 # drafts are accepted. At K=1, where both make one pass, the two are within their interquartile ranges (3.43 and
-# 3.36 ms).
+# 3.36 ms). The line under the table lists where verifying more tokens measured cheaper; in whole ms those gaps
+# vanish (62 against 62): timing noise.
 #
 # ### Exercise: write the pass shapes, then predict the drafting cost
 #
@@ -206,8 +208,9 @@ check_passes(my_passes)
 
 # The prediction: the parallel round stays one pass (8 more mask slots at K=10, and a wider pass costs little at
 # batch 1); the sequential round adds a drafter pass per extra draft. So their ratio rises with K but stays below K,
-# falling further below it as the parallel pass widens. Each time is a median of 9 calls, timed apart from the
-# drafting-cost table above, so the two can differ: rerun the cell to see them move.
+# the more so as the parallel pass widens (timings are noisy: the fraction of K need not fall at every K). Each time
+# is a median of 9 calls, timed apart from the drafting-cost table above, so the two can differ: rerun the cell to
+# see them move.
 EX_KS = (2, 10)
 ex = {}
 for ex_k in EX_KS:
@@ -339,7 +342,8 @@ if wide:
 # The wider sweep keeps the order: P-EAGLE still gains up to K=11 (2.19x), EAGLE-3 peaks at K=7 (1.94x) though its AL
 # rises to 5.99, and each at its best K P-EAGLE is shown faster (36 of 48, p = 0.00072). Of the 11 requests where
 # P-EAGLE loses to plain decoding, 10 have answers of 5 to 14 tokens: short answers leave few rounds to gain in, so
-# they tip either way.
+# they tip either way. Slot 2 is reached in 597 rounds though slot 1 was accepted in 599: near the token budget a
+# round drafts only as many tokens as fit.
 
 # %% [markdown]
 # ### The recipe in view: a small pair trained here

@@ -114,7 +114,8 @@ print(f"the oracle draws the blog's AL {paper_target('code', 7)[0]:.2f} at K=7 o
 # **Reading it.** On open prompts the shipped heads accept little: AL 1.54 (P-EAGLE, K=3) and 1.43 (EAGLE-3, K=1),
 # just above a round of 1.19 decode steps. Both are shown faster than plain decoding, but only 1.18x and 1.14x end to
 # end, while prompt lookup, with no model, makes 1.92x and the oracle at the paper's acceptance 2.25x: acceptance,
-# not drafting cost, limits the shipped heads.
+# not drafting cost, limits the shipped heads. This host's committed run has no K-pass oracle row; the oracle pair
+# below reads it from the runs that have one (`cpu-epyc-avx2-2c`, float32).
 #
 # ### Live, on two prompts
 #

@@ -150,9 +150,9 @@ if model.dtype != torch.float32 and memory.fits(memory.weights_bytes(model.confi
 
 # %% [markdown]
 # **Reading it.** Every divergence in the committed bf16 run is a near-tie: 51 of 216 speculative outputs leave plain
-# greedy, all within the bound (29 at an exact tie; the largest margin, 0.250, prompt lookup reaches in the `code` table
-# below, the heads stay within 0.125). In float32 the fixed run matches plain greedy on all 64 tokens, so bf16 caused
-# its divergence; only this one prompt was rerun in float32.
+# greedy, all within the bound (29 at an exact tie; the largest, 0.250, appears in prompt lookup's `code` row
+# below, whose rows show each method at its best K only). In float32 the fixed run matches plain greedy on all 64
+# tokens, so bf16 caused its divergence; only this one prompt was rerun in float32.
 #
 # ### Exercise: which kind of prompt gets more drafts accepted?
 #
@@ -268,7 +268,8 @@ assert same == N_SAME
 # - `faster than plain`: prompts each head (P-EAGLE / EAGLE-3) won against plain. `paired`: P-EAGLE's per-prompt
 #   speed-up minus EAGLE-3's, lowest to highest.
 # - `oracle`: speed-ups at the blog's published acceptance (it reports AL 3.94 on HumanEval at K=7, used for `code`,
-#   and 3.70 on MT-Bench, used for `chat`), replayed on the same draws: one parallel pass / K sequential.
+#   and 3.70 on MT-Bench, used for `chat`), replayed on the same draws: one parallel pass / K sequential. In 32-token
+#   answers the budget cuts the last round, so the draws land below those figures (06 computes the cut for code).
 #
 # Verdicts: the paired rule (appendix); the 5-prompt float32 run is too small for it (it needs 6 or more prompts).
 
@@ -440,7 +441,7 @@ for r in ours:  # the fixed run and the exercise's prompts: the rows the ledger 
 # - **Fixed run**: P-EAGLE at K=4 commits 1.40 tokens per round (of 5) and runs at 1.10x plain decoding; its output
 #   leaves greedy's only at an exact tie, and in float32 not at all.
 # - **bf16 divergences**: 51 of 216 committed bf16 outputs leave plain greedy, all at near-ties (largest margin 0.250,
-#   reached by prompt lookup; the heads' within 0.125).
+#   in prompt lookup's row).
 # - **Exercise**: code 1.33 against chat 1.29; one prompt each cannot rank kinds of text.
 # - **Speculative sampling**: the output follows p (TV 0.0041) for this q (the theorem says for any q); q sets how many
 #   drafts pass.
