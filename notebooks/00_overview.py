@@ -26,8 +26,8 @@
 # bfloat16, on the host with bf16 units (native bfloat16 matrix instructions). The published speed-ups need the
 # published heads on a GPU (07 shows how to serve them).
 #
-# Plan: the idea and what P-EAGLE changes; one round by hand; acceptance length; a pair of heads on list requests;
-# two exercises; a glossary for the chapters ahead and a course map. *Live* timings run in this execution and move
+# Plan: the idea and what P-EAGLE changes; one round by hand; acceptance length; two exercises; a glossary for the
+# chapters ahead and a course map. *Live* timings run in this execution and move
 # with the machine's load; *committed* results are runs saved under `data/` and read back here.
 
 # %%
@@ -191,7 +191,7 @@ for key, value in [("target_params", n_params), ("greedy_tokens_per_s", round(to
     record(key, value, notebook="00_overview")
 
 # %% [markdown]
-# **Reading it.** In float32 on this CPU, verifying K=5 drafts costs 1.89 one-token steps, against 1.17 on the H200:
+# **Reading it.** In float32 on this CPU, verifying K=5 drafts costs 1.76 one-token steps, against 1.17 on the H200:
 # here a round must commit almost two tokens just to pay for its verification. bfloat16 makes that wide forward cheaper
 # (05).
 #
@@ -316,7 +316,7 @@ print("hand-written vs plain greedy:", "identical" if div is None else div.messa
 # %% [markdown]
 # **Reading it.** The hand-written round, the package's loop and plain greedy decoding give identical tokens; the first
 # round feeds the drafter 42 slots, one per prompt position. But a round commits only 1.47 tokens while its
-# verification costs 1.89 steps, so speculation is slower on this prompt: 5.81 s against 3.80 s (0.65x; 08 times this
+# verification costs 1.76 steps, so speculation is slower on this prompt: 3.85 s against 3.11 s (0.81x; 08 times this
 # prompt in bfloat16, 06 times HumanEval prompts).
 #
 # ### Acceptance length, draft by draft
@@ -347,62 +347,8 @@ if al_formula > 1:
 # %% [markdown]
 # **Reading it.** The terms shrink fast: draft 1 supplies 80% of the 0.469 extra tokens a round commits, and draft 5,
 # never reached, prints `nan` and adds nothing. An AL belongs to a head **and** its text (08's ledger lists the shipped
-# heads' ALs with their prompts).
-#
-# ### A pair of heads on list requests
-#
-# The *matched pair*, one P-EAGLE and one EAGLE-3 head, was trained alike (one seeded start, the same steps) on the
-# target's own answers to list requests (ranges, countdowns, the alphabet ...): text predictable enough for a small head
-# to learn the target's habits. The cell runs both at K=7 on two held-out requests, interleaved with plain decoding
-# (medians of 3), and checks each output against plain greedy. The last lines count per-request wins; `p` is the sign
-# test's chance that fair coin flips would split the wins at least that unevenly (the paired rule; 05 writes it out).
-
-# %%
-from peagle_lab.bench.suites import suite_records
-from peagle_lab.drafter.heads import MATCHED_HEADS, head_fit_problems, head_for_target
-from peagle_lab.workbook import payoff
-
-domain = all(p.exists() and not head_fit_problems(p, model) for p in MATCHED_HEADS.values())
-if domain:  # trained on SmolLM2-135M-Instruct's own list answers
-    easy_heads = {kind: head_for_target(str(path), model, tokenizer, TARGET)[0]
-                  for kind, path in MATCHED_HEADS.items()}
-else:
-    easy_heads = {"parallel": head, "sequential": ensure_head("sequential", model, tokenizer, TARGET)[0]}
-print("heads:", "the matched pair" if domain else "this target's own heads (the matched pair does not read it)")
-EASY_K, EASY_TOKENS = 7, settings.pick(64, 16)
-names = {"plain": None, "P-EAGLE": "parallel", "EAGLE-3": "sequential"}
-easy_rows = []
-for rec in suite_records("lists", settings.pick(2, 1)):
-    ids = chat_ids(tokenizer, rec["prompt"])
-    secs, outs = {name: [] for name in names}, {}
-    for _ in range(3):  # one after another per request, in a fixed order (05 rotates the order)
-        for name, kind in names.items():
-            outs[name] = (plain_generate(runner, ids, EASY_TOKENS, eos_ids=tokenizer.eos_token_id) if kind is None
-                          else speculative_generate(runner, HeadDrafter(easy_heads[kind], kind), ids, k=EASY_K,
-                                                    max_new_tokens=EASY_TOKENS, eos_ids=tokenizer.eos_token_id))
-            secs[name].append(outs[name].seconds)
-    plain_s = statistics.median(secs["plain"])
-    print(f"\n{rec['prompt']!r} -> {tokenizer.decode(outs['plain'].tokens[:EASY_TOKENS])[:60]!r} ...")
-    for name in ("P-EAGLE", "EAGLE-3"):
-        r, sec = outs[name], statistics.median(secs[name])
-        div = first_divergence(r.tokens[:EASY_TOKENS], outs["plain"], model.dtype, DEVICE)
-        print(f"  {name}: AL {r.stats.acceptance_length:.2f} over {r.stats.rounds} rounds, tokens per round "
-              f"{[a + 1 for a in r.stats.accepted][:12]}{' ...' if r.stats.rounds > 12 else ''}; {sec:.2f} s "
-              f"against plain {plain_s:.2f} s -> {plain_s / sec:.2f}x; "
-              + ("identical to plain greedy" if div is None else div.message()))
-        easy_rows.append({"method": name, "speedup": plain_s / sec, "al": r.stats.acceptance_length})
-for name in ("P-EAGLE", "EAGLE-3"):  # the paired rule, a sign test over the requests (08's appendix)
-    ups = [r["speedup"] for r in easy_rows if r["method"] == name]
-    print(f"{name} against plain, {min(ups):.2f}x to {max(ups):.2f}x (medians of 3 interleaved runs): "
-          + payoff.paired_verdict(sum(u > 1 for u in ups), len(ups)))
-ahead = sum(p["speedup"] > e["speedup"] for p, e in zip(easy_rows[::2], easy_rows[1::2]))
-print("P-EAGLE against EAGLE-3: " + payoff.paired_verdict(ahead, len(easy_rows) // 2))
-
-# %% [markdown]
-# **Reading it.** On both list requests both heads commit up to 8 tokens a round, run faster than plain decoding
-# (P-EAGLE 1.76x and 3.09x, EAGLE-3 1.86x and 2.54x) and match plain greedy. On the request where both accept alike
-# (AL 6.40 each) P-EAGLE ran faster; on the other (AL 3.85 against EAGLE-3's 5.00) EAGLE-3 did. Two requests run in a
-# fixed order show no order between the heads (p = 1); 05 tests it on 48.
+# heads' ALs with their prompts). On predictable text the same formula pays: where heads accept most drafts (list
+# requests, in 05), a round commits several tokens and speculation runs faster than plain decoding.
 #
 # ### Exercise: change K
 #
@@ -515,7 +461,7 @@ for k_try, rounds_try in tries.items():
 #
 # | notebook | question it answers | minutes |
 # |---|---|---|
-# | `00_overview` | What is speculative decoding, what does P-EAGLE change, what does lossless mean? | 1.8 |
+# | `00_overview` | What is speculative decoding, what does P-EAGLE change, what does lossless mean? | 0.9 |
 # | `01_hidden_states` | What the drafter reads: the three tapped layers, their disk cost, extraction | 0.5 |
 # | `02_mask_tokens` | How one pass drafts K tokens: mask token, `mask_hidden`, the drafter from scratch, the attention layout | 1.3 |
 # | `03_train_head` | Training a P-EAGLE head: self-distilled data, the draft vocabulary (`d2t`/`t2d`), COD sampling, the loop by hand | 2.9 |
@@ -525,7 +471,8 @@ for k_try, rounds_try in tries.items():
 # | `07_vllm_deploy` | Export to vLLM's eagle3 format, serve with `parallel_drafting`; load and tensor parallelism | 3.7 |
 # | `08_explorer` | Drafts accepted token by token; speculative sampling; how the course measures | 0.6 |
 #
-# Minutes: per chapter, rounded, from one `make lab` run on this host (its summary file; 16 min 42.5 s in all).
+# Minutes: per chapter, rounded, from one `make lab` run on this host (its summary file; 16 min 42.5 s in all), 00's
+# from a run of this chapter alone.
 # `cpu-epyc-avx512bf16-2c` (2-core AMD EPYC with bf16 units, no GPU) is the host of every live output. 00-04 and 07
 # load the target in float32, 05, 06 and 08 in bfloat16 (what `auto` picks on a CPU with bf16 units). `make setup`
 # installs everything, vLLM included; no chapter needs a GPU or downloads a model.
@@ -551,10 +498,8 @@ for k_try, rounds_try in tries.items():
 # - A round is five steps (draft, verify, accept, bonus, roll back); the hand-written round matches the package's loop
 #   (AL 1.47 both).
 # - Every speculative output in this chapter is identical to plain greedy decoding (float32, CPU).
-# - Verifying K=5 drafts costs 1.89 one-token steps here, more than the 1.47 tokens a round commits on the prime-check
-#   prompt, so speculation ran at 0.65x.
-# - On two list requests both heads of the matched pair ran faster than plain decoding (P-EAGLE 1.76x to 3.09x,
-#   EAGLE-3 1.86x to 2.54x); two requests show no order between the heads (05 tests it on 48).
+# - Verifying K=5 drafts costs 1.76 one-token steps here, more than the 1.47 tokens a round commits on the prime-check
+#   prompt, so speculation ran at 0.81x.
 # - AL = 1 + p1 + p1·p2 + …: draft 1 supplied 80% of the extra tokens, and K=10 gave the same AL as K=5 (1.47): a
 #   larger K cannot rescue weak early drafts.
 #
