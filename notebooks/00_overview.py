@@ -61,7 +61,7 @@ from peagle_lab import models, precision, settings
 #   package's tests check K = 1 to 8, both heads; this chapter checks every run it makes).
 # - **bf16, or fp32 on a GPU** (regime *near-tie*): identical, **or** diverging at a *near-tie*, where plain
 #   decoding's top two logits are closer than rounding can separate (within 4 bf16 units in the last place of the top
-#   logit: the `bound` printed beside each margin); the course reports it with its logit margin (top-1 minus top-2),
+#   logit, the `bound` 06 prints beside each margin); the course reports it with its logit margin (top-1 minus top-2),
 #   and 06 shows one. A divergence at a margin of several logits is a bug.
 #
 # Above temperature 0, lossless means sampling exactly the target's distribution; 08 checks that acceptance rule on a
@@ -471,8 +471,8 @@ for k_try, rounds_try in tries.items():
 # | `07_vllm_deploy` | Export to vLLM's eagle3 format, serve with `parallel_drafting`; load and tensor parallelism | 3.7 |
 # | `08_explorer` | Drafts accepted token by token; speculative sampling; how the course measures | 0.6 |
 #
-# Minutes: per chapter, rounded, from one `make lab` run on this host (its summary file; 16 min 42.5 s in all), 00's
-# from a run of this chapter alone.
+# Minutes: per chapter, rounded, from two runs on this host: 01-08 from one `make lab`, 00 from a run of it alone;
+# 15 min 49.5 s in all.
 # `cpu-epyc-avx512bf16-2c` (2-core AMD EPYC with bf16 units, no GPU) is the host of every live output. 00-04 and 07
 # load the target in float32, 05, 06 and 08 in bfloat16 (what `auto` picks on a CPU with bf16 units). `make setup`
 # installs everything, vLLM included; no chapter needs a GPU or downloads a model.

@@ -150,7 +150,7 @@ fig.tight_layout();
 # %% [markdown]
 # **Reading it.** The three taps point in different directions: cosine 0.76 between taps 2 and 15, only 0.34
 # between 2 and 27. Neighbouring layers are mostly near-parallel within blocks (right plot), with breaks after the
-# embeddings (0 to 1), between 24 and 25, and between 29 and the output.
+# embeddings (0 to 1), with layer 1 apart from layers 2 to 24, between 24 and 25, and between 29 and the output.
 #
 # ## Logit lens: what each tap already predicts
 #

@@ -143,8 +143,8 @@ bench.plot_drafting_cost(dc);
 # stays between 3.26 and 4.54 ms, 5.72 times cheaper at K=10. But verifying K+1 tokens costs 55.1 to 62.3 ms (1.06 to
 # 1.2 decode steps), so on this CPU verification is most of a round and the drafting saving pays only where many
 # drafts are accepted. At K=1, where both make one pass, the two are within their interquartile ranges (3.43 and
-# 3.36 ms). The line under the table lists where verifying more tokens measured cheaper; in whole ms those gaps
-# vanish (62 against 62): timing noise.
+# 3.36 ms). The line under the table lists where verifying more tokens measured cheaper: by 2 ms or less (60 against
+# 58 ms at K=5 and 6; 62 against 62, rounded, at K=8 to 10), timing noise.
 #
 # ### Exercise: write the pass shapes, then predict the drafting cost
 #
@@ -387,7 +387,9 @@ else:
 # %% [markdown]
 # **Reading it.** Both heads trained 40 steps on the same 33,894 tokens, in 37 and 36 s. After so little training
 # they already differ: P-EAGLE's depth 0 is right 0.67 of the time (its deeper depths 0.21 to 0.25), EAGLE-3's only
-# 0.47. So the race below mixes two effects, acceptance and drafting cost. The committed pair above, trained 1,000
+# 0.47. Depth 0 is the same computation in both modes; the deeper depths train differently (mask slots against the
+# head's own states) and share its weights, which is where the gap comes from. So the race below mixes two effects,
+# acceptance and drafting cost. The committed pair above, trained 1,000
 # steps, is the clean case: there EAGLE-3 accepts more and P-EAGLE still wins on drafting cost.
 #
 # ### The small pair, live

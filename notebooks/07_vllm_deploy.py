@@ -470,7 +470,8 @@ for path in sorted(RESULTS.glob("*/tensor-parallel/tensor_parallel.json")):
 #
 # <details><summary>The prediction's answer</summary>
 #
-# They barely move: nothing is accepted past depth 2, so a larger K adds drafted tokens, not accepted ones.
+# They barely move: nothing is accepted past depth 2, so beyond K=3 a larger K adds drafted tokens, not accepted
+# ones (K=2 cannot accept a depth-2 draft, hence its slightly lower AL).
 #
 # </details>
 
@@ -565,6 +566,7 @@ for what, prompt_set, n, k, rounds, al in runs:
 # - Live on 2 CPU cores: 0.52x, because a round costs 2.82 plain steps and yields 1.45 tokens.
 # - Under load (committed sweep): 1.00x at 1 concurrent request, 0.43x at 4, 0.28x at 16.
 # - Over 2 CPU processes, verification ran 0.55x as fast and the drafter's share of a round fell.
-# - K=2, 7 and 8 on one prompt: 44-45 rounds, AL 1.40-1.43; a larger K adds drafted tokens, not accepted ones.
+# - K=2, 7 and 8 on one prompt: 44-45 rounds, AL 1.40-1.43; beyond K=3 a larger K adds drafted tokens, not accepted
+#   ones.
 #
 # Next, `08_explorer`: token by token, which tokens the drafter supplied and which the target added.

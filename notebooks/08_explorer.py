@@ -343,7 +343,8 @@ print("verdict, at the paper's acceptance (one parallel pass against K sequentia
     or "not run")
 
 # %% [markdown]
-# **Reading it.** With bf16 units, where verifying 8 tokens costs about one decode step (`verify_k7` 1.07), both heads
+# **Reading it.** With bf16 units, where the committed run measured verifying 8 tokens at about one decode step
+# (`verify_k7` 1.07; live timings on this host move, 05's table measured 1.16), both heads
 # are shown faster than plain decoding on both suites (1.14x to 1.31x); in float32 (`verify_k7` 1.88, 2.06) none is,
 # and four of six are shown slower. Neither head is shown faster than the other in any run, but at the blog's
 # acceptance (`cpu-epyc-avx2-2c`, float32) one parallel pass is shown faster than K sequential ones on both suites
