@@ -273,9 +273,10 @@ print(f"\nthe blog's AL {PAPER_AL} at K={PAPER_K} (HumanEval) needs every slot a
 
 # %% [markdown]
 # **Reading it.** Every head's accuracy collapses after depth 0: the shipped P-EAGLE head scores 0.453 at depth 0 and
-# 0.175 at depth 1. These are teacher-forced accuracies, not section 1's rates p_j, so they do not compare directly
-# with the 0.78 per slot that the blog's 3.94 needs; section 1's like-for-like rates (0.62, 0.34, 0.24 for slots 1 to
-# 3) fall below it, slot 1 by 0.16 and slots 2 and 3 by about half or more.
+# 0.175 at depth 1. These are teacher-forced accuracies (each depth scored on its own, as in training, whether or not
+# the earlier depths were right), not section 1's rates p_j, so they do not compare directly with the 0.78 per slot
+# that the blog's 3.94 needs; section 1's like-for-like rates (0.62, 0.34, 0.24 for slots 1 to 3) fall below it, slot
+# 1 by 0.16 and slots 2 and 3 by about half or more.
 #
 # The learning curves peak at 1.437 (P-EAGLE) and 1.455 (EAGLE-3) and end at 1.391 and 1.447, all below `exp-L1`'s
 # 1.512 at its last snapshot; they trained on the smaller file with other settings, and no run here isolates which

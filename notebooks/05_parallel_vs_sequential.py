@@ -116,8 +116,8 @@ for mode in ("parallel", "sequential"):
 # `bench.drafting_cost` times the loop's own drafting call (`HeadDrafter.propose`) for K = 1 to 10, with the shipped
 # P-EAGLE head in both modes, so only the mode differs. For scale it also times the target verifying K+1 tokens and
 # one plain decode step. Columns: `parallel_ms`, `sequential_ms` (medians; `*_iqr_ms` their interquartile ranges, the
-# plot's bars), `ratio_seq_over_par`, `verify_ms` (the target's pass over K+1 tokens) and `verify_ratio` (that pass
-# over one decode step).
+# plot's bars drawing half of it either side), `ratio_seq_over_par`, `verify_ms` (the target's pass over K+1 tokens)
+# and `verify_ratio` (that pass over one decode step).
 
 # %%
 DRAFT_KS = settings.pick(list(range(1, 11)), [1, 2, 4, 8])

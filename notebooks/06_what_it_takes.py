@@ -184,7 +184,9 @@ print(f"plain loop: {plain_row['t_step_ms']:.1f} ms per decode step (the loop's 
 #   diverging only where plain greedy's top-1 minus top-2 margin is within `BF16_TIE_ULPS` ulps of the top logit, so
 #   the bound grows with the top logit's size (a bf16 ulp is the spacing between bf16 numbers at that size).
 #
-# The cell checks every live output above, then runs a broken acceptance rule through the same check.
+# The cell checks every live output above, then runs a broken acceptance rule through the same check. Its
+# `assisted generation` line is transformers' own speculative decoding, a cross-check that needs a small draft model
+# sharing the target's tokenizer (it says when none is available).
 
 # %% tags=["nbval-ignore-output"]
 from peagle_lab.bench.lossless import run_divergence
