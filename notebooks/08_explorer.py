@@ -353,7 +353,8 @@ print("verdict, at the paper's acceptance (one parallel pass against K sequentia
 # %% [markdown]
 # ## Appendix: how the course measures
 #
-# 00's glossary rules in full; in brackets, where each rule is built.
+# The rules behind the course's words of measurement (00's glossary points here); in brackets, where each rule is
+# built.
 #
 # - **Committed, live.** *Committed*: a run from `data/results/<host>/<dtype>/`, quoted with host and dtype.
 #   *Live*: run here on a few prompts; timings move between runs, fp32 CPU acceptance repeats.
