@@ -69,9 +69,9 @@ def paired_order(gaps: list[float], a_name: str, b_name: str) -> str:
     """The paired rule over per-prompt gaps (``a`` minus ``b``; a tie tells neither way, so it leaves ``n``): how
     many prompts ``a`` won, the sign test's p, and which of the two is shown faster, if either."""
     wins, n = sum(g > 0 for g in gaps), sum(g != 0 for g in gaps)
-    p = sign_test(wins, n)
-    verdict = f"{a_name if wins > n - wins else b_name} shown faster" if p < ALPHA else "neither shown faster"
-    return f"{a_name} faster on {wins} of {n} prompts, sign test p = {p:.2g}: {verdict}"
+    verdict = {"shown faster": f"{a_name} shown faster", "shown slower": f"{b_name} shown faster"}.get(
+        verdict_word(wins, n), "neither shown faster")
+    return f"{a_name} faster on {wins} of {n} prompts, sign test p = {sign_test(wins, n):.2g}: {verdict}"
 
 
 def host_run(committed: list[dict], host: str, dtype: str) -> dict:
