@@ -359,15 +359,15 @@ if wide:
 import time
 
 from peagle_lab.distill.data import read_distilled
-from peagle_lab.drafter.heads import MATCHED_HEADS, head_fit_problems
+from peagle_lab.features.identity import recorded_target_problem
 from peagle_lab.training import TrainConfig, Trainer, TrainerOptions, final_accuracy, prepare_sequences
 
-LIST_ANSWERS = data_dir() / "distill" / "smollm2-135m-lists.jsonl"  # the target's answers to 480 list requests
+LIST_ANSWERS = data_dir() / "distill" / "smollm2-135m-lists.jsonl"  # SmolLM2's answers to 480 list requests
 N_ANSWERS, STEPS, DRAFT_VOCAB = settings.pick(48, 12), settings.pick(40, 3), settings.pick(2048, 512)
-fits = all(path.exists() and not head_fit_problems(path, model) for path in MATCHED_HEADS.values())
+meta, answers = read_distilled(LIST_ANSWERS)
+other = recorded_target_problem(meta, model)  # the package's rule of "made with this target"
 small = {}
-if fits:  # the list answers are this target's (SmolLM2-135M-Instruct's); another target distils its own first
-    _, answers = read_distilled(LIST_ANSWERS, model.config.vocab_size)
+if other is None:  # another target distils its own answers first (scripts/list_heads.sh)
     seqs = prepare_sequences(model, answers[:N_ANSWERS])  # the taps of every answer, computed once
     print(f"{len(seqs)} answers, {sum(len(s['input_ids']) for s in seqs):,} tokens; taps computed once")
     for mode in ("parallel", "sequential"):
@@ -382,7 +382,8 @@ if fits:  # the list answers are this target's (SmolLM2-135M-Instruct's); anothe
               + " ".join("-" if a is None else f"{a:.2f}" for a in acc))
     small = {mode: head.to(DEVICE, model.dtype).eval() for mode, head in small.items()}
 else:
-    print("the committed list answers are SmolLM2-135M's: for this target make its own with scripts/list_heads.sh")
+    print(f"the committed list answers were made with another target ({other}): make this target's own with "
+          "scripts/list_heads.sh")
 
 # %% [markdown]
 # **Reading it.** Both heads trained 40 steps on the same 33,894 tokens, in 37 and 36 s. After so little training
