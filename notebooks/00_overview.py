@@ -457,6 +457,31 @@ for k_try, rounds_try in tries.items():
 # | HumanEval, MT-Bench, GSM-8K, ShareGPT | public prompt sets: 164 Python function-writing problems; multi-turn chat questions; grade-school math word problems; shared ChatGPT conversations |
 # | lossless | the output is the target's own: identical to plain greedy decoding, or (bf16, or fp32 on a GPU) diverging only at a near-tie |
 #
+# ### The cast: one target, its heads, the prompt sets, the hosts
+#
+# Every head drafts for one target, SmolLM2-135M-Instruct. An acceptance length belongs to its head **and** its
+# settings (prompt set, prompts, new tokens, K, dtype); 08's appendix lists every one the course prints, row by row.
+#
+# | head | what it is | trained | chapters |
+# |---|---|---|---|
+# | `smollm2-135m-peagle` | the shipped P-EAGLE head (1 layer, K=8, 4,096 draft ids) | on the scale mix, hours of CPU | 00, 02, 04, 06, 07, 08 |
+# | `smollm2-135m-eagle3` | the shipped EAGLE-3 head: same layout and data, drafting sequentially | the same, alike | 02, 04, 06 |
+# | the list-request pair (`smollm2-135m-lists-matched-peagle`, `-eagle3`) | one head of each kind, trained alike on the target's answers to list requests | 1,000 steps each, committed | 05 |
+# | the small pair | the same recipe, small enough to train in view | 40 steps each, live | 05 |
+# | 03's head | a demonstration head, trained by the loop written by hand | 20 steps, live | 03 |
+# | 04's experiment heads (`exp-L1`, `exp-L2`, `exp-L4`, learning curves) | how far training goes: layers, steps | committed | 04 |
+#
+# | prompt set | what | chapters |
+# |---|---|---|
+# | one chat prompt (prime check) | "Write a Python function that checks whether a number is prime." | 00, 08 |
+# | HumanEval | Python function-writing problems (1 to 24 of them; each table says how many) | 04, 06, 07 |
+# | the scale mix's held-out split | code, reasoning, chat and data prompts that no head trained on | 03, 04 |
+# | list requests | templated requests for lists (letters, counting, tables, calendars); 48 held out, never trained on | 05 |
+#
+# Hosts: `cpu-epyc-avx512bf16-2c` (a 2-core AMD EPYC with bf16 units, no GPU) ran every live cell and most committed
+# runs; `cpu-epyc-avx2-2c` (the same without bf16 units) ran some committed runs; `gpu-h200` timed an 8B model's shapes
+# with random weights. Dtypes: float32 in 00-04 and 07, bfloat16 in 05, 06 and 08; each committed table names its own.
+#
 # ## The course
 #
 # | notebook | question it answers | minutes |
@@ -464,15 +489,15 @@ for k_try, rounds_try in tries.items():
 # | `00_overview` | What is speculative decoding, what does P-EAGLE change, what does lossless mean? | 0.9 |
 # | `01_hidden_states` | What the drafter reads: the three tapped layers, their disk cost, extraction | 0.5 |
 # | `02_mask_tokens` | How one pass drafts K tokens: mask token, `mask_hidden`, the drafter from scratch, the attention layout | 1.3 |
-# | `03_train_head` | Training a P-EAGLE head: self-distilled data, the draft vocabulary (`d2t`/`t2d`), COD sampling, the loop by hand | 2.9 |
+# | `03_train_head` | Training a P-EAGLE head: self-distilled data, the draft vocabulary (`d2t`/`t2d`), COD sampling, the loop by hand, the whole path in our own code | 3.0 |
 # | `04_scale_and_acceptance` | How far training goes: the shipped heads, the learning curve, your own model on a second architecture | 1.8 |
 # | `05_parallel_vs_sequential` | Parallel vs sequential drafting: the cost of a round each way; the payoff where acceptance is high (a pair trained alike on list requests, committed, and a small pair trained and raced here) | 2.9 |
 # | `06_what_it_takes` | The shipped heads on open prompts against plain decoding; losslessness in bf16; the paper's acceptance priced here (the oracle); the break-even picture | 1.2 |
 # | `07_vllm_deploy` | Export to vLLM's eagle3 format, serve with `parallel_drafting`; load and tensor parallelism | 3.7 |
 # | `08_explorer` | Drafts accepted token by token; speculative sampling; how the course measures | 0.6 |
 #
-# Minutes: per chapter, rounded, from two runs on this host: 01-08 from one `make lab`, 00 from a run of it alone;
-# 15 min 49.5 s in all.
+# Minutes: per chapter, rounded, from runs on this host: 01, 02 and 04-08 from one `make lab`, 00 and 03 from runs of
+# each alone; 15 min 58.1 s in all.
 # `cpu-epyc-avx512bf16-2c` (2-core AMD EPYC with bf16 units, no GPU) is the host of every live output. 00-04 and 07
 # load the target in float32, 05, 06 and 08 in bfloat16 (what `auto` picks on a CPU with bf16 units). `make setup`
 # installs everything, vLLM included; no chapter needs a GPU or downloads a model.

@@ -252,7 +252,8 @@ class ScratchDrafter:
         return torch.stack(drafts)
 
 # %% [markdown]
-# Load each shipped head both ways in float32 and draft K tokens: the one pass is compared with
+# The class is kept word for word in `peagle_lab.workbook.scratch`, so that 03 can import it and decode with a head it
+# trains by hand. Load each shipped head both ways in float32 and draft K tokens: the one pass is compared with
 # `PEagleDrafter.one_pass_logits`, the K passes with the package's sequential drafting. The match needs no good weights;
 # the drafts look poor because the prompt is bare text and the heads trained on chat-templated text (notebook 04).
 
