@@ -61,8 +61,9 @@ from peagle_lab import models, precision, settings
 #   package's tests check K = 1 to 8, both heads; this chapter checks every run it makes).
 # - **bf16, or fp32 on a GPU** (regime *near-tie*): identical, **or** diverging at a *near-tie*, where plain
 #   decoding's top two logits are closer than rounding can separate (within 4 bf16 units in the last place of the top
-#   logit, the `bound` 06 prints beside each margin); the course reports it with its logit margin (top-1 minus top-2),
-#   and 06 shows one. A divergence at a margin of several logits is a bug.
+#   logit, i.e. 4 times the gap between neighbouring bf16 numbers at that value: the `bound` 06 prints beside each
+#   margin); the course reports it with its logit margin (top-1 minus top-2), and 06 shows one. A divergence at a
+#   margin of several logits is a bug.
 #
 # Above temperature 0, lossless means sampling exactly the target's distribution; 08 checks that acceptance rule on a
 # toy distribution. Lossless keeps the target's answer, right or wrong: the plain answer below is not correct code.
@@ -460,12 +461,13 @@ for k_try, rounds_try in tries.items():
 # ### The cast: one target, its heads, the prompt sets, the hosts
 #
 # Every head drafts for one target, SmolLM2-135M-Instruct. An acceptance length belongs to its head **and** its
-# settings (prompt set, prompts, new tokens, K, dtype); 08's appendix lists every one the course prints, row by row.
+# settings (prompt set, prompts, new tokens, K, dtype); 08's appendix lists the shipped heads' ALs (live runs,
+# committed benchmarks, 04's held-out comparison, 07's serving runs), each with its settings.
 #
 # | head | what it is | trained | chapters |
 # |---|---|---|---|
-# | `smollm2-135m-peagle` | the shipped P-EAGLE head (1 layer, K=8, 4,096 draft ids) | on the scale mix, hours of CPU | 00, 02, 04, 06, 07, 08 |
-# | `smollm2-135m-eagle3` | the shipped EAGLE-3 head: same layout and data, drafting sequentially | the same, alike | 02, 04, 06 |
+# | `smollm2-135m-peagle` | the shipped P-EAGLE head (1 layer, K=8, 4,096 draft ids) | on the scale mix, 2 runs, 6,399 s of CPU | 00, 02-08 |
+# | `smollm2-135m-eagle3` | the shipped EAGLE-3 head: the same layout, drafting sequentially | on the scale mix too, but 3 runs over two answer files, 7,897 s (03 and 04 print both records) | 02, 03, 04, 06, 08 |
 # | the list-request pair (`smollm2-135m-lists-matched-peagle`, `-eagle3`) | one head of each kind, trained alike on the target's answers to list requests | 1,000 steps each, committed | 05 |
 # | the small pair | the same recipe, small enough to train in view | 40 steps each, live | 05 |
 # | 03's head | a demonstration head, trained by the loop written by hand | 20 steps, live | 03 |
@@ -474,8 +476,8 @@ for k_try, rounds_try in tries.items():
 # | prompt set | what | chapters |
 # |---|---|---|
 # | one chat prompt (prime check) | "Write a Python function that checks whether a number is prime." | 00, 08 |
-# | HumanEval | Python function-writing problems (1 to 24 of them; each table says how many) | 04, 06, 07 |
-# | the scale mix's held-out split | code, reasoning, chat and data prompts that no head trained on | 03, 04 |
+# | HumanEval | Python function-writing problems (1 to 24 of them; each table says how many) | 04-08 |
+# | the scale mix's held-out split | code, reasoning, chat, data and multi-turn prompts that no head trained on | 02, 03, 04, 06, 08 |
 # | list requests | templated requests for lists (letters, counting, tables, calendars); 48 held out, never trained on | 05 |
 #
 # Hosts: `cpu-epyc-avx512bf16-2c` (a 2-core AMD EPYC with bf16 units, no GPU) ran every live cell and most committed
@@ -510,7 +512,7 @@ for k_try, rounds_try in tries.items():
 # |---|---|
 # | 1. I have my own model and chat template: what matters? | 04, "Your own model" |
 # | 2. How much storage do features take; online or offline; bf16 or fp32? | 01, disk cost; 03 |
-# | 3. Why is my acceptance length below the paper's? | 04 |
+# | 3. Why is my acceptance length below the paper's? | 04, in part: the chat template (measured), training budget and layers (committed runs); what the gap to the paper costs, 06's oracle; no run here isolates target size or data scale |
 # | 4. What is acceptance length; why are some slots `nan`? | 00, "Acceptance length, draft by draft"; 06 |
 # | 5. How do I convert a head for vLLM? | 07, the export |
 # | 6. What are `d2t`, `t2d` and the draft vocabulary? | 03, `d2t` and `t2d` |

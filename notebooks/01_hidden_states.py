@@ -226,7 +226,8 @@ print(f"740 GB at the same {per_token:,.0f} B/token is {740e9 / per_token / 1e6:
 # ## Extracting features for training
 #
 # `extract_features` writes safetensors shards and a manifest for 64 training prompts: taps in **bfloat16**
-# (notebook 03 compares fp32), ids and greedy labels in int32.
+# (notebook 03 compares fp32), ids and greedy labels in int32. Here the sequences are the prompts alone, to show the
+# mechanics; for training, 03 extracts the same way from prompts with the target's own answers.
 
 # %%
 import shutil

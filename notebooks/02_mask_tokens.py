@@ -397,12 +397,12 @@ for K_TRY in (2, 8):  # the exercise's two values; edit to try others
 # | random | learned mask row | `fc(r)`, `r` frozen random |
 # | frozen mask embedding | the target's own mask row (SmolLM2: id 16), frozen | `fc(mask_hidden)`, learned |
 #
-# Each head drafts at K = 7 on held-out prompts of notebook 03's *scale mix* (code, reasoning and chat prompts). The
-# cell runs a tiny live version (two variants, few steps, one seed) and prints each head's **held-out AL** (tokens
-# per round) and **divergences**, prompts whose output differs from plain greedy. The full study (ten heads) is
+# Each head drafts at K = 7 on held-out prompts of notebook 03's *scale mix* (code, reasoning, chat, data and multi-turn
+# prompts). The cell runs a tiny live version (two variants, few steps, one seed) and prints each head's **held-out AL**
+# (tokens per round) and **divergences**, prompts whose output differs from plain greedy. The full study (ten heads) is
 # committed; its table gives **held-out AL (mean)**, the mean of two seeds; **seed spread**, the AL gap between those
-# seeds; **tokens seen**, training tokens read; **P(accept) slots 1 / 2 / 3**, slot j's acceptance rate when the
-# slots before it were accepted.
+# seeds; **tokens seen**, training tokens read; **P(accept) slots 1 / 2 / 3**, slot j's acceptance rate when the slots
+# before it were accepted.
 
 # %% tags=["nbval-ignore-output"]
 from peagle_lab.experiments import recipe

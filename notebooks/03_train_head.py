@@ -419,8 +419,9 @@ check_cod_sample(my_cod_sample)
 # computes notebook 02's layer but passes `(h, residual)` apart and adds them just before the next norm (hence
 # `norm(h + residual)` at the end). The loss is each depth's cross-entropy on its trained anchors (the token `d + 1`
 # past the anchor; labels outside the draft vocabulary skipped), averaged over depths. Both are checked against the
-# trainer's `run_depths` and `forward`. The head is a short demonstration run (8,192 draft ids, lr 0.002), not the
-# shipped recipe. The cell first prints `tap_scale`, the taps' per-feature RMS over the training sequences.
+# trainer's own: `Trainer(...).module` is a `DraftTrainer`, the head together with its loss, whose `run_depths` and
+# `forward` (the loss) do the same in batches. The head is a short demonstration run (8,192 draft ids, lr 0.002), not
+# the shipped recipe. The cell first prints `tap_scale`, the taps' per-feature RMS over the training sequences.
 
 # %% tags=["nbval-ignore-output"]
 class RowCache:

@@ -77,12 +77,12 @@ paired, order = payoff.paired_gaps, payoff.paired_order  # 05's paired rule: per
 # %% [markdown]
 # ## The shipped heads on open prompts
 #
-# The shipped heads were trained on the target's answers to a mix of code, reasoning and chat prompts (03 prints the
-# mix). The cell reads this host's committed run on 24 HumanEval prompts, each method at its fastest K. Columns:
-# `round (steps)` the formula's round, `ideal` AL / round, `measured, decode` the speed-up after the prompt's prefill,
-# `end to end` with it, `faster than plain` the paired rule against plain decoding. Rows: the two heads; **prompt
-# lookup**, a drafter with no model (it copies what followed an earlier occurrence of the last few tokens); and the
-# **oracle** (written out in the next cell), charged one P-EAGLE pass a round.
+# The shipped heads were trained on the target's answers to a mix of code, reasoning, chat, data and multi-turn
+# prompts (03 prints the mix). The cell reads this host's committed run on 24 HumanEval prompts, each method at its
+# fastest K. Columns: `round (steps)` the formula's round, `ideal` AL / round, `measured, decode` the speed-up after
+# the prompt's prefill, `end to end` with it, `faster than plain` the paired rule against plain decoding. Rows: the
+# two heads; **prompt lookup**, a drafter with no model (it copies what followed an earlier occurrence of the last few
+# tokens); and the **oracle** (written out in the next cell), charged one P-EAGLE pass a round.
 
 # %% tags=["nbval-ignore-output"]
 from peagle_lab.bench.oracle import paper_target
@@ -226,8 +226,8 @@ print("an off-by-one acceptance rule, first prompt, K=3:",
 # %% [markdown]
 # **Reading it.** This run is bf16, so the near-tie rule applies, and every row passes: each divergence sits at a
 # plain top-2 margin of 0.000 (an exact tie) or 0.125, within its bound. The broken rule diverges where the margin is
-# 5.25 logits against a bound of 1, and fails: a real bug diverges at a margin of whole logits (08 takes a bf16
-# near-tie divergence apart).
+# 5.25 logits against a bound of 1, and fails: a real bug diverges at a margin of whole logits (08 reruns a bf16
+# near-tie divergence in float32, where it disappears).
 #
 # ### Speed-up and acceptance, slot by slot
 #
@@ -324,10 +324,12 @@ for label, res in runs:  # the oracle pair: each run's best one-pass K against K
 #
 # ## What it takes: the break-even picture
 #
-# The decode speed-up AL / round is a line through the origin that crosses 1x where AL equals the round. Each CPU
-# line takes its round from one end-to-end run at K=7 (this run's and each committed one's), with that run's P-EAGLE
-# point on it. The two GPU lines are a cost model: committed timings of transformers' eager loop on Llama-3.1-8B
-# shapes with random weights (bf16, batch 1, one H200); no trained head ran.
+# The decode speed-up AL / round is a line through the origin that crosses 1x where AL equals the round. Each CPU line
+# takes its round from one end-to-end run at K=7 (this run's and each committed one's), with that run's P-EAGLE point on
+# it. The committed runs: 24 HumanEval prompts x 32 tokens on each host with the shipped heads (`cpu-epyc-avx2-2c` in
+# float32, `cpu-epyc-avx512bf16-2c` in bfloat16), and an older, smaller float32 run on this host (5 x 64, made with an
+# earlier version of the shipped P-EAGLE head, 8,192 draft ids). The two GPU lines are a cost model: committed timings
+# of transformers' eager loop on Llama-3.1-8B shapes with random weights (bf16, batch 1, one H200); no trained head ran.
 
 # %%
 from peagle_lab.bench.suites import suite_of

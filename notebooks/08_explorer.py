@@ -271,7 +271,8 @@ assert same == N_SAME
 #   and 3.70 on MT-Bench, used for `chat`), replayed on the same draws: one parallel pass / K sequential. In 32-token
 #   answers the budget cuts the last round, so the draws land below those figures (06 computes the cut for code).
 #
-# Verdicts: the paired rule (appendix); the 5-prompt float32 run is too small for it (it needs 6 or more prompts).
+# Verdicts: the paired rule (appendix); the 5-prompt float32 run (an older run, made with an earlier version of the
+# shipped P-EAGLE head, 8,192 draft ids) is too small for it (it needs 6 or more prompts).
 
 # %% tags=["nbval-ignore-output"]
 from peagle_lab import bench
