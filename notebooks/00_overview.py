@@ -16,8 +16,8 @@
 # %% [markdown]
 # # 00 · Overview: speculative decoding and P-EAGLE in one page
 #
-# **Goal:** understand one speculative round (draft, verify, accept, bonus, roll back) well enough to write it yourself,
-# and know exactly what "lossless" means.
+# **Goal:** understand one speculative round (draft, verify, accept, bonus, roll back) well enough to write its loop
+# yourself (the drafter inside it is written in 02), and know exactly what "lossless" means.
 #
 # **What the course shows on a 2-core CPU:** the mechanism, built and checked piece by piece; losslessness; and, in 05,
 # P-EAGLE's one drafting pass beating EAGLE-3's K passes where acceptance is high (a pair of *heads*, the small drafter
@@ -27,8 +27,8 @@
 # published heads on a GPU (07 shows how to serve them).
 #
 # Plan: the idea and what P-EAGLE changes; one round by hand; acceptance length; two exercises; a glossary for the
-# chapters ahead and a course map. *Live* timings run in this execution and move
-# with the machine's load; *committed* results are runs saved under `data/` and read back here.
+# chapters ahead and a course map. *Live* timings run in this execution and move with the machine's load; *committed*
+# results are runs saved under `data/` and read back here.
 
 # %%
 # Parameters come from the environment: PEAGLE_TARGET (default: the embedded SmolLM2-135M-Instruct),
@@ -493,13 +493,13 @@ for k_try, rounds_try in tries.items():
 # | `02_mask_tokens` | How one pass drafts K tokens: mask token, `mask_hidden`, the drafter from scratch, the attention layout | 1.3 |
 # | `03_train_head` | Training a P-EAGLE head: self-distilled data, the draft vocabulary (`d2t`/`t2d`), COD sampling, the loop by hand, the whole path in our own code | 3.0 |
 # | `04_scale_and_acceptance` | How far training goes: the shipped heads, the learning curve, your own model on a second architecture | 1.8 |
-# | `05_parallel_vs_sequential` | Parallel vs sequential drafting: the cost of a round each way; the payoff where acceptance is high (a pair trained alike on list requests, committed, and a small pair trained and raced here, each head at its own K) | 4.0 |
+# | `05_parallel_vs_sequential` | Parallel vs sequential drafting: the cost of a round each way; the payoff where acceptance is high (a pair trained alike on list requests, committed, raced live here, and a small pair trained and raced here, each head at its own K) | 5.1 |
 # | `06_what_it_takes` | The shipped heads on open prompts against plain decoding; losslessness in bf16; the paper's acceptance priced here (the oracle); the break-even picture | 1.2 |
 # | `07_vllm_deploy` | Export to vLLM's eagle3 format, serve with `parallel_drafting`; load and tensor parallelism | 3.7 |
 # | `08_explorer` | Drafts accepted token by token; speculative sampling; how the course measures | 0.6 |
 #
 # Minutes: per chapter, rounded, from runs on this host: 01, 02, 04 and 06-08 from one `make lab`; 00, 03 and 05 from
-# runs of each alone; 17 min 3.6 s in all.
+# runs of each alone; 18 min 6.5 s in all.
 # `cpu-epyc-avx512bf16-2c` (2-core AMD EPYC with bf16 units, no GPU) is the host of every live output. 00-04 and 07
 # load the target in float32, 05, 06 and 08 in bfloat16 (what `auto` picks on a CPU with bf16 units). `make setup`
 # installs everything, vLLM included; no chapter needs a GPU or downloads a model.
