@@ -22,9 +22,9 @@
 # **What the course shows on a 2-core CPU:** the mechanism, built and checked piece by piece; losslessness; and, in 05,
 # P-EAGLE's one drafting pass beating EAGLE-3's K passes where acceptance is high (a pair of *heads*, the small drafter
 # networks, trained alike on list requests). On open prompts (ordinary chat and code requests) the small heads accept
-# too few drafts for P-EAGLE's cheaper drafting to matter much (04, 06); in the course's runs they gain only in
-# bfloat16, on the host with bf16 units (native bfloat16 matrix instructions). The published speed-ups need the
-# published heads on a GPU (07 shows how to serve them).
+# too few drafts for P-EAGLE's cheaper drafting to matter much (04, 06); in the course's runs the shipped heads gain on
+# open prompts only in bfloat16, on the host with bf16 units (native bfloat16 matrix instructions). The published
+# speed-ups need the published heads on a GPU (07 shows how to serve them).
 #
 # Plan: the idea and what P-EAGLE changes; one round by hand; acceptance length; two exercises; a glossary for the
 # chapters ahead and a course map. *Live* timings run in this execution and move with the machine's load; *committed*
@@ -62,8 +62,8 @@ from peagle_lab import models, precision, settings
 # - **bf16, or fp32 on a GPU** (regime *near-tie*): identical, **or** diverging at a *near-tie*, where plain
 #   decoding's top two logits are closer than rounding can separate (within 4 bf16 units in the last place of the top
 #   logit, i.e. 4 times the gap between neighbouring bf16 numbers at that value: the `bound` 06 prints beside each
-#   margin); the course reports it with its logit margin (top-1 minus top-2), and 06 shows one. A divergence at a
-#   margin of several logits is a bug.
+#   margin; for fp32 on a GPU, or across engines as in 07, 2^-11 of the top logit); the course reports it with its
+#   logit margin (top-1 minus top-2), and 06 shows one. A divergence at a margin of several logits is a bug.
 #
 # Above temperature 0, lossless means sampling exactly the target's distribution; 08 checks that acceptance rule on a
 # toy distribution. Lossless keeps the target's answer, right or wrong: the plain answer below is not correct code.
@@ -492,14 +492,14 @@ for k_try, rounds_try in tries.items():
 # | `01_hidden_states` | What the drafter reads: the three tapped layers, their disk cost, extraction | 0.5 |
 # | `02_mask_tokens` | How one pass drafts K tokens: mask token, `mask_hidden`, the drafter from scratch, the attention layout | 1.3 |
 # | `03_train_head` | Training a P-EAGLE head: self-distilled data, the draft vocabulary (`d2t`/`t2d`), COD sampling, the loop by hand, the whole path in our own code | 3.0 |
-# | `04_scale_and_acceptance` | How far training goes: the shipped heads, the learning curve, your own model on a second architecture | 1.8 |
+# | `04_scale_and_acceptance` | How far training goes: the shipped heads, the learning curve, your own model on a second architecture | 2.0 |
 # | `05_parallel_vs_sequential` | Parallel vs sequential drafting: the cost of a round each way; the payoff where acceptance is high (a pair trained alike on list requests, committed, raced live here, and a small pair trained and raced here, each head at its own K) | 5.1 |
 # | `06_what_it_takes` | The shipped heads on open prompts against plain decoding; losslessness in bf16; the paper's acceptance priced here (the oracle); the break-even picture | 1.2 |
 # | `07_vllm_deploy` | Export to vLLM's eagle3 format, serve with `parallel_drafting`; load and tensor parallelism | 3.7 |
-# | `08_explorer` | Drafts accepted token by token; speculative sampling; how the course measures | 0.6 |
+# | `08_explorer` | Drafts accepted token by token; speculative sampling; how the course measures | 0.7 |
 #
-# Minutes: per chapter, rounded, from runs on this host: 01, 02, 04 and 06-08 from one `make lab`; 00, 03 and 05 from
-# runs of each alone; 18 min 6.5 s in all.
+# Minutes: per chapter, rounded, from runs on this host: 01, 02, 06 and 07 from one `make lab`; 00, 03, 04, 05 and 08
+# from later runs of each; 18 min 20.1 s in all.
 # `cpu-epyc-avx512bf16-2c` (2-core AMD EPYC with bf16 units, no GPU) is the host of every live output. 00-04 and 07
 # load the target in float32, 05, 06 and 08 in bfloat16 (what `auto` picks on a CPU with bf16 units). `make setup`
 # installs everything, vLLM included; no chapter needs a GPU or downloads a model.

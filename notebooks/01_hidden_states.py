@@ -219,9 +219,10 @@ print(f"740 GB at the same {per_token:,.0f} B/token is {740e9 / per_token / 1e6:
 
 # %% [markdown]
 # **Reading it.** Stored taps are huge: a ShareGPT-sized set takes 353.3 GB for the 135M target and 2.5 TB for
-# Llama-3.1-8B, so real recipes train online or store small sets. A single stored state (EAGLE-1/2, the earlier
-# EAGLE drafters, which read one hidden state from the target's last layer) gives 836.4 GB; the EAGLE authors report
-# 740 GB, which at the same bytes per token would mean 1,327 tokens per sequence, not 1,500.
+# Llama-3.1-8B, so real recipes train online or store small sets. A single stored state (EAGLE-1/2, the earlier EAGLE
+# drafters, which read one hidden state from the target's last layer) gives 836.4 GB; the EAGLE authors report 740 GB (a
+# quoted figure, not printed here), which, if it was Llama-3.1-8B's states (H = 4096) at the same bytes per token, would
+# mean 1,327 tokens per sequence, not 1,500.
 #
 # ## Extracting features for training
 #

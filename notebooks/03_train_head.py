@@ -795,11 +795,11 @@ if lossless_regime(model.dtype, DEVICE) == "exact":  # float32 on a CPU: token f
 report.record("nb03_own_path_al", round(sum(committed) / len(committed), 4));
 
 # %% [markdown]
-# **Reading it.** The path built from this course's own code is lossless: on 2 held-out prompts x 48 tokens its
-# output equals plain greedy decoding, and every round accepts what the package's loop accepts with the same head
-# (both `True`). The 20-step head commits 1.13 tokens a round over 84 rounds at K=4: 11 rounds accepted one draft,
-# none two. That cannot pay: 00 measured verifying K=5 drafts at 1.76 decode steps. A head must accept far more;
-# 05 trains a pair on text where it can, and races it.
+# **Reading it.** The path built from this course's own code is lossless: on 2 held-out prompts x 48 tokens its output
+# equals plain greedy decoding, and every round accepts what the package's loop accepts with the same head (both
+# `True`). The 20-step head commits 1.13 tokens a round over 84 rounds at K=4: 11 rounds accepted one draft, none two.
+# That cannot pay: verification costs more than a decode step (00 measured 1.76 steps for K=5's six tokens). A head must
+# accept far more; 05 trains a pair on text where it can, and races it.
 #
 # ## What we saw
 #

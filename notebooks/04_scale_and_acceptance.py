@@ -282,10 +282,11 @@ print(f"\nthe blog's AL {PAPER_AL} at K={PAPER_K} (HumanEval) needs every slot a
 #
 # The learning curves peak at 1.437 (P-EAGLE) and 1.455 (EAGLE-3) and end at 1.391 and 1.447, all below `exp-L1`'s 1.512
 # at its last snapshot; they trained on the smaller file with other settings, and no run here isolates which difference
-# costs the AL. Both curves dip at the first snapshot of their `-cont` leg (in the figure), where the continuation
-# starts with a fresh optimizer and warm-up, then climb past the first leg's end. In the same 2400 s more layers did not
-# help, at the last snapshots (1.512, 1.386, 1.292) or on section 1's prompts at the runs' end (1.737, 1.649, 1.477),
-# though the deeper heads saw fewer tokens.
+# costs the AL. Both curves dip at the first snapshot of their `-cont` leg (in the figure), then climb past the first
+# leg's end; the continuation restarts the optimizer and warm-up (`--init-from` keeps the weights only), a likely cause
+# that no run here tests. (`eagle3` and `eagle3-cont` are the runs 03 lists as `smollm2-135m-eagle3-scale` and the first
+# `smollm2-135m-eagle3`.) In the same 2400 s more layers did not help, at the last snapshots (1.512, 1.386, 1.292) or on
+# section 1's prompts at the runs' end (1.737, 1.649, 1.477), though the deeper heads saw fewer tokens.
 #
 # ## 3 · Your own model and its chat template (question 1)
 #
@@ -475,7 +476,8 @@ from peagle_lab.experiments import recipe, studies
 runs = recipe.read_runs(RECIPE_DIR / HOST) if HOST else []
 print(committed_label("The recipe runs", HOST and f"{HOST}, target in {target_dtypes(runs)}"))
 shipped_train = records_["parallel"]["config"]
-print("the baseline where it differs from the shipped P-EAGLE head's last run (baseline -> shipped): " + ", ".join(
+print("the baseline recipe: " + ", ".join(f"{k} = {v}" for k, v in recipe.BASELINE.items()))
+print("where it differs from the shipped P-EAGLE head's last run (baseline -> shipped): " + ", ".join(
     f"{k} {v} -> {shipped_train.get(k)}" for k, v in recipe.BASELINE.items() if shipped_train.get(k) != v))
 own_noise = recipe.noise(runs) or 0.0  # the largest acceptance spread between two seeds of one setting
 noise = max(own_noise, TIE)  # TIE: the same over the studies of 02 and 03 (08's appendix: the seed spread)
@@ -495,7 +497,8 @@ if runs:
         past_seeds = f", beyond the seed spread {own_noise:.3f}" if abs(d) > own_noise else ""
         verdict = ("a baseline seed" if r["name"].startswith("baseline") else f"beyond both ({abs(d):.3f} > "
                    f"{noise:.3f})" if abs(d) > noise else f"within the studies' {TIE:.3f}{past_seeds}")
-        table.append(f"| {r['name']} | {json.dumps(r['change']) if r['change'] else '-'} | {r['tokens_seen']:,} | "
+        change = ", ".join(f"{k} = {v}" for k, v in r["change"].items()) if r["change"] else "-"
+        table.append(f"| {r['name']} | {change} | {r['tokens_seen']:,} | "
                      f"{r['draft_vocab_coverage']:.3f} | {r['acceptance_length']:.3f} | {d:+.3f} | {verdict} |")
     display(Markdown("\n".join(table)))
 

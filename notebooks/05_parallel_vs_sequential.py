@@ -351,12 +351,13 @@ if wide:
 # %% [markdown]
 # ### The same pair, live here
 #
-# Those figures come from a committed float32 run. The next cell races the same two heads live, in this chapter's
-# dtype, on the first 12 of the same held-out requests: plain decoding, P-EAGLE and EAGLE-3 on each request, both
-# heads at K=7 (where both ran fastest above), in an order rotated from request to request (a drift of speed favours
-# none), every output checked against plain greedy (the first line). `race`, written here, is reused for the small
-# pair below. Columns: each head's AL; `vs plain`, plain's time over the head's on that request (one run each);
-# `draft ms`, the drafter's time per round, which acceptance does not enter.
+# Those figures come from a committed float32 run. The next cell races the same two heads live, in this chapter's dtype,
+# on the first 12 of the same held-out requests: plain decoding, P-EAGLE and EAGLE-3 on each request, both heads at K=7
+# (where both ran fastest above), in an order rotated from request to request (a drift of speed favours none), every
+# output checked against plain greedy (the first line). `race`, written here, is reused for the small pair below; the
+# committed tables come from `peagle-lab bench`, the same loop at scale (more requests, the round's time split into
+# drafting and verification). Columns: each head's AL; `vs plain`, plain's time over the head's on that request (one run
+# each); `draft ms`, the drafter's time per round, which acceptance does not enter.
 
 # %% tags=["nbval-ignore-output"]
 from statistics import median
@@ -469,13 +470,13 @@ else:
           "scripts/list_heads.sh")
 
 # %% [markdown]
-# **Reading it.** Both heads trained 40 steps on the same 33,894 tokens, in 46 s each. After so little training
-# they differ most at depth 0: P-EAGLE's is right 0.67 of the time, EAGLE-3's 0.47. At the deeper depths neither
-# leads throughout (P-EAGLE 0.21 to 0.25; EAGLE-3 0.14 to 0.30, ahead at depths 4 to 6). Depth 0 is the same
-# computation in both modes, but the deeper depths share its weights and train differently, and this run does not
-# isolate why the two depth 0s end apart. So a race between these two heads mixes acceptance with drafting cost. The
-# committed pair above, trained 1,000 steps, is the clean case: there EAGLE-3 accepts more and P-EAGLE still wins
-# on drafting cost.
+# **Reading it.** Both heads trained 40 steps on the same 33,894 tokens, in 46 s each. After so little training they
+# differ most at depth 0: P-EAGLE's is right 0.67 of the time, EAGLE-3's 0.47. At the deeper depths neither leads
+# throughout (P-EAGLE 0.21 to 0.25; EAGLE-3 0.14 to 0.30: ahead at depths 1 and 4 to 6, tied at 2, behind at 3 and 7).
+# Depth 0 is the same computation in both modes, but the deeper depths share its weights and train differently, and this
+# run does not isolate why the two depth 0s end apart. So a race between these two heads mixes acceptance with drafting
+# cost. The committed pair above, trained 1,000 steps, is the clean case: there EAGLE-3 accepts more and P-EAGLE still
+# wins on drafting cost.
 #
 # ### Each head at its own K
 #
@@ -519,14 +520,14 @@ else:
     print("no small pair for this target (above): no live run")
 
 # %% [markdown]
-# **Reading it.** Picked on 4 other requests, both heads race at K=3 in this run. P-EAGLE's tuning times were 8.90,
-# 6.97 and 7.79 s at K = 1, 3 and 7 (AL 1.40, 1.76, 1.76): its extra drafts ride in one pass. EAGLE-3's were 9.38,
-# 9.33 and 11.25 s (AL 1.23 to 1.25): K=3 beat K=1 by 0.05 s, within timing noise, and K=7 cost it 1.9 s more, each
-# extra draft being a pass that is rarely accepted. At the same K the race is the chapter's comparison: P-EAGLE is
-# shown faster than EAGLE-3 (11 of 12 requests, p = 0.0063) and than plain decoding (11 of 12, up to 1.72x); EAGLE-3
-# is not shown faster than plain (5 of 12). Drafting costs 4.4 ms a round in one pass against 9.5 ms in three (12 of
-# 12). Part of the lead is acceptance (AL 1.67 against 1.24), from P-EAGLE's better-trained depth 0. All 24
-# speculative outputs are identical to plain greedy.
+# **Reading it.** Picked on 4 other requests, both heads race at K=3 in this run. P-EAGLE's tuning times were 8.90, 6.97
+# and 7.79 s at K = 1, 3 and 7 (AL 1.40, 1.76, 1.76): its extra drafts ride in one pass. EAGLE-3's were 9.38, 9.33 and
+# 11.25 s (AL 1.23 to 1.25): K=3 beat K=1 by 0.05 s, within timing noise, and K=7 cost it 1.9 s more, each extra draft
+# being a pass that is rarely accepted. At the same K the race is the chapter's comparison: P-EAGLE is shown faster than
+# EAGLE-3 (11 of 12 requests, p = 0.0063) and than plain decoding (11 of 12, up to 1.72x); EAGLE-3 is not shown faster
+# than plain (5 of 12). Drafting costs 4.4 ms a round in one pass against 9.5 ms in three (12 of 12). Part of the lead
+# is acceptance: AL 1.67 against 1.24, and 1.40 against 1.23 at K=1 on the tuning requests, where the two modes draft
+# alike from depth 0 alone. All 24 speculative outputs are identical to plain greedy.
 
 # %% tags=["nbval-ignore-output"]
 # Bookkeeping: the drafting-cost table (results/bench/nb05/) and the chapter's key figures for the workbook's

@@ -231,8 +231,9 @@ print("every draft proposed K tokens:", peagle["metrics"]["draft_tokens"] == K *
 # %% [markdown]
 # **Reading it.** The head changed how vLLM decodes, not what it says: on 4 of 4 prompts the greedy outputs with and
 # without it are identical, token for token. The check was allowed more: unlike our loop in float32 on a CPU (00's
-# *exact* regime), vLLM's verify pass and its one-token decode are other kernels, so even in float32 their last bits
-# may tip a near-tie; the rule then is 00's near-tie rule with float32's bound (2^-11 of the top logit).
+# *exact* regime), vLLM's verify pass and its one-token decode are other kernels, so even in float32 their last bits may
+# tip a near-tie; the rule then is 00's near-tie rule with its float32 bound (2^-11 of the top logit, generous because a
+# long sum reordered can move more than a few float32 ulps).
 #
 # ## 4 · Acceptance length: vLLM's counters against our loop
 #

@@ -114,7 +114,7 @@ print("the first token comes from the target:", run.sources[0] == viz.TARGET)
 print("lossless (identical, or in a near-tie regime a near-tie divergence; see the regime above):", run.lossless)
 
 # %% [markdown]
-# **Reading it.** P-EAGLE at K=4 commits 1.40 tokens per round (of a possible 5) and runs at 1.10x plain decoding's
+# **Reading it.** P-EAGLE at K=4 commits 1.40 tokens per round (of a possible 5) and runs at 1.11x plain decoding's
 # speed in this run. Its text leaves plain greedy's at token 12, where greedy's top two logits tie exactly (margin 0):
 # lossless by the near-tie rule (appendix).
 #
@@ -148,11 +148,41 @@ if model.dtype != torch.float32 and memory.fits(memory.weights_bytes(model.confi
           f"{run.divergence.position if run.divergence else '-'})")
     del fp32, again
 
+# %% tags=["nbval-ignore-output"]
+# The fixed run's divergence taken apart: at that token, plain decoding's one-token step against one pass over the
+# whole prefix, a wider pass like verification's (its rows are summed in another order).
+from transformers import DynamicCache
+
+from peagle_lab.prompts import chat_ids
+
+d = run.divergence
+if d is not None:
+    prompt_ids = chat_ids(tokenizer, DEFAULT_PROMPT)
+    with torch.no_grad():
+        cache = DynamicCache()
+        out = model(torch.tensor([prompt_ids], device=DEVICE), past_key_values=cache)
+        for t in run.plain_tokens[: d.position]:  # plain decoding, one token a step, up to the divergent token
+            out = model(torch.tensor([[t]], device=DEVICE), past_key_values=cache)
+        step = out.logits[0, -1].float()
+        wide = model(torch.tensor([prompt_ids + run.plain_tokens[: d.position]], device=DEVICE)).logits[0, -1].float()
+    pair = (d.plain, d.got)
+    print(f"token {d.position}: plain greedy chose {tokenizer.decode([d.plain])!r} (id {d.plain}), the speculative run "
+          f"{tokenizer.decode([d.got])!r} (id {d.got})")
+    for name, lg in (("plain's one-token step", step), ("one pass over the prefix", wide)):
+        print(f"  {name:25s}: logits {lg[pair[0]]:.4f} and {lg[pair[1]]:.4f} (gap {lg[pair[0]] - lg[pair[1]]:+.4f}); "
+              f"picks {tokenizer.decode([int(lg.argmax())])!r}")
+else:
+    print("the fixed run left plain greedy nowhere: no divergence to take apart")
+
 # %% [markdown]
 # **Reading it.** Every divergence in the committed bf16 run is a near-tie: 51 of 216 speculative outputs leave plain
-# greedy, all within the bound (29 at an exact tie; the largest, 0.250, appears in prompt lookup's `code` row
-# below, whose rows show each method at its best K only). In float32 the fixed run matches plain greedy on all 64
-# tokens, so bf16 caused its divergence; only this one prompt was rerun in float32.
+# greedy, all within the bound (29 at an exact tie; the largest, 0.250, appears in prompt lookup's `code` row below,
+# whose rows show each method at its best K only). In float32 the fixed run matches plain greedy on all 64 tokens, so
+# bf16 caused its divergence; only this one prompt was rerun in float32. Taken apart (the second cell), the divergence
+# is a tie inside bf16's rounding: at token 12 plain's one-token step gives ' n' and ' isinstance' the same logit,
+# 18.375, so the lower id, ' n', wins; one pass over the prefix sums in another order and puts ' isinstance' one bf16
+# step lower (18.25, a gap of 0.125); the round's verify pass, another order again, put ' isinstance' on top. Neither
+# order is wrong: bf16 cannot tell these two logits apart.
 #
 # ### Exercise: which kind of prompt gets more drafts accepted?
 #
@@ -268,8 +298,10 @@ assert same == N_SAME
 # - `faster than plain`: prompts each head (P-EAGLE / EAGLE-3) won against plain. `paired`: P-EAGLE's per-prompt
 #   speed-up minus EAGLE-3's, lowest to highest.
 # - `oracle`: speed-ups at the blog's published acceptance (it reports AL 3.94 on HumanEval at K=7, used for `code`,
-#   and 3.70 on MT-Bench, used for `chat`), replayed on the same draws: one parallel pass / K sequential. In 32-token
-#   answers the budget cuts the last round, so the draws land below those figures (06 computes the cut for code).
+#   and 3.70 on MT-Bench, which stands in for `chat`: the chat suite is the prompt mix's held-out split, not MT-Bench;
+#   both figures are quoted, no cell prints them), replayed on the same draws: one parallel pass / K sequential. In
+#   32-token answers the budget cuts the last round, so the draws land below those figures (06 computes the cut for
+#   code).
 #
 # Verdicts: the paired rule (appendix); the 5-prompt float32 run (an older run, made with an earlier version of the
 # shipped P-EAGLE head, 8,192 draft ids) is too small for it (it needs 6 or more prompts).
@@ -345,7 +377,7 @@ print("verdict, at the paper's acceptance (one parallel pass against K sequentia
 
 # %% [markdown]
 # **Reading it.** With bf16 units, where the committed run measured verifying 8 tokens at about one decode step
-# (`verify_k7` 1.07; live timings on this host move, 05's table measured 1.16), both heads
+# (`verify_k7` 1.07; live timings on this host move, 05's table measured 1.18), both heads
 # are shown faster than plain decoding on both suites (1.14x to 1.31x); in float32 (`verify_k7` 1.88, 2.06) none is,
 # and four of six are shown slower. Neither head is shown faster than the other in any run, but at the blog's
 # acceptance (`cpu-epyc-avx2-2c`, float32) one parallel pass is shown faster than K sequential ones on both suites
@@ -430,7 +462,8 @@ print(f"06's {len(bench06)} committed benchmark rows: {min(bench06):.2f} to {max
 # %% [markdown]
 # **Reading it.** An AL belongs to its settings: P-EAGLE's rows run from 1.00 (04, no chat template) to 1.90 (04's
 # held-out comparison), EAGLE-3's from 1.34 to 2.53. Even on one prompt set, host and dtype (indented lines) they move
-# with K, new tokens and prompt count: 1.29 to 1.45 and 1.37 to 1.54.
+# with K, new tokens and prompt count: 1.29 to 1.45 and 1.37 to 1.54. One row among P-EAGLE's comes from an earlier
+# version of its head: 06's committed float32 run of 5 prompts x 64 tokens (AL 1.306), made with 8,192 draft ids.
 
 # %%
 # Bookkeeping: this chapter's figures for the workbook's summary (SUMMARY.md) and 08's acceptance ledger.
@@ -441,7 +474,7 @@ for r in ours:  # the fixed run and the exercise's prompts: the rows the ledger 
 # %% [markdown]
 # ## What we saw
 #
-# - **Fixed run**: P-EAGLE at K=4 commits 1.40 tokens per round (of 5) and runs at 1.10x plain decoding; its output
+# - **Fixed run**: P-EAGLE at K=4 commits 1.40 tokens per round (of 5) and runs at 1.11x plain decoding; its output
 #   leaves greedy's only at an exact tie, and in float32 not at all.
 # - **bf16 divergences**: 51 of 216 committed bf16 outputs leave plain greedy, all at near-ties (largest margin 0.250,
 #   in prompt lookup's row).
@@ -458,5 +491,23 @@ for r in ours:  # the fixed run and the exercise's prompts: the rows the ledger 
 # **The course.** A drafter reads the target's hidden states (01) and drafts K tokens in one pass (02, 03); its
 # acceptance grows slowly with data (04); its one pass is shown faster than EAGLE-3's K on a narrow domain (05); it
 # serves in vLLM (07).
+#
+# **What you wrote, and what checked it:**
+#
+# | piece | chapter | checked against |
+# |---|---|---|
+# | one speculative round: draft, verify, accept, bonus, roll back | 00 | the package's loop and plain greedy decoding |
+# | the acceptance rule (exercise) | 00 | 500 random rounds |
+# | one round's inputs: slot 1, then mask slots (exercise) | 02 | the package's round inputs |
+# | the drafter: `fc`, the 2H layer, the mask row, `mask_hidden`, `d2t`; both drafting modes | 02 | the package's head, logits within 1e-4 |
+# | the training attention mask | 02 | the package's mask, both layouts |
+# | a training row planned by hand; the COD sampler (exercise) | 03 | `plan_row`, `cod_sample` |
+# | the training forward and loss, EAGLE-3's training-time test, the training loop | 03 | the trainer, step by step |
+# | the whole path: the hand-trained head drafting in the round | 03 | plain greedy and the package's loop, round by round |
+# | the tap layers of any target (exercise) | 04 | the package's rule |
+# | the pass shapes of both modes (exercise); the paired rule; a race | 05 | the drafting hook; `payoff` |
+# | the break-even acceptance (exercise) | 06 | `constant_rate_for` |
+# | AL and per-position rates from vLLM's counters (exercise) | 07 | our loop's counting, 500 random sets of rounds; vLLM's AL |
+# | speculative sampling | 08 | the target distribution, 20,000 draws |
 #
 # Next: the repository's `README.md` and `docs/`.
