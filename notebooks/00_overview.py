@@ -471,7 +471,7 @@ for k_try, rounds_try in tries.items():
 # | the list-request pair (`smollm2-135m-lists-matched-peagle`, `-eagle3`) | one head of each kind, trained alike on the target's answers to list requests | 1,000 steps each, committed | 05 |
 # | the small pair | the same recipe, small enough to train in view | 40 steps each, live | 05 |
 # | 03's head | a demonstration head, trained by the loop written by hand | 20 steps, live | 03 |
-# | 04's experiment heads (`exp-L1`, `exp-L2`, `exp-L4`, learning curves) | how far training goes: layers, steps | committed | 04 |
+# | 04's experiment heads: `exp-L1`, `exp-L2`, `exp-L4` (`exp-L1` is the shipped P-EAGLE head's first run) and the learning curves | how far training goes: layers, steps | committed | 04 |
 #
 # | prompt set | what | chapters |
 # |---|---|---|

@@ -198,8 +198,8 @@ for k in KS:  # the live check: which head accepts more, and is it the one the h
 # `smollm2-135m-scale.jsonl`. The EAGLE-3 curve is the shipped EAGLE-3 head's first two legs; the P-EAGLE curve is an
 # earlier run, not the shipped P-EAGLE head.
 # * **Deeper heads** (right): P-EAGLE heads with 1, 2 and 4 layers (`exp-L1`, `exp-L2`, `exp-L4`), each trained from
-# scratch on the same 6,000 sequences for about 2400 s. `exp-L1` (`peagle-L1` in the code, 03's
-# `smollm2-135m-peagle-fresh`) is the shipped P-EAGLE head's first run.
+# scratch on the same 6,000 sequences for about 2400 s. `exp-L1` is the shipped P-EAGLE head's first run (03 lists it
+# under its folder's name, `smollm2-135m-peagle-fresh`).
 
 # %% tags=["nbval-ignore-output"]
 paths = [RECIPE_DIR / str(HOST) / name for name in ("curve.json", "deeper/curve.json")]
@@ -232,12 +232,12 @@ for n in (1, 2, 4):  # each deeper head's training record: its wall time, tokens
               f"records {rec['data']['records']}")
 # the same heads at the end of their runs, on section 1's comparison prompts at K=7; exp-L1's run is the shipped
 # P-EAGLE head's first (its "-fresh" entry), which the head's last run continued
-ends = {name: row["acceptance_length"]["7"] for name, row in last_row.items()}
+ends = {name.replace("peagle-L", "exp-L"): row["acceptance_length"]["7"] for name, row in last_row.items()}
 fresh = next((h for h in records_["parallel"].get("history", []) if h["head"].endswith("-fresh")), None)
-if fresh and "peagle-L1" in ends and P:
+if fresh and "exp-L1" in ends and P:
     print(f"\nexp-L1's run ({fresh['head']}) ended at {fresh['tokens_seen']:,} tokens, after its last snapshot; "
-          f"on section 1's comparison prompts at K=7 it scores {ends['peagle-L1']:.3f} ("
-          + ", ".join(f"exp-L{n} {ends[f'peagle-L{n}']:.3f}" for n in (2, 4) if f"peagle-L{n}" in ends)
+          f"on section 1's comparison prompts at K=7 it scores {ends['exp-L1']:.3f} ("
+          + ", ".join(f"exp-L{n} {ends[f'exp-L{n}']:.3f}" for n in (2, 4) if f"exp-L{n}" in ends)
           + f" at their runs' end), and {P['acceptance_length']['7']:.3f} once continued on fresh records (the "
           f"shipped P-EAGLE head)")
 
