@@ -192,7 +192,7 @@ for key, value in [("target_params", n_params), ("greedy_tokens_per_s", round(to
     record(key, value, notebook="00_overview")
 
 # %% [markdown]
-# **Reading it.** In float32 on this CPU, verifying K=5 drafts costs 1.76 one-token steps, against 1.17 on the H200:
+# **Reading it.** In float32 on this CPU, verifying K=5 drafts costs 1.79 one-token steps, against 1.17 on the H200:
 # here a round must commit almost two tokens just to pay for its verification. bfloat16 makes that wide forward cheaper
 # (05).
 #
@@ -317,8 +317,8 @@ print("hand-written vs plain greedy:", "identical" if div is None else div.messa
 # %% [markdown]
 # **Reading it.** The hand-written round, the package's loop and plain greedy decoding give identical tokens; the first
 # round feeds the drafter 42 slots, one per prompt position. But a round commits only 1.47 tokens while its
-# verification costs 1.76 steps, so speculation is slower on this prompt: 3.85 s against 3.11 s (0.81x; 08 times this
-# prompt in bfloat16, 06 times HumanEval prompts).
+# verification costs 1.79 steps, so speculation is slower on this prompt: 4.32 s against 3.23 s (0.75x, one run each;
+# 08 times this prompt in bfloat16, 06 times HumanEval prompts).
 #
 # ### Acceptance length, draft by draft
 #
@@ -488,18 +488,17 @@ for k_try, rounds_try in tries.items():
 #
 # | notebook | question it answers | minutes |
 # |---|---|---|
-# | `00_overview` | What is speculative decoding, what does P-EAGLE change, what does lossless mean? | 0.9 |
+# | `00_overview` | What is speculative decoding, what does P-EAGLE change, what does lossless mean? | 0.8 |
 # | `01_hidden_states` | What the drafter reads: the three tapped layers, their disk cost, extraction | 0.5 |
-# | `02_mask_tokens` | How one pass drafts K tokens: mask token, `mask_hidden`, the drafter from scratch, the attention layout | 1.3 |
+# | `02_mask_tokens` | How one pass drafts K tokens: mask token, `mask_hidden`, the drafter from scratch, the attention layout | 1.1 |
 # | `03_train_head` | Training a P-EAGLE head: self-distilled data, the draft vocabulary (`d2t`/`t2d`), COD sampling, the loop by hand, the whole path in our own code | 3.0 |
 # | `04_scale_and_acceptance` | How far training goes: the shipped heads, the learning curve, your own model on a second architecture | 2.0 |
-# | `05_parallel_vs_sequential` | Parallel vs sequential drafting: the cost of a round each way; the payoff where acceptance is high (a pair trained alike on list requests, committed, raced live here, and a small pair trained and raced here, each head at its own K) | 5.1 |
-# | `06_what_it_takes` | The shipped heads on open prompts against plain decoding; losslessness in bf16; the paper's acceptance priced here (the oracle); the break-even picture | 1.2 |
-# | `07_vllm_deploy` | Export to vLLM's eagle3 format, serve with `parallel_drafting`; load and tensor parallelism | 3.7 |
-# | `08_explorer` | Drafts accepted token by token; speculative sampling; how the course measures | 0.7 |
+# | `05_parallel_vs_sequential` | Parallel vs sequential drafting: the cost of a round each way; the payoff where acceptance is high (a pair trained alike on list requests, committed, raced live here, and a small pair trained and raced here, each head at its own K) | 5.3 |
+# | `06_what_it_takes` | The shipped heads on open prompts against plain decoding; losslessness in bf16; the paper's acceptance priced here (the oracle); the break-even picture | 1.4 |
+# | `07_vllm_deploy` | Export to vLLM's eagle3 format, serve with `parallel_drafting`; load and tensor parallelism | 4.5 |
+# | `08_explorer` | Drafts accepted token by token; speculative sampling; how the course measures | 0.8 |
 #
-# Minutes: per chapter, rounded, from runs on this host: 01, 02, 06 and 07 from one `make lab`; 00, 03, 04, 05 and 08
-# from later runs of each; 18 min 20.1 s in all.
+# Minutes: per chapter, rounded, from one `make lab` on this host: 19 min 13.4 s of notebooks in all.
 # `cpu-epyc-avx512bf16-2c` (2-core AMD EPYC with bf16 units, no GPU) is the host of every live output. 00-04 and 07
 # load the target in float32, 05, 06 and 08 in bfloat16 (what `auto` picks on a CPU with bf16 units). `make setup`
 # installs everything, vLLM included; no chapter needs a GPU or downloads a model.
@@ -525,8 +524,8 @@ for k_try, rounds_try in tries.items():
 # - A round is five steps (draft, verify, accept, bonus, roll back); the hand-written round matches the package's loop
 #   (AL 1.47 both).
 # - Every speculative output in this chapter is identical to plain greedy decoding (float32, CPU).
-# - Verifying K=5 drafts costs 1.76 one-token steps here, more than the 1.47 tokens a round commits on the prime-check
-#   prompt, so speculation ran at 0.81x.
+# - Verifying K=5 drafts costs 1.79 one-token steps here, more than the 1.47 tokens a round commits on the prime-check
+#   prompt, so speculation ran at 0.75x.
 # - AL = 1 + p1 + p1·p2 + …: draft 1 supplied 80% of the extra tokens, and K=10 gave the same AL as K=5 (1.47): a
 #   larger K cannot rescue weak early drafts.
 #

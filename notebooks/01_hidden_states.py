@@ -149,8 +149,8 @@ fig.tight_layout();
 
 # %% [markdown]
 # **Reading it.** The three taps point in different directions: cosine 0.76 between taps 2 and 15, only 0.34
-# between 2 and 27. Neighbouring layers are mostly near-parallel within blocks (right plot), with breaks after the
-# embeddings (0 to 1), with layer 1 apart from layers 2 to 24, between 24 and 25, and between 29 and the output.
+# between 2 and 27. Neighbouring layers are mostly near-parallel within blocks (right plot), with breaks from 0 to 1
+# (layer 1 also apart from layers 2 to 24), from 24 to 25 and from 29 to the output.
 #
 # ## Logit lens: what each tap already predicts
 #
@@ -219,10 +219,10 @@ print(f"740 GB at the same {per_token:,.0f} B/token is {740e9 / per_token / 1e6:
 
 # %% [markdown]
 # **Reading it.** Stored taps are huge: a ShareGPT-sized set takes 353.3 GB for the 135M target and 2.5 TB for
-# Llama-3.1-8B, so real recipes train online or store small sets. A single stored state (EAGLE-1/2, the earlier EAGLE
-# drafters, which read one hidden state from the target's last layer) gives 836.4 GB; the EAGLE authors report 740 GB (a
-# quoted figure, not printed here), which, if it was Llama-3.1-8B's states (H = 4096) at the same bytes per token, would
-# mean 1,327 tokens per sequence, not 1,500.
+# Llama-3.1-8B, so real recipes train online or store small sets. A single stored state (EAGLE-1/2, the earlier
+# EAGLE drafters, which read one hidden state from the target's last layer) gives 836.4 GB; the EAGLE authors'
+# quoted 740 GB, if it was Llama-3.1-8B's states at the same bytes per token, means 1,327 tokens per sequence,
+# not 1,500.
 #
 # ## Extracting features for training
 #

@@ -542,8 +542,8 @@ for r in rows:
 # %% [markdown]
 # **Reading it.** Learning `mask_hidden` buys nothing measurable over a frozen random stand-in (AL 1.211 against
 # 1.209). Learned and random lead zeros and the h_context copy by 0.020 to 0.029, beyond their seed spreads but within
-# 0.052, so none is firmly ahead. The caveat: slot 1 (accepted at 0.20) sets the AL and never sees a mask slot, while
-# slots 2 and 3 are reached in only about 168 and 9 of 845 rounds per run, so the study says little about slots 2..K.
+# 0.052, so none is firmly ahead. Slot 1 sets the AL and never sees a mask slot, while slot 3 is reached in only about
+# 9 of 845 rounds per run, so the study says little about slots 2..K.
 
 # %% tags=["nbval-ignore-output"]
 from peagle_lab.workbook import report

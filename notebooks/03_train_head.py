@@ -287,11 +287,10 @@ print("verdict: " + (f"bf16 taps change AL by {gap:+.3f}, beyond the seeds' nois
                      else "bf16 taps cost no acceptance the seeds can measure"))
 
 # %% [markdown]
-# **Reading it.** Storing features pays: bf16 shards read back 2,314x faster than the target forward they replace, on
+# **Reading it.** Storing features pays: bf16 shards read back 2,347x faster than the target forward they replace, on
 # half of float32's disk, with a largest error of 2.4e-03 of the largest tap. float32 shards read back faster still
-# (1,987,690 against 731,904 tokens/s, with no conversion) and exactly, but take twice the disk. The storage study
-# finds that bf16 taps cost no acceptance the seeds can measure: AL 1.210 against 1.211 with float32 taps, within the
-# seed spread. At half the disk, bf16 is the default.
+# and exactly, but take twice the disk. The storage study finds that bf16 taps cost no acceptance the seeds can
+# measure: AL 1.210 against 1.211 with float32 taps, within the seed spread. At half the disk, bf16 is the default.
 #
 # ## 4 · Training
 #
@@ -796,16 +795,16 @@ report.record("nb03_own_path_al", round(sum(committed) / len(committed), 4));
 
 # %% [markdown]
 # **Reading it.** The path built from this course's own code is lossless: on 2 held-out prompts x 48 tokens its output
-# equals plain greedy decoding, and every round accepts what the package's loop accepts with the same head (both
-# `True`). The 20-step head commits 1.13 tokens a round over 84 rounds at K=4: 11 rounds accepted one draft, none two.
-# That cannot pay: verification costs more than a decode step (00 measured 1.76 steps for K=5's six tokens). A head must
-# accept far more; 05 trains a pair on text where it can, and races it.
+# equals plain greedy decoding, and every round accepts what the package's loop accepts with the same head. The
+# 20-step head commits 1.13 tokens a round over 84 rounds at K=4: 11 rounds accepted one draft, none two. That cannot
+# pay: verification costs more than a decode step (00 measured 1.79 steps for K=5's six tokens). A head must accept
+# far more; 05 trains a pair on text where it can, and races it.
 #
 # ## What we saw
 #
 # - A head trained on the target's own answers beats one trained on human answers: AL 1.380 against 1.245.
 # - 4,096 draft ids cover 99.61% of response tokens (in-sample); an `lm_head` of the wrong size is refused.
-# - bf16 feature shards read back 2,314x faster than a target forward, on half the disk, at no measurable AL cost.
+# - bf16 feature shards read back 2,347x faster than a target forward, on half the disk, at no measurable AL cost.
 # - One packed row trains all 8 depths, and every piece written by hand matches the package.
 # - Resume reproduces the uninterrupted run exactly.
 # - The whole path in our own code (the head trained by hand, `ScratchDrafter`, 00's round) decodes losslessly and

@@ -175,13 +175,13 @@ for k in KS:  # the live check: which head accepts more, and is it the one the h
     print(f"this run, K={k}: P-EAGLE {p:.2f}, EAGLE-3 {s:.2f}, gap {s - p:+.2f}: {leader(s - p)}{tail}")
 
 # %% [markdown]
-# **Reading it.** On the 8 committed held-out prompts, EAGLE-3 accepts more at K=7: 2.532 tokens a round against
-# P-EAGLE's 1.895. P-EAGLE leads at slot 1 (0.62 against 0.50), but its rates fall to 0.34 and 0.24 at slots 2 and 3, so
-# few of its rounds get deep (about 13 of 270 reach slot 4, none slot 6): its AL is the same 1.895 at K=3 and K=7. Live,
-# every output matched plain greedy. The live panel (2 prompts, float32, 48 tokens, its own y-scale) is a check, not a
-# ranking: two prompts rank nothing (its gaps, EAGLE-3 ahead at every K, sit on about 70 rounds), so don't compare its
-# heights with the committed panel's. Its K=1 line even runs against the committed slot-1 rates, which predict P-EAGLE
-# ahead (gap -0.10) where the live run has EAGLE-3 ahead (+0.09); at K=3 and 7 the orders agree.
+# **Reading it.** On the 8 committed held-out prompts EAGLE-3 accepts more at K=7: 2.532 tokens a round against
+# P-EAGLE's 1.895. P-EAGLE leads at slot 1 (0.62 against 0.50), but its rates fall to 0.34 and 0.24 at slots 2 and 3,
+# so about 13 of its 270 rounds reach slot 4 and none slot 6: its AL is 1.895 at both K=3 and K=7. Live, every output
+# matched plain greedy. The live panel (2 prompts, float32, 48 tokens, its own y-scale) is a check, not a ranking:
+# EAGLE-3 leads at every K there, on about 70 rounds, so don't compare its heights with the committed panel's. At K=1
+# it even reverses the order the committed slot-1 rates predict (P-EAGLE ahead by 0.10, live EAGLE-3 by 0.09); at K=3
+# and 7 the orders agree.
 #
 # This reverses the paper's order (the vLLM blog reports, for GPT-OSS-20B on HumanEval at K=7, P-EAGLE 3.94 and
 # EAGLE-3 3.03). But the shipped heads differ in budget (EAGLE-3 had 1.23x the wall time) and in data, so they
@@ -274,19 +274,18 @@ print(f"\nthe blog's AL {PAPER_AL} at K={PAPER_K} (HumanEval) needs every slot a
 
 # %% [markdown]
 # **Reading it.** Every head's accuracy collapses after depth 0: the shipped P-EAGLE head scores 0.453 at depth 0 and
-# 0.175 at depth 1. These are training-time accuracies (each depth scored on its own, as in training, whether or not the
-# earlier depths were right: EAGLE-3's depths read the data's earlier tokens, P-EAGLE's mask depths none), not section
-# 1's rates p_j, so they do not compare directly with the 0.78 per slot that the blog's 3.94 needs; section 1's
-# like-for-like rates (0.62, 0.34, 0.24 for slots 1 to 3) fall below it, slot 1 by 0.16 and slots 2 and 3 by about half
-# or more.
+# 0.175 at depth 1. These are training-time accuracies (each depth scored on its own, whether or not the earlier depths
+# were right: EAGLE-3's depths read the data's earlier tokens, P-EAGLE's mask depths none), not section 1's rates p_j,
+# so they do not compare directly with the 0.78 per slot that the blog's 3.94 needs; section 1's like-for-like rates
+# (0.62, 0.34, 0.24 for slots 1 to 3) fall below it, slot 1 by 0.16 and slots 2 and 3 by more than half.
 #
-# The learning curves peak at 1.437 (P-EAGLE) and 1.455 (EAGLE-3) and end at 1.391 and 1.447, all below `exp-L1`'s 1.512
-# at its last snapshot; they trained on the smaller file with other settings, and no run here isolates which difference
-# costs the AL. Both curves dip at the first snapshot of their `-cont` leg (in the figure), then climb past the first
-# leg's end; the continuation restarts the optimizer and warm-up (`--init-from` keeps the weights only), a likely cause
-# that no run here tests. (`eagle3` and `eagle3-cont` are the runs 03 lists as `smollm2-135m-eagle3-scale` and the first
-# `smollm2-135m-eagle3`.) In the same 2400 s more layers did not help, at the last snapshots (1.512, 1.386, 1.292) or on
-# section 1's prompts at the runs' end (1.737, 1.649, 1.477), though the deeper heads saw fewer tokens.
+# The learning curves peak at 1.437 (P-EAGLE) and 1.455 (EAGLE-3), below `exp-L1`'s 1.512 at its last snapshot; they
+# trained on the smaller file with other settings, and no run here isolates which difference costs the AL. Both curves
+# dip at the first snapshot of their `-cont` leg, then climb past the first leg's end; the continuation restarts the
+# optimizer and warm-up (`--init-from` keeps the weights only), a likely cause that no run here tests. (`eagle3` and
+# `eagle3-cont` are the runs 03 lists as `smollm2-135m-eagle3-scale` and the first `smollm2-135m-eagle3`.) In the same
+# 2400 s more layers did not help, at the last snapshots (1.512, 1.386, 1.292) or on section 1's prompts at the runs'
+# end (1.737, 1.649, 1.477), though the deeper heads saw fewer tokens.
 #
 # ## 3 · Your own model and its chat template (question 1)
 #

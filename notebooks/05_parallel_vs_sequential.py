@@ -139,12 +139,12 @@ print("verifying more tokens measured cheaper after: "
 bench.plot_drafting_cost(dc);
 
 # %% [markdown]
-# **Reading it.** Sequential drafting grows with K, from 4.17 ms at K=1 to 35.2 ms at K=10, while one parallel pass
-# stays between 4.27 and 5.32 ms, 6.95 times cheaper at K=10. But verifying K+1 tokens costs 72.1 to 86 ms (1.1 to
-# 1.31 decode steps), so on this CPU verification is most of a round and the drafting saving pays only where many
-# drafts are accepted. At K=1, where both make one pass, the two are close (4.27 and 4.17 ms), with IQR bars that
-# overlap. The line under the table lists where verifying more tokens measured cheaper: by 5 ms at most (86 against
-# 81 ms from K=5 to 6), timing noise.
+# **Reading it.** One parallel pass stays between 4.34 and 5.53 ms for every K, while sequential drafting grows
+# with K, from 3.97 ms at K=1 to 37.2 ms at K=10, 6.96 times the parallel cost. But verifying K+1 tokens costs 73.1 to
+# 89 ms (1.06 to 1.29 decode steps), so on this CPU verification is most of a round and the drafting saving pays only
+# where many drafts are accepted. At K=1, one pass each, the two are close (4.6 and 3.97 ms, IQR bars overlapping).
+# Where verifying more tokens measured cheaper (the line under the table), the gap is at most 83 against 78 ms: timing
+# noise.
 #
 # ### Exercise: write the pass shapes, then predict the drafting cost
 #
@@ -222,10 +222,10 @@ for ex_k in EX_KS:
 print("ratio as a fraction of K:", ", ".join(f"K={k}: {r / k:.2f}" for k, r in ex.items()))
 
 # %% [markdown]
-# **Reading it.** From K=2 to K=10 the parallel round goes from 4.60 to 5.48 ms and the sequential one from 7.99 to
-# 38.35 ms, so their ratio rises from 1.74 to 7.00: 0.87 of K at K=2 and 0.70 at K=10, below K and falling as the
-# parallel pass widens. These are a separate timing, so their absolute times differ from the drafting-cost table's;
-# the trend is the same.
+# **Reading it.** From K=2 to K=10 the sequential/parallel ratio rises from 1.77 to 6.53, below K and falling as a
+# fraction of it (0.88, then 0.65) as the parallel pass widens: the parallel round goes from 4.04 to 5.26 ms, the
+# sequential one from 7.13 to 34.33 ms. This is a separate timing, so its milliseconds differ from the table's; the
+# trend is the same.
 #
 # ## The payoff: a pair trained alike, where acceptance is high
 #
@@ -337,16 +337,15 @@ if wide:
           + order(gaps, "P-EAGLE", "EAGLE-3"))
 
 # %% [markdown]
-# **Reading it.** P-EAGLE accepts less (AL 4.49 against 5.15) but wins on the round, 1.98 decode steps against 2.47: its
-# drafting takes 15.1 ms in one pass against 42.4 ms in seven, while verification is alike (102.9 and 104.4 ms). (This
-# committed run is float32, with these heads and 96-token answers, so its milliseconds are larger than those of the live
-# bf16 table above, 5.15 and 26.8 ms at K=7: compare within one table, not across.) Where P-EAGLE loses acceptance is
-# slot 2: it keeps 414 of 597 rounds that reach it (0.69), EAGLE-3 434 of 478 (0.91), though at slot 1 it leads (599 of
-# 700, 0.86, against 482 of 612, 0.79); from slot 3 on the two keep similar shares. The wider sweep keeps the order:
-# P-EAGLE still gains up to K=11 (2.19x), EAGLE-3 peaks at K=7 (1.94x) though its AL rises to 5.99, and each at its best
-# K P-EAGLE is shown faster (36 of 48, p = 0.00072). Of the 11 requests where P-EAGLE loses to plain decoding, 10 have
-# answers of 5 to 14 tokens: short answers leave few rounds to gain in, so they tip either way. Slot 2 is reached in 597
-# rounds though slot 1 was accepted in 599: near the token budget a round drafts only as many tokens as fit.
+# **Reading it.** P-EAGLE accepts less (AL 4.49 against 5.15) but wins on the round, 1.98 decode steps against 2.47: it
+# drafts in 15.1 ms in one pass against 42.4 ms in seven, while verification is alike (102.9 and 104.4 ms). (This
+# committed run is float32 with 96-token answers: compare its milliseconds within this table, not with the live table.)
+# P-EAGLE loses acceptance at slot 2: it keeps 414 of 597 rounds that reach it, EAGLE-3 434 of 478, though at slot 1 it
+# leads (599 of 700 against 482 of 612). The wider sweep keeps the order: P-EAGLE still gains up to K=11 (2.19x),
+# EAGLE-3 peaks at K=7 (1.94x) though its AL rises to 5.99, and each at its best K P-EAGLE is shown faster (36 of 48,
+# p = 0.00072). Of the 11 requests where P-EAGLE loses to plain decoding, 10 have answers of 5 to 14 tokens: few rounds
+# to gain in. Slot 2 is reached in 597 rounds though slot 1 was accepted in 599: near the token budget a round drafts
+# only as many tokens as fit.
 
 # %% [markdown]
 # ### The same pair, live here
@@ -422,13 +421,12 @@ else:
     print(f"the committed pair does not fit this target ({misfit['parallel'][0]}): scripts/list_heads.sh trains one")
 
 # %% [markdown]
-# **Reading it.** Live in bf16, the drafting saving shows on every request: P-EAGLE drafts in 7.3 ms a round in one
-# pass, EAGLE-3 in 33.6 ms in seven (P-EAGLE's drafting faster on 12 of 12, p = 0.00049). Both heads are shown faster
-# than plain decoding (P-EAGLE on 11 of 12 requests, up to 4.30x; EAGLE-3 on 10 of 12, up to 3.69x), at AL 3.96
-# against 4.32. But P-EAGLE is faster than EAGLE-3 on only 8 of 12 requests (p = 0.39): not shown. Per request,
-# acceptance moves more than drafting saves (the request from 87 to 115: AL 3.64 against 5.71), and 12 answers of at
-# most 40 tokens (four end within 14) are too few for the paired rule; the committed run's 48 requests x 96 tokens
-# show the order (37 of 48).
+# **Reading it.** Live in bf16, P-EAGLE's drafting is cheaper on every request (6.2 against 25.0 ms a round, median;
+# 12 of 12, p = 0.00049), but end to end it beats EAGLE-3 on only 8 of 12 requests (p = 0.39): not shown. Both heads
+# are shown faster than plain decoding (P-EAGLE on 12 of 12, up to 4.05x; EAGLE-3 on 11 of 12, up to 3.72x), at AL
+# 3.96 against 4.32. Per request, acceptance moves more than drafting saves (16 stones: AL 4.44 against 8.00, 2.96x
+# against 3.72x), and 12 answers of at most 40 tokens (four end within 14) are too few for the paired rule; the
+# committed run's 48 requests x 96 tokens show the order (37 of 48).
 #
 # ### The recipe in view: a small pair trained here
 #
@@ -470,13 +468,12 @@ else:
           "scripts/list_heads.sh")
 
 # %% [markdown]
-# **Reading it.** Both heads trained 40 steps on the same 33,894 tokens, in 46 s each. After so little training they
-# differ most at depth 0: P-EAGLE's is right 0.67 of the time, EAGLE-3's 0.47. At the deeper depths neither leads
-# throughout (P-EAGLE 0.21 to 0.25; EAGLE-3 0.14 to 0.30: ahead at depths 1 and 4 to 6, tied at 2, behind at 3 and 7).
-# Depth 0 is the same computation in both modes, but the deeper depths share its weights and train differently, and this
-# run does not isolate why the two depth 0s end apart. So a race between these two heads mixes acceptance with drafting
-# cost. The committed pair above, trained 1,000 steps, is the clean case: there EAGLE-3 accepts more and P-EAGLE still
-# wins on drafting cost.
+# **Reading it.** After 40 steps on the same 33,894 tokens (47 and 39 s), the heads differ most at depth 0: P-EAGLE's
+# is right 0.67 of the time, EAGLE-3's 0.47. At the deeper depths neither leads throughout (EAGLE-3 ahead at depths 1
+# and 4 to 6, tied at 2, behind at 3 and 7). Depth 0 is the same computation in both modes, but the deeper depths share
+# its weights and train differently, and this run does not isolate why the two depth 0s end apart. So a race between
+# these two heads mixes acceptance with drafting cost. The committed pair above, trained 1,000 steps, is the clean
+# case: there EAGLE-3 accepts more and P-EAGLE still wins on drafting cost.
 #
 # ### Each head at its own K
 #
@@ -520,14 +517,14 @@ else:
     print("no small pair for this target (above): no live run")
 
 # %% [markdown]
-# **Reading it.** Picked on 4 other requests, both heads race at K=3 in this run. P-EAGLE's tuning times were 8.90, 6.97
-# and 7.79 s at K = 1, 3 and 7 (AL 1.40, 1.76, 1.76): its extra drafts ride in one pass. EAGLE-3's were 9.38, 9.33 and
-# 11.25 s (AL 1.23 to 1.25): K=3 beat K=1 by 0.05 s, within timing noise, and K=7 cost it 1.9 s more, each extra draft
-# being a pass that is rarely accepted. At the same K the race is the chapter's comparison: P-EAGLE is shown faster than
-# EAGLE-3 (11 of 12 requests, p = 0.0063) and than plain decoding (11 of 12, up to 1.72x); EAGLE-3 is not shown faster
-# than plain (5 of 12). Drafting costs 4.4 ms a round in one pass against 9.5 ms in three (12 of 12). Part of the lead
-# is acceptance: AL 1.67 against 1.24, and 1.40 against 1.23 at K=1 on the tuning requests, where the two modes draft
-# alike from depth 0 alone. All 24 speculative outputs are identical to plain greedy.
+# **Reading it.** Each at its picked K, P-EAGLE is shown faster than EAGLE-3 (10 of 12 requests, p = 0.039) and than
+# plain decoding (11 of 12, up to 1.53x); EAGLE-3 is not shown faster than plain (7 of 12). The tuning on 4 other
+# requests picked K=7 for P-EAGLE, whose time fell with K (8.73 to 7.41 s) as its extra drafts ride in one pass, and
+# K=1 for EAGLE-3, whose time rose with K (9.99 to 13.38 s) at AL 1.23 to 1.25: each extra draft is a pass rarely
+# accepted. Per round EAGLE-3's single draft is cheaper (5.4 against 6.6 ms, on 12 of 12), so the lead is acceptance,
+# AL 1.67 against 1.23, from two sources: a better-trained depth 0 (1.40 against 1.23 at K=1 on the tuning requests,
+# where the two modes draft alike), and six more drafts that P-EAGLE's one pass makes nearly free (1.76 at K=7 on the
+# tuning requests). All 24 speculative outputs are identical to plain greedy.
 
 # %% tags=["nbval-ignore-output"]
 # Bookkeeping: the drafting-cost table (results/bench/nb05/) and the chapter's key figures for the workbook's
@@ -545,18 +542,18 @@ if small:
 # %% [markdown]
 # ## What we saw
 #
-# - Speed is AL / round, the round in decode steps. From K=1 to K=10 one parallel pass stays between 4.27 and
-#   5.32 ms; K sequential passes grow from 4.17 to 35.2 ms, while verification costs 1.1 to 1.31 decode steps.
+# - Speed is AL / round, the round in decode steps. From K=1 to K=10 one parallel pass stays between 4.34 and
+#   5.53 ms; K sequential passes grow from 3.97 to 37.2 ms, while verification costs 1.06 to 1.29 decode steps.
 # - Trained alike for 1,000 steps on list requests (committed, float32, 48 held-out requests), P-EAGLE is shown faster
 #   than EAGLE-3 while accepting less: 2.10x against 1.92x at K=7 (37 of 48, p = 0.00022). Each at its best K in the
 #   wider sweep, 2.19x against 1.94x (36 of 48).
-# - The same pair live in bf16 (12 requests x 40 tokens, K=7): the drafting saving shows on every request (7.3 against
-#   33.6 ms a round) and both heads are shown faster than plain decoding, but 12 short answers do not show P-EAGLE
-#   ahead end to end (8 of 12).
-# - A pair trained here for 40 steps each races live in bf16, each head at the K picked on 4 other requests (K=3 for
-#   both in this run): P-EAGLE is shown faster than EAGLE-3 (11 of 12 requests) and than plain decoding (11 of 12),
-#   EAGLE-3 not faster than plain; at this size P-EAGLE also trained a better depth 0 (AL 1.67 against 1.24), so this
-#   race mixes acceptance with drafting cost.
+# - The same pair live in bf16 (12 requests x 40 tokens, K=7): P-EAGLE's drafting is cheaper on every request (6.2
+#   against 25.0 ms a round) and both heads are shown faster than plain decoding, but 12 short answers do not show
+#   P-EAGLE ahead end to end (8 of 12).
+# - A pair trained here for 40 steps each races live in bf16, each head at the K picked on 4 other requests (K=7 for
+#   P-EAGLE, K=1 for EAGLE-3): P-EAGLE is shown faster than EAGLE-3 (10 of 12 requests) and than plain decoding (11 of
+#   12), EAGLE-3 not (7 of 12). The lead is acceptance (AL 1.67 against 1.23): a better-trained depth 0, and six more
+#   drafts that one pass makes nearly free.
 #
 # The same from a shell:
 #

@@ -170,10 +170,10 @@ plain_row = next(m for m in e2e["methods"] if m["family"] == "plain")
 print(f"plain loop: {plain_row['t_step_ms']:.1f} ms per decode step (the loop's timer)")
 
 # %% [markdown]
-# **Reading it.** Live, the heads make at most 1.08x (P-EAGLE, K=4) and 1.15x (EAGLE-3, K=1), with AL 1.30 to 1.42
-# at every K: deeper drafts add little acceptance, so parallel drafting has little to save. On the same draws the
-# oracle at K=7 makes 2.42x with one pass and 2.25x with seven; prompt lookup makes 1.71x. The plain loop takes
-# 51.1 ms a decode step here; absolute times move with the machine's load, so the course compares only ratios taken
+# **Reading it.** Live, the shipped heads make at most 1.14x (P-EAGLE, K=7) and 1.09x (EAGLE-3, K=1), with AL 1.30 to
+# 1.42 at every K: deeper drafts add little acceptance, so parallel drafting has little to save. On the same draws the
+# oracle at K=7 makes 2.40x with one pass and 1.98x with seven; prompt lookup makes 1.78x. The plain loop takes
+# 61.5 ms a decode step here; absolute times move with the machine's load, so the course compares only ratios taken
 # within one run.
 #
 # ## Lossless, in two regimes
@@ -271,7 +271,7 @@ print(f"  oracle K={o['k']}: AL {o['acceptance_length']:.2f} over {o['rounds']} 
 # %% [markdown]
 # **Reading it.** The counts show why a deeper K helps the shipped heads little: at K=7 P-EAGLE's slot 2 is accepted
 # in 2 of 17 rounds, slot 4 in 0 of 2, and slots 5 to 7 are never reached. Each head beats plain on 2 of 2 prompts,
-# too few to show it (p = 0.5), and neither head is shown faster than the other, here (P-EAGLE faster on 0 of 2) or
+# too few to show it (p = 0.5), and neither head is shown faster than the other, here (P-EAGLE faster on 1 of 2) or
 # in the committed run (15 of 24, p = 0.31). The oracle drew AL 4.00, above the 3.79 its rate expects in 40-token
 # answers: random draws over only 20 rounds.
 #
@@ -315,12 +315,12 @@ for label, res in runs:  # the oracle pair: each run's best one-pass K against K
               f"{pa['verify_ms']:.1f} and {pb['verify_ms']:.1f} ms ({pb['verify_ms'] - pa['verify_ms']:+.1f} ms noise)")
 
 # %% [markdown]
-# **Reading it.** Verification is over nine tenths of every P-EAGLE round (`verify_share` 0.914 to 0.926), whose
-# drafting stays between 4.12 and 4.5 ms at every K; EAGLE-3's draft share grows with K, and the K-pass oracle's
-# reaches 0.226 at K=7. At the paper's per-slot rate and K=7, one parallel pass makes 2.42x and seven sequential
-# passes 2.25x (+8%), on drafting of 5.39 against 17.20 ms a round, but two prompts cannot show that order (2 of 2,
-# p = 0.5). The committed float32 runs of `cpu-epyc-avx2-2c` show it: 1.59x against 1.46x on code (22 of 24,
-# p = 3.6e-05), 1.56x against 1.39x on chat (24 of 24, p = 1.2e-07).
+# **Reading it.** Verification is over nine tenths of every P-EAGLE round (`verify_share` 0.917 to 0.927), whose
+# drafting stays between 4.56 and 4.86 ms at every K; EAGLE-3's draft share grows with K, to 0.234 for the K-pass
+# oracle at K=7. At the paper's per-slot rate and K=7, one parallel pass makes 2.40x and seven sequential passes
+# 1.98x (drafting 6.45 against 24.73 ms a round), but two prompts cannot show that order (2 of 2, p = 0.5). The
+# committed float32 runs of `cpu-epyc-avx2-2c` show it: 1.59x against 1.46x on code (22 of 24 prompts), 1.56x
+# against 1.39x on chat (24 of 24).
 #
 # ## What it takes: the break-even picture
 #
@@ -372,8 +372,8 @@ print(f"\nthe blog's ALs on the GPU cost model (K=7): P-EAGLE 3.94 / {gpu_round[
       "best K)")
 
 # %% [markdown]
-# **Reading it.** At K=7 a round costs 1.29 and 1.26 decode steps in the bf16 runs against 1.98 and 1.95 in the fp32
-# ones, so the shipped P-EAGLE head clears the bf16 rounds (1.05x and 1.20x decode) but not the fp32 ones (0.73x and
+# **Reading it.** At K=7 a round costs 1.17 and 1.26 decode steps in the bf16 runs against 1.98 and 1.95 in the fp32
+# ones, so the shipped P-EAGLE head clears the bf16 rounds (1.16x and 1.20x decode) but not the fp32 ones (0.73x and
 # 0.63x). Given the blog's ALs at K=7 (3.94 and 3.03), the GPU cost model puts P-EAGLE 1.69x ahead of EAGLE-3: the
 # same direction as the blog's measured 1.55x, not a reproduction, since the blog set EAGLE-3 at its own best K. The
 # GPU P-EAGLE line falls on the committed bf16 CPU line (both rounds 1.26 steps).
@@ -466,10 +466,10 @@ for r in ledger.bench_rows(e2e, "06", f"this run's end to end ({'CI size' if CI 
 #   and 1.14x end to end, against 1.92x for prompt lookup and 2.25x for the oracle at the paper's acceptance.
 # - Speculation stays lossless in bf16: every live output is identical to plain greedy or leaves it at a near-tie
 #   (margin 0.000 or 0.125); an off-by-one acceptance rule leaves it at a margin of 5.25 against a bound of 1 and fails.
-# - Verification is over nine tenths of a P-EAGLE round (`verify_share` 0.914 to 0.926).
+# - Verification is over nine tenths of a P-EAGLE round (`verify_share` 0.917 to 0.927).
 # - At the paper's acceptance one parallel pass beats seven sequential ones in the committed float32 runs: 1.59x
 #   against 1.46x on code (22 of 24 prompts), 1.56x against 1.39x on chat (24 of 24).
-# - This run's K=7 round costs 1.29 decode steps, so 2x decode needs AL 2.58, a per-slot rate of 0.622: the shipped
+# - This run's K=7 round costs 1.17 decode steps, so 2x decode needs AL 2.34, a per-slot rate of 0.578: the shipped
 #   head's slot 1 reaches 0.316, the paper's head 0.781.
 #
 # Next, `07_vllm_deploy`: the P-EAGLE head exported to vLLM and served with `"parallel_drafting": true`, checked

@@ -341,8 +341,8 @@ print(f"one batched plain step {plain_step_ms:.0f} ms; one batched speculative r
       "the round cost)")
 
 # %% [markdown]
-# **Reading it.** On 2 CPU cores the head makes vLLM about half as fast: 31.66 against 60.66 tokens/s, 0.52x. A
-# batched round costs 2.82 plain steps but yields only 1.45 tokens per prompt, and 1.45 / 2.82 gives the same 0.52x.
+# **Reading it.** On 2 CPU cores the head makes vLLM slower: 27.25 against 44.11 tokens/s, 0.62x. A batched round
+# costs 2.38 plain steps but yields only 1.45 tokens per prompt, and 1.45 / 2.38 gives nearly the same, 0.61x.
 #
 # ## 7 · Under load, and with tensor parallelism (question 8)
 #
@@ -566,7 +566,7 @@ for what, prompt_set, n, k, rounds, al in runs:
 # - With the head, vLLM's greedy tokens were unchanged on 4 of 4 prompts.
 # - vLLM's acceptance length equalled our loop's: 1.454 at K=8.
 # - The OpenAI-compatible server ran on 127.0.0.1 and exported the speculative counters on `/metrics`.
-# - Live on 2 CPU cores: 0.52x, because a round costs 2.82 plain steps and yields 1.45 tokens.
+# - Live on 2 CPU cores: 0.62x, because a round costs 2.38 plain steps and yields 1.45 tokens.
 # - Under load (committed sweep): 1.00x at 1 concurrent request, 0.43x at 4, 0.28x at 16.
 # - Over 2 CPU processes, verification ran 0.55x as fast and the drafter's share of a round fell.
 # - K=2, 7 and 8 on one prompt: 44-45 rounds, AL 1.40-1.43; beyond K=3 a larger K adds drafted tokens, not accepted

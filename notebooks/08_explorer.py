@@ -114,7 +114,7 @@ print("the first token comes from the target:", run.sources[0] == viz.TARGET)
 print("lossless (identical, or in a near-tie regime a near-tie divergence; see the regime above):", run.lossless)
 
 # %% [markdown]
-# **Reading it.** P-EAGLE at K=4 commits 1.40 tokens per round (of a possible 5) and runs at 1.11x plain decoding's
+# **Reading it.** P-EAGLE at K=4 commits 1.40 tokens per round (of a possible 5) and runs at 1.20x plain decoding's
 # speed in this run. Its text leaves plain greedy's at token 12, where greedy's top two logits tie exactly (margin 0):
 # lossless by the near-tie rule (appendix).
 #
@@ -304,7 +304,7 @@ assert same == N_SAME
 #   code).
 #
 # Verdicts: the paired rule (appendix); the 5-prompt float32 run (an older run, made with an earlier version of the
-# shipped P-EAGLE head, 8,192 draft ids) is too small for it (it needs 6 or more prompts).
+# shipped P-EAGLE head) is too small for it (it needs 6 or more prompts).
 
 # %% tags=["nbval-ignore-output"]
 from peagle_lab import bench
@@ -376,12 +376,11 @@ print("verdict, at the paper's acceptance (one parallel pass against K sequentia
     or "not run")
 
 # %% [markdown]
-# **Reading it.** With bf16 units, where the committed run measured verifying 8 tokens at about one decode step
-# (`verify_k7` 1.07; live timings on this host move, 05's table measured 1.18), both heads
-# are shown faster than plain decoding on both suites (1.14x to 1.31x); in float32 (`verify_k7` 1.88, 2.06) none is,
-# and four of six are shown slower. Neither head is shown faster than the other in any run, but at the blog's
-# acceptance (`cpu-epyc-avx2-2c`, float32) one parallel pass is shown faster than K sequential ones on both suites
-# (1.59x against 1.46x, 1.56x against 1.39x).
+# **Reading it.** With bf16 units both heads are shown faster than plain decoding on both suites (1.14x to 1.31x):
+# the committed run measured verifying 8 tokens at about one decode step (`verify_k7` 1.07; 05's live table measured
+# 1.21). In float32, where verifying costs about two decode steps, none is, and four of six are shown slower. Neither
+# head is shown faster than the other in any run, but at the blog's acceptance (`cpu-epyc-avx2-2c`, float32) one
+# parallel pass is shown faster than K sequential ones on both suites (1.59x against 1.46x, 1.56x against 1.39x).
 
 # %% [markdown]
 # ## Appendix: how the course measures
@@ -463,7 +462,7 @@ print(f"06's {len(bench06)} committed benchmark rows: {min(bench06):.2f} to {max
 # **Reading it.** An AL belongs to its settings: P-EAGLE's rows run from 1.00 (04, no chat template) to 1.90 (04's
 # held-out comparison), EAGLE-3's from 1.34 to 2.53. Even on one prompt set, host and dtype (indented lines) they move
 # with K, new tokens and prompt count: 1.29 to 1.45 and 1.37 to 1.54. One row among P-EAGLE's comes from an earlier
-# version of its head: 06's committed float32 run of 5 prompts x 64 tokens (AL 1.306), made with 8,192 draft ids.
+# version of its head: 06's committed float32 run of 5 prompts x 64 tokens (AL 1.306).
 
 # %%
 # Bookkeeping: this chapter's figures for the workbook's summary (SUMMARY.md) and 08's acceptance ledger.
@@ -474,7 +473,7 @@ for r in ours:  # the fixed run and the exercise's prompts: the rows the ledger 
 # %% [markdown]
 # ## What we saw
 #
-# - **Fixed run**: P-EAGLE at K=4 commits 1.40 tokens per round (of 5) and runs at 1.11x plain decoding; its output
+# - **Fixed run**: P-EAGLE at K=4 commits 1.40 tokens per round (of 5) and runs at 1.20x plain decoding; its output
 #   leaves greedy's only at an exact tie, and in float32 not at all.
 # - **bf16 divergences**: 51 of 216 committed bf16 outputs leave plain greedy, all at near-ties (largest margin 0.250,
 #   in prompt lookup's row).
