@@ -74,10 +74,11 @@ from peagle_lab import models, precision, settings
 # - **EAGLE** drafters are a small transformer (one layer here, four in the published GPT-OSS P-EAGLE heads) that reads
 #   the target's hidden states, not just tokens.
 # - **EAGLE-3** reads the hidden states of three target layers, the *taps* (notebook 01), and drafts
-#   **sequentially**: K tokens cost K drafter passes. It trains unrolled (*training-time test*).
+#   **sequentially**: K tokens cost K drafter passes. It trains unrolled (*training-time test*: each depth fed its own
+#   output from the depth before, as at inference; 03 writes it).
 # - **P-EAGLE** drafts **in parallel**: slot 1 gets the new token and the taps; slots 2..K get a mask token and a shared
 #   learned vector (`mask_hidden`). One pass gives all K drafts. It trains all slots at once on *conditional drop-token*
-#   (COD) samples (notebook 02).
+#   (COD) samples: each deeper slot trains on a shrinking random share of the positions (02, 03).
 #
 # The vLLM blog "P-EAGLE" (2026-03-13; arXiv 2602.01469) reports that on GPT-OSS-20B, one B200, batch 1, HumanEval
 # (164 Python function-writing problems), P-EAGLE runs at 1.55x EAGLE-3's speed, each at its best K (7 and 3), with
@@ -316,9 +317,11 @@ print("hand-written vs plain greedy:", "identical" if div is None else div.messa
 
 # %% [markdown]
 # **Reading it.** The hand-written round, the package's loop and plain greedy decoding give identical tokens; the first
-# round feeds the drafter 42 slots, one per prompt position. But a round commits only 1.47 tokens while its
-# verification costs 1.79 steps, so speculation is slower on this prompt: 4.32 s against 3.23 s (0.75x, one run each;
-# 08 times this prompt in bfloat16, 06 times HumanEval prompts).
+# round feeds the drafter 42 slots, one per prompt position. In that round the verify pass cached 48 positions (42
+# prompt tokens, the first answer token and the 5 drafts); rolling back the 2 rejected drafts leaves 46, and the bonus
+# token enters the cache as the next round's first verify input. But a round commits only 1.47 tokens while its
+# verification costs 1.79 steps, so speculation is slower on this prompt: 4.32 s against 3.23 s (0.75x, one run each; 08
+# times this prompt in bfloat16, 06 times HumanEval prompts).
 #
 # ### Acceptance length, draft by draft
 #
@@ -498,7 +501,8 @@ for k_try, rounds_try in tries.items():
 # | `07_vllm_deploy` | Export to vLLM's eagle3 format, serve with `parallel_drafting`; load and tensor parallelism | 4.5 |
 # | `08_explorer` | Drafts accepted token by token; speculative sampling; how the course measures | 0.8 |
 #
-# Minutes: per chapter, rounded, from one `make lab` on this host: 19 min 13.4 s of notebooks in all.
+# Minutes: per chapter, rounded, from one `make lab` on this host (its `SUMMARY.md` lists each notebook's time), 08's
+# from a later run of it alone: 19 min 18.8 s of notebooks in all.
 # `cpu-epyc-avx512bf16-2c` (2-core AMD EPYC with bf16 units, no GPU) is the host of every live output. 00-04 and 07
 # load the target in float32, 05, 06 and 08 in bfloat16 (what `auto` picks on a CPU with bf16 units). `make setup`
 # installs everything, vLLM included; no chapter needs a GPU or downloads a model.

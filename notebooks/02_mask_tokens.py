@@ -74,7 +74,7 @@ for j in range(2, K + 1):
 
 # %% [markdown]
 # The same round as tensors: one pass over `n + K` positions; the drafts are the argmax of the last K rows, as in
-# `HeadDrafter.propose`. The head is untrained: exact mechanics, poor drafts.
+# `HeadDrafter.propose`. The head is untrained: the check is of the mechanics only.
 
 # %% tags=["smollm2-fact", "nbval-check-output"]
 torch.manual_seed(0)
@@ -540,10 +540,11 @@ for r in rows:
           f"reached in at most about {' / '.join(f'{x:.0f}' for x in reach)} rounds per run")
 
 # %% [markdown]
-# **Reading it.** Learning `mask_hidden` buys nothing measurable over a frozen random stand-in (AL 1.211 against
-# 1.209). Learned and random lead zeros and the h_context copy by 0.020 to 0.029, beyond their seed spreads but within
-# 0.052, so none is firmly ahead. Slot 1 sets the AL and never sees a mask slot, while slot 3 is reached in only about
-# 9 of 845 rounds per run, so the study says little about slots 2..K.
+# **Reading it.** Learning `mask_hidden` buys nothing measurable over a frozen random stand-in (AL 1.211 against 1.209).
+# Learned and random lead zeros and the h_context copy by 0.020 to 0.029, beyond their seed spreads but within 0.052, so
+# none is firmly ahead. Slot 1 never sees a mask slot, yet its rate moves with the stand-in (0.20 learned, 0.16 copy of
+# h_context), since each stand-in trains the weights slot 1 shares; slot 3 is reached in only about 9 of 845 rounds per
+# run, so the study says little about slots 2..K.
 
 # %% tags=["nbval-ignore-output"]
 from peagle_lab.workbook import report

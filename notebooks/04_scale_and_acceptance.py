@@ -176,18 +176,18 @@ for k in KS:  # the live check: which head accepts more, and is it the one the h
 
 # %% [markdown]
 # **Reading it.** On the 8 committed held-out prompts EAGLE-3 accepts more at K=7: 2.532 tokens a round against
-# P-EAGLE's 1.895. P-EAGLE leads at slot 1 (0.62 against 0.50), but its rates fall to 0.34 and 0.24 at slots 2 and 3,
-# so about 13 of its 270 rounds reach slot 4 and none slot 6: its AL is 1.895 at both K=3 and K=7. Live, every output
-# matched plain greedy. The live panel (2 prompts, float32, 48 tokens, its own y-scale) is a check, not a ranking:
-# EAGLE-3 leads at every K there, on about 70 rounds, so don't compare its heights with the committed panel's. At K=1
-# it even reverses the order the committed slot-1 rates predict (P-EAGLE ahead by 0.10, live EAGLE-3 by 0.09); at K=3
-# and 7 the orders agree.
+# P-EAGLE's 1.895. P-EAGLE leads at slot 1 (0.62 against 0.50), but its rates fall to 0.34 and 0.24 at slots 2 and 3, so
+# about 13 of its 270 rounds reach slot 4 and none slot 6: its AL is 1.895 at both K=3 and K=7. Live, every output
+# matched plain greedy. The live panel (2 prompts, float32, 48 tokens, its own y-scale) is a check, not a ranking: its
+# printed "ahead" lines apply the training-seed threshold to 2 prompts (about 70 rounds), where EAGLE-3 leads at every
+# K; don't compare its heights with the committed panel's. At K=1 it even reverses the order the committed slot-1 rates
+# predict (P-EAGLE ahead by 0.10, live EAGLE-3 by 0.09); at K=3 and 7 the orders agree.
 #
-# This reverses the paper's order (the vLLM blog reports, for GPT-OSS-20B on HumanEval at K=7, P-EAGLE 3.94 and
-# EAGLE-3 3.03). But the shipped heads differ in budget (EAGLE-3 had 1.23x the wall time) and in data, so they
-# cannot isolate the method; 05's committed matched pair, trained alike for 1,000 steps on list requests, does, and
-# there EAGLE-3 also accepts more (05's small pair, 40 steps, shows the reverse: the order of acceptance moves with
-# training).
+# This reverses the paper's order (the vLLM blog reports, for GPT-OSS-20B on HumanEval at K=7, P-EAGLE 3.94 and EAGLE-3
+# 3.03). But the shipped heads differ in budget (EAGLE-3 had 1.23x the wall time) and in data, so they cannot isolate
+# the method; 05's committed matched pair, trained alike for 1,000 steps on list requests, does, and there EAGLE-3 also
+# accepts more (05's small pair, 40 steps on other data, shows the reverse, P-EAGLE 1.67 against 1.23; that run does not
+# isolate why).
 #
 # ## 2 · What more training buys
 #
@@ -281,11 +281,12 @@ print(f"\nthe blog's AL {PAPER_AL} at K={PAPER_K} (HumanEval) needs every slot a
 #
 # The learning curves peak at 1.437 (P-EAGLE) and 1.455 (EAGLE-3), below `exp-L1`'s 1.512 at its last snapshot; they
 # trained on the smaller file with other settings, and no run here isolates which difference costs the AL. Both curves
-# dip at the first snapshot of their `-cont` leg, then climb past the first leg's end; the continuation restarts the
-# optimizer and warm-up (`--init-from` keeps the weights only), a likely cause that no run here tests. (`eagle3` and
-# `eagle3-cont` are the runs 03 lists as `smollm2-135m-eagle3-scale` and the first `smollm2-135m-eagle3`.) In the same
-# 2400 s more layers did not help, at the last snapshots (1.512, 1.386, 1.292) or on section 1's prompts at the runs'
-# end (1.737, 1.649, 1.477), though the deeper heads saw fewer tokens.
+# dip once, right after 841k tokens, where the printed lists show the `-cont` leg's first snapshot (P-EAGLE 1.352 to
+# 1.330, EAGLE-3 1.399 to 1.340), then climb past the first leg's end; the continuation restarts the optimizer and
+# warm-up (`--init-from` keeps the weights only), a likely cause that no run here tests. (`eagle3` and `eagle3-cont` are
+# the runs 03 lists as `smollm2-135m-eagle3-scale` and the first `smollm2-135m-eagle3`.) In the same 2400 s more layers
+# did not help, at the last snapshots (1.512, 1.386, 1.292) or on section 1's prompts at the runs' end (1.737, 1.649,
+# 1.477), though the deeper heads saw fewer tokens.
 #
 # ## 3 · Your own model and its chat template (question 1)
 #

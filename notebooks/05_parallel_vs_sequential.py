@@ -434,7 +434,7 @@ else:
 # recipe small enough to watch: the target reads its own answers to `N_ANSWERS` list requests once (their taps, kept
 # in memory for both heads), then one P-EAGLE and one EAGLE-3 head train from the same seeded start, on the same rows
 # in the same order, for the same `STEPS` optimizer steps. Only `mode` differs. The draft vocabulary is cut to the
-# `DRAFT_VOCAB` most frequent answer tokens (the committed pair scores a larger one) so that a step is cheap. Each
+# `DRAFT_VOCAB` most frequent answer tokens so that a step is cheap. Each
 # head then prints its per-depth accuracy over its last steps, on its training rows (depth 0 drafts slot 1).
 
 # %% tags=["nbval-ignore-output"]

@@ -316,19 +316,20 @@ for label, res in runs:  # the oracle pair: each run's best one-pass K against K
 
 # %% [markdown]
 # **Reading it.** Verification is over nine tenths of every P-EAGLE round (`verify_share` 0.917 to 0.927), whose
-# drafting stays between 4.56 and 4.86 ms at every K; EAGLE-3's draft share grows with K, to 0.234 for the K-pass
-# oracle at K=7. At the paper's per-slot rate and K=7, one parallel pass makes 2.40x and seven sequential passes
-# 1.98x (drafting 6.45 against 24.73 ms a round), but two prompts cannot show that order (2 of 2, p = 0.5). The
-# committed float32 runs of `cpu-epyc-avx2-2c` show it: 1.59x against 1.46x on code (22 of 24 prompts), 1.56x
-# against 1.39x on chat (24 of 24).
+# drafting stays between 4.56 and 4.86 ms at every K; EAGLE-3's draft share grows with K (0.157 at its largest K, 4),
+# and the K-pass oracle's reaches 0.234 at K=7. The one-pass oracle drafts in 6.45 ms against the head's 4.8 at K=7:
+# accepting more, its rounds start with more new slots (likely the cause; not timed apart). At the paper's per-slot rate
+# and K=7, one parallel pass makes 2.40x and seven sequential passes 1.98x (drafting 6.45 against 24.73 ms a round), but
+# two prompts cannot show that order (2 of 2, p = 0.5). The committed float32 runs of `cpu-epyc-avx2-2c` show it: 1.59x
+# against 1.46x on code (22 of 24 prompts), 1.56x against 1.39x on chat (24 of 24).
 #
 # ## What it takes: the break-even picture
 #
 # The decode speed-up AL / round is a line through the origin that crosses 1x where AL equals the round. Each CPU line
 # takes its round from one end-to-end run at K=7 (this run's and each committed one's), with that run's P-EAGLE point on
 # it. The committed runs: 24 HumanEval prompts x 32 tokens on each host with the shipped heads (`cpu-epyc-avx2-2c` in
-# float32, `cpu-epyc-avx512bf16-2c` in bfloat16), and an older, smaller float32 run on this host (5 x 64, made with an
-# earlier version of the shipped P-EAGLE head, 8,192 draft ids). The two GPU lines are a cost model: committed timings
+# float32, `cpu-epyc-avx512bf16-2c` in bfloat16), and an older, smaller float32 run on this host (5 x 64, made with
+# earlier versions of the shipped heads: 08's ledger names them). The two GPU lines are a cost model: committed timings
 # of transformers' eager loop on Llama-3.1-8B shapes with random weights (bf16, batch 1, one H200); no trained head ran.
 
 # %%

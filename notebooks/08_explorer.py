@@ -114,9 +114,9 @@ print("the first token comes from the target:", run.sources[0] == viz.TARGET)
 print("lossless (identical, or in a near-tie regime a near-tie divergence; see the regime above):", run.lossless)
 
 # %% [markdown]
-# **Reading it.** P-EAGLE at K=4 commits 1.40 tokens per round (of a possible 5) and runs at 1.20x plain decoding's
-# speed in this run. Its text leaves plain greedy's at token 12, where greedy's top two logits tie exactly (margin 0):
-# lossless by the near-tie rule (appendix).
+# **Reading it.** P-EAGLE at K=4 commits 1.40 tokens per round (of a possible 5) and runs about even with plain decoding
+# in this run (1.01x, one run each: within timing noise). Its text leaves plain greedy's at token 12, where greedy's top
+# two logits tie exactly (margin 0): lossless by the near-tie rule (appendix).
 #
 # ### "Speculative decoding changed my greedy output" (question 9)
 #
@@ -181,8 +181,9 @@ else:
 # bf16 caused its divergence; only this one prompt was rerun in float32. Taken apart (the second cell), the divergence
 # is a tie inside bf16's rounding: at token 12 plain's one-token step gives ' n' and ' isinstance' the same logit,
 # 18.375, so the lower id, ' n', wins; one pass over the prefix sums in another order and puts ' isinstance' one bf16
-# step lower (18.25, a gap of 0.125); the round's verify pass, another order again, put ' isinstance' on top. Neither
-# order is wrong: bf16 cannot tell these two logits apart.
+# step lower (18.25, a gap of 0.125); the speculative run chose ' isinstance', so its round's verify pass, another order
+# again (its logits are not printed), scored ' isinstance' higher. Neither order is wrong: bf16 cannot tell these two
+# logits apart.
 #
 # ### Exercise: which kind of prompt gets more drafts accepted?
 #
@@ -299,12 +300,12 @@ assert same == N_SAME
 #   speed-up minus EAGLE-3's, lowest to highest.
 # - `oracle`: speed-ups at the blog's published acceptance (it reports AL 3.94 on HumanEval at K=7, used for `code`,
 #   and 3.70 on MT-Bench, which stands in for `chat`: the chat suite is the prompt mix's held-out split, not MT-Bench;
-#   both figures are quoted, no cell prints them), replayed on the same draws: one parallel pass / K sequential. In
-#   32-token answers the budget cuts the last round, so the draws land below those figures (06 computes the cut for
-#   code).
+#   3.70 is quoted, 3.94 is the figure 04 and 06 print), replayed on the same draws: one parallel pass / K sequential.
+#   In 32-token answers the budget cuts the last round, so the draws land below those figures (06 computes such a cut
+#   for its 40-token live answers).
 #
-# Verdicts: the paired rule (appendix); the 5-prompt float32 run (an older run, made with an earlier version of the
-# shipped P-EAGLE head) is too small for it (it needs 6 or more prompts).
+# Verdicts: the paired rule (appendix); the 5-prompt float32 run (an older run, made with earlier versions of the
+# shipped heads; the ledger below names them) is too small for it (it needs 6 or more prompts).
 
 # %% tags=["nbval-ignore-output"]
 from peagle_lab import bench
@@ -461,8 +462,8 @@ print(f"06's {len(bench06)} committed benchmark rows: {min(bench06):.2f} to {max
 # %% [markdown]
 # **Reading it.** An AL belongs to its settings: P-EAGLE's rows run from 1.00 (04, no chat template) to 1.90 (04's
 # held-out comparison), EAGLE-3's from 1.34 to 2.53. Even on one prompt set, host and dtype (indented lines) they move
-# with K, new tokens and prompt count: 1.29 to 1.45 and 1.37 to 1.54. One row among P-EAGLE's comes from an earlier
-# version of its head: 06's committed float32 run of 5 prompts x 64 tokens (AL 1.306).
+# with K, new tokens and prompt count: 1.29 to 1.45 and 1.34 to 1.43. The ledger keeps apart the rows of earlier
+# versions of the heads (06's committed float32 run of 5 prompts x 64 tokens, 8,192 draft ids).
 
 # %%
 # Bookkeeping: this chapter's figures for the workbook's summary (SUMMARY.md) and 08's acceptance ledger.
@@ -473,8 +474,8 @@ for r in ours:  # the fixed run and the exercise's prompts: the rows the ledger 
 # %% [markdown]
 # ## What we saw
 #
-# - **Fixed run**: P-EAGLE at K=4 commits 1.40 tokens per round (of 5) and runs at 1.20x plain decoding; its output
-#   leaves greedy's only at an exact tie, and in float32 not at all.
+# - **Fixed run**: P-EAGLE at K=4 commits 1.40 tokens per round (of 5) and runs about even with plain decoding
+#   (1.01x); its output leaves greedy's only at an exact tie, and in float32 not at all.
 # - **bf16 divergences**: 51 of 216 committed bf16 outputs leave plain greedy, all at near-ties (largest margin 0.250,
 #   in prompt lookup's row).
 # - **Exercise**: code 1.33 against chat 1.29; one prompt each cannot rank kinds of text.

@@ -86,17 +86,22 @@ def heldout_rows(compare_path: Path, shipped: dict[str, Path], repo_root: Path) 
     return rows
 
 
-def bench_rows(e2e: dict, chapter: str, what: str, host: str | None = None, every_k: bool = False) -> list[dict]:
+def bench_rows(e2e: dict, chapter: str, what: str, host: str | None = None, every_k: bool = False,
+               vocab_now: dict[str, int] | None = None) -> list[dict]:
     """One end-to-end bench result: per head, the row at the K of its best speed-up (what the tables print), or
-    with ``every_k`` one row per K it ran (the best one marked)."""
+    with ``every_k`` one row per K it ran (the best one marked). ``vocab_now``: a head folder's name -> its draft
+    vocabulary today; a run recorded with another size ran an earlier version of that head, named so."""
     cfg, env = e2e.get("config", {}), e2e.get("env", {})
     rows = []
     for family, name in FAMILY_HEAD.items():
         top = best(e2e, family)
         if top is None:
             continue
-        head = Path(((cfg.get(f"{'parallel' if family == 'p-eagle' else 'sequential'}_head")) or {}).get(
-            "source") or name).name
+        info = cfg.get(f"{'parallel' if family == 'p-eagle' else 'sequential'}_head") or {}
+        head = Path(info.get("source") or name).name
+        then, now = info.get("draft_vocab_size"), (vocab_now or {}).get(head)
+        if then and now and then != now:
+            head = f"{head} (earlier version, {then:,} draft ids)"
         ms = [m for m in e2e["methods"] if m["family"] == family] if every_k else [top]
         for m in ms:
             rows.append(row(chapter=chapter, what=f"{what}, {'best speed-up' if m is top else 'K sweep'}",
@@ -107,12 +112,13 @@ def bench_rows(e2e: dict, chapter: str, what: str, host: str | None = None, ever
     return rows
 
 
-def committed_bench_rows(results_root: Path) -> list[dict]:
-    """05's committed bench runs, every host, dtype and suite."""
+def committed_bench_rows(results_root: Path, vocab_now: dict[str, int] | None = None) -> list[dict]:
+    """06's committed bench runs, every host, dtype and suite (``vocab_now``: as in :func:`bench_rows`)."""
     rows = []
     for c in committed_results(results_root):
         for suite, e2e in result_suites(c["results"]).items():
-            rows += bench_rows(e2e, "06", f"bench `{suite}` suite, {c['dir']} (committed)", host=c["host"])
+            rows += bench_rows(e2e, "06", f"bench `{suite}` suite, {c['dir']} (committed)", host=c["host"],
+                               vocab_now=vocab_now)
     return rows
 
 
@@ -156,4 +162,6 @@ def committed_rows(data_dir: Path, shipped: dict[str, Path], repo_root: Path) ->
     data_dir = Path(data_dir)
     rows = [r for path in sorted(data_dir.glob("recipe/*/heldout_compare.json"))
             for r in heldout_rows(path, shipped, repo_root)]
-    return rows + committed_bench_rows(data_dir / "results") + serving_rows(data_dir / "results")
+    vocab_now = {Path(p).name: json.loads((Path(p) / "config.json").read_text()).get("draft_vocab_size")
+                 for p in shipped.values() if (Path(p) / "config.json").is_file()}
+    return rows + committed_bench_rows(data_dir / "results", vocab_now) + serving_rows(data_dir / "results")

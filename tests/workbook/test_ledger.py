@@ -170,3 +170,12 @@ def test_the_oracle_pair_is_the_best_one_pass_row_and_the_k_pass_row_at_its_k():
                                            (0.96, "about even"), (1.06, "faster")])
 def test_one_run_reads_within_five_percent_of_1x_as_about_even(speedup, word):
     assert payoff.one_run_verdict(speedup).startswith(word)
+
+
+def test_a_run_of_an_earlier_version_of_a_head_is_named_so():
+    run = e2e(method("p-eagle K=4", "p-eagle", 4, 1.20, 1.5), method("eagle3 K=2", "eagle3", 2, 1.05, 1.6))
+    run["config"]["parallel_head"]["draft_vocab_size"] = 8192
+    run["config"]["sequential_head"]["draft_vocab_size"] = 4096
+    heads = [r["head"] for r in ledger.bench_rows(run, "06", "committed", vocab_now={"p": 4096, "s": 4096})]
+    assert heads == ["p (earlier version, 8,192 draft ids)", "s"]
+    assert [r["head"] for r in ledger.bench_rows(run, "06", "committed")] == ["p", "s"]  # nothing to compare with
