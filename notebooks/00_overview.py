@@ -470,7 +470,7 @@ for k_try, rounds_try in tries.items():
 # | head | what it is | trained | chapters |
 # |---|---|---|---|
 # | `smollm2-135m-peagle` | the shipped P-EAGLE head (1 layer, K=8, 4,096 draft ids) | on the scale mix, 2 runs, 6,399 s of CPU | 00, 02-08 |
-# | `smollm2-135m-eagle3` | the shipped EAGLE-3 head: the same layout, drafting sequentially | on the scale mix too, but 3 runs over two answer files, 7,897 s (03 and 04 print both records) | 02, 03, 04, 06, 08 |
+# | `smollm2-135m-eagle3` | the shipped EAGLE-3 head: the same layout, drafting sequentially | on the scale mix too, but 3 runs over two answer files, 7,897 s (03 prints its runs, 04 both heads' budgets) | 02, 03, 04, 06, 08 |
 # | the list-request pair (`smollm2-135m-lists-matched-peagle`, `-eagle3`) | one head of each kind, trained alike on the target's answers to list requests | 1,000 steps each, committed | 05 |
 # | the small pair | the same recipe, small enough to train in view | 40 steps each, live | 05 |
 # | 03's head | a demonstration head, trained by the loop written by hand | 20 steps, live | 03 |
@@ -495,14 +495,14 @@ for k_try, rounds_try in tries.items():
 # | `01_hidden_states` | What the drafter reads: the three tapped layers, their disk cost, extraction | 0.5 |
 # | `02_mask_tokens` | How one pass drafts K tokens: mask token, `mask_hidden`, the drafter from scratch, the attention layout | 1.1 |
 # | `03_train_head` | Training a P-EAGLE head: self-distilled data, the draft vocabulary (`d2t`/`t2d`), COD sampling, the loop by hand, the whole path in our own code | 3.0 |
-# | `04_scale_and_acceptance` | How far training goes: the shipped heads, the learning curve, your own model on a second architecture | 2.0 |
-# | `05_parallel_vs_sequential` | Parallel vs sequential drafting: the cost of a round each way; the payoff where acceptance is high (a pair trained alike on list requests, committed, raced live here, and a small pair trained and raced here, each head at its own K) | 5.3 |
+# | `04_scale_and_acceptance` | How far training goes: the shipped heads, the learning curve, your own model on a second architecture | 2.1 |
+# | `05_parallel_vs_sequential` | Parallel vs sequential drafting: the cost of a round each way; the payoff where acceptance is high (a pair trained alike on list requests, committed and raced live; the same drafts charged one pass or K; a small pair trained and raced here, each head at its own K) | 5.5 |
 # | `06_what_it_takes` | The shipped heads on open prompts against plain decoding; losslessness in bf16; the paper's acceptance priced here (the oracle); the break-even picture | 1.4 |
 # | `07_vllm_deploy` | Export to vLLM's eagle3 format, serve with `parallel_drafting`; load and tensor parallelism | 4.5 |
 # | `08_explorer` | Drafts accepted token by token; speculative sampling; how the course measures | 0.8 |
 #
-# Minutes: per chapter, rounded, from one `make lab` on this host (its `SUMMARY.md` lists each notebook's time), 08's
-# from a later run of it alone: 19 min 18.8 s of notebooks in all.
+# Minutes: per chapter, rounded, from one `make lab` on this host (its `SUMMARY.md` lists each notebook's time), 04's,
+# 05's and 08's from later runs of each alone: 19 min 45.6 s of notebooks in all.
 # `cpu-epyc-avx512bf16-2c` (2-core AMD EPYC with bf16 units, no GPU) is the host of every live output. 00-04 and 07
 # load the target in float32, 05, 06 and 08 in bfloat16 (what `auto` picks on a CPU with bf16 units). `make setup`
 # installs everything, vLLM included; no chapter needs a GPU or downloads a model.

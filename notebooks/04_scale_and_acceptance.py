@@ -217,7 +217,9 @@ for mode, name in (("parallel", "P-EAGLE"), ("sequential", "EAGLE-3")):  # each 
     if ps:
         print(f"{name} ({ps[0]['run']} to {ps[-1]['run']}, {ps[-1]['tokens_seen'] / ps[0]['tokens_seen']:.0f}x the "
               f"tokens), AL at each snapshot (thousand tokens seen): "
-              + ", ".join(f"{p['acceptance_length']:.3f} ({p['tokens_seen'] / 1e3:,.0f}k)" for p in ps))
+              + ", ".join(f"{p['acceptance_length']:.3f} ({p['tokens_seen'] / 1e3:,.0f}k"
+                          + (f", {p['run']} starts" if i and p["run"] != ps[i - 1]["run"] else "") + ")"
+                          for i, p in enumerate(ps)))
 
 # %% tags=["nbval-ignore-output"]
 for name in dict.fromkeys(p["run"] for p in deeper):  # each deeper head at its last snapshot
@@ -275,17 +277,17 @@ print(f"\nthe blog's AL {PAPER_AL} at K={PAPER_K} (HumanEval) needs every slot a
 # %% [markdown]
 # **Reading it.** Every head's accuracy collapses after depth 0: the shipped P-EAGLE head scores 0.453 at depth 0 and
 # 0.175 at depth 1. These are training-time accuracies (each depth scored on its own, whether or not the earlier depths
-# were right: EAGLE-3's depths read the data's earlier tokens, P-EAGLE's mask depths none), not section 1's rates p_j,
+# were right: P-EAGLE's mask depths never read the data's earlier tokens), not section 1's rates p_j,
 # so they do not compare directly with the 0.78 per slot that the blog's 3.94 needs; section 1's like-for-like rates
 # (0.62, 0.34, 0.24 for slots 1 to 3) fall below it, slot 1 by 0.16 and slots 2 and 3 by more than half.
 #
 # The learning curves peak at 1.437 (P-EAGLE) and 1.455 (EAGLE-3), below `exp-L1`'s 1.512 at its last snapshot; they
 # trained on the smaller file with other settings, and no run here isolates which difference costs the AL. Both curves
-# dip once, right after 841k tokens, where the printed lists show the `-cont` leg's first snapshot (P-EAGLE 1.352 to
-# 1.330, EAGLE-3 1.399 to 1.340), then climb past the first leg's end; the continuation restarts the optimizer and
-# warm-up (`--init-from` keeps the weights only), a likely cause that no run here tests. (`eagle3` and `eagle3-cont` are
-# the runs 03 lists as `smollm2-135m-eagle3-scale` and the first `smollm2-135m-eagle3`.) In the same 2400 s more layers
-# did not help, at the last snapshots (1.512, 1.386, 1.292) or on section 1's prompts at the runs' end (1.737, 1.649,
+# dip where the `-cont` leg starts (P-EAGLE 1.352 to 1.330, EAGLE-3 1.399 to 1.340), climb past the first leg's end and
+# fall back at their last snapshot (1.437 to 1.391, 1.455 to 1.447); the continuation restarts the optimizer and warm-up
+# (`--init-from` keeps the weights only), a likely cause that no run here tests. (`eagle3` and `eagle3-cont` are the
+# runs 03 lists as `smollm2-135m-eagle3-scale` and the first `smollm2-135m-eagle3`.) In the same 2400 s more layers did
+# not help, at the last snapshots (1.512, 1.386, 1.292) or on section 1's prompts at the runs' end (1.737, 1.649,
 # 1.477), though the deeper heads saw fewer tokens.
 #
 # ## 3 · Your own model and its chat template (question 1)

@@ -17,7 +17,8 @@
 # # 05 · Parallel vs sequential drafting: the cost and the payoff
 #
 # **Goal:** measure what one drafting round costs in parallel (P-EAGLE: one drafter pass for K drafts) and
-# sequentially (EAGLE-3: K passes), then watch that saving pay end to end with two heads trained alike, here.
+# sequentially (EAGLE-3: K passes), watch that saving pay end to end on the same drafts charged both ways, and race
+# heads trained alike live, where per-request differences in acceptance weigh more than the saving.
 #
 # A round drafts K tokens, verifies them in one target pass and keeps the accepted prefix plus one token. Counted in
 # plain decode steps it costs `round = (t_draft + t_verify) / t_step` and commits AL tokens on average (the
@@ -26,8 +27,8 @@
 # $$\text{ideal speed-up} = \frac{AL}{\text{round}}.$$
 #
 # Parallel drafting shrinks `t_draft`; it pays only where AL clears the round. So the payoff needs text a small head
-# can predict: list requests (count to 20, the months, the alphabet ...). A pair of heads is trained on them in view,
-# then raced live; a pair trained alike for 1,000 steps is read from `data/`. 06 takes the shipped heads on open
+# can predict: list requests (count to 20, the months, the alphabet ...). A pair trained alike for 1,000 steps is read
+# from `data/` and raced live; a small pair is trained on them in view, then raced. 06 takes the shipped heads on open
 # prompts, losslessness in bfloat16, and what the paper's acceptance would pay here. *Live* cells run here and move a
 # little between runs; *committed* cells read full-size runs under `data/`, labelled with their host.
 
@@ -139,12 +140,11 @@ print("verifying more tokens measured cheaper after: "
 bench.plot_drafting_cost(dc);
 
 # %% [markdown]
-# **Reading it.** One parallel pass stays between 4.34 and 5.53 ms for every K, while sequential drafting grows
-# with K, from 3.97 ms at K=1 to 37.2 ms at K=10, 6.96 times the parallel cost. But verifying K+1 tokens costs 73.1 to
-# 89 ms (1.06 to 1.29 decode steps), so on this CPU verification is most of a round and the drafting saving pays only
-# where many drafts are accepted. At K=1, one pass each, the two are close (4.6 and 3.97 ms, IQR bars overlapping).
-# Where verifying more tokens measured cheaper (the line under the table), the gap is at most 83 against 78 ms: timing
-# noise.
+# **Reading it.** One parallel pass costs 3.9 to 5.42 ms at every K, while K sequential passes grow to 32.3 ms at
+# K=10, 5.97 times the parallel cost. But verifying K+1 tokens costs 1.03 to 1.23 decode steps, so on this CPU
+# verification is most of a round and the drafting saving pays only where many drafts are accepted. At K=1, one pass
+# each, the two are within their IQR bars. Where verifying more tokens measured cheaper (the line under the table), the
+# gap is at most 78 against 76 ms: timing noise.
 #
 # ### Exercise: write the pass shapes, then predict the drafting cost
 #
@@ -222,10 +222,9 @@ for ex_k in EX_KS:
 print("ratio as a fraction of K:", ", ".join(f"K={k}: {r / k:.2f}" for k, r in ex.items()))
 
 # %% [markdown]
-# **Reading it.** From K=2 to K=10 the sequential/parallel ratio rises from 1.77 to 6.53, below K and falling as a
-# fraction of it (0.88, then 0.65) as the parallel pass widens: the parallel round goes from 4.04 to 5.26 ms, the
-# sequential one from 7.13 to 34.33 ms. This is a separate timing, so its milliseconds differ from the table's; the
-# trend is the same.
+# **Reading it.** From K=2 to K=10 the sequential/parallel ratio rises from 1.65 to 6.08, below K and falling as a
+# fraction of it (0.82, then 0.61) as the parallel pass widens (4.02 to 5.14 ms). This is a separate timing from the
+# table's, with the same trend.
 #
 # ## The payoff: a pair trained alike, where acceptance is high
 #
@@ -340,12 +339,10 @@ if wide:
 # **Reading it.** P-EAGLE accepts less (AL 4.49 against 5.15) but wins on the round, 1.98 decode steps against 2.47: it
 # drafts in 15.1 ms in one pass against 42.4 ms in seven, while verification is alike (102.9 and 104.4 ms). (This
 # committed run is float32 with 96-token answers: compare its milliseconds within this table, not with the live table.)
-# P-EAGLE loses acceptance at slot 2: it keeps 414 of 597 rounds that reach it, EAGLE-3 434 of 478, though at slot 1 it
-# leads (599 of 700 against 482 of 612). The wider sweep keeps the order: P-EAGLE still gains up to K=11 (2.19x),
-# EAGLE-3 peaks at K=7 (1.94x) though its AL rises to 5.99, and each at its best K P-EAGLE is shown faster (36 of 48,
-# p = 0.00072). Of the 11 requests where P-EAGLE loses to plain decoding, 10 have answers of 5 to 14 tokens: few rounds
-# to gain in. Slot 2 is reached in 597 rounds though slot 1 was accepted in 599: near the token budget a round drafts
-# only as many tokens as fit.
+# P-EAGLE loses acceptance at slot 2 (414 of 597 rounds that reach it, against 434 of 478). The wider sweep keeps the
+# order: P-EAGLE still gains up to K=11 (2.19x), EAGLE-3 peaks at K=7 (1.94x), and each at its best K P-EAGLE is shown
+# faster (36 of 48, p = 0.00072). Of the 11 requests where P-EAGLE loses to plain decoding, 10 have answers of 5 to 14
+# tokens: few rounds to gain in.
 
 # %% [markdown]
 # ### The same pair, live here
@@ -421,21 +418,69 @@ else:
     print(f"the committed pair does not fit this target ({misfit['parallel'][0]}): scripts/list_heads.sh trains one")
 
 # %% [markdown]
-# **Reading it.** Live in bf16, P-EAGLE's drafting is cheaper on every request (6.2 against 25.0 ms a round, median;
+# **Reading it.** Live in bf16, P-EAGLE's drafting is cheaper on every request (7.1 against 31.0 ms a round, median;
 # 12 of 12, p = 0.00049), but end to end it beats EAGLE-3 on only 8 of 12 requests (p = 0.39): not shown. Both heads
-# are shown faster than plain decoding (P-EAGLE on 12 of 12, up to 4.05x; EAGLE-3 on 11 of 12, up to 3.72x), at AL
-# 3.96 against 4.32. Per request, acceptance moves more than drafting saves (16 stones: AL 4.44 against 8.00, 2.96x
-# against 3.72x), and 12 answers of at most 40 tokens (four end within 14) are too few for the paired rule; the
-# committed run's 48 requests x 96 tokens show the order (37 of 48).
+# are shown faster than plain decoding (P-EAGLE on 12 of 12, EAGLE-3 on 10 of 12), at AL 3.96 against 4.32. Per
+# request, acceptance moves more than drafting saves (16 stones: AL 4.44 against 8.00, 2.90x against 3.90x), and 12
+# answers of at most 40 tokens are too few for the paired rule; the committed run's 48 requests x 96 tokens show the
+# order (37 of 48).
+#
+# ### The saving alone: the same drafts, two drafting costs
+#
+# The race mixes what each head accepts with what its drafting costs. The *oracle* (06 writes it out) takes acceptance
+# out: it proposes the target's own continuation, each draft kept with the blog's per-slot rate for HumanEval (AL
+# 3.94 at K=7), and each round it runs a real head's drafting and throws the drafts away: one pass of the pair's
+# P-EAGLE head, or seven passes of its EAGLE-3 head. Both runs of a request draw the same drafts in the same rounds, so
+# they verify the same tokens and differ only in drafting cost. `ORACLE_N` held-out list requests, K=7, which charge
+# runs first alternating; plain decoding of each request gives the continuation and the baseline.
+
+# %% tags=["nbval-ignore-output"]
+from peagle_lab.bench.oracle import oracle_rates
+from peagle_lab.decoding.draft_sources import RatedOracleDrafter
+
+ORACLE_N = settings.pick(8, 2)
+if not any(misfit.values()):
+    pair = {m: load_head(MATCHED_HEADS[m], model).eval() for m in NAMES}
+    runner, rates = TargetRunner(model, pair["parallel"].config.aux_hidden_state_layer_ids), oracle_rates("paper")[0]
+    oracles = {m: RatedOracleDrafter(rates, model.config.vocab_size, cost=HeadDrafter(pair[m], m)) for m in NAMES}
+    gaps, vs_plain, draft_ms, counts = [], {m: [] for m in NAMES}, {m: [] for m in NAMES}, {m: [0, 0] for m in NAMES}
+    for i, rec in enumerate(tqdm(suite_records("lists", ORACLE_N), desc="oracle, two charges")):
+        ids = chat_ids(tokenizer, rec["prompt"])
+        plain = plain_generate(runner, ids, LIVE_TOKENS, eos_ids=eos)
+        secs = {}
+        for m in list(NAMES)[:: 1 if i % 2 == 0 else -1]:
+            oracles[m].reference = ids + plain.tokens  # the target's own continuation
+            oracles[m].reset()  # draws seeded by the reference: the same drafts for both charges
+            res = speculative_generate(runner, oracles[m], ids, k=7, max_new_tokens=LIVE_TOKENS, eos_ids=eos)
+            secs[m], st = res.seconds, res.stats
+            vs_plain[m].append(plain.seconds / res.seconds)
+            draft_ms[m].append(1000 * st.times.get("draft", 0.0) / max(st.rounds, 1))
+            counts[m] = [counts[m][0] + sum(st.accepted), counts[m][1] + st.rounds]
+        gaps.append(secs["sequential"] - secs["parallel"])  # > 0: one pass was faster on this request
+    del pair
+    print(f"oracle at the blog's per-slot rate {rates[0]:.3f}, K=7, {ORACLE_N} requests x {LIVE_TOKENS} new tokens: "
+          + ", ".join(f"{NAMES[m]}'s charge AL = 1 + {a} / {n} = {1 + a / n:.2f}" for m, (a, n) in counts.items()))
+    for m, passes in (("parallel", "one pass"), ("sequential", "seven passes")):
+        print(f"{passes:12s} ({NAMES[m]} head): {min(vs_plain[m]):.2f}x to {max(vs_plain[m]):.2f}x plain decoding, "
+              f"drafting {median(draft_ms[m]):.1f} ms a round (median)")
+    print("same drafts, two costs: " + order(gaps, "one pass", "seven passes"))
+else:
+    print("the committed pair does not fit this target (above): no oracle run")
+
+# %% [markdown]
+# **Reading it.** On the same drafts, one pass is shown faster than seven: faster on 8 of 8 requests (p = 0.0078). Both
+# charges verify the same drafts, so they accept alike (AL 3.45 each) and the gap is drafting cost alone: 7.1 against
+# 29.7 ms a round (median), for 1.52x to 3.16x plain decoding against 1.37x to 2.98x. The AL sits below the blog's 3.94
+# because answers of at most 40 tokens (two of them end within 14) cut rounds short.
 #
 # ### The recipe in view: a small pair trained here
 #
 # The committed pair trained 1,000 optimizer steps per head (the times printed above). The cell below runs the same
-# recipe small enough to watch: the target reads its own answers to `N_ANSWERS` list requests once (their taps, kept
-# in memory for both heads), then one P-EAGLE and one EAGLE-3 head train from the same seeded start, on the same rows
-# in the same order, for the same `STEPS` optimizer steps. Only `mode` differs. The draft vocabulary is cut to the
-# `DRAFT_VOCAB` most frequent answer tokens so that a step is cheap. Each
-# head then prints its per-depth accuracy over its last steps, on its training rows (depth 0 drafts slot 1).
+# recipe small enough to watch: the target reads its own answers to `N_ANSWERS` list requests once (their taps, kept in
+# memory for both heads), then one P-EAGLE and one EAGLE-3 head train from the same seeded start, on the same rows in
+# the same order, for the same `STEPS` optimizer steps. Only `mode` differs. The draft vocabulary is cut to the
+# `DRAFT_VOCAB` most frequent answer tokens so that a step is cheap. Each head then prints its per-depth accuracy over
+# its last steps, on its training rows (depth 0 drafts slot 1).
 
 # %% tags=["nbval-ignore-output"]
 import time
@@ -468,12 +513,12 @@ else:
           "scripts/list_heads.sh")
 
 # %% [markdown]
-# **Reading it.** After 40 steps on the same 33,894 tokens (47 and 39 s), the heads differ most at depth 0: P-EAGLE's
-# is right 0.67 of the time, EAGLE-3's 0.47. At the deeper depths neither leads throughout (EAGLE-3 ahead at depths 1
-# and 4 to 6, tied at 2, behind at 3 and 7). Depth 0 is the same computation in both modes, but the deeper depths share
-# its weights and train differently, and this run does not isolate why the two depth 0s end apart. So a race between
-# these two heads mixes acceptance with drafting cost. The committed pair above, trained 1,000 steps, is the clean
-# case: there EAGLE-3 accepts more and P-EAGLE still wins on drafting cost.
+# **Reading it.** After 40 steps on the same 33,894 tokens (39 and 45 s), the heads differ most at depth 0: P-EAGLE's
+# is right 0.67 of the time, EAGLE-3's 0.47; at the deeper depths neither leads throughout. Depth 0 is the same
+# computation in both modes, but the deeper depths share its weights and train differently, and this run does not
+# isolate why the two depth 0s end apart. So a race between these two heads mixes acceptance with drafting cost. The
+# committed pair above, trained 1,000 steps, is the clean case: there EAGLE-3 accepts more and P-EAGLE still wins on
+# drafting cost.
 #
 # ### Each head at its own K
 #
@@ -517,14 +562,12 @@ else:
     print("no small pair for this target (above): no live run")
 
 # %% [markdown]
-# **Reading it.** Each at its picked K, P-EAGLE is shown faster than EAGLE-3 (10 of 12 requests, p = 0.039) and than
-# plain decoding (11 of 12, up to 1.53x); EAGLE-3 is not shown faster than plain (7 of 12). The tuning on 4 other
-# requests picked K=7 for P-EAGLE, whose time fell with K (8.73 to 7.41 s) as its extra drafts ride in one pass, and
-# K=1 for EAGLE-3, whose time rose with K (9.99 to 13.38 s) at AL 1.23 to 1.25: each extra draft is a pass rarely
-# accepted. Per round EAGLE-3's single draft is cheaper (5.4 against 6.6 ms, on 12 of 12), so the lead is acceptance,
-# AL 1.67 against 1.23, from two sources: a better-trained depth 0 (1.40 against 1.23 at K=1 on the tuning requests,
-# where the two modes draft alike), and six more drafts that P-EAGLE's one pass makes nearly free (1.76 at K=7 on the
-# tuning requests). All 24 speculative outputs are identical to plain greedy.
+# **Reading it.** Each at its picked K, P-EAGLE is shown faster than EAGLE-3 (11 of 12 requests, p = 0.0063) and than
+# plain decoding (12 of 12); EAGLE-3 is not shown faster than plain (7 of 12). The tuning picked K=3 for P-EAGLE, its
+# extra drafts riding in one pass, and K=1 for EAGLE-3, whose extra drafts are passes rarely accepted (AL 1.23 to
+# 1.25). EAGLE-3's single draft is cheaper per round (4.6 against 5.4 ms, on 12 of 12), so the lead is acceptance, AL
+# 1.67 against 1.23: a better-trained depth 0 (1.40 against 1.23 at K=1 on the tuning requests, where the two modes
+# draft alike) and two more drafts that one pass makes nearly free (1.76 at K=3). All 24 outputs match plain greedy.
 
 # %% tags=["nbval-ignore-output"]
 # Bookkeeping: the drafting-cost table (results/bench/nb05/) and the chapter's key figures for the workbook's
@@ -542,18 +585,17 @@ if small:
 # %% [markdown]
 # ## What we saw
 #
-# - Speed is AL / round, the round in decode steps. From K=1 to K=10 one parallel pass stays between 4.34 and
-#   5.53 ms; K sequential passes grow from 3.97 to 37.2 ms, while verification costs 1.06 to 1.29 decode steps.
+# - Speed is AL / round, the round in decode steps. For K = 1 to 10 one parallel pass costs 3.9 to 5.42 ms and K
+#   sequential passes up to 32.3 ms, while verification costs 1.03 to 1.23 decode steps.
 # - Trained alike for 1,000 steps on list requests (committed, float32, 48 held-out requests), P-EAGLE is shown faster
-#   than EAGLE-3 while accepting less: 2.10x against 1.92x at K=7 (37 of 48, p = 0.00022). Each at its best K in the
-#   wider sweep, 2.19x against 1.94x (36 of 48).
-# - The same pair live in bf16 (12 requests x 40 tokens, K=7): P-EAGLE's drafting is cheaper on every request (6.2
-#   against 25.0 ms a round) and both heads are shown faster than plain decoding, but 12 short answers do not show
-#   P-EAGLE ahead end to end (8 of 12).
-# - A pair trained here for 40 steps each races live in bf16, each head at the K picked on 4 other requests (K=7 for
-#   P-EAGLE, K=1 for EAGLE-3): P-EAGLE is shown faster than EAGLE-3 (10 of 12 requests) and than plain decoding (11 of
-#   12), EAGLE-3 not (7 of 12). The lead is acceptance (AL 1.67 against 1.23): a better-trained depth 0, and six more
-#   drafts that one pass makes nearly free.
+#   than EAGLE-3 while accepting less: 2.10x against 1.92x at K=7 (37 of 48, p = 0.00022).
+# - The same pair live in bf16 (12 requests x 40 tokens, K=7): P-EAGLE's drafting is cheaper on every request (7.1
+#   against 31.0 ms a round), but 12 short answers do not show it ahead end to end (8 of 12).
+# - Charged on the same drafts (AL 3.45 both), one P-EAGLE pass is shown faster than seven EAGLE-3 passes (8 of 8
+#   requests, p = 0.0078): 7.1 against 29.7 ms of drafting a round.
+# - A pair trained here for 40 steps each races live in bf16, each head at the K picked on 4 other requests (K=3 for
+#   P-EAGLE, K=1 for EAGLE-3): P-EAGLE is shown faster than EAGLE-3 (11 of 12 requests) on acceptance (AL 1.67 against
+#   1.23), though its drafting costs more a round.
 #
 # The same from a shell:
 #
