@@ -74,8 +74,8 @@ from peagle_lab import models, precision, settings
 # - **EAGLE** drafters are a small transformer (one layer here, four in the published GPT-OSS P-EAGLE heads) that reads
 #   the target's hidden states, not just tokens.
 # - **EAGLE-3** reads the hidden states of three target layers, the *taps* (notebook 01), and drafts
-#   **sequentially**: K tokens cost K drafter passes. It trains unrolled (*training-time test*: each depth fed its own
-#   output from the depth before, as at inference; 03 writes it).
+#   **sequentially**: K tokens cost K drafter passes. It trains unrolled (*training-time test*: each depth fed the
+#   data's next token and the head's own state from the depth before; 03 writes it).
 # - **P-EAGLE** drafts **in parallel**: slot 1 gets the new token and the taps; slots 2..K get a mask token and a shared
 #   learned vector (`mask_hidden`). One pass gives all K drafts. It trains all slots at once on *conditional drop-token*
 #   (COD) samples: each deeper slot trains on a shrinking random share of the positions (02, 03).
@@ -457,7 +457,7 @@ for k_try, rounds_try in tries.items():
 # | mask token, `mask_hidden` | P-EAGLE's two learned stand-ins in slots 2..K: an embedding row, and one shared 3H vector in place of the taps (02) |
 # | COD | conditional drop-token sampling, from PARD (a small draft model that drafts K tokens in one pass with mask tokens): each deeper depth trains on a shrinking, nested share of positions, so K depths cost far less than K times one (02, 03) |
 # | training-time test (TTT) | EAGLE-3's training, unrolled as at inference: each depth gets the data's next token and the head's own state from the depth before (03) |
-# | draft vocabulary, `d2t` | the few thousand frequent target ids the head scores; `d2t` maps a draft id to its target id, `t2d` the reverse (03) |
+# | draft vocabulary, `d2t` | the few thousand frequent target ids the head scores; `d2t` maps a draft id to its target id; `t2d` marks, over the target vocabulary, the ids the head can emit (03) |
 # | HumanEval, MT-Bench, GSM-8K, ShareGPT | public prompt sets: 164 Python function-writing problems; multi-turn chat questions; grade-school math word problems; shared ChatGPT conversations |
 # | lossless | the output is the target's own: identical to plain greedy decoding, or (bf16, or fp32 on a GPU) diverging only at a near-tie |
 #

@@ -67,7 +67,7 @@ print("equal to the package's target_forward taps:", torch.equal(taps, out.taps)
 #
 # ## Which state is "tap i"?
 #
-# - **vLLM**: tap `i` is the residual stream **entering** layer `i`.
+# - **vLLM**: tap `i` is the residual stream (the running sum each layer adds its output to) **entering** layer `i`.
 # - **transformers**: `hidden_states[i]` is the input of layer `i` (`[0]`: embeddings), except
 #   `hidden_states[L]`, which comes **after** the final norm.
 #

@@ -543,8 +543,8 @@ for r in rows:
 # **Reading it.** Learning `mask_hidden` buys nothing measurable over a frozen random stand-in (AL 1.211 against 1.209).
 # Learned and random lead zeros and the h_context copy by 0.020 to 0.029, beyond their seed spreads but within 0.052, so
 # none is firmly ahead. Slot 1 never sees a mask slot, yet its rate moves with the stand-in (0.20 learned, 0.16 copy of
-# h_context), since each stand-in trains the weights slot 1 shares; slot 3 is reached in only about 9 of 845 rounds per
-# run, so the study says little about slots 2..K.
+# h_context; no seed spread is printed for slot rates); slot 3 is reached in only about 9 of 845 rounds per run, so the
+# study says little about slots 2..K.
 
 # %% tags=["nbval-ignore-output"]
 from peagle_lab.workbook import report

@@ -189,7 +189,7 @@ for size in [n for n in (1024, 2048, 4096, 8192, 16384) if n < V] + [V]:
 # %% [markdown]
 # **Reading it.** On this chapter's self-distilled sequences, 4,096 draft ids (the shipped heads' size) cover 99.61%
 # of the response tokens with an `lm_head` of 2.4 M parameters instead of 28.3 M. The count is in-sample, so expect
-# less on other text (04 prints 0.977 for 4k ids on the scale mix the heads trained on).
+# less on other text (04's 0.977 for 4k ids on the scale mix is in-sample too; no held-out coverage is printed).
 #
 # ### `d2t` and `t2d`, by hand (question 6)
 #

@@ -186,8 +186,8 @@ for k in KS:  # the live check: which head accepts more, and is it the one the h
 # This reverses the paper's order (the vLLM blog reports, for GPT-OSS-20B on HumanEval at K=7, P-EAGLE 3.94 and EAGLE-3
 # 3.03). But the shipped heads differ in budget (EAGLE-3 had 1.23x the wall time) and in data, so they cannot isolate
 # the method; 05's committed matched pair, trained alike for 1,000 steps on list requests, does, and there EAGLE-3 also
-# accepts more (05's small pair, 40 steps on other data, shows the reverse, P-EAGLE 1.67 against 1.23; that run does not
-# isolate why).
+# accepts more (05's small pair, 40 steps on 48 of the same list answers, shows the reverse where both draft from depth
+# 0 alone, AL 1.40 against 1.23 at K=1 on its tuning requests; that run does not isolate why).
 #
 # ## 2 · What more training buys
 #

@@ -300,8 +300,8 @@ print(f"P-EAGLE minus EAGLE-3, each at its best K, per request: {min(gaps):+.2f}
 
 # %% [markdown]
 # **Reading it.** Trained alike, P-EAGLE is shown faster than EAGLE-3: at K=7, 2.10x against 1.92x end to end, faster
-# on 37 of 48 held-out requests (p = 0.00022). With one drafter pass its round does not grow with K (2.11 to 1.98
-# steps), while EAGLE-3's K passes make its round grow (2.16 to 2.47). Both are fastest at K=7, the largest K here,
+# on 37 of 48 held-out requests (p = 0.00022). With one drafter pass its round does not grow with K (2.11, 2.02,
+# 1.98 steps), while EAGLE-3's K passes make its round grow (2.16 to 2.47). Both are fastest at K=7, the largest K here,
 # so the next cell rebuilds K=7 from the file's counts and then reads a wider sweep.
 
 # %% tags=["nbval-ignore-output"]
@@ -471,7 +471,7 @@ else:
 # **Reading it.** On the same drafts, one pass is shown faster than seven: faster on 8 of 8 requests (p = 0.0078). Both
 # charges verify the same drafts, so they accept alike (AL 3.45 each) and the gap is drafting cost alone: 7.1 against
 # 29.7 ms a round (median), for 1.52x to 3.16x plain decoding against 1.37x to 2.98x. The AL sits below the blog's 3.94
-# because answers of at most 40 tokens (two of them end within 14) cut rounds short.
+# (short answers, two ending within 14 tokens, cut rounds short, and 75 rounds is a small draw; not computed apart).
 #
 # ### The recipe in view: a small pair trained here
 #

@@ -377,11 +377,12 @@ print("verdict, at the paper's acceptance (one parallel pass against K sequentia
     or "not run")
 
 # %% [markdown]
-# **Reading it.** With bf16 units both heads are shown faster than plain decoding on both suites (1.14x to 1.31x):
-# the committed run measured verifying 8 tokens at about one decode step (`verify_k7` 1.07; 05's live table measured
-# 1.12). In float32, where verifying costs about two decode steps, none is, and four of six are shown slower. Neither
-# head is shown faster than the other in any run, but at the blog's acceptance (`cpu-epyc-avx2-2c`, float32) one
-# parallel pass is shown faster than K sequential ones on both suites (1.59x against 1.46x, 1.56x against 1.39x).
+# **Reading it.** With bf16 units both heads are shown faster than plain decoding on both suites (1.14x to 1.31x): the
+# committed run measured verifying 8 tokens at about one decode step (`verify_k7` 1.07, timed alone; inside the loop 06
+# measures the same run's K=7 round, drafting included, at 1.26 steps; 05's live table measured 1.12). In float32, where
+# verifying costs about two decode steps, none is, and four of six are shown slower. Neither head is shown faster than
+# the other in any run, but at the blog's acceptance (`cpu-epyc-avx2-2c`, float32) one parallel pass is shown faster
+# than K sequential ones on both suites (1.59x against 1.46x, 1.56x against 1.39x).
 
 # %% [markdown]
 # ## Appendix: how the course measures
