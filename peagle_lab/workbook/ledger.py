@@ -17,6 +17,7 @@ import json
 from pathlib import Path
 
 from ..bench.files import committed_results, result_suites
+from ..drafter.config import CONFIG, PEagleConfig
 from ..serving.engine import engine_kwargs
 from ..errors import PeagleError
 from . import report
@@ -162,6 +163,6 @@ def committed_rows(data_dir: Path, shipped: dict[str, Path], repo_root: Path) ->
     data_dir = Path(data_dir)
     rows = [r for path in sorted(data_dir.glob("recipe/*/heldout_compare.json"))
             for r in heldout_rows(path, shipped, repo_root)]
-    vocab_now = {Path(p).name: json.loads((Path(p) / "config.json").read_text()).get("draft_vocab_size")
-                 for p in shipped.values() if (Path(p) / "config.json").is_file()}
+    vocab_now = {Path(p).name: PEagleConfig.from_dir(p).draft_vocab_size
+                 for p in shipped.values() if (Path(p) / CONFIG).is_file()}
     return rows + committed_bench_rows(data_dir / "results", vocab_now) + serving_rows(data_dir / "results")
