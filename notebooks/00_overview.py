@@ -495,14 +495,14 @@ for k_try, rounds_try in tries.items():
 # | `01_hidden_states` | What the drafter reads: the three tapped layers, their disk cost, extraction | 0.5 |
 # | `02_mask_tokens` | How one pass drafts K tokens: mask token, `mask_hidden`, the drafter from scratch, the attention layout | 1.1 |
 # | `03_train_head` | Training a P-EAGLE head: self-distilled data, the draft vocabulary (`d2t`/`t2d`), COD sampling, the loop by hand, the whole path in our own code | 3.0 |
-# | `04_scale_and_acceptance` | How far training goes: the shipped heads, the learning curve, your own model on a second architecture | 2.1 |
+# | `04_scale_and_acceptance` | How far training goes: the shipped heads, the learning curve, your own model on a second architecture | 1.9 |
 # | `05_parallel_vs_sequential` | Parallel vs sequential drafting: the cost of a round each way; the payoff where acceptance is high (a pair trained alike on list requests, committed and raced live; the same drafts charged one pass or K; a small pair trained and raced here, each head at its own K) | 5.5 |
 # | `06_what_it_takes` | The shipped heads on open prompts against plain decoding; losslessness in bf16; the paper's acceptance priced here (the oracle); the break-even picture | 1.4 |
-# | `07_vllm_deploy` | Export to vLLM's eagle3 format, serve with `parallel_drafting`; load and tensor parallelism | 4.5 |
-# | `08_explorer` | Drafts accepted token by token; speculative sampling; how the course measures | 0.8 |
+# | `07_vllm_deploy` | Export to vLLM's eagle3 format, serve with `parallel_drafting`; load and tensor parallelism | 4.0 |
+# | `08_explorer` | Drafts accepted token by token; speculative sampling; how the course measures | 0.7 |
 #
-# Minutes: per chapter, rounded, from one `make lab` on this host (its `SUMMARY.md` lists each notebook's time), 04's,
-# 05's and 08's from later runs of each alone: 19 min 45.6 s of notebooks in all.
+# Minutes: per chapter, rounded, from one `make lab` on this host (its `SUMMARY.md` lists each notebook's time), 04's
+# to 08's from a later run of those five: 18 min 50.1 s of notebooks in all.
 # `cpu-epyc-avx512bf16-2c` (2-core AMD EPYC with bf16 units, no GPU) is the host of every live output. 00-04 and 07
 # load the target in float32, 05, 06 and 08 in bfloat16 (what `auto` picks on a CPU with bf16 units). `make setup`
 # installs everything, vLLM included; no chapter needs a GPU or downloads a model.

@@ -17,16 +17,14 @@
 # # 04 · Scale and acceptance
 #
 # **Goal:** see what a head's acceptance length is made of, what raises it, and why this CPU-trained head stays below
-# the paper's. Plan: (1) the shipped heads, (2) more training, (3) your own model and its chat template
-# (question 1), (4) several GPUs, (5) the gap to the paper (question 3).
+# the paper's.
 #
-# **Terms.** *Acceptance length* (AL): tokens committed per verification round, bonus token included. A round has
-# slots j = 1..K; slot j = depth j-1 in training. A slot's *rate* p_j: the share of rounds reaching slot j in which its
-# draft was accepted.
+# You will compare the shipped heads, scale their training, move the recipe to your own model (question 1) and to
+# several GPUs, and probe the paper's gap (question 3).
 #
-# *Committed* figures are full-size runs read from `data/`; *live* ones are measured in this run. A head's AL depends
-# on the prompts, output length, K, dtype and sample size, so it differs across the course; 08's appendix lists the
-# shipped heads' ALs with these.
+# **Terms.** *Acceptance length* (AL): tokens committed per verification round, bonus token included. Slot j of a round
+# (j = 1..K) is depth j-1 in training. Its *rate* p_j is the share of rounds reaching slot j that accepted its draft.
+# *Committed* figures are read from `data/`; *live* ones are measured in this run.
 
 # %% tags=["nbval-ignore-output"]
 # Parameters come from the environment: PEAGLE_TARGET (default: the embedded SmolLM2-135M-Instruct),
@@ -59,10 +57,9 @@ def target_dtypes(runs):
 # ## 1 · The shipped heads
 #
 # Two 1-layer heads for SmolLM2-135M, trained for K=8: P-EAGLE `smollm2-135m-peagle` (`parallel`: all slots in one
-# pass) and EAGLE-3-style `smollm2-135m-eagle3` (`sequential`: one slot per pass). The next two cells print their
-# training budgets and the committed held-out comparison: each slot's rate, with the rounds that reached it in brackets
-# (`~`: estimated), and AL rebuilt as `AL = 1 + p1 + p1·p2 + ... + p1···pK`. The rebuilt AL sits a little above the
-# recorded one, which cuts each answer's last round short at the 64-token budget.
+# pass) and EAGLE-3-style `smollm2-135m-eagle3` (`sequential`: one slot per pass). The next cells print their training
+# budgets and the committed held-out comparison: each slot's rate, the rounds that reached it, and AL rebuilt from the
+# rates (a little above the recorded AL, which cuts the last round short).
 
 # %% tags=["nbval-ignore-output"]
 from collections import Counter
@@ -118,10 +115,9 @@ if P and S:
                   f" = {1 + sum(reach[1:]):.3f}   (recorded {r['acceptance_length'][k]:.3f})")
 
 # %% [markdown]
-# Now a live check on 2 HumanEval prompts: each head drafts in its own mode at K = 1, 3 and 7, and every output is
-# compared with plain greedy. A gap under 0.052 counts as a tie (0.052: the largest seed spread of 02's and 03's
-# studies). The plot cell's last lines set each live gap beside the held-out gap at the same K; at K=1, which the
-# held-out file lacks, beside the gap that AL = 1 + p1 predicts from the held-out slot-1 rates.
+# A live check on 2 HumanEval prompts: each head drafts at K = 1, 3 and 7, and every output is compared with plain
+# greedy. A gap under 0.052 (the largest seed spread of 02's and 03's studies) is a tie. The last lines compare each
+# live gap with the held-out one.
 
 # %% tags=["nbval-ignore-output"]
 from peagle_lab.prompts import humaneval_prompts
@@ -175,31 +171,26 @@ for k in KS:  # the live check: which head accepts more, and is it the one the h
     print(f"this run, K={k}: P-EAGLE {p:.2f}, EAGLE-3 {s:.2f}, gap {s - p:+.2f}: {leader(s - p)}{tail}")
 
 # %% [markdown]
-# **Reading it.** On the 8 committed held-out prompts EAGLE-3 accepts more at K=7: 2.532 tokens a round against
-# P-EAGLE's 1.895. P-EAGLE leads at slot 1 (0.62 against 0.50), but its rates fall to 0.34 and 0.24 at slots 2 and 3, so
-# about 13 of its 270 rounds reach slot 4 and none slot 6: its AL is 1.895 at both K=3 and K=7. Live, every output
-# matched plain greedy. The live panel (2 prompts, float32, 48 tokens, its own y-scale) is a check, not a ranking: its
-# printed "ahead" lines apply the training-seed threshold to 2 prompts (about 70 rounds), where EAGLE-3 leads at every
-# K; don't compare its heights with the committed panel's. At K=1 it even reverses the order the committed slot-1 rates
-# predict (P-EAGLE ahead by 0.10, live EAGLE-3 by 0.09); at K=3 and 7 the orders agree.
+# **Reading it.** On the committed held-out prompts EAGLE-3 accepts more at K=7: 2.532 tokens a round against
+# P-EAGLE's 1.895. P-EAGLE leads at slot 1, but its later rates fall fast: about 13 of 270 rounds reach
+# slot 4.
 #
-# This reverses the paper's order (the vLLM blog reports, for GPT-OSS-20B on HumanEval at K=7, P-EAGLE 3.94 and EAGLE-3
-# 3.03). But the shipped heads differ in budget (EAGLE-3 had 1.23x the wall time) and in data, so they cannot isolate
-# the method; 05's committed matched pair, trained alike for 1,000 steps on list requests, does, and there EAGLE-3 also
-# accepts more (05's small pair, 40 steps on 48 of the same list answers, shows the reverse where both draft from depth
-# 0 alone, AL 1.40 against 1.23 at K=1 on its tuning requests; that run does not isolate why).
+# Live, every output matched plain greedy and EAGLE-3 led at every K. On 2 prompts that is a check, not a ranking:
+# at K=1 it even reverses the order the held-out slot-1 rates predict.
+#
+# The vLLM blog reports the reverse order: P-EAGLE 3.94, EAGLE-3 3.03 (GPT-OSS-20B, HumanEval, K=7). The shipped heads
+# differ in budget and data, so they cannot isolate the method. 05's committed matched pair, trained alike for 1,000
+# steps on list requests, can: there too EAGLE-3 accepts more.
 #
 # ## 2 · What more training buys
 #
-# Two committed experiments, scored by AL at K=7 on 8 held-out prompts x 64 new tokens (not section 1's prompts):
+# Two committed experiments, scored by AL at K=7 on 8 held-out prompts (not section 1's):
 #
-# * **Learning curves** (left): AL at each *snapshot* (the head saved every so many tokens) against tokens seen, for
-# two runs of two legs each (a run, then a `-cont` run continuing it with `--init-from`) on the earlier, smaller file
-# `smollm2-135m-scale.jsonl`. The EAGLE-3 curve is the shipped EAGLE-3 head's first two legs; the P-EAGLE curve is an
-# earlier run, not the shipped P-EAGLE head.
-# * **Deeper heads** (right): P-EAGLE heads with 1, 2 and 4 layers (`exp-L1`, `exp-L2`, `exp-L4`), each trained from
-# scratch on the same 6,000 sequences for about 2400 s. `exp-L1` is the shipped P-EAGLE head's first run (03 lists it
-# under its folder's name, `smollm2-135m-peagle-fresh`).
+# * **Learning curves** (left): AL at each *snapshot* (the head saved every so many tokens) against tokens seen, over
+# a run and its `-cont` continuation (`--init-from`) on the smaller file `smollm2-135m-scale.jsonl`. EAGLE-3's is the
+# shipped head's first two legs; P-EAGLE's is an earlier run.
+# * **Deeper heads** (right): P-EAGLE heads of 1, 2 and 4 layers (`exp-L1`, `exp-L2`, `exp-L4`), each trained from
+# scratch for about 2400 s on the same 6,000 sequences. `exp-L1` is the shipped P-EAGLE head's first run.
 
 # %% tags=["nbval-ignore-output"]
 paths = [RECIPE_DIR / str(HOST) / name for name in ("curve.json", "deeper/curve.json")]
@@ -245,8 +236,8 @@ if fresh and "exp-L1" in ends and P:
 
 # %% [markdown]
 # Why does acceptance stay low? A slot counts only if every slot before it was accepted, so the depth where a head
-# stops being accurate caps its AL. The next cell plots top-1 **accuracy per depth** on held-out distilled sequences,
-# then solves for the one rate p that, at every slot, gives the blog's 3.94 at K=7.
+# stops being accurate caps its AL. The next cell plots top-1 **accuracy per depth**, then finds the one rate p per
+# slot that gives the blog's 3.94 at K=7.
 
 # %% tags=["nbval-ignore-output"]
 PAPER_AL, PAPER_K = 3.94, 7  # the vLLM P-EAGLE blog: GPT-OSS-20B on HumanEval, K=7 (a GPU-trained head)
@@ -275,27 +266,22 @@ print(f"\nthe blog's AL {PAPER_AL} at K={PAPER_K} (HumanEval) needs every slot a
       + f" = {sum(rate ** j for j in range(PAPER_K + 1)):.2f}")
 
 # %% [markdown]
-# **Reading it.** Every head's accuracy collapses after depth 0: the shipped P-EAGLE head scores 0.453 at depth 0 and
-# 0.175 at depth 1. These are training-time accuracies (each depth scored on its own, whether or not the earlier depths
-# were right: P-EAGLE's mask depths never read the data's earlier tokens), not section 1's rates p_j,
-# so they do not compare directly with the 0.78 per slot that the blog's 3.94 needs; section 1's like-for-like rates
-# (0.62, 0.34, 0.24 for slots 1 to 3) fall below it, slot 1 by 0.16 and slots 2 and 3 by more than half.
+# **Reading it.** Every head's accuracy collapses after depth 0: the shipped P-EAGLE head falls from 0.453 to 0.175.
+# These accuracies ignore whether earlier depths were right, so they are not section 1's rates. Those rates (0.62,
+# 0.34, 0.24 for slots 1 to 3) all sit below the blog's 0.78 per slot.
 #
-# The learning curves peak at 1.437 (P-EAGLE) and 1.455 (EAGLE-3), below `exp-L1`'s 1.512 at its last snapshot; they
-# trained on the smaller file with other settings, and no run here isolates which difference costs the AL. Both curves
-# dip where the `-cont` leg starts (P-EAGLE 1.352 to 1.330, EAGLE-3 1.399 to 1.340), climb past the first leg's end and
-# fall back at their last snapshot (1.437 to 1.391, 1.455 to 1.447); the continuation restarts the optimizer and warm-up
-# (`--init-from` keeps the weights only), a likely cause that no run here tests. (`eagle3` and `eagle3-cont` are the
-# runs 03 lists as `smollm2-135m-eagle3-scale` and the first `smollm2-135m-eagle3`.) In the same 2400 s more layers did
-# not help, at the last snapshots (1.512, 1.386, 1.292) or on section 1's prompts at the runs' end (1.737, 1.649,
-# 1.477), though the deeper heads saw fewer tokens.
+# The learning curves peak at 1.437 (P-EAGLE) and 1.455 (EAGLE-3), below `exp-L1`'s 1.512. They used a smaller file
+# and other settings; no run here isolates which difference matters. Both dip where the `-cont` leg starts, perhaps
+# because `--init-from` restarts the optimizer and warm-up (untested).
+#
+# More layers did not help in the same 2400 s: 4 layers reach 1.292 against 1 layer's 1.512, though they saw fewer
+# tokens.
 #
 # ## 3 · Your own model and its chat template (question 1)
 #
-# Nothing in the recipe is specific to SmolLM2: taps and head shape come from the target's config, and one function
-# (`prompts.chat_ids`) applies its chat template everywhere. The next cells use a tiny Qwen3 target with random
-# weights (`peagle-lab make-tiny-target`): its answers are noise; the point is the mechanics. On a GPU,
-# `PEAGLE_TARGET=<your model> bash scripts/gpu_heads.sh` trains and installs both heads for your model.
+# Nothing in the recipe is specific to SmolLM2: taps, head shape and chat template (`prompts.chat_ids`) come from
+# the target. The next cells show the mechanics on a tiny Qwen3 with random weights (`peagle-lab make-tiny-target`).
+# On a GPU, `PEAGLE_TARGET=<your model> bash scripts/gpu_heads.sh` trains and installs both heads.
 
 # %% tags=["nbval-check-output"]
 from peagle_lab.settings import results_dir
@@ -317,15 +303,14 @@ for name, tok in (("tiny Qwen3", tiny_tok), ("this run's target", tokenizer)):
     print(f"--- {name}: {len(ids)} prompt tokens ---\n{tok.decode(ids)}")
 
 # %% [markdown]
-# Each tokenizer brings its own template (ChatML for the tiny target; SmolLM2's adds a default system message). The
-# head's shape comes from the target's config (`PEagleConfig.from_target`), plus three **taps**: the layers whose
-# hidden states it reads, a low, a middle and a high one (`default_tap_layers`).
+# Each tokenizer brings its own template: SmolLM2's adds a default system message. The head also reads three
+# **taps**, the hidden states of a low, a middle and a high layer (`default_tap_layers`).
 #
 # ### Exercise: which layers are tapped?
 #
-# vLLM's EAGLE-3 default taps the residual stream entering layers `2`, `L // 2` and `L - 3` of an L-layer target.
+# vLLM's EAGLE-3 taps the residual stream entering layers `2`, `L // 2` and `L - 3` of an L-layer target.
 # Write that rule as `my_taps` in the next cell; it prints the depths (1 to 64) where yours differs from the package's.
-# Why there, and what does the package give instead? The cell after it has the answer.
+# Why there, and what does the package give instead? The cell after it answers.
 
 # %% tags=["nbval-check-output"]
 import copy
@@ -372,11 +357,11 @@ def my_taps(n_layers):
 check_taps(my_taps)
 
 # %% [markdown]
-# The fallback `(0, L // 2, L - 1)` for targets under 7 layers is the package's own (`features/taps.py`), not vLLM's
-# rule, which is only `(2, L // 2, L - 3)`; the tiny target's 8 layers get vLLM's taps.
+# Below 7 layers the package falls back to its own `(0, L // 2, L - 1)` (`features/taps.py`); vLLM's rule has no
+# fallback. The tiny target's 8 layers get vLLM's taps.
 #
-# Now the whole recipe on the tiny target, at small scale: distil, extract features, train a few steps, decode
-# speculatively. Whatever the head drafts, the output must match plain greedy.
+# Next, the whole recipe on the tiny target: distil, extract, train a few steps, decode speculatively. Whatever the head
+# drafts, the output must match plain greedy.
 
 # %% tags=["nbval-ignore-output"]
 import tempfile
@@ -417,9 +402,9 @@ print("speculative output lossless against plain greedy:",
 # %% [markdown]
 # ### A template mismatch
 #
-# A head learns what the target says after the prompt layout it was trained with. The cell serves SmolLM2's shipped
-# P-EAGLE head (section 1's, not the tiny Qwen3's) on held-out prompts in three layouts: the trained chat template, bare
-# text, and another system message.
+# A head learns what the target says after the prompt layout it was trained with. The next cell serves SmolLM2's
+# shipped P-EAGLE head on held-out prompts in three layouts: the trained chat template, bare text, and another system
+# message.
 
 # %% tags=["nbval-ignore-output"]
 from peagle_lab.prompts import OTHER_SYSTEM, load_scale_records
@@ -442,16 +427,15 @@ print("against the trained layout: " + ", ".join(f"{name} {tmpl[t]['acceptance_l
                                                                  ("system", "another system message"))))
 
 # %% [markdown]
-# **Reading it.** On bare text the head accepted no draft: AL 1.00 against 1.52 with the trained chat template, and
-# the answers changed too (44 tokens against 80). Another system message gave 1.34, a drop that two prompts cannot
-# establish. The fix: distil (`peagle-lab distill --target DIR`) and serve with your model's chat template.
+# **Reading it.** A head needs the layout it was trained on: on bare text it accepted no draft (AL 1.00 against
+# 1.52). Another system message gave 1.34, a drop two prompts cannot establish. The fix: distil and serve with your
+# model's chat template (`peagle-lab distill --target DIR`).
 #
 # ## 4 · Past one machine
 #
-# The same trainer runs in several processes (DDP through accelerate). `--batch-tokens` is the global batch, so any
-# number of processes follows one process's loss curve; this chapter does not show it, but the package's test
-# `test_two_processes_follow_one_process_torchrun` (`tests/training/test_distributed.py`) checks it for two CPU
-# processes. For a 7-8B target on 8 GPUs:
+# The trainer runs in several processes (DDP through accelerate). `--batch-tokens` is the global batch, so any number
+# of processes follows one process's loss curve (tested in `tests/training/test_distributed.py`). For a 7-8B target on
+# 8 GPUs:
 #
 # ```bash
 # peagle-lab extract --distilled DATA --split train --out FEATURES/part-train --max-seq-len 2048   # once
@@ -461,16 +445,15 @@ print("against the trained layout: " + ", ".join(f"{name} {tmpl[t]['acceptance_l
 # accelerate launch --multi_gpu --num_processes 8 -m peagle_lab.cli train ...    # the same, through accelerate
 # ```
 #
-# Large runs usually drop `--features` and compute the taps online: an 8B target's offline taps take 24 KiB per token
-# in bf16 (notebook 01).
+# Large runs usually compute the taps online (no `--features`): offline, an 8B target's take 24 KiB per token in bf16
+# (notebook 01).
 #
 # ## 5 · Why is my acceptance length below the paper's? (question 3)
 #
-# The recipe runs (`peagle-lab recipe`) each change one setting from a **baseline**, train for equal wall time and
-# score held-out AL at K=7. The verdict column sets each gap against two seed spreads (the largest AL gap between two
-# seeds): the recipe's own (0.005) and that of 02's and 03's studies (0.052); a change counts only beyond the larger.
-# `tokens seen`: in that wall time. `draft vocab coverage`: the share of training-answer tokens the draft vocabulary
-# holds, here over the larger, more varied scale mix, so 4k ids cover less than in 03.
+# Each recipe run (`peagle-lab recipe`) changes one setting from a **baseline**, trains for equal wall time and scores
+# held-out AL at K=7. `draft vocab coverage` is the share of training-answer tokens the draft vocabulary holds (for
+# 4k ids, less than in 03: the scale mix is more varied). A gap counts only beyond the larger of two seed spreads:
+# the recipe's own (0.005) and the studies' (0.052).
 
 # %% tags=["nbval-ignore-output"]
 from peagle_lab.experiments import recipe, studies
@@ -505,16 +488,28 @@ if runs:
     display(Markdown("\n".join(table)))
 
 # %% [markdown]
-# **Reading it.** At 180 s per run no change beats the baseline beyond the studies' spread: the best (4k draft
-# vocabulary, 10 depths) gain +0.028 against 0.052. Only `4 layers` lies beyond both spreads, at -0.065, having seen
-# under half the baseline's tokens. The recipe's own spread (0.005) proves little, since its two seeds also saw token
-# counts 17% apart in the same wall time.
+# **Reading it.** At 180 s a run, no change beats the baseline beyond the studies' spread: the best gain +0.028
+# against 0.052. Only `4 layers` lies beyond both, at -0.065, having seen under half the baseline's tokens. The
+# recipe's own spread proves little: its two seeds saw token counts 17% apart.
 #
-# Beyond budget, the paper differs in target (GPT-OSS-20B), head depth (4 layers; deeper heads did not help here at
-# equal time) and benchmark; no run here isolates which of these costs the AL.
+# Beyond budget, the paper differs in target (GPT-OSS-20B), head depth (4 layers) and benchmark; no run here isolates
+# which costs the AL.
+
+# %% [markdown]
+# ## What we saw
+#
+# - **Shipped heads:** at K=7, EAGLE-3 accepts 2.532 tokens a round and P-EAGLE 1.895, the reverse of the paper's
+#   order; 05's committed matched pair agrees.
+# - **Lossless:** every live speculative output matched plain greedy.
+# - **Why AL stays low:** P-EAGLE's rate falls to 0.24 by slot 3; the blog's 3.94 needs 0.78 at every slot.
+# - **Scale:** neither the longer two-leg runs nor 2 or 4 layers beat one 2400 s run of 1 layer (1.512).
+# - **Your own model:** the recipe runs losslessly on a tiny Qwen3; on bare text, SmolLM2's head accepted no draft.
+# - **Recipe runs:** at 180 s no setting beats the studies' seed spread (best +0.028 against 0.052).
+#
+# Next, `05_parallel_vs_sequential`: what a drafting round costs per head, and the speed-up.
 
 # %% tags=["nbval-ignore-output"]
-# Bookkeeping: this chapter's figures for the workbook's summary (SUMMARY.md) and 08's acceptance ledger.
+# Records, after the lesson: this chapter's figures for the workbook's summary (SUMMARY.md) and 08's ledger.
 from peagle_lab.workbook import ledger, report
 
 book = ledger.Logbook("04", host=precision.host_slug(DEVICE), dtype=precision.dtype_name(model.dtype))  # live rows
@@ -530,21 +525,3 @@ for t, ev in tmpl.items():  # section 3's template mismatch
     book.add(f"template: {layout[t][:40]}", head_names["parallel"], prompt_set="held-out split",
              prompts=len(tmpl_prompts), new_tokens=TMPL_NEW, k=TK, rounds=ev["rounds"][TK],
              acceptance_length=ev["acceptance_length"][TK])
-
-# %% [markdown]
-# ## What we saw
-#
-# - **Shipped heads:** at K=7 on 8 held-out prompts, EAGLE-3 accepts 2.532 tokens a round, P-EAGLE 1.895, the reverse
-#   of the paper's order; the heads differ in budget and data, so 05's committed matched pair tests the method on
-#   list requests (there too EAGLE-3 accepts more).
-# - **Lossless:** every live speculative output matched plain greedy.
-# - **Why AL stays low:** P-EAGLE's per-slot rates fall from 0.62 to 0.34 and 0.24 (section 1); the blog's 3.94 needs
-#   0.78 per slot.
-# - **Training at scale:** the two-leg curves on a smaller file peak at 1.437 and 1.455 and end at 1.391 and 1.447,
-#   below one 2400 s run's 1.512.
-# - **Deeper heads:** in the same 2400 s, 1, 2 and 4 layers reach 1.512, 1.386 and 1.292 (fewer tokens seen).
-# - **Your own model:** the recipe ran losslessly on a tiny Qwen3 (random weights).
-# - **Chat template:** on bare text, SmolLM2's shipped P-EAGLE head accepted no draft (AL 1.00 against 1.52).
-# - **Recipe runs:** at 180 s no setting beats the studies' seed spread (best +0.028 against 0.052).
-#
-# Next, `05_parallel_vs_sequential`: what a drafting round costs per head, and the speed-up.

@@ -16,21 +16,17 @@
 # %% [markdown]
 # # 05 · Parallel vs sequential drafting: the cost and the payoff
 #
-# **Goal:** measure what one drafting round costs in parallel (P-EAGLE: one drafter pass for K drafts) and
-# sequentially (EAGLE-3: K passes), watch that saving pay end to end on the same drafts charged both ways, and race
-# heads trained alike live, where per-request differences in acceptance weigh more than the saving.
+# **Goal:** measure what a drafting round costs in parallel (P-EAGLE: one drafter pass for K drafts) and sequentially
+# (EAGLE-3: K passes), and see where that saving pays end to end.
 #
-# A round drafts K tokens, verifies them in one target pass and keeps the accepted prefix plus one token. Counted in
-# plain decode steps it costs `round = (t_draft + t_verify) / t_step` and commits AL tokens on average (the
-# acceptance length), against one token per plain step:
+# A round drafts K tokens, verifies them in one target pass and commits AL tokens on average (the acceptance length:
+# the accepted prefix plus one). With `round = (t_draft + t_verify) / t_step` in plain decode steps:
 #
 # $$\text{ideal speed-up} = \frac{AL}{\text{round}}.$$
 #
-# Parallel drafting shrinks `t_draft`; it pays only where AL clears the round. So the payoff needs text a small head
-# can predict: list requests (count to 20, the months, the alphabet ...). A pair trained alike for 1,000 steps is read
-# from `data/` and raced live; a small pair is trained on them in view, then raced. 06 takes the shipped heads on open
-# prompts, losslessness in bfloat16, and what the paper's acceptance would pay here. *Live* cells run here and move a
-# little between runs; *committed* cells read full-size runs under `data/`, labelled with their host.
+# Parallel drafting shrinks `t_draft`, so it pays only where AL is high: on text a small head can predict, such as list
+# requests. You will time both modes, race heads trained alike, and train a small pair.
+# *Live* cells run here; *committed* cells read full-size runs under `data/`.
 
 # %% tags=["nbval-ignore-output"]
 # Parameters come from the environment: PEAGLE_TARGET (default: the embedded SmolLM2-135M-Instruct),
@@ -64,21 +60,18 @@ print("committed runs read from:", READ_HOST)
 # %% [markdown]
 # ## Why parallel drafting is cheaper
 #
-# - **EAGLE-3 (sequential):** draft j+1 needs draft j, so a round is K drafter passes, each reading all the
-#   drafter's weights (one decoder layer and an LM head over the draft vocabulary). `t_draft` grows
-#   linearly with K.
+# - **EAGLE-3 (sequential):** draft j+1 needs draft j, so a round is K drafter passes, each reading all the drafter's
+#   weights. `t_draft` grows linearly with K.
 # - **P-EAGLE (parallel):** slots 2..K hold a mask token and the shared `mask_hidden`, so all K drafts come out of
 #   **one** pass over the new slots plus K-1 mask slots. At batch 1 a small drafter is bound by weight reads and
 #   per-call overhead, so one wide pass costs far less than K narrow ones.
 #
-# At K=1 both modes make one pass over the same slots; the parallel path only adds a few small steps. The first cell
-# loaded the shipped P-EAGLE head; the cost sections run it in both modes, so only the mode differs.
+# The cost sections run the shipped P-EAGLE head in both modes: only the mode differs.
 #
 # ## One round, both ways
 #
-# The same head drafts K=4 tokens once in parallel and once sequentially, while a hook records each drafter pass and
-# the slots it carries. `Slots` holds a round's newly committed tokens with their taps and the first one's position;
-# `slots.tail(2)` keeps the last 2 of them, as if this round had committed 2 tokens.
+# The head drafts K=4 tokens in each mode while a hook records every drafter pass and its slots. `Slots` holds a
+# round's newly committed tokens with their taps; `slots.tail(2)` keeps the last 2, as if the round had committed 2.
 
 # %% tags=["nbval-check-output"]
 from peagle_lab.decoding.draft_sources import HeadDrafter
@@ -109,16 +102,17 @@ for mode in ("parallel", "sequential"):
           f"-> drafts of shape {tuple(drafts.shape)}")
 
 # %% [markdown]
-# **Reading it.** Parallel drafting is one pass over 5 slots (2 new, 3 mask); sequential drafting is four passes of 2,
-# 1, 1 and 1 slots. The next table times that difference.
+# **Reading it.** Parallel drafting is one pass over 5 slots (2 new, 3 mask). Sequential drafting is four passes of 2,
+# 1, 1 and 1 slots.
 #
 # ## Drafting cost per round
 #
-# `bench.drafting_cost` times the loop's own drafting call (`HeadDrafter.propose`) for K = 1 to 10, with the shipped
-# P-EAGLE head in both modes, so only the mode differs. For scale it also times the target verifying K+1 tokens and
-# one plain decode step. Columns: `parallel_ms`, `sequential_ms` (medians; `*_iqr_ms` their interquartile ranges, the
-# plot's bars drawing half of it either side), `ratio_seq_over_par`, `verify_ms` (the target's pass over K+1 tokens)
-# and `verify_ratio` (that pass over one decode step).
+# `bench.drafting_cost` times the loop's drafting call for K = 1 to 10 in both modes, and the target verifying K+1
+# tokens. Columns:
+#
+# - `parallel_ms`, `sequential_ms`: median drafting time per round; `*_iqr_ms`: their interquartile ranges
+# - `ratio_seq_over_par`: sequential time over parallel
+# - `verify_ms`: the target's pass over K+1 tokens; `verify_ratio`: that pass over one plain decode step
 
 # %%
 DRAFT_KS = settings.pick(list(range(1, 11)), [1, 2, 4, 8])
@@ -140,20 +134,17 @@ print("verifying more tokens measured cheaper after: "
 bench.plot_drafting_cost(dc);
 
 # %% [markdown]
-# **Reading it.** One parallel pass costs 3.9 to 5.42 ms at every K, while K sequential passes grow to 32.3 ms at
-# K=10, 5.97 times the parallel cost. But verifying K+1 tokens costs 1.03 to 1.23 decode steps, so on this CPU
-# verification is most of a round and the drafting saving pays only where many drafts are accepted. At K=1, one pass
-# each, the two are within their IQR bars. Where verifying more tokens measured cheaper (the line under the table), the
-# gap is at most 78 against 76 ms: timing noise.
+# **Reading it.** Parallel drafting stays at 4.06 to 5.77 ms for every K; sequential grows to 34.8 ms at K=10. But
+# verification costs 1.06 to 1.27 decode steps, most of a round on this CPU, so the saving pays only where many drafts
+# are accepted. At K=1 the plot's IQR bars overlap; the dips in `verify_ms` are timing noise.
 #
 # ### Exercise: write the pass shapes, then predict the drafting cost
 #
-# 1. Write `my_passes(mode, k, new_slots)`: the slots each drafter pass carries in one round of K drafts after
-#    `new_slots` new slots (for K=4 after 2 new slots, "One round, both ways" printed `[5]` and `[2, 1, 1, 1]`). The
-#    cell checks it against the hook on 30 random rounds.
-# 2. Predict: how do the parallel and the sequential round's times change from K=2 to K=10, and their ratio?
+# 1. Write `my_passes(mode, k, new_slots)`: the slots each drafter pass carries in a round of K drafts after
+#    `new_slots` new slots (K=4 after 2 gave `[5]` and `[2, 1, 1, 1]` above). The cell checks it on 30 random rounds.
+# 2. Predict how the parallel and sequential times, and their ratio, change from K=2 to K=10.
 #
-# Try it before you read the answer: the next cell writes it out, runs the check, and times K=2 and K=10 (`EX_KS`).
+# Try it first: the next cell writes the answer, checks it and times K=2 and K=10.
 
 # %% tags=["nbval-ignore-output"]
 import random
@@ -222,25 +213,24 @@ for ex_k in EX_KS:
 print("ratio as a fraction of K:", ", ".join(f"K={k}: {r / k:.2f}" for k, r in ex.items()))
 
 # %% [markdown]
-# **Reading it.** From K=2 to K=10 the sequential/parallel ratio rises from 1.65 to 6.08, below K and falling as a
-# fraction of it (0.82, then 0.61) as the parallel pass widens (4.02 to 5.14 ms). This is a separate timing from the
-# table's, with the same trend.
+# **Reading it.** From K=2 to K=10 the sequential/parallel ratio rises from 1.77 to 7.66, below K as the parallel pass
+# widens. This separate timing shows the table's trend.
 #
 # ## The payoff: a pair trained alike, where acceptance is high
 #
-# On open prompts the shipped heads accept few drafts (06), so verification dominates. Where text is predictable,
-# a small head learns the target's habits, deep slots get accepted, and drafting cost decides. The **matched pair**
-# isolates the method: both heads start from seed 0's untrained weights and get the same data and steps (1,000
-# optimizer steps, 851,905 tokens, from 480 of the target's answers to list requests); only the drafting mode
-# differs. Each head's `TRAINING.md` has the rest.
+# The shipped heads accept few drafts on open prompts (06). On predictable text deep slots get accepted and drafting
+# cost decides. The **matched pair** isolates the method: both heads start from the same seeded weights and train the
+# same 1,000 steps on the target's answers to 480 list requests. Only the drafting mode differs.
 #
-# **The paired rule.** Two methods run side by side on each request. If neither were faster, each request would be a
-# coin flip; the two-sided **sign test** gives p, the chance that fair flips split at least as unevenly. Below 0.05 a
-# method is *shown faster*; otherwise the course says on how many requests it won. The first cell writes the test
-# (`order`) and the per-request gaps it reads (`paired`), and shows the smallest run it can read: 5 wins of 5 are not
-# enough. The second reads the pair's committed run on 48 held-out list requests at K = 3, 5 and 7. Columns:
-# `round (steps)` = (t_draft + t_verify) / t_step from the loop's medians; `end to end` the speed-up over plain
-# decoding, prefill included; `faster than plain` the requests with a speed-up above 1, out of 48.
+# **The paired rule.** If neither of two methods were faster, each request would be a coin flip. The two-sided **sign
+# test** gives p, the chance that fair flips split at least as unevenly. Below 5% a method is *shown faster*; otherwise
+# the course says on how many requests it won. The first cell writes the test (`order`): 5 wins of 5 are not enough.
+#
+# The second cell reads the pair's committed float32 run on 48 held-out list requests at K = 3, 5 and 7. Columns:
+#
+# - `round (steps)`: (t_draft + t_verify) / t_step
+# - `end to end`: the speed-up over plain decoding, prefill included
+# - `faster than plain`: requests with a speed-up above 1
 
 # %% tags=["nbval-check-output"]
 import math
@@ -299,10 +289,9 @@ print(f"P-EAGLE minus EAGLE-3, each at its best K, per request: {min(gaps):+.2f}
       + order(gaps, "P-EAGLE", "EAGLE-3"))
 
 # %% [markdown]
-# **Reading it.** Trained alike, P-EAGLE is shown faster than EAGLE-3: at K=7, 2.10x against 1.92x end to end, faster
-# on 37 of 48 held-out requests (p = 0.00022). With one drafter pass its round does not grow with K (2.11, 2.02,
-# 1.98 steps), while EAGLE-3's K passes make its round grow (2.16 to 2.47). Both are fastest at K=7, the largest K here,
-# so the next cell rebuilds K=7 from the file's counts and then reads a wider sweep.
+# **Reading it.** Trained alike, P-EAGLE is shown faster than EAGLE-3: 2.10x against 1.92x at K=7, on 37 of 48
+# requests (p = 0.00022). Its one-pass round does not grow with K, while EAGLE-3's grows from 2.16 to 2.47 steps. Both
+# peak at K=7, the largest K here; the next cell opens it and a wider sweep.
 
 # %% tags=["nbval-ignore-output"]
 import matplotlib.pyplot as plt
@@ -336,24 +325,23 @@ if wide:
           + order(gaps, "P-EAGLE", "EAGLE-3"))
 
 # %% [markdown]
-# **Reading it.** P-EAGLE accepts less (AL 4.49 against 5.15) but wins on the round, 1.98 decode steps against 2.47: it
-# drafts in 15.1 ms in one pass against 42.4 ms in seven, while verification is alike (102.9 and 104.4 ms). (This
-# committed run is float32 with 96-token answers: compare its milliseconds within this table, not with the live table.)
-# P-EAGLE loses acceptance at slot 2 (414 of 597 rounds that reach it, against 434 of 478). The wider sweep keeps the
-# order: P-EAGLE still gains up to K=11 (2.19x), EAGLE-3 peaks at K=7 (1.94x), and each at its best K P-EAGLE is shown
-# faster (36 of 48, p = 0.00072). Of the 11 requests where P-EAGLE loses to plain decoding, 10 have answers of 5 to 14
-# tokens: few rounds to gain in.
+# **Reading it.** P-EAGLE accepts less (AL 4.49 against 5.15) but wins on the round: 1.98 decode steps against 2.47.
+# Its one pass drafts in 15.1 ms, where EAGLE-3's seven take 42.4 ms. It loses acceptance at slot 2 (the plot).
+#
+# The wider sweep keeps the order: at each head's best K, P-EAGLE is shown faster (36 of 48, p = 0.00072). Most
+# requests it loses to plain decoding have short answers (10 of 11 at most 14 tokens): few rounds to gain in.
 
 # %% [markdown]
 # ### The same pair, live here
 #
-# Those figures come from a committed float32 run. The next cell races the same two heads live, in this chapter's dtype,
-# on the first 12 of the same held-out requests: plain decoding, P-EAGLE and EAGLE-3 on each request, both heads at K=7
-# (where both ran fastest above), in an order rotated from request to request (a drift of speed favours none), every
-# output checked against plain greedy (the first line). `race`, written here, is reused for the small pair below; the
-# committed tables come from `peagle-lab bench`, the same loop at scale (more requests, the round's time split into
-# drafting and verification). Columns: each head's AL; `vs plain`, plain's time over the head's on that request (one run
-# each); `draft ms`, the drafter's time per round, which acceptance does not enter.
+# That run is committed float32, so compare its milliseconds only within it. The next cell writes `race` and runs
+# the same heads live in this chapter's dtype, on the first 12 of the same requests, both at K=7. Plain decoding,
+# P-EAGLE and EAGLE-3 run in a rotating order, every output checked against plain greedy: the loop of `peagle-lab
+# bench`, in small. Columns:
+#
+# - each head's `AL`
+# - `vs plain`: plain's time over the head's on that request
+# - `draft ms`: the drafter's time per round, which acceptance does not enter
 
 # %% tags=["nbval-ignore-output"]
 from statistics import median
@@ -412,27 +400,22 @@ def race(heads, ks, requests):
 misfit = {m: head_fit_problems(MATCHED_HEADS[m], model) for m in NAMES}
 if not any(misfit.values()):
     pair = {m: load_head(MATCHED_HEADS[m], model).eval() for m in NAMES}  # in this chapter's dtype
-    race(pair, {"parallel": 7, "sequential": 7}, suite_records("lists", LIVE_N))
-    del pair
+    race(pair, {"parallel": 7, "sequential": 7}, suite_records("lists", LIVE_N))  # `pair` stays for the oracle
 else:
     print(f"the committed pair does not fit this target ({misfit['parallel'][0]}): scripts/list_heads.sh trains one")
 
 # %% [markdown]
-# **Reading it.** Live in bf16, P-EAGLE's drafting is cheaper on every request (7.1 against 31.0 ms a round, median;
-# 12 of 12, p = 0.00049), but end to end it beats EAGLE-3 on only 8 of 12 requests (p = 0.39): not shown. Both heads
-# are shown faster than plain decoding (P-EAGLE on 12 of 12, EAGLE-3 on 10 of 12), at AL 3.96 against 4.32. Per
-# request, acceptance moves more than drafting saves (16 stones: AL 4.44 against 8.00, 2.90x against 3.90x), and 12
-# answers of at most 40 tokens are too few for the paired rule; the committed run's 48 requests x 96 tokens show the
-# order (37 of 48).
+# **Reading it.** Live in bf16, P-EAGLE's drafting is shown cheaper: 7.3 against 31.9 ms a round, on 12 of 12
+# requests (p = 0.00049). End to end it beats EAGLE-3 on only 8 of 12 (p = 0.39): not shown. Per request, acceptance
+# moves more than drafting saves, and 12 short answers are a small sample. Both heads are shown faster than plain
+# decoding (11 of 12 each).
 #
 # ### The saving alone: the same drafts, two drafting costs
 #
-# The race mixes what each head accepts with what its drafting costs. The *oracle* (06 writes it out) takes acceptance
-# out: it proposes the target's own continuation, each draft kept with the blog's per-slot rate for HumanEval (AL
-# 3.94 at K=7), and each round it runs a real head's drafting and throws the drafts away: one pass of the pair's
-# P-EAGLE head, or seven passes of its EAGLE-3 head. Both runs of a request draw the same drafts in the same rounds, so
-# they verify the same tokens and differ only in drafting cost. `ORACLE_N` held-out list requests, K=7, which charge
-# runs first alternating; plain decoding of each request gives the continuation and the baseline.
+# The *oracle* (06 writes it out) takes acceptance out of the race. It proposes the target's own continuation, keeping
+# each draft at the blog's per-slot rate for HumanEval (AL 3.94 at K=7). Each round it also runs one pass of the pair's
+# P-EAGLE head, or seven of its EAGLE-3 head, and throws those drafts away. Both charges of a request draw the same
+# drafts, so they differ only in drafting cost.
 
 # %% tags=["nbval-ignore-output"]
 from peagle_lab.bench.oracle import oracle_rates
@@ -440,7 +423,6 @@ from peagle_lab.decoding.draft_sources import RatedOracleDrafter
 
 ORACLE_N = settings.pick(8, 2)
 if not any(misfit.values()):
-    pair = {m: load_head(MATCHED_HEADS[m], model).eval() for m in NAMES}
     runner, rates = TargetRunner(model, pair["parallel"].config.aux_hidden_state_layer_ids), oracle_rates("paper")[0]
     oracles = {m: RatedOracleDrafter(rates, model.config.vocab_size, cost=HeadDrafter(pair[m], m)) for m in NAMES}
     gaps, vs_plain, draft_ms, counts = [], {m: [] for m in NAMES}, {m: [] for m in NAMES}, {m: [0, 0] for m in NAMES}
@@ -457,7 +439,6 @@ if not any(misfit.values()):
             draft_ms[m].append(1000 * st.times.get("draft", 0.0) / max(st.rounds, 1))
             counts[m] = [counts[m][0] + sum(st.accepted), counts[m][1] + st.rounds]
         gaps.append(secs["sequential"] - secs["parallel"])  # > 0: one pass was faster on this request
-    del pair
     print(f"oracle at the blog's per-slot rate {rates[0]:.3f}, K=7, {ORACLE_N} requests x {LIVE_TOKENS} new tokens: "
           + ", ".join(f"{NAMES[m]}'s charge AL = 1 + {a} / {n} = {1 + a / n:.2f}" for m, (a, n) in counts.items()))
     for m, passes in (("parallel", "one pass"), ("sequential", "seven passes")):
@@ -468,19 +449,15 @@ else:
     print("the committed pair does not fit this target (above): no oracle run")
 
 # %% [markdown]
-# **Reading it.** On the same drafts, one pass is shown faster than seven: faster on 8 of 8 requests (p = 0.0078). Both
-# charges verify the same drafts, so they accept alike (AL 3.45 each) and the gap is drafting cost alone: 7.1 against
-# 29.7 ms a round (median), for 1.52x to 3.16x plain decoding against 1.37x to 2.98x. The AL sits below the blog's 3.94
-# (short answers, two ending within 14 tokens, cut rounds short, and 75 rounds is a small draw; not computed apart).
+# **Reading it.** On the same drafts, one pass is shown faster than seven: on 8 of 8 requests (p = 0.0078). Both
+# charges accept alike (AL 3.45), so the gap is drafting cost alone: 7.0 against 33.8 ms a round. The AL sits below the
+# blog's 3.94, with two answers ending within 14 tokens and only 75 rounds drawn.
 #
 # ### The recipe in view: a small pair trained here
 #
-# The committed pair trained 1,000 optimizer steps per head (the times printed above). The cell below runs the same
-# recipe small enough to watch: the target reads its own answers to `N_ANSWERS` list requests once (their taps, kept in
-# memory for both heads), then one P-EAGLE and one EAGLE-3 head train from the same seeded start, on the same rows in
-# the same order, for the same `STEPS` optimizer steps. Only `mode` differs. The draft vocabulary is cut to the
-# `DRAFT_VOCAB` most frequent answer tokens so that a step is cheap. Each head then prints its per-depth accuracy over
-# its last steps, on its training rows (depth 0 drafts slot 1).
+# The cell below runs the committed pair's recipe small enough to watch. A P-EAGLE and an EAGLE-3 head train from the
+# same seeded start, on the same list answers, for `STEPS` steps over a draft vocabulary cut to
+# `DRAFT_VOCAB` tokens. Each head prints its accuracy per depth on its training rows (depth 0 drafts slot 1).
 
 # %% tags=["nbval-ignore-output"]
 import time
@@ -513,18 +490,14 @@ else:
           "scripts/list_heads.sh")
 
 # %% [markdown]
-# **Reading it.** After 40 steps on the same 33,894 tokens (39 and 45 s), the heads differ most at depth 0: P-EAGLE's
-# is right 0.67 of the time, EAGLE-3's 0.47; at the deeper depths neither leads throughout. Depth 0 is the same
-# computation in both modes, but the deeper depths share its weights and train differently, and this run does not
-# isolate why the two depth 0s end apart. So a race between these two heads mixes acceptance with drafting cost. The
-# committed pair above, trained 1,000 steps, is the clean case: there EAGLE-3 accepts more and P-EAGLE still wins on
-# drafting cost.
+# **Reading it.** After 40 steps the heads differ most at depth 0: P-EAGLE's is right 0.67 of the time, EAGLE-3's 0.47.
+# Deeper, neither leads throughout. Depth 0 computes alike in both modes, and this run does not isolate why the two
+# end apart. So racing these heads mixes acceptance with drafting cost; the committed pair is the clean case.
 #
 # ### Each head at its own K
 #
-# A weak head can lose at K=7 only because most of its seven drafts are wasted, so each head races at the K that
-# suits it. The next cell picks it fairly: each head decodes `TUNE_N` other held-out list requests (not the race's)
-# at K = 1, 3 and 7, and keeps the K with the shortest total time.
+# A weak head wastes most of seven drafts, so each head races at its own K. The next cell tries K = 1, 3 and 7
+# on `TUNE_N` other held-out list requests and keeps each head's fastest.
 
 # %% tags=["nbval-ignore-output"]
 TUNE_N, TUNE_KS = settings.pick(4, 1), (1, 3, 7)
@@ -553,7 +526,7 @@ if small:
 # %% [markdown]
 # ### The small pair, live
 #
-# The pair now races with `race` on the same 12 held-out requests, each head at the K just picked.
+# `race` now runs the small pair on the same 12 requests, each head at the K just picked.
 
 # %% tags=["nbval-ignore-output"]
 if small:
@@ -562,40 +535,25 @@ else:
     print("no small pair for this target (above): no live run")
 
 # %% [markdown]
-# **Reading it.** Each at its picked K, P-EAGLE is shown faster than EAGLE-3 (11 of 12 requests, p = 0.0063) and than
-# plain decoding (12 of 12); EAGLE-3 is not shown faster than plain (7 of 12). The tuning picked K=3 for P-EAGLE, its
-# extra drafts riding in one pass, and K=1 for EAGLE-3, whose extra drafts are passes rarely accepted (AL 1.23 to
-# 1.25). EAGLE-3's single draft is cheaper per round (4.6 against 5.4 ms, on 12 of 12), so the lead is acceptance, AL
-# 1.67 against 1.23: a better-trained depth 0 (1.40 against 1.23 at K=1 on the tuning requests, where the two modes
-# draft alike) and two more drafts that one pass makes nearly free (1.76 at K=3). All 24 outputs match plain greedy.
-
-# %% tags=["nbval-ignore-output"]
-# Bookkeeping: the drafting-cost table (results/bench/nb05/) and the chapter's key figures for the workbook's
-# summary (SUMMARY.md).
-from peagle_lab.workbook import report
-
-out_dir = settings.results_dir() / "bench" / "nb05"
-files = bench.write_results({"drafting_cost": dc}, out_dir)
-print(settings.display_path(out_dir), sorted(p.name for p in files.values()))
-report.record("drafting_ratio_seq_over_par", bench.headline({"drafting_cost": dc})["drafting_ratio_seq_over_par"])
-report.record("hardware", dc["env"]["hardware"])
-if small:
-    report.record("small_pair_live_al", {kind: round(1 + a / n, 3) for kind, (a, n) in tally.items()})
+# **Reading it.** At their picked K (3 for P-EAGLE, 1 for EAGLE-3), P-EAGLE is shown faster than EAGLE-3, on 11 of 12
+# requests (p = 0.0063). It is also shown faster than plain decoding (11 of 12); EAGLE-3 is not (6 of 12).
+#
+# The lead is acceptance, AL 1.67 against 1.23: EAGLE-3's single draft is shown cheaper a round (4.4 against 5.0 ms).
+# P-EAGLE's depth 0 is better trained (the tuning lines at K=1), and its extra drafts ride in the same pass. All 24
+# outputs match plain greedy.
 
 # %% [markdown]
 # ## What we saw
 #
-# - Speed is AL / round, the round in decode steps. For K = 1 to 10 one parallel pass costs 3.9 to 5.42 ms and K
-#   sequential passes up to 32.3 ms, while verification costs 1.03 to 1.23 decode steps.
-# - Trained alike for 1,000 steps on list requests (committed, float32, 48 held-out requests), P-EAGLE is shown faster
-#   than EAGLE-3 while accepting less: 2.10x against 1.92x at K=7 (37 of 48, p = 0.00022).
-# - The same pair live in bf16 (12 requests x 40 tokens, K=7): P-EAGLE's drafting is cheaper on every request (7.1
-#   against 31.0 ms a round), but 12 short answers do not show it ahead end to end (8 of 12).
-# - Charged on the same drafts (AL 3.45 both), one P-EAGLE pass is shown faster than seven EAGLE-3 passes (8 of 8
-#   requests, p = 0.0078): 7.1 against 29.7 ms of drafting a round.
-# - A pair trained here for 40 steps each races live in bf16, each head at the K picked on 4 other requests (K=3 for
-#   P-EAGLE, K=1 for EAGLE-3): P-EAGLE is shown faster than EAGLE-3 (11 of 12 requests) on acceptance (AL 1.67 against
-#   1.23), though its drafting costs more a round.
+# - Speed is AL / round. Parallel drafting costs 4.06 to 5.77 ms at every K and sequential grows to 34.8 ms at K=10,
+#   but verification is most of a round.
+# - Trained alike (committed, 48 requests), P-EAGLE is shown faster than EAGLE-3 while accepting less: 2.10x against
+#   1.92x at K=7.
+# - Live, the same pair's P-EAGLE drafts cheaper on every request, but 12 short answers do not show it ahead end to end
+#   (8 of 12).
+# - On the same drafts, one P-EAGLE pass is shown faster than seven EAGLE-3 passes (8 of 8 requests).
+# - A small pair trained here, each head at its tuned K: P-EAGLE is shown faster than EAGLE-3 (11 of 12) on
+#   acceptance, AL 1.67 against 1.23.
 #
 # The same from a shell:
 #
@@ -606,3 +564,15 @@ if small:
 #
 # Next, `06_what_it_takes`: the shipped heads on open prompts, losslessness in bfloat16, and what the paper's
 # acceptance would pay on this machine.
+
+# %% tags=["nbval-ignore-output"]
+# Records, after the lesson: the drafting-cost table (results/bench/nb05/) and this chapter's figures for the
+# workbook's summary (SUMMARY.md).
+from peagle_lab.workbook import report
+
+out_dir = settings.results_dir() / "bench" / "nb05"
+bench.write_results({"drafting_cost": dc}, out_dir)
+report.record("drafting_ratio_seq_over_par", bench.headline({"drafting_cost": dc})["drafting_ratio_seq_over_par"])
+report.record("hardware", dc["env"]["hardware"])
+if small:
+    report.record("small_pair_live_al", {kind: round(1 + a / n, 3) for kind, (a, n) in tally.items()})

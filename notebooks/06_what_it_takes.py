@@ -19,14 +19,13 @@
 # **Goal:** see what limits the shipped heads on open prompts, check that speculation stays lossless in bfloat16,
 # and price the paper's acceptance on this machine.
 #
-# 05 showed parallel drafting paying where a head accepts many drafts. The shipped heads, trained on a mix of code,
-# reasoning and chat, accept far fewer on open prompts (ordinary code and chat requests), so verification, not
-# drafting, decides their speed. This CPU cannot show the paper's acceptance (the blog reports 3.94 tokens a round at
-# K=7 on HumanEval), so an *oracle* drafter draws that acceptance through the real loop and is charged a real head's
-# drafting: one P-EAGLE pass or K EAGLE-3 passes. The speed-up is AL / round as in 05, the round in plain decode steps.
+# 05 showed parallel drafting paying where a head accepts many drafts. The shipped heads accept few on open prompts.
 #
-# Plan: the committed run on 24 code prompts; a live run with the oracle written out; losslessness in two regimes;
-# acceptance slot by slot; where a round's time goes; the break-even picture and a GPU cost model.
+# This CPU cannot reach the paper's acceptance (the blog reports 3.94 tokens a round at K=7 on HumanEval). So an
+# *oracle* drafter draws it through the real loop, charged a real head's drafting: one P-EAGLE pass or K EAGLE-3
+# passes.
+#
+# You will race the methods, check losslessness, time a round, and see what acceptance would pay here and on a GPU.
 
 # %% tags=["nbval-ignore-output"]
 # Parameters come from the environment: PEAGLE_TARGET (default: the embedded SmolLM2-135M-Instruct),
@@ -77,12 +76,15 @@ paired, order = payoff.paired_gaps, payoff.paired_order  # 05's paired rule: per
 # %% [markdown]
 # ## The shipped heads on open prompts
 #
-# The shipped heads were trained on the target's answers to a mix of code, reasoning, chat, data and multi-turn
-# prompts (03 prints the mix). The cell reads this host's committed run on 24 HumanEval prompts, each method at its
-# fastest K. Columns: `round (steps)` the formula's round, `ideal` AL / round, `measured, decode` the speed-up after
-# the prompt's prefill, `end to end` with it, `faster than plain` the paired rule against plain decoding. Rows: the
-# two heads; **prompt lookup**, a drafter with no model (it copies what followed an earlier occurrence of the last few
-# tokens); and the **oracle** (written out in the next cell), charged one P-EAGLE pass a round.
+# The heads were trained on a broad mix (03 prints it). The cell reads this host's committed run on 24 HumanEval
+# prompts, each method at its fastest K. Columns:
+#
+# - `round (steps)` and `ideal` = AL / round, as in 05.
+# - `measured, decode` and `end to end`: the speed-up without and with prefill.
+# - `faster than plain`: the paired rule against plain decoding.
+#
+# Rows: the two heads, the **oracle** (one P-EAGLE pass a round) and **prompt lookup**, a drafter with no model that
+# copies what followed an earlier match of the last few tokens.
 
 # %% tags=["nbval-ignore-output"]
 from peagle_lab.bench.oracle import paper_target
@@ -111,23 +113,20 @@ print(f"the oracle draws the blog's AL {paper_target('code', 7)[0]:.2f} at K=7 o
       f"draws gave within the {cfg['max_new_tokens']}-token budget)")
 
 # %% [markdown]
-# **Reading it.** On open prompts the shipped heads accept little: AL 1.54 (P-EAGLE, K=3) and 1.43 (EAGLE-3, K=1),
-# just above a round of 1.19 decode steps. Both are shown faster than plain decoding, but only 1.18x and 1.14x end to
-# end, while prompt lookup, with no model, makes 1.92x and the oracle at the paper's acceptance 2.25x: acceptance,
-# not drafting cost, limits the shipped heads. This host's committed run has no K-pass oracle row; the oracle pair
-# below reads it from the runs that have one (`cpu-epyc-avx2-2c`, float32).
+# **Reading it.** Both shipped heads are shown faster than plain decoding, but only just: 1.18x (P-EAGLE) and 1.14x
+# (EAGLE-3) end to end. The oracle makes 2.25x, and prompt lookup 1.92x with no model. Acceptance, not drafting cost,
+# limits the shipped heads.
 #
 # ### Live, on two prompts
 #
-# The cell first writes the oracle's drafting out and checks it against the package's: its per-slot rate 0.781 is the
-# constant rate p that gives the blog's AL 3.94 at K=7 (1 + p + ... + p^7 = 3.94). Then it decodes 2 HumanEval
-# prompts greedily at batch 1, 40 new tokens, all methods interleaved per prompt: P-EAGLE at K = 1, 4 and 7, EAGLE-3
-# at K = 1 and 4, prompt lookup, and the oracle at K=7 charged one real P-EAGLE pass (`oracle (paper's acceptance)`)
-# or K real EAGLE-3 passes (`..., sequential drafting`) on the same draws. `plain` is the package's KV-cached greedy
-# loop, `hf-greedy` transformers' `generate`. Columns: `speedup` (tokens/s over plain, prefill included) and its
-# `speedup_iqr` over prompts, `decode_speedup` (without prefill), `ideal_speedup` (AL / round, the round in this
-# run's plain decode steps; built from median timings, so an estimate, not a ceiling), `efficiency` = decode / ideal
-# (it can pass 1), `lossless_note` (next section).
+# The cell first checks a written-out oracle against the package's. Then it decodes 2 HumanEval prompts (40 new
+# tokens) with every method, interleaved per prompt. The oracle runs at K=7, charged one P-EAGLE pass or K
+# EAGLE-3 passes (`sequential drafting`) on the same draws. `hf-greedy` is transformers' `generate`. Columns:
+#
+# - `speedup` over plain, prefill included, and `speedup_iqr`, its spread over prompts; `decode_speedup` without
+#   prefill.
+# - `ideal_speedup`: AL / round from median timings; `efficiency`: decode / ideal (it can pass 1).
+# - `lossless_note`: the next section.
 
 # %%
 from peagle_lab.bench.oracle import oracle_rates
@@ -170,23 +169,19 @@ plain_row = next(m for m in e2e["methods"] if m["family"] == "plain")
 print(f"plain loop: {plain_row['t_step_ms']:.1f} ms per decode step (the loop's timer)")
 
 # %% [markdown]
-# **Reading it.** Live, the shipped heads make at most 1.14x (P-EAGLE, K=7) and 1.09x (EAGLE-3, K=1), with AL 1.30 to
-# 1.42 at every K: deeper drafts add little acceptance, so parallel drafting has little to save. On the same draws the
-# oracle at K=7 makes 2.40x with one pass and 1.98x with seven; prompt lookup makes 1.78x. The plain loop takes
-# 61.5 ms a decode step here; absolute times move with the machine's load, so the course compares only ratios taken
-# within one run.
+# **Reading it.** Live, the shipped heads gain little: at best 1.16x for P-EAGLE (K=7) and 1.20x for EAGLE-3 (K=1).
+# Their AL stays between 1.30 and 1.42 at every K, so parallel drafting has little to save. The oracle makes 2.35x
+# with one pass and 2.59x with seven. The round-time section tests that order.
 #
 # ## Lossless, in two regimes
 #
-# - **fp32 on a CPU** (`exact`): lossless means identical to plain greedy, token for token.
-# - **bf16** (`near-tie`; also fp32 on a GPU): verification and plain decoding compute the same logits through
-#   differently blocked kernels, a few units in the last place (ulps) apart. Lossless then means identical, or
-#   diverging only where plain greedy's top-1 minus top-2 margin is within `BF16_TIE_ULPS` ulps of the top logit, so
-#   the bound grows with the top logit's size (a bf16 ulp is the spacing between bf16 numbers at that size).
+# - **fp32 on a CPU** (`exact`): identical to plain greedy, token for token.
+# - **bf16** (`near-tie`; also fp32 on a GPU): verification and plain decoding reach the same logits through
+#   different kernels, a few units in the last place (ulps) apart. Lossless then means identical, or
+#   diverging only where plain greedy's top-1 minus top-2 margin is within `BF16_TIE_ULPS` ulps of the top logit.
 #
-# The cell checks every live output above, then runs a broken acceptance rule through the same check. Its
-# `assisted generation` line is transformers' own speculative decoding, a cross-check that needs a small draft model
-# sharing the target's tokenizer (it says when none is available).
+# The cell checks every live output above, then a broken acceptance rule. Its `assisted generation` line is a
+# cross-check with transformers' own speculative decoding.
 
 # %% tags=["nbval-ignore-output"]
 from peagle_lab.bench.lossless import run_divergence
@@ -224,18 +219,15 @@ print("an off-by-one acceptance rule, first prompt, K=3:",
       bug.message() if bug else "identical (no round rejected a draft)")
 
 # %% [markdown]
-# **Reading it.** This run is bf16, so the near-tie rule applies, and every row passes: each divergence sits at a
-# plain top-2 margin of 0.000 (an exact tie) or 0.125, within its bound. The broken rule diverges where the margin is
-# 5.25 logits against a bound of 1, and fails: a real bug diverges at a margin of whole logits (08 reruns a bf16
-# near-tie divergence in float32, where it disappears).
+# **Reading it.** Speculation stays lossless in bf16: every divergence sits at a plain top-2 margin of 0.000 (an
+# exact tie) or 0.125, within its bound. The broken rule diverges at a margin of 5.25 against a bound of 1, and fails.
+# 08 reruns a bf16 near-tie divergence in float32, where it disappears.
 #
 # ### Speed-up and acceptance, slot by slot
 #
-# The plots show measured (solid) and ideal (dashed) speed-up against K, then AL against K under its bound K+1; the
-# oracles run at K=7 only, so their ideal (in the table above) draws no line. The cell prints each row's per-slot
-# counts, accepted over reached (`-`: no round reached the slot); their ratio is p_j = P(slot j accepted | every
-# earlier slot accepted). Then each head at its best K against plain decoding and against the other (the paired
-# rule), prompt lookup, and the oracle's AL against what its rate expects.
+# The plots show measured (solid) and ideal (dashed) speed-up against K, then AL against its bound K+1. The cell
+# prints per-slot counts, accepted over reached (`-`: never reached). Their ratio is
+# p_j = P(slot j accepted | every earlier slot accepted). Then it applies the paired rule to each head at its best K.
 
 # %%
 from peagle_lab.bench.oracle import budget_acceptance_length
@@ -269,19 +261,17 @@ print(f"  oracle K={o['k']}: AL {o['acceptance_length']:.2f} over {o['rounds']} 
       f"{expected:.2f} once {MAX_NEW}-token answers cut their last round")
 
 # %% [markdown]
-# **Reading it.** The counts show why a deeper K helps the shipped heads little: at K=7 P-EAGLE's slot 2 is accepted
-# in 2 of 17 rounds, slot 4 in 0 of 2, and slots 5 to 7 are never reached. Each head beats plain on 2 of 2 prompts,
-# too few to show it (p = 0.5), and neither head is shown faster than the other, here (P-EAGLE faster on 1 of 2) or
-# in the committed run (15 of 24, p = 0.31). The oracle drew AL 4.00, above the 3.79 its rate expects in 40-token
-# answers: random draws over only 20 rounds.
+# **Reading it.** A deeper K helps the shipped heads little: at K=7 P-EAGLE's slot 2 is accepted in 2 of 17 rounds,
+# and slots 5 to 7 are never reached. Each head beats plain on 2 of 2 prompts, too few to show it (p = 0.5). Neither
+# head is shown faster than the other, here or in the committed run (15 of 24, p = 0.31).
 #
 # ## Where a round's time goes, and the oracle pair
 #
-# The loop's timer splits each round into drafting, verification, acceptance plus KV-cache rollback, and Python
-# overhead; `draft_share` and `verify_share` are the first two as fractions of the round. The two oracle rows use the
-# same random draws, so they accept the same tokens in the same rounds (the cell asserts it); only the drafting
-# charge differs, one P-EAGLE pass or K EAGLE-3 passes. The cell applies the paired rule to this pair here and in
-# every committed run that has both charges.
+# The loop's timer splits each round into drafting, verification, rollback and Python overhead. `draft_share` and
+# `verify_share` are the first two as fractions of the round.
+#
+# The two oracle rows accept the same tokens (the cell asserts it), so only their drafting charge differs. The paired
+# rule compares them here and in the committed runs that have both.
 
 # %% tags=["nbval-ignore-output"]
 display(Markdown(bench.format_table(e2e["round_profile"], [
@@ -315,22 +305,23 @@ for label, res in runs:  # the oracle pair: each run's best one-pass K against K
               f"{pa['verify_ms']:.1f} and {pb['verify_ms']:.1f} ms ({pb['verify_ms'] - pa['verify_ms']:+.1f} ms noise)")
 
 # %% [markdown]
-# **Reading it.** Verification is over nine tenths of every P-EAGLE round (`verify_share` 0.917 to 0.927), whose
-# drafting stays between 4.56 and 4.86 ms at every K; EAGLE-3's draft share grows with K (0.157 at its largest K, 4),
-# and the K-pass oracle's reaches 0.234 at K=7. The one-pass oracle drafts in 6.45 ms against the head's 4.8 at K=7:
-# accepting more, its rounds start with more new slots (likely the cause; not timed apart). At the paper's per-slot rate
-# and K=7, one parallel pass makes 2.40x and seven sequential passes 1.98x (drafting 6.45 against 24.73 ms a round), but
-# two prompts cannot show that order (2 of 2, p = 0.5). The committed float32 runs of `cpu-epyc-avx2-2c` show it: 1.59x
-# against 1.46x on code (22 of 24 prompts), 1.56x against 1.39x on chat (24 of 24).
+# **Reading it.** Verification is over nine tenths of every P-EAGLE round (`verify_share` 0.917 to 0.928). EAGLE-3's
+# drafting share grows with K.
+#
+# Here seven sequential passes make 2.59x against one pass's 2.35x, though they draft in 18.21 ms against 6.36. Their
+# verification measured 13.6 ms faster: noise, on two prompts that show no order (p = 1). In the committed float32
+# runs of `cpu-epyc-avx2-2c` one pass is shown faster: 1.59x against 1.46x on code (22 of 24 prompts), and on 24 of
+# 24 chat prompts.
 #
 # ## What it takes: the break-even picture
 #
 # The decode speed-up AL / round is a line through the origin that crosses 1x where AL equals the round. Each CPU line
-# takes its round from one end-to-end run at K=7 (this run's and each committed one's), with that run's P-EAGLE point on
-# it. The committed runs: 24 HumanEval prompts x 32 tokens on each host with the shipped heads (`cpu-epyc-avx2-2c` in
-# float32, `cpu-epyc-avx512bf16-2c` in bfloat16), and an older, smaller float32 run on this host (5 x 64, made with
-# earlier versions of the shipped heads: 08's ledger names them). The two GPU lines are a cost model: committed timings
-# of transformers' eager loop on Llama-3.1-8B shapes with random weights (bf16, batch 1, one H200); no trained head ran.
+# takes its round from one run at K=7 and carries that run's P-EAGLE point.
+#
+# - CPU: this run, a committed run of 24 HumanEval prompts x 32 tokens on each host, and a committed 5 x 64 float32
+#   run made with earlier versions of the heads (08's ledger names them).
+# - GPU: a cost model from committed timings of transformers' eager loop on Llama-3.1-8B shapes with random weights
+#   (bf16, batch 1, one H200). No trained head ran.
 
 # %%
 from peagle_lab.bench.suites import suite_of
@@ -373,11 +364,11 @@ print(f"\nthe blog's ALs on the GPU cost model (K=7): P-EAGLE 3.94 / {gpu_round[
       "best K)")
 
 # %% [markdown]
-# **Reading it.** At K=7 a round costs 1.17 and 1.26 decode steps in the bf16 runs against 1.98 and 1.95 in the fp32
-# ones, so the shipped P-EAGLE head clears the bf16 rounds (1.16x and 1.20x decode) but not the fp32 ones (0.73x and
-# 0.63x). Given the blog's ALs at K=7 (3.94 and 3.03), the GPU cost model puts P-EAGLE 1.69x ahead of EAGLE-3: the
-# same direction as the blog's measured 1.55x, not a reproduction, since the blog set EAGLE-3 at its own best K. The
-# GPU P-EAGLE line falls on the committed bf16 CPU line (both rounds 1.26 steps).
+# **Reading it.** The shipped head pays in bf16, not in fp32. At K=7 the bf16 rounds cost 1.14 and 1.26 decode steps,
+# and P-EAGLE clears them (1.19x and 1.20x decode). The fp32 rounds cost 1.98 and 1.95 steps, and it falls below 1x.
+#
+# With the blog's ALs, the GPU cost model puts P-EAGLE 1.69x ahead of EAGLE-3 at K=7: the blog's direction (it
+# measured 1.55x), not a reproduction, since the blog set EAGLE-3 at its own best K.
 
 # %% [markdown]
 # ### Exercise: the acceptance that would pay here
@@ -385,10 +376,10 @@ print(f"\nthe blog's ALs on the GPU cost model (K=7): P-EAGLE 3.94 / {gpu_round[
 # The oracle turned the blog's AL 3.94 at K=7 into one per-slot rate, 0.781: the constant p with
 # 1 + p + p^2 + ... + p^7 = 3.94.
 #
-# 1. Write `rate_for(al, k)`, that p for any AL between 1 and K+1. The sum grows with p, so halving an interval of
-#    [0, 1] about 50 times pins it down. The cell checks it against the package's rule on 200 random pairs.
-# 2. Predict: what AL would the shipped P-EAGLE head need at K=7 for a 2x decode speed-up on this run's round, and
-#    what per-slot rate is that, against the 0.781 the paper's head reaches?
+# 1. Write `rate_for(al, k)`: that p for any AL between 1 and K+1. The sum grows with p, so bisect [0, 1]. The cell
+#    checks it against the package's rule on 200 random pairs.
+# 2. Predict: what AL would the shipped P-EAGLE head need at K=7 for 2x decode on this run's round, and what
+#    per-slot rate is that, against the paper head's 0.781?
 #
 # Try it before you read the answer: the two cells after hold it.
 
@@ -445,33 +436,31 @@ print(f"this run, P-EAGLE at K={m7['k']}: round {round7:.2f} decode steps, AL {m
          f"{m7['per_position_acceptance'][0]:.3f})" if need <= m7["k"] + 1 else
          f", beyond the {m7['k'] + 1} tokens a round can commit at K={m7['k']}"))
 
+# %% [markdown]
+# ## What we saw
+#
+# - The shipped heads gain little on open prompts: 1.18x (P-EAGLE) and 1.14x (EAGLE-3) end to end, against 2.25x
+#   for the oracle.
+# - Speculation stays lossless in bf16: every live divergence is a near-tie. A broken acceptance rule fails at a
+#   margin of 5.25.
+# - Verification is over nine tenths of a P-EAGLE round (`verify_share` 0.917 to 0.928).
+# - At the paper's acceptance one parallel pass is shown faster than seven sequential ones in committed float32 runs:
+#   1.59x against 1.46x on code (22 of 24 prompts).
+# - Here 2x decode at K=7 needs AL 2.28, a per-slot rate of 0.565. The shipped head's slot 1 reaches 0.316.
+#
+# Next, `07_vllm_deploy`: the P-EAGLE head exported to vLLM and served with `"parallel_drafting": true`, checked
+# against our own loop.
+
 # %% tags=["nbval-ignore-output"]
-# Bookkeeping: this run's results (results/bench/nb06/), its key figures for the workbook's summary (SUMMARY.md)
-# and its acceptance lengths for 08's ledger.
+# Records, after the lesson: this run's results (results/bench/nb06/), its figures for the workbook's summary
+# (SUMMARY.md) and its acceptance lengths for 08's ledger.
 from peagle_lab.workbook import ledger, report
 
 out_dir = settings.results_dir() / "bench" / "nb06"
-files = bench.write_results({"end_to_end": e2e}, out_dir)
-print(settings.display_path(out_dir), sorted(p.name for p in files.values()))
+bench.write_results({"end_to_end": e2e}, out_dir)
 h = bench.headline({"end_to_end": e2e})
 for key in ("best", "all_lossless"):
     report.record(key, h[key])
 report.record("hardware", e2e["env"]["hardware"])
 for r in ledger.bench_rows(e2e, "06", f"this run's end to end ({'CI size' if CI else 'live'})", HOST, every_k=True):
     ledger.record(**r)
-
-# %% [markdown]
-# ## What we saw
-#
-# - On 24 committed HumanEval prompts the shipped heads accept little (AL 1.54 P-EAGLE, 1.43 EAGLE-3) and make 1.18x
-#   and 1.14x end to end, against 1.92x for prompt lookup and 2.25x for the oracle at the paper's acceptance.
-# - Speculation stays lossless in bf16: every live output is identical to plain greedy or leaves it at a near-tie
-#   (margin 0.000 or 0.125); an off-by-one acceptance rule leaves it at a margin of 5.25 against a bound of 1 and fails.
-# - Verification is over nine tenths of a P-EAGLE round (`verify_share` 0.917 to 0.927).
-# - At the paper's acceptance one parallel pass beats seven sequential ones in the committed float32 runs: 1.59x
-#   against 1.46x on code (22 of 24 prompts), 1.56x against 1.39x on chat (24 of 24).
-# - This run's K=7 round costs 1.17 decode steps, so 2x decode needs AL 2.34, a per-slot rate of 0.578: the shipped
-#   head's slot 1 reaches 0.316, the paper's head 0.781.
-#
-# Next, `07_vllm_deploy`: the P-EAGLE head exported to vLLM and served with `"parallel_drafting": true`, checked
-# against our own loop.

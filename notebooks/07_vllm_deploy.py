@@ -16,15 +16,13 @@
 # %% [markdown]
 # # 07 · Serve a P-EAGLE head with vLLM
 #
-# **Goal:** export our P-EAGLE head to vLLM's `eagle3` layout, serve it with `"parallel_drafting": true`, and check
-# that vLLM gives the same greedy tokens and acceptance length as our loop.
+# **Goal:** export our P-EAGLE head to vLLM, serve it with `"parallel_drafting": true`, and check vLLM's greedy
+# tokens and acceptance length against our loop.
 #
 # **Plan:** 1 vLLM's drafter layout · 2 export · 3 offline engine · 4 acceptance length · 5 server · 6 timing ·
-# 7 load and tensor parallelism (question 8) · 8 recipe for the published heads on a GPU.
+# 7 load and tensor parallelism (question 8) · 8 the published heads on a GPU.
 #
-# **What runs here.** Sections 2-6 run live on vLLM's CPU build: they show that vLLM matches our loop, and what
-# speculation costs on CPU cores. A GPU at batch 1, where speculation is meant to pay, and tensor parallelism over
-# GPUs are out of reach, so section 7 reads committed runs, each labelled with its host.
+# **What runs here.** Sections 2-6 run live on vLLM's CPU build; section 7 reads committed runs.
 
 # %% tags=["nbval-ignore-output"]
 import os
@@ -62,15 +60,14 @@ print(f"live on {'the GPU' if ON_GPU else f'{os.cpu_count()} CPU cores'}: sectio
 # | What | vLLM reads | Export writes |
 # |---|---|---|
 # | drafter class | `architectures` | `LlamaForCausalLMEagle3` |
-# | target layers to tap | `eagle_aux_hidden_state_layer_ids`, top level or in `eagle_config`; sorted | both |
-# | width of `fc` | `num_aux_hidden_states`, else the tap count | both |
-# | mask token, slots 2..K | `mask_token_id`, else `pard_token` or `ptd_token_id` | `mask_token_id`, `ptd_token_id` |
-# | hidden state, slots 2..K | tensor `mask_hidden`, before `fc` | `(1, 1, 3H)` |
-# | token embedding | `embed_tokens.weight`; the target's if absent or equal | target's + mask row |
+# | tapped target layers | `eagle_aux_hidden_state_layer_ids`, top level or in `eagle_config` | both |
+# | `fc` width | `num_aux_hidden_states`, else the tap count | both |
+# | mask token | `mask_token_id`, else `pard_token` or `ptd_token_id` | `mask_token_id`, `ptd_token_id` |
+# | mask hidden state | `mask_hidden`, before `fc` | `(1, 1, 3H)` |
+# | token embedding | `embed_tokens.weight`, else the target's | target's + mask row |
 # | draft vocabulary | `draft_vocab_size`; `d2t` if it differs from `vocab_size` | `d2t` if reduced; no `t2d` |
 #
-# `pard_token` (PARD's) and `ptd_token_id` (the published P-EAGLE heads') are other names for the same mask id.
-# Slot *j* of a round drafts depth *j*-1: slot 1 starts from the last real token, slots 2..K from the mask.
+# Slot *j* drafts depth *j*-1: slot 1 starts from the last real token, slots 2..K from the mask.
 
 # %%
 from peagle_lab.models import load_target
@@ -98,9 +95,9 @@ print(f"target: {L} layers, hidden {H}, vocab {V}")
 # %% [markdown]
 # ## 2 · Export
 #
-# `export_vllm` checks the head against the target (taps, sizes, shapes, mask token) before writing anything, so a
-# mistake never costs an engine start. The cells check the exported keys and shapes, decode a few `d2t` entries
-# (draft id `i` is target id `i + d2t[i]`), then try to export a copy with a tap the target lacks.
+# `export_vllm` checks the head against the target before writing, so a mistake never costs an engine start. The
+# cells check the export, decode a few `d2t` entries (draft id `i` is target id `i + d2t[i]`), then try a copy with
+# a bad tap.
 
 # %%
 import json
@@ -163,14 +160,13 @@ except PeagleError as err:
     print(err)  # the whole refusal: what is wrong and the fix
 
 # %% [markdown]
-# **Reading it.** The exported head has the layout vLLM expects: every check prints True, and it drafts from 4096 of
-# the target's 49,152 ids. The copy tapping layer 35 of a 30-layer target is refused, with its fix, before any engine
-# starts.
+# **Reading it.** The export has the layout vLLM expects: every check prints True. A copy tapping layer 35 of a
+# 30-layer target is refused, with its fix, before any engine starts.
 #
 # ## 3 · Offline `LLM`: without and with the P-EAGLE head
 #
-# A drafter must change how fast tokens come, never which ones. Our loop runs first on the HumanEval prompts; then
-# vLLM's offline engine runs the same token ids without and with the head.
+# A drafter must change how fast tokens come, never which ones. Our loop and vLLM's engine, without and with the
+# head, run the same HumanEval prompts.
 
 # %%
 from peagle_lab.prompts import chat_ids, humaneval_prompts
@@ -229,16 +225,13 @@ print("greedy outputs with and without the head: identical or apart only at near
 print("every draft proposed K tokens:", peagle["metrics"]["draft_tokens"] == K * peagle["metrics"]["drafts"])
 
 # %% [markdown]
-# **Reading it.** The head changed how vLLM decodes, not what it says: on 4 of 4 prompts the greedy outputs with and
-# without it are identical, token for token. The check was allowed more: unlike our loop in float32 on a CPU (00's
-# *exact* regime), vLLM's verify pass and its one-token decode are other kernels, so even in float32 their last bits may
-# tip a near-tie; the rule then is 00's near-tie rule with its float32 bound (2^-11 of the top logit, generous because a
-# long sum reordered can move more than a few float32 ulps).
+# **Reading it.** The head changed how fast vLLM decodes, not what it says: the greedy outputs with and without it
+# are identical on 4 of 4 prompts. The check would also have allowed near-ties (00's rule).
 #
 # ## 4 · Acceptance length: vLLM's counters against our loop
 #
-# vLLM counts rounds (`num_drafts`) and accepted tokens per draft position; the rate at position j is P(j accepted |
-# j-1 accepted). The check allows 5%, since the last round may differ (vLLM drafts K; our loop trims K to the budget).
+# vLLM counts rounds (`num_drafts`) and accepted tokens per draft position. The rate at position j is P(j accepted |
+# j-1 accepted). The check allows 5%: our loop trims the last round, vLLM does not.
 
 # %%
 vm = peagle["metrics"]  # our loop ran before the engines (section 3): `ours`, `ours_ids`
@@ -267,12 +260,12 @@ print("our loop's tokens and vLLM's plain tokens: identical, or apart only at ne
 
 # %% [markdown]
 # **Reading it.** vLLM and our loop agree exactly: acceptance length 1.454 at K=8 over 174 rounds, with the same
-# per-position rates and tokens. Nothing past depth 2 is ever accepted, so the deeper slots only add drafted tokens.
+# per-position rates and tokens. Nothing past depth 2 is accepted, so deeper slots only add drafted tokens.
 #
 # ## 5 · The OpenAI-compatible server
 #
-# `serving.serve` starts vLLM's server on 127.0.0.1 with the same speculative config; the cell prints its command
-# line, one chat reply, the `/metrics` counters and a client snippet.
+# `serving.serve` starts vLLM's server on 127.0.0.1 with the same config, then prints its command, one reply, the
+# `/metrics` counters and a client snippet.
 
 # %%
 from openai import OpenAI  # the client library vLLM itself depends on
@@ -308,13 +301,13 @@ print("spec-decode counters exported on /metrics:", server_metrics["drafts"] > 0
 print("server stopped cleanly:", exit_code == 0 and srv.proc.poll() is not None)
 
 # %% [markdown]
-# **Reading it.** The server answered on 127.0.0.1, exported its speculative counters on `/metrics` (44 drafts,
-# 19 accepted tokens: acceptance length 1.432 for this one request) and stopped cleanly.
+# **Reading it.** The server answered on 127.0.0.1, exported its speculative counters on `/metrics` and stopped
+# cleanly. Its one request gives acceptance length 1.432.
 #
 # ## 6 · Timing: with and without speculation
 #
-# Both engines produced the same tokens from the same 4-prompt batch, so their times compare directly. The last line
-# splits the speed-up into what a round costs (in plain steps) and what it yields (tokens per prompt).
+# Both engines produced the same tokens, so their times compare directly. The last line splits the speed-up into a
+# round's cost and its yield.
 
 # %% tags=["nbval-ignore-output"]
 n_tokens = sum(map(len, plain["ids"]))  # the same tokens from both engines
@@ -341,25 +334,22 @@ print(f"one batched plain step {plain_step_ms:.0f} ms; one batched speculative r
       "the round cost)")
 
 # %% [markdown]
-# **Reading it.** On 2 CPU cores the head makes vLLM slower: 27.25 against 44.11 tokens/s, 0.62x. A batched round
-# costs 2.38 plain steps but yields only 1.45 tokens per prompt, and 1.45 / 2.38 gives nearly the same, 0.61x.
+# **Reading it.** On 2 CPU cores the head makes vLLM slower: 0.51x. A batched round costs 2.88 plain steps but
+# yields only 1.45 tokens per prompt, which predicts nearly the same, 0.50x.
 #
 # ## 7 · Under load, and with tensor parallelism (question 8)
 #
-# Speculation pays when verifying K+1 tokens costs little more than one decode step, i.e. when compute sits idle.
-# Three committed runs, each labelled with its host:
+# Speculation pays when verifying K+1 tokens costs about one decode step: when compute sits idle. Three committed
+# runs, each labelled with its host:
 #
 # - **Serving sweep** (`peagle-lab serve-sweep`): plain and P-EAGLE servers at 1, 4 and 16 concurrent requests,
-#   2 repeats. `throughput`: P-EAGLE's tok/s over plain's; `each repeat`: its range over the repeats; `speculation`:
-#   pays (costs) if every repeat is above (below) 1; `latency`: plain's median latency over P-EAGLE's;
-#   `round (plain steps)`: a round commits AL tokens in the time of this many plain steps, so it is AL / throughput.
-# - **GPU cost model** (`gpu-h200`, batch 1, 8B-parameter shapes with random weights, no CUDA graphs):
-#   `verify K+1 / step` is verifying K+1 tokens in decode steps; `draft share` is drafting's share of a round.
-# - **Tensor parallelism**: vLLM needs the rank count to divide the target's attention heads, so it refuses 2 ranks.
-#   Instead the target is sharded by hand over 2 CPU processes in vLLM's pattern: each rank keeps whole KV-head
-#   groups (a KV head with the query heads that read it) and a share of the MLP. An all-reduce after attention's
-#   `o_proj` and one after the MLP's `down_proj` sum the ranks' partial outputs (60 per pass over 30 layers, through
-#   gloo, PyTorch's CPU backend).
+#   2 repeats. `throughput` is P-EAGLE's tok/s over plain's, `each repeat` its range. `speculation` pays (costs) if
+#   every repeat is above (below) 1. `latency` is plain's median over P-EAGLE's. `round (plain steps)` is
+#   AL / throughput.
+# - **GPU cost model** (`gpu-h200`, batch 1, 8B-parameter shapes, random weights): `verify K+1 / step` is
+#   verification's cost in decode steps; `draft share`, drafting's share of a round.
+# - **Tensor parallelism**: vLLM refuses 2 ranks for this target, so it is sharded by hand over 2 CPU processes,
+#   vLLM-style.
 
 # %% tags=["nbval-ignore-output"]
 import matplotlib.pyplot as plt
@@ -424,22 +414,19 @@ for path in sorted(RESULTS.glob("*/tensor-parallel/tensor_parallel.json")):
           f"{n_reduce * tp['all_reduce_ms']:.1f} ms")
 
 # %% [markdown]
-# **Reading it (question 8).** Load turns break-even into a loss: 1.00x at 1 concurrent request, 0.43x at 4, 0.28x
-# at 16. The acceptance length stays at 1.30-1.35 while a round's cost grows from 1.29 to 4.78 plain steps: batching
-# fills the compute that verification needed idle.
+# **Reading it (question 8).** Load turns break-even into a loss: 1.00x at 1 concurrent request, 0.28x at 16. A
+# round grows to 4.78 plain steps while acceptance length holds: batching fills the idle compute verification needed.
 #
-# **GPU:** verifying K+1 tokens costs only 1.15-1.18 decode steps, and drafting is 6% of a round for P-EAGLE at K=8
-# against 31% for EAGLE-3. This is a cost model (random weights), not a measured speed-up.
+# **GPU:** verifying K+1 tokens costs only 1.15-1.18 decode steps. At K=8, drafting is 6% of a P-EAGLE round against
+# 31% for EAGLE-3: a cost model, not a measured speed-up.
 #
-# **Tensor parallelism** (`cpu-epyc-avx2-2c`): over 2 processes verification ran 0.55x as fast, so the drafter's share
-# of a round fell (EAGLE-3 14.6% -> 9.7%). A pass's 60 all-reduces (33.5 ms) explain about a third of decode's slowdown
-# from 51.1 to 152.9 ms. On GPUs, where sharding speeds the target up, the drafter's share should grow instead: argued,
-# not measured.
+# **Tensor parallelism** (`cpu-epyc-avx2-2c`): over 2 processes verification ran 0.55x as fast, so the drafter's
+# share of a round fell. On GPUs, where sharding speeds the target up, that share should grow: argued, not measured.
 #
 # ## 8 · Recipe: the published P-EAGLE heads on a GPU
 #
-# The published heads are already in vLLM's layout, so serving one is one command (not run here: no GPU). What the
-# model cards report (`parallel tokens`: the tokens a head drafts in one pass in training, i.e. its training K):
+# The published heads already use vLLM's layout: serving one is one command, not run here. From their model cards
+# (`parallel tokens`: tokens drafted per pass in training):
 #
 # | head | target | trained: layers, parallel tokens | served at K |
 # |---|---|---|---|
@@ -454,27 +441,23 @@ for path in sorted(RESULTS.glob("*/tensor-parallel/tensor_parallel.json")):
 #     "parallel_drafting": true}'
 # ```
 #
-# * **vLLM version:** the vLLM P-EAGLE blog gives vLLM 0.16 or later for `"parallel_drafting"`.
-# * **Pass `"method": "eagle3"`:** vLLM's source (0.32.0) otherwise guesses the method from the head's name, and reads
-#   a name containing `eagle-` as EAGLE-1, the original EAGLE, not this layout.
-# * **GPT-OSS needs a KV-cache grouping fix:** the GPT-OSS-20B model card reports that with GPT-OSS's mix of
-#   sliding-window and full attention, vLLM refuses the drafter (`validate_same_kv_cache_group`) until a fix gives
-#   the drafter's layers a KV-cache group of their own.
-# * **Published acceptance length:** the GPT-OSS-120B model card reports 2.68 on MT-Bench, 3.15 on HumanEval and 3.55
-#   on GSM-8K at K=5.
-# * **A head of your own:** `peagle-lab export-vllm HEAD OUT`, then `peagle-lab serve --head OUT`.
+# * **vLLM version:** 0.16 or later (the vLLM P-EAGLE blog).
+# * **Pass `"method": "eagle3"`:** vLLM otherwise reads a head name containing `eagle-` as EAGLE-1.
+# * **GPT-OSS:** its card reports that vLLM refuses the drafter (`validate_same_kv_cache_group`) without a fix giving
+#   the drafter's layers their own KV-cache group.
+# * **Published acceptance length:** 2.68 on MT-Bench, 3.15 on HumanEval, 3.55 on GSM-8K at K=5 (GPT-OSS-120B card).
+# * **Your own head:** `peagle-lab export-vllm HEAD OUT`, then `peagle-lab serve --head OUT`.
 #
 # ### Exercise: from vLLM's counters to the rates, then change K
 #
-# Write `my_rates(drafts, accepted_per_pos)`: from vLLM's totals (rounds, accepted tokens per draft position),
-# return the acceptance length and, per position j, P(j accepted | j-1 accepted) (`nan` where no round reached j).
-# The first cell checks it; the next holds the answer. The last runs our loop at K=2, K=7 and this head's K on one
-# prompt: predict how rounds and acceptance length move.
+# Write `my_rates(drafts, accepted_per_pos)`: from vLLM's totals, return the acceptance length and the rates
+# P(j accepted | j-1 accepted), `nan` where no round reached j. The next cell is the answer. Then predict how rounds
+# and acceptance length move at K=2, K=7 and this head's K on one prompt (the last cell).
 #
 # <details><summary>The prediction's answer</summary>
 #
-# They barely move: nothing is accepted past depth 2, so beyond K=3 a larger K adds drafted tokens, not accepted
-# ones (K=2 cannot accept a depth-2 draft, hence its slightly lower AL).
+# They barely move: nothing is accepted past depth 2, so slots beyond K=3 only add drafted tokens.
+# K=2 cannot accept a depth-2 draft, hence its slightly lower AL.
 #
 # </details>
 
@@ -540,8 +523,19 @@ print(f"over K={EX_KS}: rounds {min(rounds_)} to {max(rounds_)}, acceptance leng
 del ex_runner, ex_head, model
 release()
 
+# %% [markdown]
+# ## What we saw
+#
+# - The head left vLLM's greedy tokens unchanged on 4 of 4 prompts.
+# - vLLM's acceptance length equalled our loop's: 1.454 at K=8.
+# - Live on 2 CPU cores the head made vLLM slower, 0.51x: a round costs 2.88 plain steps, yields 1.45 tokens.
+# - Under load (committed sweep), break-even turned into a loss: 1.00x at 1 request, 0.28x at 16.
+# - Over 2 CPU processes, verification ran 0.55x as fast and the drafter's share fell.
+#
+# Next, `08_explorer`: token by token, which tokens the drafter supplied and which the target added.
+
 # %%
-# Bookkeeping: this chapter's figures for the workbook's summary (SUMMARY.md) and 08's acceptance ledger.
+# Records, after the lesson: this chapter's figures for the workbook's summary (SUMMARY.md) and 08's ledger.
 from peagle_lab import precision
 from peagle_lab.workbook import ledger, report
 
@@ -558,18 +552,3 @@ runs += [(f"exercise, our loop at K={k}", "code: HumanEval", 1, k, r, a) for k, 
 for what, prompt_set, n, k, rounds, al in runs:
     book.add(what, head_dir.name, prompt_set=prompt_set, prompts=n, new_tokens=MAX_TOKENS, k=k, rounds=rounds,
              acceptance_length=round(al, 4))
-
-# %% [markdown]
-# ## What we saw
-#
-# - The export passed every check and refused a head with a tap the target lacks.
-# - With the head, vLLM's greedy tokens were unchanged on 4 of 4 prompts.
-# - vLLM's acceptance length equalled our loop's: 1.454 at K=8.
-# - The OpenAI-compatible server ran on 127.0.0.1 and exported the speculative counters on `/metrics`.
-# - Live on 2 CPU cores: 0.62x, because a round costs 2.38 plain steps and yields 1.45 tokens.
-# - Under load (committed sweep): 1.00x at 1 concurrent request, 0.43x at 4, 0.28x at 16.
-# - Over 2 CPU processes, verification ran 0.55x as fast and the drafter's share of a round fell.
-# - K=2, 7 and 8 on one prompt: 44-45 rounds, AL 1.40-1.43; beyond K=3 a larger K adds drafted tokens, not accepted
-#   ones.
-#
-# Next, `08_explorer`: token by token, which tokens the drafter supplied and which the target added.

@@ -142,14 +142,14 @@ def serving_rows(results_root: Path) -> list[dict]:
 
 def serving_dtype(meta: dict) -> str:
     """The dtype a serving sweep's engines ran in (its results file's ``meta``): recorded, else serve-sweep's
-    setting for the sweep's device, marked as not recorded."""
+    setting for the sweep's device, with that said."""
     env = meta.get("environment") or {}
     recorded_dtype = (meta.get("engine") or {}).get("dtype") or meta.get("dtype") or env.get("dtype")
     if recorded_dtype:
         return str(recorded_dtype)
     on_gpu = env.get("device") == "cuda"
     dtype = engine_kwargs(on_gpu=on_gpu).get("dtype", "auto")
-    return f"{dtype} (not recorded: serve-sweep's {'GPU' if on_gpu else 'CPU'} setting)"
+    return f"{dtype} (serve-sweep's {'GPU' if on_gpu else 'CPU'} setting; the file predates recording it)"
 
 
 def course_rows(data_dir: Path, shipped: dict[str, Path], repo_root: Path, through: str | None = None) -> list[dict]:

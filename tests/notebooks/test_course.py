@@ -37,8 +37,15 @@ def test_a_chapter_states_its_goal_first(path):
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_a_chapter_ends_with_what_we_saw_and_the_next_chapter(path):
-    last = cells(path)[-1]
-    assert last.cell_type == "markdown" and "## What we saw" in last.source, f"{path.name}: no closing reading"
+    """The closing reading is the last markdown cell; after it only a silent records cell may follow (the
+    chapter's figures for the workbook's summary and 08's ledger), kept out of the lesson."""
+    nb = cells(path)
+    at = max(i for i, c in enumerate(nb) if c.cell_type == "markdown")
+    last = nb[at]
+    assert "## What we saw" in last.source, f"{path.name}: no closing reading"
+    for c in nb[at + 1:]:
+        assert c.source.startswith("# Records, after the lesson:"), f"{path.name}: a lesson cell after the ending"
+        assert not c.get("outputs"), f"{path.name}: the records cell prints; it should stay silent"
     later = [p for p in NOTEBOOKS if p.name > path.name]
     if later:
         assert later[0].stem in last.source, f"{path.name}: the ending does not point to {later[0].stem}"

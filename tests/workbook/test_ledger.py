@@ -179,3 +179,9 @@ def test_a_run_of_an_earlier_version_of_a_head_is_named_so():
     heads = [r["head"] for r in ledger.bench_rows(run, "06", "committed", vocab_now={"p": 4096, "s": 4096})]
     assert heads == ["p (earlier version, 8,192 draft ids)", "s"]
     assert [r["head"] for r in ledger.bench_rows(run, "06", "committed")] == ["p", "s"]  # nothing to compare with
+
+
+def test_a_serving_sweep_reads_its_recorded_dtype_else_names_the_setting_it_assumes():
+    assert ledger.serving_dtype({"engine": {"dtype": "bfloat16"}}) == "bfloat16"
+    assumed = ledger.serving_dtype({"environment": {"device": "cpu"}})
+    assert assumed.startswith("float32 ") and "CPU setting" in assumed and "predates" in assumed
