@@ -62,7 +62,8 @@ from peagle_lab import models, precision, settings
 # - **bf16, or fp32 on a GPU** (regime *near-tie*): identical, **or** diverging at a *near-tie*, where plain
 #   decoding's top two logits are closer than rounding can separate (within 4 bf16 units in the last place of the top
 #   logit, i.e. 4 times the gap between neighbouring bf16 numbers at that value: the `bound` 06 prints beside each
-#   margin; for fp32 on a GPU, or across engines as in 07, 2^-11 of the top logit); the course reports it with its
+#   margin; for fp32 on a GPU, or across engines as in 07, 2^-11 of the top logit, generous because other kernels sum
+#   thousands of terms in other orders); the course reports it with its
 #   logit margin (top-1 minus top-2), and 06 shows one. A divergence at a margin of several logits is a bug.
 #
 # Above temperature 0, lossless means sampling exactly the target's distribution; 08 checks that acceptance rule on a
@@ -221,7 +222,8 @@ draw_eagle_shift(n=4, k_fig=4)  # context x_0..x_4, one round of K=4 drafts
 #
 # The *prefill* is the target's first forward over the whole prompt, which fills its KV cache. Read `draft` as a black
 # box for now: one pass of the head turns the round's new slots into K drafts (02 writes the head from scratch; the
-# comments name its pieces). `Slots` holds the new tokens, their taps and the first one's position. The next cell
+# comments name its pieces: `head.fuse`, `mask_slot_hidden`, `to_target_logits` are 02's `fc`, `mask_hidden` and
+# `d2t`). `Slots` holds the new tokens, their taps and the first one's position. The next cell
 # checks the round against the package's loop (`speculative_generate`; `plain_generate` decodes plainly).
 
 # %%
@@ -495,14 +497,14 @@ for k_try, rounds_try in tries.items():
 # | `01_hidden_states` | What the drafter reads: the three tapped layers, their disk cost, extraction | 0.5 |
 # | `02_mask_tokens` | How one pass drafts K tokens: mask token, `mask_hidden`, the drafter from scratch, the attention layout | 1.1 |
 # | `03_train_head` | Training a P-EAGLE head: self-distilled data, the draft vocabulary (`d2t`/`t2d`), COD sampling, the loop by hand, the whole path in our own code | 3.0 |
-# | `04_scale_and_acceptance` | How far training goes: the shipped heads, the learning curve, your own model on a second architecture | 1.9 |
+# | `04_scale_and_acceptance` | How far training goes: the shipped heads, the learning curve, your own model on a second architecture, two training processes | 2.3 |
 # | `05_parallel_vs_sequential` | Parallel vs sequential drafting: the cost of a round each way; the payoff where acceptance is high (a pair trained alike on list requests, committed and raced live; the same drafts charged one pass or K; a small pair trained and raced here, each head at its own K) | 5.5 |
 # | `06_what_it_takes` | The shipped heads on open prompts against plain decoding; losslessness in bf16; the paper's acceptance priced here (the oracle); the break-even picture | 1.4 |
 # | `07_vllm_deploy` | Export to vLLM's eagle3 format, serve with `parallel_drafting`; load and tensor parallelism | 4.0 |
 # | `08_explorer` | Drafts accepted token by token; speculative sampling; how the course measures | 0.7 |
 #
-# Minutes: per chapter, rounded, from one `make lab` on this host (its `SUMMARY.md` lists each notebook's time), 04's
-# to 08's from a later run of those five: 18 min 50.1 s of notebooks in all.
+# Minutes: per chapter, rounded, from one `make lab` on this host (its `SUMMARY.md` lists each notebook's time), 01's
+# and 04's to 08's from later runs of those: 19 min 16.6 s of notebooks in all.
 # `cpu-epyc-avx512bf16-2c` (2-core AMD EPYC with bf16 units, no GPU) is the host of every live output. 00-04 and 07
 # load the target in float32, 05, 06 and 08 in bfloat16 (what `auto` picks on a CPU with bf16 units). `make setup`
 # installs everything, vLLM included; no chapter needs a GPU or downloads a model.

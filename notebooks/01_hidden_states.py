@@ -189,8 +189,9 @@ print("lens on the last layer's output == the model's own prediction, at every p
 # <details><summary>Answer</summary>
 #
 # Late layers agree most (34-51%, against 0-2% for `(1, 2, 3)`), but neighbouring late layers point almost the same way
-# (the right-hand cosine plot above); vLLM's spread gives three different views. No drafter is trained here to test
-# that.
+# (the right-hand cosine plot above); vLLM's spread gives three different views. Which set trains the better drafter
+# is an experiment this course leaves to you: `peagle-lab train --tap-layers` takes any set, and 04's recipe runs
+# show how to compare two settings fairly.
 #
 # </details>
 
@@ -214,16 +215,11 @@ from peagle_lab import features
 print(features.format_cost_table(features.disk_cost_table()))
 one_state = features.estimate_bytes(68_000 * 1_500, 4096, n_taps=1)
 print(f"\none stored state (EAGLE-1/2), Llama-3.1-8B, ShareGPT-like: {features.format_bytes(one_state)}")
-per_token = one_state / (68_000 * 1_500)
-print(f"740 GB at the same {per_token:,.0f} B/token is {740e9 / per_token / 1e6:.0f}M tokens, "
-      f"{740e9 / per_token / 68_000:,.0f} per sequence instead of 1,500")
 
 # %% [markdown]
 # **Reading it.** Stored taps are huge: a ShareGPT-sized set takes 353.3 GB for the 135M target and 2.5 TB for
 # Llama-3.1-8B, so real recipes train online or store small sets. A single stored state (EAGLE-1/2, the earlier
-# EAGLE drafters, which read one hidden state from the target's last layer) gives 836.4 GB; the EAGLE authors'
-# quoted 740 GB, if it was Llama-3.1-8B's states at the same bytes per token, means 1,327 tokens per sequence,
-# not 1,500.
+# EAGLE drafters, which read one hidden state from the target's last layer) gives 836.4 GB.
 #
 # ## Extracting features for training
 #

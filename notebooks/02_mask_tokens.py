@@ -475,8 +475,9 @@ print("training elements equal the one-pass draft (within 1e-4):", worst < 1e-4)
 #
 # The table and each seed's AL, then every pair of stand-ins: a gap counts beyond both seed spreads, and is firm only
 # beyond 0.052, the largest seed spread of the committed studies (03's self-distillation study, shown next chapter).
-# Last, how many rounds reach each slot. The study computed its taps in float32, so its `learned` runs also serve as
-# the float32 arm of notebook 03's storage study.
+# Last, how many rounds reach each slot. The study computed its taps in float32 from the float32 target and trained
+# under bfloat16 autocast (the footer's "training precision"), so its `learned` runs also serve as the float32 arm of
+# notebook 03's storage study. Held-out prompts: the first 16 of the scale mix's held-out split.
 
 # %% tags=["nbval-ignore-output"]
 from IPython.display import Markdown, display

@@ -121,7 +121,8 @@ for kind, head_dir in SHIPPED.items():
 #
 # The study (`peagle-lab study self-distill`) trains heads on prompts asking for functions of Python's standard
 # library, answered two ways: **human answers** (the library's own source) and the **target's own answers**. In both
-# arms the labels are the target's greedy tokens. `compare_arms` counts a gap only beyond the larger seed spread.
+# arms the labels are the target's greedy tokens. `compare_arms` counts a gap only beyond the larger seed spread. The
+# studies score their heads on the first 16 prompts of the scale mix's held-out split.
 
 # %% tags=["nbval-ignore-output"]
 from IPython.display import Markdown, display

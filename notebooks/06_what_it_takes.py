@@ -21,7 +21,7 @@
 #
 # 05 showed parallel drafting paying where a head accepts many drafts. The shipped heads accept few on open prompts.
 #
-# This CPU cannot reach the paper's acceptance (the blog reports 3.94 tokens a round at K=7 on HumanEval). So an
+# The shipped heads do not reach the paper's acceptance (the blog reports 3.94 tokens a round at K=7 on HumanEval). So an
 # *oracle* drafter draws it through the real loop, charged a real head's drafting: one P-EAGLE pass or K EAGLE-3
 # passes.
 #
@@ -84,7 +84,8 @@ paired, order = payoff.paired_gaps, payoff.paired_order  # 05's paired rule: per
 # - `faster than plain`: the paired rule against plain decoding.
 #
 # Rows: the two heads, the **oracle** (one P-EAGLE pass a round) and **prompt lookup**, a drafter with no model that
-# copies what followed an earlier match of the last few tokens.
+# copies what followed an earlier match of the last few tokens. (A K-pass oracle row shows only where the committed
+# run has one: `cpu-epyc-avx2-2c`'s, in the round-time section.)
 
 # %% tags=["nbval-ignore-output"]
 from peagle_lab.bench.oracle import paper_target
@@ -309,7 +310,8 @@ for label, res in runs:  # the oracle pair: each run's best one-pass K against K
 # drafting share grows with K.
 #
 # Here seven sequential passes make 2.59x against one pass's 2.35x, though they draft in 18.21 ms against 6.36. Their
-# verification measured 13.6 ms faster: noise, on two prompts that show no order (p = 1). In the committed float32
+# verification measured 13.6 ms faster, though both verify the same tokens: timing variation between two short runs,
+# not the drafting mode, and two prompts show no order (p = 1). In the committed float32
 # runs of `cpu-epyc-avx2-2c` one pass is shown faster: 1.59x against 1.46x on code (22 of 24 prompts), and on 24 of
 # 24 chat prompts.
 #
@@ -366,6 +368,8 @@ print(f"\nthe blog's ALs on the GPU cost model (K=7): P-EAGLE 3.94 / {gpu_round[
 # %% [markdown]
 # **Reading it.** The shipped head pays in bf16, not in fp32. At K=7 the bf16 rounds cost 1.14 and 1.26 decode steps,
 # and P-EAGLE clears them (1.19x and 1.20x decode). The fp32 rounds cost 1.98 and 1.95 steps, and it falls below 1x.
+# Those two fp32 lines come from the other host and from earlier versions of the heads, so they show the fp32 round's
+# cost, not this head's fp32 speed-up here.
 #
 # With the blog's ALs, the GPU cost model puts P-EAGLE 1.69x ahead of EAGLE-3 at K=7: the blog's direction (it
 # measured 1.55x), not a reproduction, since the blog set EAGLE-3 at its own best K.

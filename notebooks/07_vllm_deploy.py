@@ -334,8 +334,8 @@ print(f"one batched plain step {plain_step_ms:.0f} ms; one batched speculative r
       "the round cost)")
 
 # %% [markdown]
-# **Reading it.** On 2 CPU cores the head makes vLLM slower: 0.51x. A batched round costs 2.88 plain steps but
-# yields only 1.45 tokens per prompt, which predicts nearly the same, 0.50x.
+# **Reading it.** On 2 CPU cores, with the 4 prompts batched, the head makes vLLM slower: 0.51x. A batched round costs
+# 2.88 plain steps but yields only 1.45 tokens per prompt, which predicts nearly the same, 0.50x.
 #
 # ## 7 · Under load, and with tensor parallelism (question 8)
 #
@@ -348,8 +348,9 @@ print(f"one batched plain step {plain_step_ms:.0f} ms; one batched speculative r
 #   AL / throughput.
 # - **GPU cost model** (`gpu-h200`, batch 1, 8B-parameter shapes, random weights): `verify K+1 / step` is
 #   verification's cost in decode steps; `draft share`, drafting's share of a round.
-# - **Tensor parallelism**: vLLM refuses 2 ranks for this target, so it is sharded by hand over 2 CPU processes,
-#   vLLM-style.
+# - **Tensor parallelism**: vLLM needs the rank count to divide the attention heads, so it refuses 2 ranks for this
+#   target's 9. The target is sharded by hand over 2 CPU processes instead, vLLM-style: each rank keeps whole groups
+#   of query heads with the KV head they read, and a share of the MLP; two all-reduces a layer sum the ranks' parts.
 
 # %% tags=["nbval-ignore-output"]
 import matplotlib.pyplot as plt
@@ -528,7 +529,8 @@ release()
 #
 # - The head left vLLM's greedy tokens unchanged on 4 of 4 prompts.
 # - vLLM's acceptance length equalled our loop's: 1.454 at K=8.
-# - Live on 2 CPU cores the head made vLLM slower, 0.51x: a round costs 2.88 plain steps, yields 1.45 tokens.
+# - Live on 2 CPU cores, 4 prompts batched, the head made vLLM slower, 0.51x: a round costs 2.88 plain steps and
+#   yields 1.45 tokens.
 # - Under load (committed sweep), break-even turned into a loss: 1.00x at 1 request, 0.28x at 16.
 # - Over 2 CPU processes, verification ran 0.55x as fast and the drafter's share fell.
 #
