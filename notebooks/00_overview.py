@@ -17,18 +17,17 @@
 # # 00 · Overview: speculative decoding and P-EAGLE in one page
 #
 # **Goal:** understand one speculative round (draft, verify, accept, bonus, roll back) well enough to write its loop
-# yourself (the drafter inside it is written in 02), and know exactly what "lossless" means.
+# yourself, and know exactly what "lossless" means.
 #
-# **What the course shows on a 2-core CPU:** the mechanism, built and checked piece by piece; losslessness; and, in 05,
-# P-EAGLE's one drafting pass beating EAGLE-3's K passes where acceptance is high (a pair of *heads*, the small drafter
-# networks, trained alike on list requests). On open prompts (ordinary chat and code requests) the small heads accept
-# too few drafts for P-EAGLE's cheaper drafting to matter much (04, 06); in the course's runs the shipped heads gain on
-# open prompts only in bfloat16, on the host with bf16 units (native bfloat16 matrix instructions). The published
-# speed-ups need the published heads on a GPU (07 shows how to serve them).
+# **What the course shows on a 2-core CPU:** the mechanism, built piece by piece, is lossless, and P-EAGLE pays where
+# acceptance is high. In 05's committed run, two *heads* (small drafter networks) trained alike race on 48 held-out list
+# requests (float32). The P-EAGLE head is shown faster than the EAGLE-3 one. 05's live race shows the drafting saving on
+# every request, but not the end-to-end order (8 of 12).
 #
-# Plan: the idea and what P-EAGLE changes; one round by hand; acceptance length; two exercises; a glossary for the
-# chapters ahead and a course map. *Live* timings run in this execution and move with the machine's load; *committed*
-# results are runs saved under `data/` and read back here.
+# On open prompts the course's small heads accept too few drafts for this to matter much (04, 06). The published
+# speed-ups need the published heads on a GPU (07).
+#
+# *Committed* results are saved under `data/`; *live* ones run here and move with the machine's load.
 
 # %%
 # Parameters come from the environment: PEAGLE_TARGET (default: the embedded SmolLM2-135M-Instruct),
@@ -43,47 +42,50 @@ from peagle_lab import models, precision, settings
 # %% [markdown]
 # ## Speculative decoding
 #
-# At batch size 1 a large LLM on a GPU is bound by memory traffic (reading its weights) and kernel launches, not by
-# arithmetic: a forward over 5 new tokens costs little more than one over 1. Speculative decoding exploits this:
+# At batch size 1, a GPU forward over 5 new tokens costs little more than one over 1: memory traffic and kernel launches
+# dominate, not arithmetic. Speculative decoding exploits this:
 #
 # 1. A cheap **drafter** proposes K tokens.
-# 2. The **target** checks them all in **one** forward pass.
+# 2. The **target**, the model we want output from, checks them all in **one** forward pass.
 # 3. It keeps the longest prefix of drafts matching its own choices, plus one token of its own (the *bonus*).
 #
-# Each **round** commits 1 to K+1 tokens; their mean is the **acceptance length** (1.00 for plain decoding).
+# A **round** commits 1 to K+1 tokens; their mean over rounds is the **acceptance length** (AL), 1.00 for plain
+# decoding.
 #
 # ### Lossless, exactly
 #
 # Greedy speculation commits only the target's own argmax tokens. But verification runs K+1 rows at once, so its logits
-# can differ from plain decoding's in the last bits:
+# can differ from plain decoding's in the last bits.
 #
-# - **fp32 on a CPU** (regime *exact*): the output is **identical**, token for token, to plain greedy decoding (the
-#   package's tests check K = 1 to 8, both heads; this chapter checks every run it makes).
-# - **bf16, or fp32 on a GPU** (regime *near-tie*): identical, **or** diverging at a *near-tie*, where plain
-#   decoding's top two logits are closer than rounding can separate (within 4 bf16 units in the last place of the top
-#   logit, i.e. 4 times the gap between neighbouring bf16 numbers at that value: the `bound` 06 prints beside each
-#   margin; for fp32 on a GPU, or across engines as in 07, 2^-11 of the top logit, generous because other kernels sum
-#   thousands of terms in other orders); the course reports it with its
-#   logit margin (top-1 minus top-2), and 06 shows one. A divergence at a margin of several logits is a bug.
+# - **fp32 on a CPU** (regime *exact*): the output is **identical** to plain greedy decoding. This chapter checks every
+#   run.
+# - **bf16, or fp32 on a GPU** (regime *near-tie*): identical, **or** diverging at a *near-tie*, where the top two
+#   logits are closer than rounding can separate.
 #
-# Above temperature 0, lossless means sampling exactly the target's distribution; 08 checks that acceptance rule on a
-# toy distribution. Lossless keeps the target's answer, right or wrong: the plain answer below is not correct code.
+# In bf16 the bound is 4 ulps of the top logit. An *ulp* (unit in the last place) is the gap between neighbouring bf16
+# numbers there. In fp32 on a GPU, or across engines (07), it is 2^-11 of the top logit: other kernels sum in other
+# orders.
+#
+# 06 prints the bound beside each logit margin (top-1 minus top-2). A margin of several logits means a bug. Above
+# temperature 0, lossless means sampling exactly the target's distribution (08). Lossless keeps the target's answer,
+# right or wrong: the plain answer below is not correct code.
 
 # %% [markdown]
 # ## EAGLE-3 and P-EAGLE
 #
-# - **EAGLE** drafters are a small transformer (one layer here, four in the published GPT-OSS P-EAGLE heads) that reads
-#   the target's hidden states, not just tokens.
-# - **EAGLE-3** reads the hidden states of three target layers, the *taps* (notebook 01), and drafts
-#   **sequentially**: K tokens cost K drafter passes. It trains unrolled (*training-time test*: each depth fed the
-#   data's next token and the head's own state from the depth before; 03 writes it).
-# - **P-EAGLE** drafts **in parallel**: slot 1 gets the new token and the taps; slots 2..K get a mask token and a shared
-#   learned vector (`mask_hidden`). One pass gives all K drafts. It trains all slots at once on *conditional drop-token*
-#   (COD) samples: each deeper slot trains on a shrinking random share of the positions (02, 03).
+# Both are EAGLE drafters: a small transformer (one layer here) that reads the target's hidden states, not just tokens.
 #
-# The vLLM blog "P-EAGLE" (2026-03-13; arXiv 2602.01469) reports that on GPT-OSS-20B, one B200, batch 1, HumanEval
-# (164 Python function-writing problems), P-EAGLE runs at 1.55x EAGLE-3's speed, each at its best K (7 and 3), with
-# acceptance lengths of 3.94 against 3.03 at K=7. The diagram's costs below are illustrative.
+# - **EAGLE-3** reads three target layers' hidden states, the *taps* (01), and drafts **sequentially**, one pass per
+#   token. It trains by *training-time test* (TTT), unrolled as at inference: each step, a *depth*, gets the data's next
+#   token and the head's own state from the step before (03).
+# - **P-EAGLE** drafts all K tokens **in one pass**. Slots 2..K get a mask token (a learned placeholder) and a shared
+#   learned vector, `mask_hidden`, in place of token and taps. It trains on *conditional drop-token* (COD) samples from
+#   PARD (AMD's parallel draft model, 2025: one pass drafts K tokens from mask tokens). Deeper slots train on fewer
+#   positions (02, 03).
+#
+# The vLLM blog "P-EAGLE" (2026-03-13; arXiv 2602.01469) reports P-EAGLE at 1.55x EAGLE-3's speed, each at its best K (7
+# and 3). That is GPT-OSS-20B on one B200 at batch 1, on HumanEval (164 Python problems). At K=7 the acceptance lengths
+# are 3.94 against 3.03. The diagram's costs are illustrative.
 
 # %%
 from peagle_lab.workbook.diagrams import draw_drafting_schemes
@@ -94,7 +96,7 @@ draw_drafting_schemes(k=4);
 # ## The target and its plain greedy answer
 #
 # SmolLM2-135M-Instruct (a Llama) is embedded so the course runs offline; `PEAGLE_TARGET` swaps in any Hugging Face
-# causal LM. Its plain greedy answer is what every speculative run must reproduce.
+# causal LM. Every speculative run must reproduce its plain greedy answer.
 
 # %%
 model, tokenizer = models.load_target(TARGET, device=DEVICE, dtype=precision.course_dtype(DEVICE))
@@ -145,10 +147,8 @@ print([tokenizer.decode([t]) for t in answer[:8]])
 # %% [markdown]
 # ## How fast, and why speculation can pay
 #
-# First the greedy decoding speed; then, with the prompt cached, the cost of one forward over 6 or 9 new tokens
-# (verifying K=5 or K=8 drafts) against a forward over 1. For comparison the cell quotes a committed GPU run: an H200
-# timing an 8B model's shapes with random weights (the timing does not depend on the weights' values) in an eager loop
-# (PyTorch op by op, no CUDA graphs).
+# The next cell times greedy decoding, then a forward over 6 or 9 new tokens (verifying K=5 or K=8 drafts) against one
+# over 1. For comparison it quotes a committed H200 run: an 8B model's shapes, random weights, an eager PyTorch loop.
 
 # %%
 import copy
@@ -194,16 +194,15 @@ for key, value in [("target_params", n_params), ("greedy_tokens_per_s", round(to
     record(key, value, notebook="00_overview")
 
 # %% [markdown]
-# **Reading it.** In float32 on this CPU, verifying K=5 drafts costs 1.79 one-token steps, against 1.17 on the H200:
-# here a round must commit almost two tokens just to pay for its verification. bfloat16 makes that wide forward cheaper
-# (05).
+# **Reading it.** In float32 on this CPU, verifying K=5 drafts costs 1.79 one-token steps, against 1.17 on the H200. A
+# round here must commit almost two tokens just to pay for that. bfloat16 makes it cheaper (05).
 #
 # ## One speculative round, written out
 #
-# `speculate` below is the package's loop (`speculative_generate`) in about 30 lines, with the shipped P-EAGLE head as
-# drafter. It uses the **EAGLE shift**: drafter position t holds token x_{t+1} with the taps h_t that predicted it.
-# With context x_0..x_n and x_{n+1} just chosen from h_n, slot 1 is position n (x_{n+1} with h_n) and drafts x_{n+2}
-# at depth 0; slot j drafts x_{n+j+1} at depth j-1.
+# `speculate` below is the package's loop in about 30 lines, drafting with the *shipped* P-EAGLE head (the trained head
+# that comes with the course). It uses the **EAGLE shift**: drafter position t holds token x_{t+1} with h_t, the taps
+# that predicted it. With context x_0..x_n and x_{n+1} just chosen from h_n, slot 1 (position n) drafts x_{n+2} at depth
+# 0, and slot j drafts x_{n+j+1} at depth j-1.
 
 # %%
 from peagle_lab.workbook.diagrams import draw_eagle_shift
@@ -211,8 +210,8 @@ from peagle_lab.workbook.diagrams import draw_eagle_shift
 draw_eagle_shift(n=4, k_fig=4)  # context x_0..x_4, one round of K=4 drafts
 
 # %% [markdown]
-# Each round (in the diagram, the new positions end in slot 1, dark green, then come K-1 mask slots; older positions sit
-# in the drafter's KV cache):
+# In the diagram, the new positions end in slot 1 (dark green) and K-1 mask slots follow. Older positions sit in the
+# drafter's KV cache (stored keys and values). Each round:
 #
 # 1. **draft** K tokens in one drafter pass;
 # 2. **verify** the last committed token and the K drafts in one target forward;
@@ -220,11 +219,10 @@ draw_eagle_shift(n=4, k_fig=4)  # context x_0..x_4, one round of K=4 drafts
 # 4. add the **bonus** token, the target's choice right after that prefix;
 # 5. **roll back** the target's KV cache past the rejected drafts.
 #
-# The *prefill* is the target's first forward over the whole prompt, which fills its KV cache. Read `draft` as a black
-# box for now: one pass of the head turns the round's new slots into K drafts (02 writes the head from scratch; the
-# comments name its pieces: `head.fuse`, `mask_slot_hidden`, `to_target_logits` are 02's `fc`, `mask_hidden` and
-# `d2t`). `Slots` holds the new tokens, their taps and the first one's position. The next cell
-# checks the round against the package's loop (`speculative_generate`; `plain_generate` decodes plainly).
+# The *prefill* is the target's first forward, over the whole prompt. Treat `draft` as a black box; 02 writes the head.
+# In 02's terms, `head.fuse` is `fc`, and `mask_slot_hidden()` is `fc(mask_hidden)`, the mask slots' hidden input.
+# `to_target_logits` maps draft ids to target ids (`d2t`). `Slots` holds the new tokens, their taps and the first one's
+# position. The second cell below checks the round against the package's loop and plain decoding.
 
 # %%
 from transformers import DynamicCache
@@ -318,17 +316,15 @@ div = first_divergence(tokens, plain, model.dtype, DEVICE)
 print("hand-written vs plain greedy:", "identical" if div is None else div.message())
 
 # %% [markdown]
-# **Reading it.** The hand-written round, the package's loop and plain greedy decoding give identical tokens; the first
-# round feeds the drafter 42 slots, one per prompt position. In that round the verify pass cached 48 positions (42
-# prompt tokens, the first answer token and the 5 drafts); rolling back the 2 rejected drafts leaves 46, and the bonus
-# token enters the cache as the next round's first verify input. But a round commits only 1.47 tokens while its
-# verification costs 1.79 steps, so speculation is slower on this prompt: 4.32 s against 3.23 s (0.75x, one run each; 08
-# times this prompt in bfloat16, 06 times HumanEval prompts).
+# **Reading it.** The hand-written round, the package's loop and plain greedy decoding give identical tokens. In the
+# first round the drafter reads 42 slots, one per prompt token. Rolling back 2 rejected drafts shrinks the target's
+# cache from 48 positions to 46. Speculation is slower here, 0.75x in one run: a round commits 1.47 tokens, but
+# verifying it costs 1.79 steps.
 #
 # ### Acceptance length, draft by draft
 #
-# Let p_j be draft j's acceptance rate among the rounds that reached it (drafts 1..j-1 accepted); `nan` if none did. A
-# round always commits its bonus, and draft j in the share p1·p2⋯pj of rounds, so
+# Let p_j be draft j's acceptance rate over the rounds that reached it (accepted drafts 1..j-1); `nan` if none did. A
+# round always commits its bonus, and commits draft j in a share p1·p2⋯pj of rounds. So
 #
 # **AL = 1 + p1 + p1·p2 + … + p1·p2⋯pK.**
 
@@ -351,10 +347,9 @@ if al_formula > 1:
           "commits over plain decoding")
 
 # %% [markdown]
-# **Reading it.** The terms shrink fast: draft 1 supplies 80% of the 0.469 extra tokens a round commits, and draft 5,
-# never reached, prints `nan` and adds nothing. An AL belongs to a head **and** its text (08's ledger lists the shipped
-# heads' ALs with their prompts). On predictable text the same formula pays: where heads accept most drafts (list
-# requests, in 05), a round commits several tokens and speculation runs faster than plain decoding.
+# **Reading it.** The terms shrink fast: draft 1 supplies 80% of the 0.469 extra tokens per round. Draft 5, never
+# reached, adds nothing. Where most drafts are accepted, as on 05's list requests, rounds commit several tokens and
+# speculation beats plain decoding.
 #
 # ### Exercise: change K
 #
@@ -363,9 +358,9 @@ if al_formula > 1:
 #
 # <details><summary>Answer</summary>
 #
-# K = 1 needs only one round more than K = 5 (33 against 32): at K = 5 most rounds commit 1 or 2 tokens anyway. K = 10
-# takes the same 32 rounds: a slot sees only earlier slots, so its first 5 drafts are K = 5's, and no round at K = 5
-# accepted a 4th draft. The tokens never change.
+# K = 1 takes 33 rounds against K = 5's 32: most K = 5 rounds commit 1 or 2 tokens anyway. K = 10 takes the same 32
+# rounds. A slot sees only earlier slots, so its first 5 drafts are K = 5's, and no K = 5 round accepted a 4th draft.
+# The tokens never change.
 #
 # </details>
 
@@ -381,9 +376,9 @@ print(f"(K={K}, above: {len(per_round)} rounds, acceptance length {sum(per_round
 # %% [markdown]
 # ### Exercise: write the acceptance rule yourself
 #
-# Write the body of `my_accept` (steps 3 and 4): given the K drafts and `choice`, the target's greedy token at each of
-# the K + 1 verified positions (`choice[j]` follows the first j drafts), return the accepted drafts, then the bonus
-# token. The cell checks it against the package's `accept_greedy` on 500 random rounds; the cell after holds the answer.
+# Write the body of `my_accept` (steps 3 and 4): return the accepted drafts, then the bonus token. `choice[j]` is the
+# target's greedy token after the first j drafts, for j = 0..K. The next cell checks your rule against the package's
+# `accept_greedy` on 500 random rounds; the one after holds the answer.
 
 # %%
 import random
@@ -442,32 +437,30 @@ for k_try, rounds_try in tries.items():
 # %% [markdown]
 # ## Glossary, for the chapters ahead
 #
-# The later chapters use these words in these senses. Positions are 0-based, as in the code; (0N) names the chapter that
-# builds the piece. 08's appendix states the rules of measurement (live, committed, host, the paired rule, seed
-# spread, oracle).
+# Positions are 0-based, as in the code; (0N) names the chapter that builds the piece. 08's appendix states how the
+# course measures.
 #
 # | term | meaning |
 # |---|---|
-# | round | one draft-verify-accept step: K drafts, one target forward, then the accepted prefix plus the target's own *bonus* token committed |
+# | round | one draft-verify-accept step; it commits the accepted drafts plus a *bonus* token |
 # | K | drafts per round (vLLM's `num_speculative_tokens`) |
-# | x_0..x_n, h_0..h_n | the context tokens, and the target's taps at their positions; from h_n the target chooses x_{n+1} |
-# | slot j, draft j, depth | a round's drafter slots j = 1..K; draft j is slot j's token, at depth j - 1 (slot 1 = depth 0; the training code's index) |
-# | acceptance length (AL) | tokens a round commits, bonus included, averaged over rounds; 1.00 for plain decoding |
-# | p_j | draft j's conditional acceptance rate: of the rounds that accepted drafts 1..j-1, the share that also accepted draft j; AL = 1 + p_1 + p_1·p_2 + … |
-# | taps | the three target hidden states (a low, a middle, a high layer) that EAGLE-3 and P-EAGLE read, concatenated (3H) and projected to H by `fc` (01) |
-# | EAGLE shift | drafter position t holds token x_{t+1} with the taps h_t, the state that predicted it |
-# | mask token, `mask_hidden` | P-EAGLE's two learned stand-ins in slots 2..K: an embedding row, and one shared 3H vector in place of the taps (02) |
-# | COD | conditional drop-token sampling, from PARD (a small draft model that drafts K tokens in one pass with mask tokens): each deeper depth trains on a shrinking, nested share of positions, so K depths cost far less than K times one (02, 03) |
-# | training-time test (TTT) | EAGLE-3's training, unrolled as at inference: each depth gets the data's next token and the head's own state from the depth before (03) |
-# | draft vocabulary, `d2t` | the few thousand frequent target ids the head scores; `d2t` maps a draft id to its target id; `t2d` marks, over the target vocabulary, the ids the head can emit (03) |
-# | HumanEval, MT-Bench, GSM-8K, ShareGPT | public prompt sets: 164 Python function-writing problems; multi-turn chat questions; grade-school math word problems; shared ChatGPT conversations |
-# | lossless | the output is the target's own: identical to plain greedy decoding, or (bf16, or fp32 on a GPU) diverging only at a near-tie |
+# | x_0..x_n, h_0..h_n | the context tokens and the target's taps at them; from h_n the target chooses x_{n+1} |
+# | slot j, draft j, depth | draft j is slot j's token (j = 1..K), at depth j - 1 |
+# | acceptance length (AL) | tokens per round, bonus included; 1.00 for plain decoding |
+# | p_j | draft j's acceptance rate among the rounds that accepted drafts 1..j-1 |
+# | taps | three target layers' hidden states, concatenated (3H); `fc` projects them to H (01) |
+# | EAGLE shift | drafter position t holds token x_{t+1} with h_t, the taps that predicted it |
+# | mask token, `mask_hidden` | P-EAGLE's learned stand-ins in slots 2..K: an embedding row for the token, one shared 3H vector for the taps (02) |
+# | COD | conditional drop-token sampling, from PARD: deeper depths train on shrinking, nested shares of positions (02, 03) |
+# | training-time test (TTT) | EAGLE-3's unrolled training: each depth gets the data's next token and the head's previous state (03) |
+# | draft vocabulary, `d2t`, `t2d` | the frequent target ids the head scores; `d2t` maps draft ids to target ids, `t2d` marks the ids the head can emit (03) |
+# | HumanEval, MT-Bench, GSM-8K, ShareGPT | public prompt sets: 164 Python problems, multi-turn chat, grade-school math, shared ChatGPT chats |
+# | lossless | identical to plain greedy, or (bf16, or fp32 on a GPU) diverging only at a near-tie |
 #
 # ### The cast: one target, its heads, the prompt sets, the hosts
 #
-# Every head drafts for one target, SmolLM2-135M-Instruct. An acceptance length belongs to its head **and** its
-# settings (prompt set, prompts, new tokens, K, dtype); 08's appendix lists the shipped heads' ALs (live runs,
-# committed benchmarks, 04's held-out comparison, 07's serving runs), each with its settings.
+# Every head drafts for one target, SmolLM2-135M-Instruct. An AL belongs to its head **and** its settings (prompt set,
+# prompts, new tokens, K, dtype); 08's appendix lists each with its settings.
 #
 # | head | what it is | trained | chapters |
 # |---|---|---|---|
@@ -485,9 +478,9 @@ for k_try, rounds_try in tries.items():
 # | the scale mix's held-out split | code, reasoning, chat, data and multi-turn prompts that no head trained on | 02, 03, 04, 06, 08 |
 # | list requests | templated requests for lists (letters, counting, tables, calendars); 48 held out, never trained on | 05 |
 #
-# Hosts: `cpu-epyc-avx512bf16-2c` (a 2-core AMD EPYC with bf16 units, no GPU) ran every live cell and most committed
-# runs; `cpu-epyc-avx2-2c` (the same without bf16 units) ran some committed runs; `gpu-h200` timed an 8B model's shapes
-# with random weights. Dtypes: float32 in 00-04 and 07, bfloat16 in 05, 06 and 08; each committed table names its own.
+# Hosts: `cpu-epyc-avx512bf16-2c` (2-core AMD EPYC with bf16 units, native bfloat16 instructions; no GPU) ran every live
+# cell and most committed runs. `cpu-epyc-avx2-2c` (no bf16 units) ran some committed runs. `gpu-h200` timed an 8B
+# model's shapes. Dtypes: float32 in 00-04 and 07, bfloat16 in 05, 06 and 08.
 #
 # ## The course
 #
@@ -503,11 +496,8 @@ for k_try, rounds_try in tries.items():
 # | `07_vllm_deploy` | Export to vLLM's eagle3 format, serve with `parallel_drafting`; load and tensor parallelism | 4.0 |
 # | `08_explorer` | Drafts accepted token by token; speculative sampling; how the course measures | 0.7 |
 #
-# Minutes: per chapter, rounded, from one `make lab` on this host (its `SUMMARY.md` lists each notebook's time), 01's
-# and 04's to 08's from later runs of those: 19 min 16.6 s of notebooks in all.
-# `cpu-epyc-avx512bf16-2c` (2-core AMD EPYC with bf16 units, no GPU) is the host of every live output. 00-04 and 07
-# load the target in float32, 05, 06 and 08 in bfloat16 (what `auto` picks on a CPU with bf16 units). `make setup`
-# installs everything, vLLM included; no chapter needs a GPU or downloads a model.
+# Minutes: rounded, from one `make lab` on `cpu-epyc-avx512bf16-2c` and later runs of 01 and 04-08 (`SUMMARY.md`
+# lists each): 19 min 16.6 s of notebooks in all. No chapter needs a GPU or downloads a model.
 #
 # ### Questions users of EAGLE, SpecForge and vLLM keep asking
 #
@@ -517,7 +507,7 @@ for k_try, rounds_try in tries.items():
 # |---|---|
 # | 1. I have my own model and chat template: what matters? | 04, "Your own model" |
 # | 2. How much storage do features take; online or offline; bf16 or fp32? | 01, disk cost; 03 |
-# | 3. Why is my acceptance length below the paper's? | 04, in part: the chat template (measured), training budget and layers (committed runs); what the gap to the paper costs, 06's oracle; no run here isolates target size or data scale |
+# | 3. Why is my acceptance length below the paper's? | 04, in part: the chat template (measured), training budget and layers (committed runs); 06's oracle prices the gap; no run here isolates target size or data scale |
 # | 4. What is acceptance length; why are some slots `nan`? | 00, "Acceptance length, draft by draft"; 06 |
 # | 5. How do I convert a head for vLLM? | 07, the export |
 # | 6. What are `d2t`, `t2d` and the draft vocabulary? | 03, `d2t` and `t2d` |
@@ -527,12 +517,11 @@ for k_try, rounds_try in tries.items():
 #
 # ## What we saw
 #
-# - A round is five steps (draft, verify, accept, bonus, roll back); the hand-written round matches the package's loop
-#   (AL 1.47 both).
-# - Every speculative output in this chapter is identical to plain greedy decoding (float32, CPU).
-# - Verifying K=5 drafts costs 1.79 one-token steps here, more than the 1.47 tokens a round commits on the prime-check
-#   prompt, so speculation ran at 0.75x.
-# - AL = 1 + p1 + p1·p2 + …: draft 1 supplied 80% of the extra tokens, and K=10 gave the same AL as K=5 (1.47): a
-#   larger K cannot rescue weak early drafts.
+# - A round is five steps: draft, verify, accept, bonus, roll back. The hand-written round matches the package's loop
+#   (AL 1.47).
+# - Every speculative output here is identical to plain greedy decoding (float32, CPU).
+# - Verifying K=5 drafts costs 1.79 one-token steps, more than the 1.47 tokens a round commits: speculation ran at 0.75x
+#   here.
+# - Draft 1 supplied 80% of the extra tokens. K=10 gave the same AL as K=5: a larger K cannot rescue weak early drafts.
 #
 # Next: `01_hidden_states`, the features every EAGLE-3 and P-EAGLE drafter reads.

@@ -16,12 +16,10 @@
 # %% [markdown]
 # # 01 · Hidden states: what the drafter reads
 #
-# **Goal:** which three target hidden states (the *taps*) an EAGLE-3 or P-EAGLE drafter reads, what each knows,
-# what storing them costs.
+# **Goal:** learn which three target hidden states (the *taps*) a drafter reads, and what storing them costs.
+# The drafter is the small EAGLE-3 or P-EAGLE model that proposes tokens for the big *target* to check.
 #
-# Plan: build the taps, pin down "tap i", compare them, price and extract them.
-#
-# All outputs are live (embedded target, fp32, on a CPU); only the extraction speed varies between runs.
+# You will build, compare, price and extract the taps. All outputs are live; only the extraction speed varies.
 
 # %%
 # Parameters come from the environment: PEAGLE_TARGET (default: the embedded SmolLM2-135M-Instruct),
@@ -38,8 +36,8 @@ model, tokenizer = models.load_target(TARGET, device=DEVICE, dtype=precision.cou
 # %% [markdown]
 # ## One forward, three taps
 #
-# The drafter reads three target hidden states side by side (3H numbers per position, H = hidden size); its `fc`
-# layer projects them to H. vLLM's default taps for L layers: 2, L//2, L-3.
+# The drafter reads three target hidden states side by side: 3H numbers per position, with H the hidden size.
+# Its `fc` layer projects them back to H. vLLM's default taps for L layers: 2, L//2 and L-3.
 
 # %% tags=["smollm2-fact", "nbval-check-output"]
 from peagle_lab.prompts import chat_ids
@@ -62,18 +60,17 @@ with torch.no_grad():
 print("equal to the package's target_forward taps:", torch.equal(taps, out.taps))
 
 # %% [markdown]
-# **Reading it.** One forward pass gives all three taps, layers 2, 15 and 27 of 30: 1728 numbers (3 x 576) per
-# position, equal to the package's.
+# **Reading it.** One forward pass gives all three taps: layers 2, 15 and 27 of 30.
 #
 # ## Which state is "tap i"?
 #
 # - **vLLM**: tap `i` is the residual stream (the running sum each layer adds its output to) **entering** layer `i`.
-# - **transformers**: `hidden_states[i]` is the input of layer `i` (`[0]`: embeddings), except
-#   `hidden_states[L]`, which comes **after** the final norm.
+# - **transformers**: `hidden_states[i]` is the input of layer `i`, except `hidden_states[L]`, taken **after** the
+#   final norm.
 #
-# So the two agree for every i < L; the trap is taking a layer's *output* (`hidden_states[i + 1]`), one layer off,
-# or the last entry, normalised. The next cell checks the transformers side with hooks on the decoder layers; 07
-# checks vLLM's side indirectly: vLLM's acceptance length equals ours.
+# They agree for every i < L. The trap is a layer's *output*, `hidden_states[i + 1]`: one layer off.
+# The next cell checks this with hooks. 07 checks vLLM's side: its acceptance length (tokens per drafting round)
+# equals ours.
 
 # %% tags=["nbval-check-output"]
 seen, last = {}, {}
@@ -106,13 +103,12 @@ print("hidden_states[L] == output of the last layer:       ", torch.equal(hs[L],
 print("hidden_states[L] == final_norm(output of last layer):", torch.equal(hs[L], model.model.norm(last["out"])))
 
 # %% [markdown]
-# **Reading it.** The checks confirm it: tap `i` is `hidden_states[i]`, the input of layer `i`. The last entry,
-# `hidden_states[L]`, is the final norm's output (True), not the last layer's raw output (False).
+# **Reading it.** Tap `i` is the input of layer `i`. The last entry is the final norm's output.
 #
 # ## How big, how different?
 #
-# `residual_stream` stacks every layer's input and the last layer's pre-norm output. The plot compares position 0,
-# an *attention sink* (where heads with nothing to attend to put their weight), with the rest.
+# The plot compares the norm at position 0 with the other positions. Position 0 is an *attention sink*: heads
+# with nothing to attend to put their weight there.
 
 # %%
 import matplotlib.pyplot as plt
@@ -131,8 +127,8 @@ ax.set_ylabel("L2 norm")
 ax.legend();
 
 # %% [markdown]
-# **Reading it.** The sink's norm dwarfs the rest: a few times larger at tap 2, one to two orders of magnitude
-# larger at taps 15 and 27 (log scale). It would swamp any comparison, so the cosines below skip it.
+# **Reading it.** The sink's norm is tens to hundreds of times the rest at taps 15 and 27. It would swamp any
+# comparison, so the cosines below skip it.
 
 # %% tags=["smollm2-fact", "nbval-check-output"]
 sim = cosine_matrix(states, skip_first=1)
@@ -149,13 +145,12 @@ fig.tight_layout();
 
 # %% [markdown]
 # **Reading it.** The three taps point in different directions: cosine 0.76 between taps 2 and 15, only 0.34
-# between 2 and 27. Neighbouring layers are mostly near-parallel within blocks (right plot), with breaks from 0 to 1
-# (layer 1 also apart from layers 2 to 24), from 24 to 25 and from 29 to the output.
+# between taps 2 and 27. Neighbouring layers, in the right plot, are near-parallel.
 #
 # ## Logit lens: what each tap already predicts
 #
-# The *logit lens* reads a state through the final norm and `lm_head`, as if the model stopped there; here at the
-# last position.
+# The *logit lens* reads a state through the final norm and the output layer `lm_head`, as if the model stopped
+# there. The next cell reads the last position.
 
 # %%
 from peagle_lab.workbook.lens import logit_lens
@@ -178,20 +173,19 @@ print("lens on the last layer's output == the model's own prediction, at every p
       torch.equal(lens_top[:, 0], out.logits[0].argmax(-1)))
 
 # %% [markdown]
-# **Reading it.** Each tap already leans towards a next token, and each a different one (`' ('`, `' I'`,
-# `' Here'`). The model's actual choice, three backticks, comes first only at the output (0.65).
+# **Reading it.** Each tap leans towards a different next token. The model's choice, three backticks, leads only
+# at the output (0.65).
 #
 # ### Exercise: tap other layers
 #
-# The cell below counts how often each tap's lens top-1 equals the model's next token, for vLLM's taps, `(1, 2, 3)`
-# and `(L - 4, L - 3, L - 2)`. Predict which tap agrees most, and which set you would give a drafter.
+# The cell below counts how often each tap's lens top-1 is the model's next token, for vLLM's taps, `(1, 2, 3)` and
+# `(L - 4, L - 3, L - 2)`. Predict which tap agrees most, and which set you would give a drafter.
 #
 # <details><summary>Answer</summary>
 #
-# Late layers agree most (34-51%, against 0-2% for `(1, 2, 3)`), but neighbouring late layers point almost the same way
-# (the right-hand cosine plot above); vLLM's spread gives three different views. Which set trains the better drafter
-# is an experiment this course leaves to you: `peagle-lab train --tap-layers` takes any set, and 04's recipe runs
-# show how to compare two settings fairly.
+# Late layers agree most: 34-51%, against 0-2% for `(1, 2, 3)`. But they point almost the same way. vLLM's spread
+# gives three different views. Test your pick with `peagle-lab train --tap-layers`; 04's recipe runs show how to
+# compare two settings fairly.
 #
 # </details>
 
@@ -207,7 +201,8 @@ for MY_TAPS in (TAPS, (1, 2, 3), (L - 4, L - 3, L - 2)):  # vLLM's, then the exe
 # ## What offline features cost on disk
 #
 # Training needs every token's taps: stored once (*offline*: fast epochs, huge disk) or recomputed each step
-# (*online*: no disk). Offline costs 3 x H x 2 bytes per token in bf16, plus two int32 ids (token, greedy label).
+# (*online*: no disk). Offline bf16 costs 3 x H x 2 bytes per token, plus int32 ids for the token and its greedy
+# label (the target's top-1 next token).
 
 # %% tags=["nbval-check-output"]
 from peagle_lab import features
@@ -217,15 +212,13 @@ one_state = features.estimate_bytes(68_000 * 1_500, 4096, n_taps=1)
 print(f"\none stored state (EAGLE-1/2), Llama-3.1-8B, ShareGPT-like: {features.format_bytes(one_state)}")
 
 # %% [markdown]
-# **Reading it.** Stored taps are huge: a ShareGPT-sized set takes 353.3 GB for the 135M target and 2.5 TB for
-# Llama-3.1-8B, so real recipes train online or store small sets. A single stored state (EAGLE-1/2, the earlier
-# EAGLE drafters, which read one hidden state from the target's last layer) gives 836.4 GB.
+# **Reading it.** Stored taps are huge: 2.5 TB for Llama-3.1-8B on a ShareGPT-sized set. So real recipes train
+# online or store small sets. Even one state per token, as the earlier EAGLE-1/2 drafters read, takes 836.4 GB.
 #
 # ## Extracting features for training
 #
-# `extract_features` writes safetensors shards and a manifest for 64 training prompts: taps in **bfloat16**
-# (notebook 03 compares fp32), ids and greedy labels in int32. Here the sequences are the prompts alone, to show the
-# mechanics; for training, 03 extracts the same way from prompts with the target's own answers.
+# `extract_features` writes shards (files of up to 16 sequences) and a manifest for 64 prompts. Taps are stored in
+# **bfloat16**, ids and labels in int32. 03 compares fp32 and extracts from the target's own answers.
 
 # %%
 import shutil
@@ -240,8 +233,8 @@ shutil.rmtree(out_dir, ignore_errors=True)  # a fresh run for this demo
 result = extract_features(model, sequences, out_dir, ExtractionSettings(shard_size=16, target=TARGET))
 
 # %% [markdown]
-# **Reading it.** The disk estimate holds: 12.8 MB predicted, 12.8 MB written. Shards are written only once
-# complete, so a rerun redoes only the missing ones; the next cell reruns, then asks for other taps.
+# **Reading it.** The disk estimate holds: 12.8 MB predicted and written. Only complete shards are written, so a
+# rerun redoes only the missing ones. The next cell reruns, then asks for other taps.
 
 # %%
 from peagle_lab.errors import PeagleError
@@ -253,8 +246,8 @@ except PeagleError as err:
     print("\nrefused:", err)
 
 # %% [markdown]
-# **Reading it.** The rerun skipped all 4 shards; other taps were refused, not mixed in. `FeatureDataset` gives
-# training one dict per sequence, ids as int64.
+# **Reading it.** The rerun skipped all 4 shards. Other taps were refused, not mixed in. `FeatureDataset` gives
+# training one dict per sequence.
 
 # %% tags=["smollm2-fact", "nbval-check-output"]
 ds = FeatureDataset(out_dir)
@@ -282,10 +275,10 @@ for key, value in [("extract_tokens_per_s", round(result.tokens_per_s, 1)), ("ex
 # %% [markdown]
 # ## What we saw
 #
-# - Tap `i` is the input of layer `i`, `hidden_states[i]`; `hidden_states[L]` follows the final norm.
-# - The taps are far from copies: cosine 0.34 to 0.76.
-# - The lens picks the model's next token at 0%, 2% and 49% of positions at taps 2, 15, 27.
-# - Offline bf16 taps: 12.8 MB for 64 prompts, 353.3 GB to 2.5 TB for a ShareGPT-sized set.
-# - Extraction resumes (4 of 4 shards skipped), refuses mixed settings, stores bf16-rounded taps.
+# - Tap `i` is `hidden_states[i]`, the input of layer `i`.
+# - The three taps differ: cosine 0.34 to 0.76.
+# - The lens finds the model's next token at 49% of positions at tap 27, at most 2% at the earlier taps.
+# - Offline bf16 taps take 2.5 TB for Llama-3.1-8B on a ShareGPT-sized set.
+# - Extraction resumes and refuses mixed settings.
 #
 # Next: `02_mask_tokens`, K draft tokens from one drafter pass.

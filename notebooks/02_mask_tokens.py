@@ -16,11 +16,12 @@
 # %% [markdown]
 # # 02 · Mask tokens: what parallel slots 2..K see
 #
-# **Goal:** see what P-EAGLE feeds its drafter so that one pass yields K drafts, and what each slot may attend to
-# when drafting and training. Plan: the inputs, the drafter from scratch, the training mask, a study of stand-ins.
+# **Goal:** see what P-EAGLE feeds its drafter so that one pass yields K drafts, and what each slot may attend to.
 #
-# Indexing: positions are 0-based, the context is `x_0 .. x_n`, the target's taps `h_0 .. h_n`; slot j = 1..K of a
-# round drafts **draft j** at depth j - 1. Live cells run on this machine; the final study reads committed results.
+# You build the round's inputs, the drafter and the training mask, then read a study of stand-ins.
+#
+# Indexing: positions are 0-based; the context is `x_0 .. x_n`. The **taps** `h_0 .. h_n` are three target layers'
+# hidden states, concatenated (3H). Slot j = 1..K drafts **draft j** at depth j - 1.
 
 # %% tags=["nbval-ignore-output"]
 # Parameters come from the environment: PEAGLE_TARGET (default: the embedded SmolLM2-135M-Instruct),
@@ -43,12 +44,12 @@ model, tokenizer = models.load_target(TARGET, device=DEVICE, dtype=precision.cou
 # %% [markdown]
 # ## Why slots 2..K need stand-ins
 #
-# Each drafter position takes a **token** and a target **hidden state**: position `t` holds `x_{t+1}` and the fused
-# taps `fc(h_t)` (the EAGLE shift). The last context position `n` is slot 1 and drafts `x_{n+2}`.
+# Drafter position `t` takes the token `x_{t+1}` with the fused taps `fc(h_t)`, where `fc` maps 3H to H. This
+# one-step offset is the EAGLE shift. The last context position `n` is slot 1 and drafts `x_{n+2}`.
 #
 # Slots 2..K have no previous draft and no target state. P-EAGLE gives them two learned stand-ins: a **mask
-# token** (one embedding row) and **`mask_hidden`** (one 3H vector, fed through `fc`). A mask slot still predicts:
-# it attends to the whole context, and RoPE places it j - 1 positions past slot 1. With K = 4:
+# token** (one embedding row) and **`mask_hidden`** (one 3H vector). A mask slot still attends to the whole context.
+# Its rotary position (RoPE) is j - 1 past slot 1. With K = 4:
 
 # %% tags=["smollm2-fact", "nbval-check-output"]
 from peagle_lab.distill.data import read_distilled, shipped_distilled_path
@@ -73,8 +74,8 @@ for j in range(2, K + 1):
     print(f"{t:>4} {j:>10}  {'<mask>':<16} {'fc(mask_hidden)':<17} {f'pos 0..{t}':<14} draft {j} (x_{n + j + 1})")
 
 # %% [markdown]
-# The same round as tensors: one pass over `n + K` positions; the drafts are the argmax of the last K rows, as in
-# `HeadDrafter.propose`. The head is untrained: the check is of the mechanics only.
+# The same round as tensors: one pass over `n + K` positions, with the drafts read from the last K rows. The head is
+# untrained, so this checks only the mechanics.
 
 # %% tags=["smollm2-fact", "nbval-check-output"]
 torch.manual_seed(0)
@@ -98,9 +99,9 @@ print("K drafts = argmax of the last K rows, as HeadDrafter.propose drafts them:
 # ### Exercise: build one round's inputs
 #
 # Write `my_round_inputs(last_token, last_taps, p, K, mask_id, mask_hidden, fc)` for a round that accepted no draft
-# (earlier positions cached): slot 1 is the last committed token at position `p` with its 3H taps `last_taps`, then
-# K - 1 mask slots. Return token ids (K,), fused hidden states (K, H) and positions (K,). The cell compares them with
-# what `HeadDrafter.propose` feeds the head (every `p`, K = 1, 4, 7); the answer follows.
+# (earlier positions cached). Slot 1 is the last committed token, at position `p` with taps `last_taps`; K - 1 mask
+# slots follow. Return token ids (K,), fused hidden states (K, H) and positions (K,). The cell checks them against
+# `HeadDrafter.propose`; the answer follows.
 
 # %%
 def my_round_inputs(last_token, last_taps, p, K, mask_id, mask_hidden, fc):
@@ -160,17 +161,12 @@ check_round_inputs(my_round_inputs)
 # %% [markdown]
 # ## The drafter from scratch
 #
-# The whole drafter in plain PyTorch (one class, about 65 lines), loaded below with the shipped weights. The figure
-# shows one position's path:
+# The whole drafter in plain PyTorch: one class of about 65 lines, loaded with the shipped weights. Its
+# `draft_parallel` is P-EAGLE's one pass; `draft_sequential` is EAGLE-3's K passes. The figure traces one position:
 #
-# - `fc` maps the three concatenated taps (3H) to H.
-# - The one decoder layer reads **2H**: `[input_layernorm(embedding), hidden_norm(hidden)]`, where token and target
-#   state meet.
-# - The **mask row** of the embedding table and **`mask_hidden`** replace the embedding and the taps in slots 2..K.
-# - After a final norm, `lm_head` scores the **draft vocabulary** (a few thousand frequent ids); `d2t` maps a draft
-#   id to a target id: `target = draft + d2t[draft]`.
-#
-# `draft_parallel` is P-EAGLE's one pass; `draft_sequential`, EAGLE-3's K passes.
+# - The decoder layer reads **2H**, `[input_layernorm(embedding), hidden_norm(hidden)]`: token and target state meet.
+# - In slots 2..K, the **mask row** and **`mask_hidden`** replace the embedding and the taps.
+# - `lm_head` scores the **draft vocabulary** (a few thousand frequent ids); `target = draft + d2t[draft]`.
 
 # %% tags=["nbval-ignore-output"]
 from peagle_lab.workbook.diagrams import draw_drafter_path
@@ -252,10 +248,9 @@ class ScratchDrafter:
         return torch.stack(drafts)
 
 # %% [markdown]
-# The class is kept word for word in `peagle_lab.workbook.scratch`, so that 03 can import it and decode with a head it
-# trains by hand. Load each shipped head both ways in float32 and draft K tokens: the one pass is compared with
-# `PEagleDrafter.one_pass_logits`, the K passes with the package's sequential drafting. The match needs no good weights;
-# the drafts look poor because the prompt is bare text and the heads trained on chat-templated text (notebook 04).
+# The class is kept word for word in `peagle_lab.workbook.scratch`; 03 imports it to decode with a head it trains by
+# hand. The cell checks both drafting modes against the package in float32. The drafts look poor: the prompt is bare
+# text, and the heads trained on chat-templated text (notebook 04).
 
 # %% tags=["nbval-ignore-output"]
 from peagle_lab.drafter.heads import head_for_target
@@ -299,16 +294,15 @@ print("EAGLE-3 sequential drafting from scratch equals HeadDrafter's (same K dra
 # %% [markdown]
 # ## What a slot may see, in training
 #
-# Training shows each slot what it sees when drafting, many rounds at once. An **element** `(a, d)` is slot `d + 1` of
-# the round whose slot 1 sits at position `a`, the round's **anchor**; it learns the target's greedy choice for
-# `x_{a+d+2}`. Within its sequence it may attend to the **depth-0 elements with anchor ≤ a** (its context) and to
-# **its own rollout** `(a, d' ≤ d)`.
+# Training replays many rounds at once. An **element** `(a, d)` is slot `d + 1` of the round whose slot 1 sits at
+# position `a`, its **anchor**. It learns the target's greedy choice for `x_{a+d+2}`. Within its sequence it may attend
+# to the **depth-0 elements with anchor ≤ a** (its context) and to **its own rollout** `(a, d' ≤ d)`.
 #
-# Deeper depths hold only **anchors** (last prompt position and response) with a label that far ahead. **COD**
-# (conditional drop-token sampling, from PARD) keeps a nested share `ratio^d` of them at depth d, with a floor of
-# `min_ratio`. The cell builds the mask for one toy sequence and for two packed with COD (a toy floor of 0.3; notebook
-# 03 uses the shipped recipe's), and checks the rule. The figure's labels read `a,d`; the right panel prefixes the
-# sequence (`s0 2,1`: sequence 0, element `(2, 1)`).
+# Deeper depths keep only anchors a decode would use: the last prompt position and the response. **COD** (conditional
+# drop-token sampling) keeps a nested share `ratio^d` of them at depth d, with a floor `min_ratio`. It comes from PARD,
+# AMD's parallel draft model (2025), which drafts K tokens in one pass from mask tokens.
+#
+# The cell checks the mask on one toy sequence and on two packed with COD.
 
 # %% tags=["nbval-check-output"]
 import matplotlib.pyplot as plt
@@ -355,22 +349,19 @@ plt.tight_layout()
 plt.show()
 
 # %% [markdown]
-# **Reading it.** The mask equals its rule in both layouts, and no element sees another sequence: `(2, 2)`, slot 3
-# after anchor 2, attends to its context `(0, 0)` .. `(2, 0)`, its rollout `(2, 1)` and itself. The counts
-# `[6, 4, 3]` follow from the anchors: depth 0 holds every position with a next token, deeper depths only anchors
-# (position 0 is prompt context), and each depth loses the last anchor, which has no label that far ahead.
+# **Reading it.** The mask equals its rule in both layouts, and no element sees another sequence. The counts
+# `[6, 4, 3]` shrink with depth: depth 1 drops position 0 (prompt context), and each depth loses its last anchor,
+# which has no label that far ahead.
 #
 # ### Exercise: more parallel slots
 #
-# The cell below sizes both layouts at K = 2 and K = 8: the one-pass draft of the prompt above, and the training
-# mask of a toy 12-token sequence (prompt of 2, every anchor kept). Predict the inference positions and the growth
-# of training elements and mask.
+# The cell below sizes both layouts at K = 2 and K = 8: the one-pass draft above, and the training mask of a toy
+# 12-token sequence (prompt of 2, every anchor kept). Predict the positions, the elements and the mask sizes.
 #
 # <details><summary>Answer</summary>
 #
-# Inference: `n + K` positions (9, then 15). Training: 11 elements at depth 0, 9 at depth 1, then one fewer per deeper
-# depth (8, 7, ...), so 20, then 53; the mask grows quadratically, the allowed pairs far less (129, then 409). Hence
-# COD.
+# Inference: `n + K`, so 9, then 15 positions. Training: 11, 9, then one fewer per depth, so 20, then 53 elements.
+# The mask grows quadratically, the allowed pairs far less (129, then 409). Hence COD.
 #
 # </details>
 
@@ -395,14 +386,12 @@ for K_TRY in (2, 8):  # the exercise's two values; edit to try others
 # | zeros | learned mask row | zeros |
 # | copy of h_context | learned mask row | `fc(h_a)`, the anchor's own taps |
 # | random | learned mask row | `fc(r)`, `r` frozen random |
-# | frozen mask embedding | the target's own mask row (SmolLM2: id 16), frozen | `fc(mask_hidden)`, learned |
+# | frozen mask embedding | the target's own mask row (id 16), frozen | `fc(mask_hidden)`, learned |
 #
-# Each head drafts at K = 7 on held-out prompts of notebook 03's *scale mix* (code, reasoning, chat, data and multi-turn
-# prompts). The cell runs a tiny live version (two variants, few steps, one seed) and prints each head's **held-out AL**
-# (tokens per round) and **divergences**, prompts whose output differs from plain greedy. The full study (ten heads) is
-# committed; its table gives **held-out AL (mean)**, the mean of two seeds; **seed spread**, the AL gap between those
-# seeds; **tokens seen**, training tokens read; **P(accept) slots 1 / 2 / 3**, slot j's acceptance rate when the slots
-# before it were accepted.
+# Each head drafts at K = 7 on held-out prompts of 03's *scale mix* (code, reasoning, chat, data, multi-turn). A tiny
+# live run prints each head's **held-out AL** (acceptance length, tokens per round) and **divergences** (outputs
+# unlike plain greedy). The committed study's columns: mean AL over two training seeds; **seed spread**, the AL gap
+# between them; tokens seen; P(accept), slot j's acceptance rate given the slots before it were accepted.
 
 # %% tags=["nbval-ignore-output"]
 from peagle_lab.experiments import recipe
@@ -430,15 +419,14 @@ for r in live:
           f"{r['divergences']}")
 
 # %% [markdown]
-# **Reading it.** Both live heads stay lossless (0 divergences) and gain little over one token per round (AL 1.069
-# and 1.050). Twelve steps and one seed cannot rank stand-ins, and even the committed study below separates none of
-# them firmly.
+# **Reading it.** Both live heads stay lossless (0 divergences) but barely beat one token per round: AL 1.069 and
+# 1.050. Twelve steps and one seed cannot rank stand-ins.
 #
 # ### Trained as it drafts
 #
-# With the right mask, each training element gives its slot's one-pass logits, up to float rounding. The cell checks
-# three anchors at every depth of one sequence, with this target's P-EAGLE head. It borrows the trainer that 03 builds
-# (`Trainer`, with `run_depths`, its forward over every depth) only to lay out the elements: read it as a tool here.
+# The cell checks that each training element gives its slot's one-pass logits, at three anchors and every depth. It
+# borrows tools that 03 writes: `Trainer`, its all-depth forward `run_depths`, and `sync_head`, which writes the
+# trained weights into the plain head.
 
 # %% tags=["nbval-ignore-output"]
 from peagle_lab.memory import release
@@ -473,11 +461,12 @@ print("training elements equal the one-pass draft (within 1e-4):", worst < 1e-4)
 # %% [markdown]
 # ## The committed study
 #
-# The table and each seed's AL, then every pair of stand-ins: a gap counts beyond both seed spreads, and is firm only
-# beyond 0.052, the largest seed spread of the committed studies (03's self-distillation study, shown next chapter).
-# Last, how many rounds reach each slot. The study computed its taps in float32 from the float32 target and trained
-# under bfloat16 autocast (the footer's "training precision"), so its `learned` runs also serve as the float32 arm of
-# notebook 03's storage study. Held-out prompts: the first 16 of the scale mix's held-out split.
+# The cell prints the table, then compares every pair of stand-ins. A gap counts beyond both seed spreads. It is firm
+# only beyond 0.052, the largest seed spread of the committed studies (03's self-distillation study). Last, it counts
+# the rounds that reach each slot.
+#
+# The `learned` runs double as the float32 arm of 03's storage study: float32 taps, bfloat16 autocast in training.
+# The held-out prompts are the first 16 of the scale mix's held-out split.
 
 # %% tags=["nbval-ignore-output"]
 from IPython.display import Markdown, display
@@ -541,11 +530,10 @@ for r in rows:
           f"reached in at most about {' / '.join(f'{x:.0f}' for x in reach)} rounds per run")
 
 # %% [markdown]
-# **Reading it.** Learning `mask_hidden` buys nothing measurable over a frozen random stand-in (AL 1.211 against 1.209).
-# Learned and random lead zeros and the h_context copy by 0.020 to 0.029, beyond their seed spreads but within 0.052, so
-# none is firmly ahead. Slot 1 never sees a mask slot, yet its rate moves with the stand-in (0.20 learned, 0.16 copy of
-# h_context; no seed spread is printed for slot rates); slot 3 is reached in only about 9 of 845 rounds per run, so the
-# study says little about slots 2..K.
+# **Reading it.** Learning `mask_hidden` buys nothing measurable over a frozen random stand-in: AL 1.211 against
+# 1.209. Learned and random lead zeros and the h_context copy by 0.020 to 0.029. That is beyond their seed spreads but
+# within 0.052, so no stand-in is firmly ahead. Slot 3 is reached in only about 9 of 845 rounds per run, so the study
+# says little about slots 2..K.
 
 # %% tags=["nbval-ignore-output"]
 from peagle_lab.workbook import report
@@ -558,12 +546,11 @@ report.record("mask_live_divergences", sum(r["divergences"] for r in live));
 # %% [markdown]
 # ## What we saw
 #
-# - Slots 2..K get the mask token and `fc(mask_hidden)`: one pass gives all K drafts.
+# - Mask slots get the mask token and `fc(mask_hidden)`, so one pass gives all K drafts.
 # - The from-scratch drafter matches the package: P-EAGLE logits within 9.5e-06, the same EAGLE-3 drafts.
-# - The training mask equals its rule; training elements match the one-pass logits to 1.5e-05.
-# - A frozen random stand-in scores level with the learned `mask_hidden` (AL 1.209 against 1.211).
-# - No stand-in leads another by more than 0.052 (largest gap 0.029).
-# - Deep slots are seldom reached (at most about 168 of 845 rounds per run reach slot 2, 9 slot 3, bounds from the mean
-#   rates), so the study says little about slots 2..K.
+# - Training elements match the one-pass logits to 1.5e-05.
+# - A frozen random stand-in ties the learned `mask_hidden`: AL 1.209 against 1.211.
+# - No stand-in is firmly ahead: the largest gap, 0.029, is within 0.052.
+# - Only about 9 of 845 rounds per run reach slot 3, so the study says little about slots 2..K.
 #
 # Next: `03_train_head`: the data, the draft vocabulary, COD and the per-depth loss.

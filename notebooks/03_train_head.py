@@ -16,15 +16,15 @@
 # %% [markdown]
 # # 03 · Train a P-EAGLE head
 #
-# **Goal:** train a P-EAGLE head here, one ingredient at a time:
+# **Goal:** train a P-EAGLE head, writing each piece by hand and checking it against the package.
 #
-# 1. **Data**: prompts answered by the target itself (question 7).
-# 2. **Draft vocabulary**: the tokens the head may propose; the `d2t` / `t2d` maps (question 6).
-# 3. **Features**: the target's tapped hidden states and labels (online or offline, bf16 or fp32? question 2).
-# 4. **Training**: every depth of a packed row in one step, checkpoints and resume.
-# 5. **The whole path in our own code**: the head trained by hand, drafting with 02's `ScratchDrafter` in 00's round.
+# 1. **Data**: the target answers the training prompts (question 7).
+# 2. **Draft vocabulary**: which tokens the head may propose; the `d2t` / `t2d` maps (question 6).
+# 3. **Features**: tapped hidden states, stored or recomputed, in bf16 or fp32 (question 2).
+# 4. **Training**: all depths of a packed row in one step; checkpoints and resume.
+# 5. **The whole path in our own code**: the hand-trained head drafting in 00's round.
 #
-# Depth is 0-based: depth d trains draft slot d + 1. Live cells run here, seeded; studies are committed.
+# Depth is 0-based: depth d trains draft slot d + 1. Live cells run here, seeded. The studies are committed.
 
 # %% tags=["nbval-ignore-output"]
 # Parameters come from the environment: PEAGLE_TARGET (default: the embedded SmolLM2-135M-Instruct),
@@ -42,15 +42,13 @@ model, tokenizer = models.load_target(TARGET, device=DEVICE, dtype=precision.cou
 # %% [markdown]
 # ## 1 · Data: the target answers the training prompts
 #
-# A drafter learns to guess what **this target** says next, so it trains on the target's own text:
-# `peagle-lab distill` has the target answer each prompt greedily and stores the token ids. The first cell reads
-# `smollm2-135m.jsonl`, a small set of 465 target-answered sequences that this chapter's live cells use, and shows one.
+# A drafter learns to guess what **this target** says next, so it trains on the target's own text.
+# `peagle-lab distill` has the target answer each prompt greedily and stores the token ids. The first cell shows one
+# of the 465 sequences this chapter trains on.
 #
-# The second cell describes the **scale mix** (with a held-out split) and the runs that trained each shipped head. Two
-# files hold its answers: `smollm2-135m-scale.jsonl` answers part of the mix (the EAGLE-3 head's first two runs read
-# it); `smollm2-135m-scale.jsonl.gz` answers every prompt, with about six times the tokens (all other runs read it).
-# `records 6000:12000` is the slice a run read; **distinct tokens** counts the tokens in it, **tokens seen** those
-# trained on (their ratio is the epochs).
+# The second cell lists the runs behind each shipped head, all on the **scale mix**: the course's large prompt set,
+# with a held-out split. **Distinct tokens** counts the tokens in the slice a run read (`records 6000:12000`),
+# **tokens seen** those trained on. Their ratio is the epochs.
 
 # %% tags=["smollm2-fact", "nbval-check-output"]
 path, meta, records, shipped = distilled_data(model, tokenizer, None if models.is_default_target(TARGET)
@@ -120,9 +118,12 @@ for kind, head_dir in SHIPPED.items():
 # ### Should the target write the answers itself? (question 7)
 #
 # The study (`peagle-lab study self-distill`) trains heads on prompts asking for functions of Python's standard
-# library, answered two ways: **human answers** (the library's own source) and the **target's own answers**. In both
-# arms the labels are the target's greedy tokens. `compare_arms` counts a gap only beyond the larger seed spread. The
-# studies score their heads on the first 16 prompts of the scale mix's held-out split.
+# library. One arm trains on **human answers** (the library's source), the other on the **target's own answers**. Both
+# use the target's greedy tokens as labels.
+#
+# - **held-out AL**: acceptance length, the tokens a round commits, on 16 held-out prompts of the scale mix;
+# - **seed spread**: the largest minus the smallest AL over the seeds. A gap counts only beyond it;
+# - **P(accept)**: the acceptance rates of slots 1 to 3 (00's p1, p2, p3).
 
 # %% tags=["nbval-ignore-output"]
 from IPython.display import Markdown, display
@@ -164,14 +165,14 @@ if sd_runs:
                          else "the seeds cannot separate the two arms"))
 
 # %% [markdown]
-# **Reading it.** A head trained on the target's own answers accepts more: AL 1.380 against 1.245 with human answers,
-# a gap of 0.135 tokens per round, beyond the seed spread. The study shows the gap, not its cause.
+# **Reading it.** A head trained on the target's own answers accepts more: AL 1.380 against 1.245, a gap beyond the
+# seed spread. The study shows the gap, not its cause.
 #
 # ## 2 · Draft vocabulary
 #
 # The head needs only the tokens the target writes, and a smaller output layer is cheaper. `build_draft_vocab` keeps
 # the most frequent target ids, plus the mask token and EOS. **Coverage** is the share of response tokens the draft
-# vocabulary can produce; a token outside it costs acceptance, never correctness.
+# vocabulary can produce. A token outside it costs acceptance, never correctness.
 
 # %% tags=["smollm2-fact", "nbval-check-output"]
 from peagle_lab.training import pick_mask_token_id
@@ -188,15 +189,14 @@ for size in [n for n in (1024, 2048, 4096, 8192, 16384) if n < V] + [V]:
           f"(lm_head {size * model.config.hidden_size / 1e6:5.1f} M parameters)")
 
 # %% [markdown]
-# **Reading it.** On this chapter's self-distilled sequences, 4,096 draft ids (the shipped heads' size) cover 99.61%
-# of the response tokens with an `lm_head` of 2.4 M parameters instead of 28.3 M. The count is in-sample, so expect
-# less on other text (04's 0.977 for 4k ids on the scale mix is in-sample too; no held-out coverage is printed).
+# **Reading it.** 4,096 draft ids, the shipped size, cover 99.61% of the response tokens with an `lm_head` of 2.4 M
+# parameters instead of 28.3 M. This is in-sample, so expect less on other text.
 #
 # ### `d2t` and `t2d`, by hand (question 6)
 #
-# vLLM reads `d2t`: draft id `i` stands for target id `i + d2t[i]`. `t2d` marks the target ids the head can emit
-# (dropped on export, notebook 07). An 8-id toy vocabulary shows both. The cell then cuts 96 rows off the shipped
-# head's `lm_head`, which needs one row per draft id: the export check refuses it.
+# vLLM reads `d2t`: draft id `i` stands for target id `i + d2t[i]`. `t2d` marks the target ids the head can emit (the
+# export drops it, notebook 07). A toy vocabulary of 8 ids shows both. Then the cell gives the shipped head an
+# `lm_head` 96 rows short of the draft vocabulary. The export check refuses it.
 
 # %% tags=["smollm2-fact", "nbval-check-output"]
 from peagle_lab.drafter.vocab import d2t_t2d
@@ -224,15 +224,16 @@ except PeagleError as exc:
 # %% [markdown]
 # ## 3 · Features
 #
-# For every position `t` the trainer needs the three tapped residual streams `h_t` (3H) and the target's greedy label
-# `y_t`, both from one forward of the frozen target.
+# For each position `t`, one forward of the frozen target gives the **taps** `h_t` (three tapped hidden states, 3H
+# values) and the greedy label `y_t`.
 #
 # ### Online or offline, bf16 or fp32? (question 2)
 #
-# Offline features are computed once and read back every epoch; online features cost a target forward per use but no
-# disk. The cell prepares the training sequences, then compares the three ways on a few: read speed, disk per token,
-# and largest error against the online taps. Then it asks whether bf16's rounding costs acceptance, from the committed
-# storage study, which retrains notebook 02's learned mask variant on bf16 taps with the same settings and seeds.
+# Offline features are computed once and read back every epoch. Online features cost a target forward per use, but no
+# disk. The cell prepares the training sequences and compares the three ways on a few: speed, disk and error.
+#
+# The committed storage study then asks whether bf16 costs acceptance. It retrains 02's learned mask variant on bf16
+# taps, with the same seeds.
 
 # %% tags=["nbval-ignore-output"]
 from peagle_lab.drafter.heads import target_slug
@@ -288,20 +289,19 @@ print("verdict: " + (f"bf16 taps change AL by {gap:+.3f}, beyond the seeds' nois
                      else "bf16 taps cost no acceptance the seeds can measure"))
 
 # %% [markdown]
-# **Reading it.** Storing features pays: bf16 shards read back 2,347x faster than the target forward they replace, on
-# half of float32's disk, with a largest error of 2.4e-03 of the largest tap. float32 shards read back faster still
-# and exactly, but take twice the disk. The storage study finds that bf16 taps cost no acceptance the seeds can
-# measure: AL 1.210 against 1.211 with float32 taps, within the seed spread. At half the disk, bf16 is the default.
+# **Reading it.** Storing features pays: bf16 shards read back 2,347x faster than the target forward, on half of
+# float32's disk. The storage study finds no acceptance cost the seeds can measure (AL 1.210 against 1.211 for
+# float32). So bf16 is the default.
 #
 # ## 4 · Training
 #
 # ### One training row, planned by hand
 #
-# A packed row holds sequences end to end. Its **depth-0 elements** are all positions with a next token; the
-# **anchors** among them (the last prompt position and the response) are trained, the rest are context. Element
-# `(a, d)` sits at position `a + d` and predicts `y[a+d+1]`, the target's greedy choice for `x_{a+d+2}` (notebook 02's
-# notation). **COD** (notebook 02) keeps at depth `d` a random share `ratio^d` of the anchors (with a floor), drawn
-# from those kept at depth `d - 1`; anchors near their sequence's end drop out. `plan_row_by_hand` must match
+# A packed row holds sequences end to end. Its **depth-0 elements** are all positions with a next token. The
+# **anchors** among them (the last prompt position and the response) are trained; the rest are context.
+#
+# Element `(a, d)` sits at position `a + d` and predicts `y[a+d+1]`. **COD** (notebook 02) keeps at depth `d` a random
+# share `ratio^d` of the anchors, with a floor, drawn from those kept at depth `d - 1`. `plan_row_by_hand` must match
 # `plan_row` on three recipes.
 
 # %% tags=["smollm2-fact", "nbval-check-output"]
@@ -350,13 +350,13 @@ print(f"a row of 2 sequences ({len(plan.x)} tokens): depth 0 trains {int(plan.de
 # %% [markdown]
 # ### Exercise: write the COD sampler
 #
-# Write `my_cod_sample(num_anchors, num_depths, ratio, min_ratio, generator)`, returning a list of sorted index
-# tensors: depth 0 keeps all of `range(num_anchors)`; depth `d` keeps `n_d = max(1, round(num_anchors × max(ratio^d,
-# min_ratio)))` anchors drawn uniformly from those kept at depth `d - 1`.
+# Write `my_cod_sample(num_anchors, num_depths, ratio, min_ratio, generator)`, returning sorted index tensors, one per
+# depth. Depth 0 keeps all of `range(num_anchors)`. Depth `d` keeps
+# `n_d = max(1, round(num_anchors × max(ratio^d, min_ratio)))` anchors, drawn uniformly from those of depth `d - 1`.
 #
-# The check: drawn with `torch.randperm` and the given generator, it must pick `cod_sample`'s anchors on 200 random
-# rows; any uniform draw must get sizes and nesting right and keep each anchor at depth `d` in `n_d / num_anchors` of
-# 4,000 rows (within 0.05). Answer: the next cell.
+# The check: with `torch.randperm` and the given generator, it must match `cod_sample` on 200 random rows. Any uniform
+# draw must get sizes and nesting right, and keep each anchor at depth `d` in `n_d / num_anchors` of 4,000 rows
+# (within 0.05). Answer: the next cell.
 
 # %%
 import random
@@ -413,15 +413,16 @@ check_cod_sample(my_cod_sample)
 # %% [markdown]
 # ### The training forward, depth by depth, by hand
 #
-# `run_depths_by_hand` runs the untrained head over a row's COD plan **depth by depth through one KV cache**
-# (`RowCache`). Depth 0 reads every position (token `x[t+1]`, fused taps of `t`); each deeper depth adds one mask slot
-# per kept anchor to the same cache, under notebook 02's attention rule. It calls the package's decoder layer, which
-# computes notebook 02's layer but passes `(h, residual)` apart and adds them just before the next norm (hence
-# `norm(h + residual)` at the end). The loss is each depth's cross-entropy on its trained anchors (the token `d + 1`
-# past the anchor; labels outside the draft vocabulary skipped), averaged over depths. Both are checked against the
-# trainer's own: `Trainer(...).module` is a `DraftTrainer`, the head together with its loss, whose `run_depths` and
-# `forward` (the loss) do the same in batches. The head is a short demonstration run (8,192 draft ids, lr 0.002), not
-# the shipped recipe. The cell first prints `tap_scale`, the taps' per-feature RMS over the training sequences.
+# `run_depths_by_hand` runs the untrained head over a row's COD plan, **depth by depth through one KV cache**
+# (`RowCache`). Depth 0 reads every position: token `x[t+1]` with the taps of `t`, fused by `fc`. Each deeper depth
+# adds one mask slot per kept anchor, under 02's attention rule.
+#
+# The loss averages each depth's cross-entropy on its trained anchors. Depth `d`'s label is the token `d + 1` past
+# the anchor, skipped if outside the draft vocabulary. `DraftTrainer`, the package's head with its loss, does the
+# same in batches.
+#
+# First the cell prints `tap_scale`, the taps' per-feature RMS over the training sequences. `fc` trains on taps
+# divided by it. The head is a short demo run with 8,192 draft ids.
 
 # %% tags=["nbval-ignore-output"]
 class RowCache:
@@ -493,18 +494,17 @@ print(f"mean over depths {torch.stack(by_hand).mean():.4f}; DraftTrainer.forward
 del module
 
 # %% [markdown]
-# **Reading it.** The hand-written forward and loss match the trainer's exactly (logit difference 0.0e+00, loss
-# 19.4278 both); that loss is far above a uniform guess (ln 8192 = 9.01), so the untrained head guesses confidently
-# and wrongly. The taps' RMS spans 0.868 to 1.77e+03, so `fc` trains on taps divided by `tap_scale`, where one Adam
-# step moves small and large taps alike; `sync_head` folds the scale back (`fc.weight = fc_weight / tap_scale`,
-# `mask_hidden` times `tap_scale`), so a saved head reads raw taps, as notebook 02's `ScratchDrafter` does.
+# **Reading it.** The hand-written forward and loss match the trainer's exactly: the same logits, loss 19.4278 both
+# ways. That loss is far above a uniform guess (ln 8192 = 9.01): the untrained head guesses confidently and wrongly.
+#
+# The taps' RMS spans 0.868 to 1.77e+03. Dividing by `tap_scale` lets one Adam step move small and large taps alike.
+# `sync_head` folds the scale back into the saved weights, so a saved head reads raw taps.
 #
 # ### EAGLE-3's training, unrolled by hand: the training-time test
 #
 # A sequential (EAGLE-3) head drafts slot 2 from its own slot-1 output, so it must train on its own states. The
-# *training-time test* unrolls K steps per anchor, each appending the **data's** next token with the **drafter's own**
-# hidden state from the step before. The cell unrolls a short sequence with the shipped EAGLE-3 head and compares it
-# with the package's batched `run_depths`.
+# *training-time test* unrolls K steps per anchor. Each step appends the **data's** next token with the **drafter's
+# own** hidden state from the step before. The cell checks a hand unroll against the package.
 
 # %% tags=["nbval-ignore-output"]
 from dataclasses import replace
@@ -547,22 +547,19 @@ del ttt, head
 
 
 # %% [markdown]
-# **Reading it.** The hand unroll is the package's objective: loss 2.4268 both ways, logits within 2.0e-05.
+# **Reading it.** The hand unroll is the package's objective: loss 2.4268 both ways.
 #
 # ### The training loop, by hand
 #
-# Training wraps that forward in a plain optimizer loop. Each step:
+# A plain optimizer loop wraps that forward. Each step:
 #
-# - takes the next packed rows until they hold `batch_tokens` tokens (`PackedRows` packs whole sequences, in a seeded
-#   order, into rows of at most `row_tokens`, one sequence at least) and plans each with a fresh COD draw over
-#   `num_depths` depths;
-# - weights each row's loss (mean over depths) by its share of the step's tokens;
-# - steps AdamW: the head's own parameters at `lr`, with the mask token's embedding row (trained as its own parameter
-#   `mask_embedding`, written back into the table shared with the target); the final norm and `lm_head`, copied from
-#   the target, at `lm_head_lr_ratio` of it;
-# - sets `lr` by a linear warm-up, then a cosine down to `min_lr_ratio` of it; clips the gradient norm at 1.
+# - takes packed rows (`PackedRows`) until they hold `batch_tokens` tokens, with a fresh COD draw per row;
+# - weights each row's loss by its share of the step's tokens;
+# - steps AdamW: the head and the mask token's embedding at `lr`, the final norm and `lm_head` (copied from the
+#   target) at `lm_head_lr_ratio` of it;
+# - warms `lr` up linearly, then lowers it on a cosine to `min_lr_ratio` of it, and clips the gradient norm at 1.
 #
-# The package's `Trainer` must give the same loss at every step (within 1e-3).
+# `Trainer` must give the same loss at every step (within 1e-3).
 
 # %% tags=["nbval-ignore-output"]
 from tqdm.auto import trange
@@ -623,13 +620,12 @@ print(f"{cfg.steps} steps by hand ({'bf16 autocast' if amp else 'float32'}): los
 # %% [markdown]
 # ### The package's trainer: the same loop, then interrupt and resume
 #
-# `Trainer` (and `peagle-lab train`) is that loop plus gradient accumulation, checkpoints with resume, and a time
-# budget. The cell runs it uninterrupted, then interrupted halfway and resumed by a fresh `Trainer`. It matches the hand
-# loop only up to float rounding, since it sums the same loss in other orders (batched `run_depths`, one backward per
-# row); resume must match exactly, since it is the same code on deterministic CPU kernels.
+# `Trainer` (and `peagle-lab train`) adds gradient accumulation, checkpoints and a time budget. The cell runs it
+# straight through, then interrupted halfway and resumed by a fresh `Trainer`. It sums in other orders, so it matches
+# the hand loop only up to float rounding. Resume must match exactly: the CPU kernels are deterministic.
 #
-# The loss will **start above ln 8192 = 9.01**, a uniform guess: the head starts with the target's `lm_head` and final
-# norm, which guess confidently, and wrongly, from the untrained fused state.
+# The loss will **start above ln 8192 = 9.01**, a uniform guess, because the head starts with the target's `lm_head`
+# and final norm.
 
 # %% tags=["nbval-ignore-output"]
 import shutil
@@ -717,21 +713,18 @@ report.record("nb03_train_steps", res.steps_done)
 report.record("nb03_final_depth_accuracy", acc);
 
 # %% [markdown]
-# **Reading it.** The head learns mostly at depth 0: accuracy over the last quarter (in-sample) is 0.1189 there and
-# 0.0438 to 0.0552 at the deeper, mask-slot depths. The loss spikes twice in the warm-up (highest 24.21 at step 5), at
-# depths 1 to 7 only (middle panel), then falls below the uniform guess from step 16.
+# **Reading it.** The head learns mostly at depth 0: over the last quarter its accuracy is 0.1189 there, at most
+# 0.0552 deeper (in-sample). The loss spikes twice in the warm-up, at depths 1 to 7 only (middle panel). From step 16
+# it is below the uniform guess.
 #
 # ## 5 · The whole path in our own code
 #
-# Every piece of a P-EAGLE decode has now been written in view: the drafter (02's `ScratchDrafter`), the round (00's
-# `speculate`), the training loop (`hand_head` above, trained by the loop by hand). The cell joins them, with no
-# package code between the weights and the tokens: the hand-trained head's tensors, exported under vLLM's names (as a
-# served head stores them), go into `ScratchDrafter`, which drafts inside 00's round on 2 held-out prompts of the scale
-# mix. `ScratchDrafter` is imported from `peagle_lab.workbook.scratch`, where 02's class is kept word for word (a test
-# checks they are the same code), as LLMs-from-scratch keeps earlier chapters in `previous_chapters.py`. Unlike 00's
-# `draft`, it keeps no drafter cache: each pass re-reads the whole committed context, which costs time, not tokens.
-# The checks: the output equals plain greedy decoding, and each round accepts what the package's loop with the same
-# head accepts.
+# The drafter (02's `ScratchDrafter`), the round (00's `speculate`) and the training loop (`hand_head`) have all been
+# written in view. The cell joins them with no package code between weights and tokens: the hand-trained head drafts
+# in `ScratchDrafter` inside 00's round, on 2 held-out prompts.
+#
+# `ScratchDrafter` keeps no drafter cache, which costs time, not tokens. The checks: the output equals plain greedy
+# decoding, and each round accepts what the package's loop accepts.
 
 # %% tags=["nbval-ignore-output"]
 from transformers import DynamicCache
@@ -795,21 +788,18 @@ if lossless_regime(model.dtype, DEVICE) == "exact":  # float32 on a CPU: token f
 report.record("nb03_own_path_al", round(sum(committed) / len(committed), 4));
 
 # %% [markdown]
-# **Reading it.** The path built from this course's own code is lossless: on 2 held-out prompts x 48 tokens its output
-# equals plain greedy decoding, and every round accepts what the package's loop accepts with the same head. The
-# 20-step head commits 1.13 tokens a round over 84 rounds at K=4: 11 rounds accepted one draft, none two. That cannot
-# pay: verification costs more than a decode step (00 measured 1.79 steps for K=5's six tokens). A head must accept
-# far more; 05 trains a pair on text where it can, and races it.
+# **Reading it.** Our own path is lossless: its output equals plain greedy decoding, and each round accepts what the
+# package's loop accepts. But the 20-step head commits only 1.13 tokens a round at K=4, over 84 rounds. That cannot
+# pay: verifying K=5 drafts costs 1.79 decoding steps (notebook 00). 05 trains a pair on text where heads accept far
+# more, and races it.
 #
 # ## What we saw
 #
-# - A head trained on the target's own answers beats one trained on human answers: AL 1.380 against 1.245.
-# - 4,096 draft ids cover 99.61% of response tokens (in-sample); an `lm_head` of the wrong size is refused.
-# - bf16 feature shards read back 2,347x faster than a target forward, on half the disk, at no measurable AL cost.
-# - One packed row trains all 8 depths, and every piece written by hand matches the package.
-# - Resume reproduces the uninterrupted run exactly.
-# - The whole path in our own code (the head trained by hand, `ScratchDrafter`, 00's round) decodes losslessly and
-#   accepts what the package accepts; the 20-step head reaches AL 1.13 at K=4, too little to pay.
+# - Training on the target's own answers beats human answers: AL 1.380 against 1.245.
+# - 4,096 draft ids cover 99.61% of the response tokens, in-sample.
+# - bf16 feature shards read back 2,347x faster than a target forward, at no measurable AL cost.
+# - One packed row trains all 8 depths. Each hand-written piece matches the package, and resume is exact.
+# - Our own path is lossless, but its 20-step head reaches only AL 1.13 at K=4: too little to pay.
 #
 # Next, `04_scale_and_acceptance`: what far more training buys per depth, a head for your own model, and why
 # acceptance stays below the paper's.

@@ -59,7 +59,8 @@ def target_dtypes(runs):
 # Two 1-layer heads for SmolLM2-135M, trained for K=8: P-EAGLE `smollm2-135m-peagle` (`parallel`: all slots in one
 # pass) and EAGLE-3-style `smollm2-135m-eagle3` (`sequential`: one slot per pass). The next cells print their training
 # budgets and the committed held-out comparison: each slot's rate, the rounds that reached it, and AL rebuilt from the
-# rates (a little above the recorded AL, which cuts the last round short).
+# rates (a little above the recorded AL, which cuts the last round short). The file keeps rates, not counts, so `~`
+# marks a round count estimated as all rounds (tokens / AL) times the share that reached the slot.
 
 # %% tags=["nbval-ignore-output"]
 from collections import Counter
@@ -311,9 +312,9 @@ for name, tok in (("tiny Qwen3", tiny_tok), ("this run's target", tokenizer)):
 #
 # ### Exercise: which layers are tapped?
 #
-# vLLM's EAGLE-3 taps the residual stream entering layers `2`, `L // 2` and `L - 3` of an L-layer target.
-# Write that rule as `my_taps` in the next cell; it prints the layer counts (1 to 64) where yours differs from the package's.
-# Why there, and what does the package give instead? The cell after it answers.
+# vLLM's EAGLE-3 taps the residual stream entering layers `2`, `L // 2` and `L - 3` of an L-layer target. Write that
+# rule as `my_taps` in the next cell; it prints the layer counts (1 to 64) where yours differs from the package's. Why
+# there, and what does the package give instead? The cell after it answers.
 
 # %% tags=["nbval-check-output"]
 import copy

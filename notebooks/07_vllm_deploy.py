@@ -231,7 +231,8 @@ print("every draft proposed K tokens:", peagle["metrics"]["draft_tokens"] == K *
 # ## 4 · Acceptance length: vLLM's counters against our loop
 #
 # vLLM counts rounds (`num_drafts`) and accepted tokens per draft position. The rate at position j is P(j accepted |
-# j-1 accepted). The check allows 5%: our loop trims the last round, vLLM does not.
+# j-1 accepted). The check allows 5% in case the last round differs (our loop trims it to the token budget, vLLM may
+# not).
 
 # %%
 vm = peagle["metrics"]  # our loop ran before the engines (section 3): `ours`, `ours_ids`
