@@ -480,7 +480,8 @@ for k_try, rounds_try in tries.items():
 #
 # Hosts: `cpu-epyc-avx512bf16-2c` (2-core AMD EPYC with bf16 units, native bfloat16 instructions; no GPU) ran every live
 # cell and most committed runs. `cpu-epyc-avx2-2c` (no bf16 units) ran some committed runs. `gpu-h200` timed an 8B
-# model's shapes. Dtypes: float32 in 00-04 and 07, bfloat16 in 05, 06 and 08.
+# model's shapes. Live dtypes: float32 in 00-04 and 07, bfloat16 in 05, 06 and 08; each committed table names its own
+# (for example 05's committed race is float32, 04's held-out comparison bfloat16).
 #
 # ## The course
 #

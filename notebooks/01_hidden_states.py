@@ -218,7 +218,8 @@ print(f"\none stored state (EAGLE-1/2), Llama-3.1-8B, ShareGPT-like: {features.f
 # ## Extracting features for training
 #
 # `extract_features` writes shards (files of up to 16 sequences) and a manifest for 64 prompts. Taps are stored in
-# **bfloat16**, ids and labels in int32. 03 compares fp32 and extracts from the target's own answers.
+# **bfloat16**, ids and labels in int32 on disk (read back as int64, as the printout shows). 03 compares fp32 and
+# extracts from the target's own answers.
 
 # %%
 import shutil

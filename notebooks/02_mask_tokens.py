@@ -361,7 +361,8 @@ plt.show()
 # <details><summary>Answer</summary>
 #
 # Inference: `n + K`, so 9, then 15 positions. Training: 11, 9, then one fewer per depth, so 20, then 53 elements.
-# The mask grows quadratically, the allowed pairs far less (129, then 409). Hence COD.
+# The mask grows quadratically, the allowed pairs far less (129, then 409). COD trims the other factor: it keeps a
+# shrinking share of positions at each deeper depth, so the training sequence grows by far less than K copies.
 #
 # </details>
 
@@ -532,8 +533,8 @@ for r in rows:
 # %% [markdown]
 # **Reading it.** Learning `mask_hidden` buys nothing measurable over a frozen random stand-in: AL 1.211 against
 # 1.209. Learned and random lead zeros and the h_context copy by 0.020 to 0.029. That is beyond their seed spreads but
-# within 0.052, so no stand-in is firmly ahead. Slot 3 is reached in only about 9 of 845 rounds per run, so the study
-# says little about slots 2..K.
+# within 0.052, so no stand-in is firmly ahead. The reach line bounds the rounds per run: at most about 168 reach
+# slot 2 and 9 slot 3, so the study says little about slot 3 onwards.
 
 # %% tags=["nbval-ignore-output"]
 from peagle_lab.workbook import report
@@ -551,6 +552,6 @@ report.record("mask_live_divergences", sum(r["divergences"] for r in live));
 # - Training elements match the one-pass logits to 1.5e-05.
 # - A frozen random stand-in ties the learned `mask_hidden`: AL 1.209 against 1.211.
 # - No stand-in is firmly ahead: the largest gap, 0.029, is within 0.052.
-# - Only about 9 of 845 rounds per run reach slot 3, so the study says little about slots 2..K.
+# - At most about 9 of 845 rounds per run reach slot 3, so the study says little about slot 3 onwards.
 #
 # Next: `03_train_head`: the data, the draft vocabulary, COD and the per-depth loss.

@@ -44,7 +44,8 @@ model, tokenizer = models.load_target(TARGET, device=DEVICE, dtype=precision.cou
 #
 # A drafter learns to guess what **this target** says next, so it trains on the target's own text.
 # `peagle-lab distill` has the target answer each prompt greedily and stores the token ids. The first cell shows one
-# of the 465 sequences this chapter trains on.
+# of the chapter's 465 distilled sequences (its hand-written loop trains on the first 96; all of them set the draft
+# vocabulary).
 #
 # The second cell lists the runs behind each shipped head, all on the **scale mix**: the course's large prompt set,
 # with a held-out split. **Distinct tokens** counts the tokens in the slice a run read (`records 6000:12000`),
@@ -790,7 +791,8 @@ report.record("nb03_own_path_al", round(sum(committed) / len(committed), 4));
 # %% [markdown]
 # **Reading it.** Our own path is lossless: its output equals plain greedy decoding, and each round accepts what the
 # package's loop accepts. But the 20-step head commits only 1.13 tokens a round at K=4, over 84 rounds. That cannot
-# pay: verifying K=5 drafts costs 1.79 decoding steps (notebook 00). 05 trains a pair on text where heads accept far
+# pay: in float32 here, verifying 6 tokens costs 1.79 decoding steps (notebook 00), and a K=4 round's 5 cost about
+# as much. 05 trains a pair on text where heads accept far
 # more, and races it.
 #
 # ## What we saw

@@ -290,7 +290,8 @@ print(f"P-EAGLE minus EAGLE-3, each at its best K, per request: {min(gaps):+.2f}
 
 # %% [markdown]
 # **Reading it.** Trained alike, P-EAGLE is shown faster than EAGLE-3: 2.10x against 1.92x at K=7, on 37 of 48
-# requests (p = 0.00022). Its one-pass round stays about flat over K (2.11, 2.02, 1.98 steps), while EAGLE-3's grows
+# requests (p = 0.00022). Its one-pass round even falls a little with K (2.11, 2.02, 1.98 steps; not taken apart
+# here), while EAGLE-3's grows
 # from 2.16 to 2.47. Both
 # peak at K=7, the largest K here; the next cell opens it and a wider sweep.
 

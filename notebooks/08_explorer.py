@@ -390,9 +390,10 @@ print("verdict, at the paper's acceptance (one parallel pass against K sequentia
 
 # %% [markdown]
 # **Reading it.** With bf16 units both heads are shown faster than plain decoding (1.14x to 1.31x): verifying 8 tokens
-# costs about one decode step (`verify_k7` 1.07). In float32 it costs about two, and no head is shown faster. Neither
-# head is shown faster than the other, but at the blog's acceptance one pass is shown faster than K in the float32
-# runs of `cpu-epyc-avx2-2c` (1.59x against 1.46x on `code`), the only ones with a K-pass oracle row.
+# costs about one decode step (`verify_k7` 1.07). In float32 it costs about two, and no head is shown faster.
+# (`verify_k7` is a pass timed alone; 06's round costs are medians inside the loop, so the two need not agree.) Neither
+# head is shown faster than the other, but at the blog's acceptance one pass is shown faster than K in the float32 runs
+# of `cpu-epyc-avx2-2c` (1.59x against 1.46x on `code`), the only ones with a K-pass oracle row.
 
 # %% [markdown]
 # ## Appendix: how the course measures
@@ -404,13 +405,15 @@ print("verdict, at the paper's acceptance (one parallel pass against K sequentia
 # - **Hosts.** `cpu-epyc-avx2-2c` (AVX2 only), `cpu-epyc-avx512bf16-2c` (bf16 units). Compare only within one host and
 #   dtype.
 # - **Acceptance length** (00). AL = 1 + accepted drafts / rounds. Near the budget the loop drafts only what fits, so a
-#   recorded AL can sit a little below one rebuilt from per-slot rates (04).
+#   recorded AL can sit a little below one rebuilt from per-slot rates (04). When a last round accepts every draft,
+#   its bonus falls one past the budget: cut from the output, counted in AL (as vLLM counts it).
 # - **Per-slot rate** (00; 04, 05, 06). p_j = P(draft j accepted | drafts 1..j-1 accepted), over the rounds reaching
 #   slot j; an unreached slot prints `nan`, `None` or `-`.
 # - **Round** (05). (t_draft + t_verify) / t_step; ideal speed-up = AL / round. `speedup` includes the prefill,
 #   `decode_speedup` does not.
 # - **Paired rule** (05). Per prompt, side by side: *shown faster* only if a two-sided exact sign test gives p < 0.05,
-#   else "faster on N of M prompts". 00 does not rotate the order, so its verdict holds for its run only.
+#   else "faster on N of M prompts". 00 and the fixed run above time one prompt once each: a one-run verdict, not
+#   the paired rule.
 # - **Seed spread** (02, 03; 04 prints it). The largest AL gap between two training seeds of one setting. A gap within
 #   it is no order; beyond both arms' own spreads but within it, suggestive (02).
 # - **Lossless** (00, 06). fp32 on a CPU: identical to plain greedy. bf16, or fp32 on a GPU: identical, or diverging
