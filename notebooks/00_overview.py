@@ -19,13 +19,14 @@
 # **Goal:** understand one speculative round (draft, verify, accept, bonus, roll back) well enough to write its loop
 # yourself, and know exactly what "lossless" means.
 #
-# **What the course shows on a 2-core CPU:** the mechanism, built piece by piece, is lossless, and P-EAGLE pays where
-# acceptance is high. In 05's committed run, two *heads* (small drafter networks) trained alike race on 48 held-out list
-# requests (float32). The P-EAGLE head is shown faster than the EAGLE-3 one. 05's live race shows the drafting saving on
-# every request, but not the end-to-end order (8 of 12).
+# **What the course shows on a 2-core CPU:** the mechanism, built piece by piece, is lossless (exactly in float32 on a
+# CPU; up to near-ties in bfloat16, defined below), and P-EAGLE pays where acceptance is high. In 05's committed run,
+# two *heads* (small drafter networks) trained alike race on 48 held-out list requests (float32). The P-EAGLE head is
+# shown faster than the EAGLE-3 one. 05's live race shows the drafting saving on every request, but not the end-to-end
+# order (8 of 12).
 #
 # On open prompts the course's small heads accept too few drafts for this to matter much (04, 06). The published
-# speed-ups need the published heads on a GPU (07).
+# speed-ups come from the published heads on a GPU; 07 shows how to serve them but does not run them.
 #
 # *Committed* results are saved under `data/`; *live* ones run here and move with the machine's load.
 
@@ -498,7 +499,7 @@ for k_try, rounds_try in tries.items():
 # | `08_explorer` | Drafts accepted token by token; speculative sampling; how the course measures | 0.7 |
 #
 # Minutes: rounded, from one `make lab` on `cpu-epyc-avx512bf16-2c` and later runs of 01 and 04-08 (`SUMMARY.md`
-# lists each): 19 min 16.6 s of notebooks in all. No chapter needs a GPU or downloads a model.
+# lists each): 19 min 16.8 s of notebooks in all. No chapter needs a GPU or downloads a model.
 #
 # ### Questions users of EAGLE, SpecForge and vLLM keep asking
 #

@@ -69,8 +69,8 @@ print("equal to the package's target_forward taps:", torch.equal(taps, out.taps)
 #   final norm.
 #
 # They agree for every i < L. The trap is a layer's *output*, `hidden_states[i + 1]`: one layer off.
-# The next cell checks this with hooks. 07 checks vLLM's side: its acceptance length (tokens per drafting round)
-# equals ours.
+# The next cell checks this with hooks. 07 is consistent with vLLM tapping the same way: its acceptance length
+# (tokens per drafting round) and its tokens equal ours.
 
 # %% tags=["nbval-check-output"]
 seen, last = {}, {}

@@ -791,9 +791,8 @@ report.record("nb03_own_path_al", round(sum(committed) / len(committed), 4));
 # %% [markdown]
 # **Reading it.** Our own path is lossless: its output equals plain greedy decoding, and each round accepts what the
 # package's loop accepts. But the 20-step head commits only 1.13 tokens a round at K=4, over 84 rounds. That cannot
-# pay: in float32 here, verifying 6 tokens costs 1.79 decoding steps (notebook 00), and a K=4 round's 5 cost about
-# as much. 05 trains a pair on text where heads accept far
-# more, and races it.
+# pay: a round must commit more tokens than its verify pass costs in decode steps, and 00 timed a 6-token verify at
+# 1.79 steps in float32 here. 05 trains a pair on text where heads accept far more, and races it.
 #
 # ## What we saw
 #

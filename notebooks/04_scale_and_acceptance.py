@@ -174,7 +174,8 @@ for k in KS:  # the live check: which head accepts more, and is it the one the h
 # %% [markdown]
 # **Reading it.** On the committed held-out prompts EAGLE-3 accepts more at K=7: 2.532 tokens a round against
 # P-EAGLE's 1.895. P-EAGLE leads at slot 1, but its later rates fall fast: about 13 of 270 rounds reach
-# slot 4. So K=7 adds almost nothing for it (slot 4 adds 0.019 tokens a round) and its AL reads 1.895 at both K.
+# slot 4. So K=7 adds almost nothing for it: slot 4 adds 0.019 tokens a round, slots 1-3 score about that much less
+# on K=7's rounds, and its AL reads 1.895 at both K.
 #
 # Live, every output matched plain greedy and EAGLE-3 led at every K. On 2 prompts that is a check, not a ranking:
 # at K=1 it even reverses the order the held-out slot-1 rates predict.
@@ -273,10 +274,10 @@ print(f"\nthe blog's AL {PAPER_AL} at K={PAPER_K} (HumanEval) needs every slot a
 # sit below the blog's 0.78 per slot.
 #
 # Continuing a run helped where it can be compared: `exp-L1` scores 1.737 on section 1's prompts and 1.895 once
-# continued on fresh records (the shipped head). The learning curves, on their own 8 prompts, peak at 1.437 (P-EAGLE)
-# and 1.455 (EAGLE-3), below `exp-L1`'s last snapshot, 1.512. They used a smaller file
-# and other settings; no run here isolates which difference matters. Both dip where the `-cont` leg starts, perhaps
-# because `--init-from` restarts the optimizer and warm-up (untested).
+# continued on fresh records (the shipped head). The learning curves, scored on 8 held-out prompts that are not section
+# 1's, peak at 1.437 (P-EAGLE) and 1.455 (EAGLE-3), below `exp-L1`'s last snapshot, 1.512. They used a smaller file and
+# other settings; no run here isolates which difference matters. Both dip where the `-cont` leg starts, perhaps because
+# `--init-from` restarts the optimizer and warm-up (untested).
 #
 # More layers did not help in the same 2400 s: 4 layers reach 1.292 against 1 layer's 1.512, though they saw fewer
 # tokens.

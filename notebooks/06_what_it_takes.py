@@ -84,8 +84,8 @@ paired, order = payoff.paired_gaps, payoff.paired_order  # 05's paired rule: per
 # - `faster than plain`: the paired rule against plain decoding.
 #
 # Rows: the two heads, the **oracle** (one P-EAGLE pass a round) and **prompt lookup**, a drafter with no model that
-# copies what followed an earlier match of the last few tokens. (A K-pass oracle row shows only where the committed
-# run has one: `cpu-epyc-avx2-2c`'s, in the round-time section.)
+# copies what followed an earlier match of the last few tokens. (`cpu-epyc-avx2-2c`'s committed K-pass oracle rows
+# come in the round-time section.)
 
 # %% tags=["nbval-ignore-output"]
 from peagle_lab.bench.oracle import paper_target
@@ -171,9 +171,9 @@ plain_row = next(m for m in e2e["methods"] if m["family"] == "plain")
 print(f"plain loop: {plain_row['t_step_ms']:.1f} ms per decode step (the loop's timer)")
 
 # %% [markdown]
-# **Reading it.** Live, the shipped heads gain little: at best 1.16x for P-EAGLE (K=7) and 1.20x for EAGLE-3 (K=1).
-# Their AL stays between 1.30 and 1.42 at every K, so parallel drafting has little to save. The oracle makes 2.35x
-# with one pass and 2.59x with seven. The round-time section tests that order.
+# **Reading it.** Live, the shipped heads gain little: at best 1.30x for P-EAGLE (K=4) and 1.36x for EAGLE-3 (K=1).
+# Their AL stays between 1.30 and 1.42 at every K, so parallel drafting has little to save. The oracle makes 2.87x
+# with one pass and 2.41x with seven. The round-time section tests that order.
 #
 # ## Lossless, in two regimes
 #
@@ -228,9 +228,10 @@ print("an off-by-one acceptance rule, first prompt, K=3:",
 #
 # ### Speed-up and acceptance, slot by slot
 #
-# The plots show measured (solid) and ideal (dashed) speed-up against K, then AL against its bound K+1. The cell
-# prints per-slot counts, accepted over reached (`-`: never reached). Their ratio is
-# p_j = P(slot j accepted | every earlier slot accepted). Then it applies the paired rule to each head at its best K.
+# The plots show measured (solid) and ideal (dashed) speed-up against K, then AL against its bound K+1, where the
+# K-pass oracle (hollow, dashed) overlaps the oracle: same draws. The cell prints per-slot counts, accepted over
+# reached (`-`: never reached). Their ratio is p_j = P(slot j accepted | every earlier slot accepted). Then it applies
+# the paired rule to each head at its best K.
 
 # %%
 from peagle_lab.bench.oracle import budget_acceptance_length
@@ -309,14 +310,13 @@ for label, res in runs:  # the oracle pair: each run's best one-pass K against K
               f"{pa['verify_ms']:.1f} and {pb['verify_ms']:.1f} ms ({pb['verify_ms'] - pa['verify_ms']:+.1f} ms noise)")
 
 # %% [markdown]
-# **Reading it.** Verification is over nine tenths of every P-EAGLE round (`verify_share` 0.917 to 0.928). EAGLE-3's
+# **Reading it.** Verification is over nine tenths of every P-EAGLE round (`verify_share` 0.912 to 0.927). EAGLE-3's
 # drafting share grows with K.
 #
-# Here seven sequential passes make 2.59x against one pass's 2.35x, though they draft in 18.21 ms against 6.36. Their
-# verification measured 13.6 ms faster, though both verify the same tokens: timing variation between two short runs,
-# not the drafting mode, and two prompts show no order (p = 1). In the committed float32
-# runs of `cpu-epyc-avx2-2c` one pass is shown faster: 1.59x against 1.46x on code (22 of 24 prompts), and on 24 of
-# 24 chat prompts.
+# Here one pass makes 2.87x against seven passes' 2.41x, and drafts in 5.72 ms against 21.85. Its verification also
+# measured 5.6 ms faster on the same tokens: noise between two short runs. One pass wins on 2 of 2
+# prompts, too few to show it (p = 0.5). In the committed float32 runs of `cpu-epyc-avx2-2c` one pass is shown
+# faster: 1.59x against 1.46x on code (22 of 24 prompts), and on 24 of 24 chat prompts.
 #
 # ## What it takes: the break-even picture
 #
@@ -347,9 +347,12 @@ g7, step = next(r for r in gpu["rows"] if r["k"] == 7), gpu["decode_step_ms"]  #
 for name, draft in (("P-EAGLE", g7["parallel_ms"]), ("EAGLE-3", g7["sequential_ms"])):
     lines.append({"label": f"GPU 8B shapes, {name}", "verify_ratio": g7["verify_ratio"], "draft_ratio": draft / step})
 fig = bench.plot_break_even(lines, points, k=7)
-for line in fig.axes[0].lines[:len(lines)]:  # CPU lines wide and solid, GPU lines dashed on top
-    on_gpu = line.get_label().startswith("GPU")
-    line.set(linestyle="--" if on_gpu else "-", linewidth=1.6 if on_gpu else 3.0, zorder=2.5 if on_gpu else 2)
+for line in fig.axes[0].lines[:len(lines)]:  # CPU lines wide and solid; GPU lines black, dashed and dotted, on top
+    label = line.get_label()
+    if label.startswith("GPU"):
+        line.set(color="black", linestyle="--" if "P-EAGLE" in label else ":", linewidth=2.0, zorder=3)
+    else:
+        line.set(linestyle="-", linewidth=3.0, zorder=2)
 fig.axes[0].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
 fig.set_size_inches(12.5, 4.8)
 fig.tight_layout()
@@ -370,9 +373,9 @@ print(f"\nthe blog's ALs on the GPU cost model (K=7): P-EAGLE 3.94 / {gpu_round[
 
 # %% [markdown]
 # **Reading it.** In bf16 the shipped head clears the round; in the fp32 runs it does not. At K=7 the bf16 rounds cost
-# 1.14 and 1.26 decode steps, and P-EAGLE clears them (1.19x and 1.20x decode). The fp32 rounds cost 1.98 and 1.95
-# steps, and it falls below 1x. Those two fp32 lines come from the other host and from earlier versions of the heads, so
-# they show the fp32 round's cost, not this head's fp32 speed-up here.
+# 1.16 and 1.26 decode steps, and P-EAGLE clears them (1.17x and 1.20x decode). The fp32 rounds cost 1.98 and 1.95
+# steps, and it falls below 1x. Those fp32 lines come from the other host and from earlier heads: they show the fp32
+# round's cost, not this head's fp32 speed-up here.
 #
 # With the blog's ALs, the GPU cost model puts P-EAGLE 1.69x ahead of EAGLE-3 at K=7: the blog's direction (it
 # measured 1.55x), not a reproduction, since the blog set EAGLE-3 at its own best K.
@@ -450,11 +453,11 @@ print(f"this run, P-EAGLE at K={m7['k']}: round {round7:.2f} decode steps, AL {m
 #   for the oracle.
 # - Speculation stays lossless in bf16: every live divergence is a near-tie. A broken acceptance rule fails at a
 #   margin of 5.25.
-# - Verification is over nine tenths of a P-EAGLE round (`verify_share` 0.917 to 0.928).
+# - Verification is over nine tenths of a P-EAGLE round (`verify_share` 0.912 to 0.927).
 # - At the paper's acceptance one parallel pass is shown faster than seven sequential ones in the committed float32
-#   runs of `cpu-epyc-avx2-2c`: 1.59x against 1.46x on code (22 of 24 prompts). This run's 2 live prompts show no
-#   order (seven passes 2.59x, one pass 2.35x).
-# - Here 2x decode at K=7 needs AL 2.28, a per-slot rate of 0.565. The shipped head's slot 1 reaches 0.316.
+#   runs of `cpu-epyc-avx2-2c`: 1.59x against 1.46x on code (22 of 24 prompts). This run's 2 live prompts agree
+#   (2.87x against 2.41x), too few to show it.
+# - Here 2x decode at K=7 needs AL 2.31, a per-slot rate of 0.573. The shipped head's slot 1 reaches 0.316.
 #
 # Next, `07_vllm_deploy`: the P-EAGLE head exported to vLLM and served with `"parallel_drafting": true`, checked
 # against our own loop.

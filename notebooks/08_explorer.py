@@ -317,7 +317,8 @@ assert same == N_SAME
 #   stand-in for `chat`; within a 32-token budget the draws give less, as 06's committed rows show),
 #   replayed on the same draws: one parallel pass / K sequential.
 #
-# Verdicts use the paired rule (appendix). The 5-prompt float32 run, made with earlier heads, is too small for it.
+# Verdicts use the paired rule (appendix). The 5-prompt float32 run, made with earlier heads, is too small for it to
+# show an order: it supplies the float32 verdict's 2 "not shown" entries.
 
 # %% tags=["nbval-ignore-output"]
 from peagle_lab import bench

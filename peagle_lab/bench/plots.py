@@ -111,8 +111,11 @@ def plot_acceptance(e2e: dict, path=None):
         rows = _family_rows(e2e, fam)
         if rows:
             color, marker = FAMILY_STYLE[fam]
+            twin = fam == "oracle-sequential"  # the oracle's draws again: hollow and dashed, so both stay visible
             ax.plot([r["k"] for r in rows], [r["acceptance_length"] for r in rows], color=color, marker=marker,
-                    label=fam + (" (tokens per target forward)" if fam in ("prompt-lookup", "assisted") else ""))
+                    ls="--" if twin else "-", markersize=11 if twin else 6, markerfacecolor="none" if twin else color,
+                    label=fam + (" (tokens per target forward)" if fam in ("prompt-lookup", "assisted") else "")
+                    + (" (the oracle's draws, K passes)" if twin else ""))
     ks = sorted({r["k"] for r in e2e["methods"] if r["k"]})
     if ks:
         ax.plot(ks, [k + 1 for k in ks], ls=":", color="gray", label="upper bound K+1")
