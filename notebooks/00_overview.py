@@ -496,10 +496,10 @@ for k_try, rounds_try in tries.items():
 # | `05_parallel_vs_sequential` | Parallel vs sequential drafting: the cost of a round each way; the payoff where acceptance is high (a pair trained alike on list requests, committed and raced live; the same drafts charged one pass or K; a small pair trained and raced here, each head at its own K) | 5.5 |
 # | `06_what_it_takes` | The shipped heads on open prompts against plain decoding; losslessness in bf16; the paper's acceptance priced here (the oracle); the break-even picture | 1.4 |
 # | `07_vllm_deploy` | Export to vLLM's eagle3 format, serve with `parallel_drafting`; load and tensor parallelism | 4.0 |
-# | `08_explorer` | Drafts accepted token by token; speculative sampling; how the course measures | 0.7 |
+# | `08_explorer` | Drafts accepted token by token; speculative sampling; how the course measures | 0.8 |
 #
 # Minutes: rounded, from one `make lab` on `cpu-epyc-avx512bf16-2c` and later runs of 01 and 04-08 (`SUMMARY.md`
-# lists each): 19 min 16.8 s of notebooks in all. No chapter needs a GPU or downloads a model.
+# lists each): 19 min 20.2 s of notebooks in all. No chapter needs a GPU or downloads a model.
 #
 # ### Questions users of EAGLE, SpecForge and vLLM keep asking
 #

@@ -144,8 +144,8 @@ plot_similarity(sim, labels=[*range(L), f"{L} out"], highlight=TAPS, ax=ax2,
 fig.tight_layout();
 
 # %% [markdown]
-# **Reading it.** The three taps point in different directions: cosine 0.76 between taps 2 and 15, only 0.34
-# between taps 2 and 27. Neighbouring layers, in the right plot, are near-parallel.
+# **Reading it.** The taps grow apart with distance: cosine 0.76 between taps 2 and 15, only 0.34 between taps 2
+# and 27. Neighbouring layers, in the right plot, are near-parallel.
 #
 # ## Logit lens: what each tap already predicts
 #

@@ -175,14 +175,14 @@ for k in KS:  # the live check: which head accepts more, and is it the one the h
 # **Reading it.** On the committed held-out prompts EAGLE-3 accepts more at K=7: 2.532 tokens a round against
 # P-EAGLE's 1.895. P-EAGLE leads at slot 1, but its later rates fall fast: about 13 of 270 rounds reach
 # slot 4. So K=7 adds almost nothing for it: slot 4 adds 0.019 tokens a round, slots 1-3 score about that much less
-# on K=7's rounds, and its AL reads 1.895 at both K.
+# on K=7's rounds (which start at other positions once a slot-4 draft is kept), and its AL reads 1.895 at both K.
 #
 # Live, every output matched plain greedy and EAGLE-3 led at every K. On 2 prompts that is a check, not a ranking:
 # at K=1 it even reverses the order the held-out slot-1 rates predict.
 #
 # The vLLM blog reports the reverse order: P-EAGLE 3.94, EAGLE-3 3.03 (GPT-OSS-20B, HumanEval, K=7). The shipped heads
 # differ in budget and data, so they cannot isolate the method. 05's committed matched pair, trained alike for 1,000
-# steps on list requests, can: there too EAGLE-3 accepts more.
+# steps on list requests (one seed each), comes closer: there too EAGLE-3 accepts more.
 #
 # ## 2 · What more training buys
 #
@@ -471,7 +471,7 @@ assert gap < 1e-3, "two processes left one process's loss curve"
 
 # %% [markdown]
 # **Reading it.** Two processes train as one: both runs log the same loss at every step, 7.3126 down to 3.5733 over
-# 4 steps, to the 4 decimals the log keeps. The same command line scales to GPUs.
+# 4 steps, to the 4 decimals the log keeps. A GPU run uses the same command line (not run here).
 #
 # For a 7-8B target on 8 GPUs:
 #

@@ -220,8 +220,9 @@ print("ratio as a fraction of K:", ", ".join(f"K={k}: {r / k:.2f}" for k, r in e
 # ## The payoff: a pair trained alike, where acceptance is high
 #
 # The shipped heads accept few drafts on open prompts (06). On predictable text deep slots get accepted and drafting
-# cost decides. The **matched pair** isolates the method: both heads start from the same seeded weights and train the
-# same 1,000 steps on the target's answers to 480 list requests. Only the drafting mode differs.
+# cost decides. The **matched pair** isolates the method as far as one seed per head can: both heads start from the
+# same seeded weights and train the same 1,000 steps on the target's answers to 480 list requests. Only the drafting
+# mode differs.
 #
 # **The paired rule.** If neither of two methods were faster, each request would be a coin flip. The two-sided **sign
 # test** gives p, the chance that fair flips split at least as unevenly. Below 5% a method is *shown faster*; otherwise

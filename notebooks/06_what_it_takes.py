@@ -268,7 +268,7 @@ print(f"  oracle K={o['k']}: AL {o['acceptance_length']:.2f} over {o['rounds']} 
 # **Reading it.** A deeper K helps the shipped heads little: at K=7 P-EAGLE's slot 2 is accepted in 2 of 17 rounds,
 # and slots 5 to 7 are never reached. Each head beats plain on 2 of 2 prompts, too few to show it (p = 0.5). Neither
 # head is shown faster than the other, here or in the committed run (15 of 24, p = 0.31). The oracle's AL 4.00 sits
-# above the 3.94 its rate expects: 20 rounds are a small draw.
+# above the 3.79 its rate expects at this 40-token budget: 20 rounds are a small draw.
 #
 # ## Where a round's time goes, and the oracle pair
 #

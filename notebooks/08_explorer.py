@@ -110,8 +110,8 @@ print("the first token comes from the target:", run.sources[0] == viz.TARGET)
 print("lossless (identical, or in a near-tie regime a near-tie divergence; see the regime above):", run.lossless)
 
 # %% [markdown]
-# **Reading it.** P-EAGLE at K=4 commits 1.40 tokens per round (of a possible 5) and ran about even with plain decoding
-# (1.00x, one timing each). Its text leaves plain greedy's at token 12, at an exact tie: lossless by the near-tie rule
+# **Reading it.** P-EAGLE at K=4 commits 1.40 tokens per round (of a possible 5) and ran at 1.07x plain decoding's
+# speed, in one timing each. Its text leaves plain greedy's at token 12, at an exact tie: lossless by the near-tie rule
 # (appendix).
 #
 # ### "Speculative decoding changed my greedy output" (question 9)
@@ -210,8 +210,8 @@ else:
 # <details><summary>Answer</summary>
 #
 # Intuition says code (keywords, brackets), and here code edges chat, 1.33 against 1.29. But one prompt each cannot
-# rank kinds of text, and the committed 24-prompt runs (`cpu-epyc-avx2-2c`, float32) do not: P-EAGLE gets 1.51 on
-# code, 1.55 on chat.
+# rank kinds of text, and the committed 24-prompt runs do not either: P-EAGLE gets 1.51 on code and 1.55 on chat on
+# `cpu-epyc-avx2-2c` (float32), 1.540 and 1.519 on this host (bfloat16, each at its best K; the ledger below).
 #
 # </details>
 
@@ -479,7 +479,7 @@ print(f"06's {len(bench06)} committed benchmark rows: {min(bench06):.2f} to {max
 # %% [markdown]
 # ## What we saw
 #
-# - **Fixed run**: P-EAGLE at K=4 commits 1.40 tokens per round and ran about even with plain decoding (1.00x).
+# - **Fixed run**: P-EAGLE at K=4 commits 1.40 tokens per round and ran at 1.07x plain decoding's speed (one timing).
 # - **bf16**: 51 of 216 committed bf16 outputs leave plain greedy, all at near-ties.
 # - **Speculative sampling**: the output follows p (TV 0.0041) despite a poor drafter.
 # - **Across hosts** (committed): with bf16 units both heads are shown faster than plain decoding (1.14x to 1.31x); in
