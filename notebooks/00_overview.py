@@ -19,14 +19,12 @@
 # **Goal:** understand one speculative round (draft, verify, accept, bonus, roll back) well enough to write its loop
 # yourself, and know exactly what "lossless" means.
 #
-# **What the course shows on a 2-core CPU:** the mechanism, built piece by piece, is lossless (exactly in float32 on a
-# CPU; up to near-ties in bfloat16, defined below), and P-EAGLE pays where acceptance is high. In 05's committed run,
-# two *heads* (small drafter networks) trained alike race on 48 held-out list requests (float32). The P-EAGLE head is
-# shown faster than the EAGLE-3 one. 05's live race shows the drafting saving on every request, but not the end-to-end
-# order (8 of 12).
-#
-# On open prompts the course's small heads accept too few drafts for this to matter much (04, 06). The published
-# speed-ups come from the published heads on a GPU; 07 shows how to serve them but does not run them.
+# **What to expect on a 2-core CPU.** Every piece is built in view and checked: the round, the drafter, its training,
+# and losslessness (exact in float32 on a CPU; up to near-ties, defined below, in bfloat16). P-EAGLE beats EAGLE-3
+# where a drafter gets many drafts accepted: 05's committed run shows it on 48 requests for lists, with two heads
+# trained alike. On open
+# prompts the course's small heads get few drafts accepted, so neither method gains much there (06). The published
+# speed-ups need the published heads on a GPU; 07 shows how to serve them.
 #
 # *Committed* results are saved under `data/`; *live* ones run here and move with the machine's load.
 
@@ -76,13 +74,11 @@ from peagle_lab import models, precision, settings
 #
 # Both are EAGLE drafters: a small transformer (one layer here) that reads the target's hidden states, not just tokens.
 #
-# - **EAGLE-3** reads three target layers' hidden states, the *taps* (01), and drafts **sequentially**, one pass per
-#   token. It trains by *training-time test* (TTT), unrolled as at inference: each step, a *depth*, gets the data's next
-#   token and the head's own state from the step before (03).
+# - **EAGLE-3** reads three target layers' hidden states, the *taps* (01), and drafts **sequentially**: one drafter
+#   pass per token, each fed the token and state of the pass before.
 # - **P-EAGLE** drafts all K tokens **in one pass**. Slots 2..K get a mask token (a learned placeholder) and a shared
-#   learned vector, `mask_hidden`, in place of token and taps. It trains on *conditional drop-token* (COD) samples from
-#   PARD (AMD's parallel draft model, 2025: one pass drafts K tokens from mask tokens). Deeper slots train on fewer
-#   positions (02, 03).
+#   learned vector, `mask_hidden`, in place of token and taps. 02 builds it; 03 trains it, with the training tricks
+#   both methods need.
 #
 # The vLLM blog "P-EAGLE" (2026-03-13; arXiv 2602.01469) reports P-EAGLE at 1.55x EAGLE-3's speed, each at its best K (7
 # and 3). That is GPT-OSS-20B on one B200 at batch 1, on HumanEval (164 Python problems). At K=7 the acceptance lengths
@@ -178,10 +174,9 @@ print(f"forward over 1 new token: {1e3 * step[1]:.1f} ms; over 6: {1e3 * step[6]
       f"(ratio {step[6] / step[1]:.2f}x); over 9: {1e3 * step[9]:.1f} ms (ratio {step[9] / step[1]:.2f}x)")
 gpu = json.loads((settings.data_dir() / "results" / "gpu-h200" / "gpu-check" / "timing.json").read_text())["result"]
 g5 = next(r for r in gpu["rows"] if r["k"] == 5)
-print(f"on a GPU, where a batch-1 step is bound by memory traffic and kernel launches, not arithmetic (committed: "
-      f"H200, {gpu['target_params'] / 1e9:.0f}B-parameter shapes, random weights, {gpu['dtype']}, an eager loop): "
-      f"a step {gpu['decode_step_ms']:.1f} ms, verifying K=5 {g5['verify_ratio']:.2f} steps; here "
-      f"{step[6] / step[1]:.2f}")
+print(f"on a GPU (committed: H200, {gpu['target_params'] / 1e9:.0f}B-parameter shapes, random weights, "
+      f"{gpu['dtype']}, an eager PyTorch loop, not a serving engine): a step {gpu['decode_step_ms']:.1f} ms, verifying "
+      f"K=5 {g5['verify_ratio']:.2f} steps; here {step[6] / step[1]:.2f}")
 if step[9] < step[6]:  # a longer forward measured cheaper: noise, or another kernel path
     print(f"the forward over 9 measured {1e3 * (step[6] - step[9]):.1f} ms cheaper than over 6: a longer forward "
           "should cost more: timing noise, or a kernel taking another path for that row count")
@@ -196,11 +191,13 @@ for key, value in [("target_params", n_params), ("greedy_tokens_per_s", round(to
 
 # %% [markdown]
 # **Reading it.** In float32 on this CPU, verifying K=5 drafts costs 1.79 one-token steps, against 1.17 on the H200. A
-# round here must commit almost two tokens just to pay for that. bfloat16 makes it cheaper (05).
+# round here must commit almost two tokens just to pay for that; bfloat16 makes it cheaper (05). Single timings move:
+# the 9-token forward measured 1.73, below the 6-token one. The H200 step is an eager PyTorch loop, not a serving
+# engine: read its ratio, not its milliseconds.
 #
 # ## One speculative round, written out
 #
-# `speculate` below is the package's loop in about 30 lines, drafting with the *shipped* P-EAGLE head (the trained head
+# `draft` and `speculate` below are the package's loop in about 45 lines, drafting with the *shipped* P-EAGLE head (the trained head
 # that comes with the course). It uses the **EAGLE shift**: drafter position t holds token x_{t+1} with h_t, the taps
 # that predicted it. With context x_0..x_n and x_{n+1} just chosen from h_n, slot 1 (position n) drafts x_{n+2} at depth
 # 0, and slot j drafts x_{n+j+1} at depth j-1.
@@ -235,6 +232,7 @@ head, head_info = ensure_head("parallel", model, tokenizer, TARGET)
 taps_of = lambda out: torch.cat([out.hidden_states[i] for i in head.config.aux_hidden_state_layer_ids], -1)[0]
 head_name = str(head_info["source"]).rstrip("/").split("/")[-1]
 drafter_cache = head.new_cache()  # the drafter's own KV cache, over the committed positions
+first_round = {}  # the first round's verify pass, kept for the drawing below
 
 
 def draft(slots, K):
@@ -273,6 +271,7 @@ def speculate(K, show=False):
                       f"verify input {tuple(verify.shape)} -> logits {tuple(out.logits.shape)}")
                 print(f"accepted {a} of {K}, committed {len(new)}; target cache {cache.get_seq_length()} -> "
                       f"{cache.get_seq_length() - (K - a)} positions")
+                first_round.update(inputs=verify[0].tolist(), choices=choice, accepted=a, start=start)
             if a < K:
                 cache.crop(a - K)                                                       # 5. roll back K - a drafts
             # the EAGLE shift: verify row i predicted input i+1, so rows 0..a (the last committed token and the
@@ -286,6 +285,18 @@ def speculate(K, show=False):
 K = 5
 tokens, per_round = speculate(K, show=True)
 print(f"{len(per_round)} rounds (target forwards after the prefill), tokens per round {per_round}")
+
+# %% [markdown]
+# The first round, drawn from the values the cell kept: the verify pass reads the last committed token and the 5
+# drafts; row j's greedy choice checks draft j + 1; the round keeps the drafts up to the first mismatch, adds the
+# choice there as its bonus, and crops the rejected drafts from the target's cache.
+
+# %%
+from peagle_lab.workbook.diagrams import draw_verify_round
+
+as_text = lambda ids: [tokenizer.decode([t]) for t in ids]
+draw_verify_round(as_text(first_round["inputs"]), as_text(first_round["choices"]), first_round["accepted"],
+                  first_round["start"]);
 
 # %%
 from peagle_lab.decoding.divergence import first_divergence, lossless_regime
@@ -438,8 +449,8 @@ for k_try, rounds_try in tries.items():
 # %% [markdown]
 # ## Glossary, for the chapters ahead
 #
-# Positions are 0-based, as in the code; (0N) names the chapter that builds the piece. 08's appendix states how the
-# course measures.
+# Positions are 0-based, as in the code; (0N) names the chapter that builds the piece. Each term is also explained
+# where the course first uses it.
 #
 # | term | meaning |
 # |---|---|
@@ -447,16 +458,43 @@ for k_try, rounds_try in tries.items():
 # | K | drafts per round (vLLM's `num_speculative_tokens`) |
 # | x_0..x_n, h_0..h_n | the context tokens and the target's taps at them; from h_n the target chooses x_{n+1} |
 # | slot j, draft j, depth | draft j is slot j's token (j = 1..K), at depth j - 1 |
+# | label y_t; element (a, d) | y_t: the target's greedy token after x_t (in self-distilled data, x_{t+1}). In training, anchor a at depth d sits at position a + d and predicts y_{a+d+1} (02, 03) |
 # | acceptance length (AL) | tokens per round, bonus included; 1.00 for plain decoding |
 # | p_j | draft j's acceptance rate among the rounds that accepted drafts 1..j-1 |
 # | taps | three target layers' hidden states, concatenated (3H); `fc` projects them to H (01) |
 # | EAGLE shift | drafter position t holds token x_{t+1} with h_t, the taps that predicted it |
 # | mask token, `mask_hidden` | P-EAGLE's learned stand-ins in slots 2..K: an embedding row for the token, one shared 3H vector for the taps (02) |
-# | COD | conditional drop-token sampling, from PARD: deeper depths train on shrinking, nested shares of positions (02, 03) |
+# | COD | conditional drop-token sampling, from PARD (AMD's parallel draft model, 2025): deeper depths train on shrinking, nested shares of positions (02, 03) |
 # | training-time test (TTT) | EAGLE-3's unrolled training: each depth gets the data's next token and the head's previous state (03) |
 # | draft vocabulary, `d2t`, `t2d` | the frequent target ids the head scores; `d2t` maps draft ids to target ids, `t2d` marks the ids the head can emit (03) |
 # | HumanEval, MT-Bench, GSM-8K, ShareGPT | public prompt sets: 164 Python problems, multi-turn chat, grade-school math, shared ChatGPT chats |
 # | lossless | identical to plain greedy, or (bf16, or fp32 on a GPU) diverging only at a near-tie |
+#
+# ## How the course measures
+#
+# Every verdict in the course follows these rules; in brackets, the chapter that builds or first uses each.
+#
+# - **Committed, live.** *Committed*: a run from `data/results/<host>/<dtype>/`, quoted with host and dtype. *Live*:
+#   run here on a few prompts; timings move between runs.
+# - **Hosts.** `cpu-epyc-avx2-2c` (AVX2 only), `cpu-epyc-avx512bf16-2c` (bf16 units). Compare only within one host and
+#   dtype.
+# - **Acceptance length** (00). AL = 1 + accepted drafts / rounds. Near the budget the loop drafts only what fits, so a
+#   recorded AL can sit a little below one rebuilt from per-slot rates (04). When a last round accepts every draft,
+#   its bonus falls one past the budget: cut from the output, counted in AL (as vLLM counts it).
+# - **Per-slot rate** (00; 04, 05, 06). p_j = P(draft j accepted | drafts 1..j-1 accepted), over the rounds reaching
+#   slot j; an unreached slot prints `nan`, `None` or `-`.
+# - **Round** (05). (t_draft + t_verify) / t_step; ideal speed-up = AL / round. `speedup` includes the prefill,
+#   `decode_speedup` does not.
+# - **Paired rule** (05). Per prompt, side by side: *shown faster* only if a two-sided exact sign test gives p < 0.05,
+#   else "faster on N of M prompts". 00 and 08's fixed run time one prompt once each: a one-run verdict, not
+#   the paired rule.
+# - **Seed spread** (02, 03; 04 prints it). The largest AL gap between two training seeds of one setting. A gap within
+#   it is no order; beyond both arms' own spreads but within it, suggestive (02).
+# - **Lossless** (00, 06). fp32 on a CPU: identical to plain greedy. bf16, or fp32 on a GPU: identical, or diverging
+#   only where greedy's top two logits are a few units in the last place apart (a near-tie). Sampling: tokens follow
+#   the target's distribution.
+# - **Oracle** (05 uses it, 06 writes it out). A published acceptance replayed on the same draws: drafting's cost
+#   apart from head quality.
 #
 # ### The cast: one target, its heads, the prompt sets, the hosts
 #
@@ -469,7 +507,7 @@ for k_try, rounds_try in tries.items():
 # | `smollm2-135m-eagle3` | the shipped EAGLE-3 head: the same layout, drafting sequentially | on the scale mix too, but 3 runs over two answer files, 7,897 s (03 prints its runs, 04 both heads' budgets) | 02, 03, 04, 06, 08 |
 # | the list-request pair (`smollm2-135m-lists-matched-peagle`, `-eagle3`) | one head of each kind, trained alike on the target's answers to list requests | 1,000 steps each, committed | 05 |
 # | the small pair | the same recipe, small enough to train in view | 40 steps each, live | 05 |
-# | 03's head | a demonstration head, trained by the loop written by hand | 20 steps, live | 03 |
+# | 03's head | a demonstration head, trained by the loop written by hand on the target's answers to 96 list requests | 40 steps, live | 03 |
 # | 04's experiment heads: `exp-L1`, `exp-L2`, `exp-L4` (`exp-L1` is the shipped P-EAGLE head's first run) and the learning curves | how far training goes: layers, steps | committed | 04 |
 #
 # | prompt set | what | chapters |

@@ -70,7 +70,8 @@ print("equal to the package's target_forward taps:", torch.equal(taps, out.taps)
 #
 # They agree for every i < L. The trap is a layer's *output*, `hidden_states[i + 1]`: one layer off.
 # The next cell checks this with hooks. 07 is consistent with vLLM tapping the same way: its acceptance length
-# (tokens per drafting round) and its tokens equal ours.
+# (tokens per drafting round) and its per-slot acceptance rates equal ours with the same head (greedy tokens alone
+# would not show it: any drafter leaves them unchanged).
 
 # %% tags=["nbval-check-output"]
 seen, last = {}, {}
@@ -107,8 +108,9 @@ print("hidden_states[L] == final_norm(output of last layer):", torch.equal(hs[L]
 #
 # ## How big, how different?
 #
-# The plot compares the norm at position 0 with the other positions. Position 0 is an *attention sink*: heads
-# with nothing to attend to put their weight there.
+# The plot compares the norm at position 0 with the other positions. Position 0 is what the literature calls an
+# *attention sink* (heads with nothing to attend to put their weight there; this chapter shows its norm, not the
+# attention weights).
 
 # %%
 import matplotlib.pyplot as plt
@@ -144,8 +146,10 @@ plot_similarity(sim, labels=[*range(L), f"{L} out"], highlight=TAPS, ax=ax2,
 fig.tight_layout();
 
 # %% [markdown]
-# **Reading it.** The taps grow apart with distance: cosine 0.76 between taps 2 and 15, only 0.34 between taps 2
-# and 27. Neighbouring layers, in the right plot, are near-parallel.
+# **Reading it.** The three taps differ: cosine 0.76 between taps 2 and 15, 0.43 between 15 and 27, 0.34 between
+# 2 and 27. Distance alone does not order them (15 to 27 is the shorter gap, yet the less alike). The right plot
+# shows why: layers 2 to 24 form one block of near-parallel neighbours, layers 25 to 29 a second, and tap 27 sits in
+# the second. Layers 0 and 1 and the final norm's output are unlike everything else.
 #
 # ## Logit lens: what each tap already predicts
 #

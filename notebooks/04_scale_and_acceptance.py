@@ -174,8 +174,9 @@ for k in KS:  # the live check: which head accepts more, and is it the one the h
 # %% [markdown]
 # **Reading it.** On the committed held-out prompts EAGLE-3 accepts more at K=7: 2.532 tokens a round against
 # P-EAGLE's 1.895. P-EAGLE leads at slot 1, but its later rates fall fast: about 13 of 270 rounds reach
-# slot 4. So K=7 adds almost nothing for it: slot 4 adds 0.019 tokens a round, slots 1-3 score about that much less
-# on K=7's rounds (which start at other positions once a slot-4 draft is kept), and its AL reads 1.895 at both K.
+# slot 4. So K=7 adds almost nothing for it: slot 4 adds 0.019 tokens a round, slots 1-3 score 0.019 less in all
+# on K=7's rounds, and its recorded AL reads 1.895 at both K. Rounds of the two K's start at different positions once a
+# slot-4 draft is kept, so their slot-1 rates are not from the same rounds; a 0.019 difference is within noise.
 #
 # Live, every output matched plain greedy and EAGLE-3 led at every K. On 2 prompts that is a check, not a ranking:
 # at K=1 it even reverses the order the held-out slot-1 rates predict.
@@ -189,8 +190,9 @@ for k in KS:  # the live check: which head accepts more, and is it the one the h
 # Two committed experiments, scored by AL at K=7 on 8 held-out prompts (not section 1's):
 #
 # * **Learning curves** (left): AL at each *snapshot* (the head saved every so many tokens) against tokens seen, over
-# a run and its `-cont` continuation (`--init-from`) on the smaller file `smollm2-135m-scale.jsonl`. EAGLE-3's is the
-# shipped head's first two legs; P-EAGLE's is an earlier run.
+# a run and its `-cont` continuation (`--init-from`) on the smaller file `smollm2-135m-scale.jsonl`. EAGLE-3's runs
+# `eagle3` and `eagle3-cont` are the shipped EAGLE-3 head's first two legs under their experiment names (03 lists
+# those legs by the head's name); P-EAGLE's is an earlier run.
 # * **Deeper heads** (right): P-EAGLE heads of 1, 2 and 4 layers (`exp-L1`, `exp-L2`, `exp-L4`), each trained from
 # scratch for about 2400 s on the same 6,000 sequences. `exp-L1` is the shipped P-EAGLE head's first run.
 
@@ -218,6 +220,11 @@ for mode, name in (("parallel", "P-EAGLE"), ("sequential", "EAGLE-3")):  # each 
 for name in dict.fromkeys(p["run"] for p in deeper):  # each deeper head at its last snapshot
     last = max((p for p in deeper if p["run"] == name), key=lambda p: p["tokens_seen"])
     print(f"{name}: last snapshot at {last['tokens_seen']:>9,} tokens, AL {last['acceptance_length']:.3f}")
+fewest = min(max(p["tokens_seen"] for p in deeper if p["run"] == name) for name in {p["run"] for p in deeper})
+at_equal = {name: min((p for p in deeper if p["run"] == name), key=lambda p: abs(p["tokens_seen"] - fewest))
+            for name in dict.fromkeys(p["run"] for p in deeper)}  # each head's snapshot nearest the fewest tokens
+print("at equal tokens (each head's snapshot nearest " + f"{fewest:,}): " + ", ".join(
+    f"{name} AL {p['acceptance_length']:.3f} ({p['tokens_seen']:,} tokens)" for name, p in at_equal.items()))
 for n in (1, 2, 4):  # each deeper head's training record: its wall time, tokens seen and the records it read
     path = RECIPE_DIR / str(HOST) / "deeper" / f"training-L{n}.json"
     if path.is_file():
@@ -279,8 +286,9 @@ print(f"\nthe blog's AL {PAPER_AL} at K={PAPER_K} (HumanEval) needs every slot a
 # other settings; no run here isolates which difference matters. Both dip where the `-cont` leg starts, perhaps because
 # `--init-from` restarts the optimizer and warm-up (untested).
 #
-# More layers did not help in the same 2400 s: 4 layers reach 1.292 against 1 layer's 1.512, though they saw fewer
-# tokens.
+# More layers did not help in the same 2400 s: 4 layers reach 1.292 against 1 layer's 1.512. Nor at equal tokens:
+# at 500,051 tokens seen, 1 layer scores 1.379 against 4 layers' 1.292 (2 layers' nearest snapshot, at 300,580
+# tokens, does not compare).
 #
 # ## 3 · Your own model and its chat template (question 1)
 #
@@ -491,7 +499,7 @@ assert gap < 1e-3, "two processes left one process's loss curve"
 #
 # Each recipe run (`peagle-lab recipe`) changes one setting from a **baseline**, trains for equal wall time and scores
 # held-out AL at K=7. `draft vocab coverage` is the share of training-answer tokens the draft vocabulary holds (for
-# 4k ids, less than in 03: the scale mix is more varied). A gap counts only beyond the larger of two seed spreads:
+# 4k ids; 03's 99.61% is another measure, in-sample on the file its vocabulary was built from). A gap counts only beyond the larger of two seed spreads:
 # the recipe's own (0.005) and the studies' (0.052).
 
 # %% tags=["nbval-ignore-output"]
@@ -531,8 +539,8 @@ if runs:
 # against 0.052. Only `4 layers` lies beyond both, at -0.065, having seen under half the baseline's tokens. The
 # recipe's own spread proves little: its two seeds saw token counts 17% apart.
 #
-# Beyond budget, the paper differs in target (GPT-OSS-20B), head depth (4 layers) and benchmark; no run here isolates
-# which costs the AL.
+# Beyond budget, the paper differs in target (GPT-OSS-20B), head depth (its published heads have 4 layers, 07's last
+# section) and benchmark; no run here isolates which costs the AL.
 #
 # ## What we saw
 #

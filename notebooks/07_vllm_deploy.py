@@ -22,7 +22,8 @@
 # **Plan:** 1 vLLM's drafter layout · 2 export · 3 offline engine · 4 acceptance length · 5 server · 6 timing ·
 # 7 load and tensor parallelism (question 8) · 8 the published heads on a GPU.
 #
-# **What runs here.** Sections 2-6 run live on vLLM's CPU build; section 7 reads committed runs.
+# **What runs here.** Sections 2-6 run live on vLLM's CPU build; section 7 reads committed runs (and computes
+# from them); section 8 is a recipe for a GPU, not run here.
 
 # %% tags=["nbval-ignore-output"]
 import os
@@ -419,13 +420,16 @@ for path in sorted(RESULTS.glob("*/tensor-parallel/tensor_parallel.json")):
 # %% [markdown]
 # **Reading it (question 8).** Load turns break-even into a loss: 1.00x at 1 concurrent request, 0.28x at 16. A round
 # grows to 4.78 plain steps while acceptance length holds: batching likely fills the idle compute verification needed
-# (utilisation is not measured here).
+# (utilisation is not measured here). At 1 request vLLM's whole round costs 1.29 of its own plain steps, where our
+# transformers loop pays about 2 steps in float32 for the verify pass alone (00): each engine has its own ratio, so
+# compare round costs within one engine.
 #
 # **GPU:** verifying K+1 tokens costs only 1.146 to 1.181 decode steps over K = 1 to 8. At K=8, drafting is 6% of a
 # P-EAGLE round against 31% for EAGLE-3: a cost model, not a measured speed-up.
 #
 # **Tensor parallelism** (`cpu-epyc-avx2-2c`): over 2 processes verification ran 0.55x as fast, so the drafter's
-# share of a round fell. On GPUs, where sharding speeds the target up, that share should grow: argued, not measured.
+# share of a round fell. The all-reduces explain 33.5 ms of the slowdown; the rest is not taken apart here (two
+# processes on two cores also share the cores' caches and the per-layer Python work). On GPUs, where sharding speeds the target up, that share should grow: argued, not measured.
 #
 # ## 8 · Recipe: the published P-EAGLE heads on a GPU
 #

@@ -100,7 +100,7 @@ print(f"so: {al:.2f} tokens per round of a possible {K + 1}; speculation ran at 
 
 # %% tags=["nbval-ignore-output"]
 fig = viz.plot_per_position_acceptance(
-    run.stats.conditional_acceptance,
+    run.stats.conditional_acceptance, counts=list(zip(run.stats.accepted_at, run.stats.attempted_at)),
     title=f"{head_name} head, {run.mode} drafting, K={K}: acceptance length {run.stats.acceptance_length:.2f}")
 print("saved", settings.display_path(viz.save_figure(fig, "08_explorer_per_position")))
 
@@ -112,7 +112,7 @@ print("lossless (identical, or in a near-tie regime a near-tie divergence; see t
 # %% [markdown]
 # **Reading it.** P-EAGLE at K=4 commits 1.40 tokens per round (of a possible 5) and ran at 1.07x plain decoding's
 # speed, in one timing each. Its text leaves plain greedy's at token 12, at an exact tie: lossless by the near-tie rule
-# (appendix).
+# (00).
 #
 # ### "Speculative decoding changed my greedy output" (question 9)
 #
@@ -313,11 +313,11 @@ assert same == N_SAME
 #   and the outputs diverging at near-ties.
 # - `faster than plain`: prompts each head won against plain decoding, P-EAGLE's / EAGLE-3's. `paired`: the range
 #   of P-EAGLE's per-prompt speed-up minus EAGLE-3's.
-# - `oracle`: speed-ups at the blog's acceptance (its P-EAGLE figures: AL 3.94 on HumanEval; 3.70 on MT-Bench, a
-#   stand-in for `chat`; within a 32-token budget the draws give less, as 06's committed rows show),
+# - `oracle`: speed-ups at the blog's acceptance (the blog reports P-EAGLE at AL 3.94 on HumanEval and 3.70 on
+#   MT-Bench, which stands in for `chat`; within a 32-token budget the draws give less, as 06's committed rows show),
 #   replayed on the same draws: one parallel pass / K sequential.
 #
-# Verdicts use the paired rule (appendix). The 5-prompt float32 run, made with earlier heads, is too small for it to
+# Verdicts use the paired rule (00, "How the course measures"). The 5-prompt float32 run, made with earlier heads, is too small for it to
 # show an order: it supplies the float32 verdict's 2 "not shown" entries.
 
 # %% tags=["nbval-ignore-output"]
@@ -391,38 +391,16 @@ print("verdict, at the paper's acceptance (one parallel pass against K sequentia
 
 # %% [markdown]
 # **Reading it.** With bf16 units both heads are shown faster than plain decoding (1.14x to 1.31x): verifying 8 tokens
-# costs about one decode step (`verify_k7` 1.07). In float32 it costs about two, and no head is shown faster.
-# (`verify_k7` is a pass timed alone; 06's round costs are medians inside the loop, so the two need not agree.) Neither
+# costs little more than a decode step (`verify_k7` 1.07 in the committed run; 05's live table gives 1.24 for 8
+# tokens, so a pass timed alone moves by a fifth between runs). In float32 it costs about two, and no head is shown
+# faster. Neither
 # head is shown faster than the other, but at the blog's acceptance one pass is shown faster than K in the float32 runs
 # of `cpu-epyc-avx2-2c` (1.59x against 1.46x on `code`), the only ones with a K-pass oracle row.
 
 # %% [markdown]
-# ## Appendix: how the course measures
+# ## Appendix: every acceptance length in the course
 #
-# The course's rules of measurement (00's glossary points here); in brackets, the chapter that builds each.
-#
-# - **Committed, live.** *Committed*: a run from `data/results/<host>/<dtype>/`, quoted with host and dtype. *Live*:
-#   run here on a few prompts; timings move between runs.
-# - **Hosts.** `cpu-epyc-avx2-2c` (AVX2 only), `cpu-epyc-avx512bf16-2c` (bf16 units). Compare only within one host and
-#   dtype.
-# - **Acceptance length** (00). AL = 1 + accepted drafts / rounds. Near the budget the loop drafts only what fits, so a
-#   recorded AL can sit a little below one rebuilt from per-slot rates (04). When a last round accepts every draft,
-#   its bonus falls one past the budget: cut from the output, counted in AL (as vLLM counts it).
-# - **Per-slot rate** (00; 04, 05, 06). p_j = P(draft j accepted | drafts 1..j-1 accepted), over the rounds reaching
-#   slot j; an unreached slot prints `nan`, `None` or `-`.
-# - **Round** (05). (t_draft + t_verify) / t_step; ideal speed-up = AL / round. `speedup` includes the prefill,
-#   `decode_speedup` does not.
-# - **Paired rule** (05). Per prompt, side by side: *shown faster* only if a two-sided exact sign test gives p < 0.05,
-#   else "faster on N of M prompts". 00 and the fixed run above time one prompt once each: a one-run verdict, not
-#   the paired rule.
-# - **Seed spread** (02, 03; 04 prints it). The largest AL gap between two training seeds of one setting. A gap within
-#   it is no order; beyond both arms' own spreads but within it, suggestive (02).
-# - **Lossless** (00, 06). fp32 on a CPU: identical to plain greedy. bf16, or fp32 on a GPU: identical, or diverging
-#   only where greedy's top two logits are a few units in the last place apart (a near-tie). Sampling: tokens follow
-#   the target's distribution.
-# - **Oracle** (06). A published acceptance replayed on the same draws: drafting's cost apart from head quality.
-#
-# ### The acceptance ledger
+# 00's "How the course measures" states the rules every verdict here follows.
 #
 # One row per AL recorded for the shipped heads (`-`: not recorded; `rounds`: the row's sample). Rows compare only
 # where prompts, new tokens, K, dtype and host agree. The second cell prints each head's range.
@@ -487,6 +465,20 @@ print(f"06's {len(bench06)} committed benchmark rows: {min(bench06):.2f} to {max
 # - **One pass against K**: neither head is shown faster than the other, but at the blog's acceptance one pass is shown
 #   faster than K (committed, `cpu-epyc-avx2-2c`, float32: 1.59x against 1.46x on `code`).
 # - **Ledger**: the shipped heads' ALs run from 1.00 to 2.53, each tied to its settings.
+#
+# **Does parallel drafting win? The course's answers side by side** (the paired rule decides "shown"):
+#
+# | comparison | chapter | setting | verdict |
+# |---|---|---|---|
+# | shipped heads, acceptance | 04 | committed; 8 held-out scale-mix prompts x 64 tokens, K=7, bf16 | EAGLE-3 accepts more: AL 2.532 against 1.895 |
+# | shipped heads, speed | 06 | committed; 24 HumanEval prompts, each head at its best K, bf16 | neither shown faster: P-EAGLE ahead on 15 of 24 (p = 0.31) |
+# | matched pair, speed | 05 | committed; 48 held-out list requests x 96 tokens, float32 | P-EAGLE shown faster: 2.10x against 1.92x plain, 37 of 48 (p = 0.00022) |
+# | matched pair, live | 05 | 12 list requests x 40 tokens, K=7, bf16 | drafting shown cheaper on 12 of 12; end to end 6 of 12, not shown |
+# | same drafts, one pass or K | 05, 06 | the oracle at the blog's rate, K=7 | one pass shown faster: 8 of 8 live (05), 22 of 24 committed (06, `cpu-epyc-avx2-2c`, float32) |
+# | vLLM serving | 07 | committed; 1 concurrent request, K=7 | speculation breaks even (1.00x) |
+#
+# So from K=2 on, P-EAGLE's one pass makes the cheaper round (05); it wins end to end where a head gets many drafts accepted (list
+# requests), and the course's small heads on open prompts are not that case.
 #
 # **What you wrote, and what checked it:**
 #

@@ -188,3 +188,79 @@ def draw_drafter_path(H: int, tap_layers):
     ax.axis("off")
     plt.tight_layout()
     plt.show()
+
+
+def draw_verify_round(inputs: list[str], choices: list[str], accepted: int, start: int):
+    """One verify step drawn from a real round: the target's pass over the last committed token and the K drafts
+    (``inputs``, as text), its greedy choice after each row (``choices``, K + 1 of them), which drafts it accepts
+    (the first ``accepted``), the bonus token, and the cache positions the roll-back drops. ``start``: the cache
+    position of the last committed token."""
+    import matplotlib.pyplot as plt
+
+    k, dx = len(inputs) - 1, 1.5  # dx: the spacing of one position
+    fig, ax = plt.subplots(figsize=(max(8.0, 1.45 * (k + 3)), 4.4))
+    box = partial(_block, ax, w=1.3, h=0.56, pad=0.02, fontsize=8)
+    for i, text in enumerate(inputs):  # row 1: what the verify pass reads, one cache position each
+        kept = i <= accepted
+        box(i * dx, 3, f"{'last' if i == 0 else f'draft {i}'}\n{text!r}", "white" if i == 0 else
+            "#8cb369" if kept else "#dddddd", ls="-" if kept else "--")
+        ax.text(i * dx, 3.42, f"pos {start + i}", ha="center", fontsize=7, color="dimgrey")
+    for j, text in enumerate(choices):  # row 2: the target's argmax after row j, the check of draft j + 1
+        box(j * dx, 1.7, f"choice[{j}]\n{text!r}", _TARGET_C if j <= accepted else "#f3f3f3")
+        _flow(ax, j * dx, 2.7, j * dx, 2.0, color="grey", shrink=None)
+        if j < k and j <= accepted:  # choice[j] against draft j + 1: equal (kept) or the first mismatch
+            ok = j < accepted
+            _flow(ax, j * dx + 0.4, 1.98, (j + 1) * dx - 0.4, 2.72, color="green" if ok else "crimson", shrink=None)
+            ax.text((j + 0.5) * dx + 0.15, 2.3, "=" if ok else "≠", color="green" if ok else "crimson", fontsize=13,
+                    ha="center", va="center")
+    for i in range(accepted + 1):  # row 3: what the round commits: the accepted drafts, then the bonus
+        bonus = i == accepted
+        box(i * dx, 0.5, f"{'bonus' if bonus else f'draft {i + 1}'}\n{(choices[i] if bonus else inputs[i + 1])!r}",
+            "#fff3b0" if bonus else "#8cb369")
+    for y, label in ((3, "verify input"), (1.7, "target's\ngreedy choice"), (0.5, "committed")):
+        ax.text(-0.9, y, label, ha="right", va="center", fontsize=10)
+    if accepted < k:  # the roll-back: the rejected drafts' cache entries go
+        ax.annotate("", ((k + 0.45) * dx, 0.5), ((accepted + 1) * dx - 0.65, 0.5),
+                    arrowprops=dict(arrowstyle="|-|", lw=1, color="crimson"))
+        ax.text((accepted + 1 + k) * dx / 2, 0.2, f"roll back: cache.crop({accepted - k}) drops position"
+                f"{'s' if k - accepted > 1 else ''} {start + accepted + 1}" +
+                (f"..{start + k}" if k - accepted > 1 else ""), ha="center", va="top", fontsize=9, color="crimson")
+    ax.set(xlim=(-2.6, (k + 0.6) * dx), ylim=(-0.1, 3.6), xticks=[], yticks=[],
+           title=f"One verify pass: {accepted} of {k} drafts accepted, {accepted + 1} tokens committed")
+    for side in ("left", "right", "top", "bottom"):
+        ax.spines[side].set_visible(False)
+    fig.tight_layout()
+    plt.show()
+    return fig
+
+
+def draw_training_depths(depths: int = 4):
+    """What each training depth of one anchor ``a`` reads, EAGLE-3 (training-time test) beside P-EAGLE: the token
+    input, the hidden input and the label of depth d = 0..``depths``-1 at position a + d."""
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(13, 0.95 * depths + 1.3), sharey=True)
+    box = _block
+    for ax, (name, mode) in zip(axes, (("EAGLE-3: training-time test (a pass per depth)", "ttt"),
+                                       ("P-EAGLE: mask slots (every depth in one pass)", "mask"))):
+        for d in range(depths):
+            y = depths - 1 - d
+            tok = f"emb($x_{{a+{d + 1}}}$)" if d == 0 or mode == "ttt" else "emb(MASK)"
+            hid = "$h_a$ (target taps)" if d == 0 else ("own state of\ndepth " + str(d - 1) if mode == "ttt"
+                                                        else "mask_hidden")
+            colour = _HEAD_C if d == 0 else (_LAYER_C if mode == "ttt" else _MASK_C)
+            ax.text(-0.2, y, f"depth {d}\npos a+{d}", ha="right", va="center", fontsize=9)
+            box(ax, 0.9, y, tok, "white" if d == 0 or mode == "ttt" else _MASK_C, w=1.5, h=0.6, fontsize=8)
+            box(ax, 2.7, y, hid, colour, w=1.7, h=0.6, fontsize=8)
+            box(ax, 4.6, y, f"predicts $y_{{a+{d + 1}}}$\n(slot {d + 1})", "#fff3b0", w=1.6, h=0.6, fontsize=8)
+            _flow(ax, 3.6, y, 3.78, y, shrink=0)
+            if mode == "ttt" and d > 0:  # the state fed down from the depth before
+                _flow(ax, 4.0, y + 0.7, 3.2, y + 0.3, color="tab:purple", shrink=0)
+        ax.set(xlim=(-1.2, 5.6), ylim=(-0.6, depths - 0.4), xticks=[], yticks=[])
+        ax.set_title(name, fontsize=10)
+        for side in ("left", "right", "top", "bottom"):
+            ax.spines[side].set_visible(False)
+    fig.suptitle("One anchor a, depth by depth: token input, hidden input, label", fontsize=11)
+    fig.tight_layout()
+    plt.show()
+    return fig

@@ -359,6 +359,7 @@ class Explorer:
 
         fig = Figure(figsize=(6, 3.2))
         viz.plot_per_position_acceptance(run.stats.conditional_acceptance, ax=fig.subplots(),
+                                         counts=list(zip(run.stats.accepted_at, run.stats.attempted_at)),
                                          title=f"{run.mode} drafting, K={run.k}: acceptance length "
                                                f"{run.stats.acceptance_length:.2f}")
         path = viz.save_figure(fig, self.figure)

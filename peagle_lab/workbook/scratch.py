@@ -8,8 +8,9 @@ import torch.nn.functional as F
 from peagle_lab.drafter.network import RotaryTables  # only for a target with a scaled RoPE (not SmolLM2)
 
 
-class ScratchDrafter:
-    """A one-layer EAGLE-3 / P-EAGLE drafter for one sequence, from the head's tensors (vLLM's eagle3 names)."""
+class ScratchLayer:
+    """The drafter's network, one sequence at a time, from the head's tensors (vLLM's eagle3 names): fc over the
+    taps, one decoder layer over the 2H input, the final norm and lm_head over the draft vocabulary."""
 
     def __init__(self, cfg, W, target_embed):
         assert cfg.num_hidden_layers == 1, "written for the shipped heads' one decoder layer"
@@ -55,6 +56,10 @@ class ScratchDrafter:
         mlp = F.silu(y @ W[L + "mlp.gate_proj.weight"].T) * (y @ W[L + "mlp.up_proj.weight"].T)
         prenorm = mlp @ W[L + "mlp.down_proj.weight"].T + residual
         return self.norm(prenorm, "norm.weight") @ W["lm_head.weight"].T, prenorm
+
+
+class ScratchDrafter(ScratchLayer):
+    """A one-layer EAGLE-3 / P-EAGLE drafter: the layer above, run once (parallel) or K times (sequential)."""
 
     def draft_parallel(self, context, taps, K):
         """P-EAGLE: ONE pass drafts K tokens. Slot 1 = [emb(x_{n+1}), fc(h_n)], the last context position n;

@@ -170,13 +170,16 @@ def _axes(ax, figsize):
     return fig, ax
 
 
-def plot_per_position_acceptance(rates, ax=None, title: str | None = None):
+def plot_per_position_acceptance(rates, ax=None, title: str | None = None, counts=None):
     """Bars of per-position acceptance, j = 1..K.
 
     ``rates``: one list (bars coloured like the token slots) or ``{label: list}`` (grouped bars, e.g. parallel vs
-    sequential). NaN (slot never reached) draws no bar and the words "not reached". Returns the figure.
+    sequential). NaN (slot never reached) draws no bar and the words "not reached". ``counts``, shaped like
+    ``rates`` with ``(accepted, reached)`` pairs, writes each bar's sample over it, so a rate from 2 rounds is not
+    read like one from 200. Returns the figure.
     """
     series = dict(rates) if isinstance(rates, Mapping) else {None: list(rates)}
+    tallies = (dict(counts) if isinstance(counts, Mapping) else {None: list(counts)}) if counts is not None else {}
     fig, ax = _axes(ax, (6, 3.2))
     k = max((len(v) for v in series.values()), default=0)
     width = 0.8 / max(len(series), 1)
@@ -188,10 +191,14 @@ def plot_per_position_acceptance(rates, ax=None, title: str | None = None):
         for x, v in zip(xs, values):  # a slot no round reached has no rate: say so, so it is not read as 0
             if v is None or math.isnan(v):
                 ax.text(x, 0.02, "not reached", rotation=90, ha="center", va="bottom", fontsize=7, color="#555")
+        for x, y, (a, n) in zip(xs, ys, tallies.get(label, [])):
+            if n:
+                ax.text(x, y + 0.01, f"{a}/{n}", rotation=90 if len(series) > 1 else 0, ha="center", va="bottom",
+                        fontsize=6 if len(series) > 1 else 7, color="#333")
     ax.set_xticks(range(1, k + 1))
     ax.set_xlabel("draft slot j")
     ax.set_ylabel("P(accept j | 1..j-1 accepted)")
-    ax.set_ylim(0, 1.05)
+    ax.set_ylim(0, 1.25 if tallies and len(series) > 1 else 1.12 if tallies else 1.05)
     ax.grid(axis="y", alpha=0.3)
     if len(series) > 1 or None not in series:
         ax.legend(frameon=False)

@@ -5,6 +5,7 @@ import ast
 from pathlib import Path
 
 import jupytext
+import pytest
 
 import peagle_lab.workbook.scratch as scratch
 
@@ -18,18 +19,24 @@ def _class_node(source: str, name: str) -> str:
     raise AssertionError(f"no class {name}")
 
 
-def test_the_kept_scratch_drafter_is_notebook_02s_class():
+CLASSES = ("ScratchLayer", "ScratchDrafter")  # the network, then the two ways of drafting with it
+
+
+def _written() -> str:
     nb = jupytext.read(ROOT / "notebooks" / "02_mask_tokens.py")
-    written = "\n".join(c.source for c in nb.cells if c.cell_type == "code" and "class ScratchDrafter" in c.source)
-    assert written, "notebook 02 no longer writes class ScratchDrafter"
+    return "\n".join(c.source for c in nb.cells if c.cell_type == "code" and "class Scratch" in c.source)
+
+
+@pytest.mark.parametrize("name", CLASSES)
+def test_the_kept_scratch_classes_are_notebook_02s(name):
+    written = _written()
+    assert f"class {name}" in written, f"notebook 02 no longer writes class {name}"
     kept = Path(scratch.__file__).read_text()
-    assert _class_node(written, "ScratchDrafter") == _class_node(kept, "ScratchDrafter"), (
-        "peagle_lab/workbook/scratch.py's ScratchDrafter differs from notebook 02's: copy the class from "
+    assert _class_node(written, name) == _class_node(kept, name), (
+        f"peagle_lab/workbook/scratch.py's {name} differs from notebook 02's: copy the class from "
         "notebooks/02_mask_tokens.py again")
 
 
 def test_the_check_sees_a_changed_line():
-    nb = jupytext.read(ROOT / "notebooks" / "02_mask_tokens.py")
-    written = "\n".join(c.source for c in nb.cells if c.cell_type == "code" and "class ScratchDrafter" in c.source)
-    altered = written.replace("rms_norm_eps", "rms_norm_eps * 2", 1)
-    assert _class_node(altered, "ScratchDrafter") != _class_node(Path(scratch.__file__).read_text(), "ScratchDrafter")
+    altered = _written().replace("rms_norm_eps", "rms_norm_eps * 2", 1)
+    assert _class_node(altered, "ScratchLayer") != _class_node(Path(scratch.__file__).read_text(), "ScratchLayer")

@@ -126,6 +126,13 @@ def test_a_slot_no_round_reached_is_labelled_not_drawn_as_zero(agg):
     assert labels == [("not reached", 3)]  # slot 2's rate of 0 is a bar of height 0, with no label
 
 
+def test_each_bar_carries_its_sample_when_counts_are_given(agg):
+    fig = viz.plot_per_position_acceptance({"a": [0.5, 1.0], "b": [0.9, float("nan")]},
+                                           counts={"a": [(1, 2), (1, 1)], "b": [(9, 10), (0, 0)]})
+    texts = sorted(t.get_text() for t in fig.axes[0].texts)
+    assert texts == ["1/1", "1/2", "9/10", "not reached"]  # an unreached slot gets no count
+
+
 def test_grouped_bars_draw_one_series_per_label(agg):
     fig = viz.plot_per_position_acceptance({"parallel": [0.6, 0.4], "sequential": [0.7, 0.5]})
     assert len(fig.axes[0].patches) == 4
