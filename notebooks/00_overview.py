@@ -190,17 +190,17 @@ for key, value in [("target_params", n_params), ("greedy_tokens_per_s", round(to
     record(key, value, notebook="00_overview")
 
 # %% [markdown]
-# **Reading it.** In float32 on this CPU, verifying K=5 drafts costs 1.79 one-token steps, against 1.17 on the H200. A
-# round here must commit almost two tokens just to pay for that; bfloat16 makes it cheaper (05). Single timings move:
-# the 9-token forward measured 1.73, below the 6-token one. The H200 step is an eager PyTorch loop, not a serving
-# engine: read its ratio, not its milliseconds.
+# **Reading it.** In float32 on this CPU, verifying K=5 drafts costs 1.64 one-token steps, against 1.17 on the H200. A
+# round here must commit more than one and a half tokens just to pay for that; bfloat16 makes it cheaper (05). These
+# are single timings, and they move between runs (each chapter prints its own). The H200 step is an eager PyTorch
+# loop, not a serving engine: read its ratio, not its milliseconds.
 #
 # ## One speculative round, written out
 #
-# `draft` and `speculate` below are the package's loop in about 45 lines, drafting with the *shipped* P-EAGLE head (the trained head
-# that comes with the course). It uses the **EAGLE shift**: drafter position t holds token x_{t+1} with h_t, the taps
-# that predicted it. With context x_0..x_n and x_{n+1} just chosen from h_n, slot 1 (position n) drafts x_{n+2} at depth
-# 0, and slot j drafts x_{n+j+1} at depth j-1.
+# `draft` and `speculate` below are the package's loop in about 45 lines, drafting with the *shipped* P-EAGLE head (the
+# trained head that comes with the course). It uses the **EAGLE shift**: drafter position t holds token x_{t+1} with
+# h_t, the taps that predicted it. With context x_0..x_n and x_{n+1} just chosen from h_n, slot 1 (position n) drafts
+# x_{n+2} at depth 0, and slot j drafts x_{n+j+1} at depth j-1.
 
 # %%
 from peagle_lab.workbook.diagrams import draw_eagle_shift
@@ -330,8 +330,8 @@ print("hand-written vs plain greedy:", "identical" if div is None else div.messa
 # %% [markdown]
 # **Reading it.** The hand-written round, the package's loop and plain greedy decoding give identical tokens. In the
 # first round the drafter reads 42 slots, one per prompt token. Rolling back 2 rejected drafts shrinks the target's
-# cache from 48 positions to 46. Speculation is slower here, 0.75x in one run: a round commits 1.47 tokens, but
-# verifying it costs 1.79 steps.
+# cache from 48 positions to 46. Speculation is slower here, 0.74x in one run: a round commits 1.47 tokens, but
+# verifying it costs 1.64 steps, and drafting adds its own time.
 #
 # ### Acceptance length, draft by draft
 #
@@ -526,18 +526,19 @@ for k_try, rounds_try in tries.items():
 #
 # | notebook | question it answers | minutes |
 # |---|---|---|
-# | `00_overview` | What is speculative decoding, what does P-EAGLE change, what does lossless mean? | 0.8 |
-# | `01_hidden_states` | What the drafter reads: the three tapped layers, their disk cost, extraction | 0.5 |
-# | `02_mask_tokens` | How one pass drafts K tokens: mask token, `mask_hidden`, the drafter from scratch, the attention layout | 1.1 |
-# | `03_train_head` | Training a P-EAGLE head: self-distilled data, the draft vocabulary (`d2t`/`t2d`), COD sampling, the loop by hand, the whole path in our own code | 3.0 |
-# | `04_scale_and_acceptance` | How far training goes: the shipped heads, the learning curve, your own model on a second architecture, two training processes | 2.3 |
-# | `05_parallel_vs_sequential` | Parallel vs sequential drafting: the cost of a round each way; the payoff where acceptance is high (a pair trained alike on list requests, committed and raced live; the same drafts charged one pass or K; a small pair trained and raced here, each head at its own K) | 5.5 |
-# | `06_what_it_takes` | The shipped heads on open prompts against plain decoding; losslessness in bf16; the paper's acceptance priced here (the oracle); the break-even picture | 1.4 |
-# | `07_vllm_deploy` | Export to vLLM's eagle3 format, serve with `parallel_drafting`; load and tensor parallelism | 4.0 |
-# | `08_explorer` | Drafts accepted token by token; speculative sampling; how the course measures | 0.8 |
+# | `00_overview` | What is speculative decoding, what does P-EAGLE change, what does lossless mean? | 1.0 |
+# | `01_hidden_states` | What the drafter reads: the three tapped layers, their disk cost, extraction | 0.6 |
+# | `02_mask_tokens` | How one pass drafts K tokens: mask token, `mask_hidden`, the drafter from scratch, the attention layout | 1.7 |
+# | `03_train_head` | Training a P-EAGLE head: self-distilled data, the draft vocabulary (`d2t`/`t2d`), COD sampling, the loop by hand, the whole path in our own code | 4.3 |
+# | `04_scale_and_acceptance` | How far training goes: the shipped heads, the learning curve, your own model on a second architecture, two training processes | 3.2 |
+# | `05_parallel_vs_sequential` | Parallel vs sequential drafting: the cost of a round each way; the payoff where acceptance is high (a pair trained alike on list requests, committed and raced live; the same drafts charged one pass or K; a small pair trained and raced here, each head at its own K) | 6.0 |
+# | `06_what_it_takes` | The shipped heads on open prompts against plain decoding; losslessness in bf16; the paper's acceptance priced here (the oracle); the break-even picture | 1.9 |
+# | `07_vllm_deploy` | Export to vLLM's eagle3 format, serve with `parallel_drafting`; load and tensor parallelism | 7.2 |
+# | `08_explorer` | Drafts accepted token by token; speculative sampling; the course's verdicts side by side; every acceptance length | 1.0 |
 #
-# Minutes: rounded, from one `make lab` on `cpu-epyc-avx512bf16-2c` and later runs of 01 and 04-08 (`SUMMARY.md`
-# lists each): 19 min 20.2 s of notebooks in all. No chapter needs a GPU or downloads a model.
+# Minutes: rounded, from one `make lab` on a fresh `cpu-epyc-avx512bf16-2c` machine (`SUMMARY.md` lists each): 26 min
+# 47 s of notebooks in all, the first run after set-up (07's vLLM starts with empty compile caches). No chapter needs a
+# GPU or downloads a model.
 #
 # ### Questions users of EAGLE, SpecForge and vLLM keep asking
 #
@@ -560,7 +561,7 @@ for k_try, rounds_try in tries.items():
 # - A round is five steps: draft, verify, accept, bonus, roll back. The hand-written round matches the package's loop
 #   (AL 1.47).
 # - Every speculative output here is identical to plain greedy decoding (float32, CPU).
-# - Verifying K=5 drafts costs 1.79 one-token steps, more than the 1.47 tokens a round commits: speculation ran at 0.75x
+# - Verifying K=5 drafts costs 1.64 one-token steps, more than the 1.47 tokens a round commits: speculation ran at 0.74x
 #   here.
 # - Draft 1 supplied 80% of the extra tokens. K=10 gave the same AL as K=5: a larger K cannot rescue weak early drafts.
 #

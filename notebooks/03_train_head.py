@@ -299,8 +299,8 @@ print("verdict: " + (f"bf16 taps change AL by {gap:+.3f}, beyond the seeds' nois
                      else "bf16 taps cost no acceptance the seeds can measure"))
 
 # %% [markdown]
-# **Reading it.** Storing features pays: bf16 shards read back {BF16_X}x faster than the target forward, on half of
-# float32's disk. They read back slower than float32 shards ({BF16_TPS} against {FP32_TPS} tokens/s: each value is
+# **Reading it.** Storing features pays: bf16 shards read back 2,019x faster than the target forward, on half of
+# float32's disk. They read back slower than float32 shards (546,397 against 1,747,805 tokens/s: each value is
 # converted on reading), so bf16 is for disk, not speed. The storage study finds no acceptance cost the seeds can
 # measure (AL 1.210 against 1.211 for float32). So bf16 is the default.
 #
@@ -739,7 +739,7 @@ report.record("nb03_train_steps", res.steps_done)
 report.record("nb03_final_depth_accuracy", acc);
 
 # %% [markdown]
-# **Reading it.** The head learns most at depth 0: over the last quarter its accuracy is 0.4703 there, 0.19 to 0.21
+# **Reading it.** The head learns most at depth 0: over the last quarter its accuracy is 0.4703 there, 0.1931 to 0.207
 # deeper (in-sample). In the warm-up the loss swings most at depths 1 to 7 (middle panel). From step 15 it is below
 # the uniform guess.
 #
@@ -817,15 +817,16 @@ report.record("nb03_own_path_al", round(sum(committed) / len(committed), 4));
 # %% [markdown]
 # **Reading it.** Our own path is lossless: its output equals plain greedy decoding, and each round accepts what the
 # package's loop accepts. And the head drafts: after 40 steps it commits 1.76 tokens a round at K=4 over 54 rounds,
-# often 3 (on counting, a learnable pattern). That is about what a verify pass costs in float32 here (00 timed 1.79
-# steps for 6 tokens, 1.73 for 9), so in float32 it would about break even; bf16 verifies cheaper (05). 05 trains a
+# often 3 (on counting, a learnable pattern). That is just above what a verify pass costs in float32 here (00 timed
+# 1.64 steps for 6 tokens, 1.71 for 9), so with drafting's own time it would about break even in float32; bf16
+# verifies cheaper (05). 05 trains a
 # pair longer on the same kind of text and races it.
 #
 # ## What we saw
 #
 # - Training on the target's own answers beats human answers: AL 1.380 against 1.245.
 # - 4,096 draft ids cover 99.61% of the response tokens, in-sample.
-# - bf16 feature shards read back {BF16_X}x faster than a target forward, at no measurable AL cost.
+# - bf16 feature shards read back 2,019x faster than a target forward, at no measurable AL cost.
 # - One packed row trains all 8 depths. Each hand-written piece matches the package, and resume is exact.
 # - Our own path is lossless, and its 40-step head, trained on list answers, commits 1.76 tokens a round at K=4.
 #

@@ -498,9 +498,9 @@ assert gap < 1e-3, "two processes left one process's loss curve"
 # ## 5 · Why is my acceptance length below the paper's? (question 3)
 #
 # Each recipe run (`peagle-lab recipe`) changes one setting from a **baseline**, trains for equal wall time and scores
-# held-out AL at K=7. `draft vocab coverage` is the share of training-answer tokens the draft vocabulary holds (for
-# 4k ids; 03's 99.61% is another measure, in-sample on the file its vocabulary was built from). A gap counts only beyond the larger of two seed spreads:
-# the recipe's own (0.005) and the studies' (0.052).
+# held-out AL at K=7. `draft vocab coverage` is the share of training-answer tokens the draft vocabulary holds (for 4k
+# ids; 03's 99.61% is another measure, in-sample on the file its vocabulary was built from). A gap counts only beyond
+# the larger of two seed spreads: the recipe's own (0.005) and the studies' (0.052).
 
 # %% tags=["nbval-ignore-output"]
 from peagle_lab.experiments import recipe, studies

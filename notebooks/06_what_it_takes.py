@@ -173,9 +173,9 @@ plain_row = next(m for m in e2e["methods"] if m["family"] == "plain")
 print(f"plain loop: {plain_row['t_step_ms']:.1f} ms per decode step (the loop's timer)")
 
 # %% [markdown]
-# **Reading it.** Live, the shipped heads gain little: at best 1.30x for P-EAGLE (K=4) and 1.36x for EAGLE-3 (K=1).
-# Their AL stays between 1.30 and 1.42 at every K, so parallel drafting has little to save. The oracle makes 2.87x
-# with one pass and 2.41x with seven. The round-time section tests that order.
+# **Reading it.** Live, the shipped heads gain little: at best 1.36x for P-EAGLE (K=7) and 1.36x for EAGLE-3 (K=1).
+# Their AL stays between 1.30 and 1.42 at every K, so parallel drafting has little to save. The oracle makes 3.17x
+# with one pass and 2.97x with seven. The round-time section tests that order.
 #
 # ## Lossless, in two regimes
 #
@@ -312,13 +312,13 @@ for label, res in runs:  # the oracle pair: each run's best one-pass K against K
               f"{pa['verify_ms']:.1f} and {pb['verify_ms']:.1f} ms ({pb['verify_ms'] - pa['verify_ms']:+.1f} ms noise)")
 
 # %% [markdown]
-# **Reading it.** Verification is over nine tenths of every P-EAGLE round (`verify_share` 0.912 to 0.927). EAGLE-3's
+# **Reading it.** Verification is over nine tenths of every P-EAGLE round (`verify_share` 0.918 to 0.929). EAGLE-3's
 # drafting share grows with K.
 #
-# Here one pass makes 2.87x against seven passes' 2.41x, and drafts in 5.72 ms against 21.85. Its verification also
-# measured 5.6 ms faster on the same tokens: noise between two short runs. One pass wins on 2 of 2
-# prompts, too few to show it (p = 0.5). In the committed float32 runs of `cpu-epyc-avx2-2c` one pass is shown
-# faster: 1.59x against 1.46x on code (22 of 24 prompts), and on 24 of 24 chat prompts.
+# Here one pass makes 3.17x against seven passes' 2.97x, and drafts in 7.61 ms against 26.97. Its verification measured
+# 5.1 ms slower on the same tokens: noise between two short runs, nearly the whole drafting saving. One pass wins on 1
+# of 2 prompts (p = 1): two prompts cannot order them. In the committed float32 runs of `cpu-epyc-avx2-2c` one pass is
+# shown faster: 1.59x against 1.46x on code (22 of 24 prompts), and on 24 of 24 chat prompts.
 #
 # ## What it takes: the break-even picture
 #
@@ -375,7 +375,8 @@ print(f"\nthe blog's ALs on the GPU cost model (K=7): P-EAGLE 3.94 / {gpu_round[
 
 # %% [markdown]
 # **Reading it.** In bf16 the shipped head clears the round; in the fp32 runs it does not. At K=7 the bf16 rounds cost
-# 1.16 and 1.26 decode steps, and P-EAGLE clears them (1.17x and 1.20x decode). The fp32 rounds cost 1.98 and 1.95
+# 1.00 (this run, flagged: a round cannot cost less than a step, so its timings moved with the load) and 1.26 decode
+# steps (committed), and P-EAGLE clears them (1.37x and 1.20x decode). The fp32 rounds cost 1.98 and 1.95
 # steps, and it falls below 1x. Those fp32 lines come from the other host and from earlier heads: they show the fp32
 # round's cost, not this head's fp32 speed-up here. The committed bf16 round on this CPU (1.26 steps) equals the GPU
 # model's P-EAGLE round: with bf16 units, a 2-core CPU verifies 8 tokens about as cheaply, in decode steps, as the
@@ -457,11 +458,12 @@ print(f"this run, P-EAGLE at K={m7['k']}: round {round7:.2f} decode steps, AL {m
 #   for the oracle.
 # - Speculation stays lossless in bf16: every live divergence is a near-tie. A broken acceptance rule fails at a
 #   margin of 5.25.
-# - Verification is over nine tenths of a P-EAGLE round (`verify_share` 0.912 to 0.927).
+# - Verification is over nine tenths of a P-EAGLE round (`verify_share` 0.918 to 0.929).
 # - At the paper's acceptance one parallel pass is shown faster than seven sequential ones in the committed float32
-#   runs of `cpu-epyc-avx2-2c`: 1.59x against 1.46x on code (22 of 24 prompts). This run's 2 live prompts agree
-#   (2.87x against 2.41x), too few to show it.
-# - Here 2x decode at K=7 needs AL 2.31, a per-slot rate of 0.573. The shipped head's slot 1 reaches 0.316.
+#   runs of `cpu-epyc-avx2-2c`: 1.59x against 1.46x on code (22 of 24 prompts). This run's 2 live prompts lean the same
+#   way (3.17x against 2.97x), too few to show it.
+# - On the committed bf16 round (1.26 steps), 2x decode at K=7 needs AL 2.52; the shipped head's slot 1 reaches
+#   0.316.
 #
 # Next, `07_vllm_deploy`: the P-EAGLE head exported to vLLM and served with `"parallel_drafting": true`, checked
 # against our own loop.

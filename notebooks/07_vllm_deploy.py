@@ -337,8 +337,9 @@ print(f"one batched plain step {plain_step_ms:.0f} ms; one batched speculative r
       "the round cost)")
 
 # %% [markdown]
-# **Reading it.** On 2 CPU cores, with the 4 prompts batched, the head makes vLLM slower: 0.51x. A batched round costs
-# 2.88 plain steps but yields only 1.45 tokens per prompt, which predicts nearly the same, 0.50x.
+# **Reading it.** On 2 CPU cores, with the 4 prompts batched, the head makes vLLM slower: 0.39x. A batched round costs
+# 3.74 plain steps but yields only 1.45 tokens per prompt, which predicts the same, 0.39x. (Engine start, 87 and 88 s,
+# was this fresh machine's first: vLLM caches what it compiles, so later starts are shorter.)
 #
 # ## 7 · Under load, and with tensor parallelism (question 8)
 #
@@ -427,9 +428,10 @@ for path in sorted(RESULTS.glob("*/tensor-parallel/tensor_parallel.json")):
 # **GPU:** verifying K+1 tokens costs only 1.146 to 1.181 decode steps over K = 1 to 8. At K=8, drafting is 6% of a
 # P-EAGLE round against 31% for EAGLE-3: a cost model, not a measured speed-up.
 #
-# **Tensor parallelism** (`cpu-epyc-avx2-2c`): over 2 processes verification ran 0.55x as fast, so the drafter's
-# share of a round fell. The all-reduces explain 33.5 ms of the slowdown; the rest is not taken apart here (two
-# processes on two cores also share the cores' caches and the per-layer Python work). On GPUs, where sharding speeds the target up, that share should grow: argued, not measured.
+# **Tensor parallelism** (`cpu-epyc-avx2-2c`): over 2 processes verification ran 0.55x as fast, so the drafter's share
+# of a round fell. The all-reduces explain 33.5 ms of the slowdown; the rest is not taken apart here (two processes on
+# two cores also share the cores' caches and the per-layer Python work). On GPUs, where sharding speeds the target up,
+# that share should grow: argued, not measured.
 #
 # ## 8 · Recipe: the published P-EAGLE heads on a GPU
 #
@@ -536,7 +538,7 @@ release()
 #
 # - The head left vLLM's greedy tokens unchanged on 4 of 4 prompts.
 # - vLLM's acceptance length equalled our loop's: 1.454 at K=8.
-# - Live on 2 CPU cores, 4 prompts batched, the head made vLLM slower, 0.51x: a round costs 2.88 plain steps and
+# - Live on 2 CPU cores, 4 prompts batched, the head made vLLM slower, 0.39x: a round costs 3.74 plain steps and
 #   yields 1.45 tokens.
 # - Under load (committed sweep), break-even turned into a loss: 1.00x at 1 request, 0.28x at 16.
 # - Over 2 CPU processes, verification ran 0.55x as fast and the drafter's share fell.

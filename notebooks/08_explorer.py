@@ -110,9 +110,9 @@ print("the first token comes from the target:", run.sources[0] == viz.TARGET)
 print("lossless (identical, or in a near-tie regime a near-tie divergence; see the regime above):", run.lossless)
 
 # %% [markdown]
-# **Reading it.** P-EAGLE at K=4 commits 1.40 tokens per round (of a possible 5) and ran at 1.07x plain decoding's
-# speed, in one timing each. Its text leaves plain greedy's at token 12, at an exact tie: lossless by the near-tie rule
-# (00).
+# **Reading it.** P-EAGLE at K=4 commits 1.40 tokens per round (of a possible 5) and ran at 0.98x plain decoding's
+# speed, about even, in one timing each. Its text leaves plain greedy's at token 12, at an exact tie: lossless by the
+# near-tie rule (00).
 #
 # ### "Speculative decoding changed my greedy output" (question 9)
 #
@@ -317,8 +317,8 @@ assert same == N_SAME
 #   MT-Bench, which stands in for `chat`; within a 32-token budget the draws give less, as 06's committed rows show),
 #   replayed on the same draws: one parallel pass / K sequential.
 #
-# Verdicts use the paired rule (00, "How the course measures"). The 5-prompt float32 run, made with earlier heads, is too small for it to
-# show an order: it supplies the float32 verdict's 2 "not shown" entries.
+# Verdicts use the paired rule (00, "How the course measures"). The 5-prompt float32 run, made with earlier heads, is
+# too small for it to show an order: it supplies the float32 verdict's 2 "not shown" entries.
 
 # %% tags=["nbval-ignore-output"]
 from peagle_lab import bench
@@ -391,11 +391,10 @@ print("verdict, at the paper's acceptance (one parallel pass against K sequentia
 
 # %% [markdown]
 # **Reading it.** With bf16 units both heads are shown faster than plain decoding (1.14x to 1.31x): verifying 8 tokens
-# costs little more than a decode step (`verify_k7` 1.07 in the committed run; 05's live table gives 1.24 for 8
-# tokens, so a pass timed alone moves by a fifth between runs). In float32 it costs about two, and no head is shown
-# faster. Neither
-# head is shown faster than the other, but at the blog's acceptance one pass is shown faster than K in the float32 runs
-# of `cpu-epyc-avx2-2c` (1.59x against 1.46x on `code`), the only ones with a K-pass oracle row.
+# costs little more than a decode step (`verify_k7` 1.07 in the committed run; 05's live table gives 1.35 for 8 tokens,
+# so a pass timed alone moves by a fifth or more between runs). In float32 it costs about two, and no head is shown
+# faster. Neither head is shown faster than the other, but at the blog's acceptance one pass is shown faster than K in
+# the float32 runs of `cpu-epyc-avx2-2c` (1.59x against 1.46x on `code`), the only ones with a K-pass oracle row.
 
 # %% [markdown]
 # ## Appendix: every acceptance length in the course
@@ -457,7 +456,7 @@ print(f"06's {len(bench06)} committed benchmark rows: {min(bench06):.2f} to {max
 # %% [markdown]
 # ## What we saw
 #
-# - **Fixed run**: P-EAGLE at K=4 commits 1.40 tokens per round and ran at 1.07x plain decoding's speed (one timing).
+# - **Fixed run**: P-EAGLE at K=4 commits 1.40 tokens per round and ran at 0.98x plain decoding's speed (one timing).
 # - **bf16**: 51 of 216 committed bf16 outputs leave plain greedy, all at near-ties.
 # - **Speculative sampling**: the output follows p (TV 0.0041) despite a poor drafter.
 # - **Across hosts** (committed): with bf16 units both heads are shown faster than plain decoding (1.14x to 1.31x); in
@@ -473,12 +472,12 @@ print(f"06's {len(bench06)} committed benchmark rows: {min(bench06):.2f} to {max
 # | shipped heads, acceptance | 04 | committed; 8 held-out scale-mix prompts x 64 tokens, K=7, bf16 | EAGLE-3 accepts more: AL 2.532 against 1.895 |
 # | shipped heads, speed | 06 | committed; 24 HumanEval prompts, each head at its best K, bf16 | neither shown faster: P-EAGLE ahead on 15 of 24 (p = 0.31) |
 # | matched pair, speed | 05 | committed; 48 held-out list requests x 96 tokens, float32 | P-EAGLE shown faster: 2.10x against 1.92x plain, 37 of 48 (p = 0.00022) |
-# | matched pair, live | 05 | 12 list requests x 40 tokens, K=7, bf16 | drafting shown cheaper on 12 of 12; end to end 6 of 12, not shown |
-# | same drafts, one pass or K | 05, 06 | the oracle at the blog's rate, K=7 | one pass shown faster: 8 of 8 live (05), 22 of 24 committed (06, `cpu-epyc-avx2-2c`, float32) |
+# | matched pair, live | 05 | 12 list requests x 40 tokens, K=7, bf16 | drafting shown cheaper on 12 of 12; end to end 8 of 12, not shown |
+# | same drafts, one pass or K | 05, 06 | the oracle at the blog's rate, K=7 | one pass shown faster in the committed runs: 22 of 24 (06, `cpu-epyc-avx2-2c`, float32); live, 7 of 8 (05, p = 0.07: not shown) |
 # | vLLM serving | 07 | committed; 1 concurrent request, K=7 | speculation breaks even (1.00x) |
 #
-# So from K=2 on, P-EAGLE's one pass makes the cheaper round (05); it wins end to end where a head gets many drafts accepted (list
-# requests), and the course's small heads on open prompts are not that case.
+# So from K=2 on, P-EAGLE's one pass makes the cheaper round (05); it wins end to end where a head gets many drafts
+# accepted (list requests), and the course's small heads on open prompts are not that case.
 #
 # **What you wrote, and what checked it:**
 #
