@@ -56,8 +56,8 @@ from peagle_lab import models, precision, settings
 # Greedy speculation commits only the target's own argmax tokens. But verification runs K+1 rows at once, so its logits
 # can differ from plain decoding's in the last bits.
 #
-# - **fp32 on a CPU** (regime *exact*): the output is **identical** to plain greedy decoding. This chapter checks every
-#   run.
+# - **fp32 on a CPU** (regime *exact*): the output has been **identical** to plain greedy decoding in every run and
+#   test of this course, so any difference is treated as a bug. This chapter checks every run.
 # - **bf16, or fp32 on a GPU** (regime *near-tie*): identical, **or** diverging at a *near-tie*, where the top two
 #   logits are closer than rounding can separate.
 #
@@ -191,9 +191,9 @@ for key, value in [("target_params", n_params), ("greedy_tokens_per_s", round(to
 
 # %% [markdown]
 # **Reading it.** In float32 on this CPU, verifying K=5 drafts costs 1.64 one-token steps, against 1.17 on the H200. A
-# round here must commit more than one and a half tokens just to pay for that; bfloat16 makes it cheaper (05). These
-# are single timings, and they move between runs (each chapter prints its own). The H200 step is an eager PyTorch
-# loop, not a serving engine: read its ratio, not its milliseconds.
+# round here must commit more than 1.64 tokens, plus drafting's time, just to pay for that; bfloat16 makes it cheaper
+# (05). These are medians of a few repeats in one run; they move between runs (each chapter prints its own). The H200
+# step is an eager PyTorch loop, not a serving engine: read its ratio, not its milliseconds.
 #
 # ## One speculative round, written out
 #

@@ -149,7 +149,8 @@ fig.tight_layout();
 # **Reading it.** The three taps differ: cosine 0.76 between taps 2 and 15, 0.43 between 15 and 27, 0.34 between
 # 2 and 27. Distance alone does not order them (15 to 27 is the shorter gap, yet the less alike). The right plot
 # shows why: layers 2 to 24 form one block of near-parallel neighbours, layers 25 to 29 a second, and tap 27 sits in
-# the second. Layers 0 and 1 and the final norm's output are unlike everything else.
+# the second. Layer 0 and the last layer's output (row 30, before the final norm) are unlike the rest, and layer 1 is
+# only partly alike.
 #
 # ## Logit lens: what each tap already predicts
 #

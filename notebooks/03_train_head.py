@@ -233,9 +233,9 @@ except PeagleError as exc:
 # Offline features are computed once and read back every epoch. Online features cost a target forward per use, but no
 # disk. The cell prepares the training sequences and compares the three ways on a few: speed, disk and error.
 #
-# The sequences this chapter trains on are the target's answers to 96 **list requests** ("List the numbers from 12
-# to 24, one per line"): text so predictable that 40 steps on a laptop give a head that visibly drafts. The shipped
-# heads train on the scale mix for hours (04); 05 races heads trained on list requests.
+# The sequences this chapter trains on are the target's answers to 96 **list requests** ("Write the letters of the
+# alphabet from I to T, one per line"): text so predictable that 40 steps on a laptop give a head that visibly drafts.
+# The shipped heads train on the scale mix for hours (04); 05 races heads trained on list requests.
 #
 # The committed storage study then asks whether bf16 costs acceptance. It retrains 02's learned mask variant on bf16
 # taps, with the same seeds.
@@ -437,9 +437,9 @@ check_cod_sample(my_cod_sample)
 # (`RowCache`). Depth 0 reads every position: token `x[t+1]` with the taps of `t`, fused by `fc`. Each deeper depth
 # adds one mask slot per kept anchor, under 02's attention rule.
 #
-# The loss averages each depth's cross-entropy on its trained anchors. Depth `d`'s label is the token `d + 1` past
-# the anchor, skipped if outside the draft vocabulary. `DraftTrainer`, the package's head with its loss, does the
-# same in batches.
+# The loss averages each depth's cross-entropy on its trained anchors. Element `(a, d)`'s label is `y[a+d+1]`, the
+# target's token after `x[a+d+1]` (00's glossary), skipped if outside the draft vocabulary. `DraftTrainer`, the
+# package's head with its loss, does the same in batches.
 #
 # First the cell prints `tap_scale`, the taps' per-feature RMS over the training sequences. `fc` trains on taps
 # divided by it. The head is a short demo run with 2,048 draft ids.
@@ -573,7 +573,8 @@ del ttt, head
 
 # %% [markdown]
 # **Reading it.** The hand unroll is the package's objective: loss 4.7808 both ways. (This is the shipped, trained
-# EAGLE-3 head on a list answer; the untrained P-EAGLE row above scored 17.77: the gap is training, not the mode.)
+# EAGLE-3 head on 61 tokens of a list answer; the untrained P-EAGLE row above, 17.77, is another head, row and depth
+# count, so the two losses do not compare.)
 #
 # ### The training loop, by hand
 #
@@ -817,10 +818,9 @@ report.record("nb03_own_path_al", round(sum(committed) / len(committed), 4));
 # %% [markdown]
 # **Reading it.** Our own path is lossless: its output equals plain greedy decoding, and each round accepts what the
 # package's loop accepts. And the head drafts: after 40 steps it commits 1.76 tokens a round at K=4 over 54 rounds,
-# often 3 (on counting, a learnable pattern). That is just above what a verify pass costs in float32 here (00 timed
-# 1.64 steps for 6 tokens, 1.71 for 9), so with drafting's own time it would about break even in float32; bf16
-# verifies cheaper (05). 05 trains a
-# pair longer on the same kind of text and races it.
+# often 3 (on counting, a learnable pattern). That is just above what 00 timed for a verify pass in float32 (1.64
+# steps for 6 tokens, 1.71 for 9; a K=4 round verifies 5), before drafting's own time, which this path does not time;
+# bf16 verifies cheaper (05). 05 trains a pair longer on the same kind of text and races it.
 #
 # ## What we saw
 #

@@ -287,8 +287,8 @@ print(f"\nthe blog's AL {PAPER_AL} at K={PAPER_K} (HumanEval) needs every slot a
 # `--init-from` restarts the optimizer and warm-up (untested).
 #
 # More layers did not help in the same 2400 s: 4 layers reach 1.292 against 1 layer's 1.512. Nor at equal tokens:
-# at 500,051 tokens seen, 1 layer scores 1.379 against 4 layers' 1.292 (2 layers' nearest snapshot, at 300,580
-# tokens, does not compare).
+# at 500,051 tokens seen, 1 layer scores 1.379 against 4 layers' 1.292 (2 layers has no snapshot there; the right
+# plot sets all three side by side near 300k tokens).
 #
 # ## 3 · Your own model and its chat template (question 1)
 #
@@ -547,7 +547,7 @@ if runs:
 # - **Shipped heads:** at K=7, EAGLE-3 accepts 2.532 tokens a round and P-EAGLE 1.895, the reverse of the paper's
 #   order; 05's committed matched pair agrees.
 # - **Lossless:** every live speculative output matched plain greedy.
-# - **Why AL stays low:** P-EAGLE's rate falls to 0.24 by slot 3; the blog's 3.94 needs 0.78 at every slot.
+# - **Why AL stays low:** P-EAGLE's rate falls to 0.24 by slot 3; a constant 0.78 at every slot gives the blog's 3.94.
 # - **Scale:** continuing `exp-L1` raised its AL from 1.737 to 1.895 (the shipped head); in the same 2400 s, 2 or 4
 #   layers scored below 1 layer (1.292 at 4 layers against 1.512).
 # - **Two processes** (`torchrun`, gloo) logged the same loss as one at every step of the tiny target's head.

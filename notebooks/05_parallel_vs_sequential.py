@@ -199,11 +199,11 @@ def my_passes(mode, k, new_slots):
 
 check_passes(my_passes)
 
-# The prediction: the parallel round stays one pass (8 more mask slots at K=10, and a wider pass costs little at
-# batch 1); the sequential round adds a drafter pass per extra draft. So their ratio rises with K but stays below K,
-# the more so as the parallel pass widens (timings are noisy: the fraction of K need not fall at every K). Each time
-# is a median of 9 calls, timed apart from the drafting-cost table above, so the two can differ: rerun the cell to
-# see them move.
+# The prediction: the parallel round stays one pass (8 more mask slots at K=10, and a wider pass costs little at batch
+# 1); the sequential round adds a drafter pass per extra draft. So their ratio rises with K but stays at or below K, the
+# more so as the parallel pass widens (timings are noisy: the fraction of K need not fall at every K). Each time is a
+# median of 9 calls, timed apart from the drafting-cost table above, so the two can differ: rerun the cell to see them
+# move.
 EX_KS = (2, 10)
 ex = {}
 for ex_k in EX_KS:
@@ -302,11 +302,12 @@ ax.set(xlabel="request (sorted by gap)", ylabel="speed-up gap", xticks=[],
 plt.show()
 
 # %% [markdown]
-# **Reading it.** Trained alike, P-EAGLE is shown faster than EAGLE-3: 2.10x against 1.92x at K=7, on 37 of 48
-# requests (p = 0.00022; the green bars). P-EAGLE drafts in 11.4 to 16.4 ms a round at every K; EAGLE-3's drafting
-# grows from 20.3 to 42.4 ms. P-EAGLE's round even falls a little with K (2.11, 2.02, 1.98 steps), but only because
-# its verify medians fell (109.15, 108.66, 102.86 ms): a wider verify is not cheaper, so that is timing noise of one
-# run. Both heads peak at K=7, the largest K here; the next cell opens it and a wider sweep.
+# **Reading it.** Trained alike, P-EAGLE is shown faster than EAGLE-3: 2.10x against 1.92x at K=7, on 37 of 48 requests
+# (p = 0.00022; the green bars). P-EAGLE drafts in 11.4 to 16.4 ms a round at every K; EAGLE-3's drafting grows from
+# 20.3 to 42.4 ms. P-EAGLE's round even falls a little with K (2.11, 2.02, 1.98 steps): its drafting medians (16.42,
+# 11.43, 15.06 ms) and verify medians (109.15, 108.66, 102.86 ms) both move by several milliseconds without order,
+# timing noise of one run (a wider verify is not cheaper). Both heads peak at K=7, the largest K here; the next cell
+# opens it and a wider sweep.
 
 # %% tags=["nbval-ignore-output"]
 import matplotlib.pyplot as plt
@@ -349,7 +350,8 @@ if wide:
 # often than the slot before it is accepted, because the token budget cuts the last round short.
 #
 # The wider sweep shows where each method's K runs out: P-EAGLE still gains up to K=11 (2.07x, 2.13x, 2.19x), while
-# EAGLE-3 is flat from K=7 (1.94x, 1.91x, 1.90x): each extra pass costs about what its extra draft saves. At each
+# EAGLE-3 is flat from K=7 (1.94x, 1.91x, 1.90x) while its AL still rises (5.15, 5.74, 5.99): its extra passes eat
+# what its extra drafts gain. At each
 # head's best K, P-EAGLE is shown faster (36 of 48, p = 0.00072). The sweep is a second run, so its K=7 figures
 # differ a little from the table's (2.07x against 2.10x). Most requests P-EAGLE loses to plain decoding have short
 # answers (10 of 11 at most 14 tokens): few rounds to gain in.
@@ -430,9 +432,9 @@ else:
 # %% [markdown]
 # **Reading it.** Live in bf16, P-EAGLE's drafting is shown cheaper: 8.0 against 33.4 ms a round, on 12 of 12
 # requests (p = 0.00049). End to end it beats EAGLE-3 on only 8 of 12 (p = 0.39): not shown. Per request, acceptance
-# moves more than drafting saves, and 12 short answers are a small sample (the committed run needed 48). Both heads
-# are shown faster than plain decoding (P-EAGLE on 12 of 12, EAGLE-3 on 11 of 12). A pass of this pair costs more than
-# the shipped head's 5.21 to 6.36 ms above: it scores 16,384 draft ids, four times as many.
+# moves more than drafting saves, and 12 short answers are a small sample (the committed run used 48). Both heads
+# are shown faster than plain decoding (P-EAGLE on 12 of 12, EAGLE-3 on 11 of 12). (`draft ms` also carries the
+# drafter's first pass over each prompt, spread over a request's rounds.)
 #
 # ### The saving alone: the same drafts, two drafting costs
 #

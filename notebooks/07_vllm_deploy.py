@@ -338,8 +338,8 @@ print(f"one batched plain step {plain_step_ms:.0f} ms; one batched speculative r
 
 # %% [markdown]
 # **Reading it.** On 2 CPU cores, with the 4 prompts batched, the head makes vLLM slower: 0.39x. A batched round costs
-# 3.74 plain steps but yields only 1.45 tokens per prompt, which predicts the same, 0.39x. (Engine start, 87 and 88 s,
-# was this fresh machine's first: vLLM caches what it compiles, so later starts are shorter.)
+# 3.74 plain steps but yields only 1.45 tokens per prompt: 1.45 / 3.74 is the same 0.39x, split into acceptance and
+# round cost.
 #
 # ## 7 · Under load, and with tensor parallelism (question 8)
 #
@@ -422,7 +422,7 @@ for path in sorted(RESULTS.glob("*/tensor-parallel/tensor_parallel.json")):
 # **Reading it (question 8).** Load turns break-even into a loss: 1.00x at 1 concurrent request, 0.28x at 16. A round
 # grows to 4.78 plain steps while acceptance length holds: batching likely fills the idle compute verification needed
 # (utilisation is not measured here). At 1 request vLLM's whole round costs 1.29 of its own plain steps, where our
-# transformers loop pays about 2 steps in float32 for the verify pass alone (00): each engine has its own ratio, so
+# transformers loop pays 1.64 to 1.71 steps in float32 for the verify pass alone (00): each engine has its own ratio, so
 # compare round costs within one engine.
 #
 # **GPU:** verifying K+1 tokens costs only 1.146 to 1.181 decode steps over K = 1 to 8. At K=8, drafting is 6% of a

@@ -211,7 +211,8 @@ else:
 #
 # Intuition says code (keywords, brackets), and here code edges chat, 1.33 against 1.29. But one prompt each cannot
 # rank kinds of text, and the committed 24-prompt runs do not either: P-EAGLE gets 1.51 on code and 1.55 on chat on
-# `cpu-epyc-avx2-2c` (float32), 1.540 and 1.519 on this host (bfloat16, each at its best K; the ledger below).
+# `cpu-epyc-avx2-2c` (float32, both at K=4), 1.540 and 1.519 on this host (bfloat16, each at its fastest K, 3 and 2,
+# so not at equal K; the ledger below).
 #
 # </details>
 
@@ -474,7 +475,7 @@ print(f"06's {len(bench06)} committed benchmark rows: {min(bench06):.2f} to {max
 # | matched pair, speed | 05 | committed; 48 held-out list requests x 96 tokens, float32 | P-EAGLE shown faster: 2.10x against 1.92x plain, 37 of 48 (p = 0.00022) |
 # | matched pair, live | 05 | 12 list requests x 40 tokens, K=7, bf16 | drafting shown cheaper on 12 of 12; end to end 8 of 12, not shown |
 # | same drafts, one pass or K | 05, 06 | the oracle at the blog's rate, K=7 | one pass shown faster in the committed runs: 22 of 24 (06, `cpu-epyc-avx2-2c`, float32); live, 7 of 8 (05, p = 0.07: not shown) |
-# | vLLM serving | 07 | committed; 1 concurrent request, K=7 | speculation breaks even (1.00x) |
+# | vLLM serving | 07 | committed; 1, 4, 16 concurrent requests, K=7 | breaks even at 1 request (1.00x), loses under load (0.43x at 4, 0.28x at 16) |
 #
 # So from K=2 on, P-EAGLE's one pass makes the cheaper round (05); it wins end to end where a head gets many drafts
 # accepted (list requests), and the course's small heads on open prompts are not that case.
