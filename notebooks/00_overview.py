@@ -197,7 +197,8 @@ for key, value in [("target_params", n_params), ("greedy_tokens_per_s", round(to
 #
 # ## One speculative round, written out
 #
-# `draft` and `speculate` below are the package's loop in about 45 lines, drafting with the *shipped* P-EAGLE head (the
+# `draft` and `speculate` below write the package's loop by hand in about 60 lines (it always drafts K; the package's
+# loop drafts only what fits near the budget), drafting with the *shipped* P-EAGLE head (the
 # trained head that comes with the course). It uses the **EAGLE shift**: drafter position t holds token x_{t+1} with
 # h_t, the taps that predicted it. With context x_0..x_n and x_{n+1} just chosen from h_n, slot 1 (position n) drafts
 # x_{n+2} at depth 0, and slot j drafts x_{n+j+1} at depth j-1.
@@ -220,7 +221,8 @@ draw_eagle_shift(n=4, k_fig=4)  # context x_0..x_4, one round of K=4 drafts
 # The *prefill* is the target's first forward, over the whole prompt. Treat `draft` as a black box; 02 writes the head.
 # In 02's terms, `head.fuse` is `fc`, and `mask_slot_hidden()` is `fc(mask_hidden)`, the mask slots' hidden input.
 # `to_target_logits` maps draft ids to target ids (`d2t`). `Slots` holds the new tokens, their taps and the first one's
-# position. The second cell below checks the round against the package's loop and plain decoding.
+# position. After the drawing of its first round, a cell checks the round against the package's loop and plain
+# decoding.
 
 # %%
 from transformers import DynamicCache
@@ -499,7 +501,7 @@ for k_try, rounds_try in tries.items():
 # ### The cast: one target, its heads, the prompt sets, the hosts
 #
 # Every head drafts for one target, SmolLM2-135M-Instruct. An AL belongs to its head **and** its settings (prompt set,
-# prompts, new tokens, K, dtype); 08's appendix lists each with its settings.
+# prompts, new tokens, K, dtype); 08's appendix lists the shipped heads' ALs with their settings.
 #
 # | head | what it is | trained | chapters |
 # |---|---|---|---|
@@ -515,7 +517,7 @@ for k_try, rounds_try in tries.items():
 # | one chat prompt (prime check) | "Write a Python function that checks whether a number is prime." | 00, 08 |
 # | HumanEval | Python function-writing problems (1 to 24 of them; each table says how many) | 04-08 |
 # | the scale mix's held-out split | code, reasoning, chat, data and multi-turn prompts that no head trained on | 02, 03, 04, 06, 08 |
-# | list requests | templated requests for lists (letters, counting, tables, calendars); 48 held out, never trained on | 05 |
+# | list requests | templated requests for lists (letters, counting, tables, calendars); 48 held out, never trained on | 03, 05 |
 #
 # Hosts: `cpu-epyc-avx512bf16-2c` (2-core AMD EPYC with bf16 units, native bfloat16 instructions; no GPU) ran every live
 # cell and most committed runs. `cpu-epyc-avx2-2c` (no bf16 units) ran some committed runs. `gpu-h200` timed an 8B
@@ -534,7 +536,7 @@ for k_try, rounds_try in tries.items():
 # | `05_parallel_vs_sequential` | Parallel vs sequential drafting: the cost of a round each way; the payoff where acceptance is high (a pair trained alike on list requests, committed and raced live; the same drafts charged one pass or K; a small pair trained and raced here, each head at its own K) | 6.0 |
 # | `06_what_it_takes` | The shipped heads on open prompts against plain decoding; losslessness in bf16; the paper's acceptance priced here (the oracle); the break-even picture | 1.9 |
 # | `07_vllm_deploy` | Export to vLLM's eagle3 format, serve with `parallel_drafting`; load and tensor parallelism | 7.2 |
-# | `08_explorer` | Drafts accepted token by token; speculative sampling; the course's verdicts side by side; every acceptance length | 1.0 |
+# | `08_explorer` | Drafts accepted token by token; speculative sampling; the course's verdicts side by side; the shipped heads' acceptance lengths | 1.0 |
 #
 # Minutes: rounded, from one `make lab` on a fresh `cpu-epyc-avx512bf16-2c` machine (`SUMMARY.md` lists each): 26 min
 # 47 s of notebooks in all, the first run after set-up (07's vLLM starts with empty compile caches). No chapter needs a

@@ -300,8 +300,8 @@ print("verdict: " + (f"bf16 taps change AL by {gap:+.3f}, beyond the seeds' nois
 
 # %% [markdown]
 # **Reading it.** Storing features pays: bf16 shards read back 2,019x faster than the target forward, on half of
-# float32's disk. They read back slower than float32 shards (546,397 against 1,747,805 tokens/s: each value is
-# converted on reading), so bf16 is for disk, not speed. The storage study finds no acceptance cost the seeds can
+# float32's disk. They read back slower than float32 shards (546,397 against 1,747,805 tokens/s; the cause is not
+# timed here), so bf16 is for disk, not speed. The storage study finds no acceptance cost the seeds can
 # measure (AL 1.210 against 1.211 for float32). So bf16 is the default.
 #
 # ## 4 · Training

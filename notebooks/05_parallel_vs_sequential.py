@@ -564,7 +564,8 @@ else:
 
 # %% [markdown]
 # **Reading it.** At their picked K (3 for P-EAGLE, 1 for EAGLE-3), P-EAGLE is shown faster than EAGLE-3, on 11 of 12
-# requests (p = 0.0063). Both are shown faster than plain decoding (11 and 10 of 12).
+# requests (p = 0.0063). Both are shown faster than plain decoding (11 and 10 of 12). EAGLE-3 races at K=1, one pass
+# like P-EAGLE's, so this race measures how the two training runs came out, not the two drafting modes.
 #
 # The lead is acceptance, AL 1.67 against 1.23: EAGLE-3's single draft is shown cheaper a round (5.8 against 6.7 ms,
 # P-EAGLE's cheaper on only 2 of 12 requests, p = 0.039).
@@ -583,7 +584,8 @@ else:
 # - On the same drafts, one P-EAGLE pass beat seven EAGLE-3 passes on 7 of 8 requests (p = 0.07, not shown live; 06's
 #   committed runs show it).
 # - A small pair trained here, each head at its tuned K: P-EAGLE is shown faster than EAGLE-3 (11 of 12) on
-#   acceptance, AL 1.67 against 1.23.
+#   acceptance, AL 1.67 against 1.23. EAGLE-3 picked K=1, one pass too: a result of the two training runs, not of
+#   the drafting modes.
 #
 # The same from a shell:
 #

@@ -391,14 +391,15 @@ print("verdict, at the paper's acceptance (one parallel pass against K sequentia
     or "not run")
 
 # %% [markdown]
-# **Reading it.** With bf16 units both heads are shown faster than plain decoding (1.14x to 1.31x): verifying 8 tokens
-# costs little more than a decode step (`verify_k7` 1.07 in the committed run; 05's live table gives 1.35 for 8 tokens,
-# so a pass timed alone moves by a fifth or more between runs). In float32 it costs about two, and no head is shown
+# **Reading it.** With bf16 units both heads are shown faster than the course's plain loop (1.14x to 1.31x; 06 shows
+# transformers' `generate` faster than that loop): verifying 8 tokens costs little more than a decode step
+# (`verify_k7` 1.07 in the committed run; 05's live table gives 1.20 to 1.35 for K = 6 to 10, so a pass timed alone
+# moves by a fifth or more between runs). In float32 it costs about two, and no head is shown
 # faster. Neither head is shown faster than the other, but at the blog's acceptance one pass is shown faster than K in
 # the float32 runs of `cpu-epyc-avx2-2c` (1.59x against 1.46x on `code`), the only ones with a K-pass oracle row.
 
 # %% [markdown]
-# ## Appendix: every acceptance length in the course
+# ## Appendix: every acceptance length of the shipped heads
 #
 # 00's "How the course measures" states the rules every verdict here follows.
 #
