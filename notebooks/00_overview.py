@@ -22,7 +22,7 @@
 # **What to expect on a 2-core CPU.** Every piece is built in view and checked: the round, the drafter, its training,
 # and losslessness (exact in float32 on a CPU; up to near-ties, defined below, in bfloat16). P-EAGLE beats EAGLE-3
 # where a drafter gets many drafts accepted: 05's committed run shows it on 48 requests for lists, with two heads
-# trained alike. On open
+# trained alike (one seed each; 05's live rerun is too small to show the order). On open
 # prompts the course's small heads get few drafts accepted, so neither method gains much there (06). The published
 # speed-ups need the published heads on a GPU; 07 shows how to serve them.
 #
@@ -476,10 +476,11 @@ for k_try, rounds_try in tries.items():
 #
 # Every verdict in the course follows these rules; in brackets, the chapter that builds or first uses each.
 #
-# - **Committed, live.** *Committed*: a run from `data/results/<host>/<dtype>/`, quoted with host and dtype. *Live*:
+# - **Committed, live.** *Committed*: a run from `data/results/<host>/<dtype>/`, quoted with host and dtype (a file
+#   that predates recording its dtype is said to). *Live*:
 #   run here on a few prompts; timings move between runs.
-# - **Hosts.** `cpu-epyc-avx2-2c` (AVX2 only), `cpu-epyc-avx512bf16-2c` (bf16 units). Compare only within one host and
-#   dtype.
+# - **Hosts.** `cpu-epyc-avx2-2c` (AVX2 only), `cpu-epyc-avx512bf16-2c` (bf16 units). Compare speed-ups only within one
+#   host and dtype; a round's cost in decode steps is a ratio, and 06 sets those side by side across them.
 # - **Acceptance length** (00). AL = 1 + accepted drafts / rounds. Near the budget the loop drafts only what fits, so a
 #   recorded AL can sit a little below one rebuilt from per-slot rates (04). When a last round accepts every draft,
 #   its bonus falls one past the budget: cut from the output, counted in AL (as vLLM counts it).

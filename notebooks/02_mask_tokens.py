@@ -548,9 +548,10 @@ for r in rows:
 # slot 2 and 9 slot 3, so the study says little about slot 3 onwards.
 #
 # Learned and random tie in AL, but slot 2's rate does move with the stand-in: from 0.04 (frozen mask embedding) to 0.13
-# (copy of h_context), over 138 to 169 rounds a run, while slot 1 tends to move the other way (0.16 to 0.20). At this
-# budget slot 1 decides AL. Every variant shares one stand-in across all mask slots, so none tests what tells the slots
-# apart; a study where deep slots are reached often (05's list requests) would say more.
+# (copy of h_context), over at most about 138 to 169 rounds a run and with no seed spread for per-slot rates, while slot
+# 1 tends to move the other way (0.16 to 0.20). At this budget slot 1 decides AL. Every variant shares one stand-in
+# across all mask slots, so none tests what tells the slots apart; a study where deep slots are reached often (05's list
+# requests) would say more.
 
 # %% tags=["nbval-ignore-output"]
 from peagle_lab.workbook import report

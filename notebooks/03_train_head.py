@@ -820,7 +820,8 @@ report.record("nb03_own_path_al", round(sum(committed) / len(committed), 4));
 # package's loop accepts. And the head drafts: after 40 steps it commits 1.76 tokens a round at K=4 over 54 rounds,
 # often 3 (on counting, a learnable pattern). That is just above what 00 timed for a verify pass in float32 (1.64
 # steps for 6 tokens, 1.71 for 9; a K=4 round verifies 5), before drafting's own time, which this path does not time;
-# bf16 verifies cheaper (05). 05 trains a pair longer on the same kind of text and races it.
+# bf16 verifies cheaper (05). 05 races a pair trained far longer (1,000 steps, committed) on the same kind of text, and
+# trains a small pair in view.
 #
 # ## What we saw
 #

@@ -172,11 +172,11 @@ for k in KS:  # the live check: which head accepts more, and is it the one the h
     print(f"this run, K={k}: P-EAGLE {p:.2f}, EAGLE-3 {s:.2f}, gap {s - p:+.2f}: {leader(s - p)}{tail}")
 
 # %% [markdown]
-# **Reading it.** On the committed held-out prompts EAGLE-3 accepts more at K=7: 2.532 tokens a round against
-# P-EAGLE's 1.895. P-EAGLE leads at slot 1, but its later rates fall fast: about 13 of 270 rounds reach
-# slot 4. So K=7 adds almost nothing for it: slot 4 adds 0.019 tokens a round, slots 1-3 score 0.019 less in all
-# on K=7's rounds, and its recorded AL reads 1.895 at both K. Rounds of the two K's start at different positions once a
-# slot-4 draft is kept, so their slot-1 rates are not from the same rounds; a 0.019 difference is within noise.
+# **Reading it.** On the committed held-out prompts EAGLE-3 accepts more at K=7: 2.532 tokens a round against P-EAGLE's
+# 1.895. P-EAGLE leads at slot 1, but its later rates fall fast: about 13 of 270 rounds reach slot 4. So K=7 adds almost
+# nothing for it: slot 4 adds 0.019 tokens a round, slots 1-3 score 0.019 less in all on K=7's rounds, and its recorded
+# AL reads 1.895 at both K. Rounds of the two K's start at different positions once a slot-4 draft is kept, so their
+# slot-1 rates are not from the same rounds; a 0.019 difference is one no printed noise estimate can order.
 #
 # Live, every output matched plain greedy and EAGLE-3 led at every K. On 2 prompts that is a check, not a ranking:
 # at K=1 it even reverses the order the held-out slot-1 rates predict.
@@ -288,7 +288,7 @@ print(f"\nthe blog's AL {PAPER_AL} at K={PAPER_K} (HumanEval) needs every slot a
 #
 # More layers did not help in the same 2400 s: 4 layers reach 1.292 against 1 layer's 1.512. Nor at equal tokens:
 # at 500,051 tokens seen, 1 layer scores 1.379 against 4 layers' 1.292 (2 layers has no snapshot there; the right
-# plot sets all three side by side near 300k tokens).
+# plot sets all three side by side near 300k tokens, where 4 layers sit a little above 2: depth does not order them).
 #
 # ## 3 · Your own model and its chat template (question 1)
 #

@@ -393,8 +393,8 @@ print("verdict, at the paper's acceptance (one parallel pass against K sequentia
 # %% [markdown]
 # **Reading it.** With bf16 units both heads are shown faster than the course's plain loop (1.14x to 1.31x; 06 shows
 # transformers' `generate` faster than that loop): verifying 8 tokens costs little more than a decode step
-# (`verify_k7` 1.07 in the committed run; 05's live table gives 1.20 to 1.35 for K = 6 to 10, so a pass timed alone
-# moves by a fifth or more between runs). In float32 it costs about two, and no head is shown
+# (`verify_k7` 1.07 in the committed run; 05's live table gives 1.35 for the same 8-token pass,
+# so a pass timed alone moves by about a quarter between runs). In float32 it costs about two, and no head is shown
 # faster. Neither head is shown faster than the other, but at the blog's acceptance one pass is shown faster than K in
 # the float32 runs of `cpu-epyc-avx2-2c` (1.59x against 1.46x on `code`), the only ones with a K-pass oracle row.
 
@@ -479,7 +479,8 @@ print(f"06's {len(bench06)} committed benchmark rows: {min(bench06):.2f} to {max
 # | vLLM serving | 07 | committed; 1, 4, 16 concurrent requests, K=7 | breaks even at 1 request (1.00x), loses under load (0.43x at 4, 0.28x at 16) |
 #
 # So from K=2 on, P-EAGLE's one pass makes the cheaper round (05); it wins end to end where a head gets many drafts
-# accepted (list requests), and the course's small heads on open prompts are not that case.
+# accepted (list requests: one committed run, one seed per head), and the course's small heads on open prompts are not
+# that case.
 #
 # **What you wrote, and what checked it:**
 #
@@ -488,7 +489,7 @@ print(f"06's {len(bench06)} committed benchmark rows: {min(bench06):.2f} to {max
 # | one speculative round: draft, verify, accept, bonus, roll back | 00 | the package's loop and plain greedy decoding |
 # | the acceptance rule (exercise) | 00 | 500 random rounds |
 # | one round's inputs: slot 1, then mask slots (exercise) | 02 | the package's round inputs |
-# | the drafter: `fc`, the 2H layer, the mask row, `mask_hidden`, `d2t`; both drafting modes | 02 | the package's head, logits within 1e-4 |
+# | the drafter: `fc`, the 2H layer, the mask row, `mask_hidden`, `d2t`; both drafting modes | 02 | the package's head: logits within 1e-4 (parallel), the same drafts (sequential) |
 # | the training attention mask | 02 | the package's mask, both layouts |
 # | a training row planned by hand; the COD sampler (exercise) | 03 | `plan_row`, `cod_sample` |
 # | the training forward and loss, EAGLE-3's training-time test, the training loop | 03 | the trainer, step by step |
