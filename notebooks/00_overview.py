@@ -19,14 +19,13 @@
 # **Goal:** understand one speculative round (draft, verify, accept, bonus, roll back) well enough to write its loop
 # yourself, and know exactly what "lossless" means.
 #
-# **What to expect on a 2-core CPU.** Every piece is built in view and checked: the round, the drafter, its training,
-# and losslessness (exact in float32 on a CPU; up to near-ties, defined below, in bfloat16). P-EAGLE beats EAGLE-3
-# where a drafter gets many drafts accepted: 05's committed run shows it on 48 requests for lists, with two heads
-# trained alike (one seed each; 05's live rerun is too small to show the order). On open
-# prompts the course's small heads get few drafts accepted, so neither method gains much there (06). The published
-# speed-ups need the published heads on a GPU; 07 shows how to serve them.
+# **What to expect on a 2-core CPU.** The course builds every piece in view and checks it against the package: the
+# round (this chapter), the drafter (02), its training (03), and the loop's losslessness. It runs on a laptop-class CPU
+# with a 135M-parameter target, so the speed-ups it can show are small; each chapter says what its numbers can and
+# cannot decide, and 08 sets the verdicts side by side.
 #
-# *Committed* results are saved under `data/`; *live* ones run here and move with the machine's load.
+# *Committed* results are saved under `data/`; *live* ones run here and move with the machine's load. Terms and
+# rules are explained where they are first used; `reference.md`, beside the notebooks, collects them.
 
 # %%
 # Parameters come from the environment: PEAGLE_TARGET (default: the embedded SmolLM2-135M-Instruct),
@@ -193,7 +192,8 @@ for key, value in [("target_params", n_params), ("greedy_tokens_per_s", round(to
 # **Reading it.** In float32 on this CPU, verifying K=5 drafts costs 1.64 one-token steps, against 1.17 on the H200. A
 # round here must commit more than 1.64 tokens, plus drafting's time, just to pay for that; bfloat16 makes it cheaper
 # (05). These are medians of a few repeats in one run; they move between runs (each chapter prints its own). The H200
-# step is an eager PyTorch loop, not a serving engine: read its ratio, not its milliseconds.
+# step is an eager PyTorch loop, not a serving engine: read its ratio, not its milliseconds. Random weights
+# cost the same as trained ones: a forward's time depends on the shapes, not on the values.
 #
 # ## One speculative round, written out
 #
@@ -449,116 +449,23 @@ for k_try, rounds_try in tries.items():
              acceptance_length=round(sum(rounds_try) / len(rounds_try), 4))
 
 # %% [markdown]
-# ## Glossary, for the chapters ahead
-#
-# Positions are 0-based, as in the code; (0N) names the chapter that builds the piece. Each term is also explained
-# where the course first uses it.
-#
-# | term | meaning |
-# |---|---|
-# | round | one draft-verify-accept step; it commits the accepted drafts plus a *bonus* token |
-# | K | drafts per round (vLLM's `num_speculative_tokens`) |
-# | x_0..x_n, h_0..h_n | the context tokens and the target's taps at them; from h_n the target chooses x_{n+1} |
-# | slot j, draft j, depth | draft j is slot j's token (j = 1..K), at depth j - 1 |
-# | label y_t; element (a, d) | y_t: the target's greedy token after x_t (in self-distilled data, x_{t+1}). In training, anchor a at depth d sits at position a + d and predicts y_{a+d+1} (02, 03) |
-# | acceptance length (AL) | tokens per round, bonus included; 1.00 for plain decoding |
-# | p_j | draft j's acceptance rate among the rounds that accepted drafts 1..j-1 |
-# | taps | three target layers' hidden states, concatenated (3H); `fc` projects them to H (01) |
-# | EAGLE shift | drafter position t holds token x_{t+1} with h_t, the taps that predicted it |
-# | mask token, `mask_hidden` | P-EAGLE's learned stand-ins in slots 2..K: an embedding row for the token, one shared 3H vector for the taps (02) |
-# | COD | conditional drop-token sampling, from PARD (AMD's parallel draft model, 2025): deeper depths train on shrinking, nested shares of positions (02, 03) |
-# | training-time test (TTT) | EAGLE-3's unrolled training: each depth gets the data's next token and the head's previous state (03) |
-# | draft vocabulary, `d2t`, `t2d` | the frequent target ids the head scores; `d2t` maps draft ids to target ids, `t2d` marks the ids the head can emit (03) |
-# | HumanEval, MT-Bench, GSM-8K, ShareGPT | public prompt sets: 164 Python problems, multi-turn chat, grade-school math, shared ChatGPT chats |
-# | lossless | identical to plain greedy, or (bf16, or fp32 on a GPU) diverging only at a near-tie |
-#
-# ## How the course measures
-#
-# Every verdict in the course follows these rules; in brackets, the chapter that builds or first uses each.
-#
-# - **Committed, live.** *Committed*: a run from `data/results/<host>/<dtype>/`, quoted with host and dtype (a file
-#   that predates recording its dtype is said to). *Live*:
-#   run here on a few prompts; timings move between runs.
-# - **Hosts.** `cpu-epyc-avx2-2c` (AVX2 only), `cpu-epyc-avx512bf16-2c` (bf16 units). Compare speed-ups only within one
-#   host and dtype; a round's cost in decode steps is a ratio, and 06 sets those side by side across them.
-# - **Acceptance length** (00). AL = 1 + accepted drafts / rounds. Near the budget the loop drafts only what fits, so a
-#   recorded AL can sit a little below one rebuilt from per-slot rates (04). When a last round accepts every draft,
-#   its bonus falls one past the budget: cut from the output, counted in AL (as vLLM counts it).
-# - **Per-slot rate** (00; 04, 05, 06). p_j = P(draft j accepted | drafts 1..j-1 accepted), over the rounds reaching
-#   slot j; an unreached slot prints `nan`, `None` or `-`.
-# - **Round** (05). (t_draft + t_verify) / t_step; ideal speed-up = AL / round. `speedup` includes the prefill,
-#   `decode_speedup` does not.
-# - **Paired rule** (05). Per prompt, side by side: *shown faster* only if a two-sided exact sign test gives p < 0.05,
-#   else "faster on N of M prompts". 00 and 08's fixed run time one prompt once each: a one-run verdict, not
-#   the paired rule.
-# - **Seed spread** (02, 03; 04 prints it). The largest AL gap between two training seeds of one setting. A gap within
-#   it is no order; beyond both arms' own spreads but within it, suggestive (02).
-# - **Lossless** (00, 06). fp32 on a CPU: identical to plain greedy. bf16, or fp32 on a GPU: identical, or diverging
-#   only where greedy's top two logits are a few units in the last place apart (a near-tie). Sampling: tokens follow
-#   the target's distribution.
-# - **Oracle** (05 uses it, 06 writes it out). A published acceptance replayed on the same draws: drafting's cost
-#   apart from head quality.
-#
-# ### The cast: one target, its heads, the prompt sets, the hosts
-#
-# Every head drafts for one target, SmolLM2-135M-Instruct. An AL belongs to its head **and** its settings (prompt set,
-# prompts, new tokens, K, dtype); 08's appendix lists the shipped heads' ALs with their settings.
-#
-# | head | what it is | trained | chapters |
-# |---|---|---|---|
-# | `smollm2-135m-peagle` | the shipped P-EAGLE head (1 layer, K=8, 4,096 draft ids) | on the scale mix, 2 runs, 6,399 s of CPU | 00, 02-08 |
-# | `smollm2-135m-eagle3` | the shipped EAGLE-3 head: the same layout, drafting sequentially | on the scale mix too, but 3 runs over two answer files, 7,897 s (03 prints its runs, 04 both heads' budgets) | 02, 03, 04, 06, 08 |
-# | the list-request pair (`smollm2-135m-lists-matched-peagle`, `-eagle3`) | one head of each kind, trained alike on the target's answers to list requests | 1,000 steps each, committed | 05 |
-# | the small pair | the same recipe, small enough to train in view | 40 steps each, live | 05 |
-# | 03's head | a demonstration head, trained by the loop written by hand on the target's answers to 96 list requests | 40 steps, live | 03 |
-# | 04's experiment heads: `exp-L1`, `exp-L2`, `exp-L4` (`exp-L1` is the shipped P-EAGLE head's first run) and the learning curves | how far training goes: layers, steps | committed | 04 |
-#
-# | prompt set | what | chapters |
-# |---|---|---|
-# | one chat prompt (prime check) | "Write a Python function that checks whether a number is prime." | 00, 08 |
-# | HumanEval | Python function-writing problems (1 to 24 of them; each table says how many) | 04-08 |
-# | the scale mix's held-out split | code, reasoning, chat, data and multi-turn prompts that no head trained on | 02, 03, 04, 06, 08 |
-# | list requests | templated requests for lists (letters, counting, tables, calendars); 48 held out, never trained on | 03, 05 |
-#
-# Hosts: `cpu-epyc-avx512bf16-2c` (2-core AMD EPYC with bf16 units, native bfloat16 instructions; no GPU) ran every live
-# cell and most committed runs. `cpu-epyc-avx2-2c` (no bf16 units) ran some committed runs. `gpu-h200` timed an 8B
-# model's shapes. Live dtypes: float32 in 00-04 and 07, bfloat16 in 05, 06 and 08; each committed table names its own
-# (for example 05's committed race is float32, 04's held-out comparison bfloat16).
-#
 # ## The course
 #
-# | notebook | question it answers | minutes |
-# |---|---|---|
-# | `00_overview` | What is speculative decoding, what does P-EAGLE change, what does lossless mean? | 1.0 |
-# | `01_hidden_states` | What the drafter reads: the three tapped layers, their disk cost, extraction | 0.6 |
-# | `02_mask_tokens` | How one pass drafts K tokens: mask token, `mask_hidden`, the drafter from scratch, the attention layout | 1.7 |
-# | `03_train_head` | Training a P-EAGLE head: self-distilled data, the draft vocabulary (`d2t`/`t2d`), COD sampling, the loop by hand, the whole path in our own code | 4.3 |
-# | `04_scale_and_acceptance` | How far training goes: the shipped heads, the learning curve, your own model on a second architecture, two training processes | 3.2 |
-# | `05_parallel_vs_sequential` | Parallel vs sequential drafting: the cost of a round each way; the payoff where acceptance is high (a pair trained alike on list requests, committed and raced live; the same drafts charged one pass or K; a small pair trained and raced here, each head at its own K) | 6.0 |
-# | `06_what_it_takes` | The shipped heads on open prompts against plain decoding; losslessness in bf16; the paper's acceptance priced here (the oracle); the break-even picture | 1.9 |
-# | `07_vllm_deploy` | Export to vLLM's eagle3 format, serve with `parallel_drafting`; load and tensor parallelism | 7.2 |
-# | `08_explorer` | Drafts accepted token by token; speculative sampling; the course's verdicts side by side; the shipped heads' acceptance lengths | 1.0 |
-#
-# Minutes: rounded, from one `make lab` on a fresh `cpu-epyc-avx512bf16-2c` machine (`SUMMARY.md` lists each): 26 min
-# 47 s of notebooks in all, the first run after set-up (07's vLLM starts with empty compile caches). No chapter needs a
-# GPU or downloads a model.
-#
-# ### Questions users of EAGLE, SpecForge and vLLM keep asking
-#
-# (SpecForge: SGLang's framework for training EAGLE drafters; vLLM: the serving engine of 07.)
-#
-# | question | answered in |
+# | notebook | question it answers |
 # |---|---|
-# | 1. I have my own model and chat template: what matters? | 04, "Your own model" |
-# | 2. How much storage do features take; online or offline; bf16 or fp32? | 01, disk cost; 03 |
-# | 3. Why is my acceptance length below the paper's? | 04, in part: the chat template (measured), training budget and layers (committed runs); 06's oracle prices the gap; no run here isolates target size or data scale |
-# | 4. What is acceptance length; why are some slots `nan`? | 00, "Acceptance length, draft by draft"; 06 |
-# | 5. How do I convert a head for vLLM? | 07, the export |
-# | 6. What are `d2t`, `t2d` and the draft vocabulary? | 03, `d2t` and `t2d` |
-# | 7. Should the target regenerate the training answers? | 03, self-distillation |
-# | 8. Why no speed-up at large batch; what does tensor parallelism do? | 07, load and tensor parallelism (batch measured; tensor parallelism timed on 2 CPU processes, the GPU case argued) |
-# | 9. Speculative decoding changed my greedy output! | 00, "Lossless, exactly"; 06, losslessness; 08, question 9 |
+# | `01_hidden_states` | What does the drafter read? |
+# | `02_mask_tokens` | How does one pass draft K tokens? The drafter written from scratch. |
+# | `03_train_head` | How is a head trained? The data, the draft vocabulary, COD, the loop by hand. |
+# | `04_scale_and_acceptance` | How far does training go, and how do you train a head for your own model? |
+# | `05_parallel_vs_sequential` | What does a round cost each way, and when does parallel drafting pay? |
+# | `06_what_it_takes` | The shipped heads on open prompts; losslessness in bfloat16; what acceptance would pay here. |
+# | `07_vllm_deploy` | Serving a head with vLLM, under load and with tensor parallelism. |
+# | `08_explorer` | Drafts token by token; speculative sampling; the course's verdicts side by side. |
 #
+# `reference.md`, beside the notebooks, collects the glossary, the rules every measurement follows, the heads and
+# prompt sets, each chapter's run time and the questions users ask most, with the chapter that answers each.
+
+# %% [markdown]
 # ## What we saw
 #
 # - A round is five steps: draft, verify, accept, bonus, roll back. The hand-written round matches the package's loop

@@ -438,8 +438,8 @@ check_cod_sample(my_cod_sample)
 # adds one mask slot per kept anchor, under 02's attention rule.
 #
 # The loss averages each depth's cross-entropy on its trained anchors. Element `(a, d)`'s label is `y[a+d+1]`, the
-# target's token after `x[a+d+1]` (00's glossary), skipped if outside the draft vocabulary. `DraftTrainer`, the
-# package's head with its loss, does the same in batches.
+# target's token after `x[a+d+1]` (the glossary in `reference.md`), skipped if outside the draft vocabulary.
+# `DraftTrainer`, the package's head with its loss, does the same in batches.
 #
 # First the cell prints `tap_scale`, the taps' per-feature RMS over the training sequences. `fc` trains on taps
 # divided by it. The head is a short demo run with 2,048 draft ids.

@@ -102,7 +102,7 @@ for name, family, passes in METHODS:
     m = best(committed_run, family)  # the method at its fastest K
     if m is None:
         continue
-    rnd = (m["t_draft_round_ms"] + m["t_verify_round_ms"]) / m["t_step_ms"] if m.get("t_draft_round_ms") else None
+    rnd = payoff.round_steps(m)  # (draft + verify) / one decode step; None without round timings
     per_prompt = [r["speedup_vs_plain"] for r in committed_run["runs"] if r["method"] == m["method"]]
     faster, n = sum(s > 1 for s in per_prompt), len(per_prompt)
     table.append({"": name, "K": m["k"], "drafter passes": passes, "AL": m["acceptance_length"], "round (steps)": rnd,
@@ -452,7 +452,7 @@ print(f"the blog's AL 3.94 at K=7 -> per-slot rate {rate_for(3.94, 7):.4f} (the 
 # %% tags=["nbval-ignore-output"]
 # Part 2 of the answer: 2x decode needs AL = 2 x round (ideal speed-up = AL / round), from this run's K=7 round.
 m7 = next((m for m in e2e["methods"] if m["family"] == "p-eagle" and m["k"] == 7), None) or best(e2e, "p-eagle")
-round7 = (m7["t_draft_round_ms"] + m7["t_verify_round_ms"]) / m7["t_step_ms"]
+round7 = payoff.round_steps(m7)
 need = 2 * round7
 print(f"this run, P-EAGLE at K={m7['k']}: round {round7:.2f} decode steps, AL {m7['acceptance_length']:.2f}; "
       f"2x decode needs AL {need:.2f}"

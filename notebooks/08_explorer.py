@@ -318,8 +318,8 @@ assert same == N_SAME
 #   MT-Bench, which stands in for `chat`; within a 32-token budget the draws give less, as 06's committed rows show),
 #   replayed on the same draws: one parallel pass / K sequential.
 #
-# Verdicts use the paired rule (00, "How the course measures"). The 5-prompt float32 run, made with earlier heads, is
-# too small for it to show an order: it supplies the float32 verdict's 2 "not shown" entries.
+# Verdicts use the paired rule (05; `reference.md` lists every rule). The 5-prompt float32 run, made with earlier heads,
+# is too small for it to show an order: it supplies the float32 verdict's 2 "not shown" entries.
 
 # %% tags=["nbval-ignore-output"]
 from peagle_lab import bench
@@ -401,7 +401,7 @@ print("verdict, at the paper's acceptance (one parallel pass against K sequentia
 # %% [markdown]
 # ## Appendix: every acceptance length of the shipped heads
 #
-# 00's "How the course measures" states the rules every verdict here follows.
+# `reference.md`, "How the course measures", states the rules every verdict here follows.
 #
 # One row per AL recorded for the shipped heads (`-`: not recorded; `rounds`: the row's sample). Rows compare only
 # where prompts, new tokens, K, dtype and host agree. The second cell prints each head's range.

@@ -18,6 +18,14 @@ def best(e2e: dict, family: str) -> dict | None:
     return max(rows, key=lambda m: m["speedup"]) if rows else None
 
 
+def round_steps(method: dict) -> float | None:
+    """A bench row's round in decode steps: its median drafting plus verification per round over one plain decode
+    step; ideal speed-up = AL / round. None where the row kept no round timings."""
+    if not method.get("t_draft_round_ms") or not method.get("t_step_ms"):
+        return None
+    return (method["t_draft_round_ms"] + method["t_verify_round_ms"]) / method["t_step_ms"]
+
+
 def paired_gaps(e2e: dict, a: dict | None = None, b: dict | None = None) -> list[float]:
     """Per prompt (and repeat): row ``a``'s speed-up minus row ``b``'s on that prompt; by default P-EAGLE minus
     EAGLE-3, each head at its best K (empty where a row or the per-prompt runs are missing)."""

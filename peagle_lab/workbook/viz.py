@@ -5,6 +5,7 @@
   token after the prefill);
 * ``acceptance_bars_html``: per-position acceptance as light HTML bars (cheap enough to redraw every round);
 * ``plot_per_position_acceptance`` / ``plot_acceptance_vs_k``: the matplotlib versions for the notebooks;
+* ``plot_payoff_vs_k``: speed-up, acceptance length and round cost against K, one line per drafting method;
 * ``save_figure``: write a figure beside the run's results (``$PEAGLE_RESULTS/figures``).
 
 The pure functions here need neither matplotlib nor a tokenizer; matplotlib is imported only by the plots.
@@ -200,10 +201,42 @@ def plot_per_position_acceptance(rates, ax=None, title: str | None = None, count
     ax.set_ylabel("P(accept j | 1..j-1 accepted)")
     ax.set_ylim(0, 1.25 if tallies and len(series) > 1 else 1.12 if tallies else 1.05)
     ax.grid(axis="y", alpha=0.3)
-    if len(series) > 1 or None not in series:
-        ax.legend(frameon=False)
+    if len(series) > 1 or None not in series:  # outside the axes: the count labels stay readable
+        ax.legend(frameon=False, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
     if title:
         ax.set_title(title)
+    fig.tight_layout()
+    return fig
+
+
+def plot_payoff_vs_k(runs: Mapping[str, Sequence[Mapping]], names: Mapping[str, str], title: str | None = None):
+    """The payoff against K, three panels: end-to-end speed-up, acceptance length, and the round's cost in decode
+    steps; speed-up = AL / round, less the prefill. ``runs``: ``{run label: bench method rows}`` (each row with
+    ``family``, ``k``, ``speedup``, ``acceptance_length`` and the round's medians); ``names``: ``{family: label}``,
+    the families drawn. One line per family within a run and a marker per run: points of two runs are not joined, as
+    their timings are not one measurement. Returns the figure."""
+    from .payoff import round_steps
+
+    plt = require("matplotlib.pyplot", "pip install matplotlib")
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.4))
+    colours = dict(zip(names, ("#2a7", "#c60", "#57a", "#a5a")))
+    markers = ("o", "s", "^", "D")
+    panels = (("end-to-end speed-up over plain", lambda m: m["speedup"]),
+              ("acceptance length (AL)", lambda m: m["acceptance_length"]),
+              ("round (decode steps)", round_steps))
+    for ax, (ylabel, value) in zip(axes, panels):
+        for r, (run, rows) in enumerate(runs.items()):
+            for family, name in names.items():
+                pts = sorted((m["k"], value(m)) for m in rows if m["family"] == family)
+                if pts:
+                    ax.plot(*zip(*pts), marker=markers[r % len(markers)], color=colours[family],
+                            ls="-" if r == 0 else "--", label=f"{name}, {run}")
+        ax.set(xlabel="K (drafts per round)", ylabel=ylabel)
+        ax.grid(alpha=0.3)
+    axes[0].axhline(1, color="#999", lw=0.8, ls=":")
+    axes[-1].legend(frameon=False, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
+    if title:
+        fig.suptitle(title)
     fig.tight_layout()
     return fig
 
