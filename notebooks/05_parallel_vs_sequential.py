@@ -370,73 +370,41 @@ plt.show()
 # %% [markdown]
 # ### The same pair, live here
 #
-# That run is committed float32, so compare its milliseconds only within it. The next cell writes `race` and runs
-# the same heads live in this chapter's dtype, on the first 12 of the same requests, both at K=7. Plain decoding,
-# P-EAGLE and EAGLE-3 run in a rotating order, every output checked against plain greedy: the loop of `peagle-lab
-# bench`, in small. Columns:
+# That run is committed float32, so compare its milliseconds only within it. The next cell runs the same heads live
+# in this chapter's dtype, on the first 12 of the same requests, both at K=7. `race` (in `peagle_lab.workbook`) is the
+# loop of `peagle-lab bench` in small: plain decoding, P-EAGLE and EAGLE-3 in a rotating order on every request,
+# every output checked against plain greedy, each verdict by the paired rule (`order`, above). Columns:
 #
 # - each head's `AL`
 # - `vs plain`: plain's time over the head's on that request
 # - `draft ms`: the drafter's time per round, which acceptance does not enter
 
 # %% tags=["nbval-ignore-output"]
-from statistics import median
-
 from tqdm.auto import tqdm
 
 from peagle_lab.bench.suites import suite_records
-from peagle_lab.decoding.divergence import first_divergence, is_lossless, lossless_regime, lossless_verdict
-from peagle_lab.decoding.speculative import plain_generate, speculative_generate
 from peagle_lab.drafter.heads import head_fit_problems, load_head
+from peagle_lab.workbook.race import race
 
 NAMES = {"parallel": "P-EAGLE", "sequential": "EAGLE-3"}
 LIVE_N, LIVE_TOKENS = settings.pick(12, 2), settings.pick(40, 24)
 eos = tokenizer.eos_token_id
+requests = [(rec["prompt"], chat_ids(tokenizer, rec["prompt"])) for rec in suite_records("lists", LIVE_N)]
 
 
-def race(heads, ks, requests):
-    """Plain decoding and each head at its K on every request, order rotated; prints the verdicts; (accepted, rounds)
-    per head over every request."""
-    runner, methods = TargetRunner(model, heads["parallel"].config.aux_hidden_state_layer_ids), ["plain", *heads]
-    rows, divs, tally = [], [], {m: [0, 0] for m in heads}
-    for i, rec in enumerate(tqdm(requests, desc="live list requests")):
-        ids, runs = chat_ids(tokenizer, rec["prompt"]), {}
-        for m in methods[i % 3:] + methods[:i % 3]:
-            runs[m] = (plain_generate(runner, ids, LIVE_TOKENS, eos_ids=eos) if m == "plain" else speculative_generate(
-                runner, HeadDrafter(heads[m], m), ids, k=ks[m], max_new_tokens=LIVE_TOKENS, eos_ids=eos))
-        row = {"held-out request": rec["prompt"][:44], "answer tokens": len(runs["plain"].tokens[:LIVE_TOKENS])}
-        for m in heads:
-            st, name = runs[m].stats, NAMES[m]
-            tally[m] = [tally[m][0] + sum(st.accepted), tally[m][1] + st.rounds]
-            divs.append(first_divergence(runs[m].tokens[:LIVE_TOKENS], runs["plain"], model.dtype, DEVICE))
-            row |= {f"{name} AL": st.acceptance_length, f"{name} vs plain": runs["plain"].seconds / runs[m].seconds,
-                    f"{name} draft ms": 1000 * st.times.get("draft", 0.0) / max(st.rounds, 1)}  # per round
-        rows.append(row)
-    regime = lossless_regime(model.dtype, DEVICE)  # exact in fp32 on a CPU, near-ties allowed in bf16
-    assert is_lossless(divs, regime), [d.message() for d in divs if d is not None]
-    left = [d for d in divs if d is not None]  # the outputs that leave plain greedy, each with its margin
-    print(f"live ({precision.dtype_name(model.dtype)}), K={ks['parallel']} and {ks['sequential']}: {len(requests)} "
-          f"requests x {LIVE_TOKENS} new tokens; {len(left)} of {len(divs)} outputs leave plain greedy"
-          + (f", at plain top-2 margins {sorted({d.margin for d in left})}" if left else "")
-          + f": {lossless_verdict(divs, regime)}")
-    display(Markdown(bench.format_table(rows, list(rows[0]), floatfmt=".2f")))
-    print("over every request: " + ", ".join(f"{NAMES[m]} AL = 1 + {a} / {n} = {1 + a / n:.2f}"
-                                             for m, (a, n) in tally.items()))
-    for name in NAMES.values():
-        r = [row[f"{name} vs plain"] for row in rows]
-        print(f"{name} against plain: {min(r):.2f}x to {max(r):.2f}x, " + order([x - 1 for x in r], name, "plain"))
-    gaps = [r["P-EAGLE vs plain"] - r["EAGLE-3 vs plain"] for r in rows]
-    print(f"P-EAGLE minus EAGLE-3: {min(gaps):+.2f}x to {max(gaps):+.2f}x, " + order(gaps, "P-EAGLE", "EAGLE-3"))
-    pd, sd = ([r[f"{name} draft ms"] for r in rows] for name in NAMES.values())
-    print(f"drafting per round (median): P-EAGLE {median(pd):.1f} ms in 1 pass, EAGLE-3 {median(sd):.1f} ms in "
-          f"{ks['sequential']}; " + order([b - a for a, b in zip(pd, sd)], "P-EAGLE's drafting", "EAGLE-3's"))
-    return tally
+def heads_racing(heads, ks):
+    """The contenders of `race`: each head drafting in its own mode at its K (a fresh drafter per request)."""
+    return {NAMES[m]: (lambda ids, plain, h=h, m=m: HeadDrafter(h, m), ks[m]) for m, h in heads.items()}
 
 
 misfit = {m: head_fit_problems(MATCHED_HEADS[m], model) for m in NAMES}
 if not any(misfit.values()):
     pair = {m: load_head(MATCHED_HEADS[m], model).eval() for m in NAMES}  # in this chapter's dtype
-    race(pair, {"parallel": 7, "sequential": 7}, suite_records("lists", LIVE_N))  # `pair` stays for the oracle
+    runner = TargetRunner(model, pair["parallel"].config.aux_hidden_state_layer_ids)
+    live = race(runner, heads_racing(pair, {"parallel": 7, "sequential": 7}), requests, LIVE_TOKENS, eos,
+                progress=lambda r: tqdm(r, desc="live list requests"))
+    display(Markdown(live.table()))
+    print("\n".join(live.lines()))
 else:
     print(f"the committed pair does not fit this target ({misfit['parallel'][0]}): scripts/list_heads.sh trains one")
 
@@ -449,39 +417,58 @@ else:
 #
 # ### The saving alone: the same drafts, two drafting costs
 #
-# The *oracle* (06 writes it out) takes acceptance out of the race. It proposes the target's own continuation, keeping
+# The *oracle* takes acceptance out of the race. It proposes the target's own continuation, keeping
 # each draft at the blog's per-slot rate for HumanEval (AL 3.94 at K=7). Each round it also runs one pass of the pair's
 # P-EAGLE head, or seven of its EAGLE-3 head, and throws those drafts away. Both charges of a request draw the same
-# drafts, so they differ only in drafting cost.
+# drafts, so they differ only in drafting cost. The first cell writes the oracle's drafts out and checks them against
+# the package's `RatedOracleDrafter`; the second races the two charges.
 
 # %% tags=["nbval-ignore-output"]
 from peagle_lab.bench.oracle import oracle_rates
 from peagle_lab.decoding.draft_sources import RatedOracleDrafter
 
+
+def oracle_drafts(reference, first, k, rates, gen, vocab):
+    """The oracle's K drafts: the true continuation reference[first:first+k], each draft kept with probability
+    rates[j], else shifted to a wrong token."""
+    ids = torch.tensor((reference[first:first + k] + [0] * k)[:k])
+    keep = torch.rand(k, generator=gen) < torch.tensor(rates[:k])
+    wrong = (ids + torch.randint(1, vocab, (k,), generator=gen)) % vocab  # a shift of 1..vocab-1: never the true token
+    return torch.where(keep, ids, wrong)
+
+
+rates = oracle_rates("paper")[0]  # the blog's AL 3.94 at K=7 on HumanEval, as one per-slot rate
+oracle = RatedOracleDrafter(rates, model.config.vocab_size)
+oracle.reference = prompt + plain_generate(runner, prompt, 8).tokens  # the first cells' prompt and its continuation
+oracle.reset()  # draws seeded by the reference: a request's drafts do not depend on what ran before
+mine = torch.Generator()
+mine.set_state(oracle.gen.get_state())  # the same random stream
+theirs = oracle.propose(slots, 7, Sampling(), None)[0]
+mine_drafts = oracle_drafts(oracle.reference, slots.end + 1, 7, [oracle.rate(j) for j in range(7)], mine,
+                            model.config.vocab_size)
+print(f"per-slot rate {oracle.rate(0):.3f}; drafts {theirs.tolist()}, true continuation "
+      f"{oracle.reference[slots.end + 1:slots.end + 8]}; written out == package's: {torch.equal(mine_drafts, theirs)}")
+
+# %% tags=["nbval-ignore-output"]
 ORACLE_N = settings.pick(8, 2)
-if not any(misfit.values()):
-    runner, rates = TargetRunner(model, pair["parallel"].config.aux_hidden_state_layer_ids), oracle_rates("paper")[0]
-    oracles = {m: RatedOracleDrafter(rates, model.config.vocab_size, cost=HeadDrafter(pair[m], m)) for m in NAMES}
-    gaps, vs_plain, draft_ms, counts = [], {m: [] for m in NAMES}, {m: [] for m in NAMES}, {m: [0, 0] for m in NAMES}
-    for i, rec in enumerate(tqdm(suite_records("lists", ORACLE_N), desc="oracle, two charges")):
-        ids = chat_ids(tokenizer, rec["prompt"])
-        plain = plain_generate(runner, ids, LIVE_TOKENS, eos_ids=eos)
-        secs = {}
-        for m in list(NAMES)[:: 1 if i % 2 == 0 else -1]:
-            oracles[m].reference = ids + plain.tokens  # the target's own continuation
-            oracles[m].reset()  # draws seeded by the reference: the same drafts for both charges
-            res = speculative_generate(runner, oracles[m], ids, k=7, max_new_tokens=LIVE_TOKENS, eos_ids=eos)
-            secs[m], st = res.seconds, res.stats
-            vs_plain[m].append(plain.seconds / res.seconds)
-            draft_ms[m].append(1000 * st.times.get("draft", 0.0) / max(st.rounds, 1))
-            counts[m] = [counts[m][0] + sum(st.accepted), counts[m][1] + st.rounds]
-        gaps.append(secs["sequential"] - secs["parallel"])  # > 0: one pass was faster on this request
-    print(f"oracle at the blog's per-slot rate {rates[0]:.3f}, K=7, {ORACLE_N} requests x {LIVE_TOKENS} new tokens: "
-          + ", ".join(f"{NAMES[m]}'s charge AL = 1 + {a} / {n} = {1 + a / n:.2f}" for m, (a, n) in counts.items()))
-    for m, passes in (("parallel", "one pass"), ("sequential", "seven passes")):
-        print(f"{passes:12s} ({NAMES[m]} head): {min(vs_plain[m]):.2f}x to {max(vs_plain[m]):.2f}x plain decoding, "
-              f"drafting {median(draft_ms[m]):.1f} ms a round (median)")
-    print("same drafts, two costs: " + order(gaps, "one pass", "seven passes"))
+
+
+def charged(mode):
+    """The oracle on one request: it replays the request's plain output, and each round it also runs one pass (P-EAGLE)
+    or K passes (EAGLE-3) of the pair's head in `mode`, throwing those drafts away."""
+    def make(ids, plain):
+        drafter = RatedOracleDrafter(rates, model.config.vocab_size, cost=HeadDrafter(pair[mode], mode))
+        drafter.reference = ids + plain.tokens
+        drafter.reset()
+        return drafter
+    return make
+
+
+if not any(misfit.values()):  # plain runs first on each request: the oracle replays its output
+    same_drafts = race(runner, {"one pass": (charged("parallel"), 7), "seven passes": (charged("sequential"), 7)},
+                       requests[:ORACLE_N], LIVE_TOKENS, eos, plain_first=True,
+                       progress=lambda r: tqdm(r, desc="oracle, two charges"))
+    print("\n".join(same_drafts.lines()))
 else:
     print("the committed pair does not fit this target (above): no oracle run")
 
@@ -536,7 +523,8 @@ else:
 # ### Each head at its own K
 #
 # A weak head wastes most of seven drafts, so each head races at its own K. The next cell tries K = 1, 3 and 7
-# on `TUNE_N` other held-out list requests and keeps each head's fastest.
+# on `TUNE_N` other held-out list requests and keeps each head's fastest. Then `race` runs the small pair on the same
+# 12 requests as the committed pair's race, each head at the K just picked.
 
 # %% tags=["nbval-ignore-output"]
 TUNE_N, TUNE_KS = settings.pick(4, 1), (1, 3, 7)
@@ -561,15 +549,10 @@ if small:
         print(f"{mode:10s} on {len(tuning)} tuning requests: " + ", ".join(
             f"K={k} {tune[(mode, k)][0]:.2f} s (AL {1 + tune[(mode, k)][1] / tune[(mode, k)][2]:.2f})"
             for k in TUNE_KS) + f" -> races at K={LIVE_K[mode]}")
-
-# %% [markdown]
-# ### The small pair, live
-#
-# `race` now runs the small pair on the same 12 requests, each head at the K just picked.
-
-# %% tags=["nbval-ignore-output"]
-if small:
-    tally = race(small, LIVE_K, suite_records("lists", LIVE_N))  # the same requests as the committed pair's race
+    small_race = race(live_runner, heads_racing(small, LIVE_K), requests, LIVE_TOKENS, eos,
+                      progress=lambda r: tqdm(r, desc="the small pair, live"))  # the committed pair's 12 requests
+    display(Markdown(small_race.table()))
+    print("\n".join(small_race.lines()))
 else:
     print("no small pair for this target (above): no live run")
 
@@ -618,4 +601,4 @@ bench.write_results({"drafting_cost": dc}, out_dir)
 report.record("drafting_ratio_seq_over_par", bench.headline({"drafting_cost": dc})["drafting_ratio_seq_over_par"])
 report.record("hardware", dc["env"]["hardware"])
 if small:
-    report.record("small_pair_live_al", {kind: round(1 + a / n, 3) for kind, (a, n) in tally.items()})
+    report.record("small_pair_live_al", {name: round(small_race.acceptance_length(name), 3) for name in NAMES.values()})

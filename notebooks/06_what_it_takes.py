@@ -44,8 +44,6 @@ from peagle_lab import bench, models, precision, settings
 from peagle_lab.bench.files import result_suites
 from peagle_lab.decoding.divergence import first_divergence, lossless_verdict
 from peagle_lab.decoding.draft_sources import HeadDrafter
-from peagle_lab.decoding.sampling import Sampling
-from peagle_lab.decoding.slots import Slots
 from peagle_lab.decoding.speculative import plain_generate, speculative_generate
 from peagle_lab.decoding.target_runner import TargetRunner
 from peagle_lab.prompts import chat_ids, humaneval_prompts
@@ -66,11 +64,8 @@ committed = bench.committed_results(data_dir() / "results")  # the committed ful
 READ_HOST = settings.committed_host(HOST, (c["host"] for c in committed))  # this host's, else the nearest
 print("committed runs read from:", READ_HOST)
 
-prompt = chat_ids(tokenizer, humaneval_prompts(1)[0])  # the first HumanEval prompt, after its prefill
+prompt = chat_ids(tokenizer, humaneval_prompts(1)[0])  # the first HumanEval prompt
 runner = TargetRunner(model, par_head.config.aux_hidden_state_layer_ids)
-with torch.no_grad():
-    logits, taps = runner.forward(prompt)
-slots = Slots.after_prefill(prompt, int(logits[-1].argmax()), taps)
 paired, order = payoff.paired_gaps, payoff.paired_order  # 05's paired rule: per-prompt gaps, then the sign test
 
 # %% [markdown]
@@ -88,7 +83,7 @@ paired, order = payoff.paired_gaps, payoff.paired_order  # 05's paired rule: per
 # come in the round-time section.)
 
 # %% tags=["nbval-ignore-output"]
-from peagle_lab.bench.oracle import paper_target
+from peagle_lab.bench.oracle import oracle_rates, paper_target
 
 host_run = payoff.host_run(committed, READ_HOST, precision.dtype_name(DTYPE))  # newest in this run's dtype
 suites = result_suites(host_run["results"])
@@ -120,44 +115,15 @@ print(f"the oracle draws the blog's AL {paper_target('code', 7)[0]:.2f} at K=7 o
 #
 # ### Live, on two prompts
 #
-# The cell first checks a written-out oracle against the package's. Then it decodes 2 HumanEval prompts (40 new
-# tokens) with every method, interleaved per prompt. The oracle runs at K=7, charged one P-EAGLE pass or K
-# EAGLE-3 passes (`sequential drafting`) on the same draws. `hf-greedy` is transformers' `generate`. Two prompts
-# check the mechanics live (every method runs, every output is lossless); they cannot rank methods (the committed
-# table above ranks each against plain decoding). Columns:
+# The cell decodes 2 HumanEval prompts (40 new tokens) with every method, interleaved per prompt. The oracle (05 wrote
+# it out) runs at K=7, charged one P-EAGLE pass or K EAGLE-3 passes (`sequential drafting`) on the same draws.
+# `hf-greedy` is transformers' `generate`. Two prompts check the mechanics live (every method runs, every output is
+# lossless); they cannot rank methods (the committed table above ranks each against plain decoding). Columns:
 #
-# - `speedup` over plain, prefill included, and `speedup_iqr`, its spread over prompts; `decode_speedup` without
-#   prefill.
-# - `ideal_speedup`: AL / round from median timings; `efficiency`: decode / ideal (it can pass 1, since medians of
-#   round and step times need not divide like the totals).
+# - `speedup` over plain, prefill included; `decode_speedup` without prefill.
 # - `lossless_note`: the next section.
 
 # %%
-from peagle_lab.bench.oracle import oracle_rates
-from peagle_lab.decoding.draft_sources import RatedOracleDrafter
-
-
-def oracle_drafts(reference, first, k, rates, gen, vocab):
-    """The oracle's K drafts: the true continuation reference[first:first+k], each draft kept with probability
-    rates[j], else shifted to a wrong token. In the loop it is also charged a real head's drafting each round: one
-    P-EAGLE pass, or K EAGLE-3 passes, whose drafts it throws away."""
-    ids = torch.tensor((reference[first:first + k] + [0] * k)[:k])
-    keep = torch.rand(k, generator=gen) < torch.tensor(rates[:k])
-    wrong = (ids + torch.randint(1, vocab, (k,), generator=gen)) % vocab  # a shift of 1..vocab-1: never the true token
-    return torch.where(keep, ids, wrong)
-
-
-oracle = RatedOracleDrafter(oracle_rates("paper", "code")[0], model.config.vocab_size)  # the blog's AL 3.94 at K=7
-oracle.reference = prompt + plain_generate(runner, prompt, 8).tokens  # the prompt and its true continuation
-oracle.reset()
-mine = torch.Generator()
-mine.set_state(oracle.gen.get_state())  # the same random stream
-theirs = oracle.propose(slots, 7, Sampling(), None)[0]
-mine_drafts = oracle_drafts(oracle.reference, slots.end + 1, 7, [oracle.rate(j) for j in range(7)], mine,
-                            model.config.vocab_size)
-print(f"per-slot rate {oracle.rate(0):.3f}; drafts {theirs.tolist()}, true continuation "
-      f"{oracle.reference[slots.end + 1:slots.end + 8]}; written out == package's: {torch.equal(mine_drafts, theirs)}")
-
 N_PROMPTS, MAX_NEW = settings.pick(2, 2), settings.pick(40, 24)
 E2E = bench.BenchConfig(ks_parallel=settings.pick([1, 4, 7], [1, 2, 4]), ks_sequential=settings.pick([1, 4], [1, 2]),
                         n_prompts=N_PROMPTS, max_new_tokens=MAX_NEW, pld_ks=[10], oracle_ks=settings.pick([7], [4]),
@@ -165,8 +131,7 @@ E2E = bench.BenchConfig(ks_parallel=settings.pick([1, 4, 7], [1, 2, 4]), ks_sequ
 e2e = bench.end_to_end(model, tokenizer, E2E, parallel_head=par_head, sequential_head=seq_head)
 print("hardware:", e2e["env"]["hardware"], "|", bench.load_line(e2e["env"]))
 display(Markdown(bench.format_table(e2e["methods"], [
-    "method", "tokens_per_s", "speedup", "speedup_iqr", "acceptance_length", "decode_speedup", "ideal_speedup",
-    "efficiency", "lossless_note"])))
+    "method", "acceptance_length", "speedup", "decode_speedup", "lossless_note"])))
 for note in e2e["notes"]:
     print("note:", note)
 plain_row = next(m for m in e2e["methods"] if m["family"] == "plain")
@@ -265,7 +230,7 @@ for label, res in (("this run", e2e), (f"committed {host_run['dir']}", committed
     gaps = paired(res, best(res, "p-eagle"), best(res, "eagle3"))
     print(f"  paired, {label}: P-EAGLE minus EAGLE-3 {min(gaps):+.3f}x to {max(gaps):+.3f}x (median "
           f"{median(gaps):+.3f}x): {order(gaps, 'P-EAGLE', 'EAGLE-3')}")
-pl, o, rate = best(e2e, "prompt-lookup"), best(e2e, "oracle"), oracle.rate(0)
+pl, o, rate = best(e2e, "prompt-lookup"), best(e2e, "oracle"), oracle_rates("paper", "code")[0][0]
 print(f"  prompt lookup K={pl['k']}: {pl['speedup']:.2f}x, AL {pl['acceptance_length']:.2f}")
 expected = budget_acceptance_length(rate, o["k"], MAX_NEW)  # 1 + rate + rate^2 + ..., less what the budget cuts
 print(f"  oracle K={o['k']}: AL {o['acceptance_length']:.2f} over {o['rounds']} rounds; at rate {rate:.3f} a round "
@@ -329,7 +294,7 @@ for label, res in runs:  # the oracle pair: each run's best one-pass K against K
 #
 # ## What it takes: the break-even picture
 #
-# The decode speed-up AL / round is a line through the origin that crosses 1x where AL equals the round. Each CPU line
+# The decode speed-up AL / round is a straight line in AL that crosses 1x where AL equals the round. Each CPU line
 # takes its round from one run at K=7 and carries that run's P-EAGLE point.
 #
 # - CPU: this run, a committed run of 24 HumanEval prompts x 32 tokens on each host, and a committed 5 x 64 float32
@@ -355,14 +320,12 @@ gpu = json.loads((data_dir() / "results" / "gpu-h200" / "gpu-check" / "timing.js
 g7, step = next(r for r in gpu["rows"] if r["k"] == 7), gpu["decode_step_ms"]  # an eager loop, random weights
 for name, draft in (("P-EAGLE", g7["parallel_ms"]), ("EAGLE-3", g7["sequential_ms"])):
     lines.append({"label": f"GPU 8B shapes, {name}", "verify_ratio": g7["verify_ratio"], "draft_ratio": draft / step})
-fig = bench.plot_break_even(lines, points, k=7)
-for line in fig.axes[0].lines[:len(lines)]:  # CPU lines wide and solid; GPU lines black, dashed and dotted, on top
-    label = line.get_label()
-    if label.startswith("GPU"):
-        line.set(color="black", linestyle="--" if "P-EAGLE" in label else ":", linewidth=2.0, zorder=3)
-    else:
-        line.set(linestyle="-", linewidth=3.0, zorder=2)
-fig.axes[0].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+drawn = [c for c in lines if c["verify_ratio"] + c["draft_ratio"] >= 1]  # a round under one step is timing noise
+fig = bench.plot_break_even(drawn, [p for c, p in zip(lines, points) if c in drawn], k=7)
+for line in fig.axes[0].lines[:len(drawn)]:  # GPU lines black, dashed (P-EAGLE) and dotted (EAGLE-3)
+    if line.get_label().startswith("GPU"):
+        line.set(color="black", linestyle="--" if "P-EAGLE" in line.get_label() else ":")
+fig.axes[0].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
 fig.set_size_inches(12.5, 4.8)
 fig.tight_layout()
 PAPER_AL = paper_target("code")[0]  # the blog's 3.94 at K=7 on HumanEval
@@ -371,7 +334,7 @@ for c in lines:
     print(f"{c['label']:44s} round {cost:.2f} steps (2x needs AL {2 * cost:.2f}); "
           + ("P-EAGLE there: AL {:.2f}, {:.2f}x decode; ".format(*c["point"]) if "point" in c else "no head ran; ")
           + f"the paper's AL would pay {PAPER_AL / cost:.2f}x ideally"
-          + (" (FLAG: a round under one decode step is load noise between timings)" if cost < 1 else ""))
+          + (" (not drawn: a round under one decode step is timing noise)" if cost < 1 else ""))
 gpu_round = {name: (g7[col] + g7["verify_ms"]) / step for name, col in (("P-EAGLE", "parallel_ms"),
                                                                            ("EAGLE-3", "sequential_ms"))}
 ideal = {"P-EAGLE": PAPER_AL / gpu_round["P-EAGLE"], "EAGLE-3": 3.03 / gpu_round["EAGLE-3"]}  # the blog's two ALs
@@ -402,8 +365,8 @@ print(f"\nthe blog's ALs on the GPU cost model (K=7): P-EAGLE 3.94 / {gpu_round[
 #
 # 1. Write `rate_for(al, k)`: that p for any AL between 1 and K+1. The sum grows with p, so bisect [0, 1]. The cell
 #    checks it against the package's rule on 200 random pairs.
-# 2. Predict: what AL would the shipped P-EAGLE head need at K=7 for 2x decode on this run's round, and what
-#    per-slot rate is that, against the paper head's 0.781?
+# 2. Predict: what AL would the shipped P-EAGLE head need at K=7 for 2x decode on this host's committed round (the
+#    break-even cell above prints it), and what per-slot rate is that, against the paper head's 0.781?
 #
 # Try it before you read the answer: the two cells after hold it.
 
@@ -450,12 +413,12 @@ print(f"the blog's AL 3.94 at K=7 -> per-slot rate {rate_for(3.94, 7):.4f} (the 
       f"{constant_rate_for(3.94, 7):.4f})")
 
 # %% tags=["nbval-ignore-output"]
-# Part 2 of the answer: 2x decode needs AL = 2 x round (ideal speed-up = AL / round), from this run's K=7 round.
-m7 = next((m for m in e2e["methods"] if m["family"] == "p-eagle" and m["k"] == 7), None) or best(e2e, "p-eagle")
-round7 = payoff.round_steps(m7)
-need = 2 * round7
-print(f"this run, P-EAGLE at K={m7['k']}: round {round7:.2f} decode steps, AL {m7['acceptance_length']:.2f}; "
-      f"2x decode needs AL {need:.2f}"
+# Part 2 of the answer: 2x decode needs AL = 2 x round (ideal speed-up = AL / round), on the committed K=7 round.
+m7 = next((m for m in committed_run["methods"] if m["family"] == "p-eagle" and m["k"] == 7), None)
+m7 = m7 or best(committed_run, "p-eagle")
+round7, need = payoff.round_steps(m7), 2 * payoff.round_steps(m7)
+print(f"committed ({host_run['dir']}), P-EAGLE at K={m7['k']}: round {round7:.2f} decode steps, AL "
+      f"{m7['acceptance_length']:.2f}; 2x decode needs AL {need:.2f}"
       + (f", a per-slot rate of {rate_for(need, m7['k']):.3f} (the paper's head: 0.781; this head's slot 1: "
          f"{m7['per_position_acceptance'][0]:.3f})" if need <= m7["k"] + 1 else
          f", beyond the {m7['k'] + 1} tokens a round can commit at K={m7['k']}"))

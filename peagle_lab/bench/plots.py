@@ -87,7 +87,7 @@ def plot_speedup(e2e: dict, path=None):
         yerr = [(r["speedup_iqr"] or 0) / 2 for r in rows]
         ax.errorbar(ks, [r["speedup"] for r in rows], yerr=yerr, color=color, marker=marker, capsize=3,
                     label=f"{fam} (measured)")
-        if rows[0].get("ideal_speedup") is not None:
+        if rows[0].get("ideal_speedup") is not None and len(rows) > 1:  # a single K draws no line: no entry
             ax.plot(ks, [r["ideal_speedup"] for r in rows], color=color, ls="--", lw=1, label=f"{fam} (ideal)")
     ax.axhline(1.0, color="black", lw=1, label="plain greedy (ours) = 1")
     hf = next((r for r in e2e["methods"] if r["family"] == "hf-greedy"), None)
@@ -164,7 +164,7 @@ def plot_break_even(curves: list[dict], points: list[dict] = (), k: int = 7, pat
     for c, color in zip(curves, ["tab:blue", "tab:orange", "tab:green", "tab:purple", "tab:brown", "tab:olive"]):
         cost = c["verify_ratio"] + c.get("draft_ratio", 0.0)
         ax.plot(al, [speedup_model(a, c["verify_ratio"], c.get("draft_ratio", 0.0)) for a in al], color=color,
-                label=f"{c['label']}: round = {cost:.2f} steps (break-even AL {cost:.2f})")
+                label=f"{c['label']} (round {cost:.2f} steps = break-even AL)")
     for p, marker in zip(points, "osD^v<>P*"):
         ax.scatter([p["acceptance_length"]], [p["speedup"]], marker=marker, s=55, zorder=3, color="black",
                    label=f"measured: {p['label']}, AL {p['acceptance_length']:.2f}, {p['speedup']:.2f}x")

@@ -1,5 +1,5 @@
-"""The shipped heads' committed figures drawn (chapter 04): the held-out comparison beside the live check, the
-learning curves and the deeper heads. The chapter computes every printed figure in view."""
+"""The shipped heads' committed figures read and drawn (chapter 04): the held-out comparison slot by slot, the live
+check beside it, the learning curves and the deeper heads."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ def plot_heldout_and_live(rows: dict, live: dict, ks: list, titles: tuple[str, s
     for kind, row in rows.items():
         if row:
             axes[0].plot([int(k) for k in row["acceptance_length"]], list(row["acceptance_length"].values()),
-                         marker="o", label=NAMES[kind])
+                         marker="o", markersize=8, ls="none", label=NAMES[kind])  # measured K only: no line between
         axes[1].plot(ks, [live[kind]["acceptance_length"][k] for k in ks], marker="o", label=NAMES[kind])
     for ax, title in zip(axes, titles):
         ax.set_title(title)
@@ -44,3 +44,44 @@ def plot_curves(curve: list[dict], deeper: list[dict]) -> None:
     _plot_runs(axes[1], deeper, "run", "1, 2 and 4 layers, same wall time (exp-L<layers>)")
     plt.tight_layout()
     plt.show()
+
+
+def heldout_lines(P: dict, S: dict, n_prompts: int, n_new: int, tie: float) -> list[str]:
+    """The committed held-out comparison of the P-EAGLE row ``P`` and the EAGLE-3 row ``S``: AL at each K with who
+    accepts more (a gap under ``tie`` is a tie), then per K each slot's rate with the rounds that reached it and AL
+    rebuilt from the rates: AL = 1 + p1 + p1 p2 + ... (a row without counts estimates them from tokens / AL, ``~``)."""
+    out = []
+    for k, p in P["acceptance_length"].items():
+        s = S["acceptance_length"][k]
+        verdict = "a tie" if abs(s - p) < tie else f"{'EAGLE-3' if s > p else 'P-EAGLE'} accepts more per round"
+        out.append(f"  K={k}: P-EAGLE {p:.3f}, EAGLE-3 {s:.3f}, gap {s - p:+.3f}: {verdict}")
+    for k in P["per_position"]:
+        out.append(f"\nK={k}, per slot: rate (rounds that reached the slot)")
+        for name, r in (("P-EAGLE", P), ("EAGLE-3", S)):
+            rates, reach = r["per_position"][k], [1.0]  # reach[j]: the share of rounds that accepted slots 1..j
+            for x in rates:
+                reach.append(reach[-1] * (x or 0.0))
+            rounds = n_prompts * n_new / r["acceptance_length"][k]
+            counted = r.get("attempted", {}).get(k) or [f"~{rounds * f:.0f}" for f in reach]
+            cells = ("-" if x is None else f"{x:.2f} ({n})" for x, n in zip(rates, counted))
+            out.append(f"  {name:8s} " + "  ".join(cells))
+            out.append(f"  {'':8s} AL = 1 + " + " + ".join(f"{t:.4f}" for t in reach[1:] if t)
+                       + f" = {1 + sum(reach[1:]):.3f}   (recorded {r['acceptance_length'][k]:.3f})")
+    return out
+
+
+def live_lines(P: dict | None, S: dict | None, live: dict, ks: list, tie: float) -> list[str]:
+    """The live check against the committed held-out rows: at each K, who accepts more here (a gap under ``tie`` is a
+    tie) and who did on the held-out prompts, where the file holds that K."""
+    def leader(gap):
+        return "a tie" if abs(gap) < tie else f"{'EAGLE-3' if gap > 0 else 'P-EAGLE'} ahead"
+
+    out = []
+    for k in ks:
+        p, s = (live[kind]["acceptance_length"][k] for kind in ("parallel", "sequential"))
+        line = f"this run, K={k}: P-EAGLE {p:.2f}, EAGLE-3 {s:.2f}, gap {s - p:+.2f}: {leader(s - p)}"
+        if P and S and str(k) in P["acceptance_length"]:
+            gap = S["acceptance_length"][str(k)] - P["acceptance_length"][str(k)]
+            line += f"; held-out: {leader(gap)} (gap {gap:+.2f})"
+        out.append(line)
+    return out

@@ -53,3 +53,23 @@ def test_the_curves_plot_one_line_per_run_sorted_by_tokens(shown):
     (_, left), (_, right) = shown[0]
     assert left == [("parallel", [1000, 4000], [1.1, 1.4])]
     assert [label for label, _, _ in right] == ["exp-L1", "exp-L2"]
+
+
+def test_the_heldout_lines_rebuild_al_from_the_slot_rates_and_name_who_accepts_more():
+    lines = heads_report.heldout_lines(P, S, n_prompts=2, n_new=10, tie=0.05)
+    assert lines[0] == "  K=3: P-EAGLE 1.800, EAGLE-3 2.100, gap +0.300: EAGLE-3 accepts more per round"
+    assert "  K=7: P-EAGLE 1.900, EAGLE-3 2.500" in lines[1]
+    s_rates = next(line for line in lines if line.startswith("  EAGLE-3"))
+    assert s_rates == "  EAGLE-3  0.50 (40)  0.70 (20)  0.60 (14)"  # counted rounds where the row has them
+    s_al = lines[lines.index(s_rates) + 1]
+    assert s_al.endswith(f"= {1 + 0.5 + 0.35 + 0.21:.3f}   (recorded 2.100)")
+    p_rates = next(line for line in lines if line.startswith("  P-EAGLE"))
+    assert p_rates.endswith("-") and "(~" in p_rates  # an unreached slot; rounds estimated from tokens / AL
+
+
+def test_the_live_lines_call_a_gap_under_the_tie_a_tie_and_set_the_heldout_order_beside():
+    live = {"parallel": {"acceptance_length": {3: 1.50, 5: 1.6}}, "sequential": {"acceptance_length": {3: 1.52, 5: 1.4}}}
+    lines = heads_report.live_lines(P, S, live, [3, 5], tie=0.05)
+    assert lines[0] == ("this run, K=3: P-EAGLE 1.50, EAGLE-3 1.52, gap +0.02: a tie; held-out: EAGLE-3 ahead "
+                        "(gap +0.30)")
+    assert lines[1] == "this run, K=5: P-EAGLE 1.60, EAGLE-3 1.40, gap -0.20: P-EAGLE ahead"  # no K=5 in the file

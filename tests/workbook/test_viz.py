@@ -198,3 +198,19 @@ def test_a_static_copy_of_the_explorer_says_what_it_is_instead_of_the_widget_rep
     bundle = ex._repr_mimebundle_()
     assert "application/vnd.jupyter.widget-view+json" in bundle
     assert "explorer widget" in bundle["text/plain"] and "VBox" not in bundle["text/plain"]
+
+
+def test_the_payoff_figure_draws_each_run_apart_and_the_round_from_its_timings(agg):
+    def row(family, k, speedup, al, draft, verify=100.0, step=50.0):
+        return {"family": family, "k": k, "speedup": speedup, "acceptance_length": al, "t_draft_round_ms": draft,
+                "t_verify_round_ms": verify, "t_step_ms": step}
+
+    runs = {"first": [row("p-eagle", 3, 1.4, 3.0, 10), row("p-eagle", 7, 2.0, 4.5, 10), row("plain", None, 1, 1, 0)],
+            "wider": [row("p-eagle", 7, 2.1, 4.5, 12), row("eagle3", 7, 1.9, 5.0, 50)]}
+    fig = viz.plot_payoff_vs_k(runs, {"p-eagle": "P-EAGLE", "eagle3": "EAGLE-3"})
+    speed, _, rounds = fig.axes
+    lines = {ln.get_label(): (list(ln.get_xdata()), list(ln.get_ydata())) for ln in rounds.get_lines()}
+    assert lines["P-EAGLE, first"] == ([3, 7], [2.2, 2.2])  # (10 + 100) / 50 at both K: no plain row drawn
+    assert lines["P-EAGLE, wider"] == ([7], [2.24]) and lines["EAGLE-3, wider"] == ([7], [3.0])
+    assert "EAGLE-3, first" not in lines  # a family a run lacks draws nothing
+    assert sum(ln.get_label().startswith("P-EAGLE") for ln in speed.get_lines()) == 2  # two runs, never joined
