@@ -1,6 +1,6 @@
 """Repository-wide pytest hooks (loaded for ``pytest tests/`` and ``pytest notebooks/`` alike).
 
-Notebooks validated by nbval that import vLLM (07_vllm_deploy) are marked ``vllm``, and skipped with the reason
+Notebooks validated by nbval that import vLLM (08_vllm_deploy) are marked ``vllm``, and skipped with the reason
 when vLLM is not installed (a GPU-less machine that is not linux x86_64, or a set-up without the ``serve``
 extra), instead of failing on their first cell. Where vLLM is installed they run as before.
 

@@ -19,10 +19,10 @@
 # **Goal:** understand one speculative round (draft, verify, accept, bonus, roll back) well enough to write its loop
 # yourself, and know exactly what "lossless" means.
 #
-# **What to expect on a 2-core CPU.** The course builds every piece in view and checks it against the package: the
-# round (this chapter), the drafter (02), its training (03), and the loop's losslessness. It runs on a laptop-class CPU
-# with a 135M-parameter target, so the speed-ups it can show are small; each chapter says what its numbers can and
-# cannot decide, and 08 sets the verdicts side by side.
+# **What to expect on a 2-core CPU.** The course builds every piece in view and checks it against the package: the round
+# (this chapter), the drafter (02), its training data (03) and training (04), and the loop's losslessness. It runs on a
+# laptop-class CPU with a 135M-parameter target, so the speed-ups it can show are small; each chapter says what its
+# numbers can and cannot decide, and 09 sets the verdicts side by side.
 #
 # *Committed* results are saved under `data/`; *live* ones run here and move with the machine's load. Terms and
 # rules are explained where they are first used; `reference.md`, beside the notebooks, collects them.
@@ -61,11 +61,11 @@ from peagle_lab import models, precision, settings
 #   logits are closer than rounding can separate.
 #
 # In bf16 the bound is 4 ulps of the top logit. An *ulp* (unit in the last place) is the gap between neighbouring bf16
-# numbers there. In fp32 on a GPU, or across engines (07), it is 2^-11 of the top logit: other kernels sum in other
+# numbers there. In fp32 on a GPU, or across engines (08), it is 2^-11 of the top logit: other kernels sum in other
 # orders.
 #
-# 06 prints the bound beside each logit margin (top-1 minus top-2). A margin of several logits means a bug. Above
-# temperature 0, lossless means sampling exactly the target's distribution (08). Lossless keeps the target's answer,
+# 07 prints the bound beside each logit margin (top-1 minus top-2). A margin of several logits means a bug. Above
+# temperature 0, lossless means sampling exactly the target's distribution (09). Lossless keeps the target's answer,
 # right or wrong: the plain answer below is not correct code.
 
 # %% [markdown]
@@ -76,7 +76,7 @@ from peagle_lab import models, precision, settings
 # - **EAGLE-3** reads three target layers' hidden states, the *taps* (01), and drafts **sequentially**: one drafter
 #   pass per token, each fed the token and state of the pass before.
 # - **P-EAGLE** drafts all K tokens **in one pass**. Slots 2..K get a mask token (a learned placeholder) and a shared
-#   learned vector, `mask_hidden`, in place of token and taps. 02 builds it; 03 trains it, with the training tricks
+#   learned vector, `mask_hidden`, in place of token and taps. 02 builds it; 04 trains it, with the training tricks
 #   both methods need.
 #
 # The vLLM blog "P-EAGLE" (2026-03-13; arXiv 2602.01469) reports P-EAGLE at 1.55x EAGLE-3's speed, each at its best K (7
@@ -191,7 +191,7 @@ for key, value in [("target_params", n_params), ("greedy_tokens_per_s", round(to
 # %% [markdown]
 # **Reading it.** In float32 on this CPU, verifying K=5 drafts costs 1.64 one-token steps, against 1.17 on the H200. A
 # round here must commit more than 1.64 tokens, plus drafting's time, just to pay for that; bfloat16 makes it cheaper
-# (05). These are medians of a few repeats in one run; they move between runs (each chapter prints its own). The H200
+# (06). These are medians of a few repeats in one run; they move between runs (each chapter prints its own). The H200
 # step is an eager PyTorch loop, not a serving engine: read its ratio, not its milliseconds. Random weights
 # cost the same as trained ones: a forward's time depends on the shapes, not on the values.
 #
@@ -323,7 +323,7 @@ if K + 1 in step:  # the verification's cost, measured above: a round that commi
 speedup = plain.seconds / package.seconds
 print(f"wall time, the package's loops on this prompt, one run each: plain {plain.seconds:.2f} s, speculative "
       f"{package.seconds:.2f} s -> {speedup:.2f}x: speculation is {payoff.one_run_verdict(speedup)} on this prompt "
-      "(06 times 24 prompts)")
+      "(07 times 24 prompts)")
 print("hand-written == package's loop:", tokens == package.tokens[:NEW_TOKENS])
 print(f"regime: {lossless_regime(model.dtype, DEVICE)} ({model.dtype} on {DEVICE})")
 div = first_divergence(tokens, plain, model.dtype, DEVICE)
@@ -362,7 +362,7 @@ if al_formula > 1:
 
 # %% [markdown]
 # **Reading it.** The terms shrink fast: draft 1 supplies 80% of the 0.469 extra tokens per round. Draft 5, never
-# reached, adds nothing. Where most drafts are accepted, as on 05's list requests, rounds commit several tokens and
+# reached, adds nothing. Where most drafts are accepted, as on 06's list requests, rounds commit several tokens and
 # speculation beats plain decoding.
 #
 # ### Exercise: change K
@@ -437,7 +437,7 @@ def answer_accept(drafts, choice):
 check_accept(answer_accept)
 
 # %% tags=["nbval-ignore-output"]
-# Bookkeeping: this chapter's acceptance lengths as rows of 08's acceptance ledger.
+# Bookkeeping: this chapter's acceptance lengths as rows of 09's acceptance ledger.
 from peagle_lab.workbook import ledger
 
 book = ledger.Logbook("00", host=precision.host_slug(DEVICE), dtype=precision.dtype_name(model.dtype))
@@ -455,12 +455,13 @@ for k_try, rounds_try in tries.items():
 # |---|---|
 # | `01_hidden_states` | What does the drafter read? |
 # | `02_mask_tokens` | How does one pass draft K tokens? The drafter written from scratch. |
-# | `03_train_head` | How is a head trained? The data, the draft vocabulary, COD, the loop by hand. |
-# | `04_scale_and_acceptance` | How far does training go, and how do you train a head for your own model? |
-# | `05_parallel_vs_sequential` | What does a round cost each way, and when does parallel drafting pay? |
-# | `06_what_it_takes` | The shipped heads on open prompts; losslessness in bfloat16; what acceptance would pay here. |
-# | `07_vllm_deploy` | Serving a head with vLLM, under load and with tensor parallelism. |
-# | `08_explorer` | Drafts token by token; speculative sampling; the course's verdicts side by side. |
+# | `03_training_data` | What does a head train on? The target's answers, the draft vocabulary, the features. |
+# | `04_train_head` | How is a head trained? COD, the forward by hand, the loop by hand, the whole path. |
+# | `05_scale_and_acceptance` | How far does training go, and how do you train a head for your own model? |
+# | `06_parallel_vs_sequential` | What does a round cost each way, and when does parallel drafting pay? |
+# | `07_what_it_takes` | The shipped heads on open prompts; losslessness in bfloat16; what acceptance would pay here. |
+# | `08_vllm_deploy` | Serving a head with vLLM, under load and with tensor parallelism. |
+# | `09_explorer` | Drafts token by token; speculative sampling; the course's verdicts side by side. |
 #
 # `reference.md`, beside the notebooks, collects the glossary, the rules every measurement follows, the heads and
 # prompt sets, each chapter's run time and the questions users ask most, with the chapter that answers each.

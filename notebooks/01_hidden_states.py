@@ -69,7 +69,7 @@ print("equal to the package's target_forward taps:", torch.equal(taps, out.taps)
 #   final norm.
 #
 # They agree for every i < L. The trap is a layer's *output*, `hidden_states[i + 1]`: one layer off.
-# The next cell checks this with hooks. 07 is consistent with vLLM tapping the same way: its acceptance length
+# The next cell checks this with hooks. 08 is consistent with vLLM tapping the same way: its acceptance length
 # (tokens per drafting round) and its per-slot acceptance rates equal ours with the same head (greedy tokens alone
 # would not show it: any drafter leaves them unchanged).
 
@@ -189,7 +189,7 @@ print("lens on the last layer's output == the model's own prediction, at every p
 # <details><summary>Answer</summary>
 #
 # Late layers agree most: 34-51%, against 0-2% for `(1, 2, 3)`. But they point almost the same way. vLLM's spread
-# gives three different views. Test your pick with `peagle-lab train --tap-layers`; 04's recipe runs show how to
+# gives three different views. Test your pick with `peagle-lab train --tap-layers`; 05's recipe runs show how to
 # compare two settings fairly.
 #
 # </details>

@@ -235,9 +235,9 @@ class ScratchLayer:
 # Drafting is a loop around that layer. P-EAGLE runs it once over the context and K-1 mask slots; EAGLE-3 runs it K
 # times, each pass adding the token it just drafted with the layer's own output state.
 #
-# The class is kept word for word in `peagle_lab.workbook.scratch`; 03 imports it to decode with a head it trains by
+# The class is kept word for word in `peagle_lab.workbook.scratch`; 04 imports it to decode with a head it trains by
 # hand. The cell after it checks both drafting modes against the package in float32. The drafts look poor: the prompt
-# is bare text, and the heads trained on chat-templated text (notebook 04).
+# is bare text, and the heads trained on chat-templated text (notebook 05).
 
 # %%
 class ScratchDrafter(ScratchLayer):
@@ -371,8 +371,8 @@ plt.show()
 #
 # Inference: `n + K`, so 9, then 15 positions. Training: 11, 9, then one fewer per depth, so 20, then 53 elements
 # (not 8 x 11 = 88: a deeper depth keeps only the anchors whose labels still fall inside the sequence). The mask
-# grows quadratically, the allowed pairs far less (129, then 409). This toy keeps every anchor; COD, written in 03,
-# keeps a shrinking share of anchors at each deeper depth, so a real row grows by far less still (03 prints it).
+# grows quadratically, the allowed pairs far less (129, then 409). This toy keeps every anchor; COD, written in 04,
+# keeps a shrinking share of anchors at each deeper depth, so a real row grows by far less still (04 prints it).
 #
 # </details>
 
@@ -399,7 +399,8 @@ for K_TRY in (2, 8):  # the exercise's two values; edit to try others
 # | random | learned mask row | `fc(r)`, `r` frozen random |
 # | frozen mask embedding | the target's own mask row (id 16), frozen | `fc(mask_hidden)`, learned |
 #
-# Each head drafts at K = 7 on held-out prompts of 03's *scale mix* (code, reasoning, chat, data, multi-turn). A tiny
+# Each head drafts at K = 7 on held-out prompts of 03's *scale mix* (code, reasoning, chat, data, multi-turn). The
+# heads train with the package's trainer, whose loop 04 writes by hand; read its results now. A tiny
 # live run trains two of the variants (learned and zeros) and prints their **held-out AL** (acceptance length, tokens
 # per round) and **divergences** (outputs unlike plain greedy). The committed study's columns: mean AL over two training
 # seeds; **seed spread**, the AL gap between them; tokens seen; P(accept), slot j's acceptance rate given the slots
@@ -434,43 +435,6 @@ for r in live:
 # **Reading it.** Both live heads stay lossless (0 divergences) but barely beat one token per round: AL 1.069 and
 # 1.050. Twelve steps and one seed cannot rank stand-ins.
 #
-# ### Trained as it drafts
-#
-# The cell checks that each training element gives its slot's one-pass logits, at three anchors and every depth. It
-# borrows tools that 03 writes: `Trainer`, its all-depth forward `run_depths`, and `sync_head`, which writes the
-# trained weights into the plain head.
-
-# %% tags=["nbval-ignore-output"]
-from peagle_lab.memory import release
-from peagle_lab.training import TrainConfig, Trainer, TrainerOptions
-
-K_CHECK = 4
-seq = seqs[0]
-trained = pkg_info["origin"] != "fresh"  # the P-EAGLE head loaded above (an untrained one also passes the check)
-cfg_check = TrainConfig(mode="parallel", num_depths=K_CHECK, layers=1, steps=1, save_every=0, autocast="float32",
-                        draft_vocab_size=pkg.config.draft_vocab_size if trained else draft_vocab_size_for(model, 4096),
-                        init_from=pkg_info["path"] if trained else None, target=TARGET)
-check = Trainer(cfg_check, model, [seq], tokenizer, TrainerOptions(progress=False, verbose=False))
-module = check.module.eval()
-plan = plan_row([seq], K_CHECK, ratio=1.0, min_ratio=1.0)  # every anchor at every depth
-with torch.no_grad():
-    train_logits, _ = module.run_depths(plan)
-    synced = module.sync_head()
-    x_seq, taps_seq = seq["input_ids"], seq["taps"].float()  # the cached features the training reads
-    worst = 0.0
-    for a in plan.depths[K_CHECK - 1].anchor_pos[:3].tolist():
-        draft_logits = synced.one_pass_logits(x_seq[1:a + 2], taps_seq[:a + 1], K_CHECK)  # positions 0..a, then masks
-        for d in range(K_CHECK):  # element (a, d) against the draft row of slot d + 1, row a + d
-            i = int((plan.depths[d].anchor_pos == a).nonzero())
-            gap = (train_logits[d][i] - draft_logits[a + d].to(train_logits[d].device)).abs().max()
-            worst = max(worst, float(gap))
-print(f"largest logit difference, training element vs one-pass draft: {worst:.1e}")
-del check, module, synced, train_logits; release()  # free the trainer before the next cells
-
-# %% tags=["nbval-check-output"]
-print("training elements equal the one-pass draft (within 1e-4):", worst < 1e-4)
-
-# %% [markdown]
 # ## The committed study
 #
 # The cell prints the table, then compares every pair of stand-ins. A gap counts beyond both seed spreads. It is firm
@@ -505,41 +469,16 @@ plt.tight_layout()
 plt.show()
 
 # %% tags=["nbval-ignore-output"]
-def separated(a, b):
-    """The gap in mean AL of stand-in a over b, and whether it exceeds both seed spreads (at three decimals)."""
-    gap = a["acceptance_length"] - b["acceptance_length"]
-    return gap, round(abs(gap), 3) > round(max(a["seed_spread"], b["seed_spread"]), 3)
-
-
 study_noise = studies.largest_seed_spread()  # the largest seed spread of any committed study (this, and 03's two)
-firm = lambda gap: round(abs(gap), 3) > round(study_noise, 3)
-by_al = sorted(rows, key=lambda r: -r["acceptance_length"])
-for i, hi in enumerate(by_al):
-    for lo in by_al[i + 1:]:
-        gap, apart = separated(hi, lo)
-        verdict = (("beyond them and" if firm(gap) else "beyond them, within") + f" the studies' {study_noise:.3f}"
-                   if apart else "within them")
-        print(f"{hi['setting']:>21} over {lo['setting']:<21} by {gap:.3f}, seed spreads {hi['seed_spread']:.3f} and "
-              f"{lo['seed_spread']:.3f}: {verdict}")
+print("\n".join(studies.pairwise_lines(rows, study_noise)))  # every pair, read by the rule above
 
 by = {r["setting"]: r for r in rows}
 learned, rand = by["learned (P-EAGLE)"], by["random"]
-gap, apart = separated(learned, rand)
-beaten = [r["setting"] for r in rows if (sep := separated(learned, r))[1] and sep[0] > 0]
+gap, apart = studies.separated(learned, rand)
 verb = ("beats" if gap > 0 else "loses to") if apart else "buys nothing measurable over"
-print(f"\nVerdict: learning mask_hidden {verb} a frozen "
-      f"random stand-in (AL {learned['acceptance_length']:.3f} against {rand['acceptance_length']:.3f}, a gap of "
-      f"{gap:+.3f}); the learned stand-in leads beyond both seed spreads against: {', '.join(beaten) or 'none'}; "
-      f"beyond the studies' {study_noise:.3f} against: "
-      f"{', '.join(b for b in beaten if firm(learned['acceptance_length'] - by[b]['acceptance_length'])) or 'none'}\n")
-
-r0 = mask_runs[0]
-for r in rows:
-    reach = [r0["val_prompts"] * r0["max_new_tokens"] / r["acceptance_length"]]  # rounds per run, at most
-    for p in r["slots_1_3"][:2]:
-        reach.append(reach[-1] * p)  # the next slot is reached only where this one was accepted
-    print(f"{r['setting']:<21} slots 1 / 2 / 3 accepted at {' / '.join(f'{p:.2f}' for p in r['slots_1_3'])}, "
-          f"reached in at most about {' / '.join(f'{x:.0f}' for x in reach)} rounds per run")
+print(f"\nVerdict: learning mask_hidden {verb} a frozen random stand-in (AL {learned['acceptance_length']:.3f} "
+      f"against {rand['acceptance_length']:.3f}, a gap of {gap:+.3f})\n")
+print("\n".join(studies.reach_lines(rows, mask_runs)))  # how many rounds per run each slot's rate rests on
 
 # %% [markdown]
 # **Reading it.** Learning `mask_hidden` buys nothing measurable over a frozen random stand-in: AL 1.211 against
@@ -550,7 +489,7 @@ for r in rows:
 # Learned and random tie in AL, but slot 2's rate does move with the stand-in: from 0.04 (frozen mask embedding) to 0.13
 # (copy of h_context), over at most about 138 to 169 rounds a run and with no seed spread for per-slot rates, while slot
 # 1 tends to move the other way (0.16 to 0.20). At this budget slot 1 decides AL. Every variant shares one stand-in
-# across all mask slots, so none tests what tells the slots apart; a study where deep slots are reached often (05's list
+# across all mask slots, so none tests what tells the slots apart; a study where deep slots are reached often (06's list
 # requests) would say more.
 
 # %% tags=["nbval-ignore-output"]
@@ -571,4 +510,4 @@ report.record("mask_live_divergences", sum(r["divergences"] for r in live));
 # - No stand-in is firmly ahead: the largest gap, 0.029, is within 0.052.
 # - At most about 9 of 845 rounds per run reach slot 3, so the study says little about slot 3 onwards.
 #
-# Next: `03_train_head`: the data, the draft vocabulary, COD and the per-depth loss.
+# Next: `03_training_data`: the target's answers, the draft vocabulary and the features a head trains on.

@@ -193,3 +193,41 @@ def summary_markdown(runs: list[dict]) -> str:
                   f"{r0['steps']} optimizer steps per run, training precision {r0['autocast']}, host {m.get('host')}; "
                   f"largest seed spread in this study {noise(runs) or 0:.3f}."]
     return "\n".join(lines)
+
+
+def separated(a: dict, b: dict) -> tuple[float, bool]:
+    """The gap in mean AL of summary row ``a`` over ``b``, and whether it exceeds both rows' seed spreads (compared
+    at the three decimals printed)."""
+    gap = a["acceptance_length"] - b["acceptance_length"]
+    return gap, round(abs(gap), 3) > round(max(a["seed_spread"], b["seed_spread"]), 3)
+
+
+def pairwise_lines(rows: list[dict], noise: float) -> list[str]:
+    """Every pair of settings (:func:`summarize` rows), the higher AL first, read by the course's rule: a gap within
+    both seed spreads is no order; beyond them but within ``noise`` (the largest spread of any committed study),
+    suggestive; beyond that too, firm."""
+    firm = round(noise, 3)
+    ranked = sorted(rows, key=lambda r: -r["acceptance_length"])
+    out = []
+    for i, hi in enumerate(ranked):
+        for lo in ranked[i + 1:]:
+            gap, apart = separated(hi, lo)
+            reading = ("within them" if not apart else
+                       f"beyond them {'and' if round(abs(gap), 3) > firm else 'but within'} the studies' {noise:.3f}")
+            out.append(f"{hi['setting']:>21} over {lo['setting']:<21} by {gap:.3f}, seed spreads "
+                       f"{hi['seed_spread']:.3f} and {lo['seed_spread']:.3f}: {reading}")
+    return out
+
+
+def reach_lines(rows: list[dict], runs: list[dict]) -> list[str]:
+    """Per setting, slots 1-3's acceptance rates and an upper bound on the rounds per run that reach each slot: all
+    rounds (the run's tokens over its AL, at most), times the rate of each slot before."""
+    r0, out = runs[0], []
+    for r in rows:
+        reach = [r0["val_prompts"] * r0["max_new_tokens"] / r["acceptance_length"]]
+        for p in r["slots_1_3"][:2]:
+            reach.append(reach[-1] * (p or 0.0))
+        out.append(f"{r['setting']:<21} slots 1 / 2 / 3 accepted at "
+                   f"{' / '.join('-' if p is None else f'{p:.2f}' for p in r['slots_1_3'])}, "
+                   f"reached in at most about {' / '.join(f'{x:.0f}' for x in reach)} rounds per run")
+    return out

@@ -291,7 +291,7 @@ class Explorer:
         note = ("<div style='background:#fff4d6; border:1px solid #e8c66a; padding:4px 8px; border-radius:4px;'>"
                 f"{missing}: this uses a <b>freshly initialised (untrained) head</b>, so almost no draft is accepted "
                 "(acceptance length close to 1). Make one on a GPU (<code>PEAGLE_TARGET=... bash "
-                "scripts/gpu_heads.sh</code>), a small one in notebook 03, or pass <code>heads=[path]</code>.</div>"
+                "scripts/gpu_heads.sh</code>), a small one in notebook 04, or pass <code>heads=[path]</code>.</div>"
                 ) if fresh_only else ""
         title = w.HTML("<h3 style='margin:4px 0;'>P-EAGLE explorer: speculative decoding, token by token</h3>"
                        "<div style='font-size:12px; color:#555;'>Each token is coloured by where it came from: a "

@@ -85,3 +85,28 @@ def live_lines(P: dict | None, S: dict | None, live: dict, ks: list, tie: float)
             line += f"; held-out: {leader(gap)} (gap {gap:+.2f})"
         out.append(line)
     return out
+
+
+def training_runs(head_dir) -> list[str]:
+    """A shipped head's training runs, oldest first, each continuing the one before: its data file, split and
+    records, the distinct tokens it read and the tokens it trained on (their ratio is the epochs), then the total."""
+    import json
+    import re
+    from pathlib import Path
+
+    rec = json.loads((Path(head_dir) / "training.json").read_text())
+    runs = rec.get("history", []) + [dict(head=Path(head_dir).name, data=rec["data"]["file"], command=rec["command"],
+                                          sequences=rec["data"]["sequences"], tokens_seen=rec["tokens_seen"],
+                                          distinct_tokens=rec["data"].get("tokens"))]
+    out = [f"{Path(head_dir).name}, {len(runs)} training run(s), each continuing the one before:"]
+    for r in runs:
+        flags = {name: re.search(rf"--{name} (\S+)", r.get("command", "")) for name in ("split", "records")}
+        where = "".join(f", {name} {m.group(1)}" for name, m in flags.items() if m)
+        out.append(f"  {r['head']}: {r['sequences']:,} sequences of {Path(r['data']).name}{where}; "
+                   f"{r['distinct_tokens'] or 0:,} distinct tokens, {r['tokens_seen']:,} tokens seen in this run"
+                   + (f" ({r['tokens_seen'] / r['distinct_tokens']:.2f} epochs)" if r.get("distinct_tokens") else ""))
+    cum = rec.get("cumulative") or {}
+    out.append(f"  cumulative: {sum(r['tokens_seen'] or 0 for r in runs):,} tokens seen over the {len(runs)} run(s)"
+               + (f", {cum['distinct_tokens']:,} distinct tokens ({cum['epochs']} epochs: runs on the same records "
+                  "count once)" if cum.get("distinct_tokens") else ""))
+    return out

@@ -4,9 +4,9 @@ Each row says what was measured (chapter, head, host, prompt set, number of prom
 dtype, rounds) beside the figure, so the spread between chapters can be read off the settings. Rows come from two
 places, never from typed-in numbers:
 
-* the committed results the chapters read: ``data/recipe/<host>/heldout_compare.json`` (04's held-out comparison),
-  ``data/results/<host>/<dtype>/end_to_end[_<suite>].json`` (05's bench suites) and
-  ``data/results/<host>/serving/serving_sweep.json`` (06's serving sweep);
+* the committed results the chapters read: ``data/recipe/<host>/heldout_compare.json`` (05's held-out comparison),
+  ``data/results/<host>/<dtype>/end_to_end[_<suite>].json`` (06's bench suites) and
+  ``data/results/<host>/serving/serving_sweep.json`` (07's serving sweep);
 * the live runs, which a chapter stores with :func:`record` in ``$PEAGLE_RESULTS/summary.json`` (the workbook
   summary, :mod:`peagle_lab.workbook.report`) under a key starting with ``ledger:``.
 """
@@ -63,7 +63,7 @@ class Logbook:
 
 def recorded(through: str | None = None) -> list[dict]:
     """The rows the chapters recorded in this results folder (``summary.json``), in chapter order; with ``through``
-    (a chapter number such as ``"05"``) only the chapters up to it, which run before it in the workbook's order,
+    (a chapter number such as ``"06"``) only the chapters up to it, which run before it in the workbook's order,
     so rows a later chapter left in the folder from an earlier execution are not shown."""
     rows = [value for book in report.load().values() for key, value in book.items() if key.startswith(PREFIX)]
     rows = [r for r in rows if through is None or str(r["chapter"]) <= str(through)]
@@ -71,7 +71,7 @@ def recorded(through: str | None = None) -> list[dict]:
 
 
 def heldout_rows(compare_path: Path, shipped: dict[str, Path], repo_root: Path) -> list[dict]:
-    """04's committed held-out comparison: the shipped heads' rows, one per K (rounds: not recorded there)."""
+    """05's committed held-out comparison: the shipped heads' rows, one per K (rounds: not recorded there)."""
     if not Path(compare_path).is_file():
         return []
     compare = json.loads(Path(compare_path).read_text())
@@ -80,7 +80,7 @@ def heldout_rows(compare_path: Path, shipped: dict[str, Path], repo_root: Path) 
         rel = Path(path).relative_to(repo_root).as_posix()
         found = next((r for r in reversed(compare["rows"]) if r["path"] == rel), None)
         for k, al in (found or {}).get("acceptance_length", {}).items():
-            rows.append(row(chapter="04", what="held-out comparison (committed)", head=Path(path).name,
+            rows.append(row(chapter="05", what="held-out comparison (committed)", head=Path(path).name,
                             host=compare.get("host"), prompt_set="held-out split (no head trained on it)",
                             prompts=len(compare.get("prompts", [])), new_tokens=compare.get("max_new_tokens"),
                             k=int(k), dtype=compare.get("dtype"), rounds=None, acceptance_length=al))
@@ -114,17 +114,17 @@ def bench_rows(e2e: dict, chapter: str, what: str, host: str | None = None, ever
 
 
 def committed_bench_rows(results_root: Path, vocab_now: dict[str, int] | None = None) -> list[dict]:
-    """06's committed bench runs, every host, dtype and suite (``vocab_now``: as in :func:`bench_rows`)."""
+    """07's committed bench runs, every host, dtype and suite (``vocab_now``: as in :func:`bench_rows`)."""
     rows = []
     for c in committed_results(results_root):
         for suite, e2e in result_suites(c["results"]).items():
-            rows += bench_rows(e2e, "06", f"bench `{suite}` suite, {c['dir']} (committed)", host=c["host"],
+            rows += bench_rows(e2e, "07", f"bench `{suite}` suite, {c['dir']} (committed)", host=c["host"],
                                vocab_now=vocab_now)
     return rows
 
 
 def serving_rows(results_root: Path) -> list[dict]:
-    """06's committed serving sweeps: vLLM's acceptance length per concurrency, pooled over the repeats."""
+    """07's committed serving sweeps: vLLM's acceptance length per concurrency, pooled over the repeats."""
     rows = []
     for path in sorted(Path(results_root).glob("*/serving/serving_sweep.json")):
         sweep = json.loads(path.read_text())
@@ -132,7 +132,7 @@ def serving_rows(results_root: Path) -> list[dict]:
         for conc in meta["concurrencies"]:
             runs = [r for r in sweep["rows"] if r["concurrency"] == conc and r.get("acceptance_length")]
             if runs:
-                rows.append(row(chapter="07", what=f"vLLM serving sweep, {conc} concurrent (committed)",
+                rows.append(row(chapter="08", what=f"vLLM serving sweep, {conc} concurrent (committed)",
                                 head=meta["head"], host=meta["host"], prompt_set="serving sweep requests",
                                 prompts=sum(r.get("ok", 0) for r in runs), new_tokens=meta.get("max_tokens"), k=meta["k"],
                                 dtype=serving_dtype(meta), rounds=None,
@@ -153,13 +153,13 @@ def serving_dtype(meta: dict) -> str:
 
 
 def course_rows(data_dir: Path, shipped: dict[str, Path], repo_root: Path, through: str | None = None) -> list[dict]:
-    """The ledger: the committed rows (04's held-out comparisons of every host, 05's bench suites, 06's serving
+    """The ledger: the committed rows (05's held-out comparisons of every host, 06's bench suites, 07's serving
     sweeps) and the rows the chapters recorded (only chapters up to ``through`` when given), in chapter order."""
     return sorted(committed_rows(data_dir, shipped, repo_root) + recorded(through), key=lambda r: str(r["chapter"]))
 
 
 def committed_rows(data_dir: Path, shipped: dict[str, Path], repo_root: Path) -> list[dict]:
-    """The ledger's committed rows: 04's held-out comparisons of every host, 05's bench suites, 06's serving sweeps."""
+    """The ledger's committed rows: 05's held-out comparisons of every host, 06's bench suites, 07's serving sweeps."""
     data_dir = Path(data_dir)
     rows = [r for path in sorted(data_dir.glob("recipe/*/heldout_compare.json"))
             for r in heldout_rows(path, shipped, repo_root)]

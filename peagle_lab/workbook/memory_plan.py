@@ -13,7 +13,7 @@ The parts, each sized from the real modules built on the meta device:
 - ``forward``: one forward over a whole sequence with every layer's hidden states kept (``SEQUENCE_TOKENS``), as
   feature extraction and the lens run it;
 - ``vllm``: vLLM's engine, which reserves ``gpu_memory_utilization`` of the GPU, run only after the notebook has
-  freed its own copy of the target (notebook 07 says so when it does).
+  freed its own copy of the target (notebook 08 says so when it does).
 
 Estimates of what is allocated, not measurements: the allocator's cache and CUDA's context (~0.5 GiB) come on top;
 the GPU check's memory stage measures the loads on a GPU.
@@ -30,7 +30,7 @@ from ..memory import GIB, dtype_bytes, forward_bytes, gib, kv_cache_bytes, weigh
 
 CONTEXT_TOKENS = 1024  # a prompt and its answer in the loop (the notebooks' prompts and 64 new tokens fit)
 SEQUENCE_TOKENS = 2048  # one distilled sequence read for its taps
-DRAFT_VOCAB = 8192  # the largest draft vocabulary a notebook trains or loads (notebook 03's)
+DRAFT_VOCAB = 8192  # the largest draft vocabulary a notebook trains or loads (notebook 03's and 04's)
 DEPTHS, ROW_TOKENS = 8, 512  # the notebooks' training shape (TrainConfig num_depths, row_tokens)
 VLLM_SHARE = 0.9  # vLLM's default gpu_memory_utilization (serving.engine.VLLM_GPU_UTILIZATION)
 
@@ -42,17 +42,18 @@ PHASES = {
     "00_overview": [MADE, ("the loop with its head", "target + head + loop")],
     "01_hidden_states": [("one forward keeping every layer's hidden states", "target + forward")],
     "02_mask_tokens": [("the features of the training sequences", "target + forward"),
-                       ("the training-vs-drafting check (the stored head read into a trainer)", "target + trainer")],
-    "03_train_head": [("the features of the training sequences", "target + forward"),
+                       ("the stand-in experiment's heads, one trainer at a time", "target + trainer")],
+    "03_training_data": [("the features of the training sequences", "target + forward")],
+    "04_train_head": [("the features of the training sequences, read back", "target + forward"),
                       ("one trainer at a time (each freed before the next)", "target + trainer")],
-    "04_scale_and_acceptance": [MADE, ("both heads evaluated by the loop", "target + 2 head + loop")],
-    "05_parallel_vs_sequential": [MADE, ("the taps of the list answers", "target + forward"),
+    "05_scale_and_acceptance": [MADE, ("both heads evaluated by the loop", "target + 2 head + loop")],
+    "06_parallel_vs_sequential": [MADE, ("the taps of the list answers", "target + forward"),
                                   ("the small pair trained, one trainer at a time", "target + trainer"),
                                   ("the shipped head and the small pair, with the loop", "target + 3 head + loop")],
-    "06_what_it_takes": [MADE, ("both heads with the loop", "target + 2 head + loop")],
-    "07_vllm_deploy": [MADE, ("our loop, before vLLM starts", "target + head + loop"),
+    "07_what_it_takes": [MADE, ("both heads with the loop", "target + 2 head + loop")],
+    "08_vllm_deploy": [MADE, ("our loop, before vLLM starts", "target + head + loop"),
                        ("vLLM's engine, after our copy is freed", "vllm")],
-    "08_explorer": [("both heads on offer and the loop", "target + 2 head + loop")],
+    "09_explorer": [("both heads on offer and the loop", "target + 2 head + loop")],
 }
 
 

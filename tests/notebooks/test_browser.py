@@ -1,6 +1,6 @@
 """The explorer in a real browser: JupyterLab (loopback only) driven in Debian's Chromium through Playwright.
 
-Runs notebooks/08_explorer.ipynb with Run All, checks that the widget rendered, presses Generate, waits for the
+Runs notebooks/09_explorer.ipynb with Run All, checks that the widget rendered, presses Generate, waits for the
 readout of a finished generation and takes a screenshot (saved to docs/explorer.png, shown in the README, only
 with PEAGLE_SCREENSHOT=1).
 
@@ -29,7 +29,7 @@ import pytest
 pytestmark = pytest.mark.browser
 
 REPO = Path(__file__).resolve().parents[2]
-NOTEBOOK = REPO / "notebooks" / "08_explorer.ipynb"
+NOTEBOOK = REPO / "notebooks" / "09_explorer.ipynb"
 SCREENSHOT = REPO / "docs" / "explorer.png"  # rewritten only when asked: PEAGLE_SCREENSHOT=1
 TOKEN = "peagle-browser-test"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
@@ -86,7 +86,7 @@ def _write_json(path: Path, data) -> None:
 def lab(tmp_path_factory):
     """A JupyterLab server on 127.0.0.1 serving a copy of the notebook; yields its base URL."""
     if not NOTEBOOK.exists():
-        pytest.skip(f"{NOTEBOOK.relative_to(REPO)} is missing: run `jupytext --to ipynb notebooks/08_explorer.py`")
+        pytest.skip(f"{NOTEBOOK.relative_to(REPO)} is missing: run `jupytext --to ipynb notebooks/09_explorer.py`")
     pytest.importorskip("jupyterlab", reason="JupyterLab is not installed (pip install -e '.[lab]')")
     tmp = tmp_path_factory.mktemp("lab")
     root = tmp / "root"

@@ -266,7 +266,7 @@ def _repo_conftest():
 def test_only_the_vllm_notebook_is_recognised_as_needing_vllm():
     conf = _repo_conftest()
     found = {p.name for p in (REPO / "notebooks").glob("*.ipynb") if conf.notebook_imports_vllm(str(p))}
-    assert found == {"07_vllm_deploy.ipynb"}
+    assert found == {"08_vllm_deploy.ipynb"}
 
 
 @pytest.mark.parametrize("installed", [True, False])
@@ -281,14 +281,14 @@ def test_vllm_notebook_cells_are_skipped_only_without_vllm(monkeypatch, installe
         def add_marker(self, marker):
             self.markers.append(marker.mark)
 
-    nb07, nb00, unit = (Item(REPO / "notebooks" / "07_vllm_deploy.ipynb"),
+    nb08, nb00, unit = (Item(REPO / "notebooks" / "08_vllm_deploy.ipynb"),
                         Item(REPO / "notebooks" / "00_overview.ipynb"), Item(Path(__file__)))
-    conf.pytest_collection_modifyitems(None, [nb07, nb00, unit])
+    conf.pytest_collection_modifyitems(None, [nb08, nb00, unit])
     assert nb00.markers == [] and unit.markers == []
-    names = [m.name for m in nb07.markers]
+    names = [m.name for m in nb08.markers]
     assert names == (["vllm"] if installed else ["vllm", "skip"])
     if not installed:
-        assert "vLLM is not installed" in nb07.markers[1].kwargs["reason"]
+        assert "vLLM is not installed" in nb08.markers[1].kwargs["reason"]
 
 
 def test_nbval_run_without_vllm_skips_the_notebook_with_the_reason(tmp_path):

@@ -83,11 +83,11 @@ def test_the_course_ledger_joins_committed_files_and_recorded_rows_in_chapter_or
         {"meta": {"host": "h", "head": "p", "k": 7, "max_tokens": 8, "concurrencies": [1]},
          "rows": [{"config": "peagle", "concurrency": 1, "ok": 2, "acceptance_length": 1.2},
                   {"config": "peagle", "concurrency": 1, "ok": 2, "acceptance_length": 1.4}]}))
-    ledger.record(**ledger.bench_rows(RUN, "08", "live")[0])
+    ledger.record(**ledger.bench_rows(RUN, "09", "live")[0])
     rows = ledger.course_rows(data, {"parallel": tmp_path / "heads" / "p"}, tmp_path)
-    assert [(r["chapter"], r["acceptance_length"]) for r in rows] == [("04", 1.4), ("07", 1.3), ("08", 1.5)]
+    assert [(r["chapter"], r["acceptance_length"]) for r in rows] == [("05", 1.4), ("08", 1.3), ("09", 1.5)]
     assert rows[1]["prompts"] == 4  # requests over the repeats
-    assert [r["chapter"] for r in ledger.course_rows(data, {}, tmp_path, through="07")] == ["07"]
+    assert [r["chapter"] for r in ledger.course_rows(data, {}, tmp_path, through="08")] == ["08"]
 
 
 def test_a_live_sweep_keeps_one_row_per_k():

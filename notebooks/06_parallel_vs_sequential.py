@@ -14,7 +14,7 @@
 # ---
 
 # %% [markdown]
-# # 05 · Parallel vs sequential drafting: the cost and the payoff
+# # 06 · Parallel vs sequential drafting: the cost and the payoff
 #
 # **Goal:** measure what a drafting round costs in parallel (P-EAGLE: one drafter pass for K drafts) and sequentially
 # (EAGLE-3: K passes), and see where that saving pays end to end.
@@ -220,7 +220,7 @@ print("ratio as a fraction of K:", ", ".join(f"K={k}: {r / k:.2f}" for k, r in e
 #
 # ## The payoff: a pair trained alike, where acceptance is high
 #
-# The shipped heads accept few drafts on open prompts (06). On predictable text deep slots get accepted and drafting
+# The shipped heads accept few drafts on open prompts (07). On predictable text deep slots get accepted and drafting
 # cost decides. The **matched pair** isolates the method as far as one seed per head can: both heads start from the
 # same seeded weights and train the same 1,000 steps on the target's answers to 480 list requests. Only the drafting
 # mode differs.
@@ -473,10 +473,10 @@ else:
     print("the committed pair does not fit this target (above): no oracle run")
 
 # %% [markdown]
-# **Reading it.** On the same drafts, one pass beats seven on 7 of 8 requests (p = 0.07): not shown at this size (06's
+# **Reading it.** On the same drafts, one pass beats seven on 7 of 8 requests (p = 0.07): not shown at this size (07's
 # committed 24-prompt runs show it, 22 of 24). Both charges accept alike (AL 3.45), so the gap is drafting cost, 7.2
-# against 29.9 ms a round, plus the few milliseconds verify timings vary between runs (06 measures it). The AL sits
-# below the blog's 3.94: answers that end early cut rounds short (06 computes 3.79 for the rate at a 40-token budget),
+# against 29.9 ms a round, plus the few milliseconds verify timings vary between runs (07 measures it). The AL sits
+# below the blog's 3.94: answers that end early cut rounds short (07 computes 3.79 for the rate at a 40-token budget),
 # two answers here end within 14 tokens, and 75 rounds are a small draw.
 #
 # ### The recipe in view: a small pair trained here
@@ -575,7 +575,7 @@ else:
 #   1.92x at K=7.
 # - Live, the same pair's P-EAGLE drafts cheaper on every request, but 12 short answers do not show it ahead end to end
 #   (8 of 12).
-# - On the same drafts, one P-EAGLE pass beat seven EAGLE-3 passes on 7 of 8 requests (p = 0.07, not shown live; 06's
+# - On the same drafts, one P-EAGLE pass beat seven EAGLE-3 passes on 7 of 8 requests (p = 0.07, not shown live; 07's
 #   committed runs show it).
 # - A small pair trained here, each head at its tuned K: P-EAGLE is shown faster than EAGLE-3 (11 of 12) on
 #   acceptance, AL 1.67 against 1.23. EAGLE-3 picked K=1, one pass too: a result of the two training runs, not of
@@ -588,15 +588,15 @@ else:
 # peagle-lab bench --parallel-head DIR --sequential-head DIR --ks-parallel 1-10 -n 16 --max-new-tokens 256
 # ```
 #
-# Next, `06_what_it_takes`: the shipped heads on open prompts, losslessness in bfloat16, and what the paper's
+# Next, `07_what_it_takes`: the shipped heads on open prompts, losslessness in bfloat16, and what the paper's
 # acceptance would pay on this machine.
 
 # %% tags=["nbval-ignore-output"]
-# Records, after the lesson: the drafting-cost table (results/bench/nb05/) and this chapter's figures for the
+# Records, after the lesson: the drafting-cost table (results/bench/nb06/) and this chapter's figures for the
 # workbook's summary (SUMMARY.md).
 from peagle_lab.workbook import report
 
-out_dir = settings.results_dir() / "bench" / "nb05"
+out_dir = settings.results_dir() / "bench" / "nb06"
 bench.write_results({"drafting_cost": dc}, out_dir)
 report.record("drafting_ratio_seq_over_par", bench.headline({"drafting_cost": dc})["drafting_ratio_seq_over_par"])
 report.record("hardware", dc["env"]["hardware"])

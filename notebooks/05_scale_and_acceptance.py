@@ -14,7 +14,7 @@
 # ---
 
 # %% [markdown]
-# # 04 · Scale and acceptance
+# # 05 · Scale and acceptance
 #
 # **Goal:** see what a head's acceptance length is made of, what raises it, and which differences from the paper's
 # setup could explain its lower acceptance.
@@ -147,7 +147,7 @@ print("\n".join(heads_report.live_lines(P, S, live, KS, TIE)))
 # not a ranking.
 #
 # The vLLM blog reports the reverse order: P-EAGLE 3.94, EAGLE-3 3.03 (GPT-OSS-20B, HumanEval, K=7). The shipped heads
-# differ in budget and data, so they cannot isolate the method. 05's committed matched pair, trained alike for 1,000
+# differ in budget and data, so they cannot isolate the method. 06's committed matched pair, trained alike for 1,000
 # steps on list requests (one seed each), comes closer: there too EAGLE-3 accepts more.
 #
 # ## 2 · What more training buys
@@ -265,7 +265,7 @@ print(f"\nthe blog's AL {PAPER_AL} at K={PAPER_K} (HumanEval) needs every slot a
 from peagle_lab.settings import results_dir
 from peagle_lab.tiny_target import make_tiny_target
 
-tiny_dir = make_tiny_target(results_dir() / "nb04" / "tiny-qwen3")  # kept when already built
+tiny_dir = make_tiny_target(results_dir() / "nb05" / "tiny-qwen3")  # kept when already built
 tiny, tiny_tok = models.load_target(str(tiny_dir), device=DEVICE, dtype=precision.course_dtype(DEVICE))
 tc = tiny.config
 print(f"{type(tiny).__name__}: {tc.num_hidden_layers} layers, hidden {tc.hidden_size}, {tc.num_attention_heads} "
@@ -350,7 +350,7 @@ from peagle_lab.distill.data import DistillSettings, distill
 from peagle_lab.prompts import load_train_prompts
 from peagle_lab.training import TrainConfig, Trainer, TrainerOptions, prepare_sequences
 
-TINY_DATA = results_dir() / "nb04" / "tiny.jsonl"  # the tiny target's answers (distil resumes a file it wrote)
+TINY_DATA = results_dir() / "nb05" / "tiny.jsonl"  # the tiny target's answers (distil resumes a file it wrote)
 tiny_records = distill(tiny, tiny_tok, load_train_prompts(settings.pick(8, 4)), TINY_DATA,
                        DistillSettings(max_new_tokens=24, target=str(tiny_dir)), progress=False)
 tiny_seqs = prepare_sequences(tiny, tiny_records, progress=False)
@@ -421,7 +421,7 @@ from pathlib import Path
 
 from peagle_lab.training.state import read_log
 
-work = results_dir() / "nb04" / "two-processes"  # this chapter's own folder: each run replaces its head there
+work = results_dir() / "nb05" / "two-processes"  # this chapter's own folder: each run replaces its head there
 torchrun = Path(sys.executable).parent / "torchrun"
 launchers = {"one process": [sys.executable, "-m", "peagle_lab.cli"],
              "two processes": [str(torchrun), "--standalone", "--nproc_per_node", "2", "-m", "peagle_lab.cli"]}
@@ -477,7 +477,7 @@ print("the baseline recipe: " + ", ".join(f"{k} = {v}" for k, v in recipe.BASELI
 print("where it differs from the shipped P-EAGLE head's last run (baseline -> shipped): " + ", ".join(
     f"{k} {v} -> {shipped_train.get(k)}" for k, v in recipe.BASELINE.items() if shipped_train.get(k) != v))
 own_noise = recipe.noise(runs) or 0.0  # the largest acceptance spread between two seeds of one setting
-noise = max(own_noise, TIE)  # TIE: the same over the studies of 02 and 03 (08's appendix: the seed spread)
+noise = max(own_noise, TIE)  # TIE: the same over the studies of 02 and 03 (09's appendix: the seed spread)
 seeds = [r["tokens_seen"] for r in runs if r["name"].startswith("baseline")]
 mixed = (f" (its two baseline seeds saw {min(seeds):,} and {max(seeds):,} tokens in the same wall time, "
          f"{100 * (max(seeds) / min(seeds) - 1):.0f}% apart: seed and budget together)" if len(seeds) == 2 else "")
@@ -504,13 +504,13 @@ if runs:
 # against 0.052. Only `4 layers` lies beyond both, at -0.065, having seen under half the baseline's tokens. The
 # recipe's own spread proves little: its two seeds saw token counts 17% apart.
 #
-# Beyond budget, the paper differs in target (GPT-OSS-20B), head depth (its published heads have 4 layers, 07's last
+# Beyond budget, the paper differs in target (GPT-OSS-20B), head depth (its published heads have 4 layers, 08's last
 # section) and benchmark; no run here isolates which costs the AL.
 #
 # ## What we saw
 #
 # - **Shipped heads:** at K=7, EAGLE-3 accepts 2.532 tokens a round and P-EAGLE 1.895, the reverse of the paper's
-#   order; 05's committed matched pair agrees.
+#   order; 06's committed matched pair agrees.
 # - **Lossless:** every live speculative output matched plain greedy.
 # - **Why AL stays low:** P-EAGLE's rate falls to 0.24 by slot 3; a constant 0.78 at every slot gives the blog's 3.94.
 # - **Scale:** continuing `exp-L1` raised its AL from 1.737 to 1.895 (the shipped head); in the same 2400 s, 2 or 4
@@ -519,13 +519,13 @@ if runs:
 # - **Your own model:** the recipe runs losslessly on a tiny Qwen3; on bare text, SmolLM2's head accepted no draft.
 # - **Recipe runs:** at 180 s no setting beats the studies' seed spread (best +0.028 against 0.052).
 #
-# Next, `05_parallel_vs_sequential`: what a drafting round costs per head, and the speed-up.
+# Next, `06_parallel_vs_sequential`: what a drafting round costs per head, and the speed-up.
 
 # %% tags=["nbval-ignore-output"]
-# Records, after the lesson: this chapter's figures for the workbook's summary (SUMMARY.md) and 08's ledger.
+# Records, after the lesson: this chapter's figures for the workbook's summary (SUMMARY.md) and 09's ledger.
 from peagle_lab.workbook import ledger, report
 
-book = ledger.Logbook("04", host=precision.host_slug(DEVICE), dtype=precision.dtype_name(model.dtype))  # live rows
+book = ledger.Logbook("05", host=precision.host_slug(DEVICE), dtype=precision.dtype_name(model.dtype))  # live rows
 for kind, ev in live.items():  # section 1's live K sweep
     for k in KS:
         book.add(f"live K sweep, {len(prompts)} HumanEval prompt(s)", head_names[kind], prompt_set="code: HumanEval",

@@ -14,17 +14,19 @@
 # ---
 
 # %% [markdown]
-# # 03 · Train a P-EAGLE head
+# # 04 · Train a P-EAGLE head, by hand
 #
-# **Goal:** train a P-EAGLE head, writing each piece by hand and checking it against the package.
+# **Goal:** train a P-EAGLE head with a loop written by hand, check every piece against the package's trainer, and
+# draft with the result in 00's round.
 #
-# 1. **Data**: the target answers the training prompts (question 7).
-# 2. **Draft vocabulary**: which tokens the head may propose; the `d2t` / `t2d` maps (question 6).
-# 3. **Features**: tapped hidden states, stored or recomputed, in bf16 or fp32 (question 2).
-# 4. **Training**: all depths of a packed row in one step; checkpoints and resume.
+# 1. **One training row**: every depth of a packed row planned at once, COD choosing the anchors of each depth.
+# 2. **The training forward**, depth by depth through one cache; each training element is the draft it teaches.
+# 3. **EAGLE-3's training-time test**, unrolled by hand, beside P-EAGLE's mask slots.
+# 4. **The training loop**: AdamW, warm-up and cosine; the package's trainer, interrupted and resumed.
 # 5. **The whole path in our own code**: the hand-trained head drafting in 00's round.
 #
-# Depth is 0-based: depth d trains draft slot d + 1. Live cells run here, seeded. The studies are committed.
+# It trains on the features 03 extracted: the target's answers to 96 list requests. Depth is 0-based: depth d trains
+# draft slot d + 1. Every cell runs here, seeded.
 
 # %% tags=["nbval-ignore-output"]
 # Parameters come from the environment: PEAGLE_TARGET (default: the embedded SmolLM2-135M-Instruct),
@@ -33,280 +35,32 @@ from peagle_lab.workbook.notebook import start
 
 TARGET, DEVICE, CI = start(seed=0)
 
+import math
+
 import torch
+import torch.nn.functional as F
+
 from peagle_lab import models, precision, settings
-from peagle_lab.distill.data import distilled_data, distilled_records, read_distilled, shipped_distilled_path
+from peagle_lab.distill.data import distilled_records, read_distilled
+from peagle_lab.drafter.heads import target_slug
+from peagle_lab.features.identity import recorded_target_problem
+from peagle_lab.settings import data_dir, results_dir
+from peagle_lab.training import (TrainConfig, Trainer, TrainerOptions, draft_vocab_size_for, final_accuracy,
+                                 pick_mask_token_id, plan_row, prepare_sequences)
 
 model, tokenizer = models.load_target(TARGET, device=DEVICE, dtype=precision.course_dtype(DEVICE))
-
-# %% [markdown]
-# ## 1 · Data: the target answers the training prompts
-#
-# A drafter learns to guess what **this target** says next, so it trains on the target's own text.
-# `peagle-lab distill` has the target answer each prompt greedily and stores the token ids. The first cell shows one
-# of the chapter's 465 distilled sequences (all of them set the draft
-# vocabulary).
-#
-# The second cell lists the runs behind each shipped head, all on the **scale mix**: the course's large prompt set,
-# with a held-out split. **Distinct tokens** counts the tokens in the slice a run read (`records 6000:12000`),
-# **tokens seen** those trained on. Their ratio is the epochs.
-
-# %% tags=["smollm2-fact", "nbval-check-output"]
-path, meta, records, shipped = distilled_data(model, tokenizer, None if models.is_default_target(TARGET)
-                                              else settings.pick(32, 8), TARGET, progress=False)
-if not shipped:
-    print(f"no shipped distilled data for this target ({shipped_distilled_path(TARGET).name} is SmolLM2-135M's): "
-          f"distilled {len(records)} prompts here")
-tokens = sum(len(r["input_ids"]) for r in records)
-response = sum(len(r["input_ids"]) - r["prompt_len"] for r in records)
-print(f"{path.name}: {len(records)} sequences, {tokens:,} tokens ({response:,} written by the target), "
-      f"decoding={meta['decoding']}, max_new_tokens={meta['max_new_tokens']}, "
-      f"{sum(r['finished'] for r in records)} answers ended with EOS")
-r = records[0]
-print("\n--- prompt (chat template applied) ---")
-print(tokenizer.decode(r["input_ids"][: r["prompt_len"]]))
-print("--- the target's answer (first 300 characters) ---")
-print(tokenizer.decode(r["input_ids"][r["prompt_len"]:])[:300])
-
-# %% tags=["nbval-ignore-output"]
-from collections import Counter
-from pathlib import Path
-
-from peagle_lab.distill.data import select_split
-from peagle_lab.prompts import load_scale_records
-from peagle_lab.workbook.notebook import committed_label
-
-scale_path = shipped_distilled_path("smollm2-135m-scale")
-_, scale = read_distilled(scale_path)
-mix = load_scale_records()
-train_part, held = select_split(scale, "train")
-print(committed_label("The scale mix, self-distilled"))
-print(f"{scale_path.name}: {len(scale):,} of {len(mix):,} prompts answered, "
-      f"{sum(len(r['input_ids']) for r in scale):,} tokens, {scale_path.stat().st_size / 1e6:.1f} MB; "
-      f"{len(train_part):,} train / {held:,} held-out")
-print("prompt kinds:", dict(Counter(m["category"] for m in mix)))
-full_path = scale_path.with_name(scale_path.name + ".gz")  # the whole mix, self-distilled
-if full_path.exists():
-    _, full = read_distilled(full_path)
-    print(f"{full_path.name}: {len(full):,} of {len(mix):,} prompts answered, "
-          f"{sum(len(r['input_ids']) for r in full):,} tokens, {full_path.stat().st_size / 1e6:.1f} MB (compressed)")
-    del full
-
-import json
-import re
-
-from peagle_lab.drafter.heads import SHIPPED
-
-for kind, head_dir in SHIPPED.items():
-    rec = json.loads((head_dir / "training.json").read_text())
-    runs = rec.get("history", []) + [dict(head=head_dir.name, data=rec["data"]["file"], command=rec["command"],
-                                          sequences=rec["data"]["sequences"], tokens_seen=rec["tokens_seen"],
-                                          distinct_tokens=rec["data"].get("tokens"))]
-    print(f"{head_dir.name} ({kind}), {len(runs)} training run(s), each continuing the one before:")
-    for r in runs:
-        span = re.search(r"--records (\S+)", r.get("command", ""))
-        split = re.search(r"--split (\S+)", r.get("command", ""))
-        print(f"  {r['head']}: {r['sequences']:,} sequences of {Path(r['data']).name}"
-              f"{f', split {split.group(1)}' if split else ''}{f', records {span.group(1)}' if span else ''}; "
-              f"{r['distinct_tokens'] or 0:,} distinct tokens, {r['tokens_seen']:,} tokens seen in this run"
-              + (f" ({r['tokens_seen'] / r['distinct_tokens']:.2f} epochs)" if r.get("distinct_tokens") else ""))
-    cum = rec.get("cumulative") or {}
-    print(f"  cumulative: {sum(r['tokens_seen'] or 0 for r in runs):,} tokens seen over the {len(runs)} run(s)"
-          + (f", {cum['distinct_tokens']:,} distinct tokens ({cum['epochs']} epochs: runs on the same records "
-             "count once)" if cum.get("distinct_tokens") else ""))
-
-# %% [markdown]
-# ### Should the target write the answers itself? (question 7)
-#
-# The study (`peagle-lab study self-distill`) trains heads on prompts asking for functions of Python's standard
-# library. One arm trains on **human answers** (the library's source), the other on the **target's own answers**. Both
-# use the target's greedy tokens as labels.
-#
-# - **held-out AL**: acceptance length, the tokens a round commits, on 16 held-out prompts of the scale mix;
-# - **seed spread**: the largest minus the smallest AL over the seeds. A gap counts only beyond it;
-# - **P(accept)**: the acceptance rates of slots 1 to 3 (00's p1, p2, p3).
-
-# %% tags=["nbval-ignore-output"]
-from IPython.display import Markdown, display
-
-from peagle_lab.experiments import studies
-
-
-def compare_arms(runs, a_name, b_name):
-    """Two arms differ only if the gap between their mean held-out ALs exceeds the larger seed spread (both
-    compared at the three decimals printed). Returns the gap and whether it is beyond the spread."""
-    arms = {r["setting"]: r for r in studies.summarize(runs)}
-    a, b = arms[a_name], arms[b_name]
-    gap, spread = a["acceptance_length"] - b["acceptance_length"], max(a["seed_spread"], b["seed_spread"])
-    tokens = runs[0]["val_prompts"] * runs[0]["max_new_tokens"]  # per run; a round commits AL of them
-    for r in (a, b):
-        print(f"{r['setting']}: AL {r['acceptance_length']:.3f}, seed spread {r['seed_spread']:.3f}; slot 1 accepted "
-              f"at {r['slots_1_3'][0]:.2f} in at most about {tokens / r['acceptance_length']:.0f} rounds per run")
-    beyond = round(abs(gap), 3) > round(spread, 3)
-    print(f"gap {gap:+.3f} tokens per round, {'beyond' if beyond else 'within'} the larger seed spread ({spread:.3f})")
-    return gap, beyond
-
-
-def dtypes(runs):
-    """The target's dtype and the heads' training autocast, as the runs record them."""
-    seen = lambda get: "/".join(sorted({str(get(r)) for r in runs}))
-    return (f"; target in {seen(lambda r: r['machine'].get('target_dtype'))}, heads trained under "
-            f"{seen(lambda r: r.get('autocast'))} autocast") if runs else ""
-
-
-sd_host, sd_runs = studies.committed("self-distill")
-print(committed_label("The self-distillation study", sd_host) + dtypes(sd_runs))
-display(Markdown(studies.summary_markdown(sd_runs)))
-if sd_runs:
-    seen = [r["tokens_seen"] for r in sd_runs]
-    print(f"tokens seen per run: {min(seen):,} to {max(seen):,} "
-          f"({100 * (max(seen) - min(seen)) / min(seen):.1f}% apart; the same {sd_runs[0]['steps']} steps each)\n")
-    gap, beyond = compare_arms(sd_runs, "target's own answers", "human answers")
-    print("verdict: " + (f"the target's own answers win by {gap:.3f} tokens per round" if beyond and gap > 0
-                         else "the seeds cannot separate the two arms"))
-
-# %% [markdown]
-# **Reading it.** A head trained on the target's own answers accepts more: AL 1.380 against 1.245, a gap beyond the
-# seed spread. The study shows the gap, not its cause.
-#
-# ## 2 · Draft vocabulary
-#
-# The head needs only the tokens the target writes, and a smaller output layer is cheaper. `build_draft_vocab` keeps
-# the most frequent target ids, plus the mask token and EOS. **Coverage** is the share of response tokens the draft
-# vocabulary can produce. A token outside it costs acceptance, never correctness.
-
-# %% tags=["smollm2-fact", "nbval-check-output"]
-from peagle_lab.training import pick_mask_token_id
-from peagle_lab.drafter.vocab import build_draft_vocab, count_tokens, coverage
-
-V = model.config.vocab_size
-MASK_ID = pick_mask_token_id(tokenizer)
-counts = count_tokens([r["input_ids"][r["prompt_len"]:] for r in records], V)
-print(f"{int((counts > 0).sum()):,} distinct token ids among {int(counts.sum()):,} response tokens "
-      f"(target vocabulary {V:,})")
-for size in [n for n in (1024, 2048, 4096, 8192, 16384) if n < V] + [V]:
-    ids = build_draft_vocab(counts, size, V, always=(MASK_ID, tokenizer.eos_token_id))
-    print(f"draft vocabulary {size:>6,}: coverage {100 * coverage(counts, ids, V):6.2f}%  "
-          f"(lm_head {size * model.config.hidden_size / 1e6:5.1f} M parameters)")
-
-# %% [markdown]
-# **Reading it.** 4,096 draft ids, the shipped size, cover 99.61% of the response tokens with an `lm_head` of 2.4 M
-# parameters instead of 28.3 M. This is in-sample, so expect less on other text.
-#
-# ### `d2t` and `t2d`, by hand (question 6)
-#
-# vLLM reads `d2t`: draft id `i` stands for target id `i + d2t[i]`. `t2d` marks the target ids the head can emit (the
-# export drops it, notebook 07). A toy vocabulary of 8 ids shows both. Then the cell gives the shipped head an
-# `lm_head` 96 rows short of the draft vocabulary. The export check refuses it.
-
-# %% tags=["smollm2-fact", "nbval-check-output"]
-from peagle_lab.drafter.vocab import d2t_t2d
-
-toy = build_draft_vocab(counts, 8, V, always=(MASK_ID, tokenizer.eos_token_id))
-d2t, t2d = d2t_t2d(toy, V)
-for i, (tid, off) in enumerate(zip(toy.tolist(), d2t.tolist())):
-    print(f"draft id {i}: target id {tid:>5} = {i} + d2t[{i}] (= {off:>5})   {tokenizer.decode([tid])!r}")
-print(f"t2d: {t2d.dtype}, {t2d.numel():,} entries (one per target id), True at {t2d.nonzero().flatten().tolist()}")
-
-from safetensors.torch import load_file
-
-from peagle_lab.drafter import PEagleConfig
-from peagle_lab.errors import PeagleError
-from peagle_lab.serving.validation import validate_head
-
-shipped_cfg = PEagleConfig.from_dir(SHIPPED["parallel"])
-tensors = load_file(SHIPPED["parallel"] / "model.safetensors")
-tensors["lm_head.weight"] = tensors["lm_head.weight"][:-96]  # 96 rows fewer than the draft vocabulary
-try:
-    validate_head(shipped_cfg, tensors)
-except PeagleError as exc:
-    print(exc)
-
-# %% [markdown]
-# ## 3 · Features
-#
-# For each position `t`, one forward of the frozen target gives the **taps** `h_t` (three tapped hidden states, 3H
-# values) and the greedy label `y_t`.
-#
-# ### Online or offline, bf16 or fp32? (question 2)
-#
-# Offline features are computed once and read back every epoch. Online features cost a target forward per use, but no
-# disk. The cell prepares the training sequences and compares the three ways on a few: speed, disk and error.
-#
-# The sequences this chapter trains on are the target's answers to 96 **list requests** ("Write the letters of the
-# alphabet from I to T, one per line"): text so predictable that 40 steps on a laptop give a head that visibly drafts.
-# The shipped heads train on the scale mix for hours (04); 05 races heads trained on list requests.
-#
-# The committed storage study then asks whether bf16 costs acceptance. It retrains 02's learned mask variant on bf16
-# taps, with the same seeds.
-
-# %% tags=["nbval-ignore-output"]
-from peagle_lab.drafter.heads import target_slug
-from peagle_lab.settings import results_dir
-from peagle_lab.training import (TrainConfig, Trainer, TrainerOptions, draft_vocab_size_for, final_accuracy, plan_row,
-                                 prepare_sequences)
-
-from peagle_lab.features.identity import recorded_target_problem
-from peagle_lab.settings import data_dir
-
+MASK_ID = pick_mask_token_id(tokenizer)  # the mask token of slots 2..K (03, section 2)
 N_SEQ = settings.pick(96, 16)
 list_meta, list_answers = read_distilled(data_dir() / "distill" / "smollm2-135m-lists.jsonl")
 OWN_LISTS = recorded_target_problem(list_meta, model) is None  # the list answers were made with this target
 train_records = list_answers[:N_SEQ] if OWN_LISTS else distilled_records(model, tokenizer, N_SEQ, TARGET)
 seqs = prepare_sequences(model, train_records, features_dir=results_dir() / "features" / target_slug(TARGET),
-                         progress=False)
+                         progress=False)  # 03 stored them: read back, not recomputed
 print(f"{len(seqs)} sequences ({'list answers' if OWN_LISTS else 'this target has no list answers: its own data'})"
       f", {sum(len(s['input_ids']) for s in seqs):,} tokens, taps {tuple(seqs[0]['taps'].shape[1:])}")
 
-import tempfile
-import time
-
-from peagle_lab.features import ExtractionSettings, extract_features, load_features, sequence_features
-
-few = [r["input_ids"] for r in train_records[: settings.pick(8, 2)]]
-n_tok = sum(map(len, few))
-t0 = time.perf_counter()
-online = [sequence_features(model, ids, taps_dtype=torch.float32) for ids in few]
-rows = [dict(way="online (a target forward per use)", seconds=time.perf_counter() - t0, disk=0, err=0.0)]
-with tempfile.TemporaryDirectory() as tmp:
-    for dt in (torch.float32, torch.bfloat16):
-        where = Path(tmp) / str(dt)
-        extract_features(model, few, where, ExtractionSettings(taps_dtype=dt), progress=False, verbose=False)
-        t0 = time.perf_counter()
-        back = load_features(where, taps_dtype=torch.float32)
-        secs = time.perf_counter() - t0
-        err = max(float(((b["taps"] - o["taps"]).abs().max() / o["taps"].abs().max())) for b, o in zip(back, online))
-        disk = sum(f.stat().st_size for f in where.rglob("*") if f.is_file())
-        rows.append(dict(way=f"offline {str(dt).split('.')[-1]} (read back)", seconds=secs, disk=disk, err=err))
-print(f"{len(few)} sequences, {n_tok:,} tokens")
-for r in rows:
-    print(f"{r['way']:34s} {n_tok / r['seconds']:>10,.0f} tokens/s   disk {r['disk'] / n_tok:>7,.0f} B/token   "
-          f"largest error {r['err']:.1e} (relative to the largest tap)")
-print(f"bf16 shards: read back {rows[0]['seconds'] / rows[2]['seconds']:,.0f}x faster than the online forward, "
-      f"on {rows[2]['disk'] / rows[1]['disk']:.2f}x float32's disk")
-
-# Does the rounding cost acceptance? The committed storage study retrains notebook 02's learned mask variant
-# (float32 taps) on bf16 taps, same settings and seeds.
-st_host, st_runs = studies.committed("storage")
-mk_host, mk_runs = studies.committed("mask")
-fp32_arm = [dict(r, name=r["name"].replace("learned (P-EAGLE)", "float32 taps"))
-            for r in mk_runs if r["name"].startswith("learned (P-EAGLE)")]
-print(committed_label("The storage study", st_host) + dtypes(fp32_arm + st_runs))
-display(Markdown(studies.summary_markdown(fp32_arm + st_runs)))
-print("taps dtype per arm:", {r["name"].split(" (seed")[0]: r.get("data") for r in fp32_arm + st_runs}, "\n")
-gap, beyond = compare_arms(fp32_arm + st_runs, "bfloat16 taps", "float32 taps")
-print("verdict: " + (f"bf16 taps change AL by {gap:+.3f}, beyond the seeds' noise" if beyond
-                     else "bf16 taps cost no acceptance the seeds can measure"))
-
 # %% [markdown]
-# **Reading it.** Storing features pays: bf16 shards read back 2,019x faster than the target forward, on half of
-# float32's disk. They read back slower than float32 shards (546,397 against 1,747,805 tokens/s; the cause is not
-# timed here), so bf16 is for disk, not speed. The storage study finds no acceptance cost the seeds can
-# measure (AL 1.210 against 1.211 for float32). So bf16 is the default.
-#
-# ## 4 · Training
-#
-# ### One training row, planned by hand
+# ## 1 · One training row, planned by hand
 #
 # A packed row holds sequences end to end. Its **depth-0 elements** are all positions with a next token. The
 # **anchors** among them (the last prompt position and the response) are trained; the rest are context.
@@ -431,7 +185,7 @@ def my_cod_sample(num_anchors, num_depths, ratio, min_ratio, generator):
 check_cod_sample(my_cod_sample)
 
 # %% [markdown]
-# ### The training forward, depth by depth, by hand
+# ## 2 · The training forward, depth by depth, by hand
 #
 # `run_depths_by_hand` runs the untrained head over a row's COD plan, **depth by depth through one KV cache**
 # (`RowCache`). Depth 0 reads every position: token `x[t+1]` with the taps of `t`, fused by `fc`. Each deeper depth
@@ -520,7 +274,44 @@ del module
 # The taps' RMS spans 0.729 to 2e+03. Dividing by `tap_scale` lets one Adam step move small and large taps alike.
 # `sync_head` folds the scale back into the saved weights, so a saved head reads raw taps.
 #
-# ### EAGLE-3's training, unrolled by hand: the training-time test
+# ### Trained as it drafts
+#
+# Training runs all depths of a row at once; drafting runs one pass over a context and its mask slots. They must give
+# the same logits. The cell loads the shipped P-EAGLE head into a `Trainer`, runs every anchor of one sequence at every
+# depth, and compares each element `(a, d)` with row `a + d` of `one_pass_logits`, the head drafting K=4 after
+# position `a`. `sync_head` writes the trainer's weights into the plain head.
+
+# %% tags=["nbval-ignore-output"]
+from peagle_lab.drafter.heads import SHIPPED, head_fit_problems
+from peagle_lab.memory import release
+
+K_CHECK, seq = 4, seqs[0]
+shipped_fits = not head_fit_problems(SHIPPED["parallel"], model)  # else an untrained head (the check holds as well)
+cfg_check = TrainConfig(mode="parallel", num_depths=K_CHECK, layers=1, steps=1, save_every=0, autocast="float32",
+                        draft_vocab_size=4096 if shipped_fits else draft_vocab_size_for(model, 4096),
+                        init_from=SHIPPED["parallel"] if shipped_fits else None, target=TARGET)
+module = Trainer(cfg_check, model, [seq], tokenizer, TrainerOptions(progress=False, verbose=False)).module.eval()
+every = plan_row([seq], K_CHECK, ratio=1.0, min_ratio=1.0)  # every anchor at every depth
+with torch.no_grad():
+    train_logits, _ = module.run_depths(every)
+    synced = module.sync_head()
+    x_seq, taps_seq = seq["input_ids"], seq["taps"].float()  # the cached features the training reads
+    draft_gap = 0.0
+    for a in every.depths[K_CHECK - 1].anchor_pos[:3].tolist():
+        draft_logits = synced.one_pass_logits(x_seq[1:a + 2], taps_seq[:a + 1], K_CHECK)  # positions 0..a, then masks
+        for d in range(K_CHECK):  # element (a, d) against the draft row of slot d + 1, row a + d
+            i = int((every.depths[d].anchor_pos == a).nonzero())
+            draft_gap = max(draft_gap, float((train_logits[d][i] - draft_logits[a + d].to(train_logits[d].device))
+                                             .abs().max()))
+print(f"{'the shipped' if shipped_fits else 'an untrained'} P-EAGLE head, 3 anchors x {K_CHECK} depths: largest logit "
+      f"difference, training element vs one-pass draft {draft_gap:.1e}")
+del module, synced, train_logits; release()  # free the trainer before the next cells
+
+# %% [markdown]
+# **Reading it.** Each training element gives its slot's drafting logits, up to float rounding: what the head learns
+# at depth d is what it drafts at slot d + 1.
+#
+# ## 3 · EAGLE-3's training, unrolled by hand: the training-time test
 #
 # A sequential (EAGLE-3) head drafts slot 2 from its own slot-1 output, so it must train on its own states. The
 # *training-time test* unrolls K steps per anchor. Each step appends the **data's** next token with the **drafter's
@@ -576,7 +367,7 @@ del ttt, head
 # EAGLE-3 head on 61 tokens of a list answer; the untrained P-EAGLE row above, 17.77, is another head, row and depth
 # count, so the two losses do not compare.)
 #
-# ### The training loop, by hand
+# ## 4 · The training loop, by hand
 #
 # A plain optimizer loop wraps that forward. Each step:
 #
@@ -657,7 +448,7 @@ print(f"{cfg.steps} steps by hand ({'bf16 autocast' if amp else 'float32'}): los
 # %% tags=["nbval-ignore-output"]
 import shutil
 
-OUT = results_dir() / "nb03" / "head"
+OUT = results_dir() / "nb04" / "head"
 shutil.rmtree(OUT.parent, ignore_errors=True)
 straight = Trainer(cfg, model, seqs, tokenizer, TrainerOptions(progress=False, verbose=False)).train()
 straight.head.cpu()  # one trainer at a time on the device: the reference head waits in RAM
@@ -697,6 +488,7 @@ checks = {  # every piece written by hand in this chapter against the package, a
     "EAGLE-3 training-time test: the unroll by hand equals the sequential objective (logits within 1e-5 of the "
     "largest, loss within 1e-4)": ttt_worst < 1e-5 and abs(ttt_by_hand - ttt_loss.item()) < 1e-4,
     "the loop by hand is the Trainer's loop (every step's loss within 1e-3)": hand_gap < 1e-3,
+    "P-EAGLE: each training element equals its slot's one-pass draft (logits within 1e-4)": draft_gap < 1e-4,
 }
 for what, ok in checks.items():
     print(f"{what}: {ok}")
@@ -736,8 +528,8 @@ print(f"\nthe head: {sum(own.values()) / 1e6:.2f} M parameters of its own (embed
 for name, n in own.items():
     print(f"  {name:45s} {n:>10,}")
 
-report.record("nb03_train_steps", res.steps_done)
-report.record("nb03_final_depth_accuracy", acc);
+report.record("nb04_train_steps", res.steps_done)
+report.record("nb04_final_depth_accuracy", acc);
 
 # %% [markdown]
 # **Reading it.** The head learns most at depth 0: over the last quarter its accuracy is 0.4703 there, 0.1931 to 0.207
@@ -813,23 +605,23 @@ print("our own path equals plain greedy decoding:", same_as_plain)
 print("each round accepts what the package's loop accepts with the same head:", same_rounds)
 if lossless_regime(model.dtype, DEVICE) == "exact":  # float32 on a CPU: token for token (else near-ties may differ)
     assert same_as_plain and same_rounds, "our own path left plain greedy decoding or the package's loop"
-report.record("nb03_own_path_al", round(sum(committed) / len(committed), 4));
+report.record("nb04_own_path_al", round(sum(committed) / len(committed), 4));
 
 # %% [markdown]
 # **Reading it.** Our own path is lossless: its output equals plain greedy decoding, and each round accepts what the
 # package's loop accepts. And the head drafts: after 40 steps it commits 1.76 tokens a round at K=4 over 54 rounds,
 # often 3 (on counting, a learnable pattern). That is just above what 00 timed for a verify pass in float32 (1.64
 # steps for 6 tokens, 1.71 for 9; a K=4 round verifies 5), before drafting's own time, which this path does not time;
-# bf16 verifies cheaper (05). 05 races a pair trained far longer (1,000 steps, committed) on the same kind of text, and
+# bf16 verifies cheaper (06). 06 races a pair trained far longer (1,000 steps, committed) on the same kind of text, and
 # trains a small pair in view.
 #
 # ## What we saw
 #
-# - Training on the target's own answers beats human answers: AL 1.380 against 1.245.
-# - 4,096 draft ids cover 99.61% of the response tokens, in-sample.
-# - bf16 feature shards read back 2,019x faster than a target forward, at no measurable AL cost.
-# - One packed row trains all 8 depths. Each hand-written piece matches the package, and resume is exact.
+# - One packed row trains all 8 depths; COD keeps a shrinking, nested share of anchors per depth.
+# - The forward by hand, its loss and EAGLE-3's training-time test equal the package's; each training element is the
+#   draft it teaches.
+# - The loop by hand is the package's trainer step for step, and an interrupted run resumes exactly.
 # - Our own path is lossless, and its 40-step head, trained on list answers, commits 1.76 tokens a round at K=4.
 #
-# Next, `04_scale_and_acceptance`: what far more training buys per depth, a head for your own model, and why
+# Next, `05_scale_and_acceptance`: what far more training buys per depth, a head for your own model, and why
 # acceptance stays below the paper's.

@@ -14,12 +14,12 @@
 # ---
 
 # %% [markdown]
-# # 06 · What it takes: the shipped heads, losslessness and the paper's acceptance
+# # 07 · What it takes: the shipped heads, losslessness and the paper's acceptance
 #
 # **Goal:** see what limits the shipped heads on open prompts, check that speculation stays lossless in bfloat16,
 # and price the paper's acceptance on this machine.
 #
-# 05 showed parallel drafting paying where a head accepts many drafts. The shipped heads accept few on open prompts.
+# 06 showed parallel drafting paying where a head accepts many drafts. The shipped heads accept few on open prompts.
 #
 # The shipped heads do not reach the paper's acceptance (the blog reports 3.94 tokens a round at K=7 on HumanEval). So
 # an *oracle* drafter draws it through the real loop, charged a real head's drafting: one P-EAGLE pass or K EAGLE-3
@@ -66,7 +66,7 @@ print("committed runs read from:", READ_HOST)
 
 prompt = chat_ids(tokenizer, humaneval_prompts(1)[0])  # the first HumanEval prompt
 runner = TargetRunner(model, par_head.config.aux_hidden_state_layer_ids)
-paired, order = payoff.paired_gaps, payoff.paired_order  # 05's paired rule: per-prompt gaps, then the sign test
+paired, order = payoff.paired_gaps, payoff.paired_order  # 06's paired rule: per-prompt gaps, then the sign test
 
 # %% [markdown]
 # ## The shipped heads on open prompts
@@ -115,7 +115,7 @@ print(f"the oracle draws the blog's AL {paper_target('code', 7)[0]:.2f} at K=7 o
 #
 # ### Live, on two prompts
 #
-# The cell decodes 2 HumanEval prompts (40 new tokens) with every method, interleaved per prompt. The oracle (05 wrote
+# The cell decodes 2 HumanEval prompts (40 new tokens) with every method, interleaved per prompt. The oracle (06 wrote
 # it out) runs at K=7, charged one P-EAGLE pass or K EAGLE-3 passes (`sequential drafting`) on the same draws.
 # `hf-greedy` is transformers' `generate`. Two prompts check the mechanics live (every method runs, every output is
 # lossless); they cannot rank methods (the committed table above ranks each against plain decoding). Columns:
@@ -145,7 +145,7 @@ print(f"plain loop: {plain_row['t_step_ms']:.1f} ms per decode step (the loop's 
 # Every speed-up here is over the course's plain loop, which runs through the same target runner as the speculative
 # loop and records each step's top-two margin for the lossless check. transformers' own `generate` (`hf-greedy`) ran
 # 1.27x faster than it; against `generate`, the best head is about 1.07x (1.36 / 1.27). This run's plain step was
-# also slow (the break-even reading below), which flatters every live ratio here: 08's fixed run, on the same host at a
+# also slow (the break-even reading below), which flatters every live ratio here: 09's fixed run, on the same host at a
 # similar AL, ran 0.98x.
 #
 # ## Lossless, in two regimes
@@ -197,7 +197,7 @@ print("an off-by-one acceptance rule, first prompt, K=3:",
 # %% [markdown]
 # **Reading it.** Speculation stays lossless in bf16: every divergence sits at a plain top-2 margin of 0.000 (an
 # exact tie) or 0.125, within its bound. The broken rule diverges at a margin of 5.25 against a bound of 1, and fails.
-# 08 reruns a bf16 near-tie divergence in float32, where it disappears.
+# 09 reruns a bf16 near-tie divergence in float32, where it disappears.
 #
 # ### Speed-up and acceptance, slot by slot
 #
@@ -298,7 +298,7 @@ for label, res in runs:  # the oracle pair: each run's best one-pass K against K
 # takes its round from one run at K=7 and carries that run's P-EAGLE point.
 #
 # - CPU: this run, a committed run of 24 HumanEval prompts x 32 tokens on each host, and a committed 5 x 64 float32
-#   run made with earlier versions of the heads (08's ledger names them).
+#   run made with earlier versions of the heads (09's ledger names them).
 # - GPU: a cost model from committed timings of transformers' eager loop on Llama-3.1-8B shapes with random weights
 #   (bf16, batch 1, one H200). No trained head ran.
 
@@ -347,7 +347,7 @@ print(f"\nthe blog's ALs on the GPU cost model (K=7): P-EAGLE 3.94 / {gpu_round[
 # **Reading it.** In bf16 the shipped head clears the round; in the fp32 runs it does not. At K=7 the bf16 rounds cost
 # 1.00 (this run) and 1.26 decode steps (committed). The cell flags this run's 1.00 as load noise, but the round table
 # above shows something else: this run's plain step (100.6 ms) measured slower than every verify pass (87.3 to 97.8 ms),
-# where 05 measured a 79.7 ms step, and the printed load (1.16 to 1.34 on 2 cores) shows no overload; why the plain
+# where 06 measured a 79.7 ms step, and the printed load (1.16 to 1.34 on 2 cores) shows no overload; why the plain
 # loop's step ran slow here is not taken apart. P-EAGLE clears both bf16 rounds (1.37x and 1.20x decode). The fp32
 # rounds cost 1.98 and 1.95 steps, and it falls below 1x. Those fp32 lines come from the other host (the shipped head)
 # and from earlier heads (the 5 x 64 run): they show the fp32 round's cost, not this head's fp32 speed-up here. The
@@ -437,19 +437,19 @@ print(f"committed ({host_run['dir']}), P-EAGLE at K={m7['k']}: round {round7:.2f
 # - On the committed bf16 round (1.26 steps), 2x decode at K=7 needs AL 2.52; the shipped head reached AL 1.55 there.
 #   (The exercise's answer, AL 1.99, used this run's 1.00-step round, the one read above as a slow plain step.)
 #
-# Next, `07_vllm_deploy`: the P-EAGLE head exported to vLLM and served with `"parallel_drafting": true`, checked
+# Next, `08_vllm_deploy`: the P-EAGLE head exported to vLLM and served with `"parallel_drafting": true`, checked
 # against our own loop.
 
 # %% tags=["nbval-ignore-output"]
-# Records, after the lesson: this run's results (results/bench/nb06/), its figures for the workbook's summary
-# (SUMMARY.md) and its acceptance lengths for 08's ledger.
+# Records, after the lesson: this run's results (results/bench/nb07/), its figures for the workbook's summary
+# (SUMMARY.md) and its acceptance lengths for 09's ledger.
 from peagle_lab.workbook import ledger, report
 
-out_dir = settings.results_dir() / "bench" / "nb06"
+out_dir = settings.results_dir() / "bench" / "nb07"
 bench.write_results({"end_to_end": e2e}, out_dir)
 h = bench.headline({"end_to_end": e2e})
 for key in ("best", "all_lossless"):
     report.record(key, h[key])
 report.record("hardware", e2e["env"]["hardware"])
-for r in ledger.bench_rows(e2e, "06", f"this run's end to end ({'CI size' if CI else 'live'})", HOST, every_k=True):
+for r in ledger.bench_rows(e2e, "07", f"this run's end to end ({'CI size' if CI else 'live'})", HOST, every_k=True):
     ledger.record(**r)

@@ -14,7 +14,7 @@
 # ---
 
 # %% [markdown]
-# # 08 · Explorer, and the results across hosts
+# # 09 · Explorer, and the results across hosts
 #
 # **Goal:** see which tokens the drafter supplies and what moves the acceptance length; compare every host's committed
 # speed-ups.
@@ -102,7 +102,7 @@ print(f"so: {al:.2f} tokens per round of a possible {K + 1}; speculation ran at 
 fig = viz.plot_per_position_acceptance(
     run.stats.conditional_acceptance, counts=list(zip(run.stats.accepted_at, run.stats.attempted_at)),
     title=f"{head_name} head, {run.mode} drafting, K={K}: acceptance length {run.stats.acceptance_length:.2f}")
-print("saved", settings.display_path(viz.save_figure(fig, "08_explorer_per_position")))
+print("saved", settings.display_path(viz.save_figure(fig, "09_explorer_per_position")))
 
 # %% tags=["nbval-check-output"]
 print("every token has a source:", len(run.sources) == len(run.tokens))
@@ -306,7 +306,7 @@ assert same == N_SAME
 # %% [markdown]
 # ## Results across hosts
 #
-# 06's committed benchmark runs of the shipped heads on both hosts: one table per suite (`code`: HumanEval; `chat`: the
+# 07's committed benchmark runs of the shipped heads on both hosts: one table per suite (`code`: HumanEval; `chat`: the
 # prompt mix's held-out split), one row per host and dtype.
 #
 # - `verify_k7`: one target pass over 8 tokens, in decode steps, timed alone.
@@ -315,10 +315,10 @@ assert same == N_SAME
 # - `faster than plain`: prompts each head won against plain decoding, P-EAGLE's / EAGLE-3's. `paired`: the range
 #   of P-EAGLE's per-prompt speed-up minus EAGLE-3's.
 # - `oracle`: speed-ups at the blog's acceptance (the blog reports P-EAGLE at AL 3.94 on HumanEval and 3.70 on
-#   MT-Bench, which stands in for `chat`; within a 32-token budget the draws give less, as 06's committed rows show),
+#   MT-Bench, which stands in for `chat`; within a 32-token budget the draws give less, as 07's committed rows show),
 #   replayed on the same draws: one parallel pass / K sequential.
 #
-# Verdicts use the paired rule (05; `reference.md` lists every rule). The 5-prompt float32 run, made with earlier heads,
+# Verdicts use the paired rule (06; `reference.md` lists every rule). The 5-prompt float32 run, made with earlier heads,
 # is too small for it to show an order: it supplies the float32 verdict's 2 "not shown" entries.
 
 # %% tags=["nbval-ignore-output"]
@@ -373,7 +373,7 @@ for suite, rows in tables.items():
     display(Markdown(f"**`{suite}` suite**\n\n" + bench.format_table(rows, list(rows[0]))))
 
 # %% tags=["nbval-ignore-output"]
-# the paired rule (05): payoff.verdict_word says "shown faster" or "shown slower" where the sign test on w wins of n
+# the paired rule (06): payoff.verdict_word says "shown faster" or "shown slower" where the sign test on w wins of n
 # prompts gives p < 0.05, else "not shown"
 for dtype in dict.fromkeys(d for d, *_ in vs_plain):
     speedups = [sp for d, sp, w, n in vs_plain if d == dtype]
@@ -391,9 +391,9 @@ print("verdict, at the paper's acceptance (one parallel pass against K sequentia
     or "not run")
 
 # %% [markdown]
-# **Reading it.** With bf16 units both heads are shown faster than the course's plain loop (1.14x to 1.31x; 06 shows
+# **Reading it.** With bf16 units both heads are shown faster than the course's plain loop (1.14x to 1.31x; 07 shows
 # transformers' `generate` faster than that loop): verifying 8 tokens costs little more than a decode step
-# (`verify_k7` 1.07 in the committed run; 05's live table gives 1.35 for the same 8-token pass,
+# (`verify_k7` 1.07 in the committed run; 06's live table gives 1.35 for the same 8-token pass,
 # so a pass timed alone moves by about a quarter between runs). In float32 it costs about two, and no head is shown
 # faster. Neither head is shown faster than the other, but at the blog's acceptance one pass is shown faster than K in
 # the float32 runs of `cpu-epyc-avx2-2c` (1.59x against 1.46x on `code`), the only ones with a K-pass oracle row.
@@ -410,12 +410,12 @@ print("verdict, at the paper's acceptance (one parallel pass against K sequentia
 # this chapter's live runs as ledger rows (the last code cell records them); 00's prime check named as 00 names it
 live = {"fixed run": ("one chat prompt (prime check)", run)}
 live |= {f"exercise, {kind} prompt": (f"one {kind} prompt", r) for kind, r in exercise.items()}
-ours = [ledger.row(chapter="08", what=what, head=ledger_head(head_name), host=HOST, prompt_set=prompt_set, prompts=1,
+ours = [ledger.row(chapter="09", what=what, head=ledger_head(head_name), host=HOST, prompt_set=prompt_set, prompts=1,
                    new_tokens=len(r.tokens), k=K, dtype=DTYPE, rounds=r.stats.rounds,
                    acceptance_length=round(r.stats.acceptance_length, 4))
         for what, (prompt_set, r) in sorted(live.items())]
-# the committed rows (04, 06, 07) and those chapters 00 to 07 recorded, then ours
-rows = ledger.course_rows(settings.data_dir(), SHIPPED, settings.REPO_ROOT, through="07") + ours
+# the committed rows (05, 07, 08) and those chapters 00 to 08 recorded, then ours
+rows = ledger.course_rows(settings.data_dir(), SHIPPED, settings.REPO_ROOT, through="08") + ours
 table = [r | {"acceptance_length": f"{r['acceptance_length']:.3f}"} for r in rows]  # ALs to 3 decimals
 display(Markdown(bench.format_table(table, ledger.COLUMNS)))
 
@@ -447,11 +447,11 @@ for head in dict.fromkeys(r["head"] for r in rows):
               f"{same[-1]['acceptance_length']:.2f}, over " + "; ".join(
                   f"{name} " + ", ".join(str(v) for v in sorted({r[c] for r in same} - {None}))
                   for c, name in (("prompts", "prompts"), ("new_tokens", "new tokens"), ("k", "K"))))
-bench06 = [r["acceptance_length"] for r in rows if r["chapter"] == "06" and "(committed)" in r["what"]]
-print(f"06's {len(bench06)} committed benchmark rows: {min(bench06):.2f} to {max(bench06):.2f}")
+bench06 = [r["acceptance_length"] for r in rows if r["chapter"] == "07" and "(committed)" in r["what"]]
+print(f"07's {len(bench06)} committed benchmark rows: {min(bench06):.2f} to {max(bench06):.2f}")
 
 # %% [markdown]
-# **Reading it.** An AL belongs to its settings. P-EAGLE's rows run from 1.00 (04, no chat template) to 1.90 (04's
+# **Reading it.** An AL belongs to its settings. P-EAGLE's rows run from 1.00 (05, no chat template) to 1.90 (05's
 # held-out comparison), EAGLE-3's from 1.34 to 2.53. Even on one prompt set, host and dtype (indented), they move with
 # K, new tokens and prompt count.
 
@@ -471,14 +471,14 @@ print(f"06's {len(bench06)} committed benchmark rows: {min(bench06):.2f} to {max
 #
 # | comparison | chapter | setting | verdict |
 # |---|---|---|---|
-# | shipped heads, acceptance | 04 | committed; 8 held-out scale-mix prompts x 64 tokens, K=7, bf16 | EAGLE-3 accepts more: AL 2.532 against 1.895 |
-# | shipped heads, speed | 06 | committed; 24 HumanEval prompts, each head at its best K, bf16 | neither shown faster: P-EAGLE ahead on 15 of 24 (p = 0.31) |
-# | matched pair, speed | 05 | committed; 48 held-out list requests x 96 tokens, float32 | P-EAGLE shown faster: 2.10x against 1.92x plain, 37 of 48 (p = 0.00022) |
-# | matched pair, live | 05 | 12 list requests x 40 tokens, K=7, bf16 | drafting shown cheaper on 12 of 12; end to end 8 of 12, not shown |
-# | same drafts, one pass or K | 05, 06 | the oracle at the blog's rate, K=7 | one pass shown faster in the committed runs: 22 of 24 (06, `cpu-epyc-avx2-2c`, float32); live, 7 of 8 (05, p = 0.07: not shown) |
-# | vLLM serving | 07 | committed; 1, 4, 16 concurrent requests, K=7 | breaks even at 1 request (1.00x), loses under load (0.43x at 4, 0.28x at 16) |
+# | shipped heads, acceptance | 05 | committed; 8 held-out scale-mix prompts x 64 tokens, K=7, bf16 | EAGLE-3 accepts more: AL 2.532 against 1.895 |
+# | shipped heads, speed | 07 | committed; 24 HumanEval prompts, each head at its best K, bf16 | neither shown faster: P-EAGLE ahead on 15 of 24 (p = 0.31) |
+# | matched pair, speed | 06 | committed; 48 held-out list requests x 96 tokens, float32 | P-EAGLE shown faster: 2.10x against 1.92x plain, 37 of 48 (p = 0.00022) |
+# | matched pair, live | 06 | 12 list requests x 40 tokens, K=7, bf16 | drafting shown cheaper on 12 of 12; end to end 8 of 12, not shown |
+# | same drafts, one pass or K | 06, 07 | the oracle at the blog's rate, K=7 | one pass shown faster in the committed runs: 22 of 24 (07, `cpu-epyc-avx2-2c`, float32); live, 7 of 8 (06, p = 0.07: not shown) |
+# | vLLM serving | 08 | committed; 1, 4, 16 concurrent requests, K=7 | breaks even at 1 request (1.00x), loses under load (0.43x at 4, 0.28x at 16) |
 #
-# So from K=2 on, P-EAGLE's one pass makes the cheaper round (05); it wins end to end where a head gets many drafts
+# So from K=2 on, P-EAGLE's one pass makes the cheaper round (06); it wins end to end where a head gets many drafts
 # accepted (list requests: one committed run, one seed per head), and the course's small heads on open prompts are not
 # that case.
 #
@@ -491,14 +491,14 @@ print(f"06's {len(bench06)} committed benchmark rows: {min(bench06):.2f} to {max
 # | one round's inputs: slot 1, then mask slots (exercise) | 02 | the package's round inputs |
 # | the drafter: `fc`, the 2H layer, the mask row, `mask_hidden`, `d2t`; both drafting modes | 02 | the package's head: logits within 1e-4 (parallel), the same drafts (sequential) |
 # | the training attention mask | 02 | the package's mask, both layouts |
-# | a training row planned by hand; the COD sampler (exercise) | 03 | `plan_row`, `cod_sample` |
-# | the training forward and loss, EAGLE-3's training-time test, the training loop | 03 | the trainer, step by step |
-# | the whole path: the hand-trained head drafting in the round | 03 | plain greedy and the package's loop, round by round |
-# | the tap layers of any target (exercise) | 04 | the package's rule |
-# | the pass shapes of both modes (exercise); the paired rule; a race | 05 | the drafting hook; `payoff` |
-# | the break-even acceptance (exercise) | 06 | `constant_rate_for` |
-# | AL and per-position rates from vLLM's counters (exercise) | 07 | our loop's counting, 500 random sets of rounds; vLLM's AL |
-# | speculative sampling | 08 | the target distribution, 20,000 draws |
+# | a training row planned by hand; the COD sampler (exercise) | 04 | `plan_row`, `cod_sample` |
+# | the training forward and loss, EAGLE-3's training-time test, the training loop | 04 | the trainer, step by step |
+# | the whole path: the hand-trained head drafting in the round | 04 | plain greedy and the package's loop, round by round |
+# | the tap layers of any target (exercise) | 05 | the package's rule |
+# | the pass shapes of both modes (exercise); the paired rule; a race | 06 | the drafting hook; `payoff` |
+# | the break-even acceptance (exercise) | 07 | `constant_rate_for` |
+# | AL and per-position rates from vLLM's counters (exercise) | 08 | our loop's counting, 500 random sets of rounds; vLLM's AL |
+# | speculative sampling | 09 | the target distribution, 20,000 draws |
 #
 # Next: the repository's `README.md` and `docs/`.
 

@@ -14,7 +14,7 @@
 # ---
 
 # %% [markdown]
-# # 07 · Serve a P-EAGLE head with vLLM
+# # 08 · Serve a P-EAGLE head with vLLM
 #
 # **Goal:** export our P-EAGLE head to vLLM, serve it with `"parallel_drafting": true`, and check vLLM's greedy
 # tokens and acceptance length against our loop.
@@ -37,7 +37,7 @@ DEVICE = os.environ.get("PEAGLE_DEVICE")  # our loop's device; vLLM uses the dev
 CI = is_ci()  # PEAGLE_CI=1: fewer prompts and tokens, same code path
 seed_everything(0)
 N_PROMPTS, MAX_TOKENS = pick(4, 2), pick(64, 24)  # HumanEval prompts; new tokens per prompt
-WORK = results_dir() / "07_vllm_deploy"
+WORK = results_dir() / "08_vllm_deploy"
 WORK.mkdir(parents=True, exist_ok=True)
 print(f"target={TARGET} device={DEVICE or 'auto'} ci={CI} prompts={N_PROMPTS} max_tokens={MAX_TOKENS}")
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")  # vLLM's engine logs are long; set INFO to see them
@@ -544,10 +544,10 @@ release()
 # - Under load (committed sweep), break-even turned into a loss: 1.00x at 1 request, 0.28x at 16.
 # - Over 2 CPU processes, verification ran 0.55x as fast and the drafter's share fell.
 #
-# Next, `08_explorer`: token by token, which tokens the drafter supplied and which the target added.
+# Next, `09_explorer`: token by token, which tokens the drafter supplied and which the target added.
 
 # %%
-# Records, after the lesson: this chapter's figures for the workbook's summary (SUMMARY.md) and 08's ledger.
+# Records, after the lesson: this chapter's figures for the workbook's summary (SUMMARY.md) and 09's ledger.
 from peagle_lab import precision
 from peagle_lab.workbook import ledger, report
 
@@ -555,7 +555,7 @@ _ = report.record("vllm_acceptance_length", round(vm["acceptance_length"], 4))
 _ = report.record("ours_acceptance_length", round(ours.acceptance_length, 4))
 _ = report.record("vllm_greedy_identical", peagle["ids"] == plain["ids"])
 _ = report.record("vllm_speedup", round(speedup, 3))
-book = ledger.Logbook("07", host=precision.host_slug(DEVICE), dtype=precision.dtype_name(LOOP_DTYPE))
+book = ledger.Logbook("08", host=precision.host_slug(DEVICE), dtype=precision.dtype_name(LOOP_DTYPE))
 runs = [("vLLM offline engine", "code: HumanEval", N_PROMPTS, K, vm["drafts"], vm["acceptance_length"]),
         ("our loop, same prompts", "code: HumanEval", N_PROMPTS, K, ours.rounds, ours.acceptance_length),
         ("vLLM server, one chat request", "one palindrome question", 1, K, server_metrics["drafts"],
