@@ -310,10 +310,11 @@ assert same == N_SAME
 # prompt mix's held-out split), one row per host and dtype.
 #
 # - `verify_k7`: one target pass over 8 tokens, in decode steps, timed alone.
-# - `P-EAGLE`, `EAGLE-3`, `lookup` (untrained prompt lookup): best speed-up over plain, prefill included, with K, AL
-#   and the outputs diverging at near-ties.
-# - `faster than plain`: prompts each head won against plain decoding, P-EAGLE's / EAGLE-3's. `paired`: the range
-#   of P-EAGLE's per-prompt speed-up minus EAGLE-3's.
+# - `P-EAGLE`, `EAGLE-3`, `lookup` (untrained prompt lookup): best speed-up over plain, prefill included, with its K
+#   and AL.
+# - `diverged`: the outputs of those rows that left plain greedy, and the largest top-2 margin where they did.
+# - `faster than plain`: prompts each head won against plain decoding. `P minus E`: the range of P-EAGLE's per-prompt
+#   speed-up minus EAGLE-3's.
 # - `oracle`: speed-ups at the blog's acceptance (the blog reports P-EAGLE at AL 3.94 on HumanEval and 3.70 on
 #   MT-Bench, which stands in for `chat`; within a 32-token budget the draws give less, as 07's committed rows show),
 #   replayed on the same draws: one parallel pass / K sequential.
@@ -324,71 +325,15 @@ assert same == N_SAME
 # %% tags=["nbval-ignore-output"]
 from peagle_lab import bench
 from peagle_lab.bench.files import result_suites
-from peagle_lab.workbook import payoff
+from peagle_lab.workbook import hosts
 
 committed = [c for c in bench.committed_results(settings.data_dir() / "results") if result_suites(c["results"])]
 print("The tables below: committed results of SmolLM2-135M-Instruct" + ("" if models.is_default_target(TARGET) else
       f" (not of this run's target, {TARGET}; the live cells measure that one)") + f"; this machine is {HOST}"
       + ("" if any(c["host"] == HOST for c in committed) else ", which has no committed run"))
-
-
-def wins(e, m):
-    """(prompts on which row m beat plain decoding end to end, prompts timed): what the paired rule counts."""
-    per = [r["speedup_vs_plain"] for r in e["runs"] if r["method"] == m["method"] and r["speedup_vs_plain"] is not None]
-    return sum(v > 1 for v in per), len(per)
-
-
-def shown(m):
-    """A best row as the tables show it: speed-up, K, AL, and the outputs that left greedy's at near-ties."""
-    if m is None:
-        return "-"
-    margin = m.get("max_divergence_margin")  # the largest top-1 minus top-2 logit where an output diverged
-    diverged = (f", {m['divergences']}/{m['runs']} diverge" + ("" if margin is None else f", margin <= {margin:g}")
-                if m.get("divergences") else "")
-    return f"{m['speedup']:.2f}x (K={m['k']}, AL {m['acceptance_length']:.2f}{diverged})"
-
-# %% tags=["nbval-ignore-output"]
-tables, vs_plain, vs_head, vs_oracle = {}, [], [], []  # suite -> table rows; the counts the verdicts below read
-for c in committed:
-    dc = c["results"]["drafting_cost"]  # verify_k7: one target pass over 8 tokens / one decode step (medians)
-    verify_k7 = next(r["verify_ms"] for r in dc["rows"] if r["k"] == 7) / dc["target_step_ms"]
-    for suite, e in result_suites(c["results"]).items():
-        p_row, s_row = payoff.best(e, "p-eagle"), payoff.best(e, "eagle3")  # each head at its fastest K
-        gaps = payoff.paired_gaps(e, p_row, s_row)  # per prompt: P-EAGLE's speed-up minus EAGLE-3's
-        o, o_seq = payoff.oracle_pair(e)  # the blog's acceptance: the best one-pass row, the K-pass row at its K
-        tables.setdefault(suite, []).append({
-            "host": c["host"] + (" (this machine)" if c["host"] == HOST else ""), "dtype": c["dtype"],
-            "prompts": f"{e['config']['n_prompts']} x {e['config']['max_new_tokens']}",
-            "verify_k7": round(verify_k7, 2),
-            "P-EAGLE": shown(p_row), "EAGLE-3": shown(s_row), "lookup": shown(payoff.best(e, "prompt-lookup")),
-            "faster than plain": "{}/{} / {}/{}".format(*wins(e, p_row), *wins(e, s_row)),
-            "paired": f"{min(gaps):+.2f} to {max(gaps):+.2f}",
-            "oracle": "-" if o is None else f"{o['speedup']:.2f}x / " + (f"{o_seq['speedup']:.2f}x" if o_seq else "-")})
-        vs_plain += [(c["dtype"], m["speedup"], *wins(e, m)) for m in (p_row, s_row)]
-        vs_head.append((sum(g > 0 for g in gaps), sum(g != 0 for g in gaps)))  # P-EAGLE ahead, of the untied prompts
-        if o_seq:  # the same draws charged one parallel pass and K sequential passes
-            g = payoff.paired_gaps(e, o, o_seq)
-            vs_oracle.append((f"{suite} on {c['dir']}", o, o_seq, sum(x > 0 for x in g), sum(x != 0 for x in g)))
-for suite, rows in tables.items():
+for suite, rows in hosts.suite_tables(committed, HOST).items():
     display(Markdown(f"**`{suite}` suite**\n\n" + bench.format_table(rows, list(rows[0]))))
-
-# %% tags=["nbval-ignore-output"]
-# the paired rule (06): payoff.verdict_word says "shown faster" or "shown slower" where the sign test on w wins of n
-# prompts gives p < 0.05, else "not shown"
-for dtype in dict.fromkeys(d for d, *_ in vs_plain):
-    speedups = [sp for d, sp, w, n in vs_plain if d == dtype]
-    words = [payoff.verdict_word(w, n) for d, sp, w, n in vs_plain if d == dtype]
-    print(f"verdict, {dtype}: of {len(words)} best speed-ups (2 heads x {len(words) // 2} host/suite runs) "
-          f"{words.count('shown faster')} shown faster than plain decoding, {words.count('shown slower')} shown "
-          f"slower, {words.count('not shown')} not shown either way; best speed-ups {min(speedups):.2f}x to "
-          f"{max(speedups):.2f}x")
-orders = [payoff.verdict_word(w, n) != "not shown" for w, n in vs_head]
-print(f"verdict, which head: one head shown faster than the other in {sum(orders)} of {len(orders)} runs"
-      + ("" if all(orders) else "; in the rest the prompts split too evenly for the sign test"))
-print("verdict, at the paper's acceptance (one parallel pass against K sequential passes, same draws): " + "; ".join(
-    f"{where} {o['speedup']:.2f}x against {o_seq['speedup']:.2f}x, parallel faster on {w} of {n} prompts, sign test "
-    f"p = {payoff.sign_test(w, n):.2g}: {payoff.verdict_word(w, n)}" for where, o, o_seq, w, n in vs_oracle)
-    or "not run")
+print("\n".join(hosts.verdict_lines(committed)))  # each by the paired rule (06)
 
 # %% [markdown]
 # **Reading it.** With bf16 units both heads are shown faster than the course's plain loop (1.14x to 1.31x; 07 shows

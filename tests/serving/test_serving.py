@@ -7,6 +7,7 @@ Unit tests use a tiny random Llama target saved to a temp dir (no downloads). Th
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 import pytest
@@ -350,3 +351,18 @@ def test_export_names_the_missing_weights_file_of_a_hub_target(tmp_path, monkeyp
     msg = str(err.value)
     assert "\n" not in msg and "model.safetensors is not available here" in msg
     assert "huggingface-cli download Org/Small-0.6B" in msg and "--target" in msg
+
+
+def test_an_offline_cpu_engine_is_built_in_process_and_the_environment_restored(monkeypatch):
+    from peagle_lab.serving import engine
+
+    monkeypatch.delenv(engine.IN_PROCESS, raising=False)
+    with engine.in_process(True):
+        assert os.environ[engine.IN_PROCESS] == "0"  # vLLM reads it while the engine is built
+    assert engine.IN_PROCESS not in os.environ
+    with engine.in_process(False):  # a GPU, or several workers: vLLM's own processes
+        assert engine.IN_PROCESS not in os.environ
+    monkeypatch.setenv(engine.IN_PROCESS, "1")
+    with engine.in_process(True):  # the caller's setting wins
+        assert os.environ[engine.IN_PROCESS] == "1"
+    assert os.environ[engine.IN_PROCESS] == "1"
