@@ -457,6 +457,13 @@ hand_weight_gap = max(float((a.float() - b.float()).abs().max())
                       for a, b in zip(hand_head.state_dict().values(), straight.head.state_dict().values()))
 print(f"the loop by hand vs Trainer, {len(straight.log)} steps: largest loss difference {hand_gap:.1e}, "
       f"largest weight difference {hand_weight_gap:.1e}")
+
+# %% [markdown]
+# Now the same run stopped halfway, then finished by a fresh `Trainer` that resumes from the checkpoint on disk. The
+# cell ends with every check of this chapter: each piece written by hand against the package, and resume against no
+# interruption.
+
+# %% tags=["nbval-ignore-output"]
 stopped_by = Trainer(cfg, model, seqs, tokenizer, TrainerOptions(out_dir=OUT)).train(
     stop_after=cfg.steps // 2).stopped_by  # interrupted halfway
 second = Trainer(cfg, model, seqs, tokenizer, TrainerOptions(out_dir=OUT, resume=True))  # a fresh trainer
@@ -584,7 +591,11 @@ def speculate_by_hand(prompt, K, n_new):
         per_round.append(a + 1)
     return tokens[:n_new], per_round
 
+# %% [markdown]
+# The path on 2 held-out list requests, each round set beside the package's loop with the same head, and the output
+# beside plain greedy decoding:
 
+# %% tags=["nbval-ignore-output"]
 K_EVAL, N_NEW = 4, settings.pick(48, 16)
 runner, pkg_drafter = TargetRunner(model, tap_ids), HeadDrafter(hand_head.to(DEVICE).eval())
 committed, same_rounds, same_as_plain = [], True, True
