@@ -505,7 +505,6 @@ report.record("mask_live_divergences", sum(r["divergences"] for r in live));
 #
 # - Mask slots get the mask token and `fc(mask_hidden)`, so one pass gives all K drafts.
 # - The from-scratch drafter matches the package: P-EAGLE logits within 9.5e-06, the same EAGLE-3 drafts.
-# - Training elements match the one-pass logits to 1.5e-05.
 # - A frozen random stand-in ties the learned `mask_hidden`: AL 1.209 against 1.211.
 # - No stand-in is firmly ahead: the largest gap, 0.029, is within 0.052.
 # - At most about 9 of 845 rounds per run reach slot 3, so the study says little about slot 3 onwards.

@@ -48,7 +48,7 @@ model, tokenizer = models.load_target(TARGET, device=DEVICE, dtype=precision.cou
 # |---|---|---|
 # | `smollm2-135m.jsonl` | 465 mixed training prompts | this chapter's examples and its draft-vocabulary count (section 2) |
 # | `smollm2-135m-scale.jsonl.gz` | the whole **scale mix**, the course's large prompt set with a held-out split | the shipped heads (the runs below) |
-# | `smollm2-135m-scale.jsonl` | 5,265 of the scale mix's prompts | the shipped EAGLE-3 head's first run; 05's learning curves |
+# | `smollm2-135m-scale.jsonl` | 5,265 of the scale mix's prompts | the shipped EAGLE-3 head's first two runs; 05's learning curves |
 # | `smollm2-135m-lists.jsonl` | templated requests for lists | 04's demonstration head (96 answers); 06's matched pair (480) |
 #
 # The first cell shows one answer of the first file. The second cell lists the runs behind each shipped head. **Distinct
@@ -307,8 +307,8 @@ print(f"bf16 shards: read back {rows[0]['seconds'] / rows[2]['seconds']:,.0f}x f
       f"on {rows[2]['disk'] / rows[1]['disk']:.2f}x float32's disk")
 
 # %% [markdown]
-# **Reading it.** Storing features pays: bf16 shards read back 2,019x faster than the target forward, on half of
-# float32's disk. They read back slower than float32 shards (546,397 against 1,747,805 tokens/s; the cause is not
+# **Reading it.** Storing features pays: bf16 shards read back 2,317x faster than the target forward, on half of
+# float32's disk. They read back slower than float32 shards (807,827 against 1,300,016 tokens/s; the cause is not
 # timed here), so bf16 is for disk, not speed.
 #
 # ### Does bf16 storage cost acceptance?
@@ -331,13 +331,12 @@ print("verdict: " + (f"bf16 taps change AL by {gap:+.3f}, beyond the seeds' nois
 # %% [markdown]
 # **Reading it.** The storage study finds no acceptance cost the seeds can measure: AL 1.210 on bf16 taps against 1.211
 # on float32 taps. So bf16 is the default.
-
-# %% [markdown]
+#
 # ## What we saw
 #
 # - Training on the target's own answers beats human answers: AL 1.380 against 1.245.
 # - 4,096 draft ids cover 99.61% of the response tokens, in-sample; `d2t` stores offsets, `t2d` a mask.
-# - bf16 feature shards read back 2,019x faster than a target forward, at no measurable AL cost.
+# - bf16 feature shards read back 2,317x faster than a target forward, at no measurable AL cost.
 #
 # Next, `04_train_head`: a P-EAGLE head trained on these features by a loop written by hand, then drafting in 00's
 # round.

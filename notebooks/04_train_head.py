@@ -235,10 +235,6 @@ def run_depths_by_hand(tr, plan):
     return out
 
 
-import math
-
-import torch.nn.functional as F
-
 cfg = TrainConfig(mode="parallel", num_depths=8, layers=1, draft_vocab_size=draft_vocab_size_for(model, 2048),
                   steps=settings.pick(40, 6),
                   warmup_steps=settings.pick(6, 1), lr=2e-3, batch_tokens=settings.pick(512, 256), row_tokens=512,
@@ -308,8 +304,8 @@ print(f"{'the shipped' if shipped_fits else 'an untrained'} P-EAGLE head, 3 anch
 del module, synced, train_logits; release()  # free the trainer before the next cells
 
 # %% [markdown]
-# **Reading it.** Each training element gives its slot's drafting logits, up to float rounding: what the head learns
-# at depth d is what it drafts at slot d + 1.
+# **Reading it.** Each training element gives its slot's drafting logits, up to float rounding (1.4e-05 at most):
+# what the head learns at depth d is what it drafts at slot d + 1.
 #
 # ## 3 · EAGLE-3's training, unrolled by hand: the training-time test
 #
@@ -621,9 +617,10 @@ report.record("nb04_own_path_al", round(sum(committed) / len(committed), 4));
 # %% [markdown]
 # **Reading it.** Our own path is lossless: its output equals plain greedy decoding, and each round accepts what the
 # package's loop accepts. And the head drafts: after 40 steps it commits 1.76 tokens a round at K=4 over 54 rounds,
-# often 3 (on counting, a learnable pattern). That is just above what 00 timed for a verify pass in float32 (1.64
-# steps for 6 tokens, 1.71 for 9; a K=4 round verifies 5), before drafting's own time, which this path does not time;
-# bf16 verifies cheaper (06). 06 races a pair trained far longer (1,000 steps, committed) on the same kind of text, and
+# often 3 (on counting, a learnable pattern). That is below what 00 timed for a float32 verify pass (2.01 steps for
+# 6 tokens, 2.15 for 9; a K=4 round verifies 5), so in float32 on this CPU this head would not pay even before
+# drafting's own time, which this path does not time; bf16 verifies cheaper (06). 06 races a pair trained far longer
+# (1,000 steps, committed) on the same kind of text, and
 # trains a small pair in view.
 #
 # ## What we saw

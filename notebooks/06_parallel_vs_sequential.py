@@ -383,6 +383,7 @@ plt.show()
 from tqdm.auto import tqdm
 
 from peagle_lab.bench.suites import suite_records
+from peagle_lab.decoding.speculative import plain_generate, speculative_generate
 from peagle_lab.drafter.heads import head_fit_problems, load_head
 from peagle_lab.workbook.race import race
 
@@ -403,8 +404,9 @@ if not any(misfit.values()):
     runner = TargetRunner(model, pair["parallel"].config.aux_hidden_state_layer_ids)
     live = race(runner, heads_racing(pair, {"parallel": 7, "sequential": 7}), requests, LIVE_TOKENS, eos,
                 progress=lambda r: tqdm(r, desc="live list requests"))
+    print(live.header)
     display(Markdown(live.table()))
-    print("\n".join(live.lines()))
+    print("\n".join(live.lines()[1:]))
 else:
     print(f"the committed pair does not fit this target ({misfit['parallel'][0]}): scripts/list_heads.sh trains one")
 
@@ -551,8 +553,9 @@ if small:
             for k in TUNE_KS) + f" -> races at K={LIVE_K[mode]}")
     small_race = race(live_runner, heads_racing(small, LIVE_K), requests, LIVE_TOKENS, eos,
                       progress=lambda r: tqdm(r, desc="the small pair, live"))  # the committed pair's 12 requests
+    print(small_race.header)
     display(Markdown(small_race.table()))
-    print("\n".join(small_race.lines()))
+    print("\n".join(small_race.lines()[1:]))
 else:
     print("no small pair for this target (above): no live run")
 

@@ -436,11 +436,13 @@ print(f"07's {len(bench06)} committed benchmark rows: {min(bench06):.2f} to {max
 # | one round's inputs: slot 1, then mask slots (exercise) | 02 | the package's round inputs |
 # | the drafter: `fc`, the 2H layer, the mask row, `mask_hidden`, `d2t`; both drafting modes | 02 | the package's head: logits within 1e-4 (parallel), the same drafts (sequential) |
 # | the training attention mask | 02 | the package's mask, both layouts |
+# | `d2t` and `t2d` (exercise) | 03 | `d2t_t2d`, 200 random draft vocabularies |
 # | a training row planned by hand; the COD sampler (exercise) | 04 | `plan_row`, `cod_sample` |
 # | the training forward and loss, EAGLE-3's training-time test, the training loop | 04 | the trainer, step by step |
+# | a training element against the draft it teaches | 04 | `one_pass_logits`, within 1e-4 |
 # | the whole path: the hand-trained head drafting in the round | 04 | plain greedy and the package's loop, round by round |
 # | the tap layers of any target (exercise) | 05 | the package's rule |
-# | the pass shapes of both modes (exercise); the paired rule; a race | 06 | the drafting hook; `payoff` |
+# | the pass shapes of both modes (exercise); the paired rule; the oracle's drafts | 06 | the drafting hook; `payoff`; `RatedOracleDrafter` |
 # | the break-even acceptance (exercise) | 07 | `constant_rate_for` |
 # | AL and per-position rates from vLLM's counters (exercise) | 08 | our loop's counting, 500 random sets of rounds; vLLM's AL |
 # | speculative sampling | 09 | the target distribution, 20,000 draws |

@@ -97,8 +97,8 @@ def engine_kwargs(max_model_len: int = 1024, kv_cache_gib: float = 1.0, seed: in
     ``gpu_memory_utilization`` and every other vLLM engine argument pass through ``kw``."""
     on_gpu = _on_gpu() if on_gpu is None else on_gpu
     base = {"max_model_len": max_model_len, "seed": seed, "disable_log_stats": False}
-    if not on_gpu:
-        base.update({"dtype": "float32", "enforce_eager": True})
+    if not on_gpu:  # built in-process there (make_llm): no load bar in the caller's output
+        base.update({"dtype": "float32", "enforce_eager": True, "use_tqdm_on_load": False})
         if not os.environ.get("VLLM_CPU_KVCACHE_SPACE"):
             base["kv_cache_memory_bytes"] = int(kv_cache_gib * _GiB)
     elif dtype is None:
