@@ -529,7 +529,7 @@ else:
 # 12 requests as the committed pair's race, each head at the K just picked.
 
 # %% tags=["nbval-ignore-output"]
-TUNE_N, TUNE_KS = settings.pick(4, 1), (1, 3, 7)
+TUNE_N, TUNE_KS = settings.pick(2, 1), (1, 3, 7)
 tuning = suite_records("lists", LIVE_N + TUNE_N)[LIVE_N:]  # the K is picked on requests the race never sees
 LIVE_K = {}
 if small:

@@ -41,8 +41,7 @@ MADE = ("a head made for the target when none is stored", "target + trainer")
 PHASES = {
     "00_overview": [MADE, ("the loop with its head", "target + head + loop")],
     "01_hidden_states": [("one forward keeping every layer's hidden states", "target + forward")],
-    "02_mask_tokens": [("the features of the training sequences", "target + forward"),
-                       ("the stand-in experiment's heads, one trainer at a time", "target + trainer")],
+    "02_mask_tokens": [("the shipped heads beside the drafter from scratch", "target + 2 head + loop")],
     "03_training_data": [("the features of the training sequences", "target + forward")],
     "04_train_head": [("the features of the training sequences, read back", "target + forward"),
                       ("one trainer at a time (each freed before the next)", "target + trainer")],
