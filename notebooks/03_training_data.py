@@ -307,8 +307,8 @@ print(f"bf16 shards: read back {rows[0]['seconds'] / rows[2]['seconds']:,.0f}x f
       f"on {rows[2]['disk'] / rows[1]['disk']:.2f}x float32's disk")
 
 # %% [markdown]
-# **Reading it.** Storing features pays: bf16 shards read back 2,317x faster than the target forward, on half of
-# float32's disk. They read back slower than float32 shards (807,827 against 1,300,016 tokens/s; the cause is not
+# **Reading it.** Storing features pays: bf16 shards read back 2,213x faster than the target forward, on half of
+# float32's disk. They read back slower than float32 shards (504,334 against 1,341,160 tokens/s; the cause is not
 # timed here), so bf16 is for disk, not speed.
 #
 # ### Does bf16 storage cost acceptance?
@@ -336,7 +336,7 @@ print("verdict: " + (f"bf16 taps change AL by {gap:+.3f}, beyond the seeds' nois
 #
 # - Training on the target's own answers beats human answers: AL 1.380 against 1.245.
 # - 4,096 draft ids cover 99.61% of the response tokens, in-sample; `d2t` stores offsets, `t2d` a mask.
-# - bf16 feature shards read back 2,317x faster than a target forward, at no measurable AL cost.
+# - bf16 feature shards read back 2,213x faster than a target forward, at no measurable AL cost.
 #
 # Next, `04_train_head`: a P-EAGLE head trained on these features by a loop written by hand, then drafting in 00's
 # round.

@@ -337,8 +337,8 @@ print(f"one batched plain step {plain_step_ms:.0f} ms; one batched speculative r
       "the round cost)")
 
 # %% [markdown]
-# **Reading it.** On 2 CPU cores, with the 4 prompts batched, the head makes vLLM slower: 0.60x. A batched round costs
-# 2.44 plain steps but yields only 1.45 tokens per prompt: 1.45 / 2.44 is the same 0.60x, split into acceptance and
+# **Reading it.** On 2 CPU cores, with the 4 prompts batched, the head makes vLLM slower: 0.76x. A batched round costs
+# 1.92 plain steps but yields only 1.45 tokens per prompt: 1.45 / 1.92 is the same 0.76x, split into acceptance and
 # round cost.
 #
 # ## 7 · Under load, and with tensor parallelism (question 8)
@@ -423,7 +423,7 @@ for path in sorted(RESULTS.glob("*/tensor-parallel/tensor_parallel.json")):
 # grows to 4.78 plain steps while acceptance length holds: batching likely fills the idle compute verification needed
 # (utilisation is not measured here). At 1 request vLLM's whole round costs about 1.29 of its own plain steps (AL over
 # throughput; the repeats' spread, 0.87x to 1.14x, puts it between about 1.14 and 1.49), where our transformers loop
-# pays 2.01 to 2.15 steps in float32 for the verify pass alone (00): each engine has its own ratio, so compare round
+# pays 1.69 to 1.77 steps in float32 for the verify pass alone (00): each engine has its own ratio, so compare round
 # costs within one engine.
 #
 # **GPU:** verifying K+1 tokens costs only 1.146 to 1.181 decode steps over K = 1 to 8. At K=8, drafting is 6% of a
@@ -541,7 +541,7 @@ release()
 #
 # - The head left vLLM's greedy tokens unchanged on 4 of 4 prompts.
 # - vLLM's acceptance length equalled our loop's: 1.454 at K=8.
-# - Live on 2 CPU cores, 4 prompts batched, the head made vLLM slower, 0.60x: a round costs 2.44 plain steps and
+# - Live on 2 CPU cores, 4 prompts batched, the head made vLLM slower, 0.76x: a round costs 1.92 plain steps and
 #   yields 1.45 tokens.
 # - Under load (committed sweep), break-even turned into a loss: 1.00x at 1 request, 0.28x at 16.
 # - Over 2 CPU processes, verification ran 0.55x as fast and the drafter's share fell.
