@@ -40,7 +40,8 @@ from peagle_lab import models, precision, settings
 # %% [markdown]
 # ## Speculative decoding
 #
-# At batch size 1, a GPU forward over 5 new tokens costs little more than one over 1: memory traffic and kernel launches
+# At batch size 1, a GPU forward over a few new tokens costs little more than one over 1 (the timing cell below quotes
+# an H200: 1.17 steps for 6 tokens): memory traffic and kernel launches
 # dominate, not arithmetic. Speculative decoding exploits this:
 #
 # 1. A cheap **drafter** proposes K tokens.
@@ -190,10 +191,10 @@ for key, value in [("target_params", n_params), ("greedy_tokens_per_s", round(to
 
 # %% [markdown]
 # **Reading it.** In float32 on this CPU, verifying K=5 drafts costs 1.69 one-token steps, against 1.17 on the H200. A
-# round here must commit more than 1.69 tokens, plus drafting's time, just to pay for that; bfloat16 makes it cheaper
-# (06). These are medians of a few repeats in one run; they move between runs (each chapter prints its own). The H200
-# step is an eager PyTorch loop, not a serving engine: read its ratio, not its milliseconds. Random weights
-# cost the same as trained ones: a forward's time depends on the shapes, not on the values.
+# round here must commit more than 1.69 tokens, plus drafting's time, just to pay for that; bfloat16 makes it cheaper in
+# decode steps (06). These are medians of a few repeats in one run; they move between runs (each chapter prints its
+# own). The H200 step is an eager PyTorch loop, not a serving engine: read its ratio, not its milliseconds. Random
+# weights cost the same as trained ones: a forward's time depends on the shapes, not on the values.
 #
 # ## One speculative round, written out
 #
@@ -323,7 +324,7 @@ if K + 1 in step:  # the verification's cost, measured above: a round that commi
 speedup = plain.seconds / package.seconds
 print(f"wall time, the package's loops on this prompt, one run each: plain {plain.seconds:.2f} s, speculative "
       f"{package.seconds:.2f} s -> {speedup:.2f}x: speculation is {payoff.one_run_verdict(speedup)} on this prompt "
-      "(07 times 24 prompts)")
+      "(07 reads a committed run of 24 prompts)")
 print("hand-written == package's loop:", tokens == package.tokens[:NEW_TOKENS])
 print(f"regime: {lossless_regime(model.dtype, DEVICE)} ({model.dtype} on {DEVICE})")
 div = first_divergence(tokens, plain, model.dtype, DEVICE)

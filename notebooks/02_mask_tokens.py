@@ -452,8 +452,8 @@ print("\n".join(studies.reach_lines(rows, mask_runs)))  # how many rounds per ru
 # %% [markdown]
 # **Reading it.** Learning `mask_hidden` buys nothing measurable over a frozen random stand-in: AL 1.211 against
 # 1.209. Learned and random lead zeros and the h_context copy by 0.020 to 0.029. That is beyond their seed spreads but
-# within 0.052, so no stand-in is firmly ahead. The reach line bounds the rounds per run: at most about 168 reach
-# slot 2 and 9 slot 3, so the study says little about slot 3 onwards.
+# within 0.052, so no stand-in is firmly ahead. The reach lines bound the rounds per run: at most about 138 to 169
+# reach slot 2 and 6 to 18 slot 3, depending on the stand-in, so the study says little about slot 3 onwards.
 #
 # Learned and random tie in AL, but slot 2's rate does move with the stand-in: from 0.04 (frozen mask embedding) to 0.13
 # (copy of h_context), over at most about 138 to 169 rounds a run and with no seed spread for per-slot rates, while slot
@@ -475,6 +475,6 @@ for row in rows:
 # - The from-scratch drafter matches the package: P-EAGLE logits within 9.5e-06, the same EAGLE-3 drafts.
 # - A frozen random stand-in ties the learned `mask_hidden`: AL 1.209 against 1.211.
 # - No stand-in is firmly ahead: the largest gap, 0.029, is within 0.052.
-# - At most about 9 of 845 rounds per run reach slot 3, so the study says little about slot 3 onwards.
+# - At most about 6 to 18 of some 850 rounds per run reach slot 3, so the study says little about slot 3 onwards.
 #
 # Next: `03_training_data`: the target's answers, the draft vocabulary and the features a head trains on.

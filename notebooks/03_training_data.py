@@ -42,11 +42,11 @@ model, tokenizer = models.load_target(TARGET, device=DEVICE, dtype=precision.cou
 #
 # A drafter learns to guess what **this target** says next, so it trains on the target's own text.
 # `peagle-lab distill` has the target answer each prompt greedily and stores the token ids. The course keeps four
-# such files; each head reads one:
+# such files, and the table says which heads read each:
 #
 # | file (`data/distill/`) | the target's answers to | read by |
 # |---|---|---|
-# | `smollm2-135m.jsonl` | 465 mixed training prompts | this chapter's examples and its draft-vocabulary count (section 2) |
+# | `smollm2-135m.jsonl` | 465 mixed training prompts (answers capped at 160 tokens; 141 ended on their own) | this chapter's examples and its draft-vocabulary count (section 2) |
 # | `smollm2-135m-scale.jsonl.gz` | the whole **scale mix**, the course's large prompt set with a held-out split | the shipped heads (the runs below) |
 # | `smollm2-135m-scale.jsonl` | 5,265 of the scale mix's prompts | the shipped EAGLE-3 head's first two runs; 05's learning curves |
 # | `smollm2-135m-lists.jsonl` | templated requests for lists | 04's demonstration head (96 answers); 06's matched pair (480) |
@@ -110,7 +110,8 @@ for kind, head_dir in SHIPPED.items():
 # use the target's greedy tokens as labels.
 #
 # - **held-out AL**: acceptance length, the tokens a round commits, on 16 held-out prompts of the scale mix;
-# - **seed spread**: the largest minus the smallest AL over the seeds. A gap counts only beyond it;
+# - **seed spread**: the largest minus the smallest AL over the seeds. A gap counts only beyond both arms' spreads
+#   (02 and 05 read gaps the same way, and call one firm beyond 0.052, the largest spread of any committed study);
 # - **P(accept)**: the acceptance rates of slots 1 to 3 (00's p1, p2, p3).
 
 # %% tags=["nbval-ignore-output"]

@@ -139,7 +139,8 @@ print("\n".join(heads_report.live_lines(P, S, live, KS, TIE)))
 # %% [markdown]
 # **Reading it.** On the committed held-out prompts EAGLE-3 accepts more at K=7: 2.532 tokens a round against P-EAGLE's
 # 1.895. P-EAGLE leads at slot 1, but its later rates fall fast: about 13 of 270 rounds reach slot 4. So K=7 adds almost
-# nothing for it: slot 4 adds 0.019 tokens a round, slots 1-3 score 0.019 less in all on K=7's rounds, and its recorded
+# nothing for it: slot 4 adds 0.019 tokens a round, slots 1-3 score 0.019 less in all on K=7's rounds
+# (0.6180 + 0.2110 + 0.0499 = 0.8789 against 0.6217 + 0.2223 + 0.0537 = 0.8977 at K=3), and its recorded
 # AL reads 1.895 at both K. Rounds of the two K's start at different positions once a slot-4 draft is kept, so their
 # slot-1 rates are not from the same rounds; a 0.019 difference is one no printed noise estimate can order.
 #
@@ -188,7 +189,7 @@ for name in dict.fromkeys(p["run"] for p in deeper):  # each deeper head at its 
 fewest = min(max(p["tokens_seen"] for p in deeper if p["run"] == name) for name in {p["run"] for p in deeper})
 at_equal = {name: min((p for p in deeper if p["run"] == name), key=lambda p: abs(p["tokens_seen"] - fewest))
             for name in dict.fromkeys(p["run"] for p in deeper)}  # each head's snapshot nearest the fewest tokens
-print("at equal tokens (each head's snapshot nearest " + f"{fewest:,}): " + ", ".join(
+print("near equal tokens (each head's snapshot nearest " + f"{fewest:,}; tokens in brackets): " + ", ".join(
     f"{name} AL {p['acceptance_length']:.3f} ({p['tokens_seen']:,} tokens)" for name, p in at_equal.items()))
 for n in (1, 2, 4):  # each deeper head's training record: its wall time, tokens seen and the records it read
     path = RECIPE_DIR / str(HOST) / "deeper" / f"training-L{n}.json"

@@ -280,7 +280,7 @@ for kind, path in MATCHED_HEADS.items():  # each head's training record
     rec = json.loads((path / "training.json").read_text())
     print(f"{path.name}: from seed {rec['config']['seed']}'s untrained weights, {rec['steps_done']:,} steps, "
           f"{rec['tokens_seen']:,} tokens seen, on {rec['data']['sequences']} answers, {rec['train_time_s']:.0f} s; "
-          f"draft vocabulary {rec['config']['draft_vocab_size']:,} ids")
+          f"draft vocabulary {rec['config']['draft_vocab_size']:,} ids; {rec['config']['num_depths']} depths trained")
 rows = []
 for m in (m for m in me["methods"] if m["family"] in ("p-eagle", "eagle3")):
     rnd = payoff.round_steps(m)  # (draft + verify) / one decode step, the loop's medians
@@ -338,7 +338,8 @@ plt.show()
 # **Reading it.** P-EAGLE accepts less (AL 4.49 against 5.15) but wins on the round: 1.98 decode steps against 2.47.
 # Its one pass drafts in 15.1 ms, where EAGLE-3's seven take 42.4 ms. Per slot (each bar carries its counts), it
 # leads at slot 1 (599 of 700 rounds against 482 of 612) and trails most at slot 2 (414 of 597 against 434 of 478).
-# From slot 3 on the rates differ by a few points either way. A slot is reached a little less often than the slot
+# EAGLE-3 leads at slot 3 too (392 of 430 against 347 of 410); from slot 4 on the rates differ by a few points
+# either way. A slot is reached a little less often than the slot
 # before it is accepted, because the token budget cuts the last round short. Most requests P-EAGLE loses to plain
 # decoding have short answers (10 of 11 at most 14 tokens): few rounds to gain in.
 #
@@ -365,7 +366,9 @@ plt.show()
 # 2.13 decode steps at every K, because its drafting is one pass; EAGLE-3's grows from 2.16 to 2.99 steps, one pass per
 # draft. Both ALs rise with K (middle), EAGLE-3's more. So P-EAGLE's speed-up keeps rising to K=11 (2.07x, 2.13x,
 # 2.19x in the wider run), while EAGLE-3's is flat from K=7 (1.94x, 1.91x, 1.90x): its extra passes eat what its extra
-# drafts gain. At each head's best K, P-EAGLE is shown faster (36 of 48, p = 0.00072). The two runs are separate
+# drafts gain. At each head's best K, P-EAGLE is shown faster (36 of 48, p = 0.00072). Both heads trained 8 depths
+# (the record lines above), so K = 9 and 11 draft past them, and P-EAGLE's best K is the largest tried: its optimum
+# lies at K=11 or beyond. The two runs are separate
 # measurements, so their K=7 points differ a little (2.10x and 2.07x for P-EAGLE); the figure does not join them.
 
 # %% [markdown]
@@ -566,9 +569,10 @@ else:
 # EAGLE-3 races at K=1, one pass like P-EAGLE's, so this race measures how the two training runs came out, not the
 # two drafting modes.
 #
-# P-EAGLE accepts more, AL 1.67 against 1.23, while EAGLE-3's single draft is shown cheaper a round (3.9 against
-# 4.6 ms; P-EAGLE's cheaper on 1 of 12 requests, p = 0.0063). P-EAGLE's depth 0 is better trained (the tuning lines at
-# K=1), and its extra drafts ride in the same pass. All 24 outputs match plain greedy.
+# P-EAGLE accepts more: AL 1.67 at K=3 against 1.23 at K=1, and at equal K too (the tuning lines: 1.41 against 1.20
+# at K=1, 1.72 against 1.20 at K=3). EAGLE-3's single draft is shown cheaper a round (3.9 against 4.6 ms; P-EAGLE's
+# cheaper on 1 of 12 requests, p = 0.0063). P-EAGLE's depth 0 is better trained, and its extra drafts ride in the same
+# pass. All 24 outputs match plain greedy.
 
 # %% [markdown]
 # ## What we saw
@@ -580,9 +584,9 @@ else:
 # - Live, the same pair's P-EAGLE drafts cheaper on every request, but 12 short answers do not show it ahead end to end
 #   (7 of 12).
 # - On the same drafts, one P-EAGLE pass beat seven EAGLE-3 passes on 8 of 8 requests (p = 0.0078).
-# - A small pair trained here, each head at its tuned K: P-EAGLE accepts more (AL 1.67 against 1.23) and beats
-#   EAGLE-3 on 8 of 12 requests, not shown. EAGLE-3 picked K=1, one pass too: a result of the two training runs, not
-#   of the drafting modes.
+# - A small pair trained here, each head at its tuned K: P-EAGLE accepts more (AL 1.67 at K=3 against 1.23 at K=1) and
+#   beats EAGLE-3 on 8 of 12 requests, not shown. EAGLE-3 picked K=1, one pass too: a result of the two training runs,
+#   not of the drafting modes.
 #
 # The same from a shell:
 #

@@ -392,8 +392,8 @@ for head in dict.fromkeys(r["head"] for r in rows):
               f"{same[-1]['acceptance_length']:.2f}, over " + "; ".join(
                   f"{name} " + ", ".join(str(v) for v in sorted({r[c] for r in same} - {None}))
                   for c, name in (("prompts", "prompts"), ("new_tokens", "new tokens"), ("k", "K"))))
-bench06 = [r["acceptance_length"] for r in rows if r["chapter"] == "07" and "(committed)" in r["what"]]
-print(f"07's {len(bench06)} committed benchmark rows: {min(bench06):.2f} to {max(bench06):.2f}")
+bench07 = [r["acceptance_length"] for r in rows if r["chapter"] == "07" and "(committed)" in r["what"]]
+print(f"07's {len(bench07)} committed benchmark rows: {min(bench07):.2f} to {max(bench07):.2f}")
 
 # %% [markdown]
 # **Reading it.** An AL belongs to its settings. P-EAGLE's rows run from 1.00 (05, no chat template) to 1.90 (05's
@@ -424,8 +424,8 @@ print(f"07's {len(bench06)} committed benchmark rows: {min(bench06):.2f} to {max
 # | vLLM serving | 08 | committed; 1, 4, 16 concurrent requests, K=7 | breaks even at 1 request (1.00x), loses under load (0.43x at 4, 0.28x at 16) |
 #
 # So from K=2 on, P-EAGLE's one pass makes the cheaper round (06); it wins end to end where a head gets many drafts
-# accepted (list requests: one committed run, one seed per head), and the course's small heads on open prompts are not
-# that case.
+# accepted (list requests: two committed benchmark runs of one training per head), and the course's small heads on open
+# prompts are not that case.
 #
 # **What you wrote, and what checked it:**
 #

@@ -71,18 +71,17 @@ def heldout_lines(P: dict, S: dict, n_prompts: int, n_new: int, tie: float) -> l
 
 
 def live_lines(P: dict | None, S: dict | None, live: dict, ks: list, tie: float) -> list[str]:
-    """The live check against the committed held-out rows: at each K, who accepts more here (a gap under ``tie`` is a
-    tie) and who did on the held-out prompts, where the file holds that K."""
-    def leader(gap):
-        return "a tie" if abs(gap) < tie else f"{'EAGLE-3' if gap > 0 else 'P-EAGLE'} ahead"
-
+    """The live check beside the committed held-out rows: at each K, this run's two ALs and their gap (a check on a
+    few prompts, so no verdict), then who accepts more on the held-out prompts where the file holds that K (a gap
+    under ``tie`` is a tie)."""
     out = []
     for k in ks:
         p, s = (live[kind]["acceptance_length"][k] for kind in ("parallel", "sequential"))
-        line = f"this run, K={k}: P-EAGLE {p:.2f}, EAGLE-3 {s:.2f}, gap {s - p:+.2f}: {leader(s - p)}"
+        line = f"this run, K={k}: P-EAGLE {p:.2f}, EAGLE-3 {s:.2f} (gap {s - p:+.2f})"
         if P and S and str(k) in P["acceptance_length"]:
             gap = S["acceptance_length"][str(k)] - P["acceptance_length"][str(k)]
-            line += f"; held-out: {leader(gap)} (gap {gap:+.2f})"
+            who = "a tie" if abs(gap) < tie else f"{'EAGLE-3' if gap > 0 else 'P-EAGLE'} accepts more"
+            line += f"; held-out: {who} (gap {gap:+.2f})"
         out.append(line)
     return out
 

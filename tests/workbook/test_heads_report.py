@@ -67,9 +67,10 @@ def test_the_heldout_lines_rebuild_al_from_the_slot_rates_and_name_who_accepts_m
     assert p_rates.endswith("-") and "(~" in p_rates  # an unreached slot; rounds estimated from tokens / AL
 
 
-def test_the_live_lines_call_a_gap_under_the_tie_a_tie_and_set_the_heldout_order_beside():
+def test_the_live_lines_print_this_runs_gap_and_the_heldout_verdict_beside_it():
     live = {"parallel": {"acceptance_length": {3: 1.50, 5: 1.6}}, "sequential": {"acceptance_length": {3: 1.52, 5: 1.4}}}
     lines = heads_report.live_lines(P, S, live, [3, 5], tie=0.05)
-    assert lines[0] == ("this run, K=3: P-EAGLE 1.50, EAGLE-3 1.52, gap +0.02: a tie; held-out: EAGLE-3 ahead "
-                        "(gap +0.30)")
-    assert lines[1] == "this run, K=5: P-EAGLE 1.60, EAGLE-3 1.40, gap -0.20: P-EAGLE ahead"  # no K=5 in the file
+    assert lines[0] == "this run, K=3: P-EAGLE 1.50, EAGLE-3 1.52 (gap +0.02); held-out: EAGLE-3 accepts more (gap +0.30)"
+    assert lines[1] == "this run, K=5: P-EAGLE 1.60, EAGLE-3 1.40 (gap -0.20)"  # no K=5 in the file
+    close = dict(S, acceptance_length={"3": 1.82, "7": 2.5})
+    assert heads_report.live_lines(P, close, live, [3], tie=0.05)[0].endswith("held-out: a tie (gap +0.02)")
