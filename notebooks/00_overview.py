@@ -190,8 +190,8 @@ for key, value in [("target_params", n_params), ("greedy_tokens_per_s", round(to
     record(key, value, notebook="00_overview")
 
 # %% [markdown]
-# **Reading it.** In float32 on this CPU, verifying K=5 drafts costs 1.69 one-token steps, against 1.17 on the H200. A
-# round here must commit more than 1.69 tokens, plus drafting's time, just to pay for that; bfloat16 makes it cheaper in
+# **Reading it.** In float32 on this CPU, verifying K=5 drafts costs 2.00 one-token steps, against 1.17 on the H200. A
+# round here must commit more than 2.00 tokens, plus drafting's time, just to pay for that; bfloat16 makes it cheaper in
 # decode steps (06). These are medians of a few repeats in one run; they move between runs (each chapter prints its
 # own). The H200 step is an eager PyTorch loop, not a serving engine: read its ratio, not its milliseconds. Random
 # weights cost the same as trained ones: a forward's time depends on the shapes, not on the values.
@@ -333,8 +333,8 @@ print("hand-written vs plain greedy:", "identical" if div is None else div.messa
 # %% [markdown]
 # **Reading it.** The hand-written round, the package's loop and plain greedy decoding give identical tokens. In the
 # first round the drafter reads 42 slots, one per prompt token. Rolling back 2 rejected drafts shrinks the target's
-# cache from 48 positions to 46. Speculation is slower here, 0.80x in one run: a round commits 1.47 tokens, but
-# verifying it costs 1.69 steps, and drafting adds its own time.
+# cache from 48 positions to 46. Speculation is slower here, 0.78x in one run: a round commits 1.47 tokens, but
+# verifying it costs 2.00 steps, and drafting adds its own time.
 #
 # ### Acceptance length, draft by draft
 #
@@ -473,7 +473,7 @@ for k_try, rounds_try in tries.items():
 # - A round is five steps: draft, verify, accept, bonus, roll back. The hand-written round matches the package's loop
 #   (AL 1.47).
 # - Every speculative output here is identical to plain greedy decoding (float32, CPU).
-# - Verifying K=5 drafts costs 1.69 one-token steps, more than the 1.47 tokens a round commits: speculation ran at 0.80x
+# - Verifying K=5 drafts costs 2.00 one-token steps, more than the 1.47 tokens a round commits: speculation ran at 0.78x
 #   here.
 # - Draft 1 supplied 80% of the extra tokens. K=10 gave the same AL as K=5: a larger K cannot rescue weak early drafts.
 #

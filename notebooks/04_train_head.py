@@ -617,9 +617,10 @@ report.record("nb04_own_path_al", round(sum(committed) / len(committed), 4));
 # %% [markdown]
 # **Reading it.** Our own path is lossless: its output equals plain greedy decoding, and each round accepts what the
 # package's loop accepts. And the head drafts: after 40 steps it commits 1.76 tokens a round at K=4 over 54 rounds,
-# often 3 (on counting, a learnable pattern). That is about what 00 timed for a float32 verify pass (1.69 steps for 6
-# tokens, 1.77 for 9; a K=4 round verifies 5): in float32 on this CPU this head about breaks even before drafting's own
-# time, which this path does not time; bf16 verifies cheaper in decode steps (06). 06 races a pair trained far longer
+# often 3 (on counting, a learnable pattern). A float32 verify pass on this CPU costs about as much or more: 00 timed
+# 2.00 steps for 6 tokens and 2.03 for 9 in the run shown (a K=4 round verifies 5), and such timings move by a fifth
+# between runs. So in float32 this head at best breaks even before drafting's own time, which this path does not time;
+# bf16 verifies cheaper in decode steps (06). 06 races a pair trained far longer
 # (1,000 steps, committed) on the same kind of text, and trains a small pair in view.
 #
 # ## What we saw
