@@ -153,7 +153,10 @@ print(f"plain loop: {plain_row['t_step_ms']:.1f} ms per decode step (the loop's 
 # prompts, the three interleaved per prompt. (On a GPU bfloat16 is the native dtype; the cell skips there.)
 
 # %% tags=["nbval-ignore-output"]
-if torch.device(DEVICE).type == "cpu":
+from peagle_lab import memory
+
+cpu = torch.device(DEVICE).type == "cpu"
+if cpu and memory.fits(memory.weights_bytes(model.config, torch.float32), DEVICE):  # a second copy, in float32
     fp32_model, _ = models.load_target(TARGET, device=DEVICE, dtype=torch.float32)
     k_best = best(e2e, "p-eagle")["k"]
     ways = {"plain, float32": lambda ids: plain_generate(TargetRunner(fp32_model), ids, MAX_NEW),
