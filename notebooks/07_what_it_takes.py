@@ -138,13 +138,13 @@ plain_row = next(m for m in e2e["methods"] if m["family"] == "plain")
 print(f"plain loop: {plain_row['t_step_ms']:.1f} ms per decode step (the loop's timer)")
 
 # %% [markdown]
-# **Reading it.** Live, the shipped heads gain little: at best 1.09x for P-EAGLE (K=1) and 1.09x for EAGLE-3 (K=4),
+# **Reading it.** Live, the shipped heads gain little: at best 1.17x for P-EAGLE (K=7) and 1.22x for EAGLE-3 (K=1),
 # on 2 prompts. Their AL stays between 1.30 and 1.42 at every K, so parallel drafting has little to save. The oracle
-# makes 2.60x with one pass and 2.23x with seven. The round-time section tests that order.
+# makes 2.68x with one pass and 2.23x with seven. The round-time section tests that order.
 #
 # Every speed-up here is over the course's plain loop, which runs through the same target runner as the speculative
 # loop and records each step's top-two margin for the lossless check. transformers' own `generate` (`hf-greedy`) ran
-# as fast as it here (0.994x); 09's fixed run, on the same host at a similar AL, ran 0.99x.
+# at 0.931x of it here; 09's fixed run, on the same host at a similar AL, ran 0.99x.
 #
 # ### bfloat16 against float32, in tokens per second
 #
@@ -177,10 +177,10 @@ else:
     print("on a GPU the course runs in its native dtype; no float32 comparison")
 
 # %% [markdown]
-# **Reading it.** On this host bfloat16 decodes faster than float32 in this run: plain bf16 at 17.9 tokens/s is 1.15x
-# plain float32 (15.5), and P-EAGLE in bf16 at K=1 makes 19.6 tokens/s, 1.27x plain float32. So the bf16 speed-ups
-# of this chapter hold against float32 too here, by 2 prompts and one timing each. This host's plain step moves a lot
-# between runs (00 timed 66.2 ms in float32; 06's bf16 step was 51.6 ms, this chapter's 51.7 ms), so the cell times
+# **Reading it.** On this host bfloat16 decodes faster than float32 in this run: plain bf16 at 16.6 tokens/s is 1.13x
+# plain float32 (14.6), and P-EAGLE in bf16 at K=7 makes 17.7 tokens/s, 1.21x plain float32. So the bf16 speed-ups of
+# this chapter hold against float32 too here, on 2 prompts and one timing each. This host's plain step moves a lot
+# between runs (00 timed 66.2 ms in float32; 06's bf16 step was 51.6 ms, this chapter's 53.7 ms), so the cell times
 # all three side by side rather than across chapters.
 #
 # ## Lossless, in two regimes
@@ -276,7 +276,7 @@ print(f"  oracle K={o['k']}: AL {o['acceptance_length']:.2f} over {o['rounds']} 
 # **Reading it.** A deeper K helps the shipped heads little: at K=7 P-EAGLE's slot 2 is accepted in 2 of 17 rounds
 # (18 rounds accepted slot 1, but the token budget cut one of them short), and slots 5 to 7 are never reached. Neither
 # head is shown faster than plain on 2 prompts (each ahead on 2 of 2, p = 0.5). Neither head is shown faster than the
-# other, here (P-EAGLE ahead on 1 of 2, p = 1) or in the committed run (15 of 24, p = 0.31). The oracle's AL 4.00 sits
+# other, here (P-EAGLE ahead on 0 of 2, p = 0.5) or in the committed run (15 of 24, p = 0.31). The oracle's AL 4.00 sits
 # above the 3.79 its rate expects at this 40-token budget: 20 rounds are a small draw.
 #
 # ## Where a round's time goes, and the oracle pair
@@ -319,11 +319,11 @@ for label, res in runs:  # the oracle pair: each run's best one-pass K against K
               f"{pa['verify_ms']:.1f} and {pb['verify_ms']:.1f} ms ({pb['verify_ms'] - pa['verify_ms']:+.1f} ms noise)")
 
 # %% [markdown]
-# **Reading it.** Verification is over nine tenths of every P-EAGLE round (`verify_share` 0.915 to 0.926).
+# **Reading it.** Verification is over nine tenths of every P-EAGLE round (`verify_share` 0.916 to 0.929).
 # EAGLE-3's drafting share grows with K.
 #
-# Here one pass makes 2.60x against seven passes' 2.23x, and drafts in 5.08 ms a round against 17.53. Verification of
-# the same tokens took 57.4 and 58.9 ms: noise of about a tenth of the drafting saving. One pass wins on 2 of 2
+# Here one pass makes 2.68x against seven passes' 2.23x, and drafts in 5.00 ms a round against 18.27. Verification of
+# the same tokens took 58.0 and 61.8 ms: noise of about a quarter of the drafting saving. One pass wins on 2 of 2
 # prompts (p = 0.5): two prompts cannot show an order. In the committed float32 runs of `cpu-epyc-avx2-2c` one pass is
 # shown faster: 1.59x against 1.46x on code (22 of 24 prompts), and on 24 of 24 chat prompts.
 #
@@ -379,11 +379,11 @@ print(f"\nthe blog's ALs on the GPU cost model (K=7): P-EAGLE 3.94 / {gpu_round[
       "best K)")
 
 # %% [markdown]
-# **Reading it.** In bf16 the shipped head just clears the round; in the fp32 runs it does not. At K=7 the bf16
-# rounds cost 1.24 decode steps (this run) and 1.26 (committed), and P-EAGLE's AL of 1.39 and 1.55 gives 1.09x and
-# 1.20x decode. The fp32 rounds cost 1.98 and 1.95 steps, and the head falls below 1x (0.73x, 0.63x). Those fp32
-# lines come from the other host (the shipped head) and from earlier heads (the 5 x 64 run): they show the fp32
-# round's cost, not this head's fp32 speed-up here.
+# **Reading it.** In bf16 the shipped head clears the round; in the fp32 runs it does not. At K=7 the bf16 rounds
+# cost 1.14 decode steps (this run) and 1.26 (committed), and P-EAGLE's AL of 1.39 and 1.55 gives 1.19x and 1.20x
+# decode. The fp32 rounds cost 1.98 and 1.95 steps, and the head falls below 1x (0.73x, 0.63x). Those fp32 lines come
+# from the other host (the shipped head) and from earlier heads (the 5 x 64 run): they show the fp32 round's cost,
+# not this head's fp32 speed-up here.
 #
 # Round costs are ratios of two timings on one machine, so they can be set side by side across machines, unlike
 # milliseconds. The committed bf16 round on this CPU (1.26 steps) equals the GPU model's P-EAGLE round: with bf16
@@ -466,11 +466,11 @@ print(f"committed ({host_run['dir']}), P-EAGLE at K={m7['k']}: round {round7:.2f
 #   bf16 run, against 2.25x for the oracle.
 # - Speculation stays lossless in bf16: every live divergence is a near-tie. A broken acceptance rule fails at a
 #   margin of 5.25.
-# - Verification is over nine tenths of a P-EAGLE round (`verify_share` 0.915 to 0.926).
-# - bf16 against float32 on this host, side by side: plain bf16 1.15x plain float32, P-EAGLE in bf16 1.27x.
+# - Verification is over nine tenths of a P-EAGLE round (`verify_share` 0.916 to 0.929).
+# - bf16 against float32 on this host, side by side: plain bf16 1.13x plain float32, P-EAGLE in bf16 1.21x.
 # - At the paper's acceptance one parallel pass is shown faster than seven sequential ones in the committed float32
 #   runs of `cpu-epyc-avx2-2c`: 1.59x against 1.46x on code (22 of 24 prompts), and live in 06 on 8 of 8 list
-#   requests. This run's 2 prompts agree in direction (2.60x against 2.23x) but are too few to show it.
+#   requests. This run's 2 prompts agree in direction (2.68x against 2.23x) but are too few to show it.
 # - On the committed bf16 round (1.26 steps), 2x decode at K=7 needs AL 2.52, a per-slot rate of 0.611; the shipped
 #   head reached AL 1.55 there.
 #
