@@ -273,9 +273,10 @@ del module
 # ### Trained as it drafts
 #
 # Training runs all depths of a row at once; drafting runs one pass over a context and its mask slots. They must give
-# the same logits. The cell loads the shipped P-EAGLE head into a `Trainer`, runs every anchor of one sequence at every
-# depth, and compares each element `(a, d)` with row `a + d` of `one_pass_logits`, the head drafting K=4 after
-# position `a`. `sync_head` writes the trainer's weights into the plain head.
+# the same logits. The cell loads the shipped P-EAGLE head into a `Trainer`, plans every anchor of one sequence at every
+# depth, and compares the elements of its first 3 anchors at each of 4 depths (12 elements) with the draft: element `(a,
+# d)` against row `a + d` of `one_pass_logits`, the head drafting K=4 after position `a`. `sync_head` writes the
+# trainer's weights into the plain head.
 
 # %% tags=["nbval-ignore-output"]
 from peagle_lab.drafter.heads import SHIPPED, head_fit_problems
@@ -617,9 +618,9 @@ report.record("nb04_own_path_al", round(sum(committed) / len(committed), 4));
 # %% [markdown]
 # **Reading it.** Our own path is lossless: its output equals plain greedy decoding, and each round accepts what the
 # package's loop accepts. And the head drafts: after 40 steps it commits 1.76 tokens a round at K=4 over 54 rounds,
-# often 3 (on counting, a learnable pattern). A float32 verify pass on this CPU costs about as much or more: 00 timed
-# 2.00 steps for 6 tokens and 2.03 for 9 in the run shown (a K=4 round verifies 5), and such timings move by a fifth
-# between runs. So in float32 this head at best breaks even before drafting's own time, which this path does not time;
+# often 3 (on counting, a learnable pattern). A float32 verify pass on this CPU costs more: 00 timed 2.00 steps for 6
+# tokens in the run shown (a K=4 round verifies 5, a little less). So in float32 this head would run at about
+# 1.76 / 2.00 = 0.88x of plain decoding, before drafting's own time, which this path does not time;
 # bf16 verifies cheaper in decode steps (06). 06 races a pair trained far longer
 # (1,000 steps, committed) on the same kind of text, and trains a small pair in view.
 #

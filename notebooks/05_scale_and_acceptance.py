@@ -478,7 +478,7 @@ print("the baseline recipe: " + ", ".join(f"{k} = {v}" for k, v in recipe.BASELI
 print("where it differs from the shipped P-EAGLE head's last run (baseline -> shipped): " + ", ".join(
     f"{k} {v} -> {shipped_train.get(k)}" for k, v in recipe.BASELINE.items() if shipped_train.get(k) != v))
 own_noise = recipe.noise(runs) or 0.0  # the largest acceptance spread between two seeds of one setting
-noise = max(own_noise, TIE)  # TIE: the same over the studies of 02 and 03 (09's appendix: the seed spread)
+noise = max(own_noise, TIE)  # TIE: the same over the studies of 02 and 03 (reference.md: the seed spread)
 seeds = [r["tokens_seen"] for r in runs if r["name"].startswith("baseline")]
 mixed = (f" (its two baseline seeds saw {min(seeds):,} and {max(seeds):,} tokens in the same wall time, "
          f"{100 * (max(seeds) / min(seeds) - 1):.0f}% apart: seed and budget together)" if len(seeds) == 2 else "")
@@ -505,8 +505,8 @@ if runs:
 # against 0.052. Only `4 layers` lies beyond both, at -0.065, having seen under half the baseline's tokens. The
 # recipe's own spread proves little: its two seeds saw token counts 17% apart.
 #
-# Beyond budget, the paper differs in target (GPT-OSS-20B), head depth (its published heads have 4 layers, 08's last
-# section) and benchmark; no run here isolates which costs the AL.
+# Beyond budget, the paper differs in target (GPT-OSS-20B), head depth (the two published GPT-OSS heads have 4 layers,
+# 08's last section) and benchmark; no run here isolates which costs the AL.
 #
 # ## What we saw
 #

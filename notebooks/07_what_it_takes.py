@@ -74,7 +74,7 @@ paired, order = payoff.paired_gaps, payoff.paired_order  # 06's paired rule: per
 # The heads were trained on a broad mix (03 prints it). The cell reads this host's committed run on 24 HumanEval
 # prompts, each method at its fastest K. Columns:
 #
-# - `round (steps)` and `ideal` = AL / round, as in 05.
+# - `round (steps)` and `ideal` = AL / round, as in 06.
 # - `measured, decode` and `end to end`: the speed-up without and with prefill.
 # - `faster than plain`: the paired rule against plain decoding.
 #
@@ -144,7 +144,8 @@ print(f"plain loop: {plain_row['t_step_ms']:.1f} ms per decode step (the loop's 
 #
 # Every speed-up here is over the course's plain loop, which runs through the same target runner as the speculative
 # loop and records each step's top-two margin for the lossless check. transformers' own `generate` (`hf-greedy`) ran
-# at 0.931x of it here; 09's fixed run, on the same host at a similar AL, ran 0.99x.
+# at 0.931x of it here. Single timings on this host move: 09's fixed run (P-EAGLE at K=4 against plain decoding, one
+# prompt, one timing each) ran 0.99x, where this run's K=4 row reads 1.11x on 2 prompts.
 #
 # ### bfloat16 against float32, in tokens per second
 #
@@ -179,9 +180,8 @@ else:
 # %% [markdown]
 # **Reading it.** On this host bfloat16 decodes faster than float32 in this run: plain bf16 at 16.6 tokens/s is 1.13x
 # plain float32 (14.6), and P-EAGLE in bf16 at K=7 makes 17.7 tokens/s, 1.21x plain float32. So the bf16 speed-ups of
-# this chapter hold against float32 too here, on 2 prompts and one timing each. This host's plain step moves a lot
-# between runs (00 timed 66.2 ms in float32; 06's bf16 step was 51.6 ms, this chapter's 53.7 ms), so the cell times
-# all three side by side rather than across chapters.
+# this chapter hold against float32 too here, on 2 prompts and one timing each. The cell times all three side by side
+# because steps timed in different chapters and runs do not compare (the dtype, the load and the prompts all differ).
 #
 # ## Lossless, in two regimes
 #
@@ -323,7 +323,7 @@ for label, res in runs:  # the oracle pair: each run's best one-pass K against K
 # EAGLE-3's drafting share grows with K.
 #
 # Here one pass makes 2.68x against seven passes' 2.23x, and drafts in 5.00 ms a round against 18.27. Verification of
-# the same tokens took 58.0 and 61.8 ms: noise of about a quarter of the drafting saving. One pass wins on 2 of 2
+# the same tokens took 58.0 and 61.8 ms: noise of about a third of the drafting saving. One pass wins on 2 of 2
 # prompts (p = 0.5): two prompts cannot show an order. In the committed float32 runs of `cpu-epyc-avx2-2c` one pass is
 # shown faster: 1.59x against 1.46x on code (22 of 24 prompts), and on 24 of 24 chat prompts.
 #
