@@ -110,8 +110,8 @@ print("the first token comes from the target:", run.sources[0] == viz.TARGET)
 print("lossless (identical, or in a near-tie regime a near-tie divergence; see the regime above):", run.lossless)
 
 # %% [markdown]
-# **Reading it.** P-EAGLE at K=4 commits 1.40 tokens per round (of a possible 5) and ran at 0.99x plain decoding's
-# speed, about even, in one timing each. Its text leaves plain greedy's at token 12, at an exact tie: lossless by the
+# **Reading it.** P-EAGLE at K=4 commits 1.40 tokens per round (of a possible 5) and ran at 0.88x plain decoding's
+# speed, slower, in one timing each. Its text leaves plain greedy's at token 12, at an exact tie: lossless by the
 # near-tie rule (00).
 #
 # ### "Speculative decoding changed my greedy output" (question 9)
@@ -403,7 +403,7 @@ print(f"07's {len(bench07)} committed benchmark rows: {min(bench07):.2f} to {max
 # %% [markdown]
 # ## What we saw
 #
-# - **Fixed run**: P-EAGLE at K=4 commits 1.40 tokens per round and ran at 0.99x plain decoding's speed (one timing).
+# - **Fixed run**: P-EAGLE at K=4 commits 1.40 tokens per round and ran at 0.88x plain decoding's speed (one timing).
 # - **bf16**: 51 of 216 committed bf16 outputs leave plain greedy, all at near-ties.
 # - **Speculative sampling**: the output follows p (TV 0.0041) despite a poor drafter.
 # - **Across hosts** (committed): with bf16 units both heads are shown faster than plain decoding (1.14x to 1.31x); in
