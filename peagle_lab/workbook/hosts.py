@@ -37,25 +37,31 @@ def verify_k7(results: dict) -> float | None:
     return round(row["verify_ms"] / dc["target_step_ms"], 2) if row and dc.get("target_step_ms") else None
 
 
+def _suite_runs(committed: list[dict]):
+    """Per committed run and suite, what both the tables and the verdicts read: ``(run, suite, result, best P-EAGLE
+    row, best EAGLE-3 row, per-prompt gaps P-EAGLE minus EAGLE-3, the oracle's one-pass and K-pass rows)``."""
+    for c in committed:
+        for suite, e in result_suites(c["results"]).items():
+            p_row, s_row = payoff.best(e, "p-eagle"), payoff.best(e, "eagle3")
+            yield (c, suite, e, p_row, s_row, payoff.paired_gaps(e, p_row, s_row), *payoff.oracle_pair(e))
+
+
 def suite_tables(committed: list[dict], host: str) -> dict[str, list[dict]]:
     """Per suite, a row per committed run (host and dtype): each head's best speed-up, the outputs that diverged,
     prompts won against plain, the per-prompt gap P-EAGLE minus EAGLE-3, and the oracle's one pass / K passes."""
     tables: dict[str, list[dict]] = {}
-    for c in committed:
-        for suite, e in result_suites(c["results"]).items():
-            p_row, s_row, look = (payoff.best(e, f) for f in ("p-eagle", "eagle3", "prompt-lookup"))
-            gaps = payoff.paired_gaps(e, p_row, s_row)
-            o, o_seq = payoff.oracle_pair(e)
-            tables.setdefault(suite, []).append({
-                "host": c["host"] + (" (this machine)" if c["host"] == host else ""), "dtype": c["dtype"],
-                "prompts": f"{e['config']['n_prompts']} x {e['config']['max_new_tokens']}",
-                "verify_k7": verify_k7(c["results"]),
-                "P-EAGLE": best_cell(p_row), "EAGLE-3": best_cell(s_row), "lookup": best_cell(look),
-                "diverged (P / E / lookup)": diverged_cell([p_row, s_row, look]),
-                "faster than plain (P / E)": "{}/{} / {}/{}".format(*wins(e, p_row), *wins(e, s_row)),
-                "P minus E": f"{min(gaps):+.2f} to {max(gaps):+.2f}" if gaps else "-",
-                "oracle (1 / K passes)": "-" if o is None else f"{o['speedup']:.2f}x / "
-                                                               + (f"{o_seq['speedup']:.2f}x" if o_seq else "-")})
+    for c, suite, e, p_row, s_row, gaps, o, o_seq in _suite_runs(committed):
+        look = payoff.best(e, "prompt-lookup")
+        tables.setdefault(suite, []).append({
+            "host": c["host"] + (" (this machine)" if c["host"] == host else ""), "dtype": c["dtype"],
+            "prompts": f"{e['config']['n_prompts']} x {e['config']['max_new_tokens']}",
+            "verify_k7": verify_k7(c["results"]),
+            "P-EAGLE": best_cell(p_row), "EAGLE-3": best_cell(s_row), "lookup": best_cell(look),
+            "diverged (P / E / lookup)": diverged_cell([p_row, s_row, look]),
+            "faster than plain (P / E)": "{}/{} / {}/{}".format(*wins(e, p_row), *wins(e, s_row)),
+            "P minus E": f"{min(gaps):+.2f} to {max(gaps):+.2f}" if gaps else "-",
+            "oracle (1 / K passes)": "-" if o is None else f"{o['speedup']:.2f}x / "
+                                                           + (f"{o_seq['speedup']:.2f}x" if o_seq else "-")})
     return tables
 
 
@@ -63,16 +69,12 @@ def verdict_lines(committed: list[dict]) -> list[str]:
     """The verdicts over every committed run: each head against plain decoding per dtype, one head against the
     other, and one parallel pass against K sequential passes at the blog's acceptance (same draws)."""
     vs_plain, vs_head, vs_oracle = [], [], []
-    for c in committed:
-        for suite, e in result_suites(c["results"]).items():
-            p_row, s_row = payoff.best(e, "p-eagle"), payoff.best(e, "eagle3")
-            vs_plain += [(c["dtype"], m["speedup"], *wins(e, m)) for m in (p_row, s_row) if m]
-            gaps = payoff.paired_gaps(e, p_row, s_row)
-            vs_head.append((sum(g > 0 for g in gaps), sum(g != 0 for g in gaps)))
-            o, o_seq = payoff.oracle_pair(e)
-            if o_seq:
-                g = payoff.paired_gaps(e, o, o_seq)
-                vs_oracle.append((f"{suite} on {c['dir']}", o, o_seq, sum(x > 0 for x in g), sum(x != 0 for x in g)))
+    for c, suite, e, p_row, s_row, gaps, o, o_seq in _suite_runs(committed):
+        vs_plain += [(c["dtype"], m["speedup"], *wins(e, m)) for m in (p_row, s_row) if m]
+        vs_head.append((sum(g > 0 for g in gaps), sum(g != 0 for g in gaps)))
+        if o_seq:
+            g = payoff.paired_gaps(e, o, o_seq)
+            vs_oracle.append((f"{suite} on {c['dir']}", o, o_seq, sum(x > 0 for x in g), sum(x != 0 for x in g)))
     out = []
     for dtype in dict.fromkeys(d for d, *_ in vs_plain):
         speedups = [sp for d, sp, w, n in vs_plain if d == dtype]

@@ -42,7 +42,7 @@ class Race:
         """The verdicts: AL from the counts, each contender against plain, the first two against each other, and
         their drafting cost per round (each by the paired rule)."""
         out = [self.header, "over every request: " + ", ".join(
-            f"{n} AL = 1 + {a} / {r} = {1 + a / max(r, 1):.2f}" for n, (a, r) in self.tally.items())]
+            f"{n} AL = 1 + {a} / {r} = {self.acceptance_length(n):.2f}" for n, (a, r) in self.tally.items())]
         for n in self.names:
             r = [row[f"{n} vs plain"] for row in self.rows]
             out.append(f"{n} against plain: {min(r):.2f}x to {max(r):.2f}x, "
