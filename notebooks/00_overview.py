@@ -53,20 +53,10 @@ from peagle_lab import models, precision, settings
 #
 # ### Lossless, exactly
 #
-# Greedy speculation commits only the target's own argmax tokens. But verification runs K+1 rows at once, so its logits
-# can differ from plain decoding's in the last bits.
-#
-# - **fp32 on a CPU** (regime *exact*): the output has been **identical** to plain greedy decoding in every run and
-#   test of this course, so any difference is treated as a bug. This chapter checks every run.
-# - **bf16, or fp32 on a GPU** (regime *near-tie*): identical, **or** diverging at a *near-tie*, where the top two
-#   logits are closer than rounding can separate.
-#
-# In bf16 the bound is 4 ulps of the top logit. An *ulp* (unit in the last place) is the gap between neighbouring bf16
-# numbers there. In fp32 on a GPU, or across engines (08), it is 2^-11 of the top logit: other kernels sum in other
-# orders.
-#
-# 07 prints the bound beside each logit margin (top-1 minus top-2). A margin of several logits means a bug. Above
-# temperature 0, lossless means sampling exactly the target's distribution (09). Lossless keeps the target's answer,
+# Greedy speculation commits only the target's own argmax tokens, so its output is plain greedy decoding's, token for
+# token. In float32 on a CPU it has been **identical** in every run and test of this course, and this chapter checks
+# every run. In bfloat16 or on a GPU, verifying K+1 rows at once can change a logit's last bits, so the output may
+# part from plain decoding where the top two logits nearly tie; 07 measures that. Lossless keeps the target's answer,
 # right or wrong: the plain answer below is not correct code.
 
 # %% [markdown]
@@ -184,25 +174,111 @@ load = hardware.load_average()
 if load and load[0] > hardware.usable_cores():
     print(f"load avg {load[0]:.1f} on {hardware.usable_cores()} cores: another job shares the CPU, so these timings "
           "may run high and move more than usual")
-print(hardware.describe(DEVICE))
+print(f"host {precision.host_slug(DEVICE)}: {hardware.describe(DEVICE)}")
 for key, value in [("target_params", n_params), ("greedy_tokens_per_s", round(tok_s, 2)),  # the workbook summary
                    ("forward_9_vs_1_ratio", round(step[9] / step[1], 3)), ("hardware", hardware.describe(DEVICE))]:
     record(key, value, notebook="00_overview")
 
 # %% [markdown]
-# **Reading it.** In float32 on this CPU, verifying K=5 drafts costs 2.00 one-token steps, against 1.17 on the H200. A
-# round here must commit more than 2.00 tokens, plus drafting's time, just to pay for that; bfloat16 makes it cheaper in
-# decode steps (06). These are medians of a few repeats in one run; they move between runs (each chapter prints its
-# own). The H200 step is an eager PyTorch loop, not a serving engine: read its ratio, not its milliseconds. Random
+# **Reading it.** In float32 on this CPU (its host name is printed last), verifying K=5 drafts costs 1.86 one-token
+# steps, against 1.17 on the H200. A round here must commit more than 1.86 tokens, plus drafting's time, just to pay
+# for that; bfloat16 makes it cheaper in decode steps (06). These are medians of a few repeats in one run; they move
+# between runs (each chapter prints its own). The H200 step is an eager PyTorch loop, not a serving engine: read its ratio, not its milliseconds. Random
 # weights cost the same as trained ones: a forward's time depends on the shapes, not on the values.
 #
 # ## One speculative round, written out
 #
-# `draft` and `speculate` below write the package's loop by hand in about 60 lines (it always drafts K; the package's
-# loop drafts only what fits near the budget), drafting with the *shipped* P-EAGLE head (the
-# trained head that comes with the course). It uses the **EAGLE shift**: drafter position t holds token x_{t+1} with
-# h_t, the taps that predicted it. With context x_0..x_n and x_{n+1} just chosen from h_n, slot 1 (position n) drafts
-# x_{n+2} at depth 0, and slot j drafts x_{n+j+1} at depth j-1.
+# A round needs a drafter. The simplest needs no model at all: **prompt lookup** (vLLM's `ngram` method) finds the
+# latest earlier occurrence of the context's last few tokens and proposes the tokens that followed it. Code repeats
+# itself (`return False`, a name), so a copy is sometimes right. The loop after it runs, each round:
+#
+# 1. **draft** K tokens;
+# 2. **verify** the last committed token and the K drafts in one target forward;
+# 3. **accept** the longest prefix of drafts equal to the target's greedy choices;
+# 4. add the **bonus** token, the target's choice right after that prefix;
+# 5. **roll back** the target's KV cache (its stored keys and values) past the rejected drafts.
+#
+# The *prefill* is the target's first forward, over the whole prompt. The loop also keeps the target's *taps*, three
+# layers' hidden states at every committed position, for the EAGLE drafters further down. The package's loop is the
+# same.
+
+# %%
+def lookup(context, taps, K, max_ngram=3):
+    """K drafts copied from the context (token ids): what followed the latest earlier occurrence of its last n tokens,
+    n = 3, 2, 1, padded with the last copied token; with no match at all, K copies of the last token. No model:
+    ``taps`` (the target's hidden states, read by EAGLE heads below) are ignored."""
+    for n in range(min(max_ngram, len(context) - 1), 0, -1):
+        tail = context[-n:]
+        for i in range(len(context) - n - 1, 0, -1):  # latest first; i > 0: as in the package, never the first token
+            if context[i:i + n] == tail:
+                follow = context[i + n:i + n + K]
+                return follow + [follow[-1]] * (K - len(follow))
+    return [context[-1]] * K
+
+
+print("drafts for 'a b c a b':", lookup(list("abcab"), None, 3))  # 'a b' occurred before: copy what followed it
+
+# %%
+from transformers import DynamicCache
+
+from peagle_lab.training import ensure_head
+
+head, head_info = ensure_head("parallel", model, tokenizer, TARGET)  # the shipped P-EAGLE head, used further down
+taps_of = lambda out: torch.cat([out.hidden_states[i] for i in head.config.aux_hidden_state_layer_ids], -1)[0]
+first_round = {}  # a round's verify pass, kept for the drawing below
+
+
+def speculate(K, drafter, show=False):
+    """Greedy speculative decoding of NEW_TOKENS tokens, K drafts a round: (tokens, tokens committed per round).
+    ``drafter(context, taps, K)`` returns K token ids; ``taps`` has a row per position but the last (its hidden
+    states come from the next verify pass)."""
+    cache = DynamicCache()  # keeps every position (the model's mask applies any sliding window): crop rolls back
+    with torch.no_grad():
+        out = model(prompt_ids, past_key_values=cache, output_hidden_states=True)      # prefill
+        context = prompt_ids[0].tolist() + [int(out.logits[0, -1].argmax())]           # + the first new token
+        taps = taps_of(out)
+        per_round = []
+        while len(context) - prompt_ids.shape[1] < NEW_TOKENS:
+            k = min(K, NEW_TOKENS - (len(context) - prompt_ids.shape[1]))  # near the budget: only what can be kept
+            drafts = drafter(context, taps, k)                                         # 1. draft
+            verify = torch.tensor([[context[-1]] + drafts], device=DEVICE)
+            out = model(verify, past_key_values=cache, output_hidden_states=True)    # 2. verify in one pass
+            choice = out.logits[0].argmax(-1).tolist()
+            a = 0
+            while a < k and drafts[a] == choice[a]:                                     # 3. longest agreeing prefix
+                a += 1
+            new = drafts[:a] + [choice[a]]                                              # 4. bonus token
+            if show and not per_round:
+                print(f"verify input {tuple(verify.shape)} -> logits {tuple(out.logits.shape)}; accepted {a} of "
+                      f"{k}, committed {len(new)}; target cache {cache.get_seq_length()} -> "
+                      f"{cache.get_seq_length() - (k - a)} positions")
+                first_round.update(inputs=verify[0].tolist(), choices=choice, accepted=a,
+                                   start=cache.get_seq_length() - k - 1)
+            if a < k:
+                cache.crop(a - k)                                                      # 5. roll back k - a drafts
+            taps = torch.cat([taps, taps_of(out)[: a + 1]])  # verify rows 0..a: the positions now committed
+            context += new
+            per_round.append(len(new))
+    return context[prompt_ids.shape[1]:][:NEW_TOKENS], per_round
+
+
+K = 5
+tokens_lookup, rounds_lookup = speculate(K, lookup)
+print(f"prompt lookup, K={K}: {len(rounds_lookup)} rounds (target forwards after the prefill), acceptance length "
+      f"{sum(rounds_lookup) / len(rounds_lookup):.2f}; identical to plain greedy: {tokens_lookup == answer.tolist()}")
+print("tokens per round", rounds_lookup)
+
+# %% [markdown]
+# **Reading it.** Prompt lookup is lossless and pays in bursts: two rounds committed 6 and 5 tokens where the answer
+# repeated earlier text, but 30 of 35 rounds committed only the bonus token. AL 1.37.
+#
+# ## A learned drafter in the same loop
+#
+# Copying is right only where the text repeats. An EAGLE head predicts instead, from the target's taps. It reads them
+# with the **EAGLE shift**: drafter position t holds token x_{t+1} with h_t, the taps that predicted it. With context
+# x_0..x_n and x_{n+1} just chosen from h_n, slot 1 (position n) drafts x_{n+2}; P-EAGLE's slots 2..K hold a mask
+# token and draft x_{n+3}, x_{n+4}, ... in the same pass. In the diagram, slot 1 (dark green) is the last context
+# position and K-1 mask slots follow.
 
 # %%
 from peagle_lab.workbook.diagrams import draw_eagle_shift
@@ -210,91 +286,25 @@ from peagle_lab.workbook.diagrams import draw_eagle_shift
 draw_eagle_shift(n=4, k_fig=4)  # context x_0..x_4, one round of K=4 drafts
 
 # %% [markdown]
-# In the diagram, the new positions end in slot 1 (dark green) and K-1 mask slots follow. Older positions sit in the
-# drafter's KV cache (stored keys and values). Each round:
-#
-# 1. **draft** K tokens in one drafter pass;
-# 2. **verify** the last committed token and the K drafts in one target forward;
-# 3. **accept** the longest prefix of drafts equal to the target's greedy choices;
-# 4. add the **bonus** token, the target's choice right after that prefix;
-# 5. **roll back** the target's KV cache past the rejected drafts.
-#
-# The *prefill* is the target's first forward, over the whole prompt. Treat `draft` as a black box; 02 writes the head.
-# In 02's terms, `head.fuse` is `fc`, and `mask_slot_hidden()` is `fc(mask_hidden)`, the mask slots' hidden input.
-# `to_target_logits` maps draft ids to target ids (`d2t`). `Slots` holds the new tokens, their taps and the first one's
-# position. After the drawing of its first round, a cell checks the round against the package's loop and plain
-# decoding.
+# `peagle` below drafts
+# with the *shipped* P-EAGLE head (the trained head that comes with the course) in one pass over the shifted context;
+# treat the pass as a black box here, 02 writes it from scratch. Its drafts are ids of a smaller *draft vocabulary*,
+# mapped back to the target's (03). The cell draws its first round from the values the loop kept: the verify pass
+# reads the last committed token and the 5 drafts; row j's greedy choice checks draft j + 1; the round keeps the
+# drafts up to the first mismatch, adds the choice there as its bonus, and crops the rejected drafts from the target's
+# cache. The cell after it checks both drafters against the package's loop and plain decoding.
 
 # %%
-from transformers import DynamicCache
-
-from peagle_lab.decoding.slots import Slots
-from peagle_lab.training import ensure_head
-
-head, head_info = ensure_head("parallel", model, tokenizer, TARGET)
-taps_of = lambda out: torch.cat([out.hidden_states[i] for i in head.config.aux_hidden_state_layer_ids], -1)[0]
-head_name = str(head_info["source"]).rstrip("/").split("/")[-1]
-drafter_cache = head.new_cache()  # the drafter's own KV cache, over the committed positions
-first_round = {}  # the first round's verify pass, kept for the drawing below
+def peagle(context, taps, K):
+    """P-EAGLE's K drafts: ONE pass of the head over tokens x_1..x_{n+1} with taps h_0..h_n, then K-1 mask slots."""
+    logits = head.one_pass_logits(context[1:], taps, K)[-K:]  # the last K rows are drafts 1..K
+    return head.to_target_logits(logits.float()).argmax(-1).tolist()  # draft vocabulary -> target ids
 
 
-def draft(slots, K):
-    """K drafts in one P-EAGLE pass (what the package's HeadDrafter.propose does): the newly committed slots, then
-    K-1 mask slots; the drafts are the argmax of the last K rows."""
-    drafter_cache.crop(slots.start)  # the drafter's rollback: drop last round's mask and draft slots
-    n, dtype = len(slots), next(head.parameters()).dtype
-    tokens = torch.tensor([list(slots.tokens) + [head.config.mask_token_id] * (K - 1)], device=DEVICE)
-    hidden = torch.cat([head.fuse(slots.taps.to(DEVICE, dtype).view(1, n, -1)),        # fc over the taps
-                        head.mask_slot_hidden().to(dtype).expand(1, K - 1, -1)], dim=1)  # fc(mask_hidden)
-    positions = torch.arange(slots.start, slots.start + n + K - 1, device=DEVICE)[None]
-    logits, _ = head(tokens, hidden, positions, cache=drafter_cache, logits_from=n - 1)  # rows n-1 .. n+K-2
-    return head.to_target_logits(logits[0].float()).argmax(-1)  # draft vocabulary -> target ids (d2t)
+tokens, per_round = speculate(K, peagle, show=True)
+print(f"P-EAGLE, K={K}: {len(per_round)} rounds, acceptance length {sum(per_round) / len(per_round):.2f}")
+print("tokens per round", per_round)
 
-
-def speculate(K, show=False):
-    """Greedy speculative decoding of NEW_TOKENS tokens, K drafts a round: (tokens, tokens committed per round)."""
-    cache = DynamicCache()  # keeps every position (the model's mask applies any sliding window): crop rolls back
-    with torch.no_grad():
-        out = model(prompt_ids, past_key_values=cache, output_hidden_states=True)  # prefill
-        tokens = [int(out.logits[0, -1].argmax())]
-        slots = Slots.after_prefill(prompt_ids[0].tolist(), tokens[0], taps_of(out))  # the EAGLE shift
-        per_round = []
-        while len(tokens) < NEW_TOKENS:
-            drafts = draft(slots, K)                                                    # 1. draft
-            start = cache.get_seq_length()                                              # position of tokens[-1]
-            verify = torch.tensor([[tokens[-1]] + drafts.tolist()], device=DEVICE)
-            out = model(verify, past_key_values=cache, output_hidden_states=True)     # 2. verify in one pass
-            choice = out.logits[0].argmax(-1).tolist()
-            a = 0
-            while a < K and int(drafts[a]) == choice[a]:                                # 3. longest agreeing prefix
-                a += 1
-            new = drafts[:a].tolist() + [choice[a]]                                     # 4. bonus token
-            if show and not per_round:
-                print(f"slots {len(slots)} x taps {tuple(slots.taps.shape)} -> drafts {tuple(drafts.shape)}; "
-                      f"verify input {tuple(verify.shape)} -> logits {tuple(out.logits.shape)}")
-                print(f"accepted {a} of {K}, committed {len(new)}; target cache {cache.get_seq_length()} -> "
-                      f"{cache.get_seq_length() - (K - a)} positions")
-                first_round.update(inputs=verify[0].tolist(), choices=choice, accepted=a, start=start)
-            if a < K:
-                cache.crop(a - K)                                                       # 5. roll back K - a drafts
-            # the EAGLE shift: verify row i predicted input i+1, so rows 0..a (the last committed token and the
-            # accepted drafts) are the taps that predicted the new tokens; the rows of rejected drafts are dropped
-            slots = Slots(new, taps_of(out)[: len(new)], start)
-            tokens += new
-            per_round.append(len(new))
-    return tokens[:NEW_TOKENS], per_round
-
-
-K = 5
-tokens, per_round = speculate(K, show=True)
-print(f"{len(per_round)} rounds (target forwards after the prefill), tokens per round {per_round}")
-
-# %% [markdown]
-# The first round, drawn from the values the cell kept: the verify pass reads the last committed token and the 5
-# drafts; row j's greedy choice checks draft j + 1; the round keeps the drafts up to the first mismatch, adds the
-# choice there as its bonus, and crops the rejected drafts from the target's cache.
-
-# %%
 from peagle_lab.workbook.diagrams import draw_verify_round
 
 as_text = lambda ids: [tokenizer.decode([t]) for t in ids]
@@ -303,38 +313,47 @@ draw_verify_round(as_text(first_round["inputs"]), as_text(first_round["choices"]
 
 # %%
 from peagle_lab.decoding.divergence import first_divergence, lossless_regime
-from peagle_lab.decoding.draft_sources import HeadDrafter
+from peagle_lab.decoding.draft_sources import HeadDrafter, PromptLookupDrafter
 from peagle_lab.decoding.speculative import plain_generate, speculative_generate
 from peagle_lab.decoding.target_runner import TargetRunner
 from peagle_lab.workbook import payoff
 
 runner = TargetRunner(model, head.config.aux_hidden_state_layer_ids)
-package = speculative_generate(runner, HeadDrafter(head), prompt_ids[0], k=K, max_new_tokens=NEW_TOKENS)
 plain = plain_generate(runner, prompt_ids[0], NEW_TOKENS)
+package = speculative_generate(runner, HeadDrafter(head), prompt_ids[0], k=K, max_new_tokens=NEW_TOKENS)
+package_lookup = speculative_generate(runner, PromptLookupDrafter(model.config.vocab_size), prompt_ids[0], k=K,
+                                      max_new_tokens=NEW_TOKENS)
 print(f"head: {head_info['source']} ({head_info['origin']}; trained for K={head_info['trained_k']}, "
       f"{head_info['num_hidden_layers']} layer, draft vocabulary {head_info['draft_vocab_size']})")
 al = package.stats.acceptance_length
-print(f"acceptance length {sum(per_round) / len(per_round):.2f} by hand, {al:.2f} in the package's loop "
-      f"(this prompt, K={K}, {NEW_TOKENS} new tokens, {precision.dtype_name(model.dtype)})")
+head_name = str(head_info["source"]).rstrip("/").split("/")[-1]
+for name, rounds, run in [("prompt lookup", rounds_lookup, package_lookup), ("P-EAGLE", per_round, package)]:
+    print(f"{name:13s}: acceptance length {sum(rounds) / len(rounds):.2f} by hand, "
+          f"{run.stats.acceptance_length:.2f} in the package's loop (this prompt, K={K}, {NEW_TOKENS} new tokens, "
+          f"{precision.dtype_name(model.dtype)})")
 if K + 1 in step:  # the verification's cost, measured above: a round that commits fewer tokens cannot pay
     cost = step[K + 1] / step[1]
-    print(f"prediction: a round commits {al:.2f} tokens and its verification alone costs {cost:.2f} decoding steps, "
-          + ("so on these timings speculation cannot pay here" if al < cost else
-             f"so it pays if a drafter pass costs < {al - cost:.2f} steps"))
-speedup = plain.seconds / package.seconds
-print(f"wall time, the package's loops on this prompt, one run each: plain {plain.seconds:.2f} s, speculative "
-      f"{package.seconds:.2f} s -> {speedup:.2f}x: speculation is {payoff.one_run_verdict(speedup)} on this prompt "
-      "(07 reads a committed run of 24 prompts)")
-print("hand-written == package's loop:", tokens == package.tokens[:NEW_TOKENS])
+    print(f"prediction: a P-EAGLE round commits {al:.2f} tokens and its verification alone costs {cost:.2f} decoding "
+          "steps, " + ("so on these timings speculation cannot pay here" if al < cost else
+                       f"so it pays if a drafter pass costs < {al - cost:.2f} steps"))
+print(f"wall time, the package's loops on this prompt, one run each (07 reads a committed run of 24 prompts): "
+      f"plain {plain.seconds:.2f} s")
+for name, run in [("prompt lookup", package_lookup), ("P-EAGLE", package)]:
+    speedup = plain.seconds / run.seconds
+    print(f"  {name:13s} {run.seconds:.2f} s -> {speedup:.2f}x: {payoff.one_run_verdict(speedup)} on this prompt")
+print("hand-written == package's loop, both drafters:",
+      tokens == package.tokens[:NEW_TOKENS] and tokens_lookup == package_lookup.tokens[:NEW_TOKENS])
 print(f"regime: {lossless_regime(model.dtype, DEVICE)} ({model.dtype} on {DEVICE})")
 div = first_divergence(tokens, plain, model.dtype, DEVICE)
-print("hand-written vs plain greedy:", "identical" if div is None else div.message())
+print("hand-written P-EAGLE vs plain greedy:", "identical" if div is None else div.message())
 
 # %% [markdown]
-# **Reading it.** The hand-written round, the package's loop and plain greedy decoding give identical tokens. In the
-# first round the drafter reads 42 slots, one per prompt token. Rolling back 2 rejected drafts shrinks the target's
-# cache from 48 positions to 46. Speculation is slower here, 0.78x in one run: a round commits 1.47 tokens, but
-# verifying it costs 2.00 steps, and drafting adds its own time.
+# **Reading it.** Both hand-written loops reach the package's acceptance lengths, and every output is plain greedy
+# decoding's. The P-EAGLE head commits 1.47 tokens a round, prompt lookup 1.37. In P-EAGLE's first round 3 of 5
+# drafts were accepted; rolling back the 2 rejected ones shrinks the target's cache from 48 positions to 46. Both are
+# slower than plain decoding here, one run each: verifying 5 drafts costs 1.86 steps, more than either commits.
+# Prompt lookup drafts for free yet is the slower (0.58x against P-EAGLE's 0.70x): its 35 rounds each pay that
+# verification, against P-EAGLE's 32.
 #
 # ### Acceptance length, draft by draft
 #
@@ -368,7 +387,7 @@ if al_formula > 1:
 #
 # ### Exercise: change K
 #
-# The next cell reruns the hand-written loop at `K_TRY` = 1, then 10. Predict the rounds, the acceptance length, and
+# The next cell reruns the hand-written loop with P-EAGLE at `K_TRY` = 1, then 10. Predict the rounds, the acceptance length, and
 # whether the tokens change.
 #
 # <details><summary>Answer</summary>
@@ -382,7 +401,7 @@ if al_formula > 1:
 # %%
 tries = {}  # K -> the acceptance length of each round
 for K_TRY in (1, 10):  # the two values of the exercise; edit to try others
-    tokens_try, rounds_try = speculate(K_TRY)
+    tokens_try, rounds_try = speculate(K_TRY, peagle)
     tries[K_TRY] = rounds_try
     print(f"K={K_TRY}: {len(rounds_try)} rounds, acceptance length {sum(rounds_try) / len(rounds_try):.2f}, "
           f"max per round {max(rounds_try)}; identical to plain greedy: {tokens_try == plain.tokens}")
@@ -470,11 +489,11 @@ for k_try, rounds_try in tries.items():
 # %% [markdown]
 # ## What we saw
 #
-# - A round is five steps: draft, verify, accept, bonus, roll back. The hand-written round matches the package's loop
-#   (AL 1.47).
+# - A round is five steps: draft, verify, accept, bonus, roll back. The hand-written loop matches the package's with
+#   both drafters: prompt lookup, no model (AL 1.37), and the shipped P-EAGLE head (AL 1.47).
 # - Every speculative output here is identical to plain greedy decoding (float32, CPU).
-# - Verifying K=5 drafts costs 2.00 one-token steps, more than the 1.47 tokens a round commits: speculation ran at 0.78x
-#   here.
+# - Verifying K=5 drafts costs 1.86 one-token steps, more than the 1.47 tokens a P-EAGLE round commits: it ran at
+#   0.70x here.
 # - Draft 1 supplied 80% of the extra tokens. K=10 gave the same AL as K=5: a larger K cannot rescue weak early drafts.
 #
 # Next: `01_hidden_states`, the features every EAGLE-3 and P-EAGLE drafter reads.

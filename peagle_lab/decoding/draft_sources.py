@@ -8,6 +8,8 @@ vocabulary when sampling.
 * :class:`HeadDrafter`: a P-EAGLE / EAGLE-3 head, ``parallel`` (one pass for K drafts) or ``sequential`` (K passes),
   the one way a head drafts (a head trained with ``mask_hidden='context'`` drafts through its view, see
   :func:`peagle_lab.drafter.context.drafting_head`);
+* :class:`PromptLookupDrafter`: no model at all: copies what followed the latest earlier occurrence of the
+  context's last tokens (vLLM's ``ngram`` method); the baseline a trained head must beat;
 * :class:`OracleDrafter` / :class:`RandomDrafter`: test doubles (every draft accepted / almost none);
 * :class:`RatedOracleDrafter`: the reference continuation with set per-position acceptance rates, charged a real
   head's drafting cost: what a head with a given (e.g. the paper's) acceptance would give on this machine.
@@ -124,6 +126,50 @@ class HeadDrafter(DraftSource):
             logits, prenorm = head(tok.view(1, 1), prenorm[:, -1:], step_pos, cache=self.cache)
             tok, p = self._pick(logits[0], sampling, gen)
         return torch.cat(ids), (None if sampling.greedy else torch.cat(probs))
+
+
+def lookup_drafts(context, k: int, max_ngram: int = 3) -> list[int]:
+    """``k`` drafts copied from ``context`` (token ids): the tokens that followed the latest earlier occurrence of its
+    last ``n`` tokens, trying ``n = max_ngram`` down to 1; padded with the last copied (or context) token when the
+    copy runs out or nothing matches."""
+    context = [int(t) for t in context]
+    for n in range(min(max_ngram, len(context) - 1), 0, -1):
+        tail = context[-n:]
+        for i in range(len(context) - n - 1, -1, -1):  # latest first; the match must end before the tail
+            if context[i:i + n] == tail:
+                follow = context[i + n:i + n + k]
+                return follow + [follow[-1]] * (k - len(follow))
+    return [context[-1]] * k
+
+
+class PromptLookupDrafter(DraftSource):
+    """Drafts by copying from the tokens committed so far (:func:`lookup_drafts`): no model, no training.
+
+    It runs inside this package's loop, so its rounds are counted like a head's; the benchmarks also time
+    transformers' own prompt lookup (``prompt_lookup_num_tokens``), inside ``generate``. It sees the prompt from its
+    second token on (slot t holds token t + 1, so the first prompt token, a
+    template or BOS marker, never reaches a drafter) and every committed token after it.
+    """
+
+    name = "prompt-lookup"
+
+    def __init__(self, vocab_size: int, max_ngram: int = 3):
+        if max_ngram < 1:
+            raise PeagleError(f"max_ngram must be at least 1, got {max_ngram}. Fix: e.g. max_ngram=3.")
+        self.vocab_size, self.max_ngram = int(vocab_size), int(max_ngram)
+        self.context: list[int] = []
+
+    def reset(self):
+        self.context = []
+
+    def passes(self, k: int) -> int:
+        return 0  # a lookup, not a forward pass
+
+    def propose(self, slots: Slots, k, sampling, gen):
+        self.context += [int(t) for t in slots.tokens]
+        ids = torch.tensor(lookup_drafts(self.context, k, self.max_ngram), dtype=torch.long)
+        probs = None if sampling.greedy else torch.nn.functional.one_hot(ids, self.vocab_size).float()
+        return ids, probs
 
 
 class OracleDrafter(DraftSource):

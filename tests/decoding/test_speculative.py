@@ -10,7 +10,8 @@ from hypothesis import given, HealthCheck, settings, strategies as st
 from scipy.stats import chisquare
 
 from peagle_lab.decoding import sampling as sampling_rules, speculative as spec
-from peagle_lab.decoding.draft_sources import DraftSource, HeadDrafter, OracleDrafter, RandomDrafter
+from peagle_lab.decoding.draft_sources import (DraftSource, HeadDrafter, OracleDrafter, PromptLookupDrafter,
+                                              RandomDrafter, lookup_drafts)
 from peagle_lab.errors import PeagleError
 from peagle_lab.decoding.sampling import Sampling
 from peagle_lab.decoding.speculative import plain_generate, speculative_generate
@@ -21,7 +22,7 @@ from conftest import make_random_head, make_random_ids, make_tiny_llama
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 10_000), prompt_len=st.integers(1, 12), k=st.integers(1, 8),
-       mode=st.sampled_from(["parallel", "sequential"]), kind=st.sampled_from(["head", "oracle", "random"]),
+       mode=st.sampled_from(["parallel", "sequential"]), kind=st.sampled_from(["head", "oracle", "random", "lookup"]),
        layers=st.integers(1, 2), draft_vocab=st.sampled_from([None, 40]))
 def test_greedy_speculative_output_equals_plain_greedy(seed, prompt_len, k, mode, kind, layers, draft_vocab):
     target = make_tiny_llama(seed=seed % 7, layers=2 + seed % 3)
@@ -32,6 +33,8 @@ def test_greedy_speculative_output_equals_plain_greedy(seed, prompt_len, k, mode
         drafter = HeadDrafter(make_random_head(target, mode, seed, layers, draft_vocab))
     elif kind == "oracle":
         drafter = OracleDrafter(prompt + base.tokens, target.config.vocab_size)
+    elif kind == "lookup":
+        drafter = PromptLookupDrafter(target.config.vocab_size, max_ngram=1 + seed % 3)
     else:
         drafter = RandomDrafter(target.config.vocab_size, seed)
     res = speculative_generate(runner, drafter, prompt, k, 24)
@@ -62,6 +65,30 @@ def test_random_drafts_are_almost_never_accepted_but_output_is_unchanged():
     res = speculative_generate(runner, RandomDrafter(96, seed=0), prompt, 4, 40)
     assert res.tokens == base.tokens
     assert res.stats.acceptance_length < 1.2
+
+
+def test_prompt_lookup_copies_what_followed_the_latest_earlier_match():
+    assert lookup_drafts([1, 2, 3, 9, 1, 2, 3, 4, 1, 2], 3) == [3, 4, 1]  # [4, 1, 2] never seen; [1, 2] at 4 (latest)
+    assert lookup_drafts([7, 1, 2, 3, 1, 2, 3], 2) == [1, 2]  # the 3-gram [1, 2, 3] first: what followed it at 1
+    assert lookup_drafts([5, 6, 5], 3) == [6, 5, 5]  # the copy runs out: padded with its last token
+    assert lookup_drafts([1, 2, 3], 2) == [3, 3]  # no match at all: the last token, k times
+    assert lookup_drafts([4, 4], 1, max_ngram=3) == [4]
+    with pytest.raises(PeagleError, match="max_ngram"):
+        PromptLookupDrafter(96, max_ngram=0)
+
+
+def test_prompt_lookup_sees_the_shifted_sequence_and_costs_no_pass():
+    target = make_tiny_llama(seed=3)
+    runner = TargetRunner(target)
+    prompt = make_random_ids(length=8, seed=4)[0].tolist()
+    drafter = PromptLookupDrafter(96)
+    res = speculative_generate(runner, drafter, prompt, 3, 30)
+    seq = prompt + res.tokens
+    assert res.tokens == plain_generate(runner, prompt, 30).tokens
+    assert len(drafter.context) >= len(prompt) and drafter.context == seq[1:len(drafter.context) + 1]
+    assert res.stats.drafter_passes == 0
+    drafter.reset()
+    assert drafter.context == []
 
 
 def test_eos_stops_generation_in_the_middle_of_an_accepted_run():
@@ -125,6 +152,7 @@ SAMPLING_CASES = [
     ("skewed-k1", lambda V: SkewedDrafter(V), 1, Sampling(1.0)),
     ("skewed-k3-topp", lambda V: SkewedDrafter(V, 1), 3, Sampling(0.8, top_p=0.9)),
     ("random-head-parallel", None, 2, Sampling(1.0)),
+    ("prompt-lookup-k2", lambda V: PromptLookupDrafter(V), 2, Sampling(1.0)),
 ]
 
 

@@ -157,19 +157,44 @@ def _start_session(base, proc, tmp) -> str:
                    body={"path": f"notebooks/{NOTEBOOK.name}", "name": NOTEBOOK.name, "type": "notebook",
                          "kernel": {"name": "python3"}})
     kernel_id = session["kernel"]["id"]
+    _wait_until_answers(base, kernel_id, tmp)
+    return kernel_id
+
+
+def _wait_until_answers(base, kernel_id, tmp):
+    """Send kernel_info requests until one is answered (imports done, the kernel serves requests).
+
+    Whether the kernel is gone is asked of the server, never read from heartbeats: jupyter_client's wait_for_ready
+    calls a kernel dead after one missed heartbeat, which a busy 2-core machine can miss while the kernel is alive
+    (CI, 2026-12-07). A kernel that really died is restarted by the server and answers later, or is gone (404).
+    """
+    from queue import Empty
+
     from jupyter_client import BlockingKernelClient
 
+    def fail(why):
+        pytest.fail(f"the kernel {why}:\n{(tmp / 'jupyter.log').read_text()[-3000:]}")
+
     client = BlockingKernelClient(connection_file=str(tmp / "runtime" / f"kernel-{kernel_id}.json"))
+    deadline = time.monotonic() + KERNEL_START_TIMEOUT_S
     try:
         client.load_connection_file()
         client.start_channels()
-        client.wait_for_ready(timeout=KERNEL_START_TIMEOUT_S)  # a kernel_info round trip: imports done, it answers
-    except (OSError, RuntimeError) as exc:
-        pytest.fail(f"the kernel did not answer in {KERNEL_START_TIMEOUT_S} s ({exc}):\n"
-                    f"{(tmp / 'jupyter.log').read_text()[-3000:]}")
+        while time.monotonic() < deadline:
+            client.kernel_info()
+            try:
+                while True:
+                    if client.get_shell_msg(timeout=2)["msg_type"] == "kernel_info_reply":
+                        return
+            except Empty:
+                pass
+            try:
+                _api(f"{base}/api/kernels/{kernel_id}")
+            except OSError as exc:
+                fail(f"is gone from the server ({exc})")
     finally:
         client.stop_channels()
-    return kernel_id
+    fail(f"did not answer a kernel_info request in {KERNEL_START_TIMEOUT_S} s")
 
 
 def _kernel_ids(base) -> list[str]:
