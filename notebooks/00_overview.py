@@ -351,9 +351,8 @@ print("hand-written P-EAGLE vs plain greedy:", "identical" if div is None else d
 # **Reading it.** Both hand-written loops reach the package's acceptance lengths, and every output is plain greedy
 # decoding's. The P-EAGLE head commits 1.47 tokens a round, prompt lookup 1.37. In P-EAGLE's first round 3 of 5
 # drafts were accepted; rolling back the 2 rejected ones shrinks the target's cache from 48 positions to 46. Both are
-# slower than plain decoding here, one run each: verifying 5 drafts costs 1.86 steps, more than either commits.
-# Prompt lookup drafts for free yet is the slower (0.58x against P-EAGLE's 0.70x): its 35 rounds each pay that
-# verification, against P-EAGLE's 32.
+# slower than plain decoding here (0.58x and 0.70x): verifying 5 drafts costs 1.86 steps, more than either commits.
+# One timing each cannot order the two drafters; 07 times 24 prompts.
 #
 # ### Acceptance length, draft by draft
 #

@@ -618,9 +618,10 @@ report.record("nb04_own_path_al", round(sum(committed) / len(committed), 4));
 # %% [markdown]
 # **Reading it.** Our own path is lossless: its output equals plain greedy decoding, and each round accepts what the
 # package's loop accepts. And the head drafts: after 40 steps it commits 1.76 tokens a round at K=4 over 54 rounds,
-# often 3 (on counting, a learnable pattern). A float32 verify pass on this CPU costs more: 00 timed 2.00 steps for 6
-# tokens in the run shown (a K=4 round verifies 5, a little less). So in float32 this head would run at about
-# 1.76 / 2.00 = 0.88x of plain decoding, before drafting's own time, which this path does not time;
+# often 3 (on counting, a learnable pattern). A float32 verify pass on a 2-core CPU costs more: 00's timing cell
+# measures about 1.9 to 2.0 one-token steps for 6 tokens on the course's hosts (a K=4 round verifies 5, a little
+# less). So in float32 this head would run at about 1.76 / 2 = 0.88x of plain decoding, before drafting's own time,
+# which this path does not time;
 # bf16 verifies cheaper in decode steps (06). 06 races a pair trained far longer
 # (1,000 steps, committed) on the same kind of text, and trains a small pair in view.
 #
