@@ -183,8 +183,9 @@ for key, value in [("target_params", n_params), ("greedy_tokens_per_s", round(to
 # **Reading it.** In float32 on this CPU (its host name is printed last), verifying K=5 drafts costs 1.86 one-token
 # steps, against 1.17 on the H200. A round here must commit more than 1.86 tokens, plus drafting's time, just to pay
 # for that; bfloat16 makes it cheaper in decode steps (06). These are medians of a few repeats in one run; they move
-# between runs (each chapter prints its own). The H200 step is an eager PyTorch loop, not a serving engine: read its ratio, not its milliseconds. Random
-# weights cost the same as trained ones: a forward's time depends on the shapes, not on the values.
+# between runs (each chapter prints its own). The H200 step is an eager PyTorch loop, not a serving engine: read its
+# ratio, not its milliseconds. Random weights cost the same as trained ones: a forward's time depends on the shapes,
+# not on the values.
 #
 # ## One speculative round, written out
 #
@@ -386,8 +387,8 @@ if al_formula > 1:
 #
 # ### Exercise: change K
 #
-# The next cell reruns the hand-written loop with P-EAGLE at `K_TRY` = 1, then 10. Predict the rounds, the acceptance length, and
-# whether the tokens change.
+# The next cell reruns the hand-written loop with P-EAGLE at `K_TRY` = 1, then 10. Predict the rounds, the acceptance
+# length, and whether the tokens change.
 #
 # <details><summary>Answer</summary>
 #

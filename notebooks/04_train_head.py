@@ -360,7 +360,7 @@ del ttt, head
 
 
 # %% [markdown]
-# **Reading it.** The hand unroll is the package's objective: loss 4.7808 both ways. (This is the shipped, trained
+# **Reading it.** The hand unroll is the package's objective: loss 4.7812 both ways. (This is the shipped, trained
 # EAGLE-3 head on 61 tokens of a list answer; the untrained P-EAGLE row above, 17.77, is another head, row and depth
 # count, so the two losses do not compare.)
 #
@@ -503,6 +503,8 @@ import matplotlib.pyplot as plt
 
 from peagle_lab.workbook import report
 
+from collections import Counter
+
 log = res.log
 steps = [r["step"] for r in log]
 fig, axes = plt.subplots(1, 3, figsize=(15, 4))
@@ -518,6 +520,10 @@ axes[2].set(xlabel="draft slot (depth + 1)", ylabel="top-1 accuracy", title="acc
 plt.tight_layout()
 plt.show()
 print("per-depth accuracy at the end:", acc)
+answer_tokens = [t for r in train_records for t in r["input_ids"][r["prompt_len"]:]]  # the labels, roughly
+top_id, top_n = Counter(answer_tokens).most_common(1)[0]
+print(f"a baseline with no model: always drafting the most frequent answer token, {tokenizer.decode([top_id])!r}, "
+      f"is right at {top_n / len(answer_tokens):.3f} of the answer positions")
 peak = max(log, key=lambda r: r["loss"])
 below = next((r["step"] for r in log if r["loss"] < math.log(cfg.draft_vocab_size)), None)
 print(f"loss at step 1: {log[0]['loss']:.2f} (ln {cfg.draft_vocab_size} = {math.log(cfg.draft_vocab_size):.2f}); "
@@ -536,9 +542,9 @@ report.record("nb04_train_steps", res.steps_done)
 report.record("nb04_final_depth_accuracy", acc);
 
 # %% [markdown]
-# **Reading it.** The head learns most at depth 0: over the last quarter its accuracy is 0.4703 there, 0.1931 to 0.207
-# deeper (in-sample). In the warm-up the loss swings most at depths 1 to 7 (middle panel). From step 15 it is below
-# the uniform guess.
+# **Reading it.** The head learns most at depth 0: over the last quarter its accuracy is 0.4703 there, 0.1926 to 0.207
+# deeper (in-sample), only a little above always drafting the most frequent answer token, a space (0.164). In the
+# warm-up the loss swings most at depths 1 to 7 (middle panel). From step 15 it is below the uniform guess.
 #
 # ## 5 · The whole path in our own code
 #
@@ -567,26 +573,31 @@ tap_ids = hand_head.config.aux_hidden_state_layer_ids
 taps_of = lambda out: torch.cat([out.hidden_states[i] for i in tap_ids], -1)[0]
 
 
-def speculate_by_hand(prompt, K, n_new):
-    """00's round with ScratchDrafter drafting: (tokens, tokens committed per round)."""
+def speculate_by_hand(prompt, K, n_new, drafter):
+    """00's loop (`speculate`) for any prompt: (tokens, tokens committed per round)."""
     cache = DynamicCache()
-    out = model(prompt[None], past_key_values=cache, output_hidden_states=True)  # prefill
-    tokens, taps, per_round = [int(out.logits[0, -1].argmax())], taps_of(out), []
-    while len(tokens) < n_new:
-        context = torch.cat([prompt[1:], torch.tensor(tokens, device=DEVICE)])  # x_1..x_{n+1} beside taps h_0..h_n
-        _, drafts = ours.draft_parallel(context, taps, K)                            # 1. draft: one pass
-        verify = torch.tensor([[tokens[-1]] + drafts.tolist()], device=DEVICE)
-        out = model(verify, past_key_values=cache, output_hidden_states=True)      # 2. verify in one pass
+    out = model(prompt[None], past_key_values=cache, output_hidden_states=True)        # prefill
+    context, taps, per_round = prompt.tolist() + [int(out.logits[0, -1].argmax())], taps_of(out), []
+    while len(context) - len(prompt) < n_new:
+        k = min(K, n_new - (len(context) - len(prompt)))  # near the budget: only what can be kept
+        drafts = drafter(context, taps, k)                                             # 1. draft
+        verify = torch.tensor([[context[-1]] + drafts], device=DEVICE)
+        out = model(verify, past_key_values=cache, output_hidden_states=True)         # 2. verify in one pass
         choice = out.logits[0].argmax(-1).tolist()
         a = 0
-        while a < K and int(drafts[a]) == choice[a]:                                 # 3. longest agreeing prefix
+        while a < k and drafts[a] == choice[a]:                                         # 3. longest agreeing prefix
             a += 1
-        if a < K:
-            cache.crop(a - K)                                                        # 5. roll back K - a drafts
-        taps = torch.cat([taps, taps_of(out)[: a + 1]])  # the EAGLE shift: rows 0..a predicted the new tokens
-        tokens += drafts[:a].tolist() + [choice[a]]                                  # 4. bonus token
+        if a < k:
+            cache.crop(a - k)                                                           # 5. roll back k - a drafts
+        taps = torch.cat([taps, taps_of(out)[: a + 1]])  # verify rows 0..a: the positions now committed
+        context += drafts[:a] + [choice[a]]                                             # 4. bonus token
         per_round.append(a + 1)
-    return tokens[:n_new], per_round
+    return context[len(prompt):][:n_new], per_round
+
+
+def scratch_peagle(context, taps, K):
+    """02's ScratchDrafter, one pass: tokens x_1..x_{n+1} with taps h_0..h_n (the EAGLE shift), then K-1 masks."""
+    return ours.draft_parallel(torch.tensor(context[1:], device=DEVICE), taps, K)[1].tolist()
 
 # %% [markdown]
 # The path on 2 held-out list requests, each round set beside the package's loop with the same head, and the output
@@ -599,7 +610,7 @@ committed, same_rounds, same_as_plain = [], True, True
 with torch.no_grad():
     for rec in (suite_records("lists", 2) if OWN_LISTS else load_scale_records("val"))[: settings.pick(2, 1)]:
         prompt = torch.tensor(chat_ids(tokenizer, rec["prompt"], history=rec.get("history")), device=DEVICE)
-        mine, per_round = speculate_by_hand(prompt, K_EVAL, N_NEW)
+        mine, per_round = speculate_by_hand(prompt, K_EVAL, N_NEW, scratch_peagle)
         pkg = speculative_generate(runner, pkg_drafter, prompt, k=K_EVAL, max_new_tokens=N_NEW)
         plain = plain_generate(runner, prompt, N_NEW)
         same_as_plain &= mine == plain.tokens[:N_NEW]
