@@ -22,7 +22,10 @@
 # **What to expect on a 2-core CPU.** The course builds every piece in view and checks it against the package: the round
 # (this chapter), the drafter (02), its training data (03) and training (04), and the loop's losslessness. It runs on a
 # laptop-class CPU with a 135M-parameter target, so the speed-ups it can show are small; each chapter says what its
-# numbers can and cannot decide, and 09 sets the verdicts side by side.
+# numbers can and cannot decide, and 09 sets the verdicts side by side. Where it lands: with the course's small heads,
+# P-EAGLE accepts fewer drafts than EAGLE-3 on open prompts, and neither is shown faster there (05, 07); where most
+# drafts are accepted, on list requests, its single drafting pass makes it faster than an EAGLE-3 head trained alike
+# (06).
 #
 # *Committed* results are saved under `data/`; *live* ones run here and move with the machine's load. Terms and
 # rules are explained where they are first used; `reference.md`, beside the notebooks, collects them.
@@ -182,7 +185,10 @@ for key, value in [("target_params", n_params), ("greedy_tokens_per_s", round(to
 # %% [markdown]
 # **Reading it.** In float32 on this CPU (its host name is printed last), verifying K=5 drafts costs 1.86 one-token
 # steps, against 1.17 on the H200. A round here must commit more than 1.86 tokens, plus drafting's time, just to pay
-# for that; bfloat16 makes it cheaper in decode steps (06). These are medians of a few repeats in one run; they move
+# for that. Why the gap: at batch 1 a forward mostly streams the weights from memory, and extra rows reuse weights
+# already read, so they are nearly free while the arithmetic keeps up. The H200's does; this CPU's float32 arithmetic
+# does not, so 6 rows cost almost two steps. bfloat16 halves the bytes, and a CPU with bf16 units multiplies faster:
+# there verifying 8 tokens costs about 1.1 steps (09's host table: 1.07). These are medians of a few repeats in one run; they move
 # between runs (each chapter prints its own). The H200 step is an eager PyTorch loop, not a serving engine: read its
 # ratio, not its milliseconds. Random weights cost the same as trained ones: a forward's time depends on the shapes,
 # not on the values.
@@ -456,7 +462,7 @@ def answer_accept(drafts, choice):
 
 check_accept(answer_accept)
 
-# %% tags=["nbval-ignore-output"]
+# %% jupyter={"source_hidden": true} tags=["nbval-ignore-output"]
 # Bookkeeping: this chapter's acceptance lengths as rows of 09's acceptance ledger.
 from peagle_lab.workbook import ledger
 

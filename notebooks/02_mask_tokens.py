@@ -18,7 +18,8 @@
 #
 # **Goal:** see what P-EAGLE feeds its drafter so that one pass yields K drafts, and what each slot may attend to.
 #
-# You build the round's inputs, the drafter and the training mask, then read a study of stand-ins.
+# You build the round's inputs, the drafter and its cache, then read a study of stand-ins and see why slot 2 is hard.
+# (What each slot may see in training is drawn in 04, with the training loop.)
 #
 # Indexing: positions are 0-based; the context is `x_0 .. x_n`. The **taps** `h_0 .. h_n` are three target layers'
 # hidden states, concatenated (3H). Slot j = 1..K drafts **draft j** at depth j - 1.
@@ -333,91 +334,6 @@ with torch.no_grad():
 # **Reading it.** Each round the cache drops the round before's 3 mask slots and keeps only committed slots: 12, then
 # 15, then 18 entries after the pass. The drafts' logits match one pass over the whole context to within 4.9e-05
 # (float32 summed in another order).
-#
-# ## What a slot may see, in training
-#
-# Training replays many rounds at once. An **element** `(a, d)` is slot `d + 1` of the round whose slot 1 sits at
-# position `a`, its **anchor**. It learns the target's greedy choice for `x_{a+d+2}`. Within its sequence it may attend
-# to the **depth-0 elements with anchor ≤ a** (its context) and to **its own rollout** `(a, d' ≤ d)`.
-#
-# Deeper depths keep only anchors a decode would use: the last prompt position and the response. **COD** (conditional
-# drop-token sampling) keeps a nested share `ratio^d` of them at depth d, with a floor `min_ratio`. It comes from PARD,
-# AMD's parallel draft model (2025), which drafts K tokens in one pass from mask tokens.
-#
-# The cell checks the mask on one toy sequence and on two packed with COD.
-
-# %% tags=["nbval-check-output"]
-import matplotlib.pyplot as plt
-
-from peagle_lab.training import full_training_mask, plan_row
-
-def toy(T, prompt_len, start=0):
-    return dict(input_ids=torch.arange(start, start + T), labels=torch.arange(T), taps=torch.zeros(T, 3),
-                prompt_len=prompt_len)
-
-plan1 = plan_row([toy(7, 2)], num_depths=3, ratio=1.0, min_ratio=1.0)  # one sequence, every anchor
-mask1, el1 = full_training_mask(plan1)
-plan2 = plan_row([toy(9, 3), toy(7, 2)], num_depths=4, ratio=0.7, min_ratio=0.3,
-                 generator=torch.Generator().manual_seed(0))  # two packed sequences, COD
-mask2, el2 = full_training_mask(plan2)
-
-print("one sequence (T=7, prompt of 2 tokens): elements per depth", [len(d.g) for d in plan1.depths])
-q = el1.index((0, 2, 2))
-print("(a=2, d=2) attends to", [(a, d) for (s, a, d), m in zip(el1, mask1[q]) if m])
-
-def rule(s, a, d, ks, ka, kd):
-    return ks == s and ((kd == 0 and ka <= a) or (kd > 0 and ka == a and kd <= d))
-for name, m, el in (("one sequence", mask1, el1), ("two packed sequences + COD", mask2, el2)):
-    ok = all(bool(m[i, j]) == rule(*el[i], *el[j]) for i in range(len(el)) for j in range(len(el)))
-    cross = any(bool(m[i, j]) for i in range(len(el)) for j in range(len(el)) if el[i][0] != el[j][0])
-    print(f"{name}: mask equals the rule: {ok}; any element sees another sequence: {cross}")
-print("two packed sequences, COD 0.7 / min 0.3: elements per depth", [len(d.g) for d in plan2.depths])
-
-fig, axes = plt.subplots(1, 2, figsize=(13, 6))
-for ax, m, el, title in ((axes[0], mask1, el1, "one sequence, all anchors"),
-                         (axes[1], mask2, el2, "two packed sequences, COD")):
-    ax.imshow(m.numpy(), cmap="Greens", interpolation="nearest")
-    lab = [f"{'s%d ' % s if title.startswith('two') else ''}{a},{d}" for s, a, d in el]
-    ax.set_xticks(range(len(el)), lab, rotation=90, fontsize=7)
-    ax.set_yticks(range(len(el)), lab, fontsize=7)
-    ax.set_xlabel("key element (a, d)")
-    ax.set_ylabel("query element (a, d)")
-    ax.set_title(f"training mask: {title}")
-    ends = [i + 0.5 for i in range(len(el) - 1) if el[i][2] != el[i + 1][2]]
-    for e in ends:
-        ax.axhline(e, color="k", lw=0.5)
-        ax.axvline(e, color="k", lw=0.5)
-plt.tight_layout()
-plt.show()
-
-# %% [markdown]
-# **Reading it.** The mask equals its rule in both layouts, and no element sees another sequence. The counts
-# `[6, 4, 3]` shrink with depth: depth 1 drops position 0 (prompt context), and each depth loses its last anchor,
-# which has no label that far ahead.
-#
-# ### Exercise: more parallel slots
-#
-# The cell below sizes both layouts at K = 2 and K = 8: the one-pass draft above, and the training mask of a toy
-# 12-token sequence (prompt of 2, every anchor kept). Predict the positions, the elements and the mask sizes.
-#
-# <details><summary>Answer</summary>
-#
-# Inference: `n + K`, so 9, then 15 positions. Training: 11, 9, then one fewer per depth, so 20, then 53 elements
-# (not 8 x 11 = 88: a deeper depth keeps only the anchors whose labels still fall inside the sequence). The mask
-# grows quadratically, the allowed pairs far less (129, then 409). This toy keeps every anchor; COD, written in 04,
-# keeps a shrinking share of anchors at each deeper depth, so a real row grows by far less still (04 prints it).
-#
-# </details>
-
-# %% tags=["smollm2-fact", "nbval-check-output"]
-for K_TRY in (2, 8):  # the exercise's two values; edit to try others
-    n_slots = n + K_TRY
-    print(f"inference, K={K_TRY}: one pass over {n_slots} positions ({n + 1} context + {K_TRY - 1} mask), "
-          f"causal mask {(n_slots, n_slots)}, drafts from the last {K_TRY} rows")
-    plan_try = plan_row([toy(12, 2)], num_depths=K_TRY, ratio=1.0, min_ratio=1.0)
-    mask_try, el_try = full_training_mask(plan_try)
-    print(f"training, K={K_TRY}, T=12, every anchor: elements per depth {[len(d.g) for d in plan_try.depths]}, "
-          f"mask {tuple(mask_try.shape)} with {int(mask_try.sum())} allowed pairs")
 
 # %% [markdown]
 # ## The experiment: which stand-in?
@@ -447,6 +363,7 @@ for K_TRY in (2, 8):  # the exercise's two values; edit to try others
 # The held-out prompts are the first 16 of the scale mix's held-out split.
 
 # %% tags=["nbval-ignore-output"]
+import matplotlib.pyplot as plt
 from IPython.display import Markdown, display
 
 from peagle_lab.experiments import studies
@@ -540,7 +457,7 @@ for name, h in hits.items():
 # so the gap is slot 2's own, not a weaker head. These are 275 positions of 6 held-out answers at K = 2; 05's larger
 # held-out comparison gives the 0.34 and 0.70 above.
 
-# %% tags=["nbval-ignore-output"]
+# %% jupyter={"source_hidden": true} tags=["nbval-ignore-output"]
 from peagle_lab.workbook import report
 
 for row in rows:

@@ -19,7 +19,8 @@
 # **Goal:** train a P-EAGLE head with a loop written by hand, check every piece against the package's trainer, and
 # draft with the result in 00's round.
 #
-# 1. **One training row**: every depth of a packed row planned at once, COD choosing the anchors of each depth.
+# 1. **One training row**: what each training element may attend to; every depth of a packed row planned at once,
+#    COD choosing the anchors of each depth.
 # 2. **The training forward**, depth by depth through one cache; each training element is the draft it teaches.
 # 3. **EAGLE-3's training-time test**, unrolled by hand, beside P-EAGLE's mask slots.
 # 4. **The training loop**: AdamW, warm-up and cosine; the package's trainer, interrupted and resumed.
@@ -60,12 +61,101 @@ print(f"{len(seqs)} sequences ({'list answers' if OWN_LISTS else 'this target ha
       f", {sum(len(s['input_ids']) for s in seqs):,} tokens, taps {tuple(seqs[0]['taps'].shape[1:])}")
 
 # %% [markdown]
-# ## 1 · One training row, planned by hand
+# ## 1 · One training row
+#
+# ### What a slot may see
+#
+# Training replays many rounds of 02's drafting at once. An **element** `(a, d)` is slot `d + 1` of the round whose slot 1 sits at
+# position `a`, its **anchor**. It learns the target's greedy choice for `x_{a+d+2}`. Within its sequence it may attend
+# to the **depth-0 elements with anchor ≤ a** (its context) and to **its own rollout** `(a, d' ≤ d)`.
+#
+# Deeper depths keep only anchors a decode would use: the last prompt position and the response. **COD** (conditional
+# drop-token sampling) keeps a nested share `ratio^d` of them at depth d, with a floor `min_ratio`. It comes from PARD,
+# AMD's parallel draft model (2025), which drafts K tokens in one pass from mask tokens.
+#
+# The cell checks the mask on one toy sequence and on two packed with COD.
+
+# %% tags=["nbval-check-output"]
+import matplotlib.pyplot as plt
+
+from peagle_lab.training import full_training_mask
+
+def toy(T, prompt_len, start=0):
+    return dict(input_ids=torch.arange(start, start + T), labels=torch.arange(T), taps=torch.zeros(T, 3),
+                prompt_len=prompt_len)
+
+plan1 = plan_row([toy(7, 2)], num_depths=3, ratio=1.0, min_ratio=1.0)  # one sequence, every anchor
+mask1, el1 = full_training_mask(plan1)
+plan2 = plan_row([toy(9, 3), toy(7, 2)], num_depths=4, ratio=0.7, min_ratio=0.3,
+                 generator=torch.Generator().manual_seed(0))  # two packed sequences, COD
+mask2, el2 = full_training_mask(plan2)
+
+print("one sequence (T=7, prompt of 2 tokens): elements per depth", [len(d.g) for d in plan1.depths])
+q = el1.index((0, 2, 2))
+print("(a=2, d=2) attends to", [(a, d) for (s, a, d), m in zip(el1, mask1[q]) if m])
+
+def rule(s, a, d, ks, ka, kd):
+    return ks == s and ((kd == 0 and ka <= a) or (kd > 0 and ka == a and kd <= d))
+for name, m, el in (("one sequence", mask1, el1), ("two packed sequences + COD", mask2, el2)):
+    ok = all(bool(m[i, j]) == rule(*el[i], *el[j]) for i in range(len(el)) for j in range(len(el)))
+    cross = any(bool(m[i, j]) for i in range(len(el)) for j in range(len(el)) if el[i][0] != el[j][0])
+    print(f"{name}: mask equals the rule: {ok}; any element sees another sequence: {cross}")
+print("two packed sequences, COD 0.7 / min 0.3: elements per depth", [len(d.g) for d in plan2.depths])
+
+fig, axes = plt.subplots(1, 2, figsize=(13, 6))
+for ax, m, el, title in ((axes[0], mask1, el1, "one sequence, all anchors"),
+                         (axes[1], mask2, el2, "two packed sequences, COD")):
+    ax.imshow(m.numpy(), cmap="Greens", interpolation="nearest")
+    lab = [f"{'s%d ' % s if title.startswith('two') else ''}{a},{d}" for s, a, d in el]
+    ax.set_xticks(range(len(el)), lab, rotation=90, fontsize=7)
+    ax.set_yticks(range(len(el)), lab, fontsize=7)
+    ax.set_xlabel("key element (a, d)")
+    ax.set_ylabel("query element (a, d)")
+    ax.set_title(f"training mask: {title}")
+    ends = [i + 0.5 for i in range(len(el) - 1) if el[i][2] != el[i + 1][2]]
+    for e in ends:
+        ax.axhline(e, color="k", lw=0.5)
+        ax.axvline(e, color="k", lw=0.5)
+plt.tight_layout()
+plt.show()
+
+# %% [markdown]
+# **Reading it.** The mask equals its rule in both layouts, and no element sees another sequence. The counts
+# `[6, 4, 3]` shrink with depth: depth 1 drops position 0 (prompt context), and each depth loses its last anchor,
+# which has no label that far ahead.
+#
+# ### Exercise: more parallel slots
+#
+# The cell below sizes both layouts at K = 2 and K = 8: one drafting pass after a context of 8 positions (02's
+# example), and the training mask of a toy 12-token sequence (prompt of 2, every anchor kept). Predict the positions, the elements and the mask sizes.
+#
+# <details><summary>Answer</summary>
+#
+# Inference: `n + K`, so 9, then 15 positions. Training: 11, 9, then one fewer per depth, so 20, then 53 elements
+# (not 8 x 11 = 88: a deeper depth keeps only the anchors whose labels still fall inside the sequence). The mask
+# grows quadratically, the allowed pairs far less (129, then 409). This toy keeps every anchor; COD, written in 04,
+# keeps a shrinking share of anchors at each deeper depth, so a real row grows by far less still (the next section prints it).
+#
+# </details>
+
+# %% tags=["nbval-check-output"]
+n = 7  # drafting: context positions 0..n (02's example prompt)
+for K_TRY in (2, 8):  # the exercise's two values; edit to try others
+    n_slots = n + K_TRY
+    print(f"inference, K={K_TRY}: one pass over {n_slots} positions ({n + 1} context + {K_TRY - 1} mask), "
+          f"causal mask {(n_slots, n_slots)}, drafts from the last {K_TRY} rows")
+    plan_try = plan_row([toy(12, 2)], num_depths=K_TRY, ratio=1.0, min_ratio=1.0)
+    mask_try, el_try = full_training_mask(plan_try)
+    print(f"training, K={K_TRY}, T=12, every anchor: elements per depth {[len(d.g) for d in plan_try.depths]}, "
+          f"mask {tuple(mask_try.shape)} with {int(mask_try.sum())} allowed pairs")
+
+# %% [markdown]
+# ### Planned by hand
 #
 # A packed row holds sequences end to end. Its **depth-0 elements** are all positions with a next token. The
 # **anchors** among them (the last prompt position and the response) are trained; the rest are context.
 #
-# Element `(a, d)` sits at position `a + d` and predicts `y[a+d+1]`. **COD** (notebook 02) keeps at depth `d` a random
+# Element `(a, d)` sits at position `a + d` and predicts `y[a+d+1]`. **COD** (above) keeps at depth `d` a random
 # share `ratio^d` of the anchors, with a floor, drawn from those kept at depth `d - 1`. `plan_row_by_hand` must match
 # `plan_row` on three recipes.
 
@@ -630,14 +720,15 @@ report.record("nb04_own_path_al", round(sum(committed) / len(committed), 4));
 # **Reading it.** Our own path is lossless: its output equals plain greedy decoding, and each round accepts what the
 # package's loop accepts. And the head drafts: after 40 steps it commits 1.76 tokens a round at K=4 over 54 rounds,
 # often 3 (on counting, a learnable pattern). A float32 verify pass on a 2-core CPU costs more: 00's timing cell
-# measures about 1.9 to 2.0 one-token steps for 6 tokens on the course's hosts (a K=4 round verifies 5, a little
-# less). So in float32 this head would run at about 1.76 / 2 = 0.88x of plain decoding, before drafting's own time,
-# which this path does not time;
-# bf16 verifies cheaper in decode steps (06). 06 races a pair trained far longer
-# (1,000 steps, committed) on the same kind of text, and trains a small pair in view.
+# measured 1.86 one-token steps for 6 tokens on cpu-epyc-avx2-2c, where this chapter ran too (a K=4 round verifies
+# 5, a little less). So in float32 this head would run at about 1.76 / 1.86 = 0.95x of plain decoding, before
+# drafting's own time, which this path does not time; bf16 verifies cheaper in decode steps (06). 06 races a pair
+# trained far longer (1,000 steps, committed) on the same kind of text, and trains a small pair in view.
 #
 # ## What we saw
 #
+# - A training element sees its context (depth-0 elements up to its anchor) and its own rollout, never another packed
+#   sequence; the package's mask equals that rule.
 # - One packed row trains all 8 depths; COD keeps a shrinking, nested share of anchors per depth.
 # - The forward by hand, its loss and EAGLE-3's training-time test equal the package's; each training element is the
 #   draft it teaches.

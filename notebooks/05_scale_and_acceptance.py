@@ -503,7 +503,8 @@ if runs:
 # %% [markdown]
 # **Reading it.** At 180 s a run, no change beats the baseline beyond the studies' spread: the best gain +0.028
 # against 0.052. Only `4 layers` lies beyond both, at -0.065, having seen under half the baseline's tokens. The
-# recipe's own spread proves little: its two seeds saw token counts 17% apart.
+# recipe's own spread proves little: its two seeds saw token counts 17% apart. At 180 s a run, far from the shipped
+# head's 6399 s (section 1), these are smoke tests of each setting: they cannot answer this section's question.
 #
 # Beyond budget, the paper differs in target (GPT-OSS-20B), head depth (the two published GPT-OSS heads have 4 layers,
 # 08's last section) and benchmark; no run here isolates which costs the AL.
@@ -522,7 +523,7 @@ if runs:
 #
 # Next, `06_parallel_vs_sequential`: what a drafting round costs per head, and the speed-up.
 
-# %% tags=["nbval-ignore-output"]
+# %% jupyter={"source_hidden": true} tags=["nbval-ignore-output"]
 # Records, after the lesson: this chapter's figures for the workbook's summary (SUMMARY.md) and 09's ledger.
 from peagle_lab.workbook import ledger, report
 

@@ -587,8 +587,8 @@ else:
 #   (7 of 12).
 # - On the same drafts, one P-EAGLE pass beat seven EAGLE-3 passes on 8 of 8 requests (p = 0.0078).
 # - A small pair trained here, each head at its tuned K (3 for both): P-EAGLE is shown faster than EAGLE-3 (12 of 12),
-#   accepting more (AL 1.67 against 1.24) and drafting in one pass. What gives the acceptance gap is not isolated
-#   here.
+#   but the race is confounded: P-EAGLE also accepts more (AL 1.67 against 1.24), so it does not separate drafting
+#   cost from acceptance. The committed pair and the same-drafts race above do.
 #
 # The same from a shell:
 #
@@ -600,7 +600,7 @@ else:
 # Next, `07_what_it_takes`: the shipped heads on open prompts, losslessness in bfloat16, and what the paper's
 # acceptance would pay on this machine.
 
-# %% tags=["nbval-ignore-output"]
+# %% jupyter={"source_hidden": true} tags=["nbval-ignore-output"]
 # Records, after the lesson: the drafting-cost table (results/bench/nb06/) and this chapter's figures for the
 # workbook's summary (SUMMARY.md).
 from peagle_lab.workbook import report

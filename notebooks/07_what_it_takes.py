@@ -477,7 +477,7 @@ print(f"committed ({host_run['dir']}), P-EAGLE at K={m7['k']}: round {round7:.2f
 # Next, `08_vllm_deploy`: the P-EAGLE head exported to vLLM and served with `"parallel_drafting": true`, checked
 # against our own loop.
 
-# %% tags=["nbval-ignore-output"]
+# %% jupyter={"source_hidden": true} tags=["nbval-ignore-output"]
 # Records, after the lesson: this run's results (results/bench/nb07/), its figures for the workbook's summary
 # (SUMMARY.md) and its acceptance lengths for 09's ledger.
 from peagle_lab.workbook import ledger, report

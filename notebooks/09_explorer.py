@@ -449,7 +449,7 @@ print(f"07's {len(bench07)} committed benchmark rows: {min(bench07):.2f} to {max
 #
 # Next: the repository's `README.md` and `docs/`.
 
-# %%
+# %% jupyter={"source_hidden": true}
 # Records, after the lesson: this chapter's figures for the workbook's summary (SUMMARY.md) and its ledger rows.
 report.record(f"acceptance_length_k{K}_{head_name}", round(run.stats.acceptance_length, 3))
 for r in ours:  # the fixed run and the exercise's prompts: the rows the ledger above ends with
