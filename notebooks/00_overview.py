@@ -23,9 +23,9 @@
 # (this chapter), the drafter (02), its training data (03) and training (04), and the loop's losslessness. It runs on a
 # laptop-class CPU with a 135M-parameter target, so the speed-ups it can show are small; each chapter says what its
 # numbers can and cannot decide, and 09 sets the verdicts side by side. Where it lands: with the course's small heads,
-# P-EAGLE accepts fewer drafts than EAGLE-3 on open prompts, and neither is shown faster there (05, 07); where most
-# drafts are accepted, on list requests, its single drafting pass makes it faster than an EAGLE-3 head trained alike
-# (06).
+# P-EAGLE accepts fewer drafts than EAGLE-3 on open prompts, and neither head is shown faster than the other there
+# (05, 07; in bfloat16 both beat plain decoding); where most drafts are accepted, on list requests, its single
+# drafting pass makes it faster than an EAGLE-3 head trained alike (06).
 #
 # *Committed* results are saved under `data/`; *live* ones run here and move with the machine's load. Terms and
 # rules are explained where they are first used; `reference.md`, beside the notebooks, collects them.

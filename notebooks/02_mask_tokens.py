@@ -401,8 +401,9 @@ print(f"\nVerdict: learning mask_hidden {verb} a frozen random stand-in (AL {lea
 print("\n".join(studies.reach_lines(rows, mask_runs)))  # how many rounds per run each slot's rate rests on
 
 # %% [markdown]
-# **Reading it.** Learning `mask_hidden` buys nothing measurable over a frozen random stand-in: AL 1.211 against
-# 1.209. Learned and random lead zeros and the h_context copy by 0.020 to 0.029. That is beyond their seed spreads but
+# **Reading it.** At this small budget, learning `mask_hidden` buys nothing measurable over a frozen random stand-in:
+# AL 1.211 against 1.209. That does not say `mask_hidden` never matters: heads this weak rarely reach the mask slots
+# at all (see the reach lines), so a well-trained head could still use it. Learned and random lead zeros and the h_context copy by 0.020 to 0.029. That is beyond their seed spreads but
 # within 0.052, so no stand-in is firmly ahead. The reach lines bound the rounds per run: at most about 138 to 169
 # reach slot 2 and 6 to 18 slot 3, depending on the stand-in, so the study says little about slot 3 onwards.
 #

@@ -133,7 +133,7 @@ plt.show()
 #
 # Inference: `n + K`, so 9, then 15 positions. Training: 11, 9, then one fewer per depth, so 20, then 53 elements
 # (not 8 x 11 = 88: a deeper depth keeps only the anchors whose labels still fall inside the sequence). The mask
-# grows quadratically, the allowed pairs far less (129, then 409). This toy keeps every anchor; COD, written in 04,
+# grows quadratically, the allowed pairs far less (129, then 409). This toy keeps every anchor; COD, written next,
 # keeps a shrinking share of anchors at each deeper depth, so a real row grows by far less still (the next section prints it).
 #
 # </details>

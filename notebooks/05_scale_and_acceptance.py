@@ -137,12 +137,18 @@ heads_report.plot_heldout_and_live({"parallel": P, "sequential": S}, live, KS, (
 print("\n".join(heads_report.live_lines(P, S, live, KS, TIE)))
 
 # %% [markdown]
-# **Reading it.** On the committed held-out prompts EAGLE-3 accepts more at K=7: 2.532 tokens a round against P-EAGLE's
-# 1.895. P-EAGLE leads at slot 1, but its later rates fall fast: about 13 of 270 rounds reach slot 4. So K=7 adds almost
-# nothing for it: slot 4 adds 0.019 tokens a round, slots 1-3 score 0.019 less in all on K=7's rounds
-# (0.6180 + 0.2110 + 0.0499 = 0.8789 against 0.6217 + 0.2223 + 0.0537 = 0.8977 at K=3), and its recorded
-# AL reads 1.895 at both K. Rounds of the two K's start at different positions once a slot-4 draft is kept, so their
-# slot-1 rates are not from the same rounds; a 0.019 difference is one no printed noise estimate can order.
+# **Reading it.** EAGLE-3 accepts more: 2.532 tokens a round at K=7 against P-EAGLE's 1.895, on the committed held-out
+# prompts. P-EAGLE leads at slot 1, but its later rates fall fast (02 showed why): about 13 of 270 rounds reach slot 4,
+# so K=7 buys it nothing over K=3 (AL 1.895 at both).
+#
+# <details><summary>How sure is this?</summary>
+#
+# Slot 4 adds 0.019 tokens a round at K=7, and slots 1-3 score 0.019 less in all on K=7's rounds
+# (0.6180 + 0.2110 + 0.0499 = 0.8789 against 0.6217 + 0.2223 + 0.0537 = 0.8977 at K=3). Rounds of the two K's start
+# at different positions once a slot-4 draft is kept, so their slot-1 rates are not from the same rounds; a 0.019
+# difference is one no printed noise estimate can order.
+#
+# </details>
 #
 # Live, every output matched plain greedy and EAGLE-3 led at both K, the held-out order; on 2 prompts that is a check,
 # not a ranking.

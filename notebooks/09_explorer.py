@@ -431,12 +431,13 @@ print(f"07's {len(bench07)} committed benchmark rows: {min(bench07):.2f} to {max
 #
 # | piece | chapter | checked against |
 # |---|---|---|
-# | one speculative round: draft, verify, accept, bonus, roll back | 00 | the package's loop and plain greedy decoding |
+# | one speculative round: draft, verify, accept, bonus, roll back; prompt lookup | 00 | the package's loop and plain greedy decoding |
 # | the acceptance rule (exercise) | 00 | 500 random rounds |
 # | one round's inputs: slot 1, then mask slots (exercise) | 02 | the package's round inputs |
 # | the drafter: `fc`, the 2H layer, the mask row, `mask_hidden`, `d2t`; both drafting modes | 02 | the package's head: logits within 1e-4 (parallel), the same drafts (sequential) |
-# | the training attention mask | 02 | the package's mask, both layouts |
+# | the drafter's own cache, round by round | 02 | one pass over the whole context, logits within 4.9e-05 |
 # | `d2t` and `t2d` (exercise) | 03 | `d2t_t2d`, 200 random draft vocabularies |
+# | the training attention mask | 04 | the package's mask, both layouts |
 # | a training row planned by hand; the COD sampler (exercise) | 04 | `plan_row`, `cod_sample` |
 # | the training forward and loss, EAGLE-3's training-time test, the training loop | 04 | the trainer, step by step |
 # | a training element against the draft it teaches | 04 | `one_pass_logits`, within 1e-4 |
