@@ -349,7 +349,9 @@ print("\n".join(hosts.verdict_lines(committed)))  # each by the paired rule (06)
 # `reference.md`, "How the course measures", states the rules every verdict here follows.
 #
 # One row per AL recorded for the shipped heads (`-`: not recorded; `rounds`: the row's sample). Rows compare only
-# where prompts, new tokens, K, dtype and host agree. The second cell prints each head's range.
+# where prompts, new tokens, K, dtype and host agree. The second cell prints each head's range. The live rows come from
+# the course's full run on `cpu-epyc-avx512bf16-2c`; 00's saved outputs are a later run on `cpu-epyc-avx2-2c`, with
+# the same acceptance lengths (float32 greedy acceptance did not move between the two hosts).
 
 # %% tags=["nbval-ignore-output"]
 # this chapter's live runs as ledger rows (the last code cell records them); 00's prime check named as 00 names it
