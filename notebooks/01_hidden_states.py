@@ -139,7 +139,7 @@ for i, row in zip(TAPS, tap_sim.tolist()):
     print(f"tap {i:2d}: " + "  ".join(f"{v:.2f}" for v in row))
 
 # %%
-fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 5), gridspec_kw={"width_ratios": [1, 1.6]})
+fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 5.2), gridspec_kw={"width_ratios": [1, 1.2]})
 plot_similarity(tap_sim, labels=TAPS, title="the three taps", annotate=True, ax=ax1)
 plot_similarity(sim, labels=[*range(L), f"{L} out"], highlight=TAPS, ax=ax2,
                 title="input of every layer (taps in red)")

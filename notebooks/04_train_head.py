@@ -600,18 +600,21 @@ steps = [r["step"] for r in log]
 fig, axes = plt.subplots(1, 3, figsize=(15, 4))
 axes[0].plot(steps, [r["loss"] for r in log])
 axes[0].set(xlabel="step", ylabel="loss (mean over depths)", title="training loss")
-for d in range(cfg.num_depths):
-    axes[1].plot(steps, [r["depth_loss"][d] for r in log], label=f"depth {d}")
+for d in range(cfg.num_depths):  # one colour per depth, dark (depth 0) to light (the deepest)
+    axes[1].plot(steps, [r["depth_loss"][d] for r in log], color=plt.cm.viridis(d / max(cfg.num_depths - 1, 1)),
+                 lw=2.2 if d == 0 else 1.0, label=f"depth {d}")
 axes[1].set(xlabel="step", ylabel="cross-entropy", title="loss per depth")
 axes[1].legend(fontsize=7, ncol=2)
 acc = final_accuracy(log, last=max(len(log) // 4, 1))
+answer_tokens = [t for r in train_records for t in r["input_ids"][r["prompt_len"]:]]  # the labels, roughly
+top_id, top_n = Counter(answer_tokens).most_common(1)[0]
 axes[2].bar(range(1, len(acc) + 1), [a or 0 for a in acc])
+axes[2].axhline(top_n / len(answer_tokens), color="grey", ls="--", label="no model: the most frequent token")
 axes[2].set(xlabel="draft slot (depth + 1)", ylabel="top-1 accuracy", title="accuracy per depth (last quarter)")
+axes[2].legend(fontsize=8)
 plt.tight_layout()
 plt.show()
 print("per-depth accuracy at the end:", acc)
-answer_tokens = [t for r in train_records for t in r["input_ids"][r["prompt_len"]:]]  # the labels, roughly
-top_id, top_n = Counter(answer_tokens).most_common(1)[0]
 print(f"a baseline with no model: always drafting the most frequent answer token, {tokenizer.decode([top_id])!r}, "
       f"is right at {top_n / len(answer_tokens):.3f} of the answer positions")
 peak = max(log, key=lambda r: r["loss"])
