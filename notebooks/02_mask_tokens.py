@@ -420,7 +420,8 @@ print("\n".join(studies.reach_lines(rows, mask_runs)))  # how many rounds per ru
 # so it predicts one step past a known token. P-EAGLE's slot 2 sees only the mask: in the same single layer it must
 # work out what x_{n+2} will be *and* what follows it, two steps of prediction with the compute of one. Where it is
 # unsure of x_{n+2}, its draft for x_{n+3} is a bet across the continuations of each candidate. More layers give it
-# more compute for both steps: the paper's heads have 4; 05 trains 2 and 4.
+# more compute for both steps, and the paper's heads have 4; at this course's training budgets a 2- or 4-layer head
+# did not catch up (05), so whether depth closes the gap here stays open.
 #
 # The cell checks the mechanism with both shipped heads, K = 2, at every position of the target's own greedy
 # answers to a few held-out prompts of the scale mix. Draft j is right when it equals the answer's token, so draft 2
@@ -454,7 +455,7 @@ for name, h in hits.items():
 # %% [markdown]
 # **Reading it.** Handed a right draft 1, EAGLE-3's draft 2 is right at 0.46; P-EAGLE's, which must still infer that
 # token, at 0.21. After a wrong draft 1 both sit near 0.1 (0.11 and 0.10): positions whose next-but-one token can be
-# guessed without the one before (spaces, newlines). P-EAGLE's slot 1 is right more often here (0.43 against 0.37),
+# guessed without the one before. P-EAGLE's slot 1 is right more often here (0.43 against 0.37),
 # so the gap is slot 2's own, not a weaker head. These are 275 positions of 6 held-out answers at K = 2; 05's larger
 # held-out comparison gives the 0.34 and 0.70 above.
 
