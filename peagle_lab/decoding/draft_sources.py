@@ -147,8 +147,8 @@ class PromptLookupDrafter(DraftSource):
 
     It runs inside this package's loop, so its rounds are counted like a head's; the benchmarks also time
     transformers' own prompt lookup (``prompt_lookup_num_tokens``), inside ``generate``. It sees the prompt from its
-    second token on (slot t holds token t + 1, so the first prompt token, a
-    template or BOS marker, never reaches a drafter) and every committed token after it.
+    second token on (slot t holds token t + 1, so the first prompt token, a template or BOS marker, never reaches a
+    drafter) and every committed token after it.
     """
 
     name = "prompt-lookup"
