@@ -726,7 +726,7 @@ report.record("nb04_own_path_al", round(sum(committed) / len(committed), 4));
 # measured 1.86 one-token steps for 6 tokens on cpu-epyc-avx2-2c, where this chapter ran too (a K=4 round verifies
 # 5, a little less). So in float32 this head would run at about 1.76 / 1.86 = 0.95x of plain decoding, before
 # drafting's own time, which this path does not time; bf16 verifies cheaper in decode steps (06). 06 races a pair
-# trained far longer (1,000 steps, committed) on the same kind of text, and trains a small pair in view.
+# trained far longer (1,000 steps, committed) on the same kind of text.
 #
 # ## What we saw
 #

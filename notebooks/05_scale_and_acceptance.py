@@ -19,8 +19,8 @@
 # **Goal:** see what a head's acceptance length is made of, what raises it, and which differences from the paper's
 # setup could explain its lower acceptance.
 #
-# You will compare the shipped heads, scale their training, move the recipe to your own model (question 1) and to
-# several processes, and probe the paper's gap (question 3).
+# You will compare the shipped heads, scale their training and probe the paper's gap (question 3); then move the
+# recipe to your own model (question 1) and to several processes.
 #
 # **Terms.** *Acceptance length* (AL): tokens committed per verification round, bonus token included. Slot j of a round
 # (j = 1..K) is depth j-1 in training. Its *rate* p_j is the share of rounds reaching slot j that accepted its draft.
@@ -193,10 +193,12 @@ for name in dict.fromkeys(p["run"] for p in deeper):  # each deeper head at its 
     last = max((p for p in deeper if p["run"] == name), key=lambda p: p["tokens_seen"])
     print(f"{name}: last snapshot at {last['tokens_seen']:>9,} tokens, AL {last['acceptance_length']:.3f}")
 fewest = min(max(p["tokens_seen"] for p in deeper if p["run"] == name) for name in {p["run"] for p in deeper})
-at_equal = {name: min((p for p in deeper if p["run"] == name), key=lambda p: abs(p["tokens_seen"] - fewest))
-            for name in dict.fromkeys(p["run"] for p in deeper)}  # each head's snapshot nearest the fewest tokens
-print("near equal tokens (each head's snapshot nearest " + f"{fewest:,}; tokens in brackets): " + ", ".join(
-    f"{name} AL {p['acceptance_length']:.3f} ({p['tokens_seen']:,} tokens)" for name, p in at_equal.items()))
+print(f"at equal tokens: {fewest:,}, where the shortest run ends (each head's snapshot within 10% of it)")
+for name in dict.fromkeys(p["run"] for p in deeper):
+    seen = sorted(p["tokens_seen"] for p in deeper if p["run"] == name)
+    near = [p for p in deeper if p["run"] == name and abs(p["tokens_seen"] - fewest) <= 0.1 * fewest]
+    print(f"  {name}: " + (f"AL {near[0]['acceptance_length']:.3f} at {near[0]['tokens_seen']:,} tokens" if near else
+                           "no snapshot there (snapshots at " + ", ".join(f"{t:,}" for t in seen) + " tokens)"))
 for n in (1, 2, 4):  # each deeper head's training record: its wall time, tokens seen and the records it read
     path = RECIPE_DIR / str(HOST) / "deeper" / f"training-L{n}.json"
     if path.is_file():
@@ -262,7 +264,55 @@ print(f"\nthe blog's AL {PAPER_AL} at K={PAPER_K} (HumanEval) needs every slot a
 # at 500,051 tokens seen, 1 layer scores 1.379 against 4 layers' 1.292 (2 layers has no snapshot there; the right
 # plot sets all three side by side near 300k tokens, where 4 layers sit a little above 2: depth does not order them).
 #
-# ## 3 · Your own model and its chat template (question 1)
+# ## 3 · Why is my acceptance length below the paper's? (question 3)
+#
+# Each recipe run (`peagle-lab recipe`) changes one setting from a **baseline**, trains for equal wall time and scores
+# held-out AL at K=7. `draft vocab coverage` is the share of training-answer tokens the draft vocabulary holds (for 4k
+# ids; 03's 99.61% is another measure, in-sample on the file its vocabulary was built from). A gap counts only beyond
+# the larger of two seed spreads: the recipe's own (0.005) and the studies' (0.052).
+
+# %% tags=["nbval-ignore-output"]
+from peagle_lab.experiments import recipe, studies
+
+runs = recipe.read_runs(RECIPE_DIR / HOST) if HOST else []
+print(committed_label("The recipe runs", HOST and f"{HOST}, target in {target_dtypes(runs)}"))
+shipped_train = records_["parallel"]["config"]
+print("the baseline recipe: " + ", ".join(f"{k} = {v}" for k, v in recipe.BASELINE.items()))
+print("where it differs from the shipped P-EAGLE head's last run (baseline -> shipped): " + ", ".join(
+    f"{k} {v} -> {shipped_train.get(k)}" for k, v in recipe.BASELINE.items() if shipped_train.get(k) != v))
+own_noise = recipe.noise(runs) or 0.0  # the largest acceptance spread between two seeds of one setting
+noise = max(own_noise, TIE)  # TIE: the same over the studies of 02 and 03 (reference.md: the seed spread)
+seeds = [r["tokens_seen"] for r in runs if r["name"].startswith("baseline")]
+mixed = (f" (its two baseline seeds saw {min(seeds):,} and {max(seeds):,} tokens in the same wall time, "
+         f"{100 * (max(seeds) / min(seeds) - 1):.0f}% apart: seed and budget together)" if len(seeds) == 2 else "")
+print(f"noise: the recipe's own seed spread {own_noise:.3f}{mixed}, the studies' largest {TIE:.3f} (target in "
+      f"{target_dtypes(r for name in studies.COMMITTED_STUDIES for r in studies.committed(name)[1])})")
+if runs:
+    r0, base = runs[0], next(r for r in runs if r["name"] == "baseline")
+    print(f"each run: {r0['budget_s']:.0f} s of training ({r0['autocast']}), scored at K={r0['k']} on "
+          f"{r0['val_prompts']} held-out prompts x {r0['max_new_tokens']} new tokens")
+    table = ["| run | change | tokens seen | draft vocab coverage | held-out AL | against the baseline | verdict |",
+             "|---|---|---|---|---|---|---|"]
+    for r in sorted(runs, key=lambda r: -r["acceptance_length"]):
+        d = r["acceptance_length"] - base["acceptance_length"]
+        past_seeds = f", beyond the seed spread {own_noise:.3f}" if abs(d) > own_noise else ""
+        verdict = ("a baseline seed" if r["name"].startswith("baseline") else f"beyond both ({abs(d):.3f} > "
+                   f"{noise:.3f})" if abs(d) > noise else f"within the studies' {TIE:.3f}{past_seeds}")
+        change = ", ".join(f"{k} = {v}" for k, v in r["change"].items()) if r["change"] else "-"
+        table.append(f"| {r['name']} | {change} | {r['tokens_seen']:,} | "
+                     f"{r['draft_vocab_coverage']:.3f} | {r['acceptance_length']:.3f} | {d:+.3f} | {verdict} |")
+    display(Markdown("\n".join(table)))
+
+# %% [markdown]
+# **Reading it.** At 180 s a run, no change beats the baseline beyond the studies' spread: the best gain +0.028
+# against 0.052. Only `4 layers` lies beyond both, at -0.065, having seen under half the baseline's tokens. The
+# recipe's own spread proves little: its two seeds saw token counts 17% apart. At 180 s a run, far from the shipped
+# head's 6399 s (section 1), these are smoke tests of each setting: they cannot answer this section's question.
+#
+# Beyond budget, the paper differs in target (GPT-OSS-20B), head depth (the two published GPT-OSS heads have 4 layers,
+# 08's last section) and benchmark; no run here isolates which costs the AL.
+#
+# ## 4 · Your own model and its chat template (question 1)
 #
 # Nothing in the recipe is specific to SmolLM2: taps, head shape and chat template (`prompts.chat_ids`) come from
 # the target. The next cells show the mechanics on a tiny Qwen3 with random weights (`peagle-lab make-tiny-target`).
@@ -412,7 +462,7 @@ print("against the trained layout: " + ", ".join(f"{name} {tmpl[t]['acceptance_l
 # 1.52). Another system message gave 1.34, a drop two prompts cannot establish. The fix: distil and serve with your
 # model's chat template (`peagle-lab distill --target DIR`).
 #
-# ## 4 · Past one machine
+# ## 5 · Past one machine
 #
 # The trainer runs in several processes (DDP through accelerate). `--batch-tokens` is the global batch: each process
 # takes its share of every step's rows and DDP averages the gradients, so any number of processes should follow one
@@ -467,54 +517,6 @@ assert gap < 1e-3, "two processes left one process's loss curve"
 # extract their share once into bf16 shards under the run's folder (an 8B target's take 24 KiB per token, notebook
 # 01).
 #
-# ## 5 · Why is my acceptance length below the paper's? (question 3)
-#
-# Each recipe run (`peagle-lab recipe`) changes one setting from a **baseline**, trains for equal wall time and scores
-# held-out AL at K=7. `draft vocab coverage` is the share of training-answer tokens the draft vocabulary holds (for 4k
-# ids; 03's 99.61% is another measure, in-sample on the file its vocabulary was built from). A gap counts only beyond
-# the larger of two seed spreads: the recipe's own (0.005) and the studies' (0.052).
-
-# %% tags=["nbval-ignore-output"]
-from peagle_lab.experiments import recipe, studies
-
-runs = recipe.read_runs(RECIPE_DIR / HOST) if HOST else []
-print(committed_label("The recipe runs", HOST and f"{HOST}, target in {target_dtypes(runs)}"))
-shipped_train = records_["parallel"]["config"]
-print("the baseline recipe: " + ", ".join(f"{k} = {v}" for k, v in recipe.BASELINE.items()))
-print("where it differs from the shipped P-EAGLE head's last run (baseline -> shipped): " + ", ".join(
-    f"{k} {v} -> {shipped_train.get(k)}" for k, v in recipe.BASELINE.items() if shipped_train.get(k) != v))
-own_noise = recipe.noise(runs) or 0.0  # the largest acceptance spread between two seeds of one setting
-noise = max(own_noise, TIE)  # TIE: the same over the studies of 02 and 03 (reference.md: the seed spread)
-seeds = [r["tokens_seen"] for r in runs if r["name"].startswith("baseline")]
-mixed = (f" (its two baseline seeds saw {min(seeds):,} and {max(seeds):,} tokens in the same wall time, "
-         f"{100 * (max(seeds) / min(seeds) - 1):.0f}% apart: seed and budget together)" if len(seeds) == 2 else "")
-print(f"noise: the recipe's own seed spread {own_noise:.3f}{mixed}, the studies' largest {TIE:.3f} (target in "
-      f"{target_dtypes(r for name in studies.COMMITTED_STUDIES for r in studies.committed(name)[1])})")
-if runs:
-    r0, base = runs[0], next(r for r in runs if r["name"] == "baseline")
-    print(f"each run: {r0['budget_s']:.0f} s of training ({r0['autocast']}), scored at K={r0['k']} on "
-          f"{r0['val_prompts']} held-out prompts x {r0['max_new_tokens']} new tokens")
-    table = ["| run | change | tokens seen | draft vocab coverage | held-out AL | against the baseline | verdict |",
-             "|---|---|---|---|---|---|---|"]
-    for r in sorted(runs, key=lambda r: -r["acceptance_length"]):
-        d = r["acceptance_length"] - base["acceptance_length"]
-        past_seeds = f", beyond the seed spread {own_noise:.3f}" if abs(d) > own_noise else ""
-        verdict = ("a baseline seed" if r["name"].startswith("baseline") else f"beyond both ({abs(d):.3f} > "
-                   f"{noise:.3f})" if abs(d) > noise else f"within the studies' {TIE:.3f}{past_seeds}")
-        change = ", ".join(f"{k} = {v}" for k, v in r["change"].items()) if r["change"] else "-"
-        table.append(f"| {r['name']} | {change} | {r['tokens_seen']:,} | "
-                     f"{r['draft_vocab_coverage']:.3f} | {r['acceptance_length']:.3f} | {d:+.3f} | {verdict} |")
-    display(Markdown("\n".join(table)))
-
-# %% [markdown]
-# **Reading it.** At 180 s a run, no change beats the baseline beyond the studies' spread: the best gain +0.028
-# against 0.052. Only `4 layers` lies beyond both, at -0.065, having seen under half the baseline's tokens. The
-# recipe's own spread proves little: its two seeds saw token counts 17% apart. At 180 s a run, far from the shipped
-# head's 6399 s (section 1), these are smoke tests of each setting: they cannot answer this section's question.
-#
-# Beyond budget, the paper differs in target (GPT-OSS-20B), head depth (the two published GPT-OSS heads have 4 layers,
-# 08's last section) and benchmark; no run here isolates which costs the AL.
-#
 # ## What we saw
 #
 # - **Shipped heads:** at K=7, EAGLE-3 accepts 2.532 tokens a round and P-EAGLE 1.895, the reverse of the paper's
@@ -523,9 +525,9 @@ if runs:
 # - **Why AL stays low:** P-EAGLE's rate falls to 0.24 by slot 3; a constant 0.78 at every slot gives the blog's 3.94.
 # - **Scale:** continuing `exp-L1` raised its AL from 1.737 to 1.895 (the shipped head); in the same 2400 s, 2 or 4
 #   layers scored below 1 layer (1.292 at 4 layers against 1.512).
-# - **Two processes** (`torchrun`, gloo) logged the same loss as one at every step of the tiny target's head.
-# - **Your own model:** the recipe runs losslessly on a tiny Qwen3; on bare text, SmolLM2's head accepted no draft.
 # - **Recipe runs:** at 180 s no setting beats the studies' seed spread (best +0.028 against 0.052).
+# - **Your own model:** the recipe runs losslessly on a tiny Qwen3; on bare text, SmolLM2's head accepted no draft.
+# - **Two processes** (`torchrun`, gloo) logged the same loss as one at every step of the tiny target's head.
 #
 # Next, `06_parallel_vs_sequential`: what a drafting round costs per head, and the speed-up.
 
@@ -542,7 +544,7 @@ for kind, ev in live.items():  # section 1's live K sweep
 report.record("shipped_heads_lossless", all(ev["lossless"] for ev in live.values()))
 for kind, row in (("parallel", P), ("sequential", S)):  # section 1's committed held-out comparison
     report.record(f"shipped_{kind}_heldout_acceptance_length_k7", (row or {}).get("acceptance_length", {}).get("7"))
-for t, ev in tmpl.items():  # section 3's template mismatch
+for t, ev in tmpl.items():  # section 4's template mismatch
     book.add(f"template: {layout[t][:40]}", head_names["parallel"], prompt_set="held-out split",
              prompts=len(tmpl_prompts), new_tokens=TMPL_NEW, k=TK, rounds=ev["rounds"][TK],
              acceptance_length=ev["acceptance_length"][TK])

@@ -25,7 +25,7 @@
 # $$\text{ideal speed-up} = \frac{AL}{\text{round}}.$$
 #
 # Parallel drafting shrinks `t_draft`, so it pays only where AL is high: on text a small head can predict, such as list
-# requests. You will time both modes, race heads trained alike, and train a small pair.
+# requests. You will time both modes, charge the same drafts both ways, and race heads trained alike.
 # *Live* cells run here; *committed* cells read full-size runs under `data/`.
 
 # %% tags=["nbval-ignore-output"]
@@ -219,22 +219,22 @@ print("ratio as a fraction of K:", ", ".join(f"K={k}: {r / k:.2f}" for k, r in e
 # about one pass per draft, while the one parallel pass grows only from 2.85 to 3.50 ms as it widens. This separate
 # timing shows the table's trend.
 #
-# ## The payoff: a pair trained alike, where acceptance is high
+# ## The saving alone: the same drafts, two drafting costs
 #
-# The shipped heads accept few drafts on open prompts (07). On predictable text deep slots get accepted and drafting
-# cost decides. The **matched pair** isolates the method as far as one seed per head can: both heads start from the
-# same seeded weights and train the same 1,000 steps on the target's answers to 480 list requests. Only the drafting
-# mode differs.
+# The table prices a round's drafting, but end to end acceptance moves too, and it differs from head to head. The
+# *oracle* takes it out. It proposes the target's own continuation, keeping each draft at the blog's per-slot rate for
+# HumanEval (AL 3.94 at K=7). Each round it also runs the shipped P-EAGLE head, once in parallel or seven times in
+# sequence, and throws those drafts away. Both charges of a request draw the same drafts, so they differ only in
+# drafting cost.
 #
 # **The paired rule.** If neither of two methods were faster, each request would be a coin flip. The two-sided **sign
 # test** gives p, the chance that fair flips split at least as unevenly. Below 5% a method is *shown faster*; otherwise
 # the course says on how many requests it won. The first cell writes the test (`order`): 5 wins of 5 are not enough.
 #
-# The second cell reads the pair's committed float32 run on 48 held-out list requests at K = 3, 5 and 7. Columns:
-#
-# - `round (steps)`: (t_draft + t_verify) / t_step
-# - `end to end`: the speed-up over plain decoding, prefill included
-# - `faster than plain`: requests with a speed-up above 1
+# The second cell writes the oracle's drafts out and checks them against the package's `RatedOracleDrafter`. The third
+# races the two charges on list requests with `race` (in `peagle_lab.workbook`), the loop of `peagle-lab bench` in
+# small: plain decoding and both charges in a rotating order on every request, every output checked against plain
+# greedy, each verdict by the paired rule.
 
 # %% tags=["nbval-check-output"]
 import math
@@ -267,6 +267,82 @@ def paired(e2e_res, a, b):
 
 for n in (5, 6):  # a method faster on every one of n prompts
     print(f"{n} prompts, all won: " + order([0.1] * n, "A", "B"))
+
+# %% tags=["nbval-ignore-output"]
+from peagle_lab.bench.oracle import oracle_rates
+from peagle_lab.decoding.draft_sources import RatedOracleDrafter
+from peagle_lab.decoding.speculative import plain_generate
+
+
+def oracle_drafts(reference, first, k, rates, gen, vocab):
+    """The oracle's K drafts: the true continuation reference[first:first+k], each draft kept with probability
+    rates[j], else shifted to a wrong token."""
+    ids = torch.tensor((reference[first:first + k] + [0] * k)[:k])
+    keep = torch.rand(k, generator=gen) < torch.tensor(rates[:k])
+    wrong = (ids + torch.randint(1, vocab, (k,), generator=gen)) % vocab  # a shift of 1..vocab-1: never the true token
+    return torch.where(keep, ids, wrong)
+
+
+rates = oracle_rates("paper")[0]  # the blog's AL 3.94 at K=7 on HumanEval, as one per-slot rate
+oracle = RatedOracleDrafter(rates, model.config.vocab_size)
+oracle.reference = prompt + plain_generate(runner, prompt, 8).tokens  # the first cells' prompt and its continuation
+oracle.reset()  # draws seeded by the reference: a request's drafts do not depend on what ran before
+mine = torch.Generator()
+mine.set_state(oracle.gen.get_state())  # the same random stream
+theirs = oracle.propose(slots, 7, Sampling(), None)[0]
+mine_drafts = oracle_drafts(oracle.reference, slots.end + 1, 7, [oracle.rate(j) for j in range(7)], mine,
+                            model.config.vocab_size)
+print(f"per-slot rate {oracle.rate(0):.3f}; drafts {theirs.tolist()}, true continuation "
+      f"{oracle.reference[slots.end + 1:slots.end + 8]}; written out == package's: {torch.equal(mine_drafts, theirs)}")
+
+# %% tags=["nbval-ignore-output"]
+from tqdm.auto import tqdm
+
+from peagle_lab.bench.suites import suite_records
+from peagle_lab.workbook.race import race
+
+LIVE_N, LIVE_TOKENS = settings.pick(12, 2), settings.pick(40, 24)  # list requests, as in the pair race below
+eos = tokenizer.eos_token_id
+requests = [(rec["prompt"], chat_ids(tokenizer, rec["prompt"])) for rec in suite_records("lists", LIVE_N)]
+
+
+def charged(mode):
+    """The oracle on one request: it replays the request's plain output, and each round it also runs the shipped
+    P-EAGLE head in `mode` (one pass, or K passes), throwing those drafts away."""
+    def make(ids, plain):
+        drafter = RatedOracleDrafter(rates, model.config.vocab_size, cost=HeadDrafter(par_head, mode))
+        drafter.reference = ids + plain.tokens
+        drafter.reset()
+        return drafter
+    return make
+
+
+# plain runs first on each request: the oracle replays its output
+same_drafts = race(runner, {"one pass": (charged("parallel"), 7), "seven passes": (charged("sequential"), 7)},
+                   requests, LIVE_TOKENS, eos, plain_first=True,
+                   progress=lambda r: tqdm(r, desc="oracle, two charges"))
+print("\n".join(same_drafts.lines()))
+
+# %% [markdown]
+# **Reading it.** On the same drafts, one pass beats seven on 8 of 8 requests (p = 0.0078): shown, live, as in 07's
+# committed 24-prompt runs (22 of 24). Both charges accept alike (AL 3.45, the same 184 drafts over 75 rounds), so the
+# gap is drafting cost: 6.2 against 25.5 ms a round. The AL sits below the blog's 3.94: answers that end early cut
+# rounds short (07 computes 3.79 for the rate at a 40-token budget), two answers here end within 14 tokens, and 75
+# rounds are a small draw.
+
+# %% [markdown]
+# ## The payoff: a pair trained alike, where acceptance is high
+#
+# The saving is real; whether it pays depends on how many drafts a head gets accepted. The shipped heads accept few
+# on open prompts (07). On predictable text deep slots get accepted and drafting cost decides. The **matched pair**
+# isolates the method as far as one seed per head can: both heads start from the same seeded weights and train the
+# same 1,000 steps on the target's answers to 480 list requests. Only the drafting mode differs.
+#
+# The next cell reads the pair's committed float32 run on 48 held-out list requests at K = 3, 5 and 7. Columns:
+#
+# - `round (steps)`: (t_draft + t_verify) / t_step
+# - `end to end`: the speed-up over plain decoding, prefill included
+# - `faster than plain`: requests with a speed-up above 1
 
 # %% tags=["nbval-ignore-output"]
 from peagle_lab.bench.files import result_suites
@@ -381,26 +457,17 @@ plt.show()
 # ### The same pair, live here
 #
 # That run is committed float32, so compare its milliseconds only within it. The next cell runs the same heads live
-# in this chapter's dtype, on the first 12 of the same requests, both at K=7. `race` (in `peagle_lab.workbook`) is the
-# loop of `peagle-lab bench` in small: plain decoding, P-EAGLE and EAGLE-3 in a rotating order on every request,
-# every output checked against plain greedy, each verdict by the paired rule (`order`, above). Columns:
+# in this chapter's dtype, on the first 12 of the same requests, both at K=7, with `race` as above (plain decoding,
+# P-EAGLE and EAGLE-3 in a rotating order on every request). Columns:
 #
 # - each head's `AL`
 # - `vs plain`: plain's time over the head's on that request
 # - `draft ms`: the drafter's time per round, which acceptance does not enter
 
 # %% tags=["nbval-ignore-output"]
-from tqdm.auto import tqdm
-
-from peagle_lab.bench.suites import suite_records
-from peagle_lab.decoding.speculative import plain_generate, speculative_generate
 from peagle_lab.drafter.heads import head_fit_problems, load_head
-from peagle_lab.workbook.race import race
 
 NAMES = {"parallel": "P-EAGLE", "sequential": "EAGLE-3"}
-LIVE_N, LIVE_TOKENS = settings.pick(12, 2), settings.pick(40, 24)
-eos = tokenizer.eos_token_id
-requests = [(rec["prompt"], chat_ids(tokenizer, rec["prompt"])) for rec in suite_records("lists", LIVE_N)]
 
 
 def heads_racing(heads, ks):
@@ -426,174 +493,17 @@ else:
 # moves more than drafting saves, and 12 short answers are a small sample (the committed run used 48). Both heads
 # are shown faster than plain decoding (P-EAGLE on 12 of 12, EAGLE-3 on 10 of 12). (`draft ms` also carries the
 # drafter's first pass over each prompt, spread over a request's rounds.)
-#
-# ### The saving alone: the same drafts, two drafting costs
-#
-# The *oracle* takes acceptance out of the race. It proposes the target's own continuation, keeping
-# each draft at the blog's per-slot rate for HumanEval (AL 3.94 at K=7). Each round it also runs one pass of the pair's
-# P-EAGLE head, or seven of its EAGLE-3 head, and throws those drafts away. Both charges of a request draw the same
-# drafts, so they differ only in drafting cost. The first cell writes the oracle's drafts out and checks them against
-# the package's `RatedOracleDrafter`; the second races the two charges.
-
-# %% tags=["nbval-ignore-output"]
-from peagle_lab.bench.oracle import oracle_rates
-from peagle_lab.decoding.draft_sources import RatedOracleDrafter
-
-
-def oracle_drafts(reference, first, k, rates, gen, vocab):
-    """The oracle's K drafts: the true continuation reference[first:first+k], each draft kept with probability
-    rates[j], else shifted to a wrong token."""
-    ids = torch.tensor((reference[first:first + k] + [0] * k)[:k])
-    keep = torch.rand(k, generator=gen) < torch.tensor(rates[:k])
-    wrong = (ids + torch.randint(1, vocab, (k,), generator=gen)) % vocab  # a shift of 1..vocab-1: never the true token
-    return torch.where(keep, ids, wrong)
-
-
-rates = oracle_rates("paper")[0]  # the blog's AL 3.94 at K=7 on HumanEval, as one per-slot rate
-oracle = RatedOracleDrafter(rates, model.config.vocab_size)
-oracle.reference = prompt + plain_generate(runner, prompt, 8).tokens  # the first cells' prompt and its continuation
-oracle.reset()  # draws seeded by the reference: a request's drafts do not depend on what ran before
-mine = torch.Generator()
-mine.set_state(oracle.gen.get_state())  # the same random stream
-theirs = oracle.propose(slots, 7, Sampling(), None)[0]
-mine_drafts = oracle_drafts(oracle.reference, slots.end + 1, 7, [oracle.rate(j) for j in range(7)], mine,
-                            model.config.vocab_size)
-print(f"per-slot rate {oracle.rate(0):.3f}; drafts {theirs.tolist()}, true continuation "
-      f"{oracle.reference[slots.end + 1:slots.end + 8]}; written out == package's: {torch.equal(mine_drafts, theirs)}")
-
-# %% tags=["nbval-ignore-output"]
-ORACLE_N = settings.pick(8, 2)
-
-
-def charged(mode):
-    """The oracle on one request: it replays the request's plain output, and each round it also runs one pass (P-EAGLE)
-    or K passes (EAGLE-3) of the pair's head in `mode`, throwing those drafts away."""
-    def make(ids, plain):
-        drafter = RatedOracleDrafter(rates, model.config.vocab_size, cost=HeadDrafter(pair[mode], mode))
-        drafter.reference = ids + plain.tokens
-        drafter.reset()
-        return drafter
-    return make
-
-
-if not any(misfit.values()):  # plain runs first on each request: the oracle replays its output
-    same_drafts = race(runner, {"one pass": (charged("parallel"), 7), "seven passes": (charged("sequential"), 7)},
-                       requests[:ORACLE_N], LIVE_TOKENS, eos, plain_first=True,
-                       progress=lambda r: tqdm(r, desc="oracle, two charges"))
-    print("\n".join(same_drafts.lines()))
-else:
-    print("the committed pair does not fit this target (above): no oracle run")
-
-# %% [markdown]
-# **Reading it.** On the same drafts, one pass beats seven on 8 of 8 requests (p = 0.0078): shown, live, as in 07's
-# committed 24-prompt runs (22 of 24). Both charges accept alike (AL 3.45, the same 184 drafts over 75 rounds), so the
-# gap is drafting cost: 6.2 against 25.5 ms a round. The AL sits below the blog's 3.94: answers that end early cut
-# rounds short (07 computes 3.79 for the rate at a 40-token budget), two answers here end within 14 tokens, and 75
-# rounds are a small draw.
-#
-# ### The recipe in view: a small pair trained here
-#
-# The cell below runs the committed pair's recipe small enough to watch. A P-EAGLE and an EAGLE-3 head train from the
-# same seeded start, on the same list answers, for `STEPS` steps over a draft vocabulary cut to
-# `DRAFT_VOCAB` tokens. Each head prints its accuracy per depth on its training rows (depth 0 drafts slot 1).
-
-# %% tags=["nbval-ignore-output"]
-import time
-
-from peagle_lab.distill.data import read_distilled
-from peagle_lab.features.identity import recorded_target_problem
-from peagle_lab.training import TrainConfig, Trainer, TrainerOptions, final_accuracy, prepare_sequences
-
-LIST_ANSWERS = data_dir() / "distill" / "smollm2-135m-lists.jsonl"  # SmolLM2's answers to 480 list requests
-N_ANSWERS, STEPS, DRAFT_VOCAB = settings.pick(48, 12), settings.pick(40, 3), settings.pick(2048, 512)
-meta, answers = read_distilled(LIST_ANSWERS)
-other = recorded_target_problem(meta, model)  # the package's rule of "made with this target"
-small = {}
-if other is None:  # another target distils its own answers first (scripts/list_heads.sh)
-    seqs = prepare_sequences(model, answers[:N_ANSWERS])  # the taps of every answer, computed once
-    print(f"{len(seqs)} answers, {sum(len(s['input_ids']) for s in seqs):,} tokens; taps computed once")
-    for mode in ("parallel", "sequential"):
-        cfg = TrainConfig(mode=mode, num_depths=8, layers=1, draft_vocab_size=DRAFT_VOCAB, steps=STEPS, lr=1e-3,
-                          warmup_steps=settings.pick(6, 1), batch_tokens=512, row_tokens=512, seed=0, target=TARGET)
-        t0 = time.perf_counter()
-        res = Trainer(cfg, model, seqs, tokenizer, TrainerOptions(verbose=False)).train()
-        small[mode] = res.head.cpu()  # one trainer at a time on the device: the first head waits in RAM
-        acc = final_accuracy(res.log, last=max(STEPS // 5, 1))  # the last fifth of the steps, per depth
-        print(f"{mode:10s}: {res.steps_done} steps, {res.info['tokens_seen']:,} tokens, "
-              f"{time.perf_counter() - t0:.0f} s; accuracy by depth 0..7: "
-              + " ".join("-" if a is None else f"{a:.2f}" for a in acc))
-    small = {mode: head.to(DEVICE, model.dtype).eval() for mode, head in small.items()}
-else:
-    print(f"the committed list answers were made with another target ({other}): make this target's own with "
-          "scripts/list_heads.sh")
-
-# %% [markdown]
-# **Reading it.** After 40 steps the heads differ most at depth 0: P-EAGLE's is right 0.67 of the time, EAGLE-3's 0.47.
-# Deeper, neither leads throughout. Depth 0 computes alike in both modes, and this run does not isolate why the two
-# end apart. So racing these heads mixes acceptance with drafting cost; the committed pair is the clean case.
-#
-# ### Each head at its own K
-#
-# A weak head wastes most of seven drafts, so each head races at its own K. The next cell tries K = 1, 3 and 7
-# on `TUNE_N` other held-out list requests and keeps each head's fastest. Then `race` runs the small pair on the same
-# 12 requests as the committed pair's race, each head at the K just picked.
-
-# %% tags=["nbval-ignore-output"]
-TUNE_N, TUNE_KS = settings.pick(2, 1), (1, 3, 7)
-tuning = suite_records("lists", LIVE_N + TUNE_N)[LIVE_N:]  # the K is picked on requests the race never sees
-LIVE_K = {}
-if small:
-    live_runner = TargetRunner(model, small["parallel"].config.aux_hidden_state_layer_ids)
-    for mode, head in small.items():  # warm-up: the first call of each mode pays one-time costs, uncounted
-        speculative_generate(live_runner, HeadDrafter(head, mode), chat_ids(tokenizer, tuning[0]["prompt"]), k=1,
-                             max_new_tokens=4)
-    tune = {}  # (mode, K) -> [seconds, accepted drafts, rounds] over the tuning requests
-    for rec in tqdm(tuning, desc="picking K"):
-        ids = chat_ids(tokenizer, rec["prompt"])
-        for k in TUNE_KS:
-            for mode, head in small.items():
-                r = speculative_generate(live_runner, HeadDrafter(head, mode), ids, k=k, max_new_tokens=LIVE_TOKENS,
-                                         eos_ids=eos)
-                t = tune.setdefault((mode, k), [0.0, 0, 0])
-                t[0], t[1], t[2] = t[0] + r.seconds, t[1] + sum(r.stats.accepted), t[2] + r.stats.rounds
-    for mode in small:
-        LIVE_K[mode] = min(TUNE_KS, key=lambda k: tune[(mode, k)][0])
-        print(f"{mode:10s} on {len(tuning)} tuning requests: " + ", ".join(
-            f"K={k} {tune[(mode, k)][0]:.2f} s (AL {1 + tune[(mode, k)][1] / tune[(mode, k)][2]:.2f})"
-            for k in TUNE_KS) + f" -> races at K={LIVE_K[mode]}")
-    small_race = race(live_runner, heads_racing(small, LIVE_K), requests, LIVE_TOKENS, eos,
-                      progress=lambda r: tqdm(r, desc="the small pair, live"))  # the committed pair's 12 requests
-    print(small_race.header)
-    display(Markdown(small_race.table()))
-    print("\n".join(small_race.lines()[1:]))
-else:
-    print("no small pair for this target (above): no live run")
-
-# %% [markdown]
-# **Reading it.** Both heads picked K=3 on the tuning requests, so this race sets one P-EAGLE pass against three
-# EAGLE-3 passes. P-EAGLE is shown faster than EAGLE-3, on 12 of 12 requests (p = 0.00049), and faster than plain
-# decoding (11 of 12); EAGLE-3 is not shown faster than plain (8 of 12, p = 0.39).
-#
-# The lead is acceptance and drafting both. P-EAGLE accepts more: AL 1.67 against 1.24 here, and at every K of the
-# tuning lines (1.41 against 1.20 at K=1, 1.72 against 1.20 at K=3). Its one pass drafts in 4.3 ms a round against
-# EAGLE-3's 8.5 (cheaper on 12 of 12 requests). Both heads trained on the same answers, seed and steps; they differ in
-# their objective (mask slots against the training-time test), which trains even depth 0 differently, and this run
-# does not isolate which part of that gives the acceptance gap. EAGLE-3's K=1 and K=3 took 5.17 and 4.98 s on the tuning
-# requests, 4% apart, so its pick could go either way in another run. All 24 outputs match plain greedy.
 
 # %% [markdown]
 # ## What we saw
 #
 # - Speed is AL / round. Parallel drafting costs 3.32 to 4.2 ms at every K and sequential grows to 24.7 ms at K=10,
 #   but verification is most of a round.
+# - On the same drafts, one P-EAGLE pass beat seven EAGLE-3 passes on 8 of 8 requests (p = 0.0078).
 # - Trained alike (committed, 48 requests), P-EAGLE is shown faster than EAGLE-3 while accepting less: 2.10x against
 #   1.92x at K=7. Its round stays near 2 decode steps as K grows, EAGLE-3's grows, so its lead widens to K=11.
 # - Live, the same pair's P-EAGLE drafts cheaper on every request, but 12 short answers do not show it ahead end to end
 #   (7 of 12).
-# - On the same drafts, one P-EAGLE pass beat seven EAGLE-3 passes on 8 of 8 requests (p = 0.0078).
-# - A small pair trained here, each head at its tuned K (3 for both): P-EAGLE is shown faster than EAGLE-3 (12 of 12),
-#   but the race is confounded: P-EAGLE also accepts more (AL 1.67 against 1.24), so it does not separate drafting
-#   cost from acceptance. The committed pair and the same-drafts race above do.
 #
 # The same from a shell:
 #
@@ -614,5 +524,3 @@ out_dir = settings.results_dir() / "bench" / "nb06"
 bench.write_results({"drafting_cost": dc}, out_dir)
 report.record("drafting_ratio_seq_over_par", bench.headline({"drafting_cost": dc})["drafting_ratio_seq_over_par"])
 report.record("hardware", dc["env"]["hardware"])
-if small:
-    report.record("small_pair_live_al", {name: round(small_race.acceptance_length(name), 3) for name in NAMES.values()})

@@ -345,25 +345,24 @@ for label, res in [(f"this machine, {precision.dtype_name(DTYPE)}", e2e)] + [
         (c["dir"], c["results"]["end_to_end"]) for c in committed if c["results"].get("end_to_end")]:
     m = next((m for m in res["methods"] if m["family"] == "p-eagle" and m["k"] == 7 and m.get("decode_speedup")), None)
     if m:
-        name = f"{label}, {res['config']['n_prompts']}x{res['config']['max_new_tokens']} {suite_of(res)}"
-        lines.append({"label": f"{name}, K=7", "verify_ratio": m["t_verify_round_ms"] / m["t_step_ms"],
+        name = f"{label} ({res['config']['n_prompts']}x{res['config']['max_new_tokens']} {suite_of(res)})"
+        lines.append({"label": name, "verify_ratio": m["t_verify_round_ms"] / m["t_step_ms"],
                       "draft_ratio": m["t_draft_round_ms"] / m["t_step_ms"], "point": (m["acceptance_length"],
                                                                                        m["decode_speedup"])})
-        points.append({"label": f"{name}: P-EAGLE", "acceptance_length": m["acceptance_length"],
+        points.append({"label": f"{name}, P-EAGLE", "acceptance_length": m["acceptance_length"],
                        "speedup": m["decode_speedup"]})
 gpu = json.loads((data_dir() / "results" / "gpu-h200" / "gpu-check" / "timing.json").read_text())["result"]
 g7, step = next(r for r in gpu["rows"] if r["k"] == 7), gpu["decode_step_ms"]  # an eager loop, random weights
-for name, draft in (("P-EAGLE", g7["parallel_ms"]), ("EAGLE-3", g7["sequential_ms"])):
-    lines.append({"label": f"GPU 8B shapes, {name}", "verify_ratio": g7["verify_ratio"], "draft_ratio": draft / step})
+for name, draft, ls in (("P-EAGLE", g7["parallel_ms"], "--"), ("EAGLE-3", g7["sequential_ms"], ":")):
+    lines.append({"label": f"GPU 8B shapes, {name}", "verify_ratio": g7["verify_ratio"], "draft_ratio": draft / step,
+                  "style": {"color": "black", "linestyle": ls}})  # GPU lines black: dashed P-EAGLE, dotted EAGLE-3
 drawn = [c for c in lines if c["verify_ratio"] + c["draft_ratio"] >= 1]  # a round under one step is timing noise
-fig = bench.plot_break_even(drawn, [p for c, p in zip(lines, points) if c in drawn], k=7)
-for line in fig.axes[0].lines[:len(drawn)]:  # GPU lines black, dashed (P-EAGLE) and dotted (EAGLE-3)
-    if line.get_label().startswith("GPU"):
-        line.set(color="black", linestyle="--" if "P-EAGLE" in line.get_label() else ":")
+PAPER_AL = paper_target("code")[0]  # the blog's 3.94 at K=7 on HumanEval
+fig = bench.plot_break_even(drawn, [p for c, p in zip(lines, points) if c in drawn], k=7,
+                            mark_al=(PAPER_AL, f"the blog's P-EAGLE AL, {PAPER_AL:.2f} (HumanEval, K=7)"))
 fig.axes[0].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
 fig.set_size_inches(12.5, 4.8)
 fig.tight_layout()
-PAPER_AL = paper_target("code")[0]  # the blog's 3.94 at K=7 on HumanEval
 for c in lines:
     cost = c["verify_ratio"] + c["draft_ratio"]  # break-even: AL = round; 2x needs AL = 2 x round
     print(f"{c['label']:44s} round {cost:.2f} steps (2x needs AL {2 * cost:.2f}); "

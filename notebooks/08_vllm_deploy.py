@@ -96,21 +96,49 @@ print(f"target: {L} layers, hidden {H}, vocab {V}")
 # %% [markdown]
 # ## 2 · Export
 #
-# `export_vllm` checks the head against the target before writing, so a mistake never costs an engine start. The
-# cells check the export, decode a few `d2t` entries (draft id `i` is target id `i + d2t[i]`), then try a copy with
-# a bad tap.
+# The export is section 1's table applied to the head's files. The next cell writes it by hand, `my_export`, and sets
+# it beside the package's `export_vllm`, which also checks the head against the target before writing, so a mistake
+# never costs an engine start. The cells after it check the export, decode a few `d2t` entries (draft id `i` is target
+# id `i + d2t[i]`), then try a copy with a bad tap.
 
 # %%
 import json
 
 from safetensors import safe_open
+from safetensors.torch import load_file
 
-# the notebook's own scratch export: a rerun replaces it
+from peagle_lab.serving.export import target_embedding
+
+
+def my_export(head_dir, target_dir):
+    """vLLM's eagle3 tensors and config.json from a native head: section 1's table, row by row."""
+    w, cfg = load_file(str(head_dir / "model.safetensors")), json.loads((head_dir / "config.json").read_text())
+    tcfg = json.loads((target_dir / "config.json").read_text())
+    dtype = getattr(torch, tcfg.get("dtype") or tcfg["torch_dtype"])  # vLLM runs the drafter in the target's dtype
+    emb = target_embedding(target_dir).clone()  # vLLM would share the target's table, untrained mask row included,
+    emb[cfg["mask_token_id"]] = w.pop("mask_embedding")  # so the export stores the table with the learned mask row
+    w["embed_tokens.weight"] = emb
+    del w["t2d"]  # vLLM ignores t2d
+    if cfg["draft_vocab_size"] == cfg["vocab_size"]:
+        del w["d2t"]  # and has no d2t parameter for a full vocabulary
+    taps = cfg["eagle_aux_hidden_state_layer_ids"]  # the target side reads them here, the drafter side below
+    new = {k: v for k, v in cfg.items() if k != "peagle"} | {
+        "num_aux_hidden_states": len(taps), "torch_dtype": str(dtype).removeprefix("torch."),
+        "eagle_config": {"eagle_aux_hidden_state_layer_ids": taps, "use_aux_hidden_state": True}}
+    return {k: v if k == "d2t" else v.to(dtype) for k, v in w.items()}, new
+
+
+mine, my_cfg = my_export(head_dir, target_dir)
+# the package's export (the notebook's own scratch folder: a rerun replaces it)
 vllm_dir = serving.export_vllm(head_dir, WORK / "vllm_head", target=target_dir, overwrite=True)
+theirs, vcfg = load_file(str(vllm_dir / "model.safetensors")), json.loads((vllm_dir / "config.json").read_text())
+same = [k for k in mine if k in theirs and torch.equal(mine[k], theirs[k])]
+print(f"by hand == export_vllm: {len(same)} of {len(theirs)} tensors equal (names {sorted(mine) == sorted(theirs)}); "
+      f"config: {sum(vcfg.get(k) == v for k, v in my_cfg.items())} of my {len(my_cfg)} keys equal, "
+      f"export_vllm adds {sorted(set(vcfg) - set(my_cfg))}")
 for f in sorted(vllm_dir.iterdir()):
     print(f"{f.name:24s} {f.stat().st_size / 1e6:8.2f} MB")
 print()
-vcfg = json.loads((vllm_dir / "config.json").read_text())
 with safe_open(str(vllm_dir / "model.safetensors"), "pt") as f:
     shapes = {name: tuple(f.get_slice(name).get_shape()) for name in f.keys()}
 for key in ("architectures", "eagle_aux_hidden_state_layer_ids", "eagle_config", "num_aux_hidden_states",
@@ -337,9 +365,9 @@ print(f"one batched plain step {plain_step_ms:.0f} ms; one batched speculative r
       "the round cost)")
 
 # %% [markdown]
-# **Reading it.** On 2 CPU cores, with the 4 prompts batched, the head makes vLLM slower: 0.76x. A batched round costs
-# 1.92 plain steps but yields only 1.45 tokens per prompt: 1.45 / 1.92 is the same 0.76x, split into acceptance and
-# round cost.
+# **Reading it.** On 2 CPU cores, with the 4 prompts batched, the head makes vLLM slower: 0.72x. A batched round costs
+# 2.04 plain steps but yields only 1.45 tokens per prompt: 1.45 / 2.04 = 0.71x, the measured 0.72x split into
+# acceptance and round cost (the two differ by rounding and by the last round, cut short).
 #
 # ## 7 · Under load, and with tensor parallelism (question 8)
 #
@@ -542,7 +570,7 @@ release()
 #
 # - The head left vLLM's greedy tokens unchanged on 4 of 4 prompts.
 # - vLLM's acceptance length equalled our loop's: 1.454 at K=8.
-# - Live on 2 CPU cores, 4 prompts batched, the head made vLLM slower, 0.76x: a round costs 1.92 plain steps and
+# - Live on 2 CPU cores, 4 prompts batched, the head made vLLM slower, 0.72x: a round costs 2.04 plain steps and
 #   yields 1.45 tokens.
 # - Under load (committed sweep), break-even turned into a loss: 1.00x at 1 request, 0.28x at 16.
 # - Over 2 CPU processes, verification ran 0.55x as fast and the drafter's share fell.

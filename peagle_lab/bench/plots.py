@@ -149,25 +149,45 @@ def plot_round_profile(e2e: dict, path=None):
     return _finish_figure(fig, e2e["env"], path)
 
 
-def plot_break_even(curves: list[dict], points: list[dict] = (), k: int = 7, path=None, env: dict | None = None):
+MERGE_STEPS = 0.05  # rounds closer than this (in decode steps) draw as one line: apart they would overlap
+
+
+def plot_break_even(curves: list[dict], points: list[dict] = (), k: int = 7, path=None, env: dict | None = None,
+                    mark_al: tuple[float, str] | None = None):
     """Speed-up against acceptance length, one line per round cost, with measured heads as points.
 
-    ``curves``: ``{"label", "verify_ratio", "draft_ratio"}`` (round cost in decode steps); ``points``:
-    ``{"label", "acceptance_length", "speedup"}``. Above 1 speculative decoding pays; each line crosses 1 at
-    AL = round cost, its break-even.
+    ``curves``: ``{"label", "verify_ratio", "draft_ratio"}`` (round cost in decode steps), optionally ``"style"``
+    (matplotlib line keywords); curves whose rounds agree to ``MERGE_STEPS`` share one line and one legend entry.
+    ``points``: ``{"label", "acceptance_length", "speedup"}``. ``mark_al``: ``(AL, label)`` drawn as a vertical line.
+    Above 1 speculative decoding pays; each line crosses 1 at AL = round cost, its break-even. The x axis runs to
+    K+1, the most a round can commit.
     """
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(8, 4.8))
-    xmax = min(k + 1, 4.0)  # the region where heads live today; the lines are straight beyond it
-    al = [1.0 + i * ((xmax - 1.0) / 100) for i in range(101)]
-    for c, color in zip(curves, ["tab:blue", "tab:orange", "tab:green", "tab:purple", "tab:brown", "tab:olive"]):
+    merged: list[dict] = []  # one line per distinct round cost, drawn at the first curve's cost
+    for c in curves:
         cost = c["verify_ratio"] + c.get("draft_ratio", 0.0)
-        ax.plot(al, [speedup_model(a, c["verify_ratio"], c.get("draft_ratio", 0.0)) for a in al], color=color,
-                label=f"{c['label']} (round {cost:.2f} steps = break-even AL)")
+        same = next((m for m in merged if abs(m["cost"] - cost) <= MERGE_STEPS), None)
+        if same is None:
+            merged.append({"cost": cost, "costs": [cost], "labels": [c["label"]], "style": c.get("style")})
+        else:
+            same["costs"].append(cost)
+            same["labels"].append(c["label"])
+            same["style"] = same["style"] or c.get("style")
+    fig, ax = plt.subplots(figsize=(8, 4.8))
+    xmax = float(k + 1)
+    al = [1.0 + i * ((xmax - 1.0) / 100) for i in range(101)]
+    colors = iter(["tab:blue", "tab:orange", "tab:green", "tab:purple", "tab:brown", "tab:olive", "tab:cyan"])
+    for m in merged:
+        style = m["style"] or {"color": next(colors)}
+        ax.plot(al, [speedup_model(a, m["cost"]) for a in al], **style,
+                label=f"round {min(m['costs']):.2f}" + (f"-{max(m['costs']):.2f}" if len(m["costs"]) > 1 else "")
+                + " steps: " + "; ".join(m["labels"]))
     for p, marker in zip(points, "osD^v<>P*"):
         ax.scatter([p["acceptance_length"]], [p["speedup"]], marker=marker, s=55, zorder=3, color="black",
                    label=f"measured: {p['label']}, AL {p['acceptance_length']:.2f}, {p['speedup']:.2f}x")
+    if mark_al is not None:
+        ax.axvline(mark_al[0], color="grey", lw=1, ls="-.", label=mark_al[1])
     ax.axhline(1.0, color="black", lw=1, ls=":")
     ax.set_xlabel(f"acceptance length (tokens per round; at most K+1 = {k + 1})")
     ax.set_ylabel("decode speed-up over plain decoding")
@@ -175,6 +195,7 @@ def plot_break_even(curves: list[dict], points: list[dict] = (), k: int = 7, pat
     ax.legend(fontsize=7, loc="upper left")
     ax.set_xlim(1, xmax)
     ax.set_ylim(0, None)
+    ax.grid(alpha=0.3)
     if env is not None:
         return _finish_figure(fig, env, path)
     fig.tight_layout()
