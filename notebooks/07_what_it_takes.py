@@ -138,14 +138,14 @@ plain_row = next(m for m in e2e["methods"] if m["family"] == "plain")
 print(f"plain loop: {plain_row['t_step_ms']:.1f} ms per decode step (the loop's timer)")
 
 # %% [markdown]
-# **Reading it.** Live, the shipped heads gain little: at best 1.17x for P-EAGLE (K=7) and 1.22x for EAGLE-3 (K=1),
+# **Reading it.** Live, the shipped heads gain little: at best 1.22x for P-EAGLE (K=4) and 1.19x for EAGLE-3 (K=1),
 # on 2 prompts. Their AL stays between 1.30 and 1.42 at every K, so parallel drafting has little to save. The oracle
-# makes 2.68x with one pass and 2.23x with seven. The round-time section tests that order.
+# makes 2.22x with one pass and 2.19x with seven. The round-time section tests that order.
 #
 # Every speed-up here is over the course's plain loop, which runs through the same target runner as the speculative
 # loop and records each step's top-two margin for the lossless check. transformers' own `generate` (`hf-greedy`) ran
-# at 0.931x of it here. Single timings on this host move: 09's fixed run (P-EAGLE at K=4 against plain decoding, one
-# prompt, one timing each) ran 0.88x, where this run's K=4 row reads 1.11x on 2 prompts.
+# at 0.956x of it here. Single timings on this host move: 09's fixed run (P-EAGLE at K=4 against plain decoding, one
+# prompt, one timing each) ran 1.07x, where this run's K=4 row reads 1.22x on 2 prompts.
 #
 # ### bfloat16 against float32, in tokens per second
 #
@@ -178,9 +178,9 @@ else:
     print("on a GPU the course runs in its native dtype; no float32 comparison")
 
 # %% [markdown]
-# **Reading it.** On this host bfloat16 decodes faster than float32 in this run: plain bf16 at 16.6 tokens/s is 1.13x
-# plain float32 (14.6), and P-EAGLE in bf16 at K=7 makes 17.7 tokens/s, 1.21x plain float32. So the bf16 speed-ups of
-# this chapter hold against float32 too here, on 2 prompts and one timing each. The cell times all three side by side
+# **Reading it.** In this run plain bfloat16 decoding is barely faster than float32: 12.8 tokens/s against 12.6
+# (1.01x). P-EAGLE in bf16 at K=4 makes 15.6 tokens/s, 1.24x plain float32. So the bf16 speed-ups of this chapter
+# hold against float32 too here, on 2 prompts and one timing each; the dtype's own gain is what moves from run to run. The cell times all three side by side
 # because steps timed in different chapters and runs do not compare (the dtype, the load and the prompts all differ).
 #
 # ## Lossless, in two regimes
@@ -319,12 +319,12 @@ for label, res in runs:  # the oracle pair: each run's best one-pass K against K
               f"{pa['verify_ms']:.1f} and {pb['verify_ms']:.1f} ms ({pb['verify_ms'] - pa['verify_ms']:+.1f} ms noise)")
 
 # %% [markdown]
-# **Reading it.** Verification is over nine tenths of every P-EAGLE round (`verify_share` 0.916 to 0.929).
-# EAGLE-3's drafting share grows with K.
+# **Reading it.** Verification is over nine tenths of every P-EAGLE round (`verify_share` 0.913 to 0.927).
+# EAGLE-3's drafting share grows with K (0.0578 at K=1, 0.158 at K=4).
 #
-# Here one pass makes 2.68x against seven passes' 2.23x, and drafts in 5.00 ms a round against 18.27. Verification of
-# the same tokens took 58.0 and 61.8 ms: noise of about a third of the drafting saving. One pass wins on 2 of 2
-# prompts (p = 0.5): two prompts cannot show an order. In the committed float32 runs of `cpu-epyc-avx2-2c` one pass is
+# Here one pass makes 2.22x against seven passes' 2.19x, and drafts in 8.06 ms a round against 25.23. Verification of
+# the same tokens took 91.6 and 81.3 ms: noise of more than half the drafting saving, against the one pass. One pass
+# wins on 2 of 2 prompts (p = 0.5): two prompts cannot show an order. In the committed float32 runs of `cpu-epyc-avx2-2c` one pass is
 # shown faster: 1.59x against 1.46x on code (22 of 24 prompts), and on 24 of 24 chat prompts.
 #
 # ## What it takes: the break-even picture
@@ -379,8 +379,8 @@ print(f"\nthe blog's ALs on the GPU cost model (K=7): P-EAGLE 3.94 / {gpu_round[
 
 # %% [markdown]
 # **Reading it.** In bf16 the shipped head clears the round; in the fp32 runs it does not. At K=7 the bf16 rounds
-# cost 1.14 decode steps (this run) and 1.26 (committed), and P-EAGLE's AL of 1.39 and 1.55 gives 1.19x and 1.20x
-# decode. The fp32 rounds cost 1.98 and 1.95 steps, and the head falls below 1x (0.73x, 0.63x). Those fp32 lines come
+# cost 1.29 decode steps (this run) and 1.26 (committed: one line with the GPU model's P-EAGLE round), and P-EAGLE's AL
+# of 1.39 and 1.55 gives 1.05x and 1.20x decode. The fp32 rounds cost 1.98 and 1.95 steps, and the head falls below 1x (0.73x, 0.63x). Those fp32 lines come
 # from the other host (the shipped head) and from earlier heads (the 5 x 64 run): they show the fp32 round's cost,
 # not this head's fp32 speed-up here.
 #
@@ -465,11 +465,11 @@ print(f"committed ({host_run['dir']}), P-EAGLE at K={m7['k']}: round {round7:.2f
 #   bf16 run, against 2.25x for the oracle.
 # - Speculation stays lossless in bf16: every live divergence is a near-tie. A broken acceptance rule fails at a
 #   margin of 5.25.
-# - Verification is over nine tenths of a P-EAGLE round (`verify_share` 0.916 to 0.929).
-# - bf16 against float32 on this host, side by side: plain bf16 1.13x plain float32, P-EAGLE in bf16 1.21x.
+# - Verification is over nine tenths of a P-EAGLE round (`verify_share` 0.913 to 0.927).
+# - bf16 against float32 on this host, side by side: plain bf16 1.01x plain float32, P-EAGLE in bf16 1.24x.
 # - At the paper's acceptance one parallel pass is shown faster than seven sequential ones in the committed float32
-#   runs of `cpu-epyc-avx2-2c`: 1.59x against 1.46x on code (22 of 24 prompts), and live in 06 on 8 of 8 list
-#   requests. This run's 2 prompts agree in direction (2.68x against 2.23x) but are too few to show it.
+#   runs of `cpu-epyc-avx2-2c`: 1.59x against 1.46x on code (22 of 24 prompts), and live in 06 on 10 of 12 list
+#   requests. This run's 2 prompts agree in direction (2.22x against 2.19x) but are too few to show it.
 # - On the committed bf16 round (1.26 steps), 2x decode at K=7 needs AL 2.52, a per-slot rate of 0.611; the shipped
 #   head reached AL 1.55 there.
 #

@@ -181,8 +181,8 @@ def plot_break_even(curves: list[dict], points: list[dict] = (), k: int = 7, pat
     for m in merged:
         style = m["style"] or {"color": next(colors)}
         ax.plot(al, [speedup_model(a, m["cost"]) for a in al], **style,
-                label=f"round {min(m['costs']):.2f}" + (f"-{max(m['costs']):.2f}" if len(m["costs"]) > 1 else "")
-                + " steps: " + "; ".join(m["labels"]))
+                label=f"round {'-'.join(dict.fromkeys(f'{c:.2f}' for c in (min(m['costs']), max(m['costs']))))} steps: "
+                + "; ".join(m["labels"]))
     for p, marker in zip(points, "osD^v<>P*"):
         ax.scatter([p["acceptance_length"]], [p["speedup"]], marker=marker, s=55, zorder=3, color="black",
                    label=f"measured: {p['label']}, AL {p['acceptance_length']:.2f}, {p['speedup']:.2f}x")

@@ -5,7 +5,8 @@ the first 16 prompts of the off-mix suite (written apart from the mix's waves, i
 acceptance carries beyond the style it trained on).
 
 The table (JSON) holds ``host``, ``prompts`` (their ids), ``max_new_tokens``, ``dtype`` and one row per head
-(``head``, ``path``, ``acceptance_length`` and ``per_position`` per K, ``divergences``). Rows already in the file
+(``head``, ``path``, ``acceptance_length``, ``per_position``, ``rounds``, ``attempted`` and ``per_prompt``
+(each prompt's ``[rounds, accepted drafts]``) per K, ``divergences``). Rows already in the file
 (same prompts) are kept, so heads trained later join the same table; a row with the same name is replaced."""
 
 from __future__ import annotations
@@ -70,7 +71,8 @@ def compare_heads(model, tokenizer, heads: list[tuple[str, str]], out, prompts: 
                            reference=reference, progress=False)
         doc["rows"].append(dict(head=name, path=path, acceptance_length=ev["acceptance_length"],
                                 per_position=ev["per_position_acceptance"], rounds=ev["rounds"],
-                                attempted=ev["attempted"], divergences=len(ev["divergences"])))
+                                attempted=ev["attempted"], per_prompt=ev["per_prompt"],
+                                divergences=len(ev["divergences"])))
         print(name, ev["acceptance_length"], flush=True)
         write_json(out, doc, indent=1)
     return doc

@@ -55,8 +55,9 @@ def evaluate_head(model, tokenizer, head: PEagleDrafter, prompts: list[str], set
     decoding: identical in float32 on a CPU; in bfloat16 / float16, and in float32 on a GPU, identical or diverging
     only at a near-tie (``divergence.tie_bound``; each divergence is reported with its logit margin). A divergence
     that ``divergence.lossless_verdict`` refuses raises :class:`NotLossless` with the numbers. Returns acceptance
-    length per K (pooled over prompts: 1 + accepted / rounds) and per-position acceptance
-    ``P(slot j accepted | slots < j accepted)``.
+    length per K (pooled over prompts: 1 + accepted / rounds), per-position acceptance
+    ``P(slot j accepted | slots < j accepted)`` and, per K, each prompt's ``[rounds, accepted drafts]``
+    (``per_prompt``, in the prompts' order).
 
     ``reference``: a dict reused across calls to keep the plain greedy outputs (one target pass per prompt
     instead of one per prompt and head)."""
@@ -68,6 +69,7 @@ def evaluate_head(model, tokenizer, head: PEagleDrafter, prompts: list[str], set
     per_k = {k: SpecStats(k=k) for k in ks}
     times = {k: 0.0 for k in ks}
     tokens, divergences = 0, []
+    per_prompt = {k: [] for k in ks}  # per K, one [rounds, accepted drafts] per prompt
     param = next(model.parameters())
     dtype, device = param.dtype, param.device
     regime = lossless_regime(dtype, device)
@@ -89,6 +91,7 @@ def evaluate_head(model, tokenizer, head: PEagleDrafter, prompts: list[str], set
                                       "`peagle-lab generate --check --dtype float32 --device cpu` reproduces a loop bug")
                 divergences.append(dict(k=k, prompt=text[:60], **div.as_dict()))
             per_k[k] = per_k[k].merge(res.stats)
+            per_prompt[k].append([res.stats.rounds, sum(res.stats.accepted)])
             times[k] += res.seconds
             bar.update(1)
     bar.close()
@@ -102,6 +105,7 @@ def evaluate_head(model, tokenizer, head: PEagleDrafter, prompts: list[str], set
                                  for k in ks},
         rounds={k: per_k[k].rounds for k in ks},
         attempted={k: list(per_k[k].attempted_at) for k in ks},  # per slot: the rounds that reached it
+        per_prompt=per_prompt,
         seconds={k: round(times[k], 2) for k in ks},
     )
 

@@ -46,13 +46,49 @@ def plot_curves(curve: list[dict], deeper: list[dict]) -> None:
     plt.show()
 
 
+def prompt_spread(P: dict, S: dict, k: str, resamples: int = 2000, seed: int = 0) -> dict | None:
+    """How far the held-out AL gap (EAGLE-3 minus P-EAGLE at K=``k``) rests on which prompts were drawn, from the
+    rows' ``per_prompt`` counts (``[rounds, accepted]`` per prompt, the same prompts in both rows); ``None`` for a
+    row without them. ``gaps``: each prompt's own AL gap; ``interval``: the 2.5th and 97.5th percentiles of the
+    pooled gap over ``resamples`` draws of the prompts with replacement (a paired bootstrap: both heads on the same
+    draw); ``order``: the paired rule (a sign test over the prompts' gaps)."""
+    import random
+
+    from .payoff import sign_test, verdict_word
+
+    pp, ps = (row.get("per_prompt", {}).get(k) for row in (P, S))
+    if not pp or not ps or len(pp) != len(ps):
+        return None
+
+    def pooled(rows, idx):  # AL over the drawn prompts: 1 + accepted / rounds
+        return 1 + sum(rows[i][1] for i in idx) / max(1, sum(rows[i][0] for i in idx))
+
+    n, rng = len(pp), random.Random(seed)
+    draws = sorted(pooled(ps, idx) - pooled(pp, idx)
+                   for idx in ([rng.randrange(n) for _ in range(n)] for _ in range(resamples)))
+    gaps = [(1 + a / max(1, r)) - (1 + b / max(1, q)) for (r, a), (q, b) in zip(ps, pp)]
+    wins, m = sum(g > 0 for g in gaps), sum(g != 0 for g in gaps)  # a tie tells neither way
+    word = {"shown faster": "EAGLE-3 shown to accept more", "shown slower": "P-EAGLE shown to accept more"}.get(
+        verdict_word(wins, m), "neither shown to accept more")
+    return dict(gaps=gaps, interval=(draws[int(0.025 * resamples)], draws[int(0.975 * resamples) - 1]), verdict=word,
+                order=f"EAGLE-3 ahead on {wins} of {m} prompts, sign test p = {sign_test(wins, m):.2g}: {word}")
+
+
 def heldout_lines(P: dict, S: dict, n_prompts: int, n_new: int, tie: float) -> list[str]:
     """The committed held-out comparison of the P-EAGLE row ``P`` and the EAGLE-3 row ``S``: AL at each K with who
-    accepts more (a gap under ``tie`` is a tie), then per K each slot's rate with the rounds that reached it and AL
-    rebuilt from the rates: AL = 1 + p1 + p1 p2 + ... (a row without counts estimates them from tokens / AL, ``~``)."""
+    accepts more, then per K each slot's rate with the rounds that reached it and AL rebuilt from the rates:
+    AL = 1 + p1 + p1 p2 + ... (a row without counts estimates them from tokens / AL, ``~``). Rows with per-prompt
+    counts are judged by the paired rule over prompts, with a bootstrap interval (:func:`prompt_spread`); rows
+    without them by the gap against ``tie``."""
     out = []
     for k, p in P["acceptance_length"].items():
         s = S["acceptance_length"][k]
+        spread = prompt_spread(P, S, k)
+        if spread:
+            lo, hi = spread["interval"]
+            out.append(f"  K={k}: P-EAGLE {p:.3f}, EAGLE-3 {s:.3f}, gap {s - p:+.3f} (95% interval over the prompts "
+                       f"{lo:+.3f} to {hi:+.3f}); per prompt: {spread['order']}")
+            continue
         verdict = "a tie" if abs(s - p) < tie else f"{'EAGLE-3' if s > p else 'P-EAGLE'} accepts more per round"
         out.append(f"  K={k}: P-EAGLE {p:.3f}, EAGLE-3 {s:.3f}, gap {s - p:+.3f}: {verdict}")
     for k in P["per_position"]:
@@ -72,15 +108,17 @@ def heldout_lines(P: dict, S: dict, n_prompts: int, n_new: int, tie: float) -> l
 
 def live_lines(P: dict | None, S: dict | None, live: dict, ks: list, tie: float) -> list[str]:
     """The live check beside the committed held-out rows: at each K, this run's two ALs and their gap (a check on a
-    few prompts, so no verdict), then who accepts more on the held-out prompts where the file holds that K (a gap
-    under ``tie`` is a tie)."""
+    few prompts, so no verdict), then who accepts more on the held-out prompts where the file holds that K (by the
+    paired rule over prompts where the rows keep them, else a gap under ``tie`` is a tie)."""
     out = []
     for k in ks:
         p, s = (live[kind]["acceptance_length"][k] for kind in ("parallel", "sequential"))
         line = f"this run, K={k}: P-EAGLE {p:.2f}, EAGLE-3 {s:.2f} (gap {s - p:+.2f})"
         if P and S and str(k) in P["acceptance_length"]:
             gap = S["acceptance_length"][str(k)] - P["acceptance_length"][str(k)]
-            who = "a tie" if abs(gap) < tie else f"{'EAGLE-3' if gap > 0 else 'P-EAGLE'} accepts more"
+            spread = prompt_spread(P, S, str(k))  # the paired rule over prompts where the rows keep them
+            who = spread["verdict"] if spread else (
+                "a tie" if abs(gap) < tie else f"{'EAGLE-3' if gap > 0 else 'P-EAGLE'} accepts more")
             line += f"; held-out: {who} (gap {gap:+.2f})"
         out.append(line)
     return out

@@ -290,6 +290,10 @@ def test_evaluate_head_reports_acceptance_and_checks_losslessness(tiny_llama, by
     assert all(1.0 <= v <= k + 1 for k, v in ev["acceptance_length"].items())
     assert len(ev["per_position_acceptance"][3]) == 3
     assert ev["attempted"][3][0] == ev["rounds"][3] >= ev["attempted"][3][1] >= ev["attempted"][3][2]  # slot 1: all
+    for k in (1, 3):  # per prompt, [rounds, accepted]: the pooled AL is their sum
+        per = ev["per_prompt"][k]
+        assert len(per) == 2 and sum(r for r, _ in per) == ev["rounds"][k]
+        assert ev["acceptance_length"][k] == pytest.approx(1 + sum(a for _, a in per) / ev["rounds"][k], abs=1e-4)
 
 
 # ------------------------------------------------------------------------------------------ distillation

@@ -74,3 +74,23 @@ def test_the_live_lines_print_this_runs_gap_and_the_heldout_verdict_beside_it():
     assert lines[1] == "this run, K=5: P-EAGLE 1.60, EAGLE-3 1.40 (gap -0.20)"  # no K=5 in the file
     close = dict(S, acceptance_length={"3": 1.82, "7": 2.5})
     assert heads_report.live_lines(P, close, live, [3], tie=0.05)[0].endswith("held-out: a tie (gap +0.02)")
+
+
+def _row(al: float, per_prompt: list[list[int]]) -> dict:
+    return {"acceptance_length": {"7": al}, "per_position": {}, "per_prompt": {"7": per_prompt}}
+
+
+def test_prompt_spread_judges_the_gap_by_its_prompts():
+    """EAGLE-3 ahead on all 8 prompts is shown (sign test p = 2/256); the bootstrap interval holds the pooled gap
+    and lies above zero; on identical rows the interval is a point at zero and nothing is shown."""
+    pp = [[10, 3 + i % 2] for i in range(8)]
+    ps = [[8, 6 + i % 3] for i in range(8)]
+    P, S = _row(1.0, pp), _row(1.0, ps)
+    spread = heads_report.prompt_spread(P, S, "7")
+    pooled = (1 + sum(a for _, a in ps) / sum(r for r, _ in ps)) - (1 + sum(a for _, a in pp) / sum(r for r, _ in pp))
+    lo, hi = spread["interval"]
+    assert 0 < lo <= pooled <= hi
+    assert spread["verdict"] == "EAGLE-3 shown to accept more" and "8 of 8 prompts, sign test p = 0.0078" in spread["order"]
+    same = heads_report.prompt_spread(P, _row(1.0, pp), "7")
+    assert same["interval"] == (0.0, 0.0) and same["verdict"] == "neither shown to accept more"
+    assert heads_report.prompt_spread(P, {"acceptance_length": {"7": 1.0}}, "7") is None  # a row without counts
