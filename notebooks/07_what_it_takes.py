@@ -145,7 +145,7 @@ print(f"plain loop: {plain_row['t_step_ms']:.1f} ms per decode step (the loop's 
 # Every speed-up here is over the course's plain loop, which runs through the same target runner as the speculative
 # loop and records each step's top-two margin for the lossless check. transformers' own `generate` (`hf-greedy`) ran
 # at 0.956x of it here. Single timings on this host move: 09's fixed run (P-EAGLE at K=4 against plain decoding, one
-# prompt, one timing each) ran 1.07x, where this run's K=4 row reads 1.22x on 2 prompts.
+# prompt, one timing each) ran 1.15x, where this run's K=4 row reads 1.22x on 2 prompts.
 #
 # ### bfloat16 against float32, in tokens per second
 #

@@ -110,7 +110,7 @@ print("the first token comes from the target:", run.sources[0] == viz.TARGET)
 print("lossless (identical, or in a near-tie regime a near-tie divergence; see the regime above):", run.lossless)
 
 # %% [markdown]
-# **Reading it.** P-EAGLE at K=4 commits 1.40 tokens per round (of a possible 5) and ran at 1.07x plain decoding's
+# **Reading it.** P-EAGLE at K=4 commits 1.40 tokens per round (of a possible 5) and ran at 1.15x plain decoding's
 # speed, faster, in one timing each. Its text leaves plain greedy's at token 12, at an exact tie: lossless by the
 # near-tie rule (00).
 #
@@ -350,7 +350,7 @@ print("\n".join(hosts.verdict_lines(committed)))  # each by the paired rule (06)
 #
 # One row per AL recorded for the shipped heads (`-`: not recorded; `rounds`: the row's sample). Rows compare only
 # where prompts, new tokens, K, dtype and host agree. The second cell prints each head's range. The live rows come from
-# the course's full run on `cpu-epyc-avx512bf16-2c`; 00's saved outputs are a later run on `cpu-epyc-avx2-2c`, with
+# runs of every chapter on `cpu-epyc-avx512bf16-2c`; the saved outputs of 00 to 04 come from `cpu-epyc-avx2-2c`, with
 # the same acceptance lengths (float32 greedy acceptance did not move between the two hosts).
 
 # %% tags=["nbval-ignore-output"]
@@ -405,7 +405,7 @@ print(f"07's {len(bench07)} committed benchmark rows: {min(bench07):.2f} to {max
 # %% [markdown]
 # ## What we saw
 #
-# - **Fixed run**: P-EAGLE at K=4 commits 1.40 tokens per round and ran at 1.07x plain decoding's speed (one timing).
+# - **Fixed run**: P-EAGLE at K=4 commits 1.40 tokens per round and ran at 1.15x plain decoding's speed (one timing).
 # - **bf16**: 51 of 216 committed bf16 outputs leave plain greedy, all at near-ties.
 # - **Speculative sampling**: the output follows p (TV 0.0041) despite a poor drafter.
 # - **Across hosts** (committed): with bf16 units both heads are shown faster than plain decoding (1.14x to 1.31x); in
