@@ -57,9 +57,10 @@ from peagle_lab import models, precision, settings
 # ### Lossless, exactly
 #
 # Greedy speculation commits only the target's own argmax tokens, so its output is plain greedy decoding's, token for
-# token. In float32 on a CPU it has been **identical** in every run and test of this course, and this chapter checks
-# every run. In bfloat16 or on a GPU, verifying K+1 rows at once can change a logit's last bits, so the output may
-# part from plain decoding where the top two logits nearly tie; 07 measures that. Lossless keeps the target's answer,
+# token. In float32 on a CPU the course's loop is built to be **identical** to it (the tests check it at every K, both
+# drafters), and this chapter checks every run. In bfloat16 or on a GPU, verifying K+1 rows at once can change a
+# logit's last bits, so the output may part from plain decoding where the top two logits nearly tie; 07 measures
+# that. Lossless keeps the target's answer,
 # right or wrong: the plain answer below is not correct code.
 
 # %% [markdown]
@@ -188,10 +189,11 @@ for key, value in [("target_params", n_params), ("greedy_tokens_per_s", round(to
 # for that. Why the gap: at batch 1 a forward mostly streams the weights from memory, and extra rows reuse weights
 # already read, so they are nearly free while the arithmetic keeps up. The H200's does; this CPU's float32 arithmetic
 # does not, so 6 rows cost almost two steps. bfloat16 halves the bytes, and a CPU with bf16 units multiplies faster:
-# there verifying 8 tokens costs about 1.1 steps (09's host table: 1.07). These are medians of a few repeats in one run; they move
-# between runs (each chapter prints its own). The H200 step is an eager PyTorch loop, not a serving engine: read its
-# ratio, not its milliseconds. Random weights cost the same as trained ones: a forward's time depends on the shapes,
-# not on the values.
+# there verifying 8 tokens costs about 1.1 steps (09's host table: 1.07). That is a ratio within one dtype; the
+# bf16 step itself need not be much faster than a float32 one (07 times both side by side). These are medians of a
+# few repeats in one run; they move between runs (each chapter prints its own). The H200 step is an eager PyTorch
+# loop, not a serving engine: read its ratio, not its milliseconds. Random weights cost the same as trained ones: a
+# forward's time depends on the shapes, not on the values.
 #
 # ## One speculative round, written out
 #
