@@ -485,11 +485,12 @@ for k_try, rounds_try in tries.items():
 # | `02_mask_tokens` | How does one pass draft K tokens? The drafter written from scratch. |
 # | `03_training_data` | What does a head train on? The target's answers, the draft vocabulary, the features. |
 # | `04_train_head` | How is a head trained? COD, the forward by hand, the loop by hand, the whole path. |
-# | `05_scale_and_acceptance` | How far does training go, and how do you train a head for your own model? |
+# | `05_scale_and_acceptance` | How far does training go, and why is acceptance below the paper's? |
 # | `06_parallel_vs_sequential` | What does a round cost each way, and when does parallel drafting pay? |
 # | `07_what_it_takes` | The shipped heads on open prompts; losslessness in bfloat16; what acceptance would pay here. |
 # | `08_vllm_deploy` | Serving a head with vLLM, under load and with tensor parallelism. |
 # | `09_explorer` | Drafts token by token; speculative sampling; the course's verdicts side by side. |
+# | `10_your_own_model` | How do you train a head for your own model, and in several processes? |
 #
 # `reference.md`, beside the notebooks, collects the glossary, the rules every measurement follows, the heads and
 # prompt sets, each chapter's run time and the questions users ask most, with the chapter that answers each.

@@ -738,5 +738,5 @@ report.record("nb04_own_path_al", round(sum(committed) / len(committed), 4));
 # - The loop by hand is the package's trainer step for step, and an interrupted run resumes exactly.
 # - Our own path is lossless, and its 40-step head, trained on list answers, commits 1.76 tokens a round at K=4.
 #
-# Next, `05_scale_and_acceptance`: what far more training buys per depth, a head for your own model, and why
-# acceptance stays below the paper's.
+# Next, `05_scale_and_acceptance`: what far more training buys per depth, and why acceptance stays below the
+# paper's.

@@ -19,8 +19,8 @@
 # **Goal:** see what a head's acceptance length is made of, what raises it, and which differences from the paper's
 # setup could explain its lower acceptance.
 #
-# You will compare the shipped heads, scale their training and probe the paper's gap (question 3); then move the
-# recipe to your own model (question 1) and to several processes.
+# You will compare the shipped heads prompt by prompt, see what more training and deeper heads buy, and probe the
+# paper's gap (question 3), down to what a wrong prompt layout costs. 10 takes the recipe to your own model.
 #
 # **Terms.** *Acceptance length* (AL): tokens committed per verification round, bonus token included. Slot j of a round
 # (j = 1..K) is depth j-1 in training. Its *rate* p_j is the share of rounds reaching slot j that accepted its draft.
@@ -160,6 +160,61 @@ print("\n".join(heads_report.live_lines(P, S, live, KS, TIE)))
 # The vLLM blog reports the reverse order: P-EAGLE 3.94, EAGLE-3 3.03 (GPT-OSS-20B, HumanEval, K=7). The shipped heads
 # differ in budget and data, so they cannot isolate the method. 06's committed matched pair, trained alike for 1,000
 # steps on list requests (one seed each), comes closer: there too EAGLE-3 accepts more.
+
+# %% [markdown]
+# ### Exercise: AL from each prompt's counts
+#
+# The comparison keeps each prompt's `[rounds, accepted drafts]`. Write `my_al(counts)`, the AL of a list of such
+# pairs pooled over its prompts, and `my_gaps(p_counts, s_counts)`, each prompt's AL gap (EAGLE-3 minus P-EAGLE). The
+# check sets yours against the recorded ALs at both K and against the gaps the verdict above counted. Then: why is the
+# pooled AL not the mean of the prompts' ALs? The next cell answers.
+
+# %% tags=["nbval-ignore-output"]
+def my_al(counts):
+    """AL pooled over prompts, from their [rounds, accepted drafts] pairs."""
+    raise NotImplementedError("write me: one line")
+
+
+def my_gaps(p_counts, s_counts):
+    """Each prompt's AL gap, EAGLE-3 (s_counts) minus P-EAGLE (p_counts)."""
+    raise NotImplementedError("write me: one line")
+
+
+def check_al(my_al, my_gaps):
+    """The exercise's check, on the committed per-prompt counts of both heads."""
+    for k in P["per_prompt"]:
+        pp, ps = P["per_prompt"][k], S["per_prompt"][k]
+        al_ok = all(abs(my_al(row["per_prompt"][k]) - row["acceptance_length"][k]) < 1e-3 for row in (P, S))
+        gaps_ok = all(abs(a - b) < 1e-9 for a, b in zip(my_gaps(pp, ps), heads_report.prompt_spread(P, S, k)["gaps"]))
+        print(f"K={k}: your pooled ALs match the recorded ones: {al_ok}; your per-prompt gaps match: {gaps_ok}")
+
+
+try:
+    check_al(my_al, my_gaps)
+except NotImplementedError as exc:
+    print(f"not written yet ({exc}); the answer is the next cell")
+
+# %% tags=["nbval-ignore-output"]
+# The answer. Pooling counts every round once, so a prompt with more rounds weighs more; the mean of the prompts' ALs
+# weighs every prompt once. Both heads see the same prompts, so the per-prompt gap pairs them.
+def my_al(counts):
+    return 1 + sum(a for _, a in counts) / sum(r for r, _ in counts)
+
+
+def my_gaps(p_counts, s_counts):
+    return [my_al([s]) - my_al([p]) for p, s in zip(p_counts, s_counts)]
+
+
+check_al(my_al, my_gaps)
+for name, row in (("P-EAGLE", P), ("EAGLE-3", S)):
+    per = [my_al([c]) for c in row["per_prompt"]["7"]]
+    print(f"{name} at K=7: pooled {my_al(row['per_prompt']['7']):.3f}, mean of the prompts' ALs "
+          f"{sum(per) / len(per):.3f} (prompts from {min(per):.2f} to {max(per):.2f})")
+
+# %% [markdown]
+# **Reading it.** Both heads' pooled ALs sit below the mean of their prompts' ALs (P-EAGLE 1.895 against 1.963, EAGLE-3
+# 2.532 against 2.842): a hard prompt takes more rounds, so it weighs more in the pool. Per prompt the spread is wide
+# (EAGLE-3 from 1.54 to 4.27), which is why 8 prompts leave the K=3 verdict open.
 #
 # ## 2 · What more training buys
 #
@@ -315,124 +370,6 @@ if runs:
 #
 # Beyond budget, the paper differs in target (GPT-OSS-20B), head depth (the two published GPT-OSS heads have 4 layers,
 # 08's last section) and benchmark; no run here isolates which costs the AL.
-#
-# ## 4 · Your own model and its chat template (question 1)
-#
-# Nothing in the recipe is specific to SmolLM2: taps, head shape and chat template (`prompts.chat_ids`) come from
-# the target. The next cells show the mechanics on a tiny Qwen3 with random weights (`peagle-lab make-tiny-target`).
-# On a GPU, `PEAGLE_TARGET=<your model> bash scripts/gpu_heads.sh` trains and installs both heads.
-
-# %% tags=["nbval-check-output"]
-from peagle_lab.settings import results_dir
-from peagle_lab.tiny_target import make_tiny_target
-
-tiny_dir = make_tiny_target(results_dir() / "nb05" / "tiny-qwen3")  # kept when already built
-tiny, tiny_tok = models.load_target(str(tiny_dir), device=DEVICE, dtype=precision.course_dtype(DEVICE))
-tc = tiny.config
-print(f"{type(tiny).__name__}: {tc.num_hidden_layers} layers, hidden {tc.hidden_size}, {tc.num_attention_heads} "
-      f"query / {tc.num_key_value_heads} KV heads, head dim {tc.head_dim}, vocabulary {tc.vocab_size:,}, tied "
-      f"embeddings {tc.tie_word_embeddings}")
-
-# %% tags=["smollm2-fact", "nbval-check-output"]
-from peagle_lab.prompts import chat_ids
-
-QUESTION = "Write a function that reverses a list."
-for name, tok in (("tiny Qwen3", tiny_tok), ("this run's target", tokenizer)):
-    ids = chat_ids(tok, QUESTION)
-    print(f"--- {name}: {len(ids)} prompt tokens ---\n{tok.decode(ids)}")
-
-# %% [markdown]
-# Each tokenizer brings its own template: SmolLM2's adds a default system message. The head also reads three
-# **taps**, the hidden states of a low, a middle and a high layer (`default_tap_layers`).
-#
-# ### Exercise: which layers are tapped?
-#
-# vLLM's EAGLE-3 taps the residual stream entering layers `2`, `L // 2` and `L - 3` of an L-layer target. Write that
-# rule as `my_taps` in the next cell; it prints the layer counts (1 to 64) where yours differs from the package's. Why
-# there, and what does the package give instead? The cell after it answers.
-
-# %% tags=["nbval-check-output"]
-import copy
-
-from peagle_lab.drafter.config import default_tap_layers
-from peagle_lab.training import pick_mask_token_id
-
-
-def my_taps(n_layers):
-    """The three layers an EAGLE-3 head taps in a target of ``n_layers`` layers."""
-    raise NotImplementedError("write me: vLLM's rule, about two lines")
-
-
-def check_taps(my_taps):
-    """The exercise's check, run on any `my_taps`."""
-    wrong = [n for n in range(1, 65) if tuple(my_taps(n)) != tuple(default_tap_layers(n))]
-    print(f"your taps and the package's agree at {64 - len(wrong)} of 64 depths" + (
-        f"; they differ at {wrong}, e.g. at {wrong[-1]} layers yours are {tuple(my_taps(wrong[-1]))}, the package's "
-        f"{default_tap_layers(wrong[-1])}" if wrong else ""))
-
-
-try:
-    check_taps(my_taps)
-except NotImplementedError as exc:
-    print(f"my_taps is not written yet ({exc}); the answer is the next cell")
-
-for n_layers in (30, tc.num_hidden_layers):  # SmolLM2's depth, the tiny target's
-    print(f"{n_layers} layers -> taps {default_tap_layers(n_layers)}")
-TINY_MASK = pick_mask_token_id(tiny_tok)
-tiny_cfg = PEagleConfig.from_target(copy.deepcopy(tc), mask_token_id=TINY_MASK, num_speculative_tokens=4)
-print(f"head for the tiny target: hidden {tiny_cfg.hidden_size}, {tiny_cfg.num_attention_heads} / "
-      f"{tiny_cfg.num_key_value_heads} heads, head dim {tiny_cfg.head_dim}, vocabulary {tiny_cfg.vocab_size:,}, "
-      f"taps {tiny_cfg.aux_hidden_state_layer_ids}, mask token {TINY_MASK} = "
-      f"{tiny_tok.convert_ids_to_tokens(TINY_MASK)!r}")
-
-# %% tags=["nbval-check-output"]
-# The answer. Below 7 layers the rule stops giving three increasing layers (4 layers: 2, 2, 1), so a shallow target is
-# tapped at the inputs of its first, middle and last layer instead (4 layers: 0, 2, 3).
-def my_taps(n_layers):
-    taps = (2, n_layers // 2, n_layers - 3)
-    return taps if taps[0] < taps[1] < taps[2] else (0, n_layers // 2, max(n_layers - 1, 0))
-
-
-check_taps(my_taps)
-
-# %% [markdown]
-# Below 7 layers the package falls back to its own `(0, L // 2, L - 1)` (`features/taps.py`); vLLM's rule has no
-# fallback. The tiny target's 8 layers get vLLM's taps.
-#
-# Next, the whole recipe on the tiny target: distil, extract, train a few steps, decode speculatively. Whatever the head
-# drafts, the output must match plain greedy.
-
-# %% tags=["nbval-ignore-output"]
-from peagle_lab.decoding.divergence import first_divergence, is_lossless, lossless_regime
-from peagle_lab.decoding.draft_sources import HeadDrafter
-from peagle_lab.decoding.speculative import plain_generate, speculative_generate
-from peagle_lab.decoding.target_runner import TargetRunner
-from peagle_lab.distill.data import DistillSettings, distill
-from peagle_lab.prompts import load_train_prompts
-from peagle_lab.training import TrainConfig, Trainer, TrainerOptions, prepare_sequences
-
-TINY_DATA = results_dir() / "nb05" / "tiny.jsonl"  # the tiny target's answers (distil resumes a file it wrote)
-tiny_records = distill(tiny, tiny_tok, load_train_prompts(settings.pick(8, 4)), TINY_DATA,
-                       DistillSettings(max_new_tokens=24, target=str(tiny_dir)), progress=False)
-tiny_seqs = prepare_sequences(tiny, tiny_records, progress=False)
-tiny_train = TrainConfig(mode="parallel", num_depths=4, layers=1, draft_vocab_size=1024, steps=settings.pick(12, 4),
-                         warmup_steps=1, lr=2e-3, batch_tokens=256, row_tokens=256, mask_token_id=TINY_MASK, seed=0,
-                         target=str(tiny_dir))
-tiny_res = Trainer(tiny_train, tiny, tiny_seqs, tiny_tok, TrainerOptions(progress=False, verbose=False)).train()
-print(f"{len(tiny_seqs)} sequences, taps {tuple(tiny_seqs[0]['taps'].shape[1:])} per token; "
-      f"{tiny_res.steps_done} steps, loss {tiny_res.log[0]['loss']:.2f} -> {tiny_res.log[-1]['loss']:.2f}")
-
-tiny_head = tiny_res.head.eval()
-same_taps = list(tiny_head.config.aux_hidden_state_layer_ids) == list(default_tap_layers(tc.num_hidden_layers))
-print("the trained head's taps are the ones from_target chose:", same_taps)
-runner = TargetRunner(tiny, tiny_head.config.aux_hidden_state_layer_ids)
-ids = chat_ids(tiny_tok, QUESTION)
-plain = plain_generate(runner, list(ids), 24, eos_ids=None)
-spec = speculative_generate(runner, HeadDrafter(tiny_head, "parallel"), list(ids), 4, 24, eos_ids=None)
-div = first_divergence(spec.tokens, plain, tiny.dtype, DEVICE)
-lossless = is_lossless([div.as_dict()] if div else [], lossless_regime(tiny.dtype, DEVICE))
-print("speculative output lossless against plain greedy:", lossless)
-assert same_taps and lossless
 
 # %% [markdown]
 # ### A template mismatch
@@ -464,62 +401,7 @@ print("against the trained layout: " + ", ".join(f"{name} {tmpl[t]['acceptance_l
 # %% [markdown]
 # **Reading it.** A head needs the layout it was trained on: on bare text it accepted no draft (AL 1.00 against
 # 1.52). Another system message gave 1.34, a drop two prompts cannot establish. The fix: distil and serve with your
-# model's chat template (`peagle-lab distill --target DIR`).
-#
-# ## 5 · Past one machine
-#
-# The trainer runs in several processes (DDP through accelerate). `--batch-tokens` is the global batch: each process
-# takes its share of every step's rows and DDP averages the gradients, so any number of processes should follow one
-# process's loss curve. The next cell checks it on this CPU: `peagle-lab train` trains the tiny target's head for a
-# few steps in one process, then in two (`torchrun --standalone --nproc_per_node 2`, gloo), both on the same data and
-# the same feature shards (`--features`).
-
-# %% tags=["nbval-ignore-output"]
-import os
-import subprocess
-import sys
-from pathlib import Path
-
-from peagle_lab.training.state import read_log
-
-work = results_dir() / "nb05" / "two-processes"  # this chapter's own folder: each run replaces its head there
-torchrun = Path(sys.executable).parent / "torchrun"
-launchers = {"one process": [sys.executable, "-m", "peagle_lab.cli"],
-             "two processes": [str(torchrun), "--standalone", "--nproc_per_node", "2", "-m", "peagle_lab.cli"]}
-train = ["train", "--data", str(TINY_DATA), "--target", str(tiny_dir), "--features", str(work / "features"),
-         "--device", "cpu", "--mode", "parallel", "-K", "4", "--layers", "1", "--draft-vocab-size", "1024",
-         "--steps", str(settings.pick(4, 2)), "--lr", "2e-3", "--warmup-steps", "1", "--batch-tokens", "512",
-         "--row-tokens", "256", "--mask-token-id", str(TINY_MASK), "--seed", "0", "--autocast", "float32",
-         "--eval-prompts", "0", "--eval-val-prompts", "0", "--overwrite"]
-losses = {}
-for name, launch in launchers.items():
-    out = work / name.replace(" ", "-")
-    done = subprocess.run(launch + train + ["--out", str(out)], env=dict(os.environ, OMP_NUM_THREADS="1"),
-                          capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr[-3000:]
-    losses[name] = [row["loss"] for row in read_log(out / "checkpoint" / "train_log.jsonl")]
-    print(f"{name:13s}: loss at steps 1..{len(losses[name])}: " + "  ".join(f"{x:.4f}" for x in losses[name]))
-gap = max(abs(a - b) / a for a, b in zip(*losses.values()))
-print(f"largest relative gap between the two runs' losses: {gap:.1e}")
-assert gap < 1e-3, "two processes left one process's loss curve"
-
-# %% [markdown]
-# **Reading it.** Two processes train as one: both runs log the same loss at every step, 7.3126 down to 3.5733 over
-# 4 steps, to the 4 decimals the log keeps. A GPU run uses the same command line (not run here).
-#
-# For a 7-8B target on 8 GPUs:
-#
-# ```bash
-# peagle-lab extract --distilled DATA --split train --out FEATURES/part-train --max-seq-len 2048   # once
-# torchrun --nproc_per_node 8 -m peagle_lab.cli train --data DATA --features FEATURES --out HEAD \
-#     --mode parallel -K 8 --layers 1 --draft-vocab-size 32768 --autocast bfloat16 --max-seq-len 2048 \
-#     --row-tokens 4096 --batch-tokens 65536 --lr 5e-4 --warmup-steps 200 --time-budget 36000 --steps 1000000
-# accelerate launch --multi_gpu --num_processes 8 -m peagle_lab.cli train ...    # the same, through accelerate
-# ```
-#
-# Without `--features`, one process computes the taps online and keeps them in memory; several processes each
-# extract their share once into bf16 shards under the run's folder (an 8B target's take 24 KiB per token, notebook
-# 01).
+# model's chat template (`peagle-lab distill --target DIR`); 10 takes the recipe to a model of your own.
 #
 # ## What we saw
 #
@@ -530,8 +412,7 @@ assert gap < 1e-3, "two processes left one process's loss curve"
 # - **Scale:** continuing `exp-L1` raised its AL from 1.737 to 1.895 (the shipped head); in the same 2400 s, 2 or 4
 #   layers scored below 1 layer (1.292 at 4 layers against 1.512).
 # - **Recipe runs:** at 180 s no setting beats the studies' seed spread (best +0.028 against 0.052).
-# - **Your own model:** the recipe runs losslessly on a tiny Qwen3; on bare text, SmolLM2's head accepted no draft.
-# - **Two processes** (`torchrun`, gloo) logged the same loss as one at every step of the tiny target's head.
+# - **Prompt layout:** on bare text SmolLM2's head accepted no draft (AL 1.00 against 1.52 in its chat template).
 #
 # Next, `06_parallel_vs_sequential`: what a drafting round costs per head, and the speed-up.
 
@@ -548,7 +429,7 @@ for kind, ev in live.items():  # section 1's live K sweep
 report.record("shipped_heads_lossless", all(ev["lossless"] for ev in live.values()))
 for kind, row in (("parallel", P), ("sequential", S)):  # section 1's committed held-out comparison
     report.record(f"shipped_{kind}_heldout_acceptance_length_k7", (row or {}).get("acceptance_length", {}).get("7"))
-for t, ev in tmpl.items():  # section 4's template mismatch
+for t, ev in tmpl.items():  # section 3's template mismatch
     book.add(f"template: {layout[t][:40]}", head_names["parallel"], prompt_set="held-out split",
              prompts=len(tmpl_prompts), new_tokens=TMPL_NEW, k=TK, rounds=ev["rounds"][TK],
              acceptance_length=ev["acceptance_length"][TK])

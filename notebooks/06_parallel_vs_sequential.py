@@ -523,4 +523,4 @@ from peagle_lab.workbook import report
 out_dir = settings.results_dir() / "bench" / "nb06"
 bench.write_results({"drafting_cost": dc}, out_dir)
 report.record("drafting_ratio_seq_over_par", bench.headline({"drafting_cost": dc})["drafting_ratio_seq_over_par"])
-report.record("hardware", dc["env"]["hardware"])
+report.record("hardware", dc["env"]["hardware"]);

@@ -276,7 +276,7 @@ print(f"  oracle K={o['k']}: AL {o['acceptance_length']:.2f} over {o['rounds']} 
 # **Reading it.** A deeper K helps the shipped heads little: at K=7 P-EAGLE's slot 2 is accepted in 2 of 17 rounds
 # (18 rounds accepted slot 1, but the token budget cut one of them short), and slots 5 to 7 are never reached. Neither
 # head is shown faster than plain on 2 prompts (each ahead on 2 of 2, p = 0.5). Neither head is shown faster than the
-# other, here (P-EAGLE ahead on 0 of 2, p = 0.5) or in the committed run (15 of 24, p = 0.31). The oracle's AL 4.00 sits
+# other, here (P-EAGLE ahead on 1 of 2, p = 1) or in the committed run (15 of 24, p = 0.31). The oracle's AL 4.00 sits
 # above the 3.79 its rate expects at this 40-token budget: 20 rounds are a small draw.
 #
 # ## Where a round's time goes, and the oracle pair

@@ -444,14 +444,16 @@ print(f"07's {len(bench07)} committed benchmark rows: {min(bench07):.2f} to {max
 # | the training forward and loss, EAGLE-3's training-time test, the training loop | 04 | the trainer, step by step |
 # | a training element against the draft it teaches | 04 | `one_pass_logits`, within 1e-4 |
 # | the whole path: the hand-trained head drafting in the round | 04 | plain greedy and the package's loop, round by round |
-# | the tap layers of any target (exercise) | 05 | the package's rule |
+# | AL pooled from each prompt's counts, and the per-prompt gaps (exercise) | 05 | the recorded ALs; the verdict's gaps |
+# | the tap layers of any target (exercise) | 10 | the package's rule |
 # | the pass shapes of both modes (exercise); the paired rule; the oracle's drafts | 06 | the drafting hook; `payoff`; `RatedOracleDrafter` |
 # | the break-even acceptance (exercise) | 07 | `constant_rate_for` |
 # | the export to vLLM's eagle3 layout: tensors and `config.json` | 08 | `export_vllm`: every tensor equal, every key of ours equal |
 # | AL and per-position rates from vLLM's counters (exercise) | 08 | our loop's counting, 500 random sets of rounds; vLLM's AL |
 # | speculative sampling | 09 | the target distribution, 20,000 draws |
 #
-# Next: the repository's `README.md` and `docs/`.
+# Next, `10_your_own_model`: the recipe on a model of your own, and training in several processes; then the
+# repository's `README.md` and `docs/`.
 
 # %% jupyter={"source_hidden": true}
 # Records, after the lesson: this chapter's figures for the workbook's summary (SUMMARY.md) and its ledger rows.

@@ -10,7 +10,7 @@ def plot_heldout_and_live(rows: dict, live: dict, ks: list, titles: tuple[str, s
     """Plots AL against K: the committed held-out rows (kind -> row or None) left, this run's `live` right."""
     import matplotlib.pyplot as plt  # on first plot: importing the package creates no matplotlib cache
 
-    fig, axes = plt.subplots(1, 2, figsize=(13, 4.5))
+    fig, axes = plt.subplots(1, 2, figsize=(13, 4.5), sharey=True)  # one AL scale: the panels compare by eye
     for kind, row in rows.items():
         if row:
             axes[0].plot([int(k) for k in row["acceptance_length"]], list(row["acceptance_length"].values()),

@@ -52,6 +52,7 @@ PHASES = {
     "08_vllm_deploy": [MADE, ("our loop, before vLLM starts", "target + head + loop"),
                        ("vLLM's engine, after our copy is freed", "vllm")],
     "09_explorer": [("both heads on offer and the loop", "target + 2 head + loop")],
+    "10_your_own_model": [("the target, for its chat template (the tiny target's head is small)", "target")],
 }
 
 
