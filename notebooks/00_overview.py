@@ -184,11 +184,11 @@ for key, value in [("target_params", n_params), ("greedy_tokens_per_s", round(to
     record(key, value, notebook="00_overview")
 
 # %% [markdown]
-# **Reading it.** In float32 on this CPU (its host name is printed last), verifying K=5 drafts costs 1.86 one-token
-# steps, against 1.17 on the H200. A round here must commit more than 1.86 tokens, plus drafting's time, just to pay
+# **Reading it.** In float32 on this CPU (its host name is printed last), verifying K=5 drafts costs 1.99 one-token
+# steps, against 1.17 on the H200. A round here must commit more than 1.99 tokens, plus drafting's time, just to pay
 # for that. Why the gap: at batch 1 a forward mostly streams the weights from memory, and extra rows reuse weights
 # already read, so they are nearly free while the arithmetic keeps up. The H200's does; this CPU's float32 arithmetic
-# does not, so 6 rows cost almost two steps. bfloat16 halves the bytes, and a CPU with bf16 units multiplies faster:
+# does not, so 6 rows cost about two steps (9 rows measured 1.93: timing noise of one run). bfloat16 halves the bytes, and a CPU with bf16 units multiplies faster:
 # there verifying 8 tokens costs about 1.1 steps (09's host table: 1.07). That is a ratio within one dtype; the
 # bf16 step itself need not be much faster than a float32 one (07 times both side by side). These are medians of a
 # few repeats in one run; they move between runs (each chapter prints its own). The H200 step is an eager PyTorch
@@ -279,7 +279,9 @@ print("tokens per round", rounds_lookup)
 
 # %% [markdown]
 # **Reading it.** Prompt lookup is lossless and pays in bursts: two rounds committed 6 and 5 tokens where the answer
-# repeated earlier text, but 30 of 35 rounds committed only the bonus token. AL 1.37.
+# repeated earlier text, but 30 of 35 rounds committed only the bonus token. AL 1.37. The rounds commit 48 tokens,
+# one more than the 47 after the prefill's own: the last round's bonus falls past the 48-token budget, counted in AL
+# and cut from the output (`reference.md`, "Acceptance length").
 #
 # ## A learned drafter in the same loop
 #
@@ -360,7 +362,7 @@ print("hand-written P-EAGLE vs plain greedy:", "identical" if div is None else d
 # **Reading it.** Both hand-written loops reach the package's acceptance lengths, and every output is plain greedy
 # decoding's. The P-EAGLE head commits 1.47 tokens a round, prompt lookup 1.37. In P-EAGLE's first round 3 of 5
 # drafts were accepted; rolling back the 2 rejected ones shrinks the target's cache from 48 positions to 46. Both are
-# slower than plain decoding here (0.58x and 0.70x): verifying 5 drafts costs 1.86 steps, more than either commits.
+# slower than plain decoding here (0.73x and 0.75x): verifying 5 drafts costs 1.99 steps, more than either commits.
 # One timing each cannot order the two drafters; 07 times 24 prompts.
 #
 # ### Acceptance length, draft by draft
@@ -501,8 +503,8 @@ for k_try, rounds_try in tries.items():
 # - A round is five steps: draft, verify, accept, bonus, roll back. The hand-written loop matches the package's with
 #   both drafters: prompt lookup, no model (AL 1.37), and the shipped P-EAGLE head (AL 1.47).
 # - Every speculative output here is identical to plain greedy decoding (float32, CPU).
-# - Verifying K=5 drafts costs 1.86 one-token steps, more than the 1.47 tokens a P-EAGLE round commits: it ran at
-#   0.70x here.
+# - Verifying K=5 drafts costs 1.99 one-token steps, more than the 1.47 tokens a P-EAGLE round commits: it ran at
+#   0.75x here.
 # - Draft 1 supplied 80% of the extra tokens. K=10 gave the same AL as K=5: a larger K cannot rescue weak early drafts.
 #
 # Next: `01_hidden_states`, the features every EAGLE-3 and P-EAGLE drafter reads.

@@ -420,7 +420,8 @@ print("\n".join(studies.reach_lines(rows, mask_runs)))  # how many rounds per ru
 # so it predicts one step past a known token. P-EAGLE's slot 2 sees only the mask: in the same single layer it must
 # work out what x_{n+2} will be *and* what follows it, two steps of prediction with the compute of one. Where it is
 # unsure of x_{n+2}, its draft for x_{n+3} is a bet across the continuations of each candidate. More layers give it
-# more compute for both steps, and the published GPT-OSS heads have 4 (their configs, 08's last section); at this
+# more compute for both steps, and the published GPT-OSS heads have 4 (their model cards say so; 08's last section
+# quotes them); at this
 # course's training budgets a 2- or 4-layer head
 # did not catch up (05), so whether depth closes the gap here stays open.
 #

@@ -450,7 +450,7 @@ del ttt, head
 
 
 # %% [markdown]
-# **Reading it.** The hand unroll is the package's objective: loss 4.7812 both ways. (This is the shipped, trained
+# **Reading it.** The hand unroll is the package's objective: loss 4.7808 both ways. (This is the shipped, trained
 # EAGLE-3 head on 61 tokens of a list answer; the untrained P-EAGLE row above, 17.77, is another head, row and depth
 # count, so the two losses do not compare.)
 #
@@ -635,7 +635,7 @@ report.record("nb04_train_steps", res.steps_done)
 report.record("nb04_final_depth_accuracy", acc);
 
 # %% [markdown]
-# **Reading it.** The head learns most at depth 0: over the last quarter its accuracy is 0.4703 there, 0.1926 to 0.207
+# **Reading it.** The head learns most at depth 0: over the last quarter its accuracy is 0.4703 there, 0.1931 to 0.207
 # deeper (in-sample), only a little above always drafting the most frequent answer token, a space (0.164). In the
 # warm-up the loss swings most at depths 1 to 7 (middle panel). From step 15 it is below the uniform guess.
 #
@@ -723,8 +723,8 @@ report.record("nb04_own_path_al", round(sum(committed) / len(committed), 4));
 # **Reading it.** Our own path is lossless: its output equals plain greedy decoding, and each round accepts what the
 # package's loop accepts. And the head drafts: after 40 steps it commits 1.76 tokens a round at K=4 over 54 rounds,
 # often 3 (on counting, a learnable pattern). This path does not time itself, so its speed is an estimate, not a
-# measurement: 00's timing cell measured a float32 verify pass of 6 tokens at 1.86 one-token steps (a K=4 round
-# verifies 5, a little less), so at 1.76 tokens a round this head would run at about 1.76 / 1.86 = 0.95x of plain
+# measurement: 00's timing cell measured a float32 verify pass of 6 tokens at 1.99 one-token steps (a K=4 round
+# verifies 5, a little less), so at 1.76 tokens a round this head would run at about 1.76 / 1.99 = 0.88x of plain
 # decoding, before drafting's own time. bf16 verifies cheaper in decode steps (06). 06 races a pair
 # trained far longer (1,000 steps, committed) on the same kind of text.
 #

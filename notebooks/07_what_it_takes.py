@@ -237,7 +237,7 @@ print("an off-by-one acceptance rule, first prompt, K=3:",
 # ### Speed-up and acceptance, slot by slot
 #
 # The plots show measured (solid) and ideal (dashed) speed-up against K, then AL against its bound K+1, where the
-# K-pass oracle (hollow, dashed) overlaps the oracle: same draws. The cell prints per-slot counts, accepted over
+# K-pass oracle (a hollow marker) overlaps the oracle: same draws. The cell prints per-slot counts, accepted over
 # reached (`-`: never reached). Their ratio is p_j = P(slot j accepted | every earlier slot accepted). Then it applies
 # the paired rule to each head at its best K.
 

@@ -451,9 +451,8 @@ for path in sorted(RESULTS.glob("*/tensor-parallel/tensor_parallel.json")):
 # grows to 4.78 plain steps while acceptance length holds: batching likely fills the idle compute verification needed
 # (utilisation is not measured here). At 1 request vLLM's whole round costs about 1.29 of its own plain steps (AL over
 # throughput; the repeats' spread, 0.87x to 1.14x, puts it between about 1.14 and 1.49), where our transformers loop
-# pays about 1.9 to 2.1 steps in float32 for the verify pass alone (00's timing cell, 6 and 9 tokens, on the course's
-# hosts): each engine has its own ratio, so compare round
-# costs within one engine.
+# pays 1.99 and 1.93 steps in float32 for the verify pass alone (00's timing cell, 6 and 9 tokens): each
+# engine has its own ratio, so compare round costs within one engine.
 #
 # **GPU:** verifying K+1 tokens costs only 1.146 to 1.181 decode steps over K = 1 to 8. At K=8, drafting is 6% of a
 # P-EAGLE round against 31% for EAGLE-3: a cost model, not a measured speed-up.

@@ -350,8 +350,7 @@ print("\n".join(hosts.verdict_lines(committed)))  # each by the paired rule (06)
 #
 # One row per AL recorded for the shipped heads (`-`: not recorded; `rounds`: the row's sample). Rows compare only
 # where prompts, new tokens, K, dtype and host agree. The second cell prints each head's range. The live rows come from
-# runs of every chapter on `cpu-epyc-avx512bf16-2c`; the saved outputs of 00 to 04 come from `cpu-epyc-avx2-2c`, with
-# the same acceptance lengths (float32 greedy acceptance did not move between the two hosts).
+# the chapters' runs on `cpu-epyc-avx512bf16-2c`, the host of every chapter's saved outputs.
 
 # %% tags=["nbval-ignore-output"]
 # this chapter's live runs as ledger rows (the last code cell records them); 00's prime check named as 00 names it
