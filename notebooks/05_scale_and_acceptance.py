@@ -309,19 +309,20 @@ print(f"\nthe blog's AL {PAPER_AL} at K={PAPER_K} (HumanEval) needs every slot a
 
 # %% [markdown]
 # **Reading it.** Every head's accuracy collapses after depth 0: the shipped P-EAGLE head falls from 0.453 to 0.175.
-# These accuracies are scored on held-out sequences of the training mix, each depth whether or not earlier depths were
-# right, so they are not section 1's rates on its own prompts. Those rates (0.62, 0.34, 0.24 for slots 1 to 3) all
-# sit below the blog's 0.78 per slot.
+# Its live rates on section 1's prompts (0.62, 0.34, 0.24 for slots 1 to 3) all sit below the blog's 0.78 per slot.
+# Continuing a run helped (`exp-L1` 1.737, then 1.895 as the shipped head); more layers did not, in the same 2400 s
+# (4 layers 1.292 against 1 layer's 1.512) nor at equal tokens (1.379 against 1.292 at 500,051 tokens seen).
 #
-# Continuing a run helped where it can be compared: `exp-L1` scores 1.737 on section 1's prompts and 1.895 once
-# continued on fresh records (the shipped head). The learning curves, scored on 8 held-out prompts that are not section
-# 1's, peak at 1.437 (P-EAGLE) and 1.455 (EAGLE-3), below `exp-L1`'s last snapshot, 1.512. They used a smaller file and
-# other settings; no run here isolates which difference matters. Both dip where the `-cont` leg starts, perhaps because
-# `--init-from` restarts the optimizer and warm-up (untested).
+# <details><summary>How sure is this?</summary>
 #
-# More layers did not help in the same 2400 s: 4 layers reach 1.292 against 1 layer's 1.512. Nor at equal tokens:
-# at 500,051 tokens seen, 1 layer scores 1.379 against 4 layers' 1.292 (2 layers has no snapshot there; the right
-# plot sets all three side by side near 300k tokens, where 4 layers sit a little above 2: depth does not order them).
+# The accuracies are scored on held-out sequences of the training mix, each depth whether or not earlier depths were
+# right, so they are not section 1's rates. The learning curves, scored on 8 other held-out prompts, peak at 1.437
+# (P-EAGLE) and 1.455 (EAGLE-3), below `exp-L1`'s last snapshot, 1.512; they used a smaller file and other settings,
+# and no run here isolates which difference matters. Both dip where the `-cont` leg starts, perhaps because
+# `--init-from` restarts the optimizer and warm-up (untested). 2 layers has no snapshot near 500,051 tokens; near
+# 300k tokens the right plot has 4 layers a little above 2: depth does not order them. One seed per head.
+#
+# </details>
 #
 # ## 3 · Why is my acceptance length below the paper's? (question 3)
 #

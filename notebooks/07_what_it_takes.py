@@ -142,10 +142,14 @@ print(f"plain loop: {plain_row['t_step_ms']:.1f} ms per decode step (the loop's 
 # on 2 prompts. Their AL stays between 1.30 and 1.42 at every K, so parallel drafting has little to save. The oracle
 # makes 2.22x with one pass and 2.19x with seven. The round-time section tests that order.
 #
+# <details><summary>How sure is this?</summary>
+#
 # Every speed-up here is over the course's plain loop, which runs through the same target runner as the speculative
 # loop and records each step's top-two margin for the lossless check. transformers' own `generate` (`hf-greedy`) ran
 # at 0.956x of it here. Single timings on this host move: 09's fixed run (P-EAGLE at K=4 against plain decoding, one
 # prompt, one timing each) ran 1.15x, where this run's K=4 row reads 1.22x on 2 prompts.
+#
+# </details>
 #
 # ### bfloat16 against float32, in tokens per second
 #
@@ -322,10 +326,16 @@ for label, res in runs:  # the oracle pair: each run's best one-pass K against K
 # **Reading it.** Verification is over nine tenths of every P-EAGLE round (`verify_share` 0.913 to 0.927).
 # EAGLE-3's drafting share grows with K (0.0578 at K=1, 0.158 at K=4).
 #
-# Here one pass makes 2.22x against seven passes' 2.19x, and drafts in 8.06 ms a round against 25.23. Verification of
-# the same tokens took 91.6 and 81.3 ms: noise of more than half the drafting saving, against the one pass. One pass
-# wins on 2 of 2 prompts (p = 0.5): two prompts cannot show an order. In the committed float32 runs of `cpu-epyc-avx2-2c` one pass is
-# shown faster: 1.59x against 1.46x on code (22 of 24 prompts), and on 24 of 24 chat prompts.
+# The oracle pair: in the committed float32 runs of `cpu-epyc-avx2-2c` one pass is shown faster than seven, 1.59x
+# against 1.46x on code (22 of 24 prompts), and on 24 of 24 chat prompts. Here, on 2 prompts, it wins 2 of 2 (2.22x
+# against 2.19x; p = 0.5): too few to show an order.
+#
+# <details><summary>How sure is this?</summary>
+#
+# One pass drafts in 8.06 ms a round against 25.23, but verification of the same tokens took 91.6 and 81.3 ms: noise
+# larger than half the drafting saving, and against the one pass this time.
+#
+# </details>
 #
 # ## What it takes: the break-even picture
 #
