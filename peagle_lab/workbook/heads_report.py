@@ -7,14 +7,19 @@ NAMES = {"parallel": "P-EAGLE (parallel)", "sequential": "EAGLE-3 (sequential)"}
 
 
 def plot_heldout_and_live(rows: dict, live: dict, ks: list, titles: tuple[str, str]) -> None:
-    """Plots AL against K: the committed held-out rows (kind -> row or None) left, this run's `live` right."""
+    """Plots AL against K: the committed held-out rows (kind -> row or None) left, each with its prompts' own ALs
+    beside the pooled one where the row keeps them, and this run's `live` right."""
     import matplotlib.pyplot as plt  # on first plot: importing the package creates no matplotlib cache
 
     fig, axes = plt.subplots(1, 2, figsize=(13, 4.5), sharey=True)  # one AL scale: the panels compare by eye
-    for kind, row in rows.items():
+    for i, (kind, row) in enumerate(rows.items()):
         if row:
-            axes[0].plot([int(k) for k in row["acceptance_length"]], list(row["acceptance_length"].values()),
-                         marker="o", markersize=8, ls="none", label=NAMES[kind])  # measured K only: no line between
+            dots = axes[0].plot([int(k) for k in row["acceptance_length"]], list(row["acceptance_length"].values()),
+                                marker="o", markersize=9, ls="none", label=f"{NAMES[kind]}, pooled")  # no line between
+            for k, counts in row.get("per_prompt", {}).items():  # each prompt's own AL, beside the pooled dot
+                als = [1 + a / max(1, r) for r, a in counts]
+                axes[0].scatter([int(k) + (0.15 if i else -0.15)] * len(als), als, s=14, alpha=0.5,
+                                color=dots[0].get_color(), label=f"{NAMES[kind]}, each prompt" if k == "3" else None)
         axes[1].plot(ks, [live[kind]["acceptance_length"][k] for k in ks], marker="o", label=NAMES[kind])
     for ax, title in zip(axes, titles):
         ax.set_title(title)

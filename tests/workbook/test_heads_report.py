@@ -37,7 +37,7 @@ def test_the_comparison_plot_draws_committed_left_and_live_right(shown):
     heads_report.plot_heldout_and_live({"parallel": P, "sequential": None}, live, [1, 7], ("left", "right"))
     (left, left_lines), (right, right_lines) = shown[0]
     assert (left, right) == ("left", "right")
-    assert left_lines == [("P-EAGLE (parallel)", [3, 7], [1.8, 1.9])]  # no committed EAGLE-3 row: no line
+    assert left_lines == [("P-EAGLE (parallel), pooled", [3, 7], [1.8, 1.9])]  # no committed EAGLE-3 row: no line
     assert right_lines[1] == ("EAGLE-3 (sequential)", [1, 7], [1.3, 2.0])
 
 
