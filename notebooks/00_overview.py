@@ -25,7 +25,8 @@
 # numbers can and cannot decide, and 09 sets the verdicts side by side. Where it lands: with the course's small heads,
 # P-EAGLE accepts fewer drafts than EAGLE-3 on open prompts, and neither head is shown faster than the other there
 # (05, 07; in bfloat16 both beat plain decoding); where most drafts are accepted, on list requests, its single
-# drafting pass makes it faster than an EAGLE-3 head trained alike (06).
+# drafting pass made it faster than an EAGLE-3 head trained alike in 06's committed runs (one training per head;
+# live, on 12 requests, not shown).
 #
 # *Committed* results are saved under `data/`; *live* ones run here and move with the machine's load. Terms and
 # rules are explained where they are first used; `reference.md`, beside the notebooks, collects them.

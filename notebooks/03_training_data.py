@@ -322,8 +322,8 @@ print(f"bf16 shards: read back {rows[0]['seconds'] / rows[2]['seconds']:,.0f}x f
       f"on {rows[2]['disk'] / rows[1]['disk']:.2f}x float32's disk (timed live on {precision.host_slug(DEVICE)})")
 
 # %% [markdown]
-# **Reading it.** Storing features pays: bf16 shards read back 1,761x faster than the target forward, on half of
-# float32's disk. They read back slower than float32 shards (398,056 against 797,189 tokens/s; the cause is not
+# **Reading it.** Storing features pays: bf16 shards read back 1,943x faster than the target forward, on half of
+# float32's disk. They read back slower than float32 shards (636,355 against 1,618,552 tokens/s; the cause is not
 # timed here), so bf16 is for disk, not speed.
 #
 # ### Does bf16 storage cost acceptance?
@@ -356,7 +356,7 @@ print("verdict: " + (f"bf16 taps change AL by {gap:+.3f}, beyond the seeds' nois
 #
 # - Training on the target's own answers beats human answers: AL 1.380 against 1.245.
 # - 4,096 draft ids cover 99.61% of the response tokens, in-sample; `d2t` stores offsets, `t2d` a mask.
-# - bf16 feature shards read back 1,761x faster than a target forward, at no measurable AL cost.
+# - bf16 feature shards read back 1,943x faster than a target forward, at no measurable AL cost.
 #
 # Next, `04_train_head`: a P-EAGLE head trained on these features by a loop written by hand, then drafting in 00's
 # round.

@@ -309,7 +309,8 @@ print(f"\nthe blog's AL {PAPER_AL} at K={PAPER_K} (HumanEval) needs every slot a
 
 # %% [markdown]
 # **Reading it.** Every head's accuracy collapses after depth 0: the shipped P-EAGLE head falls from 0.453 to 0.175.
-# Its live rates on section 1's prompts (0.62, 0.34, 0.24 for slots 1 to 3) all sit below the blog's 0.78 per slot.
+# Its rates in section 1's held-out comparison (0.62, 0.34, 0.24 for slots 1 to 3) all sit below the blog's 0.78
+# per slot.
 # Continuing a run helped (`exp-L1` 1.737, then 1.895 as the shipped head); more layers did not, in the same 2400 s
 # (4 layers 1.292 against 1 layer's 1.512) nor at equal tokens (1.379 against 1.292 at 500,051 tokens seen).
 #

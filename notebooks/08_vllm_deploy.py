@@ -255,7 +255,7 @@ print("every draft proposed K tokens:", peagle["metrics"]["draft_tokens"] == K *
 
 # %% [markdown]
 # **Reading it.** The head changed how fast vLLM decodes, not what it says: the greedy outputs with and without it
-# are identical on 4 of 4 prompts. The check would also have allowed near-ties (00's rule).
+# are identical on 4 of 4 prompts. The check would also have allowed near-ties (07's rule).
 #
 # ## 4 · Acceptance length: vLLM's counters against our loop
 #

@@ -112,7 +112,7 @@ print("lossless (identical, or in a near-tie regime a near-tie divergence; see t
 # %% [markdown]
 # **Reading it.** P-EAGLE at K=4 commits 1.40 tokens per round (of a possible 5) and ran at 1.15x plain decoding's
 # speed, faster, in one timing each. Its text leaves plain greedy's at token 12, at an exact tie: lossless by the
-# near-tie rule (00).
+# near-tie rule (07).
 #
 # ### "Speculative decoding changed my greedy output" (question 9)
 #
