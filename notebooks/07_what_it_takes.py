@@ -138,15 +138,15 @@ plain_row = next(m for m in e2e["methods"] if m["family"] == "plain")
 print(f"plain loop: {plain_row['t_step_ms']:.1f} ms per decode step (the loop's timer)")
 
 # %% [markdown]
-# **Reading it.** Live, the shipped heads gain little: at best 1.22x for P-EAGLE (K=4) and 1.19x for EAGLE-3 (K=1),
+# **Reading it.** Live, the shipped heads gain little: at best 1.19x for P-EAGLE (K=7) and 1.17x for EAGLE-3 (K=1),
 # on 2 prompts. Their AL stays between 1.30 and 1.42 at every K, so parallel drafting has little to save. The oracle
-# makes 2.22x with one pass and 2.19x with seven. The round-time section tests that order.
+# makes 2.92x with one pass and 2.16x with seven. The round-time section tests that order.
 #
 # <details><summary>How sure is this?</summary>
 #
 # Every speed-up here is over the course's plain loop, which runs through the same target runner as the speculative
 # loop and records each step's top-two margin for the lossless check. transformers' own `generate` (`hf-greedy`) ran
-# at 0.956x of it here. Two prompts timed once each move from run to run: read this table for the mechanics, the
+# at 0.921x of it here. Two prompts timed once each move from run to run: read this table for the mechanics, the
 # committed table above for the ranking.
 #
 # </details>
@@ -182,9 +182,11 @@ else:
     print("on a GPU the course runs in its native dtype; no float32 comparison")
 
 # %% [markdown]
-# **Reading it.** In this run plain bfloat16 decoding is barely faster than float32: 12.8 tokens/s against 12.6
-# (1.01x). P-EAGLE in bf16 at K=4 makes 15.6 tokens/s, 1.24x plain float32. So the bf16 speed-ups of this chapter
-# hold against float32 too here, on 2 prompts and one timing each; the dtype's own gain is what moves from run to run. The cell times all three side by side
+# **Reading it.** In this run plain bfloat16 decoding was slower than float32: 11.4 tokens/s against 12.5 (0.91x),
+# and P-EAGLE in bf16 at K=7 made 12.2 tokens/s, 0.97x plain float32. So here the bf16 speed-ups of this chapter did
+# not carry over against float32: on this CPU a bf16 decode step is not reliably faster than a float32 one, on 2
+# prompts and one timing each. What bf16 reliably cuts is the verify pass's cost in decode steps (the break-even
+# section below). The cell times all three side by side
 # because steps timed in different chapters and runs do not compare (the dtype, the load and the prompts all differ).
 #
 # ## Lossless, in two regimes
@@ -323,17 +325,17 @@ for label, res in runs:  # the oracle pair: each run's best one-pass K against K
               f"{pa['verify_ms']:.1f} and {pb['verify_ms']:.1f} ms ({pb['verify_ms'] - pa['verify_ms']:+.1f} ms noise)")
 
 # %% [markdown]
-# **Reading it.** Verification is over nine tenths of every P-EAGLE round (`verify_share` 0.913 to 0.927).
-# EAGLE-3's drafting share grows with K (0.0578 at K=1, 0.158 at K=4).
+# **Reading it.** Verification is over nine tenths of every P-EAGLE round (`verify_share` 0.917 to 0.929).
+# EAGLE-3's drafting share grows with K (0.0597 at K=1, 0.159 at K=4).
 #
 # The oracle pair: in the committed float32 runs of `cpu-epyc-avx2-2c` one pass is shown faster than seven, 1.59x
-# against 1.46x on code (22 of 24 prompts), and on 24 of 24 chat prompts. Here, on 2 prompts, it wins 2 of 2 (2.22x
-# against 2.19x; p = 0.5): too few to show an order.
+# against 1.46x on code (22 of 24 prompts), and on 24 of 24 chat prompts. Here, on 2 prompts, it wins 2 of 2 (2.92x
+# against 2.16x; p = 0.5): too few to show an order.
 #
 # <details><summary>How sure is this?</summary>
 #
-# One pass drafts in 8.06 ms a round against 25.23, but verification of the same tokens took 91.6 and 81.3 ms: noise
-# larger than half the drafting saving, and against the one pass this time.
+# One pass drafts in 6.62 ms a round against 28.36, but verification of the same tokens took 78.5 and 92.8 ms: 14.3 ms
+# of timing noise, two thirds of the drafting saving, which widens this run's gap.
 #
 # </details>
 #
@@ -389,8 +391,8 @@ print(f"\nthe blog's ALs on the GPU cost model (K=7): P-EAGLE 3.94 / {gpu_round[
 
 # %% [markdown]
 # **Reading it.** In bf16 the shipped head clears the round; in the fp32 runs it does not. At K=7 the bf16 rounds
-# cost 1.29 decode steps (this run) and 1.26 (committed: one line with the GPU model's P-EAGLE round), and P-EAGLE's AL
-# of 1.39 and 1.55 gives 1.05x and 1.20x decode. The fp32 rounds cost 1.98 and 1.95 steps, and the head falls below 1x (0.73x, 0.63x). Those fp32 lines come
+# cost 1.13 decode steps (this run) and 1.26 (committed: one line with the GPU model's P-EAGLE round), and P-EAGLE's AL
+# of 1.39 and 1.55 gives 1.20x decode in both. The fp32 rounds cost 1.98 and 1.95 steps, and the head falls below 1x (0.73x, 0.63x). Those fp32 lines come
 # from the other host (the shipped head) and from earlier heads (the 5 x 64 run): they show the fp32 round's cost,
 # not this head's fp32 speed-up here.
 #
@@ -475,11 +477,12 @@ print(f"committed ({host_run['dir']}), P-EAGLE at K={m7['k']}: round {round7:.2f
 #   bf16 run, against 2.25x for the oracle.
 # - Speculation stays lossless in bf16: every live divergence is a near-tie. A broken acceptance rule fails at a
 #   margin of 5.25.
-# - Verification is over nine tenths of a P-EAGLE round (`verify_share` 0.913 to 0.927).
-# - bf16 against float32 on this host, side by side: plain bf16 1.01x plain float32, P-EAGLE in bf16 1.24x.
+# - Verification is over nine tenths of a P-EAGLE round (`verify_share` 0.917 to 0.929).
+# - bf16 against float32 on this host, side by side: plain bf16 0.91x plain float32, P-EAGLE in bf16 0.97x: the bf16
+#   step is not reliably faster here; its verify pass is cheaper in decode steps.
 # - At the paper's acceptance one parallel pass is shown faster than seven sequential ones in the committed float32
 #   runs of `cpu-epyc-avx2-2c`: 1.59x against 1.46x on code (22 of 24 prompts), and live in 06 on 10 of 12 list
-#   requests. This run's 2 prompts agree in direction (2.22x against 2.19x) but are too few to show it.
+#   requests. This run's 2 prompts agree in direction (2.92x against 2.16x) but are too few to show it.
 # - On the committed bf16 round (1.26 steps), 2x decode at K=7 needs AL 2.52, a per-slot rate of 0.611; the shipped
 #   head reached AL 1.55 there.
 #

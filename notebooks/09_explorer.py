@@ -110,7 +110,7 @@ print("the first token comes from the target:", run.sources[0] == viz.TARGET)
 print("lossless (identical, or in a near-tie regime a near-tie divergence; see the regime above):", run.lossless)
 
 # %% [markdown]
-# **Reading it.** P-EAGLE at K=4 commits 1.40 tokens per round (of a possible 5) and ran at 1.15x plain decoding's
+# **Reading it.** P-EAGLE at K=4 commits 1.40 tokens per round (of a possible 5) and ran at 1.26x plain decoding's
 # speed, faster, in one timing each. Its text leaves plain greedy's at token 12, at an exact tie: lossless by the
 # near-tie rule (07).
 #
@@ -337,7 +337,7 @@ print("\n".join(hosts.verdict_lines(committed)))  # each by the paired rule (06)
 
 # %% [markdown]
 # **Reading it.** With bf16 units both heads are shown faster than the course's plain loop (1.14x to 1.31x; in 07's
-# live run transformers' `generate` ran at 0.956x of that loop): verifying 8 tokens costs little more than a decode step
+# live run transformers' `generate` ran at 0.921x of that loop): verifying 8 tokens costs little more than a decode step
 # (`verify_k7` 1.07 in the committed run, 1.14 in 06's live table for the same 8-token pass). In float32 it costs
 # about two, and no head is shown faster. Neither head is shown faster than the other, but at the blog's acceptance
 # one pass is shown faster than K in the float32 runs of `cpu-epyc-avx2-2c` (1.59x against 1.46x on `code`), the only
@@ -404,7 +404,7 @@ print(f"07's {len(bench07)} committed benchmark rows: {min(bench07):.2f} to {max
 # %% [markdown]
 # ## What we saw
 #
-# - **Fixed run**: P-EAGLE at K=4 commits 1.40 tokens per round and ran at 1.15x plain decoding's speed (one timing).
+# - **Fixed run**: P-EAGLE at K=4 commits 1.40 tokens per round and ran at 1.26x plain decoding's speed (one timing).
 # - **bf16**: 51 of 216 committed bf16 outputs leave plain greedy, all at near-ties.
 # - **Speculative sampling**: the output follows p (TV 0.0041) despite a poor drafter.
 # - **Across hosts** (committed): with bf16 units both heads are shown faster than plain decoding (1.14x to 1.31x); in
