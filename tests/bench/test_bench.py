@@ -335,3 +335,27 @@ def test_one_reading_of_integer_lists_serves_every_flag():
     for bad in ("", " , ", "a", "1,x", "1-"):
         with pytest.raises(PeagleError, match=r"--x .* is not a list of integers\. Fix: --x 1\."):
             int_list(bad, "--x", "1")
+
+
+def test_break_even_plot_draws_one_line_per_distinct_round_up_to_k_plus_one():
+    """Rounds within MERGE_STEPS (0.05) share a line and a legend entry (with their range), others keep their own; the x
+    axis runs to K+1 and each line is AL / round."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from peagle_lab.bench.plots import MERGE_STEPS, plot_break_even
+
+    assert MERGE_STEPS == 0.05
+
+    curves = [{"label": "a", "verify_ratio": 1.20, "draft_ratio": 0.06},
+              {"label": "b", "verify_ratio": 1.20, "draft_ratio": 0.09,  # 0.03 steps apart: one line
+               "style": {"color": "black", "linestyle": "--"}},
+              {"label": "c", "verify_ratio": 1.90, "draft_ratio": 0.05}]
+    fig = plot_break_even(curves, k=7, mark_al=(3.94, "blog"))
+    ax = fig.axes[0]
+    lines = [line for line in ax.lines if not line.get_label().startswith("_")]
+    labels = [line.get_label() for line in lines]
+    assert labels[0] == "round 1.26-1.29 steps: a; b" and labels[1] == "round 1.95 steps: c" and labels[2] == "blog"
+    assert lines[0].get_linestyle() == "--"  # the merged line keeps the style one of its curves asked for
+    x, y = lines[1].get_data()
+    assert ax.get_xlim() == (1.0, 8.0) and y[-1] == pytest.approx(x[-1] / 1.95)
