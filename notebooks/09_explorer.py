@@ -443,7 +443,7 @@ print(f"07's {len(bench07)} committed benchmark rows: {min(bench07):.2f} to {max
 # | the training forward and loss, EAGLE-3's training-time test, the training loop | 04 | the trainer, step by step |
 # | a training element against the draft it teaches | 04 | `one_pass_logits`, within 1e-4 |
 # | the whole path: the hand-trained head drafting in the round | 04 | plain greedy and the package's loop, round by round |
-# | AL pooled from each prompt's counts, and the per-prompt gaps (exercise) | 05 | the recorded ALs; the verdict's gaps |
+# | AL pooled from each prompt's counts, and the per-prompt gaps (exercise); the bootstrap interval over prompts | 05 | the recorded ALs; the verdict's gaps; `prompt_spread` |
 # | the tap layers of any target (exercise) | 10 | the package's rule |
 # | the pass shapes of both modes (exercise); the paired rule; the oracle's drafts | 06 | the drafting hook; `payoff`; `RatedOracleDrafter` |
 # | the break-even acceptance (exercise) | 07 | `constant_rate_for` |
