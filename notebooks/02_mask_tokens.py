@@ -403,13 +403,15 @@ print("\n".join(studies.reach_lines(rows, mask_runs)))  # how many rounds per ru
 # %% [markdown]
 # **Reading it.** At this small budget, learning `mask_hidden` buys nothing measurable over a frozen random stand-in:
 # AL 1.211 against 1.209. That does not say `mask_hidden` never matters: heads this weak rarely reach the mask slots
-# at all (see the reach lines), so a well-trained head could still use it. Learned and random lead zeros and the h_context copy by 0.020 to 0.029. That is beyond their seed spreads but
-# within 0.052, so no stand-in is firmly ahead. The reach lines bound the rounds per run: at most about 138 to 169
+# at all (see the reach lines), so a well-trained head could still use it. Learned and random lead zeros and the
+# h_context copy by 0.020 to 0.029. That is beyond their seed spreads but within 0.052, so no stand-in is firmly
+# ahead. The reach lines bound the rounds per run: at most about 138 to 169
 # reach slot 2 and 6 to 18 slot 3, depending on the stand-in, so the study says little about slot 3 onwards.
 #
-# Learned and random tie in AL, but slot 2's rate does move with the stand-in: from 0.04 (frozen mask embedding) to 0.13
+# Learned and random tie in AL. Slot 2's rate differs with the stand-in, from 0.04 (frozen mask embedding) to 0.13
 # (copy of h_context), over at most about 138 to 169 rounds a run and with no seed spread for per-slot rates, while slot
-# 1 tends to move the other way (0.16 to 0.20). At this budget slot 1 decides AL. Every variant shares one stand-in
+# 1 tends to move the other way (0.16 to 0.20): without that spread, no order between them is measured. At this
+# budget slot 1 decides AL. Every variant shares one stand-in
 # across all mask slots, so none tests what tells the slots apart; a study where deep slots are reached often (06's list
 # requests) would say more.
 #
@@ -457,9 +459,10 @@ for name, h in hits.items():
 # %% [markdown]
 # **Reading it.** Handed a right draft 1, EAGLE-3's draft 2 is right at 0.46; P-EAGLE's, which must still infer that
 # token, at 0.21. After a wrong draft 1 both sit near 0.1 (0.11 and 0.10): positions whose next-but-one token can be
-# guessed without the one before. P-EAGLE's slot 1 is right more often here (0.43 against 0.37),
-# so the gap is slot 2's own, not a weaker head. These are 275 positions of 6 held-out answers at K = 2; 05's larger
-# held-out comparison gives the 0.34 and 0.70 above.
+# guessed without the one before. P-EAGLE's slot 1 is right more often here (0.43 against 0.37), so the gap is slot
+# 2's own, not a weaker first slot; the two heads were not trained alike (05), but 06's pair, trained alike, shows the
+# same slot-2 gap (414 of 597 rounds against 434 of 478). These are 275 positions of 6 held-out answers at K = 2;
+# 05's larger held-out comparison gives the 0.34 and 0.70 above.
 
 # %% jupyter={"source_hidden": true} tags=["nbval-ignore-output"]
 from peagle_lab.workbook import report

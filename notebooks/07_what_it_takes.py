@@ -195,7 +195,7 @@ else:
 # - **bf16** (`near-tie`): verification and plain decoding reach the same logits through different kernels, a few
 #   units in the last place (ulps) apart. Lossless then means identical, or diverging only where plain greedy's top-1
 #   minus top-2 margin is within `BF16_TIE_ULPS` (4) bf16 ulps of the top logit.
-# - **fp32 on a GPU** (`near-tie` too): the same rule with a float32 bound, 2^-11 of the top logit (00).
+# - **fp32 on a GPU** (`near-tie` too): the same rule with a float32 bound, 2^-11 of the top logit.
 #
 # The cell checks every live output above, then a broken acceptance rule. Its `assisted generation` line is a
 # cross-check with transformers' own speculative decoding.
@@ -392,9 +392,9 @@ print(f"\nthe blog's ALs on the GPU cost model (K=7): P-EAGLE 3.94 / {gpu_round[
 # %% [markdown]
 # **Reading it.** In bf16 the shipped head clears the round; in the fp32 runs it does not. At K=7 the bf16 rounds
 # cost 1.13 decode steps (this run) and 1.26 (committed: one line with the GPU model's P-EAGLE round), and P-EAGLE's AL
-# of 1.39 and 1.55 gives 1.20x decode in both. The fp32 rounds cost 1.98 and 1.95 steps, and the head falls below 1x (0.73x, 0.63x). Those fp32 lines come
-# from the other host (the shipped head) and from earlier heads (the 5 x 64 run): they show the fp32 round's cost,
-# not this head's fp32 speed-up here.
+# of 1.39 and 1.55 gives 1.20x decode in both. The fp32 rounds cost 1.98 and 1.95 steps, and the head falls below 1x
+# (0.73x, 0.63x). Those fp32 lines come from the other host (the shipped head) and from earlier heads (the 5 x 64
+# run): they show the fp32 round's cost, not this head's fp32 speed-up here.
 #
 # Round costs are ratios of two timings on one machine, so they can be set side by side across machines, unlike
 # milliseconds. The committed bf16 round on this CPU (1.26 steps) equals the GPU model's P-EAGLE round: with bf16
