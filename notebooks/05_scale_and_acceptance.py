@@ -36,7 +36,6 @@ TARGET, DEVICE, CI = start(seed=0)
 import json
 
 import matplotlib.pyplot as plt
-import torch
 from IPython.display import Markdown, display
 
 from peagle_lab import models, precision, settings

@@ -167,12 +167,12 @@ def plot_break_even(curves: list[dict], points: list[dict] = (), k: int = 7, pat
     """
     import matplotlib.pyplot as plt
 
-    merged: list[dict] = []  # one line per distinct round cost, drawn at the first curve's cost
+    merged: list[dict] = []  # one line per distinct round cost, drawn at its first curve's cost
     for c in curves:
         cost = c["verify_ratio"] + c.get("draft_ratio", 0.0)
-        same = next((m for m in merged if abs(m["cost"] - cost) <= MERGE_STEPS), None)
+        same = next((m for m in merged if abs(m["costs"][0] - cost) <= MERGE_STEPS), None)
         if same is None:
-            merged.append({"cost": cost, "costs": [cost], "labels": [c["label"]], "style": c.get("style")})
+            merged.append({"costs": [cost], "labels": [c["label"]], "style": c.get("style")})
         else:
             same["costs"].append(cost)
             same["labels"].append(c["label"])
@@ -183,9 +183,9 @@ def plot_break_even(curves: list[dict], points: list[dict] = (), k: int = 7, pat
     colors = iter(["tab:blue", "tab:orange", "tab:green", "tab:purple", "tab:brown", "tab:olive", "tab:cyan"])
     for m in merged:
         style = m["style"] or {"color": next(colors)}
-        ax.plot(al, [speedup_model(a, m["cost"]) for a in al], **style,
-                label=f"round {'-'.join(dict.fromkeys(f'{c:.2f}' for c in (min(m['costs']), max(m['costs']))))} steps: "
-                + "; ".join(m["labels"]))
+        lo, hi = f"{min(m['costs']):.2f}", f"{max(m['costs']):.2f}"
+        ax.plot(al, [speedup_model(a, m["costs"][0]) for a in al], **style,
+                label=f"round {lo if lo == hi else f'{lo}-{hi}'} steps: " + "; ".join(m["labels"]))
     for p, marker in zip(points, "osD^v<>P*"):
         ax.scatter([p["acceptance_length"]], [p["speedup"]], marker=marker, s=55, zorder=3, color="black",
                    label=f"measured: {p['label']}, AL {p['acceptance_length']:.2f}, {p['speedup']:.2f}x")

@@ -17,7 +17,7 @@ def plot_heldout_and_live(rows: dict, live: dict, ks: list, titles: tuple[str, s
             dots = axes[0].plot([int(k) for k in row["acceptance_length"]], list(row["acceptance_length"].values()),
                                 marker="o", markersize=9, ls="none", label=f"{NAMES[kind]}, pooled")  # no line between
             for k, counts in row.get("per_prompt", {}).items():  # each prompt's own AL, beside the pooled dot
-                als = [1 + a / max(1, r) for r, a in counts]
+                als = [pooled_al([c]) for c in counts]
                 axes[0].scatter([int(k) + (0.15 if i else -0.15)] * len(als), als, s=14, alpha=0.5,
                                 color=dots[0].get_color(), label=f"{NAMES[kind]}, each prompt" if k == "3" else None)
         axes[1].plot(ks, [live[kind]["acceptance_length"][k] for k in ks], marker="o", label=NAMES[kind])
@@ -51,6 +51,12 @@ def plot_curves(curve: list[dict], deeper: list[dict]) -> None:
     plt.show()
 
 
+def pooled_al(counts: list) -> float:
+    """AL pooled over prompts from their ``[rounds, accepted drafts]`` pairs: 1 + accepted / rounds (one pair: that
+    prompt's own AL)."""
+    return 1 + sum(a for _, a in counts) / max(1, sum(r for r, _ in counts))
+
+
 def prompt_spread(P: dict, S: dict, k: str, resamples: int = 2000, seed: int = 0) -> dict | None:
     """How far the held-out AL gap (EAGLE-3 minus P-EAGLE at K=``k``) rests on which prompts were drawn, from the
     rows' ``per_prompt`` counts (``[rounds, accepted]`` per prompt, the same prompts in both rows); ``None`` for a
@@ -65,13 +71,10 @@ def prompt_spread(P: dict, S: dict, k: str, resamples: int = 2000, seed: int = 0
     if not pp or not ps or len(pp) != len(ps):
         return None
 
-    def pooled(rows, idx):  # AL over the drawn prompts: 1 + accepted / rounds
-        return 1 + sum(rows[i][1] for i in idx) / max(1, sum(rows[i][0] for i in idx))
-
     n, rng = len(pp), random.Random(seed)
-    draws = sorted(pooled(ps, idx) - pooled(pp, idx)
+    draws = sorted(pooled_al([ps[i] for i in idx]) - pooled_al([pp[i] for i in idx])
                    for idx in ([rng.randrange(n) for _ in range(n)] for _ in range(resamples)))
-    gaps = [(1 + a / max(1, r)) - (1 + b / max(1, q)) for (r, a), (q, b) in zip(ps, pp)]
+    gaps = [pooled_al([s]) - pooled_al([p]) for p, s in zip(pp, ps)]
     wins, m = sum(g > 0 for g in gaps), sum(g != 0 for g in gaps)  # a tie tells neither way
     word = {"shown faster": "EAGLE-3 shown to accept more", "shown slower": "P-EAGLE shown to accept more"}.get(
         verdict_word(wins, m), "neither shown to accept more")
