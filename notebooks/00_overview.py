@@ -22,7 +22,7 @@
 # **What to expect on a 2-core CPU.** The course builds every piece in view and checks it against the package: the round
 # (this chapter), the drafter (02), its training data (03) and training (04), and the loop's losslessness. It runs on a
 # laptop-class CPU with a 135M-parameter target, so the speed-ups it can show are small; each chapter says what its
-# numbers can and cannot decide, and 09 sets the verdicts side by side. Where it lands: with the course's small heads,
+# numbers can and cannot decide, and 11 sets the verdicts side by side. Where it lands: with the course's small heads,
 # P-EAGLE accepts fewer drafts than EAGLE-3 on open prompts, and neither head is shown faster than the other there
 # (05, 07; in bfloat16 both beat a plain bfloat16 loop); where most drafts are accepted, on list requests, its single
 # drafting pass made it faster than an EAGLE-3 head trained alike in 06's committed runs (one training per head;
@@ -190,7 +190,7 @@ for key, value in [("target_params", n_params), ("greedy_tokens_per_s", round(to
 # already read, so they are nearly free while the arithmetic keeps up. The H200's does; this CPU's float32 arithmetic
 # does not, so 6 rows cost about two steps (9 rows measured 1.93: a pass over more rows is not cheaper, so the dip is
 # timing noise; 06's table shows such dips at several K). bfloat16 halves the bytes, and a CPU with bf16 units
-# multiplies faster: there verifying 8 tokens costs about 1.1 steps (09's host table: 1.07). That is a ratio within
+# multiplies faster: there verifying 8 tokens costs about 1.1 steps (11's host table: 1.07). That is a ratio within
 # one dtype; the bf16 step itself need not be faster than a float32 one (07 times both side by side, and in its run
 # bf16 was slower). These are medians of a
 # few repeats in one run; they move between runs (each chapter prints its own). The H200 step is an eager PyTorch
@@ -469,7 +469,7 @@ def answer_accept(drafts, choice):
 check_accept(answer_accept)
 
 # %% jupyter={"source_hidden": true} tags=["nbval-ignore-output"]
-# Bookkeeping: this chapter's acceptance lengths as rows of 09's acceptance ledger.
+# Bookkeeping: this chapter's acceptance lengths as rows of 11's acceptance ledger.
 from peagle_lab.workbook import ledger
 
 book = ledger.Logbook("00", host=precision.host_slug(DEVICE), dtype=precision.dtype_name(model.dtype))
@@ -491,10 +491,11 @@ for k_try, rounds_try in tries.items():
 # | `04_train_head` | How is a head trained? COD, the forward by hand, the loop by hand, the whole path. |
 # | `05_scale_and_acceptance` | How far does training go, and why is acceptance below the paper's? |
 # | `06_parallel_vs_sequential` | What does a round cost each way, and when does parallel drafting pay? |
-# | `07_what_it_takes` | The shipped heads on open prompts; losslessness in bfloat16; what acceptance would pay here. |
+# | `07_what_it_takes` | How fast are the shipped heads on open prompts, and what acceptance would pay here? |
 # | `08_vllm_deploy` | Serving a head with vLLM, under load and with tensor parallelism. |
-# | `09_explorer` | Drafts token by token; speculative sampling; the course's verdicts side by side. |
+# | `09_explorer` | Is the output still the target's? Drafts token by token, bfloat16 near-ties, speculative sampling. |
 # | `10_your_own_model` | How do you train a head for your own model, and in several processes? |
+# | `11_results` | Every result side by side: each host's runs, every acceptance length, the verdicts. |
 #
 # `reference.md`, beside the notebooks, collects the glossary, the rules every measurement follows, the heads and
 # prompt sets, each chapter's run time and the questions users ask most, with the chapter that answers each.

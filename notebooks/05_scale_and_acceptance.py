@@ -147,7 +147,7 @@ print("\n".join(heads_report.live_lines(P, S, live, KS, TIE)))
 # <details><summary>How sure is this?</summary>
 #
 # Slot 4 adds 0.019 tokens a round at K=7, and slots 1-3 score 0.019 less in all on K=7's rounds
-# (0.6180 + 0.2110 + 0.0499 = 0.8789 against 0.6217 + 0.2223 + 0.0537 = 0.8977 at K=3). Rounds of the two K's start
+# (0.6180 + 0.2110 + 0.0499 against 0.6217 + 0.2223 + 0.0537 at K=3). Rounds of the two K's start
 # at different positions once a slot-4 draft is kept, so their slot-1 rates are not from the same rounds; a 0.019
 # difference is one no printed noise estimate can order.
 #
@@ -438,7 +438,7 @@ print("against the trained layout: " + ", ".join(f"{name} {tmpl[t]['acceptance_l
 # Next, `06_parallel_vs_sequential`: what a drafting round costs per head, and the speed-up.
 
 # %% jupyter={"source_hidden": true} tags=["nbval-ignore-output"]
-# Records, after the lesson: this chapter's figures for the workbook's summary (SUMMARY.md) and 09's ledger.
+# Records, after the lesson: this chapter's figures for the workbook's summary (SUMMARY.md) and 11's ledger.
 from peagle_lab.workbook import ledger, report
 
 book = ledger.Logbook("05", host=precision.host_slug(DEVICE), dtype=precision.dtype_name(model.dtype))  # live rows

@@ -255,7 +255,7 @@ print("every draft proposed K tokens:", peagle["metrics"]["draft_tokens"] == K *
 
 # %% [markdown]
 # **Reading it.** The head changed how fast vLLM decodes, not what it says: the greedy outputs with and without it
-# are identical on 4 of 4 prompts. The check would also have allowed near-ties (07's rule).
+# are identical on 4 of 4 prompts. The check would also have allowed near-ties (09's rule).
 #
 # ## 4 · Acceptance length: vLLM's counters against our loop
 #
@@ -577,7 +577,7 @@ release()
 # Next, `09_explorer`: token by token, which tokens the drafter supplied and which the target added.
 
 # %% jupyter={"source_hidden": true}
-# Records, after the lesson: this chapter's figures for the workbook's summary (SUMMARY.md) and 09's ledger.
+# Records, after the lesson: this chapter's figures for the workbook's summary (SUMMARY.md) and 11's ledger.
 from peagle_lab import precision
 from peagle_lab.workbook import ledger, report
 

@@ -229,4 +229,5 @@ assert gap < 1e-3, "two processes left one process's loss curve"
 # The same on a GPU, for your model: `PEAGLE_TARGET=<HF id or directory> bash scripts/gpu_heads.sh` trains and
 # installs both heads (`docs/training.md`).
 #
-# Next: the repository's `README.md` and `docs/` (`docs/training.md` for the full-size commands).
+# Next, `11_results`: every result of the course side by side; then the repository's `README.md` and `docs/`
+# (`docs/training.md` for the full-size commands).

@@ -1,4 +1,4 @@
-"""The shipped heads' committed benchmark runs across hosts and dtypes (chapter 09): one table per suite, a row per
+"""The shipped heads' committed benchmark runs across hosts and dtypes (chapter 11): one table per suite, a row per
 host and dtype, and the verdicts the paired rule (:mod:`~peagle_lab.workbook.payoff`) reads from them."""
 
 from __future__ import annotations

@@ -53,6 +53,7 @@ PHASES = {
                        ("vLLM's engine, after our copy is freed", "vllm")],
     "09_explorer": [("both heads on offer and the loop", "target + 2 head + loop")],
     "10_your_own_model": [("the target, for its chat template (the tiny target's head is small)", "target")],
+    "11_results": [("committed files and recorded rows only: no model", "")],
 }
 
 
@@ -110,7 +111,7 @@ def part_sizes(config, dtype: torch.dtype, gpu_bytes: int, vllm_share: float = V
 
 def _phase_parts(recipe: str, sizes: dict) -> dict:
     parts = {}
-    for item in recipe.split(" + "):
+    for item in filter(None, recipe.split(" + ")):
         count, _, name = item.rpartition(" ")
         parts[f"{name} x{count}" if count else name] = sizes[name] * int(count or 1)
     return parts

@@ -1,4 +1,4 @@
-"""09's results across hosts (workbook.hosts): a row per committed run and suite, and the paired rule's verdicts."""
+"""11's results across hosts (workbook.hosts): a row per committed run and suite, and the paired rule's verdicts."""
 
 from __future__ import annotations
 

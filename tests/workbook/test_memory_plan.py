@@ -43,9 +43,11 @@ def test_every_notebook_fits_24_gib_with_an_8b_target_in_bf16(cfg_8b):
     over = [p.line() for p in peaks if p.total > 24 * GIB]
     assert not over, over
     assert memory_plan.vllm_problem(cfg_8b, torch.bfloat16, 24 * GIB) is None
-    # the target alone is most of it: the plan counts it in every phase that runs the target
+    # the target alone is most of it: the plan counts it in every phase that runs a model; only the results chapter
+    # runs none
     assert all(p.parts.get("target", 0) == memory.weights_bytes(cfg_8b, torch.bfloat16) or p.parts.get("vllm")
-               for p in peaks)
+               for p in peaks if p.notebook != "11_results")
+    assert [p.parts for p in peaks if p.notebook == "11_results"] == [{}]
 
 
 def test_an_8b_target_in_fp32_is_named_over_24_gib(cfg_8b):
@@ -53,7 +55,7 @@ def test_an_8b_target_in_fp32_is_named_over_24_gib(cfg_8b):
     assert all(p.total > 24 * GIB for p in peaks if "target" in p.parts)
     assert "cannot hold" in memory_plan.vllm_problem(cfg_8b, torch.float32, 24 * GIB)
     lines = memory_plan.plan_lines(cfg_8b, torch.float32, 24 * GIB)
-    assert sum(line.startswith("OVER") for line in lines) == len(peaks)
+    assert sum(line.startswith("OVER") for line in lines) == sum(1 for p in peaks if p.parts)  # each that runs one
 
 
 def test_a_trainer_of_the_8b_shapes_is_its_fp32_head_and_adam_state(cfg_8b):
