@@ -58,10 +58,10 @@ from peagle_lab import models, precision, settings
 # ### Lossless, exactly
 #
 # Greedy speculation commits only the target's own argmax tokens, so its output is plain greedy decoding's, token for
-# token. In float32 on a CPU the course's loop is built to be **identical** to it (the project's tests check it at
-# every K, both drafters), and this chapter checks every run. In bfloat16 or on a GPU, verifying K+1 rows at once
-# can change a logit's last bits, so the output may part from plain decoding where the top two logits nearly tie; 07
-# measures that. Lossless keeps the target's answer, right or wrong: the plain answer below is not correct code.
+# token. In float32 on a CPU the course's loop is built to be **identical** to it (the project's tests,
+# `tests/decoding/test_speculative.py`, check it at every K with both drafters), and this chapter checks every run. In
+# bfloat16 or on a GPU, verifying K+1 rows at once can change a logit's last bits, so the output may part from plain
+# decoding where the top two logits nearly tie; 09 measures that. Lossless keeps the target's answer, right or wrong: the plain answer below is not correct code.
 
 # %% [markdown]
 # ## EAGLE-3 and P-EAGLE
@@ -185,17 +185,22 @@ for key, value in [("target_params", n_params), ("greedy_tokens_per_s", round(to
 
 # %% [markdown]
 # **Reading it.** In float32 on this CPU (its host name is printed last), verifying K=5 drafts costs 1.99 one-token
-# steps, against 1.17 on the H200. A round here must commit more than 1.99 tokens, plus drafting's time, just to pay
-# for that. Why the gap: at batch 1 a forward mostly streams the weights from memory, and extra rows reuse weights
-# already read, so they are nearly free while the arithmetic keeps up. The H200's does; this CPU's float32 arithmetic
-# does not, so 6 rows cost about two steps (9 rows measured 1.93: a pass over more rows is not cheaper, so the dip is
-# timing noise; 06's table shows such dips at several K). bfloat16 halves the bytes, and a CPU with bf16 units
-# multiplies faster: there verifying 8 tokens costs about 1.1 steps (11's host table: 1.07). That is a ratio within
-# one dtype; the bf16 step itself need not be faster than a float32 one (07 times both side by side, and in its run
-# bf16 was slower). These are medians of a
-# few repeats in one run; they move between runs (each chapter prints its own). The H200 step is an eager PyTorch
-# loop, not a serving engine: read its ratio, not its milliseconds. Random weights cost the same as trained ones: a
-# forward's time depends on the shapes, not on the values.
+# steps, against 1.17 on the H200. So a round here must commit about two tokens, plus drafting's time, just to break
+# even.
+#
+# Why the gap: at batch 1 a forward mostly streams the weights from memory, and extra rows reuse weights already read,
+# so they are nearly free while the arithmetic keeps up. The H200's does; this CPU's float32 arithmetic does not. On a
+# CPU with bf16 units the same kind of pass, 8 tokens in bfloat16, costs about 1.1 steps (11's host table: 1.07).
+#
+# <details><summary>How sure is this?</summary>
+#
+# These are medians of a few repeats in one run, and they move between runs (each chapter prints its own): 9 rows
+# measured 1.93, below 6 rows' 1.99, which is timing noise, since a wider pass is not cheaper. A cost in steps is a
+# ratio within one dtype: the bf16 step itself need not be faster than a float32 one (07 times both side by side). The
+# H200 step is an eager PyTorch loop with random weights, not a serving engine: read its ratio, not its milliseconds;
+# a forward's time depends on the shapes, not on the values.
+#
+# </details>
 #
 # ## One speculative round, written out
 #

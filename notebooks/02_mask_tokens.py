@@ -402,18 +402,19 @@ print("\n".join(studies.reach_lines(rows, mask_runs)))  # how many rounds per ru
 
 # %% [markdown]
 # **Reading it.** At this small budget, learning `mask_hidden` buys nothing measurable over a frozen random stand-in:
-# AL 1.211 against 1.209. That does not say `mask_hidden` never matters: heads this weak rarely reach the mask slots
-# at all (see the reach lines), so a well-trained head could still use it. Learned and random lead zeros and the
-# h_context copy by 0.020 to 0.029. That is beyond their seed spreads but within 0.052, so no stand-in is firmly
-# ahead. The reach lines bound the rounds per run: at most about 138 to 169
-# reach slot 2 and 6 to 18 slot 3, depending on the stand-in, so the study says little about slot 3 onwards.
+# AL 1.211 against 1.209. Learned and random lead zeros and the h_context copy by 0.020 to 0.029: beyond their seed
+# spreads, but within 0.052, so no stand-in is firmly ahead. Slot 1 decides AL at this budget: at most about 138 to
+# 169 rounds a run reach slot 2, and 6 to 18 reach slot 3 (the reach lines).
 #
-# Learned and random tie in AL. Slot 2's rate differs with the stand-in, from 0.04 (frozen mask embedding) to 0.13
-# (copy of h_context), over at most about 138 to 169 rounds a run and with no seed spread for per-slot rates, while slot
-# 1 tends to move the other way (0.16 to 0.20): without that spread, no order between them is measured. At this
-# budget slot 1 decides AL. Every variant shares one stand-in
-# across all mask slots, so none tests what tells the slots apart; a study where deep slots are reached often (06's list
-# requests) would say more.
+# <details><summary>How sure is this?</summary>
+#
+# That does not say `mask_hidden` never matters: heads this weak rarely reach the mask slots, so a well-trained head
+# could still use it. Slot 2's rate differs with the stand-in, from 0.04 (frozen mask embedding) to 0.13 (copy of
+# h_context), while slot 1 tends to move the other way (0.16 to 0.20); per-slot rates have no seed spread here, so no
+# order between them is measured. Every variant shares one stand-in across all mask slots, so none tests what tells
+# the slots apart; a study where deep slots are reached often (06's list requests) would say more.
+#
+# </details>
 #
 # ## Why slot 2 is hard, whatever its stand-in
 #
@@ -422,10 +423,9 @@ print("\n".join(studies.reach_lines(rows, mask_runs)))  # how many rounds per ru
 # so it predicts one step past a known token. P-EAGLE's slot 2 sees only the mask: in the same single layer it must
 # work out what x_{n+2} will be *and* what follows it, two steps of prediction with the compute of one. Where it is
 # unsure of x_{n+2}, its draft for x_{n+3} is a bet across the continuations of each candidate. More layers give it
-# more compute for both steps, and the published GPT-OSS heads have 4 (their model cards say so; 08's last section
-# quotes them); at this
-# course's training budgets a 2- or 4-layer head
-# did not catch up (05), so whether depth closes the gap here stays open.
+# more compute for both steps; the published GPT-OSS heads have 4 (their model cards; 08 quotes them). At this
+# course's training budgets a 2- or 4-layer head did not catch up (05), so whether depth closes the gap here stays
+# open.
 #
 # The cell checks the mechanism with both shipped heads, K = 2, at every position of the target's own greedy
 # answers to a few held-out prompts of the scale mix. Draft j is right when it equals the answer's token, so draft 2

@@ -722,10 +722,8 @@ report.record("nb04_own_path_al", round(sum(committed) / len(committed), 4));
 # %% [markdown]
 # **Reading it.** Our own path is lossless: its output equals plain greedy decoding, and each round accepts what the
 # package's loop accepts. And the head drafts: after 40 steps it commits 1.76 tokens a round at K=4 over 54 rounds,
-# often 3 (on counting, a learnable pattern). This path does not time itself, so its speed is an estimate, not a
-# measurement: 00's timing cell measured a float32 verify pass of 6 tokens at 1.99 one-token steps (a K=4 round
-# verifies 5, a little less), so at 1.76 tokens a round this head would run at about 1.76 / 1.99 = 0.88x of plain
-# decoding, before drafting's own time. bf16 verifies cheaper in decode steps (06). 06 races a pair
+# often 3 (on counting, a learnable pattern). This path does not time itself: whether 1.76 tokens a round pays
+# depends on what a round costs in decode steps, which 06 measures. 06 races a pair
 # trained far longer (1,000 steps, committed) on the same kind of text.
 #
 # ## What we saw

@@ -131,9 +131,8 @@ for kind, ev in live.items():
 print("every speculative output identical to plain greedy:", all(ev["lossless"] for ev in live.values()))
 
 # %% tags=["nbval-ignore-output"]
-heads_report.plot_heldout_and_live({"parallel": P, "sequential": S}, live, KS, (
-    f"committed ({REF}): {N_PROMPTS} held-out prompts, {N_NEW} new tokens",
-    f"this run ({precision.dtype_name(model.dtype)}): {len(prompts)} HumanEval prompt(s), {MAX_NEW} new tokens"))
+heads_report.plot_heldout({"parallel": P, "sequential": S},
+                          f"committed ({REF}): {N_PROMPTS} held-out prompts, {N_NEW} new tokens")
 print("\n".join(heads_report.live_lines(P, S, live, KS, TIE)))
 
 # %% [markdown]

@@ -70,7 +70,7 @@ print("\n".join(hosts.verdict_lines(committed)))  # each by the paired rule (06)
 
 # %% [markdown]
 # **Reading it.** With bf16 units both heads are shown faster than the course's plain loop (1.14x to 1.31x; in 07's
-# live run transformers' `generate` ran at 1.01x of that loop): verifying 8 tokens costs little more than a decode step
+# live run transformers' `generate` ran at 0.922x of that loop): verifying 8 tokens costs little more than a decode step
 # (`verify_k7` 1.07 in the committed run, 1.14 in 06's live table for the same 8-token pass). In float32 it costs
 # about two, and no head is shown faster. Neither head is shown faster than the other, but at the blog's acceptance
 # one pass is shown faster than K in the float32 runs of `cpu-epyc-avx2-2c` (1.59x against 1.46x on `code`), the only
@@ -128,7 +128,8 @@ import matplotlib.pyplot as plt
 
 heads = [h for h in dict.fromkeys(r["head"] for r in rows) if sum(r["head"] == h for r in rows) > 1]
 sets = sorted({r["prompt_set"] for r in rows if r["head"] in heads})
-fig, axes = plt.subplots(1, len(heads), figsize=(11, 0.38 * len(sets) + 1.6), sharey=True, squeeze=False)
+fig, axes = plt.subplots(1, len(heads), figsize=(11, 0.38 * len(sets) + 1.6), sharex=True, sharey=True,
+                         squeeze=False)
 for ax, head in zip(axes[0], heads):
     for r in (r for r in rows if r["head"] == head):
         colour = "tab:blue" if r["dtype"] == "float32" else "tab:orange" if r["dtype"] == "bfloat16" else "tab:grey"

@@ -1,32 +1,28 @@
-"""The shipped heads' committed figures read and drawn (chapter 04): the held-out comparison slot by slot, the live
-check beside it, the learning curves and the deeper heads."""
+"""The shipped heads' committed figures read and drawn (chapter 05): the held-out comparison slot by slot and prompt
+by prompt, the learning curves and the deeper heads."""
 
 from __future__ import annotations
 
 NAMES = {"parallel": "P-EAGLE (parallel)", "sequential": "EAGLE-3 (sequential)"}
 
 
-def plot_heldout_and_live(rows: dict, live: dict, ks: list, titles: tuple[str, str]) -> None:
-    """Plots AL against K: the committed held-out rows (kind -> row or None) left, each with its prompts' own ALs
-    beside the pooled one where the row keeps them, and this run's `live` right."""
+def plot_heldout(rows: dict, title: str) -> None:
+    """Plots AL against K for the committed held-out rows (kind -> row or None): each row's pooled AL, and beside it
+    its prompts' own ALs where the row keeps them."""
     import matplotlib.pyplot as plt  # on first plot: importing the package creates no matplotlib cache
 
-    fig, axes = plt.subplots(1, 2, figsize=(13, 4.5), sharey=True)  # one AL scale: the panels compare by eye
+    fig, ax = plt.subplots(figsize=(8, 4.5))
     for i, (kind, row) in enumerate(rows.items()):
         if row:
-            dots = axes[0].plot([int(k) for k in row["acceptance_length"]], list(row["acceptance_length"].values()),
-                                marker="o", markersize=9, ls="none", label=f"{NAMES[kind]}, pooled")  # no line between
+            dots = ax.plot([int(k) for k in row["acceptance_length"]], list(row["acceptance_length"].values()),
+                           marker="o", markersize=9, ls="none", label=f"{NAMES[kind]}, pooled")  # no line between
             for k, counts in row.get("per_prompt", {}).items():  # each prompt's own AL, beside the pooled dot
                 als = [pooled_al([c]) for c in counts]
-                axes[0].scatter([int(k) + (0.15 if i else -0.15)] * len(als), als, s=14, alpha=0.5,
-                                color=dots[0].get_color(), label=f"{NAMES[kind]}, each prompt" if k == "3" else None)
-        axes[1].plot(ks, [live[kind]["acceptance_length"][k] for k in ks], marker="o", label=NAMES[kind])
-    for ax, title in zip(axes, titles):
-        ax.set_title(title)
-    for ax in axes:
-        ax.set(xlabel="K (draft tokens per round)", ylabel="acceptance length (incl. bonus token)")
-        ax.grid(alpha=0.3)
-        ax.legend()
+                ax.scatter([int(k) + (0.15 if i else -0.15)] * len(als), als, s=14, alpha=0.5,
+                           color=dots[0].get_color(), label=f"{NAMES[kind]}, each prompt" if k == "3" else None)
+    ax.set(title=title, xlabel="K (draft tokens per round)", ylabel="acceptance length (incl. bonus token)")
+    ax.grid(alpha=0.3)
+    ax.legend()
     plt.tight_layout()
     plt.show()
 

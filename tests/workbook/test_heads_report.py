@@ -1,4 +1,4 @@
-"""04's plots (workbook.heads_report): the held-out comparison beside the live check, and the learning curves."""
+"""05's plots (workbook.heads_report): the held-out comparison, and the learning curves."""
 
 from __future__ import annotations
 
@@ -32,13 +32,11 @@ S = {"path": "heads/s", "acceptance_length": {"3": 2.1, "7": 2.5}, "per_position
      "attempted": {"3": [40, 20, 14]}}
 
 
-def test_the_comparison_plot_draws_committed_left_and_live_right(shown):
-    live = {"parallel": {"acceptance_length": {1: 1.2, 7: 1.5}}, "sequential": {"acceptance_length": {1: 1.3, 7: 2.0}}}
-    heads_report.plot_heldout_and_live({"parallel": P, "sequential": None}, live, [1, 7], ("left", "right"))
-    (left, left_lines), (right, right_lines) = shown[0]
-    assert (left, right) == ("left", "right")
-    assert left_lines == [("P-EAGLE (parallel), pooled", [3, 7], [1.8, 1.9])]  # no committed EAGLE-3 row: no line
-    assert right_lines[1] == ("EAGLE-3 (sequential)", [1, 7], [1.3, 2.0])
+def test_the_comparison_plot_draws_each_committed_row_pooled(shown):
+    heads_report.plot_heldout({"parallel": P, "sequential": None}, "held-out")
+    [(title, lines)] = shown[0]
+    assert title == "held-out"
+    assert lines == [("P-EAGLE (parallel), pooled", [3, 7], [1.8, 1.9])]  # no committed EAGLE-3 row: no line
 
 
 CURVE = [{"mode": "parallel", "run": "p2", "tokens_seen": 4000, "acceptance_length": 1.4},
