@@ -193,6 +193,77 @@ for c, g in sorted(gaps.items(), key=lambda kv: -median(kv[1])):
     print(f"{c:11s} {len(g):3d} pairs apart in it alone; AL gap median {median(g):.3f}, largest {max(g):.3f}")
 
 # %% [markdown]
+# ## 3 · Does parallel drafting win? The verdicts, from the files
+#
+# Each chapter judged one comparison by the paired rule (06): per prompt, which method won, then the sign test. The
+# cell below rebuilds every committed verdict from its file, so the table cannot drift from the runs: the shipped
+# heads' acceptance (05), their speed (07), the matched pair on list requests (06), the same drafts charged one pass or
+# K (section 1) and vLLM serving (08).
+
+# %% tags=["nbval-ignore-output"]
+import json
+
+from peagle_lab.workbook import heads_report, payoff
+
+DATA = settings.data_dir()
+
+
+def read(pattern):
+    """The committed file matching ``pattern`` (``*`` = the host): this machine's, else the first host's."""
+    paths = {p.relative_to(DATA).parts[1]: p for p in sorted(DATA.glob(pattern))}
+    return json.loads(paths.get(settings.committed_host(HOST, paths), next(iter(paths.values()))).read_text())
+
+
+def speed(res, a, b, a_name, b_name):
+    """Two method rows of one run (each head at its best K, or the two oracle charges at one K): their speed-ups
+    and the paired rule over the prompts."""
+    return (f"{a_name} {a['speedup']:.2f}x (K={a['k']}), {b_name} {b['speedup']:.2f}x (K={b['k']}); "
+            + payoff.paired_order(payoff.paired_gaps(res, a, b), a_name, b_name))
+
+
+verdicts = []
+compare = read("recipe/*/heldout_compare.json")  # 05: both heads on the same held-out prompts
+row = {r["path"].split("/")[-1]: r for r in compare["rows"]}
+P, S = row[SHIPPED["parallel"].name], row[SHIPPED["sequential"].name]
+verdicts.append({"comparison": "shipped heads, acceptance", "chapter": "05", "setting": (
+    f"{len(compare['prompts'])} held-out prompts x {compare['max_new_tokens']} tokens, K=7, {compare['dtype']}"),
+    "verdict": f"AL {S['acceptance_length']['7']:.3f} (EAGLE-3) against {P['acceptance_length']['7']:.3f}; "
+               + heads_report.prompt_spread(P, S, "7")["order"]})
+run = payoff.host_run(committed, HOST, "bfloat16")  # 07: the table of section 1, this host's bf16 run
+res = result_suites(run["results"])["code"]
+verdicts.append({"comparison": "shipped heads, speed", "chapter": "07", "setting": (
+    f"{res['config']['n_prompts']} HumanEval prompts x {res['config']['max_new_tokens']} tokens, {run['dir']}"),
+    "verdict": speed(res, payoff.best(res, "p-eagle"), payoff.best(res, "eagle3"), "P-EAGLE", "EAGLE-3")})
+lists = payoff.host_run(bench.committed_results(DATA / "results-lists-matched"), HOST, "float32")  # 06's pair
+res = result_suites(lists["results"])["lists"]
+verdicts.append({"comparison": "matched pair, speed", "chapter": "06", "setting": (
+    f"{res['config']['n_prompts']} held-out list requests x {res['config']['max_new_tokens']} tokens, {lists['dir']}"),
+    "verdict": speed(res, payoff.best(res, "p-eagle"), payoff.best(res, "eagle3"), "P-EAGLE", "EAGLE-3")})
+for c in committed:  # section 1: the runs with both oracle charges, the same draws
+    for suite, res in result_suites(c["results"]).items():
+        one, k_passes = payoff.oracle_pair(res)
+        if one and k_passes:
+            verdicts.append({"comparison": "same drafts, one pass or K", "chapter": "11", "setting": (
+                f"the blog's rate, `{suite}`, {res['config']['n_prompts']} prompts, {c['dir']}"),
+                "verdict": speed(res, one, k_passes, "one pass", f"{k_passes['k']} passes")})
+sweep = read("results/*/serving/serving_sweep.json")  # 08: vLLM, P-EAGLE's throughput over plain's
+verdicts.append({"comparison": "vLLM serving", "chapter": "08", "setting": (
+    f"K={sweep['meta']['k']}, {sweep['meta']['max_tokens']} tokens a request, {sweep['meta']['host']}, "
+    f"{ledger.serving_dtype(sweep['meta'])}"),
+    "verdict": ", ".join(f"{r['throughput_speedup']:.2f}x at {r['concurrency']} concurrent"
+                         for r in sweep["speedups"])})
+display(Markdown(bench.format_table(verdicts, list(verdicts[0]))))
+
+# %% [markdown]
+# **Reading it.** One pass wins where drafts get accepted and drafting cost decides: the matched pair on list
+# requests (P-EAGLE 2.10x against 1.92x, faster on 37 of 48, p = 0.00022) and the same drafts charged one pass or
+# seven (faster on 22 of 24 and 24 of 24 prompts). On open prompts the shipped heads accept few drafts, EAGLE-3 more
+# (ahead on 8 of 8 prompts, p = 0.0078), and neither is shown faster (15 of 24, p = 0.31). vLLM on this CPU breaks
+# even at 1 request and loses under load. 06's live runs agree in direction: its oracle race showed one pass faster
+# on 10 of 12 requests (p = 0.039); its live matched pair drafted cheaper on 12 of 12 but was not shown faster end to
+# end (9 of 12, p = 0.15).
+
+# %% [markdown]
 # ## What we saw
 #
 # - **Across hosts** (committed): with bf16 units both heads are shown faster than plain decoding (1.14x to 1.31x); in
@@ -200,21 +271,8 @@ for c, g in sorted(gaps.items(), key=lambda kv: -median(kv[1])):
 # - **One pass against K**: neither shipped head is shown faster than the other, but at the blog's acceptance one pass
 #   is shown faster than K (committed, `cpu-epyc-avx2-2c`, float32: 1.59x against 1.46x on `code`).
 # - **Ledger**: the shipped heads' ALs run from 1.00 to 2.53, each tied to its settings.
-#
-# **Does parallel drafting win? The course's answers side by side** (the paired rule decides "shown"):
-#
-# | comparison | chapter | setting | verdict |
-# |---|---|---|---|
-# | shipped heads, acceptance | 05 | committed; 8 held-out scale-mix prompts x 64 tokens, K=7, bf16 | EAGLE-3 shown to accept more: AL 2.532 against 1.895, ahead on 8 of 8 prompts (p = 0.0078) |
-# | shipped heads, speed | 07, 11 | committed; 24 HumanEval prompts, each head at its best K, bf16 | neither shown faster: P-EAGLE ahead on 15 of 24 (p = 0.31) |
-# | matched pair, speed | 06 | committed; 48 held-out list requests x 96 tokens, float32 | P-EAGLE shown faster: 2.10x against 1.92x plain, 37 of 48 (p = 0.00022) |
-# | matched pair, live | 06 | 12 list requests x 40 tokens, K=7, bf16 | drafting shown cheaper on 12 of 12; end to end ahead on 9 of 12 (p = 0.15), not shown |
-# | same drafts, one pass or K | 06, 11 | the oracle at the blog's rate, K=7 | one pass shown faster: committed, 22 of 24 (section 1, `cpu-epyc-avx2-2c`, float32); live, 10 of 12 (06, the shipped head's passes, bf16, p = 0.039) |
-# | vLLM serving | 08 | committed; 1, 4, 16 concurrent requests, K=7 | breaks even at 1 request (1.00x), loses under load (0.43x at 4, 0.28x at 16) |
-#
-# So from K=2 on, P-EAGLE's one pass makes the cheaper round (06); it wins end to end where a head gets many drafts
-# accepted (list requests: two committed benchmark runs of one training per head), and the course's small heads on open
-# prompts are not that case.
+# - **Verdicts** (section 3): one drafting pass is shown faster than K passes where drafts get accepted (the matched
+#   pair on list requests; the oracle); on open prompts, with the course's small heads, neither mode is shown faster.
 #
 # **What you wrote, and what checked it:**
 #
