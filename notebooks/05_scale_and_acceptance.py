@@ -450,6 +450,6 @@ report.record("shipped_heads_lossless", all(ev["lossless"] for ev in live.values
 for kind, row in (("parallel", P), ("sequential", S)):  # section 1's committed held-out comparison
     report.record(f"shipped_{kind}_heldout_acceptance_length_k7", (row or {}).get("acceptance_length", {}).get("7"))
 for t, ev in tmpl.items():  # section 3's template mismatch
-    book.add(f"template: {layout[t][:40]}", head_names["parallel"], prompt_set="held-out split",
+    book.add(f"template: {layout[t][:40]}", head_names["parallel"], prompt_set="held-out split of the prompt mix",
              prompts=len(tmpl_prompts), new_tokens=TMPL_NEW, k=TK, rounds=ev["rounds"][TK],
              acceptance_length=ev["acceptance_length"][TK])

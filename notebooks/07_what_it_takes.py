@@ -136,16 +136,16 @@ plain_row = next(m for m in e2e["methods"] if m["family"] == "plain")
 print(f"plain loop: {plain_row['t_step_ms']:.1f} ms per decode step (the loop's timer)")
 
 # %% [markdown]
-# **Reading it.** Live, the shipped heads gain little: at best 1.15x for P-EAGLE (K=7) and 1.22x for EAGLE-3 (K=1),
+# **Reading it.** Live, the shipped heads gain little: at best 1.07x for P-EAGLE (K=4) and 1.11x for EAGLE-3 (K=1),
 # on 2 prompts. EAGLE-3 is fastest at K=1, where its drafting is one pass, like P-EAGLE's: at this acceptance one
 # pass has nothing to save. Their AL stays between 1.30 and 1.42 at every K: deeper drafts are rarely accepted, so a
-# larger K adds verification without adding many tokens. The oracle makes 2.21x with one pass and 2.16x with seven.
+# larger K adds verification without adding many tokens. The oracle makes 2.42x with one pass and 1.92x with seven.
 #
 # <details><summary>How sure is this?</summary>
 #
 # Every speed-up here is over the course's plain loop, which runs through the same target runner as the speculative
 # loop and records each step's top-two margin for the lossless check. transformers' own `generate` (`hf-greedy`) ran
-# at 0.922x of it here. Two prompts timed once each move from run to run: read this table for the mechanics, the
+# at 0.901x of it here. Two prompts timed once each move from run to run: read this table for the mechanics, the
 # committed table above for the ranking.
 #
 # </details>
@@ -176,22 +176,23 @@ if cpu and memory.fits(memory.weights_bytes(model.config, torch.float32), DEVICE
             for name in list(ways)[turn:] + list(ways)[:turn]:
                 res = ways[name](chat_ids(tokenizer, text))
                 spent[rep][name] = [spent[rep][name][0] + res.seconds, spent[rep][name][1] + len(res.tokens)]
-    names = list(ways)
+    rate = [{name: n / sec for name, (sec, n) in t.items()} for t in spent]  # tokens/s, repeat by repeat
+    fp32, bf16, spec_name = list(ways)
     print(f"tokens/s over {N_PROMPTS} prompts, and the ratio to plain float32, repeat by repeat:")
-    for name in names:
-        rates = [t[name][1] / t[name][0] for t in spent]
-        ratios = [r / (t["plain, float32"][1] / t["plain, float32"][0]) for r, t in zip(rates, spent)]
-        print(f"  {name:24s} " + "  ".join(f"{r:5.1f} tok/s = {x:.2f}x" for r, x in zip(rates, ratios)))
+    for name in ways:
+        print(f"  {name:24s} " + "  ".join(f"{r[name]:5.1f} tok/s = {r[name] / r[fp32]:.2f}x" for r in rate))
+    print(f"  {spec_name} over {bf16}: " + ", ".join(f"{r[spec_name] / r[bf16]:.2f}x" for r in rate))
     del fp32_model
 else:
     print("on a GPU the course runs in its native dtype; no float32 comparison")
 
 # %% [markdown]
-# **Reading it.** Plain bfloat16 decoding was faster than float32 in each of the 3 repeats, 1.13x to 1.16x, and
-# P-EAGLE in bf16 at K=7 made 1.18x to 1.23x plain float32. So against plain float32, most of P-EAGLE's bf16 gain
-# here is the dtype's own; the chapter's other speed-ups divide by plain bf16 and leave it out. That is 2 prompts a
-# repeat under the load the run printed. The cell times the three side by side because steps timed in different
-# chapters and runs do not compare (the dtype, the load and the prompts all differ).
+# **Reading it.** Plain bfloat16 decoding was faster than float32 in each of the 3 repeats, 1.12x to 1.13x, and
+# P-EAGLE in bf16 at K=4 made 1.21x to 1.22x plain float32: 1.07x to 1.09x over plain bf16, in line with its 1.07x in
+# the race above. So against plain float32 the dtype gives more of the gain than speculation does here; the chapter's
+# other speed-ups divide by plain bf16 and leave the dtype out. That is 2 prompts a repeat under the load the run
+# printed. The cell times the three side by side because steps timed in different chapters and runs do not compare
+# (the dtype, the load and the prompts all differ).
 #
 # ### Speed-up and acceptance, slot by slot
 #
@@ -265,26 +266,29 @@ fig.set_size_inches(8, 0.32 * len(e2e["round_profile"]) + 2.0)
 fig.tight_layout()
 
 # %% [markdown]
-# **Reading it.** Verification is about nine tenths of every P-EAGLE round (`verify_share` 0.914 to 0.927), so a
-# round costs about one verify pass. EAGLE-3's drafting share grows with K (0.0579 at K=1, 0.158 at K=4); the oracle's
-# seven passes draft in 18.1 ms a round against 6.18 ms for one pass.
+# **Reading it.** Verification is about nine tenths of every P-EAGLE round (`verify_share` 0.915 to 0.928), so a
+# round costs about one verify pass. EAGLE-3's drafting share grows with K (0.0588 at K=1, 0.156 at K=4); the oracle's
+# seven passes draft in 21.8 ms a round against 5.53 ms for one pass.
 #
 # ## What it takes: the break-even picture
 #
 # The decode speed-up AL / round is a straight line in AL that crosses 1x where AL equals the round. Each CPU line
 # takes its round from one run at K=7 and carries that run's P-EAGLE point.
 #
-# - CPU: this run, a committed run of 24 HumanEval prompts x 32 tokens on each host, and a committed 5 x 64 float32
-#   run made with earlier versions of the heads (11's ledger names them).
+# - CPU: this run, and the shipped head's committed run of 24 HumanEval prompts x 32 tokens on each host.
 # - GPU: a cost model from committed timings of transformers' eager loop on Llama-3.1-8B shapes with random weights
 #   (bf16, batch 1, one H200). No trained head ran.
 
 # %%
 from peagle_lab.bench.suites import suite_of
+from peagle_lab.drafter.config import PEagleConfig
+from peagle_lab.drafter.heads import SHIPPED
 
+shipped_vocab = PEagleConfig.from_dir(SHIPPED["parallel"]).draft_vocab_size  # runs of earlier heads had another
 lines, points = [], []  # a line per run: a round's cost in decode steps, from P-EAGLE's K=7 row; the row's point
 for label, res in [(f"this machine, {precision.dtype_name(DTYPE)}", e2e)] + [
-        (c["dir"], c["results"]["end_to_end"]) for c in committed if c["results"].get("end_to_end")]:
+        (c["dir"], c["results"]["end_to_end"]) for c in committed if c["results"].get("end_to_end")
+        and c["results"]["end_to_end"]["config"]["parallel_head"]["draft_vocab_size"] == shipped_vocab]:
     m = next((m for m in res["methods"] if m["family"] == "p-eagle" and m["k"] == 7 and m.get("decode_speedup")), None)
     if m:
         name = f"{label} ({res['config']['n_prompts']}x{res['config']['max_new_tokens']} {suite_of(res)})"
@@ -320,11 +324,10 @@ print(f"\nthe blog's ALs on the GPU cost model (K=7): P-EAGLE 3.94 / {gpu_round[
       "best K)")
 
 # %% [markdown]
-# **Reading it.** In bf16 the shipped head clears the round; in the fp32 runs it does not. At K=7 the bf16 rounds
-# cost 1.19 decode steps (this run) and 1.26 (committed: one line with the GPU model's P-EAGLE round), and P-EAGLE's
-# AL of 1.39 and 1.55 gives 1.14x and 1.20x decode. The fp32 rounds cost 1.98 and 1.95 steps, and the head
-# falls below 1x (0.73x, 0.63x). Those fp32 lines come from the other host (the shipped head) and from earlier heads (the 5 x 64
-# run): they show the fp32 round's cost, not this head's fp32 speed-up here.
+# **Reading it.** In bf16 the shipped head clears the round; in float32 it does not. At K=7 the bf16 rounds cost
+# 1.30 decode steps (this run) and 1.26 (committed: one line with the GPU model's P-EAGLE round), and P-EAGLE's AL of
+# 1.39 and 1.55 gives 1.04x and 1.20x decode. The float32 round of the host without bf16 units costs 1.98 steps, and
+# the same head falls below 1x there (AL 1.51, 0.73x decode).
 #
 # Round costs are ratios of two timings on one machine, so they can be set side by side across machines, unlike
 # milliseconds. The committed bf16 round on this CPU (1.26 steps) equals the GPU model's P-EAGLE round: with bf16
@@ -406,9 +409,10 @@ print(f"committed ({host_run['dir']}), P-EAGLE at K={m7['k']}: round {round7:.2f
 # - The shipped heads gain little on open prompts: 1.18x (P-EAGLE) and 1.14x (EAGLE-3) end to end in the committed
 #   bf16 run, against 2.25x for the oracle.
 # - Every live output is lossless (`lossless_note`): identical to plain bf16 greedy, or apart only at a near-tie.
-# - Verification is about nine tenths of a P-EAGLE round (`verify_share` 0.914 to 0.927).
-# - bf16 against float32 on this host, side by side over 3 repeats: plain bf16 1.13x to 1.16x plain float32, P-EAGLE
-#   in bf16 1.18x to 1.23x. The bf16 verify pass is also cheaper in decode steps.
+# - Verification is about nine tenths of a P-EAGLE round (`verify_share` 0.915 to 0.928).
+# - bf16 against float32 on this host, side by side over 3 repeats: plain bf16 1.12x to 1.13x plain float32, P-EAGLE
+#   in bf16 1.21x to 1.22x. The bf16 verify pass is also cheaper in decode steps (11's host table: `verify_k7` 1.07
+#   in bfloat16 against 1.88 and 2.06 in float32).
 # - On the committed bf16 round (1.26 steps), 2x decode at K=7 needs AL 2.52, a per-slot rate of 0.611; the shipped
 #   head reached AL 1.55 there.
 #

@@ -81,7 +81,7 @@ def heldout_rows(compare_path: Path, shipped: dict[str, Path], repo_root: Path) 
         found = next((r for r in reversed(compare["rows"]) if r["path"] == rel), None)
         for k, al in (found or {}).get("acceptance_length", {}).items():
             rows.append(row(chapter="05", what="held-out comparison (committed)", head=Path(path).name,
-                            host=compare.get("host"), prompt_set="held-out split (no head trained on it)",
+                            host=compare.get("host"), prompt_set="held-out split of the prompt mix",
                             prompts=len(compare.get("prompts", [])), new_tokens=compare.get("max_new_tokens"),
                             k=int(k), dtype=compare.get("dtype"), rounds=None, acceptance_length=al))
     return rows
