@@ -21,7 +21,7 @@
 #
 # **What to expect on a 2-core CPU.** The course builds every piece in view and checks it against the package: the round
 # (this chapter), the drafter (02), its training data (03) and training (04), and the loop's losslessness. It runs on a
-# laptop-class CPU with a 135M-parameter target, so the speed-ups it can show are small; each chapter says what its
+# 2-core CPU with a 135M-parameter target, so the speed-ups it can show are small; each chapter says what its
 # numbers can and cannot decide, and 11 sets the verdicts side by side. Where it lands: with the course's small heads,
 # EAGLE-3 is shown to accept more drafts than P-EAGLE on held-out prompts at K=7 (05), and neither head is shown
 # faster than the other on open prompts (07; in bfloat16 both beat a plain bfloat16 loop); where most drafts are accepted, on list requests, its single
@@ -189,7 +189,8 @@ for key, value in [("target_params", n_params), ("greedy_tokens_per_s", round(to
 # even.
 #
 # Why the gap: at batch 1 a forward mostly streams the weights from memory, and extra rows reuse weights already read,
-# so they are nearly free while the arithmetic keeps up. The H200's does; this CPU's float32 arithmetic does not. This
+# so they are nearly free while the arithmetic keeps up. The H200's does; this CPU's float32 arithmetic, by this
+# reading, does not (the cell measures the costs, not the arithmetic behind them). This
 # chapter runs in float32 so that its outputs equal plain decoding's token for token; in bfloat16, on a CPU with bf16
 # units, an 8-token pass costs about 1.1 steps (11's host table: 1.07).
 #

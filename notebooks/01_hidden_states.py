@@ -149,8 +149,8 @@ fig.tight_layout();
 # **Reading it.** The three taps differ: cosine 0.76 between taps 2 and 15, 0.43 between 15 and 27, 0.34 between
 # 2 and 27. Distance alone does not order them (15 to 27 is the shorter gap, yet the less alike). The right plot
 # shows why: layers 2 to 24 form one block of near-parallel neighbours, layers 25 to 29 a second, and tap 27 sits in
-# the second. Layer 0 and the last layer's output (row 30, before the final norm) are unlike the rest, and layer 1 is
-# only partly alike.
+# the second. Layer 0 is unlike every other layer, layer 1 only partly alike; the last layer's output (row 30, before
+# the final norm) is close only to its neighbours, layers 25 to 29.
 #
 # ## Logit lens: what each tap already predicts
 #
@@ -188,8 +188,9 @@ print("lens on the last layer's output == the model's own prediction, at every p
 #
 # <details><summary>Answer</summary>
 #
-# Late layers agree most: 34-51%, against 0-2% for `(1, 2, 3)`. But they point almost the same way. vLLM's spread
-# gives three different views. Test your pick with `peagle-lab train --tap-layers`; 05's recipe runs show how to
+# Late layers agree most: 34-51%, against 0-2% for `(1, 2, 3)`. But layers 26 to 28 sit in one block of
+# near-parallel layers (25 to 29 in the heatmap above), so they give a drafter much the same view three times; vLLM's
+# spread gives three different ones. Test your pick with `peagle-lab train --tap-layers`; 05's recipe runs show how to
 # compare two settings fairly.
 #
 # </details>

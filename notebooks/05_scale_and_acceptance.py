@@ -329,8 +329,10 @@ print(f"\nthe blog's AL {PAPER_AL} at K={PAPER_K} (HumanEval) needs every slot a
 # **Reading it.** Every head's accuracy collapses after depth 0: the shipped P-EAGLE head falls from 0.453 to 0.175.
 # Its rates in section 1's held-out comparison (0.62, 0.34, 0.24 for slots 1 to 3) all sit below the blog's 0.78
 # per slot.
-# Continuing a run helped (`exp-L1` 1.737, then 1.895 as the shipped head); more layers did not, in the same 2400 s
-# (4 layers 1.292 against 1 layer's 1.512) nor at equal tokens (1.379 against 1.292 at 500,051 tokens seen).
+# On section 1's 8 comparison prompts, continuing a run helped: `exp-L1` scored 1.737 at its run's end and 1.895 once
+# continued (the shipped head). More layers did not: on those prompts, after the same 2400 s, 4 layers scored 1.477
+# and 2 layers 1.649 against 1 layer's 1.737; on the curves' 8 other prompts, at equal tokens (500,051 seen), 4 layers
+# scored 1.292 against 1 layer's 1.379.
 #
 # <details><summary>How sure is this?</summary>
 #
@@ -430,7 +432,7 @@ print("against the trained layout: " + ", ".join(f"{name} {tmpl[t]['acceptance_l
 # - **Lossless:** every live speculative output matched plain greedy.
 # - **Why AL stays low:** P-EAGLE's rate falls to 0.24 by slot 3; a constant 0.78 at every slot gives the blog's 3.94.
 # - **Scale:** continuing `exp-L1` raised its AL from 1.737 to 1.895 (the shipped head); in the same 2400 s, 2 or 4
-#   layers scored below 1 layer (1.292 at 4 layers against 1.512).
+#   layers scored below 1 layer (1.649 and 1.477 against 1.737, on section 1's prompts).
 # - **Recipe runs:** at 180 s no setting beats the studies' seed spread (best +0.028 against 0.052).
 # - **Prompt layout:** on bare text SmolLM2's head accepted no draft (AL 1.00 against 1.52 in its chat template).
 #

@@ -70,7 +70,7 @@ print("\n".join(hosts.verdict_lines(committed)))  # each by the paired rule (06)
 
 # %% [markdown]
 # **Reading it.** With bf16 units both heads are shown faster than the course's plain loop (1.14x to 1.31x; in 07's
-# live run transformers' `generate` ran at 0.901x of that loop): verifying 8 tokens costs little more than a decode step
+# live run transformers' `generate` ran at 0.939x of that loop): verifying 8 tokens costs little more than a decode step
 # (`verify_k7` 1.07 in the committed run, 1.14 in 06's live table for the same 8-token pass). In float32 it costs
 # about two, and no head is shown faster. Neither head is shown faster than the other, but at the blog's acceptance
 # one pass is shown faster than K in the float32 runs of `cpu-epyc-avx2-2c` (1.59x against 1.46x on `code`), the only
@@ -158,7 +158,8 @@ print("every AL is at least 1:", all(r["acceptance_length"] >= 1 for r in rows))
 # %% [markdown]
 # **Reading it.** An AL belongs to its settings. P-EAGLE's rows run from 1.00 (05, no chat template) to 1.90 (05's
 # held-out comparison), EAGLE-3's from 1.34 to 2.53. Even on one prompt set, host and dtype (indented), they move with
-# K, new tokens and prompt count.
+# K, new tokens and prompt count. The plot draws that spread, not an order: two dots compare only where their K, new
+# tokens and dtype agree too.
 
 # %% [markdown]
 # ### Exercise: which setting moves the acceptance length most?
@@ -294,12 +295,12 @@ display(Markdown(bench.format_table(verdicts, list(verdicts[0]))))
 # | a training element against the draft it teaches | 04 | `one_pass_logits`, within 1e-4 |
 # | the whole path: the hand-trained head drafting in the round | 04 | plain greedy and the package's loop, round by round |
 # | AL pooled from each prompt's counts, and the per-prompt gaps (exercise); the bootstrap interval over prompts | 05 | the recorded ALs; the verdict's gaps; `prompt_spread` |
-# | the tap layers of any target (exercise) | 10 | the package's rule |
 # | the pass shapes of both modes (exercise); the paired rule; the oracle's drafts | 06 | the drafting hook; `payoff`; `RatedOracleDrafter` |
 # | the break-even acceptance (exercise) | 07 | `constant_rate_for` |
 # | the export to vLLM's eagle3 layout: tensors and `config.json` | 08 | `export_vllm`: every tensor equal, every key of ours equal |
 # | AL and per-position rates from vLLM's counters (exercise) | 08 | our loop's counting, 500 random sets of rounds; vLLM's AL |
-# | speculative sampling | 09 | the target distribution, 20,000 draws |
+# | a broken acceptance rule, caught; speculative sampling | 09 | the lossless check; the target distribution, 20,000 draws |
+# | the tap layers of any target (exercise) | 10 | the package's rule |
 #
 # Next: the repository's `README.md` (set-up, the commands, what runs where) and `docs/` (the training recipe, the
 # checkpoint format, the full results behind every table).

@@ -156,11 +156,12 @@ MERGE_STEPS = 0.05  # rounds closer than this (in decode steps) draw as one line
 
 
 def plot_break_even(curves: list[dict], points: list[dict] = (), k: int = 7, path=None, env: dict | None = None,
-                    mark_al: tuple[float, str] | None = None):
+                    mark_al: tuple[float, str] | None = None, merge_steps: float = MERGE_STEPS):
     """Speed-up against acceptance length, one line per round cost, with measured heads as points.
 
     ``curves``: ``{"label", "verify_ratio", "draft_ratio"}`` (round cost in decode steps), optionally ``"style"``
-    (matplotlib line keywords); curves whose rounds agree to ``MERGE_STEPS`` share one line and one legend entry.
+    (matplotlib line keywords); curves whose rounds agree to ``merge_steps`` share one line and one legend entry
+    (``merge_steps=0``: every curve its own line).
     ``points``: ``{"label", "acceptance_length", "speedup"}``. ``mark_al``: ``(AL, label)`` drawn as a vertical line.
     Above 1 speculative decoding pays; each line crosses 1 at AL = round cost, its break-even. The x axis runs to
     K+1, the most a round can commit.
@@ -170,7 +171,7 @@ def plot_break_even(curves: list[dict], points: list[dict] = (), k: int = 7, pat
     merged: list[dict] = []  # one line per distinct round cost, drawn at its first curve's cost
     for c in curves:
         cost = c["verify_ratio"] + c.get("draft_ratio", 0.0)
-        same = next((m for m in merged if abs(m["costs"][0] - cost) <= MERGE_STEPS), None)
+        same = next((m for m in merged if merge_steps and abs(m["costs"][0] - cost) <= merge_steps), None)
         if same is None:
             merged.append({"costs": [cost], "labels": [c["label"]], "style": c.get("style")})
         else:

@@ -359,3 +359,6 @@ def test_break_even_plot_draws_one_line_per_distinct_round_up_to_k_plus_one():
     assert lines[0].get_linestyle() == "--"  # the merged line keeps the style one of its curves asked for
     x, y = lines[1].get_data()
     assert ax.get_xlim() == (1.0, 8.0) and y[-1] == pytest.approx(x[-1] / 1.95)
+    apart = plot_break_even(curves, k=7, merge_steps=0).axes[0]  # every curve its own line and legend entry
+    assert [line.get_label() for line in apart.lines if not line.get_label().startswith("_")] == [
+        "round 1.26 steps: a", "round 1.29 steps: b", "round 1.95 steps: c"]
