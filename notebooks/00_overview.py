@@ -234,7 +234,7 @@ def lookup(context, taps, K, max_ngram=3):
     return [context[-1]] * K
 
 
-print("drafts for 'a b c a b':", lookup(list("abcab"), None, 3))  # 'a b' occurred before: copy what followed it
+print("drafts for 'a b c a b':", lookup(list("abcab"), None, 3))  # 'a b' at 0 is never matched; 'b' at 1 is: copy
 
 # %%
 from transformers import DynamicCache
@@ -515,6 +515,7 @@ for k_try, rounds_try in tries.items():
 # - Every speculative output here is identical to plain greedy decoding (float32, CPU).
 # - Verifying K=5 drafts costs 1.99 one-token steps, more than the 1.47 tokens a P-EAGLE round commits: it ran at
 #   0.75x here.
-# - Draft 1 supplied 80% of the extra tokens. K=10 gave the same AL as K=5: a larger K cannot rescue weak early drafts.
+# - Draft 1 supplied 80% of the extra tokens. On this prompt K=10 gave the same AL as K=5: a larger K did not rescue
+#   weak early drafts.
 #
 # Next: `01_hidden_states`, the features every EAGLE-3 and P-EAGLE drafter reads.

@@ -218,8 +218,8 @@ one_state = features.estimate_bytes(68_000 * 1_500, 4096, n_taps=1)
 print(f"\none stored state (EAGLE-1/2), Llama-3.1-8B, ShareGPT-like: {features.format_bytes(one_state)}")
 
 # %% [markdown]
-# **Reading it.** Stored taps are huge: 2.5 TB for Llama-3.1-8B on a ShareGPT-sized set. So real recipes train
-# online or store small sets. Even one state per token, as the earlier EAGLE-1/2 drafters read, takes 836.4 GB.
+# **Reading it.** Stored taps are huge: 2.5 TB for Llama-3.1-8B on a ShareGPT-sized set, so at that scale a recipe
+# trains online or stores a subset. Even one state per token, as the earlier EAGLE-1/2 drafters read, takes 836.4 GB.
 #
 # ## Extracting features for training
 #

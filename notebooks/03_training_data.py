@@ -274,8 +274,8 @@ check_maps(my_d2t_t2d)
 #
 # Offline features are computed once and read back every epoch. Online features cost a target forward per use, but no
 # disk. The cell extracts the features of the sequences 04 trains on, the target's answers to 96 **list requests**
-# ("Write the letters of the alphabet from I to T, one per line"): text so predictable that 40 steps on a laptop give
-# a head that visibly drafts. Then it compares the three ways on a few: speed, disk and error.
+# ("Write the letters of the alphabet from I to T, one per line"): text so predictable that 40 steps on this 2-core
+# CPU give a head that visibly drafts. Then it compares the three ways on a few: speed, disk and error.
 
 # %% tags=["nbval-ignore-output"]
 from peagle_lab.drafter.heads import target_slug

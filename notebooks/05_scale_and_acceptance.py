@@ -327,8 +327,8 @@ print(f"\nthe blog's AL {PAPER_AL} at K={PAPER_K} (HumanEval) needs every slot a
 
 # %% [markdown]
 # **Reading it.** Every head's accuracy collapses after depth 0: the shipped P-EAGLE head falls from 0.453 to 0.175.
-# Its rates in section 1's held-out comparison (0.62, 0.34, 0.24 for slots 1 to 3) all sit below the blog's 0.78
-# per slot.
+# Its rates in section 1's held-out comparison (0.62, 0.34, 0.24 for slots 1 to 3) all sit below 0.78, the rate every
+# slot would need for the blog's AL 3.94 at K=7 (printed above).
 # On section 1's 8 comparison prompts, continuing a run helped: `exp-L1` scored 1.737 at its run's end and 1.895 once
 # continued (the shipped head). More layers did not: on those prompts, after the same 2400 s, 4 layers scored 1.477
 # and 2 layers 1.649 against 1 layer's 1.737; on the curves' 8 other prompts, at equal tokens (500,051 seen), 4 layers
@@ -421,8 +421,9 @@ print("against the trained layout: " + ", ".join(f"{name} {tmpl[t]['acceptance_l
                                                                  ("system", "another system message"))))
 
 # %% [markdown]
-# **Reading it.** A head needs the layout it was trained on: on bare text it accepted no draft (AL 1.00 against
-# 1.52). Another system message gave 1.34, a drop two prompts cannot establish. The fix: distil and serve with your
+# **Reading it.** A head needs the layout it was trained on: on bare text it accepted no draft on either prompt (AL
+# 1.00 against 1.52), though the bare-text answers also ran shorter, so the text drafted differed too. Another system
+# message gave 1.34, a drop two prompts cannot establish. The fix: distil and serve with your
 # model's chat template (`peagle-lab distill --target DIR`); 10 takes the recipe to a model of your own.
 #
 # ## What we saw

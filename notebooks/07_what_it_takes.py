@@ -136,16 +136,16 @@ plain_row = next(m for m in e2e["methods"] if m["family"] == "plain")
 print(f"plain loop: {plain_row['t_step_ms']:.1f} ms per decode step (the loop's timer)")
 
 # %% [markdown]
-# **Reading it.** Live, the shipped heads gain little: at best 1.16x for P-EAGLE (K=4) and 1.20x for EAGLE-3 (K=1),
+# **Reading it.** Live, the shipped heads gain little: at best 1.08x for P-EAGLE (K=4) and 1.18x for EAGLE-3 (K=1),
 # on 2 prompts. EAGLE-3 is fastest at K=1, where its drafting is one pass, like P-EAGLE's: at this acceptance one
 # pass has nothing to save. Their AL stays between 1.30 and 1.42 at every K: deeper drafts are rarely accepted, so a
-# larger K adds verification without adding many tokens. The oracle makes 2.41x with one pass and 2.24x with seven.
+# larger K adds verification without adding many tokens. The oracle makes 2.71x with one pass and 2.2x with seven.
 #
 # <details><summary>How sure is this?</summary>
 #
 # Every speed-up here is over the course's plain loop, which runs through the same target runner as the speculative
 # loop and records each step's top-two margin for the lossless check. transformers' own `generate` (`hf-greedy`) ran
-# at 0.939x of it here. Two prompts timed once each move from run to run: read this table for the mechanics, the
+# at 0.822x of it here. Two prompts timed once each move from run to run: read this table for the mechanics, the
 # committed table above for the ranking.
 #
 # </details>
@@ -187,11 +187,11 @@ else:
     print("on a GPU the course runs in its native dtype; no float32 comparison")
 
 # %% [markdown]
-# **Reading it.** The dtype ratio moved from repeat to repeat: plain bfloat16 ran 0.88x, 1.04x and 1.14x plain
-# float32, and P-EAGLE in bf16 at K=4 1.00x to 1.18x. On this CPU a bf16 step is not reliably faster than a float32
-# one. Over plain bf16, P-EAGLE made 1.02x to 1.14x, around its 1.16x in the race above; the chapter's speed-ups all
-# divide by plain decoding in the same dtype. The cell times the three side by side because steps timed in different
-# chapters and runs do not compare (the dtype, the load and the prompts all differ).
+# **Reading it.** In all 3 repeats plain bfloat16 ran faster than float32, by 1.08x to 1.19x, and P-EAGLE in bf16 at
+# K=4 made 1.12x to 1.32x plain float32. Over plain bf16, P-EAGLE made 1.04x to 1.16x, around its 1.08x in the race
+# above: the repeats move about as much as speculation adds. The chapter's speed-ups all divide by plain decoding in
+# the same dtype, so they leave the dtype's own gain out. The cell times the three side by side because steps timed in
+# different chapters and runs do not compare (the dtype, the load and the prompts all differ).
 #
 # ### Speed-up and acceptance, slot by slot
 #
@@ -241,8 +241,8 @@ print(f"  oracle K={o['k']}: AL {o['acceptance_length']:.2f} over {o['rounds']} 
 # at K=3, at 1.12x to 1.14x. This run's counts say why: at K=7 P-EAGLE's slot 2 is accepted in 2 of 17 rounds (18
 # rounds accepted slot 1, but the token budget cut one of them short), and slots 5 to 7 are never reached.
 #
-# Neither head is shown faster than plain on 2 prompts (each ahead on 2 of 2, p = 0.5), nor than the other, here
-# (P-EAGLE ahead on 1 of 2, p = 1) or in the committed run (15 of 24, p = 0.31). The oracle's AL 4.00 sits above the
+# Neither head is shown faster than plain on 2 prompts (P-EAGLE ahead on 1 of 2, p = 1; EAGLE-3 on 2 of 2, p = 0.5),
+# nor than the other, here (P-EAGLE ahead on 0 of 2, p = 0.5) or in the committed run (15 of 24, p = 0.31). The oracle's AL 4.00 sits above the
 # 3.79 its rate expects at this 40-token budget: 20 rounds are a small draw.
 #
 # ## Where a round's time goes
@@ -265,9 +265,9 @@ fig.set_size_inches(8, 0.32 * len(e2e["round_profile"]) + 2.0)
 fig.tight_layout()
 
 # %% [markdown]
-# **Reading it.** Verification is about nine tenths of every P-EAGLE round (`verify_share` 0.915 to 0.929), so a
-# round costs about one verify pass. EAGLE-3's drafting share grows with K (0.0578 at K=1, 0.156 at K=4); the oracle's
-# seven passes draft in 17.8 ms a round against 5.91 ms for one pass.
+# **Reading it.** Verification is about nine tenths of every P-EAGLE round (`verify_share` 0.914 to 0.926), so a
+# round costs about one verify pass. EAGLE-3's drafting share grows with K (0.059 at K=1, 0.156 at K=4); the oracle's
+# seven passes draft in 19.3 ms a round against 5.17 ms for one pass.
 #
 # ## What it takes: the break-even picture
 #
@@ -303,7 +303,7 @@ for name, draft, ls in (("P-EAGLE", g7["parallel_ms"], "--"), ("EAGLE-3", g7["se
                   "style": {"color": "black", "linestyle": ls}})  # GPU lines black: dashed P-EAGLE, dotted EAGLE-3
 drawn = [c for c in lines if c["verify_ratio"] + c["draft_ratio"] >= 1]  # a round under one step is timing noise
 PAPER_AL = paper_target("code")[0]  # the blog's 3.94 at K=7 on HumanEval
-fig = bench.plot_break_even(drawn, [p for c, p in zip(lines, points) if c in drawn], k=7, merge_steps=0,
+fig = bench.plot_break_even(drawn, [p for c, p in zip(lines, points) if c in drawn], k=7, merge_steps=0.005,
                             mark_al=(PAPER_AL, f"the blog's P-EAGLE AL, {PAPER_AL:.2f} (HumanEval, K=7)"))
 fig.axes[0].legend(fontsize=8, loc="upper left", bbox_to_anchor=(0.0, -0.13), ncol=1)  # one column below the plot
 fig.set_size_inches(10, 8.5)
@@ -324,8 +324,8 @@ print(f"\nthe blog's ALs on the GPU cost model (K=7): P-EAGLE 3.94 / {gpu_round[
 
 # %% [markdown]
 # **Reading it.** In bf16 the shipped head clears the round; in float32 it does not. At K=7 the bf16 rounds cost
-# 1.18 decode steps (this run) and 1.26 (committed: one line with the GPU model's P-EAGLE round), and P-EAGLE's AL of
-# 1.39 and 1.55 gives 1.15x and 1.20x decode. The float32 round of the host without bf16 units costs 1.98 steps, and
+# 1.24 decode steps (this run) and 1.26 (committed: one line with the GPU model's P-EAGLE round), and P-EAGLE's AL of
+# 1.39 and 1.55 gives 1.09x and 1.20x decode. The float32 round of the host without bf16 units costs 1.98 steps, and
 # the same head falls below 1x there (AL 1.51, 0.73x decode).
 #
 # Round costs are ratios of two timings on one machine, so they can be set side by side across machines, unlike
@@ -409,10 +409,10 @@ print(f"committed ({host_run['dir']}), P-EAGLE at K={m7['k']}: round {round7:.2f
 #   bf16 run, against 2.25x for the oracle.
 # - Every live output is lossless up to near-ties (`lossless_note`): in 4 of the 8 speculative rows one output of two
 #   leaves plain bf16 greedy, each at a near-tie (09 takes one apart).
-# - Verification is about nine tenths of a P-EAGLE round (`verify_share` 0.915 to 0.929).
-# - bf16 against float32 on this host, side by side over 3 repeats: plain bf16 0.88x to 1.14x plain float32, P-EAGLE
-#   in bf16 1.00x to 1.18x: the bf16 step is not reliably faster here. The bf16 verify pass is cheaper in decode steps
-#   (11's host table: `verify_k7` 1.07 in bfloat16 against 1.88 and 2.06 in float32).
+# - Verification is about nine tenths of a P-EAGLE round (`verify_share` 0.914 to 0.926).
+# - bf16 against float32 on this host, side by side over 3 repeats: plain bf16 1.08x to 1.19x plain float32, P-EAGLE
+#   in bf16 1.12x to 1.32x; the repeats move about as much as speculation adds. The bf16 verify pass is cheaper in
+#   decode steps (11's host table: `verify_k7` 1.07 in bfloat16 against 1.88 and 2.06 in float32).
 # - On the committed bf16 round (1.26 steps), 2x decode at K=7 needs AL 2.52, a per-slot rate of 0.611; the shipped
 #   head reached AL 1.55 there.
 #

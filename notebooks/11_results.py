@@ -43,8 +43,9 @@ print("this machine:", HOST)
 # %% [markdown]
 # ## 1 · Every host's committed runs
 #
-# 07's committed benchmark runs of the shipped heads on both hosts: one table per suite (`code`: HumanEval; `chat`: the
-# prompt mix's held-out split), one row per host and dtype.
+# The committed benchmark runs (07 reads this host's bf16 run): the shipped heads' on both hosts, and one 5 x 64
+# float32 run of earlier heads. One table per suite (`code`: HumanEval; `chat`: the prompt mix's held-out split), one
+# row per host and dtype.
 #
 # - `verify_k7`: one target pass over 8 tokens, in decode steps, timed alone.
 # - `P-EAGLE`, `EAGLE-3`, `lookup` (untrained prompt lookup): best speed-up over plain, prefill included, with its K
@@ -70,7 +71,7 @@ print("\n".join(hosts.verdict_lines(committed)))  # each by the paired rule (06)
 
 # %% [markdown]
 # **Reading it.** With bf16 units both heads are shown faster than the course's plain loop (1.14x to 1.31x; in 07's
-# live run transformers' `generate` ran at 0.939x of that loop): verifying 8 tokens costs little more than a decode step
+# live run transformers' `generate` ran at 0.822x of that loop): verifying 8 tokens costs little more than a decode step
 # (`verify_k7` 1.07 in the committed run, 1.14 in 06's live table for the same 8-token pass). In float32 it costs
 # about two, and no head is shown faster. Neither head is shown faster than the other, but at the blog's acceptance
 # one pass is shown faster than K in the float32 runs of `cpu-epyc-avx2-2c` (1.59x against 1.46x on `code`), the only
