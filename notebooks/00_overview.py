@@ -24,7 +24,8 @@
 # 2-core CPU with a 135M-parameter target, so the speed-ups it can show are small; each chapter says what its
 # numbers can and cannot decide, and 11 sets the verdicts side by side. Where it lands: with the course's small heads,
 # EAGLE-3 is shown to accept more drafts than P-EAGLE on held-out prompts at K=7 (05), and neither head is shown
-# faster than the other on open prompts (07; in bfloat16 both beat a plain bfloat16 loop); where most drafts are accepted, on list requests, its single
+# faster than the other on open prompts (07; in bfloat16 both beat a plain bfloat16 loop); where most drafts are
+# accepted, on list requests, its single
 # drafting pass made it faster than an EAGLE-3 head trained alike in 06's committed runs (one training per head;
 # live, on 12 requests, not shown).
 #
@@ -61,7 +62,8 @@ from peagle_lab import models, precision, settings
 # token. In float32 on a CPU the course's loop is built to be **identical** to it (the project's tests,
 # `tests/decoding/test_speculative.py`, check it at every K with both drafters), and this chapter checks every run. In
 # bfloat16 or on a GPU, verifying K+1 rows at once can change a logit's last bits, so the output may part from plain
-# decoding where the top two logits nearly tie; 09 measures that. Lossless keeps the target's answer, right or wrong: the plain answer below is not correct code.
+# decoding where the top two logits nearly tie; 09 measures that. Lossless keeps the target's answer, right or wrong:
+# the plain answer below is not correct code.
 
 # %% [markdown]
 # ## EAGLE-3 and P-EAGLE
@@ -412,7 +414,8 @@ if al_formula > 1:
 # <details><summary>Answer</summary>
 #
 # K = 1 takes 33 rounds against K = 5's 32: most K = 5 rounds commit 1 or 2 tokens anyway. K = 10 takes the same 32
-# rounds. A slot sees only earlier slots, so its first 5 drafts are K = 5's, and no K = 5 round accepted a 4th draft.
+# rounds. The reason is the design, not a printed comparison: a slot sees only earlier slots, so K = 10's first 5
+# drafts are K = 5's, and no K = 5 round accepted a 4th draft.
 # The tokens never change.
 #
 # </details>

@@ -332,7 +332,8 @@ with torch.no_grad():
 
 # %% [markdown]
 # **Reading it.** Each round the cache drops the round before's 3 mask slots and keeps only committed slots (0, then
-# 9, then 12), adds the new ones and this round's 3 mask slots: 12, then 15, then 18 entries after the pass. The drafts' logits match one pass over the whole context to within 4.9e-05
+# 9, then 12), adds the new ones and this round's 3 mask slots: 12, then 15, then 18 entries after the pass. The drafts'
+# logits match one pass over the whole context to within 4.9e-05
 # (float32 summed in another order).
 
 # %% [markdown]

@@ -65,7 +65,8 @@ print(f"{len(seqs)} sequences ({'list answers' if OWN_LISTS else 'this target ha
 #
 # ### What a slot may see
 #
-# Training replays many rounds of 02's drafting at once. An **element** `(a, d)` is slot `d + 1` of the round whose slot 1 sits at
+# Training replays many rounds of 02's drafting at once. An **element** `(a, d)` is slot `d + 1` of the round whose slot
+# 1 sits at
 # position `a`, its **anchor**. It learns the target's greedy choice for `x_{a+d+2}`. Within its sequence it may attend
 # to the **depth-0 elements with anchor ≤ a** (its context) and to **its own rollout** `(a, d' ≤ d)`.
 #
@@ -127,14 +128,16 @@ plt.show()
 # ### Exercise: more parallel slots
 #
 # The cell below sizes both layouts at K = 2 and K = 8: one drafting pass after a context of 8 positions (02's
-# example), and the training mask of a toy 12-token sequence (prompt of 2, every anchor kept). Predict the positions, the elements and the mask sizes.
+# example), and the training mask of a toy 12-token sequence (prompt of 2, every anchor kept). Predict the positions,
+# the elements and the mask sizes.
 #
 # <details><summary>Answer</summary>
 #
 # Inference: `n + K`, so 9, then 15 positions. Training: 11, 9, then one fewer per depth, so 20, then 53 elements
 # (not 8 x 11 = 88: a deeper depth keeps only the anchors whose labels still fall inside the sequence). The mask
 # grows quadratically, the allowed pairs far less (129, then 409). This toy keeps every anchor; COD, written next,
-# keeps a shrinking share of anchors at each deeper depth, so a real row grows by far less still (the next section prints it).
+# keeps a shrinking share of anchors at each deeper depth, so a real row grows by far less still (the next section
+# prints it).
 #
 # </details>
 

@@ -325,7 +325,8 @@ print("\n".join(same_drafts.lines()))
 
 # %% [markdown]
 # **Reading it.** On the same drafts, one pass beats seven on 10 of 12 requests (p = 0.039): shown, live, as in the
-# committed 24-prompt runs of `cpu-epyc-avx2-2c` (22 of 24; 11 lists them). Both charges accept alike (AL 3.56, the same 259 drafts over 101 rounds), so
+# committed 24-prompt runs of `cpu-epyc-avx2-2c` (22 of 24; 11 lists them). Both charges accept alike (AL 3.56, the same
+# 259 drafts over 101 rounds), so
 # the gap is drafting cost: 6.0 against 24.0 ms a round, cheaper on 12 of 12. The AL sits below the blog's 3.94:
 # answers that end early cut rounds short (07 computes 3.79 for the rate at a 40-token budget), and 101 rounds are a
 # small draw.

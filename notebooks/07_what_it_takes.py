@@ -22,8 +22,8 @@
 # 06 showed parallel drafting paying where a head accepts many drafts. The shipped heads accept few on open prompts.
 #
 # The shipped heads do not reach the paper's acceptance (the blog reports 3.94 tokens a round at K=7 on HumanEval). So
-# an *oracle* drafter draws it through the real loop, charged a real head's drafting: one P-EAGLE pass or K EAGLE-3
-# passes.
+# an *oracle* drafter draws it through the real loop, charged a real head's drafting: one P-EAGLE pass or K passes
+# of the EAGLE-3 head (06 charged the P-EAGLE head both ways).
 #
 # You will race the methods, time a round, and see what acceptance would pay here and on a GPU.
 
@@ -242,7 +242,8 @@ print(f"  oracle K={o['k']}: AL {o['acceptance_length']:.2f} over {o['rounds']} 
 # rounds accepted slot 1, but the token budget cut one of them short), and slots 5 to 7 are never reached.
 #
 # Neither head is shown faster than plain on 2 prompts (P-EAGLE ahead on 1 of 2, p = 1; EAGLE-3 on 2 of 2, p = 0.5),
-# nor than the other, here (P-EAGLE ahead on 0 of 2, p = 0.5) or in the committed run (15 of 24, p = 0.31). The oracle's AL 4.00 sits above the
+# nor than the other, here (P-EAGLE ahead on 0 of 2, p = 0.5) or in the committed run (15 of 24, p = 0.31). The oracle's
+# AL 4.00 sits above the
 # 3.79 its rate expects at this 40-token budget: 20 rounds are a small draw.
 #
 # ## Where a round's time goes
@@ -323,7 +324,8 @@ print(f"\nthe blog's ALs on the GPU cost model (K=7): P-EAGLE 3.94 / {gpu_round[
       "best K)")
 
 # %% [markdown]
-# **Reading it.** In bf16 the shipped head clears the round; in float32 it does not. At K=7 the bf16 rounds cost
+# **Reading it.** In bf16 the shipped head clears the round; in float32, on the host without bf16 units, it does not. At
+# K=7 the bf16 rounds cost
 # 1.24 decode steps (this run) and 1.26 (committed: one line with the GPU model's P-EAGLE round), and P-EAGLE's AL of
 # 1.39 and 1.55 gives 1.09x and 1.20x decode. The float32 round of the host without bf16 units costs 1.98 steps, and
 # the same head falls below 1x there (AL 1.51, 0.73x decode).

@@ -462,8 +462,8 @@ for path in sorted(RESULTS.glob("*/tensor-parallel/tensor_parallel.json")):
 # <details><summary>How sure is this?</summary>
 #
 # At 1 request vLLM's whole round costs about 1.29 of its own plain steps (AL over throughput; the repeats' spread,
-# 0.87x to 1.14x, puts it between about 1.14 and 1.49), where our transformers loop pays 1.99 and 1.93 steps in
-# float32 for the verify pass alone (00's timing cell, 6 and 9 tokens): each engine has its own ratio, so compare
+# 0.87x to 1.14x, puts it between about 1.14 and 1.49), where our transformers loop pays about two steps in float32
+# for the verify pass alone (00's timing cell, 6 and 9 tokens): each engine has its own ratio, so compare
 # round costs within one engine. The all-reduces explain 33.5 ms of the tensor-parallel slowdown; the rest is not
 # taken apart here (two processes on two cores also share the cores' caches and the per-layer Python work).
 #

@@ -167,7 +167,8 @@ assert same_taps and lossless and lookup_lossless
 # **Reading it.** The recipe ran unchanged on a second architecture: 8 distilled answers, 12 steps taking the loss
 # from 7.36 to 1.89, the tap layers `from_target` chose, and an output equal to plain greedy. A head this small gets
 # no draft accepted (AL 1.00 over 23 rounds), so its run checks only rejection and rollback; prompt lookup, on the same
-# target and loop, gets 11 drafts accepted (AL 1.92) and stays lossless too. Nothing in the path is specific to SmolLM2.
+# target and loop, gets 11 drafts accepted (AL 1.92) and stays lossless too. The same code ran end to end on a second
+# architecture; a head that drafts well on it needs the full-size recipe (section 2).
 #
 # ## 2 · Past one machine
 #

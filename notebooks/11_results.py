@@ -70,10 +70,9 @@ for suite, rows in hosts.suite_tables(committed, HOST).items():
 print("\n".join(hosts.verdict_lines(committed)))  # each by the paired rule (06)
 
 # %% [markdown]
-# **Reading it.** With bf16 units both heads are shown faster than the course's plain loop (1.14x to 1.31x; in 07's
-# live run transformers' `generate` ran at 0.822x of that loop): verifying 8 tokens costs little more than a decode step
-# (`verify_k7` 1.07 in the committed run, 1.14 in 06's live table for the same 8-token pass). In float32 it costs
-# about two, and no head is shown faster. Neither head is shown faster than the other, but at the blog's acceptance
+# **Reading it.** With bf16 units both heads are shown faster than the course's plain loop (1.14x to 1.31x): verifying
+# 8 tokens costs little more than a decode step (`verify_k7` 1.07). In float32 it costs about two (1.88 and 2.06), and
+# no head is shown faster. Neither head is shown faster than the other, but at the blog's acceptance
 # one pass is shown faster than K in the float32 runs of `cpu-epyc-avx2-2c` (1.59x against 1.46x on `code`), the only
 # committed ones with a K-pass oracle row.
 
