@@ -186,7 +186,7 @@ for key, value in [("target_params", n_params), ("greedy_tokens_per_s", round(to
     record(key, value, notebook="00_overview")
 
 # %% [markdown]
-# **Reading it.** In float32 on this CPU (its host name is printed last), verifying K=5 drafts costs 1.99 one-token
+# **Reading it.** In float32 on this CPU (its host name is printed last), verifying K=5 drafts costs 1.89 one-token
 # steps, against 1.17 on the H200. So a round here must commit about two tokens, plus drafting's time, just to break
 # even.
 #
@@ -199,7 +199,7 @@ for key, value in [("target_params", n_params), ("greedy_tokens_per_s", round(to
 # <details><summary>How sure is this?</summary>
 #
 # These are medians of a few repeats in one run, and they move between runs (each chapter prints its own): 9 rows
-# measured 1.93, below 6 rows' 1.99, which is timing noise, since a wider pass is not cheaper. A cost in steps is a
+# measured 1.93 here, a little above 6 rows' 1.89. A cost in steps is a
 # ratio within one dtype: the bf16 step itself need not be faster than a float32 one (07 times both side by side). The
 # H200 step is an eager PyTorch loop with random weights, not a serving engine: read its ratio, not its milliseconds;
 # a forward's time depends on the shapes, not on the values.
@@ -373,7 +373,7 @@ print("hand-written P-EAGLE vs plain greedy:", "identical" if div is None else d
 # **Reading it.** Both hand-written loops reach the package's acceptance lengths, and every output is plain greedy
 # decoding's. The P-EAGLE head commits 1.47 tokens a round, prompt lookup 1.37. In P-EAGLE's first round 3 of 5
 # drafts were accepted; rolling back the 2 rejected ones shrinks the target's cache from 48 positions to 46. Both are
-# slower than plain decoding here (0.73x and 0.75x): verifying 5 drafts costs 1.99 steps, more than either commits.
+# slower than plain decoding here (0.73x and 0.78x): verifying 5 drafts costs 1.89 steps, more than either commits.
 # One timing each cannot order the two drafters; 07 times 24 prompts.
 #
 # ### Acceptance length, draft by draft
@@ -483,10 +483,10 @@ check_accept(answer_accept)
 from peagle_lab.workbook import ledger
 
 book = ledger.Logbook("00", host=precision.host_slug(DEVICE), dtype=precision.dtype_name(model.dtype))
-book.add("the hand-written round's prompt", head_name, prompt_set="one chat prompt (prime check)", prompts=1,
+book.add("the hand-written round's prompt", head_name, prompt_set="one code request (prime check)", prompts=1,
          new_tokens=NEW_TOKENS, k=K, stats=package.stats)
 for k_try, rounds_try in tries.items():
-    book.add(f"exercise, the hand-written round at K={k_try}", head_name, prompt_set="one chat prompt (prime check)",
+    book.add(f"exercise, the hand-written round at K={k_try}", head_name, prompt_set="one code request (prime check)",
              prompts=1, new_tokens=NEW_TOKENS, k=k_try, rounds=len(rounds_try),
              acceptance_length=round(sum(rounds_try) / len(rounds_try), 4))
 
@@ -516,8 +516,8 @@ for k_try, rounds_try in tries.items():
 # - A round is five steps: draft, verify, accept, bonus, roll back. The hand-written loop matches the package's with
 #   both drafters: prompt lookup, no model (AL 1.37), and the shipped P-EAGLE head (AL 1.47).
 # - Every speculative output here is identical to plain greedy decoding (float32, CPU).
-# - Verifying K=5 drafts costs 1.99 one-token steps, more than the 1.47 tokens a P-EAGLE round commits: it ran at
-#   0.75x here.
+# - Verifying K=5 drafts costs 1.89 one-token steps, more than the 1.47 tokens a P-EAGLE round commits: it ran at
+#   0.78x here.
 # - Draft 1 supplied 80% of the extra tokens. On this prompt K=10 gave the same AL as K=5: a larger K did not rescue
 #   weak early drafts.
 #

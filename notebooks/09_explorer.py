@@ -105,8 +105,8 @@ print("the first token comes from the target:", run.sources[0] == viz.TARGET)
 print("lossless (identical, or in bf16 apart only at a near-tie; the rule: below):", run.lossless)
 
 # %% [markdown]
-# **Reading it.** P-EAGLE at K=4 commits 1.40 tokens per round (of a possible 5) and ran at 1.18x plain decoding's
-# speed, faster, in one timing each. Its text leaves plain greedy's at token 12, at an exact tie: lossless up to a
+# **Reading it.** P-EAGLE at K=4 commits 1.40 tokens per round (of a possible 5) and ran at 1.02x plain decoding's
+# speed, about even, in one timing each. Its text leaves plain greedy's at token 12, at an exact tie: lossless up to a
 # near-tie, by the rule of the next section.
 #
 # ### Exercise: which kind of prompt gets more drafts accepted?
@@ -342,7 +342,8 @@ assert same == N_SAME
 # %% [markdown]
 # ## What we saw
 #
-# - **Fixed run**: P-EAGLE at K=4 commits 1.40 tokens per round and ran at 1.18x plain decoding's speed (one timing).
+# - **Fixed run**: P-EAGLE at K=4 commits 1.40 tokens per round and ran at 1.02x plain decoding's speed (one timing:
+#   about even).
 # - **bf16**: 51 of 216 committed bf16 outputs leave plain greedy, all at near-ties; in float32 the fixed run matches
 #   plain greedy.
 # - **The check bites**: an off-by-one acceptance rule leaves plain greedy at a margin far above the bound.
@@ -358,7 +359,7 @@ report.record(f"acceptance_length_k{K}_{head_name}", round(run.stats.acceptance_
 head_label = SHIPPED[head_name].name if head_name in SHIPPED and models.is_default_target(TARGET) else \
     f"{head_name} ({TARGET})"
 book = ledger.Logbook("09", host=precision.host_slug(DEVICE), dtype=precision.dtype_name(model.dtype))
-book.add("fixed run", head_label, prompt_set="one chat prompt (prime check)", prompts=1,  # 00's prompt, 00's name
+book.add("fixed run", head_label, prompt_set="one code request (prime check)", prompts=1,  # 00's prompt, 00's name
          new_tokens=len(run.tokens), k=K, stats=run.stats)
 for kind, r in exercise.items():
     book.add(f"exercise, {kind} prompt", head_label, prompt_set=f"one {kind} prompt", prompts=1,

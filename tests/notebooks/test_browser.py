@@ -40,7 +40,7 @@ KERNEL_START_TIMEOUT_S = 120
 RUN_ALL_TRIES = 3
 QUIET_RETRY_S = 15  # Run All queues every cell: nothing busy this long before the checks means a lost queue
 # the notebook's lossless check (its last checked cell); Run All is done when it printed and no cell is busy
-CHECK_LINE = "lossless (identical, or in a near-tie regime a near-tie divergence; see the regime above):"
+CHECK_LINE = "lossless (identical, or in bf16 apart only at a near-tie; the rule: below):"  # 09's last check
 OUTPUTS_JS = "[...document.querySelectorAll('.jp-OutputArea-output')].map(o => o.textContent).join('\\n')"
 PROGRESS_JS = f"""() => {{
     const prompts = [...document.querySelectorAll('.jp-CodeCell .jp-InputPrompt')].map(p => p.innerText.trim());
@@ -223,6 +223,12 @@ def _stop(proc, base, tmp):
                     os.kill(int(entry.name), signal.SIGKILL)
             except OSError:
                 pass
+
+
+def test_the_line_the_browser_waits_for_is_printed_by_the_saved_explorer():
+    """Run All is done when CHECK_LINE shows: the saved notebook must print it, or the browser would wait in vain."""
+    outputs = [o.get("text", "") for c in json.loads(NOTEBOOK.read_text())["cells"] for o in c.get("outputs", [])]
+    assert any(CHECK_LINE in "".join(t) for t in outputs), f"{NOTEBOOK.name} prints no {CHECK_LINE!r}"
 
 
 def test_explorer_runs_in_jupyterlab(lab):
