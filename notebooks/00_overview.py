@@ -60,10 +60,10 @@ from peagle_lab import models, precision, settings
 #
 # Greedy speculation commits only the target's own argmax tokens, so its output is plain greedy decoding's, token for
 # token. In float32 on a CPU the course's loop is built to be **identical** to it (the project's tests,
-# `tests/decoding/test_speculative.py`, check it at every K with both drafters), and this chapter checks every run. In
-# bfloat16 or on a GPU, verifying K+1 rows at once can change a logit's last bits, so the output may part from plain
-# decoding where the top two logits nearly tie; 09 measures that. Lossless keeps the target's answer, right or wrong:
-# the plain answer below is not correct code.
+# `tests/decoding/test_speculative.py`, not run here, check it at every K with both drafters), and this chapter checks
+# every run. In bfloat16 or on a GPU, verifying K+1 rows at once can change a logit's last bits, so the output may part
+# from plain decoding where the top two logits nearly tie; 09 measures that. Lossless keeps the target's answer, right
+# or wrong: the plain answer below is not correct code.
 
 # %% [markdown]
 # ## EAGLE-3 and P-EAGLE

@@ -188,10 +188,10 @@ print("lens on the last layer's output == the model's own prediction, at every p
 #
 # <details><summary>Answer</summary>
 #
-# Late layers agree most: 34-51%, against 0-2% for `(1, 2, 3)`. But layers 26 to 28 sit in one block of
-# near-parallel layers (25 to 29 in the heatmap above), so they give a drafter much the same view three times; vLLM's
-# spread gives three different ones. Test your pick with `peagle-lab train --tap-layers`; 05's recipe runs show how to
-# compare two settings fairly.
+# Late layers agree most: 34-51%, against 0-2% for `(1, 2, 3)`. But layers 26 to 28 sit in one block of near-parallel
+# layers (25 to 29 in the heatmap above), so they likely give a drafter much the same view three times (a reading of the
+# heatmap; no head here trains on them); vLLM's spread gives three different ones. Test your pick with
+# `peagle-lab train --tap-layers`; 05's recipe runs show how to compare two settings fairly.
 #
 # </details>
 

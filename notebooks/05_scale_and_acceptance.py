@@ -152,8 +152,8 @@ print("\n".join(heads_report.live_lines(P, S, live, KS, TIE)))
 #
 # </details>
 #
-# Live, every output matched plain greedy and EAGLE-3 led at both K, as on the held-out prompts; on 2 prompts that is
-# a check, not a ranking.
+# Live, every output matched plain greedy and EAGLE-3 led at both K, the direction of the held-out comparison (which
+# shows it at K=7 only); on 2 prompts that is a check, not a ranking.
 #
 # The vLLM blog reports the reverse order: P-EAGLE 3.94, EAGLE-3 3.03 (GPT-OSS-20B, HumanEval, K=7). The shipped heads
 # differ in budget and data, so they cannot isolate the method. 06's committed matched pair, trained alike for 1,000

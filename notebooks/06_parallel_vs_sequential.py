@@ -64,8 +64,8 @@ print("committed runs read from:", READ_HOST)
 #   weights. `t_draft` grows linearly with K.
 # - **P-EAGLE (parallel):** slots 2..K hold a mask token and the shared `mask_hidden`, so all K drafts come out of
 #   **one** pass over the new slots plus K-1 mask slots. At batch 1 a small drafter is usually bound by weight reads
-#   and per-call overhead, not arithmetic, so one wide pass should cost far less than K narrow ones; the table below
-#   measures by how much.
+#   and per-call overhead, not arithmetic (a general expectation, not measured here), so one wide pass should cost far
+#   less than K narrow ones; the table below measures by how much.
 #
 # The cost sections run the shipped P-EAGLE head in both modes: only the mode differs.
 #

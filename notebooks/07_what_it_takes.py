@@ -328,7 +328,8 @@ print(f"\nthe blog's ALs on the GPU cost model (K=7): P-EAGLE 3.94 / {gpu_round[
 # K=7 the bf16 rounds cost
 # 1.24 decode steps (this run) and 1.26 (committed: one line with the GPU model's P-EAGLE round), and P-EAGLE's AL of
 # 1.39 and 1.55 gives 1.09x and 1.20x decode. The float32 round of the host without bf16 units costs 1.98 steps, and
-# the same head falls below 1x there (AL 1.51, 0.73x decode).
+# the same head falls below 1x there (AL 1.51, 0.73x decode). (11's `verify_k7` for that host, 2.06, times the 8-token
+# pass alone, apart from the loop: two timings of about the same work, so they differ by a little.)
 #
 # Round costs are ratios of two timings on one machine, so they can be set side by side across machines, unlike
 # milliseconds. The committed bf16 round on this CPU (1.26 steps) equals the GPU model's P-EAGLE round: with bf16

@@ -454,18 +454,18 @@ for path in sorted(RESULTS.glob("*/tensor-parallel/tensor_parallel.json")):
 # **GPU:** verifying K+1 tokens costs only 1.146 to 1.181 decode steps over K = 1 to 8. At K=8, drafting is 6% of a
 # P-EAGLE round against 31% for EAGLE-3: a cost model, not a measured speed-up.
 #
-# **Tensor parallelism** (`cpu-epyc-avx2-2c`): over 2 processes a decode step slowed most, 51.1 to 152.9 ms (3.0x),
-# and verification less, 100.3 to 181.9 ms (0.55x as fast): one token's work is too small to split, yet pays the same
-# two all-reduces a layer. With verification slower, the drafter's share of a round fell (P-EAGLE 6.4% to 4.1%). On
-# GPUs, where sharding speeds the target up, that share should grow: argued, not measured.
+# **Tensor parallelism** (`cpu-epyc-avx2-2c`): over 2 processes a decode step slowed most, 51.1 to 152.9 ms (3.0x), and
+# verification less, 100.3 to 181.9 ms (0.55x as fast). The two all-reduces a layer explain 33.5 ms of the decode step's
+# slowdown; the rest is not taken apart here. With verification slower, the drafter's share of a round fell (P-EAGLE
+# 6.4% to 4.1%). On GPUs, where sharding speeds the target up, that share should grow: argued, not measured.
 #
 # <details><summary>How sure is this?</summary>
 #
 # At 1 request vLLM's whole round costs about 1.29 of its own plain steps (AL over throughput; the repeats' spread,
 # 0.87x to 1.14x, puts it between about 1.14 and 1.49), where our transformers loop pays about two steps in float32
 # for the verify pass alone (00's timing cell, 6 and 9 tokens): each engine has its own ratio, so compare
-# round costs within one engine. The all-reduces explain 33.5 ms of the tensor-parallel slowdown; the rest is not
-# taken apart here (two processes on two cores also share the cores' caches and the per-layer Python work).
+# round costs within one engine. Beyond the all-reduces, two processes on two cores also share the cores' caches and
+# the per-layer Python work.
 #
 # </details>
 #
