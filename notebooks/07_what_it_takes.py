@@ -136,16 +136,17 @@ plain_row = next(m for m in e2e["methods"] if m["family"] == "plain")
 print(f"plain loop: {plain_row['t_step_ms']:.1f} ms per decode step (the loop's timer)")
 
 # %% [markdown]
-# **Reading it.** Live, the shipped heads gain little: at best 1.08x for P-EAGLE (K=4) and 1.18x for EAGLE-3 (K=1),
-# on 2 prompts. EAGLE-3 is fastest at K=1, where its drafting is one pass, like P-EAGLE's: at this acceptance one
-# pass has nothing to save. Their AL stays between 1.30 and 1.42 at every K: deeper drafts are rarely accepted, so a
-# larger K adds verification without adding many tokens. The oracle makes 2.71x with one pass and 2.2x with seven.
+# **Reading it.** Live, the shipped heads gain nothing measurable here: at best 1.02x for P-EAGLE (K=1) and 1.01x for
+# EAGLE-3 (K=4), on 2 prompts. At K=1 the two drafting modes are the same computation (one pass drafts one token), so
+# P-EAGLE's best K saves nothing over EAGLE-3. Their AL stays between 1.30 and 1.42 at every K: deeper drafts are
+# rarely accepted, so a larger K adds verification without adding many tokens. The oracle makes 2.5x with one pass and
+# 2.25x with seven.
 #
 # <details><summary>How sure is this?</summary>
 #
 # Every speed-up here is over the course's plain loop, which runs through the same target runner as the speculative
 # loop and records each step's top-two margin for the lossless check. transformers' own `generate` (`hf-greedy`) ran
-# at 0.822x of it here. Two prompts timed once each move from run to run: read this table for the mechanics, the
+# at 0.903x of it here. Two prompts timed once each move from run to run: read this table for the mechanics, the
 # committed table above for the ranking.
 #
 # </details>
@@ -187,8 +188,8 @@ else:
     print("on a GPU the course runs in its native dtype; no float32 comparison")
 
 # %% [markdown]
-# **Reading it.** In all 3 repeats plain bfloat16 ran faster than float32, by 1.08x to 1.19x, and P-EAGLE in bf16 at
-# K=4 made 1.12x to 1.32x plain float32. Over plain bf16, P-EAGLE made 1.04x to 1.16x, around its 1.08x in the race
+# **Reading it.** In all 3 repeats plain bfloat16 ran faster than float32, by 1.09x to 1.14x, and P-EAGLE in bf16 at
+# K=1 made 1.17x to 1.26x plain float32. Over plain bf16, P-EAGLE made 1.02x to 1.16x, around its 1.02x in the race
 # above: the repeats move about as much as speculation adds. The chapter's speed-ups all divide by plain decoding in
 # the same dtype, so they leave the dtype's own gain out. The cell times the three side by side because steps timed in
 # different chapters and runs do not compare (the dtype, the load and the prompts all differ).
@@ -241,8 +242,8 @@ print(f"  oracle K={o['k']}: AL {o['acceptance_length']:.2f} over {o['rounds']} 
 # at K=3, at 1.12x to 1.14x. This run's counts say why: at K=7 P-EAGLE's slot 2 is accepted in 2 of 17 rounds (18
 # rounds accepted slot 1, but the token budget cut one of them short), and slots 5 to 7 are never reached.
 #
-# Neither head is shown faster than plain on 2 prompts (P-EAGLE ahead on 1 of 2, p = 1; EAGLE-3 on 2 of 2, p = 0.5),
-# nor than the other, here (P-EAGLE ahead on 0 of 2, p = 0.5) or in the committed run (15 of 24, p = 0.31). The oracle's
+# Neither head is shown faster than plain on 2 prompts (each ahead on 1 of 2, p = 1), nor than the other, here
+# (P-EAGLE ahead on 1 of 2, p = 1) or in the committed run (15 of 24, p = 0.31). The oracle's
 # AL 4.00 sits above the
 # 3.79 its rate expects at this 40-token budget: 20 rounds are a small draw.
 #
@@ -266,9 +267,9 @@ fig.set_size_inches(8, 0.32 * len(e2e["round_profile"]) + 2.0)
 fig.tight_layout()
 
 # %% [markdown]
-# **Reading it.** Verification is about nine tenths of every P-EAGLE round (`verify_share` 0.914 to 0.926), so a
-# round costs about one verify pass. EAGLE-3's drafting share grows with K (0.059 at K=1, 0.156 at K=4); the oracle's
-# seven passes draft in 19.3 ms a round against 5.17 ms for one pass.
+# **Reading it.** Verification is about nine tenths of every P-EAGLE round (`verify_share` 0.916 to 0.928), so a
+# round costs about one verify pass. EAGLE-3's drafting share grows with K (0.0575 at K=1, 0.157 at K=4); the oracle's
+# seven passes draft in 18.8 ms a round against 5.45 ms for one pass.
 #
 # ## What it takes: the break-even picture
 #
@@ -281,14 +282,14 @@ fig.tight_layout()
 
 # %%
 from peagle_lab.bench.suites import suite_of
-from peagle_lab.drafter.config import PEagleConfig
 from peagle_lab.drafter.heads import SHIPPED
+from peagle_lab.workbook import ledger
 
-shipped_vocab = PEagleConfig.from_dir(SHIPPED["parallel"]).draft_vocab_size  # runs of earlier heads had another
+vocab_now = ledger.shipped_vocab(SHIPPED)  # a committed run of an earlier P-EAGLE head (another vocabulary) is left out
 lines, points = [], []  # a line per run: a round's cost in decode steps, from P-EAGLE's K=7 row; the row's point
 for label, res in [(f"this machine, {precision.dtype_name(DTYPE)}", e2e)] + [
         (c["dir"], c["results"]["end_to_end"]) for c in committed if c["results"].get("end_to_end")
-        and c["results"]["end_to_end"]["config"]["parallel_head"]["draft_vocab_size"] == shipped_vocab]:
+        and not ledger.earlier_vocab(c["results"]["end_to_end"]["config"]["parallel_head"], vocab_now)]:
     m = next((m for m in res["methods"] if m["family"] == "p-eagle" and m["k"] == 7 and m.get("decode_speedup")), None)
     if m:
         name = f"{label} ({res['config']['n_prompts']}x{res['config']['max_new_tokens']} {suite_of(res)})"
@@ -324,12 +325,13 @@ print(f"\nthe blog's ALs on the GPU cost model (K=7): P-EAGLE 3.94 / {gpu_round[
       "best K)")
 
 # %% [markdown]
-# **Reading it.** In bf16 the shipped head clears the round; in float32, on the host without bf16 units, it does not. At
-# K=7 the bf16 rounds cost
-# 1.24 decode steps (this run) and 1.26 (committed: one line with the GPU model's P-EAGLE round), and P-EAGLE's AL of
-# 1.39 and 1.55 gives 1.09x and 1.20x decode. The float32 round of the host without bf16 units costs 1.98 steps, and
-# the same head falls below 1x there (AL 1.51, 0.73x decode). (11's `verify_k7` for that host, 2.06, times the 8-token
-# pass alone, apart from the loop: two timings of about the same work, so they differ by a little.)
+# **Reading it.** In this host's committed bf16 run the shipped head clears the round; in float32, on the host without
+# bf16 units, it does not. At K=7 the bf16 rounds cost 1.40 decode steps (this run) and 1.26 (committed: one line with
+# the GPU model's P-EAGLE round), and P-EAGLE's AL of 1.39 and 1.55 gives 0.97x and 1.20x decode: this run's round,
+# timed on 2 prompts, came out dearer, and the head did not clear it. The float32 round of the host without bf16 units
+# costs 1.98 steps, and the same head falls below 1x there (AL 1.51, 0.73x decode). (11's `verify_k7` for that host,
+# 2.06, times the 8-token pass alone, apart from the loop: two timings of about the same work, so they differ by a
+# little.)
 #
 # Round costs are ratios of two timings on one machine, so they can be set side by side across machines, unlike
 # milliseconds. The committed bf16 round on this CPU (1.26 steps) equals the GPU model's P-EAGLE round: with bf16
@@ -412,9 +414,9 @@ print(f"committed ({host_run['dir']}), P-EAGLE at K={m7['k']}: round {round7:.2f
 #   bf16 run, against 2.25x for the oracle.
 # - Every live output is lossless up to near-ties (`lossless_note`): in 4 of the 8 speculative rows one output of two
 #   leaves plain bf16 greedy, each at a near-tie (09 takes one apart).
-# - Verification is about nine tenths of a P-EAGLE round (`verify_share` 0.914 to 0.926).
-# - bf16 against float32 on this host, side by side over 3 repeats: plain bf16 1.08x to 1.19x plain float32, P-EAGLE
-#   in bf16 1.12x to 1.32x; the repeats move about as much as speculation adds. The bf16 verify pass is cheaper in
+# - Verification is about nine tenths of a P-EAGLE round (`verify_share` 0.916 to 0.928).
+# - bf16 against float32 on this host, side by side over 3 repeats: plain bf16 1.09x to 1.14x plain float32, P-EAGLE
+#   in bf16 1.17x to 1.26x; the repeats move about as much as speculation adds. The bf16 verify pass is cheaper in
 #   decode steps (11's host table: `verify_k7` 1.07 in bfloat16 against 1.88 and 2.06 in float32).
 # - On the committed bf16 round (1.26 steps), 2x decode at K=7 needs AL 2.52, a per-slot rate of 0.611; the shipped
 #   head reached AL 1.55 there.

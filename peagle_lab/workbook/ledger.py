@@ -100,8 +100,8 @@ def bench_rows(e2e: dict, chapter: str, what: str, host: str | None = None, ever
             continue
         info = cfg.get(f"{'parallel' if family == 'p-eagle' else 'sequential'}_head") or {}
         head = Path(info.get("source") or name).name
-        then, now = info.get("draft_vocab_size"), (vocab_now or {}).get(head)
-        if then and now and then != now:
+        then = earlier_vocab(info, vocab_now)
+        if then:
             head = f"{head} (earlier version, {then:,} draft ids)"
         ms = [m for m in e2e["methods"] if m["family"] == family] if every_k else [top]
         for m in ms:
@@ -163,6 +163,20 @@ def committed_rows(data_dir: Path, shipped: dict[str, Path], repo_root: Path) ->
     data_dir = Path(data_dir)
     rows = [r for path in sorted(data_dir.glob("recipe/*/heldout_compare.json"))
             for r in heldout_rows(path, shipped, repo_root)]
-    vocab_now = {Path(p).name: PEagleConfig.from_dir(p).draft_vocab_size
-                 for p in shipped.values() if (Path(p) / CONFIG).is_file()}
-    return rows + committed_bench_rows(data_dir / "results", vocab_now) + serving_rows(data_dir / "results")
+    results = data_dir / "results"
+    return rows + committed_bench_rows(results, shipped_vocab(shipped)) + serving_rows(results)
+
+
+def shipped_vocab(shipped: dict[str, Path]) -> dict[str, int]:
+    """A shipped head folder's name -> its draft vocabulary today (heads not on disk left out)."""
+    return {Path(p).name: PEagleConfig.from_dir(p).draft_vocab_size
+            for p in shipped.values() if (Path(p) / CONFIG).is_file()}
+
+
+def earlier_vocab(head_info: dict, vocab_now: dict[str, int] | None) -> int | None:
+    """The draft vocabulary a bench run recorded for its head (``config["parallel_head"]`` or the sequential one)
+    when it differs from that head's today (:func:`shipped_vocab`): the run drafted with an earlier version of the
+    head. ``None``: the head as it is now, or nothing to compare."""
+    then = head_info.get("draft_vocab_size")
+    now = (vocab_now or {}).get(Path(head_info.get("source") or "").name)
+    return then if then and now and then != now else None

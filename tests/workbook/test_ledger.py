@@ -179,6 +179,10 @@ def test_a_run_of_an_earlier_version_of_a_head_is_named_so():
     heads = [r["head"] for r in ledger.bench_rows(run, "06", "committed", vocab_now={"p": 4096, "s": 4096})]
     assert heads == ["p (earlier version, 8,192 draft ids)", "s"]
     assert [r["head"] for r in ledger.bench_rows(run, "06", "committed")] == ["p", "s"]  # nothing to compare with
+    # the rule itself, as 07 asks it of a committed run's head
+    assert ledger.earlier_vocab(run["config"]["parallel_head"], {"p": 4096}) == 8192
+    assert ledger.earlier_vocab(run["config"]["sequential_head"], {"s": 4096}) is None
+    assert ledger.earlier_vocab(run["config"]["parallel_head"], None) is None
 
 
 def test_a_serving_sweep_reads_its_recorded_dtype_else_names_the_setting_it_assumes():
