@@ -50,12 +50,16 @@ def _outputs(nb) -> str:
     return "\n".join(texts).replace(",", "")
 
 
-def _printed(pool: str) -> dict[int, set[Decimal]]:
-    """Every number the outputs print, rounded to each precision up to its own: {decimals: values}."""
-    by_places: dict[int, set[Decimal]] = {}
+def _printed(pool: str) -> dict:
+    """Every number the outputs print: ``{decimals: values}``, each decimal number rounded to every precision up to
+    its own, and ``{"e": values}`` for those printed with an exponent."""
+    by_places: dict = {"e": set()}
     for text in set(NUMBER.findall(pool)):
         value = Decimal(text)
-        places = max(0, -value.as_tuple().exponent) if "e" not in text.lower() else 12
+        if "e" in text:
+            by_places["e"].add(abs(value))
+            continue
+        places = max(0, -value.as_tuple().exponent)
         for p in range(places + 1):
             q = Decimal(1).scaleb(-p)
             for mode in (ROUND_HALF_UP, ROUND_HALF_EVEN):
@@ -98,10 +102,11 @@ def unprinted(nb, own, course) -> list[str]:
             value = _stated(figure)
             places = max(0, -value.as_tuple().exponent)
             printed = course if CHAPTER.search(_sentence(prose, m.start(), m.end())) else own
-            if "e" in figure or value not in printed.get(places, ()):
-                if "e" in figure and any(abs(value - v) <= abs(value) * Decimal("0.05")
-                                         for v in printed.get(12, ())):
-                    continue
+            if "e" in figure:  # an exponent figure matches a printed one within 5%
+                shown = any(abs(value - v) <= abs(value) * Decimal("0.05") for v in printed.get("e", ()))
+            else:
+                shown = value in printed.get(places, ())
+            if not shown:
                 context = prose[max(0, m.start() - 50): m.end() + 20].replace("\n", " ")
                 left.append(f"cell {i}: {figure} in '...{context}...'")
     return left
@@ -116,9 +121,9 @@ def test_every_figure_in_the_prose_is_printed_by_the_course(path, printed):
 
 def test_the_check_catches_a_stale_figure(printed):
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell(
-        "Reading it. P-EAGLE ran 1.3571x faster on 12,345,679 tokens; `--lr 5e-4` is a setting.")])
+        "Reading it. P-EAGLE ran 1.3571x faster on 12,345,679 tokens, within 7.7e-19; `--lr 5e-4` is a setting.")])
     assert [line.split(":")[1].split(" in ")[0].strip() for line in unprinted(nb, {}, printed["course"])] == [
-        "1.3571", "12,345,679"]
+        "1.3571", "12,345,679", "7.7e-19"]
     # a figure printed only by another chapter counts where the sentence names that chapter, not elsewhere
     figure = next(iter(sorted(v for v in printed["course"][3] if v > 1)))
     named, unnamed = f"As 06 printed, {figure}.", f"It ran {figure}."
