@@ -19,18 +19,19 @@
 # **Goal:** understand one speculative round (draft, verify, accept, bonus, roll back) well enough to write its loop
 # yourself, and know exactly what "lossless" means.
 #
-# **What to expect on a 2-core CPU.** The course builds every piece in view and checks it against the package: the round
-# (this chapter), the drafter (02), its training data (03) and training (04), and the loop's losslessness. It runs on a
-# 2-core CPU with a 135M-parameter target, so the speed-ups it can show are small; each chapter says what its
-# numbers can and cannot decide, and 11 sets the verdicts side by side. Where it lands: with the course's small heads,
-# EAGLE-3 is shown to accept more drafts than P-EAGLE on held-out prompts at K=7 (05), and neither head is shown
-# faster than the other on open prompts (07; in bfloat16 both beat a plain bfloat16 loop); where most drafts are
-# accepted, on list requests, its single
-# drafting pass made it faster than an EAGLE-3 head trained alike in 06's committed runs (one training per head;
-# live, on 12 requests, not shown).
+# **What to expect on a 2-core CPU.** The course builds each piece in view and checks it against its package,
+# `peagle_lab`. The target has 135M parameters, so the speed-ups the course can show are small. Each chapter says what
+# its numbers can and cannot decide; 11 sets the verdicts side by side.
 #
-# *Committed* results are saved under `data/`; *live* ones run here and move with the machine's load. Terms and
-# rules are explained where they are first used; `reference.md`, beside the notebooks, collects them.
+# Results are *committed* (saved under `data/`) or *live* (run here, moving with the machine's load). Where the course
+# lands on EAGLE-3 against P-EAGLE (both explained below), with trained drafters (*heads*) drafting K tokens a round:
+#
+# - **Open prompts**, with the heads shipped with the course: EAGLE-3's accepts more drafts than P-EAGLE's at K=7, but
+#   it also trained longer (05), so this compares two heads, not two methods. Neither is shown faster than the other
+#   (07).
+# - **List requests**, where most drafts are accepted, with two heads trained alike: P-EAGLE's single drafting pass made
+#   it faster than EAGLE-3 in 06's committed runs (one training per head). Live, on 12 requests, that speed-up is not
+#   shown.
 
 # %%
 # Parameters come from the environment: PEAGLE_TARGET (default: the embedded SmolLM2-135M-Instruct),
@@ -45,40 +46,36 @@ from peagle_lab import models, precision, settings
 # %% [markdown]
 # ## Speculative decoding
 #
-# At batch size 1, a GPU forward over a few new tokens costs little more than one over 1 (the timing cell below quotes
-# an H200: 1.17 steps for 6 tokens): memory traffic and kernel launches
-# dominate, not arithmetic. Speculative decoding exploits this:
+# At batch size 1, a GPU forward over a few new tokens costs little more than a *step*, a forward over one new token:
+# memory traffic and kernel launches dominate, not arithmetic. Speculative decoding exploits this:
 #
 # 1. A cheap **drafter** proposes K tokens.
 # 2. The **target**, the model we want output from, checks them all in **one** forward pass.
 # 3. It keeps the longest prefix of drafts matching its own choices, plus one token of its own (the *bonus*).
 #
-# A **round** commits 1 to K+1 tokens; their mean over rounds is the **acceptance length** (AL), 1.00 for plain
-# decoding.
+# A **round** commits 1 to K+1 tokens; their mean is the **acceptance length** (AL), 1.00 for plain decoding.
 #
 # ### Lossless, exactly
 #
-# Greedy speculation commits only the target's own argmax tokens, so its output is plain greedy decoding's, token for
-# token. In float32 on a CPU the course's loop is built to be **identical** to it (the project's tests,
-# `tests/decoding/test_speculative.py`, not run here, check it at every K with both drafters), and this chapter checks
-# every run. In bfloat16 or on a GPU, verifying K+1 rows at once can change a logit's last bits, so the output may part
-# from plain decoding where the top two logits nearly tie; 09 measures that. Lossless keeps the target's answer, right
-# or wrong: the plain answer below is not correct code.
+# Greedy speculation commits only the target's own argmax tokens, so its output is plain greedy decoding's. In float32
+# on a CPU the loop is built to be **identical**, and this chapter checks every run. In bfloat16 or on a GPU, verifying
+# K+1 rows at once can change a logit's last bits, so where the top two logits nearly tie the output may differ (09).
+#
+# Lossless keeps the target's answer, right or wrong: the plain answer below is not correct code.
 
 # %% [markdown]
 # ## EAGLE-3 and P-EAGLE
 #
-# Both are EAGLE drafters: a small transformer (one layer here) that reads the target's hidden states, not just tokens.
+# Both are EAGLE drafters: a small transformer (one layer here) that reads three of the target's hidden states, the
+# *taps* (01), not just its tokens.
 #
-# - **EAGLE-3** reads three target layers' hidden states, the *taps* (01), and drafts **sequentially**: one drafter
-#   pass per token, each fed the token and state of the pass before.
-# - **P-EAGLE** drafts all K tokens **in one pass**. Slots 2..K get a mask token (a learned placeholder) and a shared
-#   learned vector, `mask_hidden`, in place of token and taps. 02 builds it; 04 trains it, with the training tricks
-#   both methods need.
+# - **EAGLE-3** drafts **sequentially**: one pass per token, each fed the token and state of the pass before.
+# - **P-EAGLE** drafts all K tokens **in one pass**, one *slot* per draft. Slots 2..K get a learned mask token and a
+#   shared learned vector, `mask_hidden`, in place of token and taps. 02 builds it; 04 trains it.
 #
-# The vLLM blog "P-EAGLE" (2026-03-13; arXiv 2602.01469) reports P-EAGLE at 1.55x EAGLE-3's speed, each at its best K (7
-# and 3). That is GPT-OSS-20B on one B200 at batch 1, on HumanEval (164 Python problems). At K=7 the acceptance lengths
-# are 3.94 against 3.03. The diagram's costs are illustrative.
+# The vLLM blog "P-EAGLE" (2026-03-13; arXiv 2602.01469) reports P-EAGLE at 1.55x EAGLE-3's speed, each at its best K
+# (7 and 3): GPT-OSS-20B on one B200, batch 1, HumanEval. At K=7 the acceptance lengths are 3.94 against 3.03. The
+# diagram's costs are illustrative.
 
 # %%
 from peagle_lab.workbook.diagrams import draw_drafting_schemes
@@ -88,7 +85,7 @@ draw_drafting_schemes(k=4);
 # %% [markdown]
 # ## The target and its plain greedy answer
 #
-# SmolLM2-135M-Instruct (a Llama) is embedded so the course runs offline; `PEAGLE_TARGET` swaps in any Hugging Face
+# SmolLM2-135M-Instruct, a Llama, is embedded so the course runs offline; `PEAGLE_TARGET` swaps in any Hugging Face
 # causal LM. Every speculative run must reproduce its plain greedy answer.
 
 # %%
@@ -140,8 +137,8 @@ print([tokenizer.decode([t]) for t in answer[:8]])
 # %% [markdown]
 # ## How fast, and why speculation can pay
 #
-# The next cell times greedy decoding, then a forward over 6 or 9 new tokens (verifying K=5 or K=8 drafts) against one
-# over 1. For comparison it quotes a committed H200 run: an 8B model's shapes, random weights, an eager PyTorch loop.
+# The next cell times greedy decoding, then forwards over 6 and 9 new tokens (K=5 and K=8 drafts) against a step. For
+# comparison it quotes a committed H200 run with an 8B model's shapes.
 
 # %%
 import copy
@@ -186,41 +183,39 @@ for key, value in [("target_params", n_params), ("greedy_tokens_per_s", round(to
     record(key, value, notebook="00_overview")
 
 # %% [markdown]
-# **Reading it.** In float32 on this CPU (its host name is printed last), verifying K=5 drafts costs 1.89 one-token
-# steps, against 1.17 on the H200. So a round here must commit about two tokens, plus drafting's time, just to break
-# even.
+# **Reading it.** Verification is costly on this CPU: 1.89 steps for K=5 drafts in float32, against 1.17 on the H200. A
+# round here must commit about two tokens, plus drafting's time, just to break even.
 #
-# Why the gap: at batch 1 a forward mostly streams the weights from memory, and extra rows reuse weights already read,
-# so they are nearly free while the arithmetic keeps up. The H200's does; this CPU's float32 arithmetic, by this
-# reading, does not (the cell measures the costs, not the arithmetic behind them). This
-# chapter runs in float32 so that its outputs equal plain decoding's token for token; in bfloat16, on a CPU with bf16
-# units, an 8-token pass costs about 1.1 steps (11's host table: 1.07).
+# Why: at batch 1 a forward mostly streams the weights from memory, so extra rows are nearly free while the arithmetic
+# keeps up. The H200's does; this CPU's float32 arithmetic, by this reading, does not (the cell times costs, not
+# causes).
+#
+# The chapter runs in float32 so its outputs equal plain decoding's. In bfloat16, 11's committed host table times an
+# 8-token pass on this host at 1.07 steps, drafting not included.
 #
 # <details><summary>How sure is this?</summary>
 #
-# These are medians of a few repeats in one run, and they move between runs (each chapter prints its own): 9 rows
-# measured 1.93 here, a little above 6 rows' 1.89. A cost in steps is a
-# ratio within one dtype: the bf16 step itself need not be faster than a float32 one (07 times both side by side). The
-# H200 step is an eager PyTorch loop with random weights, not a serving engine: read its ratio, not its milliseconds;
-# a forward's time depends on the shapes, not on the values.
+# - Medians of a few repeats in one run; they move between runs. Here 9 rows measured 1.93, a little above 6 rows' 1.89.
+# - Steps compare within one dtype: a bf16 step need not be faster than a float32 one (07 times both).
+# - The H200 run is an eager PyTorch loop with random weights, not a serving engine. A forward's time depends on the
+#   shapes, not the values: read its ratio, not its milliseconds.
 #
 # </details>
 #
 # ## One speculative round, written out
 #
-# A round needs a drafter. The simplest needs no model at all: **prompt lookup** (vLLM's `ngram` method) finds the
-# latest earlier occurrence of the context's last few tokens and proposes the tokens that followed it. Code repeats
-# itself (`return False`, a name), so a copy is sometimes right. The loop after it runs, each round:
+# The simplest drafter needs no model: **prompt lookup** (vLLM's `ngram` method) copies what followed the latest earlier
+# occurrence of the context's last few tokens. Code repeats itself, so a copy is sometimes right. Each round of the loop
+# after it:
 #
-# 1. **draft** K tokens;
-# 2. **verify** the last committed token and the K drafts in one target forward;
-# 3. **accept** the longest prefix of drafts equal to the target's greedy choices;
-# 4. add the **bonus** token, the target's choice right after that prefix;
-# 5. **roll back** the target's KV cache (its stored keys and values) past the rejected drafts.
+# 1. **drafts** K tokens;
+# 2. **verifies** the last committed token and the K drafts in one target forward;
+# 3. **accepts** the longest prefix of drafts equal to the target's greedy choices;
+# 4. adds the **bonus** token, the target's choice right after that prefix;
+# 5. **rolls back** the target's KV cache (its stored keys and values) past the rejected drafts.
 #
-# The *prefill* is the target's first forward, over the whole prompt. The loop also keeps the target's *taps*, three
-# layers' hidden states at every committed position, for the EAGLE drafters further down. The package's loop is the
-# same.
+# The *prefill* is the target's first forward, over the whole prompt. The loop also keeps the taps of every committed
+# position, for the EAGLE drafter below. The package's loop is the same.
 
 # %%
 def lookup(context, taps, K, max_ngram=3):
@@ -289,18 +284,17 @@ print(f"prompt lookup, K={K}: {len(rounds_lookup)} rounds (target forwards after
 print("tokens per round", rounds_lookup)
 
 # %% [markdown]
-# **Reading it.** Prompt lookup is lossless and pays in bursts: two rounds committed 6 and 5 tokens where the answer
-# repeated earlier text, but 30 of 35 rounds committed only the bonus token. AL 1.37. The rounds commit 48 tokens,
-# one more than the 47 after the prefill's own: the last round's bonus falls past the 48-token budget, counted in AL
-# and cut from the output (`reference.md`, "Acceptance length").
+# **Reading it.** Prompt lookup is lossless and pays in bursts: AL 1.37. Two rounds committed 6 and 5 tokens where the
+# answer repeated earlier text; 30 of 35 committed only the bonus token. The last round's bonus falls past the 48-token
+# budget: AL counts it, the output drops it (`reference.md`, "Acceptance length").
 #
 # ## A learned drafter in the same loop
 #
-# Copying is right only where the text repeats. An EAGLE head predicts instead, from the target's taps. It reads them
-# with the **EAGLE shift**: drafter position t holds token x_{t+1} with h_t, the taps that predicted it. With context
-# x_0..x_n and x_{n+1} just chosen from h_n, slot 1 (position n) drafts x_{n+2}; P-EAGLE's slots 2..K hold a mask
-# token and draft x_{n+3}, x_{n+4}, ... in the same pass. In the diagram, slot 1 (dark green) is the last context
-# position and K-1 mask slots follow.
+# Copying is right only where the text repeats. An EAGLE head predicts instead, from the taps. It reads them with the
+# **EAGLE shift**: drafter position t holds token x_{t+1} with h_t, the taps that predicted it. So with context x_0..x_n
+# and x_{n+1} just chosen from h_n, slot 1 (position n) drafts x_{n+2}. P-EAGLE's mask slots 2..K draft x_{n+3},
+# x_{n+4}, ... in the same pass. In the diagram, slot 1 (dark green) is the last context position; K-1 mask slots
+# follow.
 
 # %%
 from peagle_lab.workbook.diagrams import draw_eagle_shift
@@ -308,13 +302,11 @@ from peagle_lab.workbook.diagrams import draw_eagle_shift
 draw_eagle_shift(n=4, k_fig=4)  # context x_0..x_4, one round of K=4 drafts
 
 # %% [markdown]
-# `peagle` below drafts
-# with the *shipped* P-EAGLE head (the trained head that comes with the course) in one pass over the shifted context;
-# treat the pass as a black box here, 02 writes it from scratch. Its drafts are ids of a smaller *draft vocabulary*,
-# mapped back to the target's (03). The cell draws its first round from the values the loop kept: the verify pass
-# reads the last committed token and the 5 drafts; row j's greedy choice checks draft j + 1; the round keeps the
-# drafts up to the first mismatch, adds the choice there as its bonus, and crops the rejected drafts from the target's
-# cache. The cell after it checks both drafters against the package's loop and plain decoding.
+# `peagle` below drafts with the shipped P-EAGLE head in one pass; treat the pass as a black box, 02 writes it from
+# scratch. Its drafts are ids in a smaller *draft vocabulary*, mapped back to the target's (03).
+#
+# The drawing shows its first round: the verify pass reads the last committed token and the 5 drafts, and row j's
+# greedy choice checks draft j + 1. The next cell checks both drafters against the package and plain decoding.
 
 # %%
 def peagle(context, taps, K):
@@ -371,15 +363,16 @@ print("hand-written P-EAGLE vs plain greedy:", "identical" if div is None else d
 
 # %% [markdown]
 # **Reading it.** Both hand-written loops reach the package's acceptance lengths, and every output is plain greedy
-# decoding's. The P-EAGLE head commits 1.47 tokens a round, prompt lookup 1.37. In P-EAGLE's first round 3 of 5
-# drafts were accepted; rolling back the 2 rejected ones shrinks the target's cache from 48 positions to 46. Both are
-# slower than plain decoding here (0.73x and 0.78x): verifying 5 drafts costs 1.89 steps, more than either commits.
-# One timing each cannot order the two drafters; 07 times 24 prompts.
+# decoding's: P-EAGLE commits 1.47 tokens a round, prompt lookup 1.37. P-EAGLE's first round accepted 3 of 5 drafts;
+# rolling back the other 2 shrank the target's cache from 48 positions to 46.
+#
+# Both are slower than plain decoding here (P-EAGLE 0.78x, prompt lookup 0.73x): verifying 5 drafts costs 1.89 steps,
+# more than either commits. One timing each cannot order the two; 07 times 24 prompts.
 #
 # ### Acceptance length, draft by draft
 #
-# Let p_j be draft j's acceptance rate over the rounds that reached it (accepted drafts 1..j-1); `nan` if none did. A
-# round always commits its bonus, and commits draft j in a share p1·p2⋯pj of rounds. So
+# Let p_j be draft j's acceptance rate over the rounds that reached it by accepting drafts 1..j-1 (`nan` if none did).
+# A round always commits its bonus, and commits draft j in a share p1·p2⋯pj of rounds. So
 #
 # **AL = 1 + p1 + p1·p2 + … + p1·p2⋯pK.**
 
@@ -402,9 +395,9 @@ if al_formula > 1:
           "commits over plain decoding")
 
 # %% [markdown]
-# **Reading it.** The terms shrink fast: draft 1 supplies 80% of the 0.469 extra tokens per round. Draft 5, never
-# reached, adds nothing. Where most drafts are accepted, as on 06's list requests, rounds commit several tokens and
-# speculation beats plain decoding.
+# **Reading it.** Draft 1 supplies most of the gain: 80% of the 0.469 extra tokens per round. Draft 5, never reached,
+# adds nothing. Where most drafts are accepted, as on 06's list requests, rounds commit several tokens and speculation
+# beats plain decoding.
 #
 # ### Exercise: change K
 #
@@ -413,10 +406,10 @@ if al_formula > 1:
 #
 # <details><summary>Answer</summary>
 #
-# K = 1 takes 33 rounds against K = 5's 32: most K = 5 rounds commit 1 or 2 tokens anyway. K = 10 takes the same 32
-# rounds. The reason is the design, not a printed comparison: a slot sees only earlier slots, so K = 10's first 5
-# drafts are K = 5's, and no K = 5 round accepted a 4th draft.
-# The tokens never change.
+# - K = 1 takes 33 rounds against K = 5's 32: most K = 5 rounds commit 1 or 2 tokens anyway.
+# - K = 10 takes the same 32. The reason is the design, not a printed comparison: a slot sees only earlier slots, so
+#   K = 10's first 5 drafts are K = 5's, and no K = 5 round accepted a 4th draft.
+# - The tokens never change.
 #
 # </details>
 
@@ -432,8 +425,8 @@ print(f"(K={K}, above: {len(per_round)} rounds, acceptance length {sum(per_round
 # %% [markdown]
 # ### Exercise: write the acceptance rule yourself
 #
-# Write the body of `my_accept` (steps 3 and 4): return the accepted drafts, then the bonus token. `choice[j]` is the
-# target's greedy token after the first j drafts, for j = 0..K. The next cell checks your rule against the package's
+# Write `my_accept` (steps 3 and 4): return the accepted drafts, then the bonus token. `choice[j]` is the target's
+# greedy token after the first j drafts, for j = 0..K. The next cell checks your rule against the package's
 # `accept_greedy` on 500 random rounds; the one after holds the answer.
 
 # %%
@@ -496,9 +489,9 @@ for k_try, rounds_try in tries.items():
 # | notebook | question it answers |
 # |---|---|
 # | `01_hidden_states` | What does the drafter read? |
-# | `02_mask_tokens` | How does one pass draft K tokens? The drafter written from scratch. |
+# | `02_mask_tokens` | How does one pass draft K tokens? The drafter from scratch. |
 # | `03_training_data` | What does a head train on? The target's answers, the draft vocabulary, the features. |
-# | `04_train_head` | How is a head trained? COD, the forward by hand, the loop by hand, the whole path. |
+# | `04_train_head` | How is a head trained? COD sampling, the forward and the loop by hand, the whole path. |
 # | `05_scale_and_acceptance` | How far does training go, and why is acceptance below the paper's? |
 # | `06_parallel_vs_sequential` | What does a round cost each way, and when does parallel drafting pay? |
 # | `07_what_it_takes` | How fast are the shipped heads on open prompts, and what acceptance would pay here? |
@@ -507,17 +500,16 @@ for k_try, rounds_try in tries.items():
 # | `10_your_own_model` | How do you train a head for your own model, and in several processes? |
 # | `11_results` | Every result side by side: each host's runs, every acceptance length, the verdicts. |
 #
-# `reference.md`, beside the notebooks, collects the glossary, the rules every measurement follows, the heads and
-# prompt sets, each chapter's run time and the questions users ask most, with the chapter that answers each.
+# `reference.md`, beside the notebooks, collects the glossary, the measurement rules, the heads, the prompt sets, run
+# times and common questions.
 
 # %% [markdown]
 # ## What we saw
 #
-# - A round is five steps: draft, verify, accept, bonus, roll back. The hand-written loop matches the package's with
-#   both drafters: prompt lookup, no model (AL 1.37), and the shipped P-EAGLE head (AL 1.47).
+# - A round is five steps: draft, verify, accept, bonus, roll back. Written by hand, it matches the package's loop with
+#   prompt lookup (AL 1.37) and with the shipped P-EAGLE head (AL 1.47).
 # - Every speculative output here is identical to plain greedy decoding (float32, CPU).
-# - Verifying K=5 drafts costs 1.89 one-token steps, more than the 1.47 tokens a P-EAGLE round commits: it ran at
-#   0.78x here.
+# - Verifying K=5 drafts costs 1.89 steps, more than the 1.47 tokens a P-EAGLE round commits: it ran at 0.78x here.
 # - Draft 1 supplied 80% of the extra tokens. On this prompt K=10 gave the same AL as K=5: a larger K did not rescue
 #   weak early drafts.
 #

@@ -16,10 +16,10 @@
 # %% [markdown]
 # # 01 · Hidden states: what the drafter reads
 #
-# **Goal:** learn which three target hidden states (the *taps*) a drafter reads, and what storing them costs.
-# The drafter is the small EAGLE-3 or P-EAGLE model that proposes tokens for the big *target* to check.
+# **Goal:** learn which three target hidden states, the *taps*, a drafter reads, and what storing them costs.
 #
-# You will build, compare, price and extract the taps. All outputs are live; only the extraction speed varies.
+# The drafter is the small EAGLE-3 or P-EAGLE model that proposes tokens for the big *target* to check (00). All
+# outputs here are live; only the extraction speed varies between runs.
 
 # %%
 # Parameters come from the environment: PEAGLE_TARGET (default: the embedded SmolLM2-135M-Instruct),
@@ -36,8 +36,8 @@ model, tokenizer = models.load_target(TARGET, device=DEVICE, dtype=precision.cou
 # %% [markdown]
 # ## One forward, three taps
 #
-# The drafter reads three target hidden states side by side: 3H numbers per position, with H the hidden size.
-# Its `fc` layer projects them back to H. vLLM's default taps for L layers: 2, L//2 and L-3.
+# The drafter reads three hidden states side by side: 3H numbers per position, with H the hidden size. Its `fc` layer
+# projects them back to H. For L layers, vLLM's default taps are 2, L//2 and L-3.
 
 # %% tags=["smollm2-fact", "nbval-check-output"]
 from peagle_lab.prompts import chat_ids
@@ -64,14 +64,16 @@ print("equal to the package's target_forward taps:", torch.equal(taps, out.taps)
 #
 # ## Which state is "tap i"?
 #
-# - **vLLM**: tap `i` is the residual stream (the running sum each layer adds its output to) **entering** layer `i`.
-# - **transformers**: `hidden_states[i]` is the input of layer `i`, except `hidden_states[L]`, taken **after** the
-#   final norm.
+# - **vLLM**: tap `i` is the residual stream **entering** layer `i`. The residual stream is the running sum each layer
+#   adds its output to.
+# - **transformers**: `hidden_states[i]` is the input of layer `i`, except `hidden_states[L]`, taken **after** the final
+#   norm.
 #
-# They agree for every i < L. The trap is a layer's *output*, `hidden_states[i + 1]`: one layer off.
-# The next cell checks this with hooks. 08 is consistent with vLLM tapping the same way: its acceptance length
-# (tokens per drafting round) and its per-slot acceptance rates equal ours with the same head (greedy tokens alone
-# would not show it: any drafter leaves them unchanged).
+# They agree for every i < L. The trap is a layer's *output*, `hidden_states[i + 1]`: one layer off. The next cell
+# checks this with hooks.
+#
+# With the same head, 08's acceptance length (tokens per round, 00) and per-slot acceptance rates equal ours: consistent
+# with vLLM tapping the same way. Greedy tokens could not show it, since no drafter changes them.
 
 # %% tags=["nbval-check-output"]
 seen, last = {}, {}
@@ -104,13 +106,13 @@ print("hidden_states[L] == output of the last layer:       ", torch.equal(hs[L],
 print("hidden_states[L] == final_norm(output of last layer):", torch.equal(hs[L], model.model.norm(last["out"])))
 
 # %% [markdown]
-# **Reading it.** Tap `i` is the input of layer `i`. The last entry is the final norm's output.
+# **Reading it.** Tap `i` is the input of layer `i`; the last entry is the final norm's output.
 #
 # ## How big, how different?
 #
 # The plot compares the norm at position 0 with the other positions. Position 0 is what the literature calls an
-# *attention sink* (heads with nothing to attend to put their weight there; this chapter shows its norm, not the
-# attention weights).
+# *attention sink*: heads with nothing to attend to put their weight there. This chapter shows its norm, not the
+# attention weights.
 
 # %%
 import matplotlib.pyplot as plt
@@ -146,11 +148,11 @@ plot_similarity(sim, labels=[*range(L), f"{L} out"], highlight=TAPS, ax=ax2,
 fig.tight_layout();
 
 # %% [markdown]
-# **Reading it.** The three taps differ: cosine 0.76 between taps 2 and 15, 0.43 between 15 and 27, 0.34 between
-# 2 and 27. Distance alone does not order them (15 to 27 is the shorter gap, yet the less alike). The right plot
-# shows why: layers 2 to 24 form one block of near-parallel neighbours, layers 25 to 29 a second, and tap 27 sits in
-# the second. Layer 0 is unlike every other layer, layer 1 only partly alike; the last layer's output (row 30, before
-# the final norm) is close only to its neighbours, layers 25 to 29.
+# **Reading it.** The three taps differ: cosine 0.76 between taps 2 and 15, 0.43 between 15 and 27, 0.34 between 2
+# and 27.
+#
+# Distance alone does not order them: 15 to 27 is the shorter gap, yet the less alike. The right plot shows why.
+# Layers 2 to 24 form one block of near-parallel neighbours, layers 25 to 29 a second, and tap 27 sits in the second.
 #
 # ## Logit lens: what each tap already predicts
 #
@@ -178,8 +180,8 @@ print("lens on the last layer's output == the model's own prediction, at every p
       torch.equal(lens_top[:, 0], out.logits[0].argmax(-1)))
 
 # %% [markdown]
-# **Reading it.** Each tap leans towards a different next token. The model's choice, three backticks, leads only
-# at the output (0.65).
+# **Reading it.** Each tap leans towards a different next token. The model's choice, three backticks, leads only at
+# the output (0.65).
 #
 # ### Exercise: tap other layers
 #
@@ -188,10 +190,11 @@ print("lens on the last layer's output == the model's own prediction, at every p
 #
 # <details><summary>Answer</summary>
 #
-# Late layers agree most: 34-51%, against 0-2% for `(1, 2, 3)`. But layers 26 to 28 sit in one block of near-parallel
-# layers (25 to 29 in the heatmap above), so they likely give a drafter much the same view three times (a reading of the
-# heatmap; no head here trains on them); vLLM's spread gives three different ones. Test your pick with
-# `peagle-lab train --tap-layers`; 05's recipe runs show how to compare two settings fairly.
+# - Late layers agree most: 34-51%, against 0-2% for `(1, 2, 3)`.
+# - But layers 26 to 28 sit in one near-parallel block, so they likely give a drafter much the same view three times.
+#   That is a reading of the heatmap; no head here trains on them. vLLM's spread gives three different views.
+# - Test your pick with `peagle-lab train --tap-layers`; compare two settings at an equal budget with
+#   `peagle-lab recipe`.
 #
 # </details>
 
@@ -208,7 +211,7 @@ for MY_TAPS in (TAPS, (1, 2, 3), (L - 4, L - 3, L - 2)):  # vLLM's, then the exe
 #
 # Training needs every token's taps: stored once (*offline*: fast epochs, huge disk) or recomputed each step
 # (*online*: no disk). Offline bf16 costs 3 x H x 2 bytes per token, plus int32 ids for the token and its greedy
-# label (the target's top-1 next token).
+# label, the target's top-1 next token.
 
 # %% tags=["nbval-check-output"]
 from peagle_lab import features
@@ -219,13 +222,13 @@ print(f"\none stored state (EAGLE-1/2), Llama-3.1-8B, ShareGPT-like: {features.f
 
 # %% [markdown]
 # **Reading it.** Stored taps are huge: 2.5 TB for Llama-3.1-8B on a ShareGPT-sized set, so at that scale a recipe
-# trains online or stores a subset. Even one state per token, as the earlier EAGLE-1/2 drafters read, takes 836.4 GB.
+# trains online or stores a subset. Even one state per token, as the earlier EAGLE-1/2 read, takes 836.4 GB.
 #
 # ## Extracting features for training
 #
-# `extract_features` writes shards (files of up to 16 sequences) and a manifest for 64 prompts. Taps are stored in
-# **bfloat16**, ids and labels in int32 on disk (read back as int64, as the printout shows). 03 compares fp32 and
-# extracts from the target's own answers.
+# `extract_features` writes 64 prompts' features as *shards* (files of up to 16 sequences) plus a manifest. Taps are
+# stored in **bfloat16**, ids and labels in int32, read back as int64. 03 compares fp32 and extracts from the target's
+# own answers.
 
 # %%
 import shutil
@@ -240,8 +243,8 @@ shutil.rmtree(out_dir, ignore_errors=True)  # a fresh run for this demo
 result = extract_features(model, sequences, out_dir, ExtractionSettings(shard_size=16, target=TARGET))
 
 # %% [markdown]
-# **Reading it.** The disk estimate holds: 12.8 MB predicted and written. Only complete shards are written, so a
-# rerun redoes only the missing ones. The next cell reruns, then asks for other taps.
+# **Reading it.** The disk estimate holds: 12.8 MB predicted and written. Only complete shards are written, so a rerun
+# redoes only the missing ones. The next cell reruns, then asks for other taps.
 
 # %%
 from peagle_lab.errors import PeagleError
@@ -253,7 +256,7 @@ except PeagleError as err:
     print("\nrefused:", err)
 
 # %% [markdown]
-# **Reading it.** The rerun skipped all 4 shards. Other taps were refused, not mixed in. `FeatureDataset` gives
+# **Reading it.** The rerun skipped all 4 shards, and other taps were refused, not mixed in. `FeatureDataset` gives
 # training one dict per sequence.
 
 # %% tags=["smollm2-fact", "nbval-check-output"]

@@ -18,11 +18,10 @@
 #
 # **Goal:** see what P-EAGLE feeds its drafter so that one pass yields K drafts, and what each slot may attend to.
 #
-# You build the round's inputs, the drafter and its cache, then read a study of stand-ins and see why slot 2 is hard.
-# (What each slot may see in training is drawn in 04, with the training loop.)
+# You build the round's inputs and the drafter, test what slots 2..K should receive, and see why slot 2 is hard.
 #
-# Indexing: positions are 0-based; the context is `x_0 .. x_n`. The **taps** `h_0 .. h_n` are three target layers'
-# hidden states, concatenated (3H). Slot j = 1..K drafts **draft j** at depth j - 1.
+# Notation: the context is `x_0 .. x_n`. The **taps** `h_0 .. h_n` are three target layers' hidden states side by
+# side, 3H numbers each (01). Slot j of a round proposes **draft j**. A **head** is one drafter's weights.
 
 # %% tags=["nbval-ignore-output"]
 # Parameters come from the environment: PEAGLE_TARGET (default: the embedded SmolLM2-135M-Instruct),
@@ -45,12 +44,12 @@ model, tokenizer = models.load_target(TARGET, device=DEVICE, dtype=precision.cou
 # %% [markdown]
 # ## Why slots 2..K need stand-ins
 #
-# Drafter position `t` takes the token `x_{t+1}` with the fused taps `fc(h_t)`, where `fc` maps 3H to H. This
-# one-step offset is the EAGLE shift. The last context position `n` is slot 1 and drafts `x_{n+2}`.
+# Drafter position `t` reads the token `x_{t+1}` with `fc(h_t)`, its taps fused from 3H to H. This one-step offset
+# is the EAGLE shift (00). Slot 1 is the last context position, `n`, and drafts `x_{n+2}`.
 #
-# Slots 2..K have no previous draft and no target state. P-EAGLE gives them two learned stand-ins: a **mask
-# token** (one embedding row) and **`mask_hidden`** (one 3H vector). A mask slot still attends to the whole context.
-# Its rotary position (RoPE) is j - 1 past slot 1. With K = 4:
+# Slots 2..K have no previous draft and no target state. P-EAGLE gives them two learned stand-ins: a **mask token**
+# (one embedding row) and **`mask_hidden`** (one 3H vector). A mask slot still attends to the whole context, at
+# rotary position (RoPE) j - 1 past slot 1. With K = 4:
 
 # %% tags=["smollm2-fact", "nbval-check-output"]
 from peagle_lab.distill.data import read_distilled, shipped_distilled_path
@@ -99,9 +98,9 @@ print("K drafts = argmax of the last K rows, as HeadDrafter.propose drafts them:
 # %% [markdown]
 # ### Exercise: build one round's inputs
 #
-# Write `my_round_inputs(last_token, last_taps, p, K, mask_id, mask_hidden, fc)` for a round that accepted no draft
-# (earlier positions cached). Slot 1 is the last committed token, at position `p` with taps `last_taps`; K - 1 mask
-# slots follow. Return token ids (K,), fused hidden states (K, H) and positions (K,). The cell checks them against
+# Write `my_round_inputs(last_token, last_taps, p, K, mask_id, mask_hidden, fc)` for a round that accepted no draft,
+# earlier positions cached. Slot 1 is the last committed token, at position `p` with taps `last_taps`; K - 1 mask slots
+# follow. Return token ids (K,), fused hidden states (K, H) and positions (K,). The cell checks them against
 # `HeadDrafter.propose`; the answer follows.
 
 # %%
@@ -162,14 +161,15 @@ check_round_inputs(my_round_inputs)
 # %% [markdown]
 # ## The drafter from scratch
 #
-# The whole drafter in plain PyTorch, loaded with the shipped weights, in two steps: `ScratchLayer`, the network
-# (about 50 lines: RMSNorm, RoPE, `fc`, one decoder layer, `lm_head`), then `ScratchDrafter`, the two ways to draft
-# with it: `draft_parallel` is P-EAGLE's one pass, `draft_sequential` EAGLE-3's K passes. The figure traces one
-# position:
+# The whole drafter in plain PyTorch, loaded with the shipped heads: the trained heads that come with the course.
+# `ScratchLayer` is the network, about 50 lines: RMSNorm, RoPE, `fc`, one decoder layer, `lm_head`. `ScratchDrafter`
+# drafts with it: in one pass (`draft_parallel`, P-EAGLE) or in K passes (`draft_sequential`, EAGLE-3).
+#
+# The figure traces one position.
 #
 # - The decoder layer reads **2H**, `[input_layernorm(embedding), hidden_norm(hidden)]`: token and target state meet.
 # - In slots 2..K, the **mask row** and **`mask_hidden`** replace the embedding and the taps.
-# - `lm_head` scores the **draft vocabulary** (a few thousand frequent ids); `target = draft + d2t[draft]`.
+# - `lm_head` scores the **draft vocabulary**, a few thousand frequent ids (03); `target = draft + d2t[draft]`.
 
 # %% tags=["nbval-ignore-output"]
 from peagle_lab.workbook.diagrams import draw_drafter_path
@@ -233,12 +233,12 @@ class ScratchLayer:
         return self.norm(prenorm, "norm.weight") @ W["lm_head.weight"].T, prenorm
 
 # %% [markdown]
-# Drafting is a loop around that layer. P-EAGLE runs it once over the context and K-1 mask slots; EAGLE-3 runs it K
-# times, each pass adding the token it just drafted with the layer's own output state.
+# Drafting is a loop around that layer: once over the context and K-1 mask slots for P-EAGLE; K times for EAGLE-3,
+# each pass adding its newest draft with the layer's own output state.
 #
-# The class is kept word for word in `peagle_lab.workbook.scratch`; 04 imports it to decode with a head it trains by
-# hand. The cell after it checks both drafting modes against the package in float32. The drafts look poor: the prompt
-# is bare text, and the heads trained on chat-templated text (notebook 05).
+# 04 imports an exact copy of the class from `peagle_lab.workbook.scratch`. The next cell checks both modes against
+# the package in float32. The drafts look poor. The prompt is bare text, while the heads trained on chat-templated
+# text; 10 measures what that costs.
 
 # %%
 class ScratchDrafter(ScratchLayer):
@@ -304,11 +304,12 @@ assert same_parallel and same_sequential, "the drafter from scratch left the pac
 # %% [markdown]
 # ### The drafter's own cache, round to round
 #
-# `ScratchDrafter` reruns the whole context every round. The package's drafter (`HeadDrafter`) keeps a KV cache of
-# its own over the committed slots, as the target does. Each round it crops that cache back to the first newly
-# committed slot, which drops last round's mask slots, then runs only the new slots and K-1 fresh mask slots. The
-# cell replays three rounds that commit 3 tokens each (2 drafts accepted, then the bonus) and compares each round's
-# draft logits with one pass over the whole context without a cache.
+# `ScratchDrafter` reruns the whole context every round. The package's `HeadDrafter` keeps a KV cache (stored keys and
+# values) instead. Each round it crops the cache back to the first newly committed slot, dropping last round's
+# mask slots, and runs only the new slots and K-1 fresh mask slots.
+#
+# The cell replays three rounds that commit 3 tokens each (2 drafts, then the bonus), comparing the draft logits with
+# one cacheless pass.
 
 # %%
 with torch.no_grad():
@@ -331,10 +332,9 @@ with torch.no_grad():
         start, end = end, end + 3  # the round committed 3 tokens: 3 new slots next round
 
 # %% [markdown]
-# **Reading it.** Each round the cache drops the round before's 3 mask slots and keeps only committed slots (0, then
-# 9, then 12), adds the new ones and this round's 3 mask slots: 12, then 15, then 18 entries after the pass. The drafts'
-# logits match one pass over the whole context to within 4.9e-05
-# (float32 summed in another order).
+# **Reading it.** The cached drafts' logits match one cacheless pass to within 4.9e-05, float32 summed in another
+# order. Each round keeps only committed slots (0, then 9, then 12), then adds the new ones and 3 mask slots: 12, then
+# 15, then 18 entries.
 
 # %% [markdown]
 # ## The experiment: which stand-in?
@@ -349,19 +349,16 @@ with torch.no_grad():
 # | random | learned mask row | `fc(r)`, `r` frozen random |
 # | frozen mask embedding | the target's own mask row (id 16), frozen | `fc(mask_hidden)`, learned |
 #
-# `peagle-lab study mask` trains each variant for 160 steps with two seeds (64 minutes of CPU in all; 04 writes the
-# training loop by hand). Each head then drafts at K = 7 on 16 held-out prompts of the *scale mix*, the course's
-# large prompt set (03). The study is committed, and the cells read it. Columns: mean **held-out AL** (acceptance
-# length, tokens per round) over the two seeds; **seed spread**, the AL gap between them; tokens seen; P(accept),
-# slot j's acceptance rate given the slots before it were accepted.
+# `peagle-lab study mask` trains each for 160 steps with two seeds, 64 minutes of CPU in all. Each head then drafts at
+# K = 7 on 16 held-out prompts of the *scale mix*, the course's large prompt set (03). The cells read the committed
+# (saved) results.
 #
-# The first cell prints the table; the second compares every pair of stand-ins. A gap counts beyond both seed spreads.
-# It is firm only beyond 0.052, the largest seed spread of the committed studies (03's self-distillation study); with
-# two seeds a setting, that is a thin estimate of the noise, the largest gap seen so far, not a confidence level. Last,
-# it counts the rounds that reach each slot.
+# Columns: mean **held-out AL** (acceptance length, tokens per round) over the two seeds; their **seed spread**;
+# **P(accept)**, slot j's acceptance rate over the rounds that reached it.
 #
-# The `learned` runs double as the float32 arm of 03's storage study: float32 taps, bfloat16 autocast in training.
-# The held-out prompts are the first 16 of the scale mix's held-out split.
+# The second cell compares every pair. A gap counts beyond both seed spreads. It is firm only beyond 0.052, the largest
+# seed spread of any committed study (03's). With two seeds a setting, that is a thin estimate of the noise, not a
+# confidence level.
 
 # %% tags=["nbval-ignore-output"]
 import matplotlib.pyplot as plt
@@ -402,36 +399,38 @@ print(f"\nVerdict: learning mask_hidden {verb} a frozen random stand-in (AL {lea
 print("\n".join(studies.reach_lines(rows, mask_runs)))  # how many rounds per run each slot's rate rests on
 
 # %% [markdown]
-# **Reading it.** At this small budget, learning `mask_hidden` buys nothing measurable over a frozen random stand-in:
-# AL 1.211 against 1.209. Learned and random lead zeros and the h_context copy by 0.020 to 0.029: beyond their seed
-# spreads, but within 0.052, so no stand-in is firmly ahead. Slot 1 decides AL at this budget: at most about 138 to
-# 169 rounds a run reach slot 2, and 6 to 18 reach slot 3 (the reach lines).
+# **Reading it.** At this small budget, a frozen random stand-in ties the learned `mask_hidden`: AL 1.209 against
+# 1.211.
+#
+# No stand-in is firmly ahead: learned and random lead zeros and the h_context copy by 0.020 to 0.029, beyond their
+# seed spreads but within 0.052.
+#
+# Slot 1 decides AL at this budget: per run, at most about 138 to 169 rounds reach slot 2, and 6 to 18 reach slot 3.
 #
 # <details><summary>How sure is this?</summary>
 #
-# That does not say `mask_hidden` never matters: heads this weak rarely reach the mask slots, so a well-trained head
-# could still use it. Slot 2's rate differs with the stand-in, from 0.04 (frozen mask embedding) to 0.13 (copy of
-# h_context), while slot 1 tends to move the other way (0.16 to 0.20); per-slot rates have no seed spread here, so no
-# order between them is measured. Every variant shares one stand-in across all mask slots, so none tests what tells
-# the slots apart; a study where deep slots are reached often (06's list requests) would say more.
+# - Heads this weak rarely reach the mask slots; a well-trained head could still use `mask_hidden`.
+# - Slot 2's rate runs from 0.04 to 0.13 with the stand-in; slot 1's tends the other way (0.16 to 0.20). Per-slot
+#   rates have no seed spread here, so no order between them is measured.
+# - All variants share one stand-in across the mask slots, so none tests what tells the slots apart.
 #
 # </details>
 #
 # ## Why slot 2 is hard, whatever its stand-in
 #
-# The stand-ins tie, and 05 measures the shipped P-EAGLE head's slot 2 at 0.34 of the rounds reaching it, against
-# 0.70 for the EAGLE-3 head. The reason is structural. EAGLE-3's second pass is *handed* draft 1 as its input token,
-# so it predicts one step past a known token. P-EAGLE's slot 2 sees only the mask: in the same single layer it must
-# work out what x_{n+2} will be *and* what follows it, two steps of prediction with the compute of one. Where it is
-# unsure of x_{n+2}, its draft for x_{n+3} is a bet across the continuations of each candidate. More layers give it
-# more compute for both steps; the published GPT-OSS heads have 4 (their model cards; 08 quotes them). At this
-# course's training budgets a 2- or 4-layer head did not catch up (05), so whether depth closes the gap here stays
-# open.
+# 05 measures the shipped P-EAGLE head's slot 2 at 0.34 of the rounds reaching it, against 0.70 for the EAGLE-3
+# head. The two heads were not trained alike.
 #
-# The cell checks the mechanism with both shipped heads, K = 2, at every position of the target's own greedy
-# answers to a few held-out prompts of the scale mix. Draft j is right when it equals the answer's token, so draft 2
-# right after a right draft 1 is exactly an accepted slot 2. EAGLE-3's draft 2 builds on draft 1: after a wrong draft
-# 1 it should rarely be right. P-EAGLE's draft 2 never sees draft 1.
+# The design suggests a reason. EAGLE-3's second pass is *handed* draft 1 as input. P-EAGLE's slot 2 sees
+# only the mask, so its one layer must predict x_{n+2} *and* the token after it: two steps with the compute of
+# one. Unsure of x_{n+2}, its draft for x_{n+3} is a bet across the candidates' continuations.
+#
+# More layers give more compute; the published GPT-OSS heads have 4 (08). At this course's budgets a 2- or 4-layer
+# head did not catch up (05), so whether depth closes the gap here stays open.
+#
+# The cell below measures the gap, not its cause. Both shipped heads draft at K = 2 along the target's greedy answers
+# to a few held-out prompts. A right draft 2 (equal to the answer's token) after a right draft 1 is exactly an
+# accepted slot 2. After a wrong draft 1, EAGLE-3's draft 2 should rarely be right; P-EAGLE's never sees draft 1.
 
 # %%
 from peagle_lab import settings
@@ -458,12 +457,15 @@ for name, h in hits.items():
           f"{rate(after_right)}, after a wrong one {rate(after_wrong)}")
 
 # %% [markdown]
-# **Reading it.** Handed a right draft 1, EAGLE-3's draft 2 is right at 0.46; P-EAGLE's, which must still infer that
-# token, at 0.21. After a wrong draft 1 both sit near 0.1 (0.11 and 0.10): positions whose next-but-one token can be
-# guessed without the one before. P-EAGLE's slot 1 is right more often here (0.43 against 0.37), so the gap is slot
-# 2's own, not a weaker first slot; the two heads were not trained alike (05), but 06's pair, trained alike, shows the
-# same slot-2 gap (414 of 597 rounds against 434 of 478). These are 275 positions of 6 held-out answers at K = 2;
-# 05's larger held-out comparison gives the 0.34 and 0.70 above.
+# **Reading it.** After a right draft 1, P-EAGLE's draft 2 is right at 0.21, EAGLE-3's at 0.46: EAGLE-3 is handed
+# that token, P-EAGLE must infer it.
+#
+# - After a wrong draft 1 both score 0.11 and 0.10, at positions whose next-but-one token can be guessed without
+#   the one before.
+# - P-EAGLE's draft 1 is right more often here (0.43 against 0.37), so the gap is slot 2's own.
+# - These heads were not trained alike, but 06's pair, trained alike, shows the same slot-2 gap: 414 of 597 rounds
+#   against 434 of 478.
+# - This is 275 positions of 6 held-out answers at K = 2; 05's larger comparison gives the 0.34 and 0.70 above.
 
 # %% jupyter={"source_hidden": true} tags=["nbval-ignore-output"]
 from peagle_lab.workbook import report
@@ -477,10 +479,8 @@ for row in rows:
 #
 # - Mask slots get the mask token and `fc(mask_hidden)`, so one pass gives all K drafts.
 # - The from-scratch drafter matches the package: P-EAGLE logits within 9.5e-06, the same EAGLE-3 drafts.
-# - A frozen random stand-in ties the learned `mask_hidden`: AL 1.209 against 1.211.
-# - No stand-in is firmly ahead: the largest gap, 0.029, is within 0.052.
+# - A frozen random stand-in ties the learned `mask_hidden` (AL 1.209 against 1.211); no stand-in is firmly ahead.
 # - At most about 6 to 18 of some 850 rounds per run reach slot 3, so the study says little about slot 3 onwards.
-# - Slot 2 must infer the token slot 1 drafts: after a right draft 1, P-EAGLE's draft 2 is right at 0.21, EAGLE-3's,
-#   handed that token, at 0.46.
+# - Slot 2 must infer draft 1: after a right draft 1, P-EAGLE's draft 2 is right at 0.21, EAGLE-3's at 0.46.
 #
-# Next: `03_training_data`: the target's answers, the draft vocabulary and the features a head trains on.
+# Next: `03_training_data`, what a head trains on.

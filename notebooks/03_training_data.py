@@ -18,11 +18,11 @@
 #
 # **Goal:** prepare everything a P-EAGLE head trains on, each piece built in view and checked against the package:
 #
-# 1. **Data**: the target answers the training prompts (question 7).
-# 2. **Draft vocabulary**: which tokens the head may propose; the `d2t` / `t2d` maps (question 6).
-# 3. **Features**: tapped hidden states, stored or recomputed, in bf16 or fp32 (question 2).
+# 1. **Data**: the target's own answers to the training prompts.
+# 2. **Draft vocabulary**: the tokens the head may propose, and its `d2t` / `t2d` maps.
+# 3. **Features**: the taps (01), stored or recomputed, in bf16 or fp32.
 #
-# 04 trains a head on them. Live cells run here, seeded. The studies are committed.
+# The studies are committed (saved results); the other cells run live, seeded.
 
 # %% tags=["nbval-ignore-output"]
 # Parameters come from the environment: PEAGLE_TARGET (default: the embedded SmolLM2-135M-Instruct),
@@ -40,20 +40,19 @@ model, tokenizer = models.load_target(TARGET, device=DEVICE, dtype=precision.cou
 # %% [markdown]
 # ## 1 · Data: the target answers the training prompts
 #
-# A drafter learns to guess what **this target** says next, so it trains on the target's own text.
-# `peagle-lab distill` has the target answer each prompt greedily and stores the token ids. The course keeps four
-# such files, and the table says which heads read each:
+# A drafter learns to guess what **this target** says next, so it trains on the target's own greedy answers, made
+# by `peagle-lab distill`. The course keeps four such files:
 #
 # | file (`data/distill/`) | the target's answers to | read by |
 # |---|---|---|
-# | `smollm2-135m.jsonl` | 465 mixed training prompts (answers capped at 160 tokens; 141 ended on their own) | this chapter's examples and its draft-vocabulary count (section 2) |
-# | `smollm2-135m-scale.jsonl.gz` | the whole **scale mix**, the course's large prompt set with a held-out split | the shipped heads (the runs below) |
-# | `smollm2-135m-scale.jsonl` | 5,265 of the scale mix's prompts | the shipped EAGLE-3 head's first two runs; 05's learning curves |
-# | `smollm2-135m-lists.jsonl` | templated requests for lists | 04's demonstration head (96 answers); 06's matched pair (480) |
+# | `smollm2-135m.jsonl` | 465 mixed prompts, answers capped at 160 tokens | this chapter's examples and section 2 |
+# | `smollm2-135m-scale.jsonl.gz` | the whole **scale mix**, the course's large prompt set | the shipped heads |
+# | `smollm2-135m-scale.jsonl` | 5,265 of the scale mix's prompts | the EAGLE-3 head's first two runs; 05's curves |
+# | `smollm2-135m-lists.jsonl` | templated requests for lists | 04's demonstration head; 06's matched pair |
 #
-# The first cell shows one answer of the first file. The second cell lists the runs behind each shipped head. **Distinct
-# tokens** counts the tokens in the slice a run read (`records 6000:12000`), **tokens seen** those trained on. Their
-# ratio is the epochs.
+# The first cell shows one answer. The second lists the runs behind each shipped head (the trained heads that come
+# with the course). **Distinct tokens** counts the tokens in the slice a run read, **tokens seen** those it trained on;
+# their ratio is the epochs.
 
 # %% tags=["smollm2-fact", "nbval-check-output"]
 path, meta, records, shipped = distilled_data(model, tokenizer, None if models.is_default_target(TARGET)
@@ -103,16 +102,14 @@ for kind, head_dir in SHIPPED.items():
     print(f"({kind}) " + "\n".join(training_runs(head_dir)))
 
 # %% [markdown]
-# ### Should the target write the answers itself? (question 7)
+# ### Should the target write the answers itself?
 #
-# The study (`peagle-lab study self-distill`) trains heads on prompts asking for functions of Python's standard
-# library. One arm trains on **human answers** (the library's source), the other on the **target's own answers**. Both
-# use the target's greedy tokens as labels.
+# `peagle-lab study self-distill` trains heads on prompts asking for Python standard-library functions. One arm (set
+# of runs) learns from **human answers**, the library's source, the other from the **target's own answers**. Both
+# take the target's greedy tokens as labels.
 #
-# - **held-out AL**: acceptance length, the tokens a round commits, on 16 held-out prompts of the scale mix;
-# - **seed spread**: the largest minus the smallest AL over the seeds. A gap counts only beyond both arms' spreads
-#   (02 and 05 read gaps the same way, and call one firm beyond 0.052, the largest spread of any committed study);
-# - **P(accept)**: the acceptance rates of slots 1 to 3 (00's p1, p2, p3).
+# The columns are 02's: **held-out AL** (acceptance length) on 16 held-out prompts of the scale mix, the **seed
+# spread** between seeds, and **P(accept)** for slots 1 to 3. A gap counts only beyond both arms' seed spreads.
 
 # %% tags=["nbval-ignore-output"]
 from IPython.display import Markdown, display
@@ -160,8 +157,8 @@ if sd_runs:
 # ## 2 · Draft vocabulary
 #
 # The head needs only the tokens the target writes, and a smaller output layer is cheaper. `build_draft_vocab` keeps
-# the most frequent target ids, plus the mask token and EOS. **Coverage** is the share of response tokens the draft
-# vocabulary can produce. A token outside it costs acceptance, never correctness.
+# the most frequent target ids, plus the mask token (02) and EOS. **Coverage** is the share of the target's response
+# tokens that the draft vocabulary can produce. A token outside it costs acceptance, never correctness.
 
 # %% tags=["smollm2-fact", "nbval-check-output"]
 from peagle_lab.training import pick_mask_token_id
@@ -192,14 +189,14 @@ plt.show()
 
 # %% [markdown]
 # **Reading it.** 4,096 draft ids, the shipped size, cover 99.61% of the response tokens with an `lm_head` of 2.4 M
-# parameters instead of 28.3 M. The curve flattens there: 256 ids already cover 70.44%, 2,048 cover 95.03%, and past
-# 4,096 little is left to gain. This is in-sample, so expect less on other text.
+# parameters instead of 28.3 M. The curve flattens there: 256 ids already cover 70.44%, 2,048 cover 95.03%. This is
+# in-sample, so expect less on other text.
 #
-# ### `d2t` and `t2d`, by hand (question 6)
+# ### `d2t` and `t2d`, by hand
 #
-# vLLM reads `d2t`: draft id `i` stands for target id `i + d2t[i]`. `t2d` marks the target ids the head can emit (the
-# export drops it, notebook 08). A toy vocabulary of 8 ids shows both. Then the cell gives the shipped head an
-# `lm_head` 96 rows short of the draft vocabulary. The export check refuses it.
+# vLLM reads `d2t`: draft id `i` stands for target id `i + d2t[i]`. `t2d` marks the target ids the head can emit; the
+# export (08) drops it. A toy vocabulary of 8 ids shows both. Then the export check refuses the shipped head with 96
+# rows cut from its `lm_head`.
 
 # %% tags=["smollm2-fact", "nbval-check-output"]
 from peagle_lab.drafter.vocab import d2t_t2d
@@ -227,9 +224,9 @@ except PeagleError as exc:
 # %% [markdown]
 # ### Exercise: write `d2t` and `t2d`
 #
-# Write `my_d2t_t2d(draft_ids, vocab_size)` for a sorted tensor of draft ids: `d2t`, an int64 offset per draft id
-# (draft id `i` stands for target id `i + d2t[i]`), and `t2d`, a bool per target id, True where the head can emit
-# it. The check compares both with the package's `d2t_t2d` on 200 random draft vocabularies. Answer: the next cell.
+# Write `my_d2t_t2d(draft_ids, vocab_size)` for a sorted tensor of draft ids. Return `d2t`, an int64 offset per draft
+# id, and `t2d`, a bool per target id, True where the head can emit it. The check compares both with the package's
+# `d2t_t2d` on 200 random draft vocabularies; the answer is the next cell.
 
 # %%
 def my_d2t_t2d(draft_ids, vocab_size):
@@ -267,15 +264,18 @@ check_maps(my_d2t_t2d)
 # %% [markdown]
 # ## 3 · Features
 #
-# For each position `t`, one forward of the frozen target gives the **taps** `h_t` (three tapped hidden states, 3H
-# values) and the greedy label `y_t`.
+# For each position `t`, one forward of the frozen target gives the taps `h_t` and the greedy label `y_t`, its top-1
+# next token.
 #
-# ### Online or offline, bf16 or fp32? (question 2)
+# ### Online or offline, bf16 or fp32?
 #
-# Offline features are computed once and read back every epoch. Online features cost a target forward per use, but no
-# disk. The cell extracts the features of the sequences 04 trains on, the target's answers to 96 **list requests**
-# ("Write the letters of the alphabet from I to T, one per line"): text so predictable that 40 steps on this 2-core
-# CPU give a head that visibly drafts. Then it compares the three ways on a few: speed, disk and error.
+# Offline features are computed once and read back every epoch; online ones cost a target forward per use, but no
+# disk.
+#
+# The cell extracts the features 04 trains on: the target's answers to 96 **list requests** ("Write the letters of
+# the alphabet from I to T, one per line"). That text is so predictable that 40 steps on this 2-core CPU give a head
+# that visibly drafts. Then it compares online, offline float32 and offline bf16 on a few sequences: speed, disk and
+# error.
 
 # %% tags=["nbval-ignore-output"]
 from peagle_lab.drafter.heads import target_slug
@@ -323,16 +323,19 @@ print(f"bf16 shards: read back {rows[0]['seconds'] / rows[2]['seconds']:,.0f}x f
 
 # %% [markdown]
 # **Reading it.** Storing features pays: bf16 shards read back 1,943x faster than the target forward, on half of
-# float32's disk. They read back slower than float32 shards (636,355 against 1,618,552 tokens/s; the cause is not
-# timed here), so bf16 is for disk, not speed.
+# float32's disk.
+#
+# In this one timed read, bf16 shards came back slower than float32 ones: 636,355 against 1,618,552 tokens/s. The
+# cause is not timed here. bf16 is chosen for disk, and this run shows no read speed gained.
 #
 # ### Does bf16 storage cost acceptance?
 #
 # bf16 rounds each tap (the largest error above). The committed storage study retrains 02's learned mask variant,
-# trained there on float32 taps, on bf16 taps with the same settings and seeds. Both arms train under bf16 autocast,
-# and autocast rounds `fc`'s input to bf16 in both: the float32 arm rounds the scaled taps once, the bf16 arm rounds
-# the raw taps on disk first. So the study asks whether that extra rounding costs acceptance, not whether bf16
-# training does (a float32-autocast arm would; it is not run).
+# trained there on float32 taps, on bf16 taps with the same settings and seeds.
+#
+# Both arms train under bf16 autocast, which rounds `fc`'s input, the scaled taps, to bf16. The bf16 arm has also
+# rounded the raw taps on disk. So the study asks whether that extra rounding costs acceptance, not whether bf16
+# training does: that needs a float32-autocast arm, which is not run.
 
 # %% tags=["nbval-ignore-output"]
 st_host, st_runs = studies.committed("storage")
@@ -347,10 +350,9 @@ print("verdict: " + (f"bf16 taps change AL by {gap:+.3f}, beyond the seeds' nois
                      else "bf16 taps cost no acceptance the seeds can measure"))
 
 # %% [markdown]
-# **Reading it.** The storage study finds no acceptance cost the seeds can measure: AL 1.210 on bf16 taps against 1.211
-# on float32 taps, a gap of -0.001 inside the seeds' spread. So rounding the taps on disk has no cost these seeds can
-# measure beyond what bf16 autocast already rounds, and bf16 storage is the default: half the disk for no measured
-# loss.
+# **Reading it.** Rounding the taps on disk costs no acceptance these seeds can measure, beyond what autocast already
+# rounds: AL 1.210 on bf16 taps against 1.211 on float32 taps, a gap of -0.001 inside the seeds' spread. bf16 storage
+# is the default: half the disk for no measured loss.
 #
 # ## What we saw
 #
@@ -358,5 +360,4 @@ print("verdict: " + (f"bf16 taps change AL by {gap:+.3f}, beyond the seeds' nois
 # - 4,096 draft ids cover 99.61% of the response tokens, in-sample; `d2t` stores offsets, `t2d` a mask.
 # - bf16 feature shards read back 1,943x faster than a target forward, at no measurable AL cost.
 #
-# Next, `04_train_head`: a P-EAGLE head trained on these features by a loop written by hand, then drafting in 00's
-# round.
+# Next, `04_train_head`: a P-EAGLE head trained on these features by a hand-written loop, then drafting in 00's round.

@@ -503,7 +503,9 @@ opt = torch.optim.AdamW([{"params": [p], "lr_ratio": cfg.lm_head_lr_ratio if id(
                           "weight_decay": cfg.weight_decay if p.dim() >= 2 else 0.0} for p in params],
                         lr=cfg.lr, betas=cfg.betas)
 print(f"AdamW: lr {cfg.lr:g} ({cfg.lm_head_lr_ratio:g}x for lm_head and the final norm, which start as the "
-      f"target's), betas {cfg.betas}, weight decay {cfg.weight_decay:g} on matrices; {cfg.warmup_steps} warm-up "
+      f"target's), betas {cfg.betas}, "
+      + (f"weight decay {cfg.weight_decay:g} on matrices" if cfg.weight_decay else "no weight decay")
+      + f"; {cfg.warmup_steps} warm-up "
       f"steps, then a cosine to {cfg.min_lr_ratio:g} of lr; gradients clipped at norm {cfg.grad_clip:g}")
 stream, cod_gen = PackedRows(seqs, cfg.row_tokens, cfg.seed), torch.Generator().manual_seed(cfg.seed + 1)
 hand_losses = []
@@ -645,8 +647,9 @@ report.record("nb04_final_depth_accuracy", acc);
 # ## 5 · The whole path in our own code
 #
 # The drafter (02's `ScratchDrafter`), the round (00's `speculate`) and the training loop (`hand_head`) have all been
-# written in view. The cell joins them with no package code between weights and tokens: the hand-trained head drafts
-# in `ScratchDrafter` inside 00's round, on 2 held-out list requests (not among the 96 it trained on).
+# written in view. The cell joins them: the hand-trained head's weights go into 02's `ScratchDrafter` (kept word for
+# word in the package, as 02 says), which drafts inside 00's round, on 2 held-out list requests (not among the 96 it
+# trained on).
 #
 # `ScratchDrafter` keeps no drafter cache, which costs time, not tokens. The checks: the output equals plain greedy
 # decoding, and each round accepts what the package's loop accepts.

@@ -19,8 +19,8 @@
 # **Goal:** see what a head's acceptance length is made of, what raises it, and which differences from the paper's
 # setup could explain its lower acceptance.
 #
-# You will compare the shipped heads prompt by prompt, see what more training and deeper heads buy, and probe the
-# paper's gap (question 3), down to what a wrong prompt layout costs. 10 takes the recipe to your own model.
+# You will compare the shipped heads prompt by prompt, see what more training and deeper heads buy, and find where
+# the heads fall short of the paper's acceptance (question 3).
 #
 # **Terms.** *Acceptance length* (AL): tokens committed per verification round, bonus token included. Slot j of a round
 # (j = 1..K) is depth j-1 in training. Its *rate* p_j is the share of rounds reaching slot j that accepted its draft.
@@ -47,10 +47,6 @@ HOST = max((p.parent.name for p in RECIPE_DIR.glob("*/curve.json")), default=Non
 # the committed files' host and the dtype the target ran in there (the held-out comparison records it)
 REF = f"{HOST} in {json.loads((RECIPE_DIR / HOST / 'heldout_compare.json').read_text())['dtype']}" if HOST else None
 
-
-def target_dtypes(runs):
-    """The target's dtype as committed runs record it (their ``machine`` field), or 'not recorded'."""
-    return "/".join(sorted({str((r.get("machine") or {}).get("target_dtype") or "not recorded") for r in runs}))
 
 # %% [markdown]
 # ## 1 · The shipped heads
@@ -295,9 +291,26 @@ if fresh and "exp-L1" in ends and P:
           f"shipped P-EAGLE head)")
 
 # %% [markdown]
-# Why does acceptance stay low? A slot counts only if every slot before it was accepted, so the depth where a head
-# stops being accurate caps its AL. The next cell plots top-1 **accuracy per depth**, then finds the one rate p per
-# slot that gives the blog's 3.94 at K=7.
+# **Reading it.** On section 1's 8 comparison prompts, continuing a run helped: `exp-L1` scored 1.737 at its run's end
+# and 1.895 once continued (the shipped head). More layers did not: on those prompts, after the same 2400 s, 4 layers
+# scored 1.477 and 2 layers 1.649 against 1 layer's 1.737; on the curves' 8 other prompts, at equal tokens (500,051
+# seen), 4 layers scored 1.292 against 1 layer's 1.379.
+#
+# <details><summary>How sure is this?</summary>
+#
+# The learning curves, scored on 8 other held-out prompts, peak at 1.437 (P-EAGLE) and 1.455 (EAGLE-3), below
+# `exp-L1`'s last snapshot, 1.512; they used a smaller file and other settings, and no run here isolates which
+# difference matters. Both dip where the `-cont` leg starts, perhaps because `--init-from` restarts the optimizer and
+# warm-up (untested). 2 layers has no snapshot near 500,051 tokens; near 300k tokens the right plot has 4 layers a
+# little above 2: depth does not order them. One seed per head.
+#
+# </details>
+#
+# ## 3 · Why is my acceptance length below the paper's? (question 3)
+#
+# A slot counts only if every slot before it was accepted, so the depth where a head stops being accurate caps its
+# AL. The next cell plots top-1 **accuracy per depth**, then finds the one rate p per slot that gives the blog's 3.94
+# at K=7.
 
 # %% tags=["nbval-ignore-output"]
 PAPER_AL, PAPER_K = 3.94, 7  # the vLLM P-EAGLE blog: GPT-OSS-20B on HumanEval, K=7 (a GPU-trained head)
@@ -328,103 +341,15 @@ print(f"\nthe blog's AL {PAPER_AL} at K={PAPER_K} (HumanEval) needs every slot a
 # %% [markdown]
 # **Reading it.** Every head's accuracy collapses after depth 0: the shipped P-EAGLE head falls from 0.453 to 0.175.
 # Its rates in section 1's held-out comparison (0.62, 0.34, 0.24 for slots 1 to 3) all sit below 0.78, the rate every
-# slot would need for the blog's AL 3.94 at K=7 (printed above).
-# On section 1's 8 comparison prompts, continuing a run helped: `exp-L1` scored 1.737 at its run's end and 1.895 once
-# continued (the shipped head). More layers did not: on those prompts, after the same 2400 s, 4 layers scored 1.477
-# and 2 layers 1.649 against 1 layer's 1.737; on the curves' 8 other prompts, at equal tokens (500,051 seen), 4 layers
-# scored 1.292 against 1 layer's 1.379.
+# slot would need for the blog's AL 3.94 at K=7 (printed above). So the gap to the paper is a gap in the deep slots.
 #
-# <details><summary>How sure is this?</summary>
-#
-# The accuracies are scored on held-out sequences of the training mix, each depth whether or not earlier depths were
-# right, so they are not section 1's rates. The learning curves, scored on 8 other held-out prompts, peak at 1.437
-# (P-EAGLE) and 1.455 (EAGLE-3), below `exp-L1`'s last snapshot, 1.512; they used a smaller file and other settings,
-# and no run here isolates which difference matters. Both dip where the `-cont` leg starts, perhaps because
-# `--init-from` restarts the optimizer and warm-up (untested). 2 layers has no snapshot near 500,051 tokens; near
-# 300k tokens the right plot has 4 layers a little above 2: depth does not order them. One seed per head.
-#
-# </details>
-#
-# ## 3 · Why is my acceptance length below the paper's? (question 3)
-#
-# Each recipe run (`peagle-lab recipe`) changes one setting from a **baseline**, trains for equal wall time and scores
-# held-out AL at K=7. `draft vocab coverage` is the share of training-answer tokens the draft vocabulary holds (for 4k
-# ids; 03's 99.61% is another measure, in-sample on the file its vocabulary was built from). A gap counts only beyond
-# the larger of two seed spreads: the recipe's own (0.005) and the studies' (0.052).
-
-# %% tags=["nbval-ignore-output"]
-from peagle_lab.experiments import recipe, studies
-
-runs = recipe.read_runs(RECIPE_DIR / HOST) if HOST else []
-print(committed_label("The recipe runs", HOST and f"{HOST}, target in {target_dtypes(runs)}"))
-shipped_train = records_["parallel"]["config"]
-print("the baseline recipe: " + ", ".join(f"{k} = {v}" for k, v in recipe.BASELINE.items()))
-print("where it differs from the shipped P-EAGLE head's last run (baseline -> shipped): " + ", ".join(
-    f"{k} {v} -> {shipped_train.get(k)}" for k, v in recipe.BASELINE.items() if shipped_train.get(k) != v))
-own_noise = recipe.noise(runs) or 0.0  # the largest acceptance spread between two seeds of one setting
-noise = max(own_noise, TIE)  # TIE: the same over the studies of 02 and 03 (reference.md: the seed spread)
-seeds = [r["tokens_seen"] for r in runs if r["name"].startswith("baseline")]
-mixed = (f" (its two baseline seeds saw {min(seeds):,} and {max(seeds):,} tokens in the same wall time, "
-         f"{100 * (max(seeds) / min(seeds) - 1):.0f}% apart: seed and budget together)" if len(seeds) == 2 else "")
-print(f"noise: the recipe's own seed spread {own_noise:.3f}{mixed}, the studies' largest {TIE:.3f} (target in "
-      f"{target_dtypes(r for name in studies.COMMITTED_STUDIES for r in studies.committed(name)[1])})")
-if runs:
-    r0, base = runs[0], next(r for r in runs if r["name"] == "baseline")
-    print(f"each run: {r0['budget_s']:.0f} s of training ({r0['autocast']}), scored at K={r0['k']} on "
-          f"{r0['val_prompts']} held-out prompts x {r0['max_new_tokens']} new tokens")
-    table = ["| run | change | tokens seen | draft vocab coverage | held-out AL | against the baseline | verdict |",
-             "|---|---|---|---|---|---|---|"]
-    for r in sorted(runs, key=lambda r: -r["acceptance_length"]):
-        d = r["acceptance_length"] - base["acceptance_length"]
-        past_seeds = f", beyond the seed spread {own_noise:.3f}" if abs(d) > own_noise else ""
-        verdict = ("a baseline seed" if r["name"].startswith("baseline") else f"beyond both ({abs(d):.3f} > "
-                   f"{noise:.3f})" if abs(d) > noise else f"within the studies' {TIE:.3f}{past_seeds}")
-        change = ", ".join(f"{k} = {v}" for k, v in r["change"].items()) if r["change"] else "-"
-        table.append(f"| {r['name']} | {change} | {r['tokens_seen']:,} | "
-                     f"{r['draft_vocab_coverage']:.3f} | {r['acceptance_length']:.3f} | {d:+.3f} | {verdict} |")
-    display(Markdown("\n".join(table)))
-
-# %% [markdown]
-# **Reading it.** At 180 s a run, no change beats the baseline beyond the studies' spread: the best gain +0.028
-# against 0.052. Only `4 layers` lies beyond both, at -0.065, having seen under half the baseline's tokens. The
-# recipe's own spread proves little: its two seeds saw token counts 17% apart. At 180 s a run, far from the shipped
-# head's 6399 s (section 1), these are smoke tests of each setting: they cannot answer this section's question.
-#
-# Beyond budget, the paper differs in target (GPT-OSS-20B), head depth (the two published GPT-OSS heads have 4 layers,
-# 08's last section) and benchmark; no run here isolates which costs the AL.
-
-# %% [markdown]
-# ### A template mismatch
-#
-# A head learns what the target says after the prompt layout it was trained with. The next cell serves SmolLM2's
-# shipped P-EAGLE head on held-out prompts in three layouts: the trained chat template, bare text, and another system
-# message.
-
-# %% tags=["nbval-ignore-output"]
-from peagle_lab.prompts import OTHER_SYSTEM, load_scale_records
-
-tmpl_prompts = [r["prompt"] for r in load_scale_records("val") if not r.get("history")][: settings.pick(2, 1)]
-TK, TMPL_NEW = 4, settings.pick(40, 16)
-tmpl = {t: evaluate_head(model, tokenizer, heads["parallel"], tmpl_prompts,
-                         EvalSettings(ks=(TK,), max_new_tokens=TMPL_NEW, template=t), progress=False)
-        for t in ("chat", "plain", "system")}
-layout = {"chat": "chat template (as trained)", "plain": "no template (bare text)",
-          "system": f"chat template, system message {OTHER_SYSTEM[:24]!r}..."}
-print(f"{len(tmpl_prompts)} held-out prompt(s), at most {TMPL_NEW} new tokens each, K={TK}")
-for t, ev in tmpl.items():
-    al, rounds = ev["acceptance_length"][TK], ev["rounds"][TK]
-    print(f"{layout[t]:58s} AL {al:.2f} over {rounds} rounds ({round((al - 1) * rounds)} drafts accepted), "
-          f"answers {ev['new_tokens']} tokens")
-base_al = tmpl["chat"]["acceptance_length"][TK]
-print("against the trained layout: " + ", ".join(f"{name} {tmpl[t]['acceptance_length'][TK] - base_al:+.2f}"
-                                                 for t, name in (("plain", "no template"),
-                                                                 ("system", "another system message"))))
-
-# %% [markdown]
-# **Reading it.** A head needs the layout it was trained on: on bare text it accepted no draft on either prompt (AL
-# 1.00 against 1.52), though the bare-text answers also ran shorter, so the text drafted differed too. Another system
-# message gave 1.34, a drop two prompts cannot establish. The fix: distil and serve with your
-# model's chat template (`peagle-lab distill --target DIR`); 10 takes the recipe to a model of your own.
+# What closes it is not measured here. The paper differs in target (GPT-OSS-20B), head depth (the two published
+# GPT-OSS heads have 4 layers, 08's last section), training budget and benchmark, and no run here isolates which of
+# them costs the AL. The accuracies above are scored on held-out sequences of the training mix, each depth whether or
+# not earlier depths were right, so they are not section 1's rates. To test one setting at a time at a budget of your
+# own, `peagle-lab recipe` trains equal-budget runs that each change one setting and scores their held-out AL
+# (`docs/training.md`). One cause you can rule out on your own model, serving a head in a prompt layout it was not
+# trained on, is measured in 10.
 #
 # ## What we saw
 #
@@ -432,11 +357,11 @@ print("against the trained layout: " + ", ".join(f"{name} {tmpl[t]['acceptance_l
 #   8 of 8 held-out prompts), the reverse of the paper's order; 06's committed matched pair points the same way (AL
 #   5.15 against 4.49, one seed each, not judged by a paired test).
 # - **Lossless:** every live speculative output matched plain greedy.
-# - **Why AL stays low:** P-EAGLE's rate falls to 0.24 by slot 3; a constant 0.78 at every slot gives the blog's 3.94.
 # - **Scale:** continuing `exp-L1` raised its AL from 1.737 to 1.895 (the shipped head); in the same 2400 s, 2 or 4
 #   layers scored below 1 layer (1.649 and 1.477 against 1.737, on section 1's prompts).
-# - **Recipe runs:** at 180 s no setting beats the studies' seed spread (best +0.028 against 0.052).
-# - **Prompt layout:** on bare text SmolLM2's head accepted no draft (AL 1.00 against 1.52 in its chat template).
+# - **Why AL stays below the paper's:** P-EAGLE's rate falls to 0.24 by slot 3, where the blog's 3.94 needs a constant
+#   0.78 at every slot. Which of the paper's differences (target, head depth, budget, benchmark) closes that gap is not
+#   isolated here.
 #
 # Next, `06_parallel_vs_sequential`: what a drafting round costs per head, and the speed-up.
 
@@ -453,7 +378,3 @@ for kind, ev in live.items():  # section 1's live K sweep
 report.record("shipped_heads_lossless", all(ev["lossless"] for ev in live.values()))
 for kind, row in (("parallel", P), ("sequential", S)):  # section 1's committed held-out comparison
     report.record(f"shipped_{kind}_heldout_acceptance_length_k7", (row or {}).get("acceptance_length", {}).get("7"))
-for t, ev in tmpl.items():  # section 3's template mismatch
-    book.add(f"template: {layout[t][:40]}", head_names["parallel"], prompt_set="held-out split of the prompt mix",
-             prompts=len(tmpl_prompts), new_tokens=TMPL_NEW, k=TK, rounds=ev["rounds"][TK],
-             acceptance_length=ev["acceptance_length"][TK])

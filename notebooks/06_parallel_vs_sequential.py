@@ -16,17 +16,16 @@
 # %% [markdown]
 # # 06 · Parallel vs sequential drafting: the cost and the payoff
 #
-# **Goal:** measure what a drafting round costs in parallel (P-EAGLE: one drafter pass for K drafts) and sequentially
-# (EAGLE-3: K passes), and see where that saving pays end to end.
+# **Goal:** measure what a drafting round costs in parallel (P-EAGLE: one drafter pass for K drafts) and in sequence
+# (EAGLE-3: K passes), and where that saving pays end to end.
 #
-# A round drafts K tokens, verifies them in one target pass and commits AL tokens on average (the acceptance length:
-# the accepted prefix plus one). With `round = (t_draft + t_verify) / t_step` in plain decode steps:
+# A round drafts K tokens, verifies them in one target pass and commits AL tokens on average (the *acceptance length*,
+# defined in 00). In plain decode steps, `round = (t_draft + t_verify) / t_step`, and
 #
 # $$\text{ideal speed-up} = \frac{AL}{\text{round}}.$$
 #
-# Parallel drafting shrinks `t_draft`, so it pays only where AL is high: on text a small head can predict, such as list
-# requests. You will time both modes, charge the same drafts both ways, and race heads trained alike.
-# *Live* cells run here; *committed* cells read full-size runs under `data/`.
+# Parallel drafting shrinks only `t_draft`, so it pays only where AL is high: on predictable text, such as list
+# requests. *Live* cells run here; *committed* ones read full-size runs saved under `data/`.
 
 # %% tags=["nbval-ignore-output"]
 # Parameters come from the environment: PEAGLE_TARGET (default: the embedded SmolLM2-135M-Instruct),
@@ -60,19 +59,18 @@ print("committed runs read from:", READ_HOST)
 # %% [markdown]
 # ## Why parallel drafting is cheaper
 #
-# - **EAGLE-3 (sequential):** draft j+1 needs draft j, so a round is K drafter passes, each reading all the drafter's
-#   weights. `t_draft` grows linearly with K.
-# - **P-EAGLE (parallel):** slots 2..K hold a mask token and the shared `mask_hidden`, so all K drafts come out of
-#   **one** pass over the new slots plus K-1 mask slots. At batch 1 a small drafter is usually bound by weight reads
-#   and per-call overhead, not arithmetic (a general expectation, not measured here), so one wide pass should cost far
-#   less than K narrow ones; the table below measures by how much.
+# - **EAGLE-3 (sequential):** draft j+1 needs draft j, so a round is K drafter passes.
+# - **P-EAGLE (parallel):** the drafter's input positions (*slots*) 2..K hold the mask token and the shared
+#   `mask_hidden` (02). So one pass, over the new slots plus K-1 mask slots, gives all K drafts.
 #
-# The cost sections run the shipped P-EAGLE head in both modes: only the mode differs.
+# At batch 1 a small drafter is usually bound by weight reads and per-call overhead, not arithmetic (expected in
+# general, not measured here). So one wide pass should cost far less than K narrow ones.
 #
 # ## One round, both ways
 #
-# The head drafts K=4 tokens in each mode while a hook records every drafter pass and its slots. `Slots` holds a
-# round's newly committed tokens with their taps; `slots.tail(2)` keeps the last 2, as if the round had committed 2.
+# The cost sections run the shipped P-EAGLE head (05) in both modes; only the mode differs. Below, a hook records its
+# passes and their slots at K=4. `Slots` holds newly committed tokens with their taps (01); `slots.tail(2)` keeps the
+# last 2, as after a round that committed 2.
 
 # %% tags=["nbval-check-output"]
 from peagle_lab.decoding.draft_sources import HeadDrafter
@@ -103,17 +101,16 @@ for mode in ("parallel", "sequential"):
           f"-> drafts of shape {tuple(drafts.shape)}")
 
 # %% [markdown]
-# **Reading it.** Parallel drafting is one pass over 5 slots (2 new, 3 mask). Sequential drafting is four passes of 2,
-# 1, 1 and 1 slots.
+# **Reading it.** One pass against four: parallel reads 5 slots at once (2 new, 3 mask); sequential reads 2, then 1,
+# 1 and 1.
 #
 # ## Drafting cost per round
 #
-# `bench.drafting_cost` times the loop's drafting call for K = 1 to 10 in both modes, and the target verifying K+1
-# tokens. Columns:
+# `bench.drafting_cost` times drafting for K = 1 to 10 in both modes, and the target verifying K+1 tokens. Columns:
 #
-# - `parallel_ms`, `sequential_ms`: median drafting time per round; `*_iqr_ms`: their interquartile ranges
-# - `ratio_seq_over_par`: sequential time over parallel
-# - `verify_ms`: the target's pass over K+1 tokens; `verify_ratio`: that pass over one plain decode step
+# - `parallel_ms`, `sequential_ms`: median drafting time per round; `*_iqr_ms`: their interquartile ranges (IQR)
+# - `ratio_seq_over_par`: sequential over parallel
+# - `verify_ms`: the target's pass over K+1 tokens; `verify_ratio`: that over one plain decode step
 
 # %%
 DRAFT_KS = settings.pick(list(range(1, 11)), [1, 2, 4, 8])
@@ -136,17 +133,19 @@ bench.plot_drafting_cost(dc);
 
 # %% [markdown]
 # **Reading it.** Parallel drafting stays at 4.18 to 5.13 ms for every K; sequential grows to 33.7 ms at K=10. But
-# verification costs 0.956 to 1.22 decode steps, most of a round on this CPU, so the saving pays only where many
-# drafts are accepted. At K=1 the two modes are one pass each (4.33 and 4.2 ms) and their IQR bars overlap. The dips
-# in `verify_ms`, and a verify ratio below 1, are timing noise: a pass over more tokens is not cheaper than one.
+# verifying costs 0.956 to 1.22 decode steps, most of a round on this CPU: the saving pays only where many drafts are
+# accepted.
+#
+# At K=1 both are one pass and their IQR bars overlap. Dips in `verify_ms`, and verify ratios below 1, are timing
+# noise: a pass over more tokens is not cheaper.
 #
 # ### Exercise: write the pass shapes, then predict the drafting cost
 #
-# 1. Write `my_passes(mode, k, new_slots)`: the slots each drafter pass carries in a round of K drafts after
-#    `new_slots` new slots (K=4 after 2 gave `[5]` and `[2, 1, 1, 1]` above). The cell checks it on 30 random rounds.
-# 2. Predict how the parallel and sequential times, and their ratio, change from K=2 to K=10.
+# 1. Write `my_passes(mode, k, new_slots)`: the slots of each drafter pass in a round of K drafts after `new_slots`
+#    new slots (K=4 after 2 gave `[5]` and `[2, 1, 1, 1]`). The cell checks it on 30 random rounds.
+# 2. Predict how both times and their ratio change from K=2 to K=10.
 #
-# Try it first: the next cell writes the answer, checks it and times K=2 and K=10.
+# Try it first; the next cell holds the answer and times K=2 and K=10.
 
 # %% tags=["nbval-ignore-output"]
 import random
@@ -214,27 +213,23 @@ for ex_k in EX_KS:
 print("ratio as a fraction of K:", ", ".join(f"K={k}: {r / k:.2f}" for k, r in ex.items()))
 
 # %% [markdown]
-# **Reading it.** From K=2 to K=10 the sequential/parallel ratio rises from 1.46 to 7.46, below K at both: sequential
-# drafting grows with its passes (6.60 to 36.43 ms), while the one parallel pass grows only from 4.53 to 4.88 ms as it
-# widens. As a fraction of K the ratio went from 0.73 to 0.75 here, while the table's ranged from 0.66 to 0.83: at two
-# K, timing noise decides that fraction. The trend both timings share is the ratio's rise with K.
+# **Reading it.** The sequential/parallel ratio rises with K and is below K at both: 1.46 at K=2, 7.46 at K=10.
+# Sequential drafting grows with its passes; the one parallel pass only a little as it widens. At two K, timing noise
+# decides the ratio's fraction of K (0.73 to 0.75 here, 0.66 to 0.83 in the table).
 #
 # ## The saving alone: the same drafts, two drafting costs
 #
-# The table prices a round's drafting, but end to end acceptance moves too, and it differs from head to head. The
-# *oracle* takes it out. It proposes the target's own continuation, keeping each draft at the blog's per-slot rate for
-# HumanEval (AL 3.94 at K=7). Each round it also runs the shipped P-EAGLE head, once in parallel or seven times in
-# sequence, and throws those drafts away. Both charges of a request draw the same drafts, so they differ only in
-# drafting cost.
+# End to end, acceptance also differs between heads. The *oracle* drafter takes it out: it proposes the target's own
+# continuation, keeping each draft at one per-slot rate (the vLLM blog's for HumanEval, AL 3.94 at K=7). Each round it
+# also runs the shipped P-EAGLE head in one pass or seven and discards those drafts, so both *charges* of a request get
+# the same drafts and differ only in drafting cost.
 #
-# **The paired rule.** If neither of two methods were faster, each request would be a coin flip. The two-sided **sign
-# test** gives p, the chance that fair flips split at least as unevenly. Below 5% a method is *shown faster*; otherwise
-# the course says on how many requests it won. The first cell writes the test (`order`): 5 wins of 5 are not enough.
+# **The paired rule.** If neither method were faster, each request would be a coin flip. The two-sided **sign test**
+# gives p, the chance that fair flips split at least as unevenly. Below 5% a method is *shown faster*; otherwise we
+# only count its wins. The first cell writes the test (`order`): 5 wins of 5 are not enough.
 #
-# The second cell writes the oracle's drafts out and checks them against the package's `RatedOracleDrafter`. The third
-# races the two charges on list requests with `race` (in `peagle_lab.workbook`), the loop of `peagle-lab bench` in
-# small: plain decoding and both charges in a rotating order on every request, every output checked against plain
-# greedy, each verdict by the paired rule.
+# The last, `race` (a small `peagle-lab bench`), runs plain decoding and both charges in rotating order on each list
+# request, checking every output against plain greedy.
 
 # %% tags=["nbval-check-output"]
 import math
@@ -324,25 +319,28 @@ same_drafts = race(runner, {"one pass": (charged("parallel"), 7), "seven passes"
 print("\n".join(same_drafts.lines()))
 
 # %% [markdown]
-# **Reading it.** On the same drafts, one pass beats seven on 10 of 12 requests (p = 0.039): shown, live, as in the
-# committed 24-prompt runs of `cpu-epyc-avx2-2c` (22 of 24; 11 lists them). Both charges accept alike (AL 3.56, the same
-# 259 drafts over 101 rounds), so
-# the gap is drafting cost: 6.0 against 24.0 ms a round, cheaper on 12 of 12. The AL sits below the blog's 3.94:
-# answers that end early cut rounds short (07 computes 3.79 for the rate at a 40-token budget), and 101 rounds are a
-# small draw.
+# **Reading it.** On the same drafts, one pass beats seven on 10 of 12 requests (p = 0.039): shown live, as in the
+# committed runs of `cpu-epyc-avx2-2c` (22 of 24; chapter 11 lists them).
+#
+# Both charges accept alike (AL 3.56, the same 259 drafts), so the gap is drafting cost: 6.0 against 24.0 ms a round,
+# cheaper on 12 of 12.
+#
+# The AL is below the blog's 3.94: answers that end early cut rounds short (07 computes 3.79 for this rate at a
+# 40-token budget), and 101 rounds are a small draw.
 
 # %% [markdown]
 # ## The payoff: a pair trained alike, where acceptance is high
 #
-# The saving is real; whether it pays depends on how many drafts a head gets accepted. The shipped heads accept few
-# on open prompts (07). On predictable text deep slots get accepted and drafting cost decides. The **matched pair**
-# isolates the method as far as one seed per head can: both heads start from the same seeded weights and train the
-# same 1,000 steps on the target's answers to 480 list requests. Only the drafting mode differs.
+# Whether the saving pays depends on how many drafts get accepted: few for the shipped heads on open prompts (07). On
+# predictable text, later slots get accepted and drafting cost decides.
 #
-# The next cell reads the pair's committed float32 run on 48 held-out list requests at K = 3, 5 and 7. Columns:
+# The **matched pair** isolates the method as far as one seed per head can: the same seeded start, the same 1,000
+# training steps on the target's answers to 480 list requests. Only the drafting mode differs.
+#
+# The next cell reads its committed float32 run on 48 held-out list requests, K = 3, 5 and 7. Columns:
 #
 # - `round (steps)`: (t_draft + t_verify) / t_step
-# - `end to end`: the speed-up over plain decoding, prefill included
+# - `end to end`: speed-up over plain decoding, prefill included
 # - `faster than plain`: requests with a speed-up above 1
 
 # %% tags=["nbval-ignore-output"]
@@ -380,17 +378,17 @@ ax.set(xlabel="request (sorted by gap)", ylabel="speed-up gap", xticks=[],
 plt.show()
 
 # %% [markdown]
-# **Reading it.** Trained alike, P-EAGLE is shown faster than EAGLE-3: 2.10x against 1.92x at K=7, on 37 of 48 requests
-# (p = 0.00022; the green bars). At K=3 they are close (1.45x against 1.47x; no paired test is run at that K): the
-# gap opens as K grows, because P-EAGLE drafts in 11.4 to 16.4 ms a round at every K while EAGLE-3's drafting grows
-# from 20.3 to 42.4 ms. Both heads peak at K=7, the largest K here; the next cell opens K=7 slot by slot, the one
-# after it a wider sweep.
+# **Reading it.** Trained alike, P-EAGLE is shown faster than EAGLE-3: 2.10x against 1.92x at K=7, on 37 of 48
+# requests (p = 0.00022; the green bars).
+#
+# At K=3 they are close (1.45x against 1.47x; not paired-tested). The gap opens with K because P-EAGLE drafts in 11.4
+# to 16.4 ms a round at every K, while EAGLE-3's drafting grows from 20.3 to 42.4 ms. Both peak at K=7, the largest K
+# here.
 #
 # <details><summary>How sure is this?</summary>
 #
-# P-EAGLE's round even falls a little with K (2.11, 2.02, 1.98 steps): its drafting medians (16.42, 11.43, 15.06 ms)
-# and verify medians (109.15, 108.66, 102.86 ms) both move by several milliseconds without order, timing noise of one
-# run (a wider verify is not cheaper).
+# - P-EAGLE's round even falls a little with K, as its drafting and verify medians move by several milliseconds
+#   without order: timing noise of one run, since a wider verify is not cheaper.
 #
 # </details>
 
@@ -420,15 +418,15 @@ plt.show()
 
 # %% [markdown]
 # **Reading it.** P-EAGLE accepts less (AL 4.49 against 5.15) but wins on the round: 1.98 decode steps against 2.47.
-# Its one pass drafts in 15.1 ms, where EAGLE-3's seven take 42.4 ms. Per slot (each bar carries its counts), it
-# leads at slot 1 (599 of 700 rounds against 482 of 612) and trails most at slot 2 (414 of 597 against 434 of 478).
-# EAGLE-3 leads at slot 3 too (392 of 430 against 347 of 410); from slot 4 on the rates differ by a few points
-# either way. A slot is reached a little less often than the slot
-# before it is accepted, because the token budget cuts the last round short. Most requests P-EAGLE loses to plain
-# decoding have short answers (10 of 11 at most 14 tokens): few rounds to gain in.
+# Its one pass drafts in 15.1 ms; EAGLE-3's seven take 42.4 ms.
 #
-# Both heads peak at K=7, the largest K of that run. A second committed run of the same heads on the same requests
-# goes wider, K = 7, 9 and 11. The figure puts both runs together: K against the speed-up, the AL and the round.
+# Per slot (counts on the bars), P-EAGLE leads at slot 1, trails at slots 2 and 3 (most at 2), and from slot 4 on
+# differs by a few points either way. Each slot is reached a little less often than
+# the one before is accepted: the token budget cuts the last round short.
+#
+# Most requests P-EAGLE loses to plain decoding have short answers (10 of 11 at most 14 tokens): few rounds to gain in.
+#
+# A second committed run of the same heads and requests goes wider (K = 7, 9, 11); the figure shows both runs.
 
 # %%
 wide = bench.committed_results(data_dir() / "results-lists-matched-wide")  # the same heads and requests, K = 7, 9, 11
@@ -446,25 +444,26 @@ viz.plot_payoff_vs_k({"K = 3, 5, 7 run": me["methods"], "wider run": we["methods
 plt.show()
 
 # %% [markdown]
-# **Reading it.** The figure is the course's payoff in one picture. P-EAGLE's round (right) stays between 1.98 and 2.13
-# decode steps at every K, because its drafting is one pass; EAGLE-3's grows from 2.16 to 2.99 steps, one pass per
-# draft. Both ALs rise with K (middle), EAGLE-3's more. So P-EAGLE's speed-up keeps rising to K=11 (2.07x, 2.13x, 2.19x
-# in the wider run), while EAGLE-3's is flat from K=7 (1.94x, 1.91x, 1.90x): its extra passes eat what its extra drafts
-# gain. At each head's best K, P-EAGLE is shown faster (36 of 48, p = 0.00072). Both heads trained 8 depths (the record
-# lines above), so K = 9 and 11 draft past them, and P-EAGLE's speed-up was still rising at K=11, the largest K tried,
-# within this run. The two runs are separate measurements, so their K=7 points differ a little (2.10x and 2.07x for
-# P-EAGLE); the figure does not join them.
+# **Reading it.** The course's payoff in one picture: P-EAGLE's speed-up keeps rising to K=11 (2.07x, 2.13x, 2.19x in
+# the wider run), while EAGLE-3's is flat from K=7 (1.94x, 1.91x, 1.90x).
+#
+# The round (right) is why: P-EAGLE's stays at 1.98 to 2.13 decode steps with one pass; EAGLE-3's grows from 2.16 to
+# 2.99, a pass per draft. Both ALs rise (middle), EAGLE-3's more, but its extra passes eat that gain. At each
+# head's best K, P-EAGLE is shown faster (36 of 48, p = 0.00072).
+#
+# Limits: both heads trained 8 draft depths (the record lines above), so K = 9 and 11 draft past them. P-EAGLE was
+# still rising at K=11, the largest K tried, in this one run. The two runs are separate measurements: their K=7 points
+# differ a little (P-EAGLE 2.10x and 2.07x), and the figure does not join them.
 
 # %% [markdown]
 # ### The same pair, live here
 #
-# That run is committed float32, so compare its milliseconds only within it. The next cell runs the same heads live
-# in this chapter's dtype, on the first 12 of the same requests, both at K=7, with `race` as above (plain decoding,
-# P-EAGLE and EAGLE-3 in a rotating order on every request). Columns:
+# That run is committed float32: compare its milliseconds only within it. The next cell races the same heads live, in
+# this chapter's dtype, on the first 12 of those requests at K=7. Columns:
 #
 # - each head's `AL`
 # - `vs plain`: plain's time over the head's on that request
-# - `draft ms`: the drafter's time per round, which acceptance does not enter
+# - `draft ms`: drafting time per round, which acceptance does not enter
 
 # %% tags=["nbval-ignore-output"]
 from peagle_lab.drafter.heads import head_fit_problems, load_head
@@ -491,21 +490,23 @@ else:
 
 # %% [markdown]
 # **Reading it.** Live in bf16, P-EAGLE's drafting is shown cheaper: 6.4 against 29.5 ms a round, on 12 of 12
-# requests (p = 0.00049). End to end it beats EAGLE-3 on 9 of 12 (p = 0.15): not shown. Per request, acceptance
-# moves more than drafting saves, and 12 short answers are a small sample (the committed run used 48). Both heads
-# are shown faster than plain decoding (P-EAGLE on 12 of 12, EAGLE-3 on 10 of 12). (`draft ms` also carries the
-# drafter's first pass over each prompt, spread over a request's rounds.)
+# requests (p = 0.00049). End to end it beats EAGLE-3 on 9 of 12 (p = 0.15): not shown. The cell does not separate
+# why: the heads accept differently per request (the `AL` columns), and 12 short answers are a small sample.
+#
+# Both heads are shown faster than plain decoding (12 of 12 and 10 of 12). `draft ms` includes each prompt's first
+# drafter pass, spread over its rounds.
 
 # %% [markdown]
 # ## What we saw
 #
-# - Speed is AL / round. Parallel drafting costs 4.18 to 5.13 ms at every K and sequential grows to 33.7 ms at K=10,
-#   but verification is most of a round.
-# - On the same drafts, one pass of the shipped head beat seven passes on 10 of 12 requests (p = 0.039).
+# - Speed is AL / round. Parallel drafting costs 4.18 to 5.13 ms at every K, sequential up to 33.7 ms at K=10, but
+#   verification is most of a round.
+# - On the same drafts, one pass beat seven on 10 of 12 requests (p = 0.039).
 # - Trained alike (committed, 48 requests), P-EAGLE is shown faster than EAGLE-3 while accepting less: 2.10x against
-#   1.92x at K=7. Its round stays near 2 decode steps as K grows, EAGLE-3's grows, so its lead widens to K=11.
-# - Live, the same pair's P-EAGLE drafts cheaper on every request, but 12 short answers do not show it ahead end to end
-#   (9 of 12, p = 0.15).
+#   1.92x at K=7. Its round stays near 2 decode steps as K grows; EAGLE-3's grows.
+# - In the one wider run, P-EAGLE kept rising to K=11 while EAGLE-3 stayed flat (paired test at best K only).
+# - Live, P-EAGLE drafts cheaper on every request, but 12 short answers do not show it ahead end to end (9 of 12,
+#   p = 0.15).
 #
 # The same from a shell:
 #

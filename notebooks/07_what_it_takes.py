@@ -19,11 +19,12 @@
 # **Goal:** see what limits the shipped heads' speed on open prompts, and price the paper's acceptance on this
 # machine.
 #
-# 06 showed parallel drafting paying where a head accepts many drafts. The shipped heads accept few on open prompts.
+# Each *round*, a drafter proposes K tokens and the target verifies them in one pass. The *acceptance length* (AL) is
+# the mean number of tokens a round commits.
 #
-# The shipped heads do not reach the paper's acceptance (the blog reports 3.94 tokens a round at K=7 on HumanEval). So
-# an *oracle* drafter draws it through the real loop, charged a real head's drafting: one P-EAGLE pass or K passes
-# of the EAGLE-3 head (06 charged the P-EAGLE head both ways).
+# 06 showed parallel drafting paying where a head accepts many drafts. The shipped heads accept few, short of the
+# blog's AL of 3.94 at K=7 on HumanEval. So an *oracle* drafter draws that acceptance through the real loop, charged a
+# real head's drafting cost: one P-EAGLE pass a round, or K EAGLE-3 passes.
 #
 # You will race the methods, time a round, and see what acceptance would pay here and on a GPU.
 
@@ -69,15 +70,15 @@ paired, order = payoff.paired_gaps, payoff.paired_order  # 06's paired rule: per
 # %% [markdown]
 # ## The shipped heads on open prompts
 #
-# The heads were trained on a broad mix (03 prints it). The cell reads this host's committed run on 24 HumanEval
-# prompts, each method at its fastest K. Columns:
+# The cell reads this host's *committed* run, saved earlier at full size: 24 HumanEval prompts, each method at its
+# fastest K. Columns:
 #
-# - `round (steps)` and `ideal` = AL / round, as in 06.
-# - `measured, decode` and `end to end`: the speed-up without and with prefill.
-# - `faster than plain`: the paired rule against plain decoding.
+# - `round (steps)`: a round's time in decode steps; `ideal` = AL / round.
+# - `measured, decode` and `end to end`: the speed-up without and with prefill (the pass over the prompt).
+# - `faster than plain`: prompts won against plain decoding, with the sign test's p (06's paired rule).
 #
-# Rows: the two heads, the **oracle** (one P-EAGLE pass a round) and **prompt lookup**, a drafter with no model that
-# copies what followed an earlier match of the last few tokens. (11 sets out every host's committed runs.)
+# Rows: the two heads, the **oracle**, and **prompt lookup**, a drafter with no model that copies what followed an
+# earlier match of the last few tokens.
 
 # %% tags=["nbval-ignore-output"]
 from peagle_lab.bench.oracle import oracle_rates, paper_target
@@ -106,20 +107,19 @@ print(f"the oracle draws the blog's AL {paper_target('code', 7)[0]:.2f} at K=7 o
       f"draws gave within the {cfg['max_new_tokens']}-token budget)")
 
 # %% [markdown]
-# **Reading it.** Both shipped heads are shown faster than plain decoding (the course's plain loop; the live run below
-# times transformers' `generate` against it), but only just: 1.18x (P-EAGLE) and 1.14x (EAGLE-3) end to end. The oracle
-# makes 2.25x, and prompt lookup 1.92x with no model. Acceptance, not drafting cost, limits the shipped heads.
+# **Reading it.** Both shipped heads are shown faster than plain decoding (the course's own loop), but only just:
+# 1.18x (P-EAGLE) and 1.14x (EAGLE-3) end to end. The oracle makes 2.25x, prompt lookup 1.92x: acceptance, not
+# drafting cost, limits the heads.
 #
 # ### Live, on two prompts
 #
-# The cell decodes 2 HumanEval prompts (40 new tokens) with every method, interleaved per prompt. The oracle (06 wrote
-# it out) runs at K=7, charged one P-EAGLE pass or K EAGLE-3 passes (`sequential drafting`) on the same draws.
-# `hf-greedy` is transformers' `generate`. Two prompts check the mechanics live (every method runs, every output is
-# lossless); they cannot rank methods (the committed table above ranks each against plain decoding). Columns:
+# The cell runs every method on 2 HumanEval prompts (40 new tokens), interleaved per prompt. The oracle runs at K=7 on
+# the same draws, charged one P-EAGLE pass or K EAGLE-3 passes (`sequential drafting`). `hf-greedy` is transformers'
+# `generate`. Two prompts check the mechanics (every method runs, every output is lossless), not the ranking. Columns:
 #
-# - `speedup` over plain, prefill included; `decode_speedup` without prefill.
-# - `lossless_note`: each output against plain greedy in the same dtype: identical, or apart only at a near-tie
-#   (a top-2 margin within bf16's rounding; 09 states the rule and takes one such divergence apart).
+# - `speedup` counts prefill, `decode_speedup` does not.
+# - `lossless_note`: each output against plain greedy in the same dtype: identical, or apart only at a *near-tie*, a
+#   top-2 logit margin within bf16's rounding (09 takes one apart).
 
 # %%
 N_PROMPTS, MAX_NEW = settings.pick(2, 2), settings.pick(40, 24)
@@ -136,27 +136,25 @@ plain_row = next(m for m in e2e["methods"] if m["family"] == "plain")
 print(f"plain loop: {plain_row['t_step_ms']:.1f} ms per decode step (the loop's timer)")
 
 # %% [markdown]
-# **Reading it.** Live, the shipped heads gain nothing measurable here: at best 1.02x for P-EAGLE (K=1) and 1.01x for
-# EAGLE-3 (K=4), on 2 prompts. At K=1 the two drafting modes are the same computation (one pass drafts one token), so
-# P-EAGLE's best K saves nothing over EAGLE-3. Their AL stays between 1.30 and 1.42 at every K: deeper drafts are
-# rarely accepted, so a larger K adds verification without adding many tokens. The oracle makes 2.5x with one pass and
-# 2.25x with seven.
+# **Reading it.** Live, on 2 prompts, the shipped heads gain nothing measurable: at best 1.02x for P-EAGLE (K=1) and
+# 1.01x for EAGLE-3 (K=4). The oracle makes 2.5x with one drafter pass, 2.25x with seven.
+#
+# At K=1 the two drafting modes are the same computation, so P-EAGLE's best K saves nothing over EAGLE-3. The heads'
+# AL stays between 1.30 and 1.42 at every K: deeper drafts are rarely accepted, so a larger K adds verification
+# without adding many tokens.
 #
 # <details><summary>How sure is this?</summary>
 #
-# Every speed-up here is over the course's plain loop, which runs through the same target runner as the speculative
-# loop and records each step's top-two margin for the lossless check. transformers' own `generate` (`hf-greedy`) ran
-# at 0.903x of it here. Two prompts timed once each move from run to run: read this table for the mechanics, the
-# committed table above for the ranking.
+# - Two prompts, timed once each, move from run to run: trust this table for mechanics, the committed one for ranking.
+# - transformers' `generate` (`hf-greedy`) ran at 0.903x of the course's plain loop here.
 #
 # </details>
 #
 # ### bfloat16 against float32, in tokens per second
 #
-# Each speed-up above divides by a plain loop in the same dtype. On a CPU the two dtypes differ in speed themselves, so
-# the cell times plain decoding in float32 and in bfloat16, and P-EAGLE in bfloat16 at its best live K, on the same
-# prompts, the three interleaved per prompt, three times over. (On a GPU bfloat16 is the native dtype; the cell
-# skips there.)
+# Every speed-up above divides by plain decoding in the same dtype, but on a CPU bfloat16 (bf16) and float32 differ in
+# speed themselves. So the cell times plain float32, plain bf16 and P-EAGLE in bf16 at its best live K on the same
+# prompts, interleaved, three times over. On a GPU, where bf16 is native, it skips.
 
 # %% tags=["nbval-ignore-output"]
 from peagle_lab import memory
@@ -188,19 +186,21 @@ else:
     print("on a GPU the course runs in its native dtype; no float32 comparison")
 
 # %% [markdown]
-# **Reading it.** In all 3 repeats plain bfloat16 ran faster than float32, by 1.09x to 1.14x, and P-EAGLE in bf16 at
-# K=1 made 1.17x to 1.26x plain float32. Over plain bf16, P-EAGLE made 1.02x to 1.16x, around its 1.02x in the race
-# above: the repeats move about as much as speculation adds. The chapter's speed-ups all divide by plain decoding in
-# the same dtype, so they leave the dtype's own gain out. The cell times the three side by side because steps timed in
-# different chapters and runs do not compare (the dtype, the load and the prompts all differ).
+# **Reading it.** Plain bf16 beat plain float32 in all 3 repeats, by 1.09x to 1.14x; P-EAGLE in bf16 at K=1 made 1.17x
+# to 1.26x. Over plain bf16, P-EAGLE made 1.02x to 1.16x: the repeats move about as much as speculation adds.
+#
+# The chapter's other speed-ups leave bf16's own gain out, and timings from different chapters and runs do not
+# compare (dtype, load and prompts differ): hence this side-by-side run.
 #
 # ### Speed-up and acceptance, slot by slot
 #
-# The plots draw the committed run of the table above (24 prompts, each K measured on every prompt; two live
-# prompts are too few to draw a trend): measured (solid) and ideal (dashed) speed-up against K, then AL against its
-# bound K+1. The cell prints that run's K sweep, then this run's per-slot counts, accepted over reached (`-`: never
-# reached); their ratio is p_j = P(slot j accepted | every earlier slot accepted). Then it applies the paired rule
-# to each head at its best K.
+# The plots draw the committed 24-prompt run, since two live prompts are too few for a trend: speed-up against K,
+# measured (solid) and ideal (dashed), then AL against its bound K+1. Every line in them, transformers' `generate`
+# included, is that run's, not the live table's.
+#
+# The cell prints the committed K sweep, then this run's per-slot counts. Slot j is a round's j-th draft, counted as
+# accepted/reached (`-`: never reached). The ratio, p_j, is slot j's rate once all earlier slots passed. Last comes
+# the paired rule for each head at its best K.
 
 # %%
 from peagle_lab.bench.oracle import budget_acceptance_length
@@ -237,21 +237,19 @@ print(f"  oracle K={o['k']}: AL {o['acceptance_length']:.2f} over {o['rounds']} 
       f"{expected:.2f} once {MAX_NEW}-token answers cut their last round")
 
 # %% [markdown]
-# **Reading it.** A deeper K helps the shipped heads little. In the committed 24-prompt run (the plots) P-EAGLE's AL
-# rises from 1.50 at K=2 to 1.55 at K=5 and stays there at K=7, at 1.17x to 1.18x throughout; EAGLE-3's climbs to 1.60
-# at K=3, at 1.12x to 1.14x. This run's counts say why: at K=7 P-EAGLE's slot 2 is accepted in 2 of 17 rounds (18
-# rounds accepted slot 1, but the token budget cut one of them short), and slots 5 to 7 are never reached.
+# **Reading it.** A deeper K helps the shipped heads little. In the committed run P-EAGLE's AL goes from 1.50 at K=2
+# to 1.55 at K=5 and K=7, at 1.17x to 1.18x. EAGLE-3's reaches 1.60 at K=3, at 1.12x to 1.14x. This run's counts say
+# why: at K=7, P-EAGLE's slot 2 passes in 2 of 17 rounds, and slots 5 to 7 are never reached.
 #
-# Neither head is shown faster than plain on 2 prompts (each ahead on 1 of 2, p = 1), nor than the other, here
-# (P-EAGLE ahead on 1 of 2, p = 1) or in the committed run (15 of 24, p = 0.31). The oracle's
-# AL 4.00 sits above the
-# 3.79 its rate expects at this 40-token budget: 20 rounds are a small draw.
+# Neither head is shown faster than plain on 2 prompts (p = 1), nor than the other, here (p = 1) or in the committed
+# run (15 of 24, p = 0.31).
+#
+# The oracle's AL 4.00 sits above the 3.79 its rate expects at this 40-token budget: 20 rounds are a small draw.
 #
 # ## Where a round's time goes
 #
-# The loop's timer splits each round into drafting, verification, rollback and Python overhead. `draft_share` and
-# `verify_share` are the first two as fractions of the round. (06 races the two oracle rows, the same drafts charged
-# one pass or seven.)
+# The loop's timer splits each round into drafting, verification, accept-and-rollback and Python overhead.
+# `draft_share` and `verify_share` are the first two as fractions of the round.
 
 # %% tags=["nbval-ignore-output"]
 display(Markdown(bench.format_table(e2e["round_profile"], [
@@ -268,15 +266,15 @@ fig.tight_layout()
 
 # %% [markdown]
 # **Reading it.** Verification is about nine tenths of every P-EAGLE round (`verify_share` 0.916 to 0.928), so a
-# round costs about one verify pass. EAGLE-3's drafting share grows with K (0.0575 at K=1, 0.157 at K=4); the oracle's
-# seven passes draft in 18.8 ms a round against 5.45 ms for one pass.
+# round costs about one verify pass. EAGLE-3's drafting share grows with K: 0.0575 at K=1, 0.157 at K=4. The oracle's
+# seven passes draft in 18.8 ms a round, one pass in 5.45 ms.
 #
 # ## What it takes: the break-even picture
 #
-# The decode speed-up AL / round is a straight line in AL that crosses 1x where AL equals the round. Each CPU line
-# takes its round from one run at K=7 and carries that run's P-EAGLE point.
+# The ideal decode speed-up, AL / round, is a straight line in AL that crosses 1x (break-even) where AL equals the
+# round. Each line takes its round at K=7:
 #
-# - CPU: this run, and the shipped head's committed run of 24 HumanEval prompts x 32 tokens on each host.
+# - CPU: this run, and each host's committed run (24 HumanEval prompts x 32 tokens), with that run's P-EAGLE point.
 # - GPU: a cost model from committed timings of transformers' eager loop on Llama-3.1-8B shapes with random weights
 #   (bf16, batch 1, one H200). No trained head ran.
 
@@ -325,21 +323,19 @@ print(f"\nthe blog's ALs on the GPU cost model (K=7): P-EAGLE 3.94 / {gpu_round[
       "best K)")
 
 # %% [markdown]
-# **Reading it.** In this host's committed bf16 run the shipped head clears the round; in float32, on the host without
-# bf16 units, it does not. At K=7 the bf16 rounds cost 1.40 decode steps (this run) and 1.26 (committed: one line with
-# the GPU model's P-EAGLE round), and P-EAGLE's AL of 1.39 and 1.55 gives 0.97x and 1.20x decode: this run's round,
-# timed on 2 prompts, came out dearer, and the head did not clear it. The float32 round of the host without bf16 units
-# costs 1.98 steps, and the same head falls below 1x there (AL 1.51, 0.73x decode). (11's `verify_k7` for that host,
-# 2.06, times the 8-token pass alone, apart from the loop: two timings of about the same work, so they differ by a
-# little.)
+# **Reading it.** The shipped head clears break-even in this host's committed bf16 run, but not in float32 on the host
+# without bf16 units.
 #
-# Round costs are ratios of two timings on one machine, so they can be set side by side across machines, unlike
-# milliseconds. The committed bf16 round on this CPU (1.26 steps) equals the GPU model's P-EAGLE round: with bf16
-# units, a 2-core CPU runs a K=7 round, drafting included, about as cheaply in decode steps as the model of the eager
-# H200 loop.
+# - Committed bf16: a round costs 1.26 decode steps; AL 1.55 gives 1.20x decode.
+# - This run, bf16, timed on 2 prompts: a dearer round, 1.40 steps; AL 1.39 gives 0.97x.
+# - float32: 1.98 steps; AL 1.51 gives 0.73x.
 #
-# With the blog's ALs, the GPU cost model puts P-EAGLE 1.69x ahead of EAGLE-3 at K=7: the blog's direction (it
-# measured 1.55x), not a reproduction, since the blog set EAGLE-3 at its own best K.
+# Round costs are ratios of two timings on one machine, so they compare across machines. The committed bf16 round
+# equals the GPU model's P-EAGLE round (one line on the plot): with bf16 units, this 2-core CPU runs a K=7 round,
+# drafting included, about as cheaply in decode steps as the model of the eager H200 loop.
+#
+# With the blog's ALs, the GPU cost model puts P-EAGLE 1.69x ahead of EAGLE-3 at K=7. That is the blog's direction (it
+# measured 1.55x), not a reproduction: the blog set EAGLE-3 at its own best K.
 
 # %% [markdown]
 # ### Exercise: the acceptance that would pay here
@@ -349,10 +345,10 @@ print(f"\nthe blog's ALs on the GPU cost model (K=7): P-EAGLE 3.94 / {gpu_round[
 #
 # 1. Write `rate_for(al, k)`: that p for any AL between 1 and K+1. The sum grows with p, so bisect [0, 1]. The cell
 #    checks it against the package's rule on 200 random pairs.
-# 2. Predict: what AL would the shipped P-EAGLE head need at K=7 for 2x decode on this host's committed round (the
-#    break-even cell above prints it), and what per-slot rate is that, against the paper head's 0.781?
+# 2. Predict: at K=7, what AL would the shipped P-EAGLE head need for 2x decode on this host's committed round (the
+#    break-even cell prints it)? What per-slot rate is that, against the paper head's 0.781?
 #
-# Try it before you read the answer: the two cells after hold it.
+# Try it before reading the answer in the next two cells.
 
 # %%
 import random
@@ -411,15 +407,16 @@ print(f"committed ({host_run['dir']}), P-EAGLE at K={m7['k']}: round {round7:.2f
 # ## What we saw
 #
 # - The shipped heads gain little on open prompts: 1.18x (P-EAGLE) and 1.14x (EAGLE-3) end to end in the committed
-#   bf16 run, against 2.25x for the oracle.
-# - Every live output is lossless up to near-ties (`lossless_note`): in 4 of the 8 speculative rows one output of two
-#   leaves plain bf16 greedy, each at a near-tie (09 takes one apart).
-# - Verification is about nine tenths of a P-EAGLE round (`verify_share` 0.916 to 0.928).
-# - bf16 against float32 on this host, side by side over 3 repeats: plain bf16 1.09x to 1.14x plain float32, P-EAGLE
-#   in bf16 1.17x to 1.26x; the repeats move about as much as speculation adds. The bf16 verify pass is cheaper in
-#   decode steps (11's host table: `verify_k7` 1.07 in bfloat16 against 1.88 and 2.06 in float32).
-# - On the committed bf16 round (1.26 steps), 2x decode at K=7 needs AL 2.52, a per-slot rate of 0.611; the shipped
-#   head reached AL 1.55 there.
+#   bf16 run, against 2.25x for the oracle. Acceptance limits them.
+# - Live outputs are lossless up to near-ties: in 4 of the 8 speculative rows, one output of two leaves plain bf16
+#   greedy, at a near-tie.
+# - Verification is about nine tenths of a P-EAGLE round.
+# - Over 3 repeats, plain bf16 ran 1.09x to 1.14x plain float32, P-EAGLE in bf16 1.17x to 1.26x: the repeats move
+#   about as much as speculation adds.
+# - 11's host table: the bf16 verify pass costs fewer decode steps (`verify_k7` 1.07, against 1.88 and 2.06 in
+#   float32).
+# - On the committed bf16 round (1.26 steps), 2x decode at K=7 needs AL 2.52, a per-slot rate of 0.611. The shipped
+#   head reached AL 1.55.
 #
 # Next, `08_vllm_deploy`: the P-EAGLE head exported to vLLM and served with `"parallel_drafting": true`, checked
 # against our own loop.

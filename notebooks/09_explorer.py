@@ -16,16 +16,19 @@
 # %% [markdown]
 # # 09 · Explorer: is the output still the target's?
 #
-# **Goal:** see which tokens the drafter supplies, then check that the output stays the target's: in bfloat16, where
-# verification can round differently from plain decoding, and when sampling, where the drafter guesses from its own
-# distribution.
+# **Goal:** see which tokens the drafter supplies, then check that the output stays the target's, both in bfloat16
+# (bf16) and when sampling.
 #
 # You will watch one run token by token, take a bf16 divergence apart, break the acceptance rule on purpose and build
 # speculative sampling.
 #
-# **The colours.** Coloured: an accepted draft, by its slot j (its place in the round, from 1). **Grey**: the target's
-# own token, each round's *bonus*. **Acceptance length** (AL): mean tokens per round. Bars: p_j, slot j's rate once
-# slots 1..j-1 passed. Modes: one drafter pass per round (*parallel*, P-EAGLE) or K (*sequential*, EAGLE-3).
+# **Terms and colours.** Each round the drafter proposes K tokens and the target verifies them in one pass.
+#
+# - Coloured: an accepted draft, by its slot j (its place in the round, from 1).
+# - **Grey**: the target's own token, each round's *bonus*.
+# - **Acceptance length** (AL): mean tokens per round.
+# - Bars: p_j, slot j's rate once slots 1..j-1 passed.
+# - Modes: one drafter pass per round (*parallel*, P-EAGLE) or K (*sequential*, EAGLE-3).
 
 # %%
 # Parameters come from the environment: PEAGLE_TARGET (default: the embedded SmolLM2-135M-Instruct),
@@ -56,7 +59,7 @@ print("heads on offer:", HEADS, "| K:", K, "| max new tokens:", MAX_NEW)
 # ## The explorer
 #
 # Type a prompt, choose K, head and mode, and press **Generate** (head `fresh` is untrained, for timing). In a live
-# kernel, raise K and watch the deep slots' bars jump (few rounds reach them). The fixed run below draws the same view.
+# kernel, raise K: the deep slots' bars jump, since few rounds reach them. The fixed run below draws the same view.
 
 # %%
 ex = explorer(model, tokenizer, k=K, max_new_tokens=MAX_NEW)
@@ -72,7 +75,7 @@ ex
 # ## One fixed run (no clicking needed)
 #
 # The first head on offer, greedy, on 00's prime-check prompt, timed against plain decoding. **Tokens per forward**
-# counts the prefill, so it sits just below the AL.
+# also counts the prefill (the pass over the prompt), so it sits just below the AL.
 
 # %% tags=["nbval-ignore-output"]
 head_name = HEADS[0]
@@ -105,9 +108,9 @@ print("the first token comes from the target:", run.sources[0] == viz.TARGET)
 print("lossless (identical, or in bf16 apart only at a near-tie; the rule: below):", run.lossless)
 
 # %% [markdown]
-# **Reading it.** P-EAGLE at K=4 commits 1.40 tokens per round (of a possible 5) and ran at 1.02x plain decoding's
-# speed, about even, in one timing each. Its text leaves plain greedy's at token 12, at an exact tie: lossless up to a
-# near-tie, by the rule of the next section.
+# **Reading it.** About even: P-EAGLE at K=4 commits 1.40 tokens per round (of a possible 5) and ran at 1.02x plain
+# decoding's speed, in one timing each. Its text leaves plain greedy's at token 12, at an exact tie: lossless up to a
+# near-tie, by the next section's rule.
 #
 # ### Exercise: which kind of prompt gets more drafts accepted?
 #
@@ -117,9 +120,8 @@ print("lossless (identical, or in bf16 apart only at a near-tie; the rule: below
 # <details><summary>Answer</summary>
 #
 # Intuition says code (keywords, brackets), and here code edges chat, 1.33 against 1.29. But one prompt each cannot
-# rank kinds of text, and the committed 24-prompt runs do not either: P-EAGLE gets 1.51 on code and 1.55 on chat on
-# `cpu-epyc-avx2-2c` (float32, both at K=4), 1.540 and 1.519 on this host (bfloat16, each at its fastest K, 3 and 2,
-# so not at equal K; 11's ledger).
+# rank kinds of text, nor can the committed 24-prompt runs in 11's ledger: 1.51 on code and 1.55 on chat on
+# `cpu-epyc-avx2-2c` (float32, K=4), 1.540 and 1.519 on this host (bfloat16, each at its own fastest K, 3 and 2).
 #
 # </details>
 
@@ -143,13 +145,13 @@ for kind, text in PROMPTS.items():
 # "Speculative decoding changed my greedy output": what the loop promises depends on the arithmetic.
 #
 # - **fp32 on a CPU** (`exact`): identical to plain greedy, token for token.
-# - **bf16** (`near-tie`): verification and plain decoding reach the same logits through different kernels, a few
-#   units in the last place (ulps) apart. Lossless then means identical, or diverging only where plain greedy's top-1
+# - **bf16** (`near-tie`): verification and plain decoding reach the same logits through different kernels, a few ulps
+#   (units in the last place) apart. Lossless then means identical, or diverging only where plain greedy's top-1
 #   minus top-2 margin is within `BF16_TIE_ULPS` (4) bf16 ulps of the top logit.
 # - **fp32 on a GPU** (`near-tie` too): the same rule with a float32 bound, 2^-11 of the top logit.
 #
-# Why bf16 can swap two tokens: between 16 and 32, neighbouring bf16 values are 0.125 apart. Verifying K+1 tokens sums
-# in another order than a one-token step, so two logits tied within that spacing can swap. The cells count such
+# Why bf16 can swap two tokens: between 16 and 32, neighbouring bf16 values are 0.125 apart, and verifying K+1 tokens
+# sums in another order than a one-token step. Two logits tied within that spacing can swap. The cells count such
 # divergences in the committed bf16 run, rerun the fixed run in float32 and take its divergence apart.
 
 # %% tags=["nbval-ignore-output"]
@@ -226,18 +228,18 @@ else:
     print("the fixed run left plain greedy nowhere: no divergence to take apart")
 
 # %% [markdown]
-# **Reading it.** All 51 of the 216 committed bf16 outputs that leave plain greedy do so at a near-tie. In float32
-# the fixed run matches plain greedy, so bf16 caused its divergence.
+# **Reading it.** All 51 of the 216 committed bf16 outputs that leave plain greedy do so at a near-tie. In float32 the
+# fixed run matches plain greedy, so bf16 caused its divergence.
 #
-# At token 12 plain decoding's one-token step scores ' n' and ' isinstance' alike (18.375) and keeps ' n'. The verify
-# pass that chose the token, replayed (5 tokens from position 53), sums in another order and puts ' isinstance' one
-# bf16 step ahead: 18.375 against 18.25. A single pass over the whole prefix lands a third way, ' n' ahead. The swap
-# is a rounding effect within one bf16 step, exactly what the near-tie rule allows.
+# At token 12, plain decoding's one-token step scores ' n' and ' isinstance' alike (18.375) and keeps ' n'. The
+# replayed verify pass sums in another order and puts ' isinstance' one bf16 step ahead, 18.375 against 18.25. A
+# single pass over the whole prefix puts ' n' ahead. A rounding effect within one bf16 step: exactly what the near-tie
+# rule allows.
 #
 # ### The check's teeth: a broken acceptance rule
 #
-# A check that cannot fail proves nothing. The cell runs the same loop with an acceptance rule that keeps one draft
-# too many (an off-by-one) on a HumanEval prompt, and asks the same check.
+# A check that cannot fail proves nothing. The cell reruns the loop on a HumanEval prompt with an off-by-one acceptance
+# rule, which keeps one draft too many, and applies the same check.
 
 # %% tags=["nbval-ignore-output"]
 from unittest import mock
@@ -263,15 +265,15 @@ bug = first_divergence(broken.tokens, plain_run, model.dtype, DEVICE)
 print("an off-by-one acceptance rule, K=3:", bug.message() if bug else "identical (no round rejected a draft)")
 
 # %% [markdown]
-# **Reading it.** The broken rule keeps a draft the target rejected, and the output leaves plain greedy at token 6,
-# where greedy's top-2 margin is 5.25 against a near-tie bound of 1: the check calls it not lossless. The right
+# **Reading it.** The check fails the broken rule. That rule keeps a draft the target rejected, and the output leaves
+# plain greedy at token 6, where greedy's top-2 margin is 5.25 against a near-tie bound of 1: not lossless. The right
 # rule's divergences above all sat within their bound.
 #
 # ## Speculative sampling from scratch
 #
-# Above temperature 0 the drafter drafts x from q, yet the output must follow the target's p. The rule (Leviathan et
-# al.; Chen et al., 2023): accept x with probability min(1, p(x)/q(x)), else draw from max(0, p - q), normalised.
-# **Total variation** (TV): half the summed absolute difference of two distributions.
+# Above temperature 0 the drafter samples x from its own distribution q, yet the output must follow the target's p.
+# The rule (Leviathan et al.; Chen et al., 2023): accept x with probability min(1, p(x)/q(x)), else draw from
+# max(0, p - q), normalised. **Total variation** (TV): half the summed absolute difference of two distributions.
 
 # %%
 import matplotlib.pyplot as plt
@@ -335,17 +337,15 @@ print(f"the package's accept_sampling (the loop's rule above temperature 0) emit
 assert same == N_SAME
 
 # %% [markdown]
-# **Reading it.** The emitted tokens sit 0.0041 (TV) from p although the drafts' q is 0.627 away: a poor drafter costs
-# speed, not correctness (shown for this q; the theorem covers any q). The package's `accept_sampling` agrees on 2000
+# **Reading it.** A poor drafter costs speed, not correctness: the emitted tokens sit 0.0041 (TV) from p, though the
+# drafts' q is 0.627 away. Shown for this q; the theorem covers any q. The package's `accept_sampling` agrees on 2000
 # of 2000 draws.
 
 # %% [markdown]
 # ## What we saw
 #
-# - **Fixed run**: P-EAGLE at K=4 commits 1.40 tokens per round and ran at 1.02x plain decoding's speed (one timing:
-#   about even).
-# - **bf16**: 51 of 216 committed bf16 outputs leave plain greedy, all at near-ties; in float32 the fixed run matches
-#   plain greedy.
+# - **Fixed run**: P-EAGLE at K=4 commits 1.40 tokens per round, about even with plain decoding (1.02x, one timing).
+# - **bf16**: 51 of 216 committed bf16 outputs leave plain greedy, all at near-ties; in float32 the fixed run matches.
 # - **The check bites**: an off-by-one acceptance rule leaves plain greedy at a margin far above the bound.
 # - **Speculative sampling**: the output follows p (TV 0.0041) despite a poor drafter.
 #

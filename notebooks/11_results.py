@@ -123,32 +123,11 @@ for head in dict.fromkeys(r["head"] for r in rows):
 bench07 = [r["acceptance_length"] for r in rows if r["chapter"] == "07" and "(committed)" in r["what"]]
 print(f"07's {len(bench07)} committed benchmark rows: {min(bench07):.2f} to {max(bench07):.2f}")
 
-# the rows drawn: one line per prompt set, a dot per row (filled: committed, hollow: live), a colour per dtype
-import matplotlib.pyplot as plt
+# the rows drawn (viz.plot_ledger): a panel per head, a line per prompt set, a dot per row (filled: committed, hollow:
+# live), a colour per dtype
+from peagle_lab.workbook import viz
 
-def prompt_set(r):  # the prompts themselves: a bench suite's name ("code: ", "chat: ") dropped
-    return r["prompt_set"].split(": ", 1)[-1]
-
-
-heads = [h for h in dict.fromkeys(r["head"] for r in rows) if sum(r["head"] == h for r in rows) > 1]
-sets = sorted({prompt_set(r) for r in rows if r["head"] in heads})
-fig, axes = plt.subplots(1, len(heads), figsize=(11, 0.38 * len(sets) + 1.6), sharex=True, sharey=True,
-                         squeeze=False)
-for ax, head in zip(axes[0], heads):
-    for r in (r for r in rows if r["head"] == head):
-        colour = {"float32": "tab:blue", "bfloat16": "tab:orange"}[r["dtype"].split()[0]]
-        committed_row = "committed" in r["what"]
-        ax.scatter(r["acceptance_length"], sets.index(prompt_set(r)), s=36, edgecolors=colour,
-                   facecolors=colour if committed_row else "none", alpha=0.8)
-    ax.set(title=head, xlabel="acceptance length (tokens per round)")
-    ax.grid(axis="x", alpha=0.3)
-axes[0][0].set_yticks(range(len(sets)), sets, fontsize=8)
-handles = [plt.Line2D([], [], marker="o", ls="", color=c, label=l) for c, l in
-           (("tab:blue", "float32"), ("tab:orange", "bfloat16"))]
-handles += [plt.Line2D([], [], marker="o", ls="", markerfacecolor="none", color="black", label="live (hollow)")]
-fig.legend(handles=handles, loc="lower center", ncol=3, fontsize=8, bbox_to_anchor=(0.5, -0.02), frameon=False)
-fig.tight_layout(rect=(0, 0.06, 1, 1))
-plt.show()
+viz.plot_ledger(rows);
 
 # %% tags=["nbval-check-output"]
 # what every row promises: the settings that explain its AL, and at least the target's own token each round
@@ -156,7 +135,7 @@ print("every row names its settings:", all(all(c in r for c in SETTINGS) for r i
 print("every AL is at least 1:", all(r["acceptance_length"] >= 1 for r in rows))
 
 # %% [markdown]
-# **Reading it.** An AL belongs to its settings. P-EAGLE's rows run from 1.00 (05, no chat template) to 1.90 (05's
+# **Reading it.** An AL belongs to its settings. P-EAGLE's rows run from 1.00 (10, no chat template) to 1.90 (05's
 # held-out comparison), EAGLE-3's from 1.34 to 2.53. Even on one prompt set, host and dtype (indented), they move with
 # K, new tokens and prompt count. The plot draws that spread, not an order: two dots compare only where their K, new
 # tokens and dtype agree too.
@@ -173,7 +152,7 @@ print("every AL is at least 1:", all(r["acceptance_length"] >= 1 for r in rows))
 # By the median gap the prompt set moves AL most (0.045 over 6 pairs), then the number of prompts (0.035 over 4) and
 # K (0.032 over 14). K's largest gap, 0.407, is EAGLE-3's held-out comparison at K=3 against K=7: a head whose deep
 # slots get accepted gains from a larger K, and the shipped P-EAGLE head's rarely are. The largest move of all is not
-# a column: 05's three template rows share every setting and run from 1.000 (no chat template) to 1.519 (the template
+# a column: 10's three template rows share every setting and run from 1.000 (no chat template) to 1.519 (the template
 # the heads trained with). Few pairs differ in one setting alone, so this orders the ledger's rows, not the settings
 # in general.
 #

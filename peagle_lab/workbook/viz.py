@@ -241,6 +241,35 @@ def plot_payoff_vs_k(runs: Mapping[str, Sequence[Mapping]], names: Mapping[str, 
     return fig
 
 
+def ledger_prompt_set(row: Mapping) -> str:
+    """The prompts a ledger row ran on, without a bench suite's name ("code: HumanEval" -> "HumanEval")."""
+    return str(row["prompt_set"]).split(": ", 1)[-1]
+
+
+def plot_ledger(rows: Sequence[Mapping]):
+    """The acceptance ledger drawn: a panel per head with more than one row, a line per prompt set, a dot per row
+    (filled: committed, hollow: live), coloured by the target's dtype. Returns the figure."""
+    plt = require("matplotlib.pyplot", "pip install matplotlib")
+    heads = [h for h in dict.fromkeys(r["head"] for r in rows) if sum(r["head"] == h for r in rows) > 1]
+    sets = sorted({ledger_prompt_set(r) for r in rows if r["head"] in heads})
+    fig, axes = plt.subplots(1, max(len(heads), 1), figsize=(11, 0.38 * len(sets) + 1.6), sharex=True, sharey=True,
+                             squeeze=False)
+    colours = {"float32": "tab:blue", "bfloat16": "tab:orange"}
+    for ax, head in zip(axes[0], heads):
+        for r in (r for r in rows if r["head"] == head):
+            colour = colours.get(str(r["dtype"]).split()[0], "#777")
+            ax.scatter(r["acceptance_length"], sets.index(ledger_prompt_set(r)), s=36, edgecolors=colour,
+                       facecolors=colour if "committed" in r["what"] else "none", alpha=0.8)
+        ax.set(title=head, xlabel="acceptance length (tokens per round)")
+        ax.grid(axis="x", alpha=0.3)
+    axes[0][0].set_yticks(range(len(sets)), sets, fontsize=8)
+    handles = [plt.Line2D([], [], marker="o", ls="", color=c, label=d) for d, c in colours.items()]
+    handles.append(plt.Line2D([], [], marker="o", ls="", markerfacecolor="none", color="black", label="live (hollow)"))
+    fig.legend(handles=handles, loc="lower center", ncol=3, fontsize=8, bbox_to_anchor=(0.5, -0.02), frameon=False)
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
+    return fig
+
+
 def plot_acceptance_vs_k(curves: Mapping[str, Mapping[int, float]], ax=None, title: str | None = None):
     """Acceptance length (accepted drafts + 1 bonus) against K, one line per label (``{label: {K: length}}``)."""
     fig, ax = _axes(ax, (6, 3.2))
