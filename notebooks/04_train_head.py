@@ -16,18 +16,17 @@
 # %% [markdown]
 # # 04 · Train a P-EAGLE head, by hand
 #
-# **Goal:** train a P-EAGLE head with a loop written by hand, check every piece against the package's trainer, and
+# **Goal:** train a P-EAGLE head with a loop written by hand, check each piece against the package's trainer, and
 # draft with the result in 00's round.
 #
-# 1. **One training row**: what each training element may attend to; every depth of a packed row planned at once,
-#    COD choosing the anchors of each depth.
-# 2. **The training forward**, depth by depth through one cache; each training element is the draft it teaches.
-# 3. **EAGLE-3's training-time test**, unrolled by hand, beside P-EAGLE's mask slots.
-# 4. **The training loop**: AdamW, warm-up and cosine; the package's trainer, interrupted and resumed.
-# 5. **The whole path in our own code**: the hand-trained head drafting in 00's round.
+# 1. **One training row**: what each training example may see.
+# 2. **The training forward**, depth by depth.
+# 3. **EAGLE-3's training-time test**.
+# 4. **The training loop**, and the package's trainer.
+# 5. **The whole path in our own code**.
 #
-# It trains on the features 03 extracted: the target's answers to 96 list requests. Depth is 0-based: depth d trains
-# draft slot d + 1. Every cell runs here, seeded.
+# The head trains on 03's features: the target's answers to 96 list requests. Depth d (0-based) trains draft slot
+# d + 1. Every cell runs here, seeded.
 
 # %% tags=["nbval-ignore-output"]
 # Parameters come from the environment: PEAGLE_TARGET (default: the embedded SmolLM2-135M-Instruct),
@@ -65,16 +64,16 @@ print(f"{len(seqs)} sequences ({'list answers' if OWN_LISTS else 'this target ha
 #
 # ### What a slot may see
 #
-# Training replays many rounds of 02's drafting at once. An **element** `(a, d)` is slot `d + 1` of the round whose slot
-# 1 sits at
-# position `a`, its **anchor**. It learns the target's greedy choice for `x_{a+d+2}`. Within its sequence it may attend
-# to the **depth-0 elements with anchor ≤ a** (its context) and to **its own rollout** `(a, d' ≤ d)`.
+# Training replays many rounds of 02's drafting at once. An **element** `(a, d)` is slot `d + 1` of the round whose
+# slot 1 sits at position `a`, its **anchor**. It learns the target's greedy choice for `x_{a+d+2}`.
 #
-# Deeper depths keep only anchors a decode would use: the last prompt position and the response. **COD** (conditional
-# drop-token sampling) keeps a nested share `ratio^d` of them at depth d, with a floor `min_ratio`. It comes from PARD,
-# AMD's parallel draft model (2025), which drafts K tokens in one pass from mask tokens.
+# It sees only its own sequence: its context (depth-0 elements with anchor ≤ `a`) and its own rollout `(a, d' ≤ d)`.
 #
-# The cell checks the mask on one toy sequence and on two packed with COD.
+# Deeper depths keep only anchors a decode would use: the last prompt position and the response. **COD**
+# (conditional drop-token sampling) keeps a share `ratio^d` of them at depth `d`, at least `min_ratio`, each depth a
+# subset of the one before. COD comes from PARD, AMD's parallel draft model (2025).
+#
+# The cell checks the mask on one toy sequence, and on two packed end to end into one row, with COD.
 
 # %% tags=["nbval-check-output"]
 import matplotlib.pyplot as plt
@@ -121,23 +120,21 @@ plt.tight_layout()
 plt.show()
 
 # %% [markdown]
-# **Reading it.** The mask equals its rule in both layouts, and no element sees another sequence. The counts
-# `[6, 4, 3]` shrink with depth: depth 1 drops position 0 (prompt context), and each depth loses its last anchor,
-# which has no label that far ahead.
+# **Reading it.** The mask equals its rule in both layouts, and no element sees another sequence. Elements shrink with
+# depth, `[6, 4, 3]`: depth 1 drops position 0 (prompt context), and each depth loses its last anchor, whose label
+# would lie past the end.
 #
 # ### Exercise: more parallel slots
 #
-# The cell below sizes both layouts at K = 2 and K = 8: one drafting pass after a context of 8 positions (02's
-# example), and the training mask of a toy 12-token sequence (prompt of 2, every anchor kept). Predict the positions,
-# the elements and the mask sizes.
+# At K = 2 and K = 8, predict the positions of one drafting pass after 8 context positions (02's example), and the
+# elements and mask size for a toy 12-token sequence (prompt of 2, every anchor kept).
 #
 # <details><summary>Answer</summary>
 #
-# Inference: `n + K`, so 9, then 15 positions. Training: 11, 9, then one fewer per depth, so 20, then 53 elements
-# (not 8 x 11 = 88: a deeper depth keeps only the anchors whose labels still fall inside the sequence). The mask
-# grows quadratically, the allowed pairs far less (129, then 409). This toy keeps every anchor; COD, written next,
-# keeps a shrinking share of anchors at each deeper depth, so a real row grows by far less still (the next section
-# prints it).
+# - Inference: `n + K`, so 9, then 15 positions.
+# - Training: 20, then 53 elements (11, 9, then one fewer per depth), not 8 x 11 = 88.
+# - The mask grows quadratically, the allowed pairs far less: 129, then 409.
+# - This toy keeps every anchor; with COD a real row grows far less still.
 #
 # </details>
 
@@ -155,12 +152,11 @@ for K_TRY in (2, 8):  # the exercise's two values; edit to try others
 # %% [markdown]
 # ### Planned by hand
 #
-# A packed row holds sequences end to end. Its **depth-0 elements** are all positions with a next token. The
-# **anchors** among them (the last prompt position and the response) are trained; the rest are context.
+# In a packed row, every position with a next token is a depth-0 element; only the anchors among them are
+# trained.
 #
-# Element `(a, d)` sits at position `a + d` and predicts `y[a+d+1]`. **COD** (above) keeps at depth `d` a random
-# share `ratio^d` of the anchors, with a floor, drawn from those kept at depth `d - 1`. `plan_row_by_hand` must match
-# `plan_row` on three recipes.
+# Element `(a, d)` sits at position `a + d` and predicts `y[a+d+1]`, the target's token after `x[a+d+1]`. COD draws
+# depth `d`'s anchors from depth `d - 1`'s. `plan_row_by_hand` must match the package's `plan_row` on three recipes.
 
 # %% tags=["smollm2-fact", "nbval-check-output"]
 from peagle_lab.training.cod import cod_sample, cod_sizes
@@ -217,13 +213,13 @@ print(f"a row of 2 sequences ({len(plan.x)} tokens): depth 0 trains {int(plan.de
 # %% [markdown]
 # ### Exercise: write the COD sampler
 #
-# Write `my_cod_sample(num_anchors, num_depths, ratio, min_ratio, generator)`, returning sorted index tensors, one per
-# depth. Depth 0 keeps all of `range(num_anchors)`. Depth `d` keeps
-# `n_d = max(1, round(num_anchors × max(ratio^d, min_ratio)))` anchors, drawn uniformly from those of depth `d - 1`.
+# Write `my_cod_sample`, returning one sorted index tensor per depth. Depth 0 keeps all of `range(num_anchors)`.
+# Depth `d` keeps `n_d = max(1, round(num_anchors × max(ratio^d, min_ratio)))` anchors, drawn uniformly from depth
+# `d - 1`'s.
 #
 # The check: with `torch.randperm` and the given generator, it must match `cod_sample` on 200 random rows. Any uniform
-# draw must get sizes and nesting right, and keep each anchor at depth `d` in `n_d / num_anchors` of 4,000 rows
-# (within 0.05). Answer: the next cell.
+# draw must get sizes and nesting right, and keep each anchor at depth `d` in `n_d / num_anchors` of 4,000 rows,
+# within 0.05. Answer: the next cell.
 
 # %%
 import random
@@ -281,15 +277,13 @@ check_cod_sample(my_cod_sample)
 # ## 2 · The training forward, depth by depth, by hand
 #
 # `run_depths_by_hand` runs the untrained head over a row's COD plan, **depth by depth through one KV cache**
-# (`RowCache`). Depth 0 reads every position: token `x[t+1]` with the taps of `t`, fused by `fc`. Each deeper depth
-# adds one mask slot per kept anchor, under 02's attention rule.
+# (`RowCache`). At each position `t`, depth 0 reads token `x[t+1]` with the taps of `t` (01's target hidden states),
+# fused by `fc`. Each deeper depth adds one mask slot per kept anchor, under 02's attention rule.
 #
-# The loss averages each depth's cross-entropy on its trained anchors. Element `(a, d)`'s label is `y[a+d+1]`, the
-# target's token after `x[a+d+1]` (the glossary in `reference.md`), skipped if outside the draft vocabulary.
-# `DraftTrainer`, the package's head with its loss, does the same in batches.
+# The loss averages each depth's cross-entropy on its trained anchors, skipping labels outside the draft vocabulary
+# (03). The package's `DraftTrainer` does the same in batches.
 #
-# First the cell prints `tap_scale`, the taps' per-feature RMS over the training sequences. `fc` trains on taps
-# divided by it. The head is a short demo run with 2,048 draft ids.
+# `tap_scale`, printed first, is the taps' per-feature RMS; `fc` trains on taps divided by it.
 
 # %% tags=["nbval-ignore-output"]
 class RowCache:
@@ -357,19 +351,18 @@ print(f"mean over depths {torch.stack(by_hand).mean():.4f}; DraftTrainer.forward
 del module
 
 # %% [markdown]
-# **Reading it.** The hand-written forward and loss match the trainer's exactly: the same logits, loss 17.7723 both
-# ways. That loss is far above a uniform guess (ln 2048 = 7.62): the untrained head guesses confidently and wrongly.
+# **Reading it.** The forward and loss by hand match the trainer's exactly: the same logits, loss 17.7723 both ways.
+# That is far above a uniform guess over the 2,048 draft ids (ln 2048 = 7.62): the untrained head is confidently
+# wrong.
 #
-# The taps' RMS spans 0.729 to 2e+03. Dividing by `tap_scale` lets one Adam step move small and large taps alike.
-# `sync_head` folds the scale back into the saved weights, so a saved head reads raw taps.
+# The taps' RMS spans 0.729 to 2e+03; dividing by `tap_scale` lets one Adam step move small and large taps alike.
+# Saved heads read raw taps: `sync_head` folds the scale back into the weights.
 #
 # ### Trained as it drafts
 #
-# Training runs all depths of a row at once; drafting runs one pass over a context and its mask slots. They must give
-# the same logits. The cell loads the shipped P-EAGLE head into a `Trainer`, plans every anchor of one sequence at every
-# depth, and compares the elements of its first 3 anchors at each of 4 depths (12 elements) with the draft: element `(a,
-# d)` against row `a + d` of `one_pass_logits`, the head drafting K=4 after position `a`. `sync_head` writes the
-# trainer's weights into the plain head.
+# Training runs all depths at once; drafting runs one pass over a context and its mask slots. Both must give the same
+# logits. The cell runs the shipped P-EAGLE head both ways on 12 elements (3 anchors, 4 depths): element `(a, d)`
+# against row `a + d` of a K=4 draft after position `a`.
 
 # %% tags=["nbval-ignore-output"]
 from peagle_lab.drafter.heads import SHIPPED, head_fit_problems
@@ -398,15 +391,14 @@ print(f"{'the shipped' if shipped_fits else 'an untrained'} P-EAGLE head, 3 anch
 del module, synced, train_logits; release()  # free the trainer before the next cells
 
 # %% [markdown]
-# **Reading it.** Each training element gives its slot's drafting logits, up to float rounding (1.4e-05 at most):
-# what the head learns at depth d is what it drafts at slot d + 1.
+# **Reading it.** Each training element gives its slot's drafting logits, up to float rounding (1.4e-05 at most).
+# What depth d learns is what slot d + 1 drafts.
 #
 # ## 3 · EAGLE-3's training, unrolled by hand: the training-time test
 #
-# A sequential (EAGLE-3) head drafts slot 2 from its own slot-1 output, so it must train on its own states. The
-# *training-time test* unrolls K steps per anchor. Each step appends the **data's** next token with the **drafter's
-# own** hidden state from the step before. The figure sets it beside P-EAGLE's row; the cell then checks a hand
-# unroll against the package.
+# A sequential head like EAGLE-3's drafts slot 2 from its own slot-1 output, so it must train on its own states. The
+# *training-time test* unrolls K steps per anchor, each appending the **data's** next token with the **drafter's
+# own** previous hidden state. The figure sets it beside P-EAGLE's row; the cell checks it by hand.
 
 # %% tags=["nbval-ignore-output"]
 from dataclasses import replace
@@ -453,21 +445,19 @@ del ttt, head
 
 
 # %% [markdown]
-# **Reading it.** The hand unroll is the package's objective: loss 4.7808 both ways. (This is the shipped, trained
-# EAGLE-3 head on 61 tokens of a list answer; the untrained P-EAGLE row above, 17.77, is another head, row and depth
-# count, so the two losses do not compare.)
+# **Reading it.** The unroll by hand is the package's objective: loss 4.7808 both ways, for the shipped, trained
+# EAGLE-3 head on 61 tokens. It does not compare with the P-EAGLE row's 17.77: another head, row and depth count.
 #
 # ## 4 · The training loop, by hand
 #
 # A plain optimizer loop wraps that forward. Each step:
 #
-# - takes packed rows (`PackedRows`) until they hold `batch_tokens` tokens, with a fresh COD draw per row;
-# - weights each row's loss by its share of the step's tokens;
-# - steps AdamW: the head and the mask token's embedding at `lr`, the final norm and `lm_head` (copied from the
-#   target) at `lm_head_lr_ratio` of it;
-# - warms `lr` up linearly, then lowers it on a cosine to `min_lr_ratio` of it, and clips the gradient norm at 1.
+# - packs rows (`PackedRows`) up to `batch_tokens` tokens, with a fresh COD draw per row, weighting each row's loss
+#   by its share of the tokens;
+# - steps AdamW; `lm_head` and the final norm, copied from the target, learn at `lm_head_lr_ratio` of `lr`;
+# - warms `lr` up linearly, lowers it on a cosine to `min_lr_ratio` of it, and clips the gradient norm at 1.
 #
-# `Trainer` must give the same loss at every step (within 1e-3).
+# `Trainer` must give the same loss at every step of this short demo run, within 1e-3.
 
 # %% tags=["nbval-ignore-output"]
 from tqdm.auto import trange
@@ -530,12 +520,9 @@ print(f"{cfg.steps} steps by hand ({'bf16 autocast' if amp else 'float32'}): los
 # %% [markdown]
 # ### The package's trainer: the same loop, then interrupt and resume
 #
-# `Trainer` (and `peagle-lab train`) adds gradient accumulation, checkpoints and a time budget. The cell runs it
-# straight through, then interrupted halfway and resumed by a fresh `Trainer`. It sums in other orders, so it matches
-# the hand loop only up to float rounding. Resume must match exactly: the CPU kernels are deterministic.
-#
-# Expect the loss to **start above a uniform guess** over the draft vocabulary (ln 2048 = 7.62): an untrained head
-# is confidently wrong (the cell before printed it for one row).
+# `Trainer`, behind `peagle-lab train`, adds gradient accumulation, checkpoints and a time budget. It sums in other
+# orders, so it matches the loop by hand only up to float rounding. Its loss too should **start above a uniform
+# guess**.
 
 # %% tags=["nbval-ignore-output"]
 import shutil
@@ -551,9 +538,8 @@ print(f"the loop by hand vs Trainer, {len(straight.log)} steps: largest loss dif
       f"largest weight difference {hand_weight_gap:.1e}")
 
 # %% [markdown]
-# Now the same run stopped halfway, then finished by a fresh `Trainer` that resumes from the checkpoint on disk. The
-# cell ends with every check of this chapter: each piece written by hand against the package, and resume against no
-# interruption.
+# Now the same run, stopped halfway and resumed from its checkpoint by a fresh `Trainer`. Resume must match exactly:
+# the CPU kernels are deterministic. The cell ends with every check of this chapter.
 
 # %% tags=["nbval-ignore-output"]
 stopped_by = Trainer(cfg, model, seqs, tokenizer, TrainerOptions(out_dir=OUT)).train(
@@ -640,19 +626,15 @@ report.record("nb04_train_steps", res.steps_done)
 report.record("nb04_final_depth_accuracy", acc);
 
 # %% [markdown]
-# **Reading it.** The head learns most at depth 0: over the last quarter its accuracy is 0.4703 there, 0.1931 to 0.207
-# deeper (in-sample), only a little above always drafting the most frequent answer token, a space (0.164). In the
-# warm-up the loss swings most at depths 1 to 7 (middle panel). From step 15 it is below the uniform guess.
+# **Reading it.** The head learns most at depth 0: over the last quarter, accuracy 0.4703 there and 0.1931 to 0.207
+# deeper (in-sample). Deeper is only a little above always drafting the most frequent answer token, a space (0.164).
+#
+# In the warm-up the loss swings most at depths 1 to 7 (middle panel). From step 15 it is below the uniform guess.
 #
 # ## 5 · The whole path in our own code
 #
-# The drafter (02's `ScratchDrafter`), the round (00's `speculate`) and the training loop (`hand_head`) have all been
-# written in view. The cell joins them: the hand-trained head's weights go into 02's `ScratchDrafter` (kept word for
-# word in the package, as 02 says), which drafts inside 00's round, on 2 held-out list requests (not among the 96 it
-# trained on).
-#
-# `ScratchDrafter` keeps no drafter cache, which costs time, not tokens. The checks: the output equals plain greedy
-# decoding, and each round accepts what the package's loop accepts.
+# The cell loads the hand-trained head into 02's `ScratchDrafter` and drafts in 00's round on 2 held-out list
+# requests (not among the 96 it trained on). `ScratchDrafter` keeps no drafter cache, which costs time, not tokens.
 
 # %% tags=["nbval-ignore-output"]
 from transformers import DynamicCache
@@ -699,8 +681,8 @@ def scratch_peagle(context, taps, K):
     return ours.draft_parallel(torch.tensor(context[1:], device=DEVICE), taps, K)[1].tolist()
 
 # %% [markdown]
-# The path on 2 held-out list requests, each round set beside the package's loop with the same head, and the output
-# beside plain greedy decoding:
+# The checks, on the 2 held-out requests: each round beside the package's loop, the output beside plain greedy
+# decoding.
 
 # %% tags=["nbval-ignore-output"]
 K_EVAL, N_NEW = 4, settings.pick(48, 16)
@@ -726,21 +708,21 @@ if lossless_regime(model.dtype, DEVICE) == "exact":  # float32 on a CPU: token f
 report.record("nb04_own_path_al", round(sum(committed) / len(committed), 4));
 
 # %% [markdown]
-# **Reading it.** Our own path is lossless: its output equals plain greedy decoding, and each round accepts what the
-# package's loop accepts. And the head drafts: after 40 steps it commits 1.76 tokens a round at K=4 over 54 rounds,
-# often 3 (on counting, a learnable pattern). This path does not time itself: whether 1.76 tokens a round pays
-# depends on what a round costs in decode steps, which 06 measures. 06 races a pair
-# trained far longer (1,000 steps, committed) on the same kind of text.
+# **Reading it.** Our own path is lossless, and the head drafts: after 40 steps it commits 1.76 tokens a round at K=4,
+# over 54 rounds, often 3 (on counting, a learnable pattern). Its output equals plain greedy decoding, and each round
+# matches the package's loop.
+#
+# This path is not timed: whether 1.76 tokens a round pays depends on a round's cost in decode steps, which 06
+# measures. 06 also races a pair of heads trained far longer (1,000 steps, committed runs) on the same kind of
+# text.
 #
 # ## What we saw
 #
-# - A training element sees its context (depth-0 elements up to its anchor) and its own rollout, never another packed
-#   sequence; the package's mask equals that rule.
+# - A training element sees only its context and its own rollout; the package's mask equals that rule.
 # - One packed row trains all 8 depths; COD keeps a shrinking, nested share of anchors per depth.
-# - The forward by hand, its loss and EAGLE-3's training-time test equal the package's; each training element is the
-#   draft it teaches.
-# - The loop by hand is the package's trainer step for step, and an interrupted run resumes exactly.
-# - Our own path is lossless, and its 40-step head, trained on list answers, commits 1.76 tokens a round at K=4.
+# - The forward, its loss and the training-time test by hand equal the package's; each training element is the draft
+#   it teaches.
+# - The loop by hand is the package's trainer step for step; an interrupted run resumes exactly.
+# - Our own path is lossless; its 40-step head, trained on list answers, commits 1.76 tokens a round at K=4.
 #
-# Next, `05_scale_and_acceptance`: what far more training buys per depth, and why acceptance stays below the
-# paper's.
+# Next, `05_scale_and_acceptance`: what far more training buys per depth, and why acceptance stays below the paper's.

@@ -19,12 +19,10 @@
 # **Goal:** see what a head's acceptance length is made of, what raises it, and which differences from the paper's
 # setup could explain its lower acceptance.
 #
-# You will compare the shipped heads prompt by prompt, see what more training and deeper heads buy, and find where
-# the heads fall short of the paper's acceptance (question 3).
-#
-# **Terms.** *Acceptance length* (AL): tokens committed per verification round, bonus token included. Slot j of a round
-# (j = 1..K) is depth j-1 in training. Its *rate* p_j is the share of rounds reaching slot j that accepted its draft.
-# *Committed* figures are read from `data/`; *live* ones are measured in this run.
+# **Terms** (from 00). A *head* is a trained drafter. *Acceptance length* (AL): tokens committed per round, bonus
+# token included. A round drafts K tokens; *slot j* (j = 1..K) holds the j-th, at depth j-1 in training (04). Its *rate*
+# p_j is the share of rounds reaching slot j that accept its draft. *Committed* figures come from `data/`; *live* ones
+# are measured in this run.
 
 # %% tags=["nbval-ignore-output"]
 # Parameters come from the environment: PEAGLE_TARGET (default: the embedded SmolLM2-135M-Instruct),
@@ -51,13 +49,13 @@ REF = f"{HOST} in {json.loads((RECIPE_DIR / HOST / 'heldout_compare.json').read_
 # %% [markdown]
 # ## 1 · The shipped heads
 #
-# Two 1-layer heads for SmolLM2-135M, trained for K=8: P-EAGLE `smollm2-135m-peagle` (`parallel`: all slots in one
-# pass) and EAGLE-3-style `smollm2-135m-eagle3` (`sequential`: one slot per pass). The next cells print their training
-# budgets and the committed held-out comparison: each slot's rate, the rounds that reached it, and AL rebuilt from the
-# rates (a little above the recorded AL, which cuts the last round short). The file also keeps each prompt's rounds
-# and accepted drafts, so the gap between the heads is judged prompt by prompt: by the paired rule (a sign test over
-# the prompts' gaps; 06 writes it out) and by a 95% bootstrap interval (the pooled gap over 2,000 redraws of the
-# prompts, both heads on each redraw).
+# Two 1-layer heads for SmolLM2-135M, trained for K=8: P-EAGLE `smollm2-135m-peagle` drafts all
+# slots in one pass (`parallel`), EAGLE-3-style `smollm2-135m-eagle3` one slot per pass (`sequential`).
+#
+# The next cells print their training budgets, then the committed *held-out comparison* on prompts no head trained on:
+# each slot's rate and the rounds that reached it. The AL rebuilt from the rates sits a little above the recorded one,
+# whose last round is cut short. The gap between the heads is judged per prompt, by a sign test (the *paired rule*,
+# written out in 06) and by a 95% *bootstrap interval* over 2,000 redraws of the prompts.
 
 # %% tags=["nbval-ignore-output"]
 from collections import Counter
@@ -101,9 +99,8 @@ if P and S:
     print("\n".join(heads_report.heldout_lines(P, S, N_PROMPTS, N_NEW, TIE)))
 
 # %% [markdown]
-# A live check on 2 HumanEval prompts: each head drafts at K = 3 and 7, and every output is compared with plain
-# greedy. Two prompts check the mechanics (the heads load, draft and stay lossless); they cannot rank the heads. The
-# last lines set each live gap beside the held-out verdict.
+# A live check on 2 HumanEval prompts (Python problems), at K = 3 and 7, compares every output with plain greedy. Two
+# prompts check that the heads load, draft and match greedy; they cannot rank the heads.
 
 # %% tags=["nbval-ignore-output"]
 from peagle_lab.prompts import humaneval_prompts
@@ -132,36 +129,35 @@ heads_report.plot_heldout({"parallel": P, "sequential": S},
 print("\n".join(heads_report.live_lines(P, S, live, KS, TIE)))
 
 # %% [markdown]
-# **Reading it.** At K=7 EAGLE-3 is shown to accept more: 2.532 tokens a round against P-EAGLE's 1.895 on the committed
-# held-out prompts, ahead on 8 of 8 (p = 0.0078), the gap +0.637 within +0.319 to +1.166 over redraws of the prompts.
-# At K=3 its lead (+0.230) is not shown: ahead on 6 of 8 prompts (p = 0.29), although the interval (+0.035 to +0.452)
-# stays above zero; 8 prompts are few for either yardstick. P-EAGLE leads at slot 1 (0.62 against 0.50 at K=7), but
-# its later rates fall fast (02 showed why): 13 of 267 rounds reach slot 4, so K=7 buys it nothing over K=3 (AL 1.895
-# at both).
+# **Reading it.** At K=7, EAGLE-3 is shown to accept more: 2.532 tokens a round against P-EAGLE's 1.895 on the
+# committed held-out prompts, ahead on 8 of 8 (p = 0.0078).
+#
+# At K=3 its lead is not shown: it is ahead on 6 of 8 prompts (p = 0.29), though the bootstrap interval stays above
+# zero. 8 prompts are few for either yardstick.
+#
+# P-EAGLE leads at slot 1 (0.62 against 0.50 at K=7), but its later rates fall fast; 02 showed why. Only 13 of 267
+# rounds reach slot 4, so K=7 buys it nothing over K=3: AL 1.895 at both.
 #
 # <details><summary>How sure is this?</summary>
 #
-# Slot 4 adds 0.019 tokens a round at K=7, and slots 1-3 score 0.019 less in all on K=7's rounds
-# (0.6180 + 0.2110 + 0.0499 against 0.6217 + 0.2223 + 0.0537 at K=3). Rounds of the two K's start
-# at different positions once a slot-4 draft is kept, so their slot-1 rates are not from the same rounds; a 0.019
-# difference is one no printed noise estimate can order.
+# - At K=7, slot 4 adds 0.019 tokens a round, but slots 1-3 together score 0.019 less than at K=3.
+# - Those are not the same rounds: a kept slot-4 draft shifts where later rounds start. No printed noise estimate can
+#   order a 0.019 difference.
 #
 # </details>
 #
-# Live, every output matched plain greedy and EAGLE-3 led at both K, the direction of the held-out comparison (which
-# shows it at K=7 only); on 2 prompts that is a check, not a ranking.
+# Live, every output matched plain greedy and EAGLE-3 led at both K. On 2 prompts that is a check, not a ranking.
 #
 # The vLLM blog reports the reverse order: P-EAGLE 3.94, EAGLE-3 3.03 (GPT-OSS-20B, HumanEval, K=7). The shipped heads
 # differ in budget and data, so they cannot isolate the method. 06's committed matched pair, trained alike for 1,000
-# steps on list requests (one seed each), comes closer: there too EAGLE-3 accepts more.
+# steps (one seed each), comes closer: there too EAGLE-3 accepts more.
 
 # %% [markdown]
 # ### Exercise: AL from each prompt's counts
 #
-# The comparison keeps each prompt's `[rounds, accepted drafts]`. Write `my_al(counts)`, the AL of a list of such
-# pairs pooled over its prompts, and `my_gaps(p_counts, s_counts)`, each prompt's AL gap (EAGLE-3 minus P-EAGLE). The
-# check sets yours against the recorded ALs at both K and against the gaps the verdict above counted. Then: why is the
-# pooled AL not the mean of the prompts' ALs? The next cell answers.
+# The comparison keeps each prompt's `[rounds, accepted drafts]`. Write `my_al(counts)`, the AL pooled over a list of
+# such pairs, and `my_gaps(p_counts, s_counts)`, each prompt's AL gap (EAGLE-3 minus P-EAGLE). The check compares
+# them with the recorded values. Then: why is the pooled AL not the mean of the prompts' ALs? The next cell answers.
 
 # %% tags=["nbval-ignore-output"]
 def my_al(counts):
@@ -225,21 +221,21 @@ for k in P["per_prompt"]:
           f"equal: {abs(lo - pkg[0]) < 1e-12 and abs(hi - pkg[1]) < 1e-12}")
 
 # %% [markdown]
-# **Reading it.** Both heads' pooled ALs sit below the mean of their prompts' ALs (P-EAGLE 1.895 against 1.963, EAGLE-3
-# 2.532 against 2.842): a hard prompt takes more rounds, so it weighs more in the pool. Per prompt the spread is wide
-# (at K=7, EAGLE-3 from 1.54 to 4.27): with 8 prompts, a gap as small as K=3's (+0.230) stays open. The interval
-# written out with `my_al` equals the package's at both K.
+# **Reading it.** Both heads' pooled ALs sit below the mean of their prompts' ALs: P-EAGLE 1.895 against 1.963,
+# EAGLE-3 2.532 against 2.842. A hard prompt takes more rounds, so it weighs more in the pool.
+#
+# Prompts vary widely (EAGLE-3 from 1.54 to 4.27 at K=7), so with 8 prompts a gap as small as K=3's stays open. The
+# interval written out with `my_al` equals the package's.
 #
 # ## 2 · What more training buys
 #
-# Two committed experiments, scored by AL at K=7 on 8 held-out prompts (not section 1's):
+# Two committed experiments, scored by AL at K=7 on 8 held-out prompts other than section 1's:
 #
-# * **Learning curves** (left): AL at each *snapshot* (the head saved every so many tokens) against tokens seen, over
-# a run and its `-cont` continuation (`--init-from`) on the smaller file `smollm2-135m-scale.jsonl`. EAGLE-3's runs
-# `eagle3` and `eagle3-cont` are the shipped EAGLE-3 head's first two legs under their experiment names (03 lists
-# those legs by the head's name); P-EAGLE's is an earlier run.
-# * **Deeper heads** (right): P-EAGLE heads of 1, 2 and 4 layers (`exp-L1`, `exp-L2`, `exp-L4`), each trained from
-# scratch for about 2400 s on the same 6,000 sequences. `exp-L1` is the shipped P-EAGLE head's first run.
+# - **Learning curves** (left): AL at each *snapshot*, a copy of the head saved every so many tokens, over a run and
+#   its `-cont` continuation (`--init-from`: a new run from its weights) on the smaller file
+#   `smollm2-135m-scale.jsonl`. EAGLE-3's curve is the shipped head's first two runs; P-EAGLE's is an earlier run.
+# - **Deeper heads** (right): P-EAGLE heads of 1, 2 and 4 layers (`exp-L1`, `exp-L2`, `exp-L4`), each trained from
+#   scratch for about 2400 s on the same 6,000 sequences. `exp-L1` is the shipped P-EAGLE head's first run.
 
 # %% tags=["nbval-ignore-output"]
 paths = [RECIPE_DIR / str(HOST) / name for name in ("curve.json", "deeper/curve.json")]
@@ -291,26 +287,26 @@ if fresh and "exp-L1" in ends and P:
           f"shipped P-EAGLE head)")
 
 # %% [markdown]
-# **Reading it.** On section 1's 8 comparison prompts, continuing a run helped: `exp-L1` scored 1.737 at its run's end
-# and 1.895 once continued (the shipped head). More layers did not: on those prompts, after the same 2400 s, 4 layers
-# scored 1.477 and 2 layers 1.649 against 1 layer's 1.737; on the curves' 8 other prompts, at equal tokens (500,051
-# seen), 4 layers scored 1.292 against 1 layer's 1.379.
+# **Reading it.** Continuing a run helped; more layers did not. On section 1's prompts, `exp-L1` went from 1.737 at
+# its run's end to 1.895 once continued (the shipped head). After the same 2400 s, 2 and 4 layers scored 1.649 and
+# 1.477 there. At equal tokens on the curves' prompts, 4 layers also trailed 1 layer: 1.292 against 1.379.
 #
 # <details><summary>How sure is this?</summary>
 #
-# The learning curves, scored on 8 other held-out prompts, peak at 1.437 (P-EAGLE) and 1.455 (EAGLE-3), below
-# `exp-L1`'s last snapshot, 1.512; they used a smaller file and other settings, and no run here isolates which
-# difference matters. Both dip where the `-cont` leg starts, perhaps because `--init-from` restarts the optimizer and
-# warm-up (untested). 2 layers has no snapshot near 500,051 tokens; near 300k tokens the right plot has 4 layers a
-# little above 2: depth does not order them. One seed per head.
+# - One seed per head.
+# - On the curves' prompts, the learning curves peak (1.437, 1.455) below `exp-L1`'s last snapshot (1.512). Their
+#   file and settings differ, and no run here isolates which difference matters.
+# - Both curves dip where `-cont` starts, perhaps because `--init-from` restarts the optimizer and warm-up (untested).
+# - 2 layers has no snapshot near 500,051 tokens; near 300k tokens it sits a little below 4: depth does not order
+#   them.
 #
 # </details>
 #
-# ## 3 · Why is my acceptance length below the paper's? (question 3)
+# ## 3 · Why is my acceptance length below the paper's? (question 3 in `reference.md`)
 #
-# A slot counts only if every slot before it was accepted, so the depth where a head stops being accurate caps its
-# AL. The next cell plots top-1 **accuracy per depth**, then finds the one rate p per slot that gives the blog's 3.94
-# at K=7.
+# A slot counts only if every slot before it was accepted, so the depth where a head stops being accurate caps its AL.
+# The next cell plots each head's top-1 **accuracy per depth**, then finds the one rate p per slot that would give the
+# blog's 3.94 at K=7.
 
 # %% tags=["nbval-ignore-output"]
 PAPER_AL, PAPER_K = 3.94, 7  # the vLLM P-EAGLE blog: GPT-OSS-20B on HumanEval, K=7 (a GPU-trained head)
@@ -340,28 +336,27 @@ print(f"\nthe blog's AL {PAPER_AL} at K={PAPER_K} (HumanEval) needs every slot a
 
 # %% [markdown]
 # **Reading it.** Every head's accuracy collapses after depth 0: the shipped P-EAGLE head falls from 0.453 to 0.175.
-# Its rates in section 1's held-out comparison (0.62, 0.34, 0.24 for slots 1 to 3) all sit below 0.78, the rate every
-# slot would need for the blog's AL 3.94 at K=7 (printed above). So the gap to the paper is a gap in the deep slots.
+# Its section-1 rates for slots 1 to 3 (0.62, 0.34, 0.24) all sit below 0.78, the rate every slot would need for the
+# blog's AL 3.94 at K=7. So the gap to the paper is a gap in the deep slots.
 #
-# What closes it is not measured here. The paper differs in target (GPT-OSS-20B), head depth (the two published
-# GPT-OSS heads have 4 layers, 08's last section), training budget and benchmark, and no run here isolates which of
-# them costs the AL. The accuracies above are scored on held-out sequences of the training mix, each depth whether or
-# not earlier depths were right, so they are not section 1's rates. To test one setting at a time at a budget of your
-# own, `peagle-lab recipe` trains equal-budget runs that each change one setting and scores their held-out AL
-# (`docs/training.md`). One cause you can rule out on your own model, serving a head in a prompt layout it was not
-# trained on, is measured in 10.
+# These accuracies are not section 1's rates: each depth counts whether or not earlier depths were right, on held-out
+# sequences of the training mix.
+#
+# What closes the gap is not measured here. The paper differs in target (GPT-OSS-20B), head depth (4 layers in the two
+# published GPT-OSS heads; see 08), training budget and benchmark; no run here isolates which costs the AL. To test
+# one setting at a time on your own budget, use `peagle-lab recipe` (`docs/training.md`). Chapter 10 measures one cause
+# you can rule out on your own model: a prompt layout the head was not trained on.
 #
 # ## What we saw
 #
-# - **Shipped heads:** at K=7, EAGLE-3 is shown to accept more, 2.532 tokens a round against P-EAGLE's 1.895 (ahead on
-#   8 of 8 held-out prompts), the reverse of the paper's order; 06's committed matched pair points the same way (AL
-#   5.15 against 4.49, one seed each, not judged by a paired test).
+# - **Shipped heads:** at K=7, EAGLE-3 is shown to accept more (2.532 against P-EAGLE's 1.895, ahead on 8 of 8
+#   held-out prompts), the reverse of the paper's order. 06's committed matched pair points the same way (AL 5.15
+#   against 4.49, one seed each, not judged by a paired test).
 # - **Lossless:** every live speculative output matched plain greedy.
-# - **Scale:** continuing `exp-L1` raised its AL from 1.737 to 1.895 (the shipped head); in the same 2400 s, 2 or 4
-#   layers scored below 1 layer (1.649 and 1.477 against 1.737, on section 1's prompts).
-# - **Why AL stays below the paper's:** P-EAGLE's rate falls to 0.24 by slot 3, where the blog's 3.94 needs a constant
-#   0.78 at every slot. Which of the paper's differences (target, head depth, budget, benchmark) closes that gap is not
-#   isolated here.
+# - **Scale:** continuing `exp-L1` raised its AL from 1.737 to 1.895. In the same 2400 s, 2 and 4 layers scored below
+#   1 layer on section 1's prompts.
+# - **Why AL stays below the paper's:** P-EAGLE's rate falls to 0.24 by slot 3; the blog's 3.94 needs 0.78 at every
+#   slot. Which difference from the paper closes that gap is not isolated here.
 #
 # Next, `06_parallel_vs_sequential`: what a drafting round costs per head, and the speed-up.
 

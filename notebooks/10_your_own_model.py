@@ -18,10 +18,9 @@
 #
 # **Goal:** take the recipe that trained SmolLM2's heads to a model of your own, and to several processes.
 #
-# You will compare two chat templates and see what serving a head in the wrong one costs, write the rule that picks
-# the tapped layers, run the whole recipe on a tiny Qwen3 (distil, extract, train, decode losslessly) and train its
-# head in two processes. Nothing here needs a GPU; `scripts/gpu_heads.sh` runs the same commands at full size on one
-# (not run in this course).
+# You will see what serving a head in the wrong chat template costs, and write the rule that picks its **taps**: the
+# hidden states of three target layers, which the head reads (01). Then you will run the whole recipe on a tiny
+# Qwen3, in one process and in two. Nothing here needs a GPU.
 
 # %% tags=["nbval-ignore-output"]
 # Parameters come from the environment: PEAGLE_TARGET (default: the embedded SmolLM2-135M-Instruct),
@@ -40,9 +39,8 @@ print(f"this run's target: {type(model).__name__}, {model.config.num_hidden_laye
 # %% [markdown]
 # ## 1 · Your own model and its chat template (question 1)
 #
-# Nothing in the recipe is specific to SmolLM2: taps, head shape and chat template (`prompts.chat_ids`) come from
-# the target. The next cells show the mechanics on a tiny Qwen3 with random weights (`peagle-lab make-tiny-target`).
-# On a GPU, `PEAGLE_TARGET=<your model> bash scripts/gpu_heads.sh` trains and installs both heads.
+# Nothing in the recipe is specific to SmolLM2: the taps, the head's shape and the chat template come from the target.
+# The next cells use a tiny Qwen3 with random weights (`peagle-lab make-tiny-target`).
 
 
 # %% tags=["nbval-check-output"]
@@ -69,9 +67,8 @@ for name, tok in (("tiny Qwen3", tiny_tok), ("this run's target", tokenizer)):
 #
 # ### A template mismatch
 #
-# A head learns what the target says after the prompt layout it was trained with. The next cell serves SmolLM2's
-# shipped P-EAGLE head on held-out prompts in three layouts: the trained chat template, bare text, and another system
-# message.
+# A head learns what the target says after the prompt layout it was trained on. The next cell serves SmolLM2's
+# P-EAGLE head on held-out prompts in three layouts: as trained, bare text, and another system message.
 
 # %% tags=["nbval-ignore-output"]
 from peagle_lab.prompts import OTHER_SYSTEM, load_scale_records
@@ -97,18 +94,17 @@ print("against the trained layout: " + ", ".join(f"{name} {tmpl[t]['acceptance_l
 print("every output identical to plain greedy in its layout:", all(ev["lossless"] for ev in tmpl.values()))
 
 # %% [markdown]
-# **Reading it.** On these two prompts the head drafted well only in the layout it was trained on: on bare text it
-# accepted no draft on either prompt (AL 1.00 against 1.52). The bare-text answers also ran shorter, so the text
-# drafted differed too. Another system message gave 1.34, a drop two prompts cannot establish. So distil and serve
-# with your model's own chat template (`peagle-lab distill --target DIR` applies it).
+# **Reading it.** On these two prompts the head drafted well only in its trained layout. On bare text it accepted no
+# draft: an acceptance length (AL, tokens per target pass) of 1.00, against 1.52 as trained. Those answers also ran
+# shorter, so the drafted text differed too. Another system message gave 1.34, a drop two prompts cannot establish.
 #
-# The head also reads three **taps**, the hidden states of a low, a middle and a high layer (`default_tap_layers`).
+# So distil and serve with your model's own chat template (`peagle-lab distill --target DIR` applies it).
 #
 # ### Exercise: which layers are tapped?
 #
 # vLLM's EAGLE-3 taps the residual stream entering layers `2`, `L // 2` and `L - 3` of an L-layer target. Write that
-# rule as `my_taps` in the next cell; it prints the layer counts (1 to 64) where yours differs from the package's. Why
-# there, and what does the package give instead? The cell after it answers.
+# rule as `my_taps`; the cell lists the layer counts (1 to 64) where yours differs from the package's. Why there,
+# and what does the package do instead? The next cell answers.
 
 # %% tags=["nbval-check-output"]
 import copy
@@ -155,11 +151,11 @@ def my_taps(n_layers):
 check_taps(my_taps)
 
 # %% [markdown]
-# Below 7 layers the package falls back to its own `(0, L // 2, L - 1)` (`features/taps.py`); vLLM's rule has no
-# fallback. The tiny target's 8 layers get vLLM's taps.
+# Below 7 layers the package falls back to `(0, L // 2, L - 1)`; vLLM's rule has no fallback. The tiny target's 8
+# layers get vLLM's taps.
 #
-# Next, the whole recipe on the tiny target: distil, extract, train a few steps, decode speculatively. Whatever the head
-# drafts, the output must match plain greedy.
+# Next, the whole recipe on the tiny target: distil (the target writes the training answers), extract the taps, train,
+# decode speculatively. Whatever the head drafts, the output must match plain greedy.
 
 # %% tags=["nbval-ignore-output"]
 from peagle_lab.decoding.divergence import first_divergence, is_lossless, lossless_regime
@@ -201,20 +197,19 @@ print(f"prompt lookup, K=4: AL {lookup.stats.acceptance_length:.2f} over {lookup
 assert same_taps and lossless and lookup_lossless
 
 # %% [markdown]
-# **Reading it.** The recipe ran unchanged on a second architecture: 8 distilled answers, 12 steps taking the loss
-# from 7.36 to 1.89, the tap layers `from_target` chose, and an output equal to plain greedy. A head this small gets
-# no draft accepted (AL 1.00 over 23 rounds), so its run checks only rejection and rollback; prompt lookup, on the same
-# target and loop, gets 11 drafts accepted (AL 1.92) and stays lossless too. The same code ran end to end on a second
-# architecture. Why this head drafts nothing is not measured here: 12 steps on 8 answers of a random-weight target is a
-# smoke test of the path, far from the recipe that trained the shipped heads (section 2).
+# **Reading it.** The recipe ran unchanged on a second architecture: 8 distilled answers, 12 steps taking the loss from
+# 7.36 to 1.89, the taps `from_target` chose, and an output equal to plain greedy.
+#
+# The head got no draft accepted (AL 1.00 over 23 rounds), so the run checks only rejection and rollback. Prompt
+# lookup (00) got 11 drafts accepted on the same target (AL 1.92), also losslessly. Why the head drafts nothing is
+# not measured: 12 steps on a random-weight target are a smoke test, far from the recipe of the shipped heads.
 #
 # ## 2 · Past one machine
 #
-# The trainer runs in several processes (DDP through accelerate). `--batch-tokens` is the global batch: each process
-# takes its share of every step's rows and DDP averages the gradients, so any number of processes should follow one
-# process's loss curve. The next cell checks it on this CPU: `peagle-lab train` trains the tiny target's head for a
-# few steps in one process, then in two (`torchrun --standalone --nproc_per_node 2`, gloo), both on the same data and
-# the same feature shards (`--features`).
+# The trainer also runs in several processes (DDP, distributed data parallel, through accelerate). `--batch-tokens`
+# is the global batch: each process takes its share of every step's rows, and DDP averages the gradients. So any
+# number of processes should follow one process's loss curve. The next cell checks this on this CPU: one process,
+# then two (`torchrun` with the gloo CPU backend), on the same data and saved taps (`--features`).
 
 
 # %% tags=["nbval-ignore-output"]
@@ -247,10 +242,8 @@ print(f"largest relative gap between the two runs' losses: {gap:.1e}")
 assert gap < 1e-3, "two processes left one process's loss curve"
 
 # %% [markdown]
-# **Reading it.** Two processes train as one: both runs log the same loss at every step, 7.3126 down to 3.5733 over
-# 4 steps, to the 4 decimals the log keeps. A GPU run uses the same command line (not run here).
-#
-# For a 7-8B target on 8 GPUs:
+# **Reading it.** Two processes train as one: both log the same loss at every step, 7.3126 down to 3.5733, to the
+# log's 4 decimals. A GPU run uses the same command line (not run here), for example a 7-8B target on 8 GPUs:
 #
 # ```bash
 # peagle-lab extract --distilled DATA --split train --out FEATURES/part-train --max-seq-len 2048   # once
@@ -260,24 +253,22 @@ assert gap < 1e-3, "two processes left one process's loss curve"
 # accelerate launch --multi_gpu --num_processes 8 -m peagle_lab.cli train ...    # the same, through accelerate
 # ```
 #
-# Without `--features`, one process computes the taps online and keeps them in memory; several processes each
-# extract their share once into bf16 shards under the run's folder (an 8B target's take 24 KiB per token, notebook
-# 01).
+# Without `--features`, one process computes the taps online and keeps them in memory. Several processes each extract
+# their share once into bf16 shards: 24 KiB per token for an 8B target (01).
 #
 #
 # ## What we saw
 #
-# - A chat template is the target's own: the tiny Qwen3's prompt has no system message, SmolLM2's adds a default one
-#   (serving SmolLM2's head on bare text, it accepted no draft on either prompt).
-# - The three tapped layers follow vLLM's rule, `2`, `L // 2`, `L - 3`, with the package's fallback below 7 layers.
-# - The whole recipe ran on a second architecture: distilled, trained, and decoding losslessly against plain greedy.
-# - Two processes (`torchrun`, gloo) logged the same loss as one at every step of the tiny target's head.
+# - A chat template is the target's own: SmolLM2's adds a default system message, the tiny Qwen3's none. On bare
+#   text, SmolLM2's head accepted no draft on either prompt.
+# - The taps follow vLLM's rule, `2`, `L // 2`, `L - 3`, with the package's fallback below 7 layers.
+# - The whole recipe ran on a second architecture, decoding losslessly against plain greedy.
+# - Two processes logged the same loss as one at every step of the tiny target's head.
 #
-# The same on a GPU, for your model: `PEAGLE_TARGET=<HF id or directory> bash scripts/gpu_heads.sh` trains and
-# installs both heads (`docs/training.md`).
+# For your model on a GPU (not run in this course): `PEAGLE_TARGET=<HF id or directory> bash scripts/gpu_heads.sh`
+# trains and installs both heads (`docs/training.md`).
 #
-# Next, `11_results`: every result of the course side by side; then the repository's `README.md` and `docs/`
-# (`docs/training.md` for the full-size commands).
+# Next, `11_results`: every result of the course side by side; then the repository's `README.md` and `docs/`.
 
 # %% jupyter={"source_hidden": true} tags=["nbval-ignore-output"]
 # Records, after the lesson: the template rows of 11's ledger.

@@ -16,12 +16,11 @@
 # %% [markdown]
 # # 11 · The results, side by side
 #
-# **Goal:** see every result of the course in one place: each host's committed benchmark runs, every acceptance
-# length the course printed for the shipped heads with the settings that explain it, and the verdicts on parallel
-# drafting, each with the chapter that measured it.
+# **Goal:** see every result of the course in one place: the committed benchmark runs, every acceptance length (AL,
+# tokens per target pass) of the shipped heads with its settings, and the verdicts on parallel drafting.
 #
-# This chapter runs no model. It reads the committed runs in `data/results/` and the rows chapters 00 to 10 recorded
-# when they ran (`results/summary.json`); run it after them.
+# This chapter runs no model. It reads the *committed* runs saved in `data/results/` and the *live* rows that chapters
+# 00 to 10 recorded when they ran (`results/summary.json`), so run it after them.
 
 # %%
 # Parameters come from the environment: PEAGLE_TARGET (default: the embedded SmolLM2-135M-Instruct),
@@ -43,22 +42,20 @@ print("this machine:", HOST)
 # %% [markdown]
 # ## 1 · Every host's committed runs
 #
-# The committed benchmark runs (07 reads this host's bf16 run): the shipped heads' on both hosts, and one 5 x 64
-# float32 run of earlier heads. One table per suite (`code`: HumanEval; `chat`: the prompt mix's held-out split), one
-# row per host and dtype.
+# The shipped heads' committed runs on both hosts, plus one float32 run of earlier heads (5 prompts x 64 tokens). One
+# table per suite, `code` (HumanEval) and `chat` (the prompt mix's held-out split). Columns:
 #
 # - `verify_k7`: one target pass over 8 tokens, in decode steps, timed alone.
-# - `P-EAGLE`, `EAGLE-3`, `lookup` (untrained prompt lookup): best speed-up over plain, prefill included, with its K
-#   and AL.
-# - `diverged`: the outputs of those rows that left plain greedy, and the largest top-2 margin where they did.
-# - `faster than plain`: prompts each head won against plain decoding. `P minus E`: the range of P-EAGLE's per-prompt
-#   speed-up minus EAGLE-3's.
-# - `oracle`: speed-ups at the blog's acceptance (the blog reports P-EAGLE at AL 3.94 on HumanEval and 3.70 on
-#   MT-Bench, which stands in for `chat`; within a 32-token budget the draws give less, as 07's committed rows show),
-#   replayed on the same draws: one parallel pass / K sequential.
+# - `P-EAGLE`, `EAGLE-3`, `lookup` (untrained prompt lookup): best speed-up over plain decoding, prefill included, with
+#   its K (drafts per round) and AL.
+# - `diverged`: outputs that left plain greedy, and the largest top-2 margin (gap between the two best logits) there.
+# - `faster than plain`: prompts each head won. `P minus E`: the range of P-EAGLE's per-prompt speed-up minus EAGLE-3's.
+# - `oracle`: the same draws at the blog's acceptance, charged one parallel pass or K sequential ones. The blog reports
+#   P-EAGLE at AL 3.94 on HumanEval and 3.70 on MT-Bench, used for `chat`; within 32 tokens the draws give less (07's
+#   committed rows).
 #
-# Verdicts use the paired rule (06; `reference.md` lists every rule). The 5-prompt float32 run, made with earlier heads,
-# is too small for it to show an order: it supplies the float32 verdict's 2 "not shown" entries.
+# Verdicts use 06's paired rule: per prompt, which method won, then a sign test. The 5-prompt run is too small to show
+# an order; it supplies the float32 verdict's 2 "not shown" entries.
 
 # %% tags=["nbval-ignore-output"]
 committed = [c for c in bench.committed_results(settings.data_dir() / "results") if result_suites(c["results"])]
@@ -70,20 +67,19 @@ for suite, rows in hosts.suite_tables(committed, HOST).items():
 print("\n".join(hosts.verdict_lines(committed)))  # each by the paired rule (06)
 
 # %% [markdown]
-# **Reading it.** With bf16 units both heads are shown faster than the course's plain loop (1.14x to 1.31x): verifying
-# 8 tokens costs little more than a decode step (`verify_k7` 1.07). In float32 it costs about two (1.88 and 2.06), and
-# no head is shown faster. Neither head is shown faster than the other, but at the blog's acceptance
-# one pass is shown faster than K in the float32 runs of `cpu-epyc-avx2-2c` (1.59x against 1.46x on `code`), the only
-# committed ones with a K-pass oracle row.
+# **Reading it.** In bf16, on the host with bf16 units, both heads are shown faster than plain decoding: 1.14x to
+# 1.31x. There verifying 8 tokens costs little more than a decode step (`verify_k7` 1.07). In float32 it costs about
+# two (1.88 and 2.06), and no head is shown faster.
+#
+# Neither head is shown faster than the other. But at the blog's acceptance one pass is shown faster than K: 1.59x
+# against 1.46x on `code`, in the float32 runs of `cpu-epyc-avx2-2c`, the only committed ones with a K-pass oracle row.
 
 # %% [markdown]
 # ## 2 · Every acceptance length of the shipped heads
 #
-# `reference.md`, "How the course measures", states the rules every verdict here follows.
-#
-# One row per AL recorded for the shipped heads (`-`: not recorded; `rounds`: the row's sample): the committed runs,
-# then the rows chapters 00 to 10 recorded live. Rows compare only where prompts, new tokens, K, dtype and host agree.
-# The second cell prints each head's range.
+# One row per AL recorded for the shipped heads, committed runs first. `rounds` is the row's sample; `-` means not
+# recorded. Rows compare only where prompts, new tokens, K, dtype and host agree. The second cell prints each head's
+# range.
 
 # %% tags=["nbval-ignore-output"]
 rows = ledger.course_rows(settings.data_dir(), SHIPPED, settings.REPO_ROOT, through="10")
@@ -135,26 +131,25 @@ print("every row names its settings:", all(all(c in r for c in SETTINGS) for r i
 print("every AL is at least 1:", all(r["acceptance_length"] >= 1 for r in rows))
 
 # %% [markdown]
-# **Reading it.** An AL belongs to its settings. P-EAGLE's rows run from 1.00 (10, no chat template) to 1.90 (05's
-# held-out comparison), EAGLE-3's from 1.34 to 2.53. Even on one prompt set, host and dtype (indented), they move with
-# K, new tokens and prompt count. The plot draws that spread, not an order: two dots compare only where their K, new
-# tokens and dtype agree too.
+# **Reading it.** An AL belongs to its settings. P-EAGLE's rows run from 1.00 (10, bare text) to 1.90 (05's held-out
+# comparison), EAGLE-3's from 1.34 to 2.53. Even with prompt set, host and dtype fixed (the indented lines), they move
+# with K, new tokens and prompt count. The plot draws that spread, not an order: two dots compare only where their
+# K, new tokens and dtype agree too.
 
 # %% [markdown]
 # ### Exercise: which setting moves the acceptance length most?
 #
-# Two ALs compare only when their settings agree. The cell finds the pairs of one head's rows that differ in exactly
-# one setting (host, prompt set, prompts, new tokens, K or dtype) and prints, for each setting, how far apart such
-# pairs' ALs sit. Predict the order first: does the prompt set, K or the number of prompts move AL most?
+# The cell finds pairs of one head's rows that differ in exactly one setting and prints, per setting, how far apart
+# their ALs sit. Predict first: does the prompt set, K or the number of prompts move AL most?
 #
 # <details><summary>Answer</summary>
 #
-# By the median gap the prompt set moves AL most (0.045 over 6 pairs), then the number of prompts (0.035 over 4) and
-# K (0.032 over 14). K's largest gap, 0.407, is EAGLE-3's held-out comparison at K=3 against K=7: a head whose deep
-# slots get accepted gains from a larger K, and the shipped P-EAGLE head's rarely are. The largest move of all is not
-# a column: 10's three template rows share every setting and run from 1.000 (no chat template) to 1.519 (the template
-# the heads trained with). Few pairs differ in one setting alone, so this orders the ledger's rows, not the settings
-# in general.
+# - By the median gap: the prompt set (0.045, 6 pairs), then the number of prompts (0.035, 4), then K (0.032, 14).
+# - K's largest gap, 0.407, is EAGLE-3's held-out comparison at K=3 against K=7. A head whose deep slots (later
+#   drafts) get accepted gains from a larger K; the shipped P-EAGLE head's rarely are.
+# - The largest move is not a column: 10's three template rows share every setting, yet run from 1.000 (bare text) to
+#   1.519 (the template the heads trained with).
+# - Few pairs differ in one setting alone, so this orders the ledger's rows, not the settings in general.
 #
 # </details>
 
@@ -179,10 +174,8 @@ for c, g in sorted(gaps.items(), key=lambda kv: -median(kv[1])):
 # %% [markdown]
 # ## 3 · Does parallel drafting win? The verdicts, from the files
 #
-# Each chapter judged one comparison by the paired rule (06): per prompt, which method won, then the sign test. The
-# cell below rebuilds every committed verdict from its file, so the table cannot drift from the runs: the shipped
-# heads' acceptance (05), their speed (07), the matched pair on list requests (06), the same drafts charged one pass or
-# K (section 1) and vLLM serving (08).
+# The cell rebuilds every committed verdict from its file by the paired rule, so the table cannot drift from the runs.
+# The matched pair (06) is two heads trained alike that differ only in drafting mode.
 
 # %% tags=["nbval-ignore-output"]
 import json
@@ -239,47 +232,53 @@ verdicts.append({"comparison": "vLLM serving", "chapter": "08", "setting": (
 display(Markdown(bench.format_table(verdicts, list(verdicts[0]))))
 
 # %% [markdown]
-# **Reading it.** One pass wins where drafts get accepted and drafting cost decides: the matched pair on list
-# requests (P-EAGLE 2.10x against 1.92x, faster on 37 of 48, p = 0.00022) and the same drafts charged one pass or
-# seven (faster on 22 of 24 and 24 of 24 prompts). On open prompts the shipped heads accept few drafts, EAGLE-3 more
-# (ahead on 8 of 8 prompts, p = 0.0078), and neither is shown faster (15 of 24, p = 0.31). vLLM on this CPU breaks
-# even at 1 request and loses under load. 06's live runs agree in direction: its oracle race showed one pass faster
-# on 10 of 12 requests (p = 0.039); its live matched pair drafted cheaper on 12 of 12 but was not shown faster end to
-# end (9 of 12, p = 0.15).
+# **Reading it.** One pass wins where drafts get accepted and drafting cost decides. On list requests the matched
+# pair's P-EAGLE is shown faster: 2.10x against 1.92x, ahead on 37 of 48 (p = 0.00022). Charged one pass instead of
+# seven, the same drafts are shown faster on 22 of 24 and 24 of 24 prompts.
+#
+# On open prompts the shipped heads accept few drafts. EAGLE-3 is shown to accept more (ahead on 8 of 8, p = 0.0078),
+# and neither is shown faster (15 of 24, p = 0.31). vLLM on this CPU breaks even at 1 request and loses under load.
+#
+# 06's live runs point the same way: one pass was shown faster in 06's oracle race (10 of 12 requests, p = 0.039).
+# 06's live matched pair drafted cheaper on 12 of 12 but was not shown faster end to end (9 of 12, p = 0.15).
 
 # %% [markdown]
 # ## What we saw
 #
 # - **Across hosts** (committed): with bf16 units both heads are shown faster than plain decoding (1.14x to 1.31x); in
 #   float32 none is.
-# - **One pass against K**: neither shipped head is shown faster than the other, but at the blog's acceptance one pass
-#   is shown faster than K (committed, `cpu-epyc-avx2-2c`, float32: 1.59x against 1.46x on `code`).
+# - **One pass against K**: neither shipped head is shown faster than the other. At the blog's acceptance one pass is
+#   shown faster than K (committed, `cpu-epyc-avx2-2c`, float32: 1.59x against 1.46x on `code`).
 # - **Ledger**: the shipped heads' ALs run from 1.00 to 2.53, each tied to its settings.
-# - **Verdicts** (section 3): one drafting pass is shown faster than K passes where drafts get accepted (the matched
-#   pair on list requests; the oracle); on open prompts, with the course's small heads, neither mode is shown faster.
+# - **Verdicts**: one pass is shown faster than K where drafts get accepted (list requests; the oracle). On open
+#   prompts, with the course's small heads, neither mode is.
 #
 # **What you wrote, and what checked it:**
 #
 # | piece | chapter | checked against |
 # |---|---|---|
-# | one speculative round: draft, verify, accept, bonus, roll back; prompt lookup | 00 | the package's loop and plain greedy decoding |
+# | a round (draft, verify, accept, bonus, roll back); prompt lookup | 00 | the package's loop; plain greedy |
 # | the acceptance rule (exercise) | 00 | 500 random rounds |
-# | one round's inputs: slot 1, then mask slots (exercise) | 02 | the package's round inputs |
-# | the drafter: `fc`, the 2H layer, the mask row, `mask_hidden`, `d2t`; both drafting modes | 02 | the package's head: logits within 1e-4 (parallel), the same drafts (sequential) |
-# | the drafter's own cache, round by round | 02 | one pass over the whole context, logits within 4.9e-05 |
+# | a round's inputs: slot 1, then mask slots (exercise) | 02 | the package's round inputs |
+# | the parallel drafter: `fc`, 2H layer, mask row, `mask_hidden`, `d2t` | 02 | the package's head: logits within 1e-4 |
+# | the same drafter, drafting sequentially | 02 | the package's head: the same drafts |
+# | its own cache, round by round | 02 | one pass over the context: logits within 4.9e-05 |
 # | `d2t` and `t2d` (exercise) | 03 | `d2t_t2d`, 200 random draft vocabularies |
 # | the training attention mask | 04 | the package's mask, both layouts |
-# | a training row planned by hand; the COD sampler (exercise) | 04 | `plan_row`, `cod_sample` |
-# | the training forward and loss, EAGLE-3's training-time test, the training loop | 04 | the trainer, step by step |
+# | a training row by hand; the COD sampler (exercise) | 04 | `plan_row`, `cod_sample` |
+# | the training forward and loss, EAGLE-3's training-time test, the loop | 04 | the trainer, step by step |
 # | a training element against the draft it teaches | 04 | `one_pass_logits`, within 1e-4 |
-# | the whole path: the hand-trained head drafting in the round | 04 | plain greedy and the package's loop, round by round |
-# | AL pooled from each prompt's counts, and the per-prompt gaps (exercise); the bootstrap interval over prompts | 05 | the recorded ALs; the verdict's gaps; `prompt_spread` |
-# | the pass shapes of both modes (exercise); the paired rule; the oracle's drafts | 06 | the drafting hook; `payoff`; `RatedOracleDrafter` |
+# | the whole path: the hand-trained head in the round | 04 | plain greedy; the package's loop, round by round |
+# | AL pooled from each prompt's counts; per-prompt gaps (exercise) | 05 | the recorded ALs; the verdict's gaps |
+# | the bootstrap interval over prompts | 05 | `prompt_spread` |
+# | the pass shapes of both modes (exercise) | 06 | the drafting hook |
+# | the paired rule; the oracle's drafts | 06 | `payoff`; `RatedOracleDrafter` |
 # | the break-even acceptance (exercise) | 07 | `constant_rate_for` |
-# | the export to vLLM's eagle3 layout: tensors and `config.json` | 08 | `export_vllm`: every tensor equal, every key of ours equal |
-# | AL and per-position rates from vLLM's counters (exercise) | 08 | our loop's counting, 500 random sets of rounds; vLLM's AL |
-# | a broken acceptance rule, caught; speculative sampling | 09 | the lossless check; the target distribution, 20,000 draws |
+# | the export to vLLM's eagle3 layout | 08 | `export_vllm`: every tensor and every key of ours in `config.json` equal |
+# | AL, per-position rates from vLLM's counters (exercise) | 08 | our loop's counts, 500 random round sets; vLLM's AL |
+# | a broken acceptance rule, caught | 09 | the lossless check |
+# | speculative sampling | 09 | the target distribution, 20,000 draws |
 # | the tap layers of any target (exercise) | 10 | the package's rule |
 #
-# Next: the repository's `README.md` (set-up, the commands, what runs where) and `docs/` (the training recipe, the
-# checkpoint format, the full results behind every table).
+# Next: the repository's `README.md` (set-up, commands, what runs where) and `docs/` (training recipe, checkpoint
+# format, the full results behind every table).
