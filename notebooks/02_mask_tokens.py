@@ -332,9 +332,9 @@ with torch.no_grad():
         start, end = end, end + 3  # the round committed 3 tokens: 3 new slots next round
 
 # %% [markdown]
-# **Reading it.** The cached drafts' logits match one cacheless pass to within 4.9e-05, float32 summed in another
-# order. Each round keeps only committed slots (0, then 9, then 12), then adds the new ones and 3 mask slots: 12, then
-# 15, then 18 entries.
+# **Reading it.** The cached drafts' logits match one cacheless pass to within 4.9e-05, a gap the size of float32
+# rounding (its cause is not tested here). Each round keeps only committed slots (0, then 9, then 12), then adds the new
+# ones and 3 mask slots: 12, then 15, then 18 entries.
 
 # %% [markdown]
 # ## The experiment: which stand-in?
@@ -463,8 +463,8 @@ for name, h in hits.items():
 # - After a wrong draft 1 both score 0.11 and 0.10, at positions whose next-but-one token can be guessed without
 #   the one before.
 # - P-EAGLE's draft 1 is right more often here (0.43 against 0.37), so the gap is slot 2's own.
-# - These heads were not trained alike, but 06's pair, trained alike, shows the same slot-2 gap: 414 of 597 rounds
-#   against 434 of 478.
+# - These heads were not trained alike. 06's pair, trained alike, leans the same way at slot 2 (414 of 597 rounds
+#   against 434 of 478), on other text and counted in rounds: the same direction, not the same gap.
 # - This is 275 positions of 6 held-out answers at K = 2; 05's larger comparison gives the 0.34 and 0.70 above.
 
 # %% jupyter={"source_hidden": true} tags=["nbval-ignore-output"]

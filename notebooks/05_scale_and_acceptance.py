@@ -135,7 +135,7 @@ print("\n".join(heads_report.live_lines(P, S, live, KS, TIE)))
 # At K=3 its lead is not shown: it is ahead on 6 of 8 prompts (p = 0.29), though the bootstrap interval stays above
 # zero. 8 prompts are few for either yardstick.
 #
-# P-EAGLE leads at slot 1 (0.62 against 0.50 at K=7), but its later rates fall fast; 02 showed why. Only 13 of 267
+# P-EAGLE leads at slot 1 (0.62 against 0.50 at K=7), but its later rates fall fast; 02 suggests why. Only 13 of 267
 # rounds reach slot 4, so K=7 buys it nothing over K=3: AL 1.895 at both.
 #
 # <details><summary>How sure is this?</summary>
@@ -337,7 +337,7 @@ print(f"\nthe blog's AL {PAPER_AL} at K={PAPER_K} (HumanEval) needs every slot a
 # %% [markdown]
 # **Reading it.** Every head's accuracy collapses after depth 0: the shipped P-EAGLE head falls from 0.453 to 0.175.
 # Its section-1 rates for slots 1 to 3 (0.62, 0.34, 0.24) all sit below 0.78, the rate every slot would need for the
-# blog's AL 3.94 at K=7. So the gap to the paper is a gap in the deep slots.
+# blog's AL 3.94 at K=7. So every slot falls short of the paper's rate, slot 1 included, and the deep slots most.
 #
 # These accuracies are not section 1's rates: each depth counts whether or not earlier depths were right, on held-out
 # sequences of the training mix.

@@ -109,7 +109,8 @@ print(f"the oracle draws the blog's AL {paper_target('code', 7)[0]:.2f} at K=7 o
 # %% [markdown]
 # **Reading it.** Both shipped heads are shown faster than plain decoding (the course's own loop), but only just:
 # 1.18x (P-EAGLE) and 1.14x (EAGLE-3) end to end. The oracle makes 2.25x, prompt lookup 1.92x: acceptance, not
-# drafting cost, limits the heads.
+# drafting cost, limits the heads. This host's committed run has no K-pass oracle row; the live race below charges
+# the oracle both ways.
 #
 # ### Live, on two prompts
 #
@@ -238,8 +239,9 @@ print(f"  oracle K={o['k']}: AL {o['acceptance_length']:.2f} over {o['rounds']} 
 
 # %% [markdown]
 # **Reading it.** A deeper K helps the shipped heads little. In the committed run P-EAGLE's AL goes from 1.50 at K=2
-# to 1.55 at K=5 and K=7, at 1.17x to 1.18x. EAGLE-3's reaches 1.60 at K=3, at 1.12x to 1.14x. This run's counts say
-# why: at K=7, P-EAGLE's slot 2 passes in 2 of 17 rounds, and slots 5 to 7 are never reached.
+# to 1.55 at K=5 and K=7, at 1.17x to 1.18x. EAGLE-3's reaches 1.60 at K=3, at 1.12x to 1.14x. This run's live
+# counts, from 2 prompts, are consistent with that (they are not the committed run's): at K=7, P-EAGLE's slot 2
+# passes in 2 of 17 rounds, and slots 5 to 7 are never reached.
 #
 # Neither head is shown faster than plain on 2 prompts (p = 1), nor than the other, here (p = 1) or in the committed
 # run (15 of 24, p = 0.31).
@@ -330,9 +332,10 @@ print(f"\nthe blog's ALs on the GPU cost model (K=7): P-EAGLE 3.94 / {gpu_round[
 # - This run, bf16, timed on 2 prompts: a dearer round, 1.40 steps; AL 1.39 gives 0.97x.
 # - float32: 1.98 steps; AL 1.51 gives 0.73x.
 #
-# Round costs are ratios of two timings on one machine, so they compare across machines. The committed bf16 round
-# equals the GPU model's P-EAGLE round (one line on the plot): with bf16 units, this 2-core CPU runs a K=7 round,
-# drafting included, about as cheaply in decode steps as the model of the eager H200 loop.
+# A round cost is a ratio of two timings taken on one machine, so the plot can set machines side by side, as long as
+# each ratio comes from one engine and one dtype. The committed bf16 round equals the GPU model's P-EAGLE round (one
+# line on the plot): with bf16 units, this 2-core CPU runs a K=7 round, drafting included, about as cheaply in decode
+# steps as the model of the eager H200 loop (an 8B model's shapes with random weights, not a trained head).
 #
 # With the blog's ALs, the GPU cost model puts P-EAGLE 1.69x ahead of EAGLE-3 at K=7. That is the blog's direction (it
 # measured 1.55x), not a reproduction: the blog set EAGLE-3 at its own best K.

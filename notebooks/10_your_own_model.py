@@ -95,8 +95,9 @@ print("every output identical to plain greedy in its layout:", all(ev["lossless"
 
 # %% [markdown]
 # **Reading it.** On these two prompts the head drafted well only in its trained layout. On bare text it accepted no
-# draft: an acceptance length (AL, tokens per target pass) of 1.00, against 1.52 as trained. Those answers also ran
-# shorter, so the drafted text differed too. Another system message gave 1.34, a drop two prompts cannot establish.
+# draft: an acceptance length (AL, tokens committed per round) of 1.00, against 1.52 as trained. But the target's own
+# answers changed with the layout (44 tokens on bare text against 80), so the ALs are measured on different text: the
+# layout and the text move together here. Another system message gave 1.34, a drop two prompts cannot establish.
 #
 # So distil and serve with your model's own chat template (`peagle-lab distill --target DIR` applies it).
 #

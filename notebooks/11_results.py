@@ -17,7 +17,7 @@
 # # 11 · The results, side by side
 #
 # **Goal:** see every result of the course in one place: the committed benchmark runs, every acceptance length (AL,
-# tokens per target pass) of the shipped heads with its settings, and the verdicts on parallel drafting.
+# tokens committed per round) of the shipped heads with its settings, and the verdicts on parallel drafting.
 #
 # This chapter runs no model. It reads the *committed* runs saved in `data/results/` and the *live* rows that chapters
 # 00 to 10 recorded when they ran (`results/summary.json`), so run it after them.
