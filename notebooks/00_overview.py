@@ -507,6 +507,10 @@ for k_try, rounds_try in tries.items():
 # %% [markdown]
 # ## What we saw
 #
+# **In one sentence:** A speculative round drafts, verifies the drafts in one target pass, keeps the agreeing prefix
+# plus a bonus token and rolls back the rest; its output is the target's own, and it pays only when a round commits more
+# tokens than its verification costs.
+#
 # - A round is five steps: draft, verify, accept, bonus, roll back. Written by hand, it matches the package's loop with
 #   prompt lookup (AL 1.37) and with the shipped P-EAGLE head (AL 1.47).
 # - Every speculative output here is identical to plain greedy decoding (float32, CPU).

@@ -477,6 +477,9 @@ for row in rows:
 # %% [markdown]
 # ## What we saw
 #
+# **In one sentence:** P-EAGLE drafts all K tokens in one pass by filling slots 2..K with a mask token and one shared
+# learned vector; the price is that slot 2 must guess draft 1 on its own.
+#
 # - Mask slots get the mask token and `fc(mask_hidden)`, so one pass gives all K drafts.
 # - The from-scratch drafter matches the package: P-EAGLE logits within 9.5e-06, the same EAGLE-3 drafts.
 # - A frozen random stand-in ties the learned `mask_hidden` (AL 1.209 against 1.211); no stand-in is firmly ahead.

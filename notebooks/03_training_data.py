@@ -356,6 +356,9 @@ print("verdict: " + (f"bf16 taps change AL by {gap:+.3f}, beyond the seeds' nois
 #
 # ## What we saw
 #
+# **In one sentence:** A head trains on the target's own answers (they beat human-written ones here), over a small draft
+# vocabulary, from taps stored once on disk.
+#
 # - Training on the target's own answers beats human answers: AL 1.380 against 1.245.
 # - 4,096 draft ids cover 99.61% of the response tokens, in-sample; `d2t` stores offsets, `t2d` a mask.
 # - bf16 feature shards read back 1,943x faster than a target forward, at no measurable AL cost.

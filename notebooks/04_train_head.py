@@ -718,6 +718,9 @@ report.record("nb04_own_path_al", round(sum(committed) / len(committed), 4));
 #
 # ## What we saw
 #
+# **In one sentence:** One packed row trains every depth at once: each element sees only its context and its own
+# rollout, and COD trains fewer anchors at deeper depths.
+#
 # - A training element sees only its context and its own rollout; the package's mask equals that rule.
 # - One packed row trains all 8 depths; COD keeps a shrinking, nested share of anchors per depth.
 # - The forward, its loss and the training-time test by hand equal the package's; each training element is the draft

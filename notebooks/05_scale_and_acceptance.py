@@ -349,6 +349,9 @@ print(f"\nthe blog's AL {PAPER_AL} at K={PAPER_K} (HumanEval) needs every slot a
 #
 # ## What we saw
 #
+# **In one sentence:** The shipped heads' acceptance falls off after the first slot, and every slot's rate, the deep
+# ones most, falls short of what the paper's acceptance needs.
+#
 # - **Shipped heads:** at K=7, EAGLE-3 is shown to accept more (2.532 against P-EAGLE's 1.895, ahead on 8 of 8
 #   held-out prompts), the reverse of the paper's order. 06's committed matched pair points the same way (AL 5.15
 #   against 4.49, one seed each, not judged by a paired test).

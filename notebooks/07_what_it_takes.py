@@ -409,6 +409,9 @@ print(f"committed ({host_run['dir']}), P-EAGLE at K={m7['k']}: round {round7:.2f
 # %% [markdown]
 # ## What we saw
 #
+# **In one sentence:** On open prompts acceptance, not drafting cost, limits the shipped heads; the break-even picture
+# shows how much acceptance it would take to pay here.
+#
 # - The shipped heads gain little on open prompts: 1.18x (P-EAGLE) and 1.14x (EAGLE-3) end to end in the committed
 #   bf16 run, against 2.25x for the oracle. Acceptance limits them.
 # - Live outputs are lossless up to near-ties: in 4 of the 8 speculative rows, one output of two leaves plain bf16

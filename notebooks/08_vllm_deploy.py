@@ -568,6 +568,9 @@ release()
 # %% [markdown]
 # ## What we saw
 #
+# **In one sentence:** vLLM serves the exported head with the same acceptance as our loop; on a 2-core CPU its
+# speculation does not pay.
+#
 # - With the head, vLLM's greedy tokens were unchanged on 4 of 4 prompts.
 # - vLLM's acceptance length equalled our loop's: 1.454 at K=8.
 # - Live, on 2 CPU cores with 4 prompts batched, the head slowed vLLM to 0.72x: a round cost 2.04 plain steps and

@@ -344,6 +344,9 @@ assert same == N_SAME
 # %% [markdown]
 # ## What we saw
 #
+# **In one sentence:** Greedy speculation returns the target's own output (in bf16, up to near-ties), the check catches
+# a broken acceptance rule, and speculative sampling keeps the target's distribution.
+#
 # - **Fixed run**: P-EAGLE at K=4 commits 1.40 tokens per round, about even with plain decoding (1.02x, one timing).
 # - **bf16**: 51 of 216 committed bf16 outputs leave plain greedy, all at near-ties; in float32 the fixed run matches.
 # - **The check bites**: an off-by-one acceptance rule leaves plain greedy at a margin far above the bound.

@@ -260,6 +260,9 @@ assert gap < 1e-3, "two processes left one process's loss curve"
 #
 # ## What we saw
 #
+# **In one sentence:** The recipe takes its chat template and tap layers from the target, so the same code runs on a
+# second architecture and in several processes.
+#
 # - A chat template is the target's own: SmolLM2's adds a default system message, the tiny Qwen3's none. On bare
 #   text, SmolLM2's head accepted no draft on either prompt.
 # - The taps follow vLLM's rule, `2`, `L // 2`, `L - 3`, with the package's fallback below 7 layers.

@@ -7,9 +7,10 @@
 #   bash scripts/list_heads.sh [WORK]          # WORK default: build/list_heads
 #
 # Environment: PEAGLE_LIST_BUDGET seconds of training per head (default 900), PEAGLE_LIST_PROMPTS held-out prompts
-# benchmarked (default 16), PEAGLE_LIST_KS the K swept for each head (default 1,3,5,7). A matched pair instead of two
+# benchmarked (default 16), PEAGLE_LIST_KS the K swept for each head (default 1,3,5,7), PEAGLE_LIST_SEED the training
+# seed of both heads (default 0: their initial weights and data order). A matched pair instead of two
 # continuations: PEAGLE_LIST_INIT=fresh starts both heads from the same seeded untrained weights (the two modes share
-# one architecture, so seed 0 draws the same numbers for both) and PEAGLE_LIST_STEPS=N trains each for exactly N
+# one architecture, so one seed draws the same numbers for both) and PEAGLE_LIST_STEPS=N trains each for exactly N
 # optimizer steps of ~512 tokens (the same token budget) instead of the time budget. PEAGLE_LIST_DISTILLED=FILE uses
 # answers already distilled (data/distill/smollm2-135m-lists.jsonl) instead of asking the target again. The committed
 # matched pair (data/heads/smollm2-135m-lists-matched-{peagle,eagle3}, data/results-lists-matched/) was made with
@@ -39,6 +40,7 @@ N_BENCH=${PEAGLE_LIST_PROMPTS:-16}
 KS=${PEAGLE_LIST_KS:-1,3,5,7}
 INIT=${PEAGLE_LIST_INIT:-shipped}
 STEPS=${PEAGLE_LIST_STEPS:-}
+SEED=${PEAGLE_LIST_SEED:-0}
 case "$INIT" in shipped|fresh) ;; *) echo "PEAGLE_LIST_INIT=$INIT: expected shipped or fresh" >&2; exit 2;; esac
 mkdir -p "$OUT/logs"
 T0=$(date +%s)
@@ -62,15 +64,15 @@ if [ -n "$STEPS" ]; then BUDGET_ARGS=(--steps "$STEPS"); SPENT="$STEPS optimizer
 else BUDGET_ARGS=(--time-budget "$BUDGET" --steps 1000000); SPENT="${BUDGET} s"; fi
 train() {  # mode name shipped-head
   local start=(--init-from "data/heads/$3") what="Continuation of the shipped $3 head"
-  if [ "$INIT" = fresh ]; then start=(); what="A head from seed 0's untrained weights (the other head's start)"; fi
+  if [ "$INIT" = fresh ]; then start=(); what="A head from seed ${SEED}'s untrained weights (the other head's start)"; fi
   "${CLI[@]}" train --mode "$1" -K 8 "${start[@]}" --data "$OUT/distill.jsonl" --split all \
     --features "$OUT/features" --out "$OUT/$2" "${BUDGET_ARGS[@]}" --batch-tokens 512 \
-    --row-tokens 512 --lr 1e-3 --warmup-steps 10 --threads 1 --dtype float32 --seed 0 --eval-prompts 0 \
+    --row-tokens 512 --lr 1e-3 --warmup-steps 10 --threads 1 --dtype float32 --seed "$SEED" --eval-prompts 0 \
     --eval-val-prompts 0 --overwrite --note "$what on the target's answers to the 480 \
 train list prompts (scripts/list_heads.sh), ${SPENT} at one thread, side by side with the other head." \
     > "$OUT/logs/train-$2.log" 2>&1
 }
-stamp "train both heads side by side, ${SPENT} each at one thread, starting from: $INIT"
+stamp "train both heads side by side, ${SPENT} each at one thread, starting from: $INIT (seed $SEED)"
 together peagle "train parallel peagle smollm2-135m-peagle" eagle3 "train sequential eagle3 smollm2-135m-eagle3" \
   || { rc=$?; stamp "a trainer failed (exit $rc), the other was stopped; logs in $OUT/logs/"; exit $rc; }
 
