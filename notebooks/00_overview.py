@@ -75,8 +75,9 @@ from peagle_lab import models, precision, settings
 #   shared learned vector, `mask_hidden`, in place of token and taps. 02 builds it; 04 trains it.
 #
 # The vLLM blog "P-EAGLE" (2026-03-13; arXiv 2602.01469) reports P-EAGLE at 1.55x EAGLE-3's speed, each at its best K
-# (7 and 3): GPT-OSS-20B on one B200, batch 1, HumanEval. At K=7 the acceptance lengths are 3.94 against 3.03. The
-# diagram's costs are illustrative.
+# (7 and 3): GPT-OSS-20B on one B200, batch 1, HumanEval. At K=7 the acceptance lengths are 3.94 against 3.03. These
+# are published figures, not measured here; `reference.md` lists every such figure the course quotes, with its
+# source. The diagram's costs are illustrative.
 
 # %%
 from peagle_lab.workbook.diagrams import draw_drafting_schemes

@@ -129,3 +129,13 @@ def test_the_check_catches_a_stale_figure(printed):
     named, unnamed = f"As 06 printed, {figure}.", f"It ran {figure}."
     nb.cells = [nbformat.v4.new_markdown_cell(named), nbformat.v4.new_markdown_cell(unnamed)]
     assert [line.split(":")[0] for line in unprinted(nb, {}, printed["course"])] == ["cell 1"]
+
+
+def test_every_published_figure_let_through_is_listed_with_its_source_in_the_reference_sheet():
+    """reference.md's "Published figures" table is the learner's list of what the course quotes but did not
+    measure: it names exactly the figures this test lets through (plain decoding's 1.00 is a definition)."""
+    text = (NOTEBOOKS[0].parent / "reference.md").read_text()
+    section = text.split("### Published figures the course quotes", 1)[1].split("\n## ", 1)[0]
+    listed = {line.split("|")[1].strip() for line in section.splitlines()
+              if line.startswith("| ") and not line.startswith("| figure") and not line.startswith("|---")}
+    assert listed == set(PUBLISHED) - {"1.00"}
