@@ -31,8 +31,8 @@
 #   the two were not trained alike (05: other runs and data, 1.23x the wall time), so this compares two heads, not
 #   two methods. Neither is shown faster than the other (07).
 # - **List requests**, where most drafts are accepted, with two heads trained alike: P-EAGLE's single drafting pass made
-#   it faster than EAGLE-3 in 06's committed runs (one training per head). Live, on 12 requests, that speed-up is not
-#   shown.
+#   it faster than EAGLE-3 in 06's committed runs, with each of two training seeds. Live, on 12 requests, that speed-up
+#   is not shown.
 
 # %%
 # Parameters come from the environment: PEAGLE_TARGET (default: the embedded SmolLM2-135M-Instruct),

@@ -150,7 +150,7 @@ print("\n".join(heads_report.live_lines(P, S, live, KS, TIE)))
 #
 # The vLLM blog reports the reverse order: P-EAGLE 3.94, EAGLE-3 3.03 (GPT-OSS-20B, HumanEval, K=7). The shipped heads
 # differ in budget and data, so they cannot isolate the method. 06's committed matched pair, trained alike for 1,000
-# steps (one seed each), comes closer: there too EAGLE-3 accepts more.
+# steps (two training seeds), comes closer: there too EAGLE-3 accepts more, with each seed.
 
 # %% [markdown]
 # ### Exercise: AL from each prompt's counts
@@ -353,8 +353,8 @@ print(f"\nthe blog's AL {PAPER_AL} at K={PAPER_K} (HumanEval) needs every slot a
 # ones most, falls short of what the paper's acceptance needs.
 #
 # - **Shipped heads:** at K=7, EAGLE-3 is shown to accept more (2.532 against P-EAGLE's 1.895, ahead on 8 of 8
-#   held-out prompts), the reverse of the paper's order. 06's committed matched pair points the same way (AL 5.15
-#   against 4.49, one seed each, not judged by a paired test).
+#   held-out prompts), the reverse of the paper's order. 06's committed matched pair points the same way with each of
+#   two training seeds (not judged by a paired test).
 # - **Lossless:** every live speculative output matched plain greedy.
 # - **Scale:** continuing `exp-L1` raised its AL from 1.737 to 1.895. In the same 2400 s, 2 and 4 layers scored below
 #   1 layer on section 1's prompts.

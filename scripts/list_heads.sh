@@ -18,7 +18,9 @@
 #   PEAGLE_LIST_INIT=fresh PEAGLE_LIST_STEPS=1000 PEAGLE_LIST_PROMPTS=48 PEAGLE_LIST_KS=3,5,7 \
 #     PEAGLE_LIST_DISTILLED=data/distill/smollm2-135m-lists.jsonl bash scripts/list_heads.sh build/list_heads_matched
 #
-# and its wider K sweep (data/results-lists-matched-wide/), the same heads on the same 48 requests, with
+# its second training seed (data/results-lists-matched-seed1/, heads data/heads/smollm2-135m-lists-matched-seed1-*)
+# with the same line and PEAGLE_LIST_SEED=1 (WORK build/list_heads_seed1), and its wider K sweep
+# (data/results-lists-matched-wide/), the same seed-0 heads on the same 48 requests, with
 #
 #   peagle-lab bench --suite lists -n 48 --parallel-head data/heads/smollm2-135m-lists-matched-peagle \
 #     --sequential-head data/heads/smollm2-135m-lists-matched-eagle3 --ks-parallel 7,9,11 --ks-sequential 7,9,11 \

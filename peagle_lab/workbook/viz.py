@@ -181,8 +181,8 @@ def plot_per_position_acceptance(rates, ax=None, title: str | None = None, count
     """
     series = dict(rates) if isinstance(rates, Mapping) else {None: list(rates)}
     tallies = (dict(counts) if isinstance(counts, Mapping) else {None: list(counts)}) if counts is not None else {}
-    fig, ax = _axes(ax, (6, 3.2))
     k = max((len(v) for v in series.values()), default=0)
+    fig, ax = _axes(ax, (max(6, 1.1 * k + 2), 3.4) if len(series) > 1 else (6, 3.2))  # room for grouped counts
     width = 0.8 / max(len(series), 1)
     for i, (label, values) in enumerate(series.items()):
         xs = [j + 1 + (i - (len(series) - 1) / 2) * width for j in range(len(values))]
@@ -195,7 +195,7 @@ def plot_per_position_acceptance(rates, ax=None, title: str | None = None, count
         for x, y, (a, n) in zip(xs, ys, tallies.get(label, [])):
             if n:
                 ax.text(x, y + 0.01, f"{a}/{n}", rotation=90 if len(series) > 1 else 0, ha="center", va="bottom",
-                        fontsize=6 if len(series) > 1 else 7, color="#333")
+                        fontsize=7.5, color="#333")
     ax.set_xticks(range(1, k + 1))
     ax.set_xlabel("draft slot j")
     ax.set_ylabel("P(accept j | 1..j-1 accepted)")
