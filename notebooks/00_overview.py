@@ -20,9 +20,11 @@
 # yourself, and know exactly what "lossless" means.
 #
 # **What to expect on a 2-core CPU.** The course builds each piece in view and checks it against its package,
-# `peagle_lab`. The target has 135M parameters and the shipped heads accept few drafts, so their speed-ups are small;
-# larger ones come only where drafts are accepted (list requests, 06) or drawn by an oracle (07). Each chapter says what
-# its numbers can and cannot decide; 11 sets the verdicts side by side.
+# `peagle_lab`. The target has 135M parameters and the shipped heads accept few drafts, so their speed-ups are small
+# in bfloat16, and in float32 on this CPU they run slower than plain decoding (this chapter's runs are float32).
+# Larger ones come where many drafts are accepted: on list requests (06), from an oracle (07), or from prompt lookup
+# copying code (07's table). Each chapter says what its numbers can and cannot decide; 11 sets the verdicts side by
+# side.
 #
 # Results are *committed* (saved under `data/`) or *live* (run here, moving with the machine's load). Where the course
 # lands on EAGLE-3 against P-EAGLE (both explained below), with trained drafters (*heads*) drafting K tokens a round:
@@ -188,9 +190,9 @@ for key, value in [("target_params", n_params), ("greedy_tokens_per_s", round(to
 # **Reading it.** Verification is costly on this CPU: 1.89 steps for K=5 drafts in float32, against 1.17 on the H200. A
 # round here must commit about two tokens, plus drafting's time, just to break even.
 #
-# Why: at batch 1 a forward mostly streams the weights from memory, so extra rows are nearly free while the arithmetic
-# keeps up. The H200's does; this CPU's float32 arithmetic, by this reading, does not (the cell times costs, not
-# causes).
+# A likely reason, not measured here (the cell times costs, not causes): at batch 1 a forward mostly streams the
+# weights from memory, so extra rows are nearly free while the arithmetic keeps up. The H200's arithmetic is far
+# faster than its memory; a 2-core CPU's float32 arithmetic is not.
 #
 # The chapter runs in float32 so its outputs equal plain decoding's. In bfloat16, 11's committed host table times an
 # 8-token pass on this host at 1.07 steps, drafting not included.
@@ -286,9 +288,9 @@ print(f"prompt lookup, K={K}: {len(rounds_lookup)} rounds (target forwards after
 print("tokens per round", rounds_lookup)
 
 # %% [markdown]
-# **Reading it.** Prompt lookup is lossless and pays in bursts: AL 1.37. Two rounds committed 6 and 5 tokens where the
-# answer repeated earlier text; 30 of 35 committed only the bonus token. The last round's bonus falls past the 48-token
-# budget: AL counts it, the output drops it (`reference.md`, "Acceptance length").
+# **Reading it.** Prompt lookup is lossless and accepts drafts in bursts: AL 1.37. Two rounds committed 6 and 5 tokens
+# where the answer repeated earlier text; 30 of 35 committed only the bonus token. The last round's bonus falls past the
+# 48-token budget: AL counts it, the output drops it (`reference.md`, "Acceptance length").
 #
 # ## A learned drafter in the same loop
 #

@@ -238,7 +238,7 @@ class ScratchLayer:
 #
 # 04 imports an exact copy of the class from `peagle_lab.workbook.scratch`. The next cell checks both modes against
 # the package in float32. The drafts look poor. The prompt is bare text, while the heads trained on chat-templated
-# text; 10 measures what that costs.
+# text; 10 compares the layouts on two prompts.
 
 # %%
 class ScratchDrafter(ScratchLayer):
@@ -407,6 +407,9 @@ print("\n".join(studies.reach_lines(rows, mask_runs)))  # how many rounds per ru
 #
 # Slot 1 decides AL at this budget: per run, at most about 138 to 169 rounds reach slot 2, and 6 to 18 reach slot 3.
 #
+# The table's "training precision bfloat16" is the autocast the heads trained under; the taps they read were stored
+# in float32 (the print below the table). 03 explains the two.
+#
 # <details><summary>How sure is this?</summary>
 #
 # - Heads this weak rarely reach the mask slots; a well-trained head could still use `mask_hidden`.
@@ -430,7 +433,8 @@ print("\n".join(studies.reach_lines(rows, mask_runs)))  # how many rounds per ru
 #
 # The cell below measures the gap, not its cause. Both shipped heads draft at K = 2 along the target's greedy answers
 # to a few held-out prompts. A right draft 2 (equal to the answer's token) after a right draft 1 is exactly an
-# accepted slot 2. After a wrong draft 1, EAGLE-3's draft 2 should rarely be right; P-EAGLE's never sees draft 1.
+# accepted slot 2. After a wrong draft 1 the design predicts an edge for P-EAGLE: EAGLE-3's draft 2 builds on the
+# wrong token, P-EAGLE's never sees it.
 
 # %%
 from peagle_lab import settings
@@ -457,12 +461,11 @@ for name, h in hits.items():
           f"{rate(after_right)}, after a wrong one {rate(after_wrong)}")
 
 # %% [markdown]
-# **Reading it.** After a right draft 1, P-EAGLE's draft 2 is right at 0.21, EAGLE-3's at 0.46: EAGLE-3 is handed
-# that token, P-EAGLE must infer it.
+# **Reading it.** After a right draft 1, P-EAGLE's draft 2 is right at 0.21, EAGLE-3's at 0.46. That fits the
+# design's difference (EAGLE-3 is handed draft 1, P-EAGLE must infer it), but this cell does not test it as the cause.
 #
-# - After a wrong draft 1 both score 0.11 and 0.10, at positions whose next-but-one token can be guessed without
-#   the one before.
-# - P-EAGLE's draft 1 is right more often here (0.43 against 0.37), so the gap is slot 2's own.
+# - After a wrong draft 1 the predicted edge did not show: P-EAGLE 0.11, EAGLE-3 0.10. Why is not tested here.
+# - P-EAGLE's draft 1 is right more often here (0.43 against 0.37), so the gap does not come from a weaker draft 1.
 # - These heads were not trained alike. 06's pair, trained alike, leans the same way at slot 2 (414 of 597 rounds
 #   against 434 of 478), on other text and counted in rounds: the same direction, not the same gap.
 # - This is 275 positions of 6 held-out answers at K = 2; 05's larger comparison gives the 0.34 and 0.70 above.
@@ -484,6 +487,7 @@ for row in rows:
 # - The from-scratch drafter matches the package: P-EAGLE logits within 9.5e-06, the same EAGLE-3 drafts.
 # - A frozen random stand-in ties the learned `mask_hidden` (AL 1.209 against 1.211); no stand-in is firmly ahead.
 # - At most about 6 to 18 of some 850 rounds per run reach slot 3, so the study says little about slot 3 onwards.
-# - Slot 2 must infer draft 1: after a right draft 1, P-EAGLE's draft 2 is right at 0.21, EAGLE-3's at 0.46.
+# - After a right draft 1, P-EAGLE's draft 2 is right at 0.21, EAGLE-3's at 0.46. The design suggests why (slot 2
+#   must infer draft 1), untested here; the edge it predicts after a wrong draft 1 did not show (0.11 against 0.10).
 #
 # Next: `03_training_data`, what a head trains on.

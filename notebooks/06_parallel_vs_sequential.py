@@ -136,8 +136,8 @@ bench.plot_drafting_cost(dc);
 # verifying costs 1.04 to 1.27 decode steps, most of a round on this CPU: the saving pays only where many drafts are
 # accepted.
 #
-# At K=1 both are one pass and their IQR bars overlap. The dips in `verify_ms` the cell lists are timing noise: a
-# pass over more tokens is not cheaper.
+# At K=1 both are one pass and their IQR bars overlap. The dips in `verify_ms` the cell lists are most likely timing
+# noise: a pass over more tokens does more work (the table prints no spread for `verify_ms` to show it).
 #
 # ### Exercise: write the pass shapes, then predict the drafting cost
 #
@@ -548,8 +548,8 @@ else:
 # **In one sentence:** Parallel drafting keeps a round's drafting cost flat in K; in committed runs that paid where many
 # drafts get accepted.
 #
-# - Speed is AL / round. Parallel drafting costs 3.81 to 5.28 ms at every K, sequential up to 34.2 ms at K=10, but
-#   verification is most of a round.
+# - Ideal speed-up is AL / round (measured a little below it). Parallel drafting costs 3.81 to 5.28 ms at every K,
+#   sequential up to 34.2 ms at K=10, but verification is most of a round.
 # - On the same drafts, one pass beat seven on 11 of 12 requests (p = 0.0063).
 # - Trained alike (committed, 48 requests), P-EAGLE is shown faster than EAGLE-3 while accepting less, with each of
 #   two training seeds: 2.10x against 1.92x (seed 0) and 2.18x against 1.93x (seed 1), at K=7. Its round stays near 2

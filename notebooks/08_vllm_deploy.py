@@ -377,7 +377,8 @@ print(f"one batched plain step {plain_step_ms:.0f} ms; one batched speculative r
 # - **GPU cost model** (`gpu-h200`, batch 1, 8B-parameter shapes, random weights): `verify K+1 / step` is
 #   verification's cost in decode steps; `draft share`, drafting's share of a round.
 # - **Tensor parallelism** splits each layer over processes or GPUs, called ranks. Their count must divide the
-#   attention heads, so vLLM refuses 2 ranks for this target's 9. We shard it by hand over 2 CPU processes instead,
+#   attention heads; the cell's check of that rule finds that 2 ranks cannot split this target's 9 (vLLM itself was
+#   not run with 2). We shard it by hand over 2 CPU processes instead,
 #   vLLM-style: each rank keeps whole query-head groups with their KV head, and a share of the MLP. Two all-reduces
 #   per layer sum the ranks' parts.
 
@@ -452,7 +453,8 @@ for path in sorted(RESULTS.glob("*/tensor-parallel/tensor_parallel.json")):
 # P-EAGLE round against 31% for EAGLE-3: a cost model, not a measured speed-up.
 #
 # **Tensor parallelism** (`cpu-epyc-avx2-2c`): 2 processes slowed a decode step most, 51.1 to 152.9 ms, and
-# verification less, 100.3 to 181.9 ms: 0.55x as fast. The all-reduces explain 33.5 ms of the decode slowdown; the
+# verification less, 100.3 to 181.9 ms: 0.55x as fast. By an estimate (the all-reduces a step makes times their
+# measured cost each), the all-reduces account for about 33.5 ms of the decode slowdown; the
 # rest is not taken apart here. With verification slower, P-EAGLE's draft share fell, 6.4% to 4.1%. On GPUs, where
 # sharding speeds the target up, that share should grow: argued, not measured.
 #
@@ -484,7 +486,8 @@ for path in sorted(RESULTS.glob("*/tensor-parallel/tensor_parallel.json")):
 # ```
 #
 # * **vLLM version:** 0.16 or later, per the vLLM P-EAGLE blog.
-# * **Pass `"method": "eagle3"`:** otherwise vLLM reads a head name containing `eagle-` as EAGLE-1.
+# * **Pass `"method": "eagle3"`:** without it, vLLM infers the method from the head's name, and a name containing
+#   `eagle-` is taken for EAGLE-1 (from vLLM's speculative-decoding configuration; not run here).
 # * **GPT-OSS:** its card reports that vLLM refuses the drafter (`validate_same_kv_cache_group`) unless a fix gives
 #   the drafter's layers their own KV-cache group.
 # * **Published acceptance length:** 2.68 on MT-Bench, 3.15 on HumanEval, 3.55 on GSM-8K at K=5 (GPT-OSS-120B card).

@@ -150,8 +150,9 @@ for kind, text in PROMPTS.items():
 #   minus top-2 margin is within `BF16_TIE_ULPS` (4) bf16 ulps of the top logit.
 # - **fp32 on a GPU** (`near-tie` too): the same rule with a float32 bound, 2^-11 of the top logit.
 #
-# Why bf16 can swap two tokens: between 16 and 32, neighbouring bf16 values are 0.125 apart, and verifying K+1 tokens
-# sums in another order than a one-token step. Two logits tied within that spacing can swap. The cells count such
+# Why bf16 can swap two tokens: between 16 and 32, neighbouring bf16 values are 0.125 apart, and a pass over K+1
+# tokens runs other kernels than a one-token step (with sums likely taken in another order). Two logits tied within
+# that spacing can swap. The cells count such
 # divergences in the committed bf16 run, rerun the fixed run in float32 and take its divergence apart.
 
 # %% tags=["nbval-ignore-output"]
@@ -232,7 +233,8 @@ else:
 # fixed run matches plain greedy, so bf16 caused its divergence.
 #
 # At token 12, plain decoding's one-token step scores ' n' and ' isinstance' alike (18.375) and keeps ' n'. The
-# replayed verify pass sums in another order and puts ' isinstance' one bf16 step ahead, 18.375 against 18.25. A
+# replayed verify pass puts ' isinstance' one bf16 step ahead, 18.375 against 18.25 (a different summation order is
+# the likely cause; the cell shows only the logits). A
 # single pass over the whole prefix puts ' n' ahead. A rounding effect within one bf16 step: exactly what the near-tie
 # rule allows.
 #

@@ -94,12 +94,13 @@ print("against the trained layout: " + ", ".join(f"{name} {tmpl[t]['acceptance_l
 print("every output identical to plain greedy in its layout:", all(ev["lossless"] for ev in tmpl.values()))
 
 # %% [markdown]
-# **Reading it.** On these two prompts the head drafted well only in its trained layout. On bare text it accepted no
+# **Reading it.** On these two prompts the head drafted best in its trained layout. On bare text it accepted no
 # draft: an acceptance length (AL, tokens committed per round) of 1.00, against 1.52 as trained. But the target's own
 # answers changed with the layout (44 tokens on bare text against 80), so the ALs are measured on different text: the
 # layout and the text move together here. Another system message gave 1.34, a drop two prompts cannot establish.
 #
-# So distil and serve with your model's own chat template (`peagle-lab distill --target DIR` applies it).
+# Two prompts cannot establish the rule, but the safe practice follows from how a head learns: distil with the
+# template you will serve with, your model's own (`peagle-lab distill --target DIR` applies it).
 #
 # ### Exercise: which layers are tapped?
 #
