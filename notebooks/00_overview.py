@@ -499,9 +499,9 @@ for k_try, rounds_try in tries.items():
 # | `05_scale_and_acceptance` | How far does training go, and why is acceptance below the paper's? |
 # | `06_parallel_vs_sequential` | What does a round cost each way, and when does parallel drafting pay? |
 # | `07_what_it_takes` | How fast are the shipped heads on open prompts, and what acceptance would pay here? |
-# | `08_vllm_deploy` | Serving a head with vLLM, under load and with tensor parallelism. |
+# | `08_vllm_deploy` | How do you serve a head with vLLM, and does vLLM accept what our loop accepts? |
 # | `09_explorer` | Is the output still the target's? Drafts token by token, bfloat16 near-ties, speculative sampling. |
-# | `10_your_own_model` | How do you train a head for your own model, and in several processes? |
+# | `10_your_own_model` | How do you train a head for your own model, and what do load and sharding do? |
 # | `11_results` | Every result side by side: each host's runs, every acceptance length, the verdicts. |
 #
 # `reference.md`, beside the notebooks, collects the glossary, the measurement rules, the heads, the prompt sets, run

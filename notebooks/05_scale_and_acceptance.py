@@ -55,7 +55,8 @@ REF = f"{HOST} in {json.loads((RECIPE_DIR / HOST / 'heldout_compare.json').read_
 # The next cells print their training budgets, then the committed *held-out comparison* on prompts no head trained on:
 # each slot's rate and the rounds that reached it. The AL rebuilt from the rates sits a little above the recorded one,
 # whose last round is cut short. The gap between the heads is judged per prompt, by a sign test (the *paired rule*,
-# written out in 06) and by a 95% *bootstrap interval* over 2,000 redraws of the prompts.
+# written out below) and by a 95% *bootstrap interval*, the gap's spread over redraws of the prompts (written out in
+# the exercise).
 
 # %% tags=["nbval-ignore-output"]
 from collections import Counter
@@ -82,6 +83,29 @@ for kind, path in SHIPPED.items():
 seq, par = cum["sequential"], cum["parallel"]
 print(f"\ncumulative budgets: EAGLE-3 / P-EAGLE = {seq['train_time_s'] / par['train_time_s']:.2f}x the wall time, "
       f"{seq['tokens_seen'] / par['tokens_seen']:.2f}x the tokens seen")
+
+# %% [markdown]
+# **The paired rule.** Two heads run on the same prompts. If neither were better, which one is ahead on a prompt
+# would be a fair coin flip. The two-sided **sign test** gives p, the chance that n fair flips split at least as
+# unevenly as the prompts did. Below 5%, the head ahead is *shown* better; otherwise we only count its wins. The cell
+# writes the test and tries it on a few splits: 5 wins of 5 are not enough.
+
+# %% tags=["nbval-check-output"]
+import math
+
+from peagle_lab.workbook import payoff
+
+
+def sign_test(wins, n):
+    """Two-sided sign test: the chance that n fair coin flips split at least as unevenly as wins to n - wins."""
+    more = max(wins, n - wins)  # the larger side
+    return min(1.0, 2 * sum(math.comb(n, i) for i in range(more, n + 1)) / 2 ** n)
+
+
+for wins, n in ((5, 5), (6, 6), (6, 8), (8, 8)):
+    p = sign_test(wins, n)
+    assert abs(p - payoff.sign_test(wins, n)) < 1e-12, "the package's sign test"
+    print(f"ahead on {wins} of {n} prompts: p = {p:.2g}, {'shown' if p < 0.05 else 'not shown'}")
 
 # %% tags=["nbval-ignore-output"]
 from peagle_lab.workbook import heads_report  # the course's readers and plots of the heads' files

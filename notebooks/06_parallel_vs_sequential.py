@@ -132,8 +132,8 @@ print("verifying more tokens measured cheaper after: "
 bench.plot_drafting_cost(dc);
 
 # %% [markdown]
-# **Reading it.** Parallel drafting stays at 3.81 to 5.28 ms for every K; sequential grows to 34.2 ms at K=10. But
-# verifying costs 1.04 to 1.27 decode steps, most of a round on this CPU: the saving pays only where many drafts are
+# **Reading it.** Parallel drafting stays at 4.54 to 5.76 ms for every K; sequential grows to 36.7 ms at K=10. But
+# verifying costs 1.12 to 1.26 decode steps, most of a round on this CPU: the saving pays only where many drafts are
 # accepted.
 #
 # At K=1 both are one pass and their IQR bars overlap. The dips in `verify_ms` the cell lists are most likely timing
@@ -213,9 +213,9 @@ for ex_k in EX_KS:
 print("ratio as a fraction of K:", ", ".join(f"K={k}: {r / k:.2f}" for k, r in ex.items()))
 
 # %% [markdown]
-# **Reading it.** The sequential/parallel ratio rises with K and is below K at both: 1.72 at K=2, 7.22 at K=10.
+# **Reading it.** The sequential/parallel ratio rises with K and is below K at both: 1.58 at K=2, 6.76 at K=10.
 # Sequential drafting grows with its passes; the one parallel pass only a little as it widens. At two K, timing noise
-# decides the ratio's fraction of K (0.86 and 0.72 here, 0.65 to 0.81 in the table).
+# decides the ratio's fraction of K (0.79 and 0.68 here, 0.64 to 0.84 in the table).
 #
 # ## The saving alone: the same drafts, two drafting costs
 #
@@ -224,25 +224,22 @@ print("ratio as a fraction of K:", ", ".join(f"K={k}: {r / k:.2f}" for k, r in e
 # also runs the shipped P-EAGLE head in one pass or seven and discards those drafts, so both *charges* of a request get
 # the same drafts and differ only in drafting cost.
 #
-# **The paired rule.** If neither method were faster, each request would be a coin flip. The two-sided **sign test**
-# gives p, the chance that fair flips split at least as unevenly. Below 5% a method is *shown faster*; otherwise we
-# only count its wins. The first cell writes the test (`order`): 5 wins of 5 are not enough.
+# **The paired rule** (05's sign test) now compares speed: each request is a coin flip if neither method is faster.
+# Below p = 5% a method is *shown faster*; otherwise we only count its wins. The first cell writes the rule over
+# per-request gaps (`order`, `paired`).
 #
-# The last, `race` (a small `peagle-lab bench`), runs plain decoding and both charges in rotating order on each list
-# request, checking every output against plain greedy.
+# The last cell writes `race`, a small `peagle-lab bench`: on each list request it runs plain decoding and both
+# charges in rotating order, so a drift in the machine's speed falls on every method alike; it keeps each one's time
+# and the loop's round timer (drafting ms), and checks every output against plain greedy.
 
 # %% tags=["nbval-check-output"]
-import math
-
 from peagle_lab.workbook import payoff
 
 
 def order(gaps, a_name, b_name):
-    """The paired rule, a two-sided sign test: if neither row were faster, each prompt would be a fair coin flip;
-    p is the chance that n flips split at least as unevenly as these prompts did. Below 5%, the order is shown."""
+    """The paired rule over per-prompt gaps (a minus b): 05's sign test on the wins. Below 5%, the order is shown."""
     wins, n = sum(g > 0 for g in gaps), sum(g != 0 for g in gaps)  # a tie tells neither way
-    p = min(1.0, 2 * sum(math.comb(n, i) for i in range(max(wins, n - wins), n + 1)) / 2 ** n)
-    assert abs(p - payoff.sign_test(wins, n)) < 1e-12, "the package's sign test"
+    p = payoff.sign_test(wins, n)  # 05 wrote it out
     verdict = f"{a_name if wins > n - wins else b_name} shown faster" if p < 0.05 else "neither shown faster"
     line = f"{a_name} faster on {wins} of {n} prompts, sign test p = {p:.2g}: {verdict}"
     assert line == payoff.paired_order(gaps, a_name, b_name), "the package's paired rule"
@@ -290,12 +287,51 @@ mine_drafts = oracle_drafts(oracle.reference, slots.end + 1, 7, [oracle.rate(j) 
 print(f"per-slot rate {oracle.rate(0):.3f}; drafts {theirs.tolist()}, true continuation "
       f"{oracle.reference[slots.end + 1:slots.end + 8]}; written out == package's: {torch.equal(mine_drafts, theirs)}")
 
-# %% tags=["nbval-ignore-output"]
+# %%
 from tqdm.auto import tqdm
 
 from peagle_lab.bench.suites import suite_records
-from peagle_lab.workbook.race import race
+from peagle_lab.decoding.divergence import first_divergence, is_lossless, lossless_regime
+from peagle_lab.decoding.speculative import speculative_generate
+from peagle_lab.workbook.race import Race  # the rows, and the paired rule read over them
 
+
+def race(runner, contenders, requests, new_tokens, eos_ids=None, plain_first=False, progress=None):
+    """Run plain decoding and every contender on each ``(label, prompt ids)`` request, and check every output
+    against plain greedy (exact in float32 on a CPU, near-ties allowed otherwise). A contender is ``(make, k)``:
+    ``make(ids, plain)`` returns its drafter for one request, ``plain`` being that request's plain result."""
+    model = runner.model
+    dtype, device = model.dtype, next(model.parameters()).device
+    names = list(contenders)
+    res = Race(names=names, tally={n: [0, 0] for n in names}, regime=lossless_regime(dtype, device.type))
+    for i, (label, ids) in enumerate(progress(requests) if progress else requests):
+        if plain_first:  # plain first (a contender replaying its output needs it), the contenders rotated
+            order = ["plain"] + names[i % len(names):] + names[:i % len(names)]
+        else:  # all rotated: a drift in the machine's speed falls on every method alike
+            everyone = ["plain", *names]
+            order = everyone[i % len(everyone):] + everyone[:i % len(everyone)]
+        runs = {}
+        for m in order:
+            if m == "plain":
+                runs[m] = plain_generate(runner, ids, new_tokens, eos_ids=eos_ids)
+            else:
+                make, k = contenders[m]
+                runs[m] = speculative_generate(runner, make(ids, runs.get("plain")), ids, k=k,
+                                               max_new_tokens=new_tokens, eos_ids=eos_ids)
+        row = {"held-out request": label[:44], "answer tokens": len(runs["plain"].tokens[:new_tokens])}
+        for m in names:
+            st = runs[m].stats  # the loop's counts, and its timer's seconds per part of a round
+            res.tally[m] = [res.tally[m][0] + sum(st.accepted), res.tally[m][1] + st.rounds]
+            res.divergences.append(first_divergence(runs[m].tokens[:new_tokens], runs["plain"], dtype, device.type))
+            row |= {f"{m} AL": st.acceptance_length, f"{m} vs plain": runs["plain"].seconds / runs[m].seconds,
+                    f"{m} draft ms": 1000 * st.times.get("draft", 0.0) / max(st.rounds, 1)}
+        res.rows.append(row)
+    assert is_lossless(res.divergences, res.regime), [d.message() for d in res.divergences if d is not None]
+    res.describe({n: k for n, (_, k) in contenders.items()}, len(requests), new_tokens, dtype)
+    return res
+
+
+# %% tags=["nbval-ignore-output"]
 LIVE_N, LIVE_TOKENS = settings.pick(12, 2), settings.pick(40, 24)  # list requests, as in the pair race below
 eos = tokenizer.eos_token_id
 requests = [(rec["prompt"], chat_ids(tokenizer, rec["prompt"])) for rec in suite_records("lists", LIVE_N)]
@@ -322,7 +358,7 @@ print("\n".join(same_drafts.lines()))
 # **Reading it.** On the same drafts, one pass beats seven on 11 of 12 requests (p = 0.0063): shown live, as in the
 # committed runs of `cpu-epyc-avx2-2c` (22 of 24; chapter 11 lists them).
 #
-# Both charges accept alike (AL 3.56, the same 259 drafts), so the gap is drafting cost: 5.1 against 21.2 ms a round,
+# Both charges accept alike (AL 3.56, the same 259 drafts), so the gap is drafting cost: 5.4 against 21.8 ms a round,
 # cheaper on 12 of 12.
 #
 # The AL is below the blog's 3.94: answers that end early cut rounds short (07 computes 3.79 for this rate at a
@@ -346,7 +382,7 @@ print("\n".join(same_drafts.lines()))
 
 # %% tags=["nbval-ignore-output"]
 from peagle_lab.bench.files import result_suites
-from peagle_lab.drafter.heads import MATCHED_HEADS
+from peagle_lab.drafter.heads import MATCHED_HEADS, MATCHED_SEED1_HEADS
 
 mrun = payoff.host_run(matched, READ_HOST, "float32")  # this host's run (the nearest host's where it has none)
 me = result_suites(mrun["results"])["lists"]
@@ -469,8 +505,7 @@ seed1 = bench.committed_results(data_dir() / "results-lists-matched-seed1")
 if seed1:
     s1 = result_suites(payoff.host_run(seed1, READ_HOST, "float32")["results"])["lists"]
     by_seed = {0: me, 1: s1}
-    for kind, path in MATCHED_HEADS.items():  # the seed-1 heads' training records, beside the seed-0 heads' folders
-        seed1_head = path.with_name(path.name.replace("matched-", "matched-seed1-"))
+    for kind, seed1_head in MATCHED_SEED1_HEADS.items():  # the seed-1 heads' training records
         rec = json.loads((seed1_head / "training.json").read_text())
         print(f"{seed1_head.name}: seed {rec['config']['seed']}, "
               f"{rec['steps_done']:,} steps, {rec['tokens_seen']:,} tokens seen, {rec['train_time_s']:.0f} s")
@@ -534,7 +569,7 @@ else:
     print(f"the committed pair does not fit this target ({misfit['parallel'][0]}): scripts/list_heads.sh trains one")
 
 # %% [markdown]
-# **Reading it.** Live in bf16, P-EAGLE's drafting is shown cheaper: 6.0 against 26.4 ms a round, on 12 of 12
+# **Reading it.** Live in bf16, P-EAGLE's drafting is shown cheaper: 6.3 against 26.3 ms a round, on 12 of 12
 # requests (p = 0.00049). End to end it beats EAGLE-3 on 7 of 12 (p = 0.77): not shown. The cell does not separate
 # why: the heads accept differently per request (the `AL` columns; over every request 3.96 for P-EAGLE against 4.32),
 # and 12 short answers are a small sample.
@@ -548,8 +583,8 @@ else:
 # **In one sentence:** Parallel drafting keeps a round's drafting cost flat in K; in committed runs that paid where many
 # drafts get accepted.
 #
-# - Ideal speed-up is AL / round (measured a little below it). Parallel drafting costs 3.81 to 5.28 ms at every K,
-#   sequential up to 34.2 ms at K=10, but verification is most of a round.
+# - Ideal speed-up is AL / round (measured a little below it). Parallel drafting costs 4.54 to 5.76 ms at every K,
+#   sequential up to 36.7 ms at K=10, but verification is most of a round.
 # - On the same drafts, one pass beat seven on 11 of 12 requests (p = 0.0063).
 # - Trained alike (committed, 48 requests), P-EAGLE is shown faster than EAGLE-3 while accepting less, with each of
 #   two training seeds: 2.10x against 1.92x (seed 0) and 2.18x against 1.93x (seed 1), at K=7. Its round stays near 2

@@ -137,8 +137,9 @@ plain_row = next(m for m in e2e["methods"] if m["family"] == "plain")
 print(f"plain loop: {plain_row['t_step_ms']:.1f} ms per decode step (the loop's timer)")
 
 # %% [markdown]
-# **Reading it.** Live, on 2 prompts, the shipped heads gain nothing measurable: at best 1.02x for P-EAGLE (K=1) and
-# 1.01x for EAGLE-3 (K=4). The oracle makes 2.5x with one drafter pass, 2.25x with seven.
+# **Reading it.** Live, on 2 prompts, the shipped heads gain a little: at best 1.27x for P-EAGLE (K=1) and 1.16x for
+# EAGLE-3 (K=4), figures two prompts cannot rank (the verdicts below). The oracle makes 2.93x with one drafter pass,
+# 2.45x with seven.
 #
 # At K=1 the two drafting modes are the same computation, so P-EAGLE's best K saves nothing over EAGLE-3. The heads'
 # AL stays between 1.30 and 1.42 at every K: deeper drafts are rarely accepted, so a larger K adds verification
@@ -147,7 +148,7 @@ print(f"plain loop: {plain_row['t_step_ms']:.1f} ms per decode step (the loop's 
 # <details><summary>How sure is this?</summary>
 #
 # - Two prompts, timed once each, move from run to run: trust this table for mechanics, the committed one for ranking.
-# - transformers' `generate` (`hf-greedy`) ran at 0.903x of the course's plain loop here.
+# - transformers' `generate` (`hf-greedy`) ran at 1.01x of the course's plain loop here.
 #
 # </details>
 #
@@ -187,21 +188,18 @@ else:
     print("on a GPU the course runs in its native dtype; no float32 comparison")
 
 # %% [markdown]
-# **Reading it.** Plain bf16 beat plain float32 in all 3 repeats, by 1.09x to 1.14x; P-EAGLE in bf16 at K=1 made 1.17x
-# to 1.26x. Over plain bf16, P-EAGLE made 1.02x to 1.16x: the repeats move about as much as speculation adds.
+# **Reading it.** In this run bf16 did not reliably beat float32: plain bf16 made 0.90x to 1.19x plain float32 over
+# the 3 repeats, P-EAGLE in bf16 at K=1 1.00x to 1.09x. Over plain bf16, P-EAGLE made 0.84x to 1.21x: the repeats move
+# more than speculation adds.
 #
 # The chapter's other speed-ups leave bf16's own gain out, and timings from different chapters and runs do not
 # compare (dtype, load and prompts differ): hence this side-by-side run.
 #
-# ### Speed-up and acceptance, slot by slot
+# ### Speed-up and acceptance against K
 #
 # The plots draw the committed 24-prompt run, since two live prompts are too few for a trend: speed-up against K,
 # measured (solid) and ideal (dashed), then AL against its bound K+1. Every line in them, transformers' `generate`
-# included, is that run's, not the live table's.
-#
-# The cell prints the committed K sweep, then this run's per-slot counts. Slot j is a round's j-th draft, counted as
-# accepted/reached (`-`: never reached). The ratio, p_j, is slot j's rate once all earlier slots passed. Last comes
-# the paired rule for each head at its best K.
+# included, is that run's, not the live table's. The cell also prints that run's K sweep.
 
 # %%
 from peagle_lab.bench.oracle import budget_acceptance_length
@@ -214,12 +212,34 @@ bench.plot_acceptance(committed_run);
 print(f"committed ({host_run['dir']}, {cfg['n_prompts']} prompts x {cfg['max_new_tokens']} new tokens), every K:")
 for m in (m for m in committed_run["methods"] if m["family"] in ("p-eagle", "eagle3")):
     print(f"  {m['method']:12s} AL {m['acceptance_length']:.2f} over {m['rounds']} rounds, {m['speedup']:.2f}x")
-print(f"\nthis run ({N_PROMPTS} prompts), slots 1..K accepted/reached:")
+
+# %% [markdown]
+# **Reading it.** A deeper K helps the shipped heads little. In the committed run P-EAGLE's AL goes from 1.50 at K=2
+# to 1.55 at K=5 and K=7, at 1.17x to 1.18x. EAGLE-3's reaches 1.60 at K=3, at 1.12x to 1.14x.
+#
+# ### Slot by slot, live
+#
+# Slot j is a round's j-th draft, counted as accepted/reached (`-`: never reached). The ratio, p_j, is slot j's rate
+# once all earlier slots passed.
+
+# %%
+print(f"this run ({N_PROMPTS} prompts), slots 1..K accepted/reached:")
 for m in (m for m in e2e["methods"] if m["family"] in ("p-eagle", "eagle3", "oracle")):
     counts = " ".join(f"{round(p * n)}/{n}" if n else "-"
                       for p, n in zip(m["per_position_acceptance"], m["per_position_attempts"]))
     print(f"  {m['method']:12s} AL {m['acceptance_length']:.2f} over {m['rounds']:3d} rounds: {counts}")
-print(f"\nthis run ({N_PROMPTS} HumanEval prompts x {MAX_NEW} new tokens), each head at its best K:")
+
+# %% [markdown]
+# **Reading it.** This run's live counts, from 2 prompts, are consistent with the committed sweep (they are not the
+# committed run's): at K=7, P-EAGLE's slot 2 passes in 2 of 17 rounds, and slots 5 to 7 are never reached.
+#
+# ### The verdicts, by the paired rule
+#
+# Each head at its best K against plain decoding, the two heads against each other (live and committed), and the two
+# drafters without a trained head: prompt lookup, and the oracle against the AL its rate predicts.
+
+# %%
+print(f"this run ({N_PROMPTS} HumanEval prompts x {MAX_NEW} new tokens), each head at its best K:")
 for family, name in (("p-eagle", "P-EAGLE"), ("eagle3", "EAGLE-3")):
     m = best(e2e, family)
     per_prompt = [r["speedup_vs_plain"] - 1 for r in e2e["runs"] if r["method"] == m["method"]]
@@ -238,20 +258,44 @@ print(f"  oracle K={o['k']}: AL {o['acceptance_length']:.2f} over {o['rounds']} 
       f"{expected:.2f} once {MAX_NEW}-token answers cut their last round")
 
 # %% [markdown]
-# **Reading it.** A deeper K helps the shipped heads little. In the committed run P-EAGLE's AL goes from 1.50 at K=2
-# to 1.55 at K=5 and K=7, at 1.17x to 1.18x. EAGLE-3's reaches 1.60 at K=3, at 1.12x to 1.14x. This run's live
-# counts, from 2 prompts, are consistent with that (they are not the committed run's): at K=7, P-EAGLE's slot 2
-# passes in 2 of 17 rounds, and slots 5 to 7 are never reached.
-#
-# Neither head is shown faster than plain on 2 prompts (p = 1), nor than the other, here (p = 1) or in the committed
-# run (15 of 24, p = 0.31).
+# **Reading it.** Neither head is shown faster than plain on 2 prompts (2 of 2 is p = 0.5), nor than the other, here
+# (p = 0.5) or in the committed run (15 of 24, p = 0.31). Prompt lookup made 2.12x (AL 2.29).
 #
 # The oracle's AL 4.00 sits above the 3.79 its rate expects at this 40-token budget: 20 rounds are a small draw.
 #
 # ## Where a round's time goes
 #
-# The loop's timer splits each round into drafting, verification, accept-and-rollback and Python overhead.
-# `draft_share` and `verify_share` are the first two as fractions of the round.
+# The loop times each part of a round with a stopwatch around it (synchronising CUDA first on a GPU):
+#
+# ```python
+# with timer("draft"):   drafts, q = drafter.propose(slots, k, sampling)       # K drafts: 1 pass, or K
+# with timer("verify"):  logits, taps = runner.forward([out[-1]] + drafts)    # one target pass over K+1 tokens
+# with timer("accept"):  a, bonus = accept_greedy(drafts, logits)  # keep the agreeing prefix, roll back the rest
+# ```
+#
+# `iter_rounds` yields each round with those times. The first cell prints a few rounds of P-EAGLE at K=7 on one
+# prompt, by hand.
+
+# %% tags=["nbval-ignore-output"]
+from peagle_lab.decoding.speculative import iter_rounds
+
+PARTS = ("draft", "verify", "accept")
+ids = chat_ids(tokenizer, humaneval_prompts(1)[0])
+rounds = list(iter_rounds(runner, HeadDrafter(par_head, "parallel"), ids, 7, MAX_NEW))[1:]  # round 0 is the prefill
+print("round  accepted" + "".join(f"{p + ' ms':>11s}" for p in PARTS))
+for r in rounds[:5]:
+    print(f"{r.index:5d} {r.accepted:9d}" + "".join(f"{1e3 * r.times[p]:11.2f}" for p in PARTS))
+total = {p: sum(r.times[p] for r in rounds) for p in PARTS}
+print(f"over all {len(rounds)} rounds: " + ", ".join(f"{p} {t / sum(total.values()):.1%}" for p, t in total.items())
+      + " of the timed parts")
+
+# %% [markdown]
+# **Reading it.** On one prompt at K=7, verification took 92.1% of the timed parts of 28 rounds and drafting 6.4%: a
+# P-EAGLE round is mostly the target's pass.
+#
+# The bench keeps the same split for every method, as medians over its prompts: drafting, verification,
+# accept-and-rollback, and the Python overhead between them. `draft_share` and `verify_share` are the first two as
+# fractions of the round.
 
 # %% tags=["nbval-ignore-output"]
 display(Markdown(bench.format_table(e2e["round_profile"], [
@@ -267,9 +311,9 @@ fig.set_size_inches(8, 0.32 * len(e2e["round_profile"]) + 2.0)
 fig.tight_layout()
 
 # %% [markdown]
-# **Reading it.** Verification is about nine tenths of every P-EAGLE round (`verify_share` 0.916 to 0.928), so a
-# round costs about one verify pass. EAGLE-3's drafting share grows with K: 0.0575 at K=1, 0.157 at K=4. The oracle's
-# seven passes draft in 18.8 ms a round, one pass in 5.45 ms.
+# **Reading it.** Verification is about nine tenths of every P-EAGLE round (`verify_share` 0.918 to 0.927), so a
+# round costs about one verify pass. EAGLE-3's drafting share grows with K: 0.0592 at K=1, 0.159 at K=4. The oracle's
+# seven passes draft in 23.6 ms a round, one pass in 6.68 ms.
 #
 # ## What it takes: the break-even picture
 #
@@ -329,7 +373,7 @@ print(f"\nthe blog's ALs on the GPU cost model (K=7): P-EAGLE 3.94 / {gpu_round[
 # without bf16 units.
 #
 # - Committed bf16: a round costs 1.26 decode steps; AL 1.55 gives 1.20x decode.
-# - This run, bf16, timed on 2 prompts: a dearer round, 1.40 steps; AL 1.39 gives 0.97x.
+# - This run, bf16, timed on 2 prompts: a dearer round, 1.34 steps; AL 1.39 gives 1.01x.
 # - float32: 1.98 steps; AL 1.51 gives 0.73x.
 #
 # A round cost is a ratio of two timings taken on one machine, so the plot can set machines side by side, as long as
@@ -417,8 +461,8 @@ print(f"committed ({host_run['dir']}), P-EAGLE at K={m7['k']}: round {round7:.2f
 # - Live outputs are lossless up to near-ties: in 4 of the 8 speculative rows, one output of two leaves plain bf16
 #   greedy, at a near-tie.
 # - Verification is about nine tenths of a P-EAGLE round.
-# - Over 3 repeats, plain bf16 ran 1.09x to 1.14x plain float32, P-EAGLE in bf16 1.17x to 1.26x: the repeats move
-#   about as much as speculation adds.
+# - Over 3 repeats, plain bf16 ran 0.90x to 1.19x plain float32, P-EAGLE in bf16 1.00x to 1.09x: the repeats move
+#   more than speculation adds.
 # - 11's host table: the bf16 verify pass costs fewer decode steps (`verify_k7` 1.07, against 1.88 and 2.06 in
 #   float32).
 # - On the committed bf16 round (1.26 steps), 2x decode at K=7 needs AL 2.52, a per-slot rate of 0.611. The shipped

@@ -20,10 +20,10 @@
 # tokens and acceptance length (tokens per round) against our own decoding loop from 00.
 #
 # **Plan:** 1 vLLM's drafter layout · 2 export · 3 offline engine · 4 acceptance length · 5 server · 6 timing ·
-# 7 load and tensor parallelism · 8 the published heads on a GPU.
+# 7 the published heads on a GPU.
 #
-# **What runs here.** Sections 2-6 run live on vLLM's CPU build. Section 7 reads committed runs, saved in the
-# repository. Section 8 is a GPU recipe, not run here.
+# **What runs here.** Sections 2-6 run live on vLLM's CPU build. Section 7 is a GPU recipe, not run here. Serving
+# under load and with tensor parallelism comes in 10, with the other ways past one machine.
 
 # %% tags=["nbval-ignore-output"]
 import os
@@ -49,9 +49,7 @@ from peagle_lab import serving
 ON_GPU, GPUS = torch.cuda.is_available(), torch.cuda.device_count()
 print("vllm", vllm.__version__, "| torch", torch.__version__, "| CUDA", ON_GPU)
 print("CPU:", platform.processor() or platform.machine(), "| cores:", os.cpu_count())
-print(f"live on {'the GPU' if ON_GPU else f'{os.cpu_count()} CPU cores'}: sections 2-6; from committed runs "
-      "(section 7): serving under load" + ("" if ON_GPU else ", a GPU at batch 1")
-      + ("" if GPUS > 1 else ", tensor parallelism"))
+print(f"live on {'the GPU' if ON_GPU else f'{os.cpu_count()} CPU cores'}: sections 2-6")
 
 # %% [markdown]
 # ## 1 · What vLLM reads from a drafter directory
@@ -362,112 +360,11 @@ print(f"one batched plain step {plain_step_ms:.0f} ms; one batched speculative r
       "the round cost)")
 
 # %% [markdown]
-# **Reading it.** The head makes vLLM slower here: 0.72x, on 2 CPU cores with 4 prompts batched. A batched round
-# costs as much as 2.04 plain decoding steps but yields only 1.45 tokens per prompt, so it does not pay.
+# **Reading it.** The head makes vLLM slower here: 0.61x, on 2 CPU cores with 4 prompts batched. A batched round
+# costs as much as 2.41 plain decoding steps but yields only 1.45 tokens per prompt, so it does not pay. What more
+# concurrent requests and a target sharded over processes do to that comes in 10 (section 3).
 #
-# ## 7 · Under load, and with tensor parallelism
-#
-# Speculation pays when verifying K+1 tokens costs about one decode step: when compute sits idle. Three committed
-# runs, each labelled with its host:
-#
-# - **Serving sweep** (`peagle-lab serve-sweep`): plain and P-EAGLE servers at 1, 4 and 16 concurrent requests,
-#   2 repeats. `throughput` is P-EAGLE's tok/s over plain's, `each repeat` its range. `speculation` pays if every
-#   repeat is above 1, costs if every one is below. `latency` is plain's median over P-EAGLE's. `round (plain steps)`
-#   is AL / throughput.
-# - **GPU cost model** (`gpu-h200`, batch 1, 8B-parameter shapes, random weights): `verify K+1 / step` is
-#   verification's cost in decode steps; `draft share`, drafting's share of a round.
-# - **Tensor parallelism** splits each layer over processes or GPUs, called ranks. Their count must divide the
-#   attention heads; the cell's check of that rule finds that 2 ranks cannot split this target's 9 (vLLM itself was
-#   not run with 2). We shard it by hand over 2 CPU processes instead,
-#   vLLM-style: each rank keeps whole query-head groups with their KV head, and a share of the MLP. Two all-reduces
-#   per layer sum the ranks' parts.
-
-# %% tags=["nbval-ignore-output"]
-import matplotlib.pyplot as plt
-from IPython.display import Markdown, display
-
-from peagle_lab.bench import format_table
-from peagle_lab.serving import sweep as serve_sweep
-from peagle_lab.settings import data_dir
-from peagle_lab.workbook import ledger
-from peagle_lab.workbook.notebook import committed_label
-
-RESULTS = data_dir() / "results"
-print(committed_label("The serving sweeps below"))
-for path in sorted(RESULTS.glob(f"*/serving/{serve_sweep.RESULTS_JSON}")):
-    doc = json.loads(path.read_text())
-    meta, env = doc["meta"], doc["meta"]["environment"]
-    print(f"{meta['host']}: vLLM in {ledger.serving_dtype(meta)}, head {meta['head']}, K={meta['k']}, "
-          f"{meta['max_tokens']} tokens per request, {meta['repeats']} repeats, load average at the start "
-          f"{env.get('loadavg_start')}")
-    tok_s = {(q["config"], q["concurrency"], q["repeat"]): q["tokens_per_s"] for q in doc["rows"]}
-    table = []
-    for row in doc["speedups"]:  # one per concurrency, the repeats pooled
-        c, al_c = row["concurrency"], row["acceptance_length"]
-        plain_tps, peagle_tps = row["plain_tokens_per_s"], row["peagle_tokens_per_s"]
-        each = [tok_s["peagle", c, i] / tok_s["plain", c, i] for i in range(meta["repeats"])]  # P-EAGLE / plain
-        verdict = "pays" if min(each) > 1 else "costs" if max(each) < 1 else "breaks even (1 lies within the repeats)"
-        table.append({"concurrent": c, "plain tok/s": plain_tps, "P-EAGLE tok/s": peagle_tps,
-                      "throughput": peagle_tps / plain_tps, "each repeat": f"{min(each):.2f}x-{max(each):.2f}x",
-                      "speculation": verdict, "latency": row["latency_speedup"], "AL": al_c,
-                      "round (plain steps)": al_c * plain_tps / peagle_tps})  # AL / throughput
-    display(Markdown(format_table(table, list(table[0]), floatfmt=".2f")))
-    serve_sweep.plot_sweep(doc)
-    plt.show()
-
-# %% tags=["nbval-ignore-output"]
-# the GPU at batch 1: verifying K+1 tokens in decode steps, and drafting's share of a round (draft / (draft + verify))
-gpu = json.loads((RESULTS / "gpu-h200" / "gpu-check" / "timing.json").read_text())["result"]
-print(f"GPU (eager, random weights), batch 1, {gpu['target_params'] / 1e9:.1f}B-parameter shapes, {gpu['dtype']}: "
-      f"one decode step {gpu['decode_step_ms']:.1f} ms\n{'K':>3s}{'verify K+1 / step':>19s}{'parallel draft ms':>19s}"
-      f"{'K sequential ms':>17s}{'draft share P-EAGLE':>21s}{'EAGLE-3':>9s}")
-for r in gpu["rows"]:
-    par, seq = (ms / (ms + r["verify_ms"]) for ms in (r["parallel_ms"], r["sequential_ms"]))
-    print(f"{r['k']:>3d}{r['verify_ms'] / gpu['decode_step_ms']:>19.3f}{r['parallel_ms']:>19.2f}"
-          f"{r['sequential_ms']:>17.2f}{par:>21.0%}{seq:>9.0%}")
-# tensor parallelism: vLLM shards attention by heads, so its size must divide the target's attention heads
-n_heads = target_config.num_attention_heads
-tp_sizes = [n for n in range(2, n_heads + 1) if n_heads % n == 0]
-print(f"\ntensor parallelism: {n_heads} attention heads -> sizes vLLM accepts {tp_sizes or 'none above 1'}; one rank "
-      f"per core on these {os.cpu_count()} cores: {[n for n in tp_sizes if n <= os.cpu_count()] or 'none fits'}")
-# the target sharded by hand over processes (peagle-lab bench-tensor-parallel), the drafter copied on each rank
-for path in sorted(RESULTS.glob("*/tensor-parallel/tensor_parallel.json")):
-    tp = json.loads(path.read_text())
-    env, one, two, n_reduce = tp["env"], tp["rows"][0], tp["rows"][-1], tp["all_reduces_per_pass"]
-    print(f"\n{env['host']}: the target over {env['ranks']} processes ({env['backend']}, {env['dtype']}, batch 1, "
-          f"K={tp['config']['k']}, medians of {tp['config']['repeats']} repeats)")
-    for r in (one, two):
-        par, seq = (ms / (ms + r["verify_ms"]) for ms in (r["parallel_draft_ms"], r["sequential_draft_ms"]))
-        print(f"  TP={r['tp']}: decode {r['decode_ms']:.1f} ms, verify {r['verify_ms']:.1f} ms; draft share P-EAGLE "
-              f"{par:.1%}, EAGLE-3 {seq:.1%}")
-    print(f"verification {one['verify_ms']:.1f} / {two['verify_ms']:.1f} = {one['verify_ms'] / two['verify_ms']:.2f}x "
-          f"as fast; a pass's all-reduces {n_reduce} x {tp['all_reduce_ms']:.3f} = "
-          f"{n_reduce * tp['all_reduce_ms']:.1f} ms")
-
-# %% [markdown]
-# **Reading it.** Load turns break-even into a loss: 1.00x at 1 concurrent request, 0.28x at 16. Acceptance length
-# holds while a round grows to 4.78 plain steps. Batching likely fills the idle compute verification needed;
-# utilisation is not measured here.
-#
-# **GPU:** verifying K+1 tokens costs only 1.146 to 1.181 decode steps for K = 1 to 8. At K=8, drafting is 6% of a
-# P-EAGLE round against 31% for EAGLE-3: a cost model, not a measured speed-up.
-#
-# **Tensor parallelism** (`cpu-epyc-avx2-2c`): 2 processes slowed a decode step most, 51.1 to 152.9 ms, and
-# verification less, 100.3 to 181.9 ms: 0.55x as fast. By an estimate (the all-reduces a step makes times their
-# measured cost each), the all-reduces account for about 33.5 ms of the decode slowdown; the
-# rest is not taken apart here. With verification slower, P-EAGLE's draft share fell, 6.4% to 4.1%. On GPUs, where
-# sharding speeds the target up, that share should grow: argued, not measured.
-#
-# <details><summary>How sure is this?</summary>
-#
-# - At 1 request a vLLM round costs about 1.29 plain steps; the repeats' spread, 0.87x to 1.14x, makes that rough.
-# - Our transformers loop pays about two steps in float32 just to verify 6 or 9 tokens (00's timing cell): compare
-#   round costs within one engine only.
-# - Beyond the all-reduces, two processes on two cores also share caches and the per-layer Python work.
-#
-# </details>
-#
-# ## 8 · Recipe: the published P-EAGLE heads on a GPU
+# ## 7 · Recipe: the published P-EAGLE heads on a GPU
 #
 # The published heads already use vLLM's layout: serving one is one command, not run here. From their model cards,
 # `parallel tokens` being the tokens drafted per pass in training:
@@ -576,10 +473,8 @@ release()
 #
 # - With the head, vLLM's greedy tokens were unchanged on 4 of 4 prompts.
 # - vLLM's acceptance length equalled our loop's: 1.454 at K=8.
-# - Live, on 2 CPU cores with 4 prompts batched, the head slowed vLLM to 0.72x: a round cost 2.04 plain steps and
+# - Live, on 2 CPU cores with 4 prompts batched, the head slowed vLLM to 0.61x: a round cost 2.41 plain steps and
 #   yielded 1.45 tokens.
-# - Under load (committed sweep), break-even became a loss: 1.00x at 1 request, 0.28x at 16.
-# - Over 2 CPU processes (committed run), verification ran 0.55x as fast and the drafter's share fell.
 #
 # Next, `09_explorer`: token by token, which tokens the drafter supplied and which the target added.
 

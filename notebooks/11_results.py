@@ -119,8 +119,8 @@ for head in dict.fromkeys(r["head"] for r in rows):
 bench07 = [r["acceptance_length"] for r in rows if r["chapter"] == "07" and "(committed)" in r["what"]]
 print(f"07's {len(bench07)} committed benchmark rows: {min(bench07):.2f} to {max(bench07):.2f}")
 
-# the rows drawn (viz.plot_ledger): a panel per head, a line per prompt set, a dot per row (filled: committed, hollow:
-# live), a colour per dtype
+# the rows drawn in order (viz.plot_ledger): a panel per head, a row per AL, lowest at the bottom, labelled with its
+# chapter, K, prompts x new tokens and dtype; a colour per prompt set; filled: committed, hollow: live
 from peagle_lab.workbook import viz
 
 viz.plot_ledger(rows);
@@ -133,8 +133,9 @@ print("every AL is at least 1:", all(r["acceptance_length"] >= 1 for r in rows))
 # %% [markdown]
 # **Reading it.** An AL belongs to its settings. P-EAGLE's rows run from 1.00 (10, bare text) to 1.90 (05's held-out
 # comparison), EAGLE-3's from 1.34 to 2.53. Even with prompt set, host and dtype fixed (the indented lines), they move
-# with K, new tokens and prompt count. The plot draws that spread, not an order: two dots compare only where their
-# K, new tokens and dtype agree too.
+# with K, new tokens and prompt count. The plot sets each head's rows in order of AL, each labelled with its
+# settings: for both heads the top row is 05's committed held-out comparison at K=7 (8 prompts x 64 tokens), and the
+# two lowest are live runs on 1 or 2 prompts. Two rows compare only where those settings agree.
 
 # %% [markdown]
 # ### Exercise: which setting moves the acceptance length most?
@@ -227,7 +228,7 @@ for c in committed:  # section 1: the runs with both oracle charges, the same dr
             verdicts.append({"comparison": "same drafts, one pass or K", "chapter": "11", "setting": (
                 f"the blog's rate, `{suite}`, {res['config']['n_prompts']} prompts, {c['dir']}"),
                 "verdict": speed(res, one, k_passes, "one pass", f"{k_passes['k']} passes")})
-sweep = read("results/*/serving/serving_sweep.json")  # 08: vLLM, P-EAGLE's throughput over plain's
+sweep = read("results/*/serving/serving_sweep.json")  # 10: vLLM, P-EAGLE's throughput over plain's
 verdicts.append({"comparison": "vLLM serving", "chapter": "08", "setting": (
     f"K={sweep['meta']['k']}, {sweep['meta']['max_tokens']} tokens a request, {sweep['meta']['host']}, "
     f"{ledger.serving_dtype(sweep['meta'])}"),
@@ -284,7 +285,9 @@ display(Markdown(bench.format_table(verdicts, list(verdicts[0]))))
 # | AL pooled from each prompt's counts; per-prompt gaps (exercise) | 05 | the recorded ALs; the verdict's gaps |
 # | the bootstrap interval over prompts | 05 | `prompt_spread` |
 # | the pass shapes of both modes (exercise) | 06 | the drafting hook |
-# | the paired rule; the oracle's drafts | 06 | `payoff`; `RatedOracleDrafter` |
+# | the sign test | 05 | `payoff.sign_test` |
+# | the paired rule over speed; the oracle's drafts | 06 | `payoff`; `RatedOracleDrafter` |
+# | the live race: rotating order, every output checked | 06 | `workbook.race`, the same code (a test) |
 # | the break-even acceptance (exercise) | 07 | `constant_rate_for` |
 # | the export to vLLM's eagle3 layout | 08 | `export_vllm`: every tensor and every key of ours in `config.json` equal |
 # | AL, per-position rates from vLLM's counters (exercise) | 08 | our loop's counts, 500 random round sets; vLLM's AL |

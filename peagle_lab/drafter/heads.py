@@ -38,12 +38,15 @@ SHIPPED_NAMES = {
     "parallel": "smollm2-135m-peagle",  # P-EAGLE, trained for K=8
     "sequential": "smollm2-135m-eagle3",  # EAGLE-3 style, same data and budget
 }
-# the shipped heads continued on one narrow domain, the list prompts (scripts/list_heads.sh; notebook 05)
+# the shipped heads continued on one narrow domain, the list prompts (scripts/list_heads.sh; notebook 06)
 LIST_HEAD_NAMES = {"parallel": "smollm2-135m-lists-peagle", "sequential": "smollm2-135m-lists-eagle3"}
 # a matched pair on the same domain: one seeded untrained start, the same answers, the same optimizer steps
-# (PEAGLE_LIST_INIT=fresh scripts/list_heads.sh; notebook 05)
+# (PEAGLE_LIST_INIT=fresh scripts/list_heads.sh; notebook 06), and the same pair trained from seed 1
+# (PEAGLE_LIST_SEED=1)
 MATCHED_HEAD_NAMES = {"parallel": "smollm2-135m-lists-matched-peagle",
                       "sequential": "smollm2-135m-lists-matched-eagle3"}
+MATCHED_SEED1_HEAD_NAMES = {"parallel": "smollm2-135m-lists-matched-seed1-peagle",
+                            "sequential": "smollm2-135m-lists-matched-seed1-eagle3"}
 
 
 class _ShippedHeads(Mapping):
@@ -73,6 +76,7 @@ class _ShippedHeads(Mapping):
 SHIPPED = _ShippedHeads(SHIPPED_NAMES, "SHIPPED")
 LIST_HEADS = _ShippedHeads(LIST_HEAD_NAMES, "LIST_HEADS")
 MATCHED_HEADS = _ShippedHeads(MATCHED_HEAD_NAMES, "MATCHED_HEADS")
+MATCHED_SEED1_HEADS = _ShippedHeads(MATCHED_SEED1_HEAD_NAMES, "MATCHED_SEED1_HEADS")
 
 
 KINDS = ("parallel", "sequential")

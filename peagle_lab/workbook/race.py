@@ -2,6 +2,10 @@
 methods interleaved, every output checked against plain greedy, and the paired rule (a two-sided sign test per
 request, :func:`~peagle_lab.workbook.payoff.paired_order`) read against plain and between the first two contenders.
 
+:func:`race` is the one notebook 06 writes in view, kept here word for word for the tests
+(``tests/notebooks/test_scratch_copy.py`` checks that the two are the same code); :class:`Race` keeps its rows and
+reads them.
+
 A contender is ``(make, k)``: ``make(ids, plain)`` returns the drafter for one request (``plain`` is the request's
 plain greedy result, for drafters that replay the target's own continuation, such as the oracle), and ``k`` its
 drafts per round.
@@ -11,7 +15,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from statistics import median
-from typing import Callable
 
 from ..bench.readme import format_table
 from ..decoding.divergence import first_divergence, is_lossless, lossless_regime, lossless_verdict
@@ -56,29 +59,35 @@ class Race:
                        + payoff.paired_order([y - x for x, y in zip(da, db)], f"{a}'s drafting", f"{b}'s"))
         return out
 
+    def describe(self, ks: dict[str, int], n_requests: int, new_tokens: int, dtype) -> None:
+        """Set :attr:`header`: the race's settings and how many outputs left plain greedy, at which margins."""
+        left = [d for d in self.divergences if d is not None]
+        self.header = (f"live ({str(dtype).removeprefix('torch.')}), " + ", ".join(f"{n} K={k}" for n, k in ks.items())
+                       + f": {n_requests} requests x {new_tokens} new tokens; {len(left)} of {len(self.divergences)} "
+                       "outputs leave plain greedy"
+                       + (f", at plain top-2 margins {sorted({d.margin for d in left})}" if left else "")
+                       + f": {lossless_verdict(self.divergences, self.regime)}")
+
     def gaps(self, a: str, b: str) -> list[float]:
         """Per request: ``a``'s speed-up over plain minus ``b``'s."""
         return [row[f"{a} vs plain"] - row[f"{b} vs plain"] for row in self.rows]
 
 
-def race(runner, contenders: dict[str, tuple[Callable, int]], requests: list[tuple[str, list[int]]],
-         new_tokens: int, eos_ids=None, plain_first: bool = False, progress=None) -> Race:
-    """Run plain decoding and every contender on each ``(label, prompt ids)`` request. The order rotates per
-    request, so a drift in the machine's speed falls on every method alike; with ``plain_first`` plain runs first
-    (a contender replaying its output needs it) and the contenders rotate. Asserts every output lossless in the
-    target's regime (exact in float32 on a CPU, near-ties allowed otherwise)."""
+def race(runner, contenders, requests, new_tokens, eos_ids=None, plain_first=False, progress=None):
+    """Run plain decoding and every contender on each ``(label, prompt ids)`` request, and check every output
+    against plain greedy (exact in float32 on a CPU, near-ties allowed otherwise). A contender is ``(make, k)``:
+    ``make(ids, plain)`` returns its drafter for one request, ``plain`` being that request's plain result."""
     model = runner.model
     dtype, device = model.dtype, next(model.parameters()).device
     names = list(contenders)
     res = Race(names=names, tally={n: [0, 0] for n in names}, regime=lossless_regime(dtype, device.type))
-    steps = progress(requests) if progress else requests
-    for i, (label, ids) in enumerate(steps):
-        order = ["plain", *names]
-        if plain_first:
+    for i, (label, ids) in enumerate(progress(requests) if progress else requests):
+        if plain_first:  # plain first (a contender replaying its output needs it), the contenders rotated
             order = ["plain"] + names[i % len(names):] + names[:i % len(names)]
-        else:
-            order = order[i % len(order):] + order[:i % len(order)]
-        runs: dict = {}
+        else:  # all rotated: a drift in the machine's speed falls on every method alike
+            everyone = ["plain", *names]
+            order = everyone[i % len(everyone):] + everyone[:i % len(everyone)]
+        runs = {}
         for m in order:
             if m == "plain":
                 runs[m] = plain_generate(runner, ids, new_tokens, eos_ids=eos_ids)
@@ -88,17 +97,12 @@ def race(runner, contenders: dict[str, tuple[Callable, int]], requests: list[tup
                                                max_new_tokens=new_tokens, eos_ids=eos_ids)
         row = {"held-out request": label[:44], "answer tokens": len(runs["plain"].tokens[:new_tokens])}
         for m in names:
-            st = runs[m].stats
+            st = runs[m].stats  # the loop's counts, and its timer's seconds per part of a round
             res.tally[m] = [res.tally[m][0] + sum(st.accepted), res.tally[m][1] + st.rounds]
             res.divergences.append(first_divergence(runs[m].tokens[:new_tokens], runs["plain"], dtype, device.type))
             row |= {f"{m} AL": st.acceptance_length, f"{m} vs plain": runs["plain"].seconds / runs[m].seconds,
                     f"{m} draft ms": 1000 * st.times.get("draft", 0.0) / max(st.rounds, 1)}
         res.rows.append(row)
     assert is_lossless(res.divergences, res.regime), [d.message() for d in res.divergences if d is not None]
-    left = [d for d in res.divergences if d is not None]
-    ks = ", ".join(f"{n} K={contenders[n][1]}" for n in names)
-    res.header = (f"live ({str(dtype).removeprefix('torch.')}), {ks}: {len(requests)} requests x {new_tokens} new "
-                  f"tokens; {len(left)} of {len(res.divergences)} outputs leave plain greedy"
-                  + (f", at plain top-2 margins {sorted({d.margin for d in left})}" if left else "")
-                  + f": {lossless_verdict(res.divergences, res.regime)}")
+    res.describe({n: k for n, (_, k) in contenders.items()}, len(requests), new_tokens, dtype)
     return res

@@ -246,27 +246,38 @@ def ledger_prompt_set(row: Mapping) -> str:
     return str(row["prompt_set"]).split(": ", 1)[-1]
 
 
+def ledger_label(row: Mapping) -> str:
+    """A ledger row's settings in a few characters: chapter, K, prompts x new tokens, dtype."""
+    dtype = {"float32": "fp32", "bfloat16": "bf16"}.get(str(row["dtype"]).split()[0], str(row["dtype"]))
+    return f"{row['chapter']}  K={row['k']}  {row['prompts']}x{row['new_tokens']}  {dtype}"
+
+
 def plot_ledger(rows: Sequence[Mapping]):
-    """The acceptance ledger drawn: a panel per head with more than one row, a line per prompt set, a dot per row
-    (filled: committed, hollow: live), coloured by the target's dtype. Returns the figure."""
+    """The acceptance ledger drawn in order: a panel per head with more than one row, one line per row from AL 1 to
+    the row's AL, lowest at the bottom, labelled with its settings (:func:`ledger_label`), coloured by prompt set;
+    the dot is filled for a committed row, hollow for a live one. Returns the figure."""
     plt = require("matplotlib.pyplot", "pip install matplotlib")
     heads = [h for h in dict.fromkeys(r["head"] for r in rows) if sum(r["head"] == h for r in rows) > 1]
     sets = sorted({ledger_prompt_set(r) for r in rows if r["head"] in heads})
-    fig, axes = plt.subplots(1, max(len(heads), 1), figsize=(11, 0.38 * len(sets) + 1.6), sharex=True, sharey=True,
-                             squeeze=False)
-    colours = {"float32": "tab:blue", "bfloat16": "tab:orange"}
+    colours = {name: plt.get_cmap("tab10")(i % 10) for i, name in enumerate(sets)}
+    tallest = max((sum(r["head"] == h for r in rows) for h in heads), default=1)
+    fig, axes = plt.subplots(1, max(len(heads), 1), figsize=(11, 0.22 * tallest + 2.0), sharex=True, squeeze=False)
     for ax, head in zip(axes[0], heads):
-        for r in (r for r in rows if r["head"] == head):
-            colour = colours.get(str(r["dtype"]).split()[0], "#777")
-            ax.scatter(r["acceptance_length"], sets.index(ledger_prompt_set(r)), s=36, edgecolors=colour,
-                       facecolors=colour if "committed" in r["what"] else "none", alpha=0.8)
+        mine = sorted((r for r in rows if r["head"] == head), key=lambda r: r["acceptance_length"])
+        for y, r in enumerate(mine):
+            colour = colours[ledger_prompt_set(r)]
+            ax.plot([1, r["acceptance_length"]], [y, y], color=colour, lw=1.5, alpha=0.5)
+            ax.scatter(r["acceptance_length"], y, s=30, edgecolors=colour, zorder=3,
+                       facecolors=colour if "committed" in r["what"] else "none")
+        ax.set_yticks(range(len(mine)), [ledger_label(r) for r in mine], fontsize=7)
+        ax.set_ylim(-0.7, tallest - 0.3)
         ax.set(title=head, xlabel="acceptance length (tokens per round)")
         ax.grid(axis="x", alpha=0.3)
-    axes[0][0].set_yticks(range(len(sets)), sets, fontsize=8)
-    handles = [plt.Line2D([], [], marker="o", ls="", color=c, label=d) for d, c in colours.items()]
+    handles = [plt.Line2D([], [], marker="o", ls="-", color=c, label=name) for name, c in colours.items()]
     handles.append(plt.Line2D([], [], marker="o", ls="", markerfacecolor="none", color="black", label="live (hollow)"))
-    fig.legend(handles=handles, loc="lower center", ncol=3, fontsize=8, bbox_to_anchor=(0.5, -0.02), frameon=False)
-    fig.tight_layout(rect=(0, 0.06, 1, 1))
+    fig.legend(handles=handles, loc="lower center", ncol=min(len(handles), 4), fontsize=8, bbox_to_anchor=(0.5, -0.01),
+               frameon=False)
+    fig.tight_layout(rect=(0, 0.04 + 0.025 * (len(handles) // 4), 1, 1))
     return fig
 
 

@@ -216,22 +216,29 @@ def test_the_payoff_figure_draws_each_run_apart_and_the_round_from_its_timings(a
     assert sum(ln.get_label().startswith("P-EAGLE") for ln in speed.get_lines()) == 2  # two runs, never joined
 
 
-def test_the_ledger_draws_a_panel_per_head_with_a_dot_per_row_hollow_where_live():
+def test_the_ledger_draws_a_panel_per_head_with_its_rows_in_order_hollow_where_live():
     pytest.importorskip("matplotlib")
     base = dict(host="h", prompts=8, new_tokens=32, k=7, rounds=10)
-    rows = [dict(base, head="P", what="comparison (committed)", prompt_set="code: HumanEval", dtype="float32",
-                 acceptance_length=1.9),
-            dict(base, head="P", what="live K sweep", prompt_set="HumanEval", dtype="bfloat16", acceptance_length=1.4),
-            dict(base, head="P", what="template", prompt_set="held-out split", dtype="float32", acceptance_length=1.0),
-            dict(base, head="E", what="comparison (committed)", prompt_set="code: HumanEval", dtype="float32",
-                 acceptance_length=2.5),
-            dict(base, head="E", what="live", prompt_set="held-out split", dtype="float32", acceptance_length=1.3),
-            dict(base, head="lonely", what="live", prompt_set="lists", dtype="float32", acceptance_length=5.0)]
+    rows = [dict(base, head="P", chapter="05", what="comparison (committed)", prompt_set="code: HumanEval",
+                 dtype="float32", acceptance_length=1.9),
+            dict(base, head="P", chapter="05", what="live K sweep", prompt_set="HumanEval", dtype="bfloat16",
+                 acceptance_length=1.4),
+            dict(base, head="P", chapter="10", what="template", prompt_set="held-out split", dtype="float32", k=3,
+                 acceptance_length=1.0),
+            dict(base, head="E", chapter="05", what="comparison (committed)", prompt_set="code: HumanEval",
+                 dtype="float32", acceptance_length=2.5),
+            dict(base, head="E", chapter="07", what="live", prompt_set="held-out split", dtype="float32",
+                 acceptance_length=1.3),
+            dict(base, head="lonely", chapter="06", what="live", prompt_set="lists", dtype="float32",
+                 acceptance_length=5.0)]
     fig = viz.plot_ledger(rows)
     panels = [ax for ax in fig.axes if ax.get_title()]
     assert [ax.get_title() for ax in panels] == ["P", "E"]  # a head with one row gets no panel
-    assert [t.get_text() for t in panels[0].get_yticklabels()] == ["HumanEval", "held-out split"]  # suite name dropped
-    dots = [pt for c in panels[0].collections for pt in c.get_offsets().tolist()]
-    assert sorted(dots) == [[1.0, 1.0], [1.4, 0.0], [1.9, 0.0]]
-    hollow = [len(c.get_facecolors()) == 0 or c.get_facecolors()[0][3] == 0 for c in panels[0].collections]
-    assert hollow == [False, True, True]  # rows not marked committed are live: hollow
+    labels = [t.get_text() for t in panels[0].get_yticklabels()]
+    assert labels == ["10  K=3  8x32  fp32", "05  K=7  8x32  bf16", "05  K=7  8x32  fp32"]  # lowest AL first
+    dots = [c.get_offsets().tolist()[0] for c in panels[0].collections]
+    assert dots == [[1.0, 0.0], [1.4, 1.0], [1.9, 2.0]]
+    hollow = [c.get_facecolors()[0][3] == 0 if len(c.get_facecolors()) else True for c in panels[0].collections]
+    assert hollow == [True, True, False]  # rows not marked committed are live: hollow
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert legend == ["HumanEval", "held-out split", "live (hollow)"]  # a colour per prompt set, suite name dropped
