@@ -14,7 +14,7 @@
 # ---
 
 # %% [markdown]
-# # 00 · Overview: speculative decoding and P-EAGLE in one page
+# # 00 · Overview: speculative decoding and P-EAGLE
 #
 # **Goal:** understand one speculative round (draft, verify, accept, bonus, roll back) well enough to write its loop
 # yourself, and know exactly what "lossless" means.
@@ -23,7 +23,7 @@
 # `peagle_lab`. The target has 135M parameters and the shipped heads accept few drafts, so their speed-ups are small
 # in bfloat16, and in float32 on this CPU they run slower than plain decoding (this chapter's runs are float32).
 # Larger ones come where many drafts are accepted: on list requests (06), from an oracle (07), or from prompt lookup
-# copying code (07's table). Each chapter says what its numbers can and cannot decide; 11 sets the verdicts side by
+# copying code (07's table). Each chapter says what its numbers can and cannot decide; 12 sets the verdicts side by
 # side.
 #
 # Results are *committed* (saved under `data/`) or *live* (run here, moving with the machine's load). Where the course
@@ -32,9 +32,11 @@
 # - **Open prompts**, with the heads shipped with the course: EAGLE-3's accepts more drafts than P-EAGLE's at K=7, but
 #   the two were not trained alike (05: other runs and data, 1.23x the wall time), so this compares two heads, not
 #   two methods. Neither is shown faster than the other (07).
-# - **List requests**, where most drafts are accepted, with two heads trained alike: P-EAGLE's single drafting pass made
-#   it faster than EAGLE-3 in 06's committed runs, with each of two training seeds. Live, on 12 requests, that speed-up
-#   is not shown.
+# - **List requests**, where most drafts are accepted, with two heads trained alike: P-EAGLE was faster than EAGLE-3 in
+#   06's committed runs, with each of two training seeds, while accepting less. Its rounds were cheaper (06): one
+#   drafting pass took 15.1 ms against EAGLE-3's 42.4 ms for seven. Live, on 12 requests, that speed-up is not shown.
+# - **The same drafts**, charged one drafting pass or seven (an oracle at the blog's acceptance, 06): one pass is
+#   shown faster live, on 11 of 12 list requests.
 
 # %%
 # Parameters come from the environment: PEAGLE_TARGET (default: the embedded SmolLM2-135M-Instruct),
@@ -194,13 +196,13 @@ for key, value in [("target_params", n_params), ("greedy_tokens_per_s", round(to
 # weights from memory, so extra rows are nearly free while the arithmetic keeps up. The H200's arithmetic is far
 # faster than its memory; a 2-core CPU's float32 arithmetic is not.
 #
-# The chapter runs in float32 so its outputs equal plain decoding's. In bfloat16, 11's committed host table times an
+# The chapter runs in float32 so its outputs equal plain decoding's. In bfloat16, 12's committed host table times an
 # 8-token pass on this host at 1.07 steps, drafting not included.
 #
 # <details><summary>How sure is this?</summary>
 #
 # - Medians of a few repeats in one run; they move between runs. Here 9 rows measured 1.93, a little above 6 rows' 1.89.
-# - Steps compare within one dtype: a bf16 step need not be faster than a float32 one (07 times both).
+# - Steps compare within one dtype: a bf16 step need not be faster than a float32 one.
 # - The H200 run is an eager PyTorch loop with random weights, not a serving engine. A forward's time depends on the
 #   shapes, not the values: read its ratio, not its milliseconds.
 #
@@ -501,8 +503,9 @@ for k_try, rounds_try in tries.items():
 # | `07_what_it_takes` | How fast are the shipped heads on open prompts, and what acceptance would pay here? |
 # | `08_vllm_deploy` | How do you serve a head with vLLM, and does vLLM accept what our loop accepts? |
 # | `09_explorer` | Is the output still the target's? Drafts token by token, bfloat16 near-ties, speculative sampling. |
-# | `10_your_own_model` | How do you train a head for your own model, and what do load and sharding do? |
-# | `11_results` | Every result side by side: each host's runs, every acceptance length, the verdicts. |
+# | `10_your_own_model` | How do you train a head for your own model? Its chat template, its taps, the recipe. |
+# | `11_past_one_machine` | What do several processes, many requests at once and a sharded target change? |
+# | `12_results` | Every result side by side: each host's runs, every acceptance length, the verdicts. |
 #
 # `reference.md`, beside the notebooks, collects the glossary, the measurement rules, the heads, the prompt sets, run
 # times and common questions.

@@ -375,6 +375,10 @@ print(f"{len(mask_runs)} runs, {sum(r['seconds'] for r in mask_runs) / 60:.0f} m
       f"{sorted({(r.get('machine') or {}).get('target_dtype', 'not recorded') for r in mask_runs})}; "
       f"training data (taps dtype) {sorted({r.get('data', 'not recorded') for r in mask_runs})}")
 fig, ax = plt.subplots(figsize=(7.5, 3.8))
+firm = studies.largest_seed_spread()  # a gap beyond it is firm (the rule below)
+learned_al = next(r["acceptance_length"] for r in rows if r["setting"].startswith("learned"))
+ax.axhspan(learned_al - firm, learned_al + firm, color="0.85", zorder=0,
+           label=f"within {firm:.3f} of learned's mean: no firm gap")
 for row in rows:
     seeds = [r["acceptance_length"] for r in mask_runs if r["name"].rsplit(" (seed", 1)[0] == row["setting"]]
     ax.plot([row["setting"]] * len(seeds), seeds, "o", color="C0")
@@ -383,6 +387,7 @@ ax.set(ylabel="held-out acceptance length (K=7)",
        title=f"mask stand-ins, SmolLM2-135M: each seed a dot, the mean a bar ({mask_host})")
 ax.tick_params(axis="x", rotation=20)
 ax.grid(alpha=0.3)
+ax.legend(fontsize=8, loc="lower right")
 plt.tight_layout()
 plt.show()
 

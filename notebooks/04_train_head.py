@@ -709,8 +709,8 @@ report.record("nb04_own_path_al", round(sum(committed) / len(committed), 4));
 
 # %% [markdown]
 # **Reading it.** Our own path is lossless, and the head drafts: after 40 steps it commits 1.76 tokens a round at K=4,
-# over 54 rounds, often 3 (on counting, a learnable pattern). Its output equals plain greedy decoding, and each round
-# matches the package's loop.
+# over 54 rounds: mostly 1 token, with a 3 every few rounds on the counting prompts (a learnable pattern). Its output
+# equals plain greedy decoding, and each round matches the package's loop.
 #
 # This path is not timed: whether 1.76 tokens a round pays depends on a round's cost in decode steps, which 06
 # measures. 06 also races a pair of heads trained far longer (1,000 steps, committed runs) on the same kind of

@@ -376,8 +376,8 @@ print(f"\nthe blog's AL {PAPER_AL} at K={PAPER_K} (HumanEval) needs every slot a
 #
 # ## What we saw
 #
-# **In one sentence:** The shipped heads' acceptance falls off sharply after the first slot, far below the steady rate
-# the paper's acceptance would need.
+# **In one sentence:** The shipped P-EAGLE head's acceptance falls off sharply after the first slot, far below the
+# steady rate the paper's acceptance would need; EAGLE-3's starts lower and holds up better.
 #
 # - **Shipped heads:** at K=7, EAGLE-3 is shown to accept more (2.532 against P-EAGLE's 1.895, ahead on 8 of 8
 #   held-out prompts), the reverse of the paper's order. 06's committed matched pair points the same way with each of
@@ -392,7 +392,7 @@ print(f"\nthe blog's AL {PAPER_AL} at K={PAPER_K} (HumanEval) needs every slot a
 # Next, `06_parallel_vs_sequential`: what a drafting round costs per head, and the speed-up.
 
 # %% jupyter={"source_hidden": true} tags=["nbval-ignore-output"]
-# Records, after the lesson: this chapter's figures for the workbook's summary (SUMMARY.md) and 11's ledger.
+# Records, after the lesson: this chapter's figures for the workbook's summary (SUMMARY.md) and 12's ledger.
 from peagle_lab.workbook import ledger, report
 
 book = ledger.Logbook("05", host=precision.host_slug(DEVICE), dtype=precision.dtype_name(model.dtype))  # live rows

@@ -214,8 +214,9 @@ print("ratio as a fraction of K:", ", ".join(f"K={k}: {r / k:.2f}" for k, r in e
 
 # %% [markdown]
 # **Reading it.** The sequential/parallel ratio rises with K and is below K at both: 1.58 at K=2, 6.76 at K=10.
-# Sequential drafting grows with its passes; the one parallel pass only a little as it widens. At two K, timing noise
-# decides the ratio's fraction of K (0.79 and 0.68 here, 0.64 to 0.84 in the table).
+# Sequential drafting grows with its passes; the one parallel pass only a little as it widens (4.95 to 6.10 ms). That
+# widening is why the ratio's fraction of K falls with K: 0.79 and 0.68 here, 0.84 at K=2 to 0.64 at K=10 in the
+# table.
 #
 # ## The saving alone: the same drafts, two drafting costs
 #
@@ -306,12 +307,12 @@ def race(runner, contenders, requests, new_tokens, eos_ids=None, plain_first=Fal
     res = Race(names=names, tally={n: [0, 0] for n in names}, regime=lossless_regime(dtype, device.type))
     for i, (label, ids) in enumerate(progress(requests) if progress else requests):
         if plain_first:  # plain first (a contender replaying its output needs it), the contenders rotated
-            order = ["plain"] + names[i % len(names):] + names[:i % len(names)]
+            turn = ["plain"] + names[i % len(names):] + names[:i % len(names)]
         else:  # all rotated: a drift in the machine's speed falls on every method alike
             everyone = ["plain", *names]
-            order = everyone[i % len(everyone):] + everyone[:i % len(everyone)]
+            turn = everyone[i % len(everyone):] + everyone[:i % len(everyone)]
         runs = {}
-        for m in order:
+        for m in turn:
             if m == "plain":
                 runs[m] = plain_generate(runner, ids, new_tokens, eos_ids=eos_ids)
             else:
@@ -356,7 +357,7 @@ print("\n".join(same_drafts.lines()))
 
 # %% [markdown]
 # **Reading it.** On the same drafts, one pass beats seven on 11 of 12 requests (p = 0.0063): shown live, as in the
-# committed runs of `cpu-epyc-avx2-2c` (22 of 24; chapter 11 lists them).
+# committed runs of `cpu-epyc-avx2-2c` (22 of 24; chapter 12 lists them).
 #
 # Both charges accept alike (AL 3.56, the same 259 drafts), so the gap is drafting cost: 5.4 against 21.8 ms a round,
 # cheaper on 12 of 12.

@@ -479,7 +479,7 @@ release()
 # Next, `09_explorer`: token by token, which tokens the drafter supplied and which the target added.
 
 # %% jupyter={"source_hidden": true}
-# Records, after the lesson: this chapter's figures for the workbook's summary (SUMMARY.md) and 11's ledger.
+# Records, after the lesson: this chapter's figures for the workbook's summary (SUMMARY.md) and 12's ledger.
 from peagle_lab import precision
 from peagle_lab.workbook import ledger, report
 

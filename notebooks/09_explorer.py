@@ -120,7 +120,7 @@ print("lossless (identical, or in bf16 apart only at a near-tie; the rule: below
 # <details><summary>Answer</summary>
 #
 # Intuition says code (keywords, brackets), and here code edges chat, 1.33 against 1.29. But one prompt each cannot
-# rank kinds of text, nor can the committed 24-prompt runs in 11's ledger: 1.51 on code and 1.55 on chat on
+# rank kinds of text, nor can the committed 24-prompt runs in 12's ledger: 1.51 on code and 1.55 on chat on
 # `cpu-epyc-avx2-2c` (float32, K=4), 1.540 and 1.519 on this host (bfloat16, each at its own fastest K, 3 and 2).
 #
 # </details>
@@ -130,7 +130,7 @@ PROMPTS = {
     "code": "Write a Python function `is_prime(n)` that returns True when n is a prime number.",
     "chat": "Describe a quiet morning in a small fishing village.",
 }
-exercise = {}  # kind -> its run (11's ledger lists them)
+exercise = {}  # kind -> its run (12's ledger lists them)
 for kind, text in PROMPTS.items():
     r = exercise[kind] = run_generation(model, tokenizer, get_head(head_name, model), GenerationSettings(
         prompt=text, k=K, max_new_tokens=MAX_NEW, baseline=False), head_name=head_name)
@@ -354,13 +354,13 @@ assert same == N_SAME
 # - **The check bites**: an off-by-one acceptance rule leaves plain greedy at a margin far above the bound.
 # - **Speculative sampling**: the output follows p (TV 0.0041) despite a poor drafter.
 #
-# Next, `10_your_own_model`: the recipe on a model of your own, and training in several processes; then
-# `11_results`, every result of the course side by side.
+# Next, `10_your_own_model`: the recipe on a model of your own; then `11_past_one_machine`, several processes and
+# many requests, and `12_results`, every result of the course side by side.
 
 # %% jupyter={"source_hidden": true}
 # Records, after the lesson: this chapter's figures for the workbook's summary (SUMMARY.md) and its ledger rows.
 report.record(f"acceptance_length_k{K}_{head_name}", round(run.stats.acceptance_length, 3))
-# 11's ledger rows: the fixed run and the exercise's prompts; a head named as shipped, or by kind and target
+# 12's ledger rows: the fixed run and the exercise's prompts; a head named as shipped, or by kind and target
 head_label = SHIPPED[head_name].name if head_name in SHIPPED and models.is_default_target(TARGET) else \
     f"{head_name} ({TARGET})"
 book = ledger.Logbook("09", host=precision.host_slug(DEVICE), dtype=precision.dtype_name(model.dtype))

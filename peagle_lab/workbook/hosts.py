@@ -1,10 +1,11 @@
-"""The shipped heads' committed benchmark runs across hosts and dtypes (chapter 11): one table per suite, a row per
+"""The shipped heads' committed benchmark runs across hosts and dtypes (chapter 12): one table per suite, a row per
 host and dtype, and the verdicts the paired rule (:mod:`~peagle_lab.workbook.payoff`) reads from them."""
 
 from __future__ import annotations
 
 from ..bench.files import result_suites
 from . import payoff
+from .ledger import earlier_vocab
 
 
 def wins(e2e: dict, method: dict | None) -> tuple[int, int]:
@@ -46,14 +47,18 @@ def _suite_runs(committed: list[dict]):
             yield (c, suite, e, p_row, s_row, payoff.paired_gaps(e, p_row, s_row), *payoff.oracle_pair(e))
 
 
-def suite_tables(committed: list[dict], host: str) -> dict[str, list[dict]]:
+def suite_tables(committed: list[dict], host: str, vocab_now: dict[str, int] | None = None) -> dict[str, list[dict]]:
     """Per suite, a row per committed run (host and dtype): each head's best speed-up, the outputs that diverged,
-    prompts won against plain, the per-prompt gap P-EAGLE minus EAGLE-3, and the oracle's one pass / K passes."""
+    prompts won against plain, the per-prompt gap P-EAGLE minus EAGLE-3, and the oracle's one pass / K passes. A run
+    of an earlier version of the heads (a draft vocabulary other than ``vocab_now``'s, see
+    :func:`~peagle_lab.workbook.ledger.earlier_vocab`) says so in its host cell."""
     tables: dict[str, list[dict]] = {}
     for c, suite, e, p_row, s_row, gaps, o, o_seq in _suite_runs(committed):
         look = payoff.best(e, "prompt-lookup")
+        then = earlier_vocab(e["config"].get("parallel_head") or {}, vocab_now)
         tables.setdefault(suite, []).append({
-            "host": c["host"] + (" (this machine)" if c["host"] == host else ""), "dtype": c["dtype"],
+            "host": c["host"] + (" (this machine)" if c["host"] == host else "")
+            + (f" (earlier heads, {then:,} draft ids)" if then else ""), "dtype": c["dtype"],
             "prompts": f"{e['config']['n_prompts']} x {e['config']['max_new_tokens']}",
             "verify_k7": verify_k7(c["results"]),
             "P-EAGLE": best_cell(p_row), "EAGLE-3": best_cell(s_row), "lookup": best_cell(look),

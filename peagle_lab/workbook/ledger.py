@@ -6,7 +6,7 @@ places, never from typed-in numbers:
 
 * the committed results the chapters read: ``data/recipe/<host>/heldout_compare.json`` (05's held-out comparison),
   ``data/results/<host>/<dtype>/end_to_end[_<suite>].json`` (06's bench suites) and
-  ``data/results/<host>/serving/serving_sweep.json`` (10's serving sweep);
+  ``data/results/<host>/serving/serving_sweep.json`` (11's serving sweep);
 * the live runs, which a chapter stores with :func:`record` in ``$PEAGLE_RESULTS/summary.json`` (the workbook
   summary, :mod:`peagle_lab.workbook.report`) under a key starting with ``ledger:``.
 """
@@ -124,7 +124,7 @@ def committed_bench_rows(results_root: Path, vocab_now: dict[str, int] | None = 
 
 
 def serving_rows(results_root: Path) -> list[dict]:
-    """10's committed serving sweeps: vLLM's acceptance length per concurrency, pooled over the repeats."""
+    """11's committed serving sweeps: vLLM's acceptance length per concurrency, pooled over the repeats."""
     rows = []
     for path in sorted(Path(results_root).glob("*/serving/serving_sweep.json")):
         sweep = json.loads(path.read_text())
@@ -132,7 +132,7 @@ def serving_rows(results_root: Path) -> list[dict]:
         for conc in meta["concurrencies"]:
             runs = [r for r in sweep["rows"] if r["concurrency"] == conc and r.get("acceptance_length")]
             if runs:
-                rows.append(row(chapter="10", what=f"vLLM serving sweep, {conc} concurrent (committed)",
+                rows.append(row(chapter="11", what=f"vLLM serving sweep, {conc} concurrent (committed)",
                                 head=meta["head"], host=meta["host"], prompt_set="serving sweep requests",
                                 prompts=sum(r.get("ok", 0) for r in runs), new_tokens=meta.get("max_tokens"), k=meta["k"],
                                 dtype=serving_dtype(meta), rounds=None,
@@ -153,13 +153,13 @@ def serving_dtype(meta: dict) -> str:
 
 
 def course_rows(data_dir: Path, shipped: dict[str, Path], repo_root: Path, through: str | None = None) -> list[dict]:
-    """The ledger: the committed rows (05's held-out comparisons of every host, 07's bench suites, 10's serving
+    """The ledger: the committed rows (05's held-out comparisons of every host, 07's bench suites, 11's serving
     sweeps) and the rows the chapters recorded (only chapters up to ``through`` when given), in chapter order."""
     return sorted(committed_rows(data_dir, shipped, repo_root) + recorded(through), key=lambda r: str(r["chapter"]))
 
 
 def committed_rows(data_dir: Path, shipped: dict[str, Path], repo_root: Path) -> list[dict]:
-    """The ledger's committed rows: 05's held-out comparisons of every host, 07's bench suites, 10's serving sweeps."""
+    """The ledger's committed rows: 05's held-out comparisons of every host, 07's bench suites, 11's serving sweeps."""
     data_dir = Path(data_dir)
     rows = [r for path in sorted(data_dir.glob("recipe/*/heldout_compare.json"))
             for r in heldout_rows(path, shipped, repo_root)]

@@ -83,12 +83,12 @@ def race(runner, contenders, requests, new_tokens, eos_ids=None, plain_first=Fal
     res = Race(names=names, tally={n: [0, 0] for n in names}, regime=lossless_regime(dtype, device.type))
     for i, (label, ids) in enumerate(progress(requests) if progress else requests):
         if plain_first:  # plain first (a contender replaying its output needs it), the contenders rotated
-            order = ["plain"] + names[i % len(names):] + names[:i % len(names)]
+            turn = ["plain"] + names[i % len(names):] + names[:i % len(names)]
         else:  # all rotated: a drift in the machine's speed falls on every method alike
             everyone = ["plain", *names]
-            order = everyone[i % len(everyone):] + everyone[:i % len(everyone)]
+            turn = everyone[i % len(everyone):] + everyone[:i % len(everyone)]
         runs = {}
-        for m in order:
+        for m in turn:
             if m == "plain":
                 runs[m] = plain_generate(runner, ids, new_tokens, eos_ids=eos_ids)
             else:

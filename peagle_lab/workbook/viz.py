@@ -252,32 +252,40 @@ def ledger_label(row: Mapping) -> str:
     return f"{row['chapter']}  K={row['k']}  {row['prompts']}x{row['new_tokens']}  {dtype}"
 
 
+def ledger_colour_key(row: Mapping) -> str:
+    """What colours a ledger row: its prompt set (:func:`ledger_prompt_set`), or "a single prompt" for any one-prompt
+    row, whichever prompt it was."""
+    return "a single prompt" if row.get("prompts") == 1 else ledger_prompt_set(row)
+
+
 def plot_ledger(rows: Sequence[Mapping]):
-    """The acceptance ledger drawn in order: a panel per head with more than one row, one line per row from AL 1 to
-    the row's AL, lowest at the bottom, labelled with its settings (:func:`ledger_label`), coloured by prompt set;
-    the dot is filled for a committed row, hollow for a live one. Returns the figure."""
+    """The acceptance ledger drawn in order: a panel per head with more than one row (stacked, each as tall as its
+    rows), one line per row from AL 1 to the row's AL, lowest at the bottom, labelled with its settings
+    (:func:`ledger_label`), coloured by :func:`ledger_colour_key`; the dot is filled for a committed row, hollow for a
+    live one. Returns the figure."""
     plt = require("matplotlib.pyplot", "pip install matplotlib")
     heads = [h for h in dict.fromkeys(r["head"] for r in rows) if sum(r["head"] == h for r in rows) > 1]
-    sets = sorted({ledger_prompt_set(r) for r in rows if r["head"] in heads})
-    colours = {name: plt.get_cmap("tab10")(i % 10) for i, name in enumerate(sets)}
-    tallest = max((sum(r["head"] == h for r in rows) for h in heads), default=1)
-    fig, axes = plt.subplots(1, max(len(heads), 1), figsize=(11, 0.22 * tallest + 2.0), sharex=True, squeeze=False)
-    for ax, head in zip(axes[0], heads):
+    counts = [sum(r["head"] == h for r in rows) for h in heads] or [1]
+    keys = sorted({ledger_colour_key(r) for r in rows if r["head"] in heads})
+    colours = {name: plt.get_cmap("tab10")(i % 10) for i, name in enumerate(keys)}
+    fig, axes = plt.subplots(len(counts), 1, figsize=(8.5, 0.19 * sum(counts) + 1.1 * len(counts) + 0.9),
+                             sharex=True, squeeze=False, gridspec_kw={"height_ratios": counts})
+    for ax, head in zip(axes[:, 0], heads):
         mine = sorted((r for r in rows if r["head"] == head), key=lambda r: r["acceptance_length"])
         for y, r in enumerate(mine):
-            colour = colours[ledger_prompt_set(r)]
+            colour = colours[ledger_colour_key(r)]
             ax.plot([1, r["acceptance_length"]], [y, y], color=colour, lw=1.5, alpha=0.5)
             ax.scatter(r["acceptance_length"], y, s=30, edgecolors=colour, zorder=3,
                        facecolors=colour if "committed" in r["what"] else "none")
-        ax.set_yticks(range(len(mine)), [ledger_label(r) for r in mine], fontsize=7)
-        ax.set_ylim(-0.7, tallest - 0.3)
-        ax.set(title=head, xlabel="acceptance length (tokens per round)")
+        ax.set_yticks(range(len(mine)), [ledger_label(r) for r in mine], fontsize=8)
+        ax.set_ylim(-0.7, len(mine) - 0.3)
+        ax.set_title(head, fontsize=10)
         ax.grid(axis="x", alpha=0.3)
+    axes[-1, 0].set_xlabel("acceptance length (tokens per round)")
     handles = [plt.Line2D([], [], marker="o", ls="-", color=c, label=name) for name, c in colours.items()]
     handles.append(plt.Line2D([], [], marker="o", ls="", markerfacecolor="none", color="black", label="live (hollow)"))
-    fig.legend(handles=handles, loc="lower center", ncol=min(len(handles), 4), fontsize=8, bbox_to_anchor=(0.5, -0.01),
-               frameon=False)
-    fig.tight_layout(rect=(0, 0.04 + 0.025 * (len(handles) // 4), 1, 1))
+    fig.legend(handles=handles, loc="lower center", ncol=3, fontsize=8, bbox_to_anchor=(0.5, 0.0), frameon=False)
+    fig.tight_layout(rect=(0, 0.03 * (1 + len(handles) // 3), 1, 1))
     return fig
 
 

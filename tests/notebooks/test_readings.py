@@ -35,7 +35,7 @@ FIGURE = re.compile(r"(?<![\w.\-/^])(\d+(?:\.\d+)?e-\d+|\d[\d,]*\.\d+|\d{1,3}(?:
 NUMBER = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?(?:e[-+]?\d+)?")
 CODE = re.compile(r"```.*?```|`[^`\n]*`", re.S)
 QUOTING = re.compile(r"blog|paper|card|arXiv|publish|vLLM|plain\s+decoding", re.I)  # where a published figure may stand
-CHAPTER = re.compile(r"(?<![\d.,])(0\d|1[01])(?:'s)?(?![\d.,%x])")  # "06", "07's": a chapter named in the sentence
+CHAPTER = re.compile(r"(?<![\d.,])(0\d|1[0-2])(?:'s)?(?![\d.,%x])")  # "06", "07's": a chapter named in the sentence
 
 
 def _outputs(nb) -> str:

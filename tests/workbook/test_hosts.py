@@ -1,4 +1,4 @@
-"""11's results across hosts (workbook.hosts): a row per committed run and suite, and the paired rule's verdicts."""
+"""12's results across hosts (workbook.hosts): a row per committed run and suite, and the paired rule's verdicts."""
 
 from __future__ import annotations
 
@@ -37,6 +37,16 @@ def test_a_row_per_run_with_speed_and_divergences_in_their_own_columns():
     assert rows[0]["diverged (P / E / lookup)"] == "2/6 / 0/6 / 0/6 (margin <= 0.125)"
     assert rows[0]["faster than plain (P / E)"] == "6/6 / 3/6"
     assert rows[0]["oracle (1 / K passes)"] == "2.00x / 1.80x" and rows[1]["oracle (1 / K passes)"] == "-"
+
+
+def test_a_run_of_earlier_heads_says_so_in_its_host_cell():
+    older = run(6, 3)
+    older["results"]["end_to_end"]["config"]["parallel_head"] = {"source": "data/heads/p", "draft_vocab_size": 8192}
+    committed = [dict(older, host="a", dtype="float32", dir="a/float32"),
+                 dict(run(6, 3), host="a", dtype="bfloat16", dir="a/bfloat16")]
+    rows = hosts.suite_tables(committed, "b", vocab_now={"p": 4096})["code"]
+    assert [r["host"] for r in rows] == ["a (earlier heads, 8,192 draft ids)", "a"]
+    assert [r["host"] for r in hosts.suite_tables(committed, "b")["code"]] == ["a", "a"]  # nothing to compare with
 
 
 def test_the_verdicts_read_each_count_by_the_sign_test():

@@ -46,8 +46,8 @@ def test_every_notebook_fits_24_gib_with_an_8b_target_in_bf16(cfg_8b):
     # the target alone is most of it: the plan counts it in every phase that runs a model; only the results chapter
     # runs none
     assert all(p.parts.get("target", 0) == memory.weights_bytes(cfg_8b, torch.bfloat16) or p.parts.get("vllm")
-               for p in peaks if p.notebook != "11_results")
-    assert [p.parts for p in peaks if p.notebook == "11_results"] == [{}]
+               for p in peaks if p.notebook != "12_results")
+    assert [p.parts for p in peaks if p.notebook == "12_results"] == [{}]
 
 
 def test_an_8b_target_in_fp32_is_named_over_24_gib(cfg_8b):

@@ -225,6 +225,8 @@ def test_the_ledger_draws_a_panel_per_head_with_its_rows_in_order_hollow_where_l
                  acceptance_length=1.4),
             dict(base, head="P", chapter="10", what="template", prompt_set="held-out split", dtype="float32", k=3,
                  acceptance_length=1.0),
+            dict(base, head="P", chapter="00", what="hand-written round", prompt_set="one code request", prompts=1,
+                 dtype="float32", acceptance_length=1.2),
             dict(base, head="E", chapter="05", what="comparison (committed)", prompt_set="code: HumanEval",
                  dtype="float32", acceptance_length=2.5),
             dict(base, head="E", chapter="07", what="live", prompt_set="held-out split", dtype="float32",
@@ -235,10 +237,12 @@ def test_the_ledger_draws_a_panel_per_head_with_its_rows_in_order_hollow_where_l
     panels = [ax for ax in fig.axes if ax.get_title()]
     assert [ax.get_title() for ax in panels] == ["P", "E"]  # a head with one row gets no panel
     labels = [t.get_text() for t in panels[0].get_yticklabels()]
-    assert labels == ["10  K=3  8x32  fp32", "05  K=7  8x32  bf16", "05  K=7  8x32  fp32"]  # lowest AL first
+    assert labels == ["10  K=3  8x32  fp32", "00  K=7  1x32  fp32", "05  K=7  8x32  bf16",
+                      "05  K=7  8x32  fp32"]  # lowest AL first
     dots = [c.get_offsets().tolist()[0] for c in panels[0].collections]
-    assert dots == [[1.0, 0.0], [1.4, 1.0], [1.9, 2.0]]
+    assert dots == [[1.0, 0.0], [1.2, 1.0], [1.4, 2.0], [1.9, 3.0]]
     hollow = [c.get_facecolors()[0][3] == 0 if len(c.get_facecolors()) else True for c in panels[0].collections]
-    assert hollow == [True, True, False]  # rows not marked committed are live: hollow
+    assert hollow == [True, True, True, False]  # rows not marked committed are live: hollow
     legend = [t.get_text() for t in fig.legends[0].get_texts()]
-    assert legend == ["HumanEval", "held-out split", "live (hollow)"]  # a colour per prompt set, suite name dropped
+    # a colour per prompt set (suite name dropped), every one-prompt row under one colour
+    assert legend == ["HumanEval", "a single prompt", "held-out split", "live (hollow)"]

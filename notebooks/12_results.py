@@ -14,13 +14,13 @@
 # ---
 
 # %% [markdown]
-# # 11 · The results, side by side
+# # 12 · The results, side by side
 #
 # **Goal:** see every result of the course in one place: the committed benchmark runs, every acceptance length (AL,
 # tokens committed per round) of the shipped heads with its settings, and the verdicts on parallel drafting.
 #
 # This chapter runs no model. It reads the *committed* runs saved in `data/results/` and the *live* rows that chapters
-# 00 to 10 recorded when they ran (`results/summary.json`), so run it after them.
+# 00 to 11 recorded when they ran (`results/summary.json`), so run it after them.
 
 # %%
 # Parameters come from the environment: PEAGLE_TARGET (default: the embedded SmolLM2-135M-Instruct),
@@ -60,16 +60,16 @@ print("this machine:", HOST)
 # %% tags=["nbval-ignore-output"]
 committed = [c for c in bench.committed_results(settings.data_dir() / "results") if result_suites(c["results"])]
 print("The tables below: committed results of SmolLM2-135M-Instruct" + ("" if models.is_default_target(TARGET) else
-      f" (not of this run's target, {TARGET}; chapters 00 to 10 measured that one live)") + f"; this machine is {HOST}"
+      f" (not of this run's target, {TARGET}; chapters 00 to 11 measured that one live)") + f"; this machine is {HOST}"
       + ("" if any(c["host"] == HOST for c in committed) else ", which has no committed run"))
-for suite, rows in hosts.suite_tables(committed, HOST).items():
+for suite, rows in hosts.suite_tables(committed, HOST, ledger.shipped_vocab(SHIPPED)).items():  # earlier heads marked
     display(Markdown(f"**`{suite}` suite**\n\n" + bench.format_table(rows, list(rows[0]))))
 print("\n".join(hosts.verdict_lines(committed)))  # each by the paired rule (06)
 
 # %% [markdown]
 # **Reading it.** In bf16, on the host with bf16 units, both heads are shown faster than plain decoding: 1.14x to
 # 1.31x. There verifying 8 tokens costs little more than a decode step (`verify_k7` 1.07). In float32 it costs about
-# two (1.88 and 2.06), and no head is shown faster.
+# two (1.88 and 2.06), and no head is shown faster (the earlier heads' 5-prompt run included).
 #
 # Neither head is shown faster than the other. But at the blog's acceptance one pass is shown faster than K: 1.59x
 # against 1.46x on `code`, in the float32 runs of `cpu-epyc-avx2-2c`, the only committed ones with a K-pass oracle row.
@@ -82,7 +82,7 @@ print("\n".join(hosts.verdict_lines(committed)))  # each by the paired rule (06)
 # range.
 
 # %% tags=["nbval-ignore-output"]
-rows = ledger.course_rows(settings.data_dir(), SHIPPED, settings.REPO_ROOT, through="10")
+rows = ledger.course_rows(settings.data_dir(), SHIPPED, settings.REPO_ROOT, through="11")
 table = [r | {"acceptance_length": f"{r['acceptance_length']:.3f}"} for r in rows]  # ALs to 3 decimals
 display(Markdown(bench.format_table(table, ledger.COLUMNS)))
 print(f"{len(rows)} rows; live rows from", ", ".join(sorted({r['host'] for r in rows if 'committed' not in r['what']})))
@@ -225,11 +225,11 @@ for c in committed:  # section 1: the runs with both oracle charges, the same dr
     for suite, res in result_suites(c["results"]).items():
         one, k_passes = payoff.oracle_pair(res)
         if one and k_passes:
-            verdicts.append({"comparison": "same drafts, one pass or K", "chapter": "11", "setting": (
+            verdicts.append({"comparison": "same drafts, one pass or K", "chapter": "12", "setting": (
                 f"the blog's rate, `{suite}`, {res['config']['n_prompts']} prompts, {c['dir']}"),
                 "verdict": speed(res, one, k_passes, "one pass", f"{k_passes['k']} passes")})
-sweep = read("results/*/serving/serving_sweep.json")  # 10: vLLM, P-EAGLE's throughput over plain's
-verdicts.append({"comparison": "vLLM serving", "chapter": "08", "setting": (
+sweep = read("results/*/serving/serving_sweep.json")  # 11: vLLM, P-EAGLE's throughput over plain's
+verdicts.append({"comparison": "vLLM serving", "chapter": "11", "setting": (
     f"K={sweep['meta']['k']}, {sweep['meta']['max_tokens']} tokens a request, {sweep['meta']['host']}, "
     f"{ledger.serving_dtype(sweep['meta'])}"),
     "verdict": ", ".join(f"{r['throughput_speedup']:.2f}x at {r['concurrency']} concurrent"
@@ -284,16 +284,17 @@ display(Markdown(bench.format_table(verdicts, list(verdicts[0]))))
 # | the whole path: the hand-trained head in the round | 04 | plain greedy; the package's loop, round by round |
 # | AL pooled from each prompt's counts; per-prompt gaps (exercise) | 05 | the recorded ALs; the verdict's gaps |
 # | the bootstrap interval over prompts | 05 | `prompt_spread` |
-# | the pass shapes of both modes (exercise) | 06 | the drafting hook |
 # | the sign test | 05 | `payoff.sign_test` |
+# | the pass shapes of both modes (exercise) | 06 | the drafting hook |
 # | the paired rule over speed; the oracle's drafts | 06 | `payoff`; `RatedOracleDrafter` |
-# | the live race: rotating order, every output checked | 06 | `workbook.race`, the same code (a test) |
+# | the live race: rotating order, every output checked | 06 | plain greedy, every output |
 # | the break-even acceptance (exercise) | 07 | `constant_rate_for` |
 # | the export to vLLM's eagle3 layout | 08 | `export_vllm`: every tensor and every key of ours in `config.json` equal |
 # | AL, per-position rates from vLLM's counters (exercise) | 08 | our loop's counts, 500 random round sets; vLLM's AL |
 # | a broken acceptance rule, caught | 09 | the lossless check |
 # | speculative sampling | 09 | the target distribution, 20,000 draws |
 # | the tap layers of any target (exercise) | 10 | the package's rule |
+# | the same training in two processes | 11 | one process's loss, at every step |
 #
 # Next: the repository's `README.md` (set-up, commands, what runs where) and `docs/` (training recipe, checkpoint
 # format, the full results behind every table).
