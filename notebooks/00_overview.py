@@ -478,7 +478,7 @@ def answer_accept(drafts, choice):
 check_accept(answer_accept)
 
 # %% jupyter={"source_hidden": true} tags=["nbval-ignore-output"]
-# Bookkeeping: this chapter's acceptance lengths as rows of 11's acceptance ledger.
+# Bookkeeping: this chapter's acceptance lengths as rows of 12's acceptance ledger.
 from peagle_lab.workbook import ledger
 
 book = ledger.Logbook("00", host=precision.host_slug(DEVICE), dtype=precision.dtype_name(model.dtype))

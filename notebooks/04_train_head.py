@@ -281,7 +281,8 @@ check_cod_sample(my_cod_sample)
 # fused by `fc`. Each deeper depth adds one mask slot per kept anchor, under 02's attention rule.
 #
 # The loss averages each depth's cross-entropy on its trained anchors, skipping labels outside the draft vocabulary
-# (03). The package's `DraftTrainer` does the same in batches.
+# (03). The package's `DraftTrainer` does the same in batches. By hand here means the schedule, the cache, the inputs
+# and the loss; the decoder layer itself is the head's own module, whose arithmetic 02 wrote out as `ScratchLayer`.
 #
 # `tap_scale`, printed first, is the taps' per-feature RMS; `fc` trains on taps divided by it.
 

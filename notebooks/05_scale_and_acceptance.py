@@ -321,7 +321,8 @@ if fresh and "exp-L1" in ends and P:
 # - On the curves' prompts, the learning curves peak (1.437, 1.455) below `exp-L1`'s last snapshot (1.512). Their
 #   file and settings differ, and no run here isolates which difference matters.
 # - Both curves dip where `-cont` starts, perhaps because `--init-from` restarts the optimizer and warm-up (untested).
-# - 2 layers has no snapshot near 500,051 tokens, so 2 and 4 layers are not compared at equal tokens here.
+# - The cell compares the heads only at `exp-L4`'s last snapshot, 500,051 tokens, where `exp-L2` has none. At the
+#   plot's earlier points 2 and 4 layers sit close; the cell prints no figure for them, so they are not compared.
 #
 # </details>
 #

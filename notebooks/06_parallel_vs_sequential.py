@@ -214,9 +214,9 @@ print("ratio as a fraction of K:", ", ".join(f"K={k}: {r / k:.2f}" for k, r in e
 
 # %% [markdown]
 # **Reading it.** The sequential/parallel ratio rises with K and is below K at both: 1.58 at K=2, 6.76 at K=10.
-# Sequential drafting grows with its passes; the one parallel pass only a little as it widens (4.95 to 6.10 ms). That
-# widening is why the ratio's fraction of K falls with K: 0.79 and 0.68 here, 0.84 at K=2 to 0.64 at K=10 in the
-# table.
+# Sequential drafting grows with its passes; the one parallel pass only a little as it widens (4.95 to 6.10 ms). So
+# the ratio's fraction of K falls with K overall, though not at every step: 0.79 and 0.68 here, 0.84 at K=2 to 0.64
+# at K=10 in the table. The widening pass is one reason; the table does not separate others.
 #
 # ## The saving alone: the same drafts, two drafting costs
 #

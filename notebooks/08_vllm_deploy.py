@@ -23,7 +23,7 @@
 # 7 the published heads on a GPU.
 #
 # **What runs here.** Sections 2-6 run live on vLLM's CPU build. Section 7 is a GPU recipe, not run here. Serving
-# under load and with tensor parallelism comes in 10, with the other ways past one machine.
+# under load and with tensor parallelism comes in 11, with the other ways past one machine.
 
 # %% tags=["nbval-ignore-output"]
 import os
@@ -362,7 +362,7 @@ print(f"one batched plain step {plain_step_ms:.0f} ms; one batched speculative r
 # %% [markdown]
 # **Reading it.** The head makes vLLM slower here: 0.61x, on 2 CPU cores with 4 prompts batched. A batched round
 # costs as much as 2.41 plain decoding steps but yields only 1.45 tokens per prompt, so it does not pay. What more
-# concurrent requests and a target sharded over processes do to that comes in 10 (section 3).
+# concurrent requests and a target sharded over processes do to that comes in 11 (section 2).
 #
 # ## 7 · Recipe: the published P-EAGLE heads on a GPU
 #

@@ -223,7 +223,7 @@ assert same_taps and lossless and lookup_lossless
 # sharding the target does to speculation.
 
 # %% jupyter={"source_hidden": true} tags=["nbval-ignore-output"]
-# Records, after the lesson: the template rows of 11's ledger.
+# Records, after the lesson: the template rows of 12's ledger.
 from peagle_lab.workbook import ledger
 
 book = ledger.Logbook("10", host=precision.host_slug(DEVICE), dtype=precision.dtype_name(model.dtype))
