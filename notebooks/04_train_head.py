@@ -634,8 +634,9 @@ report.record("nb04_final_depth_accuracy", acc);
 #
 # ## 5 · The whole path in our own code
 #
-# The cell loads the hand-trained head into 02's `ScratchDrafter` and drafts in 00's round on 2 held-out list
-# requests (not among the 96 it trained on). `ScratchDrafter` keeps no drafter cache, which costs time, not tokens.
+# The cell loads the hand-trained head into 02's `ScratchDrafter` and drafts in 00's round on 2 held-out list requests
+# (the bench's `lists` suite, from the held-out split; its 96 training requests come from the train split).
+# `ScratchDrafter` keeps no drafter cache, which costs time, not tokens.
 
 # %% tags=["nbval-ignore-output"]
 from transformers import DynamicCache
@@ -710,8 +711,8 @@ report.record("nb04_own_path_al", round(sum(committed) / len(committed), 4));
 
 # %% [markdown]
 # **Reading it.** Our own path is lossless, and the head drafts: after 40 steps it commits 1.76 tokens a round at K=4,
-# over 54 rounds: mostly 1 token, with a 3 every few rounds on the counting prompts (a learnable pattern). Its output
-# equals plain greedy decoding, and each round matches the package's loop.
+# over 54 rounds: mostly 1 token, with a 3 every second or third round on the counting prompts (a learnable pattern).
+# Its output equals plain greedy decoding, and each round matches the package's loop.
 #
 # This path is not timed: whether 1.76 tokens a round pays depends on a round's cost in decode steps, which 06
 # measures. 06 also races a pair of heads trained far longer (1,000 steps, committed runs) on the same kind of

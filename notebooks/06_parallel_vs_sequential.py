@@ -362,8 +362,9 @@ print("\n".join(same_drafts.lines()))
 # Both charges accept alike (AL 3.56, the same 259 drafts), so the gap is drafting cost: 5.4 against 21.8 ms a round,
 # cheaper on 12 of 12.
 #
-# The AL is below the blog's 3.94: answers that end early cut rounds short (07 computes 3.79 for this rate at a
-# 40-token budget), and 101 rounds are a small draw.
+# The AL is below the blog's 3.94. Answers that end early cut rounds short: 07 computes 3.79 for this rate when every
+# answer runs the full 40 tokens, and several of these requests end sooner (the live pair's table below lists
+# answers of 9 to 40 tokens). 101 rounds are also a small draw.
 
 # %% [markdown]
 # ## The payoff: a pair trained alike, where acceptance is high
@@ -425,8 +426,9 @@ plt.show()
 #
 # <details><summary>How sure is this?</summary>
 #
-# - P-EAGLE's round even falls a little with K, as its drafting and verify medians move by several milliseconds
-#   without order: timing noise of one run, since a wider verify is not cheaper.
+# - P-EAGLE's round even falls a little with K: its drafting medians move by several milliseconds without order,
+#   and its verify medians fall (109.15, 108.66, 102.86 ms) though a wider pass does more work. Timing noise of one
+#   run is the likely reason; the run does not test it.
 #
 # </details>
 

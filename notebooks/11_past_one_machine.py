@@ -115,7 +115,8 @@ assert gap < 1e-3, "two processes left one process's loss curve"
 # - **Tensor parallelism** splits each layer over processes or GPUs, called ranks. Their count must divide the
 #   attention heads; the cell's check of that rule finds that 2 ranks cannot split this target's 9 (vLLM itself was
 #   not run with 2). We shard it by hand over 2 CPU processes instead,
-#   vLLM-style: each rank keeps whole query-head groups with their KV head, and a share of the MLP. Two all-reduces
+#   vLLM-style: each rank keeps whole KV-head groups (a KV head with its query heads; this target's 3 KV heads split
+#   2 and 1), and a share of the MLP. Two all-reduces
 #   per layer sum the ranks' parts.
 
 # %% tags=["nbval-ignore-output"]
@@ -231,8 +232,8 @@ print(f"the sweep's AL at 1 request: {al_1:.2f}; the GPU's K=7 P-EAGLE round: {g
 # %% [markdown]
 # ## What we saw
 #
-# **In one sentence:** The trainer scales out unchanged, but serving many requests at once takes away the idle compute
-# speculation needs.
+# **In one sentence:** The trainer scales out unchanged, but serving many requests at once turned vLLM's break-even
+# into a loss here, most likely because batching uses the idle compute speculation needs (not measured).
 #
 # - Two processes logged the same loss as one at every step of the tiny target's head.
 # - Under load (committed sweep), vLLM's break-even became a loss: 1.00x at 1 request, 0.28x at 16.

@@ -139,3 +139,22 @@ def test_every_published_figure_let_through_is_listed_with_its_source_in_the_ref
     listed = {line.split("|")[1].strip() for line in section.splitlines()
               if line.startswith("| ") and not line.startswith("| figure") and not line.startswith("|---")}
     assert listed == set(PUBLISHED) - {"1.00"}
+
+
+def test_the_ledger_marks_the_best_k_of_the_saved_07_run():
+    """12's ledger takes 07's live rows from the run that recorded them; the saved 07 must be that run, or the
+    ledger's "best speed-up" K contradicts the K 07 prints as each head's best."""
+    by_name = {p.name[:2]: p for p in NOTEBOOKS}
+    if "07" not in by_name or "12" not in by_name:
+        pytest.skip("07 or 12 is not here")
+    seven = _outputs(nbformat.read(by_name["07"], as_version=4))
+    printed = {name: int(k) for name, k in re.findall(r"^\s*(P-EAGLE|EAGLE-3) K=(\d+) \(\d+ drafter pass", seven, re.M)}
+    heads = {"smollm2-135m-peagle": "P-EAGLE", "smollm2-135m-eagle3": "EAGLE-3"}
+    marked = {}
+    for line in _outputs(nbformat.read(by_name["12"], as_version=4)).splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        live_best = cells[0] == "07" and "this run" in cells[1] and "best speed-up" in cells[1]
+        if len(cells) > 7 and live_best and cells[2] in heads:
+            marked[heads[cells[2]]] = int(cells[7])
+    assert printed and marked == printed, (
+        f"12's ledger marks {marked} as 07's live best K, 07 prints {printed}: save 07 and 12 from the same run")
