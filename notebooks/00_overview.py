@@ -21,7 +21,7 @@
 #
 # **What to expect on a 2-core CPU.** The course builds each piece in view and checks it against its package,
 # `peagle_lab`. The target has 135M parameters and the shipped heads accept few drafts, so their speed-ups are small
-# in bfloat16, and in float32 every committed best speed-up is below plain decoding's (0.67x to 0.82x, 12; this
+# in bfloat16, and in float32 their committed best speed-ups are all below plain decoding's (0.78x to 0.82x, 12; this
 # chapter's runs are float32). Larger ones come where many drafts are accepted: on *list requests* (asking for lists
 # of numbers or items, 06), from an *oracle*, a stand-in drafter that replays the target's own answer at a chosen
 # acceptance (06, 07), or from prompt lookup copying code (07's table). Each chapter says what its numbers can and

@@ -155,7 +155,7 @@ fig.tight_layout();
 # and 27.
 #
 # Distance alone does not order them: 15 to 27 is the shorter gap, yet the less alike. The right plot shows why.
-# Layers 2 to 24 form one block of near-parallel neighbours, layers 25 to 29 a second, and tap 27 sits in the second.
+# Layers 1 to 24 form one block of near-parallel neighbours, layers 25 to 29 a second, and tap 27 sits in the second.
 #
 # ## Logit lens: what each tap already predicts
 #

@@ -385,6 +385,7 @@ for row in rows:
     ax.plot([row["setting"]], [row["acceptance_length"]], "_", color="k", markersize=24)
 ax.set(ylabel="held-out acceptance length (K=7)",
        title=f"mask stand-ins, SmolLM2-135M: each seed a dot, the mean a bar ({mask_host})")
+ax.set_ylim(learned_al - 2.5 * firm, learned_al + 2 * firm)  # the band and room beyond it
 ax.tick_params(axis="x", rotation=20)
 ax.grid(alpha=0.3)
 ax.legend(fontsize=8, loc="lower right")

@@ -311,8 +311,9 @@ if fresh and "exp-L1" in ends and P:
           f"shipped P-EAGLE head)")
 
 # %% [markdown]
-# **Reading it.** Continuing a run helped; more layers did not. On section 1's prompts, `exp-L1` went from 1.737 at
-# its run's end to 1.895 once continued (the shipped head). After the same 2400 s, 2 and 4 layers scored 1.649 and
+# **Reading it.** Here, continuing a run scored higher and more layers scored lower: one seed a head, on 8 prompts,
+# with no test of the gaps. On section 1's prompts, `exp-L1` went from 1.737 at its run's end to 1.895 once continued
+# on fresh records (the shipped head). After the same 2400 s, 2 and 4 layers scored 1.649 and
 # 1.477 there. At equal tokens on the curves' prompts, 4 layers also trailed 1 layer: 1.292 against 1.379.
 #
 # <details><summary>How sure is this?</summary>

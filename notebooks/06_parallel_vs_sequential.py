@@ -357,7 +357,7 @@ print("\n".join(same_drafts.lines()))
 
 # %% [markdown]
 # **Reading it.** On the same drafts, one pass beats seven on 11 of 12 requests (p = 0.0063): shown live, as in the
-# committed runs of `cpu-epyc-avx2-2c` (22 of 24; chapter 12 lists them).
+# two committed runs of `cpu-epyc-avx2-2c` (22 of 24 on code, 24 of 24 on chat; chapter 12 lists them).
 #
 # Both charges accept alike (AL 3.56, the same 259 drafts), so the gap is drafting cost: 5.4 against 21.8 ms a round,
 # cheaper on 12 of 12.
@@ -420,9 +420,9 @@ plt.show()
 # **Reading it.** Trained alike, P-EAGLE is shown faster than EAGLE-3: 2.10x against 1.92x at K=7, on 37 of 48
 # requests (p = 0.00022; the green bars).
 #
-# At K=3 they are close (1.45x against 1.47x; not paired-tested). The gap opens with K because P-EAGLE drafts in 11.4
-# to 16.4 ms a round at every K, while EAGLE-3's drafting grows from 20.3 to 42.4 ms. Both peak at K=7, the largest K
-# here.
+# At K=3 they are close (1.45x against 1.47x; not paired-tested). The gap opens with K as P-EAGLE drafts in 11.4 to
+# 16.4 ms a round at every K while EAGLE-3's drafting grows from 20.3 to 42.4 ms: what drafting cost predicts, though
+# the run does not test the cause. Both peak at K=7, the largest K here.
 #
 # <details><summary>How sure is this?</summary>
 #

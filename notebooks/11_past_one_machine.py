@@ -126,6 +126,7 @@ import matplotlib.pyplot as plt
 from IPython.display import Markdown, display
 
 from peagle_lab.bench import format_table
+from peagle_lab.bench.tp_shard import split_sizes
 from peagle_lab.serving import sweep as serve_sweep
 from peagle_lab.settings import data_dir
 from peagle_lab.workbook import ledger
@@ -165,11 +166,13 @@ for r in gpu["rows"]:
     print(f"{r['k']:>3d}{r['verify_ms'] / gpu['decode_step_ms']:>19.3f}{r['parallel_ms']:>19.2f}"
           f"{r['sequential_ms']:>17.2f}{par:>21.0%}{seq:>9.0%}")
 # tensor parallelism: vLLM shards attention by heads, so its size must divide the target's attention heads
-n_heads = model.config.num_attention_heads
+n_heads, n_kv = model.config.num_attention_heads, model.config.num_key_value_heads
 tp_sizes = [n for n in range(2, n_heads + 1) if n_heads % n == 0]
 print(f"\ntensor parallelism: {n_heads} attention heads -> sizes vLLM accepts {tp_sizes or 'none above 1'}; one rank "
       f"per core on these {os.cpu_count()} cores: {[n for n in tp_sizes if n <= os.cpu_count()] or 'none fits'}")
-# the target sharded by hand over processes (peagle-lab bench-tensor-parallel), the drafter copied on each rank
+# the target sharded by hand over processes (peagle-lab bench-tensor-parallel), the drafter copied on each rank; each
+# rank keeps whole KV-head groups, as evenly as they split
+print(f"by hand over 2 processes: {n_kv} KV heads -> {split_sizes(n_kv, 2)} per rank, each with its query heads")
 for path in sorted(RESULTS.glob("*/tensor-parallel/tensor_parallel.json")):
     tp = json.loads(path.read_text())
     env, one, two, n_reduce = tp["env"], tp["rows"][0], tp["rows"][-1], tp["all_reduces_per_pass"]
