@@ -20,25 +20,12 @@
 # yourself, and know exactly what "lossless" means.
 #
 # **What to expect on a 2-core CPU.** The course builds each piece in view and checks it against its package,
-# `peagle_lab`. The target has 135M parameters and the shipped heads accept few drafts, so their speed-ups are small
-# in bfloat16, and in float32 their committed best speed-ups are all below plain decoding's (0.78x to 0.82x, 12; this
-# chapter's runs are float32). Larger ones come where many drafts are accepted: on *list requests* (asking for lists
-# of numbers or items, 06), from an *oracle*, a stand-in drafter that replays the target's own answer at a chosen
-# acceptance (06, 07), or from prompt lookup copying code (07's table). Each chapter says what its numbers can and
-# cannot decide; 12 sets the verdicts side by side.
+# `peagle_lab`. The target is small (135M parameters), and the drafters the course trains (*heads*) accept few drafts
+# on open prompts, so their speed-ups here are small; this chapter's float32 runs are slower than plain decoding.
+# Speculation pays where many drafts are accepted: 06 shows where, 07 prices what it would take, and 12 sets every
+# verdict side by side.
 #
-# Results are *committed* (saved under `data/`) or *live* (run here, moving with the machine's load). A method is
-# *shown faster* when it wins on enough prompts that a sign test says so (p below 5%, 05). Where the course
-# lands on EAGLE-3 against P-EAGLE (both explained below), with trained drafters (*heads*) drafting K tokens a round:
-#
-# - **Open prompts**, with the heads shipped with the course: EAGLE-3's accepts more drafts than P-EAGLE's at K=7, but
-#   the two were not trained alike (05: other runs and data, 1.23x the wall time), so this compares two heads, not
-#   two methods. Neither is shown faster than the other (07).
-# - **List requests**, where most drafts are accepted, with two heads trained alike: P-EAGLE was faster than EAGLE-3 in
-#   06's committed runs, with each of two training seeds, while accepting less. Its rounds were cheaper (06): one
-#   drafting pass took 15.1 ms against EAGLE-3's 42.4 ms for seven. Live, on 12 requests, that speed-up is not shown.
-# - **The same drafts**, charged one drafting pass or seven (an oracle at the blog's acceptance, 06): one pass is
-#   shown faster live, on 11 of 12 list requests.
+# Results are *committed* (saved under `data/`) or *live* (run here, moving with the machine's load).
 
 # %%
 # Parameters come from the environment: PEAGLE_TARGET (default: the embedded SmolLM2-135M-Instruct),
