@@ -392,7 +392,8 @@ if al_formula > 1:
 # %% [markdown]
 # **Reading it.** Draft 1 supplies most of the gain: 80% of the 0.469 extra tokens per round. Draft 5, never reached,
 # adds nothing. Where most drafts are accepted, as on 06's list requests, rounds commit several tokens and speculation
-# beats plain decoding overall (06: 2.10x at K=7), though not on every request.
+# beats plain decoding overall (06's pair of heads trained on list requests: 2.10x at K=7), though not on every
+# request.
 #
 # ### Exercise: change K
 #

@@ -37,7 +37,8 @@ model, tokenizer = models.load_target(TARGET, device=DEVICE, dtype=precision.cou
 # ## One forward, three taps
 #
 # The drafter reads three hidden states side by side: 3H numbers per position, with H the hidden size. Its `fc` layer
-# projects them back to H. For L layers, vLLM's default taps are 2, L//2 and L-3.
+# projects them back to H. For L layers, vLLM's EAGLE-3 code taps 2, L//2 and L-3 by default (read in its source,
+# not run here).
 
 # %% tags=["smollm2-fact", "nbval-check-output"]
 from peagle_lab.prompts import chat_ids
@@ -154,8 +155,9 @@ fig.tight_layout();
 # **Reading it.** The three taps differ: cosine 0.76 between taps 2 and 15, 0.43 between 15 and 27, 0.34 between 2
 # and 27.
 #
-# Distance alone does not order them: 15 to 27 is the shorter gap, yet the less alike. The right plot shows why.
-# Layers 1 to 24 form one block of near-parallel neighbours, layers 25 to 29 a second, and tap 27 sits in the second.
+# Distance alone does not order them: 15 to 27 is the shorter gap, yet the less alike. The right plot suggests why:
+# read by eye (no cell prints it), the middle layers form one block of near-parallel neighbours and the last few a
+# second, and tap 27 sits in the second.
 #
 # ## Logit lens: what each tap already predicts
 #

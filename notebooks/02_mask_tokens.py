@@ -487,7 +487,7 @@ for row in rows:
 # ## What we saw
 #
 # **In one sentence:** P-EAGLE drafts all K tokens in one pass by filling slots 2..K with a mask token and one shared
-# learned vector; the price is that slot 2 must guess draft 1 on its own.
+# learned vector; the design suggests a price, slot 2 guessing draft 1 on its own (not tested as the cause).
 #
 # - Mask slots get the mask token and `fc(mask_hidden)`, so one pass gives all K drafts.
 # - The from-scratch drafter matches the package: P-EAGLE logits within 9.5e-06, the same EAGLE-3 drafts.

@@ -385,8 +385,8 @@ print(f"\nthe blog's AL {PAPER_AL} at K={PAPER_K} (HumanEval) needs every slot a
 #   held-out prompts), the reverse of the paper's order. 06's committed matched pair points the same way with each of
 #   two training seeds (not judged by a paired test).
 # - **Lossless:** every live speculative output matched plain greedy.
-# - **Scale:** continuing `exp-L1` raised its AL from 1.737 to 1.895. In the same 2400 s, 2 and 4 layers scored below
-#   1 layer on section 1's prompts.
+# - **Scale** (one seed a head, no test of the gaps): continuing `exp-L1` on fresh records raised its AL from 1.737
+#   to 1.895. In the same 2400 s, 2 and 4 layers scored below 1 layer on section 1's prompts.
 # - **Why AL stays below the paper's:** P-EAGLE's rate falls to 0.24 by slot 3, where a constant 0.78 at every slot
 #   (a yardstick, not the blog's rates) would give the blog's 3.94. Which difference from the paper closes that gap is
 #   not isolated here.

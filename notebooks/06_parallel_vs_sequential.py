@@ -464,7 +464,8 @@ plt.show()
 # differs by a few points either way. Each slot is reached a little less often than
 # the one before is accepted: the token budget cuts the last round short.
 #
-# Most requests P-EAGLE loses to plain decoding have short answers (10 of 11 at most 14 tokens): few rounds to gain in.
+# Most requests P-EAGLE loses to plain decoding have short answers (10 of 11 at most 14 tokens), which leave few
+# rounds to gain in: a likely reason, not tested here.
 #
 # A second committed run of the same heads and requests goes wider (K = 7, 9, 11); the figure shows both runs.
 

@@ -360,9 +360,10 @@ print(f"one batched plain step {plain_step_ms:.0f} ms; one batched speculative r
       "the round cost)")
 
 # %% [markdown]
-# **Reading it.** The head makes vLLM slower here: 0.61x, on 2 CPU cores with 4 prompts batched. A batched round
-# costs as much as 2.41 plain decoding steps but yields only 1.45 tokens per prompt, so it does not pay. What more
-# concurrent requests and a target sharded over processes do to that comes in 11 (section 2).
+# **Reading it.** The head makes vLLM slower here: 0.61x, on 2 CPU cores with 4 prompts batched. A batched round costs
+# an estimated 2.41 plain decoding steps (total time over vLLM's rounds, the 4 prompts taken to advance together) but
+# yields only 1.45 tokens per prompt, so it does not pay. What more concurrent requests and a target sharded over
+# processes do to that comes in 11 (section 2).
 #
 # Engine start (8.88 s plain, 4.00 s with the head) is not part of the speed-up; the cell does not explain why the
 # second engine started faster.
@@ -401,8 +402,8 @@ print(f"one batched plain step {plain_step_ms:.0f} ms; one batched speculative r
 #
 # <details><summary>The prediction's answer</summary>
 #
-# They barely move: nothing is accepted past depth 2, so slots beyond K=3 only add drafted tokens. K=2 cannot accept
-# a depth-2 draft, hence its slightly lower AL.
+# They barely move: nothing is accepted past depth 2, so slots beyond K=3 only add drafted tokens. K=2's AL sits a
+# round lower on this one prompt; that K=2 cannot accept a depth-2 draft fits it, but one prompt cannot show it.
 #
 # </details>
 

@@ -153,8 +153,8 @@ def my_taps(n_layers):
 check_taps(my_taps)
 
 # %% [markdown]
-# Below 7 layers the package falls back to `(0, L // 2, L - 1)`; vLLM's rule has no fallback. The tiny target's 8
-# layers get vLLM's taps.
+# Below 7 layers the package falls back to `(0, L // 2, L - 1)`; vLLM's rule, as its source reads, has none. The tiny
+# target's 8 layers get vLLM's taps.
 #
 # Next, the whole recipe on the tiny target: distil (the target writes the training answers), extract the taps, train,
 # decode speculatively. Whatever the head drafts, the output must match plain greedy.

@@ -187,9 +187,9 @@ for path in sorted(RESULTS.glob("*/tensor-parallel/tensor_parallel.json")):
           f"{n_reduce * tp['all_reduce_ms']:.1f} ms")
 
 # %% [markdown]
-# **Reading it.** Load turns break-even into a loss: 1.00x at 1 concurrent request, 0.28x at 16. Acceptance length
-# holds while a round grows to 4.78 plain steps. Batching likely fills the idle compute verification needed;
-# utilisation is not measured here.
+# **Reading it.** Load turns break-even into a loss: 1.00x at 1 concurrent request, 0.28x at 16. Acceptance length holds
+# while a round, derived as AL over throughput, grows to 4.78 plain steps. Batching likely fills the idle compute
+# verification needed; utilisation is not measured here.
 #
 # **GPU:** verifying K+1 tokens costs only 1.146 to 1.181 decode steps for K = 1 to 8. At K=8, drafting is 6% of a
 # P-EAGLE round against 31% for EAGLE-3: a cost model, not a measured speed-up.

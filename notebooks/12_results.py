@@ -134,9 +134,9 @@ print("every AL is at least 1:", all(r["acceptance_length"] >= 1 for r in rows))
 # **Reading it.** An AL belongs to its settings. P-EAGLE's rows run from 1.00 (10, bare text) to 1.90 (05's held-out
 # comparison), EAGLE-3's from 1.34 to 2.53. Even with prompt set, host and dtype fixed (the indented lines), they move,
 # as K, new tokens and prompt count vary together (the exercise below separates them where it can). The plot sets each
-# head's rows in order of AL, each labelled with its settings: for both heads the top row is 05's committed held-out
-# comparison at K=7 (8 prompts x 64 tokens), and the two lowest are live runs on 1 or 2 prompts. Two rows compare only
-# where those settings agree.
+# head's rows in order of AL, each labelled with its settings (and, where two rows share them, what tells them apart):
+# for both heads the top row is 05's committed held-out comparison at K=7 (8 prompts x 64 tokens), and the two lowest
+# are live runs on 1 or 2 prompts. Two rows compare only where those settings agree.
 
 # %% [markdown]
 # ### Exercise: which setting moves the acceptance length most?

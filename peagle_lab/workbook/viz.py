@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import html
 import math
+import re
+import textwrap
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
@@ -252,6 +254,22 @@ def ledger_label(row: Mapping) -> str:
     return f"{row['chapter']}  K={row['k']}  {row['prompts']}x{row['new_tokens']}  {dtype}"
 
 
+def ledger_tag(row: Mapping) -> str:
+    """What tells a ledger row from another with the same settings, in a few words: its concurrency (a serving
+    sweep), its prompt layout (a template row), its bench suite, else the first words of what it records."""
+    what = str(row["what"]).replace(" (committed)", "").replace(" (live)", "")
+    concurrent = re.search(r"(\d+) concurrent", what)
+    if concurrent:
+        return f"{concurrent.group(1)} concurrent"
+    for words, tag in (("as trained", "as trained"), ("bare text", "bare text"), ("system message", "other system")):
+        if words in what:
+            return tag
+    suite = re.search(r"`(\w+)` suite", what)
+    if suite:
+        return f"{suite.group(1)} suite"
+    return textwrap.shorten(what, width=26, placeholder="")
+
+
 def ledger_colour_key(row: Mapping) -> str:
     """What colours a ledger row: its prompt set (:func:`ledger_prompt_set`), or "a single prompt" for any one-prompt
     row, whichever prompt it was."""
@@ -261,8 +279,8 @@ def ledger_colour_key(row: Mapping) -> str:
 def plot_ledger(rows: Sequence[Mapping]):
     """The acceptance ledger drawn in order: a panel per head with more than one row (stacked, each as tall as its
     rows), one line per row from AL 1 to the row's AL, lowest at the bottom, labelled with its settings
-    (:func:`ledger_label`), coloured by :func:`ledger_colour_key`; the dot is filled for a committed row, hollow for a
-    live one. Returns the figure."""
+    (:func:`ledger_label`, with :func:`ledger_tag` where two rows would read alike), coloured by
+    :func:`ledger_colour_key`; the dot is filled for a committed row, hollow for a live one. Returns the figure."""
     plt = require("matplotlib.pyplot", "pip install matplotlib")
     heads = [h for h in dict.fromkeys(r["head"] for r in rows) if sum(r["head"] == h for r in rows) > 1]
     counts = [sum(r["head"] == h for r in rows) for h in heads] or [1]
@@ -277,7 +295,9 @@ def plot_ledger(rows: Sequence[Mapping]):
             ax.plot([1, r["acceptance_length"]], [y, y], color=colour, lw=1.5, alpha=0.5)
             ax.scatter(r["acceptance_length"], y, s=30, edgecolors=colour, zorder=3,
                        facecolors=colour if "committed" in r["what"] else "none")
-        ax.set_yticks(range(len(mine)), [ledger_label(r) for r in mine], fontsize=8)
+        labels = [ledger_label(r) for r in mine]
+        labels = [f"{lab}  {ledger_tag(r)}" if labels.count(lab) > 1 else lab for lab, r in zip(labels, mine)]
+        ax.set_yticks(range(len(mine)), labels, fontsize=8)
         ax.set_ylim(-0.7, len(mine) - 0.3)
         ax.set_title(head, fontsize=10)
         ax.grid(axis="x", alpha=0.3)

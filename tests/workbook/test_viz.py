@@ -246,3 +246,17 @@ def test_the_ledger_draws_a_panel_per_head_with_its_rows_in_order_hollow_where_l
     legend = [t.get_text() for t in fig.legends[0].get_texts()]
     # a colour per prompt set (suite name dropped), every one-prompt row under one colour
     assert legend == ["HumanEval", "a single prompt", "held-out split", "live (hollow)"]
+
+
+def test_ledger_rows_that_would_read_alike_carry_what_tells_them_apart():
+    pytest.importorskip("matplotlib")
+    base = dict(head="P", chapter="10", host="h", prompt_set="held-out split", prompts=2, new_tokens=40, k=4,
+                dtype="float32", rounds=10)
+    rows = [dict(base, what="template: chat template (as trained)", acceptance_length=1.5),
+            dict(base, what="template: no template (bare text)", acceptance_length=1.0),
+            dict(base, what="vLLM serving sweep, 4 concurrent (committed)", k=7, acceptance_length=1.3)]
+    labels = [t.get_text() for t in viz.plot_ledger(rows).axes[0].get_yticklabels()]
+    assert labels == ["10  K=4  2x40  fp32  bare text", "10  K=7  2x40  fp32", "10  K=4  2x40  fp32  as trained"]
+    assert viz.ledger_tag({"what": "vLLM serving sweep, 16 concurrent (committed)"}) == "16 concurrent"
+    assert viz.ledger_tag({"what": "bench `chat` suite, h/float32 (committed), best speed-up"}) == "chat suite"
+    assert viz.ledger_tag({"what": "vLLM server, one chat request"}) == "vLLM server, one chat"  # whole words
