@@ -41,7 +41,8 @@ from peagle_lab import models, precision, settings
 # ## Speculative decoding
 #
 # At batch size 1, a GPU forward over a few new tokens costs little more than a *step*, a forward over one new token:
-# memory traffic and kernel launches dominate, not arithmetic. Speculative decoding exploits this:
+# memory traffic and kernel launches dominate, not arithmetic (the usual explanation; this chapter times the cost, not
+# its cause). Speculative decoding exploits this:
 #
 # 1. A cheap **drafter** proposes K tokens.
 # 2. The **target**, the model we want output from, checks them all in **one** forward pass.
@@ -186,7 +187,8 @@ for key, value in [("target_params", n_params), ("greedy_tokens_per_s", round(to
 # faster than its memory; a 2-core CPU's float32 arithmetic is not.
 #
 # The chapter runs in float32 so its outputs equal plain decoding's. In bfloat16, 12's committed host table times an
-# 8-token pass on this host at 1.07 steps, drafting not included.
+# 8-token pass on this host at 1.07 steps, drafting not included (07 sets it beside live timings of the same pass,
+# which run higher).
 #
 # <details><summary>How sure is this?</summary>
 #

@@ -471,7 +471,8 @@ for name, h in hits.items():
 # design's difference (EAGLE-3 is handed draft 1, P-EAGLE must infer it), but this cell does not test it as the cause.
 #
 # - After a wrong draft 1 the predicted edge did not show: P-EAGLE 0.11, EAGLE-3 0.10. Why is not tested here.
-# - P-EAGLE's draft 1 is right more often here (0.43 against 0.37), so the gap does not come from a weaker draft 1.
+# - P-EAGLE's draft 1 is right more often here (0.43 against 0.37), so a weaker draft 1 does not explain the gap on
+#   these counts, though the two rates are counted over different positions.
 # - These heads were not trained alike. 06's pair, trained alike, leans the same way at slot 2 (414 of 597 rounds
 #   against 434 of 478), on other text and counted in rounds: the same direction, not the same gap.
 # - This is 275 positions of 6 held-out answers at K = 2; 05's larger comparison gives the 0.34 and 0.70 above.

@@ -356,7 +356,8 @@ del module
 # That is far above a uniform guess over the 2,048 draft ids (ln 2048 = 7.62): the untrained head is confidently
 # wrong.
 #
-# The taps' RMS spans 0.729 to 2e+03; dividing by `tap_scale` lets one Adam step move small and large taps alike.
+# The taps' RMS spans 0.729 to 2e+03; dividing by `tap_scale` is meant to let one Adam step move small and large
+# taps alike (no run here trains without it).
 # Saved heads read raw taps: `sync_head` folds the scale back into the weights.
 #
 # ### Trained as it drafts
@@ -628,7 +629,8 @@ report.record("nb04_final_depth_accuracy", acc);
 
 # %% [markdown]
 # **Reading it.** The head learns most at depth 0: over the last quarter, accuracy 0.4703 there and 0.1931 to 0.207
-# deeper (in-sample). Deeper is only a little above always drafting the most frequent answer token, a space (0.164).
+# deeper (in-sample). Deeper is only a little above a rough baseline, always drafting the most frequent answer token,
+# a space (0.164, counted over all answer tokens, not the same anchors).
 #
 # In the warm-up the loss swings most at depths 1 to 7 (middle panel). From step 15 it is below the uniform guess.
 #

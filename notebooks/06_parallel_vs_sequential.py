@@ -485,8 +485,9 @@ viz.plot_payoff_vs_k({"K = 3, 5, 7 run": me["methods"], "wider run": we["methods
 plt.show()
 
 # %% [markdown]
-# **Reading it.** The course's payoff in one picture: P-EAGLE's speed-up keeps rising to K=11 (2.07x, 2.13x, 2.19x in
-# the wider run), while EAGLE-3's is flat from K=7 (1.94x, 1.91x, 1.90x).
+# **Reading it.** The course's payoff in one picture: in this one wider run P-EAGLE's speed-up rises to K=11 (2.07x,
+# 2.13x, 2.19x), past the 8 depths it trained, while EAGLE-3's is flat from K=7 (1.94x, 1.91x, 1.90x). The two runs'
+# K=7 points differ by 0.03x (2.10x and 2.07x), a gap as large as each step here.
 #
 # The round (right) is why: P-EAGLE's stays at 1.98 to 2.13 decode steps with one pass; EAGLE-3's grows from 2.16 to
 # 2.99, a pass per draft. Both ALs rise (middle), EAGLE-3's more, but its extra passes eat that gain. At each

@@ -99,8 +99,8 @@ print("every output identical to plain greedy in its layout:", all(ev["lossless"
 # answers changed with the layout (44 tokens on bare text against 80), so the ALs are measured on different text: the
 # layout and the text move together here. Another system message gave 1.34, a drop two prompts cannot establish.
 #
-# Two prompts cannot establish the rule, but the safe practice follows from how a head learns: distil with the
-# template you will serve with, your model's own (`peagle-lab distill --target DIR` applies it).
+# Two confounded prompts cannot establish a rule. The recipe's practice is to distil with the template you will serve
+# with, your model's own (`peagle-lab distill --target DIR` applies it), so that a head trains on the layout it meets.
 #
 # ### Exercise: which layers are tapped?
 #

@@ -19,7 +19,8 @@
 # **Goal:** see that the trainer runs unchanged in several processes, and what serving many requests at once, or one
 # target split over several processes, does to speculation.
 #
-# Speculation pays when verifying K+1 tokens costs about one decode step: when compute sits idle (00). Here you will
+# Speculation pays when verifying K+1 tokens costs about one decode step (00 times that cost; why it is cheap where
+# compute sits idle is argued there, not measured). Here you will
 # train one head in one process and in two, then read three committed runs: a vLLM serving sweep under load, a GPU
 # cost model at batch 1, and the target sharded over two CPU processes (tensor parallelism). Nothing here needs a GPU.
 
@@ -235,7 +236,8 @@ print(f"the sweep's AL at 1 request: {al_1:.2f}; the GPU's K=7 P-EAGLE round: {g
 # %% [markdown]
 # ## What we saw
 #
-# **In one sentence:** The trainer scales out unchanged, but serving many requests at once turned vLLM's break-even
+# **In one sentence:** The trainer ran unchanged in two processes (4 steps, the same loss), but serving many requests
+# at once turned vLLM's break-even
 # into a loss here, most likely because batching uses the idle compute speculation needs (not measured).
 #
 # - Two processes logged the same loss as one at every step of the tiny target's head.

@@ -67,9 +67,10 @@ for suite, rows in hosts.suite_tables(committed, HOST, ledger.shipped_vocab(SHIP
 print("\n".join(hosts.verdict_lines(committed)))  # each by the paired rule (06)
 
 # %% [markdown]
-# **Reading it.** In bf16, on the host with bf16 units, both heads are shown faster than plain decoding: 1.14x to
-# 1.31x. There verifying 8 tokens costs little more than a decode step (`verify_k7` 1.07). In float32 it costs about
-# two (1.88 and 2.06), and no head is shown faster (the earlier heads' 5-prompt run included).
+# **Reading it.** In bf16, on the host with bf16 units, both heads are shown faster than plain decoding: 1.14x to 1.31x.
+# There verifying 8 tokens costs little more than a decode step (`verify_k7` 1.07, the pass timed alone; 07 sets it
+# beside live timings of the same pass). In float32 it costs about two (1.88 and 2.06), and no head is shown faster (the
+# earlier heads' 5-prompt run included).
 #
 # Neither head is shown faster than the other. But at the blog's acceptance one pass is shown faster than K: 1.59x
 # against 1.46x on `code`, in the float32 runs of `cpu-epyc-avx2-2c`, the only committed ones with a K-pass oracle row.
@@ -120,7 +121,8 @@ bench07 = [r["acceptance_length"] for r in rows if r["chapter"] == "07" and "(co
 print(f"07's {len(bench07)} committed benchmark rows: {min(bench07):.2f} to {max(bench07):.2f}")
 
 # the rows drawn in order (viz.plot_ledger): a panel per head, a row per AL, lowest at the bottom, labelled with its
-# chapter, K, prompts x new tokens and dtype; a colour per prompt set; filled: committed, hollow: live
+# chapter, K, prompts x new tokens and dtype; a colour per prompt set, one for every one-prompt row; filled: committed,
+# hollow: live; a head with one row (an earlier version) gets no panel
 from peagle_lab.workbook import viz
 
 viz.plot_ledger(rows);
@@ -135,7 +137,7 @@ print("every AL is at least 1:", all(r["acceptance_length"] >= 1 for r in rows))
 # comparison), EAGLE-3's from 1.34 to 2.53. Even with prompt set, host and dtype fixed (the indented lines), they move,
 # as K, new tokens and prompt count vary together (the exercise below separates them where it can). The plot sets each
 # head's rows in order of AL, each labelled with its settings (and, where two rows share them, what tells them apart):
-# for both heads the top row is 05's committed held-out comparison at K=7 (8 prompts x 64 tokens), and the two lowest
+# for both heads the top rows are 05's committed held-out comparison (8 prompts x 64 tokens), and the two lowest
 # are live runs on 1 or 2 prompts. Two rows compare only where those settings agree.
 
 # %% [markdown]
