@@ -293,7 +293,7 @@ from tqdm.auto import tqdm
 
 from peagle_lab.bench.suites import suite_records
 from peagle_lab.decoding.divergence import first_divergence, is_lossless, lossless_regime
-from peagle_lab.decoding.speculative import speculative_generate
+from peagle_lab.decoding.speculative import plain_generate, speculative_generate
 from peagle_lab.workbook.race import Race  # the rows, and the paired rule read over them
 
 

@@ -2,9 +2,8 @@
 methods interleaved, every output checked against plain greedy, and the paired rule (a two-sided sign test per
 request, :func:`~peagle_lab.workbook.payoff.paired_order`) read against plain and between the first two contenders.
 
-:func:`race` is the one notebook 06 writes in view, kept here word for word for the tests
-(``tests/notebooks/test_scratch_copy.py`` checks that the two are the same code); :class:`Race` keeps its rows and
-reads them.
+The race itself, ``race``, is written in view in notebook 06 (and only there: ``tests/workbook/test_race.py`` runs
+that cell); :class:`Race` keeps its rows and reads them.
 
 A contender is ``(make, k)``: ``make(ids, plain)`` returns the drafter for one request (``plain`` is the request's
 plain greedy result, for drafters that replay the target's own continuation, such as the oracle), and ``k`` its
@@ -17,8 +16,7 @@ from dataclasses import dataclass, field
 from statistics import median
 
 from ..bench.readme import format_table
-from ..decoding.divergence import first_divergence, is_lossless, lossless_regime, lossless_verdict
-from ..decoding.speculative import plain_generate, speculative_generate
+from ..decoding.divergence import lossless_verdict
 from . import payoff
 
 
@@ -72,37 +70,3 @@ class Race:
         """Per request: ``a``'s speed-up over plain minus ``b``'s."""
         return [row[f"{a} vs plain"] - row[f"{b} vs plain"] for row in self.rows]
 
-
-def race(runner, contenders, requests, new_tokens, eos_ids=None, plain_first=False, progress=None):
-    """Run plain decoding and every contender on each ``(label, prompt ids)`` request, and check every output
-    against plain greedy (exact in float32 on a CPU, near-ties allowed otherwise). A contender is ``(make, k)``:
-    ``make(ids, plain)`` returns its drafter for one request, ``plain`` being that request's plain result."""
-    model = runner.model
-    dtype, device = model.dtype, next(model.parameters()).device
-    names = list(contenders)
-    res = Race(names=names, tally={n: [0, 0] for n in names}, regime=lossless_regime(dtype, device.type))
-    for i, (label, ids) in enumerate(progress(requests) if progress else requests):
-        if plain_first:  # plain first (a contender replaying its output needs it), the contenders rotated
-            turn = ["plain"] + names[i % len(names):] + names[:i % len(names)]
-        else:  # all rotated: a drift in the machine's speed falls on every method alike
-            everyone = ["plain", *names]
-            turn = everyone[i % len(everyone):] + everyone[:i % len(everyone)]
-        runs = {}
-        for m in turn:
-            if m == "plain":
-                runs[m] = plain_generate(runner, ids, new_tokens, eos_ids=eos_ids)
-            else:
-                make, k = contenders[m]
-                runs[m] = speculative_generate(runner, make(ids, runs.get("plain")), ids, k=k,
-                                               max_new_tokens=new_tokens, eos_ids=eos_ids)
-        row = {"held-out request": label[:44], "answer tokens": len(runs["plain"].tokens[:new_tokens])}
-        for m in names:
-            st = runs[m].stats  # the loop's counts, and its timer's seconds per part of a round
-            res.tally[m] = [res.tally[m][0] + sum(st.accepted), res.tally[m][1] + st.rounds]
-            res.divergences.append(first_divergence(runs[m].tokens[:new_tokens], runs["plain"], dtype, device.type))
-            row |= {f"{m} AL": st.acceptance_length, f"{m} vs plain": runs["plain"].seconds / runs[m].seconds,
-                    f"{m} draft ms": 1000 * st.times.get("draft", 0.0) / max(st.rounds, 1)}
-        res.rows.append(row)
-    assert is_lossless(res.divergences, res.regime), [d.message() for d in res.divergences if d is not None]
-    res.describe({n: k for n, (_, k) in contenders.items()}, len(requests), new_tokens, dtype)
-    return res

@@ -1,6 +1,5 @@
-"""``peagle_lab.workbook.scratch`` keeps notebook 02's ``ScratchDrafter`` for later chapters to import, and
-``peagle_lab.workbook.race`` keeps notebook 06's ``race`` for the unit tests: each copy must be the very code the
-chapter writes in view, so that what is imported or tested is what the chapter taught."""
+"""``peagle_lab.workbook.scratch`` keeps notebook 02's ``ScratchDrafter`` for later chapters to import: the copy must
+be the very code the chapter writes in view, so that what 03 runs is what 02 taught."""
 
 import ast
 from pathlib import Path
@@ -13,11 +12,11 @@ import peagle_lab.workbook.scratch as scratch
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _class_node(source: str, name: str, kind=ast.ClassDef) -> str:
+def _class_node(source: str, name: str) -> str:
     for node in ast.walk(ast.parse(source)):
-        if isinstance(node, kind) and node.name == name:
+        if isinstance(node, ast.ClassDef) and node.name == name:
             return ast.dump(node, include_attributes=False)
-    raise AssertionError(f"no {kind.__name__} {name}")
+    raise AssertionError(f"no class {name}")
 
 
 CLASSES = ("ScratchLayer", "ScratchDrafter")  # the network, then the two ways of drafting with it
@@ -41,17 +40,3 @@ def test_the_kept_scratch_classes_are_notebook_02s(name):
 def test_the_check_sees_a_changed_line():
     altered = _written().replace("rms_norm_eps", "rms_norm_eps * 2", 1)
     assert _class_node(altered, "ScratchLayer") != _class_node(Path(scratch.__file__).read_text(), "ScratchLayer")
-
-
-def test_the_kept_race_is_notebook_06s():
-    import peagle_lab.workbook.race as race
-
-    nb = jupytext.read(ROOT / "notebooks" / "06_parallel_vs_sequential.py")
-    written = "\n".join(c.source for c in nb.cells if c.cell_type == "code" and "def race(" in c.source)
-    assert written, "notebook 06 no longer writes race"
-    kept = Path(race.__file__).read_text()
-    assert _class_node(written, "race", ast.FunctionDef) == _class_node(kept, "race", ast.FunctionDef), (
-        "peagle_lab/workbook/race.py's race differs from notebook 06's: copy the function from "
-        "notebooks/06_parallel_vs_sequential.py again")
-    altered = written.replace("i % len(names)", "(i + 1) % len(names)", 1)
-    assert _class_node(altered, "race", ast.FunctionDef) != _class_node(kept, "race", ast.FunctionDef)

@@ -1,14 +1,28 @@
-"""05's live race (workbook.race): plain decoding and each contender on every request, rotated, lossless, read by
-the paired rule."""
+"""06's live race: plain decoding and each contender on every request, rotated, lossless, read by the paired rule
+(workbook.race's ``Race``). The race is the one notebook 06 writes in view: these tests run that cell."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import jupytext
 import pytest
 
 from peagle_lab.decoding.draft_sources import HeadDrafter, OracleDrafter
 from peagle_lab.decoding.target_runner import TargetRunner
-from peagle_lab.workbook.race import race
 from tests.conftest import make_random_head
+
+NOTEBOOK = Path(__file__).resolve().parents[2] / "notebooks" / "06_parallel_vs_sequential.py"
+
+
+@pytest.fixture(scope="module")
+def race():
+    """Notebook 06's ``race``: the code cell that writes it, run on its own (it imports what it uses)."""
+    cells = [c.source for c in jupytext.read(NOTEBOOK).cells if c.cell_type == "code" and "def race(" in c.source]
+    assert len(cells) == 1, "notebook 06 should write race in one code cell"
+    names: dict = {}
+    exec(compile(cells[0], str(NOTEBOOK), "exec"), names)
+    return names["race"]
 
 
 @pytest.fixture
@@ -24,7 +38,7 @@ def oracle(ids, plain):
     return OracleDrafter(ids + plain.tokens, 96)  # the request's plain output: every draft accepted
 
 
-def test_a_race_counts_every_round_and_reads_the_oracle_ahead_of_a_random_head(target, random_ids):
+def test_a_race_counts_every_round_and_reads_the_oracle_ahead_of_a_random_head(race, target, random_ids):
     head = make_random_head(target)
     runner = TargetRunner(target, head.config.aux_hidden_state_layer_ids)
     res = race(runner, {"oracle": (oracle, 3), "head": (lambda ids, plain: HeadDrafter(head, "parallel"), 3)},
@@ -41,7 +55,7 @@ def test_a_race_counts_every_round_and_reads_the_oracle_ahead_of_a_random_head(t
     assert res.table().splitlines()[0].startswith("| held-out request | answer tokens | oracle AL |")
 
 
-def test_without_plain_first_a_contender_gets_no_plain_run_on_some_requests(target, random_ids):
+def test_without_plain_first_a_contender_gets_no_plain_run_on_some_requests(race, target, random_ids):
     seen = []
 
     def spy(ids, plain):
