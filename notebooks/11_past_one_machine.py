@@ -31,6 +31,8 @@ from peagle_lab.workbook.notebook import start
 
 TARGET, DEVICE, CI = start(seed=0)
 
+from transformers import AutoConfig
+
 from peagle_lab import models, precision, settings
 from peagle_lab.distill.data import DistillSettings, distill
 from peagle_lab.prompts import load_train_prompts
@@ -38,7 +40,7 @@ from peagle_lab.settings import results_dir
 from peagle_lab.tiny_target import make_tiny_target
 from peagle_lab.training import pick_mask_token_id
 
-model, tokenizer = models.load_target(TARGET, device=DEVICE, dtype=precision.course_dtype(DEVICE))
+target_config = AutoConfig.from_pretrained(models.resolve_target(TARGET))  # its shape only: no weight is read
 # the tiny Qwen3 of 10 (random weights), its answers to a few training prompts, and its mask token
 tiny_dir = make_tiny_target(results_dir() / "nb11" / "tiny-qwen3")  # kept when already built
 tiny, tiny_tok = models.load_target(str(tiny_dir), device=DEVICE, dtype=precision.course_dtype(DEVICE))
@@ -46,7 +48,8 @@ TINY_DATA = results_dir() / "nb11" / "tiny.jsonl"  # distil resumes a file it wr
 tiny_records = distill(tiny, tiny_tok, load_train_prompts(settings.pick(8, 4)), TINY_DATA,
                        DistillSettings(max_new_tokens=24, target=str(tiny_dir)), progress=False)
 TINY_MASK = pick_mask_token_id(tiny_tok)
-print(f"this run's target: {type(model).__name__}; the tiny target: {type(tiny).__name__}, "
+architecture = (target_config.architectures or [target_config.model_type])[0]
+print(f"this run's target: {architecture}; the tiny target: {type(tiny).__name__}, "
       f"{tiny.config.num_hidden_layers} layers, {len(tiny_records)} answers of its own to train on")
 
 # %% [markdown]
@@ -167,7 +170,7 @@ for r in gpu["rows"]:
     print(f"{r['k']:>3d}{r['verify_ms'] / gpu['decode_step_ms']:>19.3f}{r['parallel_ms']:>19.2f}"
           f"{r['sequential_ms']:>17.2f}{par:>21.0%}{seq:>9.0%}")
 # tensor parallelism: vLLM shards attention by heads, so its size must divide the target's attention heads
-n_heads, n_kv = model.config.num_attention_heads, model.config.num_key_value_heads
+n_heads, n_kv = target_config.num_attention_heads, target_config.num_key_value_heads
 tp_sizes = [n for n in range(2, n_heads + 1) if n_heads % n == 0]
 print(f"\ntensor parallelism: {n_heads} attention heads -> sizes vLLM accepts {tp_sizes or 'none above 1'}; one rank "
       f"per core on these {os.cpu_count()} cores: {[n for n in tp_sizes if n <= os.cpu_count()] or 'none fits'}")

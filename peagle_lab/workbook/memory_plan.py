@@ -53,8 +53,8 @@ PHASES = {
                        ("vLLM's engine, after our copy is freed", "vllm")],
     "09_explorer": [("both heads on offer and the loop", "target + 2 head + loop")],
     "10_your_own_model": [("the target, for its chat template (the tiny target's head is small)", "target")],
-    "11_past_one_machine": [("the target, for its attention heads (the tiny target's trainers run in their own "
-                             "processes)", "target")],
+    "11_past_one_machine": [("the tiny target only (this run's target is read for its shape, its trainers run in "
+                             "their own processes)", "")],
     "12_results": [("committed files and recorded rows only: no model", "")],
 }
 

@@ -43,11 +43,12 @@ def test_every_notebook_fits_24_gib_with_an_8b_target_in_bf16(cfg_8b):
     over = [p.line() for p in peaks if p.total > 24 * GIB]
     assert not over, over
     assert memory_plan.vllm_problem(cfg_8b, torch.bfloat16, 24 * GIB) is None
-    # the target alone is most of it: the plan counts it in every phase that runs a model; only the results chapter
-    # runs none
+    # the target alone is most of it: the plan counts it in every phase that runs a model; the results chapter runs
+    # none, and 11 reads only the target's shape (its trainers run the tiny target)
+    light = ("11_past_one_machine", "12_results")
     assert all(p.parts.get("target", 0) == memory.weights_bytes(cfg_8b, torch.bfloat16) or p.parts.get("vllm")
-               for p in peaks if p.notebook != "12_results")
-    assert [p.parts for p in peaks if p.notebook == "12_results"] == [{}]
+               for p in peaks if p.notebook not in light)
+    assert [p.parts for p in peaks if p.notebook in light] == [{}, {}]
 
 
 def test_an_8b_target_in_fp32_is_named_over_24_gib(cfg_8b):
