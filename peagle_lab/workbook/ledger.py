@@ -5,7 +5,7 @@ dtype, rounds) beside the figure, so the spread between chapters can be read off
 places, never from typed-in numbers:
 
 * the committed results the chapters read: ``data/recipe/<host>/heldout_compare.json`` (05's held-out comparison),
-  ``data/results/<host>/<dtype>/end_to_end[_<suite>].json`` (06's bench suites) and
+  ``data/results/<host>/<dtype>/end_to_end[_<suite>].json`` (07's bench suites) and
   ``data/results/<host>/serving/serving_sweep.json`` (11's serving sweep);
 * the live runs, which a chapter stores with :func:`record` in ``$PEAGLE_RESULTS/summary.json`` (the workbook
   summary, :mod:`peagle_lab.workbook.report`) under a key starting with ``ledger:``.
