@@ -123,7 +123,7 @@ from peagle_lab.workbook.lens import cosine_matrix, plot_similarity, residual_st
 states = residual_stream(model, ids)  # (L + 1, T, H): inputs of layers 0..L-1, then the pre-norm output
 norms = states.norm(dim=-1)
 fig, ax = plt.subplots(figsize=(8, 3.2))
-ax.semilogy(norms[:, 0].cpu(), label="position 0 (attention sink)")
+ax.semilogy(norms[:, 0].cpu(), label="position 0")
 ax.semilogy(norms[:, 1:].mean(-1).cpu(), label="other positions (mean)")
 for t in TAPS:
     ax.axvline(t, color="red", ls=":", lw=1)
@@ -135,7 +135,7 @@ print("position 0's norm over the other positions' mean, at the taps: "
       + ", ".join(f"tap {t}: {ratio[t]:.0f}x" for t in TAPS))
 
 # %% [markdown]
-# **Reading it.** The sink's norm is 151x the other positions' mean at tap 15 and 51x at tap 27 (5x at tap 2). It
+# **Reading it.** Position 0's norm is 151x the other positions' mean at tap 15 and 51x at tap 27 (5x at tap 2). It
 # would swamp any comparison, so the cosines below skip it.
 
 # %% tags=["smollm2-fact", "nbval-check-output"]
@@ -155,9 +155,9 @@ fig.tight_layout();
 # **Reading it.** The three taps differ: cosine 0.76 between taps 2 and 15, 0.43 between 15 and 27, 0.34 between 2
 # and 27.
 #
-# Distance alone does not order them: 15 to 27 is the shorter gap, yet the less alike. The right plot suggests why:
-# read by eye (no cell prints it), the middle layers form one block of near-parallel neighbours and the last few a
-# second, and tap 27 sits in the second.
+# The gaps are nearly equal (13 layers from 2 to 15, 12 from 15 to 27), so the cosines do not follow layer distance
+# here. The right plot suggests what they do follow: read by eye (no cell prints it), the middle layers form one
+# block of near-parallel neighbours and the last few a second, and tap 27 sits in the second.
 #
 # ## Logit lens: what each tap already predicts
 #

@@ -419,8 +419,8 @@ print("\n".join(studies.reach_lines(rows, mask_runs)))  # how many rounds per ru
 # <details><summary>How sure is this?</summary>
 #
 # - Heads this weak rarely reach the mask slots; a well-trained head could still use `mask_hidden`.
-# - Slot 2's rate runs from 0.04 to 0.13 with the stand-in; slot 1's tends the other way (0.16 to 0.20). Per-slot
-#   rates have no seed spread here, so no order between them is measured.
+# - Slot 2's rate runs from 0.04 to 0.13 with the stand-in and slot 1's from 0.16 to 0.20, with no pattern between
+#   the two across the five variants. Per-slot rates have no seed spread here, so no order between them is measured.
 # - All variants share one stand-in across the mask slots, so none tests what tells the slots apart.
 #
 # </details>

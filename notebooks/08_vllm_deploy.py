@@ -402,8 +402,9 @@ print(f"one batched plain step {plain_step_ms:.0f} ms; one batched speculative r
 #
 # <details><summary>The prediction's answer</summary>
 #
-# They barely move: nothing is accepted past depth 2, so slots beyond K=3 only add drafted tokens. K=2's AL sits a
-# round lower on this one prompt; that K=2 cannot accept a depth-2 draft fits it, but one prompt cannot show it.
+# They barely move: nothing is accepted past depth 2, so slots beyond K=3 only add drafted tokens. K=2 takes one
+# round more (45 against 44) and its AL is lower (1.40 against 1.43); that K=2 cannot accept a depth-2 draft
+# fits it, but one prompt cannot show it.
 #
 # </details>
 

@@ -59,7 +59,8 @@ print("heads on offer:", HEADS, "| K:", K, "| max new tokens:", MAX_NEW)
 # ## The explorer
 #
 # Type a prompt, choose K, head and mode, and press **Generate** (head `fresh` is untrained, for timing). In a live
-# kernel, raise K: the deep slots' bars jump, since few rounds reach them. The fixed run below draws the same view.
+# kernel, raise K and watch the deep slots' bars: few rounds reach them, so each rests on a handful of rounds (the
+# fixed run below draws the same view, with each bar's count and its interval).
 
 # %%
 ex = explorer(model, tokenizer, k=K, max_new_tokens=MAX_NEW)

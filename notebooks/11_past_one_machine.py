@@ -206,6 +206,9 @@ for path in sorted(RESULTS.glob("*/tensor-parallel/tensor_parallel.json")):
 #
 # <details><summary>How sure is this?</summary>
 #
+# - The sweep started at a load average of 1.05 over the last minute (3.09 over fifteen) on 2 cores: other work was
+#   on the machine, and the file does not record whether it lasted. Its throughputs may be below an idle machine's,
+#   and its ratios carry that unknown.
 # - At 1 request a vLLM round costs about 1.29 plain steps; the repeats' spread, 0.87x to 1.14x, makes that rough.
 # - Our transformers loop pays about two steps in float32 just to verify 6 or 9 tokens (00's timing cell): compare
 #   round costs within one engine only.

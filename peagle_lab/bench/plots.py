@@ -117,11 +117,15 @@ def plot_acceptance(e2e: dict, path=None):
                     label=fam + (" (tokens per target forward)" if fam in ("prompt-lookup", "assisted") else "")
                     + (" (the oracle's draws, K passes)" if twin else ""))
     ks = sorted({r["k"] for r in e2e["methods"] if r["k"]})
-    if ks:
-        ax.plot(ks, [k + 1 for k in ks], ls=":", color="gray", label="upper bound K+1")
     measured = [r["acceptance_length"] for r in e2e["methods"] if r["k"]]
-    if measured:  # the measured ALs fill the plot; the K+1 bound runs off its top where it lies far above them
-        ax.set_ylim(0.9, max(measured) * 1.25 + 0.2)
+    top = max(measured) * 1.25 + 0.2 if measured else None  # the measured ALs fill the plot
+    if ks:
+        above = [k for k in ks if top is not None and k + 1 > top]  # where the bound leaves the frame, say so
+        ax.plot(ks, [k + 1 for k in ks], ls=":", color="gray",
+                label="upper bound K+1" + (f" (above the frame from K={above[0]}: {above[0] + 1} ... {ks[-1] + 1})"
+                                           if above else ""))
+    if top is not None:
+        ax.set_ylim(0.9, top)
     ax.axhline(1.0, color="black", lw=1)
     ax.set_xlabel("K")
     ax.set_ylabel("acceptance length")
@@ -185,8 +189,15 @@ def plot_break_even(curves: list[dict], points: list[dict] = (), k: int = 7, pat
     for m in merged:
         style = m["style"] or {"color": next(colors)}
         lo, hi = f"{min(m['costs']):.2f}", f"{max(m['costs']):.2f}"
-        ax.plot(al, [speedup_model(a, m["costs"][0]) for a in al], **style,
-                label=f"round {lo if lo == hi else f'{lo}-{hi}'} steps: " + "; ".join(m["labels"]))
+        cost = lo if lo == hi else f"{lo}-{hi}"
+        runs = "\n".join(f"  {x}" for x in m["labels"])  # one legend line per run
+        label = (f"round {cost} steps: " + m["labels"][0] if len(m["labels"]) == 1 else
+                 f"round {cost} steps, {len(m['labels'])} runs on one line:\n" + runs)
+        ys = [speedup_model(a, m["costs"][0]) for a in al]
+        (line,) = ax.plot(al, ys, **style, label=label)
+        ax.annotate(f"{cost} steps" + (f" ({len(m['labels'])} runs)" if len(m["labels"]) > 1 else ""),
+                    (al[-1], ys[-1]), xytext=(-4, 4), textcoords="offset points", ha="right", va="bottom",
+                    fontsize=8, color=line.get_color())  # each line named where it ends
     for p, marker in zip(points, "osD^v<>P*"):
         ax.scatter([p["acceptance_length"]], [p["speedup"]], marker=marker, s=55, zorder=3, color="black",
                    label=f"measured: {p['label']}, AL {p['acceptance_length']:.2f}, {p['speedup']:.2f}x")

@@ -28,9 +28,17 @@ def plot_heldout(rows: dict, title: str) -> None:
 
 
 def _plot_runs(ax, points: list[dict], key: str, title: str) -> None:
+    """One line per ``key``; where a line's points come from a later run than its first (a ``-cont`` continuation),
+    those points are drawn hollow, with the run named in the legend."""
     for name in dict.fromkeys(p[key] for p in points):
         ps = sorted((p for p in points if p[key] == name), key=lambda p: p["tokens_seen"])
-        ax.plot([p["tokens_seen"] for p in ps], [p["acceptance_length"] for p in ps], "o-", label=name)
+        (line,) = ax.plot([p["tokens_seen"] for p in ps], [p["acceptance_length"] for p in ps], "o-", label=name)
+        later = [p for p in ps if p["run"] != ps[0]["run"]]
+        if later:
+            runs = ", ".join(dict.fromkeys(p["run"] for p in later))
+            ax.scatter([p["tokens_seen"] for p in later], [p["acceptance_length"] for p in later], s=60, zorder=3,
+                       facecolor="white", edgecolor=line.get_color(), linewidth=1.5,
+                       label=f"{name}: continued ({runs})")
     ax.set(xscale="log", xlabel="training tokens seen", ylabel="held-out acceptance length, K=7", title=title)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)

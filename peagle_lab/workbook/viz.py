@@ -23,6 +23,7 @@ from typing import Callable, Mapping, Sequence
 from ..atomic import write_figure
 from ..errors import PeagleError, require
 from ..settings import results_dir
+from .payoff import rate_interval
 
 TARGET = 0  # source id of a token that came from the target (bonus token, or the first token after prefill)
 
@@ -178,14 +179,15 @@ def plot_per_position_acceptance(rates, ax=None, title: str | None = None, count
 
     ``rates``: one list (bars coloured like the token slots) or ``{label: list}`` (grouped bars, e.g. parallel vs
     sequential). NaN (slot never reached) draws no bar and the words "not reached". ``counts``, shaped like
-    ``rates`` with ``(accepted, reached)`` pairs, writes each bar's sample over it, so a rate from 2 rounds is not
-    read like one from 200. Returns the figure.
+    ``rates`` with ``(accepted, reached)`` pairs, draws each bar's 95% interval and writes its sample over it, so a
+    rate from 2 rounds is not read like one from 200. Returns the figure.
     """
     series = dict(rates) if isinstance(rates, Mapping) else {None: list(rates)}
     tallies = (dict(counts) if isinstance(counts, Mapping) else {None: list(counts)}) if counts is not None else {}
     k = max((len(v) for v in series.values()), default=0)
     fig, ax = _axes(ax, (max(6, 1.1 * k + 2), 3.4) if len(series) > 1 else (6, 3.2))  # room for grouped counts
     width = 0.8 / max(len(series), 1)
+    interval_labelled = False
     for i, (label, values) in enumerate(series.items()):
         xs = [j + 1 + (i - (len(series) - 1) / 2) * width for j in range(len(values))]
         ys = [0.0 if v is None or math.isnan(v) else float(v) for v in values]
@@ -195,15 +197,19 @@ def plot_per_position_acceptance(rates, ax=None, title: str | None = None, count
             if v is None or math.isnan(v):
                 ax.text(x, 0.02, "not reached", rotation=90, ha="center", va="bottom", fontsize=7, color="#555")
         for x, y, (a, n) in zip(xs, ys, tallies.get(label, [])):
-            if n:
-                ax.text(x, y + 0.01, f"{a}/{n}", rotation=90 if len(series) > 1 else 0, ha="center", va="bottom",
+            if n:  # the rate's 95% interval, so 1 of 2 is not read like 15 of 45; its count above the whisker
+                lo, hi = rate_interval(a, n)
+                ax.errorbar([x], [y], yerr=[[y - lo], [hi - y]], fmt="none", ecolor="#333", elinewidth=0.8,
+                            capsize=2, label="95% interval (Wilson)" if not interval_labelled else None)
+                interval_labelled = True
+                ax.text(x, hi + 0.01, f"{a}/{n}", rotation=90 if len(series) > 1 else 0, ha="center", va="bottom",
                         fontsize=7.5, color="#333")
     ax.set_xticks(range(1, k + 1))
     ax.set_xlabel("draft slot j")
     ax.set_ylabel("P(accept j | 1..j-1 accepted)")
     ax.set_ylim(0, 1.25 if tallies and len(series) > 1 else 1.12 if tallies else 1.05)
     ax.grid(axis="y", alpha=0.3)
-    if len(series) > 1 or None not in series:  # outside the axes: the count labels stay readable
+    if len(series) > 1 or None not in series or tallies:  # outside the axes: the count labels stay readable
         ax.legend(frameon=False, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
     if title:
         ax.set_title(title)

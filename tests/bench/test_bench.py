@@ -337,6 +337,20 @@ def test_one_reading_of_integer_lists_serves_every_flag():
             int_list(bad, "--x", "1")
 
 
+def test_the_acceptance_plot_says_where_the_k_plus_one_bound_leaves_the_frame():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from peagle_lab.bench.plots import plot_acceptance
+
+    rows = [{"family": "p-eagle", "k": k, "acceptance_length": 1.5} for k in (1, 3, 5, 7)]
+    env = {"hardware": "cpu", "dtype": "float32", "torch": "x"}
+    ax = plot_acceptance({"methods": rows, "config": {"n_prompts": 2, "prompts": "chat"}, "env": env}).axes[0]
+    bound = next(line for line in ax.lines if line.get_label().startswith("upper bound"))
+    assert ax.get_ylim()[1] == pytest.approx(1.5 * 1.25 + 0.2)  # 2.075: K+1 = 4 is already above it
+    assert bound.get_label() == "upper bound K+1 (above the frame from K=3: 4 ... 8)"
+
+
 def test_break_even_plot_draws_one_line_per_distinct_round_up_to_k_plus_one():
     """Rounds within MERGE_STEPS (0.05) share a line and a legend entry (with their range), others keep their own; the x
     axis runs to K+1 and each line is AL / round."""
@@ -355,7 +369,9 @@ def test_break_even_plot_draws_one_line_per_distinct_round_up_to_k_plus_one():
     ax = fig.axes[0]
     lines = [line for line in ax.lines if not line.get_label().startswith("_")]
     labels = [line.get_label() for line in lines]
-    assert labels[0] == "round 1.26-1.29 steps: a; b" and labels[1] == "round 1.95 steps: c" and labels[2] == "blog"
+    assert labels[0] == "round 1.26-1.29 steps, 2 runs on one line:\n  a\n  b"  # one legend line per run
+    assert labels[1] == "round 1.95 steps: c" and labels[2] == "blog"
+    assert [t.get_text() for t in ax.texts] == ["1.26-1.29 steps (2 runs)", "1.95 steps"]  # each line named at its end
     assert lines[0].get_linestyle() == "--"  # the merged line keeps the style one of its curves asked for
     x, y = lines[1].get_data()
     assert ax.get_xlim() == (1.0, 8.0) and y[-1] == pytest.approx(x[-1] / 1.95)

@@ -53,6 +53,19 @@ def test_the_curves_plot_one_line_per_run_sorted_by_tokens(shown):
     assert [label for label, _, _ in right] == ["exp-L1", "exp-L2"]
 
 
+def test_a_continued_run_is_drawn_hollow_and_named(monkeypatch):
+    import matplotlib.pyplot as plt
+
+    drawn = []
+    monkeypatch.setattr(plt, "show", lambda: drawn.append(plt.gcf()))
+    heads_report.plot_curves(CURVE, DEEPER)
+    left, right = drawn[0].axes
+    [hollow] = left.collections  # p2 continues p1: its point, hollow, named in the legend
+    assert hollow.get_offsets().tolist() == [[4000, 1.4]] and hollow.get_label() == "parallel: continued (p2)"
+    assert not right.collections  # one run per line: nothing continued
+    plt.close("all")
+
+
 def test_the_heldout_lines_rebuild_al_from_the_slot_rates_and_name_who_accepts_more():
     lines = heads_report.heldout_lines(P, S, n_prompts=2, n_new=10, tie=0.05)
     assert lines[0] == "  K=3: P-EAGLE 1.800, EAGLE-3 2.100, gap +0.300: EAGLE-3 accepts more per round"

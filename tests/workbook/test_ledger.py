@@ -138,6 +138,17 @@ def test_the_sign_test_is_the_two_sided_binomial_tail(wins, n, p):
     assert payoff.sign_test(wins, n) == pytest.approx(p, rel=2e-3)
 
 
+@pytest.mark.parametrize("hits, n", [(1, 2), (15, 45), (2, 15), (0, 1), (7, 7), (30, 200)])
+def test_a_rate_interval_is_the_wilson_score_interval(hits, n):
+    from scipy.stats import binomtest
+
+    ci = binomtest(hits, n).proportion_ci(method="wilson")
+    assert payoff.rate_interval(hits, n) == pytest.approx((ci.low, ci.high), abs=1e-4)
+    assert payoff.rate_interval(0, 0) == (0.0, 1.0)
+    with pytest.raises(ValueError, match="Fix"):
+        payoff.rate_interval(3, 2)
+
+
 def test_the_paired_verdict_needs_enough_prompts_not_every_prompt():
     assert payoff.paired_verdict(3, 3).endswith("not shown either way")  # three prompts cannot show an order
     assert payoff.paired_verdict(22, 24).endswith(": shown faster")  # two losses of 24 do not undo one

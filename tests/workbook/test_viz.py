@@ -133,6 +133,14 @@ def test_each_bar_carries_its_sample_when_counts_are_given(agg):
     assert texts == ["1/1", "1/2", "9/10", "not reached"]  # an unreached slot gets no count
 
 
+def test_each_counted_bar_draws_its_rate_interval(agg):
+    fig = viz.plot_per_position_acceptance([1 / 3, 0.5], counts=[(15, 45), (1, 2)])
+    ax = fig.axes[0]
+    spans = [seg[:, 1].tolist() for c in ax.collections for seg in c.get_segments()]  # each whisker: (low, high)
+    assert spans == [pytest.approx([0.2136, 0.4793], abs=1e-3), pytest.approx([0.0945, 0.9055], abs=1e-3)]
+    assert [round(t.get_position()[1], 3) for t in ax.texts] == [round(0.4793 + 0.01, 3), round(0.9055 + 0.01, 3)]
+
+
 def test_grouped_bars_draw_one_series_per_label(agg):
     fig = viz.plot_per_position_acceptance({"parallel": [0.6, 0.4], "sequential": [0.7, 0.5]})
     assert len(fig.axes[0].patches) == 4
