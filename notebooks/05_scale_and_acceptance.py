@@ -361,15 +361,19 @@ print(f"\nthe blog's AL {PAPER_AL} at K={PAPER_K} (HumanEval) needs every slot a
 
 # %% [markdown]
 # **Reading it.** Every head's accuracy collapses after depth 0: the shipped P-EAGLE head falls from 0.453 to 0.175.
-# Its section-1 rates for slots 1 to 3 are 0.62, 0.34 and 0.24. The 0.78 above is a yardstick, not the blog's rates:
-# the one rate that, held at every slot, gives the blog's AL 3.94 at K=7. Real rates need not be equal (a slot 1 at
-# 0.62 could still give 3.94 if the later slots ran above 0.78), so the yardstick cannot say at which slot the paper's
-# head accepts more. What these rates do show is the fall after slot 1: slots 2 and 3 sit far below slot 1 and the
-# yardstick. Slots 4 and 5 are reached in too few rounds to read (the comparison prints their counts), and 6 and 7
-# never.
+# Its section-1 rates for slots 1 to 3 fall the same way, 0.62, 0.34 and 0.24, against the yardstick of 0.78 at
+# every slot that gives the blog's AL 3.94 at K=7. The fall after slot 1 is what these rates show: slots 2 and 3 sit
+# far below slot 1 and the yardstick.
 #
-# These accuracies are not section 1's rates: each depth counts whether or not earlier depths were right, on held-out
-# sequences of the training mix.
+# <details><summary>How sure is this?</summary>
+#
+# - The yardstick is not the blog's rates: real rates need not be equal (a slot 1 at 0.62 could still give 3.94 if
+#   the later slots ran above 0.78), so it cannot say at which slot the paper's head accepts more.
+# - Slots 4 and 5 are reached in too few rounds to read (the comparison prints their counts), and 6 and 7 never.
+# - These accuracies are not section 1's rates: each depth counts whether or not earlier depths were right, on
+#   held-out sequences of the training mix.
+#
+# </details>
 #
 # What closes the gap is not measured here. The paper differs in target (GPT-OSS-20B), head depth (4 layers in the two
 # published GPT-OSS heads; see 08), training budget and benchmark; no run here isolates which costs the AL. To test

@@ -333,7 +333,7 @@ def race(runner, contenders, requests, new_tokens, eos_ids=None, plain_first=Fal
 
 
 # %% tags=["nbval-ignore-output"]
-LIVE_N, LIVE_TOKENS = settings.pick(12, 2), settings.pick(40, 24)  # list requests, as in the pair race below
+LIVE_N, LIVE_TOKENS = settings.pick(12, 2), settings.pick(40, 24)  # held-out list requests
 eos = tokenizer.eos_token_id
 requests = [(rec["prompt"], chat_ids(tokenizer, rec["prompt"])) for rec in suite_records("lists", LIVE_N)]
 
@@ -547,7 +547,8 @@ else:
 # ### The same pair, live here
 #
 # That run is committed float32: compare its milliseconds only within it. The next cell races the same heads live, in
-# this chapter's dtype, on the first 12 of those requests at K=7. Columns:
+# this chapter's dtype, on the first 24 of those requests at K=7, up to 96 new tokens each as in the committed run
+# (about two minutes on two cores). Columns:
 #
 # - each head's `AL`
 # - `vs plain`: plain's time over the head's on that request
