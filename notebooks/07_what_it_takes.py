@@ -27,6 +27,11 @@
 # real head's drafting cost: one P-EAGLE pass a round, or K EAGLE-3 passes.
 #
 # You will race the methods, time a round, and see what acceptance would pay here and on a GPU.
+#
+# **Terms** (from 05 and 06). *Committed*: a full-size run saved under `data/`; *live*: run here, on two prompts.
+# *Paired rule*: per prompt, which method was faster, then a sign test; an order is *shown* when a fair coin would
+# split the prompts so unevenly less than one time in twenty. *Round cost*: a round's drafting plus verification, in
+# plain decode steps; ideal speed-up = AL / round cost.
 
 # %% tags=["nbval-ignore-output"]
 # Parameters come from the environment: PEAGLE_TARGET (default: the embedded SmolLM2-135M-Instruct),
@@ -136,21 +141,21 @@ plain_row = next(m for m in e2e["methods"] if m["family"] == "plain")
 print(f"plain loop: {plain_row['t_step_ms']:.1f} ms per decode step (the loop's timer)")
 
 # %% [markdown]
-# **Reading it.** Live, on 2 prompts, the shipped heads gain a little: at best 1.14x for P-EAGLE (K=4) and 1.20x for
-# EAGLE-3 (K=1), figures two prompts cannot rank (the verdicts below). The oracle makes 2.66x with one drafter pass,
-# 2.31x with seven.
+# **Reading it.** Live, on 2 prompts, the shipped heads gain a little: at best 1.09x for P-EAGLE (K=7) and 1.27x for
+# EAGLE-3 (K=1), figures two prompts cannot rank (the verdicts below). The oracle makes 2.91x with one drafter pass,
+# 2.35x with seven.
 #
 # The heads' AL stays between 1.30 and 1.42 at every K: deeper drafts are rarely accepted, so a larger K adds
 # verification without adding many tokens. At K=1, EAGLE-3's best here, a round is one drafter pass in either mode.
 #
-# This table's noise is as large as its gaps: P-EAGLE K=1 made 1.07x and EAGLE-3 K=1 1.20x, though both run one
+# This table's noise is as large as its gaps: P-EAGLE K=1 made 1.07x and EAGLE-3 K=1 1.27x, though both run one
 # drafter pass a round and accept alike (AL 1.30 and 1.34). The round profile below shows the same: one 8-token
-# verify pass timed at 64 ms in one row and 68.5 ms in another.
+# verify pass timed at 65.8 ms in one row and 73.3 ms in another.
 #
 # <details><summary>How sure is this?</summary>
 #
 # - Two prompts, timed once each, move from run to run: trust this table for mechanics, the committed one for ranking.
-# - transformers' `generate` (`hf-greedy`) ran at 0.951x of the course's plain loop here.
+# - transformers' `generate` (`hf-greedy`) ran at 1.01x of the course's plain loop here.
 #
 # </details>
 #
@@ -219,7 +224,7 @@ print(f"  oracle K={o['k']}: AL {o['acceptance_length']:.2f} over {o['rounds']} 
 
 # %% [markdown]
 # **Reading it.** Neither head is shown faster than plain on 2 prompts (2 of 2 is p = 0.5), nor than the other, here
-# (p = 0.5) or in the committed run (15 of 24, p = 0.31). Prompt lookup made 1.76x (AL 2.29).
+# (p = 0.5) or in the committed run (15 of 24, p = 0.31). Prompt lookup made 1.85x (AL 2.29).
 #
 # The oracle's AL 4.00 sits above the 3.79 its rate expects at this 40-token budget: 20 rounds are a small draw.
 #
@@ -248,7 +253,7 @@ print(f"over all {len(rounds)} rounds: " + ", ".join(f"{p} {t / sum(total.values
       + " of the timed parts")
 
 # %% [markdown]
-# **Reading it.** On one prompt at K=7, verification took 91.9% of the timed parts of 28 rounds and drafting 6.4%: a
+# **Reading it.** On one prompt at K=7, verification took 91.8% of the timed parts of 28 rounds and drafting 6.7%: a
 # P-EAGLE round is mostly the target's pass.
 #
 # The bench keeps the same split for every method, as medians over its prompts: drafting, verification,
@@ -269,13 +274,14 @@ fig.set_size_inches(8, 0.32 * len(e2e["round_profile"]) + 2.0)
 fig.tight_layout()
 
 # %% [markdown]
-# **Reading it.** Verification is about nine tenths of every P-EAGLE round (`verify_share` 0.915 to 0.925), so a
-# round costs about one verify pass. EAGLE-3's drafting share grows with K: 0.0585 at K=1, 0.155 at K=4. The oracle's
-# seven passes draft in 19.4 ms a round, one pass in 5.76 ms.
+# **Reading it.** Verification is about nine tenths of every P-EAGLE round (`verify_share` 0.915 to 0.928), so a
+# round costs about one verify pass. EAGLE-3's drafting share grows with K: 0.0599 at K=1, 0.161 at K=4. The oracle's
+# seven passes draft in 22.1 ms a round, one pass in 5.61 ms.
 #
-# The 8-token verify pass took 68.5 ms here against the loop's 58.3 ms decode step. The same pass has two other
-# timings in the course: 1.14 decode steps in 06's live drafting-cost table and 1.07 in 12's committed host table,
-# each timed alone in its own run. Timings taken in different runs, under different loads, differ by this much.
+# The 8-token verify pass took 73.3 ms here (P-EAGLE, K=7) against the loop's 64.4 ms decode step. The same pass has
+# two other timings in the course: 1.38 decode steps in 06's live drafting-cost table and 1.07 in 12's committed host
+# table, each timed alone in its own run. Timings taken in different runs, under different loads, differ by this
+# much.
 #
 # ## What it takes: the break-even picture
 #
@@ -335,7 +341,7 @@ print(f"\nthe blog's ALs on the GPU cost model (K=7): P-EAGLE 3.94 / {gpu_round[
 # without bf16 units.
 #
 # - Committed bf16: a round costs 1.26 decode steps; AL 1.55 gives 1.20x decode.
-# - This run, bf16, timed on 2 prompts: a round of 1.26 steps, as committed; AL 1.39 gives 1.08x.
+# - This run, bf16, timed on 2 prompts: a round of 1.22 steps, near the committed 1.26; AL 1.39 gives 1.11x.
 # - float32: 1.98 steps; AL 1.51 gives 0.73x.
 #
 # A round cost is a ratio of two timings taken on one machine, so the plot can set machines side by side, as long as
