@@ -22,10 +22,15 @@
 # **What to expect on a 2-core CPU.** The course builds each piece in view and checks it against its package,
 # `peagle_lab`. The target is small (135M parameters), and the drafters the course trains (*heads*) accept few drafts
 # on open prompts, so their speed-ups here are small; this chapter's float32 runs are slower than plain decoding.
-# Speculation pays where many drafts are accepted: 06 shows where, 07 prices what it would take, and 12 sets every
-# verdict side by side.
+# Speculation pays where many drafts are accepted. Here that means list requests, where 06 races a P-EAGLE and an
+# EAGLE-3 head trained alike, and an *oracle* drafter that accepts at the paper's rate; on open prompts the course's
+# heads do not get there. 07 prices the acceptance it would take, and 12 sets every verdict side by side.
 #
 # Results are *committed* (saved under `data/`) or *live* (run here, moving with the machine's load).
+#
+# **Precision.** On a CPU the chapters load the target in float32, where speculative output equals plain greedy
+# output token for token. The three timing chapters, 06, 07 and 09, run in bf16 where the CPU has bf16 units, as a
+# GPU would; they print the dtype they run in, and their outputs may leave plain greedy only at near-ties.
 
 # %%
 # Parameters come from the environment: PEAGLE_TARGET (default: the embedded SmolLM2-135M-Instruct),
@@ -71,7 +76,7 @@ from peagle_lab import models, precision, settings
 # The vLLM blog "P-EAGLE" (2026-03-13; arXiv 2602.01469) reports P-EAGLE at 1.55x EAGLE-3's speed, each at its best K
 # (7 and 3): GPT-OSS-20B on one B200, batch 1, HumanEval. At K=7 the acceptance lengths are 3.94 against 3.03. These
 # are published figures, not measured here; `reference.md` lists every such figure the course quotes, with its
-# source. The diagram's costs are illustrative.
+# source. The diagram's costs are illustrative; 06 measures them.
 
 # %%
 from peagle_lab.workbook.diagrams import draw_drafting_schemes

@@ -237,8 +237,8 @@ class ScratchLayer:
 # each pass adding its newest draft with the layer's own output state.
 #
 # 04 imports an exact copy of the class from `peagle_lab.workbook.scratch`. The next cell checks both modes against
-# the package in float32. The drafts look poor. The prompt is bare text, while the heads trained on chat-templated
-# text; 10 compares the layouts on two prompts.
+# the package in float32. The drafts will look poor; one likely reason, not tested here, is that the prompt is bare
+# text while the heads trained on chat-templated text (10 compares the layouts on two prompts).
 
 # %%
 class ScratchDrafter(ScratchLayer):

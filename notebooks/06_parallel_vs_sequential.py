@@ -363,8 +363,8 @@ print("\n".join(same_drafts.lines()))
 # cheaper on 12 of 12.
 #
 # The AL is below the blog's 3.94. Answers that end early cut rounds short: 07 computes 3.79 for this rate when every
-# answer runs the full 40 tokens, and several of these requests end sooner (the live pair's table below lists
-# answers as short as 5 tokens). 101 rounds are also a small draw.
+# answer runs the full 40 tokens, and several of these requests end sooner (they are the first 12 rows of the live
+# pair's table below, where four answers end at 9 to 14 tokens). 101 rounds are also a small draw.
 
 # %% [markdown]
 # ## The payoff: a pair trained alike, where acceptance is high
@@ -589,7 +589,9 @@ else:
 # - One live run of 24 requests, on a machine whose speed drifts; the rotating order spreads the drift over all three
 #   methods. The committed float32 run of the same pair (48 requests) points the same way.
 # - The per-request `vs plain` figures swing widely (P-EAGLE 0.93x to 8.09x): each is one timing of plain and one of
-#   the head, so read the verdict, not a single row.
+#   the head, so read the verdict, not a single row. The 8.09x row is a timing outlier: its head commits 6.00 tokens
+#   a round and each round costs at least a verify pass, over one decode step in the table at the top, so it cannot
+#   be more than 6x faster than plain; plain's timing on that request was slow.
 # - 3 of 48 outputs leave plain greedy, at top-2 margins of 0.0 and 0.5: bf16 near-ties (09 takes one apart).
 # - `draft ms` includes each prompt's first drafter pass, spread over its rounds.
 #
@@ -603,13 +605,16 @@ else:
 #
 # - Ideal speed-up is AL / round (measured a little below it). Parallel drafting costs 3.65 to 4.93 ms at every K,
 #   sequential up to 30 ms at K=10, but verification is most of a round.
-# - On the same drafts, one pass beat seven on 10 of 12 requests (p = 0.039).
+# - On the same drafts, one pass beat seven on 10 of 12 requests live (p = 0.039), as in the two committed runs (22 of
+#   24 and 24 of 24 prompts).
 # - Trained alike (committed, 48 requests), P-EAGLE is shown faster than EAGLE-3 while accepting less, with each of
 #   two training seeds: 2.10x against 1.92x (seed 0) and 2.18x against 1.93x (seed 1), at K=7. Its round stays near 2
 #   decode steps as K grows; EAGLE-3's grows.
-# - In the one wider run, P-EAGLE kept rising to K=11 while EAGLE-3 stayed flat (paired test at best K only).
-# - Live, the same pair gives the same verdict: P-EAGLE faster than EAGLE-3 on 18 of 24 requests (p = 0.023),
-#   drafting cheaper on every one.
+# - In the one wider run, P-EAGLE kept rising to K=11 while EAGLE-3 stayed flat; one run, whose K=7 point sits 0.03x
+#   from the first run's, so the rise is suggestive (paired test at best K only).
+# - Live, the same pair gives the committed run's verdict: P-EAGLE faster than EAGLE-3 on 18 of 24 requests
+#   (p = 0.023; committed: 37 of 48), drafting cheaper on every one. A live verdict moves with the run: a few
+#   requests flipping would leave it not shown, the committed 48 would not.
 #
 # The same from a shell:
 #

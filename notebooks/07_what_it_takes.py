@@ -124,7 +124,7 @@ print(f"the oracle draws the blog's AL {paper_target('code', 7)[0]:.2f} at K=7 o
 #
 # - `speedup` counts prefill, `decode_speedup` does not.
 # - `lossless_note`: each output against plain greedy in the same dtype: identical, or apart only at a *near-tie*, a
-#   top-2 logit margin within bf16's rounding (09 takes one apart).
+#   top-2 logit margin within a few bf16 rounding steps (09 states the rule and takes one apart).
 
 # %%
 N_PROMPTS, MAX_NEW = settings.pick(2, 2), settings.pick(40, 24)

@@ -122,7 +122,7 @@ print("lossless (identical, or in bf16 apart only at a near-tie; the rule: below
 # <details><summary>Answer</summary>
 #
 # Intuition says code (keywords, brackets), and here code edges chat, 1.33 against 1.29. But one prompt each cannot
-# rank kinds of text, nor can the committed 24-prompt runs in 12's ledger: 1.51 on code and 1.55 on chat on
+# rank kinds of text, nor can the committed 24-prompt runs in 12's ledger: 1.512 on code and 1.555 on chat on
 # `cpu-epyc-avx2-2c` (float32, K=4), 1.540 and 1.519 on this host (bfloat16, each at its own fastest K, 3 and 2).
 #
 # </details>
