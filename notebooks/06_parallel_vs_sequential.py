@@ -487,18 +487,20 @@ viz.plot_payoff_vs_k({"K = 3, 5, 7 run": me["methods"], "wider run": we["methods
 plt.show()
 
 # %% [markdown]
-# **Reading it.** The course's payoff in one picture: in this one wider run P-EAGLE's speed-up rises to K=11 (2.07x,
-# 2.13x, 2.19x), past the 8 depths it trained, while EAGLE-3's is flat from K=7 (1.94x, 1.91x, 1.90x). The two runs'
-# K=7 points differ by 0.03x (2.10x and 2.07x): half of P-EAGLE's steps here (0.06x), as large as EAGLE-3's, so the
-# rise is one run's and EAGLE-3's flat line is within that noise.
+# **Reading it.** The course's payoff in one picture. The round (right) is why P-EAGLE wins: its round stays at 1.98
+# to 2.13 decode steps with one pass, while EAGLE-3's grows from 2.16 to 2.99, a pass per draft. Both ALs rise with K
+# (middle), EAGLE-3's more, but its extra passes eat that gain. In the wider run P-EAGLE's speed-up keeps rising to
+# K=11 (2.07x, 2.13x, 2.19x) while EAGLE-3's stays flat (1.94x, 1.91x, 1.90x); at each head's best K, P-EAGLE is
+# shown faster (36 of 48, p = 0.00072).
 #
-# The round (right) is why: P-EAGLE's stays at 1.98 to 2.13 decode steps with one pass; EAGLE-3's grows from 2.16 to
-# 2.99, a pass per draft. Both ALs rise (middle), EAGLE-3's more, but its extra passes eat that gain. At each
-# head's best K, P-EAGLE is shown faster (36 of 48, p = 0.00072).
+# <details><summary>How sure is this?</summary>
 #
-# Limits: both heads trained 8 draft depths (the record lines above), so K = 9 and 11 draft past them. P-EAGLE was
-# still rising at K=11, the largest K tried, in this one run. The two runs are separate measurements: their K=7 points
-# differ a little (P-EAGLE 2.10x and 2.07x), and the figure does not join them.
+# - The wider run is one run. Its K=7 points sit 0.03x from the first run's (2.10x and 2.07x): half of P-EAGLE's
+#   steps there (0.06x) and as large as EAGLE-3's, so the rise is suggestive and the flat line is within that noise.
+# - Both heads trained 8 draft depths (the record lines above), so K = 9 and 11 draft past them.
+# - The two runs are separate measurements, so the figure does not join their points.
+#
+# </details>
 
 # %% [markdown]
 # ### A second training seed
