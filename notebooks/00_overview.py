@@ -191,9 +191,8 @@ for key, value in [("target_params", n_params), ("greedy_tokens_per_s", round(to
 # weights from memory, so extra rows are nearly free while the arithmetic keeps up. The H200's arithmetic is far
 # faster than its memory; a 2-core CPU's float32 arithmetic is not.
 #
-# The chapter runs in float32 so its outputs equal plain decoding's. In bfloat16, 12's committed host table times an
-# 8-token pass on this host at 1.07 steps, drafting not included (07 sets it beside live timings of the same pass,
-# which run higher).
+# The chapter runs in float32 so its outputs equal plain decoding's; a verify pass costs fewer steps in bfloat16 on
+# a CPU with bf16 units, which 06 and 07 time.
 #
 # <details><summary>How sure is this?</summary>
 #
@@ -398,9 +397,8 @@ if al_formula > 1:
 
 # %% [markdown]
 # **Reading it.** Draft 1 supplies most of the gain: 80% of the 0.469 extra tokens per round. Draft 5, never reached,
-# adds nothing. Where most drafts are accepted, as on 06's list requests, rounds commit several tokens and speculation
-# beats plain decoding overall (06's pair of heads trained on list requests: 2.10x at K=7), though not on every
-# request.
+# adds nothing. Where most drafts are accepted, as on list requests, rounds commit several tokens and speculation
+# beats plain decoding overall, though not on every request (06).
 #
 # ### Exercise: change K
 #

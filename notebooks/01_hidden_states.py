@@ -155,9 +155,10 @@ fig.tight_layout();
 # **Reading it.** The three taps differ: cosine 0.76 between taps 2 and 15, 0.43 between 15 and 27, 0.34 between 2
 # and 27.
 #
-# The gaps are nearly equal (13 layers from 2 to 15, 12 from 15 to 27), so the cosines do not follow layer distance
-# here. The right plot suggests what they do follow: read by eye (no cell prints it), the middle layers form one
-# block of near-parallel neighbours and the last few a second, and tap 27 sits in the second.
+# Gaps of nearly equal length give very different cosines (13 layers from 2 to 15: 0.76; 12 from 15 to 27: 0.43), so
+# layer distance alone does not set them. The right plot suggests what else does: read by eye (no cell prints it),
+# the middle layers form one block of near-parallel neighbours and the last few a second, and tap 27 sits in the
+# second.
 #
 # ## Logit lens: what each tap already predicts
 #

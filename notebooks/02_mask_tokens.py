@@ -419,8 +419,9 @@ print("\n".join(studies.reach_lines(rows, mask_runs)))  # how many rounds per ru
 # <details><summary>How sure is this?</summary>
 #
 # - Heads this weak rarely reach the mask slots; a well-trained head could still use `mask_hidden`.
-# - Slot 2's rate runs from 0.04 to 0.13 with the stand-in and slot 1's from 0.16 to 0.20, with no pattern between
-#   the two across the five variants. Per-slot rates have no seed spread here, so no order between them is measured.
+# - Slot 2's rate runs from 0.04 to 0.13 with the stand-in and slot 1's from 0.16 to 0.20, mostly in opposite
+#   directions: the two lowest slot-1 rates come with the two highest slot-2 rates. Per-slot rates have no seed spread
+#   here, and five variants cannot establish a trade-off, so neither it nor an order of the variants is measured.
 # - All variants share one stand-in across the mask slots, so none tests what tells the slots apart.
 #
 # </details>
@@ -475,7 +476,8 @@ for name, h in hits.items():
 #   these counts, though the two rates are counted over different positions.
 # - These heads were not trained alike. 06's pair, trained alike, leans the same way at slot 2 (414 of 597 rounds
 #   against 434 of 478), on other text and counted in rounds: the same direction, not the same gap.
-# - This is 275 positions of 6 held-out answers at K = 2; 05's larger comparison gives the 0.34 and 0.70 above.
+# - This is 275 positions of 6 held-out answers at K = 2; 05's comparison, on 8 held-out prompts x 64 tokens, gives
+#   the 0.34 and 0.70 above, from rounds of its own.
 
 # %% jupyter={"source_hidden": true} tags=["nbval-ignore-output"]
 from peagle_lab.workbook import report

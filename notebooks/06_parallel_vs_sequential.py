@@ -214,9 +214,9 @@ print("ratio as a fraction of K:", ", ".join(f"K={k}: {r / k:.2f}" for k, r in e
 
 # %% [markdown]
 # **Reading it.** The sequential/parallel ratio rises with K and is below K at both: 1.89 at K=2, 5.95 at K=10.
-# Sequential drafting grows with its passes; the one parallel pass only a little as it widens (3.26 to 5.66 ms). So
-# the ratio's fraction of K falls with K overall, though not at every step: 0.95 and 0.59 here, 0.79 at K=2 to 0.61
-# at K=10 in the table. The widening pass is one reason; the table does not separate others.
+# Sequential drafting grows with its passes (6.17 to 33.69 ms); the one parallel pass far less as it widens (3.26 to
+# 5.66 ms). So the ratio's fraction of K falls with K overall, though not at every step: 0.95 and 0.59 here, 0.79 at
+# K=2 to 0.61 at K=10 in the table. The widening pass is one reason; the table does not separate others.
 #
 # ## The saving alone: the same drafts, two drafting costs
 #
@@ -495,8 +495,9 @@ plt.show()
 #
 # <details><summary>How sure is this?</summary>
 #
-# - The wider run is one run. Its K=7 points sit 0.03x from the first run's (2.10x and 2.07x): half of P-EAGLE's
-#   steps there (0.06x) and as large as EAGLE-3's, so the rise is suggestive and the flat line is within that noise.
+# - The wider run is one run. Its K=7 points sit 0.03x (P-EAGLE, 2.10x and 2.07x) and 0.02x (EAGLE-3, 1.92x and
+#   1.94x) from the first run's: half of P-EAGLE's steps in the wider run (0.06x) and about EAGLE-3's (0.03x, 0.01x),
+#   so the rise is suggestive and the flat line is within that noise.
 # - Both heads trained 8 draft depths (the record lines above), so K = 9 and 11 draft past them.
 # - The two runs are separate measurements, so the figure does not join their points.
 #
@@ -549,8 +550,8 @@ else:
 # ### The same pair, live here
 #
 # That run is committed float32: compare its milliseconds only within it. The next cell races the same heads live, in
-# this chapter's dtype, on the first 24 of those requests at K=7, up to 96 new tokens each as in the committed run
-# (about two minutes on two cores). Columns:
+# this chapter's dtype, on the first 24 of those requests at K=7, up to 96 new tokens each as in the committed run.
+# Columns:
 #
 # - each head's `AL`
 # - `vs plain`: plain's time over the head's on that request

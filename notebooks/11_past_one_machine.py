@@ -191,9 +191,9 @@ for path in sorted(RESULTS.glob("*/tensor-parallel/tensor_parallel.json")):
           f"{n_reduce * tp['all_reduce_ms']:.1f} ms")
 
 # %% [markdown]
-# **Reading it.** Load turns break-even into a loss: 1.00x at 1 concurrent request, 0.28x at 16. Acceptance length holds
-# while a round, derived as AL over throughput, grows to 4.78 plain steps. Batching likely fills the idle compute
-# verification needed; utilisation is not measured here.
+# **Reading it.** More concurrent requests turn break-even into a loss: 1.00x at 1 concurrent request, 0.28x at
+# 16. Acceptance length holds while a round, derived as AL over throughput, grows to 4.78 plain steps. Batching
+# likely fills the idle compute verification needed; utilisation is not measured here.
 #
 # **GPU:** verifying K+1 tokens costs only 1.146 to 1.181 decode steps for K = 1 to 8. At K=8, drafting is 6% of a
 # P-EAGLE round against 31% for EAGLE-3: a cost model, not a measured speed-up.
@@ -247,7 +247,8 @@ print(f"the sweep's AL at 1 request: {al_1:.2f}; the GPU's K=7 P-EAGLE round: {g
 # into a loss here, most likely because batching uses the idle compute speculation needs (not measured).
 #
 # - Two processes logged the same loss as one at every step of the tiny target's head.
-# - Under load (committed sweep), vLLM's break-even became a loss: 1.00x at 1 request, 0.28x at 16.
+# - With more concurrent requests (committed sweep), vLLM's break-even became a loss: 1.00x at 1 request, 0.28x
+#   at 16.
 # - On the GPU cost model at batch 1, verifying K+1 tokens cost 1.146 to 1.181 decode steps, and drafting was 6% of a
 #   P-EAGLE round at K=8 against 31% for EAGLE-3.
 # - Over 2 CPU processes (committed run), verification ran 0.55x as fast and the drafter's share fell.

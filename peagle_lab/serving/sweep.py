@@ -171,16 +171,16 @@ def plot_sweep(doc: dict, path=None):
     a.plot(cs, [s["plain_tokens_per_s"] for s in sp], "o-", label="plain")
     a.plot(cs, [s["peagle_tokens_per_s"] for s in sp], "o-", label="P-EAGLE")
     b.axhline(1.0, color="grey", lw=1)
-    b.plot(cs, [s["throughput_speedup"] for s in sp], "o-", label="throughput")
-    b.plot(cs, [s["latency_speedup"] for s in sp], "s--", label="median latency")
-    for ax, ylabel in ((a, "output tokens/s"), (b, "P-EAGLE / plain")):
+    b.plot(cs, [s["throughput_speedup"] for s in sp], "o-", label="throughput: P-EAGLE's / plain's")
+    b.plot(cs, [s["latency_speedup"] for s in sp], "s--", label="median latency: plain's / P-EAGLE's")
+    for ax, ylabel in ((a, "output tokens/s"), (b, "speed-up with P-EAGLE (above 1: it pays)")):
         ax.set_xscale("log", base=2)
         ax.set_xlabel("concurrent requests")
         ax.set_ylabel(ylabel)
         ax.legend()
         ax.grid(alpha=0.3)
     host = (doc.get("meta") or {}).get("host", "")
-    fig.suptitle(f"vLLM server under load ({host})")
+    fig.suptitle(f"vLLM server, concurrent requests ({host})")
     fig.tight_layout()
     if path is not None:
         write_figure(path, fig)

@@ -50,7 +50,7 @@ def plot_curves(curve: list[dict], deeper: list[dict]) -> None:
 
     fig, axes = plt.subplots(1, 2, figsize=(13, 4.2), sharey=True)
     _plot_runs(axes[0], curve, "mode", "long runs' snapshots (P-EAGLE = parallel, EAGLE-3 = sequential)")
-    _plot_runs(axes[1], deeper, "run", "1, 2 and 4 layers, same wall time (exp-L<layers>)")
+    _plot_runs(axes[1], deeper, "run", "1, 2 and 4 layers, each trained ~2400 s (exp-L<layers>)")
     plt.tight_layout()
     plt.show()
 

@@ -169,3 +169,20 @@ def test_the_sweep_takes_the_shipped_head_for_the_embedded_target():
 
     assert sweep_head("parallel") == SHIPPED["parallel"]
     assert sweep_head("sequential") == SHIPPED["sequential"]
+
+
+def test_the_sweep_plot_says_which_way_each_ratio_runs():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    doc = {"meta": {"host": "h"}, "speedups": [
+        {"concurrency": 1, "plain_tokens_per_s": 10.0, "peagle_tokens_per_s": 10.0, "throughput_speedup": 1.0,
+         "latency_speedup": 0.97, "acceptance_length": 1.3},
+        {"concurrency": 16, "plain_tokens_per_s": 40.0, "peagle_tokens_per_s": 11.2, "throughput_speedup": 0.28,
+         "latency_speedup": 0.29, "acceptance_length": 1.3}]}
+    ratios = serve_sweep.plot_sweep(doc).axes[1]
+    lines = {ln.get_label(): list(ln.get_ydata()) for ln in ratios.get_lines() if not ln.get_label().startswith("_")}
+    # latency_speedup is plain's latency over P-EAGLE's: below 1, P-EAGLE is slower, as the axis says
+    assert lines == {"throughput: P-EAGLE's / plain's": [1.0, 0.28],
+                     "median latency: plain's / P-EAGLE's": [0.97, 0.29]}
+    assert "above 1: it pays" in ratios.get_ylabel()
