@@ -173,7 +173,7 @@ def plot_sweep(doc: dict, path=None):
     b.axhline(1.0, color="grey", lw=1)
     b.plot(cs, [s["throughput_speedup"] for s in sp], "o-", label="throughput: P-EAGLE's / plain's")
     b.plot(cs, [s["latency_speedup"] for s in sp], "s--", label="median latency: plain's / P-EAGLE's")
-    for ax, ylabel in ((a, "output tokens/s"), (b, "speed-up with P-EAGLE (above 1: it pays)")):
+    for ax, ylabel in ((a, "output tokens/s"), (b, "ratio (above 1: P-EAGLE pays)")):
         ax.set_xscale("log", base=2)
         ax.set_xlabel("concurrent requests")
         ax.set_ylabel(ylabel)

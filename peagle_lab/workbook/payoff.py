@@ -60,7 +60,7 @@ def rate_interval(hits: int, n: int, z: float = 1.96) -> tuple[float, float]:
         return 0.0, 1.0
     p, z2 = hits / n, z * z
     centre, half = (p + z2 / (2 * n)) / (1 + z2 / n), z * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n)) / (1 + z2 / n)
-    return max(0.0, centre - half), min(1.0, centre + half)
+    return (0.0 if hits == 0 else max(0.0, centre - half)), (1.0 if hits == n else min(1.0, centre + half))
 
 
 def oracle_pair(e2e: dict) -> tuple[dict | None, dict | None]:

@@ -199,8 +199,8 @@ def plot_per_position_acceptance(rates, ax=None, title: str | None = None, count
         for x, y, (a, n) in zip(xs, ys, tallies.get(label, [])):
             if n:  # the rate's 95% interval, so 1 of 2 is not read like 15 of 45; its count above the whisker
                 lo, hi = rate_interval(a, n)
-                ax.errorbar([x], [y], yerr=[[y - lo], [hi - y]], fmt="none", ecolor="#333", elinewidth=0.8,
-                            capsize=2, label="95% interval (Wilson)" if not interval_labelled else None)
+                ax.errorbar([x], [y], yerr=[[max(y - lo, 0.0)], [max(hi - y, 0.0)]], fmt="none", ecolor="#333",
+                            elinewidth=0.8, capsize=2, label=None if interval_labelled else "95% interval (Wilson)")
                 interval_labelled = True
                 ax.text(x, hi + 0.01, f"{a}/{n}", rotation=90 if len(series) > 1 else 0, ha="center", va="bottom",
                         fontsize=7.5, color="#333")

@@ -145,6 +145,7 @@ def test_a_rate_interval_is_the_wilson_score_interval(hits, n):
     ci = binomtest(hits, n).proportion_ci(method="wilson")
     assert payoff.rate_interval(hits, n) == pytest.approx((ci.low, ci.high), abs=1e-4)
     assert payoff.rate_interval(0, 0) == (0.0, 1.0)
+    assert payoff.rate_interval(n, n)[1] == 1.0 and payoff.rate_interval(0, n)[0] == 0.0  # exact at the edges
     with pytest.raises(ValueError, match="Fix"):
         payoff.rate_interval(3, 2)
 

@@ -141,6 +141,13 @@ def test_each_counted_bar_draws_its_rate_interval(agg):
     assert [round(t.get_position()[1], 3) for t in ax.texts] == [round(0.4793 + 0.01, 3), round(0.9055 + 0.01, 3)]
 
 
+def test_a_slot_always_or_never_accepted_draws_its_interval_to_the_edge(agg):
+    # 6 of 6 and 0 of 11 are where the score interval's arithmetic lands a hair inside [0, 1]: no negative whisker
+    fig = viz.plot_per_position_acceptance([1.0, 0.0, 1 / 3], counts=[(6, 6), (0, 11), (1, 3)])
+    spans = [seg[:, 1].tolist() for c in fig.axes[0].collections for seg in c.get_segments()]
+    assert spans[0][1] == 1.0 and spans[1][0] == 0.0
+
+
 def test_grouped_bars_draw_one_series_per_label(agg):
     fig = viz.plot_per_position_acceptance({"parallel": [0.6, 0.4], "sequential": [0.7, 0.5]})
     assert len(fig.axes[0].patches) == 4
