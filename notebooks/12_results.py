@@ -268,6 +268,16 @@ for seed, folder in ((0, "results-lists-matched"), (1, "results-lists-matched-se
     if seed == 0 and runs_csv.parent.relative_to(DATA / folder).as_posix() == lists["dir"]:  # the hand count's file
         g = payoff.paired_gaps(res, payoff.best(res, "p-eagle"), payoff.best(res, "eagle3"))
         assert (sum(x > 0 for x in g), sum(x != 0 for x in g)) == (wins, n), "the helpers disagree with the hand count"
+opened = bench.committed_results(DATA / "results-open-matched")  # a pair trained alike on the prompt mix
+if opened:
+    run = payoff.host_run(opened, HOST, "bfloat16")
+    res = result_suites(run["results"])["chat"]
+    p_best, e_best = payoff.best(res, "p-eagle"), payoff.best(res, "eagle3")
+    verdicts.append({"comparison": "matched pair on open prompts, speed", "chapter": "12", "setting": (
+        f"{res['config']['n_prompts']} held-out prompts of the mix x {res['config']['max_new_tokens']} tokens, "
+        f"{run['dir']}"),
+        "verdict": speed(res, p_best, e_best, "P-EAGLE", "EAGLE-3")
+                   + f"; AL {p_best['acceptance_length']:.2f} against {e_best['acceptance_length']:.2f}"})
 for c in committed:  # section 1: the runs with both oracle charges, the same draws
     for suite, res in result_suites(c["results"]).items():
         one, k_passes = payoff.oracle_pair(res)

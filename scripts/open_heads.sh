@@ -6,9 +6,9 @@
 #
 #   bash scripts/open_heads.sh [WORK]          # WORK default: build/open_heads
 #
-# Environment: PEAGLE_OPEN_RECORDS the records of the mix's train split trained on (default 0:2600, about 500k
-# tokens: one pass at the default steps), PEAGLE_OPEN_STEPS optimizer steps of ~512 tokens per head (default 1000),
-# PEAGLE_OPEN_SEED (default 0), PEAGLE_OPEN_PROMPTS held-out prompts benchmarked (default 32), PEAGLE_OPEN_TOKENS new
+# Environment: PEAGLE_OPEN_RECORDS the records of the mix's train split trained on (default 0:1300, about 250k
+# tokens: one pass at the default steps), PEAGLE_OPEN_STEPS optimizer steps of ~512 tokens per head (default 500),
+# PEAGLE_OPEN_SEED (default 0), PEAGLE_OPEN_PROMPTS held-out prompts benchmarked (default 24), PEAGLE_OPEN_TOKENS new
 # tokens a prompt (default 64), PEAGLE_OPEN_KS (default 3,7), PEAGLE_OPEN_DTYPE the bench's target dtype (default
 # bfloat16). The committed pair (data/heads/smollm2-135m-open-matched-{peagle,eagle3},
 # data/results-open-matched/<host>/<dtype>/) was made with the defaults.
@@ -22,10 +22,10 @@ PY=${PEAGLE_PYTHON:-.venv/bin/python}
 CLI=("$PY" -m peagle_lab.cli)
 OUT=${1:-build/open_heads}
 DATA=data/distill/smollm2-135m-scale.jsonl
-RECORDS=${PEAGLE_OPEN_RECORDS:-0:2600}
-STEPS=${PEAGLE_OPEN_STEPS:-1000}
+RECORDS=${PEAGLE_OPEN_RECORDS:-0:1300}
+STEPS=${PEAGLE_OPEN_STEPS:-500}
 SEED=${PEAGLE_OPEN_SEED:-0}
-N_BENCH=${PEAGLE_OPEN_PROMPTS:-32}
+N_BENCH=${PEAGLE_OPEN_PROMPTS:-24}
 TOKENS=${PEAGLE_OPEN_TOKENS:-64}
 KS=${PEAGLE_OPEN_KS:-3,7}
 DTYPE=${PEAGLE_OPEN_DTYPE:-bfloat16}

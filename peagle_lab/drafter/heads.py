@@ -47,6 +47,10 @@ MATCHED_HEAD_NAMES = {"parallel": "smollm2-135m-lists-matched-peagle",
                       "sequential": "smollm2-135m-lists-matched-eagle3"}
 MATCHED_SEED1_HEAD_NAMES = {"parallel": "smollm2-135m-lists-matched-seed1-peagle",
                             "sequential": "smollm2-135m-lists-matched-seed1-eagle3"}
+# a matched pair on open text: the same recipe on the target's answers to the prompt mix (scripts/open_heads.sh;
+# notebook 12)
+OPEN_MATCHED_HEAD_NAMES = {"parallel": "smollm2-135m-open-matched-peagle",
+                           "sequential": "smollm2-135m-open-matched-eagle3"}
 
 
 class _ShippedHeads(Mapping):
@@ -77,6 +81,7 @@ SHIPPED = _ShippedHeads(SHIPPED_NAMES, "SHIPPED")
 LIST_HEADS = _ShippedHeads(LIST_HEAD_NAMES, "LIST_HEADS")
 MATCHED_HEADS = _ShippedHeads(MATCHED_HEAD_NAMES, "MATCHED_HEADS")
 MATCHED_SEED1_HEADS = _ShippedHeads(MATCHED_SEED1_HEAD_NAMES, "MATCHED_SEED1_HEADS")
+OPEN_MATCHED_HEADS = _ShippedHeads(OPEN_MATCHED_HEAD_NAMES, "OPEN_MATCHED_HEADS")
 
 
 KINDS = ("parallel", "sequential")

@@ -142,7 +142,7 @@ def test_the_shipped_head_is_the_head_for_the_embedded_target(smollm2):
     assert info["origin"] == "shipped" and info["path"] == str(SHIPPED["parallel"]) and info["note"] == ""
 
 
-@pytest.mark.parametrize("pair", ["LIST_HEADS", "MATCHED_HEADS", "MATCHED_SEED1_HEADS"])
+@pytest.mark.parametrize("pair", ["LIST_HEADS", "MATCHED_HEADS", "MATCHED_SEED1_HEADS", "OPEN_MATCHED_HEADS"])
 def test_the_list_heads_read_the_embedded_target_and_load_as_given_heads(smollm2, pair):
     from peagle_lab.drafter import heads as module
     from peagle_lab.drafter.heads import SHIPPED, head_fit_problems, head_for_target
