@@ -157,8 +157,8 @@ fig.tight_layout();
 #
 # Gaps of nearly equal length give very different cosines (13 layers from 2 to 15: 0.76; 12 from 15 to 27: 0.43), so
 # layer distance alone does not set them. The right plot suggests what else does: read by eye (no cell prints it),
-# the middle layers form one block of near-parallel neighbours and the last few a second, and tap 27 sits in the
-# second.
+# most layers, from the first few on, form one block of near-parallel neighbours and the last few a second, and tap
+# 27 sits in the second.
 #
 # ## Logit lens: what each tap already predicts
 #

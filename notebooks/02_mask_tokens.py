@@ -236,9 +236,10 @@ class ScratchLayer:
 # Drafting is a loop around that layer: once over the context and K-1 mask slots for P-EAGLE; K times for EAGLE-3,
 # each pass adding its newest draft with the layer's own output state.
 #
-# 04 imports an exact copy of the class from `peagle_lab.workbook.scratch`. The next cell checks both modes against
-# the package in float32. The drafts will look poor; one likely reason, not tested here, is that the prompt is bare
-# text while the heads trained on chat-templated text (10 compares the layouts on two prompts).
+# The next cell writes the drafter and checks both modes against the package in float32. 04 imports the same class
+# from `peagle_lab.workbook.scratch`, a copy the test suite holds equal to this cell's. The drafts will look poor;
+# one likely reason, not tested here, is that the prompt is bare text while the heads trained on chat-templated text
+# (10 compares the layouts on two prompts).
 
 # %%
 class ScratchDrafter(ScratchLayer):

@@ -632,7 +632,8 @@ report.record("nb04_final_depth_accuracy", acc);
 # deeper (in-sample). Deeper is only a little above a rough baseline, always drafting the most frequent answer token,
 # a space (0.164, counted over all answer tokens, not the same anchors).
 #
-# In the warm-up the loss swings most at depths 1 to 7 (middle panel). From step 15 it is below the uniform guess.
+# In the warm-up the loss swings most at depths 1 to 7 (middle panel). It first drops below the uniform guess at step
+# 15 (the cell prints that step; the plot shows it staying below).
 #
 # ## 5 · The whole path in our own code
 #

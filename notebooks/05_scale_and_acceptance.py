@@ -246,7 +246,8 @@ for k in P["per_prompt"]:
 
 # %% [markdown]
 # **Reading it.** Both heads' pooled ALs sit below the mean of their prompts' ALs: P-EAGLE 1.895 against 1.963,
-# EAGLE-3 2.532 against 2.842. A hard prompt takes more rounds, so it weighs more in the pool.
+# EAGLE-3 2.532 against 2.842. A prompt with more rounds weighs more in the pool; its round count reflects both how
+# long its answer is and how few drafts it accepts, and the cell does not separate the two.
 #
 # Prompts vary widely (EAGLE-3 from 1.54 to 4.27 at K=7), so with 8 prompts a gap as small as K=3's stays open. The
 # interval written out with `my_al` equals the package's.
@@ -361,7 +362,7 @@ print(f"\nthe blog's AL {PAPER_AL} at K={PAPER_K} (HumanEval) needs every slot a
 
 # %% [markdown]
 # **Reading it.** Every head's accuracy collapses after depth 0: the shipped P-EAGLE head falls from 0.453 to 0.175.
-# Its section-1 rates for slots 1 to 3 fall the same way, 0.62, 0.34 and 0.24, against the yardstick of 0.78 at
+# Its section-1 rates for slots 1 to 3 fall too, 0.62, 0.34 and 0.24, against the yardstick of 0.78 at
 # every slot that gives the blog's AL 3.94 at K=7. The fall after slot 1 is what these rates show: slots 2 and 3 sit
 # far below slot 1 and the yardstick.
 #

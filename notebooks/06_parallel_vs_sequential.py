@@ -594,8 +594,8 @@ else:
 # - The per-request `vs plain` figures swing widely (P-EAGLE 0.93x to 8.09x): each is one timing of plain and one of
 #   the head, so read the verdict, not a single row. The 8.09x row is a timing outlier: its head commits 6.00 tokens
 #   a round and each round costs at least a verify pass, over one decode step in the table at the top, so it cannot
-#   be more than 6x faster than plain; plain's timing on that request was slow.
-# - 3 of 48 outputs leave plain greedy, at top-2 margins of 0.0 and 0.5: bf16 near-ties (09 takes one apart).
+#   be more than 6x faster than plain: one of its two timings was off (the cell does not print which).
+# - 3 of 48 outputs leave plain greedy, at top-2 margins from 0.0 to 0.5: bf16 near-ties (09 takes one apart).
 # - `draft ms` includes each prompt's first drafter pass, spread over its rounds.
 #
 # </details>

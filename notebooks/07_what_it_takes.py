@@ -278,10 +278,10 @@ fig.tight_layout()
 # round costs about one verify pass. EAGLE-3's drafting share grows with K: 0.0599 at K=1, 0.161 at K=4. The oracle's
 # seven passes draft in 22.1 ms a round, one pass in 5.61 ms.
 #
-# The 8-token verify pass took 73.3 ms here (P-EAGLE, K=7) against the loop's 64.4 ms decode step. The same pass has
-# two other timings in the course: 1.38 decode steps in 06's live drafting-cost table and 1.07 in 12's committed host
-# table, each timed alone in its own run. Timings taken in different runs, under different loads, differ by this
-# much.
+# The 8-token verify pass took 73.3 ms here (P-EAGLE, K=7) against the loop's 64.4 ms decode step. 06's live
+# drafting-cost table timed the same pass at 73.3 ms too, but over a decode step of 53.0 ms: 1.38 steps there. 12's
+# committed host table has 1.07 steps. The pass moved little; the step it is divided by moved between runs, so read
+# a round's cost in steps within one run.
 #
 # ## What it takes: the break-even picture
 #

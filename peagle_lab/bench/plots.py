@@ -47,7 +47,8 @@ def plot_drafting_cost(dc: dict, path=None):
     for mode, color, marker in (("parallel", "tab:blue", "o"), ("sequential", "tab:orange", "s")):
         med = [r[f"{mode}_ms"] for r in rows]
         iqr = [r[f"{mode}_iqr_ms"] / 2 for r in rows]
-        label = "parallel (P-EAGLE): 1 pass" if mode == "parallel" else "sequential (EAGLE-3): K passes"
+        label = "parallel drafting (P-EAGLE's way): 1 pass" if mode == "parallel" else \
+            "sequential drafting (EAGLE-3's way): K passes"
         ax.errorbar(ks, med, yerr=iqr, color=color, marker=marker, capsize=3, label=label)
     if rows and rows[0].get("verify_ms") is not None:
         ax.plot(ks, [r["verify_ms"] for r in rows], color="gray", ls="--", label="target: verify K+1 tokens")
