@@ -34,6 +34,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib/together.sh
+source scripts/lib/pair_recipe.sh
 PY=${PEAGLE_PYTHON:-.venv/bin/python}
 CLI=("$PY" -m peagle_lab.cli)
 OUT=${1:-build/list_heads}
@@ -67,12 +68,9 @@ else BUDGET_ARGS=(--time-budget "$BUDGET" --steps 1000000); SPENT="${BUDGET} s";
 train() {  # mode name shipped-head
   local start=(--init-from "data/heads/$3") what="Continuation of the shipped $3 head"
   if [ "$INIT" = fresh ]; then start=(); what="A head from seed ${SEED}'s untrained weights (the other head's start)"; fi
-  "${CLI[@]}" train --mode "$1" -K 8 "${start[@]}" --data "$OUT/distill.jsonl" --split all \
-    --features "$OUT/features" --out "$OUT/$2" "${BUDGET_ARGS[@]}" --batch-tokens 512 \
-    --row-tokens 512 --lr 1e-3 --warmup-steps 10 --threads 1 --dtype float32 --seed "$SEED" --eval-prompts 0 \
-    --eval-val-prompts 0 --overwrite --note "$what on the target's answers to the 480 \
-train list prompts (scripts/list_heads.sh), ${SPENT} at one thread, side by side with the other head." \
-    > "$OUT/logs/train-$2.log" 2>&1
+  pair_train "$1" "$OUT/$2" "$OUT/logs/train-$2.log" "$what on the target's answers to the 480 train list prompts \
+(scripts/list_heads.sh), ${SPENT} at one thread, side by side with the other head." "${start[@]}" \
+    --data "$OUT/distill.jsonl" --split all --features "$OUT/features" "${BUDGET_ARGS[@]}" --seed "$SEED"
 }
 stamp "train both heads side by side, ${SPENT} each at one thread, starting from: $INIT (seed $SEED)"
 together peagle "train parallel peagle smollm2-135m-peagle" eagle3 "train sequential eagle3 smollm2-135m-eagle3" \

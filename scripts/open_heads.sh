@@ -18,6 +18,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib/together.sh
+source scripts/lib/pair_recipe.sh
 PY=${PEAGLE_PYTHON:-.venv/bin/python}
 CLI=("$PY" -m peagle_lab.cli)
 OUT=${1:-build/open_heads}
@@ -38,12 +39,10 @@ stamp "features of records $RECORDS of the mix's train split, once, for both hea
   --dtype float32 > "$OUT/logs/extract.log" 2>&1
 
 train() {  # mode name
-  "${CLI[@]}" train --mode "$1" -K 8 --data "$DATA" --split train --records "$RECORDS" --features "$OUT/features" \
-    --out "$OUT/$2" --steps "$STEPS" --batch-tokens 512 --row-tokens 512 --lr 1e-3 --warmup-steps 10 --threads 1 \
-    --dtype float32 --seed "$SEED" --eval-prompts 0 --eval-val-prompts 0 --overwrite --note "A head from seed \
-${SEED}'s untrained weights (the other head's start) on the target's answers to records ${RECORDS} of the prompt \
-mix's train split (scripts/open_heads.sh), ${STEPS} optimizer steps at one thread, side by side with the other head." \
-    > "$OUT/logs/train-$2.log" 2>&1
+  pair_train "$1" "$OUT/$2" "$OUT/logs/train-$2.log" "A head from seed ${SEED}'s untrained weights (the other \
+head's start) on the target's answers to records ${RECORDS} of the prompt mix's train split (scripts/open_heads.sh), \
+${STEPS} optimizer steps at one thread, side by side with the other head." --data "$DATA" --split train \
+    --records "$RECORDS" --features "$OUT/features" --steps "$STEPS" --seed "$SEED"
 }
 stamp "train both heads side by side, $STEPS optimizer steps each at one thread, from seed $SEED's untrained weights"
 together peagle "train parallel peagle" eagle3 "train sequential eagle3" \
