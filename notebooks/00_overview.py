@@ -29,8 +29,9 @@
 # Results are *committed* (saved under `data/`) or *live* (run here, moving with the machine's load).
 #
 # **Precision.** On a CPU the chapters load the target in float32, where speculative output equals plain greedy
-# output token for token. The three timing chapters, 06, 07 and 09, run in bf16 where the CPU has bf16 units, as a
-# GPU would; they print the dtype they run in, and their outputs may leave plain greedy only at near-ties.
+# output token for token. Chapters 06, 07 and 09 run in bf16 where the CPU has bf16 units, as a GPU would (06 and 07
+# time speculation there; 09 takes a bf16 divergence apart); they print the dtype they run in, and their outputs may
+# leave plain greedy only at near-ties.
 
 # %%
 # Parameters come from the environment: PEAGLE_TARGET (default: the embedded SmolLM2-135M-Instruct),

@@ -157,7 +157,8 @@ print("\n".join(heads_report.live_lines(P, S, live, KS, TIE)))
 # committed held-out prompts, ahead on 8 of 8 (p = 0.0078).
 #
 # At K=3 its lead is not shown: it is ahead on 6 of 8 prompts (p = 0.29), though the bootstrap interval stays above
-# zero. 8 prompts are few for either yardstick.
+# zero. The two yardsticks ask different things: the sign test counts prompts won, the interval says how far the
+# pooled gap moves with the prompts drawn, and 8 prompts are few for either. The course's verdicts go by the count.
 #
 # P-EAGLE leads at slot 1 (0.62 against 0.50 at K=7), but its later rates fall fast; 02 suggests why. Only 13 of 267
 # rounds reach slot 4, so K=7 buys it nothing over K=3: AL 1.895 at both.

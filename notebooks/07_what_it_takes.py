@@ -342,7 +342,9 @@ print(f"\nthe blog's ALs on the GPU cost model (K=7): P-EAGLE 3.94 / {gpu_round[
 #
 # - Committed bf16: a round costs 1.26 decode steps; AL 1.55 gives 1.20x decode.
 # - This run, bf16, timed on 2 prompts: a round of 1.22 steps, near the committed 1.26; AL 1.39 gives 1.11x.
-# - float32: 1.98 steps; AL 1.51 gives 0.73x.
+# - float32: 1.98 steps; AL 1.51 gives 0.73x. That round, drafting included, comes out below 12's `verify_k7` for the
+#   same host (2.06, the verify pass timed alone): the end-to-end loop's round medians and the pass timed on its own
+#   are different timings of that run, and they differ by more than drafting costs. Read each within its table.
 #
 # A round cost is a ratio of two timings taken on one machine, so the plot can set machines side by side, as long as
 # each ratio comes from one engine and one dtype. The committed bf16 round equals the GPU model's P-EAGLE round (one

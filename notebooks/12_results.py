@@ -343,8 +343,9 @@ else:
 
 # %% [markdown]
 # **Reading it.** Trained alike on open text, EAGLE-3 accepts more: AL 1.56 against 1.42 at K=3. The gap is at
-# slot 2: EAGLE-3's second draft passes in 143 of 332 rounds that reach it, P-EAGLE's in 39 of 391. That is the fall
-# after slot 1 that 05 found in the shipped heads, here with data, steps and start held equal. End to end neither
+# slots 2 and 3: EAGLE-3's second draft passes in 143 of 332 rounds that reach it, P-EAGLE's in 39 of 391, and its
+# third in 61 of 141 against 4 of 39, while P-EAGLE leads at slot 1 (396 of 1056 against 337 of 962). That is the
+# fall after slot 1 that 05 found in the shipped heads, here with data, steps and start held equal. End to end neither
 # is shown faster: at K=3, each head's best, 1.12x against 1.14x (P-EAGLE ahead on 11 of 24, p = 0.84). At K=7
 # P-EAGLE's one pass drafts in 6.3 ms a round against 27.9 ms and gains 1.08x against 1.00x, ahead on 17 of 24
 # (p = 0.064): not shown.
@@ -374,8 +375,8 @@ else:
 # - **Verdicts**: one pass is shown faster than K where drafts get accepted: on the same drafts (the oracle), and for
 #   heads trained alike on list requests (with each of two training seeds, P-EAGLE accepting less, committed). 06's
 #   live race of that pair showed it too (faster on 18 of 24 requests, p = 0.023). On open prompts, with the
-#   course's small heads, neither mode is, and a pair trained alike there shows P-EAGLE's weak slot 2 (39 of 391
-#   against 143 of 332).
+#   course's small heads, neither mode is, and a pair trained alike there shows P-EAGLE's weak slots 2 and 3 (at
+#   slot 2, 39 of 391 against 143 of 332).
 #
 # **What you wrote, and what checked it:**
 #
@@ -386,7 +387,7 @@ else:
 # | a round's inputs: slot 1, then mask slots (exercise) | 02 | the package's round inputs |
 # | the parallel drafter: `fc`, 2H layer, mask row, `mask_hidden`, `d2t` | 02 | the package's head: logits within 1e-4 |
 # | the same drafter, drafting sequentially | 02 | the package's head: the same drafts |
-# | its own cache, round by round | 02 | one pass over the context: logits within 4.9e-05 |
+# | the drafter cache's crop schedule, round by round (the package's drafter runs each pass) | 02 | one pass over the context: logits within 4.9e-05 |
 # | `d2t` and `t2d` (exercise) | 03 | `d2t_t2d`, 200 random draft vocabularies |
 # | the training attention mask | 04 | the package's mask, both layouts |
 # | a training row by hand; the COD sampler (exercise) | 04 | `plan_row`, `cod_sample` |
