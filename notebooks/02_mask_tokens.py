@@ -237,7 +237,7 @@ class ScratchLayer:
 # each pass adding its newest draft with the layer's own output state.
 #
 # The next cell writes the drafter and checks both modes against the package in float32. 04 imports the same class
-# from `peagle_lab.workbook.scratch`, a copy the test suite holds equal to this cell's. The drafts will look poor;
+# from `peagle_lab.workbook.scratch`, where the package keeps a copy of this cell's code. The drafts will look poor;
 # one likely reason, not tested here, is that the prompt is bare text while the heads trained on chat-templated text
 # (10 compares the layouts on two prompts).
 
@@ -430,8 +430,8 @@ print("\n".join(studies.reach_lines(rows, mask_runs)))  # how many rounds per ru
 #
 # ## Why slot 2 is hard, whatever its stand-in
 #
-# 05 measures the shipped P-EAGLE head's slot 2 at 0.34 of the rounds reaching it, against 0.70 for the EAGLE-3
-# head. The two heads were not trained alike.
+# A preview of what later chapters print: in 05 the shipped P-EAGLE head's slot 2 passes in 0.34 of the rounds
+# reaching it, against 0.70 for the EAGLE-3 head. The two heads were not trained alike.
 #
 # The design suggests a reason. EAGLE-3's second pass is *handed* draft 1 as input. P-EAGLE's slot 2 sees
 # only the mask, so its one layer must predict x_{n+2} *and* the token after it: two steps with the compute of
@@ -476,8 +476,8 @@ for name, h in hits.items():
 # - After a wrong draft 1 the predicted edge did not show: P-EAGLE 0.11, EAGLE-3 0.10. Why is not tested here.
 # - P-EAGLE's draft 1 is right more often here (0.43 against 0.37), so a weaker draft 1 does not explain the gap on
 #   these counts, though the two rates are counted over different positions.
-# - These heads were not trained alike. 06's pair, trained alike, leans the same way at slot 2 (414 of 597 rounds
-#   against 434 of 478), on other text and counted in rounds: the same direction, not the same gap.
+# - These heads were not trained alike. 06's pair, trained alike, leans the same way at slot 2 (a preview: 414 of 597
+#   rounds against 434 of 478), on other text and counted in rounds: the same direction, not the same gap.
 # - This is 275 positions of 6 held-out answers at K = 2; 05's comparison, on 8 held-out prompts x 64 tokens, gives
 #   the 0.34 and 0.70 above, from rounds of its own.
 

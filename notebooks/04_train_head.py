@@ -638,7 +638,8 @@ report.record("nb04_final_depth_accuracy", acc);
 # ## 5 · The whole path in our own code
 #
 # The cell loads the hand-trained head into 02's `ScratchDrafter` and drafts in 00's round on 2 held-out list requests
-# (the bench's `lists` suite, from the held-out split; its 96 training requests come from the train split).
+# (the bench's `lists` suite, drawn from the held-out list prompts, a file apart from the train prompts whose answers
+# it trained on).
 # `ScratchDrafter` keeps no drafter cache, which costs time, not tokens.
 
 # %% tags=["nbval-ignore-output"]

@@ -136,8 +136,8 @@ bench.plot_drafting_cost(dc);
 # verifying costs 1.07 to 1.38 decode steps, most of a round on this CPU: the saving pays only where many drafts are
 # accepted.
 #
-# At K=1 both are one pass; sequential measured cheaper here (3.19 against 3.73 ms), within their spreads (IQR 0.406
-# and 0.79 ms). The dips in `verify_ms` the cell lists are most likely timing
+# At K=1 both are one pass; sequential measured cheaper here (3.19 against 3.73 ms), a gap smaller than P-EAGLE's
+# spread (IQR 0.79 ms), so the plot's bars overlap. The dips in `verify_ms` the cell lists are most likely timing
 # noise: a pass over more tokens does more work (the table prints no spread for `verify_ms` to show it).
 #
 # ### Exercise: write the pass shapes, then predict the drafting cost
@@ -617,8 +617,8 @@ else:
 # - In the one wider run, P-EAGLE kept rising to K=11 while EAGLE-3 stayed flat; one run, whose K=7 point sits 0.03x
 #   from the first run's, so the rise is suggestive (paired test at best K only).
 # - Live, the same pair gives the committed run's verdict: P-EAGLE faster than EAGLE-3 on 18 of 24 requests
-#   (p = 0.023; committed: 37 of 48), drafting cheaper on every one. A live verdict moves with the run: a few
-#   requests flipping would leave it not shown, the committed 48 would not.
+#   (p = 0.023; committed: 37 of 48), drafting cheaper on every one. A live verdict of 24 requests moves with the
+#   run; the committed 48 are the firmer evidence.
 #
 # The same from a shell:
 #

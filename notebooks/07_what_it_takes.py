@@ -280,8 +280,9 @@ fig.tight_layout()
 #
 # The 8-token verify pass took 73.3 ms here (P-EAGLE, K=7) against the loop's 64.4 ms decode step. 06's live
 # drafting-cost table timed the same pass at 73.3 ms too, but over a decode step of 53.0 ms: 1.38 steps there. 12's
-# committed host table has 1.07 steps. The pass moved little; the step it is divided by moved between runs, so read
-# a round's cost in steps within one run.
+# committed host table has 1.07 steps. Within this run the same pass ranges from 65.8 to 73.3 ms across rows, and the
+# decode step moved more between this run and 06's (64.4 against 53.0 ms), so read a round's cost in steps within
+# one run.
 #
 # ## What it takes: the break-even picture
 #
