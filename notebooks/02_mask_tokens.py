@@ -437,8 +437,9 @@ print("\n".join(studies.reach_lines(rows, mask_runs)))  # how many rounds per ru
 # only the mask, so its one layer must predict x_{n+2} *and* the token after it: two steps with the compute of
 # one. Unsure of x_{n+2}, its draft for x_{n+3} is a bet across the candidates' continuations.
 #
-# More layers give more compute; the published GPT-OSS heads have 4 (08). At this course's budgets a 2- or 4-layer
-# head did not catch up (05), so whether depth closes the gap here stays open.
+# More layers give more compute; the published GPT-OSS heads have 4 (08). Trained for the same time, a 2- or 4-layer
+# head did not catch up (05), though in that time the deeper heads saw fewer tokens; whether depth closes the gap
+# here stays open.
 #
 # The cell below measures the gap, not its cause. Both shipped heads draft at K = 2 along the target's greedy answers
 # to a few held-out prompts. A right draft 2 (equal to the answer's token) after a right draft 1 is exactly an

@@ -259,7 +259,8 @@ for k in P["per_prompt"]:
 #
 # - **Learning curves** (left): AL at each *snapshot*, a copy of the head saved every so many tokens, over a run and
 #   its `-cont` continuation (`--init-from`: a new run from its weights) on the smaller file
-#   `smollm2-135m-scale.jsonl`. EAGLE-3's curve is the shipped head's first two runs; P-EAGLE's is an earlier run.
+#   `smollm2-135m-scale.jsonl`. EAGLE-3's curve is the shipped head's first two runs (named `eagle3` and
+#   `eagle3-cont` in the curve file); P-EAGLE's is an earlier run.
 # - **Deeper heads** (right): P-EAGLE heads of 1, 2 and 4 layers (`exp-L1`, `exp-L2`, `exp-L4`), each trained from
 #   scratch for about 2400 s on the same 6,000 sequences. `exp-L1` is the shipped P-EAGLE head's first run.
 

@@ -593,9 +593,11 @@ else:
 # - One live run of 24 requests, on a machine whose speed drifts; the rotating order spreads the drift over all three
 #   methods. The committed float32 run of the same pair (48 requests) points the same way.
 # - The per-request `vs plain` figures swing widely (P-EAGLE 0.93x to 8.09x): each is one timing of plain and one of
-#   the head, so read the verdict, not a single row. The 8.09x row is a timing outlier: its head commits 6.00 tokens
-#   a round and each round costs at least a verify pass, over one decode step in the table at the top, so it cannot
-#   be more than 6x faster than plain: one of its two timings was off (the cell does not print which).
+#   the head, so read the verdict, not a single row. The 8.09x row is a timing outlier by the loosest bound: its head
+#   commits 6.00 tokens a round and a round costs at least one decode step, so it cannot be more than 6x faster than
+#   plain; one of its two timings was off (the cell does not print which). The table at the top, where verifying
+#   at K=7 alone costs 1.38 steps, would cap more rows, but it timed its decode step apart from the race, so the cell
+#   cannot say how many; the paired verdict compares each head with plain within a request.
 # - 3 of 48 outputs leave plain greedy, at top-2 margins from 0.0 to 0.5: bf16 near-ties (09 takes one apart).
 # - `draft ms` includes each prompt's first drafter pass, spread over its rounds.
 #

@@ -150,7 +150,9 @@ for kind, text in PROMPTS.items():
 # - **bf16** (`near-tie`): verification and plain decoding reach the same logits through different kernels, a few ulps
 #   (units in the last place) apart. Lossless then means identical, or diverging only where plain greedy's top-1
 #   minus top-2 margin is within `BF16_TIE_ULPS` (4) bf16 ulps of the top logit.
-# - **fp32 on a GPU** (`near-tie` too): the same rule with a float32 bound, 2^-11 of the top logit.
+# - **fp32 on a GPU** (`near-tie` too): the same rule with a float32 bound, 2^-11 of the top logit: a tolerance the
+#   package sets (`decoding.divergence`) for GPU kernels that sum in another order, far below the margins of several
+#   logits at which a wrong rule diverges (below). No GPU runs here, so it is not measured in this chapter.
 #
 # Why bf16 can swap two tokens: between 16 and 32, neighbouring bf16 values are 0.125 apart, and a pass over K+1
 # tokens runs other kernels than a one-token step (with sums likely taken in another order). Two logits tied within

@@ -107,8 +107,9 @@ assert gap < 1e-3, "two processes left one process's loss curve"
 #
 # ## 2 · Serving past one request: load and tensor parallelism (question 8)
 #
-# 08 served the head live at 0.61x with 4 prompts batched. Three committed runs, each labelled with its host, show what
-# load and sharding do to the cost of a round:
+# 08 served the head live at 0.61x with 4 prompts batched into one offline call. Three committed runs, each labelled
+# with its host, show what load and sharding do to the cost of a round (the sweep's server at 4 concurrent requests
+# is another engine path, other prompts and another run, so its figure at 4 need not match 08's):
 #
 # - **Serving sweep** (`peagle-lab serve-sweep`): plain and P-EAGLE servers at 1, 4 and 16 concurrent requests,
 #   2 repeats. `throughput` is P-EAGLE's tok/s over plain's, `each repeat` its range. `speculation` pays if every
