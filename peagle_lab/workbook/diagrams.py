@@ -180,6 +180,7 @@ def draw_drafter_path(H: int, tap_layers):
     ax.text(9.3, 6.6, "EAGLE-3 instead drafts slots 2..K in K passes:\neach new slot holds the previous draft's\n"
             "embedding and the prenorm state above", ha="left", va="center", fontsize=8.5, color="dimgrey")
     for i, (color, label) in enumerate(((_TARGET_C, "from the target (frozen)"), (_HEAD_C, "the head's weights"),
+                                        (_LAYER_C, "the head's layer and norm"),
                                         (_MASK_C, "P-EAGLE's learned stand-ins"))):
         ax.add_patch(FancyBboxPatch((0.2, 9.45 - 0.45 * i), 0.3, 0.25, boxstyle="round,pad=0.02", fc=color,
                                     ec="black", lw=0.6))
