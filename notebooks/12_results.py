@@ -278,8 +278,6 @@ if opened:
         f"tokens, {open_run['dir']}"),
         "verdict": speed(open_res, p_best, e_best, "P-EAGLE", "EAGLE-3")
                    + f"; AL {p_best['acceptance_length']:.2f} against {e_best['acceptance_length']:.2f}"})
-else:
-    print("no committed matched pair on open prompts: scripts/open_heads.sh trains and benches one")
 for c in committed:  # section 1: the runs with both oracle charges, the same draws
     for suite, res in result_suites(c["results"]).items():
         one, k_passes = payoff.oracle_pair(res)

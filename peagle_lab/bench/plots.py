@@ -121,7 +121,7 @@ def plot_acceptance(e2e: dict, path=None):
     measured = [r["acceptance_length"] for r in e2e["methods"] if r["k"]]
     top = max(measured) * 1.25 + 0.2 if measured else None  # the measured ALs fill the plot
     if ks:
-        above = [k for k in ks if top is not None and k + 1 > top]  # where the bound leaves the frame, say so
+        above = [k for k in ks if k + 1 > top] if top is not None else []  # where the bound leaves the frame
         ax.plot(ks, [k + 1 for k in ks], ls=":", color="gray",
                 label="upper bound K+1" + (f" (above the frame from K={above[0]}: {above[0] + 1} ... {ks[-1] + 1})"
                                            if above else ""))
